@@ -1,0 +1,44 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+
+let package = Package(
+    name: "outbox",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "outbox", targets: ["outbox"]),
+        .executable(name: "outbox-testserver", targets: ["outbox-testserver"]),
+    ],
+    targets: [
+        // C modules: typed wrappers for what Swift cannot call (variadic setopt, macros).
+        .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
+        .systemLibrary(name: "CYAML", path: "Sources/CYAML"),
+        // libcurl is loaded with dlopen only by `outbox run`, so enqueue starts fast.
+        .target(name: "CCurl", path: "Sources/CCurl"),
+        .target(name: "CSystem", path: "Sources/CSystem"),
+
+        .target(name: "YAML", dependencies: ["CYAML"], swiftSettings: strict),
+        .target(name: "OutboxModel", dependencies: ["YAML"], swiftSettings: strict),
+        .target(name: "OutboxProcess", dependencies: ["CSystem"], swiftSettings: strict),
+        .target(name: "OutboxStore", dependencies: ["OutboxModel", "CSQLite", "CSystem"], swiftSettings: strict),
+        .target(name: "OutboxHTTP", dependencies: ["OutboxModel", "CCurl"], swiftSettings: strict),
+        .target(name: "OutboxRunner", dependencies: ["OutboxModel", "OutboxStore", "OutboxHTTP", "OutboxProcess", "CSystem"], swiftSettings: strict),
+        .target(name: "OutboxCLI", dependencies: ["OutboxModel", "OutboxStore", "OutboxRunner", "OutboxProcess", "YAML", "CSystem"], swiftSettings: strict),
+        .executableTarget(name: "outbox", dependencies: ["OutboxCLI"], swiftSettings: strict),
+
+        // A scriptable loopback HTTP server for tests, the demo and benchmarks.
+        // Optimised even in debug builds: it hashes every uploaded byte.
+        .target(name: "OutboxTestServer", swiftSettings: strict + [.unsafeFlags(["-O"])]),
+        .executableTarget(name: "outbox-testserver", dependencies: ["OutboxTestServer"], swiftSettings: strict),
+
+        .target(name: "TestSupport", dependencies: ["CSystem", "OutboxTestServer"], path: "Tests/TestSupport", swiftSettings: strict),
+        .testTarget(name: "YAMLTests", dependencies: ["YAML"], swiftSettings: strict),
+        .testTarget(name: "OutboxModelTests", dependencies: ["OutboxModel"], swiftSettings: strict),
+        .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess"], swiftSettings: strict),
+        .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "OutboxRunnerTests", dependencies: ["OutboxRunner", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "OutboxCLITests", dependencies: ["OutboxCLI", "TestSupport"], swiftSettings: strict),
+    ]
+)

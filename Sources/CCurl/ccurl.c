@@ -1,0 +1,219 @@
+#include "ccurl.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdio.h>
+
+/* Function pointers resolved from libcurl.so.4 by ccurl_load. */
+static CURLcode (*p_global_init)(long);
+static char *(*p_version)(void);
+static const char *(*p_easy_strerror)(CURLcode);
+static const char *(*p_multi_strerror)(CURLMcode);
+static CURL *(*p_easy_init)(void);
+static void (*p_easy_cleanup)(CURL *);
+static CURLcode (*p_easy_setopt)(CURL *, CURLoption, ...);
+static CURLcode (*p_easy_getinfo)(CURL *, CURLINFO, ...);
+static struct curl_slist *(*p_slist_append)(struct curl_slist *, const char *);
+static void (*p_slist_free_all)(struct curl_slist *);
+static CURLM *(*p_multi_init)(void);
+static CURLMcode (*p_multi_cleanup)(CURLM *);
+static CURLMcode (*p_multi_setopt)(CURLM *, CURLMoption, ...);
+static CURLMcode (*p_multi_add_handle)(CURLM *, CURL *);
+static CURLMcode (*p_multi_remove_handle)(CURLM *, CURL *);
+static CURLMcode (*p_multi_perform)(CURLM *, int *);
+static CURLMcode (*p_multi_poll)(CURLM *, struct curl_waitfd *, unsigned int, int, int *);
+static CURLMcode (*p_multi_wakeup)(CURLM *);
+static CURLMsg *(*p_multi_info_read)(CURLM *, int *);
+static curl_mime *(*p_mime_init)(CURL *);
+static void (*p_mime_free)(curl_mime *);
+static curl_mimepart *(*p_mime_addpart)(curl_mime *);
+static CURLcode (*p_mime_name)(curl_mimepart *, const char *);
+static CURLcode (*p_mime_data)(curl_mimepart *, const char *, size_t);
+static CURLcode (*p_mime_filedata)(curl_mimepart *, const char *);
+static CURLcode (*p_mime_filename)(curl_mimepart *, const char *);
+static CURLcode (*p_mime_type)(curl_mimepart *, const char *);
+
+static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
+static int load_state; /* 0 not tried, 1 loaded, -1 failed */
+static char load_error[256];
+
+#define RESOLVE(ptr, name)                                                        \
+    do {                                                                          \
+        *(void **)(&(ptr)) = dlsym(lib, name);                                    \
+        if (!(ptr)) {                                                             \
+            snprintf(load_error, sizeof load_error, "libcurl.so.4 lacks %s", name); \
+            return -1;                                                            \
+        }                                                                         \
+    } while (0)
+
+static int load_locked(void) {
+    /* RTLD_LOCAL: libcurl's symbols stay out of the global namespace. */
+    void *lib = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *why = dlerror();
+        snprintf(load_error, sizeof load_error, "cannot load libcurl.so.4: %s",
+                 why ? why : "unknown error");
+        return -1;
+    }
+    RESOLVE(p_global_init, "curl_global_init");
+    RESOLVE(p_version, "curl_version");
+    RESOLVE(p_easy_strerror, "curl_easy_strerror");
+    RESOLVE(p_multi_strerror, "curl_multi_strerror");
+    RESOLVE(p_easy_init, "curl_easy_init");
+    RESOLVE(p_easy_cleanup, "curl_easy_cleanup");
+    RESOLVE(p_easy_setopt, "curl_easy_setopt");
+    RESOLVE(p_easy_getinfo, "curl_easy_getinfo");
+    RESOLVE(p_slist_append, "curl_slist_append");
+    RESOLVE(p_slist_free_all, "curl_slist_free_all");
+    RESOLVE(p_multi_init, "curl_multi_init");
+    RESOLVE(p_multi_cleanup, "curl_multi_cleanup");
+    RESOLVE(p_multi_setopt, "curl_multi_setopt");
+    RESOLVE(p_multi_add_handle, "curl_multi_add_handle");
+    RESOLVE(p_multi_remove_handle, "curl_multi_remove_handle");
+    RESOLVE(p_multi_perform, "curl_multi_perform");
+    RESOLVE(p_multi_poll, "curl_multi_poll");       /* 7.66+ */
+    RESOLVE(p_multi_wakeup, "curl_multi_wakeup");   /* 7.68+ */
+    RESOLVE(p_multi_info_read, "curl_multi_info_read");
+    RESOLVE(p_mime_init, "curl_mime_init");
+    RESOLVE(p_mime_free, "curl_mime_free");
+    RESOLVE(p_mime_addpart, "curl_mime_addpart");
+    RESOLVE(p_mime_name, "curl_mime_name");
+    RESOLVE(p_mime_data, "curl_mime_data");
+    RESOLVE(p_mime_filedata, "curl_mime_filedata");
+    RESOLVE(p_mime_filename, "curl_mime_filename");
+    RESOLVE(p_mime_type, "curl_mime_type");
+    /* Once per process, before any transfer (T-curl12). The library stays loaded. */
+    CURLcode rc = p_global_init(CURL_GLOBAL_DEFAULT);
+    if (rc != CURLE_OK) {
+        snprintf(load_error, sizeof load_error, "curl_global_init failed: %s",
+                 p_easy_strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+int ccurl_load(char *err, size_t errlen) {
+    pthread_mutex_lock(&load_lock);
+    if (load_state == 0) {
+        load_state = load_locked() == 0 ? 1 : -1;
+    }
+    int ok = load_state == 1;
+    if (!ok && err && errlen > 0) {
+        snprintf(err, errlen, "%s", load_error);
+    }
+    pthread_mutex_unlock(&load_lock);
+    return ok ? 0 : -1;
+}
+
+const char *ccurl_version(void) { return p_version(); }
+const char *ccurl_easy_strerror(CURLcode code) { return p_easy_strerror(code); }
+const char *ccurl_multi_strerror(CURLMcode code) { return p_multi_strerror(code); }
+
+CURL *ccurl_easy_init(void) { return p_easy_init(); }
+void ccurl_easy_cleanup(CURL *easy) { p_easy_cleanup(easy); }
+
+CURLcode ccurl_setopt_long(CURL *easy, CURLoption option, long value) {
+    return p_easy_setopt(easy, option, value);
+}
+CURLcode ccurl_setopt_off_t(CURL *easy, CURLoption option, curl_off_t value) {
+    return p_easy_setopt(easy, option, value);
+}
+CURLcode ccurl_setopt_str(CURL *easy, CURLoption option, const char *value) {
+    return p_easy_setopt(easy, option, value);
+}
+CURLcode ccurl_setopt_ptr(CURL *easy, CURLoption option, void *value) {
+    return p_easy_setopt(easy, option, value);
+}
+CURLcode ccurl_setopt_slist(CURL *easy, CURLoption option, struct curl_slist *list) {
+    return p_easy_setopt(easy, option, list);
+}
+CURLcode ccurl_setopt_mime(CURL *easy, curl_mime *mime) {
+    return p_easy_setopt(easy, CURLOPT_MIMEPOST, mime);
+}
+CURLcode ccurl_setopt_write_function(CURL *easy, CURLoption option, curl_write_callback fn) {
+    return p_easy_setopt(easy, option, fn);
+}
+CURLcode ccurl_setopt_read_function(CURL *easy, curl_read_callback fn) {
+    return p_easy_setopt(easy, CURLOPT_READFUNCTION, fn);
+}
+CURLcode ccurl_setopt_seek_function(CURL *easy, curl_seek_callback fn) {
+    return p_easy_setopt(easy, CURLOPT_SEEKFUNCTION, fn);
+}
+CURLcode ccurl_setopt_xferinfo_function(CURL *easy, curl_xferinfo_callback fn) {
+    return p_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, fn);
+}
+
+CURLcode ccurl_getinfo_long(CURL *easy, CURLINFO info, long *out) {
+    return p_easy_getinfo(easy, info, out);
+}
+CURLcode ccurl_getinfo_double(CURL *easy, CURLINFO info, double *out) {
+    return p_easy_getinfo(easy, info, out);
+}
+CURLcode ccurl_getinfo_off_t(CURL *easy, CURLINFO info, curl_off_t *out) {
+    return p_easy_getinfo(easy, info, out);
+}
+CURLcode ccurl_getinfo_str(CURL *easy, CURLINFO info, const char **out) {
+    char *value = NULL;
+    CURLcode rc = p_easy_getinfo(easy, info, &value);
+    *out = value;
+    return rc;
+}
+CURLcode ccurl_getinfo_ptr(CURL *easy, CURLINFO info, void **out) {
+    return p_easy_getinfo(easy, info, out);
+}
+
+struct curl_slist *ccurl_slist_append(struct curl_slist *list, const char *line) {
+    return p_slist_append(list, line);
+}
+void ccurl_slist_free_all(struct curl_slist *list) { p_slist_free_all(list); }
+
+CURLM *ccurl_multi_init(void) { return p_multi_init(); }
+CURLMcode ccurl_multi_cleanup(CURLM *multi) { return p_multi_cleanup(multi); }
+CURLMcode ccurl_multi_setopt_long(CURLM *multi, CURLMoption option, long value) {
+    return p_multi_setopt(multi, option, value);
+}
+CURLMcode ccurl_multi_add_handle(CURLM *multi, CURL *easy) {
+    return p_multi_add_handle(multi, easy);
+}
+CURLMcode ccurl_multi_remove_handle(CURLM *multi, CURL *easy) {
+    return p_multi_remove_handle(multi, easy);
+}
+CURLMcode ccurl_multi_perform(CURLM *multi, int *running) {
+    return p_multi_perform(multi, running);
+}
+CURLMcode ccurl_multi_poll(CURLM *multi, int timeout_ms, int *numfds) {
+    return p_multi_poll(multi, NULL, 0, timeout_ms, numfds);
+}
+CURLMcode ccurl_multi_wakeup(CURLM *multi) { return p_multi_wakeup(multi); }
+
+int ccurl_multi_next_done(CURLM *multi, CURL **easy, CURLcode *result) {
+    int left = 0;
+    CURLMsg *msg;
+    while ((msg = p_multi_info_read(multi, &left)) != NULL) {
+        if (msg->msg == CURLMSG_DONE) {
+            *easy = msg->easy_handle;
+            *result = msg->data.result;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+curl_mime *ccurl_mime_init(CURL *easy) { return p_mime_init(easy); }
+void ccurl_mime_free(curl_mime *mime) { p_mime_free(mime); }
+curl_mimepart *ccurl_mime_addpart(curl_mime *mime) { return p_mime_addpart(mime); }
+CURLcode ccurl_mime_name(curl_mimepart *part, const char *name) {
+    return p_mime_name(part, name);
+}
+CURLcode ccurl_mime_data(curl_mimepart *part, const char *data, size_t length) {
+    return p_mime_data(part, data, length);
+}
+CURLcode ccurl_mime_filedata(curl_mimepart *part, const char *path) {
+    return p_mime_filedata(part, path);
+}
+CURLcode ccurl_mime_filename(curl_mimepart *part, const char *filename) {
+    return p_mime_filename(part, filename);
+}
+CURLcode ccurl_mime_type(curl_mimepart *part, const char *type) {
+    return p_mime_type(part, type);
+}

@@ -1,0 +1,12 @@
+#ifndef OUTBOX_CSQLITE_SHIM_H
+#define OUTBOX_CSQLITE_SHIM_H
+#include <sqlite3.h>
+
+/* SQLITE_TRANSIENT is a cast macro Swift cannot import: bind copies through these. */
+static inline int csqlite_bind_text(sqlite3_stmt *s, int i, const char *v, int n) {
+    return sqlite3_bind_text(s, i, v, n, SQLITE_TRANSIENT);
+}
+static inline int csqlite_bind_blob(sqlite3_stmt *s, int i, const void *v, int n) {
+    return sqlite3_bind_blob(s, i, v, n, SQLITE_TRANSIENT);
+}
+#endif

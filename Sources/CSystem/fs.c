@@ -1,0 +1,115 @@
+#define _GNU_SOURCE
+#include "csystem_fs.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int csystem_errno(void) { return errno; }
+
+int csystem_fsync_dir(const char *path) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = fsync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    return rc;
+}
+
+int csystem_fsync_path(const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -errno;
+    int rc = fsync(fd) == 0 ? 0 : -errno;
+    close(fd);
+    return rc;
+}
+
+int csystem_lock_file(const char *path) {
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) return -errno;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    return fd;
+}
+
+static int write_all(int fd, const char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int csystem_write_file(const char *path, const void *bytes, size_t count) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return -errno;
+    int rc = write_all(fd, bytes, count);
+    if (rc == 0 && fsync(fd) != 0) rc = -errno;
+    close(fd);
+    if (rc != 0) unlink(path);
+    return rc;
+}
+
+int csystem_copy_file(const char *src, const char *dst) {
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return -errno;
+    int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0) {
+        int e = errno;
+        close(in);
+        return -e;
+    }
+    int rc = 0;
+    /* copy_file_range may return short counts, 0 before EOF, EXDEV or EOPNOTSUPP: loop and
+       fall back to read/write on any failure. */
+    int use_range = 1;
+    for (;;) {
+        if (use_range) {
+            ssize_t n = copy_file_range(in, NULL, out, NULL, 1 << 30, 0);
+            if (n > 0) continue;
+            if (n == 0) {
+                struct stat a, b;
+                if (fstat(in, &a) == 0 && fstat(out, &b) == 0 && a.st_size == b.st_size) break;
+            } else if (errno == EINTR) {
+                continue;
+            }
+            use_range = 0;
+            off_t pos = lseek(out, 0, SEEK_END);
+            if (pos < 0 || lseek(in, pos, SEEK_SET) < 0) { rc = -errno; break; }
+            continue;
+        }
+        char buf[1 << 16];
+        ssize_t r = read(in, buf, sizeof buf);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            rc = -errno;
+            break;
+        }
+        if (r == 0) break;
+        rc = write_all(out, buf, (size_t)r);
+        if (rc != 0) break;
+    }
+    if (rc == 0 && fsync(out) != 0) rc = -errno;
+    close(in);
+    close(out);
+    if (rc != 0) unlink(dst);
+    return rc;
+}
+
+int csystem_stat(const char *path, int64_t *size, int64_t *mtime_ns, uint64_t *inode, int *is_regular) {
+    struct stat st;
+    if (stat(path, &st) != 0) return -errno;
+    *size = (int64_t)st.st_size;
+    *mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec;
+    *inode = (uint64_t)st.st_ino;
+    *is_regular = S_ISREG(st.st_mode) ? 1 : 0;
+    return 0;
+}

@@ -1,0 +1,22 @@
+#ifndef OUTBOX_CSYSTEM_FS_H
+#define OUTBOX_CSYSTEM_FS_H
+#include <stdint.h>
+#include <sys/types.h>
+
+/* fsync of a folder (an O_DIRECTORY open); 0 or -errno. */
+int csystem_fsync_dir(const char *path);
+/* Try to take an exclusive flock on path (created 0600, O_CLOEXEC). Returns the fd, or -errno
+   (-EWOULDBLOCK when another process holds it). The lock lives as long as the fd. */
+int csystem_lock_file(const char *path);
+/* Copies src to dst (created O_EXCL 0600) with copy_file_range, falling back to read/write;
+   fsyncs dst. 0 or -errno. */
+int csystem_copy_file(const char *src, const char *dst);
+/* Size, mtime in ns and inode of a path; 0 or -errno. */
+int csystem_stat(const char *path, int64_t *size, int64_t *mtime_ns, uint64_t *inode, int *is_regular);
+/* fsync an existing file by path. 0 or -errno. */
+int csystem_fsync_path(const char *path);
+/* Write all bytes to a new file (O_EXCL, 0600), fsync it. 0 or -errno. */
+int csystem_write_file(const char *path, const void *bytes, size_t count);
+/* The calling process's errno value, for Swift. */
+int csystem_errno(void);
+#endif

@@ -1,0 +1,76 @@
+#ifndef OUTBOX_CSYSTEM_SPAWN_H
+#define OUTBOX_CSYSTEM_SPAWN_H
+#include <stddef.h>
+#include <stdint.h>
+#include <poll.h>
+#include <sys/types.h>
+
+/* A spawned child: its pid (also its process-group id), a pidfd (-1 if the kernel has none)
+   and the parent ends of its stdin/stdout/stderr pipes (O_CLOEXEC | O_NONBLOCK). */
+typedef struct csystem_child {
+    int pid;
+    int pidfd;
+    int stdin_fd;
+    int stdout_fd;
+    int stderr_fd;
+} csystem_child;
+
+/* posix_spawn of path with argv/envp (NULL-terminated) in cwd (NULL = inherit): own process
+   group, empty signal mask, default PIPE/TERM/INT/CHLD/HUP/QUIT, only fds 0-2 inherited.
+   0 or -errno (exec and chdir failures included). */
+int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                  csystem_child *out);
+
+/* Reaps exactly this pid (never -1). Blocks unless nohang. Returns 1 when reaped (state in
+   exit_code or term_signal, the other -1), 0 when nohang and still running, or -errno. */
+int csystem_proc_wait(int pid, int nohang, int *exit_code, int *term_signal);
+
+/* killpg(pgid, sig); 0 or -errno. */
+int csystem_proc_killpg(int pgid, int sig);
+
+/* pidfd_open(pid, 0) (always close-on-exec); fd or -errno. */
+int csystem_proc_pidfd_open(int pid);
+
+/* pidfd_send_signal: signals exactly the process the pidfd names; 0 or -errno. */
+int csystem_proc_pidfd_signal(int pidfd, int sig);
+
+/* kill(pid, sig) for a pid > 1; 0 or -errno. */
+int csystem_proc_kill(int pid, int sig);
+
+/* Start time (field 22 of /proc/PID/stat, clock ticks since boot) and process group (field 5).
+   0 or -errno (-ESRCH when the process is gone). */
+int csystem_proc_stat(int pid, uint64_t *start_time, int *pgid);
+
+/* Polls one fd for readability up to timeout_ms; 1 readable, 0 timeout, -errno. */
+int csystem_proc_poll_readable(int fd, int timeout_ms);
+
+/* poll(2) returning -errno (EINTR included, so the caller recomputes its timeout). */
+int csystem_proc_poll(struct pollfd *fds, unsigned long count, int timeout_ms);
+
+/* read/write/close that return -errno instead of setting errno (EINTR retried). */
+ssize_t csystem_proc_read(int fd, void *buf, size_t count);
+ssize_t csystem_proc_write(int fd, const void *buf, size_t count);
+void csystem_proc_close(int fd);
+
+/* Milliseconds of CLOCK_MONOTONIC (never jumps with the wall clock). */
+int64_t csystem_proc_now_ms(void);
+
+/* signal(SIGPIPE, SIG_IGN) for the whole process; call once from main. */
+void csystem_proc_ignore_sigpipe(void);
+
+/* Blocks SIGPIPE on the calling thread; returns whether it was already blocked. */
+int csystem_proc_block_sigpipe(void);
+
+/* Undoes csystem_proc_block_sigpipe, first consuming a SIGPIPE our writes left pending. */
+void csystem_proc_restore_sigpipe(int was_blocked);
+
+/* The process's environ array (NULL-terminated). */
+char **csystem_proc_environ(void);
+
+/* access(path, X_OK) on a regular file: 1 yes, 0 no. */
+int csystem_proc_is_executable(const char *path);
+
+/* 1 when path is a directory, 0 otherwise (errno-free). */
+int csystem_proc_is_directory(const char *path);
+
+#endif

@@ -1,0 +1,109 @@
+import OutboxModel
+
+/// A flag or option a command accepts.
+struct OptionSpec {
+    var name: String
+    /// nil for a flag without a value.
+    var valueName: String?
+    var help: String
+    var repeatable = false
+}
+
+/// One command of the tree: drives both parsing and `--help`.
+struct CommandInfo {
+    var path: [String]
+    var summary: String
+    var positionals: String = ""
+    var minPositionals = 0
+    var maxPositionals = 0
+    var options: [OptionSpec] = []
+    var details: String = ""
+    var handler: @Sendable (inout Invocation) throws(OutboxError) -> Int32
+
+    var name: String { path.joined(separator: " ") }
+
+    func help() -> String {
+        var lines = ["outbox \(name) — \(summary)", "", "Usage: outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.isEmpty ? "" : " [options]")"]
+        if !details.isEmpty { lines += ["", details] }
+        let all = options + CLI.globalOptions
+        lines += ["", "Options:"]
+        let width = all.map { optionLabel($0).count }.max() ?? 0
+        for option in all {
+            let label = optionLabel(option)
+            lines.append("  " + label + String(repeating: " ", count: width - label.count + 2) + option.help)
+        }
+        return lines.joined(separator: "\n")
+    }
+
+    private func optionLabel(_ o: OptionSpec) -> String {
+        "--\(o.name)" + (o.valueName.map { " \($0)" } ?? "")
+    }
+}
+
+/// The parsed words of one call.
+struct ParsedArguments {
+    var options: [String: [String]] = [:]
+    var positionals: [String] = []
+
+    func value(_ name: String) -> String? { options[name]?.last }
+    func values(_ name: String) -> [String] { options[name] ?? [] }
+    func flag(_ name: String) -> Bool { options[name] != nil }
+}
+
+enum ArgumentParser {
+    /// Parses `--name value`, `--name=value`, flags and `--` against a command's options.
+    static func parse(_ words: [String], command: CommandInfo) throws(OutboxError) -> ParsedArguments {
+        var parsed = ParsedArguments()
+        let specs = command.options + CLI.globalOptions
+        var i = 0
+        var onlyPositionals = false
+        while i < words.count {
+            let word = words[i]
+            i += 1
+            if onlyPositionals || !word.hasPrefix("-") || word == "-" {
+                parsed.positionals.append(word)
+                continue
+            }
+            if word == "--" { onlyPositionals = true; continue }
+            guard word.hasPrefix("--") else {
+                if word == "-h" { parsed.options["help", default: []].append(""); continue }
+                throw .usage("unknown option \(word) for `outbox \(command.name)` (see outbox \(command.name) --help)")
+            }
+            var name = String(word.dropFirst(2))
+            var inlineValue: String?
+            if let eq = name.firstIndex(of: "=") {
+                inlineValue = String(name[name.index(after: eq)...])
+                name = String(name[..<eq])
+            }
+            guard let spec = specs.first(where: { $0.name == name }) else {
+                throw .usage("unknown option --\(name) for `outbox \(command.name)` (see outbox \(command.name) --help)")
+            }
+            if spec.valueName == nil {
+                if inlineValue != nil { throw .usage("--\(name) takes no value") }
+                parsed.options[name, default: []].append("")
+                continue
+            }
+            let value: String
+            if let inlineValue {
+                value = inlineValue
+            } else {
+                guard i < words.count else { throw .usage("--\(name) needs a value (\(spec.valueName!))") }
+                value = words[i]
+                i += 1
+            }
+            if !spec.repeatable, parsed.options[name] != nil {
+                throw .usage("--\(name) is given twice")
+            }
+            parsed.options[name, default: []].append(value)
+        }
+        if parsed.flag("help") { return parsed }
+        if parsed.positionals.count < command.minPositionals {
+            throw .usage("`outbox \(command.name)` needs \(command.positionals) (see outbox \(command.name) --help)")
+        }
+        if parsed.positionals.count > command.maxPositionals {
+            let extra = parsed.positionals[command.maxPositionals]
+            throw .usage("unexpected argument \"\(extra.prefix(60))\" for `outbox \(command.name)`")
+        }
+        return parsed
+    }
+}

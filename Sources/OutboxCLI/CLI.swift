@@ -1,0 +1,238 @@
+import Glibc
+import OutboxModel
+import OutboxStore
+
+public let outboxVersion = "0.1.0"
+
+/// Where a call's output goes; tests pass buffers, `main` passes the process's streams.
+public final class Console: @unchecked Sendable {
+    private let writeOut: (String) -> Void
+    private let writeErr: (String) -> Void
+    public let stdoutIsTerminal: Bool
+    public let stderrIsTerminal: Bool
+    private let readIn: () -> [UInt8]
+
+    public init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdin: @escaping () -> [UInt8],
+                stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false) {
+        writeOut = out
+        writeErr = err
+        readIn = stdin
+        self.stdoutIsTerminal = stdoutIsTerminal
+        self.stderrIsTerminal = stderrIsTerminal
+    }
+
+    /// The process's own stdin, stdout and stderr.
+    public static func standard() -> Console {
+        Console(
+            out: { text in FileIO.writeAll(1, text) },
+            err: { text in FileIO.writeAll(2, text) },
+            stdin: { FileIO.readAll(0) },
+            stdoutIsTerminal: isatty(1) == 1, stderrIsTerminal: isatty(2) == 1)
+    }
+
+    public func out(_ line: String) { writeOut(line + "\n") }
+    public func err(_ line: String) { writeErr(line + "\n") }
+    public func rawErr(_ text: String) { writeErr(text) }
+    public func stdin() -> [UInt8] { readIn() }
+}
+
+enum FileIO {
+    static func writeAll(_ fd: Int32, _ text: String) {
+        var bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 { if errno == EINTR { continue }; return }
+            offset += n
+        }
+        bytes.removeAll()
+    }
+
+    static func readAll(_ fd: Int32) -> [UInt8] {
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 { if errno == EINTR { continue }; break }
+            if n == 0 { break }
+            out.append(contentsOf: chunk[0..<n])
+        }
+        return out
+    }
+}
+
+/// One call of a command: its arguments, environment, folder and console.
+struct Invocation {
+    var args: ParsedArguments
+    let environment: [String: String]
+    let cwd: String
+    let console: Console
+    var json: Bool { args.flag("json") }
+
+    /// Loads the project: config (found upward from cwd, or --config / OUTBOX_CONFIG).
+    func project() throws(OutboxError) -> Project {
+        try Project.load(explicitConfig: args.value("config") ?? environment["OUTBOX_CONFIG"], cwd: cwd, environment: environment)
+    }
+}
+
+/// The command-line interface as a library function (STYLE.md): parse, run, print errors.
+public enum CLI {
+    static let globalOptions: [OptionSpec] = [
+        OptionSpec(name: "config", valueName: "FILE", help: "the config file (default: config/outbox.yaml here or above; OUTBOX_CONFIG)"),
+        OptionSpec(name: "help", valueName: nil, help: "show this help"),
+    ]
+
+    /// Runs one call and returns the process exit status. All error printing happens here.
+    public static func run(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
+        var words = arguments
+        if words.first == "--version" || words.first == "version" {
+            console.out("outbox \(outboxVersion)")
+            return 0
+        }
+        if words.isEmpty || words.first == "--help" || words.first == "-h" || words.first == "help" {
+            if words.count > 1, let command = match(Array(words.dropFirst())) {
+                console.out(command.0.help())
+            } else {
+                console.out(overview())
+            }
+            return words.isEmpty ? ErrorCode.usage.exitStatus : 0
+        }
+        guard let (command, consumed) = match(words) else {
+            console.err("outbox: E_USAGE: unknown command \"\(words[0].prefix(40))\" (see outbox --help)")
+            return ErrorCode.usage.exitStatus
+        }
+        words.removeFirst(consumed)
+        let wantsJSON = words.contains("--json")
+        do {
+            let parsed = try ArgumentParser.parse(words, command: command)
+            if parsed.flag("help") {
+                console.out(command.help())
+                return 0
+            }
+            var invocation = Invocation(args: parsed, environment: environment, cwd: cwd, console: console)
+            return try command.handler(&invocation)
+        } catch {
+            report(error, json: wantsJSON, console: console)
+            return error.code.exitStatus
+        }
+    }
+
+    static func report(_ error: OutboxError, json: Bool, console: Console) {
+        if !error.diagnostics.isEmpty {
+            var sources: [String: String] = [:]
+            for d in error.diagnostics {
+                if sources[d.path] == nil { sources[d.path] = Paths.readText(d.path) ?? "" }
+                console.err(d.rendered(source: sources[d.path]))
+            }
+            let n = error.diagnostics.count
+            console.err("outbox: E_CONFIG: \(n) error\(n == 1 ? "" : "s")")
+            if json {
+                console.out(JSON.object([("error", .object([("code", .string(error.code.rawValue)), ("message", .string("\(n) error\(n == 1 ? "" : "s")")),
+                                                            ("diagnostics", .array(error.diagnostics.map(diagnosticJSON)))]))]).serialized())
+            }
+            return
+        }
+        if json {
+            console.out(JSON.object([("error", .object([("code", .string(error.code.rawValue)), ("message", .string(error.message))]))]).serialized())
+        } else {
+            console.err("outbox: \(error.code.rawValue): \(error.message)")
+        }
+    }
+
+    static func diagnosticJSON(_ d: Diagnostic) -> JSON {
+        .object([("file", .string(d.path)), ("line", .int(d.line)), ("column", .int(d.column)), ("message", .string(d.message))])
+    }
+
+    /// The longest command path that matches the first words.
+    static func match(_ words: [String]) -> (CommandInfo, Int)? {
+        var best: (CommandInfo, Int)?
+        for command in commands where words.count >= command.path.count && Array(words.prefix(command.path.count)) == command.path {
+            if best == nil || command.path.count > best!.1 { best = (command, command.path.count) }
+        }
+        return best
+    }
+
+    static func overview() -> String {
+        var lines = [
+            "outbox \(outboxVersion) — a durable queue of outbound HTTP requests",
+            "",
+            "Usage: outbox COMMAND [options]   (outbox COMMAND --help for details)",
+            "",
+            "Commands:",
+        ]
+        let width = commands.map(\.name.count).max() ?? 0
+        for command in commands {
+            lines.append("  " + command.name + String(repeating: " ", count: width - command.name.count + 2) + command.summary)
+        }
+        lines += ["", "Exit codes: 0 ok, 64 usage, 65 invalid input, 66 file missing, 74 storage, 75 running/held, 78 config."]
+        return lines.joined(separator: "\n")
+    }
+
+    static let json = OptionSpec(name: "json", valueName: nil, help: "print JSON on stdout")
+
+    static var commands: [CommandInfo] {
+        [
+            CommandInfo(path: ["init"], summary: "scaffold config/, definitions/ and an example hook here",
+                        handler: { (i: inout Invocation) throws(OutboxError) in try InitCommand.run(&i) }),
+            CommandInfo(path: ["check"], summary: "validate the config and every definition",
+                        options: [json], handler: { (i: inout Invocation) throws(OutboxError) in try CheckCommand.run(&i) }),
+            CommandInfo(path: ["render"], summary: "print the request enqueue would persist (secrets redacted)",
+                        positionals: "KEY", minPositionals: 1, maxPositionals: 1,
+                        options: [EnqueueCommand.varsOption, OptionSpec(name: "id", valueName: "ID", help: "the entry id to render with"), json],
+                        handler: { (i: inout Invocation) throws(OutboxError) in try EnqueueCommand.render(&i) }),
+            CommandInfo(path: ["enqueue"], summary: "persist one entry (or a JSONL file of entries) and print its id",
+                        positionals: "KEY", minPositionals: 1, maxPositionals: 1, options: EnqueueCommand.options,
+                        details: EnqueueCommand.details,
+                        handler: { (i: inout Invocation) throws(OutboxError) in try EnqueueCommand.run(&i) }),
+            CommandInfo(path: ["run"], summary: "send queued entries and deliver outcomes to hooks",
+                        options: RunCommand.options, details: RunCommand.details,
+                        handler: { (i: inout Invocation) throws(OutboxError) in try RunCommand.run(&i) }),
+            CommandInfo(path: ["list"], summary: "list entries",
+                        options: [OptionSpec(name: "key", valueName: "K", help: "only this key"),
+                                  OptionSpec(name: "id", valueName: "ID", help: "only this id"),
+                                  OptionSpec(name: "state", valueName: "S", help: "only this state (queued, running, paused, awaiting-auth, completed, error, cancelled)"),
+                                  json],
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.list(&i) }),
+            CommandInfo(path: ["show"], summary: "one entry in full, with its parts, outcomes and last attempts",
+                        positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json],
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.show(&i) }),
+            CommandInfo(path: ["cancel"], summary: "cancel entries (live ones settle cancelled; settled ones are forgotten)",
+                        positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,
+                        options: [OptionSpec(name: "key", valueName: "K", help: "every entry of this key"),
+                                  OptionSpec(name: "all", valueName: nil, help: "every entry"), json],
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.cancel(&i) }),
+            CommandInfo(path: ["pause"], summary: "pause the whole queue, or some keys",
+                        options: [OptionSpec(name: "key", valueName: "K", help: "pause this key (repeatable)", repeatable: true)],
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: true) }),
+            CommandInfo(path: ["resume"], summary: "resume the whole queue, or some keys",
+                        options: [OptionSpec(name: "key", valueName: "K", help: "resume this key (repeatable)", repeatable: true)],
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: false) }),
+            CommandInfo(path: ["headers", "update"], summary: "merge headers into every entry and resume awaiting-auth ones",
+                        positionals: "'Name: value'…", minPositionals: 1, maxPositionals: Int.max,
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.headersUpdate(&i) }),
+            CommandInfo(path: ["wifi-only"], summary: "hold entries until the device is on Wi-Fi (on|off)",
+                        positionals: "on|off", minPositionals: 1, maxPositionals: 1,
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.wifiOnly(&i) }),
+            CommandInfo(path: ["chunk-plan"], summary: "print how a file of SIZE is cut into parts",
+                        positionals: "SIZE", minPositionals: 1, maxPositionals: 1,
+                        options: [OptionSpec(name: "min", valueName: "M", help: "smallest part (default 8MiB)"),
+                                  OptionSpec(name: "max", valueName: "M", help: "largest part (default 20MiB)"),
+                                  OptionSpec(name: "max-parts", valueName: "N", help: "most parts (default 10000)"), json],
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.chunkPlan(&i) }),
+            CommandInfo(path: ["stats"], summary: "counts by state and pending outcomes",
+                        options: [json, OptionSpec(name: "prometheus", valueName: nil, help: "Prometheus text format")],
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.stats(&i) }),
+            CommandInfo(path: ["explain"], summary: "why an entry is not running right now",
+                        positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json],
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.explain(&i) }),
+            CommandInfo(path: ["audit"], summary: "check the store's invariants",
+                        options: [json], handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.audit(&i) }),
+            CommandInfo(path: ["completion"], summary: "print a shell completion script (bash|zsh)",
+                        positionals: "bash|zsh", minPositionals: 1, maxPositionals: 1,
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.completion(&i) }),
+        ]
+    }
+}
+
+/// The process's working directory (for `main`).
+public func currentDirectory() -> String { Paths.currentDirectory() }

@@ -1,0 +1,230 @@
+import OutboxModel
+import OutboxRunner
+import OutboxStore
+
+enum EnqueueCommand {
+    static let varsOption = OptionSpec(name: "vars", valueName: "J|@FILE|-", help: "the entry's vars: JSON text, @file, or - for stdin")
+    static let options: [OptionSpec] = [
+        varsOption,
+        OptionSpec(name: "id", valueName: "ID", help: "the entry id (default: a new UUID); same id again resumes or replaces"),
+        OptionSpec(name: "from", valueName: "FILE.jsonl", help: "one entry per line: {\"vars\", \"id\"?, \"delay\"?, \"not_before\"?}; all or nothing"),
+        OptionSpec(name: "delay", valueName: "D", help: "hold the entry for a duration (10m, 2h)"),
+        OptionSpec(name: "not-before", valueName: "T", help: "hold the entry until a time (RFC 3339 or epoch ms)"),
+        OptionSpec(name: "expires-at", valueName: "T", help: "give up at this time instead of now + expires_in"),
+        CLI.json,
+    ]
+    static let details = """
+    The entry and its staged body are durable on disk before the id is printed; the source
+    file of a `file` body may be deleted afterwards (unless ownership is reference).
+    """
+
+    static func factory(_ project: Project, _ i: Invocation) -> EntryFactory {
+        EntryFactory(config: project.config, environment: i.environment, cwd: i.cwd) { (key: String) throws(OutboxError) in
+            try project.definition(key)
+        }
+    }
+
+    static func readVars(_ i: Invocation) throws(OutboxError) -> JSON {
+        guard let text = i.args.value("vars") else { return .null }
+        let source: String
+        if text == "-" {
+            source = String(decoding: i.console.stdin(), as: UTF8.self)
+        } else if text.hasPrefix("@") {
+            let path = Paths.absolute(String(text.dropFirst()), relativeTo: i.cwd)
+            guard let content = Paths.readText(path) else { throw .fileMissing("--vars: cannot read \(path)") }
+            source = content
+        } else {
+            source = text
+        }
+        do {
+            return try JSON.parse(source)
+        } catch {
+            throw .invalid("--vars is not valid JSON: \(error)")
+        }
+    }
+
+    static func holdUntil(delay: String?, notBefore: String?, now: Int64, what: String) throws(OutboxError) -> Int64? {
+        if delay != nil && notBefore != nil { throw .usage("\(what): give --delay or --not-before, not both") }
+        if let delay {
+            do { return now + (try Units.parseDuration(delay)) } catch { throw .invalid("\(what) delay: \(error.message)") }
+        }
+        if let notBefore { return try TimeText.parse(notBefore, field: "\(what) not_before") }
+        return nil
+    }
+
+    static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let key = i.args.positionals[0]
+        let now = Identifiers.nowMs()
+        if let from = i.args.value("from") {
+            for conflicting in ["vars", "id", "delay", "not-before"] where i.args.flag(conflicting) {
+                throw .usage("--from cannot be combined with --\(conflicting) (put it on each line)")
+            }
+            return try enqueueFile(&i, key: key, path: from, now: now)
+        }
+        let vars = try readVars(i)
+        if let id = i.args.value("id"), let problem = Identifiers.validateUserID(id) { throw .invalid(problem) }
+        let notBefore = try holdUntil(delay: i.args.value("delay"), notBefore: i.args.value("not-before"), now: now, what: "--")
+        let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
+        let project = try i.project()
+        let entry = try factory(project, i).make(key: key, vars: vars, id: i.args.value("id"), notBefore: notBefore, expiresAt: expiresAt)
+        let results = try project.store().enqueue([entry], now: now)
+        if i.json {
+            i.console.out(JSON.object([("id", .string(results[0].id))]).serialized())
+        } else {
+            i.console.out(results[0].id)
+        }
+        return 0
+    }
+
+    static func enqueueFile(_ i: inout Invocation, key: String, path: String, now: Int64) throws(OutboxError) -> Int32 {
+        let absolute = Paths.absolute(path, relativeTo: i.cwd)
+        guard let bytes = Paths.readBytes(absolute) else { throw .fileMissing("--from: cannot read \(absolute)") }
+        let project = try i.project()
+        let definition = try project.definition(key)
+        let factory = factory(project, i)
+        let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
+        var entries: [NewEntry] = []
+        var seen: [String: Int] = [:]
+        var lineNumber = 0
+        for line in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
+            lineNumber += 1
+            let text = String(decoding: line, as: UTF8.self)
+            if text.trimmingCharacters(in: " \t\r").isEmpty { continue }
+            let at = "\(absolute):\(lineNumber)"
+            let object: JSON
+            do { object = try JSON.parse(text) } catch { throw .invalid("\(at): not valid JSON: \(error)") }
+            guard case let .object(members) = object else { throw .invalid("\(at): each line must be a JSON object") }
+            for (name, _) in members where !["vars", "id", "delay", "not_before"].contains(name) {
+                throw .invalid("\(at): unknown field \"\(name)\" (allowed: vars, id, delay, not_before)")
+            }
+            var id: String?
+            if let idValue = object["id"] {
+                guard let s = idValue.stringValue else { throw .invalid("\(at): id must be a string") }
+                if let problem = Identifiers.validateUserID(s) { throw .invalid("\(at): \(problem)") }
+                if let first = seen[s] { throw .invalid("\(at): the id \"\(s)\" was already used on line \(first)") }
+                seen[s] = lineNumber
+                id = s
+            }
+            let delay = object["delay"].map { $0.stringValue ?? $0.serialized() }
+            let notBefore = object["not_before"].map { $0.stringValue ?? $0.serialized() }
+            do {
+                let hold = try holdUntil(delay: delay, notBefore: notBefore, now: now, what: at)
+                entries.append(try factory.make(definition: definition, vars: object["vars"] ?? .null, id: id,
+                                                notBefore: hold, expiresAt: expiresAt))
+            } catch {
+                throw OutboxError(error.code, error.message.hasPrefix(at) ? error.message : "\(at): \(error.message)")
+            }
+        }
+        let results = try project.store().enqueue(entries, now: now)
+        if i.json {
+            i.console.out(JSON.array(results.map { .object([("id", .string($0.id))]) }).serialized())
+        } else if !results.isEmpty {
+            i.console.out(results.map(\.id).joined(separator: "\n"))
+        }
+        return 0
+    }
+
+    /// `outbox render`: the request enqueue would persist, with secrets redacted; writes nothing.
+    static func render(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let key = i.args.positionals[0]
+        let vars = try readVars(i)
+        let project = try i.project()
+        let entry = try factory(project, i).make(key: key, vars: vars, id: i.args.value("id") ?? "render-preview")
+        let p = entry.prepared
+        let redact = project.config.redactedHeaderNames
+        var headers = HeaderRules.redacted(p.headers, names: redact)
+        if let k = p.idempotencyKey { headers.append(("Idempotency-Key", k)) }
+        var body: JSON = .null
+        switch p.body {
+        case .none: break
+        case let .bytes(bytes, kind):
+            let text = String(decoding: bytes, as: UTF8.self)
+            body = kind == "data" ? ((try? JSON.parse(text)) ?? .string(text)) : .string(text)
+        case let .form(fields):
+            body = .array(fields.map { f in
+                .object([("name", .string(f.name)), ("value", .optionalString(f.value)), ("file", .optionalString(f.file?.path))])
+            })
+        case let .file(file, ownership):
+            body = .object([("file", .string(file.path)), ("size", .int64(file.size)), ("ownership", .string(ownership.rawValue))])
+        case let .parts(file, ownership, parts):
+            body = .object([
+                ("file", .string(file.path)), ("size", .int64(file.size)), ("ownership", .string(ownership.rawValue)),
+                ("parts", .array(parts.enumerated().map { index, part in
+                    JSON.object([("index", .int(index)), ("start", .int64(part.range.start)), ("end", .int64(part.range.end)),
+                                 ("url", .string(part.url)),
+                                 ("headers", HeaderRules.json(HeaderRules.redacted(part.headers.map { ($0.name, $0.value) }, names: redact)))])
+                })),
+            ])
+        }
+        let document = JSON.object([
+            ("key", .string(key)), ("method", .string(p.method)), ("url", .optionalString(p.url)),
+            ("headers", HeaderRules.json(headers)), ("body_kind", .string(p.body.kind)), ("body", body),
+            ("expires_in_ms", .int64(p.expiresInMs)), ("scope", .optionalString(p.scope)),
+            ("follow_redirects", .int(p.followRedirects)), ("response", p.response.json),
+        ])
+        i.console.out(i.json ? document.serialized() : document.pretty())
+        return 0
+    }
+}
+
+extension String {
+    func trimmingCharacters(in set: String) -> String {
+        let chars = Set(set)
+        var s = Substring(self)
+        while let c = s.first, chars.contains(c) { s.removeFirst() }
+        while let c = s.last, chars.contains(c) { s.removeLast() }
+        return String(s)
+    }
+}
+
+/// Times on the command line: epoch milliseconds, or RFC 3339 (`2026-11-30T08:00:00Z`).
+enum TimeText {
+    static func parse(_ text: String, field: String) throws(OutboxError) -> Int64 {
+        if let ms = Int64(text) { return ms }
+        let b = Array(text.utf8)
+        func num(_ from: Int, _ count: Int) -> Int64? {
+            guard from + count <= b.count else { return nil }
+            var v: Int64 = 0
+            for c in b[from..<(from + count)] {
+                guard c >= 0x30 && c <= 0x39 else { return nil }
+                v = v * 10 + Int64(c - 0x30)
+            }
+            return v
+        }
+        guard b.count >= 20, let y = num(0, 4), b[4] == 0x2D, let mo = num(5, 2), b[7] == 0x2D, let d = num(8, 2),
+              b[10] == 0x54 || b[10] == 0x74 || b[10] == 0x20, let h = num(11, 2), b[13] == 0x3A, let mi = num(14, 2),
+              b[16] == 0x3A, let s = num(17, 2), (1...12).contains(mo), (1...31).contains(d), h < 24, mi < 60, s < 61 else {
+            throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (use RFC 3339 like 2026-11-30T08:00:00Z, or epoch ms)")
+        }
+        var i = 19
+        var ms: Int64 = 0
+        if i < b.count, b[i] == 0x2E {
+            i += 1
+            var digits = 0
+            while i < b.count, b[i] >= 0x30, b[i] <= 0x39 {
+                if digits < 3 { ms = ms * 10 + Int64(b[i] - 0x30) }
+                digits += 1
+                i += 1
+            }
+            while digits < 3 { ms *= 10; digits += 1 }
+        }
+        var offset: Int64 = 0
+        if i < b.count, b[i] == 0x5A || b[i] == 0x7A {
+            i += 1
+        } else if i + 6 == b.count, b[i] == 0x2B || b[i] == 0x2D, let oh = num(i + 1, 2), b[i + 3] == 0x3A, let om = num(i + 4, 2) {
+            offset = (oh * 60 + om) * 60_000 * (b[i] == 0x2B ? 1 : -1)
+            i += 6
+        } else {
+            throw .invalid("\(field): \"\(text.prefix(40))\" needs a time zone (Z or +HH:MM)")
+        }
+        guard i == b.count else { throw .invalid("\(field): \"\(text.prefix(40))\" is not a time") }
+        // Days from the civil date (Howard Hinnant's algorithm).
+        let yy = mo <= 2 ? y - 1 : y
+        let era = (yy >= 0 ? yy : yy - 399) / 400
+        let yoe = yy - era * 400
+        let doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        let days = era * 146_097 + doe - 719_468
+        return ((days * 24 + h) * 60 + mi) * 60_000 + s * 1000 + ms - offset
+    }
+}

@@ -1,0 +1,54 @@
+import OutboxModel
+import OutboxStore
+
+/// A loaded project: config, definitions, and (opened on demand) the store.
+final class Project {
+    let config: Config
+    let environment: [String: String]
+    private var loadedDefinitions: DefinitionSet?
+    private var openedStore: SQLiteStore?
+
+    init(config: Config, environment: [String: String]) {
+        self.config = config
+        self.environment = environment
+    }
+
+    static func load(explicitConfig: String?, cwd: String, environment: [String: String]) throws(OutboxError) -> Project {
+        guard let file = Config.locate(explicit: explicitConfig, cwd: cwd) else {
+            throw OutboxError(.config, "no config/outbox.yaml in \(cwd) or any folder above it (run `outbox init`, or pass --config FILE)")
+        }
+        if explicitConfig != nil, !Paths.isRegularFile(file) {
+            throw .fileMissing("no config file at \(file)")
+        }
+        return Project(config: try Config.load(file: file), environment: environment)
+    }
+
+    var definitions: DefinitionSet {
+        if let loadedDefinitions { return loadedDefinitions }
+        let set = DefinitionSet.load(folder: config.definitions)
+        loadedDefinitions = set
+        return set
+    }
+
+    func store() throws(OutboxError) -> SQLiteStore {
+        if let openedStore { return openedStore }
+        let store = try SQLiteStore(folder: config.store)
+        openedStore = store
+        return store
+    }
+
+    /// The definition of a key: E_CONFIG when its file has errors, E_INVALID when unknown.
+    func definition(_ key: String) throws(OutboxError) -> Definition {
+        let set = definitions
+        if let d = set.definitions[key] { return d }
+        if let problems = set.brokenKeys[key] {
+            throw OutboxError(.config, "the definition of \(key) has errors", diagnostics: problems)
+        }
+        let unreadable = set.diagnostics.filter { d in !set.brokenKeys.values.contains { $0.contains(d) } }
+        if !unreadable.isEmpty {
+            throw OutboxError(.config, "no definition has key \(key), and some files cannot be read", diagnostics: unreadable)
+        }
+        let known = set.definitions.keys.sorted().prefix(10).joined(separator: ", ")
+        throw .invalid("no definition has key \"\(key)\" in \(config.definitions)\(known.isEmpty ? "" : " (known: \(known))")")
+    }
+}

@@ -1,0 +1,146 @@
+import Glibc
+import OutboxModel
+import OutboxStore
+
+/// `outbox check`: every problem of the config and definitions, compiler style.
+enum CheckCommand {
+    static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let project = try i.project()
+        let set = project.definitions
+        if !set.diagnostics.isEmpty {
+            throw OutboxError(.config, "\(set.diagnostics.count) errors", diagnostics: set.diagnostics)
+        }
+        let n = set.definitions.count
+        let summary = "ok: \(project.config.file ?? "defaults") and \(n) definition\(n == 1 ? "" : "s") in \(project.config.definitions)"
+        if i.json {
+            i.console.out(JSON.object([("ok", .bool(true)), ("definitions", .array(set.definitions.keys.sorted().map { .string($0) }))]).serialized())
+        } else {
+            i.console.out(summary)
+        }
+        return 0
+    }
+}
+
+/// `outbox init`: a scaffold that `outbox check` passes.
+enum InitCommand {
+    static let config = """
+    # outbox settings; every field has a default (see the README).
+    store: .outbox
+    definitions: definitions
+    lifetime: 14d
+    concurrency: 16
+    per_host: 4
+    retry:
+      backoff: { base: 1s, max: 2h, jitter: 0.2 }
+      terminal_http: { exempt: [404] }
+    hooks: { concurrency: 4, warn_after: 30s }
+
+    """
+    static let definition = """
+    # One kind of request. Enqueue with:
+    #   outbox enqueue example.ping --vars '{"message": "hello"}'
+    key: example.ping
+    request:
+      method: POST
+      url: "http://127.0.0.1:8080/ping"
+      data:
+        message: "{{ vars.message }}"
+    on_success: hooks/example-done.sh
+    on_error: hooks/example-done.sh
+
+    """
+    static let hook = """
+    #!/bin/sh
+    # Gets the outcome as JSON on stdin; exit 0 acknowledges it.
+    echo "outbox: $OUTBOX_OUTCOME for $OUTBOX_ID ($OUTBOX_KEY), delivery $OUTBOX_DELIVERIES" >&2
+    cat > /dev/null
+
+    """
+
+    static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let files: [(String, String, mode_t)] = [
+            ("config/outbox.yaml", config, 0o644),
+            ("definitions/example-ping.yaml", definition, 0o644),
+            ("hooks/example-done.sh", hook, 0o755),
+        ]
+        for (path, _, _) in files where Paths.exists(Paths.join(i.cwd, path)) {
+            throw .invalid("\(Paths.join(i.cwd, path)) exists already; init writes nothing over existing files")
+        }
+        for folder in ["config", "definitions", "hooks"] {
+            let path = Paths.join(i.cwd, folder)
+            if !Paths.isDirectory(path), mkdir(path, 0o755) != 0 {
+                throw .storage("cannot create \(path): \(Paths.errnoMessage())")
+            }
+        }
+        for (path, text, mode) in files {
+            let full = Paths.join(i.cwd, path)
+            let fd = open(full, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+            guard fd >= 0 else { throw .storage("cannot write \(full): \(Paths.errnoMessage())") }
+            let bytes = Array(text.utf8)
+            _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            fchmod(fd, mode)
+            fsync(fd)
+            close(fd)
+            i.console.err("created \(path)")
+        }
+        i.console.err("next: outbox check; outbox enqueue example.ping --vars '{\"message\":\"hi\"}'; outbox run --drain")
+        return 0
+    }
+}
+
+/// Commands that change the queue's settings or entries.
+enum ControlCommands {
+    static func cancel(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let ids = i.args.positionals
+        let key = i.args.value("key")
+        let all = i.args.flag("all")
+        let given = [!ids.isEmpty, key != nil, all].filter { $0 }.count
+        guard given == 1 else { throw .usage("cancel takes ids, or --key K, or --all (exactly one of them)") }
+        let store = try i.project().store()
+        let cancelled = try store.cancel(ids: ids.isEmpty ? nil : ids, key: key, now: Identifiers.nowMs())
+        if i.json {
+            i.console.out(JSON.object([("cancelled", .array(cancelled.map { .string($0) }))]).serialized())
+        } else {
+            i.console.err("cancelled \(cancelled.count) entr\(cancelled.count == 1 ? "y" : "ies")")
+        }
+        return 0
+    }
+
+    static func pause(_ i: inout Invocation, paused: Bool) throws(OutboxError) -> Int32 {
+        let store = try i.project().store()
+        let keys = i.args.values("key")
+        if keys.isEmpty {
+            try store.setSetting("queue_paused", paused ? "1" : nil)
+            i.console.err(paused ? "paused the whole queue (outbox resume to undo)" : "resumed the whole queue")
+        } else {
+            try store.setPaused(keys: keys, paused: paused)
+            i.console.err("\(paused ? "paused" : "resumed") \(keys.joined(separator: ", "))")
+        }
+        return 0
+    }
+
+    static func headersUpdate(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        var patch: [(String, String)] = []
+        for text in i.args.positionals {
+            guard let colon = text.firstIndex(of: ":") else {
+                throw .usage("headers are written 'Name: value', not \"\(text.prefix(40))\"")
+            }
+            let name = String(text[..<colon]).trimmingCharacters(in: " \t")
+            let value = String(text[text.index(after: colon)...]).trimmingCharacters(in: " \t")
+            if let problem = HeaderRules.nameProblem(name) { throw .invalid(problem) }
+            if let problem = HeaderRules.valueProblem(value) { throw .invalid("\(name): \(problem)") }
+            patch.append((name, value))
+        }
+        let generation = try i.project().store().updateHeaders(patch, now: Identifiers.nowMs())
+        i.console.err("header generation \(generation): updated \(patch.map(\.0).joined(separator: ", "))")
+        return 0
+    }
+
+    static func wifiOnly(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let value = i.args.positionals[0]
+        guard value == "on" || value == "off" else { throw .usage("wifi-only takes on or off") }
+        try i.project().store().setSetting("wifi_only", value == "on" ? "1" : nil)
+        i.console.err("wifi-only \(value)")
+        return 0
+    }
+}

@@ -1,0 +1,254 @@
+import OutboxModel
+import OutboxStore
+
+/// Commands that only read: list, show, chunk-plan, stats, explain, audit, completion.
+enum ReadCommands {
+    /// The state a person sees: a queued entry held by a queue or key pause shows `paused`.
+    static func displayState(_ e: Entry, queuePaused: Bool, pausedKeys: Set<String>) -> String {
+        if e.state == .queued && (queuePaused || pausedKeys.contains(e.key)) { return "paused" }
+        return e.state.rawValue
+    }
+
+    static func list(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        if let state = i.args.value("state"), EntryState(rawValue: state) == nil {
+            throw .usage("--state must be one of \(EntryState.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(state)\"")
+        }
+        let store = try i.project().store()
+        let queuePaused = try store.setting("queue_paused") == "1"
+        let pausedKeys = try store.pausedKeys()
+        var filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))
+        if filter.state == "paused" { filter.state = nil }
+        var rows = try store.list(filter).map { ($0, displayState($0, queuePaused: queuePaused, pausedKeys: pausedKeys)) }
+        if let wanted = i.args.value("state") { rows = rows.filter { $0.1 == wanted } }
+        if i.json {
+            var out = "["
+            for (n, row) in rows.enumerated() {
+                if n > 0 { out += "," }
+                out += row.0.listJSON(displayState: row.1).serialized()
+            }
+            i.console.out(out + "]")
+            return 0
+        }
+        if rows.isEmpty {
+            i.console.err("no entries")
+            return 0
+        }
+        var table = [["ID", "KEY", "STATE", "ATTEMPTS", "PROGRESS", "NEXT", "UPDATED"]]
+        let now = Identifiers.nowMs()
+        for (e, state) in rows {
+            let progress = e.totalBytes > 0 ? "\(Units.formatBytes(e.bytesSent))/\(Units.formatBytes(e.totalBytes))" : "-"
+            let next = e.nextAttemptAt.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
+            let updated = Units.formatDuration(ms: max(0, now - e.updatedAt)) + " ago"
+            table.append([e.id, e.key, state + (e.reason.map { " (\($0))" } ?? ""), String(e.attempts), progress, next, updated])
+        }
+        i.console.out(formatTable(table))
+        return 0
+    }
+
+    static func formatTable(_ rows: [[String]]) -> String {
+        var widths = [Int](repeating: 0, count: rows[0].count)
+        for row in rows { for (c, cell) in row.enumerated() { widths[c] = max(widths[c], cell.count) } }
+        return rows.map { row in
+            row.enumerated().map { c, cell in
+                c == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[c] - cell.count)
+            }.joined(separator: "  ")
+        }.joined(separator: "\n")
+    }
+
+    static func showJSON(_ e: Entry, store: SQLiteStore, config: Config) throws(OutboxError) -> JSON {
+        let queuePaused = try store.setting("queue_paused") == "1"
+        var doc = e.listJSON(displayState: displayState(e, queuePaused: queuePaused, pausedKeys: try store.pausedKeys()))
+        let redact = config.redactedHeaderNames
+        var request: JSON = .object([
+            ("method", .string(e.request.method)), ("url", .optionalString(e.request.url)),
+            ("headers", HeaderRules.json(HeaderRules.redacted(e.request.headers, names: redact))),
+            ("body_kind", .string(e.request.bodyKind)), ("response", e.request.response.json),
+            ("follow_redirects", .int(e.request.followRedirects)),
+        ])
+        if let file = e.request.file {
+            request.set("file", .object([("source", .string(file.path)), ("size", .int64(file.size)),
+                                         ("ownership", .string(e.request.ownership?.rawValue ?? "copy"))]))
+        }
+        doc.set("request", request)
+        doc.set("idempotency_key", .optionalString(e.idempotencyKey))
+        doc.set("account", .optionalString(e.account))
+        doc.set("header_generation", .int64(e.headerGeneration))
+        doc.set("not_before", .optionalInt(e.notBefore))
+        if e.request.bodyKind == "parts" {
+            doc.set("parts", .array(try store.parts(entrySeq: e.seq).map { p in
+                .object([("index", .int(p.index)), ("start", .int64(p.range.start)), ("end", .int64(p.range.end)),
+                         ("accepted", .bool(p.accepted)), ("status", p.status.map { .int($0) } ?? .null),
+                         ("attempts", .int(p.attempts))])
+            }))
+        }
+        doc.set("outcomes", .array(try store.outcomes(entryID: e.id).map { o in
+            .object([("outcome", .string(o.outcome)), ("generation", .int64(o.generation)), ("deliveries", .int64(o.deliveries)),
+                     ("acknowledged", .bool(o.acknowledged)), ("reason", .optionalString(o.reason)),
+                     ("next_delivery_at", .optionalInt(o.nextDeliveryAt)), ("at", .int64(o.createdAt))])
+        }))
+        doc.set("attempts_log", .array(try store.attempts(entryID: e.id)))
+        var chain: [JSON] = []
+        var parent = e.parent
+        while let p = parent, chain.count < 50 {
+            chain.append(.string(p))
+            parent = try store.entry(id: p)?.parent
+        }
+        doc.set("chain", .array(chain))
+        return doc
+    }
+
+    static func show(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let id = i.args.positionals[0]
+        let project = try i.project()
+        let store = try project.store()
+        guard let e = try store.entry(id: id) else {
+            throw .invalid("no entry has id \"\(id.prefix(128))\"")
+        }
+        let doc = try showJSON(e, store: store, config: project.config)
+        i.console.out(i.json ? doc.serialized() : doc.pretty())
+        return 0
+    }
+
+    static func chunkPlan(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        func size(_ text: String, _ what: String) throws(OutboxError) -> Int64 {
+            do { return try Units.parseSize(text) } catch { throw .usage("\(what): \(error.message)") }
+        }
+        let total = try size(i.args.positionals[0], "SIZE")
+        let min = try i.args.value("min").map { t throws(OutboxError) in try size(t, "--min") } ?? ChunkPlan.defaultMin
+        let max = try i.args.value("max").map { t throws(OutboxError) in try size(t, "--max") } ?? ChunkPlan.defaultMax
+        var maxParts = ChunkPlan.defaultMaxParts
+        if let text = i.args.value("max-parts") {
+            guard let n = Int(text), n >= 1 else { throw .usage("--max-parts must be a whole number above 0") }
+            maxParts = n
+        }
+        let plan = try ChunkPlan.plan(size: total, min: min, max: max, maxParts: maxParts)
+        if i.json {
+            var out = "["
+            for (n, r) in plan.enumerated() {
+                if n > 0 { out += "," }
+                out += "{\"start\":\(r.start),\"end\":\(r.end)}"
+            }
+            i.console.out(out + "]")
+        } else {
+            var lines: [String] = []
+            for (n, r) in plan.enumerated() {
+                lines.append("part \(n + 1): bytes \(r.start)-\(r.end) (\(Units.formatBytes(r.end - r.start)))")
+            }
+            i.console.out(lines.joined(separator: "\n"))
+            i.console.err("\(plan.count) part\(plan.count == 1 ? "" : "s") for \(Units.formatBytes(total))")
+        }
+        return 0
+    }
+
+    static func stats(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let store = try i.project().store()
+        let (states, pending) = try store.counts()
+        if i.args.flag("prometheus") {
+            var lines = ["# HELP outbox_entries Entries in the store by state.", "# TYPE outbox_entries gauge"]
+            for state in EntryState.allCases {
+                lines.append("outbox_entries{state=\"\(state.rawValue)\"} \(states[state.rawValue] ?? 0)")
+            }
+            lines += ["# HELP outbox_outcomes_pending Outcomes not yet acknowledged by a hook.",
+                      "# TYPE outbox_outcomes_pending gauge", "outbox_outcomes_pending \(pending)"]
+            i.console.out(lines.joined(separator: "\n"))
+        } else if i.json {
+            i.console.out(JSON.object([
+                ("entries", .object(EntryState.allCases.map { ($0.rawValue, .int64(states[$0.rawValue] ?? 0)) })),
+                ("outcomes_pending", .int64(pending)),
+            ]).serialized())
+        } else {
+            var table = [["STATE", "ENTRIES"]]
+            for state in EntryState.allCases { table.append([state.rawValue, String(states[state.rawValue] ?? 0)]) }
+            table.append(["outcomes pending", String(pending)])
+            i.console.out(formatTable(table))
+        }
+        return 0
+    }
+
+    static func explain(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let id = i.args.positionals[0]
+        let project = try i.project()
+        let store = try project.store()
+        guard let e = try store.entry(id: id) else { throw .invalid("no entry has id \"\(id.prefix(128))\"") }
+        let now = Identifiers.nowMs()
+        var reasons: [String] = []
+        switch e.state {
+        case .running: reasons.append("it is running now")
+        case .awaitingAuth: reasons.append("the server answered 401/403; it waits for `outbox headers update`")
+        case .completed, .cancelled: reasons.append("it is \(e.state.rawValue); its outcome waits for its hook to exit 0")
+        case .error: reasons.append("it settled error (\(e.reason ?? "see outbox show")); it stays until cancelled or enqueued again")
+        case .queued, .paused: break
+        }
+        if try store.setting("queue_paused") == "1" { reasons.append("the whole queue is paused (outbox resume)") }
+        if try store.pausedKeys().contains(e.key) { reasons.append("its key \(e.key) is paused (outbox resume --key \(e.key))") }
+        if let nb = e.notBefore, nb > now { reasons.append("it is held until \(nb) (in \(Units.formatDuration(ms: nb - now)))") }
+        if let next = e.nextAttemptAt, next > now, e.attempts > 0 {
+            reasons.append("it backs off after \(e.attempts) attempt\(e.attempts == 1 ? "" : "s"); next in \(Units.formatDuration(ms: next - now))")
+        }
+        if e.waitsForDelivery { reasons.append("it waits until the outcome of its previous generation is acknowledged") }
+        if let scope = e.scope {
+            let ahead = try store.list(ListFilter()).filter { $0.scope == scope && $0.seq < e.seq && !$0.state.isSettled }
+            if let first = ahead.first { reasons.append("scope \(scope): \(first.id) runs first") }
+        }
+        let queueWifiOnly = try store.setting("wifi_only") == "1"
+        let wifi = e.request.wifiOnly ?? queueWifiOnly
+        if wifi { reasons.append("it is wifi-only; it runs only while the wifi check passes") }
+        if let account = e.account, let current = EnqueueCommand.factory(project, i).account(), account != current {
+            reasons.append("it was enqueued by account \(account), not the current \(current): the runner will drop it")
+        }
+        if project.definitions.definitions[e.key] == nil { reasons.append("no definition has its key \(e.key): its outcome will wait (unhandled-key)") }
+        if reasons.isEmpty { reasons.append("nothing holds it: the next `outbox run` sends it") }
+        if i.json {
+            i.console.out(JSON.object([("id", .string(e.id)), ("state", .string(e.state.rawValue)),
+                                       ("reasons", .array(reasons.map { .string($0) }))]).serialized())
+        } else {
+            i.console.out(reasons.map { "- " + $0 }.joined(separator: "\n"))
+        }
+        return 0
+    }
+
+    static func audit(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let problems = try i.project().store().audit()
+        if i.json {
+            i.console.out(JSON.object([("ok", .bool(problems.isEmpty)), ("problems", .array(problems.map { .string($0) }))]).serialized())
+        } else if problems.isEmpty {
+            i.console.out("ok: the store's invariants hold")
+        } else {
+            i.console.out(problems.joined(separator: "\n"))
+        }
+        return problems.isEmpty ? 0 : ErrorCode.storage.exitStatus
+    }
+
+    static func completion(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let names = Set(CLI.commands.map { $0.path[0] }).sorted().joined(separator: " ")
+        switch i.args.positionals[0] {
+        case "bash":
+            i.console.out("""
+            _outbox() {
+              local cur=${COMP_WORDS[COMP_CWORD]}
+              if [ "$COMP_CWORD" -eq 1 ]; then
+                COMPREPLY=($(compgen -W "\(names)" -- "$cur"))
+              else
+                COMPREPLY=($(compgen -f -- "$cur"))
+              fi
+            }
+            complete -F _outbox outbox
+            """)
+        case "zsh":
+            i.console.out("""
+            #compdef outbox
+            _outbox() {
+              if (( CURRENT == 2 )); then
+                compadd \(names)
+              else
+                _files
+              fi
+            }
+            compdef _outbox outbox
+            """)
+        default:
+            throw .usage("completion takes bash or zsh")
+        }
+        return 0
+    }
+}

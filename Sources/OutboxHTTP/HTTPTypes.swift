@@ -1,0 +1,146 @@
+/// The body of one HTTP request.
+public enum HTTPBody: Sendable, Equatable {
+    /// No body.
+    case none
+    /// An in-memory body (small: JSON, text).
+    case bytes([UInt8])
+    /// A byte range of a file, streamed from disk and never loaded whole.
+    case file(path: String, offset: Int64, length: Int64)
+    /// A multipart/form-data body; file parts are streamed from their paths.
+    case form([FormField])
+
+    /// The number of body bytes when known up front (nil for a form: curl computes it).
+    var knownLength: Int64? {
+        switch self {
+        case .none: return 0
+        case .bytes(let bytes): return Int64(bytes.count)
+        case .file(_, _, let length): return length
+        case .form: return nil
+        }
+    }
+}
+
+/// One part of a multipart/form-data body: a value, or a file streamed from `filePath`.
+public struct FormField: Sendable, Equatable {
+    public var name: String
+    public var value: String?
+    public var filePath: String?
+    /// The filename sent for a file part; nil sends the last component of `filePath`.
+    public var filename: String?
+    public var contentType: String?
+
+    /// Creates a form field; give either `value` or `filePath`.
+    public init(name: String, value: String? = nil, filePath: String? = nil, filename: String? = nil, contentType: String? = nil) {
+        self.name = name
+        self.value = value
+        self.filePath = filePath
+        self.filename = filename
+        self.contentType = contentType
+    }
+}
+
+/// One HTTP attempt, fully rendered: what goes on the wire.
+public struct HTTPRequest: Sendable {
+    public var url: String
+    /// GET, POST, PUT, PATCH, DELETE, HEAD, or another token sent as a custom method.
+    public var method: String
+    /// Sent as given, in order. For a `.form` body a Content-Type given here is dropped
+    /// (curl writes it with the boundary).
+    public var headers: [(name: String, value: String)]
+    public var body: HTTPBody
+    /// 0: a 3xx is returned as the response; >0: follow at most this many (http/https only).
+    public var followRedirects: Int
+    public var connectTimeoutMs: Int
+    /// The transfer fails with `.timeout` when slower than this for `stallForSeconds`.
+    public var stallBelowBytesPerSecond: Int
+    public var stallForSeconds: Int
+    /// A CA bundle to trust instead of the system's; verification is always on.
+    public var caFile: String?
+    /// Response body bytes kept; the rest is read and discarded (`bodyTruncated`).
+    public var maxResponseBytes: Int
+    public var userAgent: String
+
+    /// Creates a request; defaults fit one outbox attempt.
+    public init(url: String, method: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .none,
+                followRedirects: Int = 0, connectTimeoutMs: Int = 30_000, stallBelowBytesPerSecond: Int = 1024,
+                stallForSeconds: Int = 60, caFile: String? = nil, maxResponseBytes: Int = 1 << 20,
+                userAgent: String = "outbox") {
+        self.url = url
+        self.method = method
+        self.headers = headers
+        self.body = body
+        self.followRedirects = followRedirects
+        self.connectTimeoutMs = connectTimeoutMs
+        self.stallBelowBytesPerSecond = stallBelowBytesPerSecond
+        self.stallForSeconds = stallForSeconds
+        self.caFile = caFile
+        self.maxResponseBytes = maxResponseBytes
+        self.userAgent = userAgent
+    }
+}
+
+/// Why no usable HTTP response came back.
+public enum HTTPFailureKind: String, Sendable {
+    /// Connect, resolve, send, receive failures; an aborted transfer; a body file that
+    /// could not be read (message starts with "file:").
+    case network
+    /// Connect timeout or a stalled transfer.
+    case timeout
+    /// TLS handshake or certificate verification failed.
+    case tls
+    /// Too many redirects, or a redirect to a scheme other than http/https.
+    case redirect
+}
+
+/// The outcome of one transfer: a response, a failure, or both (a failure after headers).
+public struct HTTPResult: Sendable {
+    /// Status of the final response; nil when no HTTP response was received.
+    public var status: Int?
+    /// Headers of the final response only; names lowercased, repeats joined with ", ".
+    public var headers: [(name: String, value: String)]
+    public var body: [UInt8]
+    public var bodyTruncated: Bool
+    public var failure: (kind: HTTPFailureKind, message: String)?
+    /// Seconds from a `Retry-After` header (either form); nil when absent.
+    public var retryAfterSeconds: Int64?
+    /// Request body bytes uploaded (includes a transport-level re-send).
+    public var bytesSent: Int64
+    public var effectiveURL: String
+
+    /// Creates a result (tests and the runner build them too).
+    public init(status: Int? = nil, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
+                bodyTruncated: Bool = false, failure: (kind: HTTPFailureKind, message: String)? = nil,
+                retryAfterSeconds: Int64? = nil, bytesSent: Int64 = 0, effectiveURL: String = "") {
+        self.status = status
+        self.headers = headers
+        self.body = body
+        self.bodyTruncated = bodyTruncated
+        self.failure = failure
+        self.retryAfterSeconds = retryAfterSeconds
+        self.bytesSent = bytesSent
+        self.effectiveURL = effectiveURL
+    }
+
+    /// The value of a response header, by lowercase name.
+    public func header(_ name: String) -> String? {
+        let lower = asciiLowercased(name)
+        return headers.first(where: { $0.name == lower })?.value
+    }
+}
+
+/// libcurl could not be loaded or initialised.
+public struct HTTPClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var message: String
+    /// Creates the error with a message naming what failed.
+    public init(_ message: String) { self.message = message }
+    public var description: String { message }
+}
+
+/// ASCII-only lowercasing: header names are ASCII tokens, and this avoids Unicode tables.
+func asciiLowercased(_ s: String) -> String {
+    var bytes = Array(s.utf8)
+    for i in bytes.indices where bytes[i] >= 0x41 && bytes[i] <= 0x5A {
+        bytes[i] += 0x20
+    }
+    return String(decoding: bytes, as: UTF8.self)
+}

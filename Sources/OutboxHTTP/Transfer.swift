@@ -1,0 +1,426 @@
+import CCurl
+import Glibc
+
+/// A request that could not be handed to libcurl (body file missing, bad header...).
+struct TransferSetupError: Error {
+    var kind: HTTPFailureKind
+    var message: String
+}
+
+/// One easy handle and everything its callbacks touch.
+///
+/// Confined to the curl thread. libcurl gets `self` as an unretained pointer; the engine
+/// keeps the object alive in its table until after `curl_multi_remove_handle` (T-curl11).
+final class Transfer {
+    private enum Source {
+        case empty
+        case bytes([UInt8])
+        case file(fd: Int32, offset: Int64, length: Int64, path: String)
+    }
+
+    let id: UInt64
+    let completion: @Sendable (HTTPResult) -> Void
+    private(set) var easy: UnsafeMutableRawPointer?
+    private let url: String
+    private let progress: (@Sendable (Int64, Int64) -> Void)?
+    private let maxResponseBytes: Int
+    private let uploadLength: Int64?
+    private var source: Source = .empty
+    private var readPosition: Int64 = 0
+    private var readFailure: String?
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+    private var mime: OpaquePointer?
+    private let errorBuffer: UnsafeMutablePointer<CChar>
+    private var responseHeaders = ResponseHeaders()
+    private var body: [UInt8] = []
+    private var truncated = false
+    private var lastProgressNs: UInt64 = 0
+    private var lastProgressSent: Int64 = -1
+
+    /// Opens the body source and configures a new easy handle; throws what to report.
+    init(id: UInt64, request: HTTPRequest, progress: (@Sendable (Int64, Int64) -> Void)?,
+         completion: @escaping @Sendable (HTTPResult) -> Void) throws(TransferSetupError) {
+        self.id = id
+        self.completion = completion
+        self.url = request.url
+        self.progress = progress
+        self.maxResponseBytes = max(0, request.maxResponseBytes)
+        self.uploadLength = request.body.knownLength
+        errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
+        easy = ccurl_easy_init()
+        guard easy != nil else { throw TransferSetupError(kind: .network, message: "curl_easy_init failed") }
+        try openSource(request.body)
+        try configure(request)
+    }
+
+    deinit {
+        close()
+        errorBuffer.deallocate()
+    }
+
+    /// Frees the easy handle and what it referenced; call only once it left the multi.
+    func close() {
+        if let easy { ccurl_easy_cleanup(easy) }
+        easy = nil
+        // The mime and header list are freed after the handle that used them.
+        if let mime { ccurl_mime_free(mime) }
+        mime = nil
+        if let headerList { ccurl_slist_free_all(headerList) }
+        headerList = nil
+        if case .file(let fd, _, _, _) = source { Glibc.close(fd) }
+        source = .empty
+    }
+
+    // MARK: - Setup
+
+    private func openSource(_ body: HTTPBody) throws(TransferSetupError) {
+        switch body {
+        case .none:
+            source = .empty
+        case .bytes(let bytes):
+            source = .bytes(bytes)
+        case .file(let path, let offset, let length):
+            guard offset >= 0, length >= 0 else {
+                throw TransferSetupError(kind: .network, message: "file: invalid range \(offset)+\(length) of \(path)")
+            }
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else {
+                throw TransferSetupError(kind: .network, message: "file: cannot open \(path): \(errnoText())")
+            }
+            var info = stat()
+            guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+                Glibc.close(fd)
+                throw TransferSetupError(kind: .network, message: "file: \(path) is not a regular file")
+            }
+            guard Int64(info.st_size) >= offset + length else {
+                Glibc.close(fd)
+                throw TransferSetupError(kind: .network,
+                                         message: "file: \(path) has \(info.st_size) bytes, needs \(offset + length)")
+            }
+            source = .file(fd: fd, offset: offset, length: length, path: path)
+        case .form(let fields):
+            for field in fields {
+                guard let path = field.filePath else { continue }
+                var info = stat()
+                guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, access(path, R_OK) == 0 else {
+                    throw TransferSetupError(kind: .network, message: "file: cannot read form file \(path)")
+                }
+            }
+        }
+    }
+
+    private func check(_ code: CURLcode, _ what: String) throws(TransferSetupError) {
+        guard code == CURLE_OK else {
+            throw TransferSetupError(kind: .network, message: "\(what): \(String(cString: ccurl_easy_strerror(code)))")
+        }
+    }
+
+    private func configure(_ request: HTTPRequest) throws(TransferSetupError) {
+        guard let easy else { return }
+        let me = Unmanaged.passUnretained(self).toOpaque()
+
+        try check(ccurl_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_PRIVATE, me), "PRIVATE")
+        try check(ccurl_setopt_str(easy, CURLOPT_URL, request.url), "URL")
+        // curl's signal-based DNS timeouts are unsafe with threads (T-curl12).
+        try check(ccurl_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
+        try check(ccurl_setopt_str(easy, CURLOPT_PROTOCOLS_STR, "http,https"), "PROTOCOLS_STR")
+        try check(ccurl_setopt_str(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https"), "REDIR_PROTOCOLS_STR")
+        try check(ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "SSL_VERIFYPEER")
+        try check(ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "SSL_VERIFYHOST")
+        if let caFile = request.caFile {
+            try check(ccurl_setopt_str(easy, CURLOPT_CAINFO, caFile), "CAINFO")
+        }
+        try check(ccurl_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)), "HTTP_VERSION")
+        try check(ccurl_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1), "TCP_KEEPALIVE")
+        // The rendered URL is final (templates already encoded dot segments): send it as is.
+        try check(ccurl_setopt_long(easy, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
+        try check(ccurl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, request.connectTimeoutMs)), "CONNECTTIMEOUT_MS")
+        if request.stallForSeconds > 0 && request.stallBelowBytesPerSecond > 0 {
+            try check(ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, request.stallBelowBytesPerSecond), "LOW_SPEED_LIMIT")
+            try check(ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, request.stallForSeconds), "LOW_SPEED_TIME")
+        }
+        try check(ccurl_setopt_str(easy, CURLOPT_USERAGENT, request.userAgent), "USERAGENT")
+        if request.followRedirects > 0 {
+            try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1), "FOLLOWLOCATION")
+            try check(ccurl_setopt_long(easy, CURLOPT_MAXREDIRS, request.followRedirects), "MAXREDIRS")
+        } else {
+            try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0), "FOLLOWLOCATION")
+        }
+
+        try check(ccurl_setopt_write_function(easy, CURLOPT_HEADERFUNCTION, { data, size, count, user in
+            let n = size * count
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            transfer.responseHeaders.consume(UnsafeRawBufferPointer(start: data, count: n))
+            return n
+        }), "HEADERFUNCTION")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_HEADERDATA, me), "HEADERDATA")
+        try check(ccurl_setopt_write_function(easy, CURLOPT_WRITEFUNCTION, { data, size, count, user in
+            let n = size * count
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            transfer.keep(UnsafeRawBufferPointer(start: data, count: n))
+            // Always accept everything: a short count would be CURLE_WRITE_ERROR (T-curl8).
+            return n
+        }), "WRITEFUNCTION")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me), "WRITEDATA")
+        // Every non-form body goes through the read callback, with a seek callback so
+        // curl can rewind for a re-send on a dead reused connection or a 307/308 (T-curl1).
+        try check(ccurl_setopt_read_function(easy, { buffer, size, count, user in
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            return transfer.read(into: buffer!, capacity: size * count)
+        }), "READFUNCTION")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_READDATA, me), "READDATA")
+        try check(ccurl_setopt_seek_function(easy, { user, offset, origin in
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            return transfer.seek(to: offset, origin: origin)
+        }), "SEEKFUNCTION")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_SEEKDATA, me), "SEEKDATA")
+        if progress != nil {
+            try check(ccurl_setopt_xferinfo_function(easy, { user, _, _, upTotal, upNow in
+                let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                transfer.reportProgress(sent: Int64(upNow), total: Int64(upTotal))
+                return 0
+            }), "XFERINFOFUNCTION")
+            try check(ccurl_setopt_ptr(easy, CURLOPT_XFERINFODATA, me), "XFERINFODATA")
+            try check(ccurl_setopt_long(easy, CURLOPT_NOPROGRESS, 0), "NOPROGRESS")
+        }
+
+        let method = asciiUppercased(request.method)
+        try configureMethod(method, body: request.body, easy: easy)
+        try configureHeaders(request, method: method, easy: easy)
+    }
+
+    /// The method/body mapping of T-curl5: UPLOAD means PUT, POST=1 reads the body from
+    /// the read callback, CUSTOMREQUEST renames the verb.
+    private func configureMethod(_ method: String, body: HTTPBody, easy: UnsafeMutableRawPointer) throws(TransferSetupError) {
+        if case .form(let fields) = body {
+            try buildForm(fields, easy: easy)
+            if method != "POST" {
+                try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+            }
+            return
+        }
+        let length = body.knownLength ?? 0
+        let hasBody: Bool
+        if case .none = body { hasBody = false } else { hasBody = true }
+        switch method {
+        case "GET" where !hasBody:
+            try check(ccurl_setopt_long(easy, CURLOPT_HTTPGET, 1), "HTTPGET")
+        case "HEAD" where !hasBody:
+            try check(ccurl_setopt_long(easy, CURLOPT_NOBODY, 1), "NOBODY")
+        case "DELETE" where !hasBody:
+            try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+        case "PUT":
+            try check(ccurl_setopt_long(easy, CURLOPT_UPLOAD, 1), "UPLOAD")
+            try check(ccurl_setopt_off_t(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(length)), "INFILESIZE_LARGE")
+        default:
+            // POST, PATCH, DELETE with a body, and any other verb: POST semantics, so a
+            // Content-Length is always sent (0 for an empty PATCH).
+            try check(ccurl_setopt_long(easy, CURLOPT_POST, 1), "POST")
+            try check(ccurl_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(length)), "POSTFIELDSIZE_LARGE")
+            if method != "POST" {
+                try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+            }
+        }
+    }
+
+    private func buildForm(_ fields: [FormField], easy: UnsafeMutableRawPointer) throws(TransferSetupError) {
+        guard let form = ccurl_mime_init(easy) else {
+            throw TransferSetupError(kind: .network, message: "curl_mime_init failed")
+        }
+        mime = form
+        for field in fields {
+            guard let part = ccurl_mime_addpart(form) else {
+                throw TransferSetupError(kind: .network, message: "curl_mime_addpart failed")
+            }
+            try check(ccurl_mime_name(part, field.name), "form field \(field.name)")
+            if let path = field.filePath {
+                // curl opens and streams the file itself while sending.
+                guard ccurl_mime_filedata(part, path) == CURLE_OK else {
+                    throw TransferSetupError(kind: .network, message: "file: cannot read form file \(path)")
+                }
+                if let filename = field.filename {
+                    try check(ccurl_mime_filename(part, filename), "form filename")
+                }
+            } else {
+                let value = field.value ?? ""
+                let code = value.withCString { ccurl_mime_data(part, $0, value.utf8.count) }
+                try check(code, "form field \(field.name)")
+            }
+            if let type = field.contentType {
+                try check(ccurl_mime_type(part, type), "form content type")
+            }
+        }
+        try check(ccurl_setopt_mime(easy, form), "MIMEPOST")
+    }
+
+    private func configureHeaders(_ request: HTTPRequest, method: String, easy: UnsafeMutableRawPointer) throws(TransferSetupError) {
+        var list: UnsafeMutablePointer<curl_slist>?
+        var sawExpect = false
+        var sawContentType = false
+        let isForm: Bool
+        if case .form = request.body { isForm = true } else { isForm = false }
+        for (name, value) in request.headers {
+            guard !name.isEmpty, isToken(name), !value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
+                throw TransferSetupError(kind: .network, message: "invalid header \(name.debugDescription)")
+            }
+            let lower = asciiLowercased(name)
+            if lower == "content-type" {
+                // curl writes the multipart Content-Type itself, with its boundary.
+                if isForm { continue }
+                sawContentType = true
+            }
+            if lower == "expect" { sawExpect = true }
+            // "Name:" would make curl drop the header; "Name;" sends it empty.
+            list = ccurl_slist_append(list, value.isEmpty ? "\(name);" : "\(name): \(value)")
+        }
+        // No 100-continue round trip, ever (T-curl2).
+        if !sawExpect { list = ccurl_slist_append(list, "Expect:") }
+        // POST=1 would otherwise add Content-Type: application/x-www-form-urlencoded.
+        if !sawContentType && !isForm { list = ccurl_slist_append(list, "Content-Type:") }
+        headerList = list
+        try check(ccurl_setopt_slist(easy, CURLOPT_HTTPHEADER, list), "HTTPHEADER")
+    }
+
+    // MARK: - Callbacks (curl thread)
+
+    private func keep(_ chunk: UnsafeRawBufferPointer) {
+        let room = maxResponseBytes - body.count
+        if chunk.count > room { truncated = true }
+        if room > 0 { body.append(contentsOf: chunk.prefix(room)) }
+    }
+
+    private func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
+        switch source {
+        case .empty:
+            return 0
+        case .bytes(let bytes):
+            let start = Int(readPosition)
+            let n = min(capacity, bytes.count - start)
+            guard n > 0 else { return 0 }
+            bytes.withUnsafeBytes { raw in
+                UnsafeMutableRawPointer(buffer).copyMemory(from: raw.baseAddress! + start, byteCount: n)
+            }
+            readPosition += Int64(n)
+            return n
+        case .file(let fd, let offset, let length, let path):
+            let remaining = length - readPosition
+            guard remaining > 0 else { return 0 }
+            let want = Int(min(Int64(capacity), remaining))
+            while true {
+                let got = pread(fd, buffer, want, off_t(offset + readPosition))
+                if got < 0 && errno == EINTR { continue }
+                if got < 0 {
+                    readFailure = "file: cannot read \(path): \(errnoText())"
+                    return Int(CURL_READFUNC_ABORT)
+                }
+                if got == 0 {
+                    readFailure = "file: \(path) shrank while it was being sent"
+                    return Int(CURL_READFUNC_ABORT)
+                }
+                readPosition += Int64(got)
+                return got
+            }
+        }
+    }
+
+    private func seek(to offset: curl_off_t, origin: Int32) -> Int32 {
+        let length: Int64
+        switch source {
+        case .empty: length = 0
+        case .bytes(let bytes): length = Int64(bytes.count)
+        case .file(_, _, let fileLength, _): length = fileLength
+        }
+        // curl only seeks from the start (SEEK_SET).
+        guard origin == SEEK_SET, offset >= 0, Int64(offset) <= length else { return Int32(CURL_SEEKFUNC_FAIL) }
+        readPosition = Int64(offset)
+        return Int32(CURL_SEEKFUNC_OK)
+    }
+
+    private func reportProgress(sent: Int64, total: Int64) {
+        guard let progress, sent != lastProgressSent else { return }
+        let fullTotal = total > 0 ? total : (uploadLength ?? 0)
+        let now = monotonicNanoseconds()
+        let done = fullTotal > 0 && sent >= fullTotal
+        // At most about 4 calls a second, plus the one that reports the last byte.
+        guard done || now &- lastProgressNs >= 250_000_000 else { return }
+        lastProgressNs = now
+        lastProgressSent = sent
+        progress(sent, fullTotal)
+    }
+
+    // MARK: - Result
+
+    /// Builds the result once curl is done (`code`) or the transfer was aborted (nil).
+    func result(code: CURLcode?, abortMessage: String = "aborted") -> HTTPResult {
+        var result = HTTPResult(effectiveURL: url)
+        guard let easy else { return result }
+        var status = 0
+        _ = ccurl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
+        result.status = status > 0 ? status : nil
+        result.headers = responseHeaders.fields
+        result.body = body
+        result.bodyTruncated = truncated
+        var sent: curl_off_t = 0
+        _ = ccurl_getinfo_off_t(easy, CURLINFO_SIZE_UPLOAD_T, &sent)
+        result.bytesSent = Int64(sent)
+        var effective: UnsafePointer<CChar>?
+        if ccurl_getinfo_str(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective {
+            result.effectiveURL = String(cString: effective)
+        }
+        if responseHeaders.value("retry-after") != nil {
+            // curl parses both forms; a date in the past gives 0 (T-curl10).
+            var after: curl_off_t = 0
+            _ = ccurl_getinfo_off_t(easy, CURLINFO_RETRY_AFTER, &after)
+            result.retryAfterSeconds = Int64(max(0, after))
+        }
+        guard let code else {
+            result.failure = (.network, abortMessage)
+            return result
+        }
+        if code == CURLE_OK { return result }
+        if let readFailure {
+            result.failure = (.network, readFailure)
+            return result
+        }
+        var redirects = 0
+        _ = ccurl_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &redirects)
+        let afterRedirect = redirects > 0 || (300...399).contains(status)
+        let detail = String(cString: errorBuffer)
+        let message = detail.isEmpty ? String(cString: ccurl_easy_strerror(code)) : detail
+        result.failure = (CurlFailure.kind(of: code, afterRedirect: afterRedirect), message)
+        return result
+    }
+}
+
+func errnoText() -> String {
+    String(cString: strerror(errno))
+}
+
+func monotonicNanoseconds() -> UInt64 {
+    var now = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &now)
+    return UInt64(now.tv_sec) * 1_000_000_000 + UInt64(now.tv_nsec)
+}
+
+func asciiUppercased(_ s: String) -> String {
+    var bytes = Array(s.utf8)
+    for i in bytes.indices where bytes[i] >= 0x61 && bytes[i] <= 0x7A {
+        bytes[i] -= 0x20
+    }
+    return String(decoding: bytes, as: UTF8.self)
+}
+
+/// RFC 9110 token characters, so a header name cannot smuggle a colon or a line break.
+private func isToken(_ s: String) -> Bool {
+    s.utf8.allSatisfy { c in
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"),
+             UInt8(ascii: "A")...UInt8(ascii: "Z"):
+            return true
+        default:
+            return "!#$%&'*+-.^_`|~".utf8.contains(c)
+        }
+    }
+}

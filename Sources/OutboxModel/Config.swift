@@ -1,0 +1,247 @@
+import YAML
+
+/// A hook or plugin command: a string run with `/bin/sh -c`, or an argument list run directly.
+public enum CommandSpec: Sendable, Equatable {
+    case shell(String)
+    case argv([String])
+
+    public var json: JSON {
+        switch self {
+        case let .shell(s): return .string(s)
+        case let .argv(a): return .array(a.map { .string($0) })
+        }
+    }
+
+    public init?(json: JSON) {
+        switch json {
+        case let .string(s): self = .shell(s)
+        case let .array(items):
+            let strings = items.compactMap(\.stringValue)
+            guard strings.count == items.count, !strings.isEmpty else { return nil }
+            self = .argv(strings)
+        default: return nil
+        }
+    }
+}
+
+/// Retry settings: backoff and the 4xx codes treated as transient.
+public struct RetryRules: Sendable, Equatable {
+    public var backoff = BackoffPolicy()
+    public var exempt: [Int] = [404]
+    public init() {}
+
+    public var json: JSON {
+        .object([
+            ("backoff", .object([
+                ("base_ms", .int64(backoff.baseMs)), ("max_ms", .int64(backoff.maxMs)),
+                ("jitter", .number(String(backoff.jitter))),
+            ])),
+            ("exempt", .array(exempt.map { .int($0) })),
+        ])
+    }
+
+    public init(json: JSON) {
+        if let b = json["backoff"] {
+            backoff.baseMs = b["base_ms"]?.int64Value ?? backoff.baseMs
+            backoff.maxMs = b["max_ms"]?.int64Value ?? backoff.maxMs
+            backoff.jitter = b["jitter"]?.doubleValue ?? backoff.jitter
+        }
+        if let e = json["exempt"]?.arrayValue { exempt = e.compactMap { $0.int64Value.map(Int.init) } }
+    }
+}
+
+/// The project's settings (`config/outbox.yaml`, SPEC 5); every field has a default.
+public struct Config: Sendable {
+    /// The project root: hooks run here and relative paths resolve against it.
+    public var root: String
+    /// The config file, or nil when none exists (all defaults).
+    public var file: String?
+    public var store: String
+    public var definitions: String
+    public var lifetimeMs: Int64 = 14 * 86_400_000
+    public var maxVarsBytes: Int64 = 1 << 20
+    public var maxResponseBytes: Int64 = 1 << 20
+    public var retry = RetryRules()
+    /// Header templates, rendered at enqueue.
+    public var headers: [(String, String)] = []
+    public var headersCommand: CommandSpec?
+    public var authRefreshCommand: CommandSpec?
+    public var redactHeaders: [String] = []
+    public var eventsCommand: CommandSpec?
+    /// Template of the account that enqueues.
+    public var account: String?
+    public var concurrency = 16
+    public var perHost = 4
+    public var partConcurrency = 3
+    public var hookConcurrency = 4
+    public var hookWarnAfterMs: Int64 = 30_000
+    public var hookTimeoutMs: Int64?
+    /// nil means the built-in check.
+    public var wifiCheck: CommandSpec?
+    public var connectTimeoutMs: Int64 = 30_000
+    public var stallBelowBytes: Int64 = 1024
+    public var stallForMs: Int64 = 60_000
+    public var caFile: String?
+
+    public init(root: String) {
+        self.root = root
+        store = Paths.join(root, ".outbox")
+        definitions = Paths.join(root, "definitions")
+    }
+
+    /// Header names never printed, lowercased: the fixed ones plus `redact_headers`.
+    public var redactedHeaderNames: Set<String> {
+        Set(["authorization", "cookie", "proxy-authorization", "set-cookie"] + redactHeaders.map { $0.lowercased() })
+    }
+
+    static let fieldNames = [
+        "root", "store", "definitions", "lifetime", "max_vars_bytes", "max_response_bytes", "retry",
+        "headers", "headers_command", "auth_refresh_command", "redact_headers", "events", "account",
+        "concurrency", "per_host", "part_concurrency", "hooks", "network", "timeouts", "tls",
+    ]
+
+    /// Finds the config: `explicit` (from --config or OUTBOX_CONFIG), else
+    /// `config/outbox.yaml` in `cwd` or a folder above it.
+    public static func locate(explicit: String?, cwd: String) -> String? {
+        if let explicit { return Paths.absolute(explicit, relativeTo: cwd) }
+        var dir = Paths.normalize(cwd)
+        while true {
+            let candidate = Paths.join(dir, "config/outbox.yaml")
+            if Paths.isRegularFile(candidate) { return candidate }
+            if dir == "/" { return nil }
+            dir = Paths.dirname(dir)
+        }
+    }
+
+    /// Loads and checks a config file. Errors are collected as diagnostics (E_CONFIG).
+    public static func load(file: String) throws(OutboxError) -> Config {
+        guard let text = Paths.readText(file) else {
+            throw .fileMissing("cannot read the config file \(file): \(Paths.errnoMessage())")
+        }
+        let folder = Paths.dirname(file)
+        let defaultRoot = Paths.basename(folder) == "config" ? Paths.dirname(folder) : folder
+        var reader = YAMLReader(path: file)
+        let node: YAMLNode?
+        do {
+            node = try YAMLParser.parse(text)
+        } catch {
+            reader.error(error.mark, error.message)
+            throw OutboxError(.config, "1 error", diagnostics: reader.diagnostics)
+        }
+        var config = Config(root: defaultRoot)
+        config.file = file
+        if let node {
+            config.read(node, reader: &reader)
+        }
+        if !reader.diagnostics.isEmpty {
+            let n = reader.diagnostics.count
+            throw OutboxError(.config, "\(n) error\(n == 1 ? "" : "s")", diagnostics: reader.diagnostics)
+        }
+        return config
+    }
+
+    private mutating func read(_ node: YAMLNode, reader: inout YAMLReader) {
+        if case .scalar = node.kind, case .null? = node.scalar { return }
+        guard let f = reader.fields(node, allowed: Self.fieldNames, context: "the config") else { return }
+        if let r = reader.string(f["root"], "root") {
+            root = Paths.absolute(r, relativeTo: Paths.dirname(reader.path))
+        }
+        store = Paths.absolute(reader.string(f["store"], "store") ?? ".outbox", relativeTo: root)
+        definitions = Paths.absolute(reader.string(f["definitions"], "definitions") ?? "definitions", relativeTo: root)
+        if let v = reader.duration(f["lifetime"], "lifetime") { lifetimeMs = v }
+        if let v = reader.size(f["max_vars_bytes"], "max_vars_bytes") { maxVarsBytes = v }
+        if let v = reader.size(f["max_response_bytes"], "max_response_bytes") { maxResponseBytes = v }
+        if let n = f["retry"], let r = RetryRules.read(n, reader: &reader, context: "retry", base: retry) { retry = r }
+        if let n = f["headers"] { headers = Self.readHeaders(n, reader: &reader, context: "headers") }
+        headersCommand = reader.command(f["headers_command"], "headers_command")
+        authRefreshCommand = reader.command(f["auth_refresh_command"], "auth_refresh_command")
+        if let n = f["redact_headers"] {
+            if case let .sequence(items) = n.kind {
+                redactHeaders = items.compactMap { reader.string($0, "redact_headers items") }
+            } else if !(n.scalar == .null) {
+                reader.error(n.mark, "redact_headers must be a list of header names")
+            }
+        }
+        if let n = f["events"], let e = reader.fields(n, allowed: ["command"], context: "events") {
+            eventsCommand = reader.command(e["command"], "events.command")
+        }
+        if let n = f["account"], n.scalar != .null { account = reader.string(n, "account") }
+        if let v = reader.int(f["concurrency"], "concurrency", range: 1...1024) { concurrency = Int(v) }
+        if let v = reader.int(f["per_host"], "per_host", range: 1...256) { perHost = Int(v) }
+        if let v = reader.int(f["part_concurrency"], "part_concurrency", range: 1...64) { partConcurrency = Int(v) }
+        if let n = f["hooks"], let h = reader.fields(n, allowed: ["concurrency", "warn_after", "timeout"], context: "hooks") {
+            if let v = reader.int(h["concurrency"], "hooks.concurrency", range: 1...256) { hookConcurrency = Int(v) }
+            if let v = reader.duration(h["warn_after"], "hooks.warn_after") { hookWarnAfterMs = v }
+            if let t = h["timeout"], t.scalar != .null { hookTimeoutMs = reader.duration(t, "hooks.timeout") }
+        }
+        if let n = f["network"], let net = reader.fields(n, allowed: ["wifi_check"], context: "network") {
+            if let w = net["wifi_check"], w.scalar != .string("builtin") {
+                wifiCheck = reader.command(w, "network.wifi_check")
+            }
+        }
+        if let n = f["timeouts"], let t = reader.fields(n, allowed: ["connect", "stall"], context: "timeouts") {
+            if let v = reader.duration(t["connect"], "timeouts.connect") { connectTimeoutMs = v }
+            if let s = t["stall"], let st = reader.fields(s, allowed: ["below", "for"], context: "timeouts.stall") {
+                if let v = reader.size(st["below"], "timeouts.stall.below") { stallBelowBytes = v }
+                if let v = reader.duration(st["for"], "timeouts.stall.for") { stallForMs = v }
+            }
+        }
+        if let n = f["tls"], let t = reader.fields(n, allowed: ["ca_file"], context: "tls") {
+            if let c = t["ca_file"], c.scalar != .null, let path = reader.string(c, "tls.ca_file") {
+                caFile = Paths.absolute(path, relativeTo: root)
+            }
+        }
+    }
+
+    static func readHeaders(_ node: YAMLNode, reader: inout YAMLReader, context: String) -> [(String, String)] {
+        if node.scalar == .null { return [] }
+        guard case let .mapping(pairs) = node.kind else {
+            reader.error(node.mark, "\(context) must be a mapping of header names to values")
+            return []
+        }
+        var out: [(String, String)] = []
+        for pair in pairs {
+            guard let name = reader.string(pair.key, "header names in \(context)") else { continue }
+            if let problem = HeaderRules.nameProblem(name) {
+                reader.error(pair.key.mark, "\(context): \(problem)")
+                continue
+            }
+            guard let value = reader.string(pair.value, "\(context).\(name)") else { continue }
+            if let problem = Template.validate(value) {
+                reader.error(pair.value.mark, "\(context).\(name): \(problem)")
+            }
+            out.append((name, value))
+        }
+        return out
+    }
+}
+
+extension RetryRules {
+    /// Reads a `retry` section; each object given must be complete (SPEC 3).
+    static func read(_ node: YAMLNode, reader: inout YAMLReader, context: String, base: RetryRules) -> RetryRules? {
+        guard let f = reader.fields(node, allowed: ["backoff", "terminal_http"], context: context) else { return nil }
+        var rules = base
+        if let b = f["backoff"], let bf = reader.fields(b, allowed: ["base", "max", "jitter"], context: "\(context).backoff") {
+            for name in ["base", "max", "jitter"] where bf[name] == nil {
+                reader.error(b.mark, "\(context).backoff must give base, max and jitter (missing \(name))")
+            }
+            if let v = reader.duration(bf["base"], "\(context).backoff.base") { rules.backoff.baseMs = v }
+            if let v = reader.duration(bf["max"], "\(context).backoff.max") { rules.backoff.maxMs = v }
+            if let v = reader.double(bf["jitter"], "\(context).backoff.jitter", range: 0...1) { rules.backoff.jitter = v }
+        }
+        if let t = f["terminal_http"], let tf = reader.fields(t, allowed: ["exempt"], context: "\(context).terminal_http") {
+            guard let e = tf["exempt"] else {
+                reader.error(t.mark, "\(context).terminal_http must give exempt")
+                return rules
+            }
+            if case let .sequence(items) = e.kind {
+                rules.exempt = items.compactMap { item in
+                    reader.int(item, "\(context).terminal_http.exempt items", range: 400...499).map(Int.init)
+                }
+            } else {
+                reader.error(e.mark, "\(context).terminal_http.exempt must be a list of 4xx status codes")
+            }
+        }
+        return rules
+    }
+}

@@ -1,0 +1,333 @@
+import YAML
+
+/// How a response body is handed to `on_success`.
+public enum ResponseMode: Sendable, Equatable {
+    case raw
+    case json
+    case command(CommandSpec)
+
+    public var json: JSON {
+        switch self {
+        case .raw: return .string("raw")
+        case .json: return .string("json")
+        case let .command(c): return .object([("command", c.json)])
+        }
+    }
+
+    public init?(json: JSON) {
+        switch json {
+        case .string("raw"), .null: self = .raw
+        case .string("json"): self = .json
+        default:
+            guard let c = json["command"].flatMap(CommandSpec.init(json:)) else { return nil }
+            self = .command(c)
+        }
+    }
+}
+
+/// One kind of request (a file in `definitions/`, SPEC 3).
+public struct Definition: Sendable {
+    public var key: String
+    public var file: String
+    /// The `request` section as a template tree; nil when `request_command` builds it.
+    public var request: JSON?
+    public var requestCommand: CommandSpec?
+    public var response: ResponseMode = .raw
+    public var accept: [AcceptRule] = []
+    public var retry: RetryRules?
+    public var expiresInMs: Int64?
+    public var scope: String?
+    public var cancelScopeOnError = false
+    public var onSuccess: CommandSpec?
+    public var onError: CommandSpec?
+    /// `then` follow-ups as a template tree: `{on_success: [...], on_error: [...]}`.
+    public var then: JSON?
+
+    static let fieldNames = [
+        "key", "request", "response", "accept", "retry", "expires_in", "scope", "on_rejected",
+        "on_success", "on_error", "request_command", "then",
+    ]
+    static let requestFields = [
+        "method", "url", "headers", "data", "text", "form", "file", "parts", "content_type", "ownership",
+        "follow_redirects", "wifi_only", "idempotency_key",
+    ]
+    public static let bodyKinds = ["data", "text", "form", "file"]
+    public static let methods = ["POST", "PUT", "PATCH", "DELETE", "GET"]
+}
+
+/// Every definition of a project, with the problems of the files that could not be read.
+public struct DefinitionSet: Sendable {
+    public var definitions: [String: Definition] = [:]
+    /// Problems by key, for files whose key could be read: only that key is disabled.
+    public var brokenKeys: [String: [Diagnostic]] = [:]
+    /// Every problem found, in file order.
+    public var diagnostics: [Diagnostic] = []
+    /// Source text of each file read, for printing carets.
+    public var sources: [String: String] = [:]
+    public var fileCount = 0
+
+    public init() {}
+
+    /// Reads every `*.yaml` / `*.yml` file of a folder. A missing folder is an empty set.
+    public static func load(folder: String) -> DefinitionSet {
+        var set = DefinitionSet()
+        guard let names = Paths.list(folder) else { return set }
+        var firstFile: [String: String] = [:]
+        for name in names where name.hasSuffix(".yaml") || name.hasSuffix(".yml") {
+            let path = Paths.join(folder, name)
+            guard Paths.isRegularFile(path), let text = Paths.readText(path) else { continue }
+            set.fileCount += 1
+            set.sources[path] = text
+            var reader = YAMLReader(path: path)
+            let definition = Definition.read(text: text, reader: &reader)
+            let key = definition?.key ?? Definition.peekKey(text: text)
+            if let key {
+                if let other = firstFile[key] {
+                    reader.error(Mark(line: 1, column: 1), "key \"\(key)\" is defined twice: in \(other) and in \(path)")
+                } else {
+                    firstFile[key] = path
+                }
+            }
+            set.diagnostics += reader.diagnostics
+            if reader.diagnostics.isEmpty, let definition {
+                set.definitions[definition.key] = definition
+            } else if let key {
+                set.definitions[key] = nil
+                set.brokenKeys[key, default: []] += reader.diagnostics
+            }
+        }
+        return set
+    }
+}
+
+extension Definition {
+    /// The `key` of a file that may have other errors, so only that key is disabled.
+    static func peekKey(text: String) -> String? {
+        guard let node = try? YAMLParser.parse(text), case let .mapping(pairs) = node.kind else { return nil }
+        for pair in pairs where pair.key.scalar == .string("key") {
+            if case let .string(s)? = pair.value.scalar { return s }
+        }
+        return nil
+    }
+
+    static func read(text: String, reader: inout YAMLReader) -> Definition? {
+        let root: YAMLNode
+        do {
+            guard let node = try YAMLParser.parse(text) else {
+                reader.error(Mark(line: 1, column: 1), "the definition is empty (it needs at least key and request)")
+                return nil
+            }
+            root = node
+        } catch {
+            reader.error(error.mark, error.message)
+            return nil
+        }
+        guard let f = reader.fields(root, allowed: fieldNames, context: "a definition") else { return nil }
+        guard let keyNode = f["key"] else {
+            reader.error(root.mark, "a definition needs a key")
+            return nil
+        }
+        guard let key = reader.string(keyNode, "key") else { return nil }
+        if key.isEmpty || key.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
+            reader.error(keyNode.mark, "key must be a non-empty name without spaces")
+        }
+        var d = Definition(key: key, file: reader.path)
+        d.requestCommand = reader.command(f["request_command"], "request_command")
+        if let r = f["request"] {
+            d.request = readRequest(r, reader: &reader)
+            if d.requestCommand != nil {
+                reader.error(r.mark, "give either request or request_command, not both")
+            }
+        } else if d.requestCommand == nil {
+            reader.error(root.mark, "a definition needs request (or request_command)")
+        }
+        if let r = f["response"] {
+            switch r.kind {
+            case .scalar:
+                switch r.scalar {
+                case .string("raw")?: d.response = .raw
+                case .string("json")?: d.response = .json
+                default: reader.error(r.mark, "response must be raw, json or {command: ...}")
+                }
+            case .mapping:
+                if let rf = reader.fields(r, allowed: ["command"], context: "response"),
+                   let c = reader.command(rf["command"], "response.command") {
+                    d.response = .command(c)
+                } else if reader.diagnostics.isEmpty {
+                    reader.error(r.mark, "response needs a command")
+                }
+            case .sequence:
+                reader.error(r.mark, "response must be raw, json or {command: ...}")
+            }
+        }
+        if let a = f["accept"] { d.accept = readAccept(a, reader: &reader) }
+        if let r = f["retry"] { d.retry = RetryRules.read(r, reader: &reader, context: "retry", base: RetryRules()) }
+        d.expiresInMs = reader.duration(f["expires_in"], "expires_in")
+        if let s = f["scope"], s.scalar != .null, let text = reader.string(s, "scope") {
+            if let problem = Template.validate(text) { reader.error(s.mark, "scope: \(problem)") }
+            d.scope = text
+        }
+        if let o = f["on_rejected"] {
+            switch reader.string(o, "on_rejected") {
+            case "continue"?: d.cancelScopeOnError = false
+            case "cancel-scope"?: d.cancelScopeOnError = true
+            case let other?: reader.error(o.mark, "on_rejected must be continue or cancel-scope, not \"\(other)\"")
+            case nil: break
+            }
+        }
+        d.onSuccess = reader.command(f["on_success"], "on_success")
+        d.onError = reader.command(f["on_error"], "on_error")
+        if let t = f["then"] { d.then = readThen(t, reader: &reader) }
+        return d
+    }
+
+    static func readAccept(_ node: YAMLNode, reader: inout YAMLReader) -> [AcceptRule] {
+        guard case let .sequence(items) = node.kind else {
+            reader.error(node.mark, "accept must be a list of {status, body_includes?}")
+            return []
+        }
+        return items.compactMap { item in
+            guard let f = reader.fields(item, allowed: ["status", "body_includes"], context: "accept items") else { return nil }
+            guard let s = f["status"] else {
+                reader.error(item.mark, "accept items need a status")
+                return nil
+            }
+            guard let status = reader.int(s, "accept.status", range: 100...599) else { return nil }
+            return AcceptRule(status: Int(status), bodyIncludes: reader.string(f["body_includes"], "accept.body_includes"))
+        }
+    }
+
+    static func readThen(_ node: YAMLNode, reader: inout YAMLReader) -> JSON? {
+        guard let f = reader.fields(node, allowed: ["on_success", "on_error"], context: "then") else { return nil }
+        var out: [(String, JSON)] = []
+        for name in ["on_success", "on_error"] {
+            guard let list = f[name] else { continue }
+            guard case let .sequence(items) = list.kind else {
+                reader.error(list.mark, "then.\(name) must be a list of {key, vars?, id?, delay?}")
+                continue
+            }
+            var followUps: [JSON] = []
+            for item in items {
+                guard let itemFields = reader.fields(item, allowed: ["key", "vars", "id", "delay"], context: "then.\(name) items") else { continue }
+                guard itemFields["key"] != nil else {
+                    reader.error(item.mark, "then.\(name) items need a key")
+                    continue
+                }
+                if let json = reader.json(item, "then.\(name)") {
+                    checkTemplates(json, field: "then.\(name)", mark: item.mark, reader: &reader)
+                    followUps.append(json)
+                }
+            }
+            out.append((name, .array(followUps)))
+        }
+        return .object(out)
+    }
+
+    /// Reports template syntax errors in every string of a tree.
+    static func checkTemplates(_ json: JSON, field: String, mark: Mark, reader: inout YAMLReader) {
+        switch json {
+        case let .string(s):
+            if let problem = Template.validate(s) { reader.error(mark, "\(field): \(problem)") }
+        case let .array(items):
+            for item in items { checkTemplates(item, field: field, mark: mark, reader: &reader) }
+        case let .object(members):
+            for (name, value) in members { checkTemplates(value, field: "\(field).\(name)", mark: mark, reader: &reader) }
+        default: break
+        }
+    }
+
+    /// Checks what can be seen before rendering, and keeps the section as a template tree.
+    static func readRequest(_ node: YAMLNode, reader: inout YAMLReader) -> JSON? {
+        guard let f = reader.fields(node, allowed: requestFields, context: "request") else { return nil }
+        let before = reader.diagnostics.count
+        let bodies = bodyKinds.filter { f[$0] != nil }
+        if bodies.count > 1 {
+            reader.error(f[bodies[1]]!.mark, "request has more than one body kind (\(bodies.joined(separator: ", "))): give at most one")
+        }
+        if let p = f["parts"], f["file"] == nil {
+            reader.error(p.mark, "request.parts needs request.file (the file the parts are cut from)")
+        }
+        if let m = f["method"], let method = reader.string(m, "request.method"), !method.contains("{{") {
+            if !methods.contains(method.uppercased()) {
+                reader.error(m.mark, "request.method must be one of \(methods.joined(separator: ", ")), not \"\(method)\"")
+            } else if method.uppercased() == "GET", let body = bodies.first {
+                reader.error(f[body]!.mark, "a GET request cannot have a body (request.\(body))")
+            }
+        }
+        if f["url"] == nil && f["parts"] == nil {
+            reader.error(node.mark, "request needs a url")
+        }
+        if let u = f["url"], let url = reader.string(u, "request.url"), !url.contains("{{") {
+            do { _ = try URLCheck.validate(url, field: "request.url") } catch { reader.error(u.mark, error.message) }
+        }
+        if let h = f["headers"] { _ = Config.readHeaders(h, reader: &reader, context: "request.headers") }
+        if let o = f["ownership"], let value = reader.string(o, "request.ownership"),
+           !["copy", "move", "reference"].contains(value) {
+            reader.error(o.mark, "request.ownership must be copy, move or reference, not \"\(value)\"")
+        }
+        if let r = f["follow_redirects"], r.scalar.map({ if case .int = $0 { true } else { false } }) == true {
+            _ = reader.int(r, "request.follow_redirects", range: 0...50)
+        }
+        for name in ["wifi_only", "idempotency_key"] {
+            if let n = f[name], case .scalar = n.kind, case .string(let s)? = n.scalar, !s.contains("{{") {
+                _ = reader.bool(n, "request.\(name)")
+            }
+        }
+        if let form = f["form"] { checkForm(form, reader: &reader) }
+        if let parts = f["parts"] { checkParts(parts, reader: &reader) }
+        guard let json = reader.json(node, "request") else { return nil }
+        checkTemplates(json, field: "request", mark: node.mark, reader: &reader)
+        return reader.diagnostics.count == before ? json : nil
+    }
+
+    static func checkForm(_ node: YAMLNode, reader: inout YAMLReader) {
+        switch node.kind {
+        case .scalar:
+            if case .string(let s)? = node.scalar, s.contains("{{") { return }
+            reader.error(node.mark, "request.form must be a list of {name, value} or {name, file} fields")
+        case let .sequence(items):
+            for item in items {
+                guard let f = reader.fields(item, allowed: ["name", "value", "file", "filename", "content_type"], context: "request.form items") else { continue }
+                if f["name"] == nil { reader.error(item.mark, "request.form items need a name") }
+                if (f["value"] == nil) == (f["file"] == nil) {
+                    reader.error(item.mark, "request.form items need exactly one of value or file")
+                }
+            }
+        case .mapping:
+            reader.error(node.mark, "request.form must be a list of {name, value} or {name, file} fields")
+        }
+    }
+
+    static func checkParts(_ node: YAMLNode, reader: inout YAMLReader) {
+        switch node.kind {
+        case .scalar:
+            if case .string(let s)? = node.scalar, s.contains("{{") { return }
+            reader.error(node.mark, "request.parts must be {plan, url, headers?}, a list of {url, range}, or a template")
+        case let .sequence(items):
+            for item in items {
+                guard let f = reader.fields(item, allowed: ["url", "headers", "range"], context: "request.parts items") else { continue }
+                if f["url"] == nil { reader.error(item.mark, "request.parts items need a url") }
+                guard let r = f["range"] else {
+                    reader.error(item.mark, "request.parts items need a range {start, end}")
+                    continue
+                }
+                if let rf = reader.fields(r, allowed: ["start", "end"], context: "request.parts range") {
+                    if rf["start"] == nil || rf["end"] == nil { reader.error(r.mark, "a part range needs start and end") }
+                }
+            }
+        case .mapping:
+            guard let f = reader.fields(node, allowed: ["plan", "url", "headers"], context: "request.parts") else { return }
+            if f["url"] == nil { reader.error(node.mark, "request.parts needs a url template") }
+            if let h = f["headers"] { _ = Config.readHeaders(h, reader: &reader, context: "request.parts.headers") }
+            if let p = f["plan"], let pf = reader.fields(p, allowed: ["min", "max", "max_parts"], context: "request.parts.plan") {
+                let min = reader.size(pf["min"], "request.parts.plan.min")
+                let max = reader.size(pf["max"], "request.parts.plan.max")
+                _ = reader.int(pf["max_parts"], "request.parts.plan.max_parts", range: 1...1_000_000)
+                if (min ?? ChunkPlan.defaultMin) > (max ?? ChunkPlan.defaultMax) {
+                    reader.error(p.mark, "request.parts.plan: min is greater than max")
+                }
+                if min == 0 || max == 0 { reader.error(p.mark, "request.parts.plan: min and max must be above 0") }
+            }
+        }
+    }
+}

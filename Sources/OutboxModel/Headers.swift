@@ -1,0 +1,63 @@
+/// Header names and values: validation, merging and redaction.
+public enum HeaderRules {
+    /// Why a header name is not an RFC 9110 token, or nil.
+    public static func nameProblem(_ name: String) -> String? {
+        if name.isEmpty { return "a header name is empty" }
+        let allowed: Set<UInt8> = Set(Array("!#$%&'*+-.^_`|~".utf8))
+        for byte in name.utf8 {
+            let ok = (byte >= 0x30 && byte <= 0x39) || (byte >= 0x41 && byte <= 0x5A) || (byte >= 0x61 && byte <= 0x7A)
+                || allowed.contains(byte)
+            if !ok { return "header name \"\(name.prefix(64))\" has a character not allowed in header names" }
+        }
+        return nil
+    }
+
+    /// Why a header value cannot be sent (CR, LF or NUL would split or cut the header), or nil.
+    public static func valueProblem(_ value: String) -> String? {
+        for byte in value.utf8 where byte == 0x0D || byte == 0x0A || byte == 0x00 {
+            return "header value contains CR, LF or NUL"
+        }
+        return nil
+    }
+
+    /// Merges `overrides` over `base`, names compared without regard to case; the override's
+    /// spelling and position win.
+    public static func merge(_ base: [(String, String)], _ overrides: [(String, String)]) -> [(String, String)] {
+        var result = base
+        for (name, value) in overrides {
+            let lower = name.lowercased()
+            if let index = result.firstIndex(where: { $0.0.lowercased() == lower }) {
+                result[index] = (name, value)
+            } else {
+                result.append((name, value))
+            }
+        }
+        return result
+    }
+
+    public static func value(_ headers: [(String, String)], _ name: String) -> String? {
+        let lower = name.lowercased()
+        return headers.first { $0.0.lowercased() == lower }?.1
+    }
+
+    public static func removing(_ headers: [(String, String)], _ name: String) -> [(String, String)] {
+        let lower = name.lowercased()
+        return headers.filter { $0.0.lowercased() != lower }
+    }
+
+    public static let redactedMark = "[redacted]"
+
+    /// Headers with secret values replaced, for printing.
+    public static func redacted(_ headers: [(String, String)], names: Set<String>) -> [(String, String)] {
+        headers.map { names.contains($0.0.lowercased()) ? ($0.0, redactedMark) : $0 }
+    }
+
+    public static func json(_ headers: [(String, String)]) -> JSON {
+        .object(headers.map { ($0.0, .string($0.1)) })
+    }
+
+    public static func from(json: JSON?) -> [(String, String)] {
+        guard let members = json?.objectValue else { return [] }
+        return members.compactMap { name, value in value.stringValue.map { (name, $0) } }
+    }
+}

@@ -1,0 +1,73 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Entry ids and clocks.
+public enum Identifiers {
+    /// Longest user id accepted (SPEC 10).
+    public static let maxUserIDLength = 128
+
+    /// A random (version 4) UUID in lowercase, e.g. `0f8fad5b-d9cb-469f-a165-70867728950e`.
+    public static func uuid() -> String {
+        var rng = SystemRandomNumberGenerator()
+        var bytes = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        bytes[6] = (bytes[6] & 0x0F) | 0x40  // version 4
+        bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 4122 variant
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(36)
+        for (i, byte) in bytes.enumerated() {
+            if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Nil when `id` is a valid user id (`[A-Za-z0-9._:@-]`, 1–128 characters, not starting with `.` or `-`); else why not.
+    ///
+    /// Ids end up in logs, JSON and shell hooks, so the alphabet is narrow; a leading `-`
+    /// would read as an option on a command line, a leading `.` as a hidden file.
+    public static func validateUserID(_ id: String) -> String? {
+        let allowedText = "allowed: A-Z a-z 0-9 . _ : @ -"
+        if id.isEmpty { return "id must not be empty" }
+        for scalar in id.unicodeScalars where !isAllowed(scalar) {
+            let shown = Units.quoted(String(scalar))
+            return "id \(Units.quoted(id)) contains \(shown) (\(allowedText))"
+        }
+        // Only ASCII is left, so bytes are characters.
+        let length = id.utf8.count
+        if length > maxUserIDLength {
+            return "id \(Units.quoted(id)) is \(length) characters long (at most \(maxUserIDLength))"
+        }
+        if let first = id.utf8.first, first == UInt8(ascii: ".") || first == UInt8(ascii: "-") {
+            return "id \(Units.quoted(id)) must not start with \"\(Character(Unicode.Scalar(first)))\""
+        }
+        return nil
+    }
+
+    /// Wall-clock time in epoch milliseconds (CLOCK_REALTIME).
+    public static func nowMs() -> Int64 {
+        milliseconds(CLOCK_REALTIME)
+    }
+
+    /// Milliseconds of a clock that never jumps (CLOCK_MONOTONIC), for timers within one run.
+    public static func monotonicMs() -> Int64 {
+        milliseconds(CLOCK_MONOTONIC)
+    }
+
+    private static func milliseconds(_ clock: clockid_t) -> Int64 {
+        var ts = timespec()
+        _ = clock_gettime(clock, &ts)
+        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+
+    private static func isAllowed(_ s: Unicode.Scalar) -> Bool {
+        switch s {
+        case "A"..."Z", "a"..."z", "0"..."9", ".", "_", ":", "@", "-": return true
+        default: return false
+        }
+    }
+}

@@ -1,0 +1,75 @@
+/// The stable error codes of the contract, each with its process exit status.
+public enum ErrorCode: String, Sendable, Equatable, CaseIterable {
+    case usage = "E_USAGE"
+    case invalid = "E_INVALID"
+    case fileMissing = "E_FILE_MISSING"
+    case storage = "E_STORAGE"
+    case running = "E_RUNNING"
+    case config = "E_CONFIG"
+
+    public var exitStatus: Int32 {
+        switch self {
+        case .usage: return 64
+        case .invalid: return 65
+        case .fileMissing: return 66
+        case .storage: return 74
+        case .running: return 75
+        case .config: return 78
+        }
+    }
+}
+
+/// An error a user sees: a stable code and a message that names the field, value or file.
+public struct OutboxError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var code: ErrorCode
+    public var message: String
+    /// Compiler-style problems in config or definition files (for E_CONFIG).
+    public var diagnostics: [Diagnostic]
+
+    public init(_ code: ErrorCode, _ message: String, diagnostics: [Diagnostic] = []) {
+        self.code = code
+        self.message = message
+        self.diagnostics = diagnostics
+    }
+
+    public static func usage(_ m: String) -> OutboxError { OutboxError(.usage, m) }
+    public static func invalid(_ m: String) -> OutboxError { OutboxError(.invalid, m) }
+    public static func fileMissing(_ m: String) -> OutboxError { OutboxError(.fileMissing, m) }
+    public static func storage(_ m: String) -> OutboxError { OutboxError(.storage, m) }
+    public static func running(_ m: String) -> OutboxError { OutboxError(.running, m) }
+
+    public var description: String { "\(code.rawValue): \(message)" }
+}
+
+/// One problem in a YAML file, printed like a compiler.
+public struct Diagnostic: Sendable, Equatable {
+    public var path: String
+    public var line: Int
+    public var column: Int
+    public var message: String
+
+    public init(path: String, line: Int, column: Int, message: String) {
+        self.path = path
+        self.line = line
+        self.column = column
+        self.message = message
+    }
+
+    /// `path:line:col: error: message`, then the source line and a caret under the column.
+    public func rendered(source: String?) -> String {
+        var out = "\(path):\(line):\(column): error: \(message)"
+        if let source, line >= 1 {
+            var current = 1
+            for text in source.split(separator: "\n", omittingEmptySubsequences: false) {
+                if current == line {
+                    let lineText = text.hasSuffix("\r") ? String(text.dropLast()) : String(text)
+                    let caretPad = String(lineText.prefix(max(0, column - 1)).map { $0 == "\t" ? "\t" : " " })
+                    out += "\n" + lineText + "\n" + caretPad + "^"
+                    break
+                }
+                current += 1
+            }
+        }
+        return out
+    }
+}

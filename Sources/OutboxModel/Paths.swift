@@ -1,0 +1,113 @@
+import Glibc
+
+/// Path and file-reading helpers on plain POSIX calls (no Foundation in the enqueue path).
+public enum Paths {
+    public static func join(_ base: String, _ rest: String) -> String {
+        if rest.hasPrefix("/") { return rest }
+        if base.isEmpty { return rest }
+        return base.hasSuffix("/") ? base + rest : base + "/" + rest
+    }
+
+    public static func dirname(_ path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        if slash == path.startIndex { return "/" }
+        return String(path[..<slash])
+    }
+
+    public static func basename(_ path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return path }
+        return String(path[path.index(after: slash)...])
+    }
+
+    /// An absolute, lexically normalised path (`.` and `..` folded); symlinks are kept.
+    public static func absolute(_ path: String, relativeTo cwd: String) -> String {
+        normalize(path.hasPrefix("/") ? path : join(cwd, path))
+    }
+
+    public static func normalize(_ path: String) -> String {
+        var parts: [Substring] = []
+        for part in path.split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == ".." { if !parts.isEmpty { parts.removeLast() }; continue }
+            parts.append(part)
+        }
+        return "/" + parts.joined(separator: "/")
+    }
+
+    public static func currentDirectory() -> String {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        guard getcwd(&buffer, buffer.count) != nil else { return "/" }
+        return String(cString: buffer)
+    }
+
+    public static func exists(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0
+    }
+
+    public static func isDirectory(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
+    }
+
+    public static func isRegularFile(_ path: String) -> Bool {
+        var st = stat()
+        return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
+    }
+
+    /// Reads a whole (small) file; nil when it cannot be opened.
+    public static func readBytes(_ path: String) -> [UInt8]? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return nil
+            }
+            if n == 0 { break }
+            out.append(contentsOf: chunk[0..<n])
+        }
+        return out
+    }
+
+    public static func readText(_ path: String) -> String? {
+        readBytes(path).map { String(decoding: $0, as: UTF8.self) }
+    }
+
+    /// Names in a folder (no `.`/`..`), sorted; nil when it cannot be read.
+    public static func list(_ path: String) -> [String]? {
+        guard let dir = opendir(path) else { return nil }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names.sorted()
+    }
+
+    public static func errnoMessage(_ code: Int32 = errno) -> String {
+        String(cString: strerror(code))
+    }
+}
+
+extension FileInfo {
+    /// Size, mtime in nanoseconds and inode (T-fs5), or nil when the path cannot be read.
+    public static func stat(_ path: String) -> FileInfo? {
+        var st = Glibc.stat()
+        guard statPath(path, &st) == 0 else { return nil }
+        return FileInfo(
+            size: Int64(st.st_size),
+            mtimeNs: Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec),
+            inode: UInt64(st.st_ino),
+            isRegular: (st.st_mode & S_IFMT) == S_IFREG)
+    }
+}
+
+private func statPath(_ path: String, _ st: inout stat) -> Int32 { stat(path, &st) }

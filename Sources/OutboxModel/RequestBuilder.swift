@@ -1,0 +1,485 @@
+/// Who owns a file body after enqueue.
+public enum Ownership: String, Sendable, Equatable {
+    case copy, move, reference
+}
+
+/// A file as recorded at staging: its identity for the same-body rule and `reference` checks.
+public struct FileIdentity: Sendable, Equatable {
+    public var path: String
+    public var size: Int64
+    public var mtimeNs: Int64
+    public var inode: UInt64
+    public init(path: String, size: Int64, mtimeNs: Int64, inode: UInt64) {
+        self.path = path
+        self.size = size
+        self.mtimeNs = mtimeNs
+        self.inode = inode
+    }
+}
+
+public struct PreparedFormField: Sendable, Equatable {
+    public var name: String
+    public var value: String?
+    public var file: FileIdentity?
+    public var filename: String?
+    public var contentType: String?
+}
+
+public struct PreparedPart: Sendable, Equatable {
+    public var range: ByteRange
+    public var url: String
+    public var headers: [HeaderPair]
+}
+
+/// A header as a (name, value) pair that is Equatable.
+public struct HeaderPair: Sendable, Equatable {
+    public var name: String
+    public var value: String
+    public init(_ name: String, _ value: String) {
+        self.name = name
+        self.value = value
+    }
+}
+
+public enum PreparedBody: Sendable, Equatable {
+    case none
+    case bytes([UInt8], kind: String)        // kind: data or text
+    case form([PreparedFormField])
+    case file(FileIdentity, Ownership)
+    case parts(FileIdentity, Ownership, [PreparedPart])
+
+    public var kind: String {
+        switch self {
+        case .none: return "none"
+        case let .bytes(_, kind): return kind
+        case .form: return "form"
+        case .file: return "file"
+        case .parts: return "parts"
+        }
+    }
+}
+
+/// A request rendered once at enqueue and checked: what the store persists (SPEC 7,
+/// "fixed at enqueue").
+public struct PreparedRequest: Sendable {
+    public var method: String
+    public var url: String?
+    public var headers: [(String, String)]
+    public var body: PreparedBody
+    public var accept: [AcceptRule]
+    public var retry: RetryRules
+    public var expiresInMs: Int64
+    public var response: ResponseMode
+    public var scope: String?
+    public var cancelScopeOnError: Bool
+    public var followRedirects: Int
+    public var wifiOnly: Bool?
+    public var idempotencyKey: String?
+
+    /// SHA-256 of the canonical body (method, URL, kind, sorted JSON, text, form, parts, file
+    /// identities): equal hashes mean "the same body" for the same-id rule.
+    public var bodyHash: String {
+        var canon: [(String, JSON)] = [("method", .string(method)), ("url", .optionalString(url)), ("kind", .string(body.kind))]
+        func fileJSON(_ f: FileIdentity) -> JSON {
+            .object([("path", .string(f.path)), ("size", .int64(f.size)), ("mtime_ns", .int64(f.mtimeNs))])
+        }
+        switch body {
+        case .none: break
+        case let .bytes(bytes, kind):
+            if kind == "data", let json = try? JSON.parse(String(decoding: bytes, as: UTF8.self)) {
+                canon.append(("data", .string(json.serialized(sortedKeys: true))))
+            } else {
+                canon.append(("text", .string(SHA256.hex(bytes))))
+            }
+        case let .form(fields):
+            canon.append(("form", .array(fields.map { f in
+                .object([("name", .string(f.name)), ("value", .optionalString(f.value)),
+                         ("file", f.file.map(fileJSON) ?? .null), ("filename", .optionalString(f.filename)),
+                         ("content_type", .optionalString(f.contentType))])
+            })))
+        case let .file(file, _):
+            canon.append(("file", fileJSON(file)))
+        case let .parts(file, _, parts):
+            canon.append(("file", fileJSON(file)))
+            canon.append(("parts", .array(parts.map { p in
+                .object([("start", .int64(p.range.start)), ("end", .int64(p.range.end)), ("url", .string(p.url)),
+                         ("headers", .array(p.headers.map { .array([.string($0.name), .string($0.value)]) }))])
+            })))
+        }
+        return SHA256.hex(Array(JSON.object(canon).serialized(sortedKeys: true).utf8))
+    }
+}
+
+/// Everything a render needs besides the definition; passed in, never read from globals.
+public struct RenderInputs: Sendable {
+    public var id: String
+    public var vars: JSON
+    public var environment: [String: String]
+    /// Folder that relative file paths resolve against (the enqueue process's cwd).
+    public var cwd: String
+    /// Headers from `headers_command`, already run.
+    public var commandHeaders: [(String, String)] = []
+    public var outcome: JSON?
+
+    public init(id: String, vars: JSON, environment: [String: String], cwd: String) {
+        self.id = id
+        self.vars = vars
+        self.environment = environment
+        self.cwd = cwd
+    }
+}
+
+/// Renders a definition with an entry's vars and validates the result (SPEC 3, 4, 10).
+public enum RequestBuilder {
+    public static func context(_ inputs: RenderInputs, file: JSON? = nil) -> TemplateContext {
+        var roots: [String: JSON] = [
+            "vars": inputs.vars,
+            "entry": .object([("id", .string(inputs.id))]),
+            "env": .object(inputs.environment.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) }),
+        ]
+        if let file { roots["file"] = file }
+        if let outcome = inputs.outcome { roots["outcome"] = outcome }
+        return TemplateContext(roots: roots)
+    }
+
+    /// Renders the config's header templates (lowest precedence).
+    public static func configHeaders(_ config: Config, inputs: RenderInputs) throws(OutboxError) -> [(String, String)] {
+        let ctx = context(inputs)
+        var out: [(String, String)] = []
+        for (name, template) in config.headers {
+            let value = try Template.render(template, context: ctx, mode: .header, field: "config headers.\(name)")
+            out.append((name, value.stringValue ?? value.serialized()))
+        }
+        return out
+    }
+
+    /// Builds the prepared request from a definition's template tree (or a request_command's
+    /// descriptor, with `descriptorFields` true so accept/retry/expires_in are read from it).
+    public static func prepare(
+        request tree: JSON, definition: Definition, config: Config, inputs: RenderInputs,
+        fromCommand: Bool = false
+    ) throws(OutboxError) -> PreparedRequest {
+        guard case let .object(members) = tree else {
+            throw .invalid("request must be an object, not \(tree.typeName)")
+        }
+        let allowed = Set(Definition.requestFields + (fromCommand ? ["accept", "retry", "expires_in"] : []))
+        for (name, _) in members where !allowed.contains(name) {
+            throw .invalid("request: unknown field \"\(name)\"")
+        }
+        var ctx = context(inputs)
+
+        // The file comes first: its size and name are template roots of everything else.
+        var fileIdentity: FileIdentity?
+        if let fileTemplate = tree["file"] {
+            let rendered = try Template.renderTree(fileTemplate, context: ctx, field: "request.file")
+            guard let path = rendered.stringValue, !path.isEmpty else {
+                throw .invalid("request.file must be a file path, not \(rendered.typeName)")
+            }
+            let identity = try statFile(Paths.absolute(path, relativeTo: inputs.cwd), field: "request.file")
+            fileIdentity = identity
+            ctx.roots["file"] = .object([("size", .int64(identity.size)), ("name", .string(Paths.basename(identity.path))),
+                                         ("path", .string(identity.path))])
+        }
+
+        func field(_ name: String, mode: TemplateMode = .value) throws(OutboxError) -> JSON? {
+            guard let t = tree[name] else { return nil }
+            if case let .string(s) = t { return try Template.render(s, context: ctx, mode: mode, field: "request.\(name)") }
+            return try Template.renderTree(t, context: ctx, field: "request.\(name)")
+        }
+
+        let methodValue = try field("method") ?? .string("POST")
+        guard let methodText = methodValue.stringValue, Definition.methods.contains(methodText.uppercased()) else {
+            throw .invalid("request.method must be one of \(Definition.methods.joined(separator: ", ")), not \(methodValue.serialized().prefix(40))")
+        }
+        let method = methodText.uppercased()
+
+        var url: String?
+        if let u = try field("url", mode: .url) {
+            guard let s = u.stringValue else { throw .invalid("request.url must be a string, not \(u.typeName)") }
+            url = try URLCheck.validate(s, field: "request.url")
+        }
+
+        var headers = try configHeaders(config, inputs: inputs)
+        headers = HeaderRules.merge(headers, inputs.commandHeaders)
+        if let h = tree["headers"] {
+            headers = HeaderRules.merge(headers, try renderHeaders(h, ctx: ctx, field: "request.headers"))
+        }
+
+        let present = Definition.bodyKinds.filter { tree[$0] != nil }
+        if present.count > 1 {
+            throw .invalid("request has more than one body kind (\(present.joined(separator: ", "))): give at most one")
+        }
+        if tree["parts"] != nil && fileIdentity == nil {
+            throw .invalid("request.parts needs request.file")
+        }
+        if method == "GET", let kind = present.first {
+            throw .invalid("a GET request cannot have a body (request.\(kind))")
+        }
+
+        let ownershipValue = try field("ownership")
+        var ownership: Ownership?
+        if let o = ownershipValue {
+            guard let s = o.stringValue, let parsed = Ownership(rawValue: s) else {
+                throw .invalid("request.ownership must be copy, move or reference, not \(o.serialized().prefix(40))")
+            }
+            ownership = parsed
+        }
+
+        var contentType: String?
+        var body = PreparedBody.none
+        if let data = try field("data") {
+            body = .bytes(Array(data.serialized().utf8), kind: "data")
+            contentType = "application/json"
+        } else if let t = tree["text"] {
+            guard case let .string(template) = t else { throw .invalid("request.text must be a string template") }
+            let text = try Template.render(template, context: ctx, mode: .text, field: "request.text")
+            body = .bytes(Array((text.stringValue ?? text.serialized()).utf8), kind: "text")
+            contentType = "text/plain; charset=utf-8"
+        } else if tree["form"] != nil {
+            body = .form(try renderForm(try field("form") ?? .null, inputs: inputs))
+        } else if let file = fileIdentity {
+            if tree["parts"] != nil {
+                let parts = try renderParts(tree["parts"]!, file: file, ctx: ctx, hasURL: url != nil)
+                body = .parts(file, ownership ?? .move, parts)
+            } else {
+                body = .file(file, ownership ?? .copy)
+            }
+            contentType = "application/octet-stream"
+        }
+        if tree["parts"] == nil && url == nil {
+            throw .invalid("request needs a url")
+        }
+
+        if let ct = try field("content_type") {
+            guard let s = ct.stringValue else { throw .invalid("request.content_type must be a string") }
+            if let problem = HeaderRules.valueProblem(s) { throw .invalid("request.content_type: \(problem)") }
+            contentType = s
+        }
+        if case .form = body {
+            // libcurl writes the multipart Content-Type with its boundary.
+            headers = HeaderRules.removing(headers, "Content-Type")
+        } else if let contentType {
+            headers = HeaderRules.merge(headers, [("Content-Type", contentType)])
+        }
+
+        var followRedirects = 0
+        if let f = try field("follow_redirects") {
+            guard let n = f.int64Value, (0...50).contains(n) else {
+                throw .invalid("request.follow_redirects must be a whole number from 0 to 50")
+            }
+            followRedirects = Int(n)
+        }
+        var wifiOnly: Bool?
+        if let w = try field("wifi_only"), !w.isNull {
+            guard let b = w.boolValue else { throw .invalid("request.wifi_only must be true or false") }
+            wifiOnly = b
+        }
+        var idempotent = method != "GET"
+        if let i = try field("idempotency_key") {
+            guard let b = i.boolValue else { throw .invalid("request.idempotency_key must be true or false") }
+            idempotent = b
+        }
+        var idempotencyKey: String?
+        if let explicit = HeaderRules.value(headers, "Idempotency-Key") {
+            idempotencyKey = explicit
+            headers = HeaderRules.removing(headers, "Idempotency-Key")
+        } else if idempotent {
+            idempotencyKey = Identifiers.uuid()
+        }
+        for (name, value) in headers {
+            if let problem = HeaderRules.nameProblem(name) { throw .invalid("request.headers: \(problem)") }
+            if let problem = HeaderRules.valueProblem(value) { throw .invalid("request.headers.\(name): \(problem)") }
+        }
+
+        var accept = definition.accept
+        var retry = definition.retry ?? config.retry
+        var expires = definition.expiresInMs ?? config.lifetimeMs
+        if fromCommand {
+            if let a = tree["accept"] { accept = try acceptRules(a) }
+            if let r = tree["retry"] { retry = try retryRules(r, base: config.retry) }
+            if let e = tree["expires_in"] {
+                guard let s = e.stringValue else { throw .invalid("expires_in must be a duration such as 14d") }
+                do { expires = try Units.parseDuration(s) } catch { throw .invalid("expires_in: \(error.message)") }
+            }
+        }
+        var scope: String?
+        if let s = definition.scope {
+            let rendered = try Template.render(s, context: ctx, mode: .value, field: "scope")
+            scope = rendered.stringValue ?? rendered.serialized()
+        }
+        return PreparedRequest(
+            method: method, url: url, headers: headers, body: body, accept: accept, retry: retry,
+            expiresInMs: expires, response: definition.response, scope: scope,
+            cancelScopeOnError: definition.cancelScopeOnError, followRedirects: followRedirects,
+            wifiOnly: wifiOnly, idempotencyKey: idempotencyKey)
+    }
+
+    public static func statFile(_ path: String, field: String) throws(OutboxError) -> FileIdentity {
+        guard let info = FileInfo.stat(path) else {
+            throw .fileMissing("\(field): no such file \(path)")
+        }
+        guard info.isRegular else { throw .invalid("\(field): \(path) is not a regular file") }
+        return FileIdentity(path: path, size: info.size, mtimeNs: info.mtimeNs, inode: info.inode)
+    }
+
+    static func renderHeaders(_ tree: JSON, ctx: TemplateContext, field: String) throws(OutboxError) -> [(String, String)] {
+        guard case let .object(members) = tree else { throw .invalid("\(field) must be an object of header names to values") }
+        var out: [(String, String)] = []
+        for (name, template) in members {
+            let value: JSON
+            if case let .string(s) = template {
+                value = try Template.render(s, context: ctx, mode: .header, field: "\(field).\(name)")
+            } else {
+                value = template
+            }
+            let text: String
+            switch value {
+            case let .string(s): text = s
+            case let .number(n): text = n
+            case let .bool(b): text = b ? "true" : "false"
+            default: throw .invalid("\(field).\(name) must be a string, not \(value.typeName)")
+            }
+            if let problem = HeaderRules.nameProblem(name) { throw .invalid("\(field): \(problem)") }
+            if let problem = HeaderRules.valueProblem(text) { throw .invalid("\(field).\(name): \(problem)") }
+            out.append((name, text))
+        }
+        return out
+    }
+
+    static func renderForm(_ value: JSON, inputs: RenderInputs) throws(OutboxError) -> [PreparedFormField] {
+        guard case let .array(items) = value else { throw .invalid("request.form must be a list of fields") }
+        var fields: [PreparedFormField] = []
+        for (i, item) in items.enumerated() {
+            let at = "request.form[\(i)]"
+            guard case let .object(members) = item else { throw .invalid("\(at) must be an object") }
+            for (name, _) in members where !["name", "value", "file", "filename", "content_type"].contains(name) {
+                throw .invalid("\(at): unknown field \"\(name)\"")
+            }
+            guard let name = item["name"]?.stringValue else { throw .invalid("\(at).name must be a string") }
+            var field = PreparedFormField(name: name, value: nil, file: nil, filename: item["filename"]?.stringValue,
+                                          contentType: item["content_type"]?.stringValue)
+            switch (item["value"], item["file"]) {
+            case let (v?, nil):
+                switch v {
+                case let .string(s): field.value = s
+                case .number, .bool: field.value = v.serialized()
+                default: field.value = v.serialized()
+                }
+            case let (nil, f?):
+                guard let path = f.stringValue else { throw .invalid("\(at).file must be a path") }
+                field.file = try statFile(Paths.absolute(path, relativeTo: inputs.cwd), field: "\(at).file")
+            default:
+                throw .invalid("\(at) needs exactly one of value or file")
+            }
+            for text in [field.filename, field.contentType].compactMap({ $0 }) {
+                if let problem = HeaderRules.valueProblem(text) { throw .invalid("\(at): \(problem)") }
+            }
+            fields.append(field)
+        }
+        return fields
+    }
+
+    static func renderParts(_ tree: JSON, file: FileIdentity, ctx: TemplateContext, hasURL: Bool) throws(OutboxError) -> [PreparedPart] {
+        var listValue: JSON?
+        switch tree {
+        case let .string(s):
+            listValue = try Template.render(s, context: ctx, mode: .value, field: "request.parts")
+        case .array:
+            listValue = try Template.renderTree(tree, context: ctx, field: "request.parts")
+        case .object:
+            break
+        default:
+            throw .invalid("request.parts must be a plan or a list of parts")
+        }
+        if let listValue {
+            guard case let .array(items) = listValue else {
+                throw .invalid("request.parts must be a list of {url, headers?, range}, not \(listValue.typeName)")
+            }
+            var parts: [PreparedPart] = []
+            for (i, item) in items.enumerated() {
+                let at = "request.parts[\(i)]"
+                guard case let .object(members) = item else { throw .invalid("\(at) must be an object") }
+                for (name, _) in members where !["url", "headers", "range"].contains(name) {
+                    throw .invalid("\(at): unknown field \"\(name)\"")
+                }
+                guard let u = item["url"]?.stringValue else { throw .invalid("\(at).url must be a string") }
+                let url = try URLCheck.validate(u, field: "\(at).url")
+                guard let start = item["range"]?["start"]?.int64Value, let end = item["range"]?["end"]?.int64Value else {
+                    throw .invalid("\(at).range needs whole-number start and end")
+                }
+                let headers = try item["headers"].map { h throws(OutboxError) in try renderHeaders(h, ctx: ctx, field: "\(at).headers") } ?? []
+                parts.append(PreparedPart(range: ByteRange(start: start, end: end), url: url, headers: headers.map { HeaderPair($0.0, $0.1) }))
+            }
+            if let problem = ChunkPlan.tilingProblem(parts.map(\.range), size: file.size) {
+                throw .invalid("request.parts do not tile the file (\(file.size) bytes): \(problem)")
+            }
+            return parts
+        }
+        // A plan: ranges from the chunk plan, url and headers rendered per part.
+        let plan = tree["plan"] ?? .object([])
+        func size(_ name: String, _ fallback: Int64) throws(OutboxError) -> Int64 {
+            guard let v = plan[name] else { return fallback }
+            if let n = v.int64Value { return n }
+            guard let s = v.stringValue else { throw .invalid("request.parts.plan.\(name) must be a size") }
+            do { return try Units.parseSize(s) } catch { throw .invalid("request.parts.plan.\(name): \(error.message)") }
+        }
+        let min = try size("min", ChunkPlan.defaultMin)
+        let max = try size("max", ChunkPlan.defaultMax)
+        let maxParts = Int(plan["max_parts"]?.int64Value ?? Int64(ChunkPlan.defaultMaxParts))
+        let ranges = try ChunkPlan.plan(size: file.size, min: min, max: max, maxParts: maxParts)
+        guard case let .string(urlTemplate)? = tree["url"] else { throw .invalid("request.parts.url must be a template string") }
+        var parts: [PreparedPart] = []
+        parts.reserveCapacity(ranges.count)
+        for (i, range) in ranges.enumerated() {
+            var partCtx = ctx
+            partCtx.roots["part"] = .object([
+                ("index", .int(i)), ("number", .int(i + 1)), ("start", .int64(range.start)),
+                ("end", .int64(range.end)), ("last", .int64(Swift.max(range.start, range.end - 1))),
+            ])
+            let u = try Template.render(urlTemplate, context: partCtx, mode: .url, field: "request.parts.url")
+            guard let us = u.stringValue else { throw .invalid("request.parts.url must render to a string") }
+            let url = try URLCheck.validate(us, field: "request.parts.url")
+            let headers = try tree["headers"].map { h throws(OutboxError) in try renderHeaders(h, ctx: partCtx, field: "request.parts.headers") } ?? []
+            parts.append(PreparedPart(range: range, url: url, headers: headers.map { HeaderPair($0.0, $0.1) }))
+        }
+        return parts
+    }
+
+    static func acceptRules(_ value: JSON) throws(OutboxError) -> [AcceptRule] {
+        guard case let .array(items) = value else { throw .invalid("accept must be a list of {status, body_includes?}") }
+        var rules: [AcceptRule] = []
+        for item in items {
+            guard let status = item["status"]?.int64Value, (100...599).contains(status) else {
+                throw .invalid("accept items need a status from 100 to 599")
+            }
+            rules.append(AcceptRule(status: Int(status), bodyIncludes: item["body_includes"]?.stringValue))
+        }
+        return rules
+    }
+
+    static func retryRules(_ value: JSON, base: RetryRules) throws(OutboxError) -> RetryRules {
+        var rules = base
+        if let b = value["backoff"] {
+            func duration(_ name: String) throws(OutboxError) -> Int64 {
+                guard let s = b[name]?.stringValue else { throw .invalid("retry.backoff.\(name) is missing") }
+                do { return try Units.parseDuration(s) } catch { throw .invalid("retry.backoff.\(name): \(error.message)") }
+            }
+            rules.backoff.baseMs = try duration("base")
+            rules.backoff.maxMs = try duration("max")
+            guard let j = b["jitter"]?.doubleValue, (0...1).contains(j) else { throw .invalid("retry.backoff.jitter must be from 0 to 1") }
+            rules.backoff.jitter = j
+        }
+        if let e = value["terminal_http"]?["exempt"]?.arrayValue {
+            rules.exempt = e.compactMap { $0.int64Value.map(Int.init) }
+        }
+        return rules
+    }
+}
+
+/// `stat` of a path, in the units the store keeps.
+public struct FileInfo: Sendable {
+    public var size: Int64
+    public var mtimeNs: Int64
+    public var inode: UInt64
+    public var isRegular: Bool
+}

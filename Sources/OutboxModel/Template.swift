@@ -1,0 +1,124 @@
+/// Values the templates can read. Roots: "vars", "entry", "env", "file", "part", "outcome" (and "loop" inside for-blocks).
+public struct TemplateContext: Sendable {
+    public var roots: [String: JSON]
+
+    /// A context whose roots are exactly `roots`; a path under any other root does not resolve.
+    public init(roots: [String: JSON]) {
+        self.roots = roots
+    }
+}
+
+/// How a rendered string is used, which decides encoding and checks (SPEC 3, Templates).
+public enum TemplateMode: Sendable {
+    /// JSON data, parts lists, follow-up vars: a whole substitution keeps its JSON type.
+    case value
+    /// A request URL: inner substitutions are percent-encoded; the result must pass `URLCheck`.
+    case url
+    /// A header value: always text, never CR, LF or NUL.
+    case header
+    /// A text body: always text; `{{ for x in path }} ... {{ end }}` blocks allowed.
+    case text
+}
+
+/// The `{{ path | filter }}` template language of definition files.
+public enum Template {
+    /// Renders one template string. If the whole string (trimmed of nothing: exactly, no surrounding text) is one `{{ path }}` substitution without a string-producing filter, the value is returned whole with its JSON type (value/url modes; in url mode a whole value must be a string or it is E_INVALID). Otherwise the result is a `.string`.
+    ///
+    /// In url mode the result is also checked with `URLCheck.validate`. A for/end tag alone on
+    /// its line (only spaces or tabs around it) removes that whole line from the output.
+    public static func render(_ template: String, context: TemplateContext, mode: TemplateMode, field: String) throws(OutboxError) -> JSON {
+        let nodes: [TemplateNode]
+        do {
+            nodes = try TemplateParser.parse(template)
+        } catch {
+            throw .invalid("\(field): \(error.message)")
+        }
+        let renderer = TemplateRenderer(mode: mode, field: field)
+        return try renderer.render(nodes, roots: context.roots)
+    }
+
+    /// Renders every string leaf of a tree (object keys are not templated) in `.value` mode; `field` is the dotted path used in error messages (e.g. "request.data").
+    public static func renderTree(_ tree: JSON, context: TemplateContext, field: String) throws(OutboxError) -> JSON {
+        switch tree {
+        case .null, .bool, .number:
+            return tree
+        case let .string(s):
+            return try render(s, context: context, mode: .value, field: field)
+        case let .array(items):
+            var out: [JSON] = []
+            out.reserveCapacity(items.count)
+            for (i, item) in items.enumerated() {
+                out.append(try renderTree(item, context: context, field: "\(field)[\(i)]"))
+            }
+            return .array(out)
+        case let .object(members):
+            var out: [(String, JSON)] = []
+            out.reserveCapacity(members.count)
+            for (key, value) in members {
+                out.append((key, try renderTree(value, context: context, field: field.isEmpty ? key : "\(field).\(key)")))
+            }
+            return .object(out)
+        }
+    }
+
+    /// Checks a template's syntax without rendering (unbalanced braces, unknown filter, bad for/end). For `outbox check`.
+    ///
+    /// Also rejects roots other than vars, entry, env, file, part, outcome (plus the loop
+    /// variable and `loop` inside a for-block). Whether a root fits the field is the caller's check.
+    public static func validate(_ template: String) -> String? {
+        let nodes: [TemplateNode]
+        do {
+            nodes = try TemplateParser.parse(template)
+        } catch {
+            return error.message
+        }
+        return unknownRoot(in: nodes, scope: Set(TemplateParser.knownRoots))
+    }
+
+    /// Paths a template reads (e.g. ["vars.site_id", "env.API_TOKEN"]), for static checks.
+    ///
+    /// In order of first use, without duplicates. Paths under a loop variable or `loop` are
+    /// left out (the for-block's own list path is included). Empty when `validate` fails.
+    public static func paths(in template: String) -> [String] {
+        guard let nodes = try? TemplateParser.parse(template) else { return [] }
+        var seen = Set<String>()
+        var out: [String] = []
+        collectPaths(nodes, local: [], seen: &seen, out: &out)
+        return out
+    }
+
+    private static func unknownRoot(in nodes: [TemplateNode], scope: Set<String>) -> String? {
+        for node in nodes {
+            switch node {
+            case .text:
+                continue
+            case let .substitution(sub):
+                if !scope.contains(sub.path.root) { return unknownRootMessage(sub.path.root, tag: sub.display, scope: scope) }
+            case let .loop(variable, path, body):
+                if !scope.contains(path.root) {
+                    return unknownRootMessage(path.root, tag: "{{ for \(variable) in \(path.text) }}", scope: scope)
+                }
+                if let message = unknownRoot(in: body, scope: scope.union([variable, "loop"])) { return message }
+            }
+        }
+        return nil
+    }
+
+    private static func unknownRootMessage(_ root: String, tag: String, scope: Set<String>) -> String {
+        "unknown root \"\(root)\" in \(tag) (roots: \(scope.sorted().joined(separator: ", ")))"
+    }
+
+    private static func collectPaths(_ nodes: [TemplateNode], local: Set<String>, seen: inout Set<String>, out: inout [String]) {
+        for node in nodes {
+            switch node {
+            case .text:
+                continue
+            case let .substitution(sub):
+                if !local.contains(sub.path.root), seen.insert(sub.path.text).inserted { out.append(sub.path.text) }
+            case let .loop(variable, path, body):
+                if !local.contains(path.root), seen.insert(path.text).inserted { out.append(path.text) }
+                collectPaths(body, local: local.union([variable, "loop"]), seen: &seen, out: &out)
+            }
+        }
+    }
+}

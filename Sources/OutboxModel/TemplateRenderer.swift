@@ -1,0 +1,253 @@
+/// Renders parsed template nodes against a context in one mode.
+struct TemplateRenderer {
+    let mode: TemplateMode
+    let field: String
+
+    /// A substitution's value as filters transform it.
+    private enum Piece {
+        /// The path did not resolve; the reason says where it stopped.
+        case missing(String)
+        case value(JSON)
+        /// Text made by a string-producing filter (json, xml).
+        case text(String)
+    }
+
+    /// What a substitution finally yields.
+    private enum Output {
+        case value(JSON)
+        case text(String)
+    }
+
+    private enum Lookup {
+        case found(JSON)
+        /// The reason names the deepest part of the path that did resolve.
+        case missing(String)
+    }
+
+    func render(_ nodes: [TemplateNode], roots: [String: JSON]) throws(OutboxError) -> JSON {
+        if mode == .value || mode == .url, nodes.count == 1, case let .substitution(sub) = nodes[0], !sub.producesString {
+            return try renderWhole(sub, roots: roots)
+        }
+        var out = ""
+        var position = URLPosition()
+        try append(nodes, roots: roots, to: &out, position: &position)
+        switch mode {
+        case .url:
+            return .string(try URLCheck.validate(out, field: field))
+        case .header:
+            if out.utf8.contains(where: { $0 == 0x0A || $0 == 0x0D || $0 == 0x00 }) {
+                throw .invalid("\(field): header value contains CR, LF or NUL")
+            }
+            return .string(out)
+        case .value, .text:
+            return .string(out)
+        }
+    }
+
+    /// A template that is exactly one substitution keeps the value's JSON type.
+    private func renderWhole(_ sub: TemplateSubstitution, roots: [String: JSON]) throws(OutboxError) -> JSON {
+        let value: JSON
+        switch try evaluate(sub, roots: roots) {
+        case let .value(v): value = v
+        case let .text(s): value = .string(s)
+        }
+        guard mode == .url else { return value }
+        guard case let .string(url) = value else {
+            throw .invalid("\(field): {{ \(sub.path.text) }} is \(article(value.typeName)); a URL must be a string")
+        }
+        return .string(try URLCheck.validate(url, field: field))
+    }
+
+    private func append(_ nodes: [TemplateNode], roots: [String: JSON], to out: inout String, position: inout URLPosition) throws(OutboxError) {
+        for node in nodes {
+            switch node {
+            case let .text(s):
+                out += s
+                if mode == .url { position.feed(s) }
+            case let .substitution(sub):
+                var text: String
+                switch try evaluate(sub, roots: roots) {
+                case let .value(v): text = try self.text(of: v, sub)
+                case let .text(s): text = s
+                }
+                if mode == .url {
+                    if !sub.isRaw {
+                        // An encoded value cannot move the host, but it could still pick it.
+                        guard position.part == .rest else {
+                            throw .invalid("\(field): {{ \(sub.path.text) }} is in the URL's scheme or host; write {{ \(sub.path.text) | raw }} if the value is trusted")
+                        }
+                        text = URLCheck.encodeComponent(text)
+                    }
+                    position.feed(text)
+                }
+                out += text
+            case let .loop(variable, path, body):
+                let tag = "{{ for \(variable) in \(path.text) }}"
+                guard mode == .text else {
+                    throw .invalid("\(field): \(tag) blocks are allowed only in a text body")
+                }
+                let items: [JSON]
+                switch resolve(path, roots: roots) {
+                case let .missing(reason):
+                    throw .invalid("\(field): {{ \(path.text) }} does not resolve (\(reason))")
+                case let .found(.array(list)):
+                    items = list
+                case let .found(other):
+                    throw .invalid("\(field): \(tag): \(path.text) is \(article(other.typeName)), not a list")
+                }
+                for (i, item) in items.enumerated() {
+                    var inner = roots
+                    inner[variable] = item
+                    inner["loop"] = .object([("index", .int(i)), ("number", .int(i + 1))])
+                    try append(body, roots: inner, to: &out, position: &position)
+                }
+            }
+        }
+    }
+
+    /// Resolves the path, then applies filters left to right.
+    private func evaluate(_ sub: TemplateSubstitution, roots: [String: JSON]) throws(OutboxError) -> Output {
+        var piece: Piece
+        switch resolve(sub.path, roots: roots) {
+        case let .found(v): piece = .value(v)
+        case let .missing(reason): piece = .missing(reason)
+        }
+        for filter in sub.filters {
+            switch filter {
+            case .raw:
+                continue
+            case let .defaultValue(fallback):
+                switch piece {
+                case .missing, .value(.null): piece = .value(.string(fallback))
+                default: break
+                }
+            case .json:
+                switch piece {
+                case let .missing(reason): throw unresolved(sub.path, reason)
+                case let .value(v): piece = .text(v.serialized())
+                case let .text(s): piece = .text(JSON.string(s).serialized())
+                }
+            case .xml:
+                switch piece {
+                case let .missing(reason): throw unresolved(sub.path, reason)
+                case let .value(v): piece = .text(try xmlEscaped(try text(of: v, sub), sub))
+                case let .text(s): piece = .text(try xmlEscaped(s, sub))
+                }
+            }
+        }
+        switch piece {
+        case let .missing(reason): throw unresolved(sub.path, reason)
+        case let .value(v): return .value(v)
+        case let .text(s): return .text(s)
+        }
+    }
+
+    private func unresolved(_ path: TemplatePath, _ reason: String) -> OutboxError {
+        .invalid("\(field): {{ \(path.text) }} does not resolve (\(reason))")
+    }
+
+    /// Follows a path through objects (by key) and lists (by index).
+    private func resolve(_ path: TemplatePath, roots: [String: JSON]) -> Lookup {
+        guard var current = roots[path.root] else {
+            return .missing("no root \"\(path.root)\" here; roots: \(roots.keys.sorted().joined(separator: ", "))")
+        }
+        var prefix = path.root
+        for segment in path.segments.dropFirst() {
+            switch current {
+            case let .object(members):
+                guard let next = members.first(where: { $0.0 == segment })?.1 else {
+                    return .missing("\(prefix) has no \"\(segment)\"")
+                }
+                current = next
+            case let .array(items):
+                guard segment.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), let index = Int(segment) else {
+                    return .missing("\(prefix) is a list; \"\(segment)\" is not an index")
+                }
+                guard index < items.count else {
+                    return .missing("\(prefix) has \(items.count) item\(items.count == 1 ? "" : "s"), no index \(index)")
+                }
+                current = items[index]
+            case .null:
+                if prefix == "vars" { return .missing("the entry has no vars") }
+                return .missing("\(prefix) is null")
+            default:
+                return .missing("\(prefix) is \(article(current.typeName)), it has no \"\(segment)\"")
+            }
+            prefix += "." + segment
+        }
+        return .found(current)
+    }
+
+    /// A value as text inside a longer string; null and containers are refused, never guessed.
+    private func text(of value: JSON, _ sub: TemplateSubstitution) throws(OutboxError) -> String {
+        switch value {
+        case let .string(s): return s
+        case let .number(n): return n
+        case let .bool(b): return b ? "true" : "false"
+        case .null:
+            throw .invalid("\(field): {{ \(sub.path.text) }} is null; write {{ \(sub.path.text) | default(\"...\") }} to give a fallback")
+        case .array, .object:
+            throw .invalid("\(field): {{ \(sub.path.text) }} is \(article(value.typeName)), which cannot be inserted as text; write {{ \(sub.path.text) | json }}")
+        }
+    }
+
+    private func xmlEscaped(_ s: String, _ sub: TemplateSubstitution) throws(OutboxError) -> String {
+        var out = ""
+        out.reserveCapacity(s.utf8.count)
+        for scalar in s.unicodeScalars {
+            switch scalar {
+            case "&": out += "&amp;"
+            case "<": out += "&lt;"
+            case ">": out += "&gt;"
+            case "\"": out += "&quot;"
+            case "'": out += "&apos;"
+            default:
+                // XML 1.0 cannot carry these even as character references.
+                let v = scalar.value
+                if (v < 0x20 && v != 0x09 && v != 0x0A && v != 0x0D) || v == 0xFFFE || v == 0xFFFF {
+                    throw .invalid("\(field): {{ \(sub.path.text) | xml }} contains U+\(hex4(v)), which XML cannot carry")
+                }
+                out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
+    }
+
+    private func hex4(_ v: UInt32) -> String {
+        let h = String(v, radix: 16, uppercase: true)
+        return String(repeating: "0", count: max(0, 4 - h.count)) + h
+    }
+
+    private func article(_ typeName: String) -> String {
+        switch typeName {
+        case "null": return "null"
+        case "object": return "an object"
+        default: return "a \(typeName)"
+        }
+    }
+}
+
+/// Where the URL built so far ends: scheme (before `://`), authority, or path and beyond.
+/// Fed each appended piece once, so tracking it stays linear in the URL's length.
+struct URLPosition {
+    enum Part { case scheme, authority, rest }
+    private(set) var part = Part.scheme
+    private var last1: UInt8 = 0
+    private var last2: UInt8 = 0
+
+    mutating func feed(_ s: String) {
+        guard part != .rest else { return }
+        for b in s.utf8 {
+            switch part {
+            case .scheme:
+                if last2 == UInt8(ascii: ":"), last1 == UInt8(ascii: "/"), b == UInt8(ascii: "/") { part = .authority }
+                last2 = last1
+                last1 = b
+            case .authority:
+                if b == UInt8(ascii: "/") || b == UInt8(ascii: "?") || b == UInt8(ascii: "#") { part = .rest; return }
+            case .rest:
+                return
+            }
+        }
+    }
+}

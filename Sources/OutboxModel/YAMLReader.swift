@@ -1,0 +1,204 @@
+import YAML
+
+/// Strict reading of a YAML tree into typed values, collecting every problem with its mark.
+///
+/// Each accessor reports a diagnostic and returns nil on a wrong type, so one pass over a
+/// file reports all of its errors, not only the first.
+struct YAMLReader {
+    let path: String
+    var diagnostics: [Diagnostic] = []
+
+    init(path: String) { self.path = path }
+
+    mutating func error(_ mark: Mark, _ message: String) {
+        diagnostics.append(Diagnostic(path: path, line: mark.line, column: mark.column, message: message))
+    }
+
+    /// The members of a mapping node with unknown names reported; `context` names the
+    /// section in messages ("request", "retry.backoff").
+    mutating func fields(_ node: YAMLNode, allowed: [String], context: String) -> [String: YAMLNode]? {
+        guard case let .mapping(pairs) = node.kind else {
+            error(node.mark, "\(context) must be a mapping, not \(Self.describe(node))")
+            return nil
+        }
+        var result: [String: YAMLNode] = [:]
+        for pair in pairs {
+            guard case let .scalar(name, _) = pair.key.kind else {
+                error(pair.key.mark, "keys in \(context) must be names")
+                continue
+            }
+            guard allowed.contains(name) else {
+                let known = allowed.joined(separator: ", ")
+                error(pair.key.mark, "unknown field \"\(name)\" in \(context) (known fields: \(known))")
+                continue
+            }
+            result[name] = pair.value
+        }
+        return result
+    }
+
+    static func describe(_ node: YAMLNode) -> String {
+        switch node.kind {
+        case .mapping: return "a mapping"
+        case .sequence: return "a list"
+        case .scalar:
+            switch node.scalar {
+            case .null?: return "null"
+            case .bool?: return "a boolean"
+            case .int?, .float?: return "a number"
+            default: return "a string"
+            }
+        }
+    }
+
+    mutating func string(_ node: YAMLNode?, _ field: String) -> String? {
+        guard let node else { return nil }
+        switch node.scalar {
+        case let .string(s)?: return s
+        case let .int(s)?: return s
+        case let .float(s?)?: return s
+        default:
+            error(node.mark, "\(field) must be a string, not \(Self.describe(node))")
+            return nil
+        }
+    }
+
+    /// A string that may also be written as a number in YAML (for example an id).
+    mutating func int(_ node: YAMLNode?, _ field: String, range: ClosedRange<Int64> = 0...Int64.max) -> Int64? {
+        guard let node else { return nil }
+        guard case let .int(text)? = node.scalar, let value = Int64(text) else {
+            error(node.mark, "\(field) must be a whole number, not \(Self.describe(node))")
+            return nil
+        }
+        guard range.contains(value) else {
+            error(node.mark, "\(field) must be between \(range.lowerBound) and \(range.upperBound), not \(value)")
+            return nil
+        }
+        return value
+    }
+
+    mutating func double(_ node: YAMLNode?, _ field: String, range: ClosedRange<Double>) -> Double? {
+        guard let node else { return nil }
+        let value: Double?
+        switch node.scalar {
+        case let .int(text)?: value = Double(text)
+        case let .float(text?)?: value = Double(text)
+        default: value = nil
+        }
+        guard let value else {
+            error(node.mark, "\(field) must be a number, not \(Self.describe(node))")
+            return nil
+        }
+        guard range.contains(value) else {
+            error(node.mark, "\(field) must be between \(range.lowerBound) and \(range.upperBound), not \(value)")
+            return nil
+        }
+        return value
+    }
+
+    mutating func bool(_ node: YAMLNode?, _ field: String) -> Bool? {
+        guard let node else { return nil }
+        guard case let .bool(b)? = node.scalar else {
+            var hint = ""
+            if case let .string(s)? = node.scalar, ["yes", "no", "on", "off", "y", "n"].contains(s.lowercased()) {
+                hint = " (YAML 1.2: write true or false)"
+            }
+            error(node.mark, "\(field) must be true or false, not \(Self.describe(node))\(hint)")
+            return nil
+        }
+        return b
+    }
+
+    mutating func duration(_ node: YAMLNode?, _ field: String) -> Int64? {
+        guard let node else { return nil }
+        guard let text = string(node, field) else { return nil }
+        do {
+            return try Units.parseDuration(text)
+        } catch {
+            self.error(node.mark, "\(field): \(error.message)")
+            return nil
+        }
+    }
+
+    mutating func size(_ node: YAMLNode?, _ field: String) -> Int64? {
+        guard let node else { return nil }
+        if case let .int(text)? = node.scalar, let value = Int64(text), value >= 0 { return value }
+        guard let text = string(node, field) else { return nil }
+        do {
+            return try Units.parseSize(text)
+        } catch {
+            self.error(node.mark, "\(field): \(error.message)")
+            return nil
+        }
+    }
+
+    /// A hook or plugin command: a string for `/bin/sh -c`, or a list run directly.
+    mutating func command(_ node: YAMLNode?, _ field: String) -> CommandSpec? {
+        guard let node else { return nil }
+        switch node.kind {
+        case .scalar:
+            if case .null? = node.scalar { return nil }
+            guard let text = string(node, field) else { return nil }
+            guard !text.trimmingSpaces.isEmpty else {
+                error(node.mark, "\(field) is an empty command")
+                return nil
+            }
+            return .shell(text)
+        case let .sequence(items):
+            var argv: [String] = []
+            for item in items {
+                guard let s = string(item, "\(field) items") else { return nil }
+                argv.append(s)
+            }
+            guard !argv.isEmpty else {
+                error(node.mark, "\(field) is an empty command")
+                return nil
+            }
+            return .argv(argv)
+        case .mapping:
+            error(node.mark, "\(field) must be a command string or a list of arguments")
+            return nil
+        }
+    }
+
+    /// Any YAML value as JSON (YAML 1.2 core schema), for templates and literal data.
+    mutating func json(_ node: YAMLNode, _ field: String) -> JSON? {
+        switch node.kind {
+        case .scalar:
+            switch node.scalar {
+            case .null?, nil: return .null
+            case let .bool(b)?: return .bool(b)
+            case let .int(text)?: return .number(text)
+            case let .float(text?)?: return .number(text)
+            case .float(nil)?:
+                error(node.mark, "\(field): .inf and .nan cannot be sent as JSON")
+                return nil
+            case let .string(s)?: return .string(s)
+            }
+        case let .sequence(items):
+            var out: [JSON] = []
+            for (i, item) in items.enumerated() {
+                guard let value = json(item, "\(field)[\(i)]") else { return nil }
+                out.append(value)
+            }
+            return .array(out)
+        case let .mapping(pairs):
+            var out: [(String, JSON)] = []
+            for pair in pairs {
+                guard let key = string(pair.key, "keys of \(field)") else { return nil }
+                guard let value = json(pair.value, "\(field).\(key)") else { return nil }
+                out.append((key, value))
+            }
+            return .object(out)
+        }
+    }
+}
+
+extension String {
+    var trimmingSpaces: String {
+        var s = Substring(self)
+        while let c = s.first, c == " " || c == "\t" || c == "\n" || c == "\r" { s.removeFirst() }
+        while let c = s.last, c == " " || c == "\t" || c == "\n" || c == "\r" { s.removeLast() }
+        return String(s)
+    }
+}

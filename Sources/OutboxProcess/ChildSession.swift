@@ -1,0 +1,236 @@
+import CSystem
+import Glibc
+
+/// The first `cap` bytes of one output stream; the rest is read and dropped, because closing
+/// the pipe early would SIGPIPE the hook into a failure (T-proc3).
+struct CappedOutput {
+    var fd: Int32
+    let cap: Int
+    var bytes: [UInt8] = []
+    var truncated = false
+
+    init(fd: Int32, cap: Int) {
+        self.fd = fd
+        self.cap = max(0, cap)
+    }
+
+    var isOpen: Bool { fd >= 0 }
+
+    mutating func close() {
+        csystem_proc_close(fd)
+        fd = -1
+    }
+
+    /// Reads what is available now; closes on EOF or error.
+    mutating func readAvailable(into buffer: UnsafeMutableRawBufferPointer) {
+        // Bounded, so a writer as fast as we read cannot starve the other fds and timers.
+        for _ in 0..<8 where isOpen {
+            let n = csystem_proc_read(fd, buffer.baseAddress, buffer.count)
+            if n > 0 {
+                let keep = min(n, cap - bytes.count)
+                if keep > 0 {
+                    bytes.append(contentsOf: UnsafeRawBufferPointer(rebasing: buffer[0..<keep]))
+                }
+                if n > keep { truncated = true }
+                if n < buffer.count { return }
+            } else if n == 0 || n != -Int(EAGAIN) {
+                close()
+            } else {
+                return
+            }
+        }
+    }
+}
+
+/// One running child: feeds stdin, collects output, enforces warn/timeout, and decides
+/// completion on the child's exit rather than on pipe EOF (T-proc5).
+struct ChildSession {
+    let pid: Int32
+    var pidfd: Int32
+    var stdinFD: Int32
+    let input: [UInt8]
+    var inputOffset = 0
+    var stdout: CappedOutput
+    var stderr: CappedOutput
+    let spec: ProcessSpec
+
+    var warnAt: Int64?
+    var timeoutAt: Int64?
+    var killAt: Int64?
+    var timedOut = false
+    var exitStatus: Int32?
+    var signal: Int32?
+    var exited = false
+
+    init(child: csystem_child, spec: ProcessSpec, spawnedAt start: Int64) {
+        pid = child.pid
+        pidfd = child.pidfd
+        stdinFD = child.stdin_fd
+        input = spec.stdin
+        stdout = CappedOutput(fd: child.stdout_fd, cap: spec.outputCap)
+        stderr = CappedOutput(fd: child.stderr_fd, cap: spec.outputCap)
+        self.spec = spec
+        if let warn = spec.warnAfterMs, spec.onWarn != nil { warnAt = start + Int64(max(0, warn)) }
+        if let timeout = spec.timeoutMs { timeoutAt = start + Int64(max(0, timeout)) }
+    }
+
+    mutating func runToCompletion() -> ProcessResult {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
+        defer { buffer.deallocate() }
+        if input.isEmpty { closeStdin() }
+
+        var drainUntil: Int64 = 0
+        while true {
+            let now = csystem_proc_now_ms()
+            if exited {
+                if !stdout.isOpen && !stderr.isOpen { break }
+                if now >= drainUntil {
+                    // One last non-blocking read of what is already buffered, then give up.
+                    stdout.readAvailable(into: buffer)
+                    stderr.readAvailable(into: buffer)
+                    break
+                }
+            } else {
+                fireTimers(now: now)
+            }
+
+            var fds: [pollfd] = []
+            var stdinSlot = -1, stdoutSlot = -1, stderrSlot = -1, pidSlot = -1
+            if stdinFD >= 0 {
+                stdinSlot = fds.count
+                fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0))
+            }
+            if stdout.isOpen {
+                stdoutSlot = fds.count
+                fds.append(pollfd(fd: stdout.fd, events: Int16(POLLIN), revents: 0))
+            }
+            if stderr.isOpen {
+                stderrSlot = fds.count
+                fds.append(pollfd(fd: stderr.fd, events: Int16(POLLIN), revents: 0))
+            }
+            if !exited && pidfd >= 0 {
+                pidSlot = fds.count
+                fds.append(pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0))
+            }
+
+            let timeout = pollTimeout(now: now, drainUntil: drainUntil)
+            let ready = fds.withUnsafeMutableBufferPointer {
+                csystem_proc_poll($0.baseAddress, UInt($0.count), timeout)
+            }
+            if ready < 0 { continue }  // EINTR: recompute timers
+
+            if stdinSlot >= 0 && fds[stdinSlot].revents != 0 { writeStdin() }
+            if stdoutSlot >= 0 && fds[stdoutSlot].revents != 0 { stdout.readAvailable(into: buffer) }
+            if stderrSlot >= 0 && fds[stderrSlot].revents != 0 { stderr.readAvailable(into: buffer) }
+            let leaderExited: Bool
+            if pidSlot >= 0 {
+                leaderExited = fds[pidSlot].revents != 0
+            } else if !exited {
+                // No pidfd (old kernel): poll the child's state on each short tick.
+                leaderExited = true
+            } else {
+                leaderExited = false
+            }
+            if leaderExited && reap(blocking: pidSlot >= 0) {
+                exited = true
+                closeStdin()
+                drainUntil = csystem_proc_now_ms() + ProcessRunner.drainMs
+            }
+        }
+
+        stdout.close()
+        stderr.close()
+        closeStdin()
+        csystem_proc_close(pidfd)
+        pidfd = -1
+        return ProcessResult(
+            pid: pid, exitStatus: exitStatus, signal: signal, timedOut: timedOut,
+            stdout: stdout.bytes, stdoutTruncated: stdout.truncated,
+            stderr: stderr.bytes, stderrTruncated: stderr.truncated)
+    }
+
+    mutating func fireTimers(now: Int64) {
+        if let at = warnAt, now >= at {
+            warnAt = nil
+            spec.onWarn?(pid)
+        }
+        if let at = timeoutAt, now >= at {
+            timeoutAt = nil
+            timedOut = true
+            signalGroup(SIGTERM)
+            killAt = now + ProcessRunner.killGraceMs
+        }
+        if let at = killAt, now >= at {
+            killAt = nil
+            signalGroup(SIGKILL)
+        }
+    }
+
+    func pollTimeout(now: Int64, drainUntil: Int64) -> Int32 {
+        var next: Int64? = nil
+        if exited {
+            next = drainUntil
+        } else {
+            for deadline in [warnAt, timeoutAt, killAt].compactMap({ $0 }) {
+                next = min(next ?? deadline, deadline)
+            }
+        }
+        var wait: Int64 = next.map { max(0, $0 - now) } ?? -1
+        if !exited && pidfd < 0 { wait = wait < 0 ? 20 : min(wait, 20) }
+        return Int32(clamping: wait)
+    }
+
+    /// The child is not reaped yet, so its pid (= pgid) cannot have been reused.
+    func signalGroup(_ sig: Int32) {
+        if csystem_proc_killpg(pid, sig) != 0 {
+            // The leader left its group (setsid/setpgid): still stop the leader itself.
+            _ = csystem_proc_kill(pid, sig)
+        }
+    }
+
+    /// waitpid on this pid only (T-proc6). True once reaped.
+    mutating func reap(blocking: Bool) -> Bool {
+        if timedOut && blocking {
+            // Finish off group members that ignored SIGTERM while the zombie leader still
+            // pins the group id.
+            _ = csystem_proc_killpg(pid, SIGKILL)
+        }
+        var code: Int32 = -1
+        var sig: Int32 = -1
+        let rc = csystem_proc_wait(pid, blocking ? 0 : 1, &code, &sig)
+        if rc == 0 { return false }
+        if rc < 0 {
+            // ECHILD: someone else reaped it (a waitpid(-1) elsewhere); report as a crash.
+            exitStatus = nil
+            signal = nil
+            return true
+        }
+        exitStatus = code >= 0 ? code : nil
+        signal = sig >= 0 ? sig : nil
+        return true
+    }
+
+    /// Writes as much stdin as the pipe takes; EPIPE means the hook stopped reading, which
+    /// is not a failure (T-proc4).
+    mutating func writeStdin() {
+        while stdinFD >= 0 && inputOffset < input.count {
+            let n = input.withUnsafeBytes { raw in
+                csystem_proc_write(stdinFD, raw.baseAddress! + inputOffset, min(raw.count - inputOffset, 65536))
+            }
+            if n > 0 {
+                inputOffset += n
+            } else if n == -Int(EAGAIN) {
+                return
+            } else {
+                closeStdin()
+                return
+            }
+        }
+        if inputOffset >= input.count { closeStdin() }
+    }
+
+    mutating func closeStdin() {
+        csystem_proc_close(stdinFD)
+        stdinFD = -1
+    }
+}

@@ -1,0 +1,164 @@
+import CSystem
+import Glibc
+
+/// Runs hook and plugin processes: posix_spawn in their own process group, one poll loop
+/// over stdin, stdout, stderr and a pidfd.
+public enum ProcessRunner {
+    /// Grace period between SIGTERM and SIGKILL when a timeout fires.
+    static let killGraceMs: Int64 = 2000
+    /// How long pipes are drained after the child exited; a background grandchild may
+    /// hold them open forever (T-proc5).
+    static let drainMs: Int64 = 100
+    /// PATH used to find an argv program when the spec's environment has none.
+    static let defaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+    /// Runs to completion, blocking the calling thread (call it from a dedicated thread,
+    /// never the Swift cooperative pool).
+    public static func run(_ spec: ProcessSpec) throws(ProcessSpawnError) -> ProcessResult {
+        let (path, arguments) = try resolve(spec)
+        try checkStrings(arguments: arguments, environment: spec.environment)
+        guard csystem_proc_is_directory(spec.workingDirectory) == 1 else {
+            throw ProcessSpawnError(
+                message: "cannot start \(arguments[0]): working directory \(spec.workingDirectory) is not a folder")
+        }
+        let argv = CStringArray(arguments)
+        let envp = CStringArray(spec.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })
+        var child = csystem_child()
+        // Even if main forgot ignoreSIGPIPE, a hook that stops reading must not kill us.
+        let sigpipeWasBlocked = csystem_proc_block_sigpipe()
+        defer { csystem_proc_restore_sigpipe(sigpipeWasBlocked) }
+        let rc = argv.withPointers { argvPointer in
+            envp.withPointers { envpPointer in
+                csystem_spawn(path, argvPointer, envpPointer, spec.workingDirectory, &child)
+            }
+        }
+        guard rc == 0 else {
+            throw ProcessSpawnError(message: "cannot start \(path): \(errorText(-rc))")
+        }
+        let spawnedAt = csystem_proc_now_ms()
+        if let onStart = spec.onStart {
+            onStart(child.pid, startTime(of: child.pid) ?? 0)
+        }
+        var session = ChildSession(child: child, spec: spec, spawnedAt: spawnedAt)
+        return session.runToCompletion()
+    }
+
+    /// Kills a process group left over from an earlier runner, if its leader still has this
+    /// start time. Returns true when the group was signalled.
+    ///
+    /// A group whose leader has already exited is left alone: its number cannot be told apart
+    /// from an unrelated group once the leader's pid may have been reused.
+    public static func killStaleGroup(pgid: Int32, startTime: UInt64) -> Bool {
+        guard pgid > 1, pgid != getpgrp(), pgid != getpid() else { return false }
+        // The pidfd pins the pid, so the number cannot be reused between the check and the kill.
+        let pidfd = csystem_proc_pidfd_open(pgid)
+        guard pidfd >= 0 else { return false }
+        defer { csystem_proc_close(pidfd) }
+        var start: UInt64 = 0
+        var group: Int32 = 0
+        guard csystem_proc_stat(pgid, &start, &group) == 0, start == startTime else { return false }
+        _ = csystem_proc_killpg(pgid, SIGKILL)
+        // The leader may have moved to another group; it is still the recorded hook.
+        _ = csystem_proc_pidfd_signal(pidfd, SIGKILL)
+        // Wait briefly until the leader is dead, so redelivery cannot overlap it.
+        _ = csystem_proc_poll_readable(pidfd, 2000)
+        return true
+    }
+
+    /// The current process environment as a dictionary (from `environ`).
+    public static func currentEnvironment() -> [String: String] {
+        var result: [String: String] = [:]
+        guard let environ = csystem_proc_environ() else { return result }
+        var index = 0
+        while let entry = environ[index] {
+            index += 1
+            let text = String(cString: entry)
+            guard let equals = text.firstIndex(of: "=") else { continue }
+            let key = String(text[..<equals])
+            // getenv returns the first of duplicate names, so keep the first too.
+            if result[key] == nil {
+                result[key] = String(text[text.index(after: equals)...])
+            }
+        }
+        return result
+    }
+
+    /// Ignores SIGPIPE in this process so writes to a closed pipe return EPIPE; call once
+    /// from main (children get SIGPIPE back at its default). `run` also blocks SIGPIPE on
+    /// its own thread while it writes, as a second line of defence.
+    public static func ignoreSIGPIPE() {
+        csystem_proc_ignore_sigpipe()
+    }
+
+    /// The start time (clock ticks since boot) of a live process, nil when it is gone.
+    static func startTime(of pid: Int32) -> UInt64? {
+        var start: UInt64 = 0
+        var group: Int32 = 0
+        return csystem_proc_stat(pid, &start, &group) == 0 ? start : nil
+    }
+
+    /// The program path and argv for a command.
+    static func resolve(_ spec: ProcessSpec) throws(ProcessSpawnError) -> (String, [String]) {
+        switch spec.command {
+        case .shell(let line):
+            return ("/bin/sh", ["sh", "-c", line])
+        case .argv(let arguments):
+            guard let program = arguments.first, !program.isEmpty else {
+                throw ProcessSpawnError(message: "cannot start a command with an empty program name")
+            }
+            if program.contains("/") {
+                return (program, arguments)
+            }
+            // Searched with the child's PATH, not ours: the environment is the child's.
+            let searchPath = spec.environment["PATH"] ?? defaultPath
+            for entry in searchPath.split(separator: ":", omittingEmptySubsequences: false) {
+                var folder = String(entry)
+                if folder.isEmpty { folder = "." }
+                if !folder.hasPrefix("/") { folder = spec.workingDirectory + "/" + folder }
+                let candidate = folder + "/" + program
+                if csystem_proc_is_executable(candidate) == 1 {
+                    return (candidate, arguments)
+                }
+            }
+            throw ProcessSpawnError(message: "cannot start \(program): command not found in PATH")
+        }
+    }
+
+    /// C strings end at NUL, and `=` in a name would split differently in the child.
+    static func checkStrings(arguments: [String], environment: [String: String]) throws(ProcessSpawnError) {
+        if arguments.contains(where: { $0.utf8.contains(0) }) {
+            throw ProcessSpawnError(message: "cannot start \(arguments[0]): an argument contains a NUL byte")
+        }
+        for (key, value) in environment {
+            if key.isEmpty || key.utf8.contains(UInt8(ascii: "=")) || key.utf8.contains(0) {
+                throw ProcessSpawnError(message: "cannot start \(arguments[0]): invalid environment variable name '\(key)'")
+            }
+            if value.utf8.contains(0) {
+                throw ProcessSpawnError(message: "cannot start \(arguments[0]): environment variable \(key) contains a NUL byte")
+            }
+        }
+    }
+
+    static func errorText(_ code: Int32) -> String {
+        guard let text = strerror(code) else { return "error \(code)" }
+        return String(cString: text)
+    }
+}
+
+/// A NULL-terminated array of strdup'ed C strings, freed on deinit.
+final class CStringArray {
+    private var pointers: [UnsafeMutablePointer<CChar>?]
+
+    init(_ strings: [String]) {
+        pointers = strings.map { strdup($0) }
+        pointers.append(nil)
+    }
+
+    deinit {
+        for pointer in pointers { free(pointer) }
+    }
+
+    func withPointers<R>(_ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {
+        pointers.withUnsafeBufferPointer { body($0.baseAddress!) }
+    }
+}

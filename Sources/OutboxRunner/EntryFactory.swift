@@ -1,0 +1,111 @@
+import OutboxModel
+import OutboxProcess
+import OutboxStore
+
+extension ProcessCommand {
+    init(_ spec: CommandSpec) {
+        switch spec {
+        case let .shell(s): self = .shell(s)
+        case let .argv(a): self = .argv(a)
+        }
+    }
+}
+
+/// Runs a plugin that answers with JSON on stdout (request_command, headers_command, parsers).
+public enum Plugin {
+    public static func runJSON(_ command: CommandSpec, input: JSON, name: String, config: Config,
+                               environment: [String: String]) throws(OutboxError) -> JSON {
+        let spec = ProcessSpec(command: ProcessCommand(command), stdin: Array(input.serialized().utf8),
+                               environment: environment, workingDirectory: config.root, outputCap: 16 << 20,
+                               timeoutMs: 120_000)
+        let result: ProcessResult
+        do {
+            result = try ProcessRunner.run(spec)
+        } catch {
+            throw .invalid("\(name) could not start: \(error.message)")
+        }
+        guard result.succeeded else {
+            let firstLine = String(decoding: result.stderr, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+            let how = result.exitStatus.map { "exited \($0)" } ?? "was killed by signal \(result.signal ?? 0)"
+            throw .invalid("\(name) \(how)\(firstLine.isEmpty ? "" : ": \(firstLine.prefix(200))")")
+        }
+        do {
+            return try JSON.parse(String(decoding: result.stdout, as: UTF8.self))
+        } catch {
+            throw .invalid("\(name) printed invalid JSON: \(error)")
+        }
+    }
+}
+
+/// Renders definitions into entries ready to enqueue: vars checks, plugins, templates.
+///
+/// Used by `enqueue` and by the runner for `then` follow-ups and hook-printed enqueues, so
+/// both apply exactly the same rules.
+public struct EntryFactory {
+    public let config: Config
+    public let environment: [String: String]
+    public let cwd: String
+    let definition: (String) throws(OutboxError) -> Definition
+
+    public init(config: Config, environment: [String: String], cwd: String,
+                definition: @escaping (String) throws(OutboxError) -> Definition) {
+        self.config = config
+        self.environment = environment
+        self.cwd = cwd
+        self.definition = definition
+    }
+
+    /// Checks vars: an object or null, within `max_vars_bytes` of compact JSON.
+    public func checkVars(_ vars: JSON) throws(OutboxError) {
+        switch vars {
+        case .object, .null: break
+        default: throw .invalid("vars must be a JSON object, not \(vars.typeName)")
+        }
+        let size = vars.serialized().utf8.count
+        if Int64(size) > config.maxVarsBytes {
+            throw .invalid("vars are \(size) bytes of JSON, over max_vars_bytes (\(config.maxVarsBytes))")
+        }
+    }
+
+    /// The account of the current process (config `account`), nil when unset or empty.
+    public func account() -> String? {
+        guard let template = config.account else { return nil }
+        let inputs = RenderInputs(id: "", vars: .null, environment: environment, cwd: cwd)
+        guard let value = try? Template.render(template, context: RequestBuilder.context(inputs), mode: .value, field: "account"),
+              let s = value.stringValue, !s.isEmpty else { return nil }
+        return s
+    }
+
+    public func make(key: String, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
+                     expiresAt: Int64? = nil, outcome: JSON? = nil) throws(OutboxError) -> NewEntry {
+        let def = try definition(key)
+        return try make(definition: def, vars: vars, id: id, parent: parent, notBefore: notBefore, expiresAt: expiresAt, outcome: outcome)
+    }
+
+    public func make(definition def: Definition, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
+                     expiresAt: Int64? = nil, outcome: JSON? = nil) throws(OutboxError) -> NewEntry {
+        try checkVars(vars)
+        let entryID = id ?? Identifiers.uuid()
+        if let problem = Identifiers.validateUserID(entryID) { throw .invalid(problem) }
+        var inputs = RenderInputs(id: entryID, vars: vars, environment: environment, cwd: cwd)
+        inputs.outcome = outcome
+        if let command = config.headersCommand {
+            let answer = try Plugin.runJSON(command, input: .object([("key", .string(def.key)), ("vars", vars)]),
+                                            name: "headers_command", config: config, environment: environment)
+            guard case .object = answer else { throw .invalid("headers_command must print a JSON object of headers") }
+            inputs.commandHeaders = HeaderRules.from(json: answer)
+        }
+        let prepared: PreparedRequest
+        if let command = def.requestCommand {
+            let descriptor = try Plugin.runJSON(command, input: .object([("vars", vars), ("entry", .object([("id", .string(entryID))]))]),
+                                                name: "request_command", config: config, environment: environment)
+            // The answer is rendered like a definition's request, so it may use part.* templates.
+            prepared = try RequestBuilder.prepare(request: descriptor, definition: def, config: config,
+                                                  inputs: inputs, fromCommand: true)
+        } else {
+            prepared = try RequestBuilder.prepare(request: def.request ?? .object([]), definition: def, config: config, inputs: inputs)
+        }
+        return NewEntry(id: entryID, key: def.key, vars: vars, prepared: prepared, account: account(), parent: parent,
+                        notBefore: notBefore, expiresAt: expiresAt)
+    }
+}

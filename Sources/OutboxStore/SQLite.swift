@@ -1,0 +1,179 @@
+import CSQLite
+import Glibc
+import OutboxModel
+
+/// A value bound to or read from an SQL statement.
+enum SQLValue: Sendable {
+    case null
+    case int(Int64)
+    case text(String)
+    case blob([UInt8])
+
+    static func optional(_ v: Int64?) -> SQLValue { v.map { .int($0) } ?? .null }
+    static func optional(_ v: String?) -> SQLValue { v.map { .text($0) } ?? .null }
+    static func int(_ v: Int) -> SQLValue { .int(Int64(v)) }
+    static func bool(_ v: Bool) -> SQLValue { .int(v ? 1 : 0) }
+}
+
+/// A row of a result, read by column index while the statement is positioned on it.
+struct SQLRow {
+    fileprivate let statement: OpaquePointer
+
+    func isNull(_ i: Int32) -> Bool { sqlite3_column_type(statement, i) == SQLITE_NULL }
+    func int(_ i: Int32) -> Int64 { sqlite3_column_int64(statement, i) }
+    func optionalInt(_ i: Int32) -> Int64? { isNull(i) ? nil : int(i) }
+    func text(_ i: Int32) -> String {
+        guard let p = sqlite3_column_text(statement, i) else { return "" }
+        let n = Int(sqlite3_column_bytes(statement, i))
+        return String(decoding: UnsafeBufferPointer(start: p, count: n), as: UTF8.self)
+    }
+    func optionalText(_ i: Int32) -> String? { isNull(i) ? nil : text(i) }
+    func blob(_ i: Int32) -> [UInt8]? {
+        if isNull(i) { return nil }
+        let n = Int(sqlite3_column_bytes(statement, i))
+        guard n > 0, let p = sqlite3_column_blob(statement, i) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: p, count: n))
+    }
+}
+
+/// One SQLite connection, confined to the thread that uses it; statements cached by SQL text.
+///
+/// Opened in WAL mode with `synchronous=FULL` (per connection, T-sql1) and a busy timeout,
+/// so several `enqueue` processes and one runner share a store safely.
+final class SQLiteConnection: @unchecked Sendable {
+    private let db: OpaquePointer
+    private var statements: [String: OpaquePointer] = [:]
+    private var transactionDepth = 0
+    let path: String
+
+    init(path: String) throws(OutboxError) {
+        self.path = path
+        var handle: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &handle, flags, nil)
+        guard rc == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            if let handle { sqlite3_close_v2(handle) }
+            throw .storage("cannot open the store database \(path): \(message)")
+        }
+        db = handle
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, 10_000)
+        let mode = try scalarText("PRAGMA journal_mode=WAL")
+        guard mode.lowercased() == "wal" else {
+            throw .storage("the store database \(path) refused WAL mode (got \(mode))")
+        }
+        try execute("PRAGMA synchronous=FULL")
+        try execute("PRAGMA foreign_keys=ON")
+    }
+
+    deinit {
+        for statement in statements.values { sqlite3_finalize(statement) }
+        sqlite3_close_v2(db)
+    }
+
+    private func failure(_ context: String) -> OutboxError {
+        .storage("\(context): \(String(cString: sqlite3_errmsg(db))) (\(path))")
+    }
+
+    func execute(_ sql: String) throws(OutboxError) {
+        var error: UnsafeMutablePointer<CChar>?
+        if sqlite3_exec(db, sql, nil, nil, &error) != SQLITE_OK {
+            let message = error.map { String(cString: $0) } ?? "unknown error"
+            sqlite3_free(error)
+            throw .storage("\(message) (\(path))")
+        }
+    }
+
+    private func statement(_ sql: String) throws(OutboxError) -> OpaquePointer {
+        if let cached = statements[sql] { return cached }
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v3(db, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil) == SQLITE_OK,
+              let statement else {
+            throw failure("cannot prepare a statement")
+        }
+        statements[sql] = statement
+        return statement
+    }
+
+    private func bind(_ statement: OpaquePointer, _ values: [SQLValue]) throws(OutboxError) {
+        for (offset, value) in values.enumerated() {
+            let i = Int32(offset + 1)
+            let rc: Int32
+            switch value {
+            case .null: rc = sqlite3_bind_null(statement, i)
+            case let .int(v): rc = sqlite3_bind_int64(statement, i, v)
+            case let .text(v): rc = csqlite_bind_text(statement, i, v, -1)
+            case let .blob(v): rc = v.withUnsafeBytes { csqlite_bind_blob(statement, i, $0.baseAddress, Int32($0.count)) }
+            }
+            guard rc == SQLITE_OK else { throw failure("cannot bind a value") }
+        }
+    }
+
+    /// Runs a statement that returns no rows; returns the number of rows changed.
+    @discardableResult
+    func run(_ sql: String, _ values: [SQLValue] = []) throws(OutboxError) -> Int {
+        let statement = try statement(sql)
+        defer { sqlite3_reset(statement); sqlite3_clear_bindings(statement) }
+        try bind(statement, values)
+        let rc = sqlite3_step(statement)
+        guard rc == SQLITE_DONE || rc == SQLITE_ROW else { throw failure("cannot write to the store") }
+        return Int(sqlite3_changes(db))
+    }
+
+    /// Runs a query and maps every row; the statement is reset at once (T-sql4).
+    func query<T>(_ sql: String, _ values: [SQLValue] = [], _ map: (SQLRow) throws(OutboxError) -> T) throws(OutboxError) -> [T] {
+        let statement = try statement(sql)
+        defer { sqlite3_reset(statement); sqlite3_clear_bindings(statement) }
+        try bind(statement, values)
+        var rows: [T] = []
+        while true {
+            let rc = sqlite3_step(statement)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw failure("cannot read the store") }
+            rows.append(try map(SQLRow(statement: statement)))
+        }
+        return rows
+    }
+
+    func queryOne<T>(_ sql: String, _ values: [SQLValue] = [], _ map: (SQLRow) throws(OutboxError) -> T) throws(OutboxError) -> T? {
+        try query(sql, values, map).first
+    }
+
+    private func scalarText(_ sql: String) throws(OutboxError) -> String {
+        try queryOne(sql) { $0.text(0) } ?? ""
+    }
+
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(db) }
+
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction (T-sql2); rolls back on a throw.
+    func transaction<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
+        if transactionDepth > 0 { return try body() }
+        try execute("BEGIN IMMEDIATE")
+        transactionDepth += 1
+        do throws(OutboxError) {
+            let result = try body()
+            transactionDepth -= 1
+            do throws(OutboxError) {
+                try execute("COMMIT")
+            } catch {
+                try? execute("ROLLBACK")
+                throw error
+            }
+            return result
+        } catch {
+            transactionDepth -= 1
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Changes whenever another connection commits (T-sql6); cheap to poll.
+    func dataVersion() throws(OutboxError) -> Int64 {
+        try queryOne("PRAGMA data_version") { $0.int(0) } ?? 0
+    }
+
+    func checkpoint() {
+        _ = try? execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    }
+}

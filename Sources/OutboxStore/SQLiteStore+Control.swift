@@ -1,0 +1,136 @@
+import Glibc
+import OutboxModel
+
+extension SQLiteStore {
+    /// Forgets an entry: its row, parts, attempts, outcomes and staged bytes. A file moved
+    /// into the store and never sent completely goes back to its source path (SPEC 7).
+    /// Must run inside a transaction; returns files to remove after the commit.
+    func forget(_ e: Entry, returnMovedFile: Bool) throws(OutboxError) -> [String] {
+        try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
+        try db.run("DELETE FROM attempts WHERE entry_id = ?", [.text(e.id)])
+        try db.run("DELETE FROM outcomes WHERE entry_id = ? AND generation <= ?", [.text(e.id), .int(e.generation)])
+        var files = e.request.form.compactMap(\.stagedFile)
+        if let file = e.bodyFile, file.hasPrefix(staging.bodiesDir + "/") {
+            if returnMovedFile, e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path {
+                returns.append((file, source))
+            } else {
+                files.append(file)
+            }
+        }
+        return files
+    }
+
+    /// Removes staged files after a commit, and puts moved files back.
+    func finishForget(_ files: [String]) {
+        for file in files { staging.discard(file) }
+        for (file, source) in returns {
+            if !Paths.exists(source), rename(file, source) == 0 {
+                continue
+            }
+            let returned = Paths.join(folder, "returned")
+            try? Self.makeFolder(returned)
+            let target = Paths.join(returned, Paths.basename(source))
+            let finalTarget = Paths.exists(target) ? "\(target).\(Identifiers.uuid().prefix(8))" : target
+            if rename(file, finalTarget) == 0 {
+                FileIO.log("outbox: \(source) exists, so the file moved into the store was kept as \(finalTarget)")
+            }
+        }
+        returns.removeAll()
+    }
+
+    /// `outbox cancel`: live entries settle cancelled and are forgotten; settled ones are
+    /// forgotten with their unacknowledged outcomes. Unknown ids are not errors.
+    public func cancel(ids: [String]?, key: String?, now: Int64) throws(OutboxError) -> [String] {
+        var toRemove: [String] = []
+        let cancelled = try db.transaction { () throws(OutboxError) -> [String] in
+            var entries: [Entry] = []
+            if let ids {
+                for id in ids { if let e = try entry(id: id) { entries.append(e) } }
+            } else {
+                entries = try list(ListFilter(key: key))
+            }
+            for e in entries {
+                toRemove += try forget(e, returnMovedFile: true)
+            }
+            return entries.map(\.id)
+        }
+        finishForget(toRemove)
+        return cancelled
+    }
+
+    /// `outbox headers update`: merges a patch into every entry (and its parts), bumps the
+    /// header generation and resumes awaiting-auth entries. Returns the new generation.
+    public func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
+        try db.transaction { () throws(OutboxError) -> Int64 in
+            let generation = (Int64(try setting("header_generation") ?? "0") ?? 0) + 1
+            try setSetting("header_generation", String(generation))
+            let existing = HeaderRules.from(json: try setting("header_patch").flatMap { try? JSON.parse($0) })
+            try setSetting("header_patch", HeaderRules.json(HeaderRules.merge(existing, patch)).serialized())
+            for e in try list(ListFilter()) {
+                var request = e.request
+                request.headers = HeaderRules.merge(request.headers, patch)
+                try db.run("""
+                    UPDATE entries SET request = ?, header_generation = ?, updated_at = ?,
+                      state = CASE WHEN state = 'awaiting-auth' THEN 'queued' ELSE state END,
+                      next_attempt_at = CASE WHEN state = 'awaiting-auth' THEN ? ELSE next_attempt_at END
+                    WHERE seq = ?
+                    """, [.text(request.json.serialized()), .int(generation), .int(now), .int(now), .int(e.seq)])
+                for part in try parts(entrySeq: e.seq) {
+                    try db.run("UPDATE parts SET headers = ? WHERE entry_seq = ? AND idx = ?", [
+                        .text(HeaderRules.json(HeaderRules.merge(part.headers, patch)).serialized()), .int(e.seq), .int(part.index),
+                    ])
+                }
+            }
+            return generation
+        }
+    }
+
+    /// Counts of entries by state, and of outcomes not yet acknowledged.
+    public func counts() throws(OutboxError) -> (states: [String: Int64], pendingOutcomes: Int64) {
+        var states: [String: Int64] = [:]
+        for (state, n) in try db.query("SELECT state, COUNT(*) FROM entries GROUP BY state", [], { ($0.text(0), $0.int(1)) }) {
+            states[state] = n
+        }
+        let pending = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE acknowledged = 0") { $0.int(0) } ?? 0
+        return (states, pending)
+    }
+
+    /// Problems with the store's invariants (empty when all hold), for `outbox audit`.
+    public func audit() throws(OutboxError) -> [String] {
+        var problems: [String] = []
+        let check = try db.query("PRAGMA integrity_check") { $0.text(0) }
+        if check != ["ok"] { problems += check.map { "sqlite: \($0)" } }
+        for e in try list(ListFilter()) {
+            if let file = e.bodyFile, !Paths.exists(file) {
+                problems.append("\(e.id): staged body \(file) is missing")
+            }
+            for f in e.request.form.compactMap(\.stagedFile) where !Paths.exists(f) {
+                problems.append("\(e.id): staged form file \(f) is missing")
+            }
+            if e.request.bodyKind == "parts" {
+                let parts = try self.parts(entrySeq: e.seq)
+                if let problem = ChunkPlan.tilingProblem(parts.map(\.range), size: e.totalBytes) {
+                    problems.append("\(e.id): parts do not tile the file: \(problem)")
+                }
+            }
+            if e.state == .completed || e.state == .cancelled {
+                let pending = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0", [.text(e.id)]) { $0.int(0) } ?? 0
+                if pending == 0 { problems.append("\(e.id): \(e.state.rawValue) but has no outcome awaiting acknowledgement") }
+            }
+        }
+        let known = Set(try list(ListFilter()).flatMap { [$0.bodyFile].compactMap { $0 } + $0.request.form.compactMap(\.stagedFile) })
+        for name in Paths.list(staging.bodiesDir) ?? [] {
+            let path = Paths.join(staging.bodiesDir, name)
+            if name.contains(".tmp-") { continue }
+            if !known.contains(path) { problems.append("orphan staged file \(path)") }
+        }
+        return problems
+    }
+}
+
+enum FileIO {
+    static func log(_ line: String) {
+        let text = line + "\n"
+        _ = text.withCString { write(2, $0, strlen($0)) }
+    }
+}

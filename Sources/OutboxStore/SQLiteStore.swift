@@ -1,0 +1,314 @@
+import CSystem
+import Glibc
+import OutboxModel
+
+/// The embedded store: one SQLite database in WAL mode plus staged bodies, in a 0700 folder.
+///
+/// A connection is confined to the thread that uses it (the CLI's main thread, or the
+/// runner's control thread); several processes share the database through SQLite's locks.
+public final class SQLiteStore: Store, @unchecked Sendable {
+    public let folder: String
+    let db: SQLiteConnection
+    let staging: Staging
+    /// Moved files to put back after the current cancel commits: (store path, source path).
+    var returns: [(String, String)] = []
+
+    /// Opens (creating if needed) the store in `folder`. E_STORAGE when that is impossible.
+    public init(folder: String) throws(OutboxError) {
+        self.folder = folder
+        umask(0o077)
+        try Self.makeFolder(folder)
+        let bodies = Paths.join(folder, "bodies")
+        try Self.makeFolder(bodies)
+        staging = Staging(bodiesDir: bodies)
+        let path = Paths.join(folder, "outbox.db")
+        if !Paths.exists(path) {
+            // Pre-create 0600 so the database and its -wal/-shm never exist with a wider mode.
+            let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw .storage("cannot create \(path): \(Paths.errnoMessage())") }
+            close(fd)
+            _ = csystem_fsync_dir(folder)
+        }
+        db = try SQLiteConnection(path: path)
+        try migrate()
+    }
+
+    static func makeFolder(_ path: String) throws(OutboxError) {
+        if Paths.isDirectory(path) { return }
+        if Paths.exists(path) { throw .storage("the store path \(path) exists and is not a folder") }
+        let parent = Paths.dirname(path)
+        if !Paths.isDirectory(parent) { try makeFolder(parent) }
+        guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
+            throw .storage("cannot create the store folder \(path): \(Paths.errnoMessage())")
+        }
+        // The new name is durable only once its parent folder is synced (T-fs2).
+        _ = csystem_fsync_dir(parent)
+    }
+
+    /// Applies the migrations not yet recorded, inside one write transaction (T-sql5).
+    func migrate() throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            try db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
+            let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
+            for migration in Schema.migrations where !applied.contains(migration.name) {
+                try db.execute(migration.sql)
+                try db.run("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", [.text(migration.name), .int(Identifiers.nowMs())])
+            }
+        }
+    }
+
+    // MARK: Reading
+
+    static let entryColumns = """
+        seq, id, internal, key, vars, state, reason, generation, request, body, body_file, body_hash, total_bytes,
+        bytes_sent, attempts, idempotency_key, account, scope, parent, header_generation, created_at, updated_at,
+        expires_at, not_before, next_attempt_at, lease_owner, last_request_id, waits_for_delivery
+        """
+
+    static func entry(_ r: SQLRow) -> Entry {
+        Entry(
+            seq: r.int(0), id: r.text(1), internalID: r.text(2), key: r.text(3),
+            vars: (try? JSON.parse(r.text(4))) ?? .null,
+            state: EntryState(rawValue: r.text(5)) ?? .queued, reason: r.optionalText(6), generation: r.int(7),
+            request: StoredRequest(json: (try? JSON.parse(r.text(8))) ?? .object([])),
+            bodyInline: r.blob(9), bodyFile: r.optionalText(10), bodyHash: r.text(11), totalBytes: r.int(12),
+            bytesSent: r.int(13), attempts: r.int(14), idempotencyKey: r.optionalText(15), account: r.optionalText(16),
+            scope: r.optionalText(17), parent: r.optionalText(18), headerGeneration: r.int(19), createdAt: r.int(20),
+            updatedAt: r.int(21), expiresAt: r.optionalInt(22), notBefore: r.optionalInt(23), nextAttemptAt: r.optionalInt(24),
+            leaseOwner: r.optionalText(25), lastRequestID: r.optionalText(26), waitsForDelivery: r.int(27) != 0)
+    }
+
+    public func entry(id: String) throws(OutboxError) -> Entry? {
+        try db.queryOne("SELECT \(Self.entryColumns) FROM entries WHERE id = ?", [.text(id)], Self.entry)
+    }
+
+    public func list(_ filter: ListFilter) throws(OutboxError) -> [Entry] {
+        var sql = "SELECT \(Self.entryColumns) FROM entries WHERE 1=1"
+        var values: [SQLValue] = []
+        if let key = filter.key { sql += " AND key = ?"; values.append(.text(key)) }
+        if let id = filter.id { sql += " AND id = ?"; values.append(.text(id)) }
+        if let state = filter.state, state != "paused" { sql += " AND state = ?"; values.append(.text(state)) }
+        if filter.state == "paused" { sql += " AND state = 'queued'" }
+        sql += " ORDER BY seq"
+        if let limit = filter.limit { sql += " LIMIT \(limit)" }
+        return try db.query(sql, values, Self.entry)
+    }
+
+    public func parts(entrySeq: Int64) throws(OutboxError) -> [StoredPart] {
+        try db.query("""
+            SELECT idx, start, end, url, headers, accepted, status, response_headers, attempts, next_attempt_at
+            FROM parts WHERE entry_seq = ? ORDER BY idx
+            """, [.int(entrySeq)]) { r in
+            StoredPart(
+                index: Int(r.int(0)), range: ByteRange(start: r.int(1), end: r.int(2)), url: r.text(3),
+                headers: HeaderRules.from(json: try? JSON.parse(r.text(4))), accepted: r.int(5) != 0,
+                status: r.optionalInt(6).map(Int.init), responseHeaders: r.optionalText(7).flatMap { try? JSON.parse($0) },
+                attempts: Int(r.int(8)), nextAttemptAt: r.optionalInt(9))
+        }
+    }
+
+    public func attempts(entryID: String) throws(OutboxError) -> [JSON] {
+        try db.query("SELECT payload FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 20", [.text(entryID)]) {
+            (try? JSON.parse($0.text(0))) ?? .null
+        }.reversed()
+    }
+
+    static let outcomeColumns = """
+        seq, entry_id, key, generation, outcome, payload, deliveries, acknowledged, next_delivery_at, reason, hook_pgid,
+        hook_start, created_at
+        """
+
+    static func outcome(_ r: SQLRow) -> OutcomeRecord {
+        OutcomeRecord(
+            seq: r.int(0), entryID: r.text(1), key: r.text(2), generation: r.int(3), outcome: r.text(4),
+            payload: (try? JSON.parse(r.text(5))) ?? .object([]), deliveries: r.int(6), acknowledged: r.int(7) != 0,
+            nextDeliveryAt: r.optionalInt(8), reason: r.optionalText(9), hookPgid: r.optionalInt(10).map { Int32($0) },
+            hookStart: r.optionalInt(11).map { UInt64($0) }, createdAt: r.int(12))
+    }
+
+    public func outcomes(entryID: String) throws(OutboxError) -> [OutcomeRecord] {
+        try db.query("SELECT \(Self.outcomeColumns) FROM outcomes WHERE entry_id = ? ORDER BY seq", [.text(entryID)], Self.outcome)
+    }
+
+    public func unacknowledgedOutcomes() throws(OutboxError) -> [OutcomeRecord] {
+        try db.query("SELECT \(Self.outcomeColumns) FROM outcomes WHERE acknowledged = 0 ORDER BY seq", [], Self.outcome)
+    }
+
+    // MARK: Settings
+
+    public func setting(_ name: String) throws(OutboxError) -> String? {
+        try db.queryOne("SELECT value FROM settings WHERE name = ?", [.text(name)]) { $0.text(0) }
+    }
+
+    public func setSetting(_ name: String, _ value: String?) throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            if let value {
+                try db.run("INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                           [.text(name), .text(value)])
+            } else {
+                try db.run("DELETE FROM settings WHERE name = ?", [.text(name)])
+            }
+        }
+    }
+
+    public func pausedKeys() throws(OutboxError) -> Set<String> {
+        Set(try db.query("SELECT key FROM paused_keys") { $0.text(0) })
+    }
+
+    public func setPaused(keys: [String], paused: Bool) throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            for key in keys {
+                if paused {
+                    try db.run("INSERT OR IGNORE INTO paused_keys (key) VALUES (?)", [.text(key)])
+                } else {
+                    try db.run("DELETE FROM paused_keys WHERE key = ?", [.text(key)])
+                }
+            }
+        }
+    }
+
+    public func dataVersion() throws(OutboxError) -> Int64 { try db.dataVersion() }
+
+    // MARK: Enqueue
+
+    /// Enqueues a batch in one transaction, applying the same-id rules to each entry.
+    /// Bodies are staged before the transaction; on any failure every staged file is removed
+    /// (or moved back) and nothing is committed.
+    public func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        var ids = Set<String>()
+        for entry in batch where !ids.insert(entry.id).inserted {
+            throw .invalid("the id \"\(entry.id)\" appears twice in one batch")
+        }
+        // Stage outside the write lock (copies can be long); entries that turn out not to need
+        // the new bytes (resume, redeliver, reopen) drop them after the commit.
+        var staged: [StagedBody] = []
+        var internals: [String] = []
+        do {
+            for entry in batch {
+                let existing = try self.entry(id: entry.id)
+                let internalID = Identifiers.uuid()
+                internals.append(internalID)
+                if let existing, existing.bodyHash == entry.prepared.bodyHash, existing.state != .cancelled {
+                    staged.append(StagedBody())
+                    continue
+                }
+                staged.append(try staging.stage(entry.prepared.body, internalID: internalID))
+            }
+            try staging.syncFolders(staged)
+        } catch {
+            for s in staged { staging.rollback(s) }
+            throw error
+        }
+        var obsolete: [String?] = []
+        let results: [EnqueueResult]
+        do {
+            results = try db.transaction { () throws(OutboxError) -> [EnqueueResult] in
+                var results: [EnqueueResult] = []
+                for (i, entry) in batch.enumerated() {
+                    let (result, dropped) = try apply(entry, staged: staged[i], internalID: internals[i], now: now)
+                    results.append(result)
+                    obsolete += dropped
+                }
+                return results
+            }
+        } catch {
+            for s in staged { staging.rollback(s) }
+            throw error
+        }
+        staging.afterCommit(staged)
+        for path in obsolete { staging.discard(path) }
+        for (i, result) in results.enumerated() where [.resume, .redeliver, .reopen].contains(result.decision) {
+            if staged[i].file != nil || !staged[i].created.isEmpty || !staged[i].movedIn.isEmpty {
+                staging.rollback(staged[i])
+            }
+        }
+        return results
+    }
+
+    private func hasPendingOutcome(_ id: String, generation: Int64) throws(OutboxError) -> Bool {
+        try db.queryOne("SELECT 1 FROM outcomes WHERE entry_id = ? AND generation = ? AND acknowledged = 0",
+                        [.text(id), .int(generation)]) { _ in true } ?? false
+    }
+
+    /// One entry's same-id decision and write; returns staged files made obsolete.
+    private func apply(_ new: NewEntry, staged: StagedBody, internalID: String, now: Int64) throws(OutboxError) -> (EnqueueResult, [String?]) {
+        let existing = try entry(id: new.id)
+        let decision = try SameIdRule.decide(
+            existing: existing.map { e throws(OutboxError) in
+                ExistingEntry(state: e.state, bodyHash: e.bodyHash,
+                              outcomeAcknowledged: !(try hasPendingOutcome(e.id, generation: e.generation)))
+            },
+            newBodyHash: new.prepared.bodyHash)
+        let p = new.prepared
+        let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
+        let request = StoredRequest(prepared: p, form: staged.form).json.serialized()
+        let varsText = new.vars.serialized()
+        switch decision {
+        case .rejectRunning:
+            throw .running("entry \(new.id) is being sent now and the new body differs; try again when it settles")
+        case .create:
+            try insert(new, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt, generation: 1, now: now)
+            return (EnqueueResult(id: new.id, decision: decision), [])
+        case .resume, .redeliver, .reopen:
+            guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
+            // Same body: new headers, vars and expiry; bytes and accepted parts are kept.
+            var stored = e.request
+            stored.headers = p.headers
+            let newState = decision == .reopen ? "queued" : e.state.rawValue
+            try db.run("""
+                UPDATE entries SET vars = ?, request = ?, expires_at = ?, idempotency_key = COALESCE(?, idempotency_key),
+                  state = ?, reason = CASE WHEN ? = 'queued' AND state != 'queued' THEN NULL ELSE reason END,
+                  attempts = CASE WHEN ? THEN 0 ELSE attempts END, next_attempt_at = CASE WHEN ? THEN ? ELSE next_attempt_at END,
+                  not_before = COALESCE(?, not_before), updated_at = ?
+                WHERE id = ?
+                """, [.text(varsText), .text(stored.json.serialized()), .int(expiresAt), .optional(p.idempotencyKey),
+                      .text(newState), .text(newState), .bool(decision == .reopen), .bool(decision == .reopen),
+                      .int(now), .optional(new.notBefore), .int(now), .text(new.id)])
+            return (EnqueueResult(id: new.id, decision: decision), [])
+        case .replace, .newGeneration, .replaceAfterDelivery:
+            guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
+            let generation = decision == .replace && !e.state.isSettled ? e.generation : e.generation + 1
+            if decision == .newGeneration {
+                // The cancelled generation's outcome is no longer owed to anyone.
+                try db.run("UPDATE outcomes SET acknowledged = 1 WHERE entry_id = ? AND generation = ?", [.text(e.id), .int(e.generation)])
+            }
+            try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
+            try insert(new, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
+                       generation: generation, now: now, waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
+            let old = e.bodyFile == staged.file ? [] : [e.bodyFile] + e.request.form.map(\.stagedFile)
+            return (EnqueueResult(id: new.id, decision: decision), old)
+        }
+    }
+
+    private func insert(_ new: NewEntry, staged: StagedBody, internalID: String, request: String, expiresAt: Int64,
+                        generation: Int64, now: Int64, waits: Bool = false, createdAt: Int64? = nil) throws(OutboxError) {
+        let p = new.prepared
+        let headerGeneration = Int64(try setting("header_generation") ?? "0") ?? 0
+        // `headers update` patches rank above every other header source (SPEC 10).
+        var request = request
+        if let patchText = try setting("header_patch"), let patch = try? JSON.parse(patchText) {
+            var stored = StoredRequest(json: (try? JSON.parse(request)) ?? .object([]))
+            stored.headers = HeaderRules.merge(stored.headers, HeaderRules.from(json: patch))
+            request = stored.json.serialized()
+        }
+        try db.run("""
+            INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_hash, total_bytes,
+              idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
+              next_attempt_at, waits_for_delivery)
+            VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, [.text(new.id), .text(internalID), .text(new.key), .text(new.vars.serialized()), .int(generation), .text(request),
+                  staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(p.bodyHash), .int(staged.totalBytes),
+                  .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
+                  .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
+                  .optional(new.notBefore), .bool(waits)])
+        let seq = db.lastInsertRowID
+        if case let .parts(_, _, parts) = p.body {
+            for (i, part) in parts.enumerated() {
+                try db.run("INSERT INTO parts (entry_seq, idx, start, end, url, headers) VALUES (?, ?, ?, ?, ?, ?)", [
+                    .int(seq), .int(i), .int(part.range.start), .int(part.range.end), .text(part.url),
+                    .text(HeaderRules.json(part.headers.map { ($0.name, $0.value) }).serialized()),
+                ])
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+/// Named, append-only schema migrations. A migration is never edited once released: a
+/// change to the schema is a new entry at the end.
+enum Schema {
+    static let migrations: [(name: String, sql: String)] = [
+        ("001-entries", """
+        CREATE TABLE entries (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            id TEXT NOT NULL UNIQUE,
+            internal TEXT NOT NULL,
+            key TEXT NOT NULL,
+            vars TEXT NOT NULL,
+            state TEXT NOT NULL,
+            reason TEXT,
+            generation INTEGER NOT NULL DEFAULT 1,
+            request TEXT NOT NULL,
+            body BLOB,
+            body_file TEXT,
+            body_hash TEXT NOT NULL,
+            total_bytes INTEGER NOT NULL DEFAULT 0,
+            bytes_sent INTEGER NOT NULL DEFAULT 0,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            idempotency_key TEXT,
+            account TEXT,
+            scope TEXT,
+            parent TEXT,
+            header_generation INTEGER NOT NULL DEFAULT 0,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            expires_at INTEGER,
+            not_before INTEGER,
+            next_attempt_at INTEGER,
+            lease_owner TEXT,
+            lease_until INTEGER,
+            last_request_id TEXT,
+            waits_for_delivery INTEGER NOT NULL DEFAULT 0
+        );
+        CREATE INDEX entries_due ON entries (state, next_attempt_at);
+        CREATE INDEX entries_key ON entries (key);
+        CREATE INDEX entries_scope ON entries (scope, seq) WHERE scope IS NOT NULL;
+        CREATE TABLE parts (
+            entry_seq INTEGER NOT NULL REFERENCES entries (seq) ON DELETE CASCADE,
+            idx INTEGER NOT NULL,
+            start INTEGER NOT NULL,
+            end INTEGER NOT NULL,
+            url TEXT NOT NULL,
+            headers TEXT NOT NULL,
+            accepted INTEGER NOT NULL DEFAULT 0,
+            status INTEGER,
+            response_headers TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at INTEGER,
+            PRIMARY KEY (entry_seq, idx)
+        ) WITHOUT ROWID;
+        CREATE TABLE outcomes (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            entry_id TEXT NOT NULL,
+            key TEXT NOT NULL,
+            generation INTEGER NOT NULL,
+            outcome TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            deliveries INTEGER NOT NULL DEFAULT 0,
+            acknowledged INTEGER NOT NULL DEFAULT 0,
+            next_delivery_at INTEGER,
+            reason TEXT,
+            hook_pgid INTEGER,
+            hook_start INTEGER,
+            created_at INTEGER NOT NULL
+        );
+        CREATE INDEX outcomes_pending ON outcomes (acknowledged, entry_id, seq);
+        CREATE TABLE attempts (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT,
+            entry_id TEXT NOT NULL,
+            generation INTEGER NOT NULL,
+            at INTEGER NOT NULL,
+            payload TEXT NOT NULL
+        );
+        CREATE INDEX attempts_entry ON attempts (entry_id, seq);
+        CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+        CREATE TABLE paused_keys (key TEXT PRIMARY KEY) WITHOUT ROWID;
+        """),
+    ]
+}

@@ -1,0 +1,158 @@
+import CSystem
+import Glibc
+import OutboxModel
+
+/// Bodies staged on disk for one entry, and how to undo that if the commit fails.
+struct StagedBody {
+    var inline: [UInt8]?
+    var file: String?
+    var form: [StoredFormField] = []
+    var totalBytes: Int64 = 0
+    /// Files this staging created inside the store (removed on rollback).
+    var created: [String] = []
+    /// (store path, user's source path) of files moved in (moved back on rollback).
+    var movedIn: [(String, String)] = []
+    /// Sources copied across filesystems for a `move`: removed only after the commit.
+    var removeAfterCommit: [String] = []
+}
+
+/// Writes bodies into `.outbox/bodies` durably: temp file + fsync + rename + fsync of the
+/// folder (SPEC 8), so a committed entry never points at a half-written body.
+struct Staging {
+    static let inlineLimit = 64 * 1024
+    let bodiesDir: String
+
+    func path(_ internalID: String, _ suffix: String) -> String {
+        Paths.join(bodiesDir, "\(internalID).\(suffix)")
+    }
+
+    private func tempPath(for final: String) -> String {
+        "\(final).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+    }
+
+    func writeBytes(_ bytes: [UInt8], to final: String) throws(OutboxError) {
+        let temp = tempPath(for: final)
+        let rc = bytes.withUnsafeBytes { csystem_write_file(temp, $0.baseAddress, $0.count) }
+        guard rc == 0 else { throw .storage("cannot write \(temp): \(Paths.errnoMessage(-rc))") }
+        guard rename(temp, final) == 0 else {
+            let e = errno
+            unlink(temp)
+            throw .storage("cannot rename \(temp): \(Paths.errnoMessage(e))")
+        }
+    }
+
+    func copyFile(_ source: String, to final: String) throws(OutboxError) {
+        let temp = tempPath(for: final)
+        let rc = csystem_copy_file(source, temp)
+        guard rc == 0 else {
+            if -rc == ENOENT { throw .fileMissing("no such file \(source)") }
+            throw .storage("cannot copy \(source) into the store: \(Paths.errnoMessage(-rc))")
+        }
+        guard rename(temp, final) == 0 else {
+            let e = errno
+            unlink(temp)
+            throw .storage("cannot rename \(temp): \(Paths.errnoMessage(e))")
+        }
+    }
+
+    /// Stages the body of a prepared request under `internalID`.
+    func stage(_ body: PreparedBody, internalID: String) throws(OutboxError) -> StagedBody {
+        var staged = StagedBody()
+        do throws(OutboxError) {
+            switch body {
+            case .none:
+                break
+            case let .bytes(bytes, _):
+                staged.totalBytes = Int64(bytes.count)
+                if bytes.count <= Self.inlineLimit {
+                    staged.inline = bytes
+                } else {
+                    let final = path(internalID, "body")
+                    try writeBytes(bytes, to: final)
+                    staged.created.append(final)
+                    staged.file = final
+                }
+            case let .form(fields):
+                for (i, field) in fields.enumerated() {
+                    var stored = StoredFormField(name: field.name, value: field.value, stagedFile: nil,
+                                                 filename: field.filename, contentType: field.contentType)
+                    if let file = field.file {
+                        let final = path(internalID, "form\(i)")
+                        try copyFile(file.path, to: final)
+                        staged.created.append(final)
+                        stored.stagedFile = final
+                        if stored.filename == nil { stored.filename = Paths.basename(file.path) }
+                        staged.totalBytes += file.size
+                    } else {
+                        staged.totalBytes += Int64(field.value?.utf8.count ?? 0)
+                    }
+                    staged.form.append(stored)
+                }
+            case let .file(identity, ownership), let .parts(identity, ownership, _):
+                staged.totalBytes = identity.size
+                switch ownership {
+                case .reference:
+                    staged.file = identity.path
+                case .copy:
+                    let final = path(internalID, "body")
+                    try copyFile(identity.path, to: final)
+                    staged.created.append(final)
+                    staged.file = final
+                case .move:
+                    let final = path(internalID, "body")
+                    if rename(identity.path, final) == 0 {
+                        staged.movedIn.append((final, identity.path))
+                        // A moved file keeps the user's mode; the store's files are 0600 (T-sql3).
+                        chmod(final, 0o600)
+                    } else if errno == EXDEV {
+                        try copyFile(identity.path, to: final)
+                        staged.created.append(final)
+                        staged.removeAfterCommit.append(identity.path)
+                    } else if errno == ENOENT {
+                        throw OutboxError.fileMissing("request.file: no such file \(identity.path)")
+                    } else {
+                        throw OutboxError.storage("cannot move \(identity.path) into the store: \(Paths.errnoMessage())")
+                    }
+                    staged.file = final
+                }
+            }
+        } catch {
+            rollback(staged)
+            throw error
+        }
+        return staged
+    }
+
+    /// Makes the renames durable: one fsync of the bodies folder (and of each source folder).
+    func syncFolders(_ staged: [StagedBody]) throws(OutboxError) {
+        guard staged.contains(where: { !$0.created.isEmpty || !$0.movedIn.isEmpty }) else { return }
+        let rc = csystem_fsync_dir(bodiesDir)
+        guard rc == 0 else { throw .storage("cannot fsync \(bodiesDir): \(Paths.errnoMessage(-rc))") }
+        var sources = Set<String>()
+        for s in staged { for (_, source) in s.movedIn { sources.insert(Paths.dirname(source)) } }
+        for dir in sources { _ = csystem_fsync_dir(dir) }
+    }
+
+    /// Undoes a staging: created files removed, moved files put back where they were.
+    func rollback(_ staged: StagedBody) {
+        for file in staged.created { unlink(file) }
+        for (final, source) in staged.movedIn { rename(final, source) }
+    }
+
+    func afterCommit(_ staged: [StagedBody]) {
+        var dirs = Set<String>()
+        for s in staged {
+            for source in s.removeAfterCommit {
+                unlink(source)
+                dirs.insert(Paths.dirname(source))
+            }
+        }
+        for dir in dirs { _ = csystem_fsync_dir(dir) }
+    }
+
+    /// Removes a staged file when its entry is forgotten; never the user's referenced file.
+    func discard(_ path: String?) {
+        guard let path, path.hasPrefix(bodiesDir + "/") else { return }
+        unlink(path)
+    }
+}

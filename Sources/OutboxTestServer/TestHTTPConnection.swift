@@ -1,0 +1,522 @@
+import Glibc
+
+/// A parsed request line and header block.
+struct RequestHead {
+    var method: String
+    var target: String
+    var version: String
+    var headers: [(String, String)]
+
+    func header(_ name: String) -> String? {
+        let values = headers.filter { asciiLowercased($0.0) == name }.map(\.1)
+        return values.isEmpty ? nil : values.joined(separator: ", ")
+    }
+
+    /// HTTP/1.1 keeps the connection unless told to close; 1.0 closes unless told to keep.
+    var wantsKeepAlive: Bool {
+        let tokens = (header("connection").map(asciiLowercased) ?? "")
+            .split(separator: ",").map { $0.trimmingSpaces }
+        if tokens.contains("close") { return false }
+        return version == "HTTP/1.1" || tokens.contains("keep-alive")
+    }
+}
+
+/// How the request body is delimited.
+enum BodyFraming {
+    case length(Int64)
+    case chunked
+}
+
+/// What reading the request body came to.
+enum BodyResult {
+    case complete
+    /// `resetWhileReadingRequest` reached its byte count.
+    case stoppedAtLimit
+    case clientGone
+    case malformed
+}
+
+/// How a connection ends.
+enum ConnectionEnding {
+    case close
+    case reset
+}
+
+/// What to do after one exchange.
+enum ExchangeOutcome {
+    case keepAlive
+    case end(ConnectionEnding)
+}
+
+/// Streams the body into a hash, a size and (up to the cap) a copy.
+struct BodySink {
+    var hasher = SHA256()
+    var size: Int64 = 0
+    var bytes: [UInt8]? = []
+    let cap: Int
+    let hash: Bool
+
+    var sha256: String {
+        guard hash else { return "" }
+        var finished = hasher
+        return finished.finalizeHex()
+    }
+
+    mutating func take(_ chunk: UnsafeRawBufferPointer) {
+        if hash { hasher.update(chunk) }
+        size += Int64(chunk.count)
+        if let kept = bytes?.count {
+            if kept + chunk.count > cap { bytes = nil } else { bytes?.append(contentsOf: chunk) }
+        }
+    }
+}
+
+/// Serves one accepted socket on its own thread: reads requests, records them, answers.
+final class TestHTTPConnection {
+    private let fd: Int32
+    private let id: Int
+    private let core: ServerCore
+    private let buffer: UnsafeMutableRawBufferPointer
+    private var start = 0
+    private var end = 0
+
+    private static let bufferSize = 256 * 1024
+    private static let maxHeadSize = 64 * 1024
+    private static let maxLineSize = 16 * 1024
+
+    init(fd: Int32, id: Int, core: ServerCore) {
+        self.fd = fd
+        self.id = id
+        self.core = core
+        self.buffer = .allocate(byteCount: Self.bufferSize, alignment: 16)
+    }
+
+    deinit { buffer.deallocate() }
+
+    func run() -> ConnectionEnding {
+        while true {
+            switch readHead() {
+            case .eof:
+                return .close
+            case .bad(let status, let message):
+                _ = sendResponseHead(status: status, headers: [("Content-Type", "text/plain")], bodyLength: Int64(message.utf8.count), keepAlive: false)
+                _ = sendAll(Array(message.utf8))
+                return .close
+            case .head(let head):
+                switch exchange(head) {
+                case .keepAlive: continue
+                case .end(let ending): return ending
+                }
+            }
+        }
+    }
+
+    // MARK: - One request/response
+
+    private func exchange(_ head: RequestHead) -> ExchangeOutcome {
+        let framing: BodyFraming
+        if let coding = head.header("transfer-encoding").map(asciiLowercased) {
+            guard coding.split(separator: ",").last.map({ $0.trimmingSpaces }) == "chunked" else {
+                return badRequest("unsupported transfer-encoding")
+            }
+            framing = .chunked
+        } else if let lengthText = head.header("content-length") {
+            guard let length = Int64(lengthText.trimmingSpaces), length >= 0 else {
+                return badRequest("bad content-length")
+            }
+            framing = .length(length)
+        } else {
+            framing = .length(0)
+        }
+
+        let expectsContinue = head.header("expect").map(asciiLowercased)?.trimmingSpaces == "100-continue"
+        let pathOnly = String(head.target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0])
+        let isControl = pathOnly == "/_stats" || pathOnly == "/_reset"
+        let (scripted, cap) = core.state.withLock { state -> (TestResponse?, Int) in
+            if expectsContinue && !isControl { state.expectContinueCount += 1 }
+            // Control paths stay reachable even under a catch-all script such as "/".
+            return (isControl ? nil : state.scriptedResponse(for: head.target), state.bodyCaptureLimit)
+        }
+        var stopAfter: Int64?
+        if let scripted, case .resetWhileReadingRequest(let afterBytes) = scripted.action {
+            stopAfter = Int64(max(0, afterBytes))
+        }
+
+        if expectsContinue {
+            guard sendAll(Array("HTTP/1.1 100 Continue\r\n\r\n".utf8)) else { return .end(.close) }
+        }
+        var sink = BodySink(cap: cap, hash: core.hashBodies)
+        let result = readBody(framing, into: &sink, stopAfter: stopAfter)
+        var record = RecordedRequest(
+            method: head.method, path: head.target, headers: head.headers, bodySize: sink.size,
+            bodySHA256: sink.sha256, body: sink.bytes, connectionID: id,
+            completed: result == .complete, expectedContinue: expectsContinue
+        )
+        if result != .complete { record.body = nil }
+        if !isControl {
+            core.state.withLock { $0.records.append(record) }
+        }
+
+        switch result {
+        case .complete: break
+        case .stoppedAtLimit:
+            core.log("\(head.method) \(head.target) -> reset after \(sink.size) body bytes")
+            return .end(.reset)
+        case .clientGone:
+            core.log("\(head.method) \(head.target) -> client gone after \(sink.size) body bytes")
+            return .end(.close)
+        case .malformed:
+            return badRequest("malformed chunked body")
+        }
+        if stopAfter != nil {
+            core.log("\(head.method) \(head.target) -> reset after the whole body")
+            return .end(.reset)
+        }
+
+        let response = scripted ?? BuiltinRoutes.response(for: record, core: core)
+        core.log("\(head.method) \(head.target) \(sink.size)B -> \(describe(response))")
+        return respond(response, to: head)
+    }
+
+    private func badRequest(_ message: String) -> ExchangeOutcome {
+        let body = Array((message + "\n").utf8)
+        _ = sendResponseHead(status: 400, headers: [("Content-Type", "text/plain")], bodyLength: Int64(body.count), keepAlive: false)
+        _ = sendAll(body)
+        return .end(.close)
+    }
+
+    private func respond(_ response: TestResponse, to head: RequestHead) -> ExchangeOutcome {
+        if core.sleepOrStop(ms: response.delayMs) { return .end(.close) }
+        switch response.action {
+        case .resetBeforeResponse, .resetWhileReadingRequest:
+            return .end(.reset)
+        case .closeWithoutResponse:
+            shutdown(fd, Int32(SHUT_WR))
+            return .end(.close)
+        case .stallForever:
+            stall()
+            return .end(.close)
+        case .respond, .resetMidBody, .slowBody:
+            break
+        }
+
+        let status = response.status
+        let statusForbidsBody = (100..<200).contains(status) || status == 204 || status == 304
+        let bodyLength = statusForbidsBody ? 0 : (response.bodySize ?? Int64(response.body.count))
+        let closeAsked = response.headers.contains {
+            asciiLowercased($0.0) == "connection" && asciiLowercased($0.1).contains("close")
+        }
+        let keepAlive = head.wantsKeepAlive && !response.closeConnection && !closeAsked
+        guard sendResponseHead(
+            status: status, headers: response.headers, bodyLength: statusForbidsBody ? nil : bodyLength,
+            keepAlive: keepAlive
+        ) else { return .end(.close) }
+        let ending: ExchangeOutcome = keepAlive ? .keepAlive : .end(.close)
+        if head.method == "HEAD" || bodyLength == 0 {
+            if response.action == .resetMidBody { return .end(.reset) }
+            return ending
+        }
+
+        switch response.action {
+        case .resetMidBody:
+            _ = sendBody(response, from: 0, count: bodyLength / 2)
+            waitUntilSent()
+            return .end(.reset)
+        case .slowBody(let bytesPerChunk, let intervalMs):
+            let piece = Int64(max(1, bytesPerChunk))
+            var offset: Int64 = 0
+            while offset < bodyLength {
+                if core.sleepOrStop(ms: intervalMs) { return .end(.close) }
+                let n = min(piece, bodyLength - offset)
+                guard sendBody(response, from: offset, count: n) else { return .end(.close) }
+                offset += n
+            }
+            return ending
+        default:
+            guard sendBody(response, from: 0, count: bodyLength) else { return .end(.close) }
+            return ending
+        }
+    }
+
+    private func describe(_ response: TestResponse) -> String {
+        switch response.action {
+        case .respond: return "\(response.status)"
+        case .resetBeforeResponse: return "reset"
+        case .resetMidBody: return "\(response.status) reset mid-body"
+        case .closeWithoutResponse: return "close"
+        case .slowBody: return "\(response.status) slow body"
+        case .resetWhileReadingRequest: return "reset"
+        case .stallForever: return "stall"
+        }
+    }
+
+    /// Holds the connection until the client closes it or the server stops.
+    private func stall() {
+        var scratch = [UInt8](repeating: 0, count: 4096)
+        while true {
+            var fds = [
+                pollfd(fd: fd, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: core.wakeRead, events: Int16(POLLIN), revents: 0),
+            ]
+            let ready = poll(&fds, 2, -1)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            if fds[1].revents != 0 { return }
+            if fds[0].revents != 0 {
+                let n = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                if n <= 0 { return }
+            }
+        }
+    }
+
+    /// Before an RST, lets the kernel deliver what was sent: linger 0 discards unsent data,
+    /// and the client should see half a body, not none.
+    private func waitUntilSent() {
+        let deadline = monotonicMs() + 2000
+        while monotonicMs() < deadline {
+            var queued: Int32 = 0
+            // SIOCOUTQ (= TIOCOUTQ): bytes not yet acknowledged by the peer.
+            guard ioctl(fd, UInt(0x5411), &queued) == 0, queued > 0 else { return }
+            if core.sleepOrStop(ms: 2) { return }
+        }
+    }
+
+    // MARK: - Sending
+
+    private func sendResponseHead(status: Int, headers: [(String, String)], bodyLength: Int64?, keepAlive: Bool) -> Bool {
+        var text = "HTTP/1.1 \(status) \(reasonPhrase(status))\r\n"
+        var hasLength = false
+        for (name, value) in headers {
+            let lower = asciiLowercased(name)
+            if lower == "content-length" || lower == "transfer-encoding" { hasLength = true }
+            text += "\(name): \(value)\r\n"
+        }
+        if !hasLength, let bodyLength { text += "Content-Length: \(bodyLength)\r\n" }
+        if !keepAlive { text += "Connection: close\r\n" }
+        text += "\r\n"
+        return sendAll(Array(text.utf8))
+    }
+
+    private func sendBody(_ response: TestResponse, from offset: Int64, count: Int64) -> Bool {
+        guard response.bodySize != nil else {
+            let lower = Int(offset), upper = Int(offset + count)
+            return response.body.withUnsafeBytes { sendAll(UnsafeRawBufferPointer(rebasing: $0[lower..<upper])) }
+        }
+        var position = offset
+        let stop = offset + count
+        while position < stop {
+            let n = Int(min(Int64(PatternBlock.length), stop - position))
+            guard PatternBlock.shared.withBytes(from: position, count: n, { sendAll($0) }) else { return false }
+            position += Int64(n)
+        }
+        return true
+    }
+
+    private func sendAll(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { sendAll($0) }
+    }
+
+    /// MSG_NOSIGNAL: a client that went away must give EPIPE, not kill the process.
+    private func sendAll(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard let base = bytes.baseAddress else { return true }
+        var offset = 0
+        while offset < bytes.count {
+            let n = send(fd, base + offset, bytes.count - offset, Int32(MSG_NOSIGNAL))
+            if n < 0 {
+                if errno == EINTR { continue }
+                return false
+            }
+            offset += n
+        }
+        return true
+    }
+
+    // MARK: - Reading
+
+    private enum HeadResult {
+        case head(RequestHead)
+        case eof
+        case bad(Int, String)
+    }
+
+    /// Reads more bytes into the buffer; false on EOF or error.
+    private func fill() -> Bool {
+        if start == end {
+            start = 0
+            end = 0
+        } else if end == buffer.count {
+            let base = buffer.baseAddress!
+            memmove(base, base + start, end - start)
+            end -= start
+            start = 0
+        }
+        while true {
+            let n = recv(fd, buffer.baseAddress! + end, buffer.count - end, 0)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return false }
+            end += n
+            return true
+        }
+    }
+
+    private func readHead() -> HeadResult {
+        var scanned = start
+        while true {
+            // The head ends at an empty line: "\r\n\r\n", or "\n\n" from lenient clients.
+            var index = max(scanned, start)
+            while index < end {
+                if buffer[index] == 10 {
+                    let next = index + 1
+                    if next < end && buffer[next] == 10 { return parseHead(upTo: next + 1) }
+                    if next + 1 < end && buffer[next] == 13 && buffer[next + 1] == 10 { return parseHead(upTo: next + 2) }
+                }
+                index += 1
+            }
+            scanned = max(start, end - 2)
+            if end - start > Self.maxHeadSize { return .bad(431, "request head too large\n") }
+            let before = start
+            if !fill() { return .eof }
+            scanned -= before - start
+        }
+    }
+
+    private func parseHead(upTo headEnd: Int) -> HeadResult {
+        let raw = Array(UnsafeRawBufferPointer(rebasing: buffer[start..<headEnd]))
+        start = headEnd
+        var lines = raw.split(separator: 10, omittingEmptySubsequences: false).map { line -> String in
+            let trimmed = line.last == 13 ? line.dropLast() : line[...]
+            return String(decoding: trimmed, as: UTF8.self)
+        }
+        while let first = lines.first, first.isEmpty { lines.removeFirst() }  // stray CRLF between requests
+        guard let requestLine = lines.first else { return .bad(400, "empty request\n") }
+        let parts = requestLine.split(separator: " ", omittingEmptySubsequences: true)
+        guard parts.count == 3, parts[2].hasPrefix("HTTP/") else { return .bad(400, "bad request line\n") }
+        var headers: [(String, String)] = []
+        for line in lines.dropFirst() where !line.isEmpty {
+            guard let colon = line.firstIndex(of: ":") else { return .bad(400, "bad header line\n") }
+            let name = String(line[..<colon])
+            let value = line[line.index(after: colon)...].trimmingSpaces
+            headers.append((name, value))
+        }
+        return .head(RequestHead(method: String(parts[0]), target: String(parts[1]), version: String(parts[2]), headers: headers))
+    }
+
+    /// Reads one line (without its CRLF); nil when the client left or the line is too long.
+    private func readLine() -> [UInt8]? {
+        var index = start
+        while true {
+            while index < end {
+                if buffer[index] == 10 {
+                    var line = Array(UnsafeRawBufferPointer(rebasing: buffer[start..<index]))
+                    if line.last == 13 { line.removeLast() }
+                    start = index + 1
+                    return line
+                }
+                index += 1
+            }
+            if end - start > Self.maxLineSize { return nil }
+            let offset = index - start
+            if !fill() { return nil }
+            index = start + offset
+        }
+    }
+
+    /// Moves up to `limit` buffered (or newly received) bytes into the sink; 0 when the client left.
+    private func consume(upTo limit: Int64, into sink: inout BodySink) -> Int {
+        if start == end && !fill() { return 0 }
+        let n = Int(min(Int64(end - start), limit))
+        sink.take(UnsafeRawBufferPointer(rebasing: buffer[start..<(start + n)]))
+        start += n
+        return n
+    }
+
+    private func readExactly(_ count: Int64, into sink: inout BodySink, stopAfter: Int64?) -> BodyResult {
+        var remaining = count
+        while remaining > 0 {
+            var limit = remaining
+            if let stopAfter {
+                let allowed = stopAfter - sink.size
+                if allowed <= 0 { return .stoppedAtLimit }
+                limit = min(limit, allowed)
+            }
+            let n = consume(upTo: limit, into: &sink)
+            if n == 0 { return .clientGone }
+            remaining -= Int64(n)
+        }
+        return .complete
+    }
+
+    private func readBody(_ framing: BodyFraming, into sink: inout BodySink, stopAfter: Int64?) -> BodyResult {
+        switch framing {
+        case .length(let length):
+            return readExactly(length, into: &sink, stopAfter: stopAfter)
+        case .chunked:
+            while true {
+                guard let line = readLine() else { return .clientGone }
+                let sizeText = String(decoding: line.prefix { $0 != UInt8(ascii: ";") }, as: UTF8.self).trimmingSpaces
+                guard let size = Int64(sizeText, radix: 16), size >= 0 else { return .malformed }
+                if size == 0 {
+                    // Trailer fields (ignored) up to the empty line.
+                    while true {
+                        guard let trailer = readLine() else { return .clientGone }
+                        if trailer.isEmpty { return .complete }
+                    }
+                }
+                let result = readExactly(size, into: &sink, stopAfter: stopAfter)
+                if result != .complete { return result }
+                guard let terminator = readLine() else { return .clientGone }
+                guard terminator.isEmpty else { return .malformed }
+            }
+        }
+    }
+}
+
+extension StringProtocol {
+    /// Without leading and trailing spaces and tabs (HTTP optional whitespace).
+    var trimmingSpaces: String {
+        let isSpace: (Character) -> Bool = { $0 == " " || $0 == "\t" }
+        guard let first = firstIndex(where: { !isSpace($0) }) else { return "" }
+        let last = lastIndex(where: { !isSpace($0) })!
+        return String(self[first...last])
+    }
+}
+
+/// Standard reason phrases for the codes tests use; others get "Status".
+func reasonPhrase(_ status: Int) -> String {
+    switch status {
+    case 100: return "Continue"
+    case 200: return "OK"
+    case 201: return "Created"
+    case 202: return "Accepted"
+    case 204: return "No Content"
+    case 206: return "Partial Content"
+    case 301: return "Moved Permanently"
+    case 302: return "Found"
+    case 303: return "See Other"
+    case 304: return "Not Modified"
+    case 307: return "Temporary Redirect"
+    case 308: return "Permanent Redirect"
+    case 400: return "Bad Request"
+    case 401: return "Unauthorized"
+    case 403: return "Forbidden"
+    case 404: return "Not Found"
+    case 405: return "Method Not Allowed"
+    case 408: return "Request Timeout"
+    case 409: return "Conflict"
+    case 410: return "Gone"
+    case 412: return "Precondition Failed"
+    case 413: return "Content Too Large"
+    case 422: return "Unprocessable Content"
+    case 425: return "Too Early"
+    case 429: return "Too Many Requests"
+    case 431: return "Request Header Fields Too Large"
+    case 500: return "Internal Server Error"
+    case 501: return "Not Implemented"
+    case 502: return "Bad Gateway"
+    case 503: return "Service Unavailable"
+    case 504: return "Gateway Timeout"
+    default: return "Status"
+    }
+}

@@ -1,0 +1,60 @@
+import OutboxModel
+import Testing
+
+struct SHA256Tests {
+    @Test(arguments: [
+        ("empty", "", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
+        ("abc", "abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
+        ("448 bits", "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
+        ("896 bits",
+         "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
+         "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"),
+    ])
+    func nistVectors(_ name: String, _ input: String, _ digest: String) {
+        #expect(SHA256.hex(Array(input.utf8)) == digest, "\(name)")
+    }
+
+    @Test func oneMillionA() {
+        let digest = "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
+        #expect(SHA256.hex([UInt8](repeating: UInt8(ascii: "a"), count: 1_000_000)) == digest)
+        // Fed in uneven pieces, through the raw-buffer entry point.
+        var hasher = SHA256.Hasher()
+        let piece = [UInt8](repeating: UInt8(ascii: "a"), count: 997)
+        var fed = 0
+        while fed < 1_000_000 {
+            let n = min(piece.count, 1_000_000 - fed)
+            piece.withUnsafeBytes { hasher.update(UnsafeRawBufferPointer(rebasing: $0[0..<n])) }
+            fed += n
+        }
+        #expect(hasher.finalizeHex() == digest)
+    }
+
+    /// Lengths around the padding boundaries (55/56 bytes and 64-byte blocks).
+    @Test(arguments: [
+        (55, "d5e285683cd4efc02d021a5c62014694958901005d6f71e89e0989fac77e4072"),
+        (56, "04c26261370ee7541549d16dee320c723e3fd14671e66a099afe0a377c16888e"),
+        (57, "ae14a2563ccf969d99aca69ce6bb74981f734bbf9f655f73b8f06db68cab5217"),
+        (63, "75220b47218278e656f2013bb8f0c455a25eaf01e86c64924e9d48d89776d6f2"),
+        (64, "7ce100971f64e7001e8fe5a51973ecdfe1ced42befe7ee8d5fd6219506b5393c"),
+        (65, "9537c5fdf120482f7d58d25e9ed583f52c02b4e304ea814db1633ad565aed7e9"),
+        (119, "000b48d4edf0fa7bee3c6236ecd2785baa5db4eeb8bb54341b029e0d9fa5fb0c"),
+        (120, "13f05a0b594787f5ecd315edc96141bd3243203d1b7d4f0836f37308b276ba98"),
+    ])
+    func paddingBoundaries(_ length: Int, _ digest: String) {
+        let input = [UInt8](repeating: UInt8(ascii: "x"), count: length)
+        #expect(SHA256.hex(input) == digest)
+        // Every split point gives the same digest as one update.
+        for split in 0...length {
+            var hasher = SHA256.Hasher()
+            hasher.update(Array(input[..<split]))
+            hasher.update(Array(input[split...]))
+            #expect(hasher.finalizeHex() == digest, "split at \(split)")
+        }
+    }
+
+    @Test func allByteValues() {
+        let input = (0..<1024).map { UInt8($0 % 256) }
+        #expect(SHA256.hex(input) == "785b0751fc2c53dc14a4ce3d800e69ef9ce1009eb327ccf458afe09c242c26c9")
+    }
+}

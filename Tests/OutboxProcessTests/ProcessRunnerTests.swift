@@ -1,0 +1,504 @@
+import Foundation
+import OutboxProcess
+import Testing
+
+struct ExitStatusTests {
+    struct ExitCase: CustomTestStringConvertible, Sendable {
+        let name: String
+        let code: Int32
+        var testDescription: String { name }
+    }
+
+    @Test(arguments: [
+        ExitCase(name: "zero", code: 0),
+        ExitCase(name: "one", code: 1),
+        ExitCase(name: "thirty-seven", code: 37),
+    ])
+    func exitCodeIsReported(_ c: ExitCase) async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let result = try await runOffPool(shell("exit \(c.code)", in: folder))
+        #expect(result.exitStatus == c.code)
+        #expect(result.signal == nil)
+        #expect(result.timedOut == false)
+        #expect(result.succeeded == (c.code == 0))
+        #expect(result.stdout == [])
+        #expect(result.stderr == [])
+    }
+
+    @Test func signalDeathIsReportedAsSignal() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let result = try await runOffPool(shell("kill -9 $$", in: folder))
+        #expect(result.signal == 9)
+        #expect(result.exitStatus == nil)
+        #expect(result.succeeded == false)
+        #expect(result.timedOut == false)
+    }
+
+    @Test func stdoutAndStderrAreSeparate() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let result = try await runOffPool(shell("printf out; printf err >&2; exit 3", in: folder))
+        #expect(text(result.stdout) == "out")
+        #expect(text(result.stderr) == "err")
+        #expect(result.exitStatus == 3)
+    }
+}
+
+struct StdinTests {
+    @Test func jsonOnStdinIsEchoedByCat() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let json = Array(#"{"outcome": "completed", "id": "a/b", "vars": {"x": [1, 2.5, "é"]}}"#.utf8)
+        let result = try await runOffPool(shell("cat", in: folder, stdin: json))
+        #expect(result.stdout == json)
+        #expect(result.stdoutTruncated == false)
+        #expect(result.exitStatus == 0)
+    }
+
+    struct IgnoringHook: CustomTestStringConvertible, Sendable {
+        let name: String
+        let line: String
+        var testDescription: String { name }
+    }
+
+    /// EPIPE on stdin is "stdin done", not a failure (T-proc4).
+    @Test(arguments: [
+        IgnoringHook(name: "exits at once", line: "exit 0"),
+        IgnoringHook(name: "exits after the pipe filled", line: "sleep 0.3; exit 0"),
+        IgnoringHook(name: "reads 10 bytes then exits", line: "head -c 10 >/dev/null; exit 0"),
+    ])
+    func hookIgnoringOneMebibyteOfStdinSucceeds(_ hook: IgnoringHook) async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let input = [UInt8](repeating: UInt8(ascii: "x"), count: 1 << 20)
+        let masksAfter = Box<[String: UInt64]>([:])
+        let result = try await runOffPool(shell(hook.line, in: folder, stdin: input)) {
+            let masks = threadSignalMasks()
+            masksAfter.update { $0 = masks }
+        }
+        #expect(result.exitStatus == 0)
+        #expect(result.signal == nil)
+        #expect(result.stdout == [])
+        // run blocks SIGPIPE only while it writes, and leaves none pending behind.
+        #expect(masksAfter.value["SigBlk"].map { $0 & bit(SIGPIPE) } == 0)
+        #expect(masksAfter.value["SigPnd"].map { $0 & bit(SIGPIPE) } == 0)
+    }
+
+    @Test func oneMebibyteRoundTripsThroughCat() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let input = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 9) }
+        let result = try await runOffPool(shell("cat", in: folder, stdin: input, cap: 2 << 20))
+        #expect(result.stdout.count == input.count)
+        #expect(result.stdout == input)
+        #expect(result.stdoutTruncated == false)
+        #expect(result.exitStatus == 0)
+    }
+}
+
+struct OutputCapTests {
+    @Test func oneMebibyteOnBothStreamsIsCappedWithoutDeadlock() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        // Both writers run at once; the exit status proves neither was killed by SIGPIPE.
+        let line = """
+            yes abcdefg | head -c 1048576 & bg=$!
+            yes ABCDEFG | head -c 1048576 >&2; fg=$?
+            wait $bg || exit 3
+            exit $fg
+            """
+        let result = try await runOffPool(shell(line, in: folder))
+        let expectedOut = Array(String(repeating: "abcdefg\n", count: 8192).utf8)
+        let expectedErr = Array(String(repeating: "ABCDEFG\n", count: 8192).utf8)
+        #expect(result.exitStatus == 0)
+        #expect(result.stdout.count == 65536)
+        #expect(result.stderr.count == 65536)
+        #expect(result.stdout == expectedOut)
+        #expect(result.stderr == expectedErr)
+        #expect(result.stdoutTruncated == true)
+        #expect(result.stderrTruncated == true)
+    }
+
+    struct CapCase: CustomTestStringConvertible, Sendable {
+        let name: String
+        let size: Int
+        let cap: Int
+        let keptCount: Int
+        let truncated: Bool
+        var testDescription: String { name }
+    }
+
+    @Test(arguments: [
+        CapCase(name: "below the cap", size: 99, cap: 100, keptCount: 99, truncated: false),
+        CapCase(name: "exactly the cap", size: 100, cap: 100, keptCount: 100, truncated: false),
+        CapCase(name: "one over the cap", size: 101, cap: 100, keptCount: 100, truncated: true),
+        CapCase(name: "zero cap", size: 5, cap: 0, keptCount: 0, truncated: true),
+    ])
+    func capBoundary(_ c: CapCase) async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let result = try await runOffPool(shell("head -c \(c.size) /dev/zero", in: folder, cap: c.cap))
+        #expect(result.stdout == [UInt8](repeating: 0, count: c.keptCount))
+        #expect(result.stdoutTruncated == c.truncated)
+        #expect(result.stderrTruncated == false)
+        #expect(result.exitStatus == 0)
+    }
+
+    /// Completion is decided by the child's exit, not by pipe EOF (T-proc5).
+    @Test func backgroundChildHoldingStdoutDoesNotHangTheRun() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let started = Date()
+        let result = try await runOffPool(shell("sleep 30 & echo $!", in: folder))
+        let elapsed = Date().timeIntervalSince(started)
+        let sleeper = Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines))
+        if let sleeper { kill(sleeper, SIGKILL) }
+        #expect(elapsed < 10)
+        #expect(result.exitStatus == 0)
+        #expect(sleeper != nil)
+    }
+}
+
+struct ChildSetupTests {
+    /// Only 0, 1 and 2 reach the child, even fds opened here without O_CLOEXEC (T-proc1).
+    @Test func noDescriptorLeaksIntoTheChild() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let leaky = open("/dev/null", O_RDONLY)
+        #expect(leaky > 2)
+        defer { close(leaky) }
+        // `; true` keeps sh alive, so a separate ls lists the shell's own table.
+        let viaShell = try await runOffPool(shell("ls /proc/$$/fd; true", in: folder))
+        #expect(text(viaShell.stdout) == "0\n1\n2\n")
+        // Run directly, ls's own table also shows fd 3: the directory it is reading.
+        var direct = shell("", in: folder)
+        direct.command = .argv(["/bin/ls", "/proc/self/fd"])
+        let viaArgv = try await runOffPool(direct)
+        #expect(text(viaArgv.stdout) == "0\n1\n2\n3\n")
+    }
+
+    /// The parent thread's blocked mask and ignored SIGPIPE do not reach the child (T-proc2).
+    @Test func childHasEmptyMaskAndDefaultSignals() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("", in: folder)
+        spec.command = .argv(["/bin/grep", "^Sig", "/proc/self/status"])
+        let parentMasks = Box<[String: UInt64]>([:])
+        let result = try await runOffPool(spec) {
+            var set = sigset_t()
+            sigemptyset(&set)
+            for sig in [SIGTERM, SIGINT, SIGUSR1, SIGCHLD, SIGHUP] { sigaddset(&set, sig) }
+            pthread_sigmask(SIG_BLOCK, &set, nil)
+            let masks = threadSignalMasks()
+            parentMasks.update { $0 = masks }
+        }
+        // The precondition holds, so the check below can fail.
+        #expect((parentMasks.value["SigBlk"] ?? 0) & bit(SIGUSR1) != 0)
+        #expect((parentMasks.value["SigIgn"] ?? 0) & bit(SIGPIPE) != 0)
+        let child = signalMasks(text(result.stdout))
+        #expect(child["SigBlk"] == 0)
+        let mustBeDefault = [SIGPIPE, SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGQUIT].reduce(UInt64(0)) { $0 | bit($1) }
+        #expect(child["SigIgn"].map { $0 & mustBeDefault } == 0)
+        #expect(result.exitStatus == 0)
+    }
+
+    @Test func childLeadsItsOwnProcessGroup() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let result = try await runOffPool(shell("echo $$; cut -d' ' -f5 /proc/$$/stat", in: folder))
+        let lines = text(result.stdout).split(separator: "\n").map { Int32($0) }
+        #expect(lines == [result.pid, result.pid])
+        #expect(result.pid != getpgrp())
+    }
+
+    @Test func workingDirectoryIsHonoured() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        try FileManager.default.createDirectory(atPath: folder.path + "/sub dir", withIntermediateDirectories: false)
+        var spec = shell("pwd -P", in: folder)
+        spec.workingDirectory = folder.path + "/sub dir"
+        let result = try await runOffPool(spec)
+        #expect(text(result.stdout) == folder.path + "/sub dir\n")
+    }
+
+    @Test func environmentIsExactlyTheOneGiven() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let parent = ProcessRunner.currentEnvironment()
+        #expect(!parent.isEmpty)
+        var spec = shell("", in: folder)
+        spec.command = .argv(["/usr/bin/env"])
+        spec.environment = ["OUTBOX_ID": "a b=c", "PATH": "/usr/bin:/bin"]
+        let result = try await runOffPool(spec)
+        #expect(text(result.stdout) == "OUTBOX_ID=a b=c\nPATH=/usr/bin:/bin\n")
+
+        spec.environment = [:]
+        let empty = try await runOffPool(spec)
+        #expect(empty.stdout == [])
+        #expect(empty.exitStatus == 0)
+    }
+
+    @Test func currentEnvironmentMatchesTheProcess() {
+        #expect(ProcessRunner.currentEnvironment() == ProcessInfo.processInfo.environment)
+    }
+
+    @Test func environmentNameWithEqualsSignIsRejected() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("true", in: folder)
+        spec.environment = ["A=B": "c"]
+        await #expect(throws: ProcessSpawnError.self) { try await runOffPool(spec) }
+    }
+}
+
+struct TimerTests {
+    /// SIGTERM goes to the whole group, so the background grandchild dies too.
+    @Test func timeoutKillsTheGroupIncludingAGrandchild() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("sleep 30 & echo $!; wait", in: folder)
+        spec.timeoutMs = 300
+        let started = Date()
+        let result = try await runOffPool(spec)
+        let elapsed = Date().timeIntervalSince(started)
+        let grandchild = Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines))
+        #expect(result.timedOut == true)
+        #expect(result.signal == SIGTERM)
+        #expect(result.exitStatus == nil)
+        #expect(result.succeeded == false)
+        #expect(elapsed >= 0.3)
+        #expect(elapsed < 2)
+        #expect(grandchild != nil)
+        if let grandchild {
+            #expect(await eventually(seconds: 2) { isDead(grandchild) })
+        }
+    }
+
+    @Test func timeoutEscalatesToSIGKILLWhenTermIsIgnored() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("trap '' TERM; while :; do sleep 0.05; done", in: folder)
+        spec.timeoutMs = 100
+        let started = Date()
+        let result = try await runOffPool(spec)
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(result.timedOut == true)
+        #expect(result.signal == SIGKILL)
+        #expect(result.exitStatus == nil)
+        #expect(elapsed >= 2.0)
+        #expect(elapsed < 6)
+    }
+
+    @Test func noTimeoutWhenTheProcessIsFaster() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("echo ok", in: folder)
+        spec.timeoutMs = 5000
+        let result = try await runOffPool(spec)
+        #expect(result.timedOut == false)
+        #expect(result.exitStatus == 0)
+        #expect(text(result.stdout) == "ok\n")
+    }
+
+    @Test func warnAfterFiresOnceAndTheProcessCompletes() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let warned = Box<[Int32]>([])
+        var spec = shell("sleep 0.5; echo done", in: folder)
+        spec.warnAfterMs = 100
+        spec.onWarn = { pid in warned.update { $0.append(pid) } }
+        let result = try await runOffPool(spec)
+        #expect(warned.value == [result.pid])
+        #expect(result.exitStatus == 0)
+        #expect(result.timedOut == false)
+        #expect(text(result.stdout) == "done\n")
+    }
+
+    @Test func warnAfterDoesNotFireForAFastProcess() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let warned = Box<Int>(0)
+        var spec = shell("true", in: folder)
+        spec.warnAfterMs = 3000
+        spec.onWarn = { _ in warned.update { $0 += 1 } }
+        let result = try await runOffPool(spec)
+        #expect(warned.value == 0)
+        #expect(result.exitStatus == 0)
+    }
+
+    @Test func onStartGetsPidAndStartTime() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let seen = Box<[String]>([])
+        var spec = shell("sleep 0.1", in: folder)
+        spec.onStart = { pid, startTime in
+            let expected = procStatFields(pid)?[19] ?? "missing"
+            seen.update { $0 = ["\(pid)", "\(startTime)", expected] }
+        }
+        let result = try await runOffPool(spec)
+        #expect(seen.value.count == 3)
+        #expect(seen.value.first == "\(result.pid)")
+        #expect(seen.value.dropFirst().first == seen.value.last)
+    }
+}
+
+struct ArgvTests {
+    @Test func argumentsWithSpacesReachTheProgramUnchanged() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("", in: folder)
+        spec.command = .argv(["/usr/bin/printf", "%s|", "a b", "c  d", "$HOME", "'q'", ""])
+        let result = try await runOffPool(spec)
+        #expect(text(result.stdout) == "a b|c  d|$HOME|'q'||")
+        #expect(result.exitStatus == 0)
+    }
+
+    struct LookupCase: CustomTestStringConvertible, Sendable {
+        let name: String
+        let environment: [String: String]
+        var testDescription: String { name }
+    }
+
+    @Test(arguments: [
+        LookupCase(name: "PATH from the given environment", environment: ["PATH": "/nonexistent:/usr/bin"]),
+        LookupCase(name: "default PATH when none is given", environment: [:]),
+    ])
+    func bareProgramNameIsFoundThroughPath(_ c: LookupCase) async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("", in: folder)
+        spec.environment = c.environment
+        spec.command = .argv(["printf", "%s", "found"])
+        let result = try await runOffPool(spec)
+        #expect(text(result.stdout) == "found")
+    }
+
+    struct MissingCase: CustomTestStringConvertible, Sendable {
+        let name: String
+        let command: ProcessCommand
+        let folder: String?
+        let message: String
+        var testDescription: String { name }
+    }
+
+    /// argv problems throw; a shell reports a missing program itself as exit 127 (below).
+    @Test(arguments: [
+        MissingCase(
+            name: "absolute path missing", command: .argv(["/nonexistent/hook", "x"]), folder: nil,
+            message: "cannot start /nonexistent/hook: No such file or directory"),
+        MissingCase(
+            name: "bare name not in PATH", command: .argv(["no-such-hook-xyz"]), folder: nil,
+            message: "cannot start no-such-hook-xyz: command not found in PATH"),
+        MissingCase(
+            name: "empty argv", command: .argv([]), folder: nil,
+            message: "cannot start a command with an empty program name"),
+        MissingCase(
+            name: "missing working directory", command: .argv(["/bin/true"]), folder: "/nonexistent/dir",
+            message: "cannot start /bin/true: working directory /nonexistent/dir is not a folder"),
+    ])
+    func startFailuresThrow(_ c: MissingCase) async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("", in: folder)
+        spec.command = c.command
+        if let path = c.folder { spec.workingDirectory = path }
+        let error = await #expect(throws: ProcessSpawnError.self) { try await runOffPool(spec) }
+        #expect(error?.message == c.message)
+    }
+
+    @Test func missingProgramInShellIsExit127() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let result = try await runOffPool(shell("no-such-hook-xyz", in: folder))
+        #expect(result.exitStatus == 127)
+    }
+
+    @Test func nonExecutableFileThrows() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let script = folder.path + "/hook.sh"
+        _ = FileManager.default.createFile(atPath: script, contents: Data("echo hi\n".utf8))
+        var spec = shell("", in: folder)
+        spec.command = .argv([script])
+        let error = await #expect(throws: ProcessSpawnError.self) { try await runOffPool(spec) }
+        #expect(error?.message == "cannot start \(script): Permission denied")
+    }
+
+    @Test func relativeProgramPathIsResolvedInTheWorkingDirectory() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let script = folder.path + "/hook.sh"
+        _ = FileManager.default.createFile(
+            atPath: script, contents: Data("#!/bin/sh\necho \"hook $1\"\n".utf8),
+            attributes: [.posixPermissions: 0o755])
+        var spec = shell("", in: folder)
+        spec.command = .argv(["./hook.sh", "ran"])
+        let result = try await runOffPool(spec)
+        #expect(text(result.stdout) == "hook ran\n")
+    }
+}
+
+struct StaleGroupTests {
+    @Test func killsARunningGroupOnlyWithTheMatchingStartTime() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let started = Box<(Int32, UInt64)?>(nil)
+        var spec = shell("exec sleep 30", in: folder)
+        spec.onStart = { pid, time in started.update { $0 = (pid, time) } }
+        async let running = runOffPool(spec)
+        #expect(await eventually(seconds: 5) { started.value != nil })
+        let (pid, startTime) = try #require(started.value)
+        #expect(ProcessRunner.killStaleGroup(pgid: pid, startTime: startTime + 1) == false)
+        #expect(isDead(pid) == false)
+        #expect(ProcessRunner.killStaleGroup(pgid: pid, startTime: startTime) == true)
+        let result = try await running
+        #expect(result.signal == SIGKILL)
+        #expect(result.pid == pid)
+    }
+
+    /// The stale case proper: the leader's parent (an earlier runner's hook shell) is gone.
+    @Test func killsAnOrphanedGroupLeader() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let result = try await runOffPool(shell("setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $!", in: folder))
+        let orphan = try #require(Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines)))
+        defer { kill(orphan, SIGKILL) }
+        // Wait until setsid made it a group leader.
+        #expect(await eventually(seconds: 5) { procStatFields(orphan)?[2] == "\(orphan)" })
+        let startTime = try #require(procStatFields(orphan).flatMap { UInt64($0[19]) })
+        #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime &- 1) == false)
+        #expect(isDead(orphan) == false)
+        #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime) == true)
+        #expect(await eventually(seconds: 2) { isDead(orphan) })
+    }
+
+    @Test func goneOrInvalidGroupIsNotKilled() {
+        #expect(ProcessRunner.killStaleGroup(pgid: 0, startTime: 0) == false)
+        #expect(ProcessRunner.killStaleGroup(pgid: 1, startTime: 0) == false)
+        #expect(ProcessRunner.killStaleGroup(pgid: getpid(), startTime: 0) == false)
+        // pid_max is at most 2^22, so this pid never exists.
+        #expect(ProcessRunner.killStaleGroup(pgid: 4_194_305, startTime: 0) == false)
+    }
+}
+
+struct ConcurrencyTests {
+    @Test func parallelRunsKeepTheirOwnOutput() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        try await withThrowingTaskGroup(of: (Int, ProcessResult).self) { group in
+            for index in 0..<8 {
+                let input = Array(String(repeating: "run \(index);", count: 20_000).utf8)
+                group.addTask {
+                    (index, try await runOffPool(shell("cat; echo end \(index) >&2", in: folder, stdin: input, cap: 1 << 20)))
+                }
+            }
+            for try await (index, result) in group {
+                #expect(result.stdout == Array(String(repeating: "run \(index);", count: 20_000).utf8))
+                #expect(text(result.stderr) == "end \(index)\n")
+                #expect(result.exitStatus == 0)
+            }
+        }
+    }
+}
