@@ -1,5 +1,6 @@
 import Glibc
 import OutboxModel
+import OutboxRunner
 import OutboxStore
 
 public let outboxVersion = "0.1.0"
@@ -236,3 +237,5 @@ public enum CLI {
 
 /// The process's working directory (for `main`).
 public func currentDirectory() -> String { Paths.currentDirectory() }
+
+extension Console: EventConsole {}

@@ -1,5 +1,6 @@
 import OutboxModel
 import OutboxRunner
+import Glibc
 import OutboxStore
 
 enum RunCommand {
@@ -18,6 +19,42 @@ enum RunCommand {
     """
 
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
-        throw .usage("run is not available yet")
+        var options = RunOptions()
+        options.drain = i.args.flag("drain")
+        func duration(_ name: String) throws(OutboxError) -> Int64? {
+            guard let text = i.args.value(name) else { return nil }
+            do { return try Units.parseDuration(text) } catch { throw .usage("--\(name): \(error.message)") }
+        }
+        if let h = try duration("horizon") {
+            guard options.drain else { throw .usage("--horizon goes with --drain") }
+            options.horizonMs = h
+        }
+        options.maxTimeMs = try duration("max-time")
+        if let g = try duration("grace") { options.graceMs = g }
+        let events = i.args.value("events")
+        if let events, events != "-" { throw .usage("--events takes - (stdout); use events.command in the config for a plugin") }
+        if events != nil && i.json { throw .usage("--json cannot be combined with --events -") }
+        if let p = i.args.value("progress") {
+            guard let mode = ProgressMode(rawValue: p) else { throw .usage("--progress takes auto, always or never") }
+            options.progress = mode
+        }
+        options.stderrIsTerminal = i.console.stderrIsTerminal
+        let project = try i.project()
+        let config = project.config
+        let store = try project.store()
+        let lock = try Runner.lock(store: config.store)
+        defer { close(lock) }
+        let console = i.console
+        let sink = EventSink(console: events != nil ? console : nil, command: config.eventsCommand, config: config, environment: i.environment)
+        defer { sink.close() }
+        let runner = Runner(config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: i.cwd,
+                            options: options, emit: { sink.send($0) }, log: { console.err($0) })
+        let summary = try runner.run()
+        if i.json {
+            console.out(summary.json.serialized())
+        } else {
+            console.err(summary.line)
+        }
+        return 0
     }
 }

@@ -195,7 +195,7 @@ struct YAMLReader {
 }
 
 extension String {
-    var trimmingSpaces: String {
+    public var trimmingSpaces: String {
         var s = Substring(self)
         while let c = s.first, c == " " || c == "\t" || c == "\n" || c == "\r" { s.removeFirst() }
         while let c = s.last, c == " " || c == "\t" || c == "\n" || c == "\r" { s.removeLast() }

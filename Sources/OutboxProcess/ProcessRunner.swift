@@ -27,10 +27,17 @@ public enum ProcessRunner {
         // Even if main forgot ignoreSIGPIPE, a hook that stops reading must not kill us.
         let sigpipeWasBlocked = csystem_proc_block_sigpipe()
         defer { csystem_proc_restore_sigpipe(sigpipeWasBlocked) }
-        let rc = argv.withPointers { argvPointer in
-            envp.withPointers { envpPointer in
-                csystem_spawn(path, argvPointer, envpPointer, spec.workingDirectory, &child)
+        var rc: Int32 = 0
+        for attempt in 0..<5 {
+            rc = argv.withPointers { argvPointer in
+                envp.withPointers { envpPointer in
+                    csystem_spawn(path, argvPointer, envpPointer, spec.workingDirectory, &child)
+                }
             }
+            // A script written just now can still be open for writing in another thread's
+            // freshly spawned child (until its exec), giving ETXTBSY for a moment.
+            guard rc == -ETXTBSY, attempt < 4 else { break }
+            usleep(UInt32(10_000 << attempt))
         }
         guard rc == 0 else {
             throw ProcessSpawnError(message: "cannot start \(path): \(errorText(-rc))")

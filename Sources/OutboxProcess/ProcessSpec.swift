@@ -95,5 +95,6 @@ public struct ProcessSpawnError: Error, Sendable, CustomStringConvertible {
         self.message = message
     }
 
+    /// The message, for logs.
     public var description: String { message }
 }

@@ -22,7 +22,8 @@ extension SQLiteStore {
 
     /// Removes staged files after a commit, and puts moved files back.
     func finishForget(_ files: [String]) {
-        for file in files { staging.discard(file) }
+        for file in files + obsoleteFiles { staging.discard(file) }
+        obsoleteFiles.removeAll()
         for (file, source) in returns {
             if !Paths.exists(source), rename(file, source) == 0 {
                 continue

@@ -12,6 +12,8 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     let staging: Staging
     /// Moved files to put back after the current cancel commits: (store path, source path).
     var returns: [(String, String)] = []
+    /// Staged files of replaced bodies, removed once the transaction commits.
+    var obsoleteFiles: [String] = []
 
     /// Opens (creating if needed) the store in `folder`. E_STORAGE when that is impossible.
     public init(folder: String) throws(OutboxError) {
@@ -175,52 +177,61 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     /// Bodies are staged before the transaction; on any failure every staged file is removed
     /// (or moved back) and nothing is committed.
     public func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        let staged = try stageBatch(batch)
+        let results: [EnqueueResult]
+        do throws(OutboxError) {
+            results = try db.transaction { () throws(OutboxError) -> [EnqueueResult] in
+                try applyBatch(batch, staged: staged, now: now)
+            }
+        } catch {
+            for s in staged.bodies { staging.rollback(s) }
+            obsoleteFiles.removeAll()
+            throw error
+        }
+        staging.afterCommit(staged.bodies)
+        for path in obsoleteFiles { staging.discard(path) }
+        obsoleteFiles.removeAll()
+        return results
+    }
+
+    struct StagedBatch {
+        var bodies: [StagedBody] = []
+        var internals: [String] = []
+    }
+
+    /// Stages every body of a batch outside the write lock (copies can be long). An entry
+    /// whose id already holds the same body stages nothing: its bytes are kept.
+    func stageBatch(_ batch: [NewEntry]) throws(OutboxError) -> StagedBatch {
         var ids = Set<String>()
         for entry in batch where !ids.insert(entry.id).inserted {
             throw .invalid("the id \"\(entry.id)\" appears twice in one batch")
         }
-        // Stage outside the write lock (copies can be long); entries that turn out not to need
-        // the new bytes (resume, redeliver, reopen) drop them after the commit.
-        var staged: [StagedBody] = []
-        var internals: [String] = []
-        do {
+        var staged = StagedBatch()
+        do throws(OutboxError) {
             for entry in batch {
-                let existing = try self.entry(id: entry.id)
                 let internalID = Identifiers.uuid()
-                internals.append(internalID)
-                if let existing, existing.bodyHash == entry.prepared.bodyHash, existing.state != .cancelled {
-                    staged.append(StagedBody())
+                staged.internals.append(internalID)
+                if let existing = try self.entry(id: entry.id), existing.bodyHash == entry.prepared.bodyHash, existing.state != .cancelled {
+                    staged.bodies.append(StagedBody())
                     continue
                 }
-                staged.append(try staging.stage(entry.prepared.body, internalID: internalID))
+                staged.bodies.append(try staging.stage(entry.prepared.body, internalID: internalID))
             }
-            try staging.syncFolders(staged)
+            try staging.syncFolders(staged.bodies)
         } catch {
-            for s in staged { staging.rollback(s) }
+            for s in staged.bodies { staging.rollback(s) }
             throw error
         }
-        var obsolete: [String?] = []
-        let results: [EnqueueResult]
-        do {
-            results = try db.transaction { () throws(OutboxError) -> [EnqueueResult] in
-                var results: [EnqueueResult] = []
-                for (i, entry) in batch.enumerated() {
-                    let (result, dropped) = try apply(entry, staged: staged[i], internalID: internals[i], now: now)
-                    results.append(result)
-                    obsolete += dropped
-                }
-                return results
-            }
-        } catch {
-            for s in staged { staging.rollback(s) }
-            throw error
-        }
-        staging.afterCommit(staged)
-        for path in obsolete { staging.discard(path) }
-        for (i, result) in results.enumerated() where [.resume, .redeliver, .reopen].contains(result.decision) {
-            if staged[i].file != nil || !staged[i].created.isEmpty || !staged[i].movedIn.isEmpty {
-                staging.rollback(staged[i])
-            }
+        return staged
+    }
+
+    /// Writes a staged batch; must run inside a transaction.
+    func applyBatch(_ batch: [NewEntry], staged: StagedBatch, now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        var results: [EnqueueResult] = []
+        for (i, entry) in batch.enumerated() {
+            let (result, dropped) = try apply(entry, staged: staged.bodies[i], internalID: staged.internals[i], now: now)
+            results.append(result)
+            obsoleteFiles += dropped.compactMap { $0 }
         }
         return results
     }

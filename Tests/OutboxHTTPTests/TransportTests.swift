@@ -9,7 +9,7 @@ import CCurl
 /// Python server used by these tests: echoes what it received as JSON, and has routes for
 /// statuses, redirects, big bodies, Retry-After and a stalled body.
 private let serverScript = #"""
-import base64, email.utils, hashlib, json, sys, threading, time
+import base64, email.utils, hashlib, json, os, sys, threading, time
 from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 from urllib.parse import urlsplit, parse_qs
 
@@ -117,6 +117,12 @@ class Handler(BaseHTTPRequestHandler):
 
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = handle_any
 
+def exit_with_parent():
+    # The test process holds our stdin: EOF means it is gone, so never outlive it.
+    sys.stdin.buffer.read()
+    os._exit(0)
+
+threading.Thread(target=exit_with_parent, daemon=True).start()
 server = Server(("127.0.0.1", 0), Handler)
 print(server.server_address[1], flush=True)
 server.serve_forever()
@@ -125,6 +131,8 @@ server.serve_forever()
 /// One Python server process on a loopback port, stopped by `stop()`.
 private final class LoopbackServer: @unchecked Sendable {
     let process = Process()
+    /// Our end of the server's stdin: closing it (or dying) makes the server exit.
+    let input = Pipe()
     let port: Int
     var baseURL: String { "http://127.0.0.1:\(port)" }
 
@@ -137,6 +145,7 @@ private final class LoopbackServer: @unchecked Sendable {
         process.arguments = [script]
         let out = Pipe()
         process.standardOutput = out
+        process.standardInput = input
         try process.run()
         var line = Data()
         while !line.contains(0x0A) {
@@ -153,10 +162,10 @@ private final class LoopbackServer: @unchecked Sendable {
     }
 
     func stop() {
-        if process.isRunning {
-            process.terminate()
-            process.waitUntilExit()
-        }
+        // SIGKILL, not SIGTERM: children of dispatch threads inherit a mask that blocks it.
+        kill(process.processIdentifier, SIGKILL)
+        try? input.fileHandleForWriting.close()
+        process.waitUntilExit()
     }
 }
 
@@ -422,7 +431,8 @@ private final class Recorder: @unchecked Sendable {
             let before = residentBytes()
             let recorder = Recorder()
             let result = await send(client, HTTPRequest(url: server.baseURL + "/echo", method: "PUT",
-                                                        body: .file(path: path, offset: 0, length: size)),
+                                                        body: .file(path: path, offset: 0, length: size),
+                                                        maxResponseBytes: 4 << 20),
                                     progress: { recorder.add($0, $1) })
             let after = residentBytes()
             #expect(result.failure == nil)

@@ -1,0 +1,136 @@
+import Glibc
+import OutboxModel
+import OutboxProcess
+import OutboxStore
+
+extension Runner {
+    /// Starts hooks for due outcomes: one at a time per id, in order; `hooks.concurrency` at once.
+    func deliver(now: Int64) throws(OutboxError) {
+        guard hooksRunning.count < config.hookConcurrency else { return }
+        let keys = Set(definitions.definitions.keys)
+        let busy = Set(hooksRunning.values)
+        for outcome in try store.deliverableOutcomes(now: now, keys: keys, excludingIDs: busy) {
+            guard hooksRunning.count < config.hookConcurrency else { break }
+            guard let definition = definitions.definitions[outcome.key] else { continue }
+            let hook = outcome.outcome == "completed" ? definition.onSuccess : definition.onError
+            guard let hook else {
+                // The definition present now has no hook for this outcome: nothing to wait for.
+                try store.acknowledgeWithoutHook(seq: outcome.seq, now: now)
+                continue
+            }
+            let deliveries = try store.beginDelivery(seq: outcome.seq)
+            var payload = outcome.payload
+            var meta = payload["meta"] ?? .object([])
+            meta.set("deliveries", .int64(deliveries))
+            payload.set("meta", meta)
+            var env = environment
+            env["OUTBOX_ID"] = outcome.entryID
+            env["OUTBOX_KEY"] = outcome.key
+            env["OUTBOX_OUTCOME"] = outcome.outcome
+            env["OUTBOX_DELIVERIES"] = String(deliveries)
+            env["OUTBOX_GENERATION"] = String(outcome.generation)
+            var spec = ProcessSpec(command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
+                                   workingDirectory: config.root, outputCap: 1 << 20,
+                                   timeoutMs: config.hookTimeoutMs.map { Int($0) }, warnAfterMs: Int(config.hookWarnAfterMs))
+            let mailbox = self.mailbox
+            let seq = outcome.seq
+            spec.onStart = { pid, start in mailbox.post(.hookStarted(seq: seq, pid: pid, start: start)) }
+            spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
+            hooksRunning[seq] = outcome.entryID
+            let finalSpec = spec
+            startThread {
+                do throws(ProcessSpawnError) {
+                    mailbox.post(.hookDone(seq: seq, result: .success(try ProcessRunner.run(finalSpec))))
+                } catch {
+                    mailbox.post(.hookDone(seq: seq, result: .failure(error)))
+                }
+            }
+        }
+    }
+
+    func hookFinished(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>) throws(OutboxError) {
+        guard let entryID = hooksRunning.removeValue(forKey: seq) else { return }
+        let now = Identifiers.nowMs()
+        var failure: String?
+        var followUps: [NewEntry] = []
+        switch result {
+        case let .failure(error):
+            failure = "the hook could not start: \(error.message)"
+        case let .success(process):
+            let stderr = String(decoding: process.stderr, as: UTF8.self).trimmingSpaces
+            if !stderr.isEmpty {
+                for line in stderr.split(separator: "\n").prefix(20) { log("hook \(entryID): \(line)") }
+            }
+            if process.timedOut {
+                failure = "the hook ran past hooks.timeout and was stopped"
+            } else if let signal = process.signal {
+                failure = "the hook was killed by signal \(signal)"
+            } else if process.exitStatus != 0 {
+                failure = "the hook exited \(process.exitStatus ?? -1)"
+            } else {
+                do {
+                    followUps = try hookEnqueues(process.stdout, parent: entryID)
+                } catch {
+                    failure = "the hook printed an invalid enqueue line: \(error.message)"
+                }
+            }
+        }
+        if let failure {
+            let outcome = try store.outcomes(entryID: entryID).first { $0.seq == seq }
+            let deliveries = Int(outcome?.deliveries ?? 1)
+            let delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
+            try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure)
+            log("outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))")
+            summary.deliveryFailures += 1
+            return
+        }
+        try store.acknowledge(seq: seq, followUps: followUps, now: now)
+        summary.delivered += 1
+    }
+
+    /// Lines `{"enqueue": {"key", "vars", "id"?, "delay"?}}` printed by a hook; other lines are
+    /// ignored. Any invalid enqueue line fails the whole delivery (nothing is applied).
+    func hookEnqueues(_ stdout: [UInt8], parent: String) throws(OutboxError) -> [NewEntry] {
+        var entries: [NewEntry] = []
+        for line in stdout.split(separator: UInt8(ascii: "\n")) {
+            let text = String(decoding: line, as: UTF8.self).trimmingSpaces
+            guard text.hasPrefix("{"), text.contains("\"enqueue\"") else { continue }
+            let json: JSON
+            do { json = try JSON.parse(text) } catch { throw .invalid("not JSON: \(error)") }
+            guard let request = json["enqueue"] else { continue }
+            guard let key = request["key"]?.stringValue else { throw .invalid("enqueue needs a key") }
+            var notBefore: Int64?
+            if let delay = request["delay"]?.stringValue {
+                do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch { throw .invalid("delay: \(error.message)") }
+            }
+            entries.append(try factory.make(key: key, vars: request["vars"] ?? .null, id: request["id"]?.stringValue,
+                                            parent: parent, notBefore: notBefore))
+        }
+        return entries
+    }
+}
+
+/// The live display on a terminal: entries done, bytes, rate, ETA; redrawn a few times a second.
+final class ProgressDisplay {
+    let log: (String) -> Void
+    var lastDraw: Int64 = 0
+    let started = Identifiers.monotonicMs()
+
+    init(log: @escaping (String) -> Void) { self.log = log }
+
+    func draw(summary: RunSummary, flights: Int, running: Int) {
+        let now = Identifiers.monotonicMs()
+        guard now - lastDraw >= 250 else { return }
+        lastDraw = now
+        let elapsed = max(1, now - started)
+        let rate = summary.bytesSent * 1000 / elapsed
+        let done = summary.completed + summary.errors
+        let text = "\u{1B}[2K\r\(done) done, \(running) running, \(summary.retried) retried · \(Units.formatBytes(summary.bytesSent)) sent · \(Units.formatBytes(rate))/s"
+        _ = text.withCString { write(2, $0, strlen($0)) }
+    }
+
+    func finish() {
+        let text = "\u{1B}[2K\r"
+        _ = text.withCString { write(2, $0, strlen($0)) }
+    }
+}

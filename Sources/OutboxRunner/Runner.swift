@@ -1,0 +1,711 @@
+import CSystem
+import Glibc
+import OutboxHTTP
+import OutboxModel
+import OutboxProcess
+import OutboxStore
+import Synchronization
+
+public enum ProgressMode: String, Sendable { case auto, always, never }
+
+public struct RunOptions: Sendable {
+    public var drain = false
+    public var horizonMs: Int64 = 10_000
+    public var maxTimeMs: Int64?
+    public var graceMs: Int64 = 30_000
+    public var progress: ProgressMode = .auto
+    public var stderrIsTerminal = false
+    public init() {}
+}
+
+/// What a run did, for the one-line summary and `--json`.
+public struct RunSummary: Sendable {
+    public var attempts = 0
+    public var completed = 0
+    public var errors = 0
+    public var retried = 0
+    public var parked = 0
+    public var cancelled = 0
+    public var delivered = 0
+    public var deliveryFailures = 0
+    public var bytesSent: Int64 = 0
+    public var elapsedMs: Int64 = 0
+    public var remaining = 0
+
+    public var json: JSON {
+        .object([
+            ("attempts", .int(attempts)), ("completed", .int(completed)), ("errors", .int(errors)), ("retried", .int(retried)),
+            ("awaiting_auth", .int(parked)), ("cancelled", .int(cancelled)), ("delivered", .int(delivered)),
+            ("delivery_failures", .int(deliveryFailures)), ("bytes_sent", .int64(bytesSent)), ("elapsed_ms", .int64(elapsedMs)),
+            ("remaining", .int(remaining)),
+        ])
+    }
+
+    public var line: String {
+        "outbox: \(completed) completed, \(errors) error, \(retried) retried, \(parked) awaiting-auth, \(delivered) delivered"
+            + (deliveryFailures > 0 ? " (\(deliveryFailures) hook failures)" : "")
+            + ", \(remaining) left, \(attempts) attempts in \(Units.formatDuration(ms: elapsedMs))"
+    }
+}
+
+enum RunnerEvent: Sendable {
+    case transferDone(token: UInt64, result: HTTPResult)
+    case progress(token: UInt64, sent: Int64)
+    case hookStarted(seq: Int64, pid: Int32, start: UInt64)
+    case hookDone(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>)
+    case hookSlow(seq: Int64, pid: Int32)
+}
+
+/// One HTTP attempt in flight: a whole entry, or one part of a chunked upload.
+struct Flight {
+    var entryID: String
+    var partIndex: Int?
+    var transferID: UInt64 = 0
+    var requestID: String
+    var host: String
+    var url: String
+    var method: String
+    var attempt: Int64
+    var sent: Int64 = 0
+}
+
+/// A chunked entry while it runs: its parts and which are in flight.
+struct PartJob {
+    var parts: [StoredPart]
+    var inFlight: Set<Int> = []
+    var sentByPart: [Int: Int64] = [:]
+    var failed = false
+}
+
+/// Sends queued entries, settles outcomes, and delivers them to hooks (SPEC 6-9).
+///
+/// One control thread (the caller's) owns the store connection and every decision; the
+/// curl thread and hook threads only post events to its mailbox.
+public final class Runner {
+    let config: Config
+    var definitions: DefinitionSet
+    let store: SQLiteStore
+    let environment: [String: String]
+    let options: RunOptions
+    let factory: EntryFactory
+    let emit: (JSON) -> Void
+    let log: (String) -> Void
+    let owner: String
+    let mailbox = Mailbox<RunnerEvent>()
+    var http: HTTPClient?
+
+    var flights: [UInt64: Flight] = [:]
+    var running: [String: Entry] = [:]
+    var partJobs: [String: PartJob] = [:]
+    var hostLoad: [String: Int] = [:]
+    var hooksRunning: [Int64: String] = [:]
+    var nextToken: UInt64 = 1
+    var changes: [RunnerChange] = []
+    var summary = RunSummary()
+    var progressDisplay: ProgressDisplay?
+    var headerGeneration: Int64 = 0
+    var lastDataVersion: Int64 = -1
+    var warnedUnhandled = Set<String>()
+
+    public init(config: Config, definitions: DefinitionSet, store: SQLiteStore, environment: [String: String], cwd: String,
+                options: RunOptions, emit: @escaping (JSON) -> Void, log: @escaping (String) -> Void) {
+        self.config = config
+        self.definitions = definitions
+        self.store = store
+        self.environment = environment
+        self.options = options
+        self.emit = emit
+        self.log = log
+        owner = "pid-\(getpid())-\(Identifiers.uuid().prefix(8))"
+        factory = EntryFactory(config: config, environment: environment, cwd: cwd) { [definitions] (key: String) throws(OutboxError) in
+            guard let d = definitions.definitions[key] else { throw .invalid("no definition has key \"\(key)\"") }
+            return d
+        }
+    }
+
+    /// Takes the store's runner lock (exit 75 when another runner holds it).
+    public static func lock(store folder: String) throws(OutboxError) -> Int32 {
+        let path = Paths.join(folder, "runner.lock")
+        let fd = csystem_lock_file(path)
+        if fd == -EWOULDBLOCK || fd == -EAGAIN {
+            let holder = Paths.readText(path)?.trimmingSpaces ?? ""
+            throw .running("another runner holds the store \(folder)\(holder.isEmpty ? "" : " (\(holder))")")
+        }
+        guard fd >= 0 else { throw .storage("cannot lock \(path): \(Paths.errnoMessage(-fd))") }
+        ftruncate(fd, 0)
+        let text = "pid \(getpid()) since \(Identifiers.nowMs())\n"
+        _ = text.withCString { pwrite(fd, $0, strlen($0), 0) }
+        return fd
+    }
+
+    // MARK: The loop
+
+    public func run() throws(OutboxError) -> RunSummary {
+        let started = Identifiers.monotonicMs()
+        installStopSignals()
+        do {
+            http = try HTTPClient(maxTotalConnections: max(config.concurrency * 2, 16))
+        } catch {
+            throw .storage("cannot load libcurl: \(error)")
+        }
+        defer { http?.shutdown() }
+        let requeued = try store.requeueAbandoned(owner: owner, now: Identifiers.nowMs())
+        if requeued > 0 { log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") left running by an earlier runner back in the queue") }
+        for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
+            log("outbox: stopped hook process group \(pgid) left by an earlier runner")
+        }
+        try store.markUnhandled(keys: Set(definitions.definitions.keys))
+        for key in definitions.brokenKeys.keys.sorted() {
+            log("outbox: the definition of \(key) has errors: its outcomes are held until it is fixed (outbox check)")
+        }
+        if options.progress == .always || (options.progress == .auto && options.stderrIsTerminal) {
+            progressDisplay = ProgressDisplay(log: log)
+        }
+
+        var stopDeadline: Int64?
+        var aborted = false
+        while true {
+            let now = Identifiers.nowMs()
+            let mono = Identifiers.monotonicMs()
+            let signals = stopSignals.load(ordering: .relaxed)
+            if let max = options.maxTimeMs, stopDeadline == nil, mono - started >= max {
+                stopDeadline = mono + options.graceMs
+                log("outbox: --max-time reached; letting attempts in flight finish")
+            }
+            if signals >= 1, stopDeadline == nil {
+                stopDeadline = mono + options.graceMs
+                log("outbox: stopping; attempts in flight may finish within \(Units.formatDuration(ms: options.graceMs)) (signal again to stop now)")
+            }
+            let stopping = stopDeadline != nil
+            if stopping, !aborted, signals >= 2 || mono >= stopDeadline! {
+                aborted = true
+                for flight in flights.values { http?.cancel(flight.transferID) }
+            }
+            if stopping && flights.isEmpty && (hooksRunning.isEmpty || aborted) { break }
+
+            headerGeneration = Int64(try store.setting("header_generation") ?? "0") ?? 0
+            if !stopping {
+                try claim(now: now)
+                try pumpParts(now: now)
+                try deliver(now: now)
+            }
+            try flush(now: now)
+
+            if options.drain && !stopping && flights.isEmpty && hooksRunning.isEmpty {
+                let deliverable = Set(definitions.definitions.keys)
+                let due = try store.nextDueTime(deliverableKeys: deliverable)
+                if due == nil || due! > now + options.horizonMs { break }
+            }
+            progressDisplay?.draw(summary: summary, flights: flights.count, running: running.count)
+
+            // Sleep until an event, or 50 ms to notice enqueues from other processes (T-sql6).
+            let events = mailbox.take(timeoutMs: 50)
+            for event in events { try handle(event) }
+            try flush(now: Identifiers.nowMs())
+        }
+        progressDisplay?.finish()
+        // Entries we hold go back in the queue, keeping accepted parts.
+        for id in running.keys { changes.append(.requeue(entryID: id)) }
+        try flush(now: Identifiers.nowMs())
+        store.checkpoint()
+        summary.elapsedMs = Identifiers.monotonicMs() - started
+        let counts = try store.counts()
+        summary.remaining = Int(counts.states.filter { !["completed", "cancelled"].contains($0.key) }.values.reduce(0, +))
+        return summary
+    }
+
+    func flush(now: Int64) throws(OutboxError) {
+        guard !changes.isEmpty else { return }
+        let batch = changes
+        changes.removeAll()
+        try store.apply(batch, now: now)
+    }
+
+    // MARK: Claiming
+
+    func claim(now: Int64) throws(OutboxError) {
+        let capacity = config.concurrency - running.count
+        guard capacity > 0 else { return }
+        let version = try store.dataVersion()
+        let candidates = try store.dueEntries(now: now, limit: capacity * 4, excluding: Set(running.keys))
+        lastDataVersion = version
+        var claimed: [Entry] = []
+        var queueWifi: Bool?
+        for entry in candidates where claimed.count < capacity {
+            if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) {
+                settleError(entry, kind: "expired", message: "the entry expired before it could be sent", state: .error, reason: "expired")
+                continue
+            }
+            if let account = entry.account, let current = factory.account(), account != current {
+                log("outbox: dropped \(entry.id): enqueued by account \(account), not the current account \(current)")
+                changes.append(.drop(entryID: entry.id, reason: "other-account"))
+                emitState(entry, state: "cancelled", reason: "other-account")
+                summary.cancelled += 1
+                continue
+            }
+            if queueWifi == nil { queueWifi = try store.setting("wifi_only") == "1" }
+            if entry.request.wifiOnly ?? queueWifi!, !onWifi() {
+                changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now + 30_000, reason: "wifi"))
+                continue
+            }
+            if let problem = payloadProblem(entry) {
+                settleError(entry, kind: "file", message: problem, state: .error, reason: "file")
+                continue
+            }
+            let host = URLCheck.hostKey(entry.request.url ?? (try? store.parts(entrySeq: entry.seq).first?.url) ?? "" ?? "")
+            if entry.request.bodyKind != "parts", hostLoad[host, default: 0] >= config.perHost { continue }
+            claimed.append(entry)
+            if entry.request.bodyKind != "parts" { hostLoad[host, default: 0] += 1 }
+        }
+        try flush(now: now)
+        guard !claimed.isEmpty else { return }
+        try store.markRunning(claimed.map(\.id), owner: owner, leaseUntil: now + 300_000, now: now)
+        for var entry in claimed {
+            entry.state = .running
+            running[entry.id] = entry
+            emitState(entry, state: "running", reason: nil)
+            if entry.request.bodyKind == "parts" {
+                partJobs[entry.id] = PartJob(parts: try store.parts(entrySeq: entry.seq))
+            } else {
+                startTransfer(entry, part: nil, host: URLCheck.hostKey(entry.request.url ?? ""))
+            }
+        }
+    }
+
+    /// The built-in Wi-Fi check: a wireless interface that is up, or the configured plugin.
+    func onWifi() -> Bool {
+        if let command = config.wifiCheck {
+            let spec = ProcessSpec(command: ProcessCommand(command), environment: environment, workingDirectory: config.root,
+                                   timeoutMs: 10_000)
+            return (try? ProcessRunner.run(spec))?.succeeded ?? false
+        }
+        for name in Paths.list("/sys/class/net") ?? [] where Paths.isDirectory("/sys/class/net/\(name)/wireless") {
+            if Paths.readText("/sys/class/net/\(name)/operstate")?.trimmingSpaces == "up" { return true }
+        }
+        return false
+    }
+
+    /// Why an entry's bytes cannot be sent (staged file gone, referenced file changed), or nil.
+    func payloadProblem(_ entry: Entry) -> String? {
+        for file in [entry.bodyFile].compactMap({ $0 }) + entry.request.form.compactMap(\.stagedFile) {
+            guard let info = FileInfo.stat(file) else { return "the staged payload \(file) is missing" }
+            if entry.request.ownership == .reference, let recorded = entry.request.file,
+               info.size != recorded.size || info.mtimeNs != recorded.mtimeNs || info.inode != recorded.inode {
+                return "the referenced file \(file) changed since enqueue (size, mtime or inode differ)"
+            }
+        }
+        return nil
+    }
+
+    // MARK: Sending
+
+    func baseHeaders(_ entry: Entry, requestID: String) -> [(name: String, value: String)] {
+        var headers = entry.request.headers.map { (name: $0.0, value: $0.1) }
+        headers.append((name: "X-Request-Id", value: requestID))
+        if let key = entry.idempotencyKey { headers.append((name: "Idempotency-Key", value: key)) }
+        if !headers.contains(where: { $0.name.lowercased() == "user-agent" }) {
+            headers.append((name: "User-Agent", value: "outbox/\(Runner.version)"))
+        }
+        return headers
+    }
+
+    public static let version = "0.1.0"
+
+    func startTransfer(_ entry: Entry, part: StoredPart?, host: String) {
+        let requestID = Identifiers.uuid()
+        var headers = baseHeaders(entry, requestID: requestID)
+        var url = entry.request.url ?? ""
+        var body: HTTPBody
+        if let part {
+            url = part.url
+            for (name, value) in part.headers {
+                headers.removeAll { $0.name.lowercased() == name.lowercased() }
+                headers.append((name: name, value: value))
+            }
+            body = .file(path: entry.bodyFile ?? "", offset: part.range.start, length: part.range.end - part.range.start)
+        } else if let inline = entry.bodyInline {
+            body = .bytes(inline)
+        } else if !entry.request.form.isEmpty {
+            body = .form(entry.request.form.map {
+                FormField(name: $0.name, value: $0.value, filePath: $0.stagedFile, filename: $0.filename, contentType: $0.contentType)
+            })
+        } else if let file = entry.bodyFile {
+            body = .file(path: file, offset: 0, length: entry.totalBytes)
+        } else {
+            body = .none
+        }
+        let request = HTTPRequest(
+            url: url, method: entry.request.method, headers: headers, body: body, followRedirects: entry.request.followRedirects,
+            connectTimeoutMs: Int(config.connectTimeoutMs), stallBelowBytesPerSecond: Int(config.stallBelowBytes),
+            stallForSeconds: Int(max(1, config.stallForMs / 1000)), caFile: config.caFile,
+            maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(Runner.version)")
+        let token = nextToken
+        nextToken += 1
+        let attempt = (running[entry.id]?.attempts ?? entry.attempts) + 1
+        running[entry.id]?.attempts = attempt
+        var flight = Flight(entryID: entry.id, partIndex: part?.index, requestID: requestID, host: host, url: url,
+                            method: entry.request.method, attempt: attempt)
+        if part != nil { hostLoad[host, default: 0] += 1 }
+        let mailbox = self.mailbox
+        flight.transferID = http!.start(request, progress: { sent, _ in
+            mailbox.post(.progress(token: token, sent: sent))
+        }, completion: { result in
+            mailbox.post(.transferDone(token: token, result: result))
+        })
+        flights[token] = flight
+        summary.attempts += 1
+    }
+
+    /// Starts the next parts of chunked entries, within part_concurrency and per_host.
+    func pumpParts(now: Int64) throws(OutboxError) {
+        for (id, var job) in partJobs {
+            guard let entry = running[id], !job.failed else { continue }
+            let pending = job.parts.filter { !$0.accepted && !job.inFlight.contains($0.index) }
+            if pending.isEmpty && job.inFlight.isEmpty {
+                partJobs[id] = nil
+                try settleParts(entry, job: job, now: now)
+                continue
+            }
+            for part in pending where job.inFlight.count < config.partConcurrency {
+                if let next = part.nextAttemptAt, next > now { continue }
+                let host = URLCheck.hostKey(part.url)
+                if hostLoad[host, default: 0] >= config.perHost { continue }
+                job.inFlight.insert(part.index)
+                partJobs[id] = job
+                startTransfer(entry, part: part, host: host)
+            }
+            if job.inFlight.isEmpty, let next = pending.compactMap(\.nextAttemptAt).min(), next > now {
+                // Every remaining part backs off: give the slot back until the earliest is due.
+                partJobs[id] = nil
+                running[id] = nil
+                changes.append(.reschedule(entryID: id, nextAttemptAt: next, reason: "part retry"))
+                emitState(entry, state: "queued", reason: "part retry")
+            }
+        }
+    }
+
+    // MARK: Results
+
+    func handle(_ event: RunnerEvent) throws(OutboxError) {
+        switch event {
+        case let .progress(token, sent):
+            guard var flight = flights[token] else { return }
+            flight.sent = sent
+            flights[token] = flight
+            if var job = partJobs[flight.entryID], let index = flight.partIndex {
+                job.sentByPart[index] = sent
+                partJobs[flight.entryID] = job
+            }
+            if let entry = running[flight.entryID] {
+                let total = entryBytesSent(entry, flight: flight)
+                emit(.object([("type", .string("progress")), ("id", .string(entry.id)), ("bytes_sent", .int64(total)),
+                              ("total_bytes", .int64(entry.totalBytes))]))
+            }
+        case let .transferDone(token, result):
+            guard let flight = flights.removeValue(forKey: token) else { return }
+            hostLoad[flight.host, default: 1] -= 1
+            try finished(flight, result: result)
+        case let .hookStarted(seq, pid, start):
+            try store.recordHookProcess(seq: seq, pgid: pid, startTime: start)
+        case let .hookSlow(seq, pid):
+            log("outbox: the hook for \(hooksRunning[seq] ?? "?") (pid \(pid)) runs longer than \(Units.formatDuration(ms: config.hookWarnAfterMs)); waiting for it")
+        case let .hookDone(seq, result):
+            try hookFinished(seq: seq, result: result)
+        }
+    }
+
+    func entryBytesSent(_ entry: Entry, flight: Flight) -> Int64 {
+        guard let job = partJobs[entry.id] else { return flight.sent }
+        let accepted = job.parts.filter(\.accepted).reduce(Int64(0)) { $0 + $1.range.end - $1.range.start }
+        return accepted + job.sentByPart.filter { job.inFlight.contains($0.key) }.values.reduce(0, +)
+    }
+
+    func attemptEvent(_ entry: Entry, _ flight: Flight, _ result: HTTPResult, outcome: String) -> JSON {
+        var event: JSON = .object([
+            ("type", .string("attempt")), ("id", .string(entry.id)), ("key", .string(entry.key)), ("request_id", .string(flight.requestID)),
+            ("attempt", .int64(flight.attempt)), ("url", .string(Self.redactURL(flight.url))), ("method", .string(flight.method)),
+            ("part_index", flight.partIndex.map { .int($0) } ?? .null), ("outcome", .string(outcome)),
+            ("http_code", result.status.map { .int($0) } ?? .null),
+        ])
+        bodyJSON(Array(result.body.prefix(4096)), into: &event)
+        event.set("error_kind", .optionalString(result.failure?.kind.rawValue))
+        event.set("error_message", .optionalString(result.failure?.message))
+        event.set("at", .int64(Identifiers.nowMs()))
+        return event
+    }
+
+    /// Query strings can carry presigned credentials: events show the URL without them.
+    static func redactURL(_ url: String) -> String {
+        guard let q = url.firstIndex(of: "?") else { return url }
+        return String(url[..<q]) + "?[redacted]"
+    }
+
+    func finished(_ flight: Flight, result: HTTPResult) throws(OutboxError) {
+        guard var entry = running[flight.entryID] else { return }
+        let now = Identifiers.nowMs()
+        summary.bytesSent += result.bytesSent
+        if result.failure?.message == "aborted" {
+            // Stopped by us (grace over): not an attempt result; the entry goes back to the queue.
+            if flight.partIndex != nil { partJobs[entry.id]?.inFlight.remove(flight.partIndex!) }
+            return
+        }
+        let failure: TransportFailure? = result.failure.map {
+            switch $0.kind {
+            case .network: return .network($0.message)
+            case .timeout: return .timeout($0.message)
+            case .tls: return .tls($0.message)
+            case .redirect: return .redirect($0.message)
+            }
+        }
+        let klass = AttemptClassifier.classify(status: result.status, failure: failure, body: result.body,
+                                               accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
+        let outcomeName: String
+        switch klass {
+        case .success: outcomeName = "success"
+        case .retry: outcomeName = "retry"
+        case .awaitingAuth: outcomeName = "awaiting-auth"
+        case .terminal: outcomeName = "error"
+        }
+        let event = attemptEvent(entry, flight, result, outcome: outcomeName)
+        emit(event)
+        changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
+        entry.lastRequestID = flight.requestID
+        running[entry.id] = entry
+
+        if let index = flight.partIndex {
+            try partFinished(entry, index: index, klass: klass, result: result, now: now)
+            return
+        }
+        running[entry.id] = nil
+        changes.append(.progress(entryID: entry.id, bytesSent: result.bytesSent))
+        switch klass {
+        case .success:
+            settleSuccess(entry, result: result, parts: nil, requestID: flight.requestID)
+        case let .retry(reason):
+            let next = Backoff.nextAttemptAt(now: now, failures: Int(entry.attempts), policy: entry.request.retry.backoff,
+                                             retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
+                                             random: Double.random(in: 0..<1))
+            changes.append(.reschedule(entryID: entry.id, nextAttemptAt: next, reason: reason))
+            emitState(entry, state: "queued", reason: reason)
+            summary.retried += 1
+        case .awaitingAuth:
+            if entry.headerGeneration < headerGeneration {
+                // Sent with headers older than the latest update: re-send at once (SPEC 7).
+                changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now, reason: "auth"))
+            } else {
+                changes.append(.park(entryID: entry.id))
+                emitState(entry, state: "awaiting-auth", reason: "auth")
+                summary.parked += 1
+            }
+        case let .terminal(reason):
+            var error: JSON = .object([("kind", .string("http")), ("message", .string(failure.map { "\($0)" } ?? reason)),
+                                       ("status", result.status.map { .int($0) } ?? .null)])
+            bodyJSON(Array(result.body.prefix(65536)), into: &error)
+            settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: flight.requestID)
+        }
+    }
+
+    func partFinished(_ entry: Entry, index: Int, klass: AttemptOutcomeClass, result: HTTPResult, now: Int64) throws(OutboxError) {
+        guard var job = partJobs[entry.id] else { return }
+        job.inFlight.remove(index)
+        job.sentByPart[index] = nil
+        guard let position = job.parts.firstIndex(where: { $0.index == index }) else { return }
+        switch klass {
+        case .success:
+            let headers = Self.headersJSON(result.headers)
+            job.parts[position].accepted = true
+            job.parts[position].status = result.status
+            job.parts[position].responseHeaders = headers
+            // Durable the moment it is classified: flushed in this iteration's transaction.
+            changes.append(.partAccepted(entrySeq: entry.seq, index: index, status: result.status ?? 0, headers: headers))
+            partJobs[entry.id] = job
+            changes.append(.progress(entryID: entry.id, bytesSent: job.parts.filter(\.accepted).reduce(0) { $0 + $1.range.end - $1.range.start }))
+        case .retry:
+            job.parts[position].attempts += 1
+            let next = Backoff.nextAttemptAt(now: now, failures: job.parts[position].attempts, policy: entry.request.retry.backoff,
+                                             retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
+                                             random: Double.random(in: 0..<1))
+            job.parts[position].nextAttemptAt = next
+            changes.append(.partRetry(entrySeq: entry.seq, index: index, nextAttemptAt: next))
+            partJobs[entry.id] = job
+            summary.retried += 1
+        case .awaitingAuth, .terminal:
+            job.failed = true
+            partJobs[entry.id] = job
+            for (token, flight) in flights where flight.entryID == entry.id { http?.cancel(flight.transferID); _ = token }
+            if job.inFlight.isEmpty {
+                partJobs[entry.id] = nil
+                running[entry.id] = nil
+            }
+            if case .awaitingAuth = klass {
+                changes.append(.park(entryID: entry.id))
+                emitState(entry, state: "awaiting-auth", reason: "auth")
+                summary.parked += 1
+            } else {
+                var error: JSON = .object([("kind", .string("http")),
+                                           ("message", .string("part \(index) (bytes \(job.parts[position].range.start)-\(job.parts[position].range.end)) was refused with status \(result.status.map(String.init) ?? "none")")),
+                                           ("status", result.status.map { .int($0) } ?? .null), ("part_index", .int(index))])
+                bodyJSON(Array(result.body.prefix(65536)), into: &error)
+                settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: entry.lastRequestID ?? "")
+            }
+        }
+    }
+
+    func settleParts(_ entry: Entry, job: PartJob, now: Int64) throws(OutboxError) {
+        running[entry.id] = nil
+        let parts = JSON.array(job.parts.map { p in
+            .object([("index", .int(p.index)), ("status", p.status.map { .int($0) } ?? .null), ("headers", p.responseHeaders ?? .object([]))])
+        })
+        settleSuccess(entry, result: nil, parts: parts, requestID: entry.lastRequestID ?? "")
+    }
+
+    static func headersJSON(_ headers: [(name: String, value: String)]) -> JSON {
+        .object(headers.map { ($0.name.lowercased(), .string($0.value)) })
+    }
+
+    // MARK: Outcomes
+
+    func basePayload(_ entry: Entry, outcome: String, requestID: String) -> JSON {
+        .object([
+            ("outcome", .string(outcome)), ("id", .string(entry.id)), ("key", .string(entry.key)), ("vars", entry.vars),
+            ("meta", .object([
+                ("at", .int64(Identifiers.nowMs())), ("attempts", .int64(running[entry.id]?.attempts ?? entry.attempts)),
+                ("request_id", .string(requestID)), ("idempotency_key", .optionalString(entry.idempotencyKey)),
+                ("generation", .int64(entry.generation)), ("header_generation", .int64(entry.headerGeneration)),
+                ("parent", .optionalString(entry.parent)),
+            ])),
+        ])
+    }
+
+    func responseJSON(_ result: HTTPResult, entry: Entry) -> JSON {
+        var response: JSON = .object([("status", result.status.map { .int($0) } ?? .null), ("headers", Self.headersJSON(result.headers))])
+        bodyJSON(result.body, into: &response)
+        response.set("body_truncated", .bool(result.bodyTruncated))
+        return response
+    }
+
+    func settleSuccess(_ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String) {
+        var payload = basePayload(entry, outcome: "completed", requestID: requestID)
+        var data: JSON = .null
+        var parseError: JSON?
+        if let result {
+            payload.set("response", responseJSON(result, entry: entry))
+            if entry.request.response != .raw {
+                if result.bodyTruncated {
+                    parseError = .object([("kind", .string("truncated")),
+                                          ("message", .string("the response is over max_response_bytes (\(config.maxResponseBytes)); it was not parsed")),
+                                          ("status", result.status.map { .int($0) } ?? .null)])
+                } else {
+                    switch parse(result.body, mode: entry.request.response, vars: entry.vars) {
+                    case let .success(value): data = value
+                    case let .failure(error):
+                        parseError = .object([("kind", .string("unknown")), ("message", .string(error.message)),
+                                              ("status", result.status.map { .int($0) } ?? .null)])
+                    }
+                }
+            }
+        }
+        if let parts { payload.set("parts", parts) }
+        if let parseError {
+            // The request was accepted: the entry is completed and never sent again, but the
+            // hook hears that its data could not be read.
+            payload.set("outcome", .string("error"))
+            payload.set("error", parseError)
+            settle(entry, payload: payload, outcome: "error", state: .completed, reason: parseError["kind"]?.stringValue)
+            return
+        }
+        payload.set("data", data)
+        settle(entry, payload: payload, outcome: "completed", state: .completed, reason: nil)
+    }
+
+    func parse(_ body: [UInt8], mode: ResponseMode, vars: JSON) -> Result<JSON, OutboxError> {
+        switch mode {
+        case .raw: return .success(.null)
+        case .json:
+            let text = String(decoding: body, as: UTF8.self)
+            if text.trimmingSpaces.isEmpty { return .success(.null) }
+            do { return .success(try JSON.parse(text)) } catch { return .failure(.invalid("the response is not valid JSON: \(error)")) }
+        case let .command(command):
+            var input: JSON = .object([("vars", vars)])
+            bodyJSON(body, into: &input, field: "raw")
+            do {
+                return .success(try Plugin.runJSON(command, input: input, name: "the response parser", config: config, environment: environment))
+            } catch {
+                return .failure(error)
+            }
+        }
+    }
+
+    func settleError(_ entry: Entry, kind: String, message: String, state: EntryState, reason: String) {
+        settleWithError(entry, error: .object([("kind", .string(kind)), ("message", .string(message)), ("status", .null)]),
+                        response: nil, state: state, reason: reason, requestID: entry.lastRequestID ?? "")
+    }
+
+    func settleWithError(_ entry: Entry, error: JSON, response: HTTPResult?, state: EntryState, reason: String, requestID: String) {
+        var payload = basePayload(entry, outcome: "error", requestID: requestID)
+        payload.set("error", error)
+        if let response { payload.set("response", responseJSON(response, entry: entry)) }
+        payload.set("data", .null)
+        settle(entry, payload: payload, outcome: "error", state: state, reason: reason)
+        if entry.request.cancelScopeOnError, let scope = entry.scope {
+            let hookFor: @Sendable (Entry) -> (JSON, Bool) = { [definitions] behind in
+                var p: JSON = .object([
+                    ("outcome", .string("error")), ("id", .string(behind.id)), ("key", .string(behind.key)), ("vars", behind.vars),
+                    ("error", .object([("kind", .string("cancelled")), ("message", .string("cancelled because \(entry.id) in scope \(scope) settled error")),
+                                       ("status", .null)])),
+                    ("data", .null),
+                    ("meta", .object([("at", .int64(Identifiers.nowMs())), ("attempts", .int64(behind.attempts)), ("request_id", .null),
+                                      ("idempotency_key", .optionalString(behind.idempotencyKey)), ("generation", .int64(behind.generation))])),
+                ])
+                p.set("reason", .string("scope"))
+                return (p, definitions.definitions[behind.key]?.onError != nil || definitions.definitions[behind.key] == nil)
+            }
+            changes.append(.cancelScope(scope: scope, afterSeq: entry.seq, payloadFor: hookFor))
+        }
+    }
+
+    func settle(_ entry: Entry, payload: JSON, outcome: String, state: EntryState, reason: String?) {
+        running[entry.id] = nil
+        let definition = definitions.definitions[entry.key]
+        let hook = outcome == "completed" ? definition?.onSuccess : definition?.onError
+        // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.
+        let hookExists = definition == nil || definitions.brokenKeys[entry.key] != nil || hook != nil
+        var followUps: [NewEntry] = []
+        if let then = definition?.then?[outcome == "completed" ? "on_success" : "on_error"]?.arrayValue {
+            for item in then {
+                do {
+                    followUps.append(try followUp(item, entry: entry, outcome: payload))
+                } catch {
+                    log("outbox: follow-up of \(entry.id) not enqueued: \(error.message)")
+                }
+            }
+        }
+        changes.append(.settle(Settlement(entryID: entry.id, generation: entry.generation, state: state, reason: reason,
+                                          outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)))
+        emitState(entry, state: state.rawValue, reason: reason)
+        if state == .completed && outcome == "completed" { summary.completed += 1 } else if state == .completed { summary.completed += 1 } else { summary.errors += 1 }
+    }
+
+    /// Renders one `then` item with `outcome.*` and builds its entry.
+    func followUp(_ item: JSON, entry: Entry, outcome: JSON) throws(OutboxError) -> NewEntry {
+        var inputs = RenderInputs(id: entry.id, vars: entry.vars, environment: environment, cwd: config.root)
+        inputs.outcome = outcome
+        let rendered = try Template.renderTree(item, context: RequestBuilder.context(inputs), field: "then")
+        guard let key = rendered["key"]?.stringValue else { throw .invalid("then: key must be a string") }
+        var notBefore: Int64?
+        if let delay = rendered["delay"]?.stringValue {
+            do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch { throw .invalid("then.delay: \(error.message)") }
+        }
+        return try factory.make(key: key, vars: rendered["vars"] ?? .null, id: rendered["id"]?.stringValue, parent: entry.id,
+                                notBefore: notBefore, outcome: outcome)
+    }
+
+    func emitState(_ entry: Entry, state: String, reason: String?) {
+        var row = entry.listJSON(displayState: state)
+        row.set("reason", .optionalString(reason))
+        row.set("updated_at", .int64(Identifiers.nowMs()))
+        var event: JSON = .object([("type", .string("state"))])
+        for (k, v) in row.objectValue ?? [] { event.set(k, v) }
+        emit(event)
+    }
+}

@@ -1,0 +1,284 @@
+import OutboxModel
+
+/// A settled entry: its new state and the outcome journaled with it, in one transaction.
+public struct Settlement: Sendable {
+    public var entryID: String
+    public var generation: Int64
+    public var state: EntryState
+    public var reason: String?
+    /// completed or error.
+    public var outcome: String
+    public var payload: JSON
+    /// False when no hook will run: the outcome is acknowledged as it settles (deliveries 0).
+    public var hookExists: Bool
+    /// `then` follow-ups, enqueued in the same transaction.
+    public var followUps: [NewEntry]
+
+    public init(entryID: String, generation: Int64, state: EntryState, reason: String?, outcome: String, payload: JSON,
+                hookExists: Bool, followUps: [NewEntry] = []) {
+        self.entryID = entryID
+        self.generation = generation
+        self.state = state
+        self.reason = reason
+        self.outcome = outcome
+        self.payload = payload
+        self.hookExists = hookExists
+        self.followUps = followUps
+    }
+}
+
+/// One change the runner makes; several are applied in one transaction when they coincide.
+public enum RunnerChange: Sendable {
+    case attempt(entryID: String, generation: Int64, at: Int64, payload: JSON, requestID: String)
+    case reschedule(entryID: String, nextAttemptAt: Int64, reason: String?)
+    case park(entryID: String)
+    case requeue(entryID: String)
+    case progress(entryID: String, bytesSent: Int64)
+    case partAccepted(entrySeq: Int64, index: Int, status: Int, headers: JSON)
+    case partRetry(entrySeq: Int64, index: Int, nextAttemptAt: Int64)
+    case settle(Settlement)
+    /// Entries behind a failed one in its scope: cancelled (reason scope) with an error outcome.
+    case cancelScope(scope: String, afterSeq: Int64, payloadFor: @Sendable (Entry) -> (JSON, Bool))
+    /// An entry dropped without an outcome to deliver (other-account).
+    case drop(entryID: String, reason: String)
+}
+
+extension SQLiteStore {
+    /// Puts entries left `running` by a runner that is gone back in the queue, keeping
+    /// accepted parts. The SQLite store has one runner at a time (the lock file), so every
+    /// lease not held by `owner` is stale; the PostgreSQL store will compare lease expiry.
+    public func requeueAbandoned(owner: String, now: Int64) throws(OutboxError) -> Int {
+        try db.transaction { () throws(OutboxError) -> Int in
+            try db.run("""
+                UPDATE entries SET state = 'queued', lease_owner = NULL, lease_until = NULL, updated_at = ?
+                WHERE state = 'running' AND (lease_owner IS NULL OR lease_owner != ?)
+                """, [.int(now), .text(owner)])
+        }
+    }
+
+    /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
+    public func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
+        if try setting("queue_paused") == "1" { return [] }
+        let paused = try pausedKeys()
+        let rows = try db.query("""
+            SELECT \(Self.entryColumns) FROM entries e
+            WHERE state = 'queued' AND waits_for_delivery = 0
+              AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
+              AND (not_before IS NULL OR not_before <= ?)
+              AND (scope IS NULL OR NOT EXISTS (
+                SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
+                  AND o.state IN ('queued', 'running', 'awaiting-auth')))
+            ORDER BY seq LIMIT ?
+            """, [.int(now), .int(now), .int(limit + excluding.count + paused.count * 0 + 64)], Self.entry)
+        return Array(rows.filter { !paused.contains($0.key) && !excluding.contains($0.id) }.prefix(limit))
+    }
+
+    /// The earliest time something becomes due (an attempt, a hold, or a hook delivery).
+    public func nextDueTime(deliverableKeys: Set<String>) throws(OutboxError) -> Int64? {
+        var times: [Int64] = []
+        if try setting("queue_paused") != "1" {
+            let paused = try pausedKeys()
+            let rows = try db.query("""
+                SELECT key, MAX(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)) FROM entries
+                WHERE state = 'queued' AND waits_for_delivery = 0
+                """) { ($0.text(0), $0.int(1)) }
+            times += rows.filter { !paused.contains($0.0) }.map(\.1)
+        }
+        let outcomes = try db.query("SELECT key, COALESCE(next_delivery_at, 0) FROM outcomes WHERE acknowledged = 0") { ($0.text(0), $0.int(1)) }
+        times += outcomes.filter { deliverableKeys.contains($0.0) }.map(\.1)
+        return times.min()
+    }
+
+    public func markRunning(_ ids: [String], owner: String, leaseUntil: Int64, now: Int64) throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            for id in ids {
+                try db.run("UPDATE entries SET state = 'running', lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ?",
+                           [.text(owner), .int(leaseUntil), .int(now), .text(id)])
+            }
+        }
+    }
+
+    /// Applies runner changes in one transaction. Follow-ups are staged first; files of
+    /// forgotten entries are removed after the commit.
+    public func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError) {
+        let followUps = changes.flatMap { change -> [NewEntry] in
+            if case let .settle(s) = change { return s.followUps }
+            return []
+        }
+        let staged = try stageBatch(followUps)
+        var remove: [String] = []
+        do throws(OutboxError) {
+            try db.transaction { () throws(OutboxError) in
+                for change in changes {
+                    remove += try apply(change, now: now)
+                }
+                if !followUps.isEmpty {
+                    _ = try applyBatch(followUps, staged: staged, now: now)
+                }
+            }
+        } catch {
+            for s in staged.bodies { staging.rollback(s) }
+            throw error
+        }
+        staging.afterCommit(staged.bodies)
+        finishForget(remove)
+    }
+
+    private func apply(_ change: RunnerChange, now: Int64) throws(OutboxError) -> [String] {
+        switch change {
+        case let .attempt(id, generation, at, payload, requestID):
+            try db.run("INSERT INTO attempts (entry_id, generation, at, payload) VALUES (?, ?, ?, ?)",
+                       [.text(id), .int(generation), .int(at), .text(payload.serialized())])
+            try db.run("""
+                DELETE FROM attempts WHERE entry_id = ? AND seq NOT IN (
+                  SELECT seq FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 20)
+                """, [.text(id), .text(id)])
+            try db.run("UPDATE entries SET attempts = attempts + 1, last_request_id = ?, updated_at = ? WHERE id = ? AND generation = ?",
+                       [.text(requestID), .int(now), .text(id), .int(generation)])
+        case let .reschedule(id, next, reason):
+            try db.run("""
+                UPDATE entries SET state = 'queued', next_attempt_at = ?, reason = ?, lease_owner = NULL, updated_at = ?
+                WHERE id = ? AND state = 'running'
+                """, [.int(next), .optional(reason), .int(now), .text(id)])
+        case let .park(id):
+            try db.run("UPDATE entries SET state = 'awaiting-auth', reason = 'auth', lease_owner = NULL, updated_at = ? WHERE id = ? AND state = 'running'",
+                       [.int(now), .text(id)])
+        case let .requeue(id):
+            try db.run("UPDATE entries SET state = 'queued', lease_owner = NULL, updated_at = ? WHERE id = ? AND state = 'running'",
+                       [.int(now), .text(id)])
+        case let .progress(id, sent):
+            try db.run("UPDATE entries SET bytes_sent = ? WHERE id = ?", [.int(sent), .text(id)])
+        case let .partAccepted(seq, index, status, headers):
+            try db.run("UPDATE parts SET accepted = 1, status = ?, response_headers = ?, attempts = attempts + 1 WHERE entry_seq = ? AND idx = ?",
+                       [.int(status), .text(headers.serialized()), .int(seq), .int(index)])
+        case let .partRetry(seq, index, next):
+            try db.run("UPDATE parts SET attempts = attempts + 1, next_attempt_at = ? WHERE entry_seq = ? AND idx = ?",
+                       [.int(next), .int(seq), .int(index)])
+        case let .settle(s):
+            return try settle(s, now: now)
+        case let .cancelScope(scope, afterSeq, payloadFor):
+            let behind = try db.query("""
+                SELECT \(Self.entryColumns) FROM entries WHERE scope = ? AND seq > ? AND state IN ('queued', 'awaiting-auth')
+                ORDER BY seq
+                """, [.text(scope), .int(afterSeq)], Self.entry)
+            var files: [String] = []
+            for e in behind {
+                let (payload, hookExists) = payloadFor(e)
+                files += try settle(Settlement(entryID: e.id, generation: e.generation, state: .cancelled, reason: "scope",
+                                               outcome: "error", payload: payload, hookExists: hookExists), now: now)
+            }
+            return files
+        case let .drop(id, reason):
+            guard let e = try entry(id: id) else { return [] }
+            try db.run("INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at) VALUES (?, ?, ?, 'error', '{}', 1, ?, ?)",
+                       [.text(e.id), .text(e.key), .int(e.generation), .text(reason), .int(now)])
+            return try forget(e, returnMovedFile: true)
+        }
+        return []
+    }
+
+    /// Settles an entry and journals its outcome. With no hook to run, the outcome is
+    /// acknowledged now and a completed or cancelled entry is forgotten at once.
+    private func settle(_ s: Settlement, now: Int64) throws(OutboxError) -> [String] {
+        guard let e = try entry(id: s.entryID), e.generation == s.generation else { return [] }
+        try db.run("""
+            UPDATE entries SET state = ?, reason = ?, lease_owner = NULL, next_attempt_at = NULL, updated_at = ? WHERE seq = ?
+            """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq)])
+        try db.run("""
+            INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """, [.text(e.id), .text(e.key), .int(e.generation), .text(s.outcome), .text(s.payload.serialized()),
+                  .bool(!s.hookExists), .optional(s.reason), .int(now)])
+        if !s.hookExists, s.state == .completed || s.state == .cancelled {
+            var settled = e
+            settled.state = s.state
+            return try forget(settled, returnMovedFile: s.state == .cancelled)
+        }
+        return []
+    }
+
+    // MARK: Delivery
+
+    /// Outcomes to deliver now: the oldest unacknowledged one of each id, due, for keys that
+    /// have a definition.
+    public func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>) throws(OutboxError) -> [OutcomeRecord] {
+        let rows = try db.query("""
+            SELECT \(Self.outcomeColumns) FROM outcomes o
+            WHERE acknowledged = 0 AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
+            ORDER BY seq
+            """, [], Self.outcome)
+        return rows.filter { keys.contains($0.key) && !excludingIDs.contains($0.entryID) && ($0.nextDeliveryAt ?? 0) <= now }
+    }
+
+    /// Counts a delivery before its hook starts (SPEC 8), returning the new count.
+    public func beginDelivery(seq: Int64) throws(OutboxError) -> Int64 {
+        try db.transaction { () throws(OutboxError) -> Int64 in
+            try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
+            return try db.queryOne("SELECT deliveries FROM outcomes WHERE seq = ?", [.int(seq)]) { $0.int(0) } ?? 0
+        }
+    }
+
+    /// Records a hook's process group so a later runner can stop it before redelivering.
+    public func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            try db.run("UPDATE outcomes SET hook_pgid = ?, hook_start = ? WHERE seq = ?", [.int(Int64(pgid)), .int(Int64(startTime)), .int(seq)])
+        }
+    }
+
+    /// Hook processes recorded by earlier runners for outcomes still unacknowledged.
+    public func recordedHookProcesses() throws(OutboxError) -> [(Int32, UInt64)] {
+        try db.query("SELECT hook_pgid, hook_start FROM outcomes WHERE acknowledged = 0 AND hook_pgid IS NOT NULL") {
+            (Int32($0.int(0)), UInt64($0.int(1)))
+        }
+    }
+
+    /// Acknowledges an outcome (hook exit 0), applies the hook's enqueues, and forgets a
+    /// completed or cancelled entry of that generation, all in one transaction. An older
+    /// generation's acknowledgement never forgets a newer generation.
+    public func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
+        let staged = try stageBatch(followUps)
+        var remove: [String] = []
+        do throws(OutboxError) {
+            try db.transaction { () throws(OutboxError) in
+                guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome) else { return }
+                try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
+                if let e = try entry(id: o.entryID) {
+                    if e.generation == o.generation, e.state == .completed || e.state == .cancelled {
+                        remove += try forget(e, returnMovedFile: false)
+                    } else if e.waitsForDelivery {
+                        try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
+                    }
+                }
+                if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
+            }
+        } catch {
+            for s in staged.bodies { staging.rollback(s) }
+            throw error
+        }
+        staging.afterCommit(staged.bodies)
+        finishForget(remove)
+    }
+
+    public func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            try db.run("UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL WHERE seq = ?",
+                       [.int(nextDeliveryAt), .text(reason), .int(seq)])
+        }
+    }
+
+    /// Marks outcomes whose key has no definition (shown as unhandled-key; never dropped).
+    public func markUnhandled(keys: Set<String>) throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            for o in try unacknowledgedOutcomes() where !keys.contains(o.key) && o.reason != "unhandled-key" {
+                try db.run("UPDATE outcomes SET reason = 'unhandled-key' WHERE seq = ?", [.int(o.seq)])
+            }
+        }
+    }
+
+    /// Acknowledges with deliveries 0 an outcome whose definition has no hook for it.
+    public func acknowledgeWithoutHook(seq: Int64, now: Int64) throws(OutboxError) {
+        try acknowledge(seq: seq, followUps: [], now: now)
+    }
+
+    public func checkpoint() { db.checkpoint() }
+}
