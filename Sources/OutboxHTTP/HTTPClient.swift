@@ -168,7 +168,9 @@ final class CurlEngine: @unchecked Sendable {
             _ = ccurl_multi_perform(multi, &running)
             collectFinished()
             // Returns early on socket activity, curl's own timers, or a wakeup.
-            _ = ccurl_multi_poll(multi, 1000, nil)
+            if ccurl_multi_poll(multi, 1000, nil) != CURLM_OK {
+                usleep(10_000)  // never spin if polling itself fails
+            }
         }
         let multi = self.multi
         shared.withLock { state in

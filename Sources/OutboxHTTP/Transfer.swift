@@ -341,6 +341,7 @@ final class Transfer {
     private func reportProgress(sent: Int64, total: Int64) {
         guard let progress, sent != lastProgressSent else { return }
         let fullTotal = total > 0 ? total : (uploadLength ?? 0)
+        guard fullTotal > 0 else { return }  // nothing to upload, nothing to report
         let now = monotonicNanoseconds()
         let done = fullTotal > 0 && sent >= fullTotal
         // At most about 4 calls a second, plus the one that reports the last byte.
@@ -388,7 +389,11 @@ final class Transfer {
         _ = ccurl_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &redirects)
         let afterRedirect = redirects > 0 || (300...399).contains(status)
         let detail = String(cString: errorBuffer)
-        let message = detail.isEmpty ? String(cString: ccurl_easy_strerror(code)) : detail
+        var message = detail.isEmpty ? String(cString: ccurl_easy_strerror(code)) : detail
+        if code == CURLE_READ_ERROR {
+            // Only curl's own reads of form files get here; ours abort with readFailure.
+            message = "file: a form file could not be read: \(message)"
+        }
         result.failure = (CurlFailure.kind(of: code, afterRedirect: afterRedirect), message)
         return result
     }
