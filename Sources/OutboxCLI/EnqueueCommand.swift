@@ -66,7 +66,13 @@ enum EnqueueCommand {
         let notBefore = try holdUntil(delay: i.args.value("delay"), notBefore: i.args.value("not-before"), now: now, what: "--")
         let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
         let project = try i.project()
-        let entry = try factory(project, i).make(key: key, vars: vars, id: i.args.value("id"), notBefore: notBefore, expiresAt: expiresAt)
+        var staged: [String: FileIdentity] = [:]
+        if let id = i.args.value("id"), let existing = try project.store().entry(id: id),
+           existing.request.ownership == .move, let file = existing.request.file {
+            staged[file.path] = file
+        }
+        let entry = try factory(project, i).make(key: key, vars: vars, id: i.args.value("id"), notBefore: notBefore,
+                                                 expiresAt: expiresAt, stagedFiles: staged)
         let results = try project.store().enqueue([entry], now: now)
         if i.json {
             i.console.out(JSON.object([("id", .string(results[0].id))]).serialized())

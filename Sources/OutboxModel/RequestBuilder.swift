@@ -48,6 +48,14 @@ public enum PreparedBody: Sendable, Equatable {
     case file(FileIdentity, Ownership)
     case parts(FileIdentity, Ownership, [PreparedPart])
 
+    /// The file of a `file` or `parts` body.
+    public var fileIdentity: FileIdentity? {
+        switch self {
+        case let .file(f, _), let .parts(f, _, _): return f
+        default: return nil
+        }
+    }
+
     public var kind: String {
         switch self {
         case .none: return "none"
@@ -120,6 +128,9 @@ public struct RenderInputs: Sendable {
     /// Headers from `headers_command`, already run.
     public var commandHeaders: [(String, String)] = []
     public var outcome: JSON?
+    /// Files already moved into the store by an earlier enqueue of the same id, by source
+    /// path: they still count as the same file (SPEC 7).
+    public var stagedFiles: [String: FileIdentity] = [:]
 
     public init(id: String, vars: JSON, environment: [String: String], cwd: String) {
         self.id = id
@@ -175,7 +186,13 @@ public enum RequestBuilder {
             guard let path = rendered.stringValue, !path.isEmpty else {
                 throw .invalid("request.file must be a file path, not \(rendered.typeName)")
             }
-            let identity = try statFile(Paths.absolute(path, relativeTo: inputs.cwd), field: "request.file")
+            let absolute = Paths.absolute(path, relativeTo: inputs.cwd)
+            let identity: FileIdentity
+            if !Paths.exists(absolute), let staged = inputs.stagedFiles[absolute] {
+                identity = staged
+            } else {
+                identity = try statFile(absolute, field: "request.file")
+            }
             fileIdentity = identity
             ctx.roots["file"] = .object([("size", .int64(identity.size)), ("name", .string(Paths.basename(identity.path))),
                                          ("path", .string(identity.path))])

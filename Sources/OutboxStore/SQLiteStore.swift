@@ -211,8 +211,16 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             for entry in batch {
                 let internalID = Identifiers.uuid()
                 staged.internals.append(internalID)
-                if let existing = try self.entry(id: entry.id), existing.bodyHash == entry.prepared.bodyHash, existing.state != .cancelled {
+                let existing = try self.entry(id: entry.id)
+                if let existing, existing.bodyHash == entry.prepared.bodyHash, existing.state != .cancelled {
                     staged.bodies.append(StagedBody())
+                    continue
+                }
+                // A replace naming the same source path reuses the bytes already moved in.
+                if let existing, let old = existing.request.file, let file = existing.bodyFile,
+                   let identity = entry.prepared.body.fileIdentity, identity.path == old.path,
+                   !Paths.exists(old.path), Paths.exists(file) {
+                    staged.bodies.append(StagedBody(file: file, totalBytes: identity.size))
                     continue
                 }
                 staged.bodies.append(try staging.stage(entry.prepared.body, internalID: internalID))
