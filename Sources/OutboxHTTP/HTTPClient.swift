@@ -42,6 +42,12 @@ public final class HTTPClient: Sendable {
         engine.shutdown()
     }
 
+    /// Loads libcurl and runs curl_global_init now; `run` can call this before it starts
+    /// other threads (T-curl12). `init` does it too. Throws if libcurl cannot be loaded.
+    public static func loadLibrary() throws {
+        try CurlLibrary.ensureLoaded()
+    }
+
     /// The loaded libcurl, e.g. "libcurl/7.88.1".
     public static var curlVersion: String {
         CurlLibrary.version

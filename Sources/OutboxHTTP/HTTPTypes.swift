@@ -49,6 +49,7 @@ public struct HTTPRequest: Sendable {
     public var headers: [(name: String, value: String)]
     public var body: HTTPBody
     /// 0: a 3xx is returned as the response; >0: follow at most this many (http/https only).
+    /// curl turns a POST into a GET on 301/302/303, but a PATCH or DELETE keeps its verb.
     public var followRedirects: Int
     public var connectTimeoutMs: Int
     /// The transfer fails with `.timeout` when slower than this for `stallForSeconds`.

@@ -144,6 +144,8 @@ public final class Runner {
         let started = Identifiers.monotonicMs()
         installStopSignals()
         do {
+            // libcurl is loaded and initialised before any hook or curl thread starts (T-curl12).
+            try HTTPClient.loadLibrary()
             http = try HTTPClient(maxTotalConnections: max(config.concurrency * 2, 16))
         } catch {
             throw .storage("cannot load libcurl: \(error)")
