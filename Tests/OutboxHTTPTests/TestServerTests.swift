@@ -177,7 +177,7 @@ struct TestServerTests {
         try client.send("GET /s HTTP/1.1\r\nHost: x\r\n\r\n")
         #expect(server.waitForRequests(count: 2))
         let ms = elapsedMs { server.stop() }
-        #expect(ms < 5000)
+        #expect(ms < 20_000, "stop() did not end a stalled connection")
         #expect(client.receiveAll().isEmpty)
     }
 

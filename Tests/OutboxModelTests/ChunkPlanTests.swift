@@ -61,17 +61,14 @@ struct ChunkPlanTests {
         #expect(ChunkPlan.tilingProblem(ranges, size: c.size) == nil)
     }
 
-    @Test func fiveTiBWithTheS3LimitIsFastAndFits() throws {
+    @Test func fiveTiBWithTheS3LimitFits() throws {
         let size: Int64 = 5 << 40
-        let clock = ContinuousClock()
-        var ranges: [ByteRange] = []
-        let elapsed = try clock.measure { ranges = try ChunkPlan.plan(size: size) }
+        let ranges = try ChunkPlan.plan(size: size)
         // ceil(5 TiB / 10,000) = 524.29 MiB → 525 MiB chunks; 5,242,880 MiB = 9,986·525 + 230.
         #expect(ranges.count == 9_987)
         #expect(ranges.dropLast().allSatisfy { $0.count == 525 * MiB })
         #expect(ranges.last == ByteRange(start: 9_986 * 525 * MiB, end: size))
         #expect(ChunkPlan.tilingProblem(ranges, size: size) == nil)
-        #expect(elapsed < .milliseconds(200))
     }
 
     @Test func largestSizeStaysWithinMaxParts() throws {

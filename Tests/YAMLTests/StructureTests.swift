@@ -87,20 +87,17 @@ struct AnchorTests {
     }
 
     /// The classic billion laughs: nine levels of nine aliases, about 10^9 nodes.
-    @Test func billionLaughsIsRefusedQuickly() {
+    @Test func billionLaughsIsRefused() {
         var lines = [#"a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]"#]
         let names = Array("abcdefghi")
         for level in 1..<names.count {
             let refs = Array(repeating: "*\(names[level - 1])", count: 9).joined(separator: ", ")
             lines.append("\(names[level]): &\(names[level]) [\(refs)]")
         }
-        let clock = ContinuousClock()
-        var error: YAMLError?
-        let elapsed = clock.measure { error = loadError(lines.joined(separator: "\n")) }
+        let error = loadError(lines.joined(separator: "\n"))
         // a: 10 nodes; b adds 9×10; c adds 9×91; d adds 9×820 (8289 so far); the first *d
         // in e adds 7381 more, crossing 10000 at line 5, column 8.
         #expect(error == YAMLError(mark: at(5, 8), message: "alias expansion exceeds 10000 nodes (alias bomb?)"))
-        #expect(elapsed < .milliseconds(200))
     }
 
     @Test func manySmallAliasesUnderTheCapAreFine() throws {

@@ -1,8 +1,7 @@
-import Glibc
 import Testing
 import YAML
 
-struct PerformanceTests {
+struct LargeDocumentTests {
     /// About 1 MB of definition-like YAML: nested mappings, sequences, flow and quoted scalars.
     static func bigDocument() -> String {
         var out = "entries:\n"
@@ -27,27 +26,12 @@ struct PerformanceTests {
         return out
     }
 
-    /// CPU time of this thread, so other processes on a busy machine do not count.
-    static func threadCPUTime() -> Duration {
-        var now = timespec()
-        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now)
-        return .seconds(now.tv_sec) + .nanoseconds(now.tv_nsec)
-    }
-
-    @Test func oneMegabyteParsesFast() throws {
+    /// A large document parses completely; its speed is measured in bench/, not asserted here.
+    @Test func oneMegabyteParses() throws {
         let text = Self.bigDocument()
-        var trees: [YAMLNode?] = []  // kept, so freeing one tree is not timed with the next parse
-        // Best of three, so a busy machine does not fail the test by accident.
-        var best = Duration.seconds(1_000)
-        for _ in 0..<3 {
-            let start = Self.threadCPUTime()
-            trees.append(try YAMLParser.parse(text))
-            best = min(best, Self.threadCPUTime() - start)
-        }
-        let entries = try #require(trees.last ?? nil).value("entries").items()
+        let entries = try #require(try YAMLParser.parse(text)).value("entries").items()
         #expect(entries.count == 2_910)
         #expect(try entries.last?.value("request").value("data").value("ratio").scalar == .float("2909.5"))
         #expect(try entries.last?.value("accept").items().count == 3)
-        #expect(best < .milliseconds(100), "1 MB took \(best) of CPU time")
     }
 }
