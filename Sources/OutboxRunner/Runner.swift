@@ -106,6 +106,7 @@ public final class Runner {
     var headerGeneration: Int64 = 0
     var lastDataVersion: Int64 = -1
     var warnedUnhandled = Set<String>()
+    var lastAuthRefresh: Int64 = -60_000
 
     public init(config: Config, definitions: DefinitionSet, store: SQLiteStore, environment: [String: String], cwd: String,
                 options: RunOptions, emit: @escaping (JSON) -> Void, log: @escaping (String) -> Void) {
@@ -187,6 +188,7 @@ public final class Runner {
 
             headerGeneration = Int64(try store.setting("header_generation") ?? "0") ?? 0
             if !stopping {
+                try refreshAuthIfNeeded(now: now)
                 try claim(now: now)
                 try pumpParts(now: now)
                 try deliver(now: now)

@@ -1,0 +1,36 @@
+import OutboxModel
+import OutboxStore
+
+extension Runner {
+    /// Runs `auth_refresh_command` when entries are parked awaiting-auth: it gets
+    /// `{"entries": [{id, key}]}` and prints a header patch, applied like `outbox headers update`
+    /// (which resumes the parked entries). At most once a minute, so a server that keeps
+    /// refusing cannot turn it into a loop.
+    func refreshAuthIfNeeded(now: Int64) throws(OutboxError) {
+        guard let command = config.authRefreshCommand, now - lastAuthRefresh >= 60_000 else { return }
+        let parked = try store.list(ListFilter(state: EntryState.awaitingAuth.rawValue))
+        guard !parked.isEmpty else { return }
+        lastAuthRefresh = now
+        let input = JSON.object([("entries", .array(parked.map { .object([("id", .string($0.id)), ("key", .string($0.key))]) }))])
+        let patch: JSON
+        do {
+            patch = try Plugin.runJSON(command, input: input, name: "auth_refresh_command", config: config, environment: environment)
+        } catch {
+            log("outbox: \(error.message); \(parked.count) entr\(parked.count == 1 ? "y stays" : "ies stay") awaiting-auth")
+            return
+        }
+        let headers = HeaderRules.from(json: patch)
+        guard case .object = patch, !headers.isEmpty else {
+            log("outbox: auth_refresh_command printed no headers; entries stay awaiting-auth")
+            return
+        }
+        for (name, value) in headers {
+            if let problem = HeaderRules.nameProblem(name) ?? HeaderRules.valueProblem(value) {
+                log("outbox: auth_refresh_command: \(problem); entries stay awaiting-auth")
+                return
+            }
+        }
+        let generation = try store.updateHeaders(headers, now: now)
+        log("outbox: auth_refresh_command updated \(headers.map(\.0).joined(separator: ", ")) (header generation \(generation))")
+    }
+}
