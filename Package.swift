@@ -18,8 +18,10 @@ let package = Package(
         .target(name: "CCurl", path: "Sources/CCurl"),
         .target(name: "CSystem", path: "Sources/CSystem"),
 
+        // SHA-256 of bodies; optimised even in debug builds, since tests hash gigabytes.
+        .target(name: "Digest", swiftSettings: strict + [.unsafeFlags(["-O"])]),
         .target(name: "YAML", dependencies: ["CYAML"], swiftSettings: strict),
-        .target(name: "OutboxModel", dependencies: ["YAML"], swiftSettings: strict),
+        .target(name: "OutboxModel", dependencies: ["YAML", "Digest"], swiftSettings: strict),
         .target(name: "OutboxProcess", dependencies: ["CSystem"], swiftSettings: strict),
         .target(name: "OutboxStore", dependencies: ["OutboxModel", "CSQLite", "CSystem"], swiftSettings: strict),
         .target(name: "OutboxHTTP", dependencies: ["OutboxModel", "CCurl"], swiftSettings: strict),
@@ -29,12 +31,12 @@ let package = Package(
 
         // A scriptable loopback HTTP server for tests, the demo and benchmarks.
         // Optimised even in debug builds: it hashes every uploaded byte.
-        .target(name: "OutboxTestServer", swiftSettings: strict + [.unsafeFlags(["-O"])]),
+        .target(name: "OutboxTestServer", dependencies: ["Digest"], swiftSettings: strict + [.unsafeFlags(["-O"])]),
         .executableTarget(name: "outbox-testserver", dependencies: ["OutboxTestServer"], swiftSettings: strict),
 
         .target(name: "TestSupport", dependencies: ["CSystem", "OutboxTestServer"], path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(name: "YAMLTests", dependencies: ["YAML"], swiftSettings: strict),
-        .testTarget(name: "OutboxModelTests", dependencies: ["OutboxModel"], swiftSettings: strict),
+        .testTarget(name: "OutboxModelTests", dependencies: ["OutboxModel", "Digest"], swiftSettings: strict),
         .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess"], swiftSettings: strict),
         .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "TestSupport"], swiftSettings: strict),

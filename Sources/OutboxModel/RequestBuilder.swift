@@ -1,3 +1,4 @@
+import Digest
 /// Who owns a file body after enqueue.
 public enum Ownership: String, Sendable, Equatable {
     case copy, move, reference

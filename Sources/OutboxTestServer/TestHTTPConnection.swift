@@ -1,4 +1,5 @@
 import Glibc
+import Digest
 
 /// A parsed request line and header block.
 struct RequestHead {
@@ -50,7 +51,7 @@ enum ExchangeOutcome {
 
 /// Streams the body into a hash, a size and (up to the cap) a copy.
 struct BodySink {
-    var hasher = SHA256()
+    var hasher = SHA256.Hasher()
     var size: Int64 = 0
     var bytes: [UInt8]? = []
     let cap: Int

@@ -1,4 +1,5 @@
 import Glibc
+import Digest
 import Synchronization
 
 /// An error starting the test server (socket, bind or listen failed).

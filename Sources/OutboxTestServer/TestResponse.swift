@@ -1,3 +1,4 @@
+import Digest
 /// One scripted answer of the test server: a status, headers and a body, plus how to
 /// misbehave (delay, reset, slow body, stall) when delivering it.
 public struct TestResponse: Sendable {
@@ -113,7 +114,7 @@ public struct TestResponse: Sendable {
 
     /// SHA-256 (lowercase hex) of a generated body of `count` bytes.
     public static func patternSHA256(count: Int64) -> String {
-        var hasher = SHA256()
+        var hasher = SHA256.Hasher()
         let block = PatternBlock.shared
         var offset: Int64 = 0
         while offset < count {

@@ -1,4 +1,5 @@
 import Foundation
+import Digest
 import Glibc
 import Testing
 import TestSupport
@@ -45,7 +46,7 @@ struct TestServerTests {
 
     @Test func sha256IsTheSameFedInOddPieces() {
         let data = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
-        var hasher = SHA256()
+        var hasher = SHA256.Hasher()
         var offset = 0
         for size in [1, 63, 64, 65, 127, 1000, 3] where offset < data.count {
             let end = min(offset + size, data.count)

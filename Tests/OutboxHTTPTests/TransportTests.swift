@@ -1,4 +1,5 @@
 import CCurl
+import Digest
 import Foundation
 import Glibc
 import OutboxTestServer

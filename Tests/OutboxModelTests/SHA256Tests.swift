@@ -1,4 +1,5 @@
 import OutboxModel
+import Digest
 import Testing
 
 struct SHA256Tests {
