@@ -93,6 +93,24 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    @Test func runnerKilledMidRequestLeavesTheEntryForTheNextRunner() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/hang-once", [.delay(20_000), .json(200, "{}")])
+        try await p.enqueue("t", path: "/hang-once", id: "mid")
+        let runner = try p.start(["run"])
+        #expect(await eventually { p.server.requests(path: "/hang-once").count == 1 })
+        runner.signal(SIGKILL)
+        _ = await runner.wait()
+        #expect(try await p.list().first?.string("state") == "running")
+
+        let next = try await p.drain()
+        #expect(next.stderr.contains("back in the queue"), "\(next.stderr)")
+        #expect(p.server.requests(path: "/hang-once").count == 2)
+        let hook = try #require(p.deliveries("mid").first)
+        #expect(hook.string("stdin.outcome") == "completed")
+        #expect(Set(p.server.requests(path: "/hang-once").compactMap { $0.header("Idempotency-Key") }).count == 1)
+    }
+
     @Test func unhandledKeyWaitsForItsDefinition() async throws {
         let p = try Project(definitions: ["gone": definition("gone")])
         try await p.enqueue("gone", path: "/status/200", id: "u1")

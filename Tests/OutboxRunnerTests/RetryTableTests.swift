@@ -49,6 +49,12 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         SettleCase(name: "invalid JSON with response json: unknown, entry completed", path: "/notjson",
                    steps: [.status(200, body: "this is not json")], top: "response: json",
                    outcome: "error", kind: "unknown", stateAfter: nil),
+        SettleCase(name: "a parser plugin that exits non-zero: unknown, entry completed", path: "/status/200",
+                   top: "response:\n  command: \"cat > /dev/null; exit 3\"",
+                   outcome: "error", kind: "unknown", stateAfter: nil),
+        SettleCase(name: "a parser plugin's output is the data", path: "/status/200",
+                   top: "response:\n  command: \"cat > /dev/null; echo '{\\\"parsed\\\": true}'\"",
+                   outcome: "completed", status: 200, stateAfter: nil),
         SettleCase(name: "a response over max_response_bytes with a parser: truncated", path: "/bytes/5000",
                    top: "response: json", config: fastConfig + "max_response_bytes: 1KiB\n",
                    outcome: "error", kind: "truncated", stateAfter: nil),
@@ -82,6 +88,9 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         } else {
             #expect(hook.at("stdin.error") == nil)
             #expect(hook.int("stdin.response.status") == c.status.map(Int64.init))
+        }
+        if c.name.contains("plugin's output") {
+            #expect(hook.at("stdin.data") == .object([("parsed", .bool(true))]))
         }
         if c.name.contains("data null") {
             #expect(hook.at("stdin.data") == .null)

@@ -95,6 +95,32 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    @Test func graceOverStopsTheAttemptAndRequeuesTheEntry() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/delay/20000", id: "long")
+        let runner = try p.start(["run", "--grace", "200ms"])
+        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 15)
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        let row = try #require(try await p.list().first)
+        #expect(row.string("state") == "queued", "an attempt cut off by the grace deadline leaves the entry queued")
+        #expect(p.hookLog.isEmpty)
+    }
+
+    @Test func aRunningRunnerPicksUpNewEntries() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        let runner = try p.start(["run"])
+        // Enqueue only once the runner holds the store, so the entry arrives while it runs.
+        #expect(await eventually { p.exists(".outbox/runner.lock") })
+        try await p.enqueue("t", path: "/status/200", id: "late")
+        #expect(await eventually { p.deliveries("late").count == 1 }, "the runner never noticed the entry")
+        runner.signal(SIGTERM)
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(p.server.requests.count == 1)
+    }
+
     @Test func eventsCarryTheSpecFields() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         let long = String(repeating: "x", count: 10_000)
