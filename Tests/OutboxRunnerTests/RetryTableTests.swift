@@ -229,6 +229,23 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         #expect(try await p.list().isEmpty)
     }
 
+    @Test func authFailureOfAnOlderHeaderGenerationIsSentAgainAtOnce() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        // The 401 arrives after `headers update` ran: it answers headers that are already replaced.
+        p.server.script("/stale", [TestResponse(status: 401, delayMs: 3000), .json(200, "{}")])
+        try await p.enqueue("t", path: "/stale", id: "st")
+        let runner = try p.start(["run", "--drain", "--events", "-"])
+        #expect(await eventually { p.server.requests(path: "/stale").count == 1 })
+        #expect(try await p.outbox(["headers", "update", "Authorization: Bearer new"]).exitCode == 0)
+        let run = await runner.wait()
+        #expect(run.exitCode == 0, "\(run.description)")
+        #expect(!run.lines.contains { $0.string("state") == "awaiting-auth" }, "never parked")
+        let requests = p.server.requests(path: "/stale")
+        #expect(requests.count == 2)
+        #expect(requests.last?.header("Authorization") == "Bearer new")
+        #expect(p.deliveries("st").first?.string("stdin.outcome") == "completed")
+    }
+
     @Test func missingStagedPayloadSettlesErrorFile() async throws {
         let fileDefinition = """
         key: up
