@@ -107,6 +107,8 @@ public final class Runner {
     var lastDataVersion: Int64 = -1
     var warnedUnhandled = Set<String>()
     var lastAuthRefresh: Int64 = -60_000
+    /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
+    var settledUnhandled = false
 
     public init(config: Config, definitions: DefinitionSet, store: SQLiteStore, environment: [String: String], cwd: String,
                 options: RunOptions, emit: @escaping (JSON) -> Void, log: @escaping (String) -> Void) {
@@ -223,6 +225,10 @@ public final class Runner {
         let batch = changes
         changes.removeAll()
         try store.apply(batch, now: now)
+        if settledUnhandled {
+            settledUnhandled = false
+            try store.markUnhandled(keys: Set(definitions.definitions.keys))
+        }
     }
 
     // MARK: Claiming
@@ -482,6 +488,8 @@ public final class Runner {
         }
         running[entry.id] = nil
         changes.append(.progress(entryID: entry.id, bytesSent: result.bytesSent))
+        // State events carry the row as it is after this attempt.
+        entry.bytesSent = result.bytesSent
         switch klass {
         case .success:
             settleSuccess(entry, result: result, parts: nil, requestID: flight.requestID)
@@ -490,6 +498,7 @@ public final class Runner {
                                              retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
                                              random: Double.random(in: 0..<1))
             changes.append(.reschedule(entryID: entry.id, nextAttemptAt: next, reason: reason))
+            entry.nextAttemptAt = next
             emitState(entry, state: "queued", reason: reason)
             summary.retried += 1
         case .awaitingAuth:
@@ -615,6 +624,7 @@ public final class Runner {
             // hook hears that its data could not be read.
             payload.set("outcome", .string("error"))
             payload.set("error", parseError)
+            payload.set("data", .null)
             settle(entry, payload: payload, outcome: "error", state: .completed, reason: parseError["kind"]?.stringValue)
             return
         }
@@ -674,6 +684,7 @@ public final class Runner {
         let hook = outcome == "completed" ? definition?.onSuccess : definition?.onError
         // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.
         let hookExists = definition == nil || definitions.brokenKeys[entry.key] != nil || hook != nil
+        if definition == nil { settledUnhandled = true }
         var followUps: [NewEntry] = []
         if let then = definition?.then?[outcome == "completed" ? "on_success" : "on_error"]?.arrayValue {
             for item in then {

@@ -78,6 +78,13 @@ func installStopSignals() {
     let handler: @convention(c) (Int32) -> Void = { _ in stopSignals.add(1, ordering: .relaxed) }
     signal(SIGINT, handler)
     signal(SIGTERM, handler)
+    // A parent may have started us with these blocked (e.g. spawned from a libdispatch
+    // worker thread, which blocks signals); then SIGTERM would never reach the handler.
+    var stops = sigset_t()
+    sigemptyset(&stops)
+    sigaddset(&stops, SIGINT)
+    sigaddset(&stops, SIGTERM)
+    pthread_sigmask(SIG_UNBLOCK, &stops, nil)
 }
 
 enum Base64 {

@@ -242,8 +242,12 @@ extension SQLiteStore {
             try db.transaction { () throws(OutboxError) in
                 guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome) else { return }
                 try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
+                // A later outcome of the same generation (an error entry reopened and then
+                // completed) is still owed: forgetting now would drop it.
+                let owed = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
+                                           [.text(o.entryID)]) { $0.int(0) } ?? 0
                 if let e = try entry(id: o.entryID) {
-                    if e.generation == o.generation, e.state == .completed || e.state == .cancelled {
+                    if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
                         remove += try forget(e, returnMovedFile: false)
                     } else if e.waitsForDelivery {
                         try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])

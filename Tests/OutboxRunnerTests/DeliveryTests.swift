@@ -1,0 +1,230 @@
+import Foundation
+import Glibc
+import OutboxModel
+import TestSupport
+import Testing
+
+/// SPEC 8: journal before deliver, acknowledge on exit 0, redeliver after failures and crashes.
+@Suite struct DeliveryTests {
+    @Test func failingHookIsRedeliveredWithGrowingDeliveriesUntilItSucceeds() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.touch("hooks/fail")
+        try await p.enqueue("t", path: "/status/200", id: "d1")
+        // A failing delivery is due again within the horizon: drain would not return.
+        try await p.runUntil { _ in p.deliveries("d1").count >= 3 }
+        let failed = p.deliveries("d1")
+        #expect(failed.count >= 3, "redelivered within the run: \(failed)")
+        #expect(failed.map { $0.int("env.deliveries") ?? 0 } == (1...Int64(failed.count)).map { $0 })
+        #expect(failed.map { $0.int("stdin.meta.deliveries") ?? 0 } == (1...Int64(failed.count)).map { $0 })
+        #expect(failed.allSatisfy { $0.string("stdin.outcome") == "completed" })
+        let show = try #require(try await p.show("d1"))
+        #expect(show.string("state") == "completed")
+        #expect(show.at("outcomes.0.acknowledged") == .bool(false))
+        #expect(show.int("outcomes.0.deliveries") == Int64(failed.count))
+
+        p.remove("hooks/fail")
+        try await p.drain()
+        let all = p.deliveries("d1")
+        #expect(all.count == failed.count + 1)
+        #expect(all.last?.int("env.deliveries") == Int64(failed.count) + 1)
+        #expect(try await p.list().isEmpty, "acknowledged: the completed entry is forgotten")
+        #expect(p.server.requests.count == 1)
+    }
+
+    @Test func killedHookIsRedelivered() async throws {
+        let hook = #"""
+        #!/bin/sh
+        cat > /dev/null
+        echo "$OUTBOX_DELIVERIES" >> hooks/killed.log
+        if [ "$OUTBOX_DELIVERIES" = 1 ]; then kill -9 $$; fi
+        exit 0
+
+        """#
+        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/kill.sh", hooks: false)],
+                            hooks: ["kill.sh": hook])
+        try await p.enqueue("t", path: "/status/200", id: "k1")
+        let run = try await p.drain()
+        let log = try String(contentsOfFile: p.root + "/hooks/killed.log", encoding: .utf8)
+        #expect(log == "1\n2\n")
+        // sh -c reports its killed script as exit 137; either way the delivery failed.
+        #expect(run.stderr.contains("for k1 (delivery 1)"), "\(run.stderr)")
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func runnerKilledBetweenJournalAndAcknowledgementRedeliversWithoutResending() async throws {
+        // The first delivery writes its pid and hangs; later ones record and succeed.
+        let hook = #"""
+        #!/bin/sh
+        payload=$(cat)
+        printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
+        if [ "$OUTBOX_DELIVERIES" = 1 ]; then
+          echo $$ > hooks/hook.pid
+          sleep 30
+        fi
+        exit 0
+
+        """#
+        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)],
+                            hooks: ["slow.sh": hook])
+        try await p.enqueue("t", path: "/status/200", id: "crash")
+        let runner = try p.start(["run"])
+        #expect(await eventually { p.exists("hooks/hook.pid") }, "the hook never started")
+        let hookPID = try #require(Int32(try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)))
+        // The hook is the `sh -c` leader's child, in its group.
+        let hookGroup = getpgid(hookPID)
+        #expect(hookGroup > 1 && hookGroup != getpgrp())
+        // The runner records the hook's group as soon as it starts; allow for a loaded machine.
+        try await Task.sleep(for: .seconds(1))
+        runner.signal(SIGKILL)
+        let killed = await runner.wait()
+        #expect(killed.exitCode == -SIGKILL)
+        #expect(!isDead(hookPID), "the orphaned hook still runs")
+        let show = try #require(try await p.show("crash"))
+        #expect(show.string("state") == "completed")
+        #expect(show.at("outcomes.0.acknowledged") == .bool(false))
+
+        let second = try await p.drain()
+        #expect(second.stderr.contains("stopped hook process group \(hookGroup) "), "\(second.stderr)")
+        #expect(await eventually(5) { isDead(hookPID) }, "the stale hook group was not stopped")
+        let deliveries = try String(contentsOfFile: p.root + "/hooks/deliveries.log", encoding: .utf8)
+        #expect(deliveries == "1\n2\n")
+        #expect(p.server.requests.count == 1, "the outcome is redelivered, the request is not sent again")
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func runnerKilledMidRequestLeavesTheEntryForTheNextRunner() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/hang-once", [.delay(20_000), .json(200, "{}")])
+        try await p.enqueue("t", path: "/hang-once", id: "mid")
+        let runner = try p.start(["run"])
+        #expect(await eventually { p.server.requests(path: "/hang-once").count == 1 })
+        runner.signal(SIGKILL)
+        _ = await runner.wait()
+        #expect(try await p.list().first?.string("state") == "running")
+
+        let next = try await p.drain()
+        #expect(next.stderr.contains("back in the queue"), "\(next.stderr)")
+        #expect(p.server.requests(path: "/hang-once").count == 2)
+        let hook = try #require(p.deliveries("mid").first)
+        #expect(hook.string("stdin.outcome") == "completed")
+        #expect(Set(p.server.requests(path: "/hang-once").compactMap { $0.header("Idempotency-Key") }).count == 1)
+    }
+
+    @Test func unhandledKeyWaitsForItsDefinition() async throws {
+        let p = try Project(definitions: ["gone": definition("gone")])
+        try await p.enqueue("gone", path: "/status/200", id: "u1")
+        let saved = try String(contentsOfFile: p.root + "/definitions/gone.yaml", encoding: .utf8)
+        p.remove("definitions/gone.yaml")
+
+        // Not deliverable: drain returns although the outcome is unacknowledged.
+        try await p.drain()
+        #expect(p.server.requests.count == 1, "the entry's request was fixed at enqueue and is sent")
+        #expect(p.hookLog.isEmpty)
+        let show = try #require(try await p.show("u1"))
+        #expect(show.string("state") == "completed")
+        #expect(show.at("outcomes.0.acknowledged") == .bool(false))
+        #expect(show.string("outcomes.0.reason") == "unhandled-key")
+        try await p.drain()
+        #expect(try await p.show("u1")?.string("outcomes.0.reason") == "unhandled-key")
+
+        try saved.write(toFile: p.root + "/definitions/gone.yaml", atomically: true, encoding: .utf8)
+        try await p.drain()
+        let delivered = p.deliveries("u1")
+        #expect(delivered.count == 1)
+        #expect(delivered.first?.string("stdin.outcome") == "completed")
+        #expect(try await p.list().isEmpty)
+        #expect(p.server.requests.count == 1)
+    }
+
+    @Test func outcomesOfOneIdAreDeliveredInOrder() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/twice", [.status(422, body: "nope"), .json(200, "{}")])
+        p.touch("hooks/fail")
+        try await p.enqueue("t", path: "/twice", id: "o1")
+        try await p.runUntil { _ in p.deliveries("o1").count >= 1 }
+        // The error entry reopens with the same body and completes while its error outcome is still owed.
+        try await p.enqueue("t", path: "/twice", id: "o1")
+        let before = p.deliveries("o1").count
+        // Redeliveries keep coming every 200 ms at most: wait for a few after the second request.
+        try await p.runUntil { _ in
+            p.server.requests(path: "/twice").count == 2 && p.deliveries("o1").count >= before + 3
+        }
+        #expect(p.server.requests(path: "/twice").count == 2)
+        let whileFailing = p.deliveries("o1")
+        #expect(!whileFailing.isEmpty)
+        #expect(whileFailing.allSatisfy { $0.string("stdin.outcome") == "error" }, "the later outcome waits for the earlier one")
+        let show = try #require(try await p.show("o1"))
+        #expect(show.at("outcomes")?.arrayValue?.map { $0.string("outcome") ?? "" } == ["error", "completed"])
+
+        p.remove("hooks/fail")
+        try await p.drain()
+        let delivered = p.deliveries("o1").dropFirst(whileFailing.count)
+        #expect(delivered.map { $0.string("stdin.outcome") ?? "" } == ["error", "completed"])
+        #expect(delivered.last?.int("env.deliveries") == 1)
+        #expect(try await p.list().isEmpty, "both outcomes acknowledged: the completed entry is forgotten")
+    }
+
+    @Test func outcomeWithoutHookIsAcknowledgedAsItSettles() async throws {
+        let p = try Project(definitions: ["quiet": definition("quiet", hooks: false)])
+        try await p.enqueue("quiet", path: "/status/200", id: "ok")
+        try await p.enqueue("quiet", path: "/status/422", id: "bad")
+        let run = try await p.drain(["--json"])
+        #expect(p.hookLog.isEmpty)
+        #expect(run.json?.int("delivered") == 0)
+        let rows = try await p.list()
+        #expect(rows.map { $0.string("id") ?? "" } == ["bad"], "the completed entry is forgotten at once")
+        let show = try #require(try await p.show("bad"))
+        #expect(show.string("state") == "error")
+        #expect(show.at("outcomes")?.arrayValue?.count == 1)
+        #expect(show.at("outcomes.0.acknowledged") == .bool(true))
+        #expect(show.int("outcomes.0.deliveries") == 0)
+    }
+
+    @Test func hookEnqueueLinesAreAppliedOnAcknowledgement() async throws {
+        let hook = #"""
+        #!/bin/sh
+        cat > /dev/null
+        echo "hello, not an enqueue line"
+        printf '{"enqueue": {"key": "child", "id": "child-of-%s", "vars": {"url": "%s", "tag": "c"}}}\n' "$OUTBOX_ID" "$(cat hooks/child-url)"
+        exit 0
+
+        """#
+        let p = try Project(definitions: ["parent": definition("parent", top: "on_success: hooks/spawn.sh", hooks: false),
+                                          "child": definition("child")],
+                            hooks: ["spawn.sh": hook])
+        try p.url("/child").write(toFile: p.root + "/hooks/child-url", atomically: true, encoding: .utf8)
+        try await p.enqueue("parent", path: "/status/200", id: "p1")
+        try await p.drain()
+        let child = try #require(p.deliveries("child-of-p1").first)
+        #expect(child.string("stdin.outcome") == "completed")
+        #expect(child.string("stdin.meta.parent") == "p1")
+        #expect(child.string("stdin.vars.tag") == "c")
+        #expect(p.server.requests(path: "/child").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func anInvalidEnqueueLineIsNotAcknowledged() async throws {
+        let hook = #"""
+        #!/bin/sh
+        cat > /dev/null
+        echo '{"enqueue": {"key": "no-such-key", "vars": {}}}'
+        echo "$OUTBOX_DELIVERIES" >> hooks/bad.log
+        exit 0
+
+        """#
+        let p = try Project(definitions: ["parent": definition("parent", top: "on_success: hooks/bad.sh", hooks: false)],
+                            hooks: ["bad.sh": hook])
+        try await p.enqueue("parent", path: "/status/200", id: "p2")
+        let run = try await p.runUntil { _ in
+            ((try? String(contentsOfFile: p.root + "/hooks/bad.log", encoding: .utf8)) ?? "").hasPrefix("1\n2\n")
+        }
+        #expect(run.stderr.contains("invalid enqueue line"), "\(run.stderr)")
+        let rows = try await p.list()
+        #expect(rows.map { $0.string("id") ?? "" } == ["p2"], "nothing enqueued")
+        let show = try #require(try await p.show("p2"))
+        #expect(show.at("outcomes.0.acknowledged") == .bool(false))
+        #expect(show.int("outcomes.0.deliveries").map { $0 >= 2 } == true)
+        #expect(show.string("outcomes.0.reason")?.contains("invalid enqueue line") == true)
+    }
+}

@@ -1,0 +1,322 @@
+import Foundation
+import OutboxModel
+import TestSupport
+import Testing
+
+/// One row of SPEC 7's attempt table that settles in a single attempt.
+struct SettleCase: Sendable, CustomTestStringConvertible {
+    var name: String
+    var path: String
+    /// Scripted answers for `path` (nil: the server's built-in route answers).
+    var steps: [TestResponse]? = nil
+    var request = ""
+    var top = ""
+    var config = fastConfig
+    /// The hook's `outcome` field (and OUTBOX_OUTCOME).
+    var outcome: String
+    /// `error.kind`, for error outcomes.
+    var kind: String? = nil
+    /// `response.status` (completed) or `error.status` (http errors).
+    var status: Int?
+    /// `error.body` of an http error.
+    var errorBody: String? = nil
+    /// The entry's state once its outcome is acknowledged: completed entries are forgotten (nil).
+    var stateAfter: String?
+    var testDescription: String { name }
+}
+
+@Suite struct RetryTableTests {
+    static let settleCases: [SettleCase] = [
+        SettleCase(name: "2xx completes", path: "/status/201", outcome: "completed", status: 201, stateAfter: nil),
+        SettleCase(name: "409 with the accept text completes", path: "/conflict",
+                   steps: [.json(409, #"{"error":"already exists"}"#)],
+                   top: "accept:\n  - status: 409\n    body_includes: already exists",
+                   outcome: "completed", status: 409, stateAfter: nil),
+        SettleCase(name: "409 without the accept text is an http error", path: "/conflict",
+                   steps: [.json(409, #"{"error":"conflict"}"#)],
+                   top: "accept:\n  - status: 409\n    body_includes: already exists",
+                   outcome: "error", kind: "http", status: 409, errorBody: #"{"error":"conflict"}"#, stateAfter: "error"),
+        SettleCase(name: "422 is an http error with status and body", path: "/status/422",
+                   outcome: "error", kind: "http", status: 422, errorBody: #"{"status":422}"#, stateAfter: "error"),
+        SettleCase(name: "3xx not followed is an http error", path: "/redirect/1",
+                   outcome: "error", kind: "http", status: 302, stateAfter: "error"),
+        SettleCase(name: "follow_redirects 2 reaches the 200", path: "/redirect/1", request: "follow_redirects: 2",
+                   outcome: "completed", status: 200, stateAfter: nil),
+        SettleCase(name: "too many redirects is an http error", path: "/redirect/3", request: "follow_redirects: 2",
+                   outcome: "error", kind: "http", stateAfter: "error"),
+        SettleCase(name: "a redirect to ftp is an http error", path: "/redirect-to?url=ftp%3A%2F%2F127.0.0.1%2Fx",
+                   request: "follow_redirects: 2", outcome: "error", kind: "http", stateAfter: "error"),
+        SettleCase(name: "invalid JSON with response json: unknown, entry completed", path: "/notjson",
+                   steps: [.status(200, body: "this is not json")], top: "response: json",
+                   outcome: "error", kind: "unknown", stateAfter: nil),
+        SettleCase(name: "a parser plugin that exits non-zero: unknown, entry completed", path: "/status/200",
+                   top: "response:\n  command: \"cat > /dev/null; exit 3\"",
+                   outcome: "error", kind: "unknown", stateAfter: nil),
+        SettleCase(name: "a parser plugin's output is the data", path: "/status/200",
+                   top: "response:\n  command: \"cat > /dev/null; echo '{\\\"parsed\\\": true}'\"",
+                   outcome: "completed", status: 200, stateAfter: nil),
+        SettleCase(name: "a response over max_response_bytes with a parser: truncated", path: "/bytes/5000",
+                   top: "response: json", config: fastConfig + "max_response_bytes: 1KiB\n",
+                   outcome: "error", kind: "truncated", stateAfter: nil),
+        SettleCase(name: "an empty body with response json gives data null", path: "/empty",
+                   steps: [TestResponse(status: 200)], top: "response: json",
+                   outcome: "completed", status: 200, stateAfter: nil),
+    ]
+
+    @Test(arguments: settleCases)
+    func settles(_ c: SettleCase) async throws {
+        let p = try Project(config: c.config, definitions: ["t": definition("t", request: c.request, top: c.top)])
+        if let steps = c.steps { p.server.script(c.path, steps) }
+        try await p.enqueue("t", path: c.path, id: "e1")
+        try await p.drain()
+
+        let log = p.deliveries("e1")
+        #expect(log.count == 1, "\(p.hookLog)")
+        let hook = try #require(log.first)
+        #expect(hook.string("env.outcome") == c.outcome)
+        #expect(hook.string("stdin.outcome") == c.outcome)
+        #expect(hook.int("env.deliveries") == 1)
+        #expect(hook.int("stdin.meta.deliveries") == 1)
+        #expect(hook.int("stdin.meta.attempts") == 1)
+        if let kind = c.kind {
+            #expect(hook.string("stdin.error.kind") == kind, "\(hook.serialized())")
+            #expect(hook.at("stdin.data") == .null)
+            if kind == "http", let status = c.status {
+                #expect(hook.int("stdin.error.status") == Int64(status))
+            }
+            if let body = c.errorBody { #expect(hook.string("stdin.error.body") == body) }
+        } else {
+            #expect(hook.at("stdin.error") == nil)
+            #expect(hook.int("stdin.response.status") == c.status.map(Int64.init))
+        }
+        if c.name.contains("plugin's output") {
+            #expect(hook.at("stdin.data") == .object([("parsed", .bool(true))]))
+        }
+        if c.name.contains("data null") {
+            #expect(hook.at("stdin.data") == .null)
+            #expect(hook.at("stdin.data") != nil)
+            #expect(hook.string("stdin.response.body") == "")
+        }
+
+        let rows = try await p.list()
+        if let state = c.stateAfter {
+            #expect(rows.count == 1)
+            #expect(rows.first?.string("state") == state)
+        } else {
+            #expect(rows.isEmpty, "a completed entry is forgotten once acknowledged: \(rows)")
+        }
+        // Settled means never sent again, also by a later run.
+        let sent = p.server.requests.count
+        try await p.drain()
+        #expect(p.server.requests.count == sent)
+        #expect(p.deliveries("e1").count == 1)
+    }
+
+    @Test func responseOverMaxBytesStillReportsTheStatusAndTruncation() async throws {
+        let p = try Project(config: fastConfig + "max_response_bytes: 1KiB\n",
+                            definitions: ["t": definition("t", top: "response: json")])
+        try await p.enqueue("t", path: "/bytes/5000", id: "big")
+        try await p.drain()
+        let hook = try #require(p.deliveries("big").first)
+        #expect(hook.int("stdin.response.status") == 200)
+        #expect(hook.at("stdin.response.body_truncated") == .bool(true))
+        #expect(hook.string("stdin.error.kind") == "truncated")
+    }
+
+    struct RetryCase: Sendable, CustomTestStringConvertible {
+        var name: String
+        var steps: [TestResponse]
+        var testDescription: String { name }
+    }
+
+    static let retryCases: [RetryCase] = [
+        RetryCase(name: "connection reset", steps: [.reset, .reset, .json(200, "{}")]),
+        RetryCase(name: "closed without a response", steps: [.closeWithoutResponse, .json(200, "{}")]),
+        RetryCase(name: "5xx", steps: [.status(500), .status(503), .json(200, "{}")]),
+        RetryCase(name: "408", steps: [.status(408), .json(200, "{}")]),
+        RetryCase(name: "429 without Retry-After", steps: [.status(429), .status(429), .json(200, "{}")]),
+        RetryCase(name: "404 in exempt", steps: [.status(404), .json(200, "{}")]),
+    ]
+
+    @Test(arguments: retryCases)
+    func retriesUntilSuccess(_ c: RetryCase) async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/flaky", c.steps)
+        try await p.enqueue("t", path: "/flaky", id: "r1")
+        let run = try await p.drain(["--events", "-"])
+
+        let hook = try #require(p.deliveries("r1").first)
+        #expect(hook.string("stdin.outcome") == "completed")
+        #expect(hook.int("stdin.meta.attempts") == Int64(c.steps.count))
+        #expect(hook.int("stdin.response.status") == 200)
+        #expect(p.server.waitForRequests(count: c.steps.count))
+        #expect(p.server.requests(path: "/flaky").count == c.steps.count)
+        let attempts = run.lines.filter { $0.string("type") == "attempt" }
+        #expect(attempts.map { $0.string("outcome") ?? "" } == Array(repeating: "retry", count: c.steps.count - 1) + ["success"])
+        #expect(attempts.map { $0.int("attempt") ?? 0 } == (1...Int64(c.steps.count)).map { $0 })
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func connectionRefusedIsRetriedUntilTheServerComesUp() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        // A port nobody listens on: bind one, then close it.
+        let closed = try TestHTTPServer(port: 0)
+        let port = closed.port
+        closed.stop()
+        let vars = JSON.object([("url", .string("http://127.0.0.1:\(port)/up")), ("tag", .string("a"))]).serialized()
+        #expect(try await p.outbox(["enqueue", "t", "--vars", vars, "--id", "refused"]).exitCode == 0)
+
+        let first = try await p.runUntil(["--events", "-"]) { runner in
+            runner.stdoutSoFar.components(separatedBy: #""type":"attempt""#).count > 2
+        }
+        let attempts = first.lines.filter { $0.string("type") == "attempt" }
+        #expect(attempts.count >= 2, "retried within the run: \(first.stdout)")
+        #expect(attempts.allSatisfy { $0.string("outcome") == "retry" && $0.string("error_kind") == "network" && $0.at("http_code") == .null })
+        let row = try #require(try await p.list().first)
+        #expect(row.string("state") == "queued")
+        #expect(p.hookLog.isEmpty)
+
+        let server = try TestHTTPServer(port: port)
+        defer { server.stop() }
+        try await p.drain()
+        #expect(server.requests(path: "/up").count == 1)
+        let hook = try #require(p.deliveries("refused").first)
+        #expect(hook.string("stdin.outcome") == "completed")
+        #expect(hook.int("stdin.meta.attempts") == Int64(attempts.count) + 1)
+    }
+
+    @Test func retryAfterIsHonoured() async throws {
+        // Retry-After is capped at the backoff max: give a max above the hour asked for.
+        let p = try Project(definitions: ["t": definition("t", top: "retry:\n  backoff: { base: 50ms, max: 2h, jitter: 0 }")])
+        p.server.script("/busy", [.json(429, "{}", headers: [("Retry-After", "3600")]), .json(200, "{}")])
+        try await p.enqueue("t", path: "/busy", id: "ra")
+        let before = nowMs()
+        // The next attempt is an hour away, beyond the horizon: drain returns after one attempt.
+        try await p.drain(["--horizon", "2s"])
+        #expect(p.server.requests(path: "/busy").count == 1)
+        let row = try #require(try await p.list().first)
+        #expect(row.string("state") == "queued")
+        #expect(row.int("attempts") == 1)
+        let next = try #require(row.int("next_attempt_at"))
+        #expect(abs(next - (before + 3_600_000)) < 60_000, "next_attempt_at \(next) is not about now + 3600 s")
+        #expect(p.hookLog.isEmpty)
+    }
+
+    @Test(arguments: [401, 403])
+    func authFailureParksUntilHeadersUpdate(_ status: Int) async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/auth", [.status(status), .json(200, "{}")])
+        try await p.enqueue("t", path: "/auth", id: "au")
+        try await p.drain()
+        let parked = try #require(try await p.list().first)
+        #expect(parked.string("state") == "awaiting-auth")
+        #expect(p.hookLog.isEmpty)
+        #expect(p.server.requests(path: "/auth").count == 1)
+        // Parked entries are not due: another drain sends nothing.
+        try await p.drain()
+        #expect(p.server.requests(path: "/auth").count == 1)
+
+        let update = try await p.outbox(["headers", "update", "Authorization: Bearer x"])
+        #expect(update.exitCode == 0, "\(update.description)")
+        try await p.drain()
+        let requests = p.server.requests(path: "/auth")
+        #expect(requests.count == 2)
+        #expect(requests.last?.header("Authorization") == "Bearer x")
+        #expect(requests.first?.header("Authorization") == nil)
+        let hook = try #require(p.deliveries("au").first)
+        #expect(hook.string("stdin.outcome") == "completed")
+        #expect(hook.int("stdin.meta.attempts") == 2)
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func authFailureOfAnOlderHeaderGenerationIsSentAgainAtOnce() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        // The 401 arrives after `headers update` ran: it answers headers that are already replaced.
+        p.server.script("/stale", [TestResponse(status: 401, delayMs: 3000), .json(200, "{}")])
+        try await p.enqueue("t", path: "/stale", id: "st")
+        let runner = try p.start(["run", "--drain", "--events", "-"])
+        #expect(await eventually { p.server.requests(path: "/stale").count == 1 })
+        #expect(try await p.outbox(["headers", "update", "Authorization: Bearer new"]).exitCode == 0)
+        let run = await runner.wait()
+        #expect(run.exitCode == 0, "\(run.description)")
+        #expect(!run.lines.contains { $0.string("state") == "awaiting-auth" }, "never parked")
+        let requests = p.server.requests(path: "/stale")
+        #expect(requests.count == 2)
+        #expect(requests.last?.header("Authorization") == "Bearer new")
+        #expect(p.deliveries("st").first?.string("stdin.outcome") == "completed")
+    }
+
+    @Test func missingStagedPayloadSettlesErrorFile() async throws {
+        let fileDefinition = """
+        key: up
+        request:
+          method: PUT
+          url: "{{ vars.url }}"
+          file: "{{ vars.path }}"
+        on_success: hooks/record.sh
+        on_error: hooks/record.sh
+
+        """
+        let p = try Project(definitions: ["up": fileDefinition])
+        let source = p.base + "/payload.bin"
+        // Over 64 KiB, so the body is staged as a file and not kept in the row.
+        try Data(repeating: 7, count: 100_000).write(to: URL(fileURLWithPath: source))
+        let vars = JSON.object([("url", .string(p.url("/put/x"))), ("path", .string(source))]).serialized()
+        #expect(try await p.outbox(["enqueue", "up", "--vars", vars, "--id", "f1"]).exitCode == 0)
+        let bodies = p.root + "/.outbox/bodies"
+        let staged = try FileManager.default.contentsOfDirectory(atPath: bodies)
+        #expect(staged.count == 1)
+        for name in staged { try FileManager.default.removeItem(atPath: bodies + "/" + name) }
+
+        try await p.drain()
+        #expect(p.server.requests.isEmpty)
+        let hook = try #require(p.deliveries("f1").first)
+        #expect(hook.string("stdin.outcome") == "error")
+        #expect(hook.string("stdin.error.kind") == "file")
+        let row = try #require(try await p.list().first)
+        #expect(row.string("state") == "error")
+        #expect(row.string("reason") == "file")
+    }
+
+    @Test func pastExpiresAtSettlesErrorExpired() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "old", extra: ["--expires-at", String(nowMs() - 1000)])
+        try await p.drain()
+        #expect(p.server.requests.isEmpty)
+        let hook = try #require(p.deliveries("old").first)
+        #expect(hook.string("stdin.outcome") == "error")
+        #expect(hook.string("stdin.error.kind") == "expired")
+        let row = try #require(try await p.list().first)
+        #expect(row.string("state") == "error")
+        #expect(row.string("reason") == "expired")
+    }
+
+    @Test func expiresInElapsedSettlesErrorExpired() async throws {
+        let p = try Project(definitions: ["t": definition("t", top: "expires_in: 1ms")])
+        try await p.enqueue("t", path: "/status/200", id: "short")
+        try await Task.sleep(for: .milliseconds(30))
+        try await p.drain()
+        #expect(p.server.requests.isEmpty)
+        let hook = try #require(p.deliveries("short").first)
+        #expect(hook.string("stdin.error.kind") == "expired")
+    }
+
+    @Test func requestIdsDifferPerAttemptAndTheIdempotencyKeyStays() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/ids", [.status(503), .status(503), .json(200, "{}")])
+        try await p.enqueue("t", path: "/ids", id: "ids")
+        try await p.drain()
+        let requests = p.server.requests(path: "/ids")
+        #expect(requests.count == 3)
+        let requestIDs = requests.compactMap { $0.header("X-Request-Id") }
+        #expect(requestIDs.count == 3)
+        #expect(Set(requestIDs).count == 3, "a fresh X-Request-Id per attempt: \(requestIDs)")
+        let keys = requests.compactMap { $0.header("Idempotency-Key") }
+        #expect(keys.count == 3)
+        #expect(Set(keys).count == 1, "one Idempotency-Key for every attempt: \(keys)")
+        #expect(requests.allSatisfy { $0.header("User-Agent")?.hasPrefix("outbox/") == true })
+        let hook = try #require(p.deliveries("ids").first)
+        #expect(hook.string("stdin.meta.idempotency_key") == keys.first)
+        #expect(hook.string("stdin.meta.request_id") == requestIDs.last)
+    }
+}

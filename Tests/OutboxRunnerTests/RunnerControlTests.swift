@@ -1,0 +1,288 @@
+import Foundation
+import Glibc
+import OutboxModel
+import TestSupport
+import Testing
+
+/// The runner as a process: same-id rules while it runs, the lock, signals, events,
+/// the summary, follow-ups and scopes (SPEC 7, 7b, 9, 10).
+@Suite struct RunnerControlTests {
+    @Test func differentBodyForARunningEntryIsRejected() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/delay/3000", id: "busy", tag: "first")
+        let runner = try p.start(["run", "--drain"])
+        #expect(await eventually { p.server.requests(path: "/delay").count == 1 }, "the request never started")
+
+        let vars = JSON.object([("url", .string(p.url("/delay/3000"))), ("tag", .string("second"))]).serialized()
+        let replace = try await p.outbox(["enqueue", "t", "--vars", vars, "--id", "busy"])
+        #expect(replace.exitCode == 75, "\(replace.description)")
+        #expect(replace.stderr.hasPrefix("outbox: E_RUNNING: "), "\(replace.stderr)")
+
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        let hook = try #require(p.deliveries("busy").first)
+        #expect(hook.string("stdin.vars.tag") == "first")
+        #expect(p.server.requests(path: "/delay").count == 1)
+        #expect(p.server.requests(path: "/delay").first?.bodyText == #"{"tag":"first"}"#)
+    }
+
+    @Test func sameBodyForACompletedUnacknowledgedEntryRedeliversWithoutSending() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.touch("hooks/fail")
+        try await p.enqueue("t", path: "/status/200", id: "done")
+        try await p.runUntil { _ in p.deliveries("done").count >= 1 }
+        let failed = p.deliveries("done").count
+        #expect(failed >= 1)
+        #expect(try await p.show("done")?.string("state") == "completed")
+
+        try await p.enqueue("t", path: "/status/200", id: "done")
+        #expect(try await p.show("done")?.string("state") == "completed", "not reopened")
+        p.remove("hooks/fail")
+        try await p.drain()
+        let all = p.deliveries("done")
+        #expect(all.count == failed + 1)
+        #expect(all.last?.string("stdin.outcome") == "completed")
+        #expect(p.server.requests.count == 1, "the outcome is delivered again, the request is not sent again")
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func aSecondRunnerExits75AndNamesTheHolder() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/delay/1500", id: "slow")
+        let runner = try p.start(["run"])
+        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+
+        let second = try await p.outbox(["run", "--drain"])
+        #expect(second.exitCode == 75, "\(second.description)")
+        #expect(second.stderr.contains("E_RUNNING"))
+        #expect(second.stderr.contains("pid \(runner.pid)"), "the message names the holder: \(second.stderr)")
+        let json = try await p.outbox(["run", "--drain", "--json"])
+        #expect(json.exitCode == 75)
+        #expect(json.json?.string("error.code") == "E_RUNNING")
+
+        runner.signal(SIGTERM)
+        let first = await runner.wait()
+        #expect(first.exitCode == 0, "\(first.description)")
+        // The lock is free again.
+        try await p.drain()
+    }
+
+    @Test func sigtermLetsTheAttemptInFlightFinishAndLeavesTheRestQueued() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/delay/1500", id: "a")
+        try await p.enqueue("t", path: "/status/200", id: "b")
+        try await p.enqueue("t", path: "/status/200", id: "c")
+        let runner = try p.start(["run", "--grace", "20s", "--events", "-"])
+        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 30)
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(!finished.timedOut)
+        let attempts = finished.lines.filter { $0.string("type") == "attempt" }
+        #expect(attempts.map { $0.string("id") ?? "" } == ["a"])
+        #expect(attempts.first?.string("outcome") == "success")
+        #expect(attempts.first?.int("http_code") == 200)
+        #expect(p.server.requests.count == 1, "nothing new starts after SIGTERM")
+
+        let states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
+        #expect(states["a"] == nil || states["a"] == "completed")
+        #expect(states["b"] == "queued")
+        #expect(states["c"] == "queued")
+
+        try await p.drain()
+        #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == ["a", "b", "c"])
+        #expect(p.server.requests(path: "/delay").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func graceOverStopsTheAttemptAndRequeuesTheEntry() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/delay/20000", id: "long")
+        let runner = try p.start(["run", "--grace", "200ms"])
+        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 15)
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        let row = try #require(try await p.list().first)
+        #expect(row.string("state") == "queued", "an attempt cut off by the grace deadline leaves the entry queued")
+        #expect(p.hookLog.isEmpty)
+    }
+
+    @Test func aRunningRunnerPicksUpNewEntries() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        let runner = try p.start(["run"])
+        // Enqueue only once the runner holds the store, so the entry arrives while it runs.
+        #expect(await eventually { p.exists(".outbox/runner.lock") })
+        try await p.enqueue("t", path: "/status/200", id: "late")
+        #expect(await eventually { p.deliveries("late").count == 1 }, "the runner never noticed the entry")
+        runner.signal(SIGTERM)
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(p.server.requests.count == 1)
+    }
+
+    @Test func eventsCarryTheSpecFields() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        let long = String(repeating: "x", count: 10_000)
+        p.server.script("/ev", [.status(503, body: "busy"), .status(200, body: long)])
+        try await p.enqueue("t", path: "/ev?token=secret", id: "ev")
+        let run = try await p.drain(["--events", "-"])
+        let events = run.lines
+        #expect(events.count == run.stdout.split(separator: "\n").count, "every stdout line is JSON")
+        #expect(Set(events.compactMap { $0.string("type") }) == ["state", "attempt", "progress"])
+
+        let attempts = events.filter { $0.string("type") == "attempt" }
+        #expect(attempts.count == 2)
+        let attemptKeys = ["type", "id", "key", "request_id", "attempt", "url", "method", "part_index", "outcome", "http_code",
+                           "body", "error_kind", "error_message", "at"]
+        for a in attempts {
+            #expect(Set(attemptKeys).isSubset(of: Set(a.keys)), "attempt fields: \(a.keys)")
+            #expect(a.string("id") == "ev")
+            #expect(a.string("key") == "t")
+            #expect(a.string("method") == "POST")
+            #expect(a.at("part_index") == .null)
+            #expect(a.string("url") == p.url("/ev") + "?[redacted]", "query strings are not printed")
+            #expect(a.int("at").map { abs($0 - nowMs()) < 60_000 } == true)
+        }
+        #expect(attempts.map { $0.int("attempt") ?? 0 } == [1, 2])
+        #expect(attempts.map { $0.string("outcome") ?? "" } == ["retry", "success"])
+        #expect(attempts.map { $0.int("http_code") ?? 0 } == [503, 200])
+        #expect(attempts.first?.string("body") == "busy")
+        #expect(attempts.last?.string("body")?.utf8.count == 4096, "the response body is capped at 4 KiB")
+        let requestIDs = p.server.requests(path: "/ev").compactMap { $0.header("X-Request-Id") }
+        #expect(attempts.map { $0.string("request_id") ?? "" } == requestIDs)
+
+        let progress = events.filter { $0.string("type") == "progress" }
+        #expect(!progress.isEmpty)
+        for e in progress {
+            #expect(Set(e.keys) == ["type", "id", "bytes_sent", "total_bytes"])
+            #expect(e.int("total_bytes") == Int64(#"{"tag":"a"}"#.utf8.count))
+        }
+        #expect(progress.last?.int("bytes_sent") == progress.last?.int("total_bytes"))
+
+        let states = events.filter { $0.string("type") == "state" }
+        #expect(states.map { $0.string("state") ?? "" } == ["running", "queued", "running", "completed"])
+        let rowKeys = ["id", "key", "vars", "state", "reason", "bytes_sent", "total_bytes", "attempts", "created_at", "updated_at",
+                       "next_attempt_at", "expires_at", "generation", "parent"]
+        for s in states {
+            #expect(Set(rowKeys).isSubset(of: Set(s.keys)), "state fields: \(s.keys)")
+            #expect(s.string("vars.tag") == "a")
+        }
+        let retried = try #require(states.dropFirst().first)
+        #expect(retried.string("reason") == "HTTP 503")
+        #expect(retried.int("next_attempt_at").map { $0 >= retried.int("updated_at")! } == true, "the backoff shows in the row")
+        #expect(states.last?.at("reason") == .null)
+        #expect(states.last?.int("bytes_sent") == states.last?.int("total_bytes"))
+        #expect(states.last?.int("attempts") == 2)
+    }
+
+    @Test func jsonSummaryWithDrain() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/five-then-ok", [.status(500), .json(200, "{}")])
+        try await p.enqueue("t", path: "/five-then-ok", id: "s1")
+        try await p.enqueue("t", path: "/status/422", id: "s2")
+        let run = try await p.drain(["--json"])
+        #expect(run.stdout.split(separator: "\n").count == 1, "one document: \(run.stdout)")
+        let doc = try #require(run.json)
+        #expect(doc.int("attempts") == 3)
+        #expect(doc.int("completed") == 1)
+        #expect(doc.int("errors") == 1)
+        #expect(doc.int("retried") == 1)
+        #expect(doc.int("awaiting_auth") == 0)
+        #expect(doc.int("delivered") == 2)
+        #expect(doc.int("delivery_failures") == 0)
+        #expect(doc.int("remaining") == 1, "the error entry stays")
+        #expect(doc.int("elapsed_ms") != nil)
+        #expect(doc.int("bytes_sent") != nil)
+    }
+
+    @Test func jsonWithEventsIsAUsageError() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        let run = try await p.outbox(["run", "--drain", "--json", "--events", "-"])
+        #expect(run.exitCode == 64, "\(run.description)")
+        #expect(!p.exists(".outbox/runner.lock"), "nothing was started")
+    }
+
+    @Test func thenOnSuccessEnqueuesAFollowUpInTheSameTransaction() async throws {
+        let parent = definition("order", top: """
+        then:
+          on_success:
+            - key: receipt
+              id: "receipt-{{ entry.id }}"
+              vars: { url: "{{ vars.receipt_url }}", tag: "{{ outcome.data.n }}" }
+        response: json
+        """)
+        let p = try Project(definitions: ["order": parent, "receipt": definition("receipt")])
+        p.server.script("/order", [.json(201, #"{"n":"r7"}"#)])
+        let vars = JSON.object([("url", .string(p.url("/order"))), ("tag", .string("o")),
+                                ("receipt_url", .string(p.url("/receipt")))]).serialized()
+        #expect(try await p.outbox(["enqueue", "order", "--vars", vars, "--id", "o9"]).exitCode == 0)
+        let run = try await p.drain(["--events", "-"])
+
+        // The follow-up exists from the moment the parent settles: its first state row names the parent.
+        let followUpStates = run.lines.filter { $0.string("type") == "state" && $0.string("id") == "receipt-o9" }
+        #expect(followUpStates.first?.string("parent") == "o9")
+        #expect(followUpStates.map { $0.string("state") ?? "" } == ["running", "completed"])
+        #expect(p.server.requests(path: "/receipt").count == 1)
+        #expect(p.server.requests(path: "/receipt").first?.bodyText == #"{"tag":"r7"}"#)
+        let hook = try #require(p.deliveries("receipt-o9").first)
+        #expect(hook.string("stdin.meta.parent") == "o9")
+        #expect(hook.string("stdin.vars.tag") == "r7")
+        #expect(p.deliveries("o9").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func followUpIsListedWithItsParentBeforeItRuns() async throws {
+        let parent = definition("order", top: """
+        then:
+          on_success:
+            - key: receipt
+              id: "receipt-{{ entry.id }}"
+              vars: { url: "{{ vars.url }}", tag: "later" }
+              delay: 1h
+        """)
+        let p = try Project(definitions: ["order": parent, "receipt": definition("receipt")])
+        try await p.enqueue("order", path: "/status/200", id: "o1")
+        try await p.drain()
+        let rows = try await p.list()
+        #expect(rows.count == 1)
+        let row = try #require(rows.first)
+        #expect(row.string("id") == "receipt-o1")
+        #expect(row.string("parent") == "o1")
+        #expect(row.string("state") == "queued")
+        #expect(try await p.show("receipt-o1")?.at("chain") == .array([.string("o1")]))
+    }
+
+    @Test func cancelScopeCancelsTheEntriesBehindAFailedOne() async throws {
+        let scoped = definition("step", top: """
+        scope: "job-{{ vars.job }}"
+        on_rejected: cancel-scope
+        """)
+        let p = try Project(definitions: ["step": scoped])
+        for (id, path) in [("s1", "/status/422"), ("s2", "/status/200"), ("s3", "/status/200")] {
+            let vars = JSON.object([("url", .string(p.url(path))), ("tag", .string(id)), ("job", .string("j1"))]).serialized()
+            #expect(try await p.outbox(["enqueue", "step", "--vars", vars, "--id", id]).exitCode == 0)
+        }
+        // Another scope is not affected.
+        let other = JSON.object([("url", .string(p.url("/status/200"))), ("tag", .string("x")), ("job", .string("j2"))]).serialized()
+        #expect(try await p.outbox(["enqueue", "step", "--vars", other, "--id", "x1"]).exitCode == 0)
+        try await p.drain()
+
+        #expect(p.server.requests(path: "/status/422").count == 1)
+        #expect(p.server.requests(path: "/status/200").count == 1, "only the other scope's entry is sent")
+        let first = try #require(p.deliveries("s1").first)
+        #expect(first.string("stdin.error.kind") == "http")
+        for id in ["s2", "s3"] {
+            let log = p.deliveries(id)
+            #expect(log.count == 1)
+            #expect(log.first?.string("env.outcome") == "error")
+            #expect(log.first?.string("stdin.error.kind") == "cancelled")
+            #expect(log.first?.string("stdin.id") == id)
+            #expect(log.first?.string("stdin.vars.tag") == id)
+        }
+        #expect(p.deliveries("x1").first?.string("stdin.outcome") == "completed")
+        let rows = try await p.list()
+        #expect(rows.map { $0.string("id") ?? "" } == ["s1"], "cancelled entries are forgotten after acknowledgement")
+        #expect(rows.first?.string("state") == "error")
+    }
+}
