@@ -262,7 +262,7 @@ public final class Runner {
                 settleError(entry, kind: "file", message: problem, state: .error, reason: "file")
                 continue
             }
-            let host = URLCheck.hostKey(entry.request.url ?? (try? store.parts(entrySeq: entry.seq).first?.url) ?? "" ?? "")
+            let host = URLCheck.hostKey(entry.request.url ?? "")
             if entry.request.bodyKind != "parts", hostLoad[host, default: 0] >= config.perHost { continue }
             claimed.append(entry)
             if entry.request.bodyKind != "parts" { hostLoad[host, default: 0] += 1 }

@@ -147,6 +147,7 @@ final class SQLiteConnection: @unchecked Sendable {
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(db) }
 
     /// Runs `body` in one `BEGIN IMMEDIATE` transaction (T-sql2); rolls back on a throw.
+    @discardableResult
     func transaction<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
         if transactionDepth > 0 { return try body() }
         try execute("BEGIN IMMEDIATE")
