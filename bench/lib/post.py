@@ -30,6 +30,8 @@ def curl_config(path, url, count):
 
 
 def main():
+    if not B.ensure_tool("curl", "curl"):
+        raise B.BenchFailure("curl is missing")
     rows = []
     with B.WorkDir("post") as work, B.Nginx(work.join("nginx")) as nginx:
         url = nginx.url("/x")

@@ -8,8 +8,9 @@
 
 outbox's figure includes its enqueue. When outbox fails (say chunked uploads are not
 there yet), its row says "failed" and the peers are still measured.
-Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), SINK (a tmpfs folder,
-default /dev/shm), BENCH_TMP (where source files go, default /tmp).
+Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), ROUNDS (3; figures are
+medians), SINK (a tmpfs folder, default /dev/shm), BENCH_TMP (where source files go, default /tmp),
+OUTBOX_MAX_TIME (bound on each `run --drain`, default 20m).
 """
 
 import json
@@ -26,6 +27,7 @@ FILE_COUNT = int(os.environ.get("FILE_COUNT", "1000"))
 SINK_BASE = os.environ.get("SINK", "/dev/shm")
 PART = 20 * MIB
 MAX_TIME = os.environ.get("OUTBOX_MAX_TIME", "20m")
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
 
 
 def make_file(path, size, seed):
@@ -80,10 +82,7 @@ def big_file(work, nginx, dav):
     case = f"{size / MIB:,.0f} MiB file, 20 MiB parts × 3"
     rows = []
 
-    # outbox
-    outbox_value, rss, note = None, None, ""
-    project = B.Project(work.join("big"), "concurrency: 16\nper_host: 16\npart_concurrency: 3\n")
-    project.write("definitions/upload.yaml", f"""key: bench.upload
+    definition = f"""key: bench.upload
 request:
   method: PUT
   file: "{{{{ vars.path }}}}"
@@ -91,32 +90,40 @@ request:
   parts:
     plan: {{ min: 20MiB, max: 20MiB }}
     url: "{nginx.url('/dav/ob/')}{{{{ vars.name }}}}.part{{{{ part.number }}}}"
-""")
-    try:
-        e = B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source, "name": "big"})),
-                   "outbox enqueue")
-        r, summary = outbox_drain(project, "chunked upload")
-        got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
-        if summary.get("completed") != 1 or got != size:
-            raise B.BenchFailure(f"chunked upload: summary {summary}; sink holds {got} bytes in {files} files, expected {size}")
-        outbox_value, rss = mib_per_s(size, e.wall + r.wall), r.rss_kib
-        note = f"{files} parts; outbox {e.wall + r.wall:.2f} s (enqueue {e.wall * 1000:.0f} ms)"
-    except B.BenchFailure as err:
-        B.log(f"upload: outbox: failed: {err}")
-        note = f"outbox: failed: {str(err)[:160]}"
-    clear(os.path.join(dav, "dav", "ob"))
-
-    # peer: curl -T
-    p = B.must(B.measure(["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/cu/big.bin")],
-                         stderr_path=work.join("curl-big.err")), "curl -T")
-    got, _ = sink_bytes(os.path.join(dav, "dav", "cu"))
-    if got != size:
-        raise B.BenchFailure(f"curl -T: sink holds {got} bytes, expected {size}")
-    clear(os.path.join(dav, "dav", "cu"))
-    peer = mib_per_s(size, p.wall)
-    B.log(f"upload big: outbox {outbox_value and f'{outbox_value:.0f} MiB/s'}, curl -T {peer:.0f} MiB/s")
-    rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl -T (one request)", peer, higher_is_better=True,
-                      rss_kib=rss, note=note))
+"""
+    outbox_s, peer_s, rss, note, failed = [], [], [], "", None
+    for round_ in range(ROUNDS):
+        if failed is None:
+            project = B.Project(work.join(f"big-{round_}"), "concurrency: 16\nper_host: 16\npart_concurrency: 3\n")
+            project.write("definitions/upload.yaml", definition)
+            try:
+                e = B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source, "name": "big"})),
+                           "outbox enqueue")
+                r, summary = outbox_drain(project, "chunked upload")
+                got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
+                if summary.get("completed") != 1 or got != size:
+                    raise B.BenchFailure(f"chunked upload: summary {summary}; sink holds {got} bytes in {files} files, "
+                                         f"expected {size}")
+                outbox_s.append(e.wall + r.wall)
+                rss.append(r.rss_kib)
+                note = f"{files} parts; enqueue {e.wall * 1000:.0f} ms"
+            except B.BenchFailure as err:
+                B.log(f"upload: outbox: failed: {err}")
+                failed = f"outbox: failed: {str(err)[:160]}"
+            clear(os.path.join(dav, "dav", "ob"))
+        p = B.must(B.measure(["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/cu/big.bin")],
+                             stderr_path=work.join("curl-big.err")), "curl -T")
+        got, _ = sink_bytes(os.path.join(dav, "dav", "cu"))
+        if got != size:
+            raise B.BenchFailure(f"curl -T: sink holds {got} bytes, expected {size}")
+        clear(os.path.join(dav, "dav", "cu"))
+        peer_s.append(p.wall)
+        B.log(f"upload big round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not failed else float('nan'):.2f} s, "
+              f"curl -T {p.wall:.2f} s")
+    outbox_value = None if failed else mib_per_s(size, B.median(outbox_s))
+    rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl -T (one request)", mib_per_s(size, B.median(peer_s)),
+                      higher_is_better=True, rss_kib=max(rss) if rss else None,
+                      note=failed or f"{note}; medians of {ROUNDS}"))
     os.unlink(source)
     return rows
 
@@ -132,33 +139,15 @@ def many_files(work, nginx, dav):
     case = f"{FILE_COUNT:,} files × 1 MiB, 16 in flight"
     rows = []
 
-    # outbox: enqueue --from + drain
-    outbox_value, rss, note = None, None, ""
-    project = B.Project(work.join("manyp"), "concurrency: 16\nper_host: 16\n")
-    project.write("definitions/put.yaml", f"""key: bench.put
+    definition = f"""key: bench.put
 request:
   method: PUT
   url: "{nginx.url('/dav/ob/')}{{{{ vars.name }}}}"
   file: "{{{{ vars.path }}}}"
   ownership: reference
-""")
+"""
     lines = B.write_jsonl(work.join("many.jsonl"), FILE_COUNT,
                           lambda i: {"vars": {"path": os.path.join(src, names[i]), "name": names[i]}})
-    try:
-        e = B.must(project.run("enqueue", "bench.put", "--from", lines), "outbox enqueue --from")
-        r, summary = outbox_drain(project, "whole-file PUTs")
-        got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
-        if summary.get("completed") != FILE_COUNT or got != total:
-            raise B.BenchFailure(f"summary {summary}; sink holds {got} bytes in {files} files, expected {total}")
-        seconds = e.wall + r.wall
-        outbox_value, rss = mib_per_s(total, seconds), max(e.rss_kib or 0, r.rss_kib or 0)
-        note = f"outbox {seconds:.2f} s (enqueue --from {e.wall:.2f} s, drain {r.wall:.2f} s)"
-    except B.BenchFailure as err:
-        B.log(f"upload: outbox: failed: {err}")
-        note = f"outbox: failed: {str(err)[:160]}"
-    clear(os.path.join(dav, "dav", "ob"))
-
-    # peer 1: curl --parallel
     config = work.join("curl-many.conf")
     with open(config, "w") as fh:
         for i, name in enumerate(names):
@@ -166,39 +155,65 @@ request:
                      f'output = "/dev/null"\n')
             if i + 1 < len(names):
                 fh.write("next\n")
-    p = B.must(B.measure(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", config],
-                         stderr_path=work.join("curl-many.err")), "curl --parallel -T")
-    got, files = sink_bytes(os.path.join(dav, "dav", "cu"))
-    if got != total:
-        raise B.BenchFailure(f"curl --parallel: sink holds {got} bytes in {files} files, expected {total}")
-    clear(os.path.join(dav, "dav", "cu"))
-    curl_value = mib_per_s(total, p.wall)
-    rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl --parallel-max 16 -T", curl_value,
-                      higher_is_better=True, rss_kib=rss, note=note))
-
-    # peer 2: rclone copy to a :webdav: remote
-    if B.ensure_tool("rclone", "rclone"):
-        rclone_conf = work.join("rclone.conf")
-        open(rclone_conf, "w").close()
-        env = dict(os.environ, RCLONE_CONFIG=rclone_conf)
-        q = B.measure(["rclone", "copy", "--transfers", "16", "--webdav-url", nginx.url("/dav/rc/"), src, ":webdav:"],
-                      env=env, stderr_path=work.join("rclone.err"))
-        got, files = sink_bytes(os.path.join(dav, "dav", "rc"))
-        clear(os.path.join(dav, "dav", "rc"))
-        if q.rc != 0 or got != total:
-            B.log(f"upload: rclone failed (exit {q.rc}, {got} bytes in sink): {q.stderr()[-300:]}")
-            rclone_value = None
-        else:
-            rclone_value = mib_per_s(total, q.wall)
+    have_rclone = B.ensure_tool("rclone", "rclone")
+    rclone_conf = work.join("rclone.conf")
+    open(rclone_conf, "w").close()
+    rclone_env = dict(os.environ, RCLONE_CONFIG=rclone_conf)
+    outbox_s, curl_s, rclone_s, rss, failed, rclone_failed, detail = [], [], [], [], None, False, ""
+    for round_ in range(ROUNDS):
+        # outbox: enqueue --from + drain, in a fresh project
+        if failed is None:
+            project = B.Project(work.join(f"many-{round_}"), "concurrency: 16\nper_host: 16\n")
+            project.write("definitions/put.yaml", definition)
+            try:
+                e = B.must(project.run("enqueue", "bench.put", "--from", lines), "outbox enqueue --from")
+                r, summary = outbox_drain(project, "whole-file PUTs")
+                got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
+                if summary.get("completed") != FILE_COUNT or got != total:
+                    raise B.BenchFailure(f"summary {summary}; sink holds {got} bytes in {files} files, expected {total}")
+                outbox_s.append(e.wall + r.wall)
+                rss.append(max(e.rss_kib or 0, r.rss_kib or 0))
+                detail = f"last round: enqueue --from {e.wall:.2f} s + drain {r.wall:.2f} s"
+            except B.BenchFailure as err:
+                B.log(f"upload: outbox: failed: {err}")
+                failed = f"outbox: failed: {str(err)[:160]}"
+            clear(os.path.join(dav, "dav", "ob"))
+        # peer 1: curl --parallel
+        p = B.must(B.measure(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", config],
+                             stderr_path=work.join("curl-many.err")), "curl --parallel -T")
+        got, files = sink_bytes(os.path.join(dav, "dav", "cu"))
+        if got != total:
+            raise B.BenchFailure(f"curl --parallel: sink holds {got} bytes in {files} files, expected {total}")
+        clear(os.path.join(dav, "dav", "cu"))
+        curl_s.append(p.wall)
+        # peer 2: rclone copy to a :webdav: remote
+        if have_rclone and not rclone_failed:
+            q = B.measure(["rclone", "copy", "--transfers", "16", "--webdav-url", nginx.url("/dav/rc/"), src, ":webdav:"],
+                          env=rclone_env, stderr_path=work.join("rclone.err"))
+            got, files = sink_bytes(os.path.join(dav, "dav", "rc"))
+            clear(os.path.join(dav, "dav", "rc"))
+            if q.rc != 0 or got != total:
+                B.log(f"upload: rclone failed (exit {q.rc}, {got} bytes in sink): {q.stderr()[-300:]}")
+                rclone_failed = True
+            else:
+                rclone_s.append(q.wall)
+        B.log(f"upload many round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not failed else float('nan'):.2f} s, "
+              f"curl {p.wall:.2f} s, rclone {rclone_s[-1] if rclone_s and not rclone_failed else float('nan'):.2f} s")
+    outbox_value = None if failed else mib_per_s(total, B.median(outbox_s))
+    note = failed or f"medians of {ROUNDS}; {detail}"
+    rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl --parallel-max 16 -T", mib_per_s(total, B.median(curl_s)),
+                      higher_is_better=True, rss_kib=max(rss) if rss else None, note=note))
+    if have_rclone:
+        rclone_value = None if rclone_failed or not rclone_s else mib_per_s(total, B.median(rclone_s))
         rows.append(B.Row("upload", case, "MiB/s", outbox_value, "rclone copy --transfers 16", rclone_value,
-                          higher_is_better=True, rss_kib=rss))
-    B.log(f"upload many: outbox {outbox_value and f'{outbox_value:.0f} MiB/s'}, curl {curl_value:.0f} MiB/s, "
-          f"rclone {rows[-1].peer and f'{rows[-1].peer:.0f} MiB/s'}")
+                          higher_is_better=True, rss_kib=max(rss) if rss else None))
     shutil.rmtree(src, ignore_errors=True)
     return rows
 
 
 def main():
+    if not B.ensure_tool("curl", "curl"):
+        raise B.BenchFailure("curl is missing")
     B.ensure_tool(B.DAV_EXT_MODULE, "libnginx-mod-http-dav-ext")  # PROPFIND, which rclone needs
     rows = []
     with B.WorkDir("upload") as work, B.WorkDir("upload-sink", base=SINK_BASE) as sink:
