@@ -135,7 +135,7 @@ extension JSON {
             out += "]"
         case let .object(members):
             out += "{"
-            let ordered = sortedKeys ? members.sorted { Array($0.0.utf8).lexicographicallyPrecedes($1.0.utf8) } : members
+            let ordered = sortedKeys ? members.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) } : members
             for (i, (key, value)) in ordered.enumerated() {
                 if i > 0 { out += "," }
                 JSON.writeString(key, to: &out)
@@ -174,6 +174,13 @@ extension JSON {
     }
 
     static func writeString(_ s: String, to out: inout String) {
+        // Most strings need no escape: append them whole rather than scalar by scalar.
+        if !s.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) {
+            out += "\""
+            out += s
+            out += "\""
+            return
+        }
         out += "\""
         for scalar in s.unicodeScalars {
             switch scalar {
@@ -268,14 +275,20 @@ private struct JSONReader {
     mutating func readObject(depth: Int) throws(JSONParseError) -> JSON {
         index += 1
         var members: [(String, JSON)] = []
-        var seen = Set<String>()
+        // Objects are mostly small: scanning their keys beats hashing each into a Set.
+        var seen: Set<String>?
         skipSpace()
         if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object([]) }
         while true {
             skipSpace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
             let key = try readString()
-            guard seen.insert(key).inserted else { throw fail("duplicate key \"\(key)\"") }
+            if members.count < 16 {
+                if members.contains(where: { $0.0 == key }) { throw fail("duplicate key \"\(key)\"") }
+            } else {
+                if seen == nil { seen = Set(members.map(\.0)) }
+                guard seen!.insert(key).inserted else { throw fail("duplicate key \"\(key)\"") }
+            }
             skipSpace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
             index += 1

@@ -9,7 +9,8 @@ extension Runner {
         guard hooksRunning.count < config.hookConcurrency else { return }
         let keys = Set(definitions.definitions.keys)
         let busy = Set(hooksRunning.values)
-        for outcome in try store.deliverableOutcomes(now: now, keys: keys, excludingIDs: busy) {
+        let room = config.hookConcurrency - hooksRunning.count
+        for outcome in try store.deliverableOutcomes(now: now, keys: keys, excludingIDs: busy, limit: room) {
             guard hooksRunning.count < config.hookConcurrency else { break }
             guard let definition = definitions.definitions[outcome.key] else { continue }
             let hook = outcome.outcome == "completed" ? definition.onSuccess : definition.onError

@@ -56,6 +56,8 @@ public final class EventSink: @unchecked Sendable {
     }
 
     public func send(_ event: JSON) {
+        // Without a reader, serializing every event costs the runner real time.
+        guard write != nil || pipe >= 0 else { return }
         let line = event.serialized()
         write?(line)
         if pipe >= 0 {

@@ -59,18 +59,21 @@ extension SQLiteStore {
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
     public func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
         if try setting("queue_paused") == "1" { return [] }
-        let paused = try pausedKeys()
+        // Paused keys are filtered here, so the LIMIT reads no more rows than it returns:
+        // every row read is a JSON parse, and the runner claims after each completion.
+        // Entries in `excluding` are `running` in the table already; the filter is a guard.
         let rows = try db.query("""
             SELECT \(Self.entryColumns) FROM entries e
             WHERE state = 'queued' AND waits_for_delivery = 0
+              AND key NOT IN (SELECT key FROM paused_keys)
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
               AND (not_before IS NULL OR not_before <= ?)
               AND (scope IS NULL OR NOT EXISTS (
                 SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
                   AND o.state IN ('queued', 'running', 'awaiting-auth')))
             ORDER BY seq LIMIT ?
-            """, [.int(now), .int(now), .int(limit + excluding.count + paused.count * 0 + 64)], Self.entry)
-        return Array(rows.filter { !paused.contains($0.key) && !excluding.contains($0.id) }.prefix(limit))
+            """, [.int(now), .int(now), .int(limit)], Self.entry)
+        return Array(rows.filter { !excluding.contains($0.id) }.prefix(limit))
     }
 
     /// The earliest time something becomes due (an attempt, a hold, or a hook delivery).
@@ -201,13 +204,19 @@ extension SQLiteStore {
 
     /// Outcomes to deliver now: the oldest unacknowledged one of each id, due, for keys that
     /// have a definition.
-    public func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>) throws(OutboxError) -> [OutcomeRecord] {
+    /// At most `limit` outcomes (all when nil). Due time and keys are filtered in SQL so that
+    /// starting one hook parses a few payloads, not every pending one.
+    public func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int? = nil) throws(OutboxError) -> [OutcomeRecord] {
+        let keyList = JSON.array(keys.sorted().map { .string($0) }).serialized()
         let rows = try db.query("""
             SELECT \(Self.outcomeColumns) FROM outcomes o
-            WHERE acknowledged = 0 AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
-            ORDER BY seq
-            """, [], Self.outcome)
-        return rows.filter { keys.contains($0.key) && !excludingIDs.contains($0.entryID) && ($0.nextDeliveryAt ?? 0) <= now }
+            WHERE acknowledged = 0 AND COALESCE(next_delivery_at, 0) <= ?
+              AND key IN (SELECT value FROM json_each(?))
+              AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
+            ORDER BY seq LIMIT ?
+            """, [.int(now), .text(keyList), .int(limit.map { $0 + excludingIDs.count } ?? -1)], Self.outcome)
+        let open = rows.filter { !excludingIDs.contains($0.entryID) }
+        return limit.map { Array(open.prefix($0)) } ?? open
     }
 
     /// Counts a delivery before its hook starts (SPEC 8), returning the new count.

@@ -78,5 +78,11 @@ enum Schema {
         CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
         CREATE TABLE paused_keys (key TEXT PRIMARY KEY) WITHOUT ROWID;
         """),
+        // The runner's "next due, in enqueue order, LIMIT n" reads: without these, each claim
+        // and each hook start sorted every queued entry or pending outcome (O(n) per start).
+        ("002-queue-order", """
+        CREATE INDEX entries_queue ON entries (state, seq);
+        CREATE INDEX outcomes_due ON outcomes (acknowledged, seq);
+        """),
     ]
 }

@@ -1,0 +1,81 @@
+"""The runner: HOOK_COUNT outcomes delivered to a hook that only exits 0.
+
+Setup (not timed): HOOK_COUNT entries are sent to nginx while their definition file is
+absent, so their outcomes are journaled and held as `unhandled-key` (SPEC section 8.4).
+Timed: the definition comes back and `outbox run --drain` delivers every outcome; no
+HTTP happens in that run, so deliveries per second is the hook path alone.
+peer: a Python loop spawning the same command HOOK_COUNT times, one after another.
+Environment: HOOK_COUNT (default 1000).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as B  # noqa: E402
+
+COUNT = int(os.environ.get("HOOK_COUNT", "1000"))
+
+VARIANTS = [
+    # (case, on_success YAML, the same command for the peer)
+    ("sh script hooks/ok.sh", "hooks/ok.sh", ["/bin/sh", "-c", "hooks/ok.sh"]),
+    ('argv ["/bin/true"]', '["/bin/true"]', ["/bin/true"]),
+]
+
+
+def peer_spawns(argv, cwd):
+    """Spawns argv COUNT times from Python, sequentially; returns (seconds, failures)."""
+    failures = 0
+    start = time.perf_counter()
+    for _ in range(COUNT):
+        if subprocess.run(argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL).returncode != 0:
+            failures += 1
+    return time.perf_counter() - start, failures
+
+
+def one_variant(work, nginx, index, case, command, peer_argv):
+    project = B.Project(work.join(f"p{index}"), "concurrency: 16\nper_host: 16\n")
+    project.write("hooks/ok.sh", "#!/bin/sh\nexit 0\n", mode=0o755)
+    definition = (f'key: bench.hook\nrequest:\n  method: POST\n  url: "{nginx.url("/x")}"\n'
+                  f'  data: {{ n: "{{{{ vars.n }}}}" }}\non_success: {command}\n')
+    path = project.write("definitions/hook.yaml", definition)
+    lines = B.write_jsonl(work.join(f"hooks-{index}.jsonl"), COUNT, lambda i: {"vars": {"n": i}})
+    B.must(project.run("enqueue", "bench.hook", "--from", lines), "outbox enqueue --from")
+    os.rename(path, path + ".off")
+    setup = B.must(project.run("run", "--drain", "--json", stdout_name="setup.json"), "outbox run --drain (setup)")
+    summary = json.loads(setup.stdout())
+    if summary.get("completed") != COUNT or summary.get("delivered") != 0:
+        raise B.BenchFailure(f"setup run: {summary}, expected {COUNT} completed and 0 delivered")
+    os.rename(path + ".off", path)
+    r = B.must(project.run("run", "--drain", "--json", stdout_name="deliver.json"), "outbox run --drain (deliveries)")
+    summary = json.loads(r.stdout())
+    if summary.get("delivered") != COUNT or summary.get("attempts") != 0:
+        raise B.BenchFailure(f"delivery run: {summary}, expected {COUNT} delivered and no attempts")
+    peer_s, failures = peer_spawns(peer_argv, project.root)
+    if failures:
+        raise B.BenchFailure(f"peer: {failures} spawns failed")
+    B.log(f"hooks {case}: outbox {r.wall:.2f} s for {COUNT} deliveries, python {peer_s:.2f} s for {COUNT} spawns")
+    hook_concurrency = 4  # the config default (SPEC section 5)
+    return B.Row("hooks", f"{COUNT:,} deliveries, {case}", "/s", COUNT / r.wall, "python subprocess loop", COUNT / peer_s,
+                 higher_is_better=True, target="≥ 500/s", target_ok=COUNT / r.wall >= 500, rss_kib=r.rss_kib,
+                 note=f"outbox runs up to {hook_concurrency} hooks at once (hooks.concurrency); the peer spawns one at a time")
+
+
+def main():
+    rows = []
+    with B.WorkDir("hooks") as work, B.Nginx(work.join("nginx")) as nginx:
+        for index, (case, command, peer_argv) in enumerate(VARIANTS):
+            try:
+                rows.append(one_variant(work, nginx, index, case, command, peer_argv))
+            except B.BenchFailure as e:
+                B.log(f"hooks {case}: {e}")
+                rows.append(B.Row("hooks", f"{COUNT:,} deliveries, {case}", "/s", None, "python subprocess loop", None,
+                                  higher_is_better=True, note=str(e)[:200]))
+    B.emit(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,231 @@
+"""Uploads to a local WebDAV sink (nginx `dav_methods PUT` writing to tmpfs).
+
+1. One UPLOAD_SIZE file (default 2 GiB) as 20 MiB parts, 3 in flight (chunked upload),
+   vs `curl -T file URL` of the same file in one request.
+2. FILE_COUNT files of 1 MiB (default 1,000) as whole-file PUTs (`file:`, ownership
+   reference): `enqueue --from` + `run --drain`, vs `curl --parallel --parallel-max 16 -T`
+   and `rclone copy --transfers 16` to a `:webdav:` remote.
+
+outbox's figure includes its enqueue. When outbox fails (say chunked uploads are not
+there yet), its row says "failed" and the peers are still measured.
+Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), ROUNDS (3; figures are
+medians), SINK (a tmpfs folder, default /dev/shm), BENCH_TMP (where source files go, default /tmp),
+OUTBOX_MAX_TIME (bound on each `run --drain`, default 20m).
+"""
+
+import json
+import os
+import shutil
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import benchlib as B  # noqa: E402
+
+MIB = 1 << 20
+UPLOAD_SIZE = int(os.environ.get("UPLOAD_SIZE", str(2048 * MIB)))
+FILE_COUNT = int(os.environ.get("FILE_COUNT", "1000"))
+SINK_BASE = os.environ.get("SINK", "/dev/shm")
+PART = 20 * MIB
+MAX_TIME = os.environ.get("OUTBOX_MAX_TIME", "20m")
+ROUNDS = int(os.environ.get("ROUNDS", "3"))
+
+
+def make_file(path, size, seed):
+    """Random-looking bytes, cheaply: one random MiB, stamped per block so no two blocks match."""
+    block = bytearray(os.urandom(MIB))
+    with open(path, "wb") as fh:
+        written = 0
+        n = 0
+        while written < size:
+            block[:16] = f"{seed:07d}:{n:08d}".encode()
+            chunk = block[:min(MIB, size - written)]
+            fh.write(chunk)
+            written += len(chunk)
+            n += 1
+
+
+def sink_bytes(folder):
+    total, files = 0, 0
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            total += os.path.getsize(os.path.join(dirpath, name))
+            files += 1
+    return total, files
+
+
+def clear(folder):
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def mib_per_s(size, seconds):
+    return size / MIB / seconds
+
+
+def outbox_drain(project, what):
+    """Runs `run --drain` bounded by --max-time; returns (measured, summary) or raises."""
+    r = project.run("run", "--drain", "--json", "--max-time", MAX_TIME, stdout_name="summary.json", timeout=3600)
+    try:
+        summary = json.loads(r.stdout() or "{}")
+    except ValueError:
+        summary = {}
+    if r.rc != 0:
+        raise B.BenchFailure(f"{what}: run --drain exited {r.rc}: {r.stderr()[-300:].strip()}")
+    return r, summary
+
+
+def big_file(work, nginx, dav):
+    """Case 1: one big file, chunked, vs one curl -T."""
+    size = UPLOAD_SIZE
+    source = work.join("big.bin")
+    B.log(f"upload: writing a {size / MIB:.0f} MiB source file")
+    make_file(source, size, 1)
+    case = f"{size / MIB:,.0f} MiB file, 20 MiB parts × 3"
+    rows = []
+
+    definition = f"""key: bench.upload
+request:
+  method: PUT
+  file: "{{{{ vars.path }}}}"
+  ownership: reference
+  parts:
+    plan: {{ min: 20MiB, max: 20MiB }}
+    url: "{nginx.url('/dav/ob/')}{{{{ vars.name }}}}.part{{{{ part.number }}}}"
+"""
+    outbox_s, peer_s, rss, note, failed = [], [], [], "", None
+    for round_ in range(ROUNDS):
+        if failed is None:
+            project = B.Project(work.join(f"big-{round_}"), "concurrency: 16\nper_host: 16\npart_concurrency: 3\n")
+            project.write("definitions/upload.yaml", definition)
+            try:
+                e = B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source, "name": "big"})),
+                           "outbox enqueue")
+                r, summary = outbox_drain(project, "chunked upload")
+                got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
+                if summary.get("completed") != 1 or got != size:
+                    raise B.BenchFailure(f"chunked upload: summary {summary}; sink holds {got} bytes in {files} files, "
+                                         f"expected {size}")
+                outbox_s.append(e.wall + r.wall)
+                rss.append(r.rss_kib)
+                note = f"{files} parts; enqueue {e.wall * 1000:.0f} ms"
+            except B.BenchFailure as err:
+                B.log(f"upload: outbox: failed: {err}")
+                failed = f"outbox: failed: {str(err)[:160]}"
+            clear(os.path.join(dav, "dav", "ob"))
+        p = B.must(B.measure(["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/cu/big.bin")],
+                             stderr_path=work.join("curl-big.err")), "curl -T")
+        got, _ = sink_bytes(os.path.join(dav, "dav", "cu"))
+        if got != size:
+            raise B.BenchFailure(f"curl -T: sink holds {got} bytes, expected {size}")
+        clear(os.path.join(dav, "dav", "cu"))
+        peer_s.append(p.wall)
+        B.log(f"upload big round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not failed else float('nan'):.2f} s, "
+              f"curl -T {p.wall:.2f} s")
+    outbox_value = None if failed else mib_per_s(size, B.median(outbox_s))
+    rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl -T (one request)", mib_per_s(size, B.median(peer_s)),
+                      higher_is_better=True, rss_kib=max(rss) if rss else None,
+                      note=failed or f"{note}; medians of {ROUNDS}"))
+    os.unlink(source)
+    return rows
+
+
+def many_files(work, nginx, dav):
+    """Case 2: FILE_COUNT files of 1 MiB, whole-file PUTs, vs curl --parallel and rclone copy."""
+    src = work.join("many")
+    os.makedirs(src)
+    names = [f"f{i:05d}.bin" for i in range(FILE_COUNT)]
+    for i, name in enumerate(names):
+        make_file(os.path.join(src, name), MIB, i)
+    total = FILE_COUNT * MIB
+    case = f"{FILE_COUNT:,} files × 1 MiB, 16 in flight"
+    rows = []
+
+    definition = f"""key: bench.put
+request:
+  method: PUT
+  url: "{nginx.url('/dav/ob/')}{{{{ vars.name }}}}"
+  file: "{{{{ vars.path }}}}"
+  ownership: reference
+"""
+    lines = B.write_jsonl(work.join("many.jsonl"), FILE_COUNT,
+                          lambda i: {"vars": {"path": os.path.join(src, names[i]), "name": names[i]}})
+    config = work.join("curl-many.conf")
+    with open(config, "w") as fh:
+        for i, name in enumerate(names):
+            fh.write(f'upload-file = "{os.path.join(src, name)}"\nurl = "{nginx.url("/dav/cu/" + name)}"\n'
+                     f'output = "/dev/null"\n')
+            if i + 1 < len(names):
+                fh.write("next\n")
+    have_rclone = B.ensure_tool("rclone", "rclone")
+    rclone_conf = work.join("rclone.conf")
+    open(rclone_conf, "w").close()
+    rclone_env = dict(os.environ, RCLONE_CONFIG=rclone_conf)
+    outbox_s, curl_s, rclone_s, rss, failed, rclone_failed, detail = [], [], [], [], None, False, ""
+    for round_ in range(ROUNDS):
+        # outbox: enqueue --from + drain, in a fresh project
+        if failed is None:
+            project = B.Project(work.join(f"many-{round_}"), "concurrency: 16\nper_host: 16\n")
+            project.write("definitions/put.yaml", definition)
+            try:
+                e = B.must(project.run("enqueue", "bench.put", "--from", lines), "outbox enqueue --from")
+                r, summary = outbox_drain(project, "whole-file PUTs")
+                got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
+                if summary.get("completed") != FILE_COUNT or got != total:
+                    raise B.BenchFailure(f"summary {summary}; sink holds {got} bytes in {files} files, expected {total}")
+                outbox_s.append(e.wall + r.wall)
+                rss.append(max(e.rss_kib or 0, r.rss_kib or 0))
+                detail = f"last round: enqueue --from {e.wall:.2f} s + drain {r.wall:.2f} s"
+            except B.BenchFailure as err:
+                B.log(f"upload: outbox: failed: {err}")
+                failed = f"outbox: failed: {str(err)[:160]}"
+            clear(os.path.join(dav, "dav", "ob"))
+        # peer 1: curl --parallel
+        p = B.must(B.measure(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", config],
+                             stderr_path=work.join("curl-many.err")), "curl --parallel -T")
+        got, files = sink_bytes(os.path.join(dav, "dav", "cu"))
+        if got != total:
+            raise B.BenchFailure(f"curl --parallel: sink holds {got} bytes in {files} files, expected {total}")
+        clear(os.path.join(dav, "dav", "cu"))
+        curl_s.append(p.wall)
+        # peer 2: rclone copy to a :webdav: remote
+        if have_rclone and not rclone_failed:
+            q = B.measure(["rclone", "copy", "--transfers", "16", "--webdav-url", nginx.url("/dav/rc/"), src, ":webdav:"],
+                          env=rclone_env, stderr_path=work.join("rclone.err"))
+            got, files = sink_bytes(os.path.join(dav, "dav", "rc"))
+            clear(os.path.join(dav, "dav", "rc"))
+            if q.rc != 0 or got != total:
+                B.log(f"upload: rclone failed (exit {q.rc}, {got} bytes in sink): {q.stderr()[-300:]}")
+                rclone_failed = True
+            else:
+                rclone_s.append(q.wall)
+        B.log(f"upload many round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not failed else float('nan'):.2f} s, "
+              f"curl {p.wall:.2f} s, rclone {rclone_s[-1] if rclone_s and not rclone_failed else float('nan'):.2f} s")
+    outbox_value = None if failed else mib_per_s(total, B.median(outbox_s))
+    note = failed or f"medians of {ROUNDS}; {detail}"
+    rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl --parallel-max 16 -T", mib_per_s(total, B.median(curl_s)),
+                      higher_is_better=True, rss_kib=max(rss) if rss else None, note=note))
+    if have_rclone:
+        rclone_value = None if rclone_failed or not rclone_s else mib_per_s(total, B.median(rclone_s))
+        rows.append(B.Row("upload", case, "MiB/s", outbox_value, "rclone copy --transfers 16", rclone_value,
+                          higher_is_better=True, rss_kib=max(rss) if rss else None))
+    shutil.rmtree(src, ignore_errors=True)
+    return rows
+
+
+def main():
+    if not B.ensure_tool("curl", "curl"):
+        raise B.BenchFailure("curl is missing")
+    B.ensure_tool(B.DAV_EXT_MODULE, "libnginx-mod-http-dav-ext")  # PROPFIND, which rclone needs
+    rows = []
+    with B.WorkDir("upload") as work, B.WorkDir("upload-sink", base=SINK_BASE) as sink:
+        with B.Nginx(work.join("nginx"), dav_root=sink.path) as nginx:
+            for part in (many_files, big_file):
+                try:
+                    rows += part(work, nginx, sink.path)
+                except B.BenchFailure as err:
+                    B.log(f"upload: {part.__name__}: {err}")
+                    rows.append(B.Row("upload", part.__name__, "MiB/s", None, "-", None, note=str(err)[:200]))
+    B.emit(rows)
+
+
+if __name__ == "__main__":
+    main()
