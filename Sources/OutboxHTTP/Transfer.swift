@@ -201,6 +201,17 @@ final class Transfer {
             }
             return
         }
+        if case .bytes(let bytes) = body, !bytes.isEmpty, bytes.count <= 64 * 1024, method != "GET", method != "HEAD" {
+            // Small in-memory bodies go with the headers in one write (curl copies them), not
+            // through the read callback; a re-send needs no rewind.
+            try check(ccurl_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count)), "POSTFIELDSIZE_LARGE")
+            let rc = bytes.withUnsafeBytes { ccurl_setopt_ptr(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress)) }
+            try check(rc, "COPYPOSTFIELDS")
+            if method != "POST" {
+                try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+            }
+            return
+        }
         let length = body.knownLength ?? 0
         let hasBody: Bool
         if case .none = body { hasBody = false } else { hasBody = true }

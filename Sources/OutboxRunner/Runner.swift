@@ -104,7 +104,6 @@ public final class Runner {
     var summary = RunSummary()
     var progressDisplay: ProgressDisplay?
     var headerGeneration: Int64 = 0
-    var lastDataVersion: Int64 = -1
     var warnedUnhandled = Set<String>()
     var lastAuthRefresh: Int64 = -60_000
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
@@ -169,7 +168,11 @@ public final class Runner {
 
         var stopDeadline: Int64?
         var aborted = false
+        var events: [RunnerEvent] = []
         while true {
+            // Results of the last wait become changes, committed with this turn's claims in
+            // one transaction (group commit).
+            for event in events { try handle(event) }
             let now = Identifiers.nowMs()
             let mono = Identifiers.monotonicMs()
             let signals = stopSignals.load(ordering: .relaxed)
@@ -186,7 +189,10 @@ public final class Runner {
                 aborted = true
                 for flight in flights.values { http?.cancel(flight.transferID) }
             }
-            if stopping && flights.isEmpty && (hooksRunning.isEmpty || aborted) { break }
+            if stopping && flights.isEmpty && (hooksRunning.isEmpty || aborted) {
+                try flush(now: now)
+                break
+            }
 
             headerGeneration = Int64(try store.setting("header_generation") ?? "0") ?? 0
             if !stopping {
@@ -205,9 +211,7 @@ public final class Runner {
             progressDisplay?.draw(summary: summary, flights: flights.count, running: running.count)
 
             // Sleep until an event, or 50 ms to notice enqueues from other processes (T-sql6).
-            let events = mailbox.take(timeoutMs: 50)
-            for event in events { try handle(event) }
-            try flush(now: Identifiers.nowMs())
+            events = mailbox.take(timeoutMs: 50)
         }
         progressDisplay?.finish()
         // Entries we hold go back in the queue, keeping accepted parts.
@@ -236,9 +240,8 @@ public final class Runner {
     func claim(now: Int64) throws(OutboxError) {
         let capacity = config.concurrency - running.count
         guard capacity > 0 else { return }
-        let version = try store.dataVersion()
-        let candidates = try store.dueEntries(now: now, limit: capacity * 4, excluding: Set(running.keys))
-        lastDataVersion = version
+        // A few more than the free slots, so entries held by per_host do not starve the rest.
+        let candidates = try store.dueEntries(now: now, limit: capacity + 8, excluding: Set(running.keys))
         var claimed: [Entry] = []
         var queueWifi: Bool?
         for entry in candidates where claimed.count < capacity {
@@ -267,9 +270,10 @@ public final class Runner {
             claimed.append(entry)
             if entry.request.bodyKind != "parts" { hostLoad[host, default: 0] += 1 }
         }
-        try flush(now: now)
         guard !claimed.isEmpty else { return }
-        try store.markRunning(claimed.map(\.id), owner: owner, leaseUntil: now + 300_000, now: now)
+        // Committed with this turn's other changes: a crash before the commit leaves them
+        // queued, after it `running`, and either way the next runner sends them again.
+        changes.append(.markRunning(entryIDs: claimed.map(\.id), owner: owner, leaseUntil: now + 300_000))
         for var entry in claimed {
             entry.state = .running
             running[entry.id] = entry

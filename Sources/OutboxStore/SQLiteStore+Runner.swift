@@ -29,6 +29,7 @@ public struct Settlement: Sendable {
 
 /// One change the runner makes; several are applied in one transaction when they coincide.
 public enum RunnerChange: Sendable {
+    case markRunning(entryIDs: [String], owner: String, leaseUntil: Int64)
     case attempt(entryID: String, generation: Int64, at: Int64, payload: JSON, requestID: String)
     case reschedule(entryID: String, nextAttemptAt: Int64, reason: String?)
     case park(entryID: String)
@@ -129,6 +130,11 @@ extension SQLiteStore {
 
     private func apply(_ change: RunnerChange, now: Int64) throws(OutboxError) -> [String] {
         switch change {
+        case let .markRunning(ids, owner, leaseUntil):
+            for id in ids {
+                try db.run("UPDATE entries SET state = 'running', lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
+                           [.text(owner), .int(leaseUntil), .int(now), .text(id)])
+            }
         case let .attempt(id, generation, at, payload, requestID):
             try db.run("INSERT INTO attempts (entry_id, generation, at, payload) VALUES (?, ?, ?, ?)",
                        [.text(id), .int(generation), .int(at), .text(payload.serialized())])
