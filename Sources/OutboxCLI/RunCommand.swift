@@ -49,6 +49,7 @@ enum RunCommand {
         defer { sink.close() }
         let runner = Runner(config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: i.cwd,
                             options: options, emit: { sink.send($0) }, log: { console.err($0) })
+        runner.eventsEnabled = events != nil || config.eventsCommand != nil
         let summary = try runner.run()
         if i.json {
             console.out(summary.json.serialized())

@@ -106,6 +106,8 @@ public final class Runner {
     var headerGeneration: Int64 = 0
     var warnedUnhandled = Set<String>()
     var lastAuthRefresh: Int64 = -60_000
+    /// False when nothing reads events: state and progress lines are then not even built.
+    public var eventsEnabled = true
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
     var settledUnhandled = false
 
@@ -241,7 +243,7 @@ public final class Runner {
         let capacity = config.concurrency - running.count
         guard capacity > 0 else { return }
         // A few more than the free slots, so entries held by per_host do not starve the rest.
-        let candidates = try store.dueEntries(now: now, limit: capacity + 8, excluding: Set(running.keys))
+        let candidates = try store.dueEntries(now: now, limit: capacity + 2, excluding: Set(running.keys))
         var claimed: [Entry] = []
         var queueWifi: Bool?
         for entry in candidates where claimed.count < capacity {
@@ -410,7 +412,7 @@ public final class Runner {
                 job.sentByPart[index] = sent
                 partJobs[flight.entryID] = job
             }
-            if let entry = running[flight.entryID] {
+            if eventsEnabled, let entry = running[flight.entryID] {
                 let total = entryBytesSent(entry, flight: flight)
                 emit(.object([("type", .string("progress")), ("id", .string(entry.id)), ("bytes_sent", .int64(total)),
                               ("total_bytes", .int64(entry.totalBytes))]))
@@ -720,6 +722,7 @@ public final class Runner {
     }
 
     func emitState(_ entry: Entry, state: String, reason: String?) {
+        guard eventsEnabled else { return }
         var row = entry.listJSON(displayState: state)
         row.set("reason", .optionalString(reason))
         row.set("updated_at", .int64(Identifiers.nowMs()))
