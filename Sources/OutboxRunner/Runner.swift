@@ -701,8 +701,10 @@ public final class Runner {
                 }
             }
         }
-        changes.append(.settle(Settlement(entryID: entry.id, generation: entry.generation, state: state, reason: reason,
-                                          outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)))
+        var settlement = Settlement(entryID: entry.id, generation: entry.generation, state: state, reason: reason,
+                                    outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)
+        settlement.snapshot = entry
+        changes.append(.settle(settlement))
         emitState(entry, state: state.rawValue, reason: reason)
         if state == .completed && outcome == "completed" { summary.completed += 1 } else if state == .completed { summary.completed += 1 } else { summary.errors += 1 }
     }

@@ -13,6 +13,8 @@ public struct Settlement: Sendable {
     public var hookExists: Bool
     /// `then` follow-ups, enqueued in the same transaction.
     public var followUps: [NewEntry]
+    /// The entry as the runner holds it (nil: read it from the store).
+    public var snapshot: Entry?
 
     public init(entryID: String, generation: Int64, state: EntryState, reason: String?, outcome: String, payload: JSON,
                 hookExists: Bool, followUps: [NewEntry] = []) {
@@ -189,7 +191,16 @@ extension SQLiteStore {
     /// Settles an entry and journals its outcome. With no hook to run, the outcome is
     /// acknowledged now and a completed or cancelled entry is forgotten at once.
     private func settle(_ s: Settlement, now: Int64) throws(OutboxError) -> [String] {
-        guard let e = try entry(id: s.entryID), e.generation == s.generation else { return [] }
+        // The runner's snapshot spares re-reading (and re-parsing) the row it just sent.
+        let e: Entry
+        if let snapshot = s.snapshot {
+            let current = try db.queryOne("SELECT seq, generation FROM entries WHERE id = ?", [.text(s.entryID)]) { ($0.int(0), $0.int(1)) }
+            guard let current, current.0 == snapshot.seq, current.1 == s.generation else { return [] }
+            e = snapshot
+        } else {
+            guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return [] }
+            e = stored
+        }
         try db.run("""
             UPDATE entries SET state = ?, reason = ?, lease_owner = NULL, next_attempt_at = NULL, updated_at = ? WHERE seq = ?
             """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq)])
