@@ -210,7 +210,7 @@ struct StoreAtomicBatchTests {
 struct StoreSameIdTests {
     @Test func sameBodyResumesWithNewHeadersVarsAndExpiry() throws {
         let f = try StoreFixture()
-        try f.store.enqueue([try f.entry("r", "note", #"{"n": 1, "hv": "a"}"#, expiresAt: 50_000)], now: 1_000)
+        _ = try f.store.enqueue([try f.entry("r", "note", #"{"n": 1, "hv": "a"}"#, expiresAt: 50_000)], now: 1_000)
         try f.setState("r", .queued, attempts: 2, bytesSent: 5)
         let before = try f.get("r")
         let result = try f.store.enqueue([try f.entry("r", "note", #"{"n": 1, "hv": "b"}"#, expiresAt: 90_000)], now: 2_000)
