@@ -213,11 +213,13 @@ public final class SQLiteStore: Store, @unchecked Sendable {
                 return results
             }
         } catch {
+            returns.removeAll()
             for s in staged { staging.rollback(s) }
             throw error
         }
         staging.afterCommit(staged)
         for path in obsolete { staging.discard(path) }
+        finishForget([])
         for (i, result) in results.enumerated() where [.resume, .redeliver, .reopen].contains(result.decision) {
             if staged[i].file != nil || !staged[i].created.isEmpty || !staged[i].movedIn.isEmpty {
                 staging.rollback(staged[i])
@@ -291,7 +293,17 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
             try insert(new, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
                        generation: generation, now: now, waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
-            let old = e.bodyFile == staged.file ? [] : [e.bodyFile] + e.request.form.map(\.stagedFile)
+            // Form files are staged per entry and never reused, so the old ones always go.
+            var old: [String?] = e.request.form.map(\.stagedFile)
+            if let file = e.bodyFile, file != staged.file {
+                if e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path,
+                   file.hasPrefix(staging.bodiesDir + "/") {
+                    // Like a cancel, a replace never destroys the user's only copy (SPEC 7).
+                    returns.append((file, source))
+                } else {
+                    old.append(file)
+                }
+            }
             return (EnqueueResult(id: new.id, decision: decision), old)
         }
     }

@@ -59,6 +59,15 @@ final class StoreFixture {
           ownership: reference
 
         """,
+        "form.yaml": """
+        key: form
+        request:
+          url: https://x.example/form
+          form:
+            - { name: note, value: "{{ vars.note }}" }
+            - { name: upload, file: "{{ vars.path }}" }
+
+        """,
         "parts.yaml": """
         key: parts
         request:

@@ -264,6 +264,34 @@ struct StoreSameIdTests {
         #expect(f.stagedFiles().isEmpty)
     }
 
+    @Test func replacingAMovedFileReturnsItToItsSource() throws {
+        let f = try StoreFixture()
+        let first = try f.userFile("in/a.bin", "only copy of a")
+        try f.userFile("in/b.bin", "b")
+        try f.enqueue("m", "file.move", #"{"path": "in/a.bin"}"#)
+        #expect(!exists(first))
+        #expect(try f.enqueue("m", "file.move", #"{"path": "in/b.bin"}"#).decision == .replace)
+        #expect(fileText(first) == "only copy of a")
+        let staged = try #require(try f.get("m").bodyFile)
+        #expect(fileText(staged) == "b")
+        #expect(f.stagedFiles() == [(staged as NSString).lastPathComponent])
+    }
+
+    @Test func replacingAFormDropsItsOldStagedFiles() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/f1.bin", "one")
+        try f.userFile("in/f2.bin", "two")
+        try f.enqueue("form", "form", #"{"note": "x", "path": "in/f1.bin"}"#)
+        #expect(f.stagedFiles().count == 1)
+        #expect(try f.enqueue("form", "form", #"{"note": "y", "path": "in/f2.bin"}"#).decision == .replace)
+        let e = try f.get("form")
+        let file = try #require(e.request.form.last?.stagedFile)
+        #expect(fileText(file) == "two")
+        #expect(e.request.form.map(\.filename) == [nil, "f2.bin"])
+        #expect(f.stagedFiles() == [(file as NSString).lastPathComponent])
+        #expect(fileText(source) == "one")
+    }
+
     @Test func aDifferentBodyOnARunningEntryIsERunning() throws {
         let f = try StoreFixture()
         try f.enqueue("run", "note", #"{"n": 1}"#)
