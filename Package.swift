@@ -38,9 +38,9 @@ let package = Package(
         .testTarget(name: "YAMLTests", dependencies: ["YAML"], swiftSettings: strict),
         .testTarget(name: "OutboxModelTests", dependencies: ["OutboxModel", "Digest"], swiftSettings: strict),
         .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess"], swiftSettings: strict),
-        .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxRunnerTests", dependencies: ["OutboxRunner", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "OutboxCLITests", dependencies: ["OutboxCLI", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "OutboxCLITests", dependencies: ["OutboxCLI", "OutboxModel", "OutboxStore", "TestSupport"], swiftSettings: strict),
     ]
 )

@@ -43,12 +43,14 @@ enum EnqueueCommand {
         }
     }
 
-    static func holdUntil(delay: String?, notBefore: String?, now: Int64, what: String) throws(OutboxError) -> Int64? {
-        if delay != nil && notBefore != nil { throw .usage("\(what): give --delay or --not-before, not both") }
+    /// When a held entry may run; `names` are how the caller spells the two fields in messages.
+    static func holdUntil(delay: String?, notBefore: String?, now: Int64,
+                          names: (delay: String, notBefore: String)) throws(OutboxError) -> Int64? {
+        if delay != nil && notBefore != nil { throw .usage("give \(names.delay) or \(names.notBefore), not both") }
         if let delay {
-            do { return now + (try Units.parseDuration(delay)) } catch { throw .invalid("\(what) delay: \(error.message)") }
+            do { return now + (try Units.parseDuration(delay)) } catch { throw .invalid("\(names.delay): \(error.message)") }
         }
-        if let notBefore { return try TimeText.parse(notBefore, field: "\(what) not_before") }
+        if let notBefore { return try TimeText.parse(notBefore, field: names.notBefore) }
         return nil
     }
 
@@ -63,7 +65,8 @@ enum EnqueueCommand {
         }
         let vars = try readVars(i)
         if let id = i.args.value("id"), let problem = Identifiers.validateUserID(id) { throw .invalid(problem) }
-        let notBefore = try holdUntil(delay: i.args.value("delay"), notBefore: i.args.value("not-before"), now: now, what: "--")
+        let notBefore = try holdUntil(delay: i.args.value("delay"), notBefore: i.args.value("not-before"), now: now,
+                                      names: ("--delay", "--not-before"))
         let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
         let project = try i.project()
         var staged: [String: FileIdentity] = [:]
@@ -113,8 +116,9 @@ enum EnqueueCommand {
             }
             let delay = object["delay"].map { $0.stringValue ?? $0.serialized() }
             let notBefore = object["not_before"].map { $0.stringValue ?? $0.serialized() }
+            if delay != nil && notBefore != nil { throw .invalid("\(at): give delay or not_before, not both") }
             do {
-                let hold = try holdUntil(delay: delay, notBefore: notBefore, now: now, what: at)
+                let hold = try holdUntil(delay: delay, notBefore: notBefore, now: now, names: ("delay", "not_before"))
                 entries.append(try factory.make(definition: definition, vars: object["vars"] ?? .null, id: id,
                                                 notBefore: hold, expiresAt: expiresAt))
             } catch {

@@ -69,6 +69,8 @@ enum ReadCommands {
             request.set("file", .object([("source", .string(file.path)), ("size", .int64(file.size)),
                                          ("ownership", .string(e.request.ownership?.rawValue ?? "copy"))]))
         }
+        doc.set("expires_at", .optionalInt(e.expiresAt))
+        doc.set("scope", .optionalString(e.scope))
         doc.set("request", request)
         doc.set("idempotency_key", .optionalString(e.idempotencyKey))
         doc.set("account", .optionalString(e.account))

@@ -135,7 +135,7 @@ public struct Config: Sendable {
         }
         if !reader.diagnostics.isEmpty {
             let n = reader.diagnostics.count
-            throw OutboxError(.config, "\(n) error\(n == 1 ? "" : "s")", diagnostics: reader.diagnostics)
+            throw OutboxError(.config, "\(n) error\(n == 1 ? "" : "s")", diagnostics: reader.diagnosticsInSourceOrder)
         }
         return config
     }

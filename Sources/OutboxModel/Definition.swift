@@ -88,12 +88,13 @@ public struct DefinitionSet: Sendable {
                     firstFile[key] = path
                 }
             }
-            set.diagnostics += reader.diagnostics
-            if reader.diagnostics.isEmpty, let definition {
+            let found = reader.diagnosticsInSourceOrder
+            set.diagnostics += found
+            if found.isEmpty, let definition {
                 set.definitions[definition.key] = definition
             } else if let key {
                 set.definitions[key] = nil
-                set.brokenKeys[key, default: []] += reader.diagnostics
+                set.brokenKeys[key, default: []] += found
             }
         }
         return set
@@ -150,10 +151,11 @@ extension Definition {
                 default: reader.error(r.mark, "response must be raw, json or {command: ...}")
                 }
             case .mapping:
+                let before = reader.diagnostics.count
                 if let rf = reader.fields(r, allowed: ["command"], context: "response"),
                    let c = reader.command(rf["command"], "response.command") {
                     d.response = .command(c)
-                } else if reader.diagnostics.isEmpty {
+                } else if reader.diagnostics.count == before {
                     reader.error(r.mark, "response needs a command")
                 }
             case .sequence:
@@ -214,7 +216,7 @@ extension Definition {
                     continue
                 }
                 if let json = reader.json(item, "then.\(name)") {
-                    checkTemplates(json, field: "then.\(name)", mark: item.mark, reader: &reader)
+                    checkTemplates(item, field: "then.\(name)", reader: &reader)
                     followUps.append(json)
                 }
             }
@@ -223,16 +225,24 @@ extension Definition {
         return .object(out)
     }
 
-    /// Reports template syntax errors in every string of a tree.
-    static func checkTemplates(_ json: JSON, field: String, mark: Mark, reader: inout YAMLReader) {
-        switch json {
-        case let .string(s):
-            if let problem = Template.validate(s) { reader.error(mark, "\(field): \(problem)") }
-        case let .array(items):
-            for item in items { checkTemplates(item, field: field, mark: mark, reader: &reader) }
-        case let .object(members):
-            for (name, value) in members { checkTemplates(value, field: "\(field).\(name)", mark: mark, reader: &reader) }
-        default: break
+    /// Reports template syntax errors in every string of a tree, each at its own line and
+    /// column; `skip` names fields whose templates were already checked (headers).
+    static func checkTemplates(_ node: YAMLNode, field: String, skip: Set<String> = [], reader: inout YAMLReader) {
+        switch node.kind {
+        case .scalar:
+            if case let .string(s)? = node.scalar, let problem = Template.validate(s) {
+                reader.error(node.mark, "\(field): \(problem)")
+            }
+        case let .sequence(items):
+            for (i, item) in items.enumerated() {
+                checkTemplates(item, field: "\(field)[\(i)]", skip: skip, reader: &reader)
+            }
+        case let .mapping(pairs):
+            for pair in pairs {
+                guard case let .scalar(name, _) = pair.key.kind else { continue }
+                let path = "\(field).\(name)"
+                if !skip.contains(path) { checkTemplates(pair.value, field: path, skip: skip, reader: &reader) }
+            }
         }
     }
 
@@ -276,7 +286,7 @@ extension Definition {
         if let form = f["form"] { checkForm(form, reader: &reader) }
         if let parts = f["parts"] { checkParts(parts, reader: &reader) }
         guard let json = reader.json(node, "request") else { return nil }
-        checkTemplates(json, field: "request", mark: node.mark, reader: &reader)
+        checkTemplates(node, field: "request", skip: ["request.headers", "request.parts.headers"], reader: &reader)
         return reader.diagnostics.count == before ? json : nil
     }
 

@@ -60,9 +60,11 @@ public struct Diagnostic: Sendable, Equatable {
         var out = "\(path):\(line):\(column): error: \(message)"
         if let source, line >= 1 {
             var current = 1
-            for text in source.split(separator: "\n", omittingEmptySubsequences: false) {
+            // Split on the byte: in a String "\r\n" is one Character and never equals "\n".
+            for bytes in source.utf8.split(separator: 0x0A, omittingEmptySubsequences: false) {
                 if current == line {
-                    let lineText = text.hasSuffix("\r") ? String(text.dropLast()) : String(text)
+                    let text = String(decoding: bytes, as: UTF8.self)
+                    let lineText = text.utf8.last == 0x0D ? String(decoding: bytes.dropLast(), as: UTF8.self) : text
                     let caretPad = String(lineText.prefix(max(0, column - 1)).map { $0 == "\t" ? "\t" : " " })
                     out += "\n" + lineText + "\n" + caretPad + "^"
                     break

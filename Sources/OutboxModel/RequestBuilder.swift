@@ -84,6 +84,8 @@ public struct PreparedRequest: Sendable {
     public var followRedirects: Int
     public var wifiOnly: Bool?
     public var idempotencyKey: String?
+    /// True when the key came from an explicit `Idempotency-Key` header, not minted here.
+    public var idempotencyKeyIsExplicit = false
 
     /// SHA-256 of the canonical body (method, URL, kind, sorted JSON, text, form, parts, file
     /// identities): equal hashes mean "the same body" for the same-id rule.
@@ -268,16 +270,21 @@ public enum RequestBuilder {
             throw .invalid("request needs a url")
         }
 
+        var explicitContentType: String?
         if let ct = try field("content_type") {
             guard let s = ct.stringValue else { throw .invalid("request.content_type must be a string") }
             if let problem = HeaderRules.valueProblem(s) { throw .invalid("request.content_type: \(problem)") }
-            contentType = s
+            explicitContentType = s
         }
         if case .form = body {
             // libcurl writes the multipart Content-Type with its boundary.
             headers = HeaderRules.removing(headers, "Content-Type")
-        } else if let contentType {
-            headers = HeaderRules.merge(headers, [("Content-Type", contentType)])
+        } else if let explicitContentType {
+            // `content_type` beats a Content-Type header (SPEC 10).
+            headers = HeaderRules.merge(headers, [("Content-Type", explicitContentType)])
+        } else if let contentType, HeaderRules.value(headers, "Content-Type") == nil {
+            // The body kind's default applies only when no header names a type.
+            headers.append(("Content-Type", contentType))
         }
 
         var followRedirects = 0
@@ -298,11 +305,13 @@ public enum RequestBuilder {
             idempotent = b
         }
         var idempotencyKey: String?
+        var minted = false
         if let explicit = HeaderRules.value(headers, "Idempotency-Key") {
             idempotencyKey = explicit
             headers = HeaderRules.removing(headers, "Idempotency-Key")
         } else if idempotent {
             idempotencyKey = Identifiers.uuid()
+            minted = true
         }
         for (name, value) in headers {
             if let problem = HeaderRules.nameProblem(name) { throw .invalid("request.headers: \(problem)") }
@@ -325,11 +334,13 @@ public enum RequestBuilder {
             let rendered = try Template.render(s, context: ctx, mode: .value, field: "scope")
             scope = rendered.stringValue ?? rendered.serialized()
         }
-        return PreparedRequest(
+        var prepared = PreparedRequest(
             method: method, url: url, headers: headers, body: body, accept: accept, retry: retry,
             expiresInMs: expires, response: definition.response, scope: scope,
             cancelScopeOnError: definition.cancelScopeOnError, followRedirects: followRedirects,
             wifiOnly: wifiOnly, idempotencyKey: idempotencyKey)
+        prepared.idempotencyKeyIsExplicit = idempotencyKey != nil && !minted
+        return prepared
     }
 
     public static func statFile(_ path: String, field: String) throws(OutboxError) -> FileIdentity {

@@ -14,6 +14,13 @@ struct YAMLReader {
         diagnostics.append(Diagnostic(path: path, line: mark.line, column: mark.column, message: message))
     }
 
+    /// The diagnostics by position in the file (checks run in code order, people read top down).
+    var diagnosticsInSourceOrder: [Diagnostic] {
+        diagnostics.enumerated().sorted { a, b in
+            (a.element.line, a.element.column, a.offset) < (b.element.line, b.element.column, b.offset)
+        }.map(\.element)
+    }
+
     /// The members of a mapping node with unknown names reported; `context` names the
     /// section in messages ("request", "retry.backoff").
     mutating func fields(_ node: YAMLNode, allowed: [String], context: String) -> [String: YAMLNode]? {

@@ -147,15 +147,15 @@ public struct Entry: Sendable {
     /// A replaced completed entry waits until its old outcome is acknowledged.
     public var waitsForDelivery: Bool
 
-    /// The row of `list --json` (SPEC 10), with `state` as displayed (a queued entry of a
-    /// paused queue or key shows `paused`).
+    /// The row of `list --json` (SPEC 10): exactly these fields, with `state` as displayed
+    /// (a queued entry of a paused queue or key shows `paused`). `show` adds the rest.
     public func listJSON(displayState: String? = nil) -> JSON {
         .object([
             ("id", .string(id)), ("key", .string(key)), ("vars", vars), ("state", .string(displayState ?? state.rawValue)),
             ("reason", .optionalString(reason)), ("bytes_sent", .int64(bytesSent)), ("total_bytes", .int64(totalBytes)),
             ("attempts", .int64(attempts)), ("created_at", .int64(createdAt)), ("updated_at", .int64(updatedAt)),
-            ("next_attempt_at", .optionalInt(nextAttemptAt)), ("expires_at", .optionalInt(expiresAt)),
-            ("generation", .int64(generation)), ("parent", .optionalString(parent)), ("scope", .optionalString(scope)),
+            ("next_attempt_at", .optionalInt(nextAttemptAt)), ("generation", .int64(generation)),
+            ("parent", .optionalString(parent)),
         ])
     }
 }

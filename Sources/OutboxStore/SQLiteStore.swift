@@ -186,11 +186,12 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         } catch {
             for s in staged.bodies { staging.rollback(s) }
             obsoleteFiles.removeAll()
+            returns.removeAll()
             throw error
         }
         staging.afterCommit(staged.bodies)
-        for path in obsoleteFiles { staging.discard(path) }
-        obsoleteFiles.removeAll()
+        // Replaced bodies go; a replaced moved file goes back to its source path.
+        finishForget([])
         return results
     }
 
@@ -212,7 +213,8 @@ public final class SQLiteStore: Store, @unchecked Sendable {
                 let internalID = Identifiers.uuid()
                 staged.internals.append(internalID)
                 let existing = try self.entry(id: entry.id)
-                if let existing, existing.bodyHash == entry.prepared.bodyHash, existing.state != .cancelled {
+                // Only these decisions keep the stored body; every other one needs the new bytes.
+                if let existing, [.resume, .redeliver, .reopen].contains(try decide(existing, entry.prepared.bodyHash)) {
                     staged.bodies.append(StagedBody())
                     continue
                 }
@@ -249,15 +251,23 @@ public final class SQLiteStore: Store, @unchecked Sendable {
                         [.text(id), .int(generation)]) { _ in true } ?? false
     }
 
+    private func decide(_ e: Entry, _ newBodyHash: String) throws(OutboxError) -> SameIdDecision {
+        SameIdRule.decide(
+            existing: ExistingEntry(state: e.state, bodyHash: e.bodyHash,
+                                    outcomeAcknowledged: !(try hasPendingOutcome(e.id, generation: e.generation))),
+            newBodyHash: newBodyHash)
+    }
+
+    /// Headers as stored: `headers update` patches rank above every other source (SPEC 10).
+    private func patched(_ headers: [(String, String)]) throws(OutboxError) -> [(String, String)] {
+        guard let patchText = try setting("header_patch"), let patch = try? JSON.parse(patchText) else { return headers }
+        return HeaderRules.merge(headers, HeaderRules.from(json: patch))
+    }
+
     /// One entry's same-id decision and write; returns staged files made obsolete.
     private func apply(_ new: NewEntry, staged: StagedBody, internalID: String, now: Int64) throws(OutboxError) -> (EnqueueResult, [String?]) {
         let existing = try entry(id: new.id)
-        let decision = try SameIdRule.decide(
-            existing: existing.map { e throws(OutboxError) in
-                ExistingEntry(state: e.state, bodyHash: e.bodyHash,
-                              outcomeAcknowledged: !(try hasPendingOutcome(e.id, generation: e.generation)))
-            },
-            newBodyHash: new.prepared.bodyHash)
+        let decision = try existing.map { e throws(OutboxError) in try decide(e, new.prepared.bodyHash) } ?? .create
         let p = new.prepared
         let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
         let request = StoredRequest(prepared: p, form: staged.form).json.serialized()
@@ -266,22 +276,29 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         case .rejectRunning:
             throw .running("entry \(new.id) is being sent now and the new body differs; try again when it settles")
         case .create:
+            // A settled row whose outcome was acknowledged counts as forgotten: drop it first.
+            let old = try existing.map { e throws(OutboxError) in try forget(e, returnMovedFile: false) } ?? []
             try insert(new, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt, generation: 1, now: now)
-            return (EnqueueResult(id: new.id, decision: decision), [])
+            return (EnqueueResult(id: new.id, decision: decision), old)
         case .resume, .redeliver, .reopen:
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
             // Same body: new headers, vars and expiry; bytes and accepted parts are kept.
             var stored = e.request
-            stored.headers = p.headers
+            stored.headers = try patched(p.headers)
             let newState = decision == .reopen ? "queued" : e.state.rawValue
+            // The entry keeps its Idempotency-Key (SPEC 7) unless a header gives one explicitly.
+            let explicitKey = p.idempotencyKeyIsExplicit ? p.idempotencyKey : nil
+            let headerGeneration = Int64(try setting("header_generation") ?? "0") ?? 0
             try db.run("""
-                UPDATE entries SET vars = ?, request = ?, expires_at = ?, idempotency_key = COALESCE(?, idempotency_key),
+                UPDATE entries SET vars = ?, request = ?, expires_at = ?, idempotency_key = COALESCE(?, idempotency_key, ?),
+                  header_generation = ?,
                   state = ?, reason = CASE WHEN ? = 'queued' AND state != 'queued' THEN NULL ELSE reason END,
                   attempts = CASE WHEN ? THEN 0 ELSE attempts END, next_attempt_at = CASE WHEN ? THEN ? ELSE next_attempt_at END,
                   not_before = COALESCE(?, not_before), updated_at = ?
                 WHERE id = ?
-                """, [.text(varsText), .text(stored.json.serialized()), .int(expiresAt), .optional(p.idempotencyKey),
-                      .text(newState), .text(newState), .bool(decision == .reopen), .bool(decision == .reopen),
+                """, [.text(varsText), .text(stored.json.serialized()), .int(expiresAt), .optional(explicitKey),
+                      .optional(p.idempotencyKey), .int(headerGeneration), .text(newState), .text(newState),
+                      .bool(decision == .reopen), .bool(decision == .reopen),
                       .int(now), .optional(new.notBefore), .int(now), .text(new.id)])
             return (EnqueueResult(id: new.id, decision: decision), [])
         case .replace, .newGeneration, .replaceAfterDelivery:
@@ -294,7 +311,17 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
             try insert(new, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
                        generation: generation, now: now, waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
-            let old = e.bodyFile == staged.file ? [] : [e.bodyFile] + e.request.form.map(\.stagedFile)
+            // Form files are staged per entry and never reused, so the old ones always go.
+            var old: [String?] = e.request.form.map(\.stagedFile)
+            if let file = e.bodyFile, file != staged.file {
+                if e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path,
+                   file.hasPrefix(staging.bodiesDir + "/") {
+                    // Like a cancel, a replace never destroys the user's only copy (SPEC 7).
+                    returns.append((file, source))
+                } else {
+                    old.append(file)
+                }
+            }
             return (EnqueueResult(id: new.id, decision: decision), old)
         }
     }

@@ -163,7 +163,7 @@ import Testing
         let states = events.filter { $0.string("type") == "state" }
         #expect(states.map { $0.string("state") ?? "" } == ["running", "queued", "running", "completed"])
         let rowKeys = ["id", "key", "vars", "state", "reason", "bytes_sent", "total_bytes", "attempts", "created_at", "updated_at",
-                       "next_attempt_at", "expires_at", "generation", "parent"]
+                       "next_attempt_at", "generation", "parent"]
         for s in states {
             #expect(Set(rowKeys).isSubset(of: Set(s.keys)), "state fields: \(s.keys)")
             #expect(s.string("vars.tag") == "a")

@@ -1,0 +1,180 @@
+import Foundation
+import OutboxCLI
+import OutboxModel
+
+struct CLITestFailure: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// What one in-process call printed and returned.
+struct CLIResult: CustomStringConvertible {
+    var status: Int32
+    var out: String
+    var err: String
+    var description: String { "exit \(status)\nstdout: \(out)\nstderr: \(err)" }
+    /// stdout as one JSON document.
+    func json() throws -> JSON { try JSON.parse(out) }
+}
+
+/// Collects a call's output; the console's closures may run on any thread.
+private final class Capture: @unchecked Sendable {
+    private let lock = NSLock()
+    private var out = ""
+    private var err = ""
+    func addOut(_ s: String) { lock.withLock { out += s } }
+    func addErr(_ s: String) { lock.withLock { err += s } }
+    var texts: (String, String) { lock.withLock { (out, err) } }
+}
+
+/// One test's project folder, driven through `CLI.run` in-process (no globals: cwd and
+/// environment are passed in).
+final class CLIProject {
+    let root: String
+    var environment: [String: String] = [:]
+
+    static let config = """
+    headers:
+      Authorization: 'Bearer {{ env.API_TOKEN | default("none") }}'
+      X-Client: outbox-tests
+
+    """
+
+    static let definitions: [String: String] = [
+        "note.yaml": """
+        key: note
+        request:
+          url: "https://api.example.com/notes/{{ vars.n }}"
+          headers:
+            X-Note: '{{ vars.note | default("-") }}'
+          data:
+            n: "{{ vars.n }}"
+
+        """,
+        "plain.yaml": """
+        key: plain
+        request:
+          url: https://api.example.com/plain
+          data: { a: 1 }
+
+        """,
+        "dynamic.yaml": """
+        key: dynamic
+        request:
+          method: '{{ vars.m | default("POST") }}'
+          url: "{{ vars.url }}"
+          data: { q: 1 }
+
+        """,
+        "upload.yaml": """
+        key: upload
+        request:
+          method: PUT
+          file: "{{ vars.path }}"
+          ownership: copy
+          parts: "{{ vars.parts }}"
+
+        """,
+        "copy.yaml": """
+        key: file.copy
+        request:
+          method: PUT
+          url: https://files.example.com/in
+          file: "{{ vars.path }}"
+
+        """,
+    ]
+
+    /// A project with `config/outbox.yaml` and the standard definitions (unless `empty`).
+    init(empty: Bool = false, config: String = CLIProject.config) throws {
+        root = FileManager.default.temporaryDirectory.appendingPathComponent("outbox-cli-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        if !empty {
+            try write("config/outbox.yaml", config)
+            for (name, text) in Self.definitions { try write("definitions/" + name, text) }
+        }
+    }
+
+    deinit { try? FileManager.default.removeItem(atPath: root) }
+
+    @discardableResult
+    func write(_ relative: String, _ text: String) throws -> String {
+        let full = root + "/" + relative
+        try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try text.write(toFile: full, atomically: false, encoding: .utf8)
+        return full
+    }
+
+    func remove(_ relative: String) throws { try FileManager.default.removeItem(atPath: root + "/" + relative) }
+
+    /// Runs `outbox ARGS` in the project root (or `cwd`), with `stdin` as standard input.
+    func run(_ arguments: [String], cwd: String? = nil, stdin: String = "", environment extra: [String: String] = [:]) -> CLIResult {
+        let capture = Capture()
+        let input = Array(stdin.utf8)
+        let console = Console(out: { capture.addOut($0) }, err: { capture.addErr($0) }, stdin: { input })
+        let env = environment.merging(extra) { $1 }
+        let status = CLI.run(arguments: arguments, environment: env, cwd: cwd ?? root, console: console)
+        let (out, err) = capture.texts
+        return CLIResult(status: status, out: out, err: err)
+    }
+
+    func run(_ arguments: String...) -> CLIResult { run(arguments) }
+
+    /// Enqueues and returns the printed id; a failure is a broken test.
+    @discardableResult
+    func enqueue(_ key: String, vars: String, id: String? = nil) throws -> String {
+        var args = ["enqueue", key, "--vars", vars]
+        if let id { args += ["--id", id] }
+        let r = run(args)
+        guard r.status == 0 else { throw CLITestFailure("enqueue failed: \(r)") }
+        return r.out.trimmingCharacters(in: .newlines)
+    }
+
+    var storeFolder: String { root + "/.outbox" }
+    var storeExists: Bool { FileManager.default.fileExists(atPath: storeFolder) }
+
+    /// `list --json` rows as parsed JSON.
+    func rows() throws -> [JSON] {
+        let r = run("list", "--json")
+        guard r.status == 0, case let .array(rows) = try r.json() else { throw CLITestFailure("list failed: \(r)") }
+        return rows
+    }
+
+    /// Everything a bad call must leave alone: the listed rows, and each file under the
+    /// store (path and content, except the SQLite files whose bytes may move on a read).
+    func snapshot() throws -> [String] {
+        var lines = [run("list", "--json").out]
+        let files = (FileManager.default.enumerator(atPath: storeFolder)?.allObjects as? [String]) ?? []
+        for file in files.sorted() {
+            let full = storeFolder + "/" + file
+            var isDir: ObjCBool = false
+            _ = FileManager.default.fileExists(atPath: full, isDirectory: &isDir)
+            if isDir.boolValue || file.hasPrefix("outbox.db") {
+                lines.append(file)
+            } else {
+                lines.append(file + " " + (FileManager.default.contents(atPath: full)?.base64EncodedString() ?? "?"))
+            }
+        }
+        if FileManager.default.fileExists(atPath: storeFolder + "/outbox.db") {
+            lines.append(try sqlite("SELECT * FROM entries; SELECT * FROM parts; SELECT * FROM outcomes;"))
+        }
+        return lines
+    }
+
+    func sqlite(_ sql: String) throws -> String {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        process.arguments = [storeFolder + "/outbox.db", sql]
+        let out = Pipe()
+        process.standardOutput = out
+        try process.run()
+        let data = out.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return String(decoding: data, as: UTF8.self)
+    }
+}
+
+/// JSON text for a vars object of one string field (escapes done by Foundation).
+func varsJSON(_ fields: [String: Any]) -> String {
+    String(decoding: try! JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys]), as: UTF8.self)
+}

@@ -1,0 +1,494 @@
+import Foundation
+import Testing
+@testable import OutboxModel
+
+struct ConfigTests {
+    @Test func emptyFileGivesDefaults() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let config = try loadConfig("", in: folder).get()
+        #expect(config.root == folder.path)
+        #expect(config.file == folder.path + "/config/outbox.yaml")
+        #expect(config.store == folder.path + "/.outbox")
+        #expect(config.definitions == folder.path + "/definitions")
+        #expect(config.lifetimeMs == 14 * 86_400_000)
+        #expect(config.maxVarsBytes == 1 << 20)
+        #expect(config.maxResponseBytes == 1 << 20)
+        #expect(config.retry == RetryRules())
+        #expect(config.retry.backoff.baseMs == 1000)
+        #expect(config.retry.backoff.maxMs == 2 * 3_600_000)
+        #expect(config.retry.backoff.jitter == 0.2)
+        #expect(config.retry.exempt == [404])
+        #expect(config.headers.isEmpty)
+        #expect(config.headersCommand == nil)
+        #expect(config.authRefreshCommand == nil)
+        #expect(config.redactHeaders.isEmpty)
+        #expect(config.eventsCommand == nil)
+        #expect(config.account == nil)
+        #expect(config.concurrency == 16)
+        #expect(config.perHost == 4)
+        #expect(config.partConcurrency == 3)
+        #expect(config.hookConcurrency == 4)
+        #expect(config.hookWarnAfterMs == 30_000)
+        #expect(config.hookTimeoutMs == nil)
+        #expect(config.wifiCheck == nil)
+        #expect(config.connectTimeoutMs == 30_000)
+        #expect(config.stallBelowBytes == 1024)
+        #expect(config.stallForMs == 60_000)
+        #expect(config.caFile == nil)
+        #expect(config.redactedHeaderNames == ["authorization", "cookie", "proxy-authorization", "set-cookie"])
+    }
+
+    @Test func commentOnlyFileGivesDefaults() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let config = try loadConfig("# nothing set\n", in: folder).get()
+        #expect(config.concurrency == 16)
+        #expect(config.store == folder.path + "/.outbox")
+    }
+
+    @Test func everyFieldIsRead() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let text = """
+        store: var/queue
+        definitions: defs
+        lifetime: 2d
+        max_vars_bytes: 64KiB
+        max_response_bytes: 2MiB
+        retry:
+          backoff: { base: 500ms, max: 10m, jitter: 0.5 }
+          terminal_http: { exempt: [404, 410] }
+        headers:
+          Authorization: "Bearer {{ env.API_TOKEN }}"
+          X-Client: outbox
+        headers_command: [plugins/headers, --json]
+        auth_refresh_command: plugins/refresh.sh
+        redact_headers: [X-Secret, x-api-key]
+        events: { command: "cat > /dev/null" }
+        account: "{{ env.OUTBOX_ACCOUNT }}"
+        concurrency: 8
+        per_host: 2
+        part_concurrency: 5
+        hooks: { concurrency: 2, warn_after: 1m, timeout: 5m }
+        network: { wifi_check: plugins/wifi }
+        timeouts: { connect: 10s, stall: { below: 2KiB, for: 90s } }
+        tls: { ca_file: certs/ca.pem }
+
+        """
+        let config = try loadConfig(text, in: folder).get()
+        let root = folder.path
+        #expect(config.root == root)
+        #expect(config.store == root + "/var/queue")
+        #expect(config.definitions == root + "/defs")
+        #expect(config.lifetimeMs == 2 * 86_400_000)
+        #expect(config.maxVarsBytes == 64 * 1024)
+        #expect(config.maxResponseBytes == 2 << 20)
+        #expect(config.retry.backoff.baseMs == 500)
+        #expect(config.retry.backoff.maxMs == 600_000)
+        #expect(config.retry.backoff.jitter == 0.5)
+        #expect(config.retry.exempt == [404, 410])
+        #expect(config.headers.map(\.0) == ["Authorization", "X-Client"])
+        #expect(config.headers.map(\.1) == ["Bearer {{ env.API_TOKEN }}", "outbox"])
+        #expect(config.headersCommand == .argv(["plugins/headers", "--json"]))
+        #expect(config.authRefreshCommand == .shell("plugins/refresh.sh"))
+        #expect(config.redactHeaders == ["X-Secret", "x-api-key"])
+        #expect(config.redactedHeaderNames.contains("x-secret"))
+        #expect(config.redactedHeaderNames.contains("x-api-key"))
+        #expect(config.eventsCommand == .shell("cat > /dev/null"))
+        #expect(config.account == "{{ env.OUTBOX_ACCOUNT }}")
+        #expect(config.concurrency == 8)
+        #expect(config.perHost == 2)
+        #expect(config.partConcurrency == 5)
+        #expect(config.hookConcurrency == 2)
+        #expect(config.hookWarnAfterMs == 60_000)
+        #expect(config.hookTimeoutMs == 300_000)
+        #expect(config.wifiCheck == .shell("plugins/wifi"))
+        #expect(config.connectTimeoutMs == 10_000)
+        #expect(config.stallBelowBytes == 2048)
+        #expect(config.stallForMs == 90_000)
+        #expect(config.caFile == root + "/certs/ca.pem")
+    }
+
+    @Test func rootMovesTheProjectAndRelativePaths() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let file = try folder.write("etc/outbox.yaml", "root: ../project\nstore: q\n")
+        let config = try Config.load(file: file)
+        #expect(config.root == folder.path + "/project")
+        #expect(config.store == folder.path + "/project/q")
+        #expect(config.definitions == folder.path + "/project/definitions")
+    }
+
+    @Test func aConfigOutsideAConfigFolderRootsAtItsFolder() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let file = try folder.write("settings/outbox.yaml", "")
+        let config = try Config.load(file: file)
+        #expect(config.root == folder.path + "/settings")
+    }
+
+    @Test func builtinWifiCheckAndNullsKeepDefaults() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let text = "network: { wifi_check: builtin }\nheaders_command: null\naccount: null\nhooks: { timeout: null }\ntls: { ca_file: null }\n"
+        let config = try loadConfig(text, in: folder).get()
+        #expect(config.wifiCheck == nil)
+        #expect(config.headersCommand == nil)
+        #expect(config.account == nil)
+        #expect(config.hookTimeoutMs == nil)
+        #expect(config.caFile == nil)
+    }
+
+    struct UnitCase: Sendable, CustomTestStringConvertible {
+        let yaml: String
+        let lifetime: Int64
+        let maxVars: Int64
+        var testDescription: String { yaml }
+    }
+
+    static let units: [UnitCase] = [
+        UnitCase(yaml: "lifetime: 500ms\nmax_vars_bytes: 1024", lifetime: 500, maxVars: 1024),
+        UnitCase(yaml: "lifetime: 30s\nmax_vars_bytes: 1KiB", lifetime: 30_000, maxVars: 1024),
+        UnitCase(yaml: "lifetime: 10m\nmax_vars_bytes: 8MiB", lifetime: 600_000, maxVars: 8 << 20),
+        UnitCase(yaml: "lifetime: 2h\nmax_vars_bytes: 1GiB", lifetime: 7_200_000, maxVars: 1 << 30),
+        UnitCase(yaml: "lifetime: 14d\nmax_vars_bytes: \"2048\"", lifetime: 1_209_600_000, maxVars: 2048),
+        UnitCase(yaml: "lifetime: 0\nmax_vars_bytes: 0", lifetime: 0, maxVars: 0),
+    ]
+
+    @Test(arguments: units)
+    func durationsAndSizes(_ c: UnitCase) throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let config = try loadConfig(c.yaml + "\n", in: folder).get()
+        #expect(config.lifetimeMs == c.lifetime)
+        #expect(config.maxVarsBytes == c.maxVars)
+    }
+
+    struct BadCase: Sendable, CustomTestStringConvertible {
+        let name: String
+        let yaml: String
+        let line: Int
+        let column: Int
+        let message: String
+        var testDescription: String { name }
+    }
+
+    static let bad: [BadCase] = [
+        BadCase(name: "unknown top-level field", yaml: "store: .outbox\nconcurency: 4\n", line: 2, column: 1,
+                message: "unknown field \"concurency\" in the config"),
+        BadCase(name: "unknown nested field", yaml: "hooks:\n  concurrency: 2\n  warn_afer: 10s\n", line: 3, column: 3,
+                message: "unknown field \"warn_afer\" in hooks"),
+        BadCase(name: "unknown field in retry.backoff", yaml: "retry:\n  backoff: { base: 1s, max: 2h, jitter: 0.2, factor: 2 }\n",
+                line: 2, column: 46, message: "unknown field \"factor\" in retry.backoff"),
+        BadCase(name: "string for a number", yaml: "concurrency: many\n", line: 1, column: 14,
+                message: "concurrency must be a whole number, not a string"),
+        BadCase(name: "number out of range", yaml: "per_host: 0\n", line: 1, column: 11,
+                message: "per_host must be between 1 and 256, not 0"),
+        BadCase(name: "list for a mapping", yaml: "retry: [1, 2]\n", line: 1, column: 8,
+                message: "retry must be a mapping, not a list"),
+        BadCase(name: "mapping for a string", yaml: "store: { path: x }\n", line: 1, column: 8,
+                message: "store must be a string, not a mapping"),
+        BadCase(name: "headers not a mapping", yaml: "headers: [a, b]\n", line: 1, column: 10,
+                message: "headers must be a mapping of header names to values"),
+        BadCase(name: "bad header name", yaml: "headers:\n  \"X Bad\": 1\n", line: 2, column: 3,
+                message: "headers: header name \"X Bad\" has a character not allowed in header names"),
+        BadCase(name: "duration without unit", yaml: "lifetime: 5\n", line: 1, column: 11,
+                message: "lifetime: bad duration \"5\" (a unit is required: use 500ms, 30s, 10m, 2h or 14d)"),
+        BadCase(name: "unknown duration unit", yaml: "hooks: { warn_after: 3 weeks }\n", line: 1, column: 22,
+                message: "hooks.warn_after: bad duration \"3 weeks\""),
+        BadCase(name: "lower-case size unit", yaml: "max_vars_bytes: 8mb\n", line: 1, column: 17,
+                message: "max_vars_bytes: bad size \"8mb\""),
+        BadCase(name: "jitter above 1", yaml: "retry:\n  backoff: { base: 1s, max: 2h, jitter: 3 }\n", line: 2, column: 41,
+                message: "retry.backoff.jitter must be between 0.0 and 1.0, not 3.0"),
+        BadCase(name: "incomplete backoff", yaml: "retry:\n  backoff: { base: 1s, jitter: 0 }\n", line: 2, column: 12,
+                message: "retry.backoff must give base, max and jitter (missing max)"),
+        BadCase(name: "exempt outside 4xx", yaml: "retry:\n  terminal_http: { exempt: [500] }\n", line: 2, column: 29,
+                message: "retry.terminal_http.exempt items must be between 400 and 499, not 500"),
+        BadCase(name: "empty command", yaml: "headers_command: \"  \"\n", line: 1, column: 18,
+                message: "headers_command is an empty command"),
+        BadCase(name: "bad header template", yaml: "headers:\n  Authorization: \"Bearer {{ env.TOKEN \"\n", line: 2, column: 18,
+                message: "headers.Authorization: "),
+        BadCase(name: "YAML syntax error", yaml: "store: [unclosed\n", line: 2, column: 1, message: ""),
+    ]
+
+    @Test(arguments: bad)
+    func badFieldsAreDiagnosedAtTheirPosition(_ c: BadCase) throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        guard case let .failure(error) = try loadConfig(c.yaml, in: folder) else {
+            Issue.record("the config loaded")
+            return
+        }
+        #expect(error.code == .config)
+        #expect(error.code.exitStatus == 78)
+        let d = try #require(error.diagnostics.first)
+        #expect(error.diagnostics.count == 1)
+        #expect(d.path == folder.path + "/config/outbox.yaml")
+        #expect(d.line == c.line)
+        #expect(d.column == c.column)
+        #expect(d.message.hasPrefix(c.message), "\(d.message)")
+        #expect(error.message == "1 error")
+    }
+
+    @Test func everyErrorOfTheConfigIsReported() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let text = "bogus: 1\nconcurrency: x\nlifetime: forever\nhooks: { nope: 1 }\n"
+        guard case let .failure(error) = try loadConfig(text, in: folder) else {
+            Issue.record("the config loaded")
+            return
+        }
+        #expect(error.message == "4 errors")
+        #expect(error.diagnostics.map { "\($0.line):\($0.column)" } == ["1:1", "2:14", "3:11", "4:10"])
+    }
+
+    @Test func aMissingConfigFileIsFileMissing() {
+        #expect(throws: OutboxError.self) { try Config.load(file: "/nonexistent/outbox-\(UUID().uuidString).yaml") }
+        do {
+            _ = try Config.load(file: "/nonexistent/x.yaml")
+        } catch {
+            #expect(error.code == .fileMissing)
+            #expect(error.message.contains("/nonexistent/x.yaml"))
+        }
+    }
+
+    @Test func locateWalksUpFromTheCurrentFolder() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let file = try folder.write("config/outbox.yaml", "")
+        try FileManager.default.createDirectory(atPath: folder.path + "/a/b", withIntermediateDirectories: true)
+        #expect(Config.locate(explicit: nil, cwd: folder.path + "/a/b") == file)
+        #expect(Config.locate(explicit: "other.yaml", cwd: folder.path + "/a") == folder.path + "/a/other.yaml")
+    }
+}
+
+struct DefinitionTests {
+    static let valid = """
+    key: note.comment.add
+    request:
+      method: POST
+      url: https://api.example.com/sites/{{ vars.site_id }}/notes
+      headers:
+        X-Client: field-app
+      data:
+        comment: "{{ vars.comment }}"
+    response: json
+    accept:
+      - status: 409
+        body_includes: already exists
+    retry:
+      backoff: { base: 1s, max: 2h, jitter: 0.2 }
+      terminal_http: { exempt: [404] }
+    expires_in: 14d
+    scope: "note-{{ vars.note_id }}"
+    on_rejected: cancel-scope
+    on_success: hooks/ok.sh
+    on_error: [hooks/err.sh, --verbose]
+
+    """
+
+    @Test func aFullDefinitionIsRead() throws {
+        let (d, diagnostics) = readDefinition(Self.valid)
+        #expect(diagnostics.isEmpty)
+        let def = try #require(d)
+        #expect(def.key == "note.comment.add")
+        #expect(def.file == "/defs/test.yaml")
+        #expect(def.response == .json)
+        #expect(def.accept == [AcceptRule(status: 409, bodyIncludes: "already exists")])
+        #expect(def.retry?.exempt == [404])
+        #expect(def.expiresInMs == Int64(1_209_600_000))
+        #expect(def.scope == "note-{{ vars.note_id }}")
+        #expect(def.cancelScopeOnError)
+        #expect(def.onSuccess == .shell("hooks/ok.sh"))
+        #expect(def.onError == .argv(["hooks/err.sh", "--verbose"]))
+        #expect(def.request?["url"] == .string("https://api.example.com/sites/{{ vars.site_id }}/notes"))
+        #expect(def.request?["data"] == .object([("comment", .string("{{ vars.comment }}"))]))
+    }
+
+    struct BadCase: Sendable, CustomTestStringConvertible {
+        let name: String
+        let yaml: String
+        let line: Int
+        let column: Int
+        let message: String
+        var testDescription: String { name }
+    }
+
+    static let bad: [BadCase] = [
+        BadCase(name: "unknown field in request", yaml: """
+            key: k
+            request:
+              url: https://x.example/
+              methd: PUT
+
+            """, line: 4, column: 3, message: "unknown field \"methd\" in request"),
+        BadCase(name: "unknown top-level field", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nretries: 3\n",
+                line: 3, column: 1, message: "unknown field \"retries\" in a definition"),
+        BadCase(name: "two body kinds", yaml: """
+            key: k
+            request:
+              url: https://x.example/
+              data: { a: 1 }
+              text: hello
+
+            """, line: 5, column: 9, message: "request has more than one body kind (data, text): give at most one"),
+        BadCase(name: "GET with data", yaml: """
+            key: k
+            request:
+              method: GET
+              url: https://x.example/
+              data: { a: 1 }
+
+            """, line: 5, column: 9, message: "a GET request cannot have a body (request.data)"),
+        BadCase(name: "file: URL", yaml: "key: k\nrequest:\n  url: file:///etc/passwd\n", line: 3, column: 8,
+                message: "request.url: scheme \"file\" is not allowed (http or https only)"),
+        BadCase(name: "gopher: URL", yaml: "key: k\nrequest:\n  url: gopher://x\n", line: 3, column: 8,
+                message: "request.url: scheme \"gopher\" is not allowed (http or https only)"),
+        BadCase(name: "ftp: URL", yaml: "key: k\nrequest:\n  url: \"ftp://x\"\n", line: 3, column: 8,
+                message: "request.url: scheme \"ftp\" is not allowed (http or https only)"),
+        BadCase(name: "unknown method", yaml: "key: k\nrequest:\n  url: https://x.example/\n  method: FETCH\n", line: 4, column: 11,
+                message: "request.method must be one of POST, PUT, PATCH, DELETE, GET, not \"FETCH\""),
+        BadCase(name: "YAML 1.1 yes for a bool", yaml: "key: k\nrequest:\n  url: https://x.example/\n  wifi_only: yes\n",
+                line: 4, column: 14, message: "request.wifi_only must be true or false, not a string (YAML 1.2: write true or false)"),
+        BadCase(name: "bad duration", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nexpires_in: 2 weeks\n",
+                line: 3, column: 13, message: "expires_in: bad duration \"2 weeks\""),
+        BadCase(name: "wrong type for accept", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\naccept: 409\n",
+                line: 3, column: 9, message: "accept must be a list of {status, body_includes?}"),
+        BadCase(name: "bad ownership", yaml: "key: k\nrequest:\n  url: https://x.example/\n  file: a.bin\n  ownership: steal\n",
+                line: 5, column: 14, message: "request.ownership must be copy, move or reference, not \"steal\""),
+        BadCase(name: "parts without file", yaml: "key: k\nrequest:\n  parts: { url: \"https://x.example/{{ part.number }}\" }\n",
+                line: 3, column: 10, message: "request.parts needs request.file"),
+        BadCase(name: "plan min over max", yaml: """
+            key: k
+            request:
+              file: a.bin
+              parts:
+                plan: { min: 30MiB, max: 20MiB }
+                url: "https://x.example/{{ part.number }}"
+
+            """, line: 5, column: 11, message: "request.parts.plan: min is greater than max"),
+        BadCase(name: "no key", yaml: "request: { url: \"https://x.example/\" }\n", line: 1, column: 1, message: "a definition needs a key"),
+        BadCase(name: "no request", yaml: "key: k\n", line: 1, column: 1, message: "a definition needs request (or request_command)"),
+        BadCase(name: "template syntax error", yaml: "key: k\nrequest:\n  url: \"https://x.example/{{ vars.a \"\n",
+                line: 3, column: 8, message: "request.url: "),
+        BadCase(name: "bad header template reported once", yaml: "key: k\nrequest:\n  url: https://x.example/\n  headers: { X-A: \"{{ vars.a\" }\n",
+                line: 4, column: 19, message: "request.headers.X-A: "),
+        BadCase(name: "bad template deep in data", yaml: "key: k\nrequest:\n  url: https://x.example/\n  data:\n    items:\n      - \"{{ vars.a | nope }}\"\n",
+                line: 6, column: 9, message: "request.data.items[0]: "),
+        BadCase(name: "response mapping without command", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nresponse: {}\n",
+                line: 3, column: 11, message: "response needs a command"),
+        BadCase(name: "unquoted template is a flow mapping", yaml: "key: k\nrequest:\n  url: https://x.example/\n  data: {{ vars.a }}\n",
+                line: 4, column: 9, message: "a value starting with {{ is read as a YAML flow mapping, not a template; quote templates"),
+    ]
+
+    @Test(arguments: bad)
+    func badDefinitionsAreDiagnosedAtTheirPosition(_ c: BadCase) throws {
+        let (_, diagnostics) = readDefinition(c.yaml)
+        let d = try #require(diagnostics.first)
+        #expect(diagnostics.count == 1, "\(diagnostics)")
+        #expect(d.path == "/defs/test.yaml")
+        #expect("\(d.line):\(d.column)" == "\(c.line):\(c.column)", "\(d.message)")
+        #expect(d.message.hasPrefix(c.message), "\(d.message)")
+    }
+
+    @Test func everyErrorOfAFileIsReported() throws {
+        let yaml = """
+        key: k
+        request:
+          method: FETCH
+          url: gopher://x
+          bogus: 1
+        expires_in: soon
+        on_rejected: shrug
+
+        """
+        let (_, diagnostics) = readDefinitionInSourceOrder(yaml)
+        #expect(diagnostics.map { "\($0.line):\($0.column)" } == ["3:11", "4:8", "5:3", "6:13", "7:14"])
+        #expect(diagnostics[0].message.hasPrefix("request.method must be one of"))
+        #expect(diagnostics[1].message.hasPrefix("request.url: scheme \"gopher\""))
+        #expect(diagnostics[2].message.hasPrefix("unknown field \"bogus\" in request"))
+        #expect(diagnostics[3].message.hasPrefix("expires_in: bad duration"))
+        #expect(diagnostics[4].message == "on_rejected must be continue or cancel-scope, not \"shrug\"")
+    }
+
+    @Test func templatedMethodAndURLAreLeftToEnqueue() throws {
+        let yaml = "key: k\nrequest:\n  method: \"{{ vars.m }}\"\n  url: \"{{ vars.url }}\"\n  data: { a: 1 }\n"
+        let (d, diagnostics) = readDefinition(yaml)
+        #expect(diagnostics.isEmpty)
+        #expect(d?.request?["method"] == .string("{{ vars.m }}"))
+    }
+
+    @Test func renderedDiagnosticPointsAtTheColumn() {
+        let source = "key: k\nrequest:\n  url: https://x.example/\n  methd: PUT\n"
+        let d = Diagnostic(path: "definitions/k.yaml", line: 4, column: 3, message: "unknown field \"methd\" in request")
+        #expect(d.rendered(source: source) == """
+        definitions/k.yaml:4:3: error: unknown field "methd" in request
+          methd: PUT
+          ^
+        """)
+        let tabbed = Diagnostic(path: "a.yaml", line: 1, column: 3, message: "m")
+        #expect(tabbed.rendered(source: "\tab: 1\r\nnext") == "a.yaml:1:3: error: m\n\tab: 1\n\t ^")
+        #expect(Diagnostic(path: "a.yaml", line: 9, column: 1, message: "m").rendered(source: "one line") == "a.yaml:9:1: error: m")
+        #expect(Diagnostic(path: "a.yaml", line: 1, column: 1, message: "m").rendered(source: nil) == "a.yaml:1:1: error: m")
+    }
+}
+
+struct DefinitionSetTests {
+    static let good = "key: good.one\nrequest:\n  url: https://x.example/\n"
+    static let goodTwo = "key: good.two\nrequest:\n  url: https://y.example/\n"
+
+    @Test func loadsEveryYAMLFile() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        try folder.write("definitions/a.yaml", Self.good)
+        try folder.write("definitions/b.yml", Self.goodTwo)
+        try folder.write("definitions/notes.txt", "not a definition")
+        let set = DefinitionSet.load(folder: folder.path + "/definitions")
+        #expect(set.definitions.keys.sorted() == ["good.one", "good.two"])
+        #expect(set.diagnostics.isEmpty)
+        #expect(set.brokenKeys.isEmpty)
+        #expect(set.fileCount == 2)
+        #expect(set.definitions["good.two"]?.file == folder.path + "/definitions/b.yml")
+    }
+
+    @Test func aMissingFolderIsAnEmptySet() {
+        let set = DefinitionSet.load(folder: "/nonexistent/definitions-\(UUID().uuidString)")
+        #expect(set.definitions.isEmpty)
+        #expect(set.diagnostics.isEmpty)
+    }
+
+    @Test func aDuplicateKeyNamesBothFiles() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let first = try folder.write("definitions/a.yaml", Self.good)
+        let second = try folder.write("definitions/b.yaml", Self.good)
+        try folder.write("definitions/c.yaml", Self.goodTwo)
+        let set = DefinitionSet.load(folder: folder.path + "/definitions")
+        #expect(set.diagnostics.count == 1)
+        let d = try #require(set.diagnostics.first)
+        #expect(d.path == second)
+        #expect(d.message.contains(first))
+        #expect(d.message.contains(second))
+        #expect(d.message.contains("good.one"))
+        #expect(set.definitions["good.one"] == nil)
+        #expect(set.brokenKeys["good.one"] == [d])
+        #expect(set.definitions["good.two"] != nil)
+    }
+
+    @Test func aBrokenFileDisablesOnlyItsKey() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        try folder.write("definitions/a.yaml", Self.good)
+        let broken = try folder.write("definitions/b.yaml", "key: broken.one\nrequest:\n  url: https://x.example/\n  retries: 3\n")
+        let unreadable = try folder.write("definitions/c.yaml", "key: [unclosed\n")
+        try folder.write("definitions/d.yaml", Self.goodTwo)
+        let set = DefinitionSet.load(folder: folder.path + "/definitions")
+        #expect(set.definitions.keys.sorted() == ["good.one", "good.two"])
+        #expect(set.brokenKeys.keys.sorted() == ["broken.one"])
+        let brokenDiagnostics = try #require(set.brokenKeys["broken.one"])
+        #expect(brokenDiagnostics.map { "\($0.path):\($0.line):\($0.column)" } == ["\(broken):4:3"])
+        #expect(set.diagnostics.map(\.path) == [broken, unreadable])
+        #expect(set.sources[broken]?.hasPrefix("key: broken.one") == true)
+    }
+}

@@ -1,0 +1,504 @@
+import Foundation
+import OutboxModel
+import Testing
+@testable import OutboxStore
+
+struct StoreOpeningTests {
+    @Test func theDatabaseIsInWALModeWithFullSync() throws {
+        let f = try StoreFixture()
+        #expect(try f.sqlite("PRAGMA journal_mode;") == "wal")
+        // synchronous and foreign_keys are per connection (T-sql1): check the store's own.
+        #expect(try f.store.db.query("PRAGMA synchronous") { $0.int(0) } == [2])
+        #expect(try f.store.db.query("PRAGMA foreign_keys") { $0.int(0) } == [1])
+        let second = try SQLiteStore(folder: f.storeFolder)
+        #expect(try second.db.query("PRAGMA synchronous") { $0.int(0) } == [2])
+        #expect(try second.db.query("PRAGMA journal_mode") { $0.text(0) } == ["wal"])
+    }
+
+    @Test func theFolderIs0700AndTheFiles0600() throws {
+        let f = try StoreFixture()
+        try f.enqueue("a", "text", #"{"t": "\#(String(repeating: "z", count: 70_000))"}"#)
+        #expect(fileMode(f.storeFolder) == 0o700)
+        #expect(fileMode(f.bodies) == 0o700)
+        #expect(fileMode(f.database) == 0o600)
+        #expect(fileMode(f.database + "-wal") == 0o600)
+        #expect(fileMode(f.database + "-shm") == 0o600)
+        let staged = try #require(try f.get("a").bodyFile)
+        #expect(fileMode(staged) == 0o600)
+    }
+
+    @Test func nestedStoreFoldersAreCreated() throws {
+        let f = try StoreFixture()
+        let deep = f.root + "/var/lib/queue"
+        let store = try SQLiteStore(folder: deep)
+        #expect(store.folder == deep)
+        #expect(fileMode(deep) == 0o700)
+        #expect(exists(deep + "/outbox.db"))
+    }
+
+    @Test func aStorePathUnderARegularFileIsAStorageError() throws {
+        let f = try StoreFixture()
+        let file = try f.userFile("plain", "not a folder")
+        do {
+            _ = try SQLiteStore(folder: file + "/store")
+            Issue.record("opened a store under a regular file")
+        } catch {
+            #expect(error.code == .storage)
+            #expect(error.code.exitStatus == 74)
+            #expect(error.message.contains(file))
+        }
+    }
+
+    @Test func migrationsAreRecordedOnceAndReopeningIsIdempotent() throws {
+        let f = try StoreFixture()
+        let first = try f.sqlite("SELECT name || '|' || applied_at FROM migrations ORDER BY name;")
+        let names = first.split(separator: "\n").map { String($0.split(separator: "|")[0]) }
+        #expect(names == ["001-entries", "002-queue-order"])
+        try f.enqueue("keep", "note", #"{"n": 1}"#)
+        _ = try SQLiteStore(folder: f.storeFolder)
+        _ = try SQLiteStore(folder: f.storeFolder)
+        #expect(try f.sqlite("SELECT name || '|' || applied_at FROM migrations;") == first)
+        #expect(try f.sqlite("SELECT id FROM entries;") == "keep")
+    }
+}
+
+struct StoreStagingTests {
+    @Test func bodiesUpTo64KiBLiveInTheRow() throws {
+        let f = try StoreFixture()
+        let exact = String(repeating: "a", count: 65_536)
+        try f.enqueue("inline", "text", #"{"t": "\#(exact)"}"#)
+        let e = try f.get("inline")
+        #expect(e.bodyInline == Array(exact.utf8))
+        #expect(e.bodyFile == nil)
+        #expect(e.totalBytes == 65_536)
+        #expect(f.stagedFiles().isEmpty)
+    }
+
+    @Test func largerBodiesAreStagedFiles() throws {
+        let f = try StoreFixture()
+        let big = String(repeating: "b", count: 65_537)
+        try f.enqueue("big", "text", #"{"t": "\#(big)"}"#)
+        let e = try f.get("big")
+        #expect(e.bodyInline == nil)
+        let file = try #require(e.bodyFile)
+        #expect(file.hasPrefix(f.bodies + "/"))
+        #expect(!file.contains("big"), "store files are named by internal ids")
+        #expect(fileText(file) == big)
+        #expect(fileMode(file) == 0o600)
+        #expect(e.totalBytes == 65_537)
+        #expect(f.stagedFiles().count == 1)
+    }
+
+    @Test func aCopiedFileIsStagedAndTheSourceKept() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/a.bin", "file-bytes", mode: 0o644)
+        try f.enqueue("c", "file.copy", #"{"path": "in/a.bin"}"#)
+        let e = try f.get("c")
+        let staged = try #require(e.bodyFile)
+        #expect(staged.hasPrefix(f.bodies + "/"))
+        #expect(fileText(staged) == "file-bytes")
+        #expect(fileMode(staged) == 0o600)
+        #expect(fileText(source) == "file-bytes")
+        #expect(e.request.ownership == .copy)
+        #expect(e.request.file?.path == source)
+        #expect(e.totalBytes == 10)
+    }
+
+    @Test func aMovedFileLeavesItsSourceAndBecomes0600() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/m.bin", "moved-bytes", mode: 0o644)
+        try f.enqueue("m", "file.move", #"{"path": "in/m.bin"}"#)
+        let e = try f.get("m")
+        let staged = try #require(e.bodyFile)
+        #expect(!exists(source))
+        #expect(staged.hasPrefix(f.bodies + "/"))
+        #expect(fileText(staged) == "moved-bytes")
+        #expect(fileMode(staged) == 0o600)
+        #expect(e.request.ownership == .move)
+        #expect(e.request.file?.path == source)
+    }
+
+    @Test func aReferencedFileIsNotCopied() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/r.bin", "referenced", mode: 0o644)
+        try f.enqueue("r", "file.reference", #"{"path": "in/r.bin"}"#)
+        let e = try f.get("r")
+        #expect(e.bodyFile == source)
+        #expect(f.stagedFiles().isEmpty)
+        #expect(fileText(source) == "referenced")
+        #expect(fileMode(source) == 0o644)
+    }
+
+    @Test func partsAreStoredWithTheirRangesURLsAndHeaders() throws {
+        let f = try StoreFixture()
+        try f.userFile("in/p.bin", String(repeating: "p", count: 45))
+        try f.enqueue("p", "parts", #"{"path": "in/p.bin"}"#)
+        let e = try f.get("p")
+        let parts = try f.store.parts(entrySeq: e.seq)
+        #expect(parts.map { [$0.range.start, $0.range.end] } == [[0, 20], [20, 45]])
+        #expect(parts.map(\.url) == ["https://up.example/parts/1", "https://up.example/parts/2"])
+        #expect(parts.map { $0.headers.map { "\($0.0): \($0.1)" } } == [["Content-Range: bytes 0-19/45"], ["Content-Range: bytes 20-44/45"]])
+        #expect(parts.allSatisfy { !$0.accepted })
+        #expect(e.request.ownership == .move)
+        #expect(e.totalBytes == 45)
+    }
+}
+
+struct StoreAtomicBatchTests {
+    /// Nothing of a failed batch may remain: no row, no staged file, no temp file, and a
+    /// moved file back at its source.
+    private func expectNothingLeft(_ f: StoreFixture, rows: Int64 = 0, sources: [String: String]) throws {
+        #expect(try f.rowCount() == rows)
+        #expect(f.stagedFiles().isEmpty, "\(f.stagedFiles())")
+        #expect(f.storeFiles() == ["bodies"], "\(f.storeFiles())")
+        for (path, text) in sources { #expect(fileText(path) == text, "\(path)") }
+    }
+
+    @Test func aDuplicateIdInOneBatchEnqueuesNothing() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/a.bin", "A")
+        let batch = [try f.entry("same", "file.move", #"{"path": "in/a.bin"}"#), try f.entry("same", "note", #"{"n": 1}"#)]
+        #expect { try f.enqueue(batch) } throws: { ($0 as? OutboxError)?.code == .invalid }
+        try expectNothingLeft(f, sources: [source: "A"])
+    }
+
+    @Test func aMoveOfAMissingFileRollsBackTheWholeBatch() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/a.bin", "A")
+        let batch = [
+            try f.entry("one", "file.move", #"{"path": "in/a.bin"}"#),
+            try f.entry("two", "text", #"{"t": "\#(String(repeating: "t", count: 70_000))"}"#),
+            // Rendered while the file exists; the first entry moves it away before this one stages.
+            try f.entry("three", "file.move", #"{"path": "in/a.bin"}"#),
+        ]
+        do {
+            try f.enqueue(batch)
+            Issue.record("the batch was enqueued")
+        } catch let error as OutboxError {
+            #expect(error.code == .fileMissing)
+            #expect(error.message.contains(source))
+        }
+        try expectNothingLeft(f, sources: [source: "A"])
+    }
+
+    @Test func aFailureInsideTheTransactionRollsBackStagedAndMovedFiles() throws {
+        let f = try StoreFixture()
+        try f.enqueue("busy", "note", #"{"n": 1}"#)
+        try f.setState("busy", .running)
+        let before = try f.sqlite("SELECT * FROM entries;")
+        let moved = try f.userFile("in/m.bin", "M")
+        let copied = try f.userFile("in/c.bin", "C")
+        let batch = [
+            try f.entry("m", "file.move", #"{"path": "in/m.bin"}"#),
+            try f.entry("c", "file.copy", #"{"path": "in/c.bin"}"#),
+            try f.entry("big", "text", #"{"t": "\#(String(repeating: "t", count: 70_000))"}"#),
+            try f.entry("busy", "note", #"{"n": 2}"#),
+        ]
+        do {
+            try f.enqueue(batch)
+            Issue.record("the batch was enqueued")
+        } catch let error as OutboxError {
+            #expect(error.code == .running)
+            #expect(error.code.exitStatus == 75)
+            #expect(error.message.contains("busy"))
+        }
+        try expectNothingLeft(f, rows: 1, sources: [moved: "M", copied: "C"])
+        #expect(try f.sqlite("SELECT * FROM entries;") == before)
+    }
+}
+
+struct StoreSameIdTests {
+    @Test func sameBodyResumesWithNewHeadersVarsAndExpiry() throws {
+        let f = try StoreFixture()
+        _ = try f.store.enqueue([try f.entry("r", "note", #"{"n": 1, "hv": "a"}"#, expiresAt: 50_000)], now: 1_000)
+        try f.setState("r", .queued, attempts: 2, bytesSent: 5)
+        let before = try f.get("r")
+        let result = try f.store.enqueue([try f.entry("r", "note", #"{"n": 1, "hv": "b"}"#, expiresAt: 90_000)], now: 2_000)
+        #expect(result == [EnqueueResult(id: "r", decision: .resume)])
+        let e = try f.get("r")
+        #expect(e.vars == .object([("n", .number("1")), ("hv", .string("b"))]))
+        #expect(HeaderRules.value(e.request.headers, "X-Version") == "b")
+        #expect(e.expiresAt == 90_000)
+        #expect(e.attempts == 2)
+        #expect(e.bytesSent == 5)
+        #expect(e.state == .queued)
+        #expect(e.generation == 1)
+        #expect(e.seq == before.seq)
+        #expect(e.internalID == before.internalID)
+        #expect(e.createdAt == 1_000)
+        #expect(e.updatedAt == 2_000)
+        // The Idempotency-Key is the entry's for its whole life (SPEC 7).
+        #expect(e.idempotencyKey == before.idempotencyKey)
+        #expect(e.bodyInline == Array(#"{"n":1}"#.utf8))
+    }
+
+    @Test func sameStagedBodyResumesWithoutStagingAgain() throws {
+        let f = try StoreFixture()
+        let big = #"{"t": "\#(String(repeating: "s", count: 70_000))"}"#
+        try f.enqueue("s", "text", big)
+        let file = try #require(try f.get("s").bodyFile)
+        #expect(try f.enqueue("s", "text", big).decision == .resume)
+        #expect(try f.get("s").bodyFile == file)
+        #expect(f.stagedFiles() == [(file as NSString).lastPathComponent])
+    }
+
+    @Test func aDifferentBodyReplacesAQueuedEntry() throws {
+        let f = try StoreFixture()
+        let big = #"{"t": "\#(String(repeating: "1", count: 70_000))"}"#
+        try f.enqueue("q", "text", big)
+        let old = try f.get("q")
+        try f.setState("q", .queued, attempts: 3, bytesSent: 100)
+        let result = try f.enqueue("q", "text", #"{"t": "small now"}"#, now: 5_000)
+        #expect(result.decision == .replace)
+        let e = try f.get("q")
+        #expect(e.bodyInline == Array("small now".utf8))
+        #expect(e.bodyFile == nil)
+        #expect(e.state == .queued)
+        #expect(e.generation == 1)
+        #expect(e.attempts == 0)
+        #expect(e.bytesSent == 0)
+        #expect(e.totalBytes == 9)
+        #expect(e.bodyHash != old.bodyHash)
+        #expect(e.createdAt == old.createdAt)
+        // The old staged body is not needed any more.
+        #expect(f.stagedFiles().isEmpty)
+    }
+
+    @Test func replacingAMovedFileReturnsItToItsSource() throws {
+        let f = try StoreFixture()
+        let first = try f.userFile("in/a.bin", "only copy of a")
+        try f.userFile("in/b.bin", "b")
+        try f.enqueue("m", "file.move", #"{"path": "in/a.bin"}"#)
+        #expect(!exists(first))
+        #expect(try f.enqueue("m", "file.move", #"{"path": "in/b.bin"}"#).decision == .replace)
+        #expect(fileText(first) == "only copy of a")
+        let staged = try #require(try f.get("m").bodyFile)
+        #expect(fileText(staged) == "b")
+        #expect(f.stagedFiles() == [(staged as NSString).lastPathComponent])
+    }
+
+    @Test func replacingAFormDropsItsOldStagedFiles() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/f1.bin", "one")
+        try f.userFile("in/f2.bin", "two")
+        try f.enqueue("form", "form", #"{"note": "x", "path": "in/f1.bin"}"#)
+        #expect(f.stagedFiles().count == 1)
+        #expect(try f.enqueue("form", "form", #"{"note": "y", "path": "in/f2.bin"}"#).decision == .replace)
+        let e = try f.get("form")
+        let file = try #require(e.request.form.last?.stagedFile)
+        #expect(fileText(file) == "two")
+        #expect(e.request.form.map(\.filename) == [nil, "f2.bin"])
+        #expect(f.stagedFiles() == [(file as NSString).lastPathComponent])
+        #expect(fileText(source) == "one")
+    }
+
+    @Test func aDifferentBodyOnARunningEntryIsERunning() throws {
+        let f = try StoreFixture()
+        try f.enqueue("run", "note", #"{"n": 1}"#)
+        try f.setState("run", .running, attempts: 1)
+        let before = try f.sqlite("SELECT * FROM entries;")
+        #expect { try f.enqueue("run", "note", #"{"n": 2}"#) } throws: { ($0 as? OutboxError)?.code == .running }
+        #expect(try f.sqlite("SELECT * FROM entries;") == before)
+        // The same body resumes a running entry without stopping it.
+        #expect(try f.enqueue("run", "note", #"{"n": 1, "hv": "x"}"#).decision == .resume)
+        #expect(try f.get("run").state == .running)
+    }
+
+    @Test func aCancelledUnacknowledgedEntryStartsANewGeneration() throws {
+        let f = try StoreFixture()
+        try f.enqueue("c", "note", #"{"n": 1}"#)
+        try f.setState("c", .cancelled)
+        try f.addOutcome("c", "error", acknowledged: false)
+        let result = try f.enqueue("c", "note", #"{"n": 1}"#)
+        #expect(result.decision == .newGeneration)
+        let e = try f.get("c")
+        #expect(e.generation == 2)
+        #expect(e.state == .queued)
+        #expect(try f.sqlite("SELECT generation || ':' || acknowledged FROM outcomes WHERE entry_id = 'c';") == "1:1")
+    }
+
+    @Test func aCompletedUnacknowledgedEntryRedeliversAndDoesNotRunAgain() throws {
+        let f = try StoreFixture()
+        try f.enqueue("done", "note", #"{"n": 1}"#)
+        try f.setState("done", .completed, attempts: 1)
+        try f.addOutcome("done", "completed", acknowledged: false)
+        #expect(try f.enqueue("done", "note", #"{"n": 1}"#).decision == .redeliver)
+        let e = try f.get("done")
+        #expect(e.state == .completed)
+        #expect(e.generation == 1)
+        #expect(e.attempts == 1)
+        #expect(!e.waitsForDelivery)
+    }
+
+    @Test func aCompletedUnacknowledgedEntryWithANewBodyWaitsForDelivery() throws {
+        let f = try StoreFixture()
+        try f.enqueue("done", "note", #"{"n": 1}"#)
+        try f.setState("done", .completed)
+        try f.addOutcome("done", "completed", acknowledged: false)
+        #expect(try f.enqueue("done", "note", #"{"n": 2}"#).decision == .replaceAfterDelivery)
+        let e = try f.get("done")
+        #expect(e.state == .queued)
+        #expect(e.generation == 2)
+        #expect(e.waitsForDelivery)
+        #expect(try f.sqlite("SELECT acknowledged FROM outcomes WHERE entry_id = 'done';") == "0")
+    }
+
+    @Test func aCompletedAcknowledgedRowIsTreatedAsGone() throws {
+        let f = try StoreFixture()
+        let big = #"{"t": "\#(String(repeating: "g", count: 70_000))"}"#
+        try f.enqueue("gone", "text", big)
+        try f.setState("gone", .completed, attempts: 1, bytesSent: 70_000)
+        try f.addOutcome("gone", "completed", acknowledged: true)
+        #expect(try f.enqueue("gone", "text", big).decision == .create)
+        let e = try f.get("gone")
+        #expect(e.state == .queued)
+        #expect(e.attempts == 0)
+        #expect(e.bytesSent == 0)
+        let file = try #require(e.bodyFile)
+        #expect(fileText(file)?.utf8.count == 70_000)
+        #expect(f.stagedFiles() == [(file as NSString).lastPathComponent])
+    }
+
+    @Test func anErrorEntryWithTheSameBodyReopens() throws {
+        let f = try StoreFixture()
+        try f.enqueue("e", "note", #"{"n": 1}"#)
+        try f.store.db.run("UPDATE entries SET state = 'error', reason = 'http', attempts = 4, bytes_sent = 3 WHERE id = 'e'")
+        try f.addOutcome("e", "error", acknowledged: true)
+        #expect(try f.enqueue("e", "note", #"{"n": 1}"#, now: 7_000).decision == .reopen)
+        let e = try f.get("e")
+        #expect(e.state == .queued)
+        #expect(e.reason == nil)
+        #expect(e.attempts == 0)
+        #expect(e.nextAttemptAt == 7_000)
+        #expect(e.generation == 1)
+    }
+
+    @Test func anErrorEntryWithADifferentBodyIsReplaced() throws {
+        let f = try StoreFixture()
+        try f.enqueue("e", "note", #"{"n": 1}"#)
+        try f.setState("e", .error)
+        #expect(try f.enqueue("e", "note", #"{"n": 2}"#).decision == .replace)
+        let e = try f.get("e")
+        #expect(e.state == .queued)
+        #expect(e.bodyInline == Array(#"{"n":2}"#.utf8))
+    }
+}
+
+struct StoreCancelTests {
+    @Test func cancelForgetsRowsAndStagedFiles() throws {
+        let f = try StoreFixture()
+        try f.enqueue("small", "note", #"{"n": 1}"#)
+        try f.enqueue("big", "text", #"{"t": "\#(String(repeating: "b", count: 70_000))"}"#)
+        try f.userFile("in/p.bin", String(repeating: "p", count: 45))
+        try f.enqueue("parts", "parts", #"{"path": "in/p.bin"}"#)
+        try f.setState("parts", .completed)
+        try f.addOutcome("parts", "completed", acknowledged: false)
+        try f.enqueue("keep", "note", #"{"n": 9}"#)
+        #expect(f.stagedFiles().count == 2)
+        let cancelled = try f.store.cancel(ids: ["small", "big", "parts", "unknown"], key: nil, now: 2_000)
+        #expect(cancelled == ["small", "big", "parts"])
+        #expect(try f.store.list(ListFilter()).map(\.id) == ["keep"])
+        #expect(f.stagedFiles().isEmpty)
+        #expect(try f.sqlite("SELECT COUNT(*) FROM parts;") == "0")
+        #expect(try f.sqlite("SELECT COUNT(*) FROM outcomes;") == "0")
+        #expect(try f.store.cancel(ids: ["unknown"], key: nil, now: 3_000) == [])
+    }
+
+    @Test func cancelByKeyLeavesOtherKeys() throws {
+        let f = try StoreFixture()
+        try f.enqueue("n1", "note", #"{"n": 1}"#)
+        try f.enqueue("t1", "text", #"{"t": "x"}"#)
+        try f.enqueue("n2", "note", #"{"n": 2}"#)
+        #expect(try f.store.cancel(ids: nil, key: "note", now: 2_000) == ["n1", "n2"])
+        #expect(try f.store.list(ListFilter()).map(\.id) == ["t1"])
+    }
+
+    @Test func cancelNeverDeletesAReferencedFile() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/r.bin", "mine")
+        try f.enqueue("r", "file.reference", #"{"path": "in/r.bin"}"#)
+        _ = try f.store.cancel(ids: ["r"], key: nil, now: 2_000)
+        #expect(fileText(source) == "mine")
+    }
+
+    @Test func cancelMovesAMovedFileBackToItsSource() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/m.bin", "only copy")
+        try f.enqueue("m", "file.move", #"{"path": "in/m.bin"}"#)
+        #expect(!exists(source))
+        _ = try f.store.cancel(ids: ["m"], key: nil, now: 2_000)
+        #expect(fileText(source) == "only copy")
+        #expect(f.stagedFiles().isEmpty)
+        #expect(!exists(f.storeFolder + "/returned"))
+    }
+
+    @Test func cancelKeepsAMovedFileUnderReturnedWhenTheSourceIsTaken() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/m.bin", "only copy")
+        try f.enqueue("m", "file.move", #"{"path": "in/m.bin"}"#)
+        try f.userFile("in/m.bin", "a new file")
+        _ = try f.store.cancel(ids: ["m"], key: nil, now: 2_000)
+        #expect(fileText(source) == "a new file")
+        #expect(fileText(f.storeFolder + "/returned/m.bin") == "only copy")
+        #expect(f.stagedFiles().isEmpty)
+    }
+
+    @Test func cancelOfAMovedPartsUploadReturnsTheFile() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/p.bin", String(repeating: "p", count: 45))
+        try f.enqueue("p", "parts", #"{"path": "in/p.bin"}"#)
+        try f.setState("p", .running, bytesSent: 20)
+        _ = try f.store.cancel(ids: ["p"], key: nil, now: 2_000)
+        #expect(fileText(source)?.utf8.count == 45)
+        #expect(f.stagedFiles().isEmpty)
+    }
+}
+
+struct StoreHeadersUpdateTests {
+    @Test func headersUpdateMergesIntoEntriesAndPartsAndRequeuesAwaitingAuth() throws {
+        let f = try StoreFixture()
+        try f.enqueue("n", "note", #"{"n": 1, "hv": "v1"}"#)
+        try f.userFile("in/p.bin", String(repeating: "p", count: 45))
+        try f.enqueue("p", "parts", #"{"path": "in/p.bin"}"#)
+        try f.enqueue("auth", "note", #"{"n": 2}"#)
+        try f.store.db.run("UPDATE entries SET state = 'awaiting-auth', next_attempt_at = NULL WHERE id = 'auth'")
+        let generation = try f.store.updateHeaders([("Authorization", "Bearer new"), ("x-version", "patched")], now: 5_000)
+        #expect(generation == 1)
+
+        let n = try f.get("n")
+        #expect(n.request.headers.map { "\($0.0): \($0.1)" } == [
+            "x-version: patched", "Content-Type: application/json", "Authorization: Bearer new",
+        ])
+        #expect(n.headerGeneration == 1)
+        #expect(n.state == .queued)
+        let p = try f.get("p")
+        let parts = try f.store.parts(entrySeq: p.seq)
+        #expect(parts.map { $0.headers.map { "\($0.0): \($0.1)" } } == [
+            ["Content-Range: bytes 0-19/45", "Authorization: Bearer new", "x-version: patched"],
+            ["Content-Range: bytes 20-44/45", "Authorization: Bearer new", "x-version: patched"],
+        ])
+        let auth = try f.get("auth")
+        #expect(auth.state == .queued)
+        #expect(auth.nextAttemptAt == 5_000)
+        #expect(auth.headerGeneration == 1)
+
+        #expect(try f.store.updateHeaders([("Authorization", "Bearer newer")], now: 6_000) == 2)
+        #expect(HeaderRules.value(try f.get("n").request.headers, "authorization") == "Bearer newer")
+    }
+
+    @Test func entriesEnqueuedOrResumedAfterAnUpdateCarryThePatch() throws {
+        let f = try StoreFixture()
+        try f.enqueue("old", "note", #"{"n": 1, "hv": "a"}"#)
+        _ = try f.store.updateHeaders([("X-Token", "t2")], now: 5_000)
+        try f.enqueue("new", "note", #"{"n": 2}"#)
+        let new = try f.get("new")
+        #expect(HeaderRules.value(new.request.headers, "X-Token") == "t2")
+        #expect(new.headerGeneration == 1)
+        // A resume takes the new headers of the definition, and the patch still ranks above them.
+        #expect(try f.enqueue("old", "note", #"{"n": 1, "hv": "b"}"#).decision == .resume)
+        let old = try f.get("old")
+        #expect(HeaderRules.value(old.request.headers, "X-Token") == "t2")
+        #expect(HeaderRules.value(old.request.headers, "X-Version") == "b")
+        #expect(old.headerGeneration == 1)
+    }
+}
