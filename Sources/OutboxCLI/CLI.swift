@@ -32,6 +32,8 @@ public final class Console: @unchecked Sendable {
     }
 
     public func out(_ line: String) { writeOut(line + "\n") }
+    /// Writes text as is (for streaming a large document in pieces).
+    public func write(_ text: String) { writeOut(text) }
     public func err(_ line: String) { writeErr(line + "\n") }
     public func rawErr(_ text: String) { writeErr(text) }
     public func stdin() -> [UInt8] { readIn() }

@@ -16,19 +16,19 @@ enum ReadCommands {
         let store = try i.project().store()
         let queuePaused = try store.setting("queue_paused") == "1"
         let pausedKeys = try store.pausedKeys()
+        if i.json {
+            i.console.write("[")
+            let filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))
+            try store.writeListRows(filter, displayState: { state, key in
+                state == "queued" && (queuePaused || pausedKeys.contains(key)) ? "paused" : state
+            }) { i.console.write($0) }
+            i.console.write("]\n")
+            return 0
+        }
         var filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))
         if filter.state == "paused" { filter.state = nil }
         var rows = try store.list(filter).map { ($0, displayState($0, queuePaused: queuePaused, pausedKeys: pausedKeys)) }
         if let wanted = i.args.value("state") { rows = rows.filter { $0.1 == wanted } }
-        if i.json {
-            var out = "["
-            for (n, row) in rows.enumerated() {
-                if n > 0 { out += "," }
-                out += row.0.listJSON(displayState: row.1).serialized()
-            }
-            i.console.out(out + "]")
-            return 0
-        }
         if rows.isEmpty {
             i.console.err("no entries")
             return 0

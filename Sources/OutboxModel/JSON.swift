@@ -173,7 +173,8 @@ extension JSON {
         }
     }
 
-    static func writeString(_ s: String, to out: inout String) {
+    /// Appends `s` as a JSON string literal (quotes and escapes; `/` is not escaped).
+    public static func writeString(_ s: String, to out: inout String) {
         // Most strings need no escape: append them whole rather than scalar by scalar.
         if !s.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) {
             out += "\""

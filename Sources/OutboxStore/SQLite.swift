@@ -136,6 +136,19 @@ final class SQLiteConnection: @unchecked Sendable {
         return rows
     }
 
+    /// Runs a query and hands each row to `body` as it is read, holding none of them.
+    func forEach(_ sql: String, _ values: [SQLValue] = [], _ body: (SQLRow) throws(OutboxError) -> Void) throws(OutboxError) {
+        let statement = try statement(sql)
+        defer { sqlite3_reset(statement); sqlite3_clear_bindings(statement) }
+        try bind(statement, values)
+        while true {
+            let rc = sqlite3_step(statement)
+            if rc == SQLITE_DONE { break }
+            guard rc == SQLITE_ROW else { throw failure("cannot read the store") }
+            try body(SQLRow(statement: statement))
+        }
+    }
+
     func queryOne<T>(_ sql: String, _ values: [SQLValue] = [], _ map: (SQLRow) throws(OutboxError) -> T) throws(OutboxError) -> T? {
         try query(sql, values, map).first
     }
