@@ -120,6 +120,9 @@ public struct RenderInputs: Sendable {
     /// Headers from `headers_command`, already run.
     public var commandHeaders: [(String, String)] = []
     public var outcome: JSON?
+    /// Files an entry of the same id already moved into the store, by source path: a same-id
+    /// enqueue naming one of them still means that file, though it left its folder (SPEC 7).
+    public var movedFiles: [String: FileIdentity] = [:]
 
     public init(id: String, vars: JSON, environment: [String: String], cwd: String) {
         self.id = id
@@ -175,7 +178,13 @@ public enum RequestBuilder {
             guard let path = rendered.stringValue, !path.isEmpty else {
                 throw .invalid("request.file must be a file path, not \(rendered.typeName)")
             }
-            let identity = try statFile(Paths.absolute(path, relativeTo: inputs.cwd), field: "request.file")
+            let absolute = Paths.absolute(path, relativeTo: inputs.cwd)
+            let identity: FileIdentity
+            if let moved = inputs.movedFiles[absolute], !Paths.exists(absolute) {
+                identity = moved
+            } else {
+                identity = try statFile(absolute, field: "request.file")
+            }
             fileIdentity = identity
             ctx.roots["file"] = .object([("size", .int64(identity.size)), ("name", .string(Paths.basename(identity.path))),
                                          ("path", .string(identity.path))])

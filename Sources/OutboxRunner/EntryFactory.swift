@@ -77,18 +77,21 @@ public struct EntryFactory {
     }
 
     public func make(key: String, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
-                     expiresAt: Int64? = nil, outcome: JSON? = nil) throws(OutboxError) -> NewEntry {
+                     expiresAt: Int64? = nil, outcome: JSON? = nil, movedFiles: [String: FileIdentity] = [:]) throws(OutboxError) -> NewEntry {
         let def = try definition(key)
-        return try make(definition: def, vars: vars, id: id, parent: parent, notBefore: notBefore, expiresAt: expiresAt, outcome: outcome)
+        return try make(definition: def, vars: vars, id: id, parent: parent, notBefore: notBefore, expiresAt: expiresAt, outcome: outcome,
+                        movedFiles: movedFiles)
     }
 
+    /// `movedFiles`: files the existing entry of this id moved into the store (see `RenderInputs`).
     public func make(definition def: Definition, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
-                     expiresAt: Int64? = nil, outcome: JSON? = nil) throws(OutboxError) -> NewEntry {
+                     expiresAt: Int64? = nil, outcome: JSON? = nil, movedFiles: [String: FileIdentity] = [:]) throws(OutboxError) -> NewEntry {
         try checkVars(vars)
         let entryID = id ?? Identifiers.uuid()
         if let problem = Identifiers.validateUserID(entryID) { throw .invalid(problem) }
         var inputs = RenderInputs(id: entryID, vars: vars, environment: environment, cwd: cwd)
         inputs.outcome = outcome
+        inputs.movedFiles = movedFiles
         if let command = config.headersCommand {
             let answer = try Plugin.runJSON(command, input: .object([("key", .string(def.key)), ("vars", vars)]),
                                             name: "headers_command", config: config, environment: environment)

@@ -211,9 +211,15 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             for entry in batch {
                 let internalID = Identifiers.uuid()
                 staged.internals.append(internalID)
-                if let existing = try self.entry(id: entry.id), existing.bodyHash == entry.prepared.bodyHash, existing.state != .cancelled {
-                    staged.bodies.append(StagedBody())
-                    continue
+                if let existing = try self.entry(id: entry.id) {
+                    if existing.bodyHash == entry.prepared.bodyHash, existing.state != .cancelled {
+                        staged.bodies.append(StagedBody())
+                        continue
+                    }
+                    if let reused = Self.reusableMovedBody(existing, for: entry.prepared.body) {
+                        staged.bodies.append(reused)
+                        continue
+                    }
                 }
                 staged.bodies.append(try staging.stage(entry.prepared.body, internalID: internalID))
             }
@@ -223,6 +229,22 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             throw error
         }
         return staged
+    }
+
+    /// The bytes an entry already moved into the store, when a replacing body names the same
+    /// source path and that path is gone: the store holds the only copy, so it is reused (SPEC 7).
+    static func reusableMovedBody(_ existing: Entry, for body: PreparedBody) -> StagedBody? {
+        let identity: FileIdentity
+        switch body {
+        case let .file(file, .move), let .parts(file, .move, _): identity = file
+        default: return nil
+        }
+        guard existing.request.ownership == .move, existing.request.file?.path == identity.path,
+              let staged = existing.bodyFile, Paths.exists(staged), !Paths.exists(identity.path) else { return nil }
+        var reused = StagedBody()
+        reused.file = staged
+        reused.totalBytes = identity.size
+        return reused
     }
 
     /// Writes a staged batch; must run inside a transaction.
