@@ -532,3 +532,181 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(progress.last?.contains(#""bytes_accepted":\#(Self.size)"#) == true)
     }
 }
+
+/// Who owns a file body (SPEC 3, 7): move, copy, reference, and what cancel gives back.
+@Suite struct OwnershipTests {
+    enum Change: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case appended, touched, replaced, deleted
+        var testDescription: String { rawValue }
+
+        func apply(_ path: String) throws {
+            switch self {
+            case .appended:
+                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+                try handle.seekToEnd()
+                handle.write(Data("x".utf8))
+                try handle.close()
+            case .touched:
+                var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 5), timespec(tv_sec: 1_000_000_000, tv_nsec: 5)]
+                #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+            case .replaced:
+                // Same size and bytes, but a new inode.
+                let data = try Data(contentsOf: URL(fileURLWithPath: path))
+                try FileManager.default.removeItem(atPath: path)
+                try data.write(to: URL(fileURLWithPath: path))
+            case .deleted:
+                try FileManager.default.removeItem(atPath: path)
+            }
+        }
+    }
+
+    @Test(arguments: Change.allCases)
+    func referencedFileChangedBeforeTheAttemptSettlesErrorKindFile(_ change: Change) throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
+        let file = sandbox.path("ref.bin")
+        try PartFiles.make(file, size: 2 * 65_536)
+        #expect(try sandbox.outbox(["enqueue", "up", "--id", "ref", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
+        try change.apply(file)
+        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
+        let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
+        #expect((error["error"] as? [String: Any])?["kind"] as? String == "file")
+        #expect(server.requests(path: "/put/").isEmpty)
+        #expect(try sandbox.list().first?["reason"] as? String == "file")
+    }
+
+    @Test func referencedFileChangedBetweenPartsStopsBeforeTheNextPart() throws {
+        let server = try TestHTTPServer()
+        server.script("/put/mid/1", [TestResponse.delay(800, 201)])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
+        let file = sandbox.path("ref.bin")
+        try PartFiles.make(file, size: 3 * 65_536)
+        #expect(try sandbox.outbox(["enqueue", "up", "--id", "mid", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
+        let runner = try sandbox.start(["run", "--drain"])
+        #expect(waitUntil(seconds: 20) { !server.requests(path: "/put/mid/1").isEmpty })
+        try Change.appended.apply(file)
+        #expect(runner.wait().status == 0)
+        #expect(server.requests(path: "/put/mid/").map(\.path) == ["/put/mid/1"])
+        let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
+        #expect((error["error"] as? [String: Any])?["kind"] as? String == "file")
+    }
+
+    @Test func referencedFileIsSentFromWhereItIs() throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
+        let file = sandbox.path("ref.bin")
+        try PartFiles.make(file, size: 150_000, seed: 3)
+        #expect(try sandbox.outbox(["enqueue", "up", "--id", "r", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
+        let received = server.requests(path: "/put/r/").sorted { $0.path < $1.path }
+        #expect(try received.map(\.bodySHA256) == [PartFiles.sha(file, 0, 65_536), PartFiles.sha(file, 65_536, 150_000)])
+        #expect(FileManager.default.fileExists(atPath: file))
+    }
+
+    @Test func copySendsTheBytesAsTheyWereAtEnqueue() throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "1MiB", ownership: "copy"))
+        let file = sandbox.path("c.bin")
+        try PartFiles.make(file, size: 100_000, seed: 4)
+        let original = try PartFiles.sha(file, 0, 100_000)
+        #expect(try sandbox.outbox(["enqueue", "up", "--id", "c", "--vars", #"{"path": "c.bin"}"#]).status == 0)
+        try PartFiles.make(file, size: 100_000, seed: 5)
+        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(server.requests(path: "/put/c/").map(\.bodySHA256) == [original])
+        #expect(try PartFiles.sha(file, 0, 100_000) != original)
+    }
+
+    /// A second filesystem for cross-device moves: /dev/shm when it is one.
+    static func otherFilesystemFolder(than path: String) -> String? {
+        var a = stat(), b = stat()
+        guard stat(path, &a) == 0, stat("/dev/shm", &b) == 0, a.st_dev != b.st_dev else { return nil }
+        let folder = "/dev/shm/outbox-test-\(UUID().uuidString.prefix(8))"
+        return (try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)) != nil ? folder : nil
+    }
+
+    @Test func moveAcrossFilesystemsCopiesThenRemovesTheSource() throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        guard let folder = Self.otherFilesystemFolder(than: sandbox.root) else {
+            print("OwnershipTests: no second filesystem at /dev/shm; cross-device move not tested")
+            return
+        }
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "1MiB"))
+        let file = folder + "/m.bin"
+        try PartFiles.make(file, size: 90_000, seed: 6)
+        let original = try PartFiles.sha(file, 0, 90_000)
+        #expect(try sandbox.outbox(["enqueue", "up", "--id", "m", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: file))
+        let staged = try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies"))
+        #expect(staged.count == 1)
+        #expect(try PartFiles.sha(sandbox.path(".outbox/bodies/\(staged[0])"), 0, 90_000) == original)
+        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(server.requests(path: "/put/m/").map(\.bodySHA256) == [original])
+    }
+
+    enum CancelCase: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case beforeAnySend, afterSomePartsAccepted, acrossFilesystems, sourcePathTaken
+        var testDescription: String { rawValue }
+    }
+
+    @Test(arguments: CancelCase.allCases)
+    func cancelNeverDestroysTheOnlyCopyOfAMovedFile(_ c: CancelCase) throws {
+        let server = try TestHTTPServer()
+        server.script("/put/mv/3", [TestResponse.delay(5000, 201)])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        var folder = sandbox.path("data")
+        if c == .acrossFilesystems {
+            guard let other = Self.otherFilesystemFolder(than: sandbox.root) else {
+                print("OwnershipTests: no second filesystem at /dev/shm; cross-device return not tested")
+                return
+            }
+            folder = other
+        }
+        defer { if c == .acrossFilesystems { try? FileManager.default.removeItem(atPath: folder) } }
+        let file = folder + "/mv.bin"
+        try PartFiles.make(file, size: 4 * 65_536, seed: 8)
+        let original = try PartFiles.sha(file, 0, 4 * 65_536)
+        #expect(try sandbox.outbox(["enqueue", "up", "--id", "mv", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: file))
+        if c == .afterSomePartsAccepted {
+            #expect(try sandbox.outbox(["run", "--max-time", "1s", "--grace", "0s"]).status == 0)
+            #expect(try PartFiles.storedParts(sandbox, "mv").map(\.accepted) == [true, true, false, false])
+        }
+        if c == .sourcePathTaken {
+            try "someone else's file".write(toFile: file, atomically: true, encoding: .utf8)
+        }
+        let cancel = try sandbox.outbox(["cancel", "mv"])
+        #expect(cancel.status == 0)
+        #expect(try sandbox.list().isEmpty)
+        if c == .sourcePathTaken {
+            #expect(try String(contentsOfFile: file, encoding: .utf8) == "someone else's file")
+            let kept = sandbox.path(".outbox/returned/mv.bin")
+            #expect(try PartFiles.sha(kept, 0, 4 * 65_536) == original)
+            #expect(cancel.stderr.contains(kept))
+        } else {
+            #expect(try PartFiles.sha(file, 0, 4 * 65_536) == original)
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+    }
+
+    @Test func cancelOfACopiedEntryLeavesTheSourceAlone() throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "1MiB", ownership: "copy"))
+        let file = sandbox.path("c.bin")
+        try PartFiles.make(file, size: 70_000)
+        let original = try PartFiles.sha(file, 0, 70_000)
+        #expect(try sandbox.outbox(["enqueue", "up", "--id", "c", "--vars", #"{"path": "c.bin"}"#]).status == 0)
+        #expect(try sandbox.outbox(["cancel", "c"]).status == 0)
+        #expect(try PartFiles.sha(file, 0, 70_000) == original)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: sandbox.path(".outbox/returned")))
+    }
+}
