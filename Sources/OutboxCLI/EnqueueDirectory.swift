@@ -115,12 +115,14 @@ enum EnqueueDirectory {
         var entries: [NewEntry] = []
         entries.reserveCapacity(walk.files.count)
         var seen: [String: String] = [:]
+        let environment = RequestBuilder.environmentJSON(i.environment)
         for file in walk.files {
             let vars = vars(for: file, base: base)
             do throws(OutboxError) {
                 var id: String?
                 if let idTemplate {
-                    let inputs = RenderInputs(id: "", vars: vars, environment: i.environment, cwd: i.cwd)
+                    var inputs = RenderInputs(id: "", vars: vars, environment: i.environment, cwd: i.cwd)
+                    inputs.environmentJSON = environment
                     let rendered = try Template.render(idTemplate, context: RequestBuilder.context(inputs), mode: .value, field: "--id-template")
                     let text = rendered.stringValue ?? rendered.serialized()
                     if let problem = Identifiers.validateUserID(text) { throw OutboxError.invalid("--id-template: \(problem)") }

@@ -266,12 +266,14 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     /// One entry's same-id decision and write; returns staged files made obsolete.
     private func apply(_ new: NewEntry, staged: StagedBody, internalID: String, now: Int64) throws(OutboxError) -> (EnqueueResult, [String?]) {
         let existing = try entry(id: new.id)
+        // Hashed once: the canonical form of a body is not cheap to build.
+        let bodyHash = new.prepared.bodyHash
         let decision = try SameIdRule.decide(
             existing: existing.map { e throws(OutboxError) in
                 ExistingEntry(state: e.state, bodyHash: e.bodyHash,
                               outcomeAcknowledged: !(try hasPendingOutcome(e.id, generation: e.generation)))
             },
-            newBodyHash: new.prepared.bodyHash)
+            newBodyHash: bodyHash)
         let p = new.prepared
         let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
         let request = StoredRequest(prepared: p, form: staged.form).json.serialized()
@@ -280,7 +282,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         case .rejectRunning:
             throw .running("entry \(new.id) is being sent now and the new body differs; try again when it settles")
         case .create:
-            try insert(new, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt, generation: 1, now: now)
+            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt, generation: 1, now: now)
             return (EnqueueResult(id: new.id, decision: decision), [])
         case .resume, .redeliver, .reopen:
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
@@ -306,14 +308,14 @@ public final class SQLiteStore: Store, @unchecked Sendable {
                 try db.run("UPDATE outcomes SET acknowledged = 1 WHERE entry_id = ? AND generation = ?", [.text(e.id), .int(e.generation)])
             }
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
-            try insert(new, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
+            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
                        generation: generation, now: now, waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
             let old = e.bodyFile == staged.file ? [] : [e.bodyFile] + e.request.form.map(\.stagedFile)
             return (EnqueueResult(id: new.id, decision: decision), old)
         }
     }
 
-    private func insert(_ new: NewEntry, staged: StagedBody, internalID: String, request: String, expiresAt: Int64,
+    private func insert(_ new: NewEntry, bodyHash: String, staged: StagedBody, internalID: String, request: String, expiresAt: Int64,
                         generation: Int64, now: Int64, waits: Bool = false, createdAt: Int64? = nil) throws(OutboxError) {
         let p = new.prepared
         let headerGeneration = Int64(try setting("header_generation") ?? "0") ?? 0
@@ -330,7 +332,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
               next_attempt_at, waits_for_delivery)
             VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, [.text(new.id), .text(internalID), .text(new.key), .text(new.vars.serialized()), .int(generation), .text(request),
-                  staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(p.bodyHash), .int(staged.totalBytes),
+                  staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
                   .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
                   .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
                   .optional(new.notBefore), .bool(waits)])
