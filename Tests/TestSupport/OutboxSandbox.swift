@@ -6,6 +6,12 @@ public struct OutboxRun: Sendable {
     public var stdout: String
     public var stderr: String
 
+    public init(status: Int32, stdout: String, stderr: String) {
+        self.status = status
+        self.stdout = stdout
+        self.stderr = stderr
+    }
+
     /// Non-empty stdout lines.
     public var lines: [String] { stdout.split(separator: "\n").map(String.init) }
 
