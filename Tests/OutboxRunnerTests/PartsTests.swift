@@ -10,22 +10,29 @@ import TestSupport
 
 /// Files and hashes for part tests.
 enum PartFiles {
-    /// Writes `size` deterministic pseudo-random bytes (xorshift), different for each seed.
+    /// Writes `size` deterministic pseudo-random bytes (xorshift), different for each seed,
+    /// 1 MiB at a time so that the test process's memory stays flat (other suites measure it).
     static func make(_ path: String, size: Int, seed: UInt64 = 1) throws {
         var state = seed &* 0x9E37_79B9_7F4A_7C15 | 1
-        var bytes = [UInt8](repeating: 0, count: size)
-        bytes.withUnsafeMutableBytes { raw in
-            let words = raw.bindMemory(to: UInt64.self)
-            for i in 0..<words.count {
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        guard FileManager.default.createFile(atPath: path, contents: nil) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
+        }
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        var chunk = [UInt64](repeating: 0, count: (1 << 20) / 8)
+        var left = size
+        while left > 0 {
+            for i in chunk.indices {
                 state ^= state << 13
                 state ^= state >> 7
                 state ^= state << 17
-                words[i] = state
+                chunk[i] = state
             }
-            for i in (words.count * 8)..<size { raw[i] = UInt8(truncatingIfNeeded: state >> (i % 8)) }
+            let n = min(left, 1 << 20)
+            chunk.withUnsafeBytes { handle.write(Data($0.prefix(n))) }
+            left -= n
         }
-        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try Data(bytes).write(to: URL(fileURLWithPath: path))
     }
 
     /// SHA-256 (hex) of bytes [start, end) of a file, read in 4 MiB pieces.
@@ -53,8 +60,8 @@ enum PartFiles {
     }
 
     /// The parts of `outbox show ID --json`: (index, start, end, accepted).
-    static func storedParts(_ sandbox: OutboxSandbox, _ id: String) throws -> [(index: Int, start: Int64, end: Int64, accepted: Bool)] {
-        let parts = (try sandbox.show(id)?["parts"] as? [[String: Any]]) ?? []
+    static func storedParts(_ sandbox: OutboxSandbox, _ id: String) async throws -> [(index: Int, start: Int64, end: Int64, accepted: Bool)] {
+        let parts = (try await sandbox.show(id)?["parts"] as? [[String: Any]]) ?? []
         return parts.map { p in
             ((p["index"] as? Int) ?? -1, Int64((p["start"] as? Int) ?? -1), Int64((p["end"] as? Int) ?? -1), (p["accepted"] as? Bool) ?? false)
         }
@@ -86,7 +93,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
 }
 
 @Suite struct PartsTests {
-    @Test func chunkedUploadSendsEachPartOnceAndListsEveryETag() throws {
+    @Test func chunkedUploadSendsEachPartOnceAndListsEveryETag() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")
         try sandbox.define("up", partsDefinition(server, min: "1MiB", max: "4MiB"))
@@ -96,13 +103,13 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let ranges: [(Int64, Int64)] = [(0, 4_194_304), (4_194_304, 8_388_608), (8_388_608, Int64(size))]
         let hashes = try ranges.map { try PartFiles.sha(file, $0.0, $0.1) }
 
-        let enqueue = try sandbox.outbox(["enqueue", "up", "--id", "cap-1", "--vars", #"{"path": "data/capture.bin"}"#])
+        let enqueue = try await sandbox.outbox(["enqueue", "up", "--id", "cap-1", "--vars", #"{"path": "data/capture.bin"}"#])
         #expect(enqueue.status == 0)
         #expect(enqueue.stdout == "cap-1\n")
         // Parts default to ownership move: the file now lives in the store.
         #expect(!FileManager.default.fileExists(atPath: file))
 
-        let run = try sandbox.outbox(["run", "--drain", "--events", "-"])
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"])
         #expect(run.status == 0, "\(run.stderr)")
         let received = server.requests(path: "/put/cap-1/")
         #expect(received.count == 3)
@@ -121,7 +128,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(parts.map { $0["status"] as? Int } == [201, 201, 201])
         #expect(parts.map { ($0["headers"] as? [String: String])?["etag"] } == hashes.map(PartFiles.etag))
         // Completed and acknowledged: forgotten with its bytes.
-        #expect(try sandbox.list().isEmpty)
+        #expect(try await sandbox.list().isEmpty)
         #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
 
         // Progress events carry bytes sent and bytes accepted; the last one is complete.
@@ -151,15 +158,15 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         Limits(partConcurrency: 3, perHost: 1, connections: 1),
         Limits(partConcurrency: 1, perHost: 4, connections: 1),
     ])
-    func partsInFlightStayWithinPartConcurrencyAndPerHost(_ limits: Limits) throws {
+    func partsInFlightStayWithinPartConcurrencyAndPerHost(_ limits: Limits) async throws {
         let server = try TestHTTPServer()
         // Each part is held 200 ms, so parts overlap whenever the limits let them.
         server.script("/put/", [TestResponse.delay(200, 201)])
         let sandbox = try OutboxSandbox(config: "part_concurrency: \(limits.partConcurrency)\nper_host: \(limits.perHost)\n")
         try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy"))
         try PartFiles.make(sandbox.path("f.bin"), size: 6 * 262_144)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "lim", "--vars", #"{"path": "f.bin"}"#]).status == 0)
-        let run = try sandbox.outbox(["run", "--drain"])
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "lim", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain"])
         #expect(run.status == 0, "\(run.stderr)")
         let received = server.requests(path: "/put/lim/")
         #expect(received.count == 6)
@@ -169,14 +176,14 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(FileManager.default.fileExists(atPath: sandbox.path("outcome.json")))
     }
 
-    @Test func transientPartFailureRetriesOnlyThatPart() throws {
+    @Test func transientPartFailureRetriesOnlyThatPart() async throws {
         let server = try TestHTTPServer()
         server.script("/put/tr/2", [.status(503), .status(500), .json(201, "{}", headers: [("ETag", "\"second\"")])])
         let sandbox = try OutboxSandbox()
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         try PartFiles.make(sandbox.path("f.bin"), size: 3 * 65_536)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "tr", "--vars", #"{"path": "f.bin"}"#]).status == 0)
-        let run = try sandbox.outbox(["run", "--drain", "--events", "-"])
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "tr", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"])
         #expect(run.status == 0, "\(run.stderr)")
         let counts = Dictionary(grouping: server.requests(path: "/put/tr/"), by: { PartFiles.partNumber($0.path) ?? 0 }).mapValues(\.count)
         #expect(counts == [1: 1, 2: 3, 3: 1])
@@ -188,14 +195,14 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(partAttempts.filter { $0.contains(#""outcome":"retry""#) }.count == 2)
     }
 
-    @Test func terminalPartFailureSettlesErrorNamingThePart() throws {
+    @Test func terminalPartFailureSettlesErrorNamingThePart() async throws {
         let server = try TestHTTPServer()
         server.script("/put/te/3", [.status(422, body: "part rejected")])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         try PartFiles.make(sandbox.path("f.bin"), size: 4 * 65_536)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "te", "--vars", #"{"path": "f.bin"}"#]).status == 0)
-        let run = try sandbox.outbox(["run", "--drain"])
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "te", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain"])
         #expect(run.status == 0, "\(run.stderr)")
         let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
         let detail = try #require(error["error"] as? [String: Any])
@@ -205,26 +212,26 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(detail["body"] as? String == "part rejected")
         #expect((detail["message"] as? String)?.hasPrefix("part 3 of 4 (index 2, bytes 131072-196607)") == true)
         // An error entry stays (until cancel or a same-id enqueue); part 4 was never sent.
-        let row = try #require(try sandbox.list().first)
+        let row = try #require(try await sandbox.list().first)
         #expect(row["state"] as? String == "error")
         #expect(row["reason"] as? String == "http")
         #expect(server.requests(path: "/put/te/4").isEmpty)
     }
 
-    @Test func unauthorizedPartParksTheEntryUntilHeadersUpdate() throws {
+    @Test func unauthorizedPartParksTheEntryUntilHeadersUpdate() async throws {
         let server = try TestHTTPServer()
         server.script("/put/au/2", [.status(401), .json(201, "{}", headers: [("ETag", "\"after-auth\"")])])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         try PartFiles.make(sandbox.path("f.bin"), size: 3 * 65_536)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "au", "--vars", #"{"path": "f.bin"}"#]).status == 0)
-        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
-        let parked = try #require(try sandbox.list().first)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "au", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
+        let parked = try #require(try await sandbox.list().first)
         #expect(parked["state"] as? String == "awaiting-auth")
-        #expect(try PartFiles.storedParts(sandbox, "au").map(\.accepted) == [true, false, false])
+        #expect(try await PartFiles.storedParts(sandbox, "au").map(\.accepted) == [true, false, false])
 
-        #expect(try sandbox.outbox(["headers", "update", "Authorization: Bearer fresh"]).status == 0)
-        let run = try sandbox.outbox(["run", "--drain"])
+        #expect(try await sandbox.outbox(["headers", "update", "Authorization: Bearer fresh"]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain"])
         #expect(run.status == 0, "\(run.stderr)")
         let counts = Dictionary(grouping: server.requests(path: "/put/au/"), by: { PartFiles.partNumber($0.path) ?? 0 }).mapValues(\.count)
         #expect(counts == [1: 1, 2: 2, 3: 1])
@@ -236,23 +243,23 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     /// A stop (--max-time with no grace) aborts a slow part; a same-id enqueue with the same
     /// parts resumes the entry (the moved file still counts as the same file); the next run
     /// sends only the part that was never accepted.
-    @Test func stopAndSameIdResumeNeverResendAcceptedParts() throws {
+    @Test func stopAndSameIdResumeNeverResendAcceptedParts() async throws {
         let server = try TestHTTPServer()
         server.script("/put/rs/4", [TestResponse.delay(5000, 201), .json(201, "{}", headers: [("ETag", "\"four\"")])])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 2\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         try PartFiles.make(sandbox.path("f.bin"), size: 5 * 65_536)
         let vars = #"{"path": "f.bin"}"#
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "rs", "--vars", vars]).status == 0)
-        let first = try sandbox.outbox(["run", "--max-time", "1500ms", "--grace", "0s"])
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "rs", "--vars", vars]).status == 0)
+        let first = try await sandbox.outbox(["run", "--max-time", "1500ms", "--grace", "0s"])
         #expect(first.status == 0, "\(first.stderr)")
-        #expect(try PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true])
-        #expect(try sandbox.list().first?["state"] as? String == "queued")
+        #expect(try await PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true])
+        #expect(try await sandbox.list().first?["state"] as? String == "queued")
 
-        let again = try sandbox.outbox(["enqueue", "up", "--id", "rs", "--vars", vars])
+        let again = try await sandbox.outbox(["enqueue", "up", "--id", "rs", "--vars", vars])
         #expect(again.status == 0, "\(again.stderr)")
-        #expect(try PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true])
-        let second = try sandbox.outbox(["run", "--drain"])
+        #expect(try await PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true])
+        let second = try await sandbox.outbox(["run", "--drain"])
         #expect(second.status == 0, "\(second.stderr)")
         let counts = Dictionary(grouping: server.requests(path: "/put/rs/"), by: { PartFiles.partNumber($0.path) ?? 0 }).mapValues(\.count)
         #expect(counts == [1: 1, 2: 1, 3: 1, 4: 2, 5: 1])
@@ -262,12 +269,12 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
 
     /// SPEC 4 at its limit: a 5 TiB file (sparse, by reference, so nothing is copied) gets
     /// exactly the parts `chunk-plan 5TiB --json` prints.
-    @Test func fiveTiBFileGetsThePlanOfChunkPlan() throws {
+    @Test func fiveTiBFileGetsThePlanOfChunkPlan() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
         try sandbox.define("up", partsDefinition(server, min: "8MiB", max: "20MiB", ownership: "reference")
             .replacingOccurrences(of: "plan: { min: 8MiB, max: 20MiB }", with: "plan: { min: 8MiB, max: 20MiB, max_parts: 10000 }"))
-        let plan = try sandbox.outbox(["chunk-plan", "5TiB", "--json"])
+        let plan = try await sandbox.outbox(["chunk-plan", "5TiB", "--json"])
         #expect(plan.status == 0)
         let ranges = try #require(plan.json as? [[String: Int]])
         #expect(ranges.count == 9987)
@@ -280,19 +287,19 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
             print("PartsTests: this filesystem cannot hold a sparse 5 TiB file (errno \(errno)); the enqueue half is skipped")
             return
         }
-        let enqueue = try sandbox.outbox(["enqueue", "up", "--id", "huge", "--vars", #"{"path": "huge.img"}"#])
+        let enqueue = try await sandbox.outbox(["enqueue", "up", "--id", "huge", "--vars", #"{"path": "huge.img"}"#])
         #expect(enqueue.status == 0, "\(enqueue.stderr)")
-        let stored = try PartFiles.storedParts(sandbox, "huge")
+        let stored = try await PartFiles.storedParts(sandbox, "huge")
         #expect(stored.count == ranges.count)
         #expect(stored.map { [Int($0.start), Int($0.end)] } == ranges.map { [$0["start"]!, $0["end"]!] })
         // Reference: the store holds no copy, and the user's file is where it was.
         #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
         #expect(FileManager.default.fileExists(atPath: file))
-        #expect(try sandbox.outbox(["cancel", "huge"]).status == 0)
+        #expect(try await sandbox.outbox(["cancel", "huge"]).status == 0)
         #expect(FileManager.default.fileExists(atPath: file))
     }
 
-    @Test func requestCommandDescribesThePartsAtEnqueue() throws {
+    @Test func requestCommandDescribesThePartsAtEnqueue() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
         try sandbox.write("plugins/describe.py", """
@@ -323,18 +330,18 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         """)
         try PartFiles.make(sandbox.path("f.bin"), size: 100_001)
         let before = Int64(Date().timeIntervalSince1970 * 1000)
-        let enqueue = try sandbox.outbox(["enqueue", "cmd", "--id", "rc", "--vars", #"{"path": "f.bin"}"#])
+        let enqueue = try await sandbox.outbox(["enqueue", "cmd", "--id", "rc", "--vars", #"{"path": "f.bin"}"#])
         #expect(enqueue.status == 0, "\(enqueue.stderr)")
         let input = try #require(PartFiles.readJSON(sandbox.path("plugin-input.json")))
         #expect(input["vars"] as? [String: String] == ["path": "f.bin"])
         #expect(input["entry"] as? [String: String] == ["id": "rc"])
-        let shown = try #require(try sandbox.show("rc"))
+        let shown = try #require(try await sandbox.show("rc"))
         let expiresAt = try #require(shown["expires_at"] as? Int)
         #expect(abs(Int64(expiresAt) - before - 7_200_000) < 60_000)
         // The plugin asked for a copy: the source stays.
         #expect(FileManager.default.fileExists(atPath: sandbox.path("f.bin")))
 
-        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
         let received = server.requests(path: "/put/rc/").sorted { $0.path < $1.path }
         #expect(received.map(\.path) == ["/put/rc/1?sig=a%2Fb", "/put/rc/2?sig=c%2Fd"])
         #expect(received.map { $0.header("X-Plugin") } == ["yes", "yes"])
@@ -344,35 +351,35 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(PartFiles.readJSON(sandbox.path("outcome.json"))?["outcome"] as? String == "completed")
     }
 
-    @Test func failingRequestCommandStoresNothing() throws {
+    @Test func failingRequestCommandStoresNothing() async throws {
         let sandbox = try OutboxSandbox()
         try sandbox.write("plugins/fail.sh", "echo 'no upload slot today' >&2\nexit 3\n", mode: 0o755)
         try sandbox.define("cmd", """
         key: cmd
         request_command: plugins/fail.sh
         """)
-        let enqueue = try sandbox.outbox(["enqueue", "cmd", "--vars", "{}"])
+        let enqueue = try await sandbox.outbox(["enqueue", "cmd", "--vars", "{}"])
         #expect(enqueue.status == 65)
         #expect(enqueue.stderr.contains("request_command exited 3: no upload slot today"))
-        #expect(try sandbox.list().isEmpty)
+        #expect(try await sandbox.list().isEmpty)
     }
 
-    @Test func progressDisplayDrawsOnRequestAndStaysOffWithNever() throws {
+    @Test func progressDisplayDrawsOnRequestAndStaysOffWithNever() async throws {
         let server = try TestHTTPServer()
         server.script("/put/", [TestResponse.delay(300, 201)])
         let sandbox = try OutboxSandbox()
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         try PartFiles.make(sandbox.path("a.bin"), size: 4 * 65_536)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "pd", "--vars", #"{"path": "a.bin"}"#]).status == 0)
-        let shown = try sandbox.outbox(["run", "--drain", "--progress", "always"])
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "pd", "--vars", #"{"path": "a.bin"}"#]).status == 0)
+        let shown = try await sandbox.outbox(["run", "--drain", "--progress", "always"])
         #expect(shown.status == 0)
         #expect(shown.stderr.contains("\u{1B}[2K"))
         #expect(shown.stderr.contains("0/1 entries · 0 B of 256 KiB"))
         #expect(shown.stderr.contains("1 running"))
 
         try PartFiles.make(sandbox.path("b.bin"), size: 4 * 65_536)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "pd2", "--vars", #"{"path": "b.bin"}"#]).status == 0)
-        let hidden = try sandbox.outbox(["run", "--drain", "--progress", "never"])
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "pd2", "--vars", #"{"path": "b.bin"}"#]).status == 0)
+        let hidden = try await sandbox.outbox(["run", "--drain", "--progress", "never"])
         #expect(hidden.status == 0)
         #expect(!hidden.stderr.contains("\u{1B}"))
         #expect(!hidden.stderr.contains("entries"))
@@ -459,43 +466,43 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         }
     }
 
-    @Test func sigkillMidUploadThenRunAgainSendsNoAcceptedPartTwice() throws {
+    @Test func sigkillMidUploadThenRunAgainSendsNoAcceptedPartTwice() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")
         try sandbox.define("up", partsDefinition(server, min: "8MiB", max: "16MiB"))
         let file = sandbox.path("big.bin")
         try Self.makeStampedFile(file)
         let count = Int(Self.size / Self.partSize)
-        let expected = try (0..<count).map { i in
-            try PartFiles.sha(file, Int64(i) * Self.partSize, Int64(i + 1) * Self.partSize)
+        let expected = try await offload {
+            try (0..<count).map { i in try PartFiles.sha(file, Int64(i) * Self.partSize, Int64(i + 1) * Self.partSize) }
         }
         #expect(Set(expected).count == count)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "big", "--vars", #"{"path": "big.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "big", "--vars", #"{"path": "big.bin"}"#]).status == 0)
 
         let first = try sandbox.start(["run", "--events", "-"])
-        let started = waitUntil(seconds: 120) { server.requests(path: "/put/big/").filter(\.completed).count >= 12 }
+        let started = await waitUntil(seconds: 120) { server.requests(path: "/put/big/").filter(\.completed).count >= 12 }
         #expect(started, "the first runner did not get 12 parts through")
         let firstPeak = first.peakMemoryKiB ?? 0
         first.signal(SIGKILL)
-        _ = first.wait()
+        _ = await first.wait()
         #expect(first.process.terminationReason == .uncaughtSignal)
 
-        let before = try PartFiles.storedParts(sandbox, "big")
+        let before = try await PartFiles.storedParts(sandbox, "big")
         #expect(before.count == count)
         let acceptedBefore = Set(before.filter(\.accepted).map(\.index))
         // Up to part_concurrency answers may have been received but not yet recorded.
         #expect(acceptedBefore.count >= 9)
         #expect(acceptedBefore.count < count)
-        #expect(try sandbox.list().first?["state"] as? String == "running")
+        #expect(try await sandbox.list().first?["state"] as? String == "running")
 
         let clock = Date()
         let second = try sandbox.start(["run", "--drain", "--events", "-"])
         var secondPeak = 0
         while second.process.isRunning {
             secondPeak = max(secondPeak, second.peakMemoryKiB ?? 0)
-            usleep(50_000)
+            try await Task.sleep(nanoseconds: 50_000_000)
         }
-        let result = second.wait()
+        let result = await second.wait()
         let elapsed = Date().timeIntervalSince(clock)
         #expect(result.status == 0, "\(result.stderr)")
         #expect(result.stderr.contains("put 1 entry left running by an earlier runner back in the queue"))
@@ -561,62 +568,62 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     }
 
     @Test(arguments: Change.allCases)
-    func referencedFileChangedBeforeTheAttemptSettlesErrorKindFile(_ change: Change) throws {
+    func referencedFileChangedBeforeTheAttemptSettlesErrorKindFile(_ change: Change) async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
         let file = sandbox.path("ref.bin")
         try PartFiles.make(file, size: 2 * 65_536)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "ref", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "ref", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
         try change.apply(file)
-        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
         let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
         #expect((error["error"] as? [String: Any])?["kind"] as? String == "file")
         #expect(server.requests(path: "/put/").isEmpty)
-        #expect(try sandbox.list().first?["reason"] as? String == "file")
+        #expect(try await sandbox.list().first?["reason"] as? String == "file")
     }
 
-    @Test func referencedFileChangedBetweenPartsStopsBeforeTheNextPart() throws {
+    @Test func referencedFileChangedBetweenPartsStopsBeforeTheNextPart() async throws {
         let server = try TestHTTPServer()
-        server.script("/put/mid/1", [TestResponse.delay(800, 201)])
+        server.script("/put/mid/1", [TestResponse.delay(3000, 201)])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
         let file = sandbox.path("ref.bin")
         try PartFiles.make(file, size: 3 * 65_536)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "mid", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mid", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
         let runner = try sandbox.start(["run", "--drain"])
-        #expect(waitUntil(seconds: 20) { !server.requests(path: "/put/mid/1").isEmpty })
+        #expect(await waitUntil(seconds: 20) { !server.requests(path: "/put/mid/1").isEmpty })
         try Change.appended.apply(file)
-        #expect(runner.wait().status == 0)
+        #expect(await runner.wait().status == 0)
         #expect(server.requests(path: "/put/mid/").map(\.path) == ["/put/mid/1"])
         let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
         #expect((error["error"] as? [String: Any])?["kind"] as? String == "file")
     }
 
-    @Test func referencedFileIsSentFromWhereItIs() throws {
+    @Test func referencedFileIsSentFromWhereItIs() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
         let file = sandbox.path("ref.bin")
         try PartFiles.make(file, size: 150_000, seed: 3)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "r", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "r", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
         #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
-        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
         let received = server.requests(path: "/put/r/").sorted { $0.path < $1.path }
         #expect(try received.map(\.bodySHA256) == [PartFiles.sha(file, 0, 65_536), PartFiles.sha(file, 65_536, 150_000)])
         #expect(FileManager.default.fileExists(atPath: file))
     }
 
-    @Test func copySendsTheBytesAsTheyWereAtEnqueue() throws {
+    @Test func copySendsTheBytesAsTheyWereAtEnqueue() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "1MiB", ownership: "copy"))
         let file = sandbox.path("c.bin")
         try PartFiles.make(file, size: 100_000, seed: 4)
         let original = try PartFiles.sha(file, 0, 100_000)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "c", "--vars", #"{"path": "c.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "c", "--vars", #"{"path": "c.bin"}"#]).status == 0)
         try PartFiles.make(file, size: 100_000, seed: 5)
-        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
         #expect(server.requests(path: "/put/c/").map(\.bodySHA256) == [original])
         #expect(try PartFiles.sha(file, 0, 100_000) != original)
     }
@@ -629,7 +636,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         return (try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)) != nil ? folder : nil
     }
 
-    @Test func moveAcrossFilesystemsCopiesThenRemovesTheSource() throws {
+    @Test func moveAcrossFilesystemsCopiesThenRemovesTheSource() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
         guard let folder = Self.otherFilesystemFolder(than: sandbox.root) else {
@@ -641,12 +648,12 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let file = folder + "/m.bin"
         try PartFiles.make(file, size: 90_000, seed: 6)
         let original = try PartFiles.sha(file, 0, 90_000)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "m", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "m", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: file))
         let staged = try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies"))
         #expect(staged.count == 1)
         #expect(try PartFiles.sha(sandbox.path(".outbox/bodies/\(staged[0])"), 0, 90_000) == original)
-        #expect(try sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
         #expect(server.requests(path: "/put/m/").map(\.bodySHA256) == [original])
     }
 
@@ -656,7 +663,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     }
 
     @Test(arguments: CancelCase.allCases)
-    func cancelNeverDestroysTheOnlyCopyOfAMovedFile(_ c: CancelCase) throws {
+    func cancelNeverDestroysTheOnlyCopyOfAMovedFile(_ c: CancelCase) async throws {
         let server = try TestHTTPServer()
         server.script("/put/mv/3", [TestResponse.delay(5000, 201)])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
@@ -673,18 +680,18 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let file = folder + "/mv.bin"
         try PartFiles.make(file, size: 4 * 65_536, seed: 8)
         let original = try PartFiles.sha(file, 0, 4 * 65_536)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "mv", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mv", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: file))
         if c == .afterSomePartsAccepted {
-            #expect(try sandbox.outbox(["run", "--max-time", "1s", "--grace", "0s"]).status == 0)
-            #expect(try PartFiles.storedParts(sandbox, "mv").map(\.accepted) == [true, true, false, false])
+            #expect(try await sandbox.outbox(["run", "--max-time", "1s", "--grace", "0s"]).status == 0)
+            #expect(try await PartFiles.storedParts(sandbox, "mv").map(\.accepted) == [true, true, false, false])
         }
         if c == .sourcePathTaken {
             try "someone else's file".write(toFile: file, atomically: true, encoding: .utf8)
         }
-        let cancel = try sandbox.outbox(["cancel", "mv"])
+        let cancel = try await sandbox.outbox(["cancel", "mv"])
         #expect(cancel.status == 0)
-        #expect(try sandbox.list().isEmpty)
+        #expect(try await sandbox.list().isEmpty)
         if c == .sourcePathTaken {
             #expect(try String(contentsOfFile: file, encoding: .utf8) == "someone else's file")
             let kept = sandbox.path(".outbox/returned/mv.bin")
@@ -696,15 +703,15 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
     }
 
-    @Test func cancelOfACopiedEntryLeavesTheSourceAlone() throws {
+    @Test func cancelOfACopiedEntryLeavesTheSourceAlone() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "1MiB", ownership: "copy"))
         let file = sandbox.path("c.bin")
         try PartFiles.make(file, size: 70_000)
         let original = try PartFiles.sha(file, 0, 70_000)
-        #expect(try sandbox.outbox(["enqueue", "up", "--id", "c", "--vars", #"{"path": "c.bin"}"#]).status == 0)
-        #expect(try sandbox.outbox(["cancel", "c"]).status == 0)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "c", "--vars", #"{"path": "c.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["cancel", "c"]).status == 0)
         #expect(try PartFiles.sha(file, 0, 70_000) == original)
         #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
         #expect(!FileManager.default.fileExists(atPath: sandbox.path(".outbox/returned")))

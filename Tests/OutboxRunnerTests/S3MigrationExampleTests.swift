@@ -26,7 +26,7 @@ final class MotoServer: @unchecked Sendable {
         try TestHTTPCurl.runExecutable("/usr/bin/env", ["python3"] + arguments)
     }
 
-    init() throws {
+    init() async throws {
         // Ask the kernel for a free port, then give it to moto (which needs a number).
         let probe = try MotoServer.python(["-c", "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"])
         port = try #require(Int(probe.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)))
@@ -39,7 +39,7 @@ final class MotoServer: @unchecked Sendable {
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         try process.run()
-        let up = waitUntil(seconds: 60) {
+        let up = await waitUntil(seconds: 60) {
             ((try? TestHTTPCurl.statusCode(endpoint + "/"))?.code ?? 0) == 200
         }
         if !up {
@@ -68,22 +68,41 @@ final class MotoServer: @unchecked Sendable {
             .appendingPathComponent("examples/s3-migration").path
     }
 
-    @Test func signerMatchesBotocore() throws {
-        if let reason = MotoServer.ensureInstalled() {
+    /// Runs `python3 ARGS` in `folder` with `environment` over the test's own, and waits.
+    static func python(_ arguments: [String], in folder: String, environment: [String: String]) throws -> OutboxRun {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3"] + arguments
+        process.currentDirectoryURL = URL(fileURLWithPath: folder)
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return OutboxRun(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+                         stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    @Test func signerMatchesBotocore() async throws {
+        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
             print("S3MigrationExampleTests: skipped, \(reason)")
             return
         }
-        let check = try MotoServer.python([Self.example + "/tests/check_sigv4.py"])
+        let example = Self.example
+        let check = try await offload { try MotoServer.python([example + "/tests/check_sigv4.py"]) }
         #expect(check.exitCode == 0, "\(check.stdoutText)\(check.stderr)")
         #expect(check.stdoutText.contains("check_sigv4: 0 mismatches"))
     }
 
-    @Test func aTreeOfFilesLandsInS3ByteForByte() throws {
-        if let reason = MotoServer.ensureInstalled() {
+    @Test func aTreeOfFilesLandsInS3ByteForByte() async throws {
+        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
             print("S3MigrationExampleTests: skipped, \(reason)")
             return
         }
-        let moto = try MotoServer()
+        let moto = try await MotoServer()
         let sandbox = try OutboxSandbox()
         for folder in ["config", "definitions", "lib", "plugins", "hooks", "tools"] {
             try? FileManager.default.removeItem(atPath: sandbox.path(folder))
@@ -95,31 +114,20 @@ final class MotoServer: @unchecked Sendable {
             "AWS_REGION": "us-east-1", "S3_BUCKET": "migration",
             "PATH": binaries + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
         ]
-        func python(_ arguments: [String]) throws -> OutboxRun {
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-            process.arguments = ["python3"] + arguments
-            process.currentDirectoryURL = URL(fileURLWithPath: sandbox.root)
-            process.environment = ProcessInfo.processInfo.environment.merging(env) { $1 }
-            let out = Pipe(), err = Pipe()
-            process.standardOutput = out
-            process.standardError = err
-            try process.run()
-            let stdout = out.fileHandleForReading.readDataToEndOfFile()
-            let stderr = err.fileHandleForReading.readDataToEndOfFile()
-            process.waitUntilExit()
-            return OutboxRun(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-                             stderr: String(decoding: stderr, as: UTF8.self))
+        let root = sandbox.root
+        func python(_ arguments: [String]) async throws -> OutboxRun {
+            try await offload { try Self.python(arguments, in: root, environment: env) }
         }
-        #expect(try python(["tools/s3_tool.py", "mb", "migration"]).status == 0)
+        #expect(try await python(["tools/s3_tool.py", "mb", "migration"]).status == 0)
 
         let files: [(relative: String, size: Int)] = [("empty.bin", 0), ("small.txt", 1024), ("nested/medium.bin", 12 << 20),
                                                        ("big.bin", 130 << 20)]
         for (n, file) in files.enumerated() {
-            try PartFiles.make(sandbox.path("data/" + file.relative), size: file.size, seed: UInt64(n + 11))
+            let path = sandbox.path("data/" + file.relative)
+            try await offload { try PartFiles.make(path, size: file.size, seed: UInt64(n + 11)) }
         }
         let enqueue = ["enqueue", "s3.upload", "--from-dir", "data", "--vars", #"{"prefix": "run1/"}"#, "--id-template", "mig-{{ vars.name }}"]
-        let first = try sandbox.outbox(enqueue, environment: env)
+        let first = try await sandbox.outbox(enqueue, environment: env)
         #expect(first.status == 0, "\(first.stderr)")
         #expect(first.lines == ["mig-big.bin", "mig-empty.bin", "mig-medium.bin", "mig-small.txt"])
         let bigState = try #require(PartFiles.readJSON(sandbox.path(".s3-uploads/mig-big.bin.json")))
@@ -127,21 +135,22 @@ final class MotoServer: @unchecked Sendable {
         #expect(((bigState["descriptor"] as? [String: Any])?["parts"] as? [Any])?.count == 7)
 
         // A first run stopped after a second; the same tree enqueued again resumes.
-        #expect(try sandbox.outbox(["run", "--max-time", "1s", "--grace", "0s"], environment: env).status == 0)
-        let again = try sandbox.outbox(enqueue, environment: env)
+        #expect(try await sandbox.outbox(["run", "--max-time", "1s", "--grace", "0s"], environment: env).status == 0)
+        let again = try await sandbox.outbox(enqueue, environment: env)
         #expect(again.status == 0, "\(again.stderr)")
         if let state = PartFiles.readJSON(sandbox.path(".s3-uploads/mig-big.bin.json")) {
             #expect(state["upload_id"] as? String == uploadID, "a resume must keep the multipart upload")
         }
-        let run = try sandbox.outbox(["run", "--drain"], environment: env)
+        let run = try await sandbox.outbox(["run", "--drain"], environment: env)
         #expect(run.status == 0, "\(run.stderr)")
         #expect(!run.stderr.contains("hook failures"), "\(run.stderr)")
-        #expect(try sandbox.list().isEmpty, "every outcome acknowledged and forgotten")
+        #expect(try await sandbox.list().isEmpty, "every outcome acknowledged and forgotten")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: sandbox.path(".s3-uploads"))) ?? []).isEmpty)
 
         for file in files {
-            let local = try PartFiles.sha(sandbox.path("data/" + file.relative), 0, Int64(file.size))
-            let remote = try python(["tools/s3_tool.py", "sha256", "migration", "run1/" + file.relative])
+            let path = sandbox.path("data/" + file.relative)
+            let local = try await offload { try PartFiles.sha(path, 0, Int64(file.size)) }
+            let remote = try await python(["tools/s3_tool.py", "sha256", "migration", "run1/" + file.relative])
             #expect(remote.status == 0, "\(remote.stderr)")
             let fields = remote.stdout.split(separator: " ").map(String.init)
             #expect(fields.count == 3)

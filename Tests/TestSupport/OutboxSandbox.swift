@@ -64,11 +64,11 @@ public final class OutboxSandbox: @unchecked Sendable {
         try write("definitions/\(name).yaml", yaml)
     }
 
-    /// Runs `outbox ARGS` in the root and waits for it.
+    /// Runs `outbox ARGS` in the root and waits for it (without holding a cooperative thread).
     @discardableResult
-    public func outbox(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) throws -> OutboxRun {
+    public func outbox(_ arguments: [String], stdin: String? = nil, environment: [String: String] = [:]) async throws -> OutboxRun {
         let process = try start(arguments, environment: environment, stdinText: stdin)
-        return process.wait()
+        return await process.wait()
     }
 
     /// Starts `outbox ARGS` in the root without waiting (for runners that tests stop or kill).
@@ -77,13 +77,13 @@ public final class OutboxSandbox: @unchecked Sendable {
     }
 
     /// `outbox show ID --json` as a dictionary.
-    public func show(_ id: String) throws -> [String: Any]? {
-        try outbox(["show", id, "--json"]).json as? [String: Any]
+    public func show(_ id: String) async throws -> [String: Any]? {
+        try await outbox(["show", id, "--json"]).json as? [String: Any]
     }
 
     /// `outbox list --json` rows.
-    public func list() throws -> [[String: Any]] {
-        (try outbox(["list", "--json"]).json as? [[String: Any]]) ?? []
+    public func list() async throws -> [[String: Any]] {
+        (try await outbox(["list", "--json"]).json as? [[String: Any]]) ?? []
     }
 }
 
@@ -148,9 +148,10 @@ public final class OutboxProcess: @unchecked Sendable {
     }
 
     /// Waits for the exit (bounded: a hung runner fails the test instead of hanging CI).
-    public func wait(timeoutSeconds: Double = 300) -> OutboxRun {
+    /// Polls with `Task.sleep`, so waiting never holds one of the cooperative pool's threads.
+    public func wait(timeoutSeconds: Double = 300) async -> OutboxRun {
         let deadline = Date().addingTimeInterval(timeoutSeconds)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
+        while process.isRunning && Date() < deadline { try? await Task.sleep(nanoseconds: 10_000_000) }
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
         }
@@ -161,11 +162,23 @@ public final class OutboxProcess: @unchecked Sendable {
 
 /// Polls `condition` every 20 ms until it holds or `seconds` pass; returns whether it held.
 @discardableResult
-public func waitUntil(seconds: Double, _ condition: () throws -> Bool) rethrows -> Bool {
+public func waitUntil(seconds: Double, _ condition: () throws -> Bool) async rethrows -> Bool {
     let deadline = Date().addingTimeInterval(seconds)
     while Date() < deadline {
         if try condition() { return true }
-        usleep(20_000)
+        try? await Task.sleep(nanoseconds: 20_000_000)
     }
     return try condition()
+}
+
+/// Runs blocking or CPU-heavy work (hashing a GiB, waiting on a child) on a thread of its own.
+///
+/// Swift Testing runs tests on the cooperative pool, which has 2 threads on a 2-core machine
+/// (T-swift4): a test that blocks one starves every other test of the run.
+public func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        let thread = Thread { continuation.resume(with: Result { try work() }) }
+        thread.stackSize = 8 << 20
+        thread.start()
+    }
 }
