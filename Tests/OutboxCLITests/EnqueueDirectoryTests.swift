@@ -6,7 +6,7 @@ import TestSupport
 // at scale, through the real `outbox` binary.
 
 /// Builds folder trees for the tests.
-enum Tree {
+enum DirTree {
     static func file(_ root: String, _ relative: String, _ text: String) throws {
         let path = root + "/" + relative
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
@@ -24,7 +24,7 @@ enum Tree {
 }
 
 /// A whole-file PUT per file, to `/put/{{ vars.name }}` on `base`.
-func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: String = "") -> String {
+func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders: String = "") -> String {
     """
     key: migrate
     request:
@@ -41,12 +41,12 @@ func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: St
 @Suite struct EnqueueDirectoryTests {
     @Test func oneEntryPerRegularFileWithItsVars() async throws {
         let sandbox = try OutboxSandbox()
-        try sandbox.define("migrate", fileDefinition("http://127.0.0.1:9"))
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
         let root = sandbox.path("tree")
-        try Tree.file(root, "b/two.txt", "22")
-        try Tree.file(root, "a/one.txt", "1")
-        try Tree.file(root, "a/.hidden/three.txt", "333")
-        try Tree.file(root, ".dotfile", "4444")
+        try DirTree.file(root, "b/two.txt", "22")
+        try DirTree.file(root, "a/one.txt", "1")
+        try DirTree.file(root, "a/.hidden/three.txt", "333")
+        try DirTree.file(root, ".dotfile", "4444")
         try FileManager.default.createSymbolicLink(atPath: root + "/b/link.txt", withDestinationPath: "../a/one.txt")
         try FileManager.default.createSymbolicLink(atPath: root + "/linked-dir", withDestinationPath: root + "/a")
         #expect(mkfifo(root + "/pipe", 0o600) == 0)
@@ -59,7 +59,7 @@ func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: St
         #expect(printed.allSatisfy { ($0["id"]?.count ?? 0) == 36 })
         #expect(run.stderr.contains("skipped 2 symbolic link(s) and 1 special file(s)"))
 
-        let rows = try await Tree.rows(sandbox)
+        let rows = try await DirTree.rows(sandbox)
         #expect(rows.map { $0["id"] as? String } == printed.map { $0["id"] })
         let vars = rows.compactMap { $0["vars"] as? [String: Any] }
         #expect(vars.map { $0["relative_path"] as? String } == [".dotfile", "a/.hidden/three.txt", "a/one.txt", "b/two.txt"])
@@ -71,9 +71,9 @@ func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: St
 
     @Test func idTemplateMakesARerunResumeInsteadOfDuplicating() async throws {
         let sandbox = try OutboxSandbox()
-        try sandbox.define("migrate", fileDefinition("http://127.0.0.1:9"))
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
         let root = sandbox.path("tree")
-        for n in 1...5 { try Tree.file(root, "d\(n % 2)/f\(n).txt", String(repeating: "x", count: n)) }
+        for n in 1...5 { try DirTree.file(root, "d\(n % 2)/f\(n).txt", String(repeating: "x", count: n)) }
         let args = ["enqueue", "migrate", "--from-dir", root, "--id-template", "file-{{ vars.name }}"]
         let first = try await sandbox.outbox(args)
         #expect(first.status == 0, "\(first.stderr)")
@@ -81,32 +81,32 @@ func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: St
         let second = try await sandbox.outbox(args)
         #expect(second.status == 0)
         #expect(second.lines == first.lines)
-        #expect(try await Tree.queued(sandbox) == 5)
+        #expect(try await DirTree.queued(sandbox) == 5)
     }
 
     @Test func idTemplateGivingOneIdTwiceIsRefused() async throws {
         let sandbox = try OutboxSandbox()
-        try sandbox.define("migrate", fileDefinition("http://127.0.0.1:9"))
-        try Tree.file(sandbox.path("tree"), "a/same.txt", "1")
-        try Tree.file(sandbox.path("tree"), "b/same.txt", "2")
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
+        try DirTree.file(sandbox.path("tree"), "a/same.txt", "1")
+        try DirTree.file(sandbox.path("tree"), "b/same.txt", "2")
         let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree", "--id-template", "{{ vars.name }}"])
         #expect(run.status == 65)
         #expect(run.stderr.contains(#"--id-template gives the id "same.txt" to a/same.txt too"#))
-        #expect(try await Tree.rows(sandbox).isEmpty)
+        #expect(try await DirTree.rows(sandbox).isEmpty)
     }
 
     /// One file that cannot be enqueued (a name that cannot go in a header) fails the whole
     /// folder: nothing is stored and, with ownership move, nothing leaves its place.
     @Test func oneBadFileFailsTheWholeFolder() async throws {
         let sandbox = try OutboxSandbox()
-        try sandbox.define("migrate", fileDefinition("http://127.0.0.1:9", ownership: "move", extraHeaders: ""))
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9", ownership: "move", extraHeaders: ""))
         let root = sandbox.path("tree")
-        for n in 1...20 { try Tree.file(root, "ok\(n).txt", "fine") }
-        try Tree.file(root, "zz\nbad.txt", "bad name")
+        for n in 1...20 { try DirTree.file(root, "ok\(n).txt", "fine") }
+        try DirTree.file(root, "zz\nbad.txt", "bad name")
         let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree"])
         #expect(run.status == 65)
         #expect(run.stderr.contains(root + "/zz"))
-        #expect(try await Tree.rows(sandbox).isEmpty)
+        #expect(try await DirTree.rows(sandbox).isEmpty)
         #expect(try FileManager.default.contentsOfDirectory(atPath: root).count == 21)
         #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
     }
@@ -129,17 +129,17 @@ func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: St
     ])
     func refusedInvocations(_ r: Refusal) async throws {
         let sandbox = try OutboxSandbox()
-        try sandbox.define("migrate", fileDefinition("http://127.0.0.1:9"))
-        try Tree.file(sandbox.path("tree"), "a.txt", "a")
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
+        try DirTree.file(sandbox.path("tree"), "a.txt", "a")
         let run = try await sandbox.outbox(["enqueue", "migrate"] + r.arguments)
         #expect(run.status == r.status)
         #expect(run.stderr.contains(r.message), "\(run.stderr)")
-        #expect(try await Tree.rows(sandbox).isEmpty)
+        #expect(try await DirTree.rows(sandbox).isEmpty)
     }
 
     @Test func emptyFolderEnqueuesNothing() async throws {
         let sandbox = try OutboxSandbox()
-        try sandbox.define("migrate", fileDefinition("http://127.0.0.1:9"))
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
         try FileManager.default.createDirectory(atPath: sandbox.path("empty/sub"), withIntermediateDirectories: true)
         let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "empty", "--json"])
         #expect(run.status == 0)
@@ -150,12 +150,12 @@ func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: St
     @Test func aMigratedTreeIsSentFileByFile() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox(config: "concurrency: 8\n")
-        try sandbox.define("migrate", fileDefinition(server.baseURL, ownership: "move"))
+        try sandbox.define("migrate", migrateDefinition(server.baseURL, ownership: "move"))
         let root = sandbox.path("tree")
         var expected: [String: Int] = [:]
         for n in 0..<300 {
             let size = (n * 997) % 20_000
-            try Tree.file(root, "dir\(n % 7)/sub\(n % 3)/file\(n).bin", String(repeating: "z", count: size))
+            try DirTree.file(root, "dir\(n % 7)/sub\(n % 3)/file\(n).bin", String(repeating: "z", count: size))
             expected["/put/file\(n).bin"] = size
         }
         let enqueue = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree"])
@@ -172,7 +172,7 @@ func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: St
         let received = server.requests(path: "/put/")
         #expect(Dictionary(uniqueKeysWithValues: received.map { ($0.path, Int($0.bodySize)) }) == expected)
         #expect(received.allSatisfy { $0.header("X-Relative")?.hasSuffix(String($0.path.dropFirst(5))) == true })
-        #expect(try await Tree.rows(sandbox).isEmpty)
+        #expect(try await DirTree.rows(sandbox).isEmpty)
     }
 }
 
@@ -209,7 +209,7 @@ func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: St
         #expect(unique == 100_000)
         #expect(first == "line-0")
         #expect(middle == "line-50000")
-        #expect(try await Tree.queued(sandbox) == 100_000)
+        #expect(try await DirTree.queued(sandbox) == 100_000)
     }
 
     @Test func aBadLastLineStoresNothing() async throws {
@@ -226,6 +226,6 @@ func fileDefinition(_ base: String, ownership: String = "copy", extraHeaders: St
         let run = try await sandbox.outbox(["enqueue", "note", "--from", "lines.jsonl"])
         #expect(run.status == 65)
         #expect(run.stderr.contains("lines.jsonl:1001: unknown field \"colour\""))
-        #expect(try await Tree.queued(sandbox) == 0)
+        #expect(try await DirTree.queued(sandbox) == 0)
     }
 }
