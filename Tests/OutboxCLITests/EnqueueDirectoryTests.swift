@@ -38,7 +38,7 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
     """
 }
 
-@Suite struct EnqueueDirectoryTests {
+@Suite(.serialized) struct EnqueueDirectoryTests {
     @Test func oneEntryPerRegularFileWithItsVars() async throws {
         let sandbox = try OutboxSandbox()
         try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))

@@ -92,7 +92,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     """
 }
 
-@Suite struct PartsTests {
+@Suite(.serialized) struct PartsTests {
     @Test func chunkedUploadSendsEachPartOnceAndListsEveryETag() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")
@@ -541,7 +541,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
 }
 
 /// Who owns a file body (SPEC 3, 7): move, copy, reference, and what cancel gives back.
-@Suite struct OwnershipTests {
+@Suite(.serialized) struct OwnershipTests {
     enum Change: String, CaseIterable, CustomTestStringConvertible, Sendable {
         case appended, touched, replaced, deleted
         var testDescription: String { rawValue }
