@@ -8,6 +8,8 @@ enum EnqueueCommand {
         varsOption,
         OptionSpec(name: "id", valueName: "ID", help: "the entry id (default: a new UUID); same id again resumes or replaces"),
         OptionSpec(name: "from", valueName: "FILE.jsonl", help: "one entry per line: {\"vars\", \"id\"?, \"delay\"?, \"not_before\"?}; all or nothing"),
+        EnqueueDirectory.option,
+        EnqueueDirectory.idTemplateOption,
         OptionSpec(name: "delay", valueName: "D", help: "hold the entry for a duration (10m, 2h)"),
         OptionSpec(name: "not-before", valueName: "T", help: "hold the entry until a time (RFC 3339 or epoch ms)"),
         OptionSpec(name: "expires-at", valueName: "T", help: "give up at this time instead of now + expires_in"),
@@ -16,6 +18,8 @@ enum EnqueueCommand {
     static let details = """
     The entry and its staged body are durable on disk before the id is printed; the source
     file of a `file` body may be deleted afterwards (unless ownership is reference).
+    --from-dir enqueues one entry per regular file under DIR (hidden files included, symbolic
+    links skipped), with vars path, relative_path, name and size over the --vars object.
     """
 
     static func factory(_ project: Project, _ i: Invocation) -> EntryFactory {
@@ -43,6 +47,16 @@ enum EnqueueCommand {
         }
     }
 
+    /// The file an existing entry of this id moved into the store, by its source path, so a
+    /// same-id enqueue naming that path still finds it (nothing for a new id).
+    static func movedFiles(_ project: Project, id: String?) throws(OutboxError) -> [String: FileIdentity] {
+        // Only an existing store can hold one; a bad input must not create the store.
+        guard let id, Paths.exists(Paths.join(project.config.store, "outbox.db")),
+              let existing = try project.store().entry(id: id), existing.request.ownership == .move,
+              let file = existing.request.file, existing.bodyFile != nil else { return [:] }
+        return [file.path: file]
+    }
+
     /// When a held entry may run; `names` are how the caller spells the two fields in messages.
     static func holdUntil(delay: String?, notBefore: String?, now: Int64,
                           names: (delay: String, notBefore: String)) throws(OutboxError) -> Int64? {
@@ -57,6 +71,10 @@ enum EnqueueCommand {
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let key = i.args.positionals[0]
         let now = Identifiers.nowMs()
+        if let folder = i.args.value("from-dir") {
+            return try EnqueueDirectory.run(&i, key: key, folder: folder, now: now)
+        }
+        if i.args.flag("id-template") { throw .usage("--id-template goes with --from-dir") }
         if let from = i.args.value("from") {
             for conflicting in ["vars", "id", "delay", "not-before"] where i.args.flag(conflicting) {
                 throw .usage("--from cannot be combined with --\(conflicting) (put it on each line)")
@@ -69,13 +87,8 @@ enum EnqueueCommand {
                                       names: ("--delay", "--not-before"))
         let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
         let project = try i.project()
-        var staged: [String: FileIdentity] = [:]
-        if let id = i.args.value("id"), let existing = try project.store().entry(id: id),
-           existing.request.ownership == .move, let file = existing.request.file {
-            staged[file.path] = file
-        }
-        let entry = try factory(project, i).make(key: key, vars: vars, id: i.args.value("id"), notBefore: notBefore,
-                                                 expiresAt: expiresAt, stagedFiles: staged)
+        let entry = try factory(project, i).make(key: key, vars: vars, id: i.args.value("id"), notBefore: notBefore, expiresAt: expiresAt,
+                                                 movedFiles: try movedFiles(project, id: i.args.value("id")))
         let results = try project.store().enqueue([entry], now: now)
         if i.json {
             i.console.out(JSON.object([("id", .string(results[0].id))]).serialized())
@@ -120,7 +133,7 @@ enum EnqueueCommand {
             do {
                 let hold = try holdUntil(delay: delay, notBefore: notBefore, now: now, names: ("delay", "not_before"))
                 entries.append(try factory.make(definition: definition, vars: object["vars"] ?? .null, id: id,
-                                                notBefore: hold, expiresAt: expiresAt))
+                                                notBefore: hold, expiresAt: expiresAt, movedFiles: try movedFiles(project, id: id)))
             } catch {
                 throw OutboxError(error.code, error.message.hasPrefix(at) ? error.message : "\(at): \(error.message)")
             }

@@ -131,9 +131,11 @@ public struct RenderInputs: Sendable {
     /// Headers from `headers_command`, already run.
     public var commandHeaders: [(String, String)] = []
     public var outcome: JSON?
-    /// Files already moved into the store by an earlier enqueue of the same id, by source
-    /// path: they still count as the same file (SPEC 7).
-    public var stagedFiles: [String: FileIdentity] = [:]
+    /// Files an entry of the same id already moved into the store, by source path: a same-id
+    /// enqueue naming one of them still means that file, though it left its folder (SPEC 7).
+    public var movedFiles: [String: FileIdentity] = [:]
+    /// `environment` as the `env` root, when the caller built it once for many renders.
+    public var environmentJSON: JSON?
 
     public init(id: String, vars: JSON, environment: [String: String], cwd: String) {
         self.id = id
@@ -149,11 +151,16 @@ public enum RequestBuilder {
         var roots: [String: JSON] = [
             "vars": inputs.vars,
             "entry": .object([("id", .string(inputs.id))]),
-            "env": .object(inputs.environment.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) }),
+            "env": inputs.environmentJSON ?? environmentJSON(inputs.environment),
         ]
         if let file { roots["file"] = file }
         if let outcome = inputs.outcome { roots["outcome"] = outcome }
         return TemplateContext(roots: roots)
+    }
+
+    /// The `env` template root: the environment as a JSON object in name order.
+    public static func environmentJSON(_ environment: [String: String]) -> JSON {
+        .object(environment.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })
     }
 
     /// Renders the config's header templates (lowest precedence).
@@ -191,8 +198,8 @@ public enum RequestBuilder {
             }
             let absolute = Paths.absolute(path, relativeTo: inputs.cwd)
             let identity: FileIdentity
-            if !Paths.exists(absolute), let staged = inputs.stagedFiles[absolute] {
-                identity = staged
+            if let moved = inputs.movedFiles[absolute], !Paths.exists(absolute) {
+                identity = moved
             } else {
                 identity = try statFile(absolute, field: "request.file")
             }

@@ -110,28 +110,3 @@ extension Runner {
         return entries
     }
 }
-
-/// The live display on a terminal: entries done, bytes, rate, ETA; redrawn a few times a second.
-final class ProgressDisplay {
-    let log: (String) -> Void
-    var lastDraw: Int64 = 0
-    let started = Identifiers.monotonicMs()
-
-    init(log: @escaping (String) -> Void) { self.log = log }
-
-    func draw(summary: RunSummary, flights: Int, running: Int) {
-        let now = Identifiers.monotonicMs()
-        guard now - lastDraw >= 250 else { return }
-        lastDraw = now
-        let elapsed = max(1, now - started)
-        let rate = summary.bytesSent * 1000 / elapsed
-        let done = summary.completed + summary.errors
-        let text = "\u{1B}[2K\r\(done) done, \(running) running, \(summary.retried) retried · \(Units.formatBytes(summary.bytesSent)) sent · \(Units.formatBytes(rate))/s"
-        _ = text.withCString { write(2, $0, strlen($0)) }
-    }
-
-    func finish() {
-        let text = "\u{1B}[2K\r"
-        _ = text.withCString { write(2, $0, strlen($0)) }
-    }
-}

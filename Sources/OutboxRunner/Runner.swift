@@ -72,8 +72,12 @@ struct Flight {
 /// A chunked entry while it runs: its parts and which are in flight.
 struct PartJob {
     var parts: [StoredPart]
+    /// The entry as claimed: parts still in flight when it settles report against it.
+    var entry: Entry
     var inFlight: Set<Int> = []
     var sentByPart: [Int: Int64] = [:]
+    /// Set when the entry stopped (settled, parked, rescheduled): no part starts again, and
+    /// the job is dropped once the parts in flight have returned.
     var failed = false
 }
 
@@ -103,6 +107,7 @@ public final class Runner {
     var changes: [RunnerChange] = []
     var summary = RunSummary()
     var progressDisplay: ProgressDisplay?
+    var progressGate = ProgressGate()
     var headerGeneration: Int64 = 0
     var warnedUnhandled = Set<String>()
     var lastAuthRefresh: Int64 = -60_000
@@ -165,7 +170,8 @@ public final class Runner {
             log("outbox: the definition of \(key) has errors: its outcomes are held until it is fixed (outbox check)")
         }
         if options.progress == .always || (options.progress == .auto && options.stderrIsTerminal) {
-            progressDisplay = ProgressDisplay(log: log)
+            progressDisplay = ProgressDisplay(write: { text in _ = text.withCString { write(2, $0, strlen($0)) } },
+                                              totals: { [store] in try? store.pendingTotals() })
         }
 
         var stopDeadline: Int64?
@@ -281,7 +287,7 @@ public final class Runner {
             running[entry.id] = entry
             emitState(entry, state: "running", reason: nil)
             if entry.request.bodyKind == "parts" {
-                partJobs[entry.id] = PartJob(parts: try store.parts(entrySeq: entry.seq))
+                partJobs[entry.id] = PartJob(parts: try store.parts(entrySeq: entry.seq), entry: entry)
             } else {
                 startTransfer(entry, part: nil, host: URLCheck.hostKey(entry.request.url ?? ""))
             }
@@ -374,23 +380,43 @@ public final class Runner {
 
     /// Starts the next parts of chunked entries, within part_concurrency and per_host.
     func pumpParts(now: Int64) throws(OutboxError) {
-        for (id, var job) in partJobs {
-            guard let entry = running[id], !job.failed else { continue }
+        for (id, snapshot) in partJobs {
+            guard let entry = running[id], !snapshot.failed else {
+                // A stopped entry's job lives until its parts in flight have returned.
+                if snapshot.inFlight.isEmpty {
+                    partJobs[id] = nil
+                    if snapshot.failed { running[id] = nil }
+                }
+                continue
+            }
+            var job = snapshot
             let pending = job.parts.filter { !$0.accepted && !job.inFlight.contains($0.index) }
             if pending.isEmpty && job.inFlight.isEmpty {
                 partJobs[id] = nil
                 try settleParts(entry, job: job, now: now)
                 continue
             }
-            for part in pending where job.inFlight.count < config.partConcurrency {
-                if let next = part.nextAttemptAt, next > now { continue }
+            if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) {
+                stopParts(id)
+                settleError(entry, kind: "expired", message: "the entry expired before all its parts were accepted",
+                            state: .error, reason: "expired")
+                continue
+            }
+            let ready = pending.filter { ($0.nextAttemptAt ?? 0) <= now }
+            if !ready.isEmpty && job.inFlight.count < config.partConcurrency, let problem = payloadProblem(entry) {
+                // Checked before each attempt, as for a whole body: a changed or missing file settles.
+                stopParts(id)
+                settleError(entry, kind: "file", message: problem, state: .error, reason: "file")
+                continue
+            }
+            for part in ready where job.inFlight.count < config.partConcurrency {
                 let host = URLCheck.hostKey(part.url)
                 if hostLoad[host, default: 0] >= config.perHost { continue }
                 job.inFlight.insert(part.index)
                 partJobs[id] = job
                 startTransfer(entry, part: part, host: host)
             }
-            if job.inFlight.isEmpty, let next = pending.compactMap(\.nextAttemptAt).min(), next > now {
+            if job.inFlight.isEmpty && ready.isEmpty, let next = pending.compactMap(\.nextAttemptAt).min() {
                 // Every remaining part backs off: give the slot back until the earliest is due.
                 partJobs[id] = nil
                 running[id] = nil
@@ -412,10 +438,13 @@ public final class Runner {
                 job.sentByPart[index] = sent
                 partJobs[flight.entryID] = job
             }
-            if eventsEnabled, let entry = running[flight.entryID] {
-                let total = entryBytesSent(entry, flight: flight)
-                emit(.object([("type", .string("progress")), ("id", .string(entry.id)), ("bytes_sent", .int64(total)),
-                              ("total_bytes", .int64(entry.totalBytes))]))
+            if let entry = running[flight.entryID] {
+                if let job = partJobs[entry.id] {
+                    let sent = entryBytesSent(entry, job: job)
+                    emitProgress(entry, sent: sent, accepted: Self.acceptedBytes(job), force: false)
+                } else {
+                    emitProgress(entry, sent: sent, accepted: 0, force: entry.totalBytes > 0 && sent >= entry.totalBytes)
+                }
             }
         case let .transferDone(token, result):
             guard let flight = flights.removeValue(forKey: token) else { return }
@@ -428,12 +457,6 @@ public final class Runner {
         case let .hookDone(seq, result):
             try hookFinished(seq: seq, result: result)
         }
-    }
-
-    func entryBytesSent(_ entry: Entry, flight: Flight) -> Int64 {
-        guard let job = partJobs[entry.id] else { return flight.sent }
-        let accepted = job.parts.filter(\.accepted).reduce(Int64(0)) { $0 + $1.range.end - $1.range.start }
-        return accepted + job.sentByPart.filter { job.inFlight.contains($0.key) }.values.reduce(0, +)
     }
 
     func attemptEvent(_ entry: Entry, _ flight: Flight, _ result: HTTPResult, outcome: String) -> JSON {
@@ -457,12 +480,19 @@ public final class Runner {
     }
 
     func finished(_ flight: Flight, result: HTTPResult) throws(OutboxError) {
-        guard var entry = running[flight.entryID] else { return }
+        guard var entry = running[flight.entryID] else {
+            // A part still in flight when its entry settled: keep an acceptance, nothing more.
+            if flight.partIndex != nil { partReturnedAfterSettle(flight, result: result) }
+            return
+        }
         let now = Identifiers.nowMs()
         summary.bytesSent += result.bytesSent
         if result.failure?.message == "aborted" {
             // Stopped by us (grace over): not an attempt result; the entry goes back to the queue.
-            if flight.partIndex != nil { partJobs[entry.id]?.inFlight.remove(flight.partIndex!) }
+            if flight.partIndex != nil {
+                partJobs[entry.id]?.inFlight.remove(flight.partIndex!)
+                releaseStoppedParts(entry.id)
+            }
             return
         }
         let failure: TransportFailure? = result.failure.map {
@@ -528,17 +558,25 @@ public final class Runner {
         guard var job = partJobs[entry.id] else { return }
         job.inFlight.remove(index)
         job.sentByPart[index] = nil
-        guard let position = job.parts.firstIndex(where: { $0.index == index }) else { return }
+        guard let position = job.parts.firstIndex(where: { $0.index == index }) else {
+            partJobs[entry.id] = job
+            return
+        }
+        if case .success = klass {
+            // Durable the moment it is classified: flushed in this iteration's transaction.
+            recordPartAccepted(&job, position: position, result: result)
+        }
+        partJobs[entry.id] = job
+        if job.failed {
+            // The entry already stopped (parked, rescheduled): keep the acceptance, start nothing.
+            releaseStoppedParts(entry.id)
+            return
+        }
+        let part = job.parts[position]
         switch klass {
         case .success:
-            let headers = Self.headersJSON(result.headers)
-            job.parts[position].accepted = true
-            job.parts[position].status = result.status
-            job.parts[position].responseHeaders = headers
-            // Durable the moment it is classified: flushed in this iteration's transaction.
-            changes.append(.partAccepted(entrySeq: entry.seq, index: index, status: result.status ?? 0, headers: headers))
-            partJobs[entry.id] = job
-            changes.append(.progress(entryID: entry.id, bytesSent: job.parts.filter(\.accepted).reduce(0) { $0 + $1.range.end - $1.range.start }))
+            let accepted = Self.acceptedBytes(job)
+            emitProgress(entry, sent: entryBytesSent(entry, job: job), accepted: accepted, force: accepted == entry.totalBytes)
         case .retry:
             job.parts[position].attempts += 1
             let next = Backoff.nextAttemptAt(now: now, failures: job.parts[position].attempts, policy: entry.request.retry.backoff,
@@ -548,29 +586,34 @@ public final class Runner {
             changes.append(.partRetry(entrySeq: entry.seq, index: index, nextAttemptAt: next))
             partJobs[entry.id] = job
             summary.retried += 1
-        case .awaitingAuth, .terminal:
-            job.failed = true
-            partJobs[entry.id] = job
-            for (token, flight) in flights where flight.entryID == entry.id { http?.cancel(flight.transferID); _ = token }
-            if job.inFlight.isEmpty {
-                partJobs[entry.id] = nil
-                running[entry.id] = nil
-            }
-            if case .awaitingAuth = klass {
+        case .awaitingAuth:
+            stopParts(entry.id)
+            if entry.headerGeneration < headerGeneration {
+                // Sent with headers older than the latest update: reload them and re-send at once (SPEC 7).
+                changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now, reason: "auth"))
+            } else {
                 changes.append(.park(entryID: entry.id))
                 emitState(entry, state: "awaiting-auth", reason: "auth")
                 summary.parked += 1
-            } else {
-                var error: JSON = .object([("kind", .string("http")),
-                                           ("message", .string("part \(index) (bytes \(job.parts[position].range.start)-\(job.parts[position].range.end)) was refused with status \(result.status.map(String.init) ?? "none")")),
-                                           ("status", result.status.map { .int($0) } ?? .null), ("part_index", .int(index))])
-                bodyJSON(Array(result.body.prefix(65536)), into: &error)
-                settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: entry.lastRequestID ?? "")
             }
+            releaseStoppedParts(entry.id)
+        case .terminal:
+            stopParts(entry.id)
+            let status = result.status.map(String.init) ?? "none"
+            let what = "part \(index + 1) of \(job.parts.count) (index \(index), bytes \(part.range.start)-\(max(part.range.start, part.range.end - 1)))"
+            let message = result.failure.map { "\(what) failed: \($0.message)" } ?? "\(what) was refused with status \(status)"
+            var error: JSON = .object([("kind", .string("http")), ("message", .string(message)),
+                                       ("status", result.status.map { .int($0) } ?? .null), ("part_index", .int(index))])
+            bodyJSON(Array(result.body.prefix(65536)), into: &error)
+            settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: running[entry.id]?.lastRequestID ?? "")
+            releaseStoppedParts(entry.id)
         }
     }
 
     func settleParts(_ entry: Entry, job: PartJob, now: Int64) throws(OutboxError) {
+        var entry = running[entry.id] ?? entry
+        entry.bytesSent = entry.totalBytes
+        changes.append(.progress(entryID: entry.id, bytesSent: entry.totalBytes))
         running[entry.id] = nil
         let parts = JSON.array(job.parts.map { p in
             .object([("index", .int(p.index)), ("status", p.status.map { .int($0) } ?? .null), ("headers", p.responseHeaders ?? .object([]))])
@@ -724,12 +767,12 @@ public final class Runner {
     }
 
     func emitState(_ entry: Entry, state: String, reason: String?) {
-        guard eventsEnabled else { return }
+        guard eventsEnabled || progressDisplay != nil else { return }
         var row = entry.listJSON(displayState: state)
         row.set("reason", .optionalString(reason))
         row.set("updated_at", .int64(Identifiers.nowMs()))
         var event: JSON = .object([("type", .string("state"))])
         for (k, v) in row.objectValue ?? [] { event.set(k, v) }
-        emit(event)
+        publish(event)
     }
 }

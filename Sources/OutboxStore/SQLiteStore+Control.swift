@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 import OutboxModel
 
@@ -25,7 +26,7 @@ extension SQLiteStore {
         for file in files + obsoleteFiles { staging.discard(file) }
         obsoleteFiles.removeAll()
         for (file, source) in returns {
-            if !Paths.exists(source), rename(file, source) == 0 {
+            if !Paths.exists(source), putBack(file, at: source) {
                 continue
             }
             let returned = Paths.join(folder, "returned")
@@ -37,6 +38,25 @@ extension SQLiteStore {
             }
         }
         returns.removeAll()
+    }
+
+    /// Moves a staged file back to its source path: a rename, or across filesystems a copy
+    /// (fsynced, then renamed into place) before the store's copy is removed.
+    private func putBack(_ file: String, at source: String) -> Bool {
+        if rename(file, source) == 0 {
+            _ = csystem_fsync_dir(Paths.dirname(source))
+            return true
+        }
+        guard errno == EXDEV else { return false }
+        let temp = "\(source).outbox-return-\(getpid())"
+        guard csystem_copy_file(file, temp) == 0 else { return false }
+        guard rename(temp, source) == 0 else {
+            unlink(temp)
+            return false
+        }
+        _ = csystem_fsync_dir(Paths.dirname(source))
+        unlink(file)
+        return true
     }
 
     /// `outbox cancel`: live entries settle cancelled and are forgotten; settled ones are

@@ -219,10 +219,8 @@ public final class SQLiteStore: Store, @unchecked Sendable {
                     continue
                 }
                 // A replace naming the same source path reuses the bytes already moved in.
-                if let existing, let old = existing.request.file, let file = existing.bodyFile,
-                   let identity = entry.prepared.body.fileIdentity, identity.path == old.path,
-                   !Paths.exists(old.path), Paths.exists(file) {
-                    staged.bodies.append(StagedBody(file: file, totalBytes: identity.size))
+                if let existing, let reused = Self.reusableMovedBody(existing, for: entry.prepared.body) {
+                    staged.bodies.append(reused)
                     continue
                 }
                 staged.bodies.append(try staging.stage(entry.prepared.body, internalID: internalID))
@@ -233,6 +231,22 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             throw error
         }
         return staged
+    }
+
+    /// The bytes an entry already moved into the store, when a replacing body names the same
+    /// source path and that path is gone: the store holds the only copy, so it is reused (SPEC 7).
+    static func reusableMovedBody(_ existing: Entry, for body: PreparedBody) -> StagedBody? {
+        let identity: FileIdentity
+        switch body {
+        case let .file(file, .move), let .parts(file, .move, _): identity = file
+        default: return nil
+        }
+        guard existing.request.ownership == .move, existing.request.file?.path == identity.path,
+              let staged = existing.bodyFile, Paths.exists(staged), !Paths.exists(identity.path) else { return nil }
+        var reused = StagedBody()
+        reused.file = staged
+        reused.totalBytes = identity.size
+        return reused
     }
 
     /// Writes a staged batch; must run inside a transaction.
@@ -267,7 +281,9 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     /// One entry's same-id decision and write; returns staged files made obsolete.
     private func apply(_ new: NewEntry, staged: StagedBody, internalID: String, now: Int64) throws(OutboxError) -> (EnqueueResult, [String?]) {
         let existing = try entry(id: new.id)
-        let decision = try existing.map { e throws(OutboxError) in try decide(e, new.prepared.bodyHash) } ?? .create
+        // Hashed once: the canonical form of a body is not cheap to build.
+        let bodyHash = new.prepared.bodyHash
+        let decision = try existing.map { e throws(OutboxError) in try decide(e, bodyHash) } ?? .create
         let p = new.prepared
         let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
         let request = StoredRequest(prepared: p, form: staged.form).json.serialized()
@@ -278,7 +294,8 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         case .create:
             // A settled row whose outcome was acknowledged counts as forgotten: drop it first.
             let old = try existing.map { e throws(OutboxError) in try forget(e, returnMovedFile: false) } ?? []
-            try insert(new, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt, generation: 1, now: now)
+            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
+                       generation: 1, now: now)
             return (EnqueueResult(id: new.id, decision: decision), old)
         case .resume, .redeliver, .reopen:
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
@@ -309,7 +326,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
                 try db.run("UPDATE outcomes SET acknowledged = 1 WHERE entry_id = ? AND generation = ?", [.text(e.id), .int(e.generation)])
             }
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
-            try insert(new, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
+            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
                        generation: generation, now: now, waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
             // Form files are staged per entry and never reused, so the old ones always go.
             var old: [String?] = e.request.form.map(\.stagedFile)
@@ -326,7 +343,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         }
     }
 
-    private func insert(_ new: NewEntry, staged: StagedBody, internalID: String, request: String, expiresAt: Int64,
+    private func insert(_ new: NewEntry, bodyHash: String, staged: StagedBody, internalID: String, request: String, expiresAt: Int64,
                         generation: Int64, now: Int64, waits: Bool = false, createdAt: Int64? = nil) throws(OutboxError) {
         let p = new.prepared
         let headerGeneration = Int64(try setting("header_generation") ?? "0") ?? 0
@@ -343,7 +360,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
               next_attempt_at, waits_for_delivery)
             VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, [.text(new.id), .text(internalID), .text(new.key), .text(new.vars.serialized()), .int(generation), .text(request),
-                  staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(p.bodyHash), .int(staged.totalBytes),
+                  staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
                   .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
                   .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
                   .optional(new.notBefore), .bool(waits)])

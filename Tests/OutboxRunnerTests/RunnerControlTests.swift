@@ -155,7 +155,7 @@ import Testing
         let progress = events.filter { $0.string("type") == "progress" }
         #expect(!progress.isEmpty)
         for e in progress {
-            #expect(Set(e.keys) == ["type", "id", "bytes_sent", "total_bytes"])
+            #expect(Set(e.keys) == ["type", "id", "bytes_sent", "bytes_accepted", "total_bytes"])
             #expect(e.int("total_bytes") == Int64(#"{"tag":"a"}"#.utf8.count))
         }
         #expect(progress.last?.int("bytes_sent") == progress.last?.int("total_bytes"))

@@ -1,0 +1,130 @@
+import OutboxModel
+import OutboxStore
+
+/// The live display of `outbox run` on a terminal (SPEC 9): entries done of total, bytes
+/// accepted of total, rate and ETA, redrawn on one line at most four times a second.
+///
+/// It learns from the runner's own events (state and progress) and from the store's totals
+/// of what is not settled yet, read at most once a second so a large queue costs nothing.
+final class ProgressDisplay {
+    /// What one line shows.
+    struct Snapshot: Equatable {
+        var doneEntries = 0
+        var totalEntries = 0
+        var acceptedBytes: Int64 = 0
+        var totalBytes: Int64 = 0
+        /// Bytes per second on the wire over the last seconds; nil until there is a measure.
+        var rate: Int64?
+        /// Bytes still to send (not accepted and not in flight).
+        var remainingBytes: Int64 = 0
+        var running = 0
+        var retried = 0
+        var errors = 0
+    }
+
+    private let write: (String) -> Void
+    private let totals: () -> PendingTotals?
+    private let clock: () -> Int64
+    private var pending = PendingTotals(entries: 0, bytes: 0, acceptedBytes: 0)
+    private var lastRefresh: Int64 = .min
+    private var lastDraw: Int64 = .min
+    private var doneEntries = 0
+    private var completedBytes: Int64 = 0
+    /// Entries sending now: bytes sent and accepted from their latest progress event.
+    private var live: [String: (sent: Int64, accepted: Int64)] = [:]
+    /// Every byte seen leaving, re-sends included: the rate is measured on it.
+    private var wireBytes: Int64 = 0
+    private var samples: [(at: Int64, bytes: Int64)] = []
+    private var drewSomething = false
+
+    static let redrawMs: Int64 = 250
+    static let refreshMs: Int64 = 1000
+    static let rateWindowMs: Int64 = 10_000
+
+    init(write: @escaping (String) -> Void, totals: @escaping () -> PendingTotals?,
+         clock: @escaping () -> Int64 = { Identifiers.monotonicMs() }) {
+        self.write = write
+        self.totals = totals
+        self.clock = clock
+    }
+
+    /// Takes in one runner event (state or progress); other events are ignored.
+    func observe(_ event: JSON) {
+        guard let id = event["id"]?.stringValue else { return }
+        switch event["type"]?.stringValue {
+        case "progress":
+            let sent = event["bytes_sent"]?.int64Value ?? 0
+            let accepted = event["bytes_accepted"]?.int64Value ?? 0
+            let previous = live[id]?.sent ?? 0
+            if sent > previous { wireBytes += sent - previous }
+            live[id] = (sent, accepted)
+        case "state":
+            let state = event["state"]?.stringValue ?? ""
+            guard state != "running" else { return }
+            let accepted = live.removeValue(forKey: id)?.accepted ?? 0
+            guard ["completed", "error", "cancelled"].contains(state) else { return }
+            let total = event["total_bytes"]?.int64Value ?? 0
+            doneEntries += 1
+            if state == "completed" { completedBytes += total }
+            // Until the next refresh, the store's totals still count this entry as pending.
+            pending.entries = max(0, pending.entries - 1)
+            pending.bytes = max(0, pending.bytes - total)
+            pending.acceptedBytes = max(0, pending.acceptedBytes - accepted)
+        default:
+            return
+        }
+    }
+
+    /// Redraws the line when it is due.
+    func draw(summary: RunSummary, flights: Int, running: Int) {
+        let now = clock()
+        guard lastDraw == .min || now - lastDraw >= Self.redrawMs else { return }
+        lastDraw = now
+        if lastRefresh == .min || now - lastRefresh >= Self.refreshMs {
+            lastRefresh = now
+            if let fresh = totals() { pending = fresh }
+        }
+        samples.append((now, wireBytes))
+        while let first = samples.first, now - first.at > Self.rateWindowMs { samples.removeFirst() }
+        var rate: Int64?
+        if let first = samples.first, now - first.at >= 1000 {
+            rate = (wireBytes - first.bytes) * 1000 / (now - first.at)
+        }
+        let inFlight = live.values.reduce(Int64(0)) { $0 + max(0, $1.sent - $1.accepted) }
+        let accepted = completedBytes + pending.acceptedBytes
+        let total = completedBytes + pending.bytes
+        let snapshot = Snapshot(
+            doneEntries: doneEntries, totalEntries: doneEntries + pending.entries, acceptedBytes: accepted,
+            totalBytes: total, rate: rate, remainingBytes: max(0, total - accepted - inFlight), running: running,
+            retried: summary.retried, errors: summary.errors)
+        write("\r\u{1B}[2K" + Self.line(snapshot))
+        drewSomething = true
+    }
+
+    /// Clears the line so the summary prints on a clean one.
+    func finish() {
+        if drewSomething { write("\r\u{1B}[2K") }
+    }
+
+    /// The text of the line, e.g. `3/10 entries · 1.2 GiB of 4.0 GiB · 80 MiB/s · ETA 35s · 2 running`.
+    static func line(_ s: Snapshot) -> String {
+        var pieces = ["\(s.doneEntries)/\(s.totalEntries) entries",
+                      "\(Units.formatBytes(s.acceptedBytes)) of \(Units.formatBytes(s.totalBytes))"]
+        if let rate = s.rate {
+            pieces.append("\(Units.formatBytes(rate))/s")
+            if s.remainingBytes == 0 {
+                pieces.append("ETA 0s")
+            } else if rate > 0 {
+                pieces.append("ETA \(Units.formatDuration(ms: s.remainingBytes * 1000 / rate))")
+            } else {
+                pieces.append("ETA --")
+            }
+        } else {
+            pieces.append("ETA --")
+        }
+        pieces.append("\(s.running) running")
+        if s.retried > 0 { pieces.append("\(s.retried) retried") }
+        if s.errors > 0 { pieces.append("\(s.errors) error\(s.errors == 1 ? "" : "s")") }
+        return pieces.joined(separator: " · ")
+    }
+}

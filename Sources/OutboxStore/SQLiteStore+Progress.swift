@@ -1,0 +1,31 @@
+import OutboxModel
+
+/// What is left to send, for the runner's live display.
+public struct PendingTotals: Sendable, Equatable {
+    /// Entries not yet settled (queued, running, awaiting-auth).
+    public var entries: Int
+    /// Their bytes.
+    public var bytes: Int64
+    /// Bytes of their parts already accepted.
+    public var acceptedBytes: Int64
+
+    public init(entries: Int, bytes: Int64, acceptedBytes: Int64) {
+        self.entries = entries
+        self.bytes = bytes
+        self.acceptedBytes = acceptedBytes
+    }
+}
+
+extension SQLiteStore {
+    /// Counts and bytes of the entries not yet settled, and how much of them is accepted.
+    public func pendingTotals() throws(OutboxError) -> PendingTotals {
+        let live = "('queued', 'running', 'awaiting-auth')"
+        let (count, bytes) = try db.queryOne(
+            "SELECT COUNT(*), COALESCE(SUM(total_bytes), 0) FROM entries WHERE state IN \(live)") { ($0.int(0), $0.int(1)) } ?? (0, 0)
+        let accepted = try db.queryOne("""
+            SELECT COALESCE(SUM(p.end - p.start), 0) FROM parts p JOIN entries e ON e.seq = p.entry_seq
+            WHERE p.accepted = 1 AND e.state IN \(live)
+            """) { $0.int(0) } ?? 0
+        return PendingTotals(entries: Int(count), bytes: bytes, acceptedBytes: accepted)
+    }
+}

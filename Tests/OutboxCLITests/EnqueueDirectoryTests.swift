@@ -1,0 +1,231 @@
+import Foundation
+import Testing
+import TestSupport
+
+// Batch migrations (SPEC 1, 10): `enqueue --from-dir DIR` and `enqueue --from FILE.jsonl`
+// at scale, through the real `outbox` binary.
+
+/// Builds folder trees for the tests.
+enum DirTree {
+    static func file(_ root: String, _ relative: String, _ text: String) throws {
+        let path = root + "/" + relative
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try text.write(toFile: path, atomically: false, encoding: .utf8)
+    }
+
+    static func rows(_ sandbox: OutboxSandbox) async throws -> [[String: Any]] {
+        try await sandbox.list()
+    }
+
+    static func queued(_ sandbox: OutboxSandbox) async throws -> Int? {
+        let stats = try await sandbox.outbox(["stats", "--json"]).json as? [String: Any]
+        return (stats?["entries"] as? [String: Int])?["queued"]
+    }
+}
+
+/// A whole-file PUT per file, to `/put/{{ vars.name }}` on `base`.
+func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders: String = "") -> String {
+    """
+    key: migrate
+    request:
+      method: PUT
+      url: "\(base)/put/{{ vars.name }}"
+      file: "{{ vars.path }}"
+      ownership: \(ownership)
+      headers:
+        X-Relative: "{{ vars.relative_path }}"
+    \(extraHeaders)
+    """
+}
+
+@Suite(.serialized) struct EnqueueDirectoryTests {
+    @Test func oneEntryPerRegularFileWithItsVars() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
+        let root = sandbox.path("tree")
+        try DirTree.file(root, "b/two.txt", "22")
+        try DirTree.file(root, "a/one.txt", "1")
+        try DirTree.file(root, "a/.hidden/three.txt", "333")
+        try DirTree.file(root, ".dotfile", "4444")
+        try FileManager.default.createSymbolicLink(atPath: root + "/b/link.txt", withDestinationPath: "../a/one.txt")
+        try FileManager.default.createSymbolicLink(atPath: root + "/linked-dir", withDestinationPath: root + "/a")
+        #expect(mkfifo(root + "/pipe", 0o600) == 0)
+
+        let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree", "--vars", #"{"bucket": "archive", "name": "overridden"}"#, "--json"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let printed = try #require(run.json as? [[String: String]])
+        // Byte order of relative paths; hidden files included; links and the FIFO skipped.
+        #expect(printed.map { $0["path"] } == [".dotfile", "a/.hidden/three.txt", "a/one.txt", "b/two.txt"].map { root + "/" + $0 })
+        #expect(printed.allSatisfy { ($0["id"]?.count ?? 0) == 36 })
+        #expect(run.stderr.contains("skipped 2 symbolic link(s) and 1 special file(s)"))
+
+        let rows = try await DirTree.rows(sandbox)
+        #expect(rows.map { $0["id"] as? String } == printed.map { $0["id"] })
+        let vars = rows.compactMap { $0["vars"] as? [String: Any] }
+        #expect(vars.map { $0["relative_path"] as? String } == [".dotfile", "a/.hidden/three.txt", "a/one.txt", "b/two.txt"])
+        #expect(vars.map { $0["name"] as? String } == [".dotfile", "three.txt", "one.txt", "two.txt"])
+        #expect(vars.map { $0["size"] as? Int } == [4, 3, 1, 2])
+        #expect(vars.allSatisfy { $0["bucket"] as? String == "archive" })
+        #expect(vars.map { $0["path"] as? String } == printed.map { $0["path"] })
+    }
+
+    @Test func idTemplateMakesARerunResumeInsteadOfDuplicating() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
+        let root = sandbox.path("tree")
+        for n in 1...5 { try DirTree.file(root, "d\(n % 2)/f\(n).txt", String(repeating: "x", count: n)) }
+        let args = ["enqueue", "migrate", "--from-dir", root, "--id-template", "file-{{ vars.name }}"]
+        let first = try await sandbox.outbox(args)
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(first.lines == ["file-f2.txt", "file-f4.txt", "file-f1.txt", "file-f3.txt", "file-f5.txt"])
+        let second = try await sandbox.outbox(args)
+        #expect(second.status == 0)
+        #expect(second.lines == first.lines)
+        #expect(try await DirTree.queued(sandbox) == 5)
+    }
+
+    @Test func idTemplateGivingOneIdTwiceIsRefused() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
+        try DirTree.file(sandbox.path("tree"), "a/same.txt", "1")
+        try DirTree.file(sandbox.path("tree"), "b/same.txt", "2")
+        let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree", "--id-template", "{{ vars.name }}"])
+        #expect(run.status == 65)
+        #expect(run.stderr.contains(#"--id-template gives the id "same.txt" to a/same.txt too"#))
+        #expect(try await DirTree.rows(sandbox).isEmpty)
+    }
+
+    /// One file that cannot be enqueued (a name that cannot go in a header) fails the whole
+    /// folder: nothing is stored and, with ownership move, nothing leaves its place.
+    @Test func oneBadFileFailsTheWholeFolder() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9", ownership: "move", extraHeaders: ""))
+        let root = sandbox.path("tree")
+        for n in 1...20 { try DirTree.file(root, "ok\(n).txt", "fine") }
+        try DirTree.file(root, "zz\nbad.txt", "bad name")
+        let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree"])
+        #expect(run.status == 65)
+        #expect(run.stderr.contains(root + "/zz"))
+        #expect(try await DirTree.rows(sandbox).isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root).count == 21)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+    }
+
+    struct Refusal: CustomTestStringConvertible, Sendable {
+        var name: String
+        var arguments: [String]
+        var status: Int32
+        var message: String
+        var testDescription: String { name }
+    }
+
+    @Test(arguments: [
+        Refusal(name: "missing folder", arguments: ["--from-dir", "nowhere"], status: 66, message: "no such folder"),
+        Refusal(name: "a file, not a folder", arguments: ["--from-dir", "config/outbox.yaml"], status: 65, message: "is not a folder"),
+        Refusal(name: "with --id", arguments: ["--from-dir", "tree", "--id", "x"], status: 64, message: "--from-dir cannot be combined with --id"),
+        Refusal(name: "with --from", arguments: ["--from-dir", "tree", "--from", "x.jsonl"], status: 64, message: "cannot be combined with --from"),
+        Refusal(name: "id template alone", arguments: ["--id-template", "x"], status: 64, message: "--id-template goes with --from-dir"),
+        Refusal(name: "vars not an object", arguments: ["--from-dir", "tree", "--vars", "[1]"], status: 65, message: "must be a JSON object"),
+    ])
+    func refusedInvocations(_ r: Refusal) async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
+        try DirTree.file(sandbox.path("tree"), "a.txt", "a")
+        let run = try await sandbox.outbox(["enqueue", "migrate"] + r.arguments)
+        #expect(run.status == r.status)
+        #expect(run.stderr.contains(r.message), "\(run.stderr)")
+        #expect(try await DirTree.rows(sandbox).isEmpty)
+    }
+
+    @Test func emptyFolderEnqueuesNothing() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
+        try FileManager.default.createDirectory(atPath: sandbox.path("empty/sub"), withIntermediateDirectories: true)
+        let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "empty", "--json"])
+        #expect(run.status == 0)
+        #expect(run.stdout == "[]\n")
+        #expect(run.stderr.contains("no files under"))
+    }
+
+    @Test func aMigratedTreeIsSentFileByFile() async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox(config: "concurrency: 8\n")
+        try sandbox.define("migrate", migrateDefinition(server.baseURL, ownership: "move"))
+        let root = sandbox.path("tree")
+        var expected: [String: Int] = [:]
+        for n in 0..<300 {
+            let size = (n * 997) % 20_000
+            try DirTree.file(root, "dir\(n % 7)/sub\(n % 3)/file\(n).bin", String(repeating: "z", count: size))
+            expected["/put/file\(n).bin"] = size
+        }
+        let enqueue = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree"])
+        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        #expect(enqueue.lines.count == 300)
+        // Moved into the store in the one transaction: the tree has only folders left.
+        let left = (FileManager.default.enumerator(atPath: root)?.allObjects as? [String] ?? []).filter { relative in
+            var isFolder: ObjCBool = false
+            return FileManager.default.fileExists(atPath: root + "/" + relative, isDirectory: &isFolder) && !isFolder.boolValue
+        }
+        #expect(left == [])
+        let run = try await sandbox.outbox(["run", "--drain"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let received = server.requests(path: "/put/")
+        #expect(Dictionary(uniqueKeysWithValues: received.map { ($0.path, Int($0.bodySize)) }) == expected)
+        #expect(received.allSatisfy { $0.header("X-Relative")?.hasSuffix(String($0.path.dropFirst(5))) == true })
+        #expect(try await DirTree.rows(sandbox).isEmpty)
+    }
+}
+
+@Suite struct EnqueueFromFileScaleTests {
+    @Test func oneHundredThousandLinesInOneTransaction() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("note", """
+        key: note
+        request:
+          url: "http://127.0.0.1:9/notes/{{ vars.n }}"
+          data: { n: "{{ vars.n }}", text: "{{ vars.text }}" }
+        """)
+        // Built off the cooperative pool: in a debug build this string work takes seconds.
+        let path = sandbox.path("lines.jsonl")
+        try await offload {
+            var text = ""
+            text.reserveCapacity(6_000_000)
+            for n in 0..<100_000 {
+                text += n % 10_000 == 0 ? #"{"vars": {"n": \#(n), "text": "line \#(n)"}, "id": "line-\#(n)"}"# : #"{"vars": {"n": \#(n), "text": "line \#(n)"}}"#
+                text += "\n"
+            }
+            try text.write(toFile: path, atomically: false, encoding: .utf8)
+        }
+        let clock = Date()
+        let run = try await sandbox.outbox(["enqueue", "note", "--from", "lines.jsonl"])
+        let elapsed = Date().timeIntervalSince(clock)
+        print("EnqueueFromFileScaleTests: 100,000 lines enqueued in \(String(format: "%.1f", elapsed)) s")
+        #expect(run.status == 0, "\(run.stderr)")
+        let (count, unique, first, middle) = try await offload { () -> (Int, Int, String?, String?) in
+            let ids = run.lines
+            return (ids.count, Set(ids).count, ids.first, ids.count > 50_000 ? ids[50_000] : nil)
+        }
+        #expect(count == 100_000)
+        #expect(unique == 100_000)
+        #expect(first == "line-0")
+        #expect(middle == "line-50000")
+        #expect(try await DirTree.queued(sandbox) == 100_000)
+    }
+
+    @Test func aBadLastLineStoresNothing() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("note", """
+        key: note
+        request:
+          url: "http://127.0.0.1:9/notes/{{ vars.n }}"
+        """)
+        var text = ""
+        for n in 0..<1_000 { text += #"{"vars": {"n": \#(n)}}"# + "\n" }
+        text += #"{"vars": {"n": 1}, "colour": "red"}"# + "\n"
+        try sandbox.write("lines.jsonl", text)
+        let run = try await sandbox.outbox(["enqueue", "note", "--from", "lines.jsonl"])
+        #expect(run.status == 65)
+        #expect(run.stderr.contains("lines.jsonl:1001: unknown field \"colour\""))
+        #expect(try await DirTree.queued(sandbox) == 0)
+    }
+}

@@ -1,0 +1,724 @@
+import Digest
+import Foundation
+import Testing
+import OutboxModel
+@testable import OutboxRunner
+import OutboxStore
+import TestSupport
+
+// Chunked uploads end to end: the real `outbox` binary against a loopback test server
+// (SPEC 4, 7, 9). Each test has its own project folder and its own server on port 0.
+
+/// Files and hashes for part tests.
+enum PartFiles {
+    /// Writes `size` deterministic pseudo-random bytes (xorshift), different for each seed,
+    /// 1 MiB at a time so that the test process's memory stays flat (other suites measure it).
+    static func make(_ path: String, size: Int, seed: UInt64 = 1) throws {
+        var state = seed &* 0x9E37_79B9_7F4A_7C15 | 1
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        guard FileManager.default.createFile(atPath: path, contents: nil) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: path])
+        }
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        var chunk = [UInt64](repeating: 0, count: (1 << 20) / 8)
+        var left = size
+        while left > 0 {
+            for i in chunk.indices {
+                state ^= state << 13
+                state ^= state >> 7
+                state ^= state << 17
+                chunk[i] = state
+            }
+            let n = min(left, 1 << 20)
+            chunk.withUnsafeBytes { handle.write(Data($0.prefix(n))) }
+            left -= n
+        }
+    }
+
+    /// SHA-256 (hex) of bytes [start, end) of a file, read in 4 MiB pieces.
+    static func sha(_ path: String, _ start: Int64, _ end: Int64) throws -> String {
+        let handle = try FileHandle(forReadingFrom: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        try handle.seek(toOffset: UInt64(start))
+        var hasher = SHA256.Hasher()
+        var left = end - start
+        while left > 0 {
+            let chunk = try handle.read(upToCount: Int(min(left, 4 << 20))) ?? Data()
+            if chunk.isEmpty { break }
+            chunk.withUnsafeBytes { hasher.update($0) }
+            left -= Int64(chunk.count)
+        }
+        return hasher.finalizeHex()
+    }
+
+    /// The ETag the test server gives a body: its SHA-256's first 32 hex digits, quoted.
+    static func etag(_ sha: String) -> String { "\"" + sha.prefix(32) + "\"" }
+
+    static func readJSON(_ path: String) -> [String: Any]? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        return try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+    }
+
+    /// The parts of `outbox show ID --json`: (index, start, end, accepted).
+    static func storedParts(_ sandbox: OutboxSandbox, _ id: String) async throws -> [(index: Int, start: Int64, end: Int64, accepted: Bool)] {
+        let parts = (try await sandbox.show(id)?["parts"] as? [[String: Any]]) ?? []
+        return parts.map { p in
+            ((p["index"] as? Int) ?? -1, Int64((p["start"] as? Int) ?? -1), Int64((p["end"] as? Int) ?? -1), (p["accepted"] as? Bool) ?? false)
+        }
+    }
+
+    /// Part number (1-based) from a recorded path `/put/ID/N`.
+    static func partNumber(_ path: String) -> Int? { path.split(separator: "/").last.flatMap { Int($0) } }
+}
+
+/// A definition of a chunked PUT to `/put/{{ entry.id }}/{{ part.number }}` on `server`.
+func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, max: String, extra: String = "",
+                     ownership: String? = nil) -> String {
+    """
+    key: \(key)
+    request:
+      method: PUT
+      file: "{{ vars.path }}"
+    \(ownership.map { "  ownership: \($0)\n" } ?? "")  parts:
+        plan: { min: \(min), max: \(max) }
+        url: "\(server.baseURL)/put/{{ entry.id }}/{{ part.number }}"
+        headers:
+          Content-Range: "bytes {{ part.start }}-{{ part.last }}/{{ file.size }}"
+    retry:
+      backoff: { base: 50ms, max: 200ms, jitter: 0 }
+    on_success: "cat > outcome.json"
+    on_error: "cat > error.json"
+    \(extra)
+    """
+}
+
+@Suite(.serialized) struct PartsTests {
+    @Test func chunkedUploadSendsEachPartOnceAndListsEveryETag() async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")
+        try sandbox.define("up", partsDefinition(server, min: "1MiB", max: "4MiB"))
+        let file = sandbox.path("data/capture.bin")
+        let size = 10 * 1_048_576 + 123
+        try PartFiles.make(file, size: size, seed: 7)
+        let ranges: [(Int64, Int64)] = [(0, 4_194_304), (4_194_304, 8_388_608), (8_388_608, Int64(size))]
+        let hashes = try ranges.map { try PartFiles.sha(file, $0.0, $0.1) }
+
+        let enqueue = try await sandbox.outbox(["enqueue", "up", "--id", "cap-1", "--vars", #"{"path": "data/capture.bin"}"#])
+        #expect(enqueue.status == 0)
+        #expect(enqueue.stdout == "cap-1\n")
+        // Parts default to ownership move: the file now lives in the store.
+        #expect(!FileManager.default.fileExists(atPath: file))
+
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let received = server.requests(path: "/put/cap-1/")
+        #expect(received.count == 3)
+        for record in received {
+            let number = try #require(PartFiles.partNumber(record.path))
+            #expect(record.completed)
+            #expect(record.method == "PUT")
+            #expect(record.bodySHA256 == hashes[number - 1])
+            #expect(record.header("Content-Range") == "bytes \(ranges[number - 1].0)-\(ranges[number - 1].1 - 1)/\(size)")
+            #expect(record.header("Expect") == nil)
+        }
+        let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome.json")))
+        #expect(outcome["outcome"] as? String == "completed")
+        let parts = try #require(outcome["parts"] as? [[String: Any]])
+        #expect(parts.map { $0["index"] as? Int } == [0, 1, 2])
+        #expect(parts.map { $0["status"] as? Int } == [201, 201, 201])
+        #expect(parts.map { ($0["headers"] as? [String: String])?["etag"] } == hashes.map(PartFiles.etag))
+        // Completed and acknowledged: forgotten with its bytes.
+        #expect(try await sandbox.list().isEmpty)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+
+        // Progress events carry bytes sent and bytes accepted; the last one is complete.
+        let progress = run.lines.compactMap { line -> [String: Any]? in
+            guard let event = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                  event["type"] as? String == "progress" else { return nil }
+            return event
+        }
+        let last = try #require(progress.last)
+        #expect(last["bytes_sent"] as? Int == size)
+        #expect(last["bytes_accepted"] as? Int == size)
+        #expect(last["total_bytes"] as? Int == size)
+        let accepted = progress.compactMap { $0["bytes_accepted"] as? Int }
+        #expect(accepted == accepted.sorted())
+        // Accepted bytes are always a sum of whole parts, in whatever order they finished.
+        let sizes = ranges.map { Int($0.1 - $0.0) }
+        var sums: Set<Int> = [0]
+        for partSize in sizes { sums.formUnion(sums.map { $0 + partSize }) }
+        #expect(Set(accepted).isSubset(of: sums))
+    }
+
+    struct Limits: CustomTestStringConvertible, Sendable {
+        var partConcurrency: Int
+        var perHost: Int
+        var connections: Int
+        var testDescription: String { "part_concurrency \(partConcurrency), per_host \(perHost)" }
+    }
+
+    @Test(arguments: [
+        Limits(partConcurrency: 2, perHost: 4, connections: 2),
+        Limits(partConcurrency: 3, perHost: 1, connections: 1),
+        Limits(partConcurrency: 1, perHost: 4, connections: 1),
+    ])
+    func partsInFlightStayWithinPartConcurrencyAndPerHost(_ limits: Limits) async throws {
+        let server = try TestHTTPServer()
+        // Each part is held 200 ms, so parts overlap whenever the limits let them.
+        server.script("/put/", [TestResponse.delay(200, 201)])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: \(limits.partConcurrency)\nper_host: \(limits.perHost)\n")
+        try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy"))
+        try PartFiles.make(sandbox.path("f.bin"), size: 6 * 262_144)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "lim", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let received = server.requests(path: "/put/lim/")
+        #expect(received.count == 6)
+        // curl reuses an idle connection before opening one, so the connections the server
+        // saw are the parts that were in flight at once.
+        #expect(Set(received.map(\.connectionID)).count == limits.connections)
+        #expect(FileManager.default.fileExists(atPath: sandbox.path("outcome.json")))
+    }
+
+    @Test func transientPartFailureRetriesOnlyThatPart() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/tr/2", [.status(503), .status(500), .json(201, "{}", headers: [("ETag", "\"second\"")])])
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        try PartFiles.make(sandbox.path("f.bin"), size: 3 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "tr", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let counts = Dictionary(grouping: server.requests(path: "/put/tr/"), by: { PartFiles.partNumber($0.path) ?? 0 }).mapValues(\.count)
+        #expect(counts == [1: 1, 2: 3, 3: 1])
+        let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome.json")))
+        let parts = try #require(outcome["parts"] as? [[String: Any]])
+        #expect((parts[1]["headers"] as? [String: String])?["etag"] == "\"second\"")
+        let partAttempts = run.lines.filter { $0.contains(#""type":"attempt""#) && $0.contains(#""part_index":1"#) }
+        #expect(partAttempts.count == 3)
+        #expect(partAttempts.filter { $0.contains(#""outcome":"retry""#) }.count == 2)
+    }
+
+    @Test func terminalPartFailureSettlesErrorNamingThePart() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/te/3", [.status(422, body: "part rejected")])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        try PartFiles.make(sandbox.path("f.bin"), size: 4 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "te", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
+        let detail = try #require(error["error"] as? [String: Any])
+        #expect(detail["kind"] as? String == "http")
+        #expect(detail["status"] as? Int == 422)
+        #expect(detail["part_index"] as? Int == 2)
+        #expect(detail["body"] as? String == "part rejected")
+        #expect((detail["message"] as? String)?.hasPrefix("part 3 of 4 (index 2, bytes 131072-196607)") == true)
+        // An error entry stays (until cancel or a same-id enqueue); part 4 was never sent.
+        let row = try #require(try await sandbox.list().first)
+        #expect(row["state"] as? String == "error")
+        #expect(row["reason"] as? String == "http")
+        #expect(server.requests(path: "/put/te/4").isEmpty)
+    }
+
+    @Test func unauthorizedPartParksTheEntryUntilHeadersUpdate() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/au/2", [.status(401), .json(201, "{}", headers: [("ETag", "\"after-auth\"")])])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        try PartFiles.make(sandbox.path("f.bin"), size: 3 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "au", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
+        let parked = try #require(try await sandbox.list().first)
+        #expect(parked["state"] as? String == "awaiting-auth")
+        #expect(try await PartFiles.storedParts(sandbox, "au").map(\.accepted) == [true, false, false])
+
+        #expect(try await sandbox.outbox(["headers", "update", "Authorization: Bearer fresh"]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let counts = Dictionary(grouping: server.requests(path: "/put/au/"), by: { PartFiles.partNumber($0.path) ?? 0 }).mapValues(\.count)
+        #expect(counts == [1: 1, 2: 2, 3: 1])
+        #expect(server.requests(path: "/put/au/2").last?.header("Authorization") == "Bearer fresh")
+        let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome.json")))
+        #expect(outcome["outcome"] as? String == "completed")
+    }
+
+    /// A stop (--max-time with no grace) aborts a slow part; a same-id enqueue with the same
+    /// parts resumes the entry (the moved file still counts as the same file); the next run
+    /// sends only the part that was never accepted.
+    @Test func stopAndSameIdResumeNeverResendAcceptedParts() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/rs/4", [TestResponse.delay(5000, 201), .json(201, "{}", headers: [("ETag", "\"four\"")])])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\n")
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        try PartFiles.make(sandbox.path("f.bin"), size: 5 * 65_536)
+        let vars = #"{"path": "f.bin"}"#
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "rs", "--vars", vars]).status == 0)
+        let first = try await sandbox.outbox(["run", "--max-time", "1500ms", "--grace", "0s"])
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(try await PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true])
+        #expect(try await sandbox.list().first?["state"] as? String == "queued")
+
+        let again = try await sandbox.outbox(["enqueue", "up", "--id", "rs", "--vars", vars])
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(try await PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true])
+        let second = try await sandbox.outbox(["run", "--drain"])
+        #expect(second.status == 0, "\(second.stderr)")
+        let counts = Dictionary(grouping: server.requests(path: "/put/rs/"), by: { PartFiles.partNumber($0.path) ?? 0 }).mapValues(\.count)
+        #expect(counts == [1: 1, 2: 1, 3: 1, 4: 2, 5: 1])
+        let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome.json")))
+        #expect(((outcome["parts"] as? [[String: Any]])?[3]["headers"] as? [String: String])?["etag"] == "\"four\"")
+    }
+
+    /// SPEC 4 at its limit: a 5 TiB file (sparse, by reference, so nothing is copied) gets
+    /// exactly the parts `chunk-plan 5TiB --json` prints.
+    @Test func fiveTiBFileGetsThePlanOfChunkPlan() async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "8MiB", max: "20MiB", ownership: "reference")
+            .replacingOccurrences(of: "plan: { min: 8MiB, max: 20MiB }", with: "plan: { min: 8MiB, max: 20MiB, max_parts: 10000 }"))
+        let plan = try await sandbox.outbox(["chunk-plan", "5TiB", "--json"])
+        #expect(plan.status == 0)
+        let ranges = try #require(plan.json as? [[String: Int]])
+        #expect(ranges.count == 9987)
+        #expect(ranges.first == ["start": 0, "end": 550_502_400])
+        #expect(ranges.last?["end"] == 5 << 40)
+
+        let file = sandbox.path("huge.img")
+        #expect(FileManager.default.createFile(atPath: file, contents: nil))
+        guard truncate(file, off_t(5) << 40) == 0 else {
+            print("PartsTests: this filesystem cannot hold a sparse 5 TiB file (errno \(errno)); the enqueue half is skipped")
+            return
+        }
+        let enqueue = try await sandbox.outbox(["enqueue", "up", "--id", "huge", "--vars", #"{"path": "huge.img"}"#])
+        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        let stored = try await PartFiles.storedParts(sandbox, "huge")
+        #expect(stored.count == ranges.count)
+        #expect(stored.map { [Int($0.start), Int($0.end)] } == ranges.map { [$0["start"]!, $0["end"]!] })
+        // Reference: the store holds no copy, and the user's file is where it was.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+        #expect(FileManager.default.fileExists(atPath: file))
+        #expect(try await sandbox.outbox(["cancel", "huge"]).status == 0)
+        #expect(FileManager.default.fileExists(atPath: file))
+    }
+
+    @Test func requestCommandDescribesThePartsAtEnqueue() async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.write("plugins/describe.py", """
+        import json, os, sys
+        request = json.load(sys.stdin)
+        with open("plugin-input.json", "w") as f:
+            json.dump(request, f)
+        path = request["vars"]["path"]
+        size = os.path.getsize(path)
+        half = size // 2
+        base = "\(server.baseURL)/put/" + request["entry"]["id"]
+        print(json.dumps({
+            "method": "PUT",
+            "file": path,
+            "ownership": "copy",
+            "headers": {"X-Plugin": "yes"},
+            "parts": [
+                {"url": base + "/1?sig=a%2Fb", "range": {"start": 0, "end": half}},
+                {"url": base + "/2?sig=c%2Fd", "range": {"start": half, "end": size}, "headers": {"X-Part": "last"}},
+            ],
+            "expires_in": "2h",
+        }))
+        """)
+        try sandbox.define("cmd", """
+        key: cmd
+        request_command: [python3, plugins/describe.py]
+        on_success: "cat > outcome.json"
+        """)
+        try PartFiles.make(sandbox.path("f.bin"), size: 100_001)
+        let before = Int64(Date().timeIntervalSince1970 * 1000)
+        let enqueue = try await sandbox.outbox(["enqueue", "cmd", "--id", "rc", "--vars", #"{"path": "f.bin"}"#])
+        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        let input = try #require(PartFiles.readJSON(sandbox.path("plugin-input.json")))
+        #expect(input["vars"] as? [String: String] == ["path": "f.bin"])
+        #expect(input["entry"] as? [String: String] == ["id": "rc"])
+        let shown = try #require(try await sandbox.show("rc"))
+        let expiresAt = try #require(shown["expires_at"] as? Int)
+        #expect(abs(Int64(expiresAt) - before - 7_200_000) < 60_000)
+        // The plugin asked for a copy: the source stays.
+        #expect(FileManager.default.fileExists(atPath: sandbox.path("f.bin")))
+
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
+        let received = server.requests(path: "/put/rc/").sorted { $0.path < $1.path }
+        #expect(received.map(\.path) == ["/put/rc/1?sig=a%2Fb", "/put/rc/2?sig=c%2Fd"])
+        #expect(received.map { $0.header("X-Plugin") } == ["yes", "yes"])
+        #expect(received.map { $0.header("X-Part") } == [nil, "last"])
+        #expect(received[0].bodySHA256 == (try PartFiles.sha(sandbox.path("f.bin"), 0, 50_000)))
+        #expect(received[1].bodySHA256 == (try PartFiles.sha(sandbox.path("f.bin"), 50_000, 100_001)))
+        #expect(PartFiles.readJSON(sandbox.path("outcome.json"))?["outcome"] as? String == "completed")
+    }
+
+    @Test func failingRequestCommandStoresNothing() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.write("plugins/fail.sh", "echo 'no upload slot today' >&2\nexit 3\n", mode: 0o755)
+        try sandbox.define("cmd", """
+        key: cmd
+        request_command: plugins/fail.sh
+        """)
+        let enqueue = try await sandbox.outbox(["enqueue", "cmd", "--vars", "{}"])
+        #expect(enqueue.status == 65)
+        #expect(enqueue.stderr.contains("request_command exited 3: no upload slot today"))
+        #expect(try await sandbox.list().isEmpty)
+    }
+
+    @Test func progressDisplayDrawsOnRequestAndStaysOffWithNever() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/", [TestResponse.delay(300, 201)])
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        try PartFiles.make(sandbox.path("a.bin"), size: 4 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "pd", "--vars", #"{"path": "a.bin"}"#]).status == 0)
+        let shown = try await sandbox.outbox(["run", "--drain", "--progress", "always"])
+        #expect(shown.status == 0)
+        #expect(shown.stderr.contains("\u{1B}[2K"))
+        #expect(shown.stderr.contains("0/1 entries · 0 B of 256 KiB"))
+        #expect(shown.stderr.contains("1 running"))
+
+        try PartFiles.make(sandbox.path("b.bin"), size: 4 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "pd2", "--vars", #"{"path": "b.bin"}"#]).status == 0)
+        let hidden = try await sandbox.outbox(["run", "--drain", "--progress", "never"])
+        #expect(hidden.status == 0)
+        #expect(!hidden.stderr.contains("\u{1B}"))
+        #expect(!hidden.stderr.contains("entries"))
+    }
+
+    struct LineCase: CustomTestStringConvertible, Sendable {
+        var name: String
+        var snapshot: ProgressDisplay.Snapshot
+        var line: String
+        var testDescription: String { name }
+    }
+
+    @Test(arguments: [
+        LineCase(name: "no rate yet",
+                 snapshot: .init(doneEntries: 0, totalEntries: 3, acceptedBytes: 0, totalBytes: 3 << 30, rate: nil,
+                                 remainingBytes: 3 << 30, running: 2),
+                 line: "0/3 entries · 0 B of 3 GiB · ETA -- · 2 running"),
+        LineCase(name: "mid-way with retries and errors",
+                 snapshot: .init(doneEntries: 5, totalEntries: 12, acceptedBytes: 1 << 30, totalBytes: 4 << 30, rate: 100 << 20,
+                                 remainingBytes: 3 << 30, running: 3, retried: 2, errors: 1),
+                 line: "5/12 entries · 1 GiB of 4 GiB · 100 MiB/s · ETA 30.7s · 3 running · 2 retried · 1 error"),
+        LineCase(name: "stalled",
+                 snapshot: .init(doneEntries: 1, totalEntries: 2, acceptedBytes: 10, totalBytes: 20, rate: 0,
+                                 remainingBytes: 10, running: 1),
+                 line: "1/2 entries · 10 B of 20 B · 0 B/s · ETA -- · 1 running"),
+        LineCase(name: "done",
+                 snapshot: .init(doneEntries: 2, totalEntries: 2, acceptedBytes: 20, totalBytes: 20, rate: 5,
+                                 remainingBytes: 0, running: 0),
+                 line: "2/2 entries · 20 B of 20 B · 5 B/s · ETA 0s · 0 running"),
+    ])
+    func progressLine(_ c: LineCase) {
+        #expect(ProgressDisplay.line(c.snapshot) == c.line)
+    }
+
+    @Test func progressDisplayCountsAcceptedBytesFromEvents() {
+        var written: [String] = []
+        var now: Int64 = 0
+        var stored = PendingTotals(entries: 2, bytes: 300, acceptedBytes: 0)
+        let display = ProgressDisplay(write: { written.append($0) }, totals: { stored }, clock: { now })
+        display.observe(.object([("type", .string("progress")), ("id", .string("a")), ("bytes_sent", .int(150)),
+                                 ("bytes_accepted", .int(100)), ("total_bytes", .int(200))]))
+        display.draw(summary: RunSummary(), flights: 1, running: 1)
+        #expect(written.last == "\r\u{1B}[2K0/2 entries · 0 B of 300 B · ETA -- · 1 running")
+
+        // "a" completes; before the store's totals are read again the display adjusts them itself.
+        now = 500
+        display.observe(.object([("type", .string("progress")), ("id", .string("a")), ("bytes_sent", .int(200)),
+                                 ("bytes_accepted", .int(200)), ("total_bytes", .int(200))]))
+        display.observe(.object([("type", .string("state")), ("id", .string("a")), ("state", .string("completed")),
+                                 ("total_bytes", .int(200))]))
+        display.draw(summary: RunSummary(), flights: 0, running: 1)
+        #expect(written.last == "\r\u{1B}[2K1/2 entries · 200 B of 300 B · ETA -- · 1 running")
+
+        now = 600
+        display.draw(summary: RunSummary(), flights: 0, running: 1)
+        #expect(written.count == 2, "redrawn at most every 250 ms")
+
+        stored = PendingTotals(entries: 1, bytes: 100, acceptedBytes: 40)
+        now = 2000
+        display.draw(summary: RunSummary(), flights: 0, running: 1)
+        // 50 bytes left the wire in 2 s; 60 of the last 100 are still to send.
+        #expect(written.last == "\r\u{1B}[2K1/2 entries · 240 B of 300 B · 25 B/s · ETA 2.4s · 1 running")
+        display.finish()
+        #expect(written.last == "\r\u{1B}[2K")
+    }
+}
+
+/// SPEC 4 and 8 under a crash: SIGKILL the runner in the middle of a 1 GiB chunked upload,
+/// run again, and check what the server received.
+@Suite struct PartsCrashTests {
+    static let partSize: Int64 = 16 << 20
+    static let size: Int64 = 1 << 30
+
+    /// A sparse 1 GiB file with each MiB stamped with its offset, so that every part's bytes
+    /// differ (a misplaced range would show) while the file costs almost no disk.
+    static func makeStampedFile(_ path: String) throws {
+        #expect(FileManager.default.createFile(atPath: path, contents: nil))
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        try handle.truncate(atOffset: UInt64(size))
+        for block in stride(from: Int64(0), to: size, by: 1 << 20) {
+            try handle.seek(toOffset: UInt64(block + 4096))
+            handle.write(Data("block at \(block) of \(size)".utf8))
+        }
+    }
+
+    @Test func sigkillMidUploadThenRunAgainSendsNoAcceptedPartTwice() async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")
+        try sandbox.define("up", partsDefinition(server, min: "8MiB", max: "16MiB"))
+        let file = sandbox.path("big.bin")
+        try Self.makeStampedFile(file)
+        let count = Int(Self.size / Self.partSize)
+        let expected = try await offload {
+            try (0..<count).map { i in try PartFiles.sha(file, Int64(i) * Self.partSize, Int64(i + 1) * Self.partSize) }
+        }
+        #expect(Set(expected).count == count)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "big", "--vars", #"{"path": "big.bin"}"#]).status == 0)
+
+        let first = try sandbox.start(["run", "--events", "-"])
+        let started = await waitUntil(seconds: 120) { server.requests(path: "/put/big/").filter(\.completed).count >= 12 }
+        #expect(started, "the first runner did not get 12 parts through")
+        let firstPeak = first.peakMemoryKiB ?? 0
+        first.signal(SIGKILL)
+        _ = await first.wait()
+        #expect(first.process.terminationReason == .uncaughtSignal)
+
+        let before = try await PartFiles.storedParts(sandbox, "big")
+        #expect(before.count == count)
+        let acceptedBefore = Set(before.filter(\.accepted).map(\.index))
+        // Up to part_concurrency answers may have been received but not yet recorded.
+        #expect(acceptedBefore.count >= 9)
+        #expect(acceptedBefore.count < count)
+        #expect(try await sandbox.list().first?["state"] as? String == "running")
+
+        let clock = Date()
+        let second = try sandbox.start(["run", "--drain", "--events", "-"])
+        var secondPeak = 0
+        while second.process.isRunning {
+            secondPeak = max(secondPeak, second.peakMemoryKiB ?? 0)
+            try await Task.sleep(nanoseconds: 50_000_000)
+        }
+        let result = await second.wait()
+        let elapsed = Date().timeIntervalSince(clock)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(result.stderr.contains("put 1 entry left running by an earlier runner back in the queue"))
+
+        // Every part's bytes arrived whole at least once, and the outcome has every ETag.
+        let records = server.requests(path: "/put/big/")
+        let byPart = Dictionary(grouping: records, by: { (PartFiles.partNumber($0.path) ?? 0) - 1 })
+        for i in 0..<count {
+            let complete = (byPart[i] ?? []).filter { $0.completed && $0.bodySize == Self.partSize }
+            #expect(complete.contains { $0.bodySHA256 == expected[i] }, "part \(i) never arrived whole")
+            #expect(complete.allSatisfy { $0.bodySHA256 == expected[i] }, "part \(i) arrived with wrong bytes")
+        }
+        // A part accepted before the kill was never sent again; at most part_concurrency
+        // parts (those in flight at the kill) were sent twice.
+        for i in acceptedBefore {
+            #expect(byPart[i]?.count == 1, "accepted part \(i) was sent \(byPart[i]?.count ?? 0) times")
+        }
+        let resent = byPart.filter { $0.value.count > 1 }
+        #expect(resent.count <= 3, "parts sent more than once: \(resent.keys.sorted())")
+        #expect(resent.values.allSatisfy { $0.count == 2 })
+        let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome.json")))
+        let parts = try #require(outcome["parts"] as? [[String: Any]])
+        #expect(parts.map { ($0["headers"] as? [String: String])?["etag"] } == expected.map(PartFiles.etag))
+
+        print("PartsCrashTests: \(acceptedBefore.count) parts accepted before the kill, \(resent.count) sent twice; "
+              + "peak memory \(firstPeak) KiB then \(secondPeak) KiB; second run \(String(format: "%.1f", elapsed)) s")
+        // Memory stays flat whatever the file size: the parts stream from disk.
+        #expect(firstPeak > 0 && firstPeak < 96 * 1024, "first runner peaked at \(firstPeak) KiB")
+        #expect(secondPeak > 0 && secondPeak < 96 * 1024, "second runner peaked at \(secondPeak) KiB")
+
+        // Progress: at most about four events a second for the entry, bytes accepted rising to the total.
+        let progress = result.lines.filter { $0.contains(#""type":"progress""#) }
+        #expect(Double(progress.count) <= 4 * elapsed + 4, "\(progress.count) progress events in \(elapsed) s")
+        #expect(progress.last?.contains(#""bytes_accepted":\#(Self.size)"#) == true)
+    }
+}
+
+/// Who owns a file body (SPEC 3, 7): move, copy, reference, and what cancel gives back.
+@Suite(.serialized) struct OwnershipTests {
+    enum Change: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case appended, touched, replaced, deleted
+        var testDescription: String { rawValue }
+
+        func apply(_ path: String) throws {
+            switch self {
+            case .appended:
+                let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+                try handle.seekToEnd()
+                handle.write(Data("x".utf8))
+                try handle.close()
+            case .touched:
+                var times = [timespec(tv_sec: 1_000_000_000, tv_nsec: 5), timespec(tv_sec: 1_000_000_000, tv_nsec: 5)]
+                #expect(utimensat(AT_FDCWD, path, &times, 0) == 0)
+            case .replaced:
+                // Same size and bytes, but a new inode.
+                let data = try Data(contentsOf: URL(fileURLWithPath: path))
+                try FileManager.default.removeItem(atPath: path)
+                try data.write(to: URL(fileURLWithPath: path))
+            case .deleted:
+                try FileManager.default.removeItem(atPath: path)
+            }
+        }
+    }
+
+    @Test(arguments: Change.allCases)
+    func referencedFileChangedBeforeTheAttemptSettlesErrorKindFile(_ change: Change) async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
+        let file = sandbox.path("ref.bin")
+        try PartFiles.make(file, size: 2 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "ref", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
+        try change.apply(file)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
+        let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
+        #expect((error["error"] as? [String: Any])?["kind"] as? String == "file")
+        #expect(server.requests(path: "/put/").isEmpty)
+        #expect(try await sandbox.list().first?["reason"] as? String == "file")
+    }
+
+    @Test func referencedFileChangedBetweenPartsStopsBeforeTheNextPart() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/mid/1", [TestResponse.delay(3000, 201)])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
+        let file = sandbox.path("ref.bin")
+        try PartFiles.make(file, size: 3 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mid", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
+        let runner = try sandbox.start(["run", "--drain"])
+        #expect(await waitUntil(seconds: 20) { !server.requests(path: "/put/mid/1").isEmpty })
+        try Change.appended.apply(file)
+        #expect(await runner.wait().status == 0)
+        #expect(server.requests(path: "/put/mid/").map(\.path) == ["/put/mid/1"])
+        let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
+        #expect((error["error"] as? [String: Any])?["kind"] as? String == "file")
+    }
+
+    @Test func referencedFileIsSentFromWhereItIs() async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
+        let file = sandbox.path("ref.bin")
+        try PartFiles.make(file, size: 150_000, seed: 3)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "r", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
+        let received = server.requests(path: "/put/r/").sorted { $0.path < $1.path }
+        #expect(try received.map(\.bodySHA256) == [PartFiles.sha(file, 0, 65_536), PartFiles.sha(file, 65_536, 150_000)])
+        #expect(FileManager.default.fileExists(atPath: file))
+    }
+
+    @Test func copySendsTheBytesAsTheyWereAtEnqueue() async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "1MiB", ownership: "copy"))
+        let file = sandbox.path("c.bin")
+        try PartFiles.make(file, size: 100_000, seed: 4)
+        let original = try PartFiles.sha(file, 0, 100_000)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "c", "--vars", #"{"path": "c.bin"}"#]).status == 0)
+        try PartFiles.make(file, size: 100_000, seed: 5)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(server.requests(path: "/put/c/").map(\.bodySHA256) == [original])
+        #expect(try PartFiles.sha(file, 0, 100_000) != original)
+    }
+
+    /// A second filesystem for cross-device moves: /dev/shm when it is one.
+    static func otherFilesystemFolder(than path: String) -> String? {
+        var a = stat(), b = stat()
+        guard stat(path, &a) == 0, stat("/dev/shm", &b) == 0, a.st_dev != b.st_dev else { return nil }
+        let folder = "/dev/shm/outbox-test-\(UUID().uuidString.prefix(8))"
+        return (try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)) != nil ? folder : nil
+    }
+
+    @Test func moveAcrossFilesystemsCopiesThenRemovesTheSource() async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        guard let folder = Self.otherFilesystemFolder(than: sandbox.root) else {
+            print("OwnershipTests: no second filesystem at /dev/shm; cross-device move not tested")
+            return
+        }
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "1MiB"))
+        let file = folder + "/m.bin"
+        try PartFiles.make(file, size: 90_000, seed: 6)
+        let original = try PartFiles.sha(file, 0, 90_000)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "m", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: file))
+        let staged = try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies"))
+        #expect(staged.count == 1)
+        #expect(try PartFiles.sha(sandbox.path(".outbox/bodies/\(staged[0])"), 0, 90_000) == original)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(server.requests(path: "/put/m/").map(\.bodySHA256) == [original])
+    }
+
+    enum CancelCase: String, CaseIterable, CustomTestStringConvertible, Sendable {
+        case beforeAnySend, afterSomePartsAccepted, acrossFilesystems, sourcePathTaken
+        var testDescription: String { rawValue }
+    }
+
+    @Test(arguments: CancelCase.allCases)
+    func cancelNeverDestroysTheOnlyCopyOfAMovedFile(_ c: CancelCase) async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/mv/3", [TestResponse.delay(5000, 201)])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        var folder = sandbox.path("data")
+        if c == .acrossFilesystems {
+            guard let other = Self.otherFilesystemFolder(than: sandbox.root) else {
+                print("OwnershipTests: no second filesystem at /dev/shm; cross-device return not tested")
+                return
+            }
+            folder = other
+        }
+        defer { if c == .acrossFilesystems { try? FileManager.default.removeItem(atPath: folder) } }
+        let file = folder + "/mv.bin"
+        try PartFiles.make(file, size: 4 * 65_536, seed: 8)
+        let original = try PartFiles.sha(file, 0, 4 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mv", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
+        #expect(!FileManager.default.fileExists(atPath: file))
+        if c == .afterSomePartsAccepted {
+            #expect(try await sandbox.outbox(["run", "--max-time", "1s", "--grace", "0s"]).status == 0)
+            #expect(try await PartFiles.storedParts(sandbox, "mv").map(\.accepted) == [true, true, false, false])
+        }
+        if c == .sourcePathTaken {
+            try "someone else's file".write(toFile: file, atomically: true, encoding: .utf8)
+        }
+        let cancel = try await sandbox.outbox(["cancel", "mv"])
+        #expect(cancel.status == 0)
+        #expect(try await sandbox.list().isEmpty)
+        if c == .sourcePathTaken {
+            #expect(try String(contentsOfFile: file, encoding: .utf8) == "someone else's file")
+            let kept = sandbox.path(".outbox/returned/mv.bin")
+            #expect(try PartFiles.sha(kept, 0, 4 * 65_536) == original)
+            #expect(cancel.stderr.contains(kept))
+        } else {
+            #expect(try PartFiles.sha(file, 0, 4 * 65_536) == original)
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+    }
+
+    @Test func cancelOfACopiedEntryLeavesTheSourceAlone() async throws {
+        let server = try TestHTTPServer()
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "1MiB", ownership: "copy"))
+        let file = sandbox.path("c.bin")
+        try PartFiles.make(file, size: 70_000)
+        let original = try PartFiles.sha(file, 0, 70_000)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "c", "--vars", #"{"path": "c.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["cancel", "c"]).status == 0)
+        #expect(try PartFiles.sha(file, 0, 70_000) == original)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+        #expect(!FileManager.default.fileExists(atPath: sandbox.path(".outbox/returned")))
+    }
+}

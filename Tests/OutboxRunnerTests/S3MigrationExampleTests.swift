@@ -1,0 +1,165 @@
+import Foundation
+import Testing
+import TestSupport
+
+// examples/s3-migration end to end against a real S3-compatible server on loopback: moto's
+// server mode, installed from PyPI when missing.
+
+/// moto's S3 server as a child process.
+final class MotoServer: @unchecked Sendable {
+    let port: Int
+    let process: Process
+    let log: String
+
+    var endpoint: String { "http://127.0.0.1:\(port)" }
+
+    /// Makes sure `moto.server` imports (pip-installing `moto[server]` once if needed); nil
+    /// with the reason when it cannot be had.
+    static func ensureInstalled() -> String? {
+        if (try? python(["-c", "import moto.server"]))?.exitCode == 0 { return nil }
+        let install = try? python(["-m", "pip", "install", "--quiet", "moto[server]"])
+        if (try? python(["-c", "import moto.server"]))?.exitCode == 0 { return nil }
+        return "pip could not install moto[server]: \(install?.stderr.suffix(400) ?? "python3 did not run")"
+    }
+
+    static func python(_ arguments: [String]) throws -> TestHTTPProcessResult {
+        try TestHTTPCurl.runExecutable("/usr/bin/env", ["python3"] + arguments)
+    }
+
+    init() async throws {
+        // Ask the kernel for a free port, then give it to moto (which needs a number).
+        let probe = try MotoServer.python(["-c", "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"])
+        port = try #require(Int(probe.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)))
+        log = FileManager.default.temporaryDirectory.appendingPathComponent("moto-\(port).log").path
+        _ = FileManager.default.createFile(atPath: log, contents: nil)
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", "-m", "moto.server", "-H", "127.0.0.1", "-p", String(port)]
+        process.standardInput = FileHandle.nullDevice
+        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
+        try process.run()
+        let up = await waitUntil(seconds: 60) {
+            ((try? TestHTTPCurl.statusCode(endpoint + "/"))?.code ?? 0) == 200
+        }
+        if !up {
+            stop()
+            throw TestHTTPServerError(description: "moto did not start on port \(port): \((try? String(contentsOfFile: log, encoding: .utf8))?.suffix(2000) ?? "")")
+        }
+    }
+
+    deinit { stop() }
+
+    func stop() {
+        if process.isRunning {
+            // SIGKILL: the child may inherit a signal mask that blocks SIGTERM, and moto
+            // keeps nothing worth a clean shutdown.
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+        unlink(log)
+    }
+}
+
+@Suite struct S3MigrationExampleTests {
+    /// examples/s3-migration in this checkout.
+    static var example: String {
+        URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("examples/s3-migration").path
+    }
+
+    /// Runs `python3 ARGS` in `folder` with `environment` over the test's own, and waits.
+    static func python(_ arguments: [String], in folder: String, environment: [String: String]) throws -> OutboxRun {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3"] + arguments
+        process.currentDirectoryURL = URL(fileURLWithPath: folder)
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return OutboxRun(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
+                         stderr: String(decoding: stderr, as: UTF8.self))
+    }
+
+    @Test func signerMatchesBotocore() async throws {
+        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
+            print("S3MigrationExampleTests: skipped, \(reason)")
+            return
+        }
+        let example = Self.example
+        let check = try await offload { try MotoServer.python([example + "/tests/check_sigv4.py"]) }
+        #expect(check.exitCode == 0, "\(check.stdoutText)\(check.stderr)")
+        #expect(check.stdoutText.contains("check_sigv4: 0 mismatches"))
+    }
+
+    @Test func aTreeOfFilesLandsInS3ByteForByte() async throws {
+        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
+            print("S3MigrationExampleTests: skipped, \(reason)")
+            return
+        }
+        let moto = try await MotoServer()
+        let sandbox = try OutboxSandbox()
+        for folder in ["config", "definitions", "lib", "plugins", "hooks", "tools"] {
+            try? FileManager.default.removeItem(atPath: sandbox.path(folder))
+            try FileManager.default.copyItem(atPath: Self.example + "/" + folder, toPath: sandbox.path(folder))
+        }
+        let binaries = (OutboxSandbox.binary("outbox") as NSString).deletingLastPathComponent
+        let env = [
+            "AWS_ENDPOINT_URL": moto.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1", "S3_BUCKET": "migration",
+            "PATH": binaries + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
+        ]
+        let root = sandbox.root
+        func python(_ arguments: [String]) async throws -> OutboxRun {
+            try await offload { try Self.python(arguments, in: root, environment: env) }
+        }
+        #expect(try await python(["tools/s3_tool.py", "mb", "migration"]).status == 0)
+
+        let files: [(relative: String, size: Int)] = [("empty.bin", 0), ("small.txt", 1024), ("nested/medium.bin", 12 << 20),
+                                                       ("big.bin", 130 << 20)]
+        for (n, file) in files.enumerated() {
+            let path = sandbox.path("data/" + file.relative)
+            try await offload { try PartFiles.make(path, size: file.size, seed: UInt64(n + 11)) }
+        }
+        let enqueue = ["enqueue", "s3.upload", "--from-dir", "data", "--vars", #"{"prefix": "run1/"}"#, "--id-template", "mig-{{ vars.name }}"]
+        let first = try await sandbox.outbox(enqueue, environment: env)
+        #expect(first.status == 0, "\(first.stderr)")
+        #expect(first.lines == ["mig-big.bin", "mig-empty.bin", "mig-medium.bin", "mig-small.txt"])
+        let bigState = try #require(PartFiles.readJSON(sandbox.path(".s3-uploads/mig-big.bin.json")))
+        let uploadID = try #require(bigState["upload_id"] as? String)
+        #expect(((bigState["descriptor"] as? [String: Any])?["parts"] as? [Any])?.count == 7)
+
+        // A first run stopped after a second; the same tree enqueued again resumes.
+        #expect(try await sandbox.outbox(["run", "--max-time", "1s", "--grace", "0s"], environment: env).status == 0)
+        let again = try await sandbox.outbox(enqueue, environment: env)
+        #expect(again.status == 0, "\(again.stderr)")
+        if let state = PartFiles.readJSON(sandbox.path(".s3-uploads/mig-big.bin.json")) {
+            #expect(state["upload_id"] as? String == uploadID, "a resume must keep the multipart upload")
+        }
+        let run = try await sandbox.outbox(["run", "--drain"], environment: env)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(!run.stderr.contains("hook failures"), "\(run.stderr)")
+        #expect(try await sandbox.list().isEmpty, "every outcome acknowledged and forgotten")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: sandbox.path(".s3-uploads"))) ?? []).isEmpty)
+
+        for file in files {
+            let path = sandbox.path("data/" + file.relative)
+            let local = try await offload { try PartFiles.sha(path, 0, Int64(file.size)) }
+            let remote = try await python(["tools/s3_tool.py", "sha256", "migration", "run1/" + file.relative])
+            #expect(remote.status == 0, "\(remote.stderr)")
+            let fields = remote.stdout.split(separator: " ").map(String.init)
+            #expect(fields.count == 3)
+            #expect(fields.first == local, "run1/\(file.relative) differs from its file")
+            #expect(fields.dropFirst().first == String(file.size))
+            // Multipart objects have an ETag ending in -<parts>; single PUTs do not.
+            let etag = fields.last?.trimmingCharacters(in: CharacterSet(charactersIn: "\"\n")) ?? ""
+            let suffix = file.size >= 8 << 20 ? (file.size == 12 << 20 ? "-1" : "-7") : nil
+            if let suffix { #expect(etag.hasSuffix(suffix), "\(file.relative): ETag \(etag)") } else { #expect(!etag.contains("-")) }
+        }
+    }
+}
