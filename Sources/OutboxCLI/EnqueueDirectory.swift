@@ -45,7 +45,7 @@ enum EnqueueDirectory {
         var folders: [String] = [""]
         while let relativeFolder = folders.popLast() {
             let folder = relativeFolder.isEmpty ? root : Paths.join(root, relativeFolder)
-            guard let names = listNames(folder) else {
+            guard let names = Paths.list(folder) else {
                 throw .invalid("--from-dir: cannot read the folder \(folder): \(Paths.errnoMessage())")
             }
             for name in names {
@@ -69,20 +69,6 @@ enum EnqueueDirectory {
         }
         result.files.sort { Array($0.relativePath.utf8).lexicographicallyPrecedes(Array($1.relativePath.utf8)) }
         return result
-    }
-
-    /// Names in a folder except `.` and `..`; nil when it cannot be opened.
-    private static func listNames(_ path: String) -> [String]? {
-        guard let dir = opendir(path) else { return nil }
-        defer { closedir(dir) }
-        var names: [String] = []
-        while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
-            if name != "." && name != ".." { names.append(name) }
-        }
-        return names
     }
 
     /// The vars of one file: the base object with the file's own fields over it.

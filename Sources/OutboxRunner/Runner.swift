@@ -512,9 +512,17 @@ public final class Runner {
         case .awaitingAuth: outcomeName = "awaiting-auth"
         case .terminal: outcomeName = "error"
         }
-        let event = attemptEvent(entry, flight, result, outcome: outcomeName)
-        emit(event)
-        changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
+        // A whole request that succeeds with nothing to deliver is forgotten in this very
+        // transaction: its attempt log and progress would be deleted as they are written.
+        var forgottenAtOnce = false
+        if case .success = klass, flight.partIndex == nil, !eventsEnabled, !outcomeNeeded(entry, outcome: "completed") {
+            forgottenAtOnce = true
+        }
+        if !forgottenAtOnce {
+            let event = attemptEvent(entry, flight, result, outcome: outcomeName)
+            emit(event)
+            changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
+        }
         entry.lastRequestID = flight.requestID
         running[entry.id] = entry
 
@@ -523,6 +531,10 @@ public final class Runner {
             return
         }
         running[entry.id] = nil
+        if forgottenAtOnce {
+            settle(entry, payload: .object([]), outcome: "completed", state: .completed, reason: nil)
+            return
+        }
         changes.append(.progress(entryID: entry.id, bytesSent: result.bytesSent))
         // State events carry the row as it is after this attempt.
         entry.bytesSent = result.bytesSent
@@ -538,19 +550,24 @@ public final class Runner {
             emitState(entry, state: "queued", reason: reason)
             summary.retried += 1
         case .awaitingAuth:
-            if entry.headerGeneration < headerGeneration {
-                // Sent with headers older than the latest update: re-send at once (SPEC 7).
-                changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now, reason: "auth"))
-            } else {
-                changes.append(.park(entryID: entry.id))
-                emitState(entry, state: "awaiting-auth", reason: "auth")
-                summary.parked += 1
-            }
+            authRefused(entry, now: now)
         case let .terminal(reason):
             var error: JSON = .object([("kind", .string("http")), ("message", .string(failure.map { "\($0)" } ?? reason)),
                                        ("status", result.status.map { .int($0) } ?? .null)])
             bodyJSON(Array(result.body.prefix(65536)), into: &error)
             settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: flight.requestID)
+        }
+    }
+
+    /// A 401/403: parks the entry, unless it was sent with headers older than the latest
+    /// `headers update`, in which case it is sent again at once with the new ones (SPEC 7).
+    func authRefused(_ entry: Entry, now: Int64) {
+        if entry.headerGeneration < headerGeneration {
+            changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now, reason: "auth"))
+        } else {
+            changes.append(.park(entryID: entry.id))
+            emitState(entry, state: "awaiting-auth", reason: "auth")
+            summary.parked += 1
         }
     }
 
@@ -588,14 +605,7 @@ public final class Runner {
             summary.retried += 1
         case .awaitingAuth:
             stopParts(entry.id)
-            if entry.headerGeneration < headerGeneration {
-                // Sent with headers older than the latest update: reload them and re-send at once (SPEC 7).
-                changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now, reason: "auth"))
-            } else {
-                changes.append(.park(entryID: entry.id))
-                emitState(entry, state: "awaiting-auth", reason: "auth")
-                summary.parked += 1
-            }
+            authRefused(entry, now: now)
             releaseStoppedParts(entry.id)
         case .terminal:
             stopParts(entry.id)
@@ -644,6 +654,16 @@ public final class Runner {
         bodyJSON(result.body, into: &response)
         response.set("body_truncated", .bool(result.bodyTruncated))
         return response
+    }
+
+    /// Whether an outcome of this entry is read by anyone: its hook, a `then` follow-up, or
+    /// (for a key without a usable definition) a later delivery.
+    func outcomeNeeded(_ entry: Entry, outcome: String) -> Bool {
+        guard let definition = definitions.definitions[entry.key], definitions.brokenKeys[entry.key] == nil else { return true }
+        if entry.request.response != .raw { return true }
+        let name = outcome == "completed" ? "on_success" : "on_error"
+        let hook = outcome == "completed" ? definition.onSuccess : definition.onError
+        return hook != nil || !(definition.then?[name]?.arrayValue ?? []).isEmpty
     }
 
     func settleSuccess(_ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String) {

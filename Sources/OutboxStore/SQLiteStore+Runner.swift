@@ -201,15 +201,20 @@ extension SQLiteStore {
             guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return [] }
             e = stored
         }
-        try db.run("""
-            UPDATE entries SET state = ?, reason = ?, lease_owner = NULL, next_attempt_at = NULL, updated_at = ? WHERE seq = ?
-            """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq)])
-        try db.run("""
-            INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """, [.text(e.id), .text(e.key), .int(e.generation), .text(s.outcome), .text(s.payload.serialized()),
-                  .bool(!s.hookExists), .optional(s.reason), .int(now)])
-        if !s.hookExists, s.state == .completed || s.state == .cancelled {
+        let forgetNow = !s.hookExists && (s.state == .completed || s.state == .cancelled)
+        if !forgetNow {
+            try db.run("""
+                UPDATE entries SET state = ?, reason = ?, lease_owner = NULL, next_attempt_at = NULL, updated_at = ? WHERE seq = ?
+                """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq)])
+            // (An outcome acknowledged as it settles, of an entry forgotten in the same
+            // transaction, would be deleted as it is written: it is not written at all.)
+            try db.run("""
+                INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """, [.text(e.id), .text(e.key), .int(e.generation), .text(s.outcome), .text(s.payload.serialized()),
+                      .bool(!s.hookExists), .optional(s.reason), .int(now)])
+        }
+        if forgetNow {
             var settled = e
             settled.state = s.state
             return try forget(settled, returnMovedFile: s.state == .cancelled)
