@@ -113,6 +113,7 @@ public final class Runner {
     var lastAuthRefresh: Int64 = -60_000
     /// False when nothing reads events: state and progress lines are then not even built.
     public var eventsEnabled = true
+    var requestIDs = FastRandom()
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
     var settledUnhandled = false
 
@@ -334,7 +335,7 @@ public final class Runner {
     public static let version = "0.1.0"
 
     func startTransfer(_ entry: Entry, part: StoredPart?, host: String) {
-        let requestID = Identifiers.uuid()
+        let requestID = Identifiers.uuid(using: &requestIDs)
         var headers = baseHeaders(entry, requestID: requestID)
         var url = entry.request.url ?? ""
         var body: HTTPBody

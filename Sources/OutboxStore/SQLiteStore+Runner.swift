@@ -75,7 +75,7 @@ extension SQLiteStore {
                 SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
                   AND o.state IN ('queued', 'running', 'awaiting-auth')))
             ORDER BY seq LIMIT ?
-            """, [.int(now), .int(now), .int(limit)], Self.entry)
+            """, [.int(now), .int(now), .int(limit)], entryFromRow)
         return Array(rows.filter { !excluding.contains($0.id) }.prefix(limit))
     }
 
@@ -171,7 +171,7 @@ extension SQLiteStore {
             let behind = try db.query("""
                 SELECT \(Self.entryColumns) FROM entries WHERE scope = ? AND seq > ? AND state IN ('queued', 'awaiting-auth')
                 ORDER BY seq
-                """, [.text(scope), .int(afterSeq)], Self.entry)
+                """, [.text(scope), .int(afterSeq)], entryFromRow)
             var files: [String] = []
             for e in behind {
                 let (payload, hookExists) = payloadFor(e)

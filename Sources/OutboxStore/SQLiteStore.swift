@@ -14,6 +14,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     var returns: [(String, String)] = []
     /// Staged files of replaced bodies, removed once the transaction commits.
     var obsoleteFiles: [String] = []
+    var requestCache: [String: StoredRequest] = [:]
 
     /// Opens (creating if needed) the store in `folder`. E_STORAGE when that is impossible.
     public init(folder: String) throws(OutboxError) {
@@ -67,12 +68,21 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         expires_at, not_before, next_attempt_at, lease_owner, last_request_id, waits_for_delivery
         """
 
-    static func entry(_ r: SQLRow) -> Entry {
+    /// Entries of one definition usually share their stored request text: parsed once.
+    func storedRequest(_ text: String) -> StoredRequest {
+        if let cached = requestCache[text] { return cached }
+        let request = StoredRequest(json: (try? JSON.parse(text)) ?? .object([]))
+        if requestCache.count >= 256 { requestCache.removeAll(keepingCapacity: true) }
+        requestCache[text] = request
+        return request
+    }
+
+    func entryFromRow(_ r: SQLRow) -> Entry {
         Entry(
             seq: r.int(0), id: r.text(1), internalID: r.text(2), key: r.text(3),
             vars: (try? JSON.parse(r.text(4))) ?? .null,
             state: EntryState(rawValue: r.text(5)) ?? .queued, reason: r.optionalText(6), generation: r.int(7),
-            request: StoredRequest(json: (try? JSON.parse(r.text(8))) ?? .object([])),
+            request: storedRequest(r.text(8)),
             bodyInline: r.blob(9), bodyFile: r.optionalText(10), bodyHash: r.text(11), totalBytes: r.int(12),
             bytesSent: r.int(13), attempts: r.int(14), idempotencyKey: r.optionalText(15), account: r.optionalText(16),
             scope: r.optionalText(17), parent: r.optionalText(18), headerGeneration: r.int(19), createdAt: r.int(20),
@@ -81,7 +91,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     }
 
     public func entry(id: String) throws(OutboxError) -> Entry? {
-        try db.queryOne("SELECT \(Self.entryColumns) FROM entries WHERE id = ?", [.text(id)], Self.entry)
+        try db.queryOne("SELECT \(Self.entryColumns) FROM entries WHERE id = ?", [.text(id)], entryFromRow)
     }
 
     public func list(_ filter: ListFilter) throws(OutboxError) -> [Entry] {
@@ -93,7 +103,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         if filter.state == "paused" { sql += " AND state = 'queued'" }
         sql += " ORDER BY seq"
         if let limit = filter.limit { sql += " LIMIT \(limit)" }
-        return try db.query(sql, values, Self.entry)
+        return try db.query(sql, values, entryFromRow)
     }
 
     public func parts(entrySeq: Int64) throws(OutboxError) -> [StoredPart] {
