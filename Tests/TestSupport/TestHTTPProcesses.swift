@@ -107,6 +107,11 @@ public final class TestHTTPServerProcess: @unchecked Sendable {
     @discardableResult
     public func stop() -> Int32 {
         if process.isRunning { process.terminate() }
+        // A child spawned from a thread that blocks SIGTERM inherits that mask: give it a
+        // few seconds, then SIGKILL, so a test can never hang here.
+        let deadline = Date().addingTimeInterval(5)
+        while process.isRunning && Date() < deadline { usleep(10_000) }
+        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
         process.waitUntilExit()
         try? FileManager.default.removeItem(at: folder)
         return process.terminationStatus
