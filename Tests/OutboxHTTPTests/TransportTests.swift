@@ -391,9 +391,9 @@ private final class HTTPSServer: @unchecked Sendable {
             // SHA-256 of 200 MiB of zeros.
             #expect(request.bodySHA256 == "72abf2ca8f36943ebe2e49ca3a51d409ca5f0bfcffab6c9d25643c17c32889da")
             #expect(result.bytesSent == size)
-            // A whole-file load would add 200 MiB; streaming adds at most curl's buffers.
-            // (The server runs in this process too, and streams as well.)
-            #expect(max(after, recorder.peak) - before < 48 << 20)
+            // A whole-file load would add 200 MiB; streaming adds at most curl's buffers. The
+            // bound is loose because every other test of the run shares this process's RSS.
+            #expect(max(after, recorder.peak) - before < 120 << 20)
             let reports = recorder.all
             #expect(!reports.isEmpty)
             #expect(reports.last.map { $0.0 == size && $0.1 == size } == true)
