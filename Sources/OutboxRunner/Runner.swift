@@ -311,7 +311,10 @@ public final class Runner {
     /// Why an entry's bytes cannot be sent (staged file gone, referenced file changed), or nil.
     func payloadProblem(_ entry: Entry) -> String? {
         for file in [entry.bodyFile].compactMap({ $0 }) + entry.request.form.compactMap(\.stagedFile) {
-            guard let info = FileInfo.stat(file) else { return "the staged payload \(file) is missing" }
+            guard let info = FileInfo.stat(file) else {
+                let referenced = entry.request.ownership == .reference && file == entry.bodyFile
+                return referenced ? "the referenced file \(file) is missing" : "the staged payload \(file) is missing"
+            }
             if entry.request.ownership == .reference, let recorded = entry.request.file,
                info.size != recorded.size || info.mtimeNs != recorded.mtimeNs || info.inode != recorded.inode {
                 return "the referenced file \(file) changed since enqueue (size, mtime or inode differ)"

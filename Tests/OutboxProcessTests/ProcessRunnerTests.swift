@@ -447,7 +447,7 @@ struct StaleGroupTests {
         var spec = shell("exec sleep 30", in: folder)
         spec.onStart = { pid, time in started.update { $0 = (pid, time) } }
         async let running = runOffPool(spec)
-        #expect(await eventually(seconds: 5) { started.value != nil })
+        #expect(await eventually(seconds: 30) { started.value != nil })
         let (pid, startTime) = try #require(started.value)
         #expect(ProcessRunner.killStaleGroup(pgid: pid, startTime: startTime + 1) == false)
         #expect(isDead(pid) == false)
@@ -465,7 +465,7 @@ struct StaleGroupTests {
         let orphan = try #require(Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines)))
         defer { kill(orphan, SIGKILL) }
         // Wait until setsid made it a group leader.
-        #expect(await eventually(seconds: 5) { procStatFields(orphan)?[2] == "\(orphan)" })
+        #expect(await eventually(seconds: 30) { procStatFields(orphan)?[2] == "\(orphan)" })
         let startTime = try #require(procStatFields(orphan).flatMap { UInt64($0[19]) })
         #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime &- 1) == false)
         #expect(isDead(orphan) == false)
