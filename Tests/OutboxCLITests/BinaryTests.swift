@@ -1,16 +1,9 @@
 import Foundation
 import OutboxModel
 import Testing
+import TestSupport
 
-/// The built `outbox` binary, next to the test bundle (`swift test` builds every product).
-private func outboxExecutable() -> String {
-    var folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    // The runner may be `X.xctest` itself (Linux) or sit inside `X.xctest/...` (macOS).
-    while folder.pathExtension == "xctest" || folder.path.contains(".xctest/") {
-        folder = folder.deletingLastPathComponent()
-    }
-    return folder.appendingPathComponent("outbox").path
-}
+private func outboxExecutable() -> String { builtExecutable("outbox") }
 
 private struct ProcessOutput {
     var status: Int32

@@ -8,18 +8,7 @@ import Testing
 // Integration harness: a temp project on disk (config, definitions, hook scripts), the real
 // `outbox` binary run with Foundation.Process, and an in-process TestHTTPServer on port 0.
 
-/// The `outbox` binary built by `swift build`: next to the test bundle, else under the package root.
-let outboxBinary: String = {
-    var folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-    while folder.pathExtension == "xctest" || folder.path.contains(".xctest/") {
-        folder = folder.deletingLastPathComponent()
-    }
-    let beside = folder.appendingPathComponent("outbox").path
-    if FileManager.default.isExecutableFile(atPath: beside) { return beside }
-    // #filePath is Tests/OutboxRunnerTests/Harness.swift: three levels up is the package root.
-    let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-    return root.appendingPathComponent(".build/debug/outbox").path
-}()
+let outboxBinary = builtExecutable("outbox")
 
 /// Small backoffs so retries and redeliveries take milliseconds; hook redelivery uses them too.
 let fastConfig = """

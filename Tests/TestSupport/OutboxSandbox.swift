@@ -41,11 +41,7 @@ public final class OutboxSandbox: @unchecked Sendable {
 
     /// An executable built next to the test bundle (`outbox`, `outbox-testserver`).
     public static func binary(_ name: String) -> String {
-        var folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        while folder.pathExtension == "xctest" || folder.path.contains(".xctest/") {
-            folder = folder.deletingLastPathComponent()
-        }
-        return folder.appendingPathComponent(name).path
+        builtExecutable(name)
     }
 
     /// `root` + "/" + `relative`.

@@ -119,11 +119,6 @@ public final class TestHTTPServerProcess: @unchecked Sendable {
 
     /// The build products folder holding the test bundle, where SwiftPM also puts executables.
     public static func defaultExecutable() -> String {
-        var folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        // The runner may be inside `X.xctest/...` (macOS) or be `X.xctest` itself (Linux).
-        while folder.pathExtension == "xctest" || folder.path.contains(".xctest/") {
-            folder = folder.deletingLastPathComponent()
-        }
-        return folder.appendingPathComponent("outbox-testserver").path
+        builtExecutable("outbox-testserver")
     }
 }
