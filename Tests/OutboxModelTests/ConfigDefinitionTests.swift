@@ -165,15 +165,6 @@ struct ConfigTests {
         #expect(config.maxVarsBytes == c.maxVars)
     }
 
-    struct BadCase: Sendable, CustomTestStringConvertible {
-        let name: String
-        let yaml: String
-        let line: Int
-        let column: Int
-        let message: String
-        var testDescription: String { name }
-    }
-
     static let bad: [BadCase] = [
         BadCase(name: "unknown top-level field", yaml: "store: .outbox\nconcurency: 4\n", line: 2, column: 1,
                 message: "unknown field \"concurency\" in the config"),
@@ -304,15 +295,6 @@ struct DefinitionTests {
         #expect(def.onError == .argv(["hooks/err.sh", "--verbose"]))
         #expect(def.request?["url"] == .string("https://api.example.com/sites/{{ vars.site_id }}/notes"))
         #expect(def.request?["data"] == .object([("comment", .string("{{ vars.comment }}"))]))
-    }
-
-    struct BadCase: Sendable, CustomTestStringConvertible {
-        let name: String
-        let yaml: String
-        let line: Int
-        let column: Int
-        let message: String
-        var testDescription: String { name }
     }
 
     static let bad: [BadCase] = [
@@ -491,4 +473,14 @@ struct DefinitionSetTests {
         #expect(set.diagnostics.map(\.path) == [broken, unreadable])
         #expect(set.sources[broken]?.hasPrefix("key: broken.one") == true)
     }
+}
+
+/// One bad YAML input and the diagnostic it must give, for the config and definition tables.
+struct BadCase: Sendable, CustomTestStringConvertible {
+    let name: String
+    let yaml: String
+    let line: Int
+    let column: Int
+    let message: String
+    var testDescription: String { name }
 }
