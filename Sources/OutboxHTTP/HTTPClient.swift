@@ -8,12 +8,17 @@ import Synchronization
 /// a connection. There is no per-host limit here: that is the scheduler's job (T-curl7).
 /// A transport-level re-send on a dead reused connection repeats the request as is,
 /// X-Request-Id included (T-curl1).
+///
+/// Standby transfers let the scheduler hand over the next request before a slot is free:
+/// a standby transfer waits here, outside libcurl (T-curl7), and starts on the curl thread
+/// the moment a slot-holding transfer ends, without a round trip through the scheduler.
 public final class HTTPClient: Sendable {
     private let engine: CurlEngine
 
-    /// Loads libcurl, creates the multi handle and starts the thread that owns it.
-    public init(maxTotalConnections: Int = 64) throws {
-        engine = try CurlEngine(maxConnections: max(1, maxTotalConnections))
+    /// Loads libcurl, creates the multi handle and starts the thread that owns it. A standby
+    /// transfer is started only while fewer than `perHost` transfers to its host are active.
+    public init(maxTotalConnections: Int = 64, perHost: Int = .max) throws {
+        engine = try CurlEngine(maxConnections: max(1, maxTotalConnections), perHost: max(1, perHost))
     }
 
     deinit {
@@ -22,17 +27,30 @@ public final class HTTPClient: Sendable {
 
     /// Queues a transfer and returns its id at once.
     ///
+    /// `host` is the scheduler's host key. A `slot` transfer holds a scheduling slot: when it
+    /// ends, the oldest standby transfer whose host has room starts in its place, and the
+    /// result names it (`HTTPResult.startedInPlace`). A `standby` transfer (always a slot
+    /// transfer) waits for that, or for `promote`.
+    ///
     /// `progress` gets (bytes sent, bytes to send) on the curl thread, about 4 times a
     /// second at most; `completion` runs exactly once on the curl thread and must not
     /// block. After `shutdown`, `completion` runs at once on the caller's thread.
     @discardableResult
-    public func start(_ request: HTTPRequest, progress: (@Sendable (Int64, Int64) -> Void)? = nil,
+    public func start(_ request: HTTPRequest, host: String = "", slot: Bool = false, standby: Bool = false,
+                      progress: (@Sendable (Int64, Int64) -> Void)? = nil,
                       completion: @escaping @Sendable (HTTPResult) -> Void) -> UInt64 {
-        engine.submit(request, progress: progress, completion: completion)
+        engine.submit(request, host: host, mode: standby ? .standby : slot ? .slot : .plain, progress: progress,
+                      completion: completion)
     }
 
-    /// Aborts a transfer; its completion gets a `.network` failure "aborted". Unknown or
-    /// finished ids are ignored.
+    /// Starts a standby transfer now (the scheduler has a free slot). Ids that already
+    /// started, finished or are unknown are ignored.
+    public func promote(_ id: UInt64) {
+        engine.promote(id)
+    }
+
+    /// Aborts a transfer, standby or active; its completion gets a `.network` failure
+    /// "aborted". Unknown or finished ids are ignored.
     public func cancel(_ id: UInt64) {
         engine.cancel(id)
     }
@@ -56,15 +74,20 @@ public final class HTTPClient: Sendable {
 
 /// The multi handle and the thread that owns it; other threads only touch `shared`.
 final class CurlEngine: @unchecked Sendable {
+    enum Mode: Sendable { case plain, slot, standby }
+
     struct Job: Sendable {
         var id: UInt64
         var request: HTTPRequest
+        var host: String
+        var mode: Mode
         var progress: (@Sendable (Int64, Int64) -> Void)?
         var completion: @Sendable (HTTPResult) -> Void
     }
 
     private struct Shared {
         var pending: [Job] = []
+        var promotions: [UInt64] = []
         var cancels: [UInt64] = []
         var nextID: UInt64 = 0
         var stopping = false
@@ -78,10 +101,17 @@ final class CurlEngine: @unchecked Sendable {
     private let multi: UnsafeMutableRawPointer
     private var thread = pthread_t()
     // Loop thread only:
-    private var active: [UInt64: Transfer] = [:]
+    private var active: [UInt64: (transfer: Transfer, job: Job)] = [:]
     private var byHandle: [UnsafeMutableRawPointer: Transfer] = [:]
+    /// Standby jobs, oldest first; never added to the multi handle until they start.
+    private var standby: [Job] = []
+    private var activePerHost: [String: Int] = [:]
+    private let perHost: Int
+    /// A transfer was added since the last perform.
+    private var added = false
 
-    init(maxConnections: Int) throws {
+    init(maxConnections: Int, perHost: Int) throws {
+        self.perHost = perHost
         // The main program does this too; a write to a closed socket must not kill us.
         signal(SIGPIPE, SIG_IGN)
         try CurlLibrary.ensureLoaded()
@@ -103,21 +133,31 @@ final class CurlEngine: @unchecked Sendable {
         }
     }
 
-    func submit(_ request: HTTPRequest, progress: (@Sendable (Int64, Int64) -> Void)?,
+    func submit(_ request: HTTPRequest, host: String, mode: Mode, progress: (@Sendable (Int64, Int64) -> Void)?,
                 completion: @escaping @Sendable (HTTPResult) -> Void) -> UInt64 {
         let multi = self.multi
         let (id, accepted) = shared.withLock { state -> (UInt64, Bool) in
             state.nextID += 1
             let id = state.nextID
             guard !state.stopping else { return (id, false) }
-            state.pending.append(Job(id: id, request: request, progress: progress, completion: completion))
-            _ = ccurl_multi_wakeup(multi)
+            // One wakeup per batch: the curl thread takes every pending job when it wakes.
+            if state.pending.isEmpty { _ = ccurl_multi_wakeup(multi) }
+            state.pending.append(Job(id: id, request: request, host: host, mode: mode, progress: progress, completion: completion))
             return (id, true)
         }
         if !accepted {
             completion(HTTPResult(failure: (.network, "aborted: the HTTP client was shut down"), effectiveURL: request.url))
         }
         return id
+    }
+
+    func promote(_ id: UInt64) {
+        let multi = self.multi
+        shared.withLock { state in
+            guard !state.stopping else { return }
+            state.promotions.append(id)
+            _ = ccurl_multi_wakeup(multi)
+        }
     }
 
     func cancel(_ id: UInt64) {
@@ -154,25 +194,35 @@ final class CurlEngine: @unchecked Sendable {
     private func runLoop() {
         var running: Int32 = 0
         while true {
-            let (jobs, cancels, stopping) = shared.withLock { state in
+            let (jobs, promotions, cancels, stopping) = shared.withLock { state in
                 defer {
                     state.pending.removeAll()
+                    state.promotions.removeAll()
                     state.cancels.removeAll()
                 }
-                return (state.pending, state.cancels, state.stopping)
+                return (state.pending, state.promotions, state.cancels, state.stopping)
             }
             if stopping {
-                for job in jobs {
+                for job in jobs + standby {
                     job.completion(HTTPResult(failure: (.network, "aborted: the HTTP client was shut down"),
                                               effectiveURL: job.request.url))
                 }
+                standby.removeAll()
                 for id in active.keys.sorted() { abort(id, message: "aborted: the HTTP client was shut down") }
                 break
             }
-            for job in jobs { begin(job) }
+            for job in jobs {
+                if job.mode == .standby { standby.append(job) } else { begin(job) }
+            }
+            for id in promotions {
+                if let index = standby.firstIndex(where: { $0.id == id }) { begin(standby.remove(at: index)) }
+            }
             for id in cancels { abort(id, message: "aborted") }
+            added = false
             _ = ccurl_multi_perform(multi, &running)
             collectFinished()
+            // A standby transfer that just started is driven at once, not after a poll.
+            if added { continue }
             // Returns early on socket activity, curl's own timers, or a wakeup.
             if ccurl_multi_poll(multi, 1000, nil) != CURLM_OK {
                 usleep(10_000)  // never spin if polling itself fails
@@ -201,8 +251,19 @@ final class CurlEngine: @unchecked Sendable {
             job.completion(HTTPResult(failure: (.network, "curl_multi_add_handle: \(message)"), effectiveURL: job.request.url))
             return
         }
-        active[job.id] = transfer
+        active[job.id] = (transfer, job)
         byHandle[easy] = transfer
+        activePerHost[job.host, default: 0] += 1
+        added = true
+    }
+
+    /// Starts the oldest standby job whose host has room, in place of a slot transfer that
+    /// ended; returns its id.
+    private func startStandby() -> UInt64? {
+        guard let index = standby.firstIndex(where: { activePerHost[$0.host, default: 0] < perHost }) else { return nil }
+        let job = standby.remove(at: index)
+        begin(job)
+        return job.id
     }
 
     private func collectFinished() {
@@ -215,18 +276,26 @@ final class CurlEngine: @unchecked Sendable {
     }
 
     private func abort(_ id: UInt64, message: String) {
-        guard let transfer = active[id] else { return }
+        if let index = standby.firstIndex(where: { $0.id == id }) {
+            let job = standby.remove(at: index)
+            job.completion(HTTPResult(failure: (.network, message), effectiveURL: job.request.url))
+            return
+        }
+        guard let transfer = active[id]?.transfer else { return }
         finish(transfer, code: nil, abortMessage: message)
     }
 
-    /// Removes the handle from the multi, then frees it, then reports (T-curl11).
+    /// Removes the handle from the multi, then frees it, then reports (T-curl11). A slot
+    /// transfer hands its slot to a standby job before it reports.
     private func finish(_ transfer: Transfer, code: CURLcode?, abortMessage: String) {
-        guard let easy = transfer.easy else { return }
+        guard let easy = transfer.easy, let job = active[transfer.id]?.job else { return }
         _ = ccurl_multi_remove_handle(multi, easy)
-        let result = transfer.result(code: code, abortMessage: abortMessage)
+        var result = transfer.result(code: code, abortMessage: abortMessage)
         active[transfer.id] = nil
         byHandle[easy] = nil
+        activePerHost[job.host, default: 1] -= 1
         transfer.close()
+        if job.mode != .plain { result.startedInPlace = startStandby() }
         transfer.completion(result)
     }
 }

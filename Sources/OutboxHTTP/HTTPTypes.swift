@@ -107,6 +107,8 @@ public struct HTTPResult: Sendable {
     /// Request body bytes uploaded (includes a transport-level re-send).
     public var bytesSent: Int64
     public var effectiveURL: String
+    /// The standby transfer that started in this one's slot as it ended (see `HTTPClient`).
+    public var startedInPlace: UInt64?
 
     /// Creates a result (tests and the runner build them too).
     public init(status: Int? = nil, headers: [(name: String, value: String)] = [], body: [UInt8] = [],

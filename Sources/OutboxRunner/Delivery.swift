@@ -51,6 +51,8 @@ extension Runner {
 
     func hookFinished(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>) throws(OutboxError) {
         guard let entryID = hooksRunning.removeValue(forKey: seq) else { return }
+        // A hook slot is free, and the next outcome of this id may go.
+        deliveryDue = true
         let now = Identifiers.nowMs()
         var failure: String?
         var followUps: [NewEntry] = []
@@ -87,6 +89,9 @@ extension Runner {
         }
         try store.acknowledge(seq: seq, followUps: followUps, now: now)
         summary.delivered += 1
+        // An acknowledgement can make entries due (a hold released, follow-ups enqueued).
+        readyExhausted = false
+        if !followUps.isEmpty { readAheadIsStale() }
     }
 
     /// Lines `{"enqueue": {"key", "vars", "id"?, "delay"?}}` printed by a hook; other lines are

@@ -67,6 +67,8 @@ struct Flight {
     var method: String
     var attempt: Int64
     var sent: Int64 = 0
+    /// Waiting on the curl thread for a slot (see `Runner.claim`).
+    var standby = false
 }
 
 /// A chunked entry while it runs: its parts and which are in flight.
@@ -105,6 +107,21 @@ public final class Runner {
     var hooksRunning: [Int64: String] = [:]
     var nextToken: UInt64 = 1
     var changes: [RunnerChange] = []
+    /// Standby transfers (waiting on the curl thread for a slot): transfer id → flight token.
+    var standby: [UInt64: UInt64] = [:]
+    /// Standby transfers per host; `hostLoad` counts the transfers that started.
+    var hostStandby: [String: Int] = [:]
+    /// Due entries read ahead of their claim, in queue order: one query feeds many claims.
+    var ready: [Entry] = []
+    /// The last read found fewer due entries than asked: no new read until something
+    /// changes, or 10 ms have passed (retries and holds come due with time).
+    var readyExhausted = false
+    var readyReadAt: Int64 = 0
+    /// The store's data_version when last seen: it moves when another process commits.
+    var seenDataVersion: Int64?
+    /// Whether outcomes may have become deliverable since the last look (see `deliver`).
+    var deliveryDue = true
+    var lastDeliveryCheck: Int64 = 0
     var summary = RunSummary()
     var progressDisplay: ProgressDisplay?
     var progressGate = ProgressGate()
@@ -156,7 +173,7 @@ public final class Runner {
         do {
             // libcurl is loaded and initialised before any hook or curl thread starts (T-curl12).
             try HTTPClient.loadLibrary()
-            http = try HTTPClient(maxTotalConnections: max(config.concurrency * 2, 16))
+            http = try HTTPClient(maxTotalConnections: max(config.concurrency * 2, 16), perHost: config.perHost)
         } catch {
             throw .storage("cannot load libcurl: \(error)")
         }
@@ -194,6 +211,8 @@ public final class Runner {
                 log("outbox: stopping; attempts in flight may finish within \(Units.formatDuration(ms: options.graceMs)) (signal again to stop now)")
             }
             let stopping = stopDeadline != nil
+            // Stopping: what has not started stays in the queue (its entry is requeued).
+            if stopping { for transferID in standby.keys { http?.cancel(transferID) } }
             if stopping, !aborted, signals >= 2 || mono >= stopDeadline! {
                 aborted = true
                 for flight in flights.values { http?.cancel(flight.transferID) }
@@ -203,12 +222,16 @@ public final class Runner {
                 break
             }
 
-            headerGeneration = Int64(try store.setting("header_generation") ?? "0") ?? 0
+            try noticeOtherWriters()
             if !stopping {
                 try refreshAuthIfNeeded(now: now)
                 try claim(now: now)
                 try pumpParts(now: now)
-                try deliver(now: now)
+                if deliveryDue || mono - lastDeliveryCheck >= 50 {
+                    deliveryDue = false
+                    lastDeliveryCheck = mono
+                    try deliver(now: now)
+                }
             }
             try flush(now: now)
 
@@ -238,6 +261,10 @@ public final class Runner {
         let batch = changes
         changes.removeAll()
         try store.apply(batch, now: now)
+        // What was committed can make entries due (follow-ups, requeues) and outcomes deliverable.
+        readyExhausted = false
+        deliveryDue = true
+        if batch.contains(where: Self.insertsEntries) { readAheadIsStale() }
         if settledUnhandled {
             settledUnhandled = false
             try store.markUnhandled(keys: Set(definitions.definitions.keys))
@@ -246,14 +273,66 @@ public final class Runner {
 
     // MARK: Claiming
 
+    /// Another process committed (enqueue, cancel, pause, headers update): what was read
+    /// ahead may be stale, and the header generation may have moved.
+    func noticeOtherWriters() throws(OutboxError) {
+        let version = try store.dataVersion()
+        guard version != seenDataVersion else { return }
+        seenDataVersion = version
+        readAheadIsStale()
+        deliveryDue = true
+        headerGeneration = Int64(try store.setting("header_generation") ?? "0") ?? 0
+    }
+
+    /// Drops the entries read ahead: a same-id enqueue may have replaced one of them.
+    func readAheadIsStale() {
+        ready.removeAll()
+        readyExhausted = false
+    }
+
+    /// Whether applying a change adds entries (`then` follow-ups), which may replace queued ones.
+    static func insertsEntries(_ change: RunnerChange) -> Bool {
+        if case let .settle(settlement) = change { return !settlement.followUps.isEmpty }
+        return false
+    }
+
+    /// Reads due entries ahead when fewer than `capacity` are at hand. Entries the runner
+    /// holds or has read already are left out (a claim is committed at the end of its turn,
+    /// so a held entry may still look queued in the store).
+    func readAhead(capacity: Int, now: Int64) throws(OutboxError) {
+        let mono = Identifiers.monotonicMs()
+        guard ready.count < capacity, !readyExhausted || mono - readyReadAt >= 10 else { return }
+        readyReadAt = mono
+        let want = max(capacity + 2, min(256, config.concurrency * 4))
+        var excluded = Set(running.keys)
+        for entry in ready { excluded.insert(entry.id) }
+        let more = try store.dueEntries(now: now, limit: want, excluding: excluded)
+        readyExhausted = more.count < want
+        ready += more
+    }
+
+    /// Entries whose transfer has started (or, for chunked entries, may start parts).
+    var entriesInFlight: Int { running.count - standby.count }
+
+    /// Claims due entries: into free slots first, then as standby transfers that the curl
+    /// thread starts the moment a slot frees (at most `concurrency` of them), so a finished
+    /// request is followed at once, without a round trip through this thread.
     func claim(now: Int64) throws(OutboxError) {
-        let capacity = config.concurrency - running.count
+        promoteStandby()
+        var free = config.concurrency - entriesInFlight
+        var standbyFree = config.concurrency - standby.count
+        let capacity = free + standbyFree
         guard capacity > 0 else { return }
-        // A few more than the free slots, so entries held by per_host do not starve the rest.
-        let candidates = try store.dueEntries(now: now, limit: capacity + 2, excluding: Set(running.keys))
-        var claimed: [Entry] = []
+        try readAhead(capacity: capacity, now: now)
+        guard !ready.isEmpty else { return }
+        var claimed: [(entry: Entry, host: String, standby: Bool)] = []
+        var held: [Entry] = []
         var queueWifi: Bool?
-        for entry in candidates where claimed.count < capacity {
+        var taken = 0
+        // A few more than the free slots, so entries held by per_host do not starve the rest.
+        for entry in ready {
+            guard free + standbyFree > 0, taken < capacity + 2 else { break }
+            taken += 1
             if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) {
                 settleError(entry, kind: "expired", message: "the entry expired before it could be sent", state: .error, reason: "expired")
                 continue
@@ -275,24 +354,61 @@ public final class Runner {
                 continue
             }
             let host = URLCheck.hostKey(entry.request.url ?? "")
-            if entry.request.bodyKind != "parts", hostLoad[host, default: 0] >= config.perHost { continue }
-            claimed.append(entry)
-            if entry.request.bodyKind != "parts" { hostLoad[host, default: 0] += 1 }
+            if entry.request.bodyKind == "parts" {
+                // Parts are scheduled by pumpParts, within per_host; the entry needs a slot.
+                guard free > 0 else { held.append(entry); continue }
+                free -= 1
+                claimed.append((entry, host, false))
+            } else if free > 0, hostLoad[host, default: 0] < config.perHost {
+                free -= 1
+                hostLoad[host, default: 0] += 1
+                claimed.append((entry, host, false))
+            } else if standbyFree > 0, hostStandby[host, default: 0] < config.perHost {
+                standbyFree -= 1
+                hostStandby[host, default: 0] += 1
+                claimed.append((entry, host, true))
+            } else {
+                // Held by per_host: it keeps its place, and entries for other hosts go first.
+                held.append(entry)
+            }
         }
+        ready = held + ready.dropFirst(taken)
         guard !claimed.isEmpty else { return }
         // Committed with this turn's other changes: a crash before the commit leaves them
         // queued, after it `running`, and either way the next runner sends them again.
-        changes.append(.markRunning(entryIDs: claimed.map(\.id), owner: owner, leaseUntil: now + 300_000))
-        for var entry in claimed {
+        changes.append(.markRunning(entryIDs: claimed.map(\.entry.id), owner: owner, leaseUntil: now + 300_000))
+        for (claimedEntry, host, isStandby) in claimed {
+            var entry = claimedEntry
             entry.state = .running
             running[entry.id] = entry
             emitState(entry, state: "running", reason: nil)
             if entry.request.bodyKind == "parts" {
                 partJobs[entry.id] = PartJob(parts: try store.parts(entrySeq: entry.seq), entry: entry)
             } else {
-                startTransfer(entry, part: nil, host: URLCheck.hostKey(entry.request.url ?? ""))
+                startTransfer(entry, part: nil, host: host, standby: isStandby)
             }
         }
+    }
+
+    /// Free slots go first to standby transfers, oldest first, within per_host.
+    func promoteStandby() {
+        var free = config.concurrency - entriesInFlight
+        guard free > 0, !standby.isEmpty else { return }
+        for transferID in standby.keys.sorted() where free > 0 {
+            guard let token = standby[transferID], let host = flights[token]?.host,
+                  hostLoad[host, default: 0] < config.perHost else { continue }
+            standbyStarted(transferID)
+            http?.promote(transferID)
+            free -= 1
+        }
+    }
+
+    /// A standby transfer started (promoted here, or by the curl thread in a slot that freed).
+    func standbyStarted(_ transferID: UInt64) {
+        guard let token = standby.removeValue(forKey: transferID), let host = flights[token]?.host else { return }
+        flights[token]?.standby = false
+        hostStandby[host, default: 1] -= 1
+        hostLoad[host, default: 0] += 1
     }
 
     /// The built-in Wi-Fi check: a wireless interface that is up, or the configured plugin.
@@ -337,7 +453,7 @@ public final class Runner {
 
     public static let version = "0.1.0"
 
-    func startTransfer(_ entry: Entry, part: StoredPart?, host: String) {
+    func startTransfer(_ entry: Entry, part: StoredPart?, host: String, standby isStandby: Bool = false) {
         let requestID = Identifiers.uuid(using: &requestIDs)
         var headers = baseHeaders(entry, requestID: requestID)
         var url = entry.request.url ?? ""
@@ -370,15 +486,20 @@ public final class Runner {
         let attempt = (running[entry.id]?.attempts ?? entry.attempts) + 1
         running[entry.id]?.attempts = attempt
         var flight = Flight(entryID: entry.id, partIndex: part?.index, requestID: requestID, host: host, url: url,
-                            method: entry.request.method, attempt: attempt)
+                            method: entry.request.method, attempt: attempt, standby: isStandby)
         if part != nil { hostLoad[host, default: 0] += 1 }
         let mailbox = self.mailbox
-        flight.transferID = http!.start(request, progress: { sent, _ in
-            mailbox.post(.progress(token: token, sent: sent))
-        }, completion: { result in
-            mailbox.post(.transferDone(token: token, result: result))
-        })
+        // Progress only feeds events and the display: with neither, curl is not asked for it
+        // (two mailbox posts per small request otherwise).
+        var progress: (@Sendable (Int64, Int64) -> Void)?
+        if eventsEnabled || progressDisplay != nil {
+            progress = { sent, _ in mailbox.post(.progress(token: token, sent: sent)) }
+        }
+        // A whole entry's transfer holds its slot; parts are counted by their entry.
+        flight.transferID = http!.start(request, host: host, slot: part == nil, standby: isStandby, progress: progress,
+                                        completion: { result in mailbox.post(.transferDone(token: token, result: result)) })
         flights[token] = flight
+        if isStandby { standby[flight.transferID] = token }
         summary.attempts += 1
     }
 
@@ -451,8 +572,15 @@ public final class Runner {
                 }
             }
         case let .transferDone(token, result):
+            if let next = result.startedInPlace { standbyStarted(next) }
             guard let flight = flights.removeValue(forKey: token) else { return }
-            hostLoad[flight.host, default: 1] -= 1
+            if flight.standby {
+                // Aborted (or failed to start) before it ever started.
+                standby[flight.transferID] = nil
+                hostStandby[flight.host, default: 1] -= 1
+            } else {
+                hostLoad[flight.host, default: 1] -= 1
+            }
             try finished(flight, result: result)
         case let .hookStarted(seq, pid, start):
             try store.recordHookProcess(seq: seq, pgid: pid, startTime: start)

@@ -25,8 +25,9 @@ final class Mailbox<Event: Sendable>: @unchecked Sendable {
 
     func post(_ event: Event) {
         pthread_mutex_lock(&mutex)
+        // The reader waits only for an empty queue: later posts need no signal.
+        if items.isEmpty { pthread_cond_signal(&condition) }
         items.append(event)
-        pthread_cond_signal(&condition)
         pthread_mutex_unlock(&mutex)
     }
 

@@ -62,21 +62,22 @@ extension SQLiteStore {
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
     public func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
         if try setting("queue_paused") == "1" { return [] }
-        // Paused keys are filtered here, so the LIMIT reads no more rows than it returns:
+        // Paused keys and `excluding` (entries the runner holds, or whose changes are not
+        // committed yet) are filtered here, so the LIMIT reads no more rows than it returns:
         // every row read is a JSON parse, and the runner claims after each completion.
-        // Entries in `excluding` are `running` in the table already; the filter is a guard.
-        let rows = try db.query("""
+        let excluded = JSON.array(excluding.map { .string($0) }).serialized()
+        return try db.query("""
             SELECT \(Self.entryColumns) FROM entries e
             WHERE state = 'queued' AND waits_for_delivery = 0
               AND key NOT IN (SELECT key FROM paused_keys)
+              AND id NOT IN (SELECT value FROM json_each(?))
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
               AND (not_before IS NULL OR not_before <= ?)
               AND (scope IS NULL OR NOT EXISTS (
                 SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
                   AND o.state IN ('queued', 'running', 'awaiting-auth')))
             ORDER BY seq LIMIT ?
-            """, [.int(now), .int(now), .int(limit)], entryFromRow)
-        return Array(rows.filter { !excluding.contains($0.id) }.prefix(limit))
+            """, [.text(excluded), .int(now), .int(now), .int(limit)], entryFromRow)
     }
 
     /// The earliest time something becomes due (an attempt, a hold, or a hook delivery).

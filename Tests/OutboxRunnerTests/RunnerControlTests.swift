@@ -95,6 +95,21 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// Standby transfers wait on the curl thread, so the server never sees more requests at
+    /// once than `concurrency` and `per_host` allow. curl reuses an idle connection before it
+    /// opens one, so the connections the server saw are the requests that overlapped.
+    @Test(arguments: [(concurrency: 2, perHost: 4, connections: 2), (concurrency: 4, perHost: 1, connections: 1)])
+    func requestsInFlightStayWithinConcurrencyAndPerHost(_ limits: (concurrency: Int, perHost: Int, connections: Int)) async throws {
+        let p = try Project(config: fastConfig + "concurrency: \(limits.concurrency)\nper_host: \(limits.perHost)\n",
+                            definitions: ["t": definition("t")])
+        for i in 0..<6 { try await p.enqueue("t", path: "/delay/200", id: "e\(i)") }
+        try await p.drain()
+        let received = p.server.requests(path: "/delay")
+        #expect(received.count == 6)
+        #expect(Set(received.map(\.connectionID)).count == limits.connections)
+        #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == Set((0..<6).map { "e\($0)" }))
+    }
+
     @Test func graceOverStopsTheAttemptAndRequeuesTheEntry() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/delay/20000", id: "long")
