@@ -92,7 +92,7 @@ public struct EntryFactory {
     public func make(definition def: Definition, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
                      expiresAt: Int64? = nil, outcome: JSON? = nil, movedFiles: [String: FileIdentity] = [:]) throws(OutboxError) -> NewEntry {
         try checkVars(vars)
-        let entryID = id ?? Identifiers.uuid()
+        let entryID = id ?? Identifiers.entryUUID()
         if let problem = Identifiers.validateUserID(entryID) { throw .invalid(problem) }
         var inputs = RenderInputs(id: entryID, vars: vars, environment: environment, cwd: cwd)
         inputs.outcome = outcome

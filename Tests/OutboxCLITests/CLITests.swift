@@ -3,11 +3,13 @@ import OutboxCLI
 import OutboxModel
 import Testing
 
-/// A version 4 UUID as outbox mints them.
-private func isUUID(_ s: String?) -> Bool {
-    guard let s else { return false }
-    return s.wholeMatch(of: #/[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}/#) != nil
+/// A lowercase UUID of `version`: default entry ids are time-ordered (7), idempotency keys random (4).
+private func isUUID(_ s: String?, version: Character) -> Bool {
+    guard let s, s.wholeMatch(of: #/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[89ab][0-9a-f]{3}-[0-9a-f]{12}/#) != nil else { return false }
+    return s[s.index(s.startIndex, offsetBy: 14)] == version
 }
+
+private func isEntryUUID(_ s: String?) -> Bool { isUUID(s, version: "7") }
 
 struct CLIBasicsTests {
     static let commandPaths: [[String]] = [
@@ -168,7 +170,7 @@ struct CLIEnqueueTests {
         #expect(r.err.isEmpty)
         let id = r.out.trimmingCharacters(in: .newlines)
         #expect(r.out == id + "\n")
-        #expect(isUUID(id), "\(id)")
+        #expect(isEntryUUID(id), "\(id)")
         let given = p.run("enqueue", "note", "--vars", #"{"n": 8}"#, "--id", "note-8")
         #expect(given.out == "note-8\n")
         let json = p.run("enqueue", "note", "--vars", #"{"n": 9}"#, "--id", "note-9", "--json")
@@ -260,7 +262,7 @@ struct CLIEnqueueTests {
             ("Authorization", .string("[redacted]")), ("X-Client", .string("outbox-tests")), ("X-Note", .string("hi")),
             ("Content-Type", .string("application/json")),
         ]))
-        #expect(isUUID(doc["idempotency_key"]?.stringValue))
+        #expect(isUUID(doc["idempotency_key"]?.stringValue, version: "4"))
         #expect(doc["outcomes"] == .array([]))
         #expect(doc["expires_at"]?.int64Value == doc["created_at"]?.int64Value.map { $0 + 14 * 86_400_000 })
         let missing = p.run("show", "nope")
@@ -362,7 +364,7 @@ struct CLIEnqueueTests {
         let ids = r.out.split(separator: "\n").map(String.init)
         #expect(ids.count == 3)
         #expect(Array(ids.prefix(2)) == ["b1", "b2"])
-        #expect(isUUID(ids[2]))
+        #expect(isEntryUUID(ids[2]))
         let rows = try p.rows()
         #expect(rows.map { $0["id"]?.stringValue } == ids.map { $0 })
         #expect(rows.map { $0["vars"]?["n"] } == [.number("1"), .number("2"), .number("3")])
@@ -374,7 +376,7 @@ struct CLIEnqueueTests {
         #expect(json.out.hasPrefix(#"[{"id":"b1"},{"id":"b2"},{"id":""#))
         let docs = try json.json().arrayValue ?? []
         #expect(docs.count == 3)
-        #expect(isUUID(docs.last?["id"]?.stringValue))
+        #expect(isEntryUUID(docs.last?["id"]?.stringValue))
         #expect(try p.rows().count == 4)
     }
 

@@ -23,6 +23,27 @@ struct IdentifiersTests {
         #expect(seen.count == 200)
     }
 
+    @Test func entryUUIDIsVersion7AndSortsInTheOrderItWasMade() throws {
+        let before = Identifiers.nowMs()
+        let ids = (0..<5000).map { _ in Identifiers.entryUUID() }
+        let after = Identifiers.nowMs()
+        // Many ids fall in one millisecond: the counter keeps them strictly increasing.
+        #expect(ids == ids.sorted())
+        #expect(Set(ids).count == ids.count)
+        for id in [ids.first!, ids.last!] {
+            let bytes = Array(id.utf8)
+            #expect(bytes.count == 36)
+            #expect(bytes[14] == UInt8(ascii: "7"), "version nibble in \(id)")
+            #expect("89ab".utf8.contains(bytes[19]), "variant nibble in \(id)")
+            #expect(Identifiers.validateUserID(id) == nil)
+            // The first 48 bits are Unix milliseconds.
+            let hex = String(id.filter { $0 != "-" }.prefix(12))
+            let ms = try #require(Int64(hex, radix: 16))
+            #expect(ms >= before)
+            #expect(ms <= after + 5000 / 4096 + 1, "the counter carries into the millisecond only past 4096 ids")
+        }
+    }
+
     @Test(arguments: [
         ("letters", "abc"),
         ("single character", "a"),
