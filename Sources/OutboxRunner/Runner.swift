@@ -376,7 +376,7 @@ public final class Runner {
         guard !claimed.isEmpty else { return }
         // Committed with this turn's other changes: a crash before the commit leaves them
         // queued, after it `running`, and either way the next runner sends them again.
-        changes.append(.markRunning(entryIDs: claimed.map(\.entry.id), owner: owner, leaseUntil: now + 300_000))
+        changes.append(.markRunning(entrySeqs: claimed.map(\.entry.seq), owner: owner, leaseUntil: now + 300_000))
         for (claimedEntry, host, isStandby) in claimed {
             var entry = claimedEntry
             entry.state = .running

@@ -6,8 +6,8 @@ extension SQLiteStore {
     /// Forgets an entry: its row, parts, attempts, outcomes and staged bytes. A file moved
     /// into the store and never sent completely goes back to its source path (SPEC 7).
     /// Must run inside a transaction; returns files to remove after the commit.
-    func forget(_ e: Entry, returnMovedFile: Bool) throws(OutboxError) -> [String] {
-        try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
+    func forget(_ e: Entry, returnMovedFile: Bool, rowDeleted: Bool = false) throws(OutboxError) -> [String] {
+        if !rowDeleted { try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)]) }
         try db.run("DELETE FROM attempts WHERE entry_id = ?", [.text(e.id)])
         try db.run("DELETE FROM outcomes WHERE entry_id = ? AND generation <= ?", [.text(e.id), .int(e.generation)])
         var files = e.request.form.compactMap(\.stagedFile)

@@ -31,7 +31,8 @@ public struct Settlement: Sendable {
 
 /// One change the runner makes; several are applied in one transaction when they coincide.
 public enum RunnerChange: Sendable {
-    case markRunning(entryIDs: [String], owner: String, leaseUntil: Int64)
+    /// Claimed entries, by seq (the row id: no index lookup).
+    case markRunning(entrySeqs: [Int64], owner: String, leaseUntil: Int64)
     case attempt(entryID: String, generation: Int64, at: Int64, payload: JSON, requestID: String)
     case reschedule(entryID: String, nextAttemptAt: Int64, reason: String?)
     case park(entryID: String)
@@ -96,15 +97,6 @@ extension SQLiteStore {
         return times.min()
     }
 
-    public func markRunning(_ ids: [String], owner: String, leaseUntil: Int64, now: Int64) throws(OutboxError) {
-        try db.transaction { () throws(OutboxError) in
-            for id in ids {
-                try db.run("UPDATE entries SET state = 'running', lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ?",
-                           [.text(owner), .int(leaseUntil), .int(now), .text(id)])
-            }
-        }
-    }
-
     /// Applies runner changes in one transaction. Follow-ups are staged first; files of
     /// forgotten entries are removed after the commit.
     public func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError) {
@@ -133,10 +125,10 @@ extension SQLiteStore {
 
     private func apply(_ change: RunnerChange, now: Int64) throws(OutboxError) -> [String] {
         switch change {
-        case let .markRunning(ids, owner, leaseUntil):
-            for id in ids {
-                try db.run("UPDATE entries SET state = 'running', lease_owner = ?, lease_until = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
-                           [.text(owner), .int(leaseUntil), .int(now), .text(id)])
+        case let .markRunning(seqs, owner, leaseUntil):
+            for seq in seqs {
+                try db.run("UPDATE entries SET state = 'running', lease_owner = ?, lease_until = ?, updated_at = ? WHERE seq = ? AND state = 'queued'",
+                           [.text(owner), .int(leaseUntil), .int(now), .int(seq)])
             }
         case let .attempt(id, generation, at, payload, requestID):
             try db.run("INSERT INTO attempts (entry_id, generation, at, payload) VALUES (?, ?, ?, ?)",
@@ -192,34 +184,36 @@ extension SQLiteStore {
     /// Settles an entry and journals its outcome. With no hook to run, the outcome is
     /// acknowledged now and a completed or cancelled entry is forgotten at once.
     private func settle(_ s: Settlement, now: Int64) throws(OutboxError) -> [String] {
-        // The runner's snapshot spares re-reading (and re-parsing) the row it just sent.
+        // The runner's snapshot spares re-reading (and re-parsing) the row it just sent; the
+        // statements below match seq and generation, so a row replaced or removed since
+        // (same-id enqueue, cancel) is left alone.
         let e: Entry
         if let snapshot = s.snapshot {
-            let current = try db.queryOne("SELECT seq, generation FROM entries WHERE id = ?", [.text(s.entryID)]) { ($0.int(0), $0.int(1)) }
-            guard let current, current.0 == snapshot.seq, current.1 == s.generation else { return [] }
             e = snapshot
         } else {
             guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return [] }
             e = stored
         }
-        let forgetNow = !s.hookExists && (s.state == .completed || s.state == .cancelled)
-        if !forgetNow {
-            try db.run("""
-                UPDATE entries SET state = ?, reason = ?, lease_owner = NULL, next_attempt_at = NULL, updated_at = ? WHERE seq = ?
-                """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq)])
-            // (An outcome acknowledged as it settles, of an entry forgotten in the same
-            // transaction, would be deleted as it is written: it is not written at all.)
-            try db.run("""
-                INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                """, [.text(e.id), .text(e.key), .int(e.generation), .text(s.outcome), .text(s.payload.serialized()),
-                      .bool(!s.hookExists), .optional(s.reason), .int(now)])
-        }
-        if forgetNow {
+        if !s.hookExists && (s.state == .completed || s.state == .cancelled) {
+            // Nothing will read the outcome: the entry is forgotten at once, and an outcome
+            // acknowledged as it settles would be deleted as it is written, so none is.
+            guard try db.run("DELETE FROM entries WHERE seq = ? AND generation = ?", [.int(e.seq), .int(s.generation)]) == 1 else {
+                return []
+            }
             var settled = e
             settled.state = s.state
-            return try forget(settled, returnMovedFile: s.state == .cancelled)
+            return try forget(settled, returnMovedFile: s.state == .cancelled, rowDeleted: true)
         }
+        let changed = try db.run("""
+            UPDATE entries SET state = ?, reason = ?, lease_owner = NULL, next_attempt_at = NULL, updated_at = ?
+            WHERE seq = ? AND generation = ?
+            """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq), .int(s.generation)])
+        guard changed == 1 else { return [] }
+        try db.run("""
+            INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """, [.text(e.id), .text(e.key), .int(e.generation), .text(s.outcome), .text(s.payload.serialized()),
+                  .bool(!s.hookExists), .optional(s.reason), .int(now)])
         return []
     }
 

@@ -51,8 +51,8 @@ final class PartsStoreFixture {
         do {
             let store = try fixture.store()
             _ = try store.enqueue([try fixture.entry(id: "up-1", ownership: .reference)], now: now)
-            try store.markRunning(["up-1"], owner: "runner-that-died", leaseUntil: now + 300_000, now: now)
             let seq = try #require(try store.entry(id: "up-1")).seq
+            try store.apply([.markRunning(entrySeqs: [seq], owner: "runner-that-died", leaseUntil: now + 300_000)], now: now)
             try store.apply([.partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([("etag", .string("\"e0\""))])),
                              .partRetry(entrySeq: seq, index: 1, nextAttemptAt: now + 5000),
                              .partAccepted(entrySeq: seq, index: 2, status: 201, headers: .object([("etag", .string("\"e2\""))]))],
