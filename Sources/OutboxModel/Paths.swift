@@ -107,7 +107,8 @@ extension FileInfo {
             size: Int64(st.st_size),
             mtimeNs: Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec),
             inode: UInt64(st.st_ino),
-            isRegular: (st.st_mode & S_IFMT) == S_IFREG)
+            isRegular: (st.st_mode & S_IFMT) == S_IFREG,
+            mode: UInt32(st.st_mode & 0o7777))
     }
 }
 

@@ -10,11 +10,14 @@ public struct FileIdentity: Sendable, Equatable {
     public var size: Int64
     public var mtimeNs: Int64
     public var inode: UInt64
-    public init(path: String, size: Int64, mtimeNs: Int64, inode: UInt64) {
+    /// Permission bits at enqueue: a moved file that goes back gets them again.
+    public var mode: UInt32?
+    public init(path: String, size: Int64, mtimeNs: Int64, inode: UInt64, mode: UInt32? = nil) {
         self.path = path
         self.size = size
         self.mtimeNs = mtimeNs
         self.inode = inode
+        self.mode = mode
     }
 }
 
@@ -355,7 +358,7 @@ public enum RequestBuilder {
             throw .fileMissing("\(field): no such file \(path)")
         }
         guard info.isRegular else { throw .invalid("\(field): \(path) is not a regular file") }
-        return FileIdentity(path: path, size: info.size, mtimeNs: info.mtimeNs, inode: info.inode)
+        return FileIdentity(path: path, size: info.size, mtimeNs: info.mtimeNs, inode: info.inode, mode: info.mode)
     }
 
     static func renderHeaders(_ tree: JSON, ctx: TemplateContext, field: String) throws(OutboxError) -> [(String, String)] {
@@ -518,4 +521,6 @@ public struct FileInfo: Sendable {
     public var mtimeNs: Int64
     public var inode: UInt64
     public var isRegular: Bool
+    /// Permission bits (0o7777 of st_mode).
+    public var mode: UInt32 = 0
 }

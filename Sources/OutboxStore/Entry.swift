@@ -52,8 +52,10 @@ public struct StoredRequest: Sendable {
             })))
         }
         if let file {
-            members.append(("file", .object([("path", .string(file.path)), ("size", .int64(file.size)),
-                                             ("mtime_ns", .int64(file.mtimeNs)), ("inode", .number(String(file.inode)))])))
+            var fileJSON: JSON = .object([("path", .string(file.path)), ("size", .int64(file.size)),
+                                          ("mtime_ns", .int64(file.mtimeNs)), ("inode", .number(String(file.inode)))])
+            if let mode = file.mode { fileJSON.set("mode", .int64(Int64(mode))) }
+            members.append(("file", fileJSON))
         }
         if let ownership { members.append(("ownership", .string(ownership.rawValue))) }
         members += [
@@ -78,7 +80,8 @@ public struct StoredRequest: Sendable {
         }
         if let f = json["file"], let path = f["path"]?.stringValue {
             file = FileIdentity(path: path, size: f["size"]?.int64Value ?? 0, mtimeNs: f["mtime_ns"]?.int64Value ?? 0,
-                                inode: f["inode"].flatMap { if case let .number(t) = $0 { UInt64(t) } else { nil } } ?? 0)
+                                inode: f["inode"].flatMap { if case let .number(t) = $0 { UInt64(t) } else { nil } } ?? 0,
+                                mode: f["mode"]?.int64Value.map { UInt32(truncatingIfNeeded: $0) })
         }
         ownership = json["ownership"]?.stringValue.flatMap(Ownership.init(rawValue:))
         accept = (json["accept"]?.arrayValue ?? []).compactMap { a in

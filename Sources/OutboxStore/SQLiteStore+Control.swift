@@ -13,7 +13,7 @@ extension SQLiteStore {
         var files = e.request.form.compactMap(\.stagedFile)
         if let file = e.bodyFile, file.hasPrefix(staging.bodiesDir + "/") {
             if returnMovedFile, e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path {
-                returns.append((file, source))
+                returns.append((file, source, e.request.file?.mode))
             } else {
                 files.append(file)
             }
@@ -25,7 +25,9 @@ extension SQLiteStore {
     func finishForget(_ files: [String]) {
         for file in files + obsoleteFiles { staging.discard(file) }
         obsoleteFiles.removeAll()
-        for (file, source) in returns {
+        for (file, source, mode) in returns {
+            // The store keeps its files 0600; the user's file gets its own mode back.
+            if let mode { chmod(file, mode_t(mode)) }
             if !Paths.exists(source), putBack(file, at: source) {
                 continue
             }

@@ -11,7 +11,8 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     let db: SQLiteConnection
     let staging: Staging
     /// Moved files to put back after the current cancel commits: (store path, source path).
-    var returns: [(String, String)] = []
+    /// Moved files to put back after the commit: staged path, source path, mode at enqueue.
+    var returns: [(file: String, source: String, mode: UInt32?)] = []
     /// Staged files of replaced bodies, removed once the transaction commits.
     var obsoleteFiles: [String] = []
     var requestCache: [String: StoredRequest] = [:]
@@ -344,7 +345,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
                 if e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path,
                    file.hasPrefix(staging.bodiesDir + "/") {
                     // Like a cancel, a replace never destroys the user's only copy (SPEC 7).
-                    returns.append((file, source))
+                    returns.append((file, source, e.request.file?.mode))
                 } else {
                     old.append(file)
                 }

@@ -423,23 +423,25 @@ struct StoreCancelTests {
 
     @Test func cancelMovesAMovedFileBackToItsSource() throws {
         let f = try StoreFixture()
-        let source = try f.userFile("in/m.bin", "only copy")
+        let source = try f.userFile("in/m.bin", "only copy", mode: 0o640)
         try f.enqueue("m", "file.move", #"{"path": "in/m.bin"}"#)
         #expect(!exists(source))
         _ = try f.store.cancel(ids: ["m"], key: nil, now: 2_000)
         #expect(fileText(source) == "only copy")
+        #expect(fileMode(source) == 0o640, "the file gets its own mode back, not the store's 0600")
         #expect(f.stagedFiles().isEmpty)
         #expect(!exists(f.storeFolder + "/returned"))
     }
 
     @Test func cancelKeepsAMovedFileUnderReturnedWhenTheSourceIsTaken() throws {
         let f = try StoreFixture()
-        let source = try f.userFile("in/m.bin", "only copy")
+        let source = try f.userFile("in/m.bin", "only copy", mode: 0o664)
         try f.enqueue("m", "file.move", #"{"path": "in/m.bin"}"#)
         try f.userFile("in/m.bin", "a new file")
         _ = try f.store.cancel(ids: ["m"], key: nil, now: 2_000)
         #expect(fileText(source) == "a new file")
         #expect(fileText(f.storeFolder + "/returned/m.bin") == "only copy")
+        #expect(fileMode(f.storeFolder + "/returned/m.bin") == 0o664)
         #expect(f.stagedFiles().isEmpty)
     }
 
