@@ -151,20 +151,16 @@ final class CurlEngine: @unchecked Sendable {
         return id
     }
 
-    func promote(_ id: UInt64) {
-        let multi = self.multi
-        shared.withLock { state in
-            guard !state.stopping else { return }
-            state.promotions.append(id)
-            _ = ccurl_multi_wakeup(multi)
-        }
-    }
+    func promote(_ id: UInt64) { request(id, into: \.promotions) }
 
-    func cancel(_ id: UInt64) {
+    func cancel(_ id: UInt64) { request(id, into: \.cancels) }
+
+    /// Queues a request about a transfer for the curl thread and wakes it.
+    private func request(_ id: UInt64, into list: WritableKeyPath<Shared, [UInt64]>) {
         let multi = self.multi
         shared.withLock { state in
             guard !state.stopping else { return }
-            state.cancels.append(id)
+            state[keyPath: list].append(id)
             _ = ccurl_multi_wakeup(multi)
         }
     }

@@ -794,90 +794,84 @@ private final class Results: @unchecked Sendable {
     }
 }
 
+/// Runs `body` with a test server, a client with `perHost`, and a result collector.
+private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HTTPClient, Results) throws -> Void) throws {
+    let server = try TestHTTPServer(port: 0)
+    defer { server.stop() }
+    let client = try HTTPClient(perHost: perHost)
+    defer { client.shutdown() }
+    try body(server, client, Results())
+}
+
 @Suite struct StandbyTransferTests {
     @Test func standbyStartsInTheSlotOfTheTransferThatEnds() throws {
-        let server = try TestHTTPServer(port: 0)
-        defer { server.stop() }
-        server.script("/slow", [.delay(300, 200)])
-        let client = try HTTPClient()
-        defer { client.shutdown() }
-        let results = Results()
-        client.start(HTTPRequest(url: server.url("/slow"), method: "GET"), host: "h", slot: true) { results.record("a", $0) }
-        let b = client.start(HTTPRequest(url: server.url("/next"), method: "GET"), host: "h", slot: true, standby: true) {
-            results.record("b", $0)
+        try withStandbyFixture { server, client, results in
+            server.script("/slow", [.delay(300, 200)])
+            client.start(HTTPRequest(url: server.url("/slow"), method: "GET"), host: "h", slot: true) { results.record("a", $0) }
+            let b = client.start(HTTPRequest(url: server.url("/next"), method: "GET"), host: "h", slot: true, standby: true) {
+                results.record("b", $0)
+            }
+            #expect(server.waitForRequests(count: 1))
+            // While the slot is held, the standby transfer is not sent.
+            usleep(100_000)
+            #expect(server.requests(path: "/next").isEmpty)
+            #expect(results.wait(for: ["a", "b"]))
+            #expect(results["a"]?.startedInPlace == b)
+            #expect(results["b"]?.status == 200)
+            #expect(server.requests.map(\.path) == ["/slow", "/next"])
         }
-        #expect(server.waitForRequests(count: 1))
-        // While the slot is held, the standby transfer is not sent.
-        usleep(100_000)
-        #expect(server.requests(path: "/next").isEmpty)
-        #expect(results.wait(for: ["a", "b"]))
-        #expect(results["a"]?.startedInPlace == b)
-        #expect(results["b"]?.status == 200)
-        #expect(server.requests.map(\.path) == ["/slow", "/next"])
     }
 
     @Test func promoteStartsAStandbyTransferAtOnce() throws {
-        let server = try TestHTTPServer(port: 0)
-        defer { server.stop() }
-        let client = try HTTPClient()
-        defer { client.shutdown() }
-        let results = Results()
-        let id = client.start(HTTPRequest(url: server.url("/p"), method: "GET"), host: "h", slot: true, standby: true) {
-            results.record("p", $0)
+        try withStandbyFixture { server, client, results in
+            let id = client.start(HTTPRequest(url: server.url("/p"), method: "GET"), host: "h", slot: true, standby: true) {
+                results.record("p", $0)
+            }
+            usleep(100_000)
+            #expect(server.requests.isEmpty)
+            client.promote(id)
+            client.promote(id)  // a second promotion is ignored
+            #expect(results.wait(for: ["p"]))
+            #expect(results["p"]?.status == 200)
+            #expect(server.requests.count == 1)
         }
-        usleep(100_000)
-        #expect(server.requests.isEmpty)
-        client.promote(id)
-        client.promote(id)  // a second promotion is ignored
-        #expect(results.wait(for: ["p"]))
-        #expect(results["p"]?.status == 200)
-        #expect(server.requests.count == 1)
     }
 
     @Test func cancelledStandbyIsNeverSent() throws {
-        let server = try TestHTTPServer(port: 0)
-        defer { server.stop() }
-        let client = try HTTPClient()
-        defer { client.shutdown() }
-        let results = Results()
-        let id = client.start(HTTPRequest(url: server.url("/never"), method: "POST", body: .bytes(pattern(10))), host: "h",
-                              slot: true, standby: true) { results.record("n", $0) }
-        client.cancel(id)
-        #expect(results.wait(for: ["n"]))
-        #expect(results["n"]?.failure?.message == "aborted")
-        #expect(results["n"]?.startedInPlace == nil)
-        // A slot transfer ending later starts nothing in its place.
-        let after = client.start(HTTPRequest(url: server.url("/after"), method: "GET"), host: "h", slot: true) {
-            results.record("after", $0)
+        try withStandbyFixture { server, client, results in
+            let id = client.start(HTTPRequest(url: server.url("/never"), method: "POST", body: .bytes(pattern(10))), host: "h",
+                                  slot: true, standby: true) { results.record("n", $0) }
+            client.cancel(id)
+            #expect(results.wait(for: ["n"]))
+            #expect(results["n"]?.failure?.message == "aborted")
+            #expect(results["n"]?.startedInPlace == nil)
+            // A slot transfer ending later starts nothing in its place.
+            client.start(HTTPRequest(url: server.url("/after"), method: "GET"), host: "h", slot: true) { results.record("after", $0) }
+            #expect(results.wait(for: ["after"]))
+            #expect(results["after"]?.startedInPlace == nil)
+            #expect(server.requests.map(\.path) == ["/after"])
         }
-        _ = after
-        #expect(results.wait(for: ["after"]))
-        #expect(results["after"]?.startedInPlace == nil)
-        #expect(server.requests.map(\.path) == ["/after"])
     }
 
     @Test func standbyWaitsWhileItsHostIsAtPerHost() throws {
-        let server = try TestHTTPServer(port: 0)
-        defer { server.stop() }
-        server.script("/short", [.delay(100, 200)])
-        server.script("/long", [.delay(600, 200)])
-        let client = try HTTPClient(perHost: 1)
-        defer { client.shutdown() }
-        let results = Results()
-        // A part-like transfer (no slot) holds host h; a slot transfer to host g ends first.
-        client.start(HTTPRequest(url: server.url("/long"), method: "GET"), host: "h") { results.record("long", $0) }
-        client.start(HTTPRequest(url: server.url("/short"), method: "GET"), host: "g", slot: true) { results.record("short", $0) }
-        let waiting = client.start(HTTPRequest(url: server.url("/h2"), method: "GET"), host: "h", slot: true, standby: true) {
-            results.record("h2", $0)
+        try withStandbyFixture(perHost: 1) { server, client, results in
+            server.script("/short", [.delay(100, 200)])
+            server.script("/long", [.delay(600, 200)])
+            // A part-like transfer (no slot) holds host h; a slot transfer to host g ends first.
+            client.start(HTTPRequest(url: server.url("/long"), method: "GET"), host: "h") { results.record("long", $0) }
+            client.start(HTTPRequest(url: server.url("/short"), method: "GET"), host: "g", slot: true) { results.record("short", $0) }
+            let waiting = client.start(HTTPRequest(url: server.url("/h2"), method: "GET"), host: "h", slot: true, standby: true) {
+                results.record("h2", $0)
+            }
+            #expect(results.wait(for: ["short"]))
+            // Host h is full, so the freed slot is not used for it.
+            #expect(results["short"]?.startedInPlace == nil)
+            #expect(server.requests(path: "/h2").isEmpty)
+            #expect(results.wait(for: ["long"]))
+            #expect(results["long"]?.startedInPlace == nil)  // not a slot transfer
+            client.promote(waiting)
+            #expect(results.wait(for: ["h2"]))
+            #expect(results["h2"]?.status == 200)
         }
-        #expect(results.wait(for: ["short"]))
-        // Host h is full, so the freed slot is not used for it.
-        #expect(results["short"]?.startedInPlace == nil)
-        #expect(server.requests(path: "/h2").isEmpty)
-        #expect(results.wait(for: ["long"]))
-        #expect(results["long"]?.startedInPlace == nil)  // not a slot transfer
-        client.promote(waiting)
-        #expect(results.wait(for: ["h2"]))
-        #expect(results["h2"]?.status == 200)
     }
 }

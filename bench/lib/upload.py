@@ -58,6 +58,16 @@ def clear(folder):
     shutil.rmtree(folder, ignore_errors=True)
 
 
+def curl_into_sink(argv, folder, expected, what, stderr_path):
+    """Runs a curl upload into `folder` of the sink, checks the bytes that arrived, clears it."""
+    p = B.must(B.measure(argv, stderr_path=stderr_path), what)
+    got, files = sink_bytes(folder)
+    if got != expected:
+        raise B.BenchFailure(f"{what}: sink holds {got} bytes in {files} files, expected {expected}")
+    clear(folder)
+    return p
+
+
 def mib_per_s(size, seconds):
     return size / MIB / seconds
 
@@ -112,12 +122,8 @@ request:
                 B.log(f"upload: outbox: failed: {err}")
                 failed = f"outbox: failed: {str(err)[:160]}"
             clear(os.path.join(dav, "dav", "ob"))
-        p = B.must(B.measure(["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/cu/big.bin")],
-                             stderr_path=work.join("curl-big.err")), "curl -T")
-        got, _ = sink_bytes(os.path.join(dav, "dav", "cu"))
-        if got != size:
-            raise B.BenchFailure(f"curl -T: sink holds {got} bytes, expected {size}")
-        clear(os.path.join(dav, "dav", "cu"))
+        p = curl_into_sink(["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/cu/big.bin")],
+                           os.path.join(dav, "dav", "cu"), size, "curl -T", work.join("curl-big.err"))
         peer_s.append(p.wall)
         B.log(f"upload big round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not failed else float('nan'):.2f} s, "
               f"curl -T {p.wall:.2f} s")
@@ -189,12 +195,8 @@ request:
             clear(os.path.join(dav, "dav", "ob"))
         # peer 1: curl --parallel, as is and with outbox's request shape (no Expect)
         for conf, times in ((config, curl_s), (config_no_expect, curl_ne_s)):
-            p = B.must(B.measure(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", conf],
-                                 stderr_path=work.join("curl-many.err")), "curl --parallel -T")
-            got, files = sink_bytes(os.path.join(dav, "dav", "cu"))
-            if got != total:
-                raise B.BenchFailure(f"curl --parallel: sink holds {got} bytes in {files} files, expected {total}")
-            clear(os.path.join(dav, "dav", "cu"))
+            p = curl_into_sink(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", conf],
+                               os.path.join(dav, "dav", "cu"), total, "curl --parallel -T", work.join("curl-many.err"))
             times.append(p.wall)
         # peer 2: rclone copy to a :webdav: remote
         if have_rclone and not rclone_failed:
