@@ -173,6 +173,31 @@ extension JSON {
         }
     }
 
+    /// Appends UTF-8 text as a JSON string literal, byte by byte (the escapes of
+    /// `writeString`), for writers that build their output as bytes.
+    public static func appendString(utf8 text: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        var start = 0
+        for (i, byte) in text.enumerated() where byte < 0x20 || byte == 0x22 || byte == 0x5C {
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: text[start..<i]))
+            start = i + 1
+            switch byte {
+            case 0x22: out += [0x5C, 0x22]
+            case 0x5C: out += [0x5C, 0x5C]
+            case 0x0A: out += [0x5C, UInt8(ascii: "n")]
+            case 0x0D: out += [0x5C, UInt8(ascii: "r")]
+            case 0x09: out += [0x5C, UInt8(ascii: "t")]
+            case 0x08: out += [0x5C, UInt8(ascii: "b")]
+            case 0x0C: out += [0x5C, UInt8(ascii: "f")]
+            default:
+                let digits = Array("0123456789abcdef".utf8)
+                out += [0x5C, UInt8(ascii: "u"), 0x30, 0x30, digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]]
+            }
+        }
+        out.append(contentsOf: UnsafeBufferPointer(rebasing: text[start...]))
+        out.append(UInt8(ascii: "\""))
+    }
+
     /// Appends `s` as a JSON string literal (quotes and escapes; `/` is not escaped).
     public static func writeString(_ s: String, to out: inout String) {
         // Most strings need no escape: append them whole rather than scalar by scalar.

@@ -28,6 +28,11 @@ struct SQLRow {
         return String(decoding: UnsafeBufferPointer(start: p, count: n), as: UTF8.self)
     }
     func optionalText(_ i: Int32) -> String? { isNull(i) ? nil : text(i) }
+    /// The column's UTF-8 bytes, valid only inside `body` (no String is made).
+    func withText<T>(_ i: Int32, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
+        guard let p = sqlite3_column_text(statement, i) else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
+        return body(UnsafeBufferPointer(start: p, count: Int(sqlite3_column_bytes(statement, i))))
+    }
     func blob(_ i: Int32) -> [UInt8]? {
         if isNull(i) { return nil }
         let n = Int(sqlite3_column_bytes(statement, i))

@@ -122,33 +122,74 @@ extension SQLiteStore {
         if let id = filter.id { sql += " AND id = ?"; values.append(.text(id)) }
         if let state = filter.state { sql += " AND state = ?"; values.append(.text(state == "paused" ? "queued" : state)) }
         sql += " ORDER BY seq"
-        var out = ""
-        out.reserveCapacity(1 << 16)
+        // Built as bytes straight from SQLite's column buffers: no String per column.
+        var out: [UInt8] = []
+        out.reserveCapacity(1 << 17)
         var first = true
-        func number(_ r: SQLRow, _ i: Int32) -> String { r.isNull(i) ? "null" : String(r.int(i)) }
+        func literal(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
+        func string(_ r: SQLRow, _ i: Int32) {
+            if r.isNull(i) { literal("null") } else { r.withText(i) { JSON.appendString(utf8: $0, to: &out) } }
+        }
+        func number(_ r: SQLRow, _ i: Int32) {
+            if r.isNull(i) { literal("null") } else { Self.appendDecimal(r.int(i), to: &out) }
+        }
         try db.forEach(sql, values) { r throws(OutboxError) in
             let key = r.text(1)
             let state = displayState(r.text(3), key)
             if let wanted = filter.state, wanted != state { return }
-            out += first ? "{\"id\":" : ",{\"id\":"
+            literal(first ? "{\"id\":" : ",{\"id\":")
             first = false
-            JSON.writeString(r.text(0), to: &out)
-            out += ",\"key\":"
-            JSON.writeString(key, to: &out)
-            out += ",\"vars\":" + r.text(2) + ",\"state\":"
-            JSON.writeString(state, to: &out)
-            out += ",\"reason\":"
-            if let reason = r.optionalText(4) { JSON.writeString(reason, to: &out) } else { out += "null" }
-            out += ",\"bytes_sent\":\(r.int(5)),\"total_bytes\":\(r.int(6)),\"attempts\":\(r.int(7)),\"created_at\":\(r.int(8))"
-            out += ",\"updated_at\":\(r.int(9)),\"next_attempt_at\":" + number(r, 10) + ",\"generation\":\(r.int(11)),\"parent\":"
-            if let parent = r.optionalText(12) { JSON.writeString(parent, to: &out) } else { out += "null" }
-            out += "}"
-            if out.utf8.count >= 1 << 16 {
-                write(out)
+            string(r, 0)
+            literal(",\"key\":")
+            string(r, 1)
+            literal(",\"vars\":")
+            r.withText(2) { out.append(contentsOf: $0) }  // stored as compact JSON
+            literal(",\"state\":")
+            var shown = state
+            shown.withUTF8 { JSON.appendString(utf8: $0, to: &out) }
+            literal(",\"reason\":")
+            string(r, 4)
+            literal(",\"bytes_sent\":")
+            number(r, 5)
+            literal(",\"total_bytes\":")
+            number(r, 6)
+            literal(",\"attempts\":")
+            number(r, 7)
+            literal(",\"created_at\":")
+            number(r, 8)
+            literal(",\"updated_at\":")
+            number(r, 9)
+            literal(",\"next_attempt_at\":")
+            number(r, 10)
+            literal(",\"generation\":")
+            number(r, 11)
+            literal(",\"parent\":")
+            string(r, 12)
+            literal("}")
+            if out.count >= 1 << 16 {
+                write(String(decoding: out, as: UTF8.self))
                 out.removeAll(keepingCapacity: true)
             }
         }
-        write(out)
+        write(String(decoding: out, as: UTF8.self))
+    }
+
+    /// Appends the decimal digits of `value`.
+    static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
+            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            repeat {
+                buffer[19 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            out.append(contentsOf: buffer[(20 - count)...])
+        }
     }
 
     /// Counts of entries by state, and of outcomes not yet acknowledged.
