@@ -107,74 +107,83 @@ extension JSON {
     /// Compact JSON text. With `sortedKeys`, object members are ordered by key
     /// (UTF-8 byte order), which gives the canonical form used for hashing.
     public func serialized(sortedKeys: Bool = false) -> String {
-        var out = ""
-        out.reserveCapacity(64)
+        var out: [UInt8] = []
+        out.reserveCapacity(128)
         write(to: &out, sortedKeys: sortedKeys)
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// JSON text indented by two spaces, for people.
     public func pretty() -> String {
-        var out = ""
+        var out: [UInt8] = []
         writePretty(to: &out, indent: 0)
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 
-    func write(to out: inout String, sortedKeys: Bool) {
+    /// Compact JSON text appended as UTF-8 bytes (one String is made at the end, if any).
+    func write(to out: inout [UInt8], sortedKeys: Bool) {
         switch self {
-        case .null: out += "null"
-        case let .bool(b): out += b ? "true" : "false"
-        case let .number(text): out += text
-        case let .string(s): JSON.writeString(s, to: &out)
+        case .null: out += "null".utf8
+        case let .bool(b): out += (b ? "true" : "false").utf8
+        case let .number(text): out += text.utf8
+        case let .string(s): JSON.appendString(s, to: &out)
         case let .array(items):
-            out += "["
+            out.append(UInt8(ascii: "["))
             for (i, item) in items.enumerated() {
-                if i > 0 { out += "," }
+                if i > 0 { out.append(UInt8(ascii: ",")) }
                 item.write(to: &out, sortedKeys: sortedKeys)
             }
-            out += "]"
+            out.append(UInt8(ascii: "]"))
         case let .object(members):
-            out += "{"
+            out.append(UInt8(ascii: "{"))
             let ordered = sortedKeys ? members.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) } : members
             for (i, (key, value)) in ordered.enumerated() {
-                if i > 0 { out += "," }
-                JSON.writeString(key, to: &out)
-                out += ":"
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                JSON.appendString(key, to: &out)
+                out.append(UInt8(ascii: ":"))
                 value.write(to: &out, sortedKeys: sortedKeys)
             }
-            out += "}"
+            out.append(UInt8(ascii: "}"))
         }
     }
 
-    private func writePretty(to out: inout String, indent: Int) {
-        let pad = String(repeating: "  ", count: indent + 1)
-        let closePad = String(repeating: "  ", count: indent)
+    private func writePretty(to out: inout [UInt8], indent: Int) {
+        let pad = Array(repeating: UInt8(ascii: " "), count: 2 * (indent + 1))
+        let closePad = pad.dropLast(2)
         switch self {
         case let .array(items) where !items.isEmpty:
-            out += "[\n"
+            out += "[\n".utf8
             for (i, item) in items.enumerated() {
                 out += pad
                 item.writePretty(to: &out, indent: indent + 1)
-                out += i == items.count - 1 ? "\n" : ",\n"
+                out += (i == items.count - 1 ? "\n" : ",\n").utf8
             }
-            out += closePad + "]"
+            out += closePad
+            out.append(UInt8(ascii: "]"))
         case let .object(members) where !members.isEmpty:
-            out += "{\n"
+            out += "{\n".utf8
             for (i, (key, value)) in members.enumerated() {
                 out += pad
-                JSON.writeString(key, to: &out)
-                out += ": "
+                JSON.appendString(key, to: &out)
+                out += ": ".utf8
                 value.writePretty(to: &out, indent: indent + 1)
-                out += i == members.count - 1 ? "\n" : ",\n"
+                out += (i == members.count - 1 ? "\n" : ",\n").utf8
             }
-            out += closePad + "}"
+            out += closePad
+            out.append(UInt8(ascii: "}"))
         default:
             write(to: &out, sortedKeys: false)
         }
     }
 
-    /// Appends UTF-8 text as a JSON string literal, byte by byte (the escapes of
-    /// `writeString`), for writers that build their output as bytes.
+    /// Appends `s` as a JSON string literal (quotes and escapes; `/` is not escaped).
+    public static func appendString(_ s: String, to out: inout [UInt8]) {
+        var text = s
+        text.withUTF8 { appendString(utf8: $0, to: &out) }
+    }
+
+    /// Appends UTF-8 text as a JSON string literal: `"` `\\` and control characters
+    /// escaped (short forms where JSON has them), everything else copied as is.
     public static func appendString(utf8 text: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var start = 0
@@ -196,37 +205,6 @@ extension JSON {
         }
         out.append(contentsOf: UnsafeBufferPointer(rebasing: text[start...]))
         out.append(UInt8(ascii: "\""))
-    }
-
-    /// Appends `s` as a JSON string literal (quotes and escapes; `/` is not escaped).
-    public static func writeString(_ s: String, to out: inout String) {
-        // Most strings need no escape: append them whole rather than scalar by scalar.
-        if !s.utf8.contains(where: { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C }) {
-            out += "\""
-            out += s
-            out += "\""
-            return
-        }
-        out += "\""
-        for scalar in s.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case "\u{08}": out += "\\b"
-            case "\u{0C}": out += "\\f"
-            default:
-                if scalar.value < 0x20 {
-                    let hex = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
-                } else {
-                    out.unicodeScalars.append(scalar)
-                }
-            }
-        }
-        out += "\""
     }
 }
 

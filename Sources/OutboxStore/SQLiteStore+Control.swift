@@ -145,8 +145,7 @@ extension SQLiteStore {
             literal(",\"vars\":")
             r.withText(2) { out.append(contentsOf: $0) }  // stored as compact JSON
             literal(",\"state\":")
-            var shown = state
-            shown.withUTF8 { JSON.appendString(utf8: $0, to: &out) }
+            JSON.appendString(state, to: &out)
             literal(",\"reason\":")
             string(r, 4)
             literal(",\"bytes_sent\":")
