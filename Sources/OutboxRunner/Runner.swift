@@ -111,6 +111,9 @@ public final class Runner {
     var standby: [UInt64: UInt64] = [:]
     /// Standby transfers per host; `hostLoad` counts the transfers that started.
     var hostStandby: [String: Int] = [:]
+    /// Entries whose standby request was aborted because another process cancelled or
+    /// replaced them: they are dropped, not requeued.
+    var withdrawn = Set<String>()
     /// Due entries read ahead of their claim, in queue order: one query feeds many claims.
     var ready: [Entry] = []
     /// The last read found fewer due entries than asked: no new read until something
@@ -282,6 +285,19 @@ public final class Runner {
         readAheadIsStale()
         deliveryDue = true
         headerGeneration = Int64(try store.setting("header_generation") ?? "0") ?? 0
+        try dropWithdrawnStandby()
+    }
+
+    /// A standby request whose entry was cancelled or replaced by another process since its
+    /// claim is never sent: it is aborted, and its entry leaves the runner.
+    func dropWithdrawnStandby() throws(OutboxError) {
+        guard !standby.isEmpty else { return }
+        let held = standby.values.compactMap { token in flights[token].flatMap { running[$0.entryID] } }
+        let current = try store.runningGenerations(seqs: held.map(\.seq))
+        for entry in held where current[entry.seq] != entry.generation {
+            withdrawn.insert(entry.id)
+            for flight in flights.values where flight.entryID == entry.id && flight.standby { http?.cancel(flight.transferID) }
+        }
     }
 
     /// Drops the entries read ahead: a same-id enqueue may have replaced one of them.
@@ -612,6 +628,9 @@ public final class Runner {
     }
 
     func finished(_ flight: Flight, result: HTTPResult) throws(OutboxError) {
+        // (A withdrawn entry's request may have started just before the abort reached the
+        // curl thread; then it settles as usual, and the settle finds no row to change.)
+        let wasWithdrawn = flight.partIndex == nil && withdrawn.remove(flight.entryID) != nil
         guard var entry = running[flight.entryID] else {
             // A part still in flight when its entry settled: keep an acceptance, nothing more.
             if flight.partIndex != nil { partReturnedAfterSettle(flight, result: result) }
@@ -620,7 +639,12 @@ public final class Runner {
         let now = Identifiers.nowMs()
         summary.bytesSent += result.bytesSent
         if result.failure?.message == "aborted" {
-            // Stopped by us (grace over): not an attempt result; the entry goes back to the queue.
+            // Stopped by us (grace over): not an attempt result; the entry goes back to the
+            // queue, unless another process withdrew it.
+            if wasWithdrawn {
+                running[entry.id] = nil
+                return
+            }
             if flight.partIndex != nil {
                 partJobs[entry.id]?.inFlight.remove(flight.partIndex!)
                 releaseStoppedParts(entry.id)

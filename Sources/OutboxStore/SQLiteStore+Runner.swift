@@ -81,6 +81,17 @@ extension SQLiteStore {
             """, [.text(excluded), .int(now), .int(now), .int(limit)], entryFromRow)
     }
 
+    /// The generation of each of these entries that is still `running` (absent: cancelled,
+    /// replaced or settled by someone else).
+    public func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
+        guard !seqs.isEmpty else { return [:] }
+        let list = JSON.array(seqs.map { .int64($0) }).serialized()
+        let rows = try db.query("""
+            SELECT seq, generation FROM entries WHERE seq IN (SELECT value FROM json_each(?)) AND state = 'running'
+            """, [.text(list)]) { ($0.int(0), $0.int(1)) }
+        return Dictionary(rows, uniquingKeysWith: { first, _ in first })
+    }
+
     /// The earliest time something becomes due (an attempt, a hold, or a hook delivery).
     public func nextDueTime(deliverableKeys: Set<String>) throws(OutboxError) -> Int64? {
         var times: [Int64] = []

@@ -110,6 +110,32 @@ import Testing
         #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == Set((0..<6).map { "e\($0)" }))
     }
 
+    /// A standby request (claimed, waiting for a slot on the curl thread) whose entry another
+    /// process cancels is never sent, and the slot goes to the next entry.
+    @Test func cancellingAStandbyEntryKeepsItsRequestFromBeingSent() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/delay/1500", id: "a")
+        try await p.enqueue("t", path: "/status/200?b", id: "b")
+        try await p.enqueue("t", path: "/status/200?c", id: "c")
+        let runner = try p.start(["run", "--drain"])
+        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+        // b is claimed as the one standby request behind a (shown running), c waits.
+        var states: [String: String] = [:]
+        for _ in 0..<200 {
+            states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
+            if states["b"] == "running" { break }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        #expect(states["b"] == "running" && states["c"] == "queued", "\(states)")
+        let cancel = try await p.outbox(["cancel", "b"])
+        #expect(cancel.exitCode == 0, "\(cancel.description)")
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(p.server.requests.map(\.path).sorted() == ["/delay/1500", "/status/200?c"])
+        #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == ["a", "c"])
+        #expect(try await p.list().isEmpty)
+    }
+
     @Test func graceOverStopsTheAttemptAndRequeuesTheEntry() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/delay/20000", id: "long")
