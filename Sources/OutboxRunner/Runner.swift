@@ -111,9 +111,10 @@ public final class Runner {
     var standby: [UInt64: UInt64] = [:]
     /// Standby transfers per host; `hostLoad` counts the transfers that started.
     var hostStandby: [String: Int] = [:]
-    /// Entries whose standby request was aborted because another process cancelled or
-    /// replaced them: they are dropped, not requeued.
-    var withdrawn = Set<String>()
+    /// Entries whose standby request was aborted because of another process: true when the
+    /// entry goes back to the queue (its key or the queue was paused), false when it is
+    /// dropped (cancelled or replaced).
+    var withdrawn: [String: Bool] = [:]
     /// Due entries read ahead of their claim, in queue order: one query feeds many claims.
     var ready: [Entry] = []
     /// The last read found fewer due entries than asked: no new read until something
@@ -288,14 +289,23 @@ public final class Runner {
         try dropWithdrawnStandby()
     }
 
-    /// A standby request whose entry was cancelled or replaced by another process since its
-    /// claim is never sent: it is aborted, and its entry leaves the runner.
+    /// A standby request is not sent when, since its claim, another process cancelled or
+    /// replaced its entry (the entry leaves the runner) or paused its key or the queue (the
+    /// entry goes back to the queue): it is aborted on the curl thread.
     func dropWithdrawnStandby() throws(OutboxError) {
         guard !standby.isEmpty else { return }
         let held = standby.values.compactMap { token in flights[token].flatMap { running[$0.entryID] } }
         let current = try store.runningGenerations(seqs: held.map(\.seq))
-        for entry in held where current[entry.seq] != entry.generation {
-            withdrawn.insert(entry.id)
+        let queuePaused = try store.setting("queue_paused") == "1"
+        let pausedKeys = try store.pausedKeys()
+        for entry in held {
+            if current[entry.seq] != entry.generation {
+                withdrawn[entry.id] = false
+            } else if queuePaused || pausedKeys.contains(entry.key) {
+                withdrawn[entry.id] = true
+            } else {
+                continue
+            }
             for flight in flights.values where flight.entryID == entry.id && flight.standby { http?.cancel(flight.transferID) }
         }
     }
@@ -630,7 +640,7 @@ public final class Runner {
     func finished(_ flight: Flight, result: HTTPResult) throws(OutboxError) {
         // (A withdrawn entry's request may have started just before the abort reached the
         // curl thread; then it settles as usual, and the settle finds no row to change.)
-        let wasWithdrawn = flight.partIndex == nil && withdrawn.remove(flight.entryID) != nil
+        let withdrawal = flight.partIndex == nil ? withdrawn.removeValue(forKey: flight.entryID) : nil
         guard var entry = running[flight.entryID] else {
             // A part still in flight when its entry settled: keep an acceptance, nothing more.
             if flight.partIndex != nil { partReturnedAfterSettle(flight, result: result) }
@@ -639,10 +649,11 @@ public final class Runner {
         let now = Identifiers.nowMs()
         summary.bytesSent += result.bytesSent
         if result.failure?.message == "aborted" {
-            // Stopped by us (grace over): not an attempt result; the entry goes back to the
-            // queue, unless another process withdrew it.
-            if wasWithdrawn {
+            // Stopped by us (grace over, or withdrawn): not an attempt result; the entry goes
+            // back to the queue when the run ends, or now if it was paused, or is dropped.
+            if let requeue = withdrawal {
                 running[entry.id] = nil
+                if requeue { changes.append(.requeue(entryID: entry.id)) }
                 return
             }
             if flight.partIndex != nil {

@@ -110,29 +110,52 @@ import Testing
         #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == Set((0..<6).map { "e\($0)" }))
     }
 
-    /// A standby request (claimed, waiting for a slot on the curl thread) whose entry another
-    /// process cancels is never sent, and the slot goes to the next entry.
-    @Test func cancellingAStandbyEntryKeepsItsRequestFromBeingSent() async throws {
+    /// A runner with `concurrency: 1` sending a slow `a`, with `b` claimed as its one standby
+    /// request (shown running) and `c` still queued.
+    private func runnerWithStandby() async throws -> (Project, Running) {
         let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/delay/1500", id: "a")
         try await p.enqueue("t", path: "/status/200?b", id: "b")
         try await p.enqueue("t", path: "/status/200?c", id: "c")
         let runner = try p.start(["run", "--drain"])
         #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
-        // b is claimed as the one standby request behind a (shown running), c waits.
         var states: [String: String] = [:]
-        for _ in 0..<200 {
+        for _ in 0..<300 {
             states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
             if states["b"] == "running" { break }
             try await Task.sleep(nanoseconds: 10_000_000)
         }
         #expect(states["b"] == "running" && states["c"] == "queued", "\(states)")
+        return (p, runner)
+    }
+
+    /// A standby request (claimed, waiting for a slot on the curl thread) whose entry another
+    /// process cancels is never sent, and the slot goes to the next entry.
+    @Test func cancellingAStandbyEntryKeepsItsRequestFromBeingSent() async throws {
+        let (p, runner) = try await runnerWithStandby()
         let cancel = try await p.outbox(["cancel", "b"])
         #expect(cancel.exitCode == 0, "\(cancel.description)")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
         #expect(p.server.requests.map(\.path).sorted() == ["/delay/1500", "/status/200?c"])
         #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == ["a", "c"])
+        #expect(try await p.list().isEmpty)
+    }
+
+    /// Pausing the key of a standby request keeps it from being sent: the entry goes back to
+    /// the queue at once and is sent after `resume`.
+    @Test func pausingTheKeyOfAStandbyEntryRequeuesIt() async throws {
+        let (p, runner) = try await runnerWithStandby()
+        #expect(try await p.outbox(["pause", "--key", "t"]).exitCode == 0)
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(p.server.requests.map(\.path) == ["/delay/1500"], "nothing of a paused key starts")
+        let states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
+        #expect(states == ["b": "paused", "c": "paused"])
+
+        #expect(try await p.outbox(["resume", "--key", "t"]).exitCode == 0)
+        try await p.drain()
+        #expect(p.server.requests.map(\.path) == ["/delay/1500", "/status/200?b", "/status/200?c"])
         #expect(try await p.list().isEmpty)
     }
 
