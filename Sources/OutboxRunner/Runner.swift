@@ -389,7 +389,7 @@ public final class Runner {
                 free -= 1
                 hostLoad[host, default: 0] += 1
                 claimed.append((entry, host, false))
-            } else if standbyFree > 0, hostStandby[host, default: 0] < config.perHost {
+            } else if standbyFree > 0, hostStandby[host, default: 0] < config.perHost, Self.mayWaitAsStandby(entry, now: now) {
                 standbyFree -= 1
                 hostStandby[host, default: 0] += 1
                 claimed.append((entry, host, true))
@@ -414,6 +414,15 @@ public final class Runner {
                 startTransfer(entry, part: nil, host: host, standby: isStandby)
             }
         }
+    }
+
+    /// Whether an entry's request may wait on the curl thread. Expiry and a referenced file
+    /// are checked before each attempt (SPEC 7, 3), and a standby request starts later than
+    /// that check: entries sending a referenced file, or expiring within 10 minutes, are
+    /// claimed only into free slots.
+    static func mayWaitAsStandby(_ entry: Entry, now: Int64) -> Bool {
+        if entry.request.ownership == .reference && entry.bodyFile != nil { return false }
+        return entry.expiresAt.map { $0 - now > 600_000 } ?? true
     }
 
     /// Free slots go first to standby transfers, oldest first, within per_host.

@@ -46,6 +46,21 @@ func definition(_ key: String, request: String = "", top: String = "", hooks: Bo
     return text
 }
 
+/// A definition that PUTs the file at `vars.path` to `vars.url`, recording both outcomes.
+func fileDefinition(_ key: String, ownership: String = "copy") -> String {
+    """
+    key: \(key)
+    request:
+      method: PUT
+      url: "{{ vars.url }}"
+      file: "{{ vars.path }}"
+      ownership: \(ownership)
+    on_success: hooks/record.sh
+    on_error: hooks/record.sh
+
+    """
+}
+
 /// What a finished `outbox` process left: exit status and its output.
 struct Finished: Sendable {
     var exitCode: Int32

@@ -247,17 +247,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
     }
 
     @Test func missingStagedPayloadSettlesErrorFile() async throws {
-        let fileDefinition = """
-        key: up
-        request:
-          method: PUT
-          url: "{{ vars.url }}"
-          file: "{{ vars.path }}"
-        on_success: hooks/record.sh
-        on_error: hooks/record.sh
-
-        """
-        let p = try Project(definitions: ["up": fileDefinition])
+        let p = try Project(definitions: ["up": fileDefinition("up")])
         let source = p.base + "/payload.bin"
         // Over 64 KiB, so the body is staged as a file and not kept in the row.
         try Data(repeating: 7, count: 100_000).write(to: URL(fileURLWithPath: source))

@@ -159,6 +159,26 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// Expiry and a referenced file are checked before each attempt, and a standby request
+    /// starts later than its claim: such entries wait in the queue for a free slot.
+    @Test func entriesCheckedBeforeEachAttemptAreNotClaimedAsStandby() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 1\n",
+                            definitions: ["t": definition("t"), "f": fileDefinition("f", ownership: "reference")])
+        try await p.enqueue("t", path: "/delay/1500", id: "a")
+        try await p.enqueue("t", path: "/status/200?soon", id: "soon", extra: ["--expires-at", String(nowMs() + 300_000)])
+        try Data("referenced".utf8).write(to: URL(fileURLWithPath: p.base + "/ref.bin"))
+        let vars = JSON.object([("url", .string(p.url("/status/200?ref"))), ("path", .string(p.base + "/ref.bin"))]).serialized()
+        #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", "ref"]).exitCode == 0)
+        let runner = try p.start(["run", "--drain"])
+        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+        try await Task.sleep(nanoseconds: 300_000_000)
+        let states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
+        #expect(states["soon"] == "queued" && states["ref"] == "queued", "\(states)")
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(p.server.requests.map(\.path) == ["/delay/1500", "/status/200?soon", "/status/200?ref"])
+    }
+
     @Test func graceOverStopsTheAttemptAndRequeuesTheEntry() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/delay/20000", id: "long")
