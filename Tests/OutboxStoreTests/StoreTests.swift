@@ -53,12 +53,32 @@ struct StoreOpeningTests {
         let f = try StoreFixture()
         let first = try f.sqlite("SELECT name || '|' || applied_at FROM migrations ORDER BY name;")
         let names = first.split(separator: "\n").map { String($0.split(separator: "|")[0]) }
-        #expect(names == ["001-entries", "002-queue-order"])
+        #expect(names == ["001-entries", "002-queue-order", "003-queued-partial-index"])
         try f.enqueue("keep", "note", #"{"n": 1}"#)
         _ = try SQLiteStore(folder: f.storeFolder)
         _ = try SQLiteStore(folder: f.storeFolder)
         #expect(try f.sqlite("SELECT name || '|' || applied_at FROM migrations;") == first)
         #expect(try f.sqlite("SELECT id FROM entries;") == "keep")
+    }
+
+    /// A store made before migration 003 gets it when it is opened, keeping its entries,
+    /// and claims read the new partial index.
+    @Test func aStoreFromBeforeThePartialIndexIsUpgradedInPlace() throws {
+        let f = try StoreFixture()
+        try f.enqueue("old", "note", #"{"n": 1}"#)
+        // Back to the schema of 002.
+        _ = try f.sqlite("""
+            DROP INDEX entries_queued;
+            CREATE INDEX entries_due ON entries (state, next_attempt_at);
+            CREATE INDEX entries_queue ON entries (state, seq);
+            DELETE FROM migrations WHERE name = '003-queued-partial-index';
+            """)
+        let store = try SQLiteStore(folder: f.storeFolder)
+        let indexes = try f.sqlite("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' ORDER BY name;")
+        #expect(indexes.split(separator: "\n").map(String.init) == ["entries_key", "entries_queued", "entries_scope", "sqlite_autoindex_entries_1"])
+        #expect(try store.dueEntries(now: 4_000_000_000_000, limit: 10, excluding: []).map(\.id) == ["old"])
+        let plan = try f.sqlite("EXPLAIN QUERY PLAN SELECT id FROM entries WHERE state = 'queued' ORDER BY seq LIMIT 1;")
+        #expect(plan.contains("entries_queued"), "\(plan)")
     }
 }
 
