@@ -37,6 +37,10 @@ def main():
         url = nginx.url("/x")
         lines = B.write_jsonl(work.join("posts.jsonl"), COUNT, lambda i: {"vars": {"n": i}})
         config = curl_config(work.join("curl.conf"), url, COUNT)
+        # One untimed pass first: a fresh nginx (and, in a VM, memory nobody touched yet)
+        # made whichever contender ran first the slowest.
+        B.must(B.measure(["curl", "--parallel", "--parallel-max", str(CONCURRENCY), "-s", "-K", config],
+                         stderr_path=work.join("curl.err")), "warm-up")
         outbox_t, peer_t, rss = [], [], []
         failure = None
         for round_ in range(ROUNDS):
