@@ -116,7 +116,7 @@ public final class Runner {
     /// dropped (cancelled or replaced).
     var withdrawn: [String: Bool] = [:]
     /// Due entries read ahead of their claim, in queue order: one query feeds many claims.
-    var ready: [Entry] = []
+    var ready: ArraySlice<Entry> = []
     /// The last read found fewer due entries than asked: no new read until something
     /// changes, or 10 ms have passed (retries and holds come due with time).
     var readyExhausted = false
@@ -312,7 +312,7 @@ public final class Runner {
 
     /// Drops the entries read ahead: a same-id enqueue may have replaced one of them.
     func readAheadIsStale() {
-        ready.removeAll()
+        ready = []
         readyExhausted = false
     }
 
@@ -398,7 +398,8 @@ public final class Runner {
                 held.append(entry)
             }
         }
-        ready = held + ready.dropFirst(taken)
+        // Dropping the claimed front of a slice copies nothing; held entries keep their place.
+        ready = held.isEmpty ? ready.dropFirst(taken) : ArraySlice(held) + ready.dropFirst(taken)
         guard !claimed.isEmpty else { return }
         // Committed with this turn's other changes: a crash before the commit leaves them
         // queued, after it `running`, and either way the next runner sends them again.
