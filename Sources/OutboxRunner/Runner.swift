@@ -294,11 +294,13 @@ public final class Runner {
     /// entry goes back to the queue): it is aborted on the curl thread.
     func dropWithdrawnStandby() throws(OutboxError) {
         guard !standby.isEmpty else { return }
-        let held = standby.values.compactMap { token in flights[token].flatMap { running[$0.entryID] } }
-        let current = try store.runningGenerations(seqs: held.map(\.seq))
+        let held = standby.compactMap { transferID, token in
+            flights[token].flatMap { running[$0.entryID] }.map { (transferID, $0) }
+        }
+        let current = try store.runningGenerations(seqs: held.map(\.1.seq))
         let queuePaused = try store.setting("queue_paused") == "1"
         let pausedKeys = try store.pausedKeys()
-        for entry in held {
+        for (transferID, entry) in held {
             if current[entry.seq] != entry.generation {
                 withdrawn[entry.id] = false
             } else if queuePaused || pausedKeys.contains(entry.key) {
@@ -306,7 +308,7 @@ public final class Runner {
             } else {
                 continue
             }
-            for flight in flights.values where flight.entryID == entry.id && flight.standby { http?.cancel(flight.transferID) }
+            http?.cancel(transferID)
         }
     }
 
