@@ -8,6 +8,7 @@ extension SQLiteStore {
     /// Must run inside a transaction; returns files to remove after the commit.
     func forget(_ e: Entry, returnMovedFile: Bool, rowDeleted: Bool = false) throws(OutboxError) -> [String] {
         if !rowDeleted { try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)]) }
+        try deleteParts(of: e)
         try db.run("DELETE FROM attempts WHERE entry_id = ?", [.text(e.id)])
         try db.run("DELETE FROM outcomes WHERE entry_id = ? AND generation <= ?", [.text(e.id), .int(e.generation)])
         var files = e.request.form.compactMap(\.stagedFile)
@@ -19,6 +20,11 @@ extension SQLiteStore {
             }
         }
         return files
+    }
+
+    /// Parts live and die with their entry row (no cascade: see migration 004).
+    func deleteParts(of e: Entry) throws(OutboxError) {
+        if e.request.bodyKind == "parts" { try db.run("DELETE FROM parts WHERE entry_seq = ?", [.int(e.seq)]) }
     }
 
     /// Removes staged files after a commit, and puts moved files back.
@@ -224,6 +230,8 @@ extension SQLiteStore {
                 if pending == 0 { problems.append("\(e.id): \(e.state.rawValue) but has no outcome awaiting acknowledgement") }
             }
         }
+        let orphans = try db.queryOne("SELECT COUNT(*) FROM parts WHERE entry_seq NOT IN (SELECT seq FROM entries)") { $0.int(0) } ?? 0
+        if orphans > 0 { problems.append("\(orphans) part\(orphans == 1 ? "" : "s") belong to no entry") }
         let known = Set(try list(ListFilter()).flatMap { [$0.bodyFile].compactMap { $0 } + $0.request.form.compactMap(\.stagedFile) })
         for name in Paths.list(staging.bodiesDir) ?? [] {
             let path = Paths.join(staging.bodiesDir, name)

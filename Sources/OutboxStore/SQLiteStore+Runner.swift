@@ -50,7 +50,8 @@ public enum RunnerChange: Sendable {
 extension SQLiteStore {
     /// Puts entries left `running` by a runner that is gone back in the queue, keeping
     /// accepted parts. The SQLite store has one runner at a time (the lock file), so every
-    /// lease not held by `owner` is stale; the PostgreSQL store will compare lease expiry.
+    /// running entry is stale when a runner starts (it writes no lease; stores from before
+    /// may hold one); the PostgreSQL store will compare lease expiry.
     public func requeueAbandoned(owner: String, now: Int64) throws(OutboxError) -> Int {
         try db.transaction { () throws(OutboxError) -> Int in
             try db.run("""
@@ -136,10 +137,12 @@ extension SQLiteStore {
 
     private func apply(_ change: RunnerChange, now: Int64) throws(OutboxError) -> [String] {
         switch change {
-        case let .markRunning(seqs, owner, leaseUntil):
+        case let .markRunning(seqs, _, _):
+            // No lease is written: the runner lock makes this runner the only one, and a row
+            // that keeps its size is rewritten in place, where one that grows (a lease owner
+            // and time) makes SQLite rebalance its full page with the next ones.
             for seq in seqs {
-                try db.run("UPDATE entries SET state = 'running', lease_owner = ?, lease_until = ?, updated_at = ? WHERE seq = ? AND state = 'queued'",
-                           [.text(owner), .int(leaseUntil), .int(now), .int(seq)])
+                try db.run("UPDATE entries SET state = 'running', updated_at = ? WHERE seq = ? AND state = 'queued'", [.int(now), .int(seq)])
             }
         case let .attempt(id, generation, at, payload, requestID):
             try db.run("INSERT INTO attempts (entry_id, generation, at, payload) VALUES (?, ?, ?, ?)",

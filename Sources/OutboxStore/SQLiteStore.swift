@@ -337,6 +337,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
                 try db.run("UPDATE outcomes SET acknowledged = 1 WHERE entry_id = ? AND generation = ?", [.text(e.id), .int(e.generation)])
             }
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
+            try deleteParts(of: e)
             try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
                        generation: generation, now: now, waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
             // Form files are staged per entry and never reused, so the old ones always go.

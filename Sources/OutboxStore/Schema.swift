@@ -93,5 +93,31 @@ enum Schema {
         DROP INDEX entries_queue;
         DROP INDEX entries_due;
         """),
+        // Deleting an entry cascaded to `parts` through a foreign key, which made every
+        // DELETE of an entry run a sub-program and an ephemeral table, parts or not: `parts`
+        // is rebuilt without it and the store deletes an entry's parts itself. Forgetting an
+        // entry deleted its outcomes by scanning all of them: they are indexed by entry now
+        // (this index also serves "the oldest pending outcome of this entry").
+        ("004-parts-without-cascade", """
+        CREATE TABLE parts_new (
+            entry_seq INTEGER NOT NULL,
+            idx INTEGER NOT NULL,
+            start INTEGER NOT NULL,
+            end INTEGER NOT NULL,
+            url TEXT NOT NULL,
+            headers TEXT NOT NULL,
+            accepted INTEGER NOT NULL DEFAULT 0,
+            status INTEGER,
+            response_headers TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_at INTEGER,
+            PRIMARY KEY (entry_seq, idx)
+        ) WITHOUT ROWID;
+        INSERT INTO parts_new SELECT p.* FROM parts p JOIN entries e ON e.seq = p.entry_seq;
+        DROP TABLE parts;
+        ALTER TABLE parts_new RENAME TO parts;
+        CREATE INDEX outcomes_entry ON outcomes (entry_id, acknowledged, seq);
+        DROP INDEX outcomes_pending;
+        """),
     ]
 }

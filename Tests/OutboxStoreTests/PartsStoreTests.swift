@@ -91,6 +91,8 @@ final class PartsStoreFixture {
         let parts = try store.parts(entrySeq: fresh.seq)
         #expect(parts.map(\.accepted) == [false, false, false])
         #expect(parts.map(\.url) == ["https://b.example/part/1", "https://b.example/part/2", "https://b.example/part/3"])
+        // The replaced entry's parts went with its row.
+        #expect(try store.audit() == [])
     }
 
     /// A file moved into the store has left its folder: a replacing body that names the same

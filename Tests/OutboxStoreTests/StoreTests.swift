@@ -53,7 +53,7 @@ struct StoreOpeningTests {
         let f = try StoreFixture()
         let first = try f.sqlite("SELECT name || '|' || applied_at FROM migrations ORDER BY name;")
         let names = first.split(separator: "\n").map { String($0.split(separator: "|")[0]) }
-        #expect(names == ["001-entries", "002-queue-order", "003-queued-partial-index"])
+        #expect(names == ["001-entries", "002-queue-order", "003-queued-partial-index", "004-parts-without-cascade"])
         try f.enqueue("keep", "note", #"{"n": 1}"#)
         _ = try SQLiteStore(folder: f.storeFolder)
         _ = try SQLiteStore(folder: f.storeFolder)
@@ -79,6 +79,40 @@ struct StoreOpeningTests {
         #expect(try store.dueEntries(now: 4_000_000_000_000, limit: 10, excluding: []).map(\.id) == ["old"])
         let plan = try f.sqlite("EXPLAIN QUERY PLAN SELECT id FROM entries WHERE state = 'queued' ORDER BY seq LIMIT 1;")
         #expect(plan.contains("entries_queued"), "\(plan)")
+    }
+
+    /// A store made before migration 004 keeps its parts (and drops parts of no entry, which
+    /// the cascade could not leave), loses the cascade, and finds outcomes by entry.
+    @Test func aStoreFromBeforeThePartsRebuildIsUpgradedInPlace() throws {
+        let f = try StoreFixture()
+        try f.userFile("in/p.bin", String(repeating: "p", count: 45))
+        try f.enqueue("parts", "parts", #"{"path": "in/p.bin"}"#)
+        try f.addOutcome("parts", "completed", acknowledged: false)
+        let before = try f.sqlite("SELECT * FROM parts ORDER BY entry_seq, idx;")
+        #expect(!before.isEmpty)
+        // Back to the schema of 003, with an orphaned part.
+        _ = try f.sqlite("""
+            PRAGMA foreign_keys=OFF;
+            CREATE TABLE parts_old (
+                entry_seq INTEGER NOT NULL REFERENCES entries (seq) ON DELETE CASCADE, idx INTEGER NOT NULL,
+                start INTEGER NOT NULL, end INTEGER NOT NULL, url TEXT NOT NULL, headers TEXT NOT NULL,
+                accepted INTEGER NOT NULL DEFAULT 0, status INTEGER, response_headers TEXT,
+                attempts INTEGER NOT NULL DEFAULT 0, next_attempt_at INTEGER, PRIMARY KEY (entry_seq, idx)) WITHOUT ROWID;
+            INSERT INTO parts_old SELECT * FROM parts;
+            INSERT INTO parts_old (entry_seq, idx, start, end, url, headers) VALUES (999, 0, 0, 1, 'https://x.example/', '[]');
+            DROP TABLE parts;
+            ALTER TABLE parts_old RENAME TO parts;
+            DROP INDEX outcomes_entry;
+            CREATE INDEX outcomes_pending ON outcomes (acknowledged, entry_id, seq);
+            DELETE FROM migrations WHERE name = '004-parts-without-cascade';
+            """)
+        #expect(try f.sqlite("SELECT COUNT(*) FROM pragma_foreign_key_list('parts');") == "1")
+        let store = try SQLiteStore(folder: f.storeFolder)
+        #expect(try f.sqlite("SELECT COUNT(*) FROM pragma_foreign_key_list('parts');") == "0")
+        #expect(try f.sqlite("SELECT * FROM parts ORDER BY entry_seq, idx;") == before)
+        #expect(try store.audit() == [])
+        let plan = try f.sqlite("EXPLAIN QUERY PLAN DELETE FROM outcomes WHERE entry_id = 'parts' AND generation <= 1;")
+        #expect(plan.contains("outcomes_entry"), "\(plan)")
     }
 }
 
