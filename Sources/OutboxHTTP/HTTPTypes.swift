@@ -98,7 +98,12 @@ public struct HTTPResult: Sendable {
     /// Status of the final response; nil when no HTTP response was received.
     public var status: Int?
     /// Headers of the final response only; names lowercased, repeats joined with ", ".
-    public var headers: [(name: String, value: String)]
+    /// Parsed from the received lines on each read.
+    public var headers: [(name: String, value: String)] {
+        get { responseHeaders.fields }
+        set { responseHeaders = ResponseHeaders(fields: newValue) }
+    }
+    var responseHeaders: ResponseHeaders
     public var body: [UInt8]
     public var bodyTruncated: Bool
     public var failure: (kind: HTTPFailureKind, message: String)?
@@ -115,7 +120,7 @@ public struct HTTPResult: Sendable {
                 bodyTruncated: Bool = false, failure: (kind: HTTPFailureKind, message: String)? = nil,
                 retryAfterSeconds: Int64? = nil, bytesSent: Int64 = 0, effectiveURL: String = "") {
         self.status = status
-        self.headers = headers
+        self.responseHeaders = ResponseHeaders(fields: headers)
         self.body = body
         self.bodyTruncated = bodyTruncated
         self.failure = failure

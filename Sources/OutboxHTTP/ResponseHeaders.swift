@@ -1,40 +1,38 @@
-/// Collects the header lines libcurl hands over, keeping only the final response's.
+/// The header lines of the final response, kept as the bytes libcurl hands over and
+/// parsed only when someone reads them: an outcome nobody will read (a request that
+/// succeeded with no hook) never pays for names, values and an index.
 ///
 /// The header callback also sees 1xx and redirect responses (T-curl9), so every status
 /// line starts a fresh set.
-struct ResponseHeaders {
-    private(set) var fields: [(name: String, value: String)] = []
-    private var index: [String: Int] = [:]
+public struct ResponseHeaders: Sendable {
+    /// The final response's header lines, each without its line ending, each ending in LF.
+    private var lines: [UInt8] = []
+    /// Seen while collecting, so the transfer asks libcurl for the value only when sent.
+    private(set) var hasRetryAfter = false
+
+    init() {}
+
+    /// Headers given as fields (results built by tests and the runner).
+    init(fields: [(name: String, value: String)]) {
+        for (name, value) in fields { consume("\(name): \(value)") }
+    }
 
     /// Feeds one raw header line (with or without its CRLF).
     mutating func consume(_ raw: UnsafeRawBufferPointer) {
         var end = raw.count
         while end > 0, raw[end - 1] == 0x0A || raw[end - 1] == 0x0D { end -= 1 }
-        let line = UnsafeRawBufferPointer(rebasing: raw[0..<end])
-        if line.isEmpty { return }
-        if line.starts(with: Array("HTTP/".utf8)) {
-            fields.removeAll(keepingCapacity: true)
-            index.removeAll(keepingCapacity: true)
+        if end == 0 { return }
+        if raw.starts(with: Self.statusPrefix) {
+            lines.removeAll(keepingCapacity: true)
+            hasRetryAfter = false
             return
         }
-        if line[0] == 0x20 || line[0] == 0x09 {
-            // Obsolete line folding: the line continues the previous value.
-            guard !fields.isEmpty else { return }
-            let more = trimmed(line[...])
-            if !more.isEmpty {
-                let last = fields.count - 1
-                fields[last].value += (fields[last].value.isEmpty ? "" : " ") + more
-            }
-            return
-        }
-        guard let colon = line.firstIndex(of: 0x3A) else { return }
-        let name = asciiLowercased(String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<colon]), as: UTF8.self))
-        let value = trimmed(line[(colon + 1)...])
-        if let at = index[name] {
-            fields[at].value += ", " + value
-        } else {
-            index[name] = fields.count
-            fields.append((name: name, value: value))
+        if lines.isEmpty { lines.reserveCapacity(512) }
+        lines.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[0..<end]))
+        lines.append(0x0A)
+        if end > Self.retryAfter.count, raw[Self.retryAfter.count] == 0x3A,
+           zip(raw, Self.retryAfter).allSatisfy({ $0 | 0x20 == $1 }) {
+            hasRetryAfter = true
         }
     }
 
@@ -44,11 +42,51 @@ struct ResponseHeaders {
         copy.withUnsafeMutableBytes { consume(UnsafeRawBufferPointer($0)) }
     }
 
-    func value(_ name: String) -> String? {
-        index[name].map { fields[$0].value }
+    /// Names lowercased, in order of first appearance; repeats joined with ", ", folded
+    /// continuation lines joined with a space; lines without a colon skipped.
+    public var fields: [(name: String, value: String)] {
+        var fields: [(name: String, value: String)] = []
+        var index: [String: Int] = [:]
+        lines.withUnsafeBytes { all in
+            var start = 0
+            while start < all.count {
+                var end = start
+                while all[end] != 0x0A { end += 1 }
+                let line = UnsafeRawBufferPointer(rebasing: all[start..<end])
+                start = end + 1
+                if line[0] == 0x20 || line[0] == 0x09 {
+                    // Obsolete line folding: the line continues the previous value.
+                    guard !fields.isEmpty else { continue }
+                    let more = Self.trimmed(line[...])
+                    if !more.isEmpty {
+                        let last = fields.count - 1
+                        fields[last].value += (fields[last].value.isEmpty ? "" : " ") + more
+                    }
+                    continue
+                }
+                guard let colon = line.firstIndex(of: 0x3A) else { continue }
+                let name = asciiLowercased(String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<colon]), as: UTF8.self))
+                let value = Self.trimmed(line[(colon + 1)...])
+                if let at = index[name] {
+                    fields[at].value += ", " + value
+                } else {
+                    index[name] = fields.count
+                    fields.append((name: name, value: value))
+                }
+            }
+        }
+        return fields
     }
 
-    private func trimmed(_ slice: Slice<UnsafeRawBufferPointer>) -> String {
+    /// The value of a header, by lowercase name.
+    func value(_ name: String) -> String? {
+        fields.first(where: { $0.name == name })?.value
+    }
+
+    private static let statusPrefix = Array("HTTP/".utf8)
+    private static let retryAfter = Array("retry-after".utf8)
+
+    private static func trimmed(_ slice: Slice<UnsafeRawBufferPointer>) -> String {
         var lo = slice.startIndex
         var hi = slice.endIndex
         while lo < hi, slice[lo] == 0x20 || slice[lo] == 0x09 { lo += 1 }

@@ -374,7 +374,7 @@ final class Transfer {
         var status = 0
         _ = ccurl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
         result.status = status > 0 ? status : nil
-        result.headers = responseHeaders.fields
+        result.responseHeaders = responseHeaders
         result.body = body
         result.bodyTruncated = truncated
         var sent: curl_off_t = 0
@@ -384,7 +384,7 @@ final class Transfer {
         if ccurl_getinfo_str(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective {
             result.effectiveURL = String(cString: effective)
         }
-        if responseHeaders.value("retry-after") != nil {
+        if responseHeaders.hasRetryAfter {
             // curl parses both forms; a date in the past gives 0 (T-curl10).
             var after: curl_off_t = 0
             _ = ccurl_getinfo_off_t(easy, CURLINFO_RETRY_AFTER, &after)
