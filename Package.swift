@@ -21,7 +21,7 @@ let package = Package(
         // SHA-256 of bodies; optimised even in debug builds, since tests hash gigabytes.
         .target(name: "Digest", swiftSettings: strict + [.unsafeFlags(["-O"])]),
         .target(name: "YAML", dependencies: ["CYAML"], swiftSettings: strict),
-        .target(name: "OutboxModel", dependencies: ["YAML", "Digest"], swiftSettings: strict),
+        .target(name: "OutboxModel", dependencies: ["YAML", "Digest", "CSystem"], swiftSettings: strict),
         .target(name: "OutboxProcess", dependencies: ["CSystem"], swiftSettings: strict),
         .target(name: "OutboxStore", dependencies: ["OutboxModel", "CSQLite", "CSystem"], swiftSettings: strict),
         .target(name: "OutboxHTTP", dependencies: ["OutboxModel", "CCurl"], swiftSettings: strict),

@@ -164,6 +164,19 @@ final class SQLiteConnection: @unchecked Sendable {
 
     var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(db) }
 
+    /// Runs `body` in one read transaction (a deferred `BEGIN`: no write lock), so that many
+    /// reads share one snapshot instead of each taking and dropping its own.
+    func read<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
+        if transactionDepth > 0 { return try body() }
+        try execute("BEGIN")
+        transactionDepth += 1
+        defer {
+            transactionDepth -= 1
+            try? execute("COMMIT")
+        }
+        return try body()
+    }
+
     /// Runs `body` in one `BEGIN IMMEDIATE` transaction (T-sql2); rolls back on a throw.
     @discardableResult
     func transaction<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {

@@ -218,12 +218,18 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         for entry in batch where !ids.insert(entry.id).inserted {
             throw .invalid("the id \"\(entry.id)\" appears twice in one batch")
         }
+        // One read transaction for every lookup (not one per entry), ended before any file
+        // is copied so that a long copy does not hold the WAL back.
+        let stored = try db.read { () throws(OutboxError) -> [Entry?] in
+            var stored: [Entry?] = []
+            for entry in batch { stored.append(try self.entry(id: entry.id)) }
+            return stored
+        }
         var staged = StagedBatch()
         do throws(OutboxError) {
-            for entry in batch {
+            for (entry, existing) in zip(batch, stored) {
                 let internalID = Identifiers.uuid()
                 staged.internals.append(internalID)
-                let existing = try self.entry(id: entry.id)
                 // Only these decisions keep the stored body; every other one needs the new bytes.
                 if let existing, [.resume, .redeliver, .reopen].contains(try decide(existing, entry.prepared.bodyHash)) {
                     staged.bodies.append(StagedBody())

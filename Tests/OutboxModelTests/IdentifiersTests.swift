@@ -23,6 +23,29 @@ struct IdentifiersTests {
         #expect(seen.count == 200)
     }
 
+    /// Ids come from a pool of kernel random bytes refilled every 64 draws: across many
+    /// refills, from several threads at once, no draw repeats and the bits look random.
+    @Test func pooledRandomNeverRepeatsAcrossRefillsAndThreads() async {
+        let drawn = await withTaskGroup(of: [UInt64].self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    var rng = PooledSystemRandom()
+                    return (0..<5_000).map { _ in rng.next() }
+                }
+            }
+            var all: [UInt64] = []
+            for await part in group { all += part }
+            return all
+        }
+        #expect(drawn.count == 20_000)
+        #expect(Set(drawn).count == 20_000)
+        // Each bit is set in about half of the draws (20,000 draws: 50 % ± 2 %).
+        for bit in 0..<64 {
+            let ones = drawn.filter { $0 >> UInt64(bit) & 1 == 1 }.count
+            #expect((9_600...10_400).contains(ones), "bit \(bit) set in \(ones) of 20,000 draws")
+        }
+    }
+
     @Test func entryUUIDIsVersion7AndSortsInTheOrderItWasMade() throws {
         let before = Identifiers.nowMs()
         let ids = (0..<5000).map { _ in Identifiers.entryUUID() }
