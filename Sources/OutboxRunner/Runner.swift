@@ -361,6 +361,23 @@ public final class Runner {
         for entry in ready {
             guard free + standbyFree > 0, taken < capacity + 2 else { break }
             taken += 1
+            // Where it would go first: the checks below (a stat of the file, among others)
+            // run only for an entry that leaves the queue now, not for each one that waits.
+            let host = URLCheck.hostKey(entry.request.url ?? "")
+            let isStandby: Bool
+            if entry.request.bodyKind == "parts" {
+                // Parts are scheduled by pumpParts, within per_host; the entry needs a slot.
+                guard free > 0 else { held.append(entry); continue }
+                isStandby = false
+            } else if free > 0, hostLoad[host, default: 0] < config.perHost {
+                isStandby = false
+            } else if standbyFree > 0, hostStandby[host, default: 0] < config.perHost, Self.mayWaitAsStandby(entry, now: now) {
+                isStandby = true
+            } else {
+                // Held by per_host (or by its checks): it keeps its place, and other entries go first.
+                held.append(entry)
+                continue
+            }
             if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) {
                 settleError(entry, kind: "expired", message: "the entry expired before it could be sent", state: .error, reason: "expired")
                 continue
@@ -381,27 +398,20 @@ public final class Runner {
                 settleError(entry, kind: "file", message: problem, state: .error, reason: "file")
                 continue
             }
-            let host = URLCheck.hostKey(entry.request.url ?? "")
-            if entry.request.bodyKind == "parts" {
-                // Parts are scheduled by pumpParts, within per_host; the entry needs a slot.
-                guard free > 0 else { held.append(entry); continue }
-                free -= 1
-                claimed.append((entry, host, false))
-            } else if free > 0, hostLoad[host, default: 0] < config.perHost {
-                free -= 1
-                hostLoad[host, default: 0] += 1
-                claimed.append((entry, host, false))
-            } else if standbyFree > 0, hostStandby[host, default: 0] < config.perHost, Self.mayWaitAsStandby(entry, now: now) {
+            if isStandby {
                 standbyFree -= 1
                 hostStandby[host, default: 0] += 1
-                claimed.append((entry, host, true))
             } else {
-                // Held by per_host: it keeps its place, and entries for other hosts go first.
-                held.append(entry)
+                free -= 1
+                if entry.request.bodyKind != "parts" { hostLoad[host, default: 0] += 1 }
             }
+            claimed.append((entry, host, isStandby))
         }
-        // Dropping the claimed front of a slice copies nothing; held entries keep their place.
-        ready = held.isEmpty ? ready.dropFirst(taken) : ArraySlice(held) + ready.dropFirst(taken)
+        // Dropping the claimed front of a slice copies nothing; held entries keep their place,
+        // and when every entry looked at was held, nothing is rebuilt.
+        if held.count < taken {
+            ready = held.isEmpty ? ready.dropFirst(taken) : ArraySlice(held) + ready.dropFirst(taken)
+        }
         guard !claimed.isEmpty else { return }
         // Committed with this turn's other changes: a crash before the commit leaves them
         // queued, after it `running`, and either way the next runner sends them again.
