@@ -137,6 +137,13 @@ def median(values):
     return statistics.median(values)
 
 
+def rotated(contenders, round_):
+    """The contenders of one round, starting with a different one each round: on a VM whose
+    speed drifts within seconds, none always runs first or right after the same other one."""
+    k = round_ % len(contenders)
+    return contenders[k:] + contenders[:k]
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -2,7 +2,7 @@
 
 outbox: entries enqueued first (not timed), then `outbox run --drain` timed.
 peer:   `curl --parallel --parallel-max 16` with a config file holding the same requests.
-Environment: POST_COUNT (default 5000), ROUNDS (default 3).
+Environment: POST_COUNT (default 5000), ROUNDS (default 5).
 """
 
 import json
@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as B  # noqa: E402
 
 COUNT = int(os.environ.get("POST_COUNT", "5000"))
-ROUNDS = int(os.environ.get("ROUNDS", "3"))
+ROUNDS = int(os.environ.get("ROUNDS", "5"))
 CONCURRENCY = 16
 
 
@@ -43,7 +43,9 @@ def main():
                          stderr_path=work.join("curl.err")), "warm-up")
         outbox_t, peer_t, rss = [], [], []
         failure = None
-        for round_ in range(ROUNDS):
+
+        def outbox_round(round_):
+            """Enqueues (untimed) and drains (timed); returns a failure or None."""
             project = B.Project(work.join(f"p{round_}"), f"concurrency: {CONCURRENCY}\nper_host: {CONCURRENCY}\n")
             project.write("definitions/post.yaml",
                           f'key: bench.post\nrequest:\n  method: POST\n  url: "{url}"\n  data: {{ n: "{{{{ vars.n }}}}" }}\n')
@@ -51,15 +53,16 @@ def main():
             before = nginx.requests_logged()
             r = project.run("run", "--drain", "--json", stdout_name="summary.json")
             if r.rc != 0:
-                failure = f"outbox run --drain exited {r.rc}: {r.stderr()[-300:]}"
-                break
+                return f"outbox run --drain exited {r.rc}: {r.stderr()[-300:]}"
             summary = json.loads(r.stdout() or "{}")
             codes = nginx.status_counts(before)
             if summary.get("completed") != COUNT or codes.get("204") != COUNT:
-                failure = f"outbox completed {summary.get('completed')} (nginx saw {codes}), expected {COUNT}"
-                break
+                return f"outbox completed {summary.get('completed')} (nginx saw {codes}), expected {COUNT}"
             outbox_t.append(r.wall)
             rss.append(r.rss_kib)
+            return None
+
+        def curl_round(round_):
             before = nginx.requests_logged()
             p = B.must(B.measure(["curl", "--parallel", "--parallel-max", str(CONCURRENCY), "-s", "-K", config],
                                  stderr_path=work.join("curl.err")), "curl --parallel")
@@ -67,7 +70,17 @@ def main():
             if codes.get("204") != COUNT:
                 raise B.BenchFailure(f"curl: nginx saw {codes}, expected {COUNT} × 204")
             peer_t.append(p.wall)
-            B.log(f"post round {round_ + 1}: outbox {r.wall:.2f} s ({r.rss_kib / 1024:.1f} MiB), curl {p.wall:.2f} s")
+            return None
+
+        for round_ in range(ROUNDS):
+            # The order alternates, so neither contender always runs right after the other.
+            for contender in B.rotated([outbox_round, curl_round], round_):
+                failure = contender(round_)
+                if failure:
+                    break
+            if failure:
+                break
+            B.log(f"post round {round_ + 1}: outbox {outbox_t[-1]:.2f} s ({rss[-1] / 1024:.1f} MiB), curl {peer_t[-1]:.2f} s")
         if failure:
             B.log(f"post: {failure}")
             rows.append(B.Row("post", f"{COUNT:,} POSTs, 16 in flight", "s", None, "curl --parallel-max 16",

@@ -8,7 +8,7 @@
 
 outbox's figure includes its enqueue. When outbox fails (say chunked uploads are not
 there yet), its row says "failed" and the peers are still measured.
-Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), ROUNDS (3; figures are
+Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), ROUNDS (5; figures are
 medians), SINK (a tmpfs folder, default /dev/shm), BENCH_TMP (where source files go, default /tmp),
 OUTBOX_MAX_TIME (bound on each `run --drain`, default 20m), UPLOAD_CASES (default "many,big";
 "many" or "big" runs one of them).
@@ -28,7 +28,7 @@ FILE_COUNT = int(os.environ.get("FILE_COUNT", "1000"))
 SINK_BASE = os.environ.get("SINK", "/dev/shm")
 PART = 20 * MIB
 MAX_TIME = os.environ.get("OUTBOX_MAX_TIME", "20m")
-ROUNDS = int(os.environ.get("ROUNDS", "3"))
+ROUNDS = int(os.environ.get("ROUNDS", "5"))
 
 
 def make_file(path, size, seed):
@@ -115,32 +115,40 @@ request:
     outbox_s, peer_s, peer_ne_s, rss, note, failed = [], [], [], [], "", None
     warm_up(["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/cu/big.bin")],
             os.path.join(dav, "dav", "cu"), size, work.join("curl-big.err"))
-    for round_ in range(ROUNDS):
-        os.sync()  # each contender starts with nothing left to write back
-        if failed is None:
-            project = B.Project(work.join(f"big-{round_}"), "concurrency: 16\nper_host: 16\npart_concurrency: 3\n")
-            project.write("definitions/upload.yaml", definition)
-            try:
-                e = B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source, "name": "big"})),
-                           "outbox enqueue")
-                r, summary = outbox_drain(project, "chunked upload")
-                got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
-                if summary.get("completed") != 1 or got != size:
-                    raise B.BenchFailure(f"chunked upload: summary {summary}; sink holds {got} bytes in {files} files, "
-                                         f"expected {size}")
-                outbox_s.append(e.wall + r.wall)
-                rss.append(r.rss_kib)
-                note = f"{files} parts; enqueue {e.wall * 1000:.0f} ms"
-            except B.BenchFailure as err:
-                B.log(f"upload: outbox: failed: {err}")
-                failed = f"outbox: failed: {str(err)[:160]}"
-            clear(os.path.join(dav, "dav", "ob"))
+    def outbox_round(round_):
+        nonlocal failed, note
+        if failed is not None:
+            return
+        project = B.Project(work.join(f"big-{round_}"), "concurrency: 16\nper_host: 16\npart_concurrency: 3\n")
+        project.write("definitions/upload.yaml", definition)
+        try:
+            e = B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source, "name": "big"})),
+                       "outbox enqueue")
+            r, summary = outbox_drain(project, "chunked upload")
+            got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
+            if summary.get("completed") != 1 or got != size:
+                raise B.BenchFailure(f"chunked upload: summary {summary}; sink holds {got} bytes in {files} files, "
+                                     f"expected {size}")
+            outbox_s.append(e.wall + r.wall)
+            rss.append(r.rss_kib)
+            note = f"{files} parts; enqueue {e.wall * 1000:.0f} ms"
+        except B.BenchFailure as err:
+            B.log(f"upload: outbox: failed: {err}")
+            failed = f"outbox: failed: {str(err)[:160]}"
+        clear(os.path.join(dav, "dav", "ob"))
+
+    def curl_round(extra, times):
         # curl as is (it waits for `100 Continue`), and with outbox's request shape
-        for extra, times in (([], peer_s), (["-H", "Expect:"], peer_ne_s)):
-            os.sync()  # outbox's store writes are not left to the peer's round
+        def run(round_):
             p = curl_into_sink(["curl", "-s", "-S", "-o", "/dev/null", *extra, "-T", source, nginx.url("/dav/cu/big.bin")],
                                os.path.join(dav, "dav", "cu"), size, "curl -T", work.join("curl-big.err"))
             times.append(p.wall)
+        return run
+
+    for round_ in range(ROUNDS):
+        for contender in B.rotated([outbox_round, curl_round([], peer_s), curl_round(["-H", "Expect:"], peer_ne_s)], round_):
+            os.sync()  # each contender starts with nothing left to write back
+            contender(round_)
         B.log(f"upload big round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not failed else float('nan'):.2f} s, "
               f"curl -T {peer_s[-1]:.2f} s (no Expect {peer_ne_s[-1]:.2f} s)")
     outbox_value = None if failed else mib_per_s(size, B.median(outbox_s))
@@ -196,33 +204,42 @@ request:
     outbox_s, curl_s, curl_ne_s, rclone_s, rss, failed, rclone_failed, detail = [], [], [], [], [], None, False, ""
     warm_up(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", config], os.path.join(dav, "dav", "cu"), total,
             work.join("curl-many.err"))
-    for round_ in range(ROUNDS):
-        os.sync()  # each contender starts with nothing left to write back
-        # outbox: enqueue --from + drain, in a fresh project
-        if failed is None:
-            project = B.Project(work.join(f"many-{round_}"), "concurrency: 16\nper_host: 16\n")
-            project.write("definitions/put.yaml", definition)
-            try:
-                e = B.must(project.run("enqueue", "bench.put", "--from", lines), "outbox enqueue --from")
-                r, summary = outbox_drain(project, "whole-file PUTs")
-                got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
-                if summary.get("completed") != FILE_COUNT or got != total:
-                    raise B.BenchFailure(f"summary {summary}; sink holds {got} bytes in {files} files, expected {total}")
-                outbox_s.append(e.wall + r.wall)
-                rss.append(max(e.rss_kib or 0, r.rss_kib or 0))
-                detail = f"last round: enqueue --from {e.wall:.2f} s + drain {r.wall:.2f} s"
-            except B.BenchFailure as err:
-                B.log(f"upload: outbox: failed: {err}")
-                failed = f"outbox: failed: {str(err)[:160]}"
-            clear(os.path.join(dav, "dav", "ob"))
-        # peer 1: curl --parallel, as is and with outbox's request shape (no Expect)
-        for conf, times in ((config, curl_s), (config_no_expect, curl_ne_s)):
-            os.sync()
+    def outbox_round(round_):
+        # enqueue --from + drain, in a fresh project
+        nonlocal failed, detail
+        if failed is not None:
+            return
+        project = B.Project(work.join(f"many-{round_}"), "concurrency: 16\nper_host: 16\n")
+        project.write("definitions/put.yaml", definition)
+        try:
+            e = B.must(project.run("enqueue", "bench.put", "--from", lines), "outbox enqueue --from")
+            r, summary = outbox_drain(project, "whole-file PUTs")
+            got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
+            if summary.get("completed") != FILE_COUNT or got != total:
+                raise B.BenchFailure(f"summary {summary}; sink holds {got} bytes in {files} files, expected {total}")
+            outbox_s.append(e.wall + r.wall)
+            rss.append(max(e.rss_kib or 0, r.rss_kib or 0))
+            detail = f"last round: enqueue --from {e.wall:.2f} s + drain {r.wall:.2f} s"
+        except B.BenchFailure as err:
+            B.log(f"upload: outbox: failed: {err}")
+            failed = f"outbox: failed: {str(err)[:160]}"
+        clear(os.path.join(dav, "dav", "ob"))
+
+    def curl_round(conf, times):
+        # curl --parallel, as is and with outbox's request shape (no Expect)
+        def run(round_):
             p = curl_into_sink(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", conf],
                                os.path.join(dav, "dav", "cu"), total, "curl --parallel -T", work.join("curl-many.err"))
             times.append(p.wall)
-        # peer 2: rclone copy to a :webdav: remote
+        return run
+
+    for round_ in range(ROUNDS):
+        for contender in B.rotated([outbox_round, curl_round(config, curl_s), curl_round(config_no_expect, curl_ne_s)], round_):
+            os.sync()  # each contender starts with nothing left to write back
+            contender(round_)
+        # rclone copy to a :webdav: remote; last, as it takes 20 times longer
         if have_rclone and not rclone_failed:
+            os.sync()
             q = B.measure(["rclone", "copy", "--transfers", "16", "--webdav-url", nginx.url("/dav/rc/"), src, ":webdav:"],
                           env=rclone_env, stderr_path=work.join("rclone.err"))
             got, files = sink_bytes(os.path.join(dav, "dav", "rc"))
