@@ -231,7 +231,7 @@ extension SQLiteStore {
             }
         }
         let orphans = try db.queryOne("SELECT COUNT(*) FROM parts WHERE entry_seq NOT IN (SELECT seq FROM entries)") { $0.int(0) } ?? 0
-        if orphans > 0 { problems.append("\(orphans) part\(orphans == 1 ? "" : "s") belong to no entry") }
+        if orphans > 0 { problems.append(orphans == 1 ? "1 part belongs to no entry" : "\(orphans) parts belong to no entry") }
         let known = Set(try list(ListFilter()).flatMap { [$0.bodyFile].compactMap { $0 } + $0.request.form.compactMap(\.stagedFile) })
         for name in Paths.list(staging.bodiesDir) ?? [] {
             let path = Paths.join(staging.bodiesDir, name)

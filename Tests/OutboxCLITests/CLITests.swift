@@ -612,3 +612,28 @@ struct CLIBadInputTests {
         #expect(try json.json()["error"]?["code"] == .string("E_STORAGE"))
     }
 }
+
+struct CLIAuditTests {
+    /// `audit` passes on a sound store, then names each broken invariant and exits 74:
+    /// a staged body gone from disk, and a part whose entry is gone.
+    @Test func auditNamesEachBrokenInvariantAndExits74() throws {
+        let p = try CLIProject()
+        try p.write("in/a.bin", String(repeating: "a", count: 100))
+        try p.enqueue("file.copy", vars: #"{"path": "in/a.bin"}"#, id: "c")
+        try p.enqueue("note", vars: #"{"n": 1}"#, id: "n")
+        let sound = p.run("audit")
+        #expect(sound.status == 0)
+        #expect(sound.out == "ok: the store's invariants hold\n")
+
+        let staged = try p.sqlite("SELECT body_file FROM entries WHERE id = 'c';").trimmingCharacters(in: .newlines)
+        #expect(staged.hasPrefix(p.storeFolder + "/"), "\(staged)")
+        try FileManager.default.removeItem(atPath: staged)
+        _ = try p.sqlite("INSERT INTO parts (entry_seq, idx, start, end, url, headers) VALUES (999, 0, 0, 1, 'https://x.example/', '[]');")
+        let broken = p.run("audit", "--json")
+        #expect(broken.status == 74)
+        let json = try broken.json()
+        #expect(json["ok"] == .bool(false))
+        #expect(json["problems"] == .array([.string("c: staged body \(staged) is missing"), .string("1 part belongs to no entry")]))
+        #expect(try p.sqlite("SELECT id FROM entries ORDER BY seq;") == "c\nn\n")
+    }
+}
