@@ -266,11 +266,20 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         return reused
     }
 
+    /// The `headers update` state every new row records: read once per batch, as nothing
+    /// else writes it while the batch holds the write lock.
+    private struct HeaderSettings {
+        var generation: Int64
+        var patch: JSON?
+    }
+
     /// Writes a staged batch; must run inside a transaction.
     func applyBatch(_ batch: [NewEntry], staged: StagedBatch, now: Int64) throws(OutboxError) -> [EnqueueResult] {
         var results: [EnqueueResult] = []
+        let headers = HeaderSettings(generation: Int64(try setting("header_generation") ?? "0") ?? 0,
+                                     patch: try setting("header_patch").flatMap { try? JSON.parse($0) })
         for (i, entry) in batch.enumerated() {
-            let (result, dropped) = try apply(entry, staged: staged.bodies[i], internalID: staged.internals[i], now: now)
+            let (result, dropped) = try apply(entry, staged: staged.bodies[i], internalID: staged.internals[i], headers: headers, now: now)
             results.append(result)
             obsoleteFiles += dropped.compactMap { $0 }
         }
@@ -290,13 +299,14 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     }
 
     /// Headers as stored: `headers update` patches rank above every other source (SPEC 10).
-    private func patched(_ headers: [(String, String)]) throws(OutboxError) -> [(String, String)] {
-        guard let patchText = try setting("header_patch"), let patch = try? JSON.parse(patchText) else { return headers }
+    private func patched(_ headers: [(String, String)], _ settings: HeaderSettings) -> [(String, String)] {
+        guard let patch = settings.patch else { return headers }
         return HeaderRules.merge(headers, HeaderRules.from(json: patch))
     }
 
     /// One entry's same-id decision and write; returns staged files made obsolete.
-    private func apply(_ new: NewEntry, staged: StagedBody, internalID: String, now: Int64) throws(OutboxError) -> (EnqueueResult, [String?]) {
+    private func apply(_ new: NewEntry, staged: StagedBody, internalID: String, headers: HeaderSettings,
+                       now: Int64) throws(OutboxError) -> (EnqueueResult, [String?]) {
         let existing = try entry(id: new.id)
         // Hashed once: the canonical form of a body is not cheap to build.
         let bodyHash = new.prepared.bodyHash
@@ -311,18 +321,18 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         case .create:
             // A settled row whose outcome was acknowledged counts as forgotten: drop it first.
             let old = try existing.map { e throws(OutboxError) in try forget(e, returnMovedFile: false) } ?? []
-            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
+            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, headers: headers, expiresAt: expiresAt,
                        generation: 1, now: now)
             return (EnqueueResult(id: new.id, decision: decision), old)
         case .resume, .redeliver, .reopen:
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
             // Same body: new headers, vars and expiry; bytes and accepted parts are kept.
             var stored = e.request
-            stored.headers = try patched(p.headers)
+            stored.headers = patched(p.headers, headers)
             let newState = decision == .reopen ? "queued" : e.state.rawValue
             // The entry keeps its Idempotency-Key (SPEC 7) unless a header gives one explicitly.
             let explicitKey = p.idempotencyKeyIsExplicit ? p.idempotencyKey : nil
-            let headerGeneration = Int64(try setting("header_generation") ?? "0") ?? 0
+            let headerGeneration = headers.generation
             try db.run("""
                 UPDATE entries SET vars = ?, request = ?, expires_at = ?, idempotency_key = COALESCE(?, idempotency_key, ?),
                   header_generation = ?,
@@ -344,7 +354,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             }
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
             try deleteParts(of: e)
-            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, expiresAt: expiresAt,
+            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, headers: headers, expiresAt: expiresAt,
                        generation: generation, now: now, waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
             // Form files are staged per entry and never reused, so the old ones always go.
             var old: [String?] = e.request.form.map(\.stagedFile)
@@ -361,15 +371,15 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         }
     }
 
-    private func insert(_ new: NewEntry, bodyHash: String, staged: StagedBody, internalID: String, request: String, expiresAt: Int64,
-                        generation: Int64, now: Int64, waits: Bool = false, createdAt: Int64? = nil) throws(OutboxError) {
+    private func insert(_ new: NewEntry, bodyHash: String, staged: StagedBody, internalID: String, request: String, headers: HeaderSettings,
+                        expiresAt: Int64, generation: Int64, now: Int64, waits: Bool = false, createdAt: Int64? = nil) throws(OutboxError) {
         let p = new.prepared
-        let headerGeneration = Int64(try setting("header_generation") ?? "0") ?? 0
+        let headerGeneration = headers.generation
         // `headers update` patches rank above every other header source (SPEC 10).
         var request = request
-        if let patchText = try setting("header_patch"), let patch = try? JSON.parse(patchText) {
+        if headers.patch != nil {
             var stored = StoredRequest(json: (try? JSON.parse(request)) ?? .object([]))
-            stored.headers = HeaderRules.merge(stored.headers, HeaderRules.from(json: patch))
+            stored.headers = patched(stored.headers, headers)
             request = stored.json.serialized()
         }
         try db.run("""
