@@ -1,3 +1,5 @@
+import Synchronization
+
 /// Values the templates can read. Roots: "vars", "entry", "env", "file", "part", "outcome" (and "loop" inside for-blocks).
 public struct TemplateContext: Sendable {
     public var roots: [String: JSON]
@@ -29,12 +31,26 @@ public enum Template {
     public static func render(_ template: String, context: TemplateContext, mode: TemplateMode, field: String) throws(OutboxError) -> JSON {
         let nodes: [TemplateNode]
         do {
-            nodes = try TemplateParser.parse(template)
+            nodes = try parsed(template)
         } catch {
             throw .invalid("\(field): \(error.message)")
         }
         let renderer = TemplateRenderer(mode: mode, field: field)
         return try renderer.render(nodes, roots: context.roots)
+    }
+
+    /// Parsed templates by their text: a definition's few templates are rendered for every
+    /// entry (`enqueue --from` renders them once per line), and parsing is most of the work.
+    private static let parsedTemplates = Mutex<[String: [TemplateNode]]>([:])
+
+    private static func parsed(_ template: String) throws(TemplateSyntaxError) -> [TemplateNode] {
+        if let nodes = parsedTemplates.withLock({ $0[template] }) { return nodes }
+        let nodes = try TemplateParser.parse(template)
+        parsedTemplates.withLock { cache in
+            if cache.count >= 1_024 { cache.removeAll(keepingCapacity: true) }
+            cache[template] = nodes
+        }
+        return nodes
     }
 
     /// Renders every string leaf of a tree (object keys are not templated) in `.value` mode; `field` is the dotted path used in error messages (e.g. "request.data").
