@@ -275,19 +275,35 @@ final class Transfer {
         var sawContentType = false
         let isForm: Bool
         if case .form = request.body { isForm = true } else { isForm = false }
+        // Each line is checked and built as bytes in one pass (no lowercased copies or
+        // interpolated strings): this runs for every request.
+        var line: [UInt8] = []
+        line.reserveCapacity(256)
         for (name, value) in request.headers {
-            guard !name.isEmpty, isToken(name), !value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
+            line.removeAll(keepingCapacity: true)
+            line.append(contentsOf: name.utf8)
+            guard !line.isEmpty, line.allSatisfy(isTokenByte),
+                  !value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
                 throw TransferSetupError(kind: .network, message: "invalid header \(name.debugDescription)")
             }
-            let lower = asciiLowercased(name)
-            if lower == "content-type" {
+            if asciiEqualsIgnoringCase(line, Self.contentTypeName) {
                 // curl writes the multipart Content-Type itself, with its boundary.
                 if isForm { continue }
                 sawContentType = true
             }
-            if lower == "expect" { sawExpect = true }
+            if asciiEqualsIgnoringCase(line, Self.expectName) { sawExpect = true }
             // "Name:" would make curl drop the header; "Name;" sends it empty.
-            list = ccurl_slist_append(list, value.isEmpty ? "\(name);" : "\(name): \(value)")
+            if value.isEmpty {
+                line.append(UInt8(ascii: ";"))
+            } else {
+                line.append(UInt8(ascii: ":"))
+                line.append(UInt8(ascii: " "))
+                line.append(contentsOf: value.utf8)
+            }
+            line.append(0)
+            list = line.withUnsafeBufferPointer { bytes in
+                bytes.withMemoryRebound(to: CChar.self) { ccurl_slist_append(list, $0.baseAddress) }
+            }
         }
         // No 100-continue round trip, ever (T-curl2).
         if !sawExpect { list = ccurl_slist_append(list, "Expect:") }
@@ -296,6 +312,9 @@ final class Transfer {
         headerList = list
         try check(ccurl_setopt_slist(easy, CURLOPT_HTTPHEADER, list), "HTTPHEADER")
     }
+
+    private static let contentTypeName = Array("content-type".utf8)
+    private static let expectName = Array("expect".utf8)
 
     // MARK: - Callbacks (curl thread)
 
@@ -432,14 +451,23 @@ func asciiUppercased(_ s: String) -> String {
 }
 
 /// RFC 9110 token characters, so a header name cannot smuggle a colon or a line break.
-private func isToken(_ s: String) -> Bool {
-    s.utf8.allSatisfy { c in
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-             UInt8(ascii: "A")...UInt8(ascii: "Z"):
-            return true
-        default:
-            return "!#$%&'*+-.^_`|~".utf8.contains(c)
-        }
+/// A byte of an RFC 9110 token (a header name).
+private func isTokenByte(_ c: UInt8) -> Bool {
+    switch c {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"):
+        return true
+    case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+         UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+         UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+        return true
+    default:
+        return false
     }
+}
+
+/// Whether `bytes` spell `lower` (lowercase ASCII) in any case.
+private func asciiEqualsIgnoringCase(_ bytes: [UInt8], _ lower: [UInt8]) -> Bool {
+    guard bytes.count == lower.count else { return false }
+    for (b, l) in zip(bytes, lower) where (b >= 0x41 && b <= 0x5A ? b | 0x20 : b) != l { return false }
+    return true
 }
