@@ -369,17 +369,30 @@ private struct JSONReader {
     mutating func readString() throws(JSONParseError) -> String {
         index += 1
         var buffer: [UInt8] = []
+        var escaped = false
+        var ascii = true
         var runStart = index
         while true {
             guard index < bytes.count else { throw fail("unterminated string") }
             let c = bytes[index]
             if c == UInt8(ascii: "\"") {
+                if !escaped {
+                    // Most strings: no escape, so the text is the bytes as they are, and
+                    // ASCII needs no validation (the generic validating initialiser costs
+                    // more than the rest of the parse).
+                    let run = bytes[runStart..<index]
+                    index += 1
+                    if ascii { return run.withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) } }
+                    return try validated(run)
+                }
                 buffer.append(contentsOf: bytes[runStart..<index])
                 index += 1
                 break
             }
             if c < 0x20 { throw fail("control character in string") }
+            if c >= 0x80 { ascii = false }
             if c != UInt8(ascii: "\\") { index += 1; continue }
+            escaped = true
             buffer.append(contentsOf: bytes[runStart..<index])
             index += 1
             guard index < bytes.count else { throw fail("unterminated string") }
@@ -414,9 +427,11 @@ private struct JSONReader {
             }
             runStart = index
         }
-        guard let text = String(validating: buffer, as: UTF8.self) else {
-            throw fail("string is not valid UTF-8")
-        }
+        return try validated(buffer[...])
+    }
+
+    private func validated(_ utf8: ArraySlice<UInt8>) throws(JSONParseError) -> String {
+        guard let text = String(validating: utf8, as: UTF8.self) else { throw fail("string is not valid UTF-8") }
         return text
     }
 }

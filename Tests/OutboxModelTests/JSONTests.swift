@@ -42,4 +42,33 @@ struct JSONTests {
             """)
         #expect(try JSON.parse(value.pretty()) == value)
     }
+
+    /// Escapes that the writer never produces still parse: `\/`, `\u` for ASCII and for
+    /// characters beyond the BMP (a surrogate pair), next to raw UTF-8.
+    @Test func escapesAndUTF8Parse() throws {
+        #expect(try JSON.parse(#""a\/b\u0041\u00e9\ud83d\ude80""#).stringValue == "a/bAé🚀")
+        #expect(try JSON.parse(#"{"k\u00e9": "日本", "plain": "é"}"#) == .object([("ké", .string("日本")), ("plain", .string("é"))]))
+    }
+
+    /// Bad strings fail with what is wrong and where (1-based byte offset), whether or not
+    /// the string holds an escape.
+    @Test(arguments: [
+        ([0x22, 0x61, 0xFF, 0x22], "string is not valid UTF-8 at byte 5"),
+        ([0x22, 0xC3, 0x22], "string is not valid UTF-8 at byte 4"),
+        ([0x22, 0x5C, 0x6E, 0xC3, 0x22], "string is not valid UTF-8 at byte 6"),
+        ([0x22, 0xED, 0xA0, 0x80, 0x22], "string is not valid UTF-8 at byte 6"),
+        (Array(#""\ud800""#.utf8), "lone surrogate in \\u escape at byte 8"),
+        (Array("\"a\u{01}\"".utf8), "control character in string at byte 3"),
+        (Array(#""abc"#.utf8), "unterminated string at byte 5"),
+        (Array(#""\q""#.utf8), "bad escape at byte 4"),
+    ] as [([UInt8], String)])
+    func badStringsAreRejected(_ input: [UInt8], _ message: String) {
+        var bytes = input
+        do {
+            _ = try JSON.parse(bytes: &bytes)
+            Issue.record("parsed \(input)")
+        } catch {
+            #expect(error.description == message)
+        }
+    }
 }
