@@ -74,11 +74,8 @@ public enum Identifiers {
     /// spare two getrandom calls per attempt).
     public static func uuid<G: RandomNumberGenerator>(using generator: inout G) -> String {
         // Two 64-bit draws: drawing byte by byte cost 16 getrandom calls per id.
-        let words = (generator.next(), generator.next())
-        var bytes = (0..<16).map { i in UInt8(truncatingIfNeeded: (i < 8 ? words.0 : words.1) >> UInt64(8 * (i % 8))) }
-        bytes[6] = (bytes[6] & 0x0F) | 0x40  // version 4
-        bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 4122 variant
-        return format(bytes)
+        let high = (generator.next() & ~0xF000) | 0x4000  // version 4
+        return format(high: high, low: generator.next())
     }
 
     /// The last (milliseconds << 12 | counter) handed out by `entryUUID`, so ids made in one
@@ -100,27 +97,29 @@ public enum Identifiers {
             last = current
         } while true
         var system = PooledSystemRandom()
-        let random = system.next()
-        var bytes = [UInt8](repeating: 0, count: 16)
-        for i in 0..<6 { bytes[i] = UInt8(truncatingIfNeeded: stamp >> UInt64(12 + 8 * (5 - i))) }
-        bytes[6] = 0x70 | UInt8(truncatingIfNeeded: (stamp >> 8) & 0x0F)  // version 7, counter high bits
-        bytes[7] = UInt8(truncatingIfNeeded: stamp)
-        for i in 8..<16 { bytes[i] = UInt8(truncatingIfNeeded: random >> UInt64(8 * (i - 8))) }
-        bytes[8] = (bytes[8] & 0x3F) | 0x80  // RFC 4122 variant
-        return format(bytes)
+        // 48 bits of milliseconds, version 7, the 12-bit counter.
+        let high = (stamp >> 12) << 16 | 0x7000 | (stamp & 0x0FFF)
+        return format(high: high, low: system.next())
     }
 
-    private static func format(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(36)
-        for (i, byte) in bytes.enumerated() {
-            if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
+    /// The 36 characters of a UUID whose bytes are `high` then `low`, big-endian, with the
+    /// RFC 4122 variant set; written straight into the string's storage.
+    private static func format(high: UInt64, low: UInt64) -> String {
+        let low = (low & ~(0xC0 << 56)) | (0x80 << 56)  // RFC 4122 variant
+        return String(unsafeUninitializedCapacity: 36) { out in
+            var at = 0
+            for i in 0..<16 {
+                if i == 4 || i == 6 || i == 8 || i == 10 { out[at] = UInt8(ascii: "-"); at += 1 }
+                let byte = UInt8(truncatingIfNeeded: (i < 8 ? high : low) >> UInt64(56 - 8 * (i % 8)))
+                out[at] = hexDigits[Int(byte >> 4)]
+                out[at + 1] = hexDigits[Int(byte & 0x0F)]
+                at += 2
+            }
+            return at
         }
-        return String(decoding: out, as: UTF8.self)
     }
+
+    private static let hexDigits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Nil when `id` is a valid user id (`[A-Za-z0-9._:@-]`, 1–128 characters, not starting with `.` or `-`); else why not.
     ///
