@@ -282,16 +282,7 @@ final class Transfer {
         for (name, value) in request.headers {
             line.removeAll(keepingCapacity: true)
             line.append(contentsOf: name.utf8)
-            guard !line.isEmpty, line.allSatisfy(isTokenByte),
-                  !value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }) else {
-                throw TransferSetupError(kind: .network, message: "invalid header \(name.debugDescription)")
-            }
-            if asciiEqualsIgnoringCase(line, Self.contentTypeName) {
-                // curl writes the multipart Content-Type itself, with its boundary.
-                if isForm { continue }
-                sawContentType = true
-            }
-            if asciiEqualsIgnoringCase(line, Self.expectName) { sawExpect = true }
+            let nameEnd = line.count
             // "Name:" would make curl drop the header; "Name;" sends it empty.
             if value.isEmpty {
                 line.append(UInt8(ascii: ";"))
@@ -300,6 +291,18 @@ final class Transfer {
                 line.append(UInt8(ascii: " "))
                 line.append(contentsOf: value.utf8)
             }
+            let valid = line.withUnsafeBufferPointer { bytes in
+                nameEnd > 0 && bytes[..<nameEnd].allSatisfy(isTokenByte)
+                    && !bytes[nameEnd...].contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 })
+            }
+            guard valid else { throw TransferSetupError(kind: .network, message: "invalid header \(name.debugDescription)") }
+            let nameBytes = line[..<nameEnd]
+            if asciiEqualsIgnoringCase(nameBytes, Self.contentTypeName) {
+                // curl writes the multipart Content-Type itself, with its boundary.
+                if isForm { continue }
+                sawContentType = true
+            }
+            if asciiEqualsIgnoringCase(nameBytes, Self.expectName) { sawExpect = true }
             line.append(0)
             list = line.withUnsafeBufferPointer { bytes in
                 bytes.withMemoryRebound(to: CChar.self) { ccurl_slist_append(list, $0.baseAddress) }
@@ -466,7 +469,7 @@ private func isTokenByte(_ c: UInt8) -> Bool {
 }
 
 /// Whether `bytes` spell `lower` (lowercase ASCII) in any case.
-private func asciiEqualsIgnoringCase(_ bytes: [UInt8], _ lower: [UInt8]) -> Bool {
+private func asciiEqualsIgnoringCase(_ bytes: ArraySlice<UInt8>, _ lower: [UInt8]) -> Bool {
     guard bytes.count == lower.count else { return false }
     for (b, l) in zip(bytes, lower) where (b >= 0x41 && b <= 0x5A ? b | 0x20 : b) != l { return false }
     return true
