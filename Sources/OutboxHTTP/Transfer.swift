@@ -453,8 +453,7 @@ func asciiUppercased(_ s: String) -> String {
     return String(decoding: bytes, as: UTF8.self)
 }
 
-/// RFC 9110 token characters, so a header name cannot smuggle a colon or a line break.
-/// A byte of an RFC 9110 token (a header name).
+/// A byte of an RFC 9110 token, so a header name cannot smuggle a colon or a line break.
 private func isTokenByte(_ c: UInt8) -> Bool {
     switch c {
     case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"):

@@ -374,7 +374,8 @@ public final class Runner {
             } else if standbyFree > 0, hostStandby[host, default: 0] < config.perHost, Self.mayWaitAsStandby(entry, now: now) {
                 isStandby = true
             } else {
-                // Held by per_host (or by its checks): it keeps its place, and other entries go first.
+                // Held: no slot within per_host, or it may not wait as standby. It keeps its
+                // place, and other entries go first.
                 held.append(entry)
                 continue
             }
