@@ -92,6 +92,33 @@ def outbox_drain(project, what):
     return r, summary
 
 
+class OutboxRounds:
+    """outbox's side of the rounds: after a failure it sits out the remaining rounds (the
+    peers are still measured), and its sink folder is cleared after every round."""
+
+    def __init__(self, dav):
+        self.sink = os.path.join(dav, "dav", "ob")
+        self.failed = None
+
+    def play(self, attempt, round_):
+        if self.failed is not None:
+            return
+        try:
+            attempt(round_)
+        except B.BenchFailure as err:
+            B.log(f"upload: outbox: failed: {err}")
+            self.failed = f"outbox: failed: {str(err)[:160]}"
+        clear(self.sink)
+
+
+def play_round(contenders, round_):
+    """One round: every contender once, starting with a different one each round, each after
+    a sync so that none is left writing back what another wrote."""
+    for contender in B.rotated(contenders, round_):
+        os.sync()
+        contender(round_)
+
+
 def big_file(work, nginx, dav):
     """Case 1: one big file, chunked, vs one curl -T."""
     size = UPLOAD_SIZE
@@ -112,30 +139,25 @@ request:
     plan: {{ min: 20MiB, max: 20MiB }}
     url: "{nginx.url('/dav/ob/')}{{{{ vars.name }}}}.part{{{{ part.number }}}}"
 """
-    outbox_s, peer_s, peer_ne_s, rss, note, failed = [], [], [], [], "", None
+    outbox_s, peer_s, peer_ne_s, rss, note = [], [], [], [], ""
     warm_up(["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/cu/big.bin")],
             os.path.join(dav, "dav", "cu"), size, work.join("curl-big.err"))
+    outbox = OutboxRounds(dav)
+
     def outbox_round(round_):
-        nonlocal failed, note
-        if failed is not None:
-            return
+        nonlocal note
         project = B.Project(work.join(f"big-{round_}"), "concurrency: 16\nper_host: 16\npart_concurrency: 3\n")
         project.write("definitions/upload.yaml", definition)
-        try:
-            e = B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source, "name": "big"})),
-                       "outbox enqueue")
-            r, summary = outbox_drain(project, "chunked upload")
-            got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
-            if summary.get("completed") != 1 or got != size:
-                raise B.BenchFailure(f"chunked upload: summary {summary}; sink holds {got} bytes in {files} files, "
-                                     f"expected {size}")
-            outbox_s.append(e.wall + r.wall)
-            rss.append(r.rss_kib)
-            note = f"{files} parts; enqueue {e.wall * 1000:.0f} ms"
-        except B.BenchFailure as err:
-            B.log(f"upload: outbox: failed: {err}")
-            failed = f"outbox: failed: {str(err)[:160]}"
-        clear(os.path.join(dav, "dav", "ob"))
+        e = B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source, "name": "big"})),
+                   "outbox enqueue")
+        r, summary = outbox_drain(project, "chunked upload")
+        got, files = sink_bytes(outbox.sink)
+        if summary.get("completed") != 1 or got != size:
+            raise B.BenchFailure(f"chunked upload: summary {summary}; sink holds {got} bytes in {files} files, "
+                                 f"expected {size}")
+        outbox_s.append(e.wall + r.wall)
+        rss.append(r.rss_kib)
+        note = f"{files} parts; enqueue {e.wall * 1000:.0f} ms"
 
     def curl_round(extra, times):
         # curl as is (it waits for `100 Continue`), and with outbox's request shape
@@ -146,18 +168,17 @@ request:
         return run
 
     for round_ in range(ROUNDS):
-        for contender in B.rotated([outbox_round, curl_round([], peer_s), curl_round(["-H", "Expect:"], peer_ne_s)], round_):
-            os.sync()  # each contender starts with nothing left to write back
-            contender(round_)
-        B.log(f"upload big round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not failed else float('nan'):.2f} s, "
+        play_round([lambda n: outbox.play(outbox_round, n), curl_round([], peer_s), curl_round(["-H", "Expect:"], peer_ne_s)],
+                   round_)
+        B.log(f"upload big round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not outbox.failed else float('nan'):.2f} s, "
               f"curl -T {peer_s[-1]:.2f} s (no Expect {peer_ne_s[-1]:.2f} s)")
-    outbox_value = None if failed else mib_per_s(size, B.median(outbox_s))
+    outbox_value = None if outbox.failed else mib_per_s(size, B.median(outbox_s))
     peer_value = mib_per_s(size, B.median(peer_s))
     rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl -T (one request)", peer_value,
                       higher_is_better=True, target="≥ 0.9× curl",
                       target_ok=None if outbox_value is None else outbox_value >= 0.9 * peer_value,
                       rss_kib=max(rss) if rss else None, rss_target_mib=64,
-                      note=failed or f"{note}; medians of {ROUNDS}"))
+                      note=outbox.failed or f"{note}; medians of {ROUNDS}"))
     rows.append(B.Row("upload", case, "MiB/s", outbox_value, "same, with -H 'Expect:' (outbox's requests)",
                       mib_per_s(size, B.median(peer_ne_s)), higher_is_better=True, rss_kib=max(rss) if rss else None))
     os.unlink(source)
@@ -201,29 +222,24 @@ request:
     rclone_conf = work.join("rclone.conf")
     open(rclone_conf, "w").close()
     rclone_env = dict(os.environ, RCLONE_CONFIG=rclone_conf)
-    outbox_s, curl_s, curl_ne_s, rclone_s, rss, failed, rclone_failed, detail = [], [], [], [], [], None, False, ""
+    outbox_s, curl_s, curl_ne_s, rclone_s, rss, rclone_failed, detail = [], [], [], [], [], False, ""
     warm_up(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", config], os.path.join(dav, "dav", "cu"), total,
             work.join("curl-many.err"))
+    outbox = OutboxRounds(dav)
+
     def outbox_round(round_):
         # enqueue --from + drain, in a fresh project
-        nonlocal failed, detail
-        if failed is not None:
-            return
+        nonlocal detail
         project = B.Project(work.join(f"many-{round_}"), "concurrency: 16\nper_host: 16\n")
         project.write("definitions/put.yaml", definition)
-        try:
-            e = B.must(project.run("enqueue", "bench.put", "--from", lines), "outbox enqueue --from")
-            r, summary = outbox_drain(project, "whole-file PUTs")
-            got, files = sink_bytes(os.path.join(dav, "dav", "ob"))
-            if summary.get("completed") != FILE_COUNT or got != total:
-                raise B.BenchFailure(f"summary {summary}; sink holds {got} bytes in {files} files, expected {total}")
-            outbox_s.append(e.wall + r.wall)
-            rss.append(max(e.rss_kib or 0, r.rss_kib or 0))
-            detail = f"last round: enqueue --from {e.wall:.2f} s + drain {r.wall:.2f} s"
-        except B.BenchFailure as err:
-            B.log(f"upload: outbox: failed: {err}")
-            failed = f"outbox: failed: {str(err)[:160]}"
-        clear(os.path.join(dav, "dav", "ob"))
+        e = B.must(project.run("enqueue", "bench.put", "--from", lines), "outbox enqueue --from")
+        r, summary = outbox_drain(project, "whole-file PUTs")
+        got, files = sink_bytes(outbox.sink)
+        if summary.get("completed") != FILE_COUNT or got != total:
+            raise B.BenchFailure(f"summary {summary}; sink holds {got} bytes in {files} files, expected {total}")
+        outbox_s.append(e.wall + r.wall)
+        rss.append(max(e.rss_kib or 0, r.rss_kib or 0))
+        detail = f"last round: enqueue --from {e.wall:.2f} s + drain {r.wall:.2f} s"
 
     def curl_round(conf, times):
         # curl --parallel, as is and with outbox's request shape (no Expect)
@@ -234,9 +250,8 @@ request:
         return run
 
     for round_ in range(ROUNDS):
-        for contender in B.rotated([outbox_round, curl_round(config, curl_s), curl_round(config_no_expect, curl_ne_s)], round_):
-            os.sync()  # each contender starts with nothing left to write back
-            contender(round_)
+        play_round([lambda n: outbox.play(outbox_round, n), curl_round(config, curl_s), curl_round(config_no_expect, curl_ne_s)],
+                   round_)
         # rclone copy to a :webdav: remote; last, as it takes 20 times longer
         if have_rclone and not rclone_failed:
             os.sync()
@@ -249,10 +264,10 @@ request:
                 rclone_failed = True
             else:
                 rclone_s.append(q.wall)
-        B.log(f"upload many round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not failed else float('nan'):.2f} s, "
+        B.log(f"upload many round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not outbox.failed else float('nan'):.2f} s, "
               f"curl {curl_s[-1]:.2f} s (no Expect {curl_ne_s[-1]:.2f} s), rclone {rclone_s[-1] if rclone_s and not rclone_failed else float('nan'):.2f} s")
-    outbox_value = None if failed else mib_per_s(total, B.median(outbox_s))
-    note = failed or f"medians of {ROUNDS}; {detail}"
+    outbox_value = None if outbox.failed else mib_per_s(total, B.median(outbox_s))
+    note = outbox.failed or f"medians of {ROUNDS}; {detail}"
     curl_value = mib_per_s(total, B.median(curl_s))
     rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl --parallel-max 16 -T", curl_value,
                       higher_is_better=True, target="ratio ≤ 1.3",
