@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -83,8 +84,14 @@ int csystem_spawn(const char *path, char *const argv[], char *const envp[], cons
     sigemptyset(&defaults);
     int reset[] = {SIGPIPE, SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGQUIT};
     for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++) sigaddset(&defaults, reset[i]);
-    short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+    short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
+                  POSIX_SPAWN_SETSCHEDULER;
     if ((rc = -posix_spawnattr_setflags(&attr, flags)) != 0) goto fail;
+    /* Hooks and plugins are spawned from threads of the runner's control thread, which runs
+       as SCHED_BATCH: the child gets the normal policy back. */
+    struct sched_param normal = {.sched_priority = 0};
+    if ((rc = -posix_spawnattr_setschedpolicy(&attr, SCHED_OTHER)) != 0) goto fail;
+    if ((rc = -posix_spawnattr_setschedparam(&attr, &normal)) != 0) goto fail;
     if ((rc = -posix_spawnattr_setpgroup(&attr, 0)) != 0) goto fail;
     if ((rc = -posix_spawnattr_setsigmask(&attr, &empty)) != 0) goto fail;
     if ((rc = -posix_spawnattr_setsigdefault(&attr, &defaults)) != 0) goto fail;
@@ -277,4 +284,9 @@ int csystem_proc_is_executable(const char *path) {
 int csystem_proc_is_directory(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode) ? 1 : 0;
+}
+
+int csystem_sched_batch_self(int batch) {
+    struct sched_param param = {.sched_priority = 0};
+    return sched_setscheduler(0, batch ? SCHED_BATCH : SCHED_OTHER, &param) == 0 ? 0 : -errno;
 }

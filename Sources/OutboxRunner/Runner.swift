@@ -130,6 +130,8 @@ public final class Runner {
     var progressDisplay: ProgressDisplay?
     var progressGate = ProgressGate()
     var headerGeneration: Int64 = 0
+    /// `outbox wifi on` (another process's setting, read again when it commits).
+    var queueWifiOnly = false
     var warnedUnhandled = Set<String>()
     var lastAuthRefresh: Int64 = -60_000
     /// False when nothing reads events: state and progress lines are then not even built.
@@ -182,6 +184,12 @@ public final class Runner {
             throw .storage("cannot load libcurl: \(error)")
         }
         defer { http?.shutdown() }
+        // The curl thread (started above, with the normal policy) moves the bytes; this thread
+        // keeps the books. As SCHED_BATCH it does not preempt the curl thread each time a
+        // transfer ends: it runs when a core is free or its share comes, and settles what
+        // ended meanwhile in one commit. Hooks and plugins it starts get the normal policy.
+        _ = csystem_sched_batch_self(1)
+        defer { _ = csystem_sched_batch_self(0) }
         let requeued = try store.requeueAbandoned(owner: owner, now: Identifiers.nowMs())
         if requeued > 0 { log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") left running by an earlier runner back in the queue") }
         for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
@@ -286,6 +294,7 @@ public final class Runner {
         readAheadIsStale()
         deliveryDue = true
         headerGeneration = Int64(try store.setting("header_generation") ?? "0") ?? 0
+        queueWifiOnly = try store.setting("wifi_only") == "1"
         try dropWithdrawnStandby()
     }
 
@@ -354,11 +363,10 @@ public final class Runner {
         try readAhead(capacity: capacity, now: now)
         guard !ready.isEmpty else { return }
         var claimed: [(entry: Entry, host: String, standby: Bool)] = []
-        var held: [Entry] = []
-        var queueWifi: Bool?
+        var held: [Int] = []
         var taken = 0
         // A few more than the free slots, so entries held by per_host do not starve the rest.
-        for entry in ready {
+        for (position, entry) in zip(ready.indices, ready) {
             guard free + standbyFree > 0, taken < capacity + 2 else { break }
             taken += 1
             // Where it would go first: the checks below (a stat of the file, among others)
@@ -367,7 +375,7 @@ public final class Runner {
             let isStandby: Bool
             if entry.request.bodyKind == "parts" {
                 // Parts are scheduled by pumpParts, within per_host; the entry needs a slot.
-                guard free > 0 else { held.append(entry); continue }
+                guard free > 0 else { held.append(position); continue }
                 isStandby = false
             } else if free > 0, hostLoad[host, default: 0] < config.perHost {
                 isStandby = false
@@ -376,7 +384,7 @@ public final class Runner {
             } else {
                 // Held: no slot within per_host, or it may not wait as standby. It keeps its
                 // place, and other entries go first.
-                held.append(entry)
+                held.append(position)
                 continue
             }
             if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) {
@@ -390,8 +398,7 @@ public final class Runner {
                 summary.cancelled += 1
                 continue
             }
-            if queueWifi == nil { queueWifi = try store.setting("wifi_only") == "1" }
-            if entry.request.wifiOnly ?? queueWifi!, !onWifi() {
+            if entry.request.wifiOnly ?? queueWifiOnly, !onWifi() {
                 changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now + 30_000, reason: "wifi"))
                 continue
             }
@@ -408,11 +415,7 @@ public final class Runner {
             }
             claimed.append((entry, host, isStandby))
         }
-        // Dropping the claimed front of a slice copies nothing; held entries keep their place,
-        // and when every entry looked at was held, nothing is rebuilt.
-        if held.count < taken {
-            ready = held.isEmpty ? ready.dropFirst(taken) : ArraySlice(held) + ready.dropFirst(taken)
-        }
+        dropLeavers(taken: taken, held: held)
         guard !claimed.isEmpty else { return }
         // Committed with this turn's other changes: a crash before the commit leaves them
         // queued, after it `running`, and either way the next runner sends them again.
@@ -428,6 +431,19 @@ public final class Runner {
                 startTransfer(entry, part: nil, host: host, standby: isStandby)
             }
         }
+    }
+
+    /// Removes from the front of `ready` the `taken` entries looked at, except those `held`
+    /// (ascending positions), which keep their place and order. Held entries are moved to the
+    /// back of that window by swaps, and the window's front is dropped: no entry is copied.
+    func dropLeavers(taken: Int, held: [Int]) {
+        guard held.count < taken else { return }
+        var slot = ready.startIndex + taken
+        for position in held.reversed() {
+            slot -= 1
+            if position != slot { ready.swapAt(position, slot) }
+        }
+        ready.removeFirst(taken - held.count)
     }
 
     /// Whether an entry's request may wait on the curl thread. Expiry and a referenced file

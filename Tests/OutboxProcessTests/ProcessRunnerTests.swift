@@ -1,5 +1,6 @@
 import Foundation
 import OutboxProcess
+import Synchronization
 import Testing
 
 struct ExitStatusTests {
@@ -499,5 +500,23 @@ struct ConcurrencyTests {
                 #expect(result.exitStatus == 0)
             }
         }
+    }
+}
+
+struct SchedulingTests {
+    /// The runner's control thread runs as SCHED_BATCH (policy 3); a hook or plugin it starts
+    /// gets the normal policy (0), not the runner's.
+    @Test func aChildOfABatchThreadRunsWithTheNormalPolicy() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let spawnerPolicy = Mutex<Int32>(-1)
+        let result = try await runOffPool(shell("cut -d' ' -f41 /proc/self/stat", in: folder), prepare: {
+            var param = sched_param(sched_priority: 0)
+            _ = sched_setscheduler(0, 3, &param)
+            spawnerPolicy.withLock { $0 = sched_getscheduler(0) }
+        })
+        #expect(spawnerPolicy.withLock { $0 } == 3)
+        #expect(text(result.stdout) == "0\n")
+        #expect(result.exitStatus == 0)
     }
 }

@@ -227,4 +227,29 @@ import Testing
         #expect(show.int("outcomes.0.deliveries").map { $0 >= 2 } == true)
         #expect(show.string("outcomes.0.reason")?.contains("invalid enqueue line") == true)
     }
+
+    /// The control thread of `outbox run` runs as SCHED_BATCH (policy 3, field 41 of a task's
+    /// stat); the curl thread, and the hooks the runner starts, keep the normal policy (0).
+    @Test func hooksRunWithTheNormalPolicyWhileTheControlThreadIsBatch() async throws {
+        let hook = #"""
+        #!/bin/sh
+        cat > /dev/null
+        cut -d' ' -f41 /proc/self/stat > hooks/own.policy
+        # The hook runs under `sh -c`: the runner is its parent's parent.
+        runner=$(cut -d' ' -f4 /proc/$PPID/stat)
+        cat /proc/$runner/comm > hooks/runner.comm
+        for task in /proc/$runner/task/*/stat; do cut -d' ' -f41 "$task"; done | sort -u | tr '\n' ' ' > hooks/runner.policies
+        exit 0
+
+        """#
+        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/policy.sh", hooks: false)],
+                            hooks: ["policy.sh": hook])
+        try await p.enqueue("t", path: "/status/200", id: "s1")
+        _ = try await p.drain()
+        let own = try String(contentsOfFile: p.root + "/hooks/own.policy", encoding: .utf8)
+        let runner = try String(contentsOfFile: p.root + "/hooks/runner.policies", encoding: .utf8)
+        #expect(own == "0\n")
+        #expect(try String(contentsOfFile: p.root + "/hooks/runner.comm", encoding: .utf8) == "outbox\n")
+        #expect(runner == "0 3 ", "policies of the runner's threads: \(runner)")
+    }
 }

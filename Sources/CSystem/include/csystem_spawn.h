@@ -16,10 +16,16 @@ typedef struct csystem_child {
 } csystem_child;
 
 /* posix_spawn of path with argv/envp (NULL-terminated) in cwd (NULL = inherit): own process
-   group, empty signal mask, default PIPE/TERM/INT/CHLD/HUP/QUIT, only fds 0-2 inherited.
+   group, empty signal mask, default PIPE/TERM/INT/CHLD/HUP/QUIT, only fds 0-2 inherited,
+   the normal scheduling policy (SCHED_OTHER) whatever the spawning thread's.
    0 or -errno (exec and chdir failures included). */
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out);
+
+/* Moves the calling thread to SCHED_BATCH (batch != 0: it no longer preempts other threads
+   when it wakes up, and gets its share of the CPU as before) or back to SCHED_OTHER.
+   0 or -errno. */
+int csystem_sched_batch_self(int batch);
 
 /* Reaps exactly this pid (never -1). Blocks unless nohang. Returns 1 when reaped (state in
    exit_code or term_signal, the other -1), 0 when nohang and still running, or -errno. */
