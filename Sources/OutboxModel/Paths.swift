@@ -25,6 +25,7 @@ public enum Paths {
     }
 
     public static func normalize(_ path: String) -> String {
+        if isNormal(path) { return path }
         var parts: [Substring] = []
         for part in path.split(separator: "/", omittingEmptySubsequences: true) {
             if part == "." { continue }
@@ -32,6 +33,27 @@ public enum Paths {
             parts.append(part)
         }
         return "/" + parts.joined(separator: "/")
+    }
+
+    /// Whether `normalize` would return the path unchanged: absolute, and no empty, `.` or
+    /// `..` segment (no `//`, no trailing `/` but the root). Most paths are; checking costs a
+    /// pass over the bytes, splitting and joining costs allocations.
+    static func isNormal(_ path: String) -> Bool {
+        path.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            guard bytes.first == UInt8(ascii: "/") else { return false }
+            if bytes.count == 1 { return true }
+            var segmentStart = 1
+            for i in 1...bytes.count {
+                guard i == bytes.count || bytes[i] == UInt8(ascii: "/") else { continue }
+                let length = i - segmentStart
+                if length == 0 { return false }
+                if bytes[segmentStart] == UInt8(ascii: "."), length == 1 || (length == 2 && bytes[segmentStart + 1] == UInt8(ascii: ".")) {
+                    return false
+                }
+                segmentStart = i + 1
+            }
+            return true
+        } ?? false
     }
 
     public static func currentDirectory() -> String {
