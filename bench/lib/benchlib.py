@@ -174,13 +174,19 @@ class WorkDir:
         self.cleanup()
 
 
+def nginx_workers():
+    """`worker_processes` of the bench's nginx: Debian's packaged default `auto` (one per
+    core), or NGINX_WORKERS (say 1, the setting of the results before 2026-11-30)."""
+    return os.environ.get("NGINX_WORKERS", "auto")
+
+
 class Nginx:
     """A private nginx on 127.0.0.1: `/x` answers 204; with `dav_root`, `/dav/` is WebDAV."""
 
-    def __init__(self, folder, dav_root=None, workers=1):
+    def __init__(self, folder, dav_root=None):
         self.folder = folder
         self.dav_root = dav_root
-        self.workers = workers
+        self.workers = nginx_workers()
         self.proc = None
         self.port = None
         self.token = f"outbox-bench-{os.getpid()}-{time.monotonic_ns()}"
