@@ -110,6 +110,28 @@ import Testing
         #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == Set((0..<6).map { "e\($0)" }))
     }
 
+    /// Entries held back by `per_host` keep their place in the queue: with two servers, one
+    /// request per host and most entries for the first, each server receives its entries
+    /// once each and in the order they were enqueued.
+    @Test func entriesHeldByPerHostKeepTheirPlace() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 4\nper_host: 1\n", definitions: ["t": definition("t", hooks: false)])
+        let other = try TestHTTPServer(port: 0)
+        defer { other.stop() }
+        var lines = "", first: [String] = [], second: [String] = []
+        for i in 0..<40 {
+            let id = "e\(i)", toSecond = i % 5 == 4
+            if toSecond { second.append(id) } else { first.append(id) }
+            let url = (toSecond ? other : p.server).url("/status/200?\(id)")
+            lines += JSON.object([("id", .string(id)), ("vars", .object([("url", .string(url)), ("tag", .string(id))]))]).serialized() + "\n"
+        }
+        try lines.write(toFile: p.base + "/lines.jsonl", atomically: true, encoding: .utf8)
+        #expect(try await p.outbox(["enqueue", "t", "--from", p.base + "/lines.jsonl"]).exitCode == 0)
+        try await p.drain()
+        #expect(p.server.requests(path: "/status").map(\.path) == first.map { "/status/200?\($0)" })
+        #expect(other.requests(path: "/status").map(\.path) == second.map { "/status/200?\($0)" })
+        #expect(try await p.list().isEmpty)
+    }
+
     /// A runner with `concurrency: 1` sending a slow `a`, with `b` claimed as its one standby
     /// request (shown running) and `c` still queued.
     private func runnerWithStandby() async throws -> (Project, Running) {
