@@ -60,6 +60,11 @@ public struct HTTPRequest: Sendable {
     /// Response body bytes kept; the rest is read and discarded (`bodyTruncated`).
     public var maxResponseBytes: Int
     public var userAgent: String
+    /// For a `.file` body: what the file must still be when the transfer starts (a file
+    /// referenced at enqueue, SPEC 7). Checked on the curl thread as the file is opened, so a
+    /// request that waited (a standby request) is checked at the moment it is sent; a missing
+    /// or different file fails the transfer with `.file`, and nothing is sent.
+    public var expectedFile: ExpectedFile?
 
     /// Creates a request; defaults fit one outbox attempt.
     public init(url: String, method: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .none,
@@ -80,6 +85,19 @@ public struct HTTPRequest: Sendable {
     }
 }
 
+/// A file's identity as recorded at enqueue: size, modification time and inode.
+public struct ExpectedFile: Sendable, Equatable {
+    public var size: Int64
+    public var mtimeNs: Int64
+    public var inode: UInt64
+
+    public init(size: Int64, mtimeNs: Int64, inode: UInt64) {
+        self.size = size
+        self.mtimeNs = mtimeNs
+        self.inode = inode
+    }
+}
+
 /// Why no usable HTTP response came back.
 public enum HTTPFailureKind: String, Sendable {
     /// Connect, resolve, send, receive failures; an aborted transfer; a body file that
@@ -91,6 +109,9 @@ public enum HTTPFailureKind: String, Sendable {
     case tls
     /// Too many redirects, or a redirect to a scheme other than http/https.
     case redirect
+    /// The body file is missing or not the one expected (`HTTPRequest.expectedFile`) when
+    /// the transfer starts; nothing was sent.
+    case file
 }
 
 /// The outcome of one transfer: a response, a failure, or both (a failure after headers).

@@ -50,7 +50,7 @@ final class Transfer {
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         easy = ccurl_easy_init()
         guard easy != nil else { throw TransferSetupError(kind: .network, message: "curl_easy_init failed") }
-        try openSource(request.body)
+        try openSource(request.body, expected: request.expectedFile)
         try configure(request)
     }
 
@@ -74,7 +74,7 @@ final class Transfer {
 
     // MARK: - Setup
 
-    private func openSource(_ body: HTTPBody) throws(TransferSetupError) {
+    private func openSource(_ body: HTTPBody, expected: ExpectedFile?) throws(TransferSetupError) {
         switch body {
         case .none:
             source = .empty
@@ -86,12 +86,23 @@ final class Transfer {
             }
             let fd = open(path, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else {
-                throw TransferSetupError(kind: .network, message: "file: cannot open \(path): \(errnoText())")
+                if expected != nil, errno == ENOENT {
+                    throw TransferSetupError(kind: .file, message: "the referenced file \(path) is missing")
+                }
+                throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: cannot open \(path): \(errnoText())")
             }
             var info = stat()
             guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
                 Glibc.close(fd)
-                throw TransferSetupError(kind: .network, message: "file: \(path) is not a regular file")
+                throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: \(path) is not a regular file")
+            }
+            if let expected {
+                let mtimeNs = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+                guard Int64(info.st_size) == expected.size, mtimeNs == expected.mtimeNs, UInt64(info.st_ino) == expected.inode else {
+                    Glibc.close(fd)
+                    throw TransferSetupError(kind: .file,
+                                             message: "the referenced file \(path) changed since enqueue (size, mtime or inode differ)")
+                }
             }
             guard Int64(info.st_size) >= offset + length else {
                 Glibc.close(fd)

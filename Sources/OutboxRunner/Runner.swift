@@ -446,13 +446,12 @@ public final class Runner {
         ready.removeFirst(taken - held.count)
     }
 
-    /// Whether an entry's request may wait on the curl thread. Expiry and a referenced file
-    /// are checked before each attempt (SPEC 7, 3), and a standby request starts later than
-    /// that check: entries sending a referenced file, or expiring within 10 minutes, are
-    /// claimed only into free slots.
+    /// Whether an entry's request may wait on the curl thread. Expiry is checked before each
+    /// attempt (SPEC 3), and a standby request starts later than that check: entries expiring
+    /// within 10 minutes are claimed only into free slots. (A referenced file is checked
+    /// again by the curl thread when it opens the file: `HTTPRequest.expectedFile`.)
     static func mayWaitAsStandby(_ entry: Entry, now: Int64) -> Bool {
-        if entry.request.ownership == .reference && entry.bodyFile != nil { return false }
-        return entry.expiresAt.map { $0 - now > 600_000 } ?? true
+        entry.expiresAt.map { $0 - now > 600_000 } ?? true
     }
 
     /// Free slots go first to standby transfers, oldest first, within per_host.
@@ -541,11 +540,16 @@ public final class Runner {
         } else {
             body = .none
         }
-        let request = HTTPRequest(
+        var request = HTTPRequest(
             url: url, method: entry.request.method, headers: headers, body: body, followRedirects: entry.request.followRedirects,
             connectTimeoutMs: Int(config.connectTimeoutMs), stallBelowBytesPerSecond: Int(config.stallBelowBytes),
             stallForSeconds: Int(max(1, config.stallForMs / 1000)), caFile: config.caFile,
             maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(Runner.version)")
+        // A referenced file is checked again when the curl thread opens it: a standby request
+        // may start well after its claim checked the file.
+        if part == nil, entry.request.ownership == .reference, let recorded = entry.request.file {
+            request.expectedFile = ExpectedFile(size: recorded.size, mtimeNs: recorded.mtimeNs, inode: recorded.inode)
+        }
         let token = nextToken
         nextToken += 1
         let attempt = (running[entry.id]?.attempts ?? entry.attempts) + 1
@@ -701,9 +705,16 @@ public final class Runner {
             }
             return
         }
+        if let failure = result.failure, failure.kind == .file, flight.partIndex == nil {
+            // The referenced file went missing or changed before its request started (it
+            // waited as a standby request): settled like the check at claim, nothing was sent.
+            running[entry.id] = nil
+            settleError(entry, kind: "file", message: failure.message, state: .error, reason: "file")
+            return
+        }
         let failure: TransportFailure? = result.failure.map {
             switch $0.kind {
-            case .network: return .network($0.message)
+            case .network, .file: return .network($0.message)
             case .timeout: return .timeout($0.message)
             case .tls: return .tls($0.message)
             case .redirect: return .redirect($0.message)

@@ -338,6 +338,41 @@ private final class HTTPSServer: @unchecked Sendable {
         }
     }
 
+    /// A request that names the file it expects (a file referenced at enqueue) is checked
+    /// as the file is opened: a different size, mtime or inode, or no file, fails with
+    /// `.file` and sends nothing; the same file is sent.
+    @Test func anExpectedFileIsCheckedWhenTheTransferStarts() async throws {
+        try await withFixture { server, client, folder in
+            let path = try folder.file("ref.bin", pattern(1000))
+            var info = stat()
+            #expect(stat(path, &info) == 0)
+            let identity = ExpectedFile(size: Int64(info.st_size),
+                                        mtimeNs: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
+                                        inode: UInt64(info.st_ino))
+            func put(_ expected: ExpectedFile, path: String) async -> HTTPResult {
+                var request = HTTPRequest(url: server.url("/x"), method: "PUT", body: .file(path: path, offset: 0, length: 1000))
+                request.expectedFile = expected
+                return await send(client, request)
+            }
+            var bigger = identity
+            bigger.size += 1
+            let changed = await put(bigger, path: path)
+            #expect(changed.failure?.kind == .file)
+            #expect(changed.failure?.message == "the referenced file \(path) changed since enqueue (size, mtime or inode differ)")
+            var otherInode = identity
+            otherInode.inode &+= 1
+            #expect(await put(otherInode, path: path).failure?.kind == .file)
+            let missing = await put(identity, path: folder.path + "/gone.bin")
+            #expect(missing.failure?.kind == .file)
+            #expect(missing.failure?.message == "the referenced file \(folder.path)/gone.bin is missing")
+            #expect(server.requests.isEmpty)
+            let same = await put(identity, path: path)
+            #expect(same.failure == nil)
+            #expect(same.status == 200)
+            #expect(server.requests.count == 1)
+        }
+    }
+
     @Test func missingFileFailsWithFileMessage() async throws {
         try await withFixture { server, client, folder in
             let missing = folder.path + "/nope.bin"

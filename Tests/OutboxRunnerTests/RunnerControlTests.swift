@@ -181,24 +181,53 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
-    /// Expiry and a referenced file are checked before each attempt, and a standby request
-    /// starts later than its claim: such entries wait in the queue for a free slot.
-    @Test func entriesCheckedBeforeEachAttemptAreNotClaimedAsStandby() async throws {
-        let p = try Project(config: fastConfig + "concurrency: 1\n",
-                            definitions: ["t": definition("t"), "f": fileDefinition("f", ownership: "reference")])
+    /// Expiry is checked before each attempt, and a standby request starts later than its
+    /// claim: an entry expiring within 10 minutes waits in the queue for a free slot.
+    @Test func entriesExpiringSoonAreNotClaimedAsStandby() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/delay/1500", id: "a")
         try await p.enqueue("t", path: "/status/200?soon", id: "soon", extra: ["--expires-at", String(nowMs() + 300_000)])
-        try Data("referenced".utf8).write(to: URL(fileURLWithPath: p.base + "/ref.bin"))
-        let vars = JSON.object([("url", .string(p.url("/status/200?ref"))), ("path", .string(p.base + "/ref.bin"))]).serialized()
-        #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", "ref"]).exitCode == 0)
         let runner = try p.start(["run", "--drain"])
         #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
         try await Task.sleep(nanoseconds: 300_000_000)
         let states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
-        #expect(states["soon"] == "queued" && states["ref"] == "queued", "\(states)")
+        #expect(states["soon"] == "queued", "\(states)")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
-        #expect(p.server.requests.map(\.path) == ["/delay/1500", "/status/200?soon", "/status/200?ref"])
+        #expect(p.server.requests.map(\.path) == ["/delay/1500", "/status/200?soon"])
+    }
+
+    /// A referenced file is checked before each attempt (SPEC 7). An entry sending one may
+    /// wait as a standby request; its file is checked again when the request starts: one
+    /// whose file changed meanwhile settles error kind `file` and is never sent, one whose
+    /// file did not is sent.
+    @Test func aReferencedFileIsCheckedWhenItsStandbyRequestStarts() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 1\n",
+                            definitions: ["t": definition("t"), "f": fileDefinition("f", ownership: "reference")])
+        try await p.enqueue("t", path: "/delay/1500", id: "a")
+        for name in ["changed", "same"] {
+            try Data("referenced".utf8).write(to: URL(fileURLWithPath: p.base + "/\(name).bin"))
+            let vars = JSON.object([("url", .string(p.url("/status/200?\(name)"))), ("path", .string(p.base + "/\(name).bin"))]).serialized()
+            #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", name]).exitCode == 0)
+        }
+        let runner = try p.start(["run", "--drain"])
+        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+        var states: [String: String] = [:]
+        for _ in 0..<300 {
+            states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
+            if states["changed"] == "running" { break }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        #expect(states["changed"] == "running", "claimed as a standby request: \(states)")
+        try Data("referenced, then changed".utf8).write(to: URL(fileURLWithPath: p.base + "/changed.bin"))
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(p.server.requests.map(\.path) == ["/delay/1500", "/status/200?same"])
+        let changed = try #require(p.deliveries("changed").first)
+        #expect(changed.string("stdin.outcome") == "error")
+        #expect(changed.string("stdin.error.kind") == "file")
+        #expect(changed.string("stdin.error.message")?.contains("changed since enqueue") == true, "\(changed)")
+        #expect(p.deliveries("same").first?.string("stdin.outcome") == "completed")
     }
 
     @Test func graceOverStopsTheAttemptAndRequeuesTheEntry() async throws {
