@@ -96,6 +96,19 @@ public struct ExpectedFile: Sendable, Equatable {
         self.mtimeNs = mtimeNs
         self.inode = inode
     }
+
+    /// Whether a file found now is still this one.
+    public func matches(size: Int64, mtimeNs: Int64, inode: UInt64) -> Bool {
+        size == self.size && mtimeNs == self.mtimeNs && inode == self.inode
+    }
+
+    /// What a check says when the file is gone.
+    public static func missing(_ path: String) -> String { "the referenced file \(path) is missing" }
+
+    /// What a check says when the file is another one now.
+    public static func changed(_ path: String) -> String {
+        "the referenced file \(path) changed since enqueue (size, mtime or inode differ)"
+    }
 }
 
 /// Why no usable HTTP response came back.

@@ -86,9 +86,7 @@ final class Transfer {
             }
             let fd = open(path, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else {
-                if expected != nil, errno == ENOENT {
-                    throw TransferSetupError(kind: .file, message: "the referenced file \(path) is missing")
-                }
+                if expected != nil, errno == ENOENT { throw TransferSetupError(kind: .file, message: ExpectedFile.missing(path)) }
                 throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: cannot open \(path): \(errnoText())")
             }
             var info = stat()
@@ -96,13 +94,10 @@ final class Transfer {
                 Glibc.close(fd)
                 throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: \(path) is not a regular file")
             }
-            if let expected {
-                let mtimeNs = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-                guard Int64(info.st_size) == expected.size, mtimeNs == expected.mtimeNs, UInt64(info.st_ino) == expected.inode else {
-                    Glibc.close(fd)
-                    throw TransferSetupError(kind: .file,
-                                             message: "the referenced file \(path) changed since enqueue (size, mtime or inode differ)")
-                }
+            let mtimeNs = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+            if let expected, !expected.matches(size: Int64(info.st_size), mtimeNs: mtimeNs, inode: UInt64(info.st_ino)) {
+                Glibc.close(fd)
+                throw TransferSetupError(kind: .file, message: ExpectedFile.changed(path))
             }
             guard Int64(info.st_size) >= offset + length else {
                 Glibc.close(fd)

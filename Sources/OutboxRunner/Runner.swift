@@ -488,16 +488,21 @@ public final class Runner {
         return false
     }
 
+    /// The identity a referenced file had at enqueue, which it must keep (SPEC 7).
+    static func expectedFile(_ entry: Entry) -> ExpectedFile? {
+        guard entry.request.ownership == .reference, let recorded = entry.request.file else { return nil }
+        return ExpectedFile(size: recorded.size, mtimeNs: recorded.mtimeNs, inode: recorded.inode)
+    }
+
     /// Why an entry's bytes cannot be sent (staged file gone, referenced file changed), or nil.
     func payloadProblem(_ entry: Entry) -> String? {
         for file in [entry.bodyFile].compactMap({ $0 }) + entry.request.form.compactMap(\.stagedFile) {
             guard let info = FileInfo.stat(file) else {
                 let referenced = entry.request.ownership == .reference && file == entry.bodyFile
-                return referenced ? "the referenced file \(file) is missing" : "the staged payload \(file) is missing"
+                return referenced ? ExpectedFile.missing(file) : "the staged payload \(file) is missing"
             }
-            if entry.request.ownership == .reference, let recorded = entry.request.file,
-               info.size != recorded.size || info.mtimeNs != recorded.mtimeNs || info.inode != recorded.inode {
-                return "the referenced file \(file) changed since enqueue (size, mtime or inode differ)"
+            if let expected = Self.expectedFile(entry), !expected.matches(size: info.size, mtimeNs: info.mtimeNs, inode: info.inode) {
+                return ExpectedFile.changed(file)
             }
         }
         return nil
@@ -547,9 +552,7 @@ public final class Runner {
             maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(Runner.version)")
         // A referenced file is checked again when the curl thread opens it: a standby request
         // may start well after its claim checked the file.
-        if part == nil, entry.request.ownership == .reference, let recorded = entry.request.file {
-            request.expectedFile = ExpectedFile(size: recorded.size, mtimeNs: recorded.mtimeNs, inode: recorded.inode)
-        }
+        if part == nil { request.expectedFile = Self.expectedFile(entry) }
         let token = nextToken
         nextToken += 1
         let attempt = (running[entry.id]?.attempts ?? entry.attempts) + 1
