@@ -84,14 +84,20 @@ int csystem_spawn(const char *path, char *const argv[], char *const envp[], cons
     sigemptyset(&defaults);
     int reset[] = {SIGPIPE, SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGQUIT};
     for (size_t i = 0; i < sizeof reset / sizeof reset[0]; i++) sigaddset(&defaults, reset[i]);
-    short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                  POSIX_SPAWN_SETSCHEDULER;
-    if ((rc = -posix_spawnattr_setflags(&attr, flags)) != 0) goto fail;
+    short flags = POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
     /* Hooks and plugins are spawned from threads of the runner's control thread, which runs
-       as SCHED_BATCH: the child gets the normal policy back. */
-    struct sched_param normal = {.sched_priority = 0};
-    if ((rc = -posix_spawnattr_setschedpolicy(&attr, SCHED_OTHER)) != 0) goto fail;
-    if ((rc = -posix_spawnattr_setschedparam(&attr, &normal)) != 0) goto fail;
+       as SCHED_BATCH: the child gets the normal policy back. Only then is the policy set, so
+       a sandbox that refuses sched_setscheduler (where the runner stayed SCHED_OTHER) does
+       not fail every spawn. */
+    int policy = sched_getscheduler(0);
+    int reset_policy = policy >= 0 && (policy & ~SCHED_RESET_ON_FORK) != SCHED_OTHER;
+    if (reset_policy) flags |= POSIX_SPAWN_SETSCHEDULER;
+    if ((rc = -posix_spawnattr_setflags(&attr, flags)) != 0) goto fail;
+    if (reset_policy) {
+        struct sched_param normal = {.sched_priority = 0};
+        if ((rc = -posix_spawnattr_setschedpolicy(&attr, SCHED_OTHER)) != 0) goto fail;
+        if ((rc = -posix_spawnattr_setschedparam(&attr, &normal)) != 0) goto fail;
+    }
     if ((rc = -posix_spawnattr_setpgroup(&attr, 0)) != 0) goto fail;
     if ((rc = -posix_spawnattr_setsigmask(&attr, &empty)) != 0) goto fail;
     if ((rc = -posix_spawnattr_setsigdefault(&attr, &defaults)) != 0) goto fail;

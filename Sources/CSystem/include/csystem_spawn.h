@@ -17,7 +17,7 @@ typedef struct csystem_child {
 
 /* posix_spawn of path with argv/envp (NULL-terminated) in cwd (NULL = inherit): own process
    group, empty signal mask, default PIPE/TERM/INT/CHLD/HUP/QUIT, only fds 0-2 inherited,
-   the normal scheduling policy (SCHED_OTHER) whatever the spawning thread's.
+   the normal scheduling policy (SCHED_OTHER) when the spawning thread has another.
    0 or -errno (exec and chdir failures included). */
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out);
