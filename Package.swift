@@ -42,7 +42,7 @@ let package = Package(
         .testTarget(name: "OutboxModelTests", dependencies: ["OutboxModel", "Digest"], swiftSettings: strict),
         .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess"], swiftSettings: strict),
         .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "OutboxModel", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxRunnerTests", dependencies: ["OutboxRunner", "TestSupport", "Digest"], swiftSettings: strict),
         .testTarget(name: "OutboxCLITests", dependencies: ["OutboxCLI", "OutboxModel", "OutboxStore", "TestSupport"], swiftSettings: strict),
     ]

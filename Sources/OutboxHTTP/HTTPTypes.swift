@@ -1,3 +1,5 @@
+import OutboxModel
+
 /// The body of one HTTP request.
 public enum HTTPBody: Sendable, Equatable {
     /// No body.
@@ -64,7 +66,7 @@ public struct HTTPRequest: Sendable {
     /// referenced at enqueue, SPEC 7). Checked on the curl thread as the file is opened, so a
     /// request that waited (a standby request) is checked at the moment it is sent; a missing
     /// or different file fails the transfer with `.file`, and nothing is sent.
-    public var expectedFile: ExpectedFile?
+    public var expectedFile: FileIdentity?
 
     /// Creates a request; defaults fit one outbox attempt.
     public init(url: String, method: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .none,
@@ -82,32 +84,6 @@ public struct HTTPRequest: Sendable {
         self.caFile = caFile
         self.maxResponseBytes = maxResponseBytes
         self.userAgent = userAgent
-    }
-}
-
-/// A file's identity as recorded at enqueue: size, modification time and inode.
-public struct ExpectedFile: Sendable, Equatable {
-    public var size: Int64
-    public var mtimeNs: Int64
-    public var inode: UInt64
-
-    public init(size: Int64, mtimeNs: Int64, inode: UInt64) {
-        self.size = size
-        self.mtimeNs = mtimeNs
-        self.inode = inode
-    }
-
-    /// Whether a file found now is still this one.
-    public func matches(size: Int64, mtimeNs: Int64, inode: UInt64) -> Bool {
-        size == self.size && mtimeNs == self.mtimeNs && inode == self.inode
-    }
-
-    /// What a check says when the file is gone.
-    public static func missing(_ path: String) -> String { "the referenced file \(path) is missing" }
-
-    /// What a check says when the file is another one now.
-    public static func changed(_ path: String) -> String {
-        "the referenced file \(path) changed since enqueue (size, mtime or inode differ)"
     }
 }
 

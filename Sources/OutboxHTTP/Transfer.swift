@@ -1,5 +1,6 @@
 import CCurl
 import Glibc
+import OutboxModel
 
 /// A request that could not be handed to libcurl (body file missing, bad header...).
 struct TransferSetupError: Error {
@@ -74,7 +75,7 @@ final class Transfer {
 
     // MARK: - Setup
 
-    private func openSource(_ body: HTTPBody, expected: ExpectedFile?) throws(TransferSetupError) {
+    private func openSource(_ body: HTTPBody, expected: FileIdentity?) throws(TransferSetupError) {
         switch body {
         case .none:
             source = .empty
@@ -86,7 +87,7 @@ final class Transfer {
             }
             let fd = open(path, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else {
-                if expected != nil, errno == ENOENT { throw TransferSetupError(kind: .file, message: ExpectedFile.missing(path)) }
+                if expected != nil, errno == ENOENT { throw TransferSetupError(kind: .file, message: FileIdentity.missing(path)) }
                 throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: cannot open \(path): \(errnoText())")
             }
             var info = stat()
@@ -97,7 +98,7 @@ final class Transfer {
             let mtimeNs = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
             if let expected, !expected.matches(size: Int64(info.st_size), mtimeNs: mtimeNs, inode: UInt64(info.st_ino)) {
                 Glibc.close(fd)
-                throw TransferSetupError(kind: .file, message: ExpectedFile.changed(path))
+                throw TransferSetupError(kind: .file, message: FileIdentity.changed(path))
             }
             guard Int64(info.st_size) >= offset + length else {
                 Glibc.close(fd)

@@ -19,6 +19,19 @@ public struct FileIdentity: Sendable, Equatable {
         self.inode = inode
         self.mode = mode
     }
+
+    /// Whether a file found now is still this one (size, mtime and inode; `reference`, SPEC 7).
+    public func matches(size: Int64, mtimeNs: Int64, inode: UInt64) -> Bool {
+        size == self.size && mtimeNs == self.mtimeNs && inode == self.inode
+    }
+
+    /// What a check of a referenced file says when the file is gone.
+    public static func missing(_ path: String) -> String { "the referenced file \(path) is missing" }
+
+    /// What a check of a referenced file says when it is another file now.
+    public static func changed(_ path: String) -> String {
+        "the referenced file \(path) changed since enqueue (size, mtime or inode differ)"
+    }
 }
 
 public struct PreparedFormField: Sendable, Equatable {

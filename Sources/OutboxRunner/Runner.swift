@@ -489,9 +489,8 @@ public final class Runner {
     }
 
     /// The identity a referenced file had at enqueue, which it must keep (SPEC 7).
-    static func expectedFile(_ entry: Entry) -> ExpectedFile? {
-        guard entry.request.ownership == .reference, let recorded = entry.request.file else { return nil }
-        return ExpectedFile(size: recorded.size, mtimeNs: recorded.mtimeNs, inode: recorded.inode)
+    static func expectedFile(_ entry: Entry) -> FileIdentity? {
+        entry.request.ownership == .reference ? entry.request.file : nil
     }
 
     /// Why an entry's bytes cannot be sent (staged file gone, referenced file changed), or nil.
@@ -499,10 +498,10 @@ public final class Runner {
         for file in [entry.bodyFile].compactMap({ $0 }) + entry.request.form.compactMap(\.stagedFile) {
             guard let info = FileInfo.stat(file) else {
                 let referenced = entry.request.ownership == .reference && file == entry.bodyFile
-                return referenced ? ExpectedFile.missing(file) : "the staged payload \(file) is missing"
+                return referenced ? FileIdentity.missing(file) : "the staged payload \(file) is missing"
             }
             if let expected = Self.expectedFile(entry), !expected.matches(size: info.size, mtimeNs: info.mtimeNs, inode: info.inode) {
-                return ExpectedFile.changed(file)
+                return FileIdentity.changed(file)
             }
         }
         return nil

@@ -2,6 +2,7 @@ import CCurl
 import Digest
 import Foundation
 import Glibc
+import OutboxModel
 import OutboxTestServer
 import Testing
 @testable import OutboxHTTP
@@ -346,10 +347,10 @@ private final class HTTPSServer: @unchecked Sendable {
             let path = try folder.file("ref.bin", pattern(1000))
             var info = stat()
             #expect(stat(path, &info) == 0)
-            let identity = ExpectedFile(size: Int64(info.st_size),
+            let identity = FileIdentity(path: path, size: Int64(info.st_size),
                                         mtimeNs: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
                                         inode: UInt64(info.st_ino))
-            func put(_ expected: ExpectedFile, path: String) async -> HTTPResult {
+            func put(_ expected: FileIdentity, path: String) async -> HTTPResult {
                 var request = HTTPRequest(url: server.url("/x"), method: "PUT", body: .file(path: path, offset: 0, length: 1000))
                 request.expectedFile = expected
                 return await send(client, request)

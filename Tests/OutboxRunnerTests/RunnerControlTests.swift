@@ -132,6 +132,17 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// Every entry's state (id → state), polled for up to 3 s until `id` is in `state`.
+    private func statesOnce(_ p: Project, id: String, is state: String) async throws -> [String: String] {
+        var states: [String: String] = [:]
+        for _ in 0..<300 {
+            states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
+            if states[id] == state { break }
+            try await Task.sleep(nanoseconds: 10_000_000)
+        }
+        return states
+    }
+
     /// A runner with `concurrency: 1` sending a slow `a`, with `b` claimed as its one standby
     /// request (shown running) and `c` still queued.
     private func runnerWithStandby() async throws -> (Project, Running) {
@@ -141,12 +152,7 @@ import Testing
         try await p.enqueue("t", path: "/status/200?c", id: "c")
         let runner = try p.start(["run", "--drain"])
         #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
-        var states: [String: String] = [:]
-        for _ in 0..<300 {
-            states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
-            if states["b"] == "running" { break }
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
+        let states = try await statesOnce(p, id: "b", is: "running")
         #expect(states["b"] == "running" && states["c"] == "queued", "\(states)")
         return (p, runner)
     }
@@ -212,12 +218,7 @@ import Testing
         }
         let runner = try p.start(["run", "--drain"])
         #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
-        var states: [String: String] = [:]
-        for _ in 0..<300 {
-            states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
-            if states["changed"] == "running" { break }
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
+        let states = try await statesOnce(p, id: "changed", is: "running")
         #expect(states["changed"] == "running", "claimed as a standby request: \(states)")
         try Data("referenced, then changed".utf8).write(to: URL(fileURLWithPath: p.base + "/changed.bin"))
         let finished = await runner.wait()
