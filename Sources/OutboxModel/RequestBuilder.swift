@@ -199,8 +199,8 @@ public enum RequestBuilder {
         guard case let .object(members) = tree else {
             throw .invalid("request must be an object, not \(tree.typeName)")
         }
-        let allowed = Set(Definition.requestFields + (fromCommand ? ["accept", "retry", "expires_in"] : []))
-        for (name, _) in members where !allowed.contains(name) {
+        let descriptorFields = fromCommand ? ["accept", "retry", "expires_in"] : []
+        for (name, _) in members where !Definition.requestFields.contains(name) && !descriptorFields.contains(name) {
             throw .invalid("request: unknown field \"\(name)\"")
         }
         var ctx = context(inputs)

@@ -114,7 +114,9 @@ public struct EntryFactory {
         } else {
             prepared = try RequestBuilder.prepare(request: def.request ?? .object([]), definition: def, config: config, inputs: inputs)
         }
-        return NewEntry(id: entryID, key: def.key, vars: vars, prepared: prepared, account: account(), parent: parent,
-                        notBefore: notBefore, expiresAt: expiresAt)
+        var entry = NewEntry(id: entryID, key: def.key, vars: vars, prepared: prepared, account: account(), parent: parent,
+                             notBefore: notBefore, expiresAt: expiresAt)
+        entry.idWasMinted = id == nil
+        return entry
     }
 }

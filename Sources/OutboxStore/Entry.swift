@@ -206,6 +206,10 @@ public struct NewEntry: Sendable {
     public var notBefore: Int64?
     /// Absolute expiry; nil means now + the request's expires_in.
     public var expiresAt: Int64?
+    /// True when the id was minted for this entry (a time-ordered UUID, not the user's): no
+    /// stored entry can have it, so enqueue skips the same-id lookups (the id's UNIQUE
+    /// index still refuses a duplicate).
+    public var idWasMinted = false
 
     public init(id: String, key: String, vars: JSON, prepared: PreparedRequest, account: String? = nil,
                 parent: String? = nil, notBefore: Int64? = nil, expiresAt: Int64? = nil) {

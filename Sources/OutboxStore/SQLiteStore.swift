@@ -222,7 +222,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         // is copied so that a long copy does not hold the WAL back.
         let stored = try db.read { () throws(OutboxError) -> [Entry?] in
             var stored: [Entry?] = []
-            for entry in batch { stored.append(try self.entry(id: entry.id)) }
+            for entry in batch { stored.append(entry.idWasMinted ? nil : try self.entry(id: entry.id)) }
             return stored
         }
         var staged = StagedBatch()
@@ -307,7 +307,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     /// One entry's same-id decision and write; returns staged files made obsolete.
     private func apply(_ new: NewEntry, staged: StagedBody, internalID: String, headers: HeaderSettings,
                        now: Int64) throws(OutboxError) -> (EnqueueResult, [String?]) {
-        let existing = try entry(id: new.id)
+        let existing = new.idWasMinted ? nil : try entry(id: new.id)
         // Hashed once: the canonical form of a body is not cheap to build.
         let bodyHash = new.prepared.bodyHash
         let decision = try existing.map { e throws(OutboxError) in try decide(e, bodyHash) } ?? .create
@@ -321,7 +321,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         case .create:
             // A settled row whose outcome was acknowledged counts as forgotten: drop it first.
             let old = try existing.map { e throws(OutboxError) in try forget(e, returnMovedFile: false) } ?? []
-            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, headers: headers, expiresAt: expiresAt,
+            try insert(new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, headers: headers, expiresAt: expiresAt,
                        generation: 1, now: now)
             return (EnqueueResult(id: new.id, decision: decision), old)
         case .resume, .redeliver, .reopen:
@@ -354,7 +354,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             }
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
             try deleteParts(of: e)
-            try insert(new, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, headers: headers, expiresAt: expiresAt,
+            try insert(new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, headers: headers, expiresAt: expiresAt,
                        generation: generation, now: now, waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
             // Form files are staged per entry and never reused, so the old ones always go.
             var old: [String?] = e.request.form.map(\.stagedFile)
@@ -371,7 +371,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         }
     }
 
-    private func insert(_ new: NewEntry, bodyHash: String, staged: StagedBody, internalID: String, request: String, headers: HeaderSettings,
+    private func insert(_ new: NewEntry, vars: String, bodyHash: String, staged: StagedBody, internalID: String, request: String, headers: HeaderSettings,
                         expiresAt: Int64, generation: Int64, now: Int64, waits: Bool = false, createdAt: Int64? = nil) throws(OutboxError) {
         let p = new.prepared
         let headerGeneration = headers.generation
@@ -387,7 +387,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
               idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
               next_attempt_at, waits_for_delivery)
             VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, [.text(new.id), .text(internalID), .text(new.key), .text(new.vars.serialized()), .int(generation), .text(request),
+            """, [.text(new.id), .text(internalID), .text(new.key), .text(vars), .int(generation), .text(request),
                   staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
                   .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
                   .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),

@@ -216,6 +216,21 @@ struct StoreAtomicBatchTests {
         try expectNothingLeft(f, sources: [source: "A"])
     }
 
+    @Test func aMintedIdSkipsTheSameIdRuleButNeverOverwrites() throws {
+        let f = try StoreFixture()
+        try f.enqueue("taken", "note", #"{"n": 1}"#)
+        let before = try f.sqlite("SELECT * FROM entries;")
+        let source = try f.userFile("in/a.bin", "A")
+        // Only a freshly minted id is marked so; if one ever equalled a stored id, the id's
+        // UNIQUE index refuses the insert and the whole batch rolls back.
+        var minted = try f.entry("taken", "note", #"{"n": 1}"#)
+        minted.idWasMinted = true
+        let batch = [try f.entry("fresh", "file.move", #"{"path": "in/a.bin"}"#), minted]
+        #expect { try f.enqueue(batch) } throws: { ($0 as? OutboxError)?.code == .storage }
+        try expectNothingLeft(f, rows: 1, sources: [source: "A"])
+        #expect(try f.sqlite("SELECT * FROM entries;") == before)
+    }
+
     @Test func aMoveOfAMissingFileRollsBackTheWholeBatch() throws {
         let f = try StoreFixture()
         let source = try f.userFile("in/a.bin", "A")
