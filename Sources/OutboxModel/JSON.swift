@@ -220,12 +220,18 @@ public struct JSONParseError: Error, Sendable, Equatable, CustomStringConvertibl
 extension JSON {
     /// Parses one JSON document (RFC 8259); trailing non-space text is an error.
     public static func parse(_ text: String) throws(JSONParseError) -> JSON {
-        var bytes = Array(text.utf8)
-        return try parse(bytes: &bytes)
+        var text = text
+        return try text.withUTF8 { utf8 in Result { () throws(JSONParseError) in try parse(utf8: utf8) } }.get()
     }
 
     public static func parse(bytes: inout [UInt8]) throws(JSONParseError) -> JSON {
-        var parser = JSONReader(bytes: bytes)
+        try bytes.withUnsafeBufferPointer { buffer throws(JSONParseError) in try parse(utf8: buffer) }
+    }
+
+    /// Parses UTF-8 text the caller keeps alive for the call (unchecked indexing: the
+    /// reader tests every index against the count itself).
+    static func parse(utf8: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> JSON {
+        var parser = JSONReader(bytes: utf8)
         parser.skipSpace()
         let value = try parser.readValue(depth: 0)
         parser.skipSpace()
@@ -237,11 +243,11 @@ extension JSON {
 }
 
 private struct JSONReader {
-    let bytes: [UInt8]
+    let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
     static let maxDepth = 512
 
-    init(bytes: [UInt8]) { self.bytes = bytes }
+    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
     mutating func skipSpace() {
         while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x0A || bytes[index] == 0x0D || bytes[index] == 0x09 {
@@ -380,9 +386,9 @@ private struct JSONReader {
                     // Most strings: no escape, so the text is the bytes as they are, and
                     // ASCII needs no validation (the generic validating initialiser costs
                     // more than the rest of the parse).
-                    let run = bytes[runStart..<index]
+                    let run = UnsafeBufferPointer(rebasing: bytes[runStart..<index])
                     index += 1
-                    if ascii { return run.withUnsafeBufferPointer { String(decoding: $0, as: UTF8.self) } }
+                    if ascii { return String(decoding: run, as: UTF8.self) }
                     return try validated(run)
                 }
                 buffer.append(contentsOf: bytes[runStart..<index])
@@ -430,7 +436,7 @@ private struct JSONReader {
         return try validated(buffer[...])
     }
 
-    private func validated(_ utf8: ArraySlice<UInt8>) throws(JSONParseError) -> String {
+    private func validated(_ utf8: some Collection<UInt8>) throws(JSONParseError) -> String {
         guard let text = String(validating: utf8, as: UTF8.self) else { throw fail("string is not valid UTF-8") }
         return text
     }

@@ -71,4 +71,22 @@ struct JSONTests {
             #expect(error.description == message)
         }
     }
+
+    /// The reader indexes its input without bounds checks, so every way input can stop short
+    /// must be caught by its own tests: each strict prefix of a document using every form is
+    /// an error at or before its end, and the whole document parses.
+    @Test func everyPrefixOfADocumentIsAnErrorNotACrash() throws {
+        let whole = Array(#" {"a": [1, -2.5e+3, 0.5E-2, true, false, null, "x\u00e9\ud83d\ude80\n", "é"], "b": {}, "c": []} "#.utf8)
+        var complete = whole
+        #expect(try JSON.parse(bytes: &complete)["b"] == .object([]))
+        for end in 1..<(whole.count - 1) {
+            var prefix = Array(whole[..<end])
+            do {
+                _ = try JSON.parse(bytes: &prefix)
+                Issue.record("parsed the first \(end) bytes")
+            } catch {
+                #expect(error.offset <= end, "\(end): \(error)")
+            }
+        }
+    }
 }
