@@ -8,8 +8,8 @@
 
 outbox's figure includes its enqueue. When outbox fails (say chunked uploads are not
 there yet), its row says "failed" and the peers are still measured.
-Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), ROUNDS (5; figures are
-medians), MANY_ROUNDS (rounds of case 2, default 15: one takes about a second per contender,
+Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), ROUNDS (rounds of case 1,
+default 9; figures are medians), MANY_ROUNDS (rounds of case 2, default 15: one takes about a second per contender,
 and its medians need more of them on a noisy machine), RCLONE_ROUNDS (how many of those
 rounds include rclone, default 2: it takes 20 times longer and is shown, not judged), SINK (a tmpfs folder, default /dev/shm), BENCH_TMP (where source files go, default /tmp),
 OUTBOX_MAX_TIME (bound on each `run --drain`, default 20m), UPLOAD_CASES (default "many,big";
@@ -30,7 +30,7 @@ FILE_COUNT = int(os.environ.get("FILE_COUNT", "1000"))
 SINK_BASE = os.environ.get("SINK", "/dev/shm")
 PART = 20 * MIB
 MAX_TIME = os.environ.get("OUTBOX_MAX_TIME", "20m")
-ROUNDS = int(os.environ.get("ROUNDS", "5"))
+ROUNDS = int(os.environ.get("ROUNDS", "9"))
 MANY_ROUNDS = int(os.environ.get("MANY_ROUNDS", "15"))
 RCLONE_ROUNDS = int(os.environ.get("RCLONE_ROUNDS", "2"))
 
