@@ -204,6 +204,10 @@ class Nginx:
             "events { worker_connections 4096; }",
             "http {",
             f"  access_log {f}/access.log;",
+            # Bytes each request brought (request line, headers, and the body as far as it
+            # got: a request cut off by a killed client is logged too).
+            "  log_format bench_bytes '$request_method $uri $status $request_length';",
+            f"  access_log {f}/bytes.log bench_bytes;",
             "  keepalive_requests 100000;",
             f"  client_body_temp_path {self.dav_root or f}/.nginx-body;",
             f"  proxy_temp_path {f}/tmp; fastcgi_temp_path {f}/tmp; uwsgi_temp_path {f}/tmp; scgi_temp_path {f}/tmp;",
@@ -268,6 +272,16 @@ class Nginx:
                 return sum(1 for _ in fh)
         except OSError:
             return 0
+
+    def puts(self, prefix):
+        """(uri, status, bytes received) of every PUT to a path under `prefix`, in log order."""
+        found = []
+        with open(os.path.join(self.folder, "bytes.log"), "rb") as fh:
+            for line in fh:
+                fields = line.decode(errors="replace").split()
+                if len(fields) == 4 and fields[0] == "PUT" and fields[1].startswith(prefix):
+                    found.append((fields[1], fields[2], int(fields[3])))
+        return found
 
     def status_counts(self, since_line=0):
         counts = {}
@@ -395,6 +409,8 @@ def fmt_value(v, unit):
         return f"{v:,.0f}/s"
     if unit == "MiB/s":
         return f"{v:,.0f} MiB/s"
+    if unit == "MiB":
+        return f"{v:,.1f} MiB"
     return f"{v:.3g} {unit}"
 
 

@@ -5,21 +5,29 @@
 2. FILE_COUNT files of 1 MiB (default 1,000) as whole-file PUTs (`file:`, ownership
    reference): `enqueue --from` + `run --drain`, vs `curl --parallel --parallel-max 16 -T`
    and `rclone copy --transfers 16` to a `:webdav:` remote.
+3. A SIGKILL mid-upload, then a second run: the bytes the server received twice, for
+   outbox (case 1's parts), `curl -T` and `rclone copy`, each killed once the server holds
+   KILL_AT of the file.
 
 outbox's figure includes its enqueue. When outbox fails (say chunked uploads are not
 there yet), its row says "failed" and the peers are still measured.
-Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), ROUNDS (rounds of case 1,
-default 9; figures are medians), MANY_ROUNDS (rounds of case 2, default 15: one takes about a second per contender,
-and its medians need more of them on a noisy machine), RCLONE_ROUNDS (how many of those
-rounds include rclone, default 2: it takes 20 times longer and is shown, not judged), SINK (a tmpfs folder, default /dev/shm), BENCH_TMP (where source files go, default /tmp),
-OUTBOX_MAX_TIME (bound on each `run --drain`, default 20m), UPLOAD_CASES (default "many,big";
-"many" or "big" runs one of them).
+Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), ROUNDS (rounds of case
+1, default 9; figures are medians), MANY_ROUNDS (rounds of case 2, default 15: one takes
+about a second per contender, and its medians need more of them on a noisy machine),
+RCLONE_ROUNDS (how many of those rounds include rclone, default 2: it takes 20 times
+longer and is shown, not judged), KILL_AT (case 3, default 0.4), SINK (a tmpfs folder,
+default /dev/shm), BENCH_TMP (where source files go, default /tmp), OUTBOX_MAX_TIME (bound
+on each `run --drain`, default 20m), UPLOAD_CASES (default "many,big,resume"; name some of
+them to run only those).
 """
 
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as B  # noqa: E402
@@ -33,6 +41,7 @@ MAX_TIME = os.environ.get("OUTBOX_MAX_TIME", "20m")
 ROUNDS = int(os.environ.get("ROUNDS", "9"))
 MANY_ROUNDS = int(os.environ.get("MANY_ROUNDS", "15"))
 RCLONE_ROUNDS = int(os.environ.get("RCLONE_ROUNDS", "2"))
+KILL_AT = float(os.environ.get("KILL_AT", "0.4"))
 
 
 def make_file(path, size, seed):
@@ -287,6 +296,108 @@ request:
     return rows
 
 
+def server_bytes(dav, folder):
+    """Body bytes the sink holds for `folder`: finished files there, plus nginx's temp files
+    of requests still arriving (nginx renames a PUT's temp file into place when it ends)."""
+    done, _ = sink_bytes(os.path.join(dav, "dav", folder))
+    arriving, _ = sink_bytes(os.path.join(dav, ".nginx-body"))
+    return done + arriving
+
+
+def kill_midway(argv, cwd, dav, folder, at_bytes, what):
+    """Starts argv, SIGKILLs it once the server has `at_bytes` of its upload, and waits."""
+    proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and server_bytes(dav, folder) < at_bytes and time.monotonic() < deadline:
+        time.sleep(0.005)
+    if proc.poll() is not None:
+        raise B.BenchFailure(f"{what} ended (exit {proc.returncode}) before the server had {at_bytes} bytes")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def resent(nginx, prefix, size):
+    """(MiB the server received beyond one copy of the file, paths PUT more than once)."""
+    puts = nginx.puts(prefix)
+    received = sum(n for _, _, n in puts)
+    counts = {}
+    for uri, _, _ in puts:
+        counts[uri] = counts.get(uri, 0) + 1
+    # Request lines and headers count too: a few hundred bytes per request.
+    return max(0, received - size) / MIB, sorted(u for u, c in counts.items() if c > 1)
+
+
+def resume_after_kill(work, nginx, dav):
+    """Case 3: SIGKILL mid-upload, then run again: what the server received twice. outbox
+    (20 MiB parts, 3 in flight, each accepted part recorded) against curl -T and rclone copy,
+    which start the file over."""
+    size = UPLOAD_SIZE
+    at = int(size * KILL_AT)
+    folder = work.join("resume-src")
+    os.makedirs(folder)
+    source = os.path.join(folder, "big.bin")
+    B.log(f"upload resume: writing a {size / MIB:.0f} MiB source file")
+    make_file(source, size, 3)
+    os.sync()
+    case = f"SIGKILL at {KILL_AT:.0%} of {size / MIB:,.0f} MiB, run again"
+    rows = []
+
+    # outbox: killed once the server holds KILL_AT of the file, then `run --drain`.
+    project = B.Project(work.join("resume"), "part_concurrency: 3\n")
+    project.write("definitions/upload.yaml", f"""key: bench.upload
+request:
+  method: PUT
+  file: "{{{{ vars.path }}}}"
+  ownership: reference
+  parts:
+    plan: {{ min: 20MiB, max: 20MiB }}
+    url: "{nginx.url('/dav/rs-ob/')}big.part{{{{ part.number }}}}"
+""")
+    B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source})), "outbox enqueue")
+    outbox_mib, twice, note = None, [], ""
+    try:
+        kill_midway(project.argv("run", "--drain", "--progress", "never"), project.root, dav, "rs-ob", at, "outbox run")
+        r, summary = outbox_drain(project, "resumed chunked upload")
+        got, files = sink_bytes(os.path.join(dav, "dav", "rs-ob"))
+        if summary.get("completed") != 1 or got != size:
+            raise B.BenchFailure(f"resume: summary {summary}; sink holds {got} bytes in {files} files, expected {size}")
+        outbox_mib, twice = resent(nginx, "/dav/rs-ob/", size)
+        note = (f"outbox sent {len(twice)} of {files} parts twice (target: at most the 3 in flight); "
+                f"curl and rclone start the file over")
+    except B.BenchFailure as err:
+        B.log(f"upload resume: outbox: failed: {err}")
+        note = f"outbox: failed: {str(err)[:160]}"
+    clear(os.path.join(dav, "dav", "rs-ob"))
+
+    def peer(name, first, again, prefix, folder_name):
+        kill_midway(first, work.path, dav, folder_name, at, name)
+        B.must(B.measure(again, cwd=work.path, stderr_path=work.join(f"resume-{folder_name}.err")), f"{name}, run again")
+        got, _ = sink_bytes(os.path.join(dav, "dav", folder_name))
+        if got != size:
+            raise B.BenchFailure(f"{name}: sink holds {got} bytes after the second run, expected {size}")
+        clear(os.path.join(dav, "dav", folder_name))
+        return resent(nginx, prefix, size)[0]
+
+    curl = ["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/rs-cu/big.bin")]
+    curl_mib = peer("curl -T", curl, curl, "/dav/rs-cu/", "rs-cu")
+    target_ok = None if outbox_mib is None else len(twice) <= 3 and outbox_mib <= 3 * PART / MIB
+    rows.append(B.Row("upload", case, "MiB", outbox_mib, "curl -T, killed and run again (MiB re-sent)", curl_mib,
+                      target="≤ 3 parts (60 MiB) re-sent", target_ok=target_ok, note=note))
+    if B.ensure_tool("rclone", "rclone"):
+        conf = work.join("rclone-resume.conf")
+        open(conf, "w").close()
+        rclone = ["rclone", "copy", "--config", conf, "--webdav-url", nginx.url("/dav/rs-rc/"), folder, ":webdav:"]
+        try:
+            rclone_mib = peer("rclone copy", rclone, rclone, "/dav/rs-rc/", "rs-rc")
+        except B.BenchFailure as err:
+            B.log(f"upload resume: rclone: {err}")
+            rclone_mib = None
+        rows.append(B.Row("upload", case, "MiB", outbox_mib, "rclone copy, killed and run again (MiB re-sent)", rclone_mib))
+    B.log(f"upload resume: re-sent outbox {outbox_mib} MiB (parts twice: {twice}), curl {curl_mib:.1f} MiB")
+    shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
 def main():
     if not B.ensure_tool("curl", "curl"):
         raise B.BenchFailure("curl is missing")
@@ -294,8 +405,8 @@ def main():
     rows = []
     with B.WorkDir("upload") as work, B.WorkDir("upload-sink", base=SINK_BASE) as sink:
         with B.Nginx(work.join("nginx"), dav_root=sink.path) as nginx:
-            cases = os.environ.get("UPLOAD_CASES", "many,big").split(",")
-            for part in [p for p in (many_files, big_file) if p.__name__.split("_")[0] in cases]:
+            cases = os.environ.get("UPLOAD_CASES", "many,big,resume").split(",")
+            for part in [p for p in (many_files, big_file, resume_after_kill) if p.__name__.split("_")[0] in cases]:
                 try:
                     rows += part(work, nginx, sink.path)
                 except B.BenchFailure as err:
