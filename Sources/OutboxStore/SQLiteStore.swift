@@ -321,8 +321,8 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         case .create:
             // A settled row whose outcome was acknowledged counts as forgotten: drop it first.
             let old = try existing.map { e throws(OutboxError) in try forget(e, returnMovedFile: false) } ?? []
-            try insert(new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, headers: headers, expiresAt: expiresAt,
-                       generation: 1, now: now)
+            try insert(new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
+                       headers: headers, expiresAt: expiresAt, generation: 1, now: now)
             return (EnqueueResult(id: new.id, decision: decision), old)
         case .resume, .redeliver, .reopen:
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
@@ -354,8 +354,9 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             }
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
             try deleteParts(of: e)
-            try insert(new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request, headers: headers, expiresAt: expiresAt,
-                       generation: generation, now: now, waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
+            try insert(new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
+                       headers: headers, expiresAt: expiresAt, generation: generation, now: now,
+                       waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
             // Form files are staged per entry and never reused, so the old ones always go.
             var old: [String?] = e.request.form.map(\.stagedFile)
             if let file = e.bodyFile, file != staged.file {
@@ -371,8 +372,9 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         }
     }
 
-    private func insert(_ new: NewEntry, vars: String, bodyHash: String, staged: StagedBody, internalID: String, request: String, headers: HeaderSettings,
-                        expiresAt: Int64, generation: Int64, now: Int64, waits: Bool = false, createdAt: Int64? = nil) throws(OutboxError) {
+    private func insert(_ new: NewEntry, vars: String, bodyHash: String, staged: StagedBody, internalID: String, request: String,
+                        headers: HeaderSettings, expiresAt: Int64, generation: Int64, now: Int64, waits: Bool = false,
+                        createdAt: Int64? = nil) throws(OutboxError) {
         let p = new.prepared
         let headerGeneration = headers.generation
         // `headers update` patches rank above every other header source (SPEC 10).

@@ -314,6 +314,8 @@ def kill_midway(argv, cwd, dav, folder, at_bytes, what):
         raise B.BenchFailure(f"{what} ended (exit {proc.returncode}) before the server had {at_bytes} bytes")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    if server_bytes(dav, folder) < at_bytes:
+        raise B.BenchFailure(f"{what} did not get {at_bytes} bytes to the server in 300 s")
 
 
 def resent(nginx, prefix, size):
