@@ -308,13 +308,16 @@ def kill_midway(argv, cwd, dav, folder, at_bytes, what):
     """Starts argv, SIGKILLs it once the server has `at_bytes` of its upload, and waits."""
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 300
-    while proc.poll() is None and server_bytes(dav, folder) < at_bytes and time.monotonic() < deadline:
-        time.sleep(0.005)
+    reached = False
+    while proc.poll() is None and not reached and time.monotonic() < deadline:
+        reached = server_bytes(dav, folder) >= at_bytes
+        if not reached:
+            time.sleep(0.005)
     if proc.poll() is not None:
         raise B.BenchFailure(f"{what} ended (exit {proc.returncode}) before the server had {at_bytes} bytes")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    if server_bytes(dav, folder) < at_bytes:
+    if not reached:
         raise B.BenchFailure(f"{what} did not get {at_bytes} bytes to the server in 300 s")
 
 
