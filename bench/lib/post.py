@@ -2,7 +2,7 @@
 
 outbox: entries enqueued first (not timed), then `outbox run --drain` timed.
 peer:   `curl --parallel --parallel-max 16` with a config file holding the same requests.
-Environment: POST_COUNT (default 5000), ROUNDS (default 5).
+Environment: POST_COUNT (default 5000), ROUNDS (default 9).
 """
 
 import json
@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import benchlib as B  # noqa: E402
 
 COUNT = int(os.environ.get("POST_COUNT", "5000"))
-ROUNDS = int(os.environ.get("ROUNDS", "5"))
+ROUNDS = int(os.environ.get("ROUNDS", "9"))
 CONCURRENCY = 16
 
 
