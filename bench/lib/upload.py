@@ -398,7 +398,9 @@ request:
             B.log(f"upload resume: rclone: {err}")
             rclone_mib = None
         rows.append(B.Row("upload", case, "MiB", outbox_mib, "rclone copy, killed and run again (MiB re-sent)", rclone_mib))
-    B.log(f"upload resume: re-sent outbox {outbox_mib} MiB (parts twice: {twice}), curl {curl_mib:.1f} MiB")
+    outbox_text = "failed" if outbox_mib is None else f"{outbox_mib:.1f} MiB"
+    B.log(f"upload resume: re-sent: outbox {outbox_text} (parts sent twice: {', '.join(twice) or 'none'}), "
+          f"curl {curl_mib:.1f} MiB")
     shutil.rmtree(folder, ignore_errors=True)
     return rows
 
