@@ -133,6 +133,20 @@ def play_round(contenders, round_):
         contender(round_)
 
 
+def parts_definition(folder_url):
+    """The chunked upload of cases 1 and 3: PART-sized parts of `vars.path`, each PUT to
+    `folder_url` + `vars.name`.partN."""
+    return f"""key: bench.upload
+request:
+  method: PUT
+  file: "{{{{ vars.path }}}}"
+  ownership: reference
+  parts:
+    plan: {{ min: {PART // MIB}MiB, max: {PART // MIB}MiB }}
+    url: "{folder_url}{{{{ vars.name }}}}.part{{{{ part.number }}}}"
+"""
+
+
 def big_file(work, nginx, dav):
     """Case 1: one big file, chunked, vs one curl -T."""
     size = UPLOAD_SIZE
@@ -144,15 +158,7 @@ def big_file(work, nginx, dav):
     case = f"{size / MIB:,.0f} MiB file, {PART // MIB} MiB parts × {IN_FLIGHT}"
     rows = []
 
-    definition = f"""key: bench.upload
-request:
-  method: PUT
-  file: "{{{{ vars.path }}}}"
-  ownership: reference
-  parts:
-    plan: {{ min: 20MiB, max: 20MiB }}
-    url: "{nginx.url('/dav/ob/')}{{{{ vars.name }}}}.part{{{{ part.number }}}}"
-"""
+    definition = parts_definition(nginx.url("/dav/ob/"))
     outbox_s, peer_s, peer_ne_s, rss, note = [], [], [], [], ""
     warm_up(["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/cu/big.bin")],
             os.path.join(dav, "dav", "cu"), size, work.join("curl-big.err"))
@@ -350,16 +356,9 @@ def resume_after_kill(work, nginx, dav):
 
     # outbox: killed once the server holds KILL_AT of the file, then `run --drain`.
     project = B.Project(work.join("resume"), f"part_concurrency: {IN_FLIGHT}\n")
-    project.write("definitions/upload.yaml", f"""key: bench.upload
-request:
-  method: PUT
-  file: "{{{{ vars.path }}}}"
-  ownership: reference
-  parts:
-    plan: {{ min: 20MiB, max: 20MiB }}
-    url: "{nginx.url('/dav/rs-ob/')}big.part{{{{ part.number }}}}"
-""")
-    B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source})), "outbox enqueue")
+    project.write("definitions/upload.yaml", parts_definition(nginx.url("/dav/rs-ob/")))
+    B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source, "name": "big"})),
+           "outbox enqueue")
     outbox_mib, twice, note = None, [], ""
     try:
         kill_midway(project.argv("run", "--drain", "--progress", "never"), project.root, dav, "rs-ob", at, "outbox run")
