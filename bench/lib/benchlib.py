@@ -180,6 +180,20 @@ def nginx_workers():
     return os.environ.get("NGINX_WORKERS", "auto")
 
 
+def nginx_reuseport():
+    """Whether the bench's nginx listens with `reuseport` (NGINX_REUSEPORT, default on): one
+    listening socket per worker, so the kernel spreads new connections over the workers.
+    Without it, the worker waiting in epoll is woken first for every connection, and all
+    of one client's connections opened at once usually land on that worker (see
+    bench/README, "Why the sink listens with reuseport")."""
+    return os.environ.get("NGINX_REUSEPORT", "on") != "off"
+
+
+def nginx_line():
+    """How the bench's nginx is set up, for the summary line."""
+    return f"nginx worker_processes {nginx_workers()}, reuseport {'on' if nginx_reuseport() else 'off'}"
+
+
 class Nginx:
     """A private nginx on 127.0.0.1: `/x` answers 204; with `dav_root`, `/dav/` is WebDAV."""
 
@@ -187,6 +201,7 @@ class Nginx:
         self.folder = folder
         self.dav_root = dav_root
         self.workers = nginx_workers()
+        self.reuseport = nginx_reuseport()
         self.proc = None
         self.port = None
         self.token = f"outbox-bench-{os.getpid()}-{time.monotonic_ns()}"
@@ -206,13 +221,14 @@ class Nginx:
             f"  access_log {f}/access.log;",
             # Bytes each request brought (request line, headers, and the body as far as it
             # got: a request cut off by a killed client is logged too).
-            "  log_format bench_bytes '$request_method $uri $status $request_length';",
+            # the worker that served it too.
+            "  log_format bench_bytes '$request_method $uri $status $request_length $pid';",
             f"  access_log {f}/bytes.log bench_bytes;",
             "  keepalive_requests 100000;",
             f"  client_body_temp_path {self.dav_root or f}/.nginx-body;",
             f"  proxy_temp_path {f}/tmp; fastcgi_temp_path {f}/tmp; uwsgi_temp_path {f}/tmp; scgi_temp_path {f}/tmp;",
             "  server {",
-            f"    listen 127.0.0.1:{self.port};",
+            f"    listen 127.0.0.1:{self.port}{' reuseport' if self.reuseport else ''};",
             "    client_max_body_size 0;",
             f"    location = /__bench {{ return 200 \"{self.token}\"; }}",
             "    location /x { return 204; }",
@@ -274,13 +290,14 @@ class Nginx:
             return 0
 
     def puts(self, prefix):
-        """(uri, status, bytes received) of every PUT to a path under `prefix`, in log order."""
+        """(uri, status, bytes received, worker pid) of every PUT to a path under `prefix`, in
+        log order."""
         found = []
         with open(os.path.join(self.folder, "bytes.log"), "rb") as fh:
             for line in fh:
                 fields = line.decode(errors="replace").split()
-                if len(fields) == 4 and fields[0] == "PUT" and fields[1].startswith(prefix):
-                    found.append((fields[1], fields[2], int(fields[3])))
+                if len(fields) == 5 and fields[0] == "PUT" and fields[1].startswith(prefix):
+                    found.append((fields[1], fields[2], int(fields[3]), fields[4]))
         return found
 
     def status_counts(self, since_line=0):

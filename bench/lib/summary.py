@@ -20,7 +20,7 @@ def main():
     version = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
     commit = subprocess.run(["git", "-C", B.ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     now = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
-    print(f"== summary ({now}; {B.machine_line()}; nginx worker_processes {B.nginx_workers()}; {version}, commit {commit or '?'})")
+    print(f"== summary ({now}; {B.machine_line()}; {B.nginx_line()}; {version}, commit {commit or '?'})")
     print(B.table(rows))
     print("ratio = outbox time / peer time for the same work (> 1: outbox is slower); "
           "verdict: ok / MISS against the target (and the RSS cap where one is given).")

@@ -159,7 +159,7 @@ def big_file(work, nginx, dav):
     rows = []
 
     definition = parts_definition(nginx.url("/dav/ob/"))
-    outbox_s, peer_s, peer_ne_s, rss, note = [], [], [], [], ""
+    outbox_s, peer_s, peer_ne_s, rss, workers, note = [], [], [], [], [], ""
     warm_up(["curl", "-s", "-S", "-o", "/dev/null", "-T", source, nginx.url("/dav/cu/big.bin")],
             os.path.join(dav, "dav", "cu"), size, work.join("curl-big.err"))
     outbox = OutboxRounds(dav)
@@ -170,7 +170,11 @@ def big_file(work, nginx, dav):
         project.write("definitions/upload.yaml", definition)
         e = B.must(project.run("enqueue", "bench.upload", "--vars", json.dumps({"path": source, "name": "big"})),
                    "outbox enqueue")
+        logged = len(nginx.puts("/dav/ob/"))
         r, summary = outbox_drain(project, "chunked upload")
+        # How many of nginx's workers took this round's parts (they decide how much of the
+        # server's work runs in parallel).
+        workers.append(len({pid for _, _, _, pid in nginx.puts("/dav/ob/")[logged:]}))
         got, files = sink_bytes(outbox.sink)
         if summary.get("completed") != 1 or got != size:
             raise B.BenchFailure(f"chunked upload: summary {summary}; sink holds {got} bytes in {files} files, "
@@ -190,7 +194,8 @@ def big_file(work, nginx, dav):
     for round_ in range(ROUNDS):
         play_round([lambda n: outbox.play(outbox_round, n), curl_round([], peer_s), curl_round(["-H", "Expect:"], peer_ne_s)],
                    round_)
-        B.log(f"upload big round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not outbox.failed else float('nan'):.2f} s, "
+        B.log(f"upload big round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not outbox.failed else float('nan'):.2f} s "
+              f"({workers[-1] if workers and not outbox.failed else '?'} nginx workers), "
               f"curl -T {peer_s[-1]:.2f} s (no Expect {peer_ne_s[-1]:.2f} s)")
     outbox_value = None if outbox.failed else mib_per_s(size, B.median(outbox_s))
     peer_value = mib_per_s(size, B.median(peer_s))
@@ -198,7 +203,8 @@ def big_file(work, nginx, dav):
                       higher_is_better=True, target="≥ 0.9× curl",
                       target_ok=None if outbox_value is None else outbox_value >= 0.9 * peer_value,
                       rss_kib=max(rss) if rss else None, rss_target_mib=64,
-                      note=outbox.failed or f"{note}; medians of {ROUNDS}"))
+                      note=outbox.failed or f"{note}; medians of {ROUNDS}; parts over more than one nginx "
+                                            f"worker in {sum(1 for w in workers if w > 1)} of {len(workers)} rounds"))
     rows.append(B.Row("upload", case, "MiB/s", outbox_value, "same, with -H 'Expect:' (outbox's requests)",
                       mib_per_s(size, B.median(peer_ne_s)), higher_is_better=True, rss_kib=max(rss) if rss else None))
     os.unlink(source)
@@ -331,9 +337,9 @@ def kill_midway(argv, cwd, dav, folder, at_bytes, what):
 def resent(nginx, prefix, size):
     """(MiB the server received beyond one copy of the file, paths PUT more than once)."""
     puts = nginx.puts(prefix)
-    received = sum(n for _, _, n in puts)
+    received = sum(n for _, _, n, _ in puts)
     counts = {}
-    for uri, _, _ in puts:
+    for uri, _, _, _ in puts:
         counts[uri] = counts.get(uri, 0) + 1
     # Request lines and headers count too: a few hundred bytes per request.
     return max(0, received - size) / MIB, sorted(u for u, c in counts.items() if c > 1)
