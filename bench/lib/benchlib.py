@@ -220,8 +220,8 @@ class Nginx:
             "http {",
             f"  access_log {f}/access.log;",
             # Bytes each request brought (request line, headers, and the body as far as it
-            # got: a request cut off by a killed client is logged too).
-            # the worker that served it too.
+            # got: a request cut off by a killed client is logged too), and the worker that
+            # served it.
             "  log_format bench_bytes '$request_method $uri $status $request_length $pid';",
             f"  access_log {f}/bytes.log bench_bytes;",
             "  keepalive_requests 100000;",
