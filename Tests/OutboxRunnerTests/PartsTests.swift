@@ -200,6 +200,44 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(partAttempts.filter { $0.contains(#""outcome":"retry""#) }.count == 2)
     }
 
+    /// Network faults inside parts retry only those parts: a connection reset while the
+    /// server reads a part's body, and a server that takes a whole part and never answers
+    /// (the stall timeout ends the wait). Every part is accepted once, from its own bytes.
+    @Test func resetAndStalledPartsRetryOnlyThoseParts() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/nf/2", [.resetWhileReadingRequest(afterBytes: 100_000), .status(201, headers: [("ETag", "\"two\"")])])
+        server.script("/put/nf/3", [.stall, .status(201, headers: [("ETag", "\"three\"")])])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\ntimeouts: { stall: { below: 1KiB, for: 1s } }\n")
+        try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB"))
+        let file = sandbox.path("f.bin")
+        let partSize = 262_144
+        try PartFiles.make(file, size: 4 * partSize, seed: 3)
+        let hashes = try (0..<4).map { try PartFiles.sha(file, Int64($0 * partSize), Int64(($0 + 1) * partSize)) }
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "nf", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let received = server.requests(path: "/put/nf/")
+        let byPart = Dictionary(grouping: received, by: { PartFiles.partNumber($0.path) ?? 0 })
+        #expect(byPart.mapValues(\.count) == [1: 1, 2: 2, 3: 2, 4: 1])
+        // The reset cut part 2's first body short; every body that arrived whole is its
+        // part's bytes, the stalled part's first one included.
+        #expect(byPart[2]?.first?.completed == false)
+        #expect(byPart[3]?.first?.completed == true)
+        for record in received where record.completed {
+            #expect(record.bodySHA256 == hashes[(PartFiles.partNumber(record.path) ?? 1) - 1])
+        }
+        let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome.json")))
+        let parts = try #require(outcome["parts"] as? [[String: Any]])
+        #expect(parts.map { $0["status"] as? Int } == [201, 201, 201, 201])
+        #expect(parts.map { ($0["headers"] as? [String: String])?["etag"] }
+                == [PartFiles.etag(hashes[0]), "\"two\"", "\"three\"", PartFiles.etag(hashes[3])])
+        let retried = run.lines.filter { $0.contains(#""type":"attempt""#) && $0.contains(#""outcome":"retry""#) }
+        #expect(retried.count == 2)
+        #expect(retried.contains { $0.contains(#""part_index":1"#) && $0.contains(#""error_kind":"network""#) })
+        #expect(retried.contains { $0.contains(#""part_index":2"#) && $0.contains(#""error_kind":"timeout""#) })
+    }
+
     @Test func terminalPartFailureSettlesErrorNamingThePart() async throws {
         let server = try TestHTTPServer()
         server.script("/put/te/3", [.status(422, body: "part rejected")])
