@@ -109,6 +109,8 @@ final class CurlEngine: @unchecked Sendable {
     private let perHost: Int
     /// A transfer was added since the last perform.
     private var added = false
+    /// When the transfers were last checked for stalls (monotonic ms).
+    private var stallCheckMs: Int64 = 0
 
     init(maxConnections: Int, perHost: Int) throws {
         self.perHost = perHost
@@ -217,10 +219,12 @@ final class CurlEngine: @unchecked Sendable {
             added = false
             _ = ccurl_multi_perform(multi, &running)
             collectFinished()
+            abortStalled()
             // A standby transfer that just started is driven at once, not after a poll.
             if added { continue }
-            // Returns early on socket activity, curl's own timers, or a wakeup.
-            if ccurl_multi_poll(multi, 1000, nil) != CURLM_OK {
+            // Returns early on socket activity, curl's own timers, or a wakeup; with
+            // transfers in flight, soon enough for the stall check to keep its step.
+            if ccurl_multi_poll(multi, active.isEmpty ? 1000 : 100, nil) != CURLM_OK {
                 usleep(10_000)  // never spin if polling itself fails
             }
         }
@@ -271,6 +275,19 @@ final class CurlEngine: @unchecked Sendable {
         }
     }
 
+    /// Ends the transfers that stalled (`StallWatch`), at most every 50 ms.
+    private func abortStalled() {
+        guard !active.isEmpty else { return }
+        let now = Int64(monotonicNanoseconds() / 1_000_000)
+        guard now - stallCheckMs >= 50 else { return }
+        stallCheckMs = now
+        var stalled: [(Transfer, String)] = []
+        for (transfer, _) in active.values {
+            if let message = transfer.stallMessage(nowMs: now) { stalled.append((transfer, message)) }
+        }
+        for (transfer, message) in stalled { finish(transfer, code: nil, abortMessage: message, abortKind: .timeout) }
+    }
+
     private func abort(_ id: UInt64, message: String) {
         if let index = standby.firstIndex(where: { $0.id == id }) {
             let job = standby.remove(at: index)
@@ -283,10 +300,11 @@ final class CurlEngine: @unchecked Sendable {
 
     /// Removes the handle from the multi, then frees it, then reports (T-curl11). A slot
     /// transfer hands its slot to a standby job before it reports.
-    private func finish(_ transfer: Transfer, code: CURLcode?, abortMessage: String) {
+    private func finish(_ transfer: Transfer, code: CURLcode?, abortMessage: String,
+                        abortKind: HTTPFailureKind = .network) {
         guard let easy = transfer.easy, let job = active[transfer.id]?.job else { return }
         _ = ccurl_multi_remove_handle(multi, easy)
-        var result = transfer.result(code: code, abortMessage: abortMessage)
+        var result = transfer.result(code: code, abortMessage: abortMessage, abortKind: abortKind)
         active[transfer.id] = nil
         byHandle[easy] = nil
         activePerHost[job.host, default: 1] -= 1

@@ -54,9 +54,10 @@ public struct HTTPRequest: Sendable {
     /// curl turns a POST into a GET on 301/302/303, but a PATCH or DELETE keeps its verb.
     public var followRedirects: Int
     public var connectTimeoutMs: Int
-    /// The transfer fails with `.timeout` when slower than this for `stallForSeconds`.
+    /// The transfer fails with `.timeout` when it moves less than this a second, on average,
+    /// over `stallForMs` once connected (`StallWatch`); 0 in either turns the check off.
     public var stallBelowBytesPerSecond: Int
-    public var stallForSeconds: Int
+    public var stallForMs: Int
     /// A CA bundle to trust instead of the system's; verification is always on.
     public var caFile: String?
     /// Response body bytes kept; the rest is read and discarded (`bodyTruncated`).
@@ -71,7 +72,7 @@ public struct HTTPRequest: Sendable {
     /// Creates a request; defaults fit one outbox attempt.
     public init(url: String, method: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .none,
                 followRedirects: Int = 0, connectTimeoutMs: Int = 30_000, stallBelowBytesPerSecond: Int = 1024,
-                stallForSeconds: Int = 60, caFile: String? = nil, maxResponseBytes: Int = 1 << 20,
+                stallForMs: Int = 60_000, caFile: String? = nil, maxResponseBytes: Int = 1 << 20,
                 userAgent: String = "outbox") {
         self.url = url
         self.method = method
@@ -80,7 +81,7 @@ public struct HTTPRequest: Sendable {
         self.followRedirects = followRedirects
         self.connectTimeoutMs = connectTimeoutMs
         self.stallBelowBytesPerSecond = stallBelowBytesPerSecond
-        self.stallForSeconds = stallForSeconds
+        self.stallForMs = stallForMs
         self.caFile = caFile
         self.maxResponseBytes = maxResponseBytes
         self.userAgent = userAgent

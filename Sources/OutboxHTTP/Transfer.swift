@@ -37,6 +37,12 @@ final class Transfer {
     private var truncated = false
     private var lastProgressNs: UInt64 = 0
     private var lastProgressSent: Int64 = -1
+    /// The stall check, run by the engine (libcurl's low-speed check is not used).
+    private var stallWatch: StallWatch?
+    /// libcurl's byte counters as last seen, and what they counted before they last went
+    /// back to 0 (they restart with each request of a redirect).
+    private var countedBytes: Int64 = 0
+    private var countedBeforeRestart: Int64 = 0
 
     /// Opens the body source and configures a new easy handle; throws what to report.
     init(id: UInt64, request: HTTPRequest, progress: (@Sendable (Int64, Int64) -> Void)?,
@@ -47,6 +53,7 @@ final class Transfer {
         self.progress = progress
         self.maxResponseBytes = max(0, request.maxResponseBytes)
         self.uploadLength = request.body.knownLength
+        stallWatch = StallWatch(belowBytesPerSecond: request.stallBelowBytesPerSecond, forMs: request.stallForMs)
         errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE))
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         easy = ccurl_easy_init()
@@ -147,10 +154,6 @@ final class Transfer {
         // The rendered URL is final (templates already encoded dot segments): send it as is.
         try check(ccurl_setopt_long(easy, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
         try check(ccurl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, request.connectTimeoutMs)), "CONNECTTIMEOUT_MS")
-        if request.stallForSeconds > 0 && request.stallBelowBytesPerSecond > 0 {
-            try check(ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_LIMIT, request.stallBelowBytesPerSecond), "LOW_SPEED_LIMIT")
-            try check(ccurl_setopt_long(easy, CURLOPT_LOW_SPEED_TIME, request.stallForSeconds), "LOW_SPEED_TIME")
-        }
         try check(ccurl_setopt_str(easy, CURLOPT_USERAGENT, request.userAgent), "USERAGENT")
         if request.followRedirects > 0 {
             try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1), "FOLLOWLOCATION")
@@ -394,10 +397,33 @@ final class Transfer {
         progress(sent, fullTotal)
     }
 
+    // MARK: - Stall check (curl thread)
+
+    /// The stall message once the transfer has stalled (`StallWatch`), else nil. Time spent
+    /// connecting does not count: the connect timeout covers it.
+    func stallMessage(nowMs: Int64) -> String? {
+        guard let easy, stallWatch != nil else { return nil }
+        var started: curl_off_t = 0
+        _ = ccurl_getinfo_off_t(easy, CURLINFO_PRETRANSFER_TIME_T, &started)
+        guard started > 0 else {
+            stallWatch!.reset()
+            return nil
+        }
+        var sent: curl_off_t = 0
+        var received: curl_off_t = 0
+        _ = ccurl_getinfo_off_t(easy, CURLINFO_SIZE_UPLOAD_T, &sent)
+        _ = ccurl_getinfo_off_t(easy, CURLINFO_SIZE_DOWNLOAD_T, &received)
+        let counted = Int64(sent) + Int64(received)
+        if counted < countedBytes { countedBeforeRestart += countedBytes }
+        countedBytes = counted
+        guard stallWatch!.observe(bytes: countedBeforeRestart + counted, nowMs: nowMs) else { return nil }
+        return stallWatch!.message
+    }
+
     // MARK: - Result
 
     /// Builds the result once curl is done (`code`) or the transfer was aborted (nil).
-    func result(code: CURLcode?, abortMessage: String = "aborted") -> HTTPResult {
+    func result(code: CURLcode?, abortMessage: String = "aborted", abortKind: HTTPFailureKind = .network) -> HTTPResult {
         var result = HTTPResult(effectiveURL: url)
         guard let easy else { return result }
         var status = 0
@@ -420,7 +446,7 @@ final class Transfer {
             result.retryAfterSeconds = Int64(max(0, after))
         }
         guard let code else {
-            result.failure = (.network, abortMessage)
+            result.failure = (abortKind, abortMessage)
             return result
         }
         if code == CURLE_OK { return result }

@@ -547,7 +547,7 @@ public final class Runner {
         var request = HTTPRequest(
             url: url, method: entry.request.method, headers: headers, body: body, followRedirects: entry.request.followRedirects,
             connectTimeoutMs: Int(config.connectTimeoutMs), stallBelowBytesPerSecond: Int(config.stallBelowBytes),
-            stallForSeconds: Int(max(1, config.stallForMs / 1000)), caFile: config.caFile,
+            stallForMs: Int(config.stallForMs), caFile: config.caFile,
             maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(Runner.version)")
         // A referenced file is checked again when the curl thread opens it: a standby request
         // may start well after its claim checked the file.

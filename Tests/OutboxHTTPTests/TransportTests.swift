@@ -339,6 +339,26 @@ private final class HTTPSServer: @unchecked Sendable {
         }
     }
 
+    /// libcurl's byte counters start over with each request of a redirect; the stall check
+    /// counts on from what the first request moved. Here the 307 trickles in at ~1.2 KB/s
+    /// for 2.5 s, then the re-sent body waits 1.5 s for its answer: a check that compared
+    /// the second request's counter with the first one's would call that a stall.
+    @Test func aRedirectDoesNotLookLikeAStall() async throws {
+        try await withFixture { server, client, folder in
+            server.script("/old", [TestResponse(status: 307, headers: [("Location", "/new")],
+                                                action: .slowBody(bytesPerChunk: 300, intervalMs: 250), bodySize: 3000)])
+            server.script("/new", [.delay(1500, 200)])
+            let path = try folder.file("payload.bin", pattern(1 << 20, seed: 9))
+            let result = await send(client, HTTPRequest(url: server.url("/old"), method: "PUT",
+                                                        body: .file(path: path, offset: 0, length: 1 << 20),
+                                                        followRedirects: 1, stallBelowBytesPerSecond: 1024,
+                                                        stallForMs: 2000))
+            #expect(result.failure == nil, "\(result.failure?.message ?? "")")
+            #expect(result.status == 200)
+            #expect(try recorded(server, "/new").bodySize == 1 << 20)
+        }
+    }
+
     /// A request that names the file it expects (a file referenced at enqueue) is checked
     /// as the file is opened: a different size, mtime or inode, or no file, fails with
     /// `.file` and sends nothing; the same file is sent.
@@ -621,7 +641,7 @@ private final class HTTPSServer: @unchecked Sendable {
         try await withFixture { server, client, _ in
             // 10 bytes every 5 s is far below 100 B/s.
             let result = await send(client, HTTPRequest(url: server.url("/slow/100000?chunk=10&interval_ms=5000"),
-                                                        method: "GET", stallBelowBytesPerSecond: 100, stallForSeconds: 1))
+                                                        method: "GET", stallBelowBytesPerSecond: 100, stallForMs: 1000))
             #expect(result.failure?.kind == .timeout)
             #expect(result.status == 200)
         }
@@ -630,7 +650,7 @@ private final class HTTPSServer: @unchecked Sendable {
     @Test func silentServerTimesOut() async throws {
         try await withFixture { server, client, _ in
             let result = await send(client, HTTPRequest(url: server.url("/stall"), method: "GET",
-                                                        stallBelowBytesPerSecond: 100, stallForSeconds: 1))
+                                                        stallBelowBytesPerSecond: 100, stallForMs: 1000))
             #expect(result.failure?.kind == .timeout)
             #expect(result.status == nil)
         }
