@@ -29,11 +29,8 @@ struct StallWatch {
     /// Records that the transfer has moved `bytes` in all by `nowMs` (a monotonic clock);
     /// true once it has stalled.
     mutating func observe(bytes: Int64, nowMs: Int64) -> Bool {
-        if let last = samples.last, nowMs - last.ms < stepMs {
-            // Too soon for a sample; the check below still uses the bytes of now.
-        } else {
-            samples.append((nowMs, bytes))
-        }
+        // A sample at most every stepMs; the check below uses the bytes of now either way.
+        if samples.last.map({ nowMs - $0.ms >= stepMs }) ?? true { samples.append((nowMs, bytes)) }
         let windowStart = nowMs - forMs
         var older = 0
         while older + 1 < samples.count && samples[older + 1].ms <= windowStart { older += 1 }
