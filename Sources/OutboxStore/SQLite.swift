@@ -202,6 +202,21 @@ final class SQLiteConnection: @unchecked Sendable {
         }
     }
 
+    /// A transaction whose commit is not fsynced (`synchronous=NORMAL` for it alone). In WAL
+    /// mode it survives a crash of the process (the log is in the page cache) and becomes
+    /// durable with the next synced commit; only a power loss before that can drop it. For
+    /// records that matter only while the machine stays up; inside another transaction, the
+    /// outer one's commit decides.
+    @discardableResult
+    func transactionWithoutSync<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
+        if transactionDepth > 0 { return try body() }
+        try run("PRAGMA synchronous=NORMAL")
+        let result: Result<T, OutboxError>
+        do throws(OutboxError) { result = .success(try transaction(body)) } catch { result = .failure(error) }
+        try run("PRAGMA synchronous=FULL")
+        return try result.get()
+    }
+
     /// Changes whenever another connection commits (T-sql6); cheap to poll.
     func dataVersion() throws(OutboxError) -> Int64 {
         try queryOne("PRAGMA data_version") { $0.int(0) } ?? 0

@@ -259,8 +259,10 @@ extension SQLiteStore {
     }
 
     /// Records a hook's process group so a later runner can stop it before redelivering.
+    /// Not fsynced: it is needed after a crash of the runner, when the machine (and the
+    /// page cache holding the record) stayed up; after a power loss the hook is gone too.
     public func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError) {
-        try db.transaction { () throws(OutboxError) in
+        try db.transactionWithoutSync { () throws(OutboxError) in
             try db.run("UPDATE outcomes SET hook_pgid = ?, hook_start = ? WHERE seq = ?", [.int(Int64(pgid)), .int(Int64(startTime)), .int(seq)])
         }
     }
