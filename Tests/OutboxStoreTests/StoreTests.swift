@@ -15,6 +15,22 @@ struct StoreOpeningTests {
         #expect(try second.db.query("PRAGMA journal_mode") { $0.text(0) } == ["wal"])
     }
 
+    /// The one commit made without a sync leaves the connection syncing again, whether its
+    /// body succeeds or throws.
+    @Test func aTransactionWithoutSyncRestoresFullSync() throws {
+        let f = try StoreFixture()
+        var during: [Int64] = []
+        try f.store.db.transactionWithoutSync { () throws(OutboxError) in
+            during = try f.store.db.query("PRAGMA synchronous") { $0.int(0) }
+        }
+        #expect(during == [1])
+        #expect(try f.store.db.query("PRAGMA synchronous") { $0.int(0) } == [2])
+        #expect(throws: OutboxError.self) {
+            try f.store.db.transactionWithoutSync { () throws(OutboxError) in throw .storage("boom") }
+        }
+        #expect(try f.store.db.query("PRAGMA synchronous") { $0.int(0) } == [2])
+    }
+
     @Test func theFolderIs0700AndTheFiles0600() throws {
         let f = try StoreFixture()
         try f.enqueue("a", "text", #"{"t": "\#(String(repeating: "z", count: 70_000))"}"#)
