@@ -106,25 +106,33 @@ final class ProgressDisplay {
         if drewSomething { write("\r\u{1B}[2K") }
     }
 
+    /// Clears the line before another line is written (a log line), and lets the next
+    /// `draw` come at once, below it.
+    func clear() {
+        guard drewSomething else { return }
+        write("\r\u{1B}[2K")
+        drewSomething = false
+        lastDraw = .min
+    }
+
     /// The text of the line, e.g. `3/10 entries · 1.2 GiB of 4.0 GiB · 80 MiB/s · ETA 35s · 2 running`.
+    /// Entries that carry no bytes (requests without bodies) show no bytes, rate or ETA.
     static func line(_ s: Snapshot) -> String {
-        var pieces = ["\(s.doneEntries)/\(s.totalEntries) entries",
-                      "\(Units.formatBytes(s.acceptedBytes)) of \(Units.formatBytes(s.totalBytes))"]
-        if let rate = s.rate {
-            pieces.append("\(Units.formatBytes(rate))/s")
-            if s.remainingBytes == 0 {
-                pieces.append("ETA 0s")
-            } else if rate > 0 {
-                pieces.append("ETA \(Units.formatDuration(ms: s.remainingBytes * 1000 / rate))")
-            } else {
-                pieces.append("ETA --")
-            }
-        } else {
-            pieces.append("ETA --")
+        var pieces = ["\(s.doneEntries)/\(s.totalEntries) entries"]
+        if s.totalBytes > 0 {
+            pieces.append("\(Units.formatBytes(s.acceptedBytes)) of \(Units.formatBytes(s.totalBytes))")
+            if let rate = s.rate { pieces.append("\(Units.formatBytes(rate))/s") }
+            pieces.append("ETA \(eta(s))")
         }
         pieces.append("\(s.running) running")
         if s.retried > 0 { pieces.append("\(s.retried) retried") }
         if s.errors > 0 { pieces.append("\(s.errors) error\(s.errors == 1 ? "" : "s")") }
         return pieces.joined(separator: " · ")
+    }
+
+    private static func eta(_ s: Snapshot) -> String {
+        guard let rate = s.rate else { return "--" }
+        if s.remainingBytes == 0 { return "0s" }
+        return rate > 0 ? Units.formatDuration(ms: s.remainingBytes * 1000 / rate) : "--"
     }
 }

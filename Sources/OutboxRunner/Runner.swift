@@ -95,7 +95,8 @@ public final class Runner {
     let options: RunOptions
     let factory: EntryFactory
     let emit: (JSON) -> Void
-    let log: (String) -> Void
+    /// Writes a line to the log (stderr); use `log(_:)`, which keeps the live display intact.
+    let writeLog: (String) -> Void
     let owner: String
     let mailbox = Mailbox<RunnerEvent>()
     var http: HTTPClient?
@@ -148,7 +149,7 @@ public final class Runner {
         self.environment = environment
         self.options = options
         self.emit = emit
-        self.log = log
+        self.writeLog = log
         owner = "pid-\(getpid())-\(Identifiers.uuid().prefix(8))"
         factory = EntryFactory(config: config, environment: environment, cwd: cwd) { [definitions] (key: String) throws(OutboxError) in
             guard let d = definitions.definitions[key] else { throw .invalid("no definition has key \"\(key)\"") }
@@ -266,6 +267,13 @@ public final class Runner {
         let counts = try store.counts()
         summary.remaining = Int(counts.states.filter { !["completed", "cancelled"].contains($0.key) }.values.reduce(0, +))
         return summary
+    }
+
+    /// Logs a line; with the live display on, the line it drew is cleared first and drawn
+    /// again below the log line at the next turn.
+    func log(_ line: String) {
+        progressDisplay?.clear()
+        writeLog(line)
     }
 
     func flush(now: Int64) throws(OutboxError) {

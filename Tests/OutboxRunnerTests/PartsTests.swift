@@ -452,6 +452,10 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
                  snapshot: .init(doneEntries: 2, totalEntries: 2, acceptedBytes: 20, totalBytes: 20, rate: 5,
                                  remainingBytes: 0, running: 0),
                  line: "2/2 entries · 20 B of 20 B · 5 B/s · ETA 0s · 0 running"),
+        LineCase(name: "requests without bodies",
+                 snapshot: .init(doneEntries: 1, totalEntries: 3, acceptedBytes: 0, totalBytes: 0, rate: 0,
+                                 remainingBytes: 0, running: 2, retried: 1),
+                 line: "1/3 entries · 2 running · 1 retried"),
     ])
     func progressLine(_ c: LineCase) {
         #expect(ProgressDisplay.line(c.snapshot) == c.line)
@@ -485,6 +489,18 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         display.draw(summary: RunSummary(), flights: 0, running: 1)
         // 50 bytes left the wire in 2 s; 60 of the last 100 are still to send.
         #expect(written.last == "\r\u{1B}[2K1/2 entries · 240 B of 300 B · 25 B/s · ETA 2.4s · 1 running")
+        // A log line clears the display's line first; the next draw comes at once, below it.
+        display.clear()
+        #expect(written.last == "\r\u{1B}[2K")
+        now = 2010
+        display.draw(summary: RunSummary(), flights: 0, running: 1)
+        #expect(written.last == "\r\u{1B}[2K1/2 entries · 240 B of 300 B · 24 B/s · ETA 2.5s · 1 running")
+        display.clear()
+        display.clear()
+        #expect(Array(written.suffix(2)) == ["\r\u{1B}[2K1/2 entries · 240 B of 300 B · 24 B/s · ETA 2.5s · 1 running", "\r\u{1B}[2K"],
+                "a second clear writes nothing")
+        now = 2100
+        display.draw(summary: RunSummary(), flights: 0, running: 1)
         display.finish()
         #expect(written.last == "\r\u{1B}[2K")
     }
