@@ -115,7 +115,7 @@ final class ProgressDisplay {
         lastDraw = .min
     }
 
-    /// The text of the line, e.g. `3/10 entries · 1.2 GiB of 4.0 GiB · 80 MiB/s · ETA 35s · 2 running`.
+    /// The text of the line, e.g. `3/10 entries · 1.2 GiB of 4 GiB · 80 MiB/s · ETA 35s · 2 running`.
     /// Entries that carry no bytes (requests without bodies) show no bytes, rate or ETA.
     static func line(_ s: Snapshot) -> String {
         var pieces = ["\(s.doneEntries)/\(s.totalEntries) entries"]
