@@ -607,21 +607,28 @@ public final class Runner {
                 continue
             }
             let ready = pending.filter { ($0.nextAttemptAt ?? 0) <= now }
-            if !ready.isEmpty && job.inFlight.count < config.partConcurrency, let problem = payloadProblem(entry) {
+            // A part waiting for its retry keeps its slot, as a retry in place would: when
+            // the server is down, part_concurrency parts fail and wait, not every part once.
+            let waiting = pending.count - ready.count
+            var free = config.partConcurrency - job.inFlight.count - waiting
+            if !ready.isEmpty && free > 0, let problem = payloadProblem(entry) {
                 // Checked before each attempt, as for a whole body: a changed or missing file settles.
                 stopParts(id)
                 settleError(entry, kind: "file", message: problem, state: .error, reason: "file")
                 continue
             }
-            for part in ready where job.inFlight.count < config.partConcurrency {
+            // Parts are tried in order, so parts due for a retry come before untried ones.
+            for part in ready where free > 0 {
                 let host = URLCheck.hostKey(part.url)
                 if hostLoad[host, default: 0] >= config.perHost { continue }
                 job.inFlight.insert(part.index)
                 partJobs[id] = job
+                free -= 1
                 startTransfer(entry, part: part, host: host)
             }
-            if job.inFlight.isEmpty && ready.isEmpty, let next = pending.compactMap(\.nextAttemptAt).min() {
-                // Every remaining part backs off: give the slot back until the earliest is due.
+            if job.inFlight.isEmpty && (ready.isEmpty || free <= 0),
+               let next = pending.compactMap(\.nextAttemptAt).filter({ $0 > now }).min() {
+                // Every slot waits for a retry: give the entry's slot back until the earliest is due.
                 partJobs[id] = nil
                 running[id] = nil
                 changes.append(.reschedule(entryID: id, nextAttemptAt: next, reason: "part retry"))

@@ -238,6 +238,27 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(retried.contains { $0.contains(#""part_index":2"#) && $0.contains(#""error_kind":"timeout""#) })
     }
 
+    /// A server that fails every part: the parts in flight fail and wait for their retries
+    /// holding their slots, so the same part_concurrency parts are tried again and again,
+    /// and the other parts are not each tried once in a burst.
+    @Test func failingPartsKeepTheirSlotsWhileTheyWait() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/down/", [.status(503)])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        try PartFiles.make(sandbox.path("f.bin"), size: 10 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "down", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+
+        let run = try await sandbox.outbox(["run", "--max-time", "1s"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let received = server.requests(path: "/put/down/")
+        #expect(Set(received.compactMap { PartFiles.partNumber($0.path) }) == [1, 2, 3])
+        #expect(received.count > 6, "the three parts were retried (\(received.count) requests)")
+        let show = try #require(try await sandbox.show("down"))
+        #expect(show["state"] as? String == "queued")
+        #expect(try await PartFiles.storedParts(sandbox, "down").allSatisfy { !$0.accepted })
+    }
+
     @Test func terminalPartFailureSettlesErrorNamingThePart() async throws {
         let server = try TestHTTPServer()
         server.script("/put/te/3", [.status(422, body: "part rejected")])
