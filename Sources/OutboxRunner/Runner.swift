@@ -396,7 +396,7 @@ public final class Runner {
                 continue
             }
             if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) {
-                settleError(entry, kind: "expired", message: "the entry expired before it could be sent", state: .error, reason: "expired")
+                settleError(entry, kind: "expired", message: Self.expiredMessage(entry), state: .error, reason: "expired")
                 continue
             }
             if let account = entry.account, let current = factory.account(), account != current {
@@ -580,6 +580,13 @@ public final class Runner {
         flights[token] = flight
         if isStandby { standby[flight.transferID] = token }
         summary.attempts += 1
+    }
+
+    /// What an expired entry's error says: that nothing was sent, or how the attempts went.
+    static func expiredMessage(_ entry: Entry) -> String {
+        guard entry.attempts > 0 else { return "the entry expired before it could be sent" }
+        let tries = entry.attempts == 1 ? "1 attempt" : "\(entry.attempts) attempts"
+        return "the entry expired after \(tries) without success" + (entry.reason.map { "; the last: \($0)" } ?? "")
     }
 
     /// Starts the next parts of chunked entries, within part_concurrency and per_host.

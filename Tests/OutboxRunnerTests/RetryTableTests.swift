@@ -276,9 +276,24 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         let hook = try #require(p.deliveries("old").first)
         #expect(hook.string("stdin.outcome") == "error")
         #expect(hook.string("stdin.error.kind") == "expired")
+        #expect(hook.string("stdin.error.message") == "the entry expired before it could be sent")
         let row = try #require(try await p.list().first)
         #expect(row.string("state") == "error")
         #expect(row.string("reason") == "expired")
+    }
+
+    /// An entry that was sent and kept failing until it expired says so, and why the last
+    /// attempt failed.
+    @Test func expiryAfterAttemptsNamesTheLastFailure() async throws {
+        let p = try Project(definitions: ["t": definition("t", top: "expires_in: 500ms\nretry:\n  backoff: { base: 50ms, max: 50ms, jitter: 0 }")])
+        p.server.script("/down", [.status(503)])
+        try await p.enqueue("t", path: "/down", id: "late")
+        try await p.drain()
+        let attempts = p.server.requests(path: "/down").count
+        #expect(attempts > 1)
+        let hook = try #require(p.deliveries("late").first)
+        #expect(hook.string("stdin.error.kind") == "expired")
+        #expect(hook.string("stdin.error.message") == "the entry expired after \(attempts) attempts without success; the last: HTTP 503")
     }
 
     @Test func expiresInElapsedSettlesErrorExpired() async throws {
