@@ -396,7 +396,8 @@ public final class Runner {
                 continue
             }
             if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) {
-                settleError(entry, kind: "expired", message: Self.expiredMessage(entry), state: .error, reason: "expired")
+                settleError(entry, kind: "expired", message: Self.expiredMessage(attempts: entry.attempts, lastReason: entry.reason),
+                            state: .error, reason: "expired")
                 continue
             }
             if let account = entry.account, let current = factory.account(), account != current {
@@ -583,10 +584,10 @@ public final class Runner {
     }
 
     /// What an expired entry's error says: that nothing was sent, or how the attempts went.
-    static func expiredMessage(_ entry: Entry) -> String {
-        guard entry.attempts > 0 else { return "the entry expired before it could be sent" }
-        let tries = entry.attempts == 1 ? "1 attempt" : "\(entry.attempts) attempts"
-        return "the entry expired after \(tries) without success" + (entry.reason.map { "; the last: \($0)" } ?? "")
+    static func expiredMessage(attempts: Int64, lastReason: String?) -> String {
+        guard attempts > 0 else { return "the entry expired before it could be sent" }
+        let tries = attempts == 1 ? "1 attempt" : "\(attempts) attempts"
+        return "the entry expired after \(tries) without success" + (lastReason.map { "; the last: \($0)" } ?? "")
     }
 
     /// Starts the next parts of chunked entries, within part_concurrency and per_host.

@@ -1,5 +1,6 @@
 import Foundation
 import OutboxModel
+@testable import OutboxRunner
 import TestSupport
 import Testing
 
@@ -283,17 +284,15 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
     }
 
     /// An entry that was sent and kept failing until it expired says so, and why the last
-    /// attempt failed.
-    @Test func expiryAfterAttemptsNamesTheLastFailure() async throws {
-        let p = try Project(definitions: ["t": definition("t", top: "expires_in: 500ms\nretry:\n  backoff: { base: 50ms, max: 50ms, jitter: 0 }")])
-        p.server.script("/down", [.status(503)])
-        try await p.enqueue("t", path: "/down", id: "late")
-        try await p.drain()
-        let attempts = p.server.requests(path: "/down").count
-        #expect(attempts > 1)
-        let hook = try #require(p.deliveries("late").first)
-        #expect(hook.string("stdin.error.kind") == "expired")
-        #expect(hook.string("stdin.error.message") == "the entry expired after \(attempts) attempts without success; the last: HTTP 503")
+    /// attempt failed (the entry's reason); one never sent says that.
+    @Test(arguments: [
+        (Int64(0), nil as String?, "the entry expired before it could be sent"),
+        (1, "HTTP 503", "the entry expired after 1 attempt without success; the last: HTTP 503"),
+        (7, "timeout: stalled: less than 1 KiB/s over 1m", "the entry expired after 7 attempts without success; the last: timeout: stalled: less than 1 KiB/s over 1m"),
+        (2, nil, "the entry expired after 2 attempts without success"),
+    ])
+    func expiredMessageSaysHowTheAttemptsWent(_ attempts: Int64, _ reason: String?, _ message: String) {
+        #expect(Runner.expiredMessage(attempts: attempts, lastReason: reason) == message)
     }
 
     @Test func expiresInElapsedSettlesErrorExpired() async throws {
