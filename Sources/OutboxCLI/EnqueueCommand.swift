@@ -7,7 +7,7 @@ enum EnqueueCommand {
     static let options: [OptionSpec] = [
         varsOption,
         OptionSpec(name: "id", valueName: "ID", help: "the entry id (default: a new UUID); same id again resumes or replaces"),
-        OptionSpec(name: "from", valueName: "FILE.jsonl", help: "one entry per line: {\"vars\", \"id\"?, \"delay\"?, \"not_before\"?}; all or nothing"),
+        OptionSpec(name: "from", valueName: "FILE.jsonl", help: "one entry per line: {\"vars\", \"id\"?, \"delay\"?, \"not_before\"?}; all or nothing; - reads stdin"),
         EnqueueDirectory.option,
         EnqueueDirectory.idTemplateOption,
         OptionSpec(name: "delay", valueName: "D", help: "hold the entry for a duration (10m, 2h)"),
@@ -99,8 +99,10 @@ enum EnqueueCommand {
     }
 
     static func enqueueFile(_ i: inout Invocation, key: String, path: String, now: Int64) throws(OutboxError) -> Int32 {
-        let absolute = Paths.absolute(path, relativeTo: i.cwd)
-        guard let bytes = Paths.readBytes(absolute) else { throw .fileMissing("--from: cannot read \(absolute)") }
+        // `--from -` reads the lines from stdin (a pipeline: find, jq, ...).
+        let absolute = path == "-" ? "stdin" : Paths.absolute(path, relativeTo: i.cwd)
+        let read = path == "-" ? i.console.stdin() : Paths.readBytes(absolute)
+        guard let bytes = read else { throw .fileMissing("--from: cannot read \(absolute)") }
         let project = try i.project()
         let definition = try project.definition(key)
         let factory = factory(project, i)

@@ -233,7 +233,8 @@ final class Transfer {
             try check(ccurl_setopt_long(easy, CURLOPT_HTTPGET, 1), "HTTPGET")
         case "HEAD" where !hasBody:
             try check(ccurl_setopt_long(easy, CURLOPT_NOBODY, 1), "NOBODY")
-        case "DELETE" where !hasBody:
+        case "DELETE" where !hasBody, "MKCOL" where !hasBody, "COPY" where !hasBody, "MOVE" where !hasBody:
+            // The verb alone: no body, no Content-Length.
             try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
         case "PUT":
             try check(ccurl_setopt_long(easy, CURLOPT_UPLOAD, 1), "UPLOAD")

@@ -52,7 +52,9 @@ public struct Definition: Sendable {
         "follow_redirects", "wifi_only", "idempotency_key",
     ]
     public static let bodyKinds = ["data", "text", "form", "file"]
-    public static let methods = ["POST", "PUT", "PATCH", "DELETE", "GET"]
+    /// SPEC 3's methods, and WebDAV's MKCOL, COPY and MOVE (RFC 4918): a tree migrated into a
+    /// WebDAV server that does not create parent collections needs MKCOL first.
+    public static let methods = ["POST", "PUT", "PATCH", "DELETE", "GET", "MKCOL", "COPY", "MOVE"]
 }
 
 /// Every definition of a project, with the problems of the files that could not be read.

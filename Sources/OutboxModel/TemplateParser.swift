@@ -8,6 +8,8 @@ struct TemplatePath: Sendable, Equatable {
 /// One `| filter` of a substitution.
 enum TemplateFilter: Sendable, Equatable {
     case raw
+    /// In a URL: encode each `/`-separated segment, keeping the slashes (a relative path).
+    case path
     case json
     case xml
     case defaultValue(String)
@@ -16,13 +18,14 @@ enum TemplateFilter: Sendable, Equatable {
     var producesString: Bool {
         switch self {
         case .json, .xml: return true
-        case .raw, .defaultValue: return false
+        case .raw, .path, .defaultValue: return false
         }
     }
 
     var display: String {
         switch self {
         case .raw: return "raw"
+        case .path: return "path"
         case .json: return "json"
         case .xml: return "xml"
         case let .defaultValue(text):
@@ -44,6 +47,7 @@ struct TemplateSubstitution: Sendable, Equatable {
     let filters: [TemplateFilter]
 
     var isRaw: Bool { filters.contains(.raw) }
+    var keepsSlashes: Bool { filters.contains(.path) }
     var producesString: Bool { filters.contains { $0.producesString } }
 
     /// The tag as it would be written, normalized, for error messages.
@@ -66,7 +70,7 @@ struct TemplateSyntaxError: Error, Sendable {
 enum TemplateParser {
     /// Roots a definition may name; a for-variable may not reuse them.
     static let knownRoots: [String] = ["entry", "env", "file", "outcome", "part", "vars"]
-    static let filterList = "raw, json, xml, default(\"...\")"
+    static let filterList = "raw, path, json, xml, default(\"...\")"
 
     private enum Token {
         case text(String)
@@ -249,6 +253,7 @@ enum TemplateParser {
     private static func parseFilter(_ f: String, tag: String) throws(TemplateSyntaxError) -> TemplateFilter {
         switch f {
         case "raw": return .raw
+        case "path": return .path
         case "json": return .json
         case "xml": return .xml
         case "": throw TemplateSyntaxError(message: "empty filter after \"|\" in {{ \(tag) }}")

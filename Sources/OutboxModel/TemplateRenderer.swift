@@ -76,7 +76,7 @@ struct TemplateRenderer {
                         guard position.part == .rest else {
                             throw .invalid("\(field): {{ \(sub.path.text) }} is in the URL's scheme or host; write {{ \(sub.path.text) | raw }} if the value is trusted")
                         }
-                        text = URLCheck.encodeComponent(text)
+                        text = sub.keepsSlashes ? URLCheck.encodePath(text) : URLCheck.encodeComponent(text)
                     }
                     position.feed(text)
                 }
@@ -114,7 +114,7 @@ struct TemplateRenderer {
         }
         for filter in sub.filters {
             switch filter {
-            case .raw:
+            case .raw, .path:
                 continue
             case let .defaultValue(fallback):
                 switch piece {

@@ -100,6 +100,12 @@ public enum URLCheck {
         return String(decoding: bytes[hostStart..<end], as: UTF8.self).lowercased()
     }
 
+    /// A relative path for a URL (`| path`): each `/`-separated segment encoded as by
+    /// `encodeComponent`, so `.` and `..` segments still cannot climb; the slashes stay.
+    public static func encodePath(_ s: String) -> String {
+        s.split(separator: "/", omittingEmptySubsequences: false).map { encodeComponent(String($0)) }.joined(separator: "/")
+    }
+
     /// Percent-encodes everything but RFC 3986 unreserved characters (A-Z a-z 0-9 - . _ ~); "." → "%2E", ".." → "%2E%2E".
     ///
     /// Any all-dots value is fully encoded, so it can never form a dot segment that

@@ -380,6 +380,21 @@ struct CLIEnqueueTests {
         #expect(try p.rows().count == 4)
     }
 
+    /// `--from -` reads the lines from stdin; a bad line is named as `stdin:N` and nothing
+    /// is enqueued.
+    @Test func fromStdinEnqueuesEveryLine() throws {
+        let p = try CLIProject()
+        let r = p.run(["enqueue", "note", "--from", "-"], stdin: #"{"vars": {"n": 1}, "id": "s1"}"# + "\n" + #"{"vars": {"n": 2}, "id": "s2"}"# + "\n")
+        #expect(r.status == 0, "\(r)")
+        #expect(r.out == "s1\ns2\n")
+        #expect(try p.rows().map { $0["vars"]?["n"] } == [.number("1"), .number("2")])
+        let before = try p.snapshot()
+        let bad = p.run(["enqueue", "note", "--from", "-"], stdin: #"{"vars": {"n": 3}}"# + "\n" + #"{"vars": {"n": 4}"# + "\n")
+        #expect(bad.status == 65)
+        #expect(bad.err.hasPrefix("outbox: E_INVALID: stdin:2: not valid JSON"), "\(bad.err)")
+        #expect(try p.snapshot() == before)
+    }
+
     struct BadLineCase: Sendable, CustomTestStringConvertible {
         let name: String
         let lines: [String]

@@ -236,6 +236,9 @@ private final class HTTPSServer: @unchecked Sendable {
         MethodCase(name: "DELETE without body", method: "DELETE", body: nil),
         MethodCase(name: "DELETE with bytes", method: "DELETE", body: pattern(100)),
         MethodCase(name: "lowercase put", method: "put", body: pattern(10)),
+        MethodCase(name: "WebDAV MKCOL", method: "MKCOL", body: nil),
+        MethodCase(name: "WebDAV COPY", method: "COPY", body: nil),
+        MethodCase(name: "WebDAV MOVE", method: "MOVE", body: nil),
     ])
     func methodAndBodyArrive(_ c: MethodCase) async throws {
         try await withFixture { server, client, _ in

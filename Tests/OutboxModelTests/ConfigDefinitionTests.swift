@@ -330,7 +330,7 @@ struct DefinitionTests {
         BadCase(name: "ftp: URL", yaml: "key: k\nrequest:\n  url: \"ftp://x\"\n", line: 3, column: 8,
                 message: "request.url: scheme \"ftp\" is not allowed (http or https only)"),
         BadCase(name: "unknown method", yaml: "key: k\nrequest:\n  url: https://x.example/\n  method: FETCH\n", line: 4, column: 11,
-                message: "request.method must be one of POST, PUT, PATCH, DELETE, GET, not \"FETCH\""),
+                message: "request.method must be one of POST, PUT, PATCH, DELETE, GET, MKCOL, COPY, MOVE, not \"FETCH\""),
         BadCase(name: "YAML 1.1 yes for a bool", yaml: "key: k\nrequest:\n  url: https://x.example/\n  wifi_only: yes\n",
                 line: 4, column: 14, message: "request.wifi_only must be true or false, not a string (YAML 1.2: write true or false)"),
         BadCase(name: "bad duration", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nexpires_in: 2 weeks\n",

@@ -250,7 +250,7 @@ struct RequestBuilderTests {
         #expect(error.code == .invalid)
         #expect(error.message == "a GET request cannot have a body (request.data)")
         let method = try failure("key: k\nrequest:\n  method: \"{{ vars.m }}\"\n  url: https://x.example/\n", vars: #"{"m": "TRACE"}"#)
-        #expect(method.message.hasPrefix("request.method must be one of POST, PUT, PATCH, DELETE, GET"))
+        #expect(method.message.hasPrefix("request.method must be one of POST, PUT, PATCH, DELETE, GET, MKCOL, COPY, MOVE"))
     }
 
     @Test func aMissingFileIsFileMissingAndNamed() throws {

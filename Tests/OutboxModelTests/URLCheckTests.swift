@@ -162,4 +162,18 @@ struct URLCheckTests {
     func encodeComponent(_ c: EncodeCase) {
         #expect(URLCheck.encodeComponent(c.input) == c.output)
     }
+
+    @Test(arguments: [
+        EncodeCase(name: "nested path", input: "2026/11/cam 1.mp4", output: "2026/11/cam%201.mp4"),
+        EncodeCase(name: "dot dot segment cannot climb", input: "../etc/passwd", output: "%2E%2E/etc/passwd"),
+        EncodeCase(name: "dot segment inside", input: "a/./b", output: "a/%2E/b"),
+        EncodeCase(name: "dots in names stay", input: "a.b/c..d", output: "a.b/c..d"),
+        EncodeCase(name: "empty segments kept", input: "/a//b/", output: "/a//b/"),
+        EncodeCase(name: "reserved inside a segment", input: "q?x#y/z", output: "q%3Fx%23y/z"),
+        EncodeCase(name: "encoded slash stays data", input: "a%2Fb/c", output: "a%252Fb/c"),
+        EncodeCase(name: "no slash", input: "a b", output: "a%20b"),
+    ])
+    func encodePathKeepsSlashes(_ c: EncodeCase) {
+        #expect(URLCheck.encodePath(c.input) == c.output)
+    }
 }
