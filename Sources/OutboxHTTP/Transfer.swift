@@ -403,11 +403,12 @@ final class Transfer {
     /// The stall message once the transfer has stalled (`StallWatch`), else nil. Time spent
     /// connecting does not count: the connect timeout covers it.
     func stallMessage(nowMs: Int64) -> String? {
-        guard let easy, stallWatch != nil else { return nil }
+        guard let easy, var watch = stallWatch else { return nil }
+        defer { stallWatch = watch }
         var started: curl_off_t = 0
         _ = ccurl_getinfo_off_t(easy, CURLINFO_PRETRANSFER_TIME_T, &started)
         guard started > 0 else {
-            stallWatch!.reset()
+            watch.reset()
             return nil
         }
         var sent: curl_off_t = 0
@@ -417,8 +418,7 @@ final class Transfer {
         let counted = Int64(sent) + Int64(received)
         if counted < countedBytes { countedBeforeRestart += countedBytes }
         countedBytes = counted
-        guard stallWatch!.observe(bytes: countedBeforeRestart + counted, nowMs: nowMs) else { return nil }
-        return stallWatch!.message
+        return watch.observe(bytes: countedBeforeRestart + counted, nowMs: nowMs) ? watch.message : nil
     }
 
     // MARK: - Result
