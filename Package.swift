@@ -25,8 +25,10 @@ let package = Package(
         .target(name: "OutboxProcess", dependencies: ["CSystem"], swiftSettings: strict),
         .target(name: "OutboxStore", dependencies: ["OutboxModel", "CSQLite", "CSystem"], swiftSettings: strict),
         .target(name: "OutboxHTTP", dependencies: ["OutboxModel", "CCurl"], swiftSettings: strict),
-        .target(name: "OutboxRunner", dependencies: ["OutboxModel", "OutboxStore", "OutboxHTTP", "OutboxProcess", "CSystem"], swiftSettings: strict),
-        .target(name: "OutboxCLI", dependencies: ["OutboxModel", "OutboxStore", "OutboxRunner", "OutboxProcess", "YAML", "CSystem"], swiftSettings: strict),
+        // The enqueue rules (vars checks, plugins, templates): shared by `enqueue` and the runner's follow-ups.
+        .target(name: "OutboxEnqueue", dependencies: ["OutboxModel", "OutboxProcess"], swiftSettings: strict),
+        .target(name: "OutboxRunner", dependencies: ["OutboxModel", "OutboxStore", "OutboxEnqueue", "OutboxHTTP", "OutboxProcess", "CSystem"], swiftSettings: strict),
+        .target(name: "OutboxCLI", dependencies: ["OutboxModel", "OutboxStore", "OutboxEnqueue", "OutboxRunner", "OutboxProcess", "YAML", "CSystem"], swiftSettings: strict),
         // The Swift runtime linked in: each command starts 2-4 ms sooner (no symbol lookups
         // across the runtime's shared libraries), which every shell script and timer pays.
         .executableTarget(name: "outbox", dependencies: ["OutboxCLI"], swiftSettings: strict,

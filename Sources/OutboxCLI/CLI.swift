@@ -3,7 +3,6 @@ import OutboxModel
 import OutboxRunner
 import OutboxStore
 
-public let outboxVersion = "0.1.0"
 
 /// Where a call's output goes; tests pass buffers, `main` passes the process's streams.
 public final class Console: @unchecked Sendable {

@@ -1,5 +1,5 @@
+import OutboxEnqueue
 import OutboxModel
-import OutboxRunner
 import OutboxStore
 
 enum EnqueueCommand {
@@ -164,7 +164,7 @@ enum EnqueueCommand {
         case .none: break
         case let .bytes(bytes, kind):
             let text = String(decoding: bytes, as: UTF8.self)
-            body = kind == "data" ? ((try? JSON.parse(text)) ?? .string(text)) : .string(text)
+            body = kind == .data ? ((try? JSON.parse(text)) ?? .string(text)) : .string(text)
         case let .form(fields):
             body = .array(fields.map { f in
                 .object([("name", .string(f.name)), ("value", .optionalString(f.value)), ("file", .optionalString(f.file?.path))])
@@ -183,7 +183,7 @@ enum EnqueueCommand {
         }
         let document = JSON.object([
             ("key", .string(key)), ("method", .string(p.method)), ("url", .optionalString(p.url)),
-            ("headers", HeaderRules.json(headers)), ("body_kind", .string(p.body.kind)), ("body", body),
+            ("headers", HeaderRules.json(headers)), ("body_kind", .string(p.body.kind.rawValue)), ("body", body),
             ("expires_in_ms", .int64(p.expiresInMs)), ("scope", .optionalString(p.scope)),
             ("follow_redirects", .int(p.followRedirects)), ("response", p.response.json),
         ])

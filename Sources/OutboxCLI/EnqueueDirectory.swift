@@ -1,6 +1,6 @@
 import Glibc
+import OutboxEnqueue
 import OutboxModel
-import OutboxRunner
 import OutboxStore
 
 /// `outbox enqueue KEY --from-dir DIR`: one entry per regular file of a folder tree, all in

@@ -6,7 +6,7 @@ final class Project {
     let config: Config
     let environment: [String: String]
     private var loadedDefinitions: DefinitionSet?
-    private var openedStore: SQLiteStore?
+    private var openedStore: (any Store)?
 
     init(config: Config, environment: [String: String]) {
         self.config = config
@@ -30,7 +30,8 @@ final class Project {
         return set
     }
 
-    func store() throws(OutboxError) -> SQLiteStore {
+    /// The project's store: the embedded SQLite store in `config.store`.
+    func store() throws(OutboxError) -> any Store {
         if let openedStore { return openedStore }
         let store = try SQLiteStore(folder: config.store)
         openedStore = store

@@ -110,7 +110,7 @@ enum ControlCommands {
         let store = try i.project().store()
         let keys = i.args.values("key")
         if keys.isEmpty {
-            try store.setSetting("queue_paused", paused ? "1" : nil)
+            try store.setQueuePaused(paused)
             i.console.err(paused ? "paused the whole queue (outbox resume to undo)" : "resumed the whole queue")
         } else {
             try store.setPaused(keys: keys, paused: paused)
@@ -139,7 +139,7 @@ enum ControlCommands {
     static func wifiOnly(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let value = i.args.positionals[0]
         guard value == "on" || value == "off" else { throw .usage("wifi-only takes on or off") }
-        try i.project().store().setSetting("wifi_only", value == "on" ? "1" : nil)
+        try i.project().store().setWifiOnly(value == "on")
         i.console.err("wifi-only \(value)")
         return 0
     }

@@ -4,9 +4,12 @@ import OutboxStore
 /// Commands that only read: list, show, chunk-plan, stats, explain, audit, completion.
 enum ReadCommands {
     /// The state a person sees: a queued entry held by a queue or key pause shows `paused`.
-    static func displayState(_ e: Entry, queuePaused: Bool, pausedKeys: Set<String>) -> String {
-        if e.state == .queued && (queuePaused || pausedKeys.contains(e.key)) { return "paused" }
-        return e.state.rawValue
+    static func displayState(_ e: Entry, control: QueueControl) -> String {
+        displayState(e.state.rawValue, key: e.key, control: control)
+    }
+
+    static func displayState(_ state: String, key: String, control: QueueControl) -> String {
+        state == EntryState.queued.rawValue && control.isPaused(key: key) ? EntryState.paused.rawValue : state
     }
 
     static func list(_ i: inout Invocation) throws(OutboxError) -> Int32 {
@@ -14,20 +17,17 @@ enum ReadCommands {
             throw .usage("--state must be one of \(EntryState.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(state)\"")
         }
         let store = try i.project().store()
-        let queuePaused = try store.setting("queue_paused") == "1"
-        let pausedKeys = try store.pausedKeys()
+        let control = try store.control()
         if i.json {
             i.console.write("[")
             let filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))
-            try store.writeListRows(filter, displayState: { state, key in
-                state == "queued" && (queuePaused || pausedKeys.contains(key)) ? "paused" : state
-            }) { i.console.write($0) }
+            try store.writeListRows(filter, displayState: { displayState($0, key: $1, control: control) }) { i.console.write($0) }
             i.console.write("]\n")
             return 0
         }
         var filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))
         if filter.state == "paused" { filter.state = nil }
-        var rows = try store.list(filter).map { ($0, displayState($0, queuePaused: queuePaused, pausedKeys: pausedKeys)) }
+        var rows = try store.list(filter).map { ($0, displayState($0, control: control)) }
         if let wanted = i.args.value("state") { rows = rows.filter { $0.1 == wanted } }
         if rows.isEmpty {
             i.console.err("no entries")
@@ -55,14 +55,13 @@ enum ReadCommands {
         }.joined(separator: "\n")
     }
 
-    static func showJSON(_ e: Entry, store: SQLiteStore, config: Config) throws(OutboxError) -> JSON {
-        let queuePaused = try store.setting("queue_paused") == "1"
-        var doc = e.listJSON(displayState: displayState(e, queuePaused: queuePaused, pausedKeys: try store.pausedKeys()))
+    static func showJSON(_ e: Entry, store: any Store, config: Config) throws(OutboxError) -> JSON {
+        var doc = e.listJSON(displayState: displayState(e, control: try store.control()))
         let redact = config.redactedHeaderNames
         var request: JSON = .object([
             ("method", .string(e.request.method)), ("url", .optionalString(e.request.url)),
             ("headers", HeaderRules.json(HeaderRules.redacted(e.request.headers, names: redact))),
-            ("body_kind", .string(e.request.bodyKind)), ("response", e.request.response.json),
+            ("body_kind", .string(e.request.bodyKind.rawValue)), ("response", e.request.response.json),
             ("follow_redirects", .int(e.request.followRedirects)),
         ])
         if let file = e.request.file {
@@ -76,7 +75,7 @@ enum ReadCommands {
         doc.set("account", .optionalString(e.account))
         doc.set("header_generation", .int64(e.headerGeneration))
         doc.set("not_before", .optionalInt(e.notBefore))
-        if e.request.bodyKind == "parts" {
+        if e.isChunked {
             doc.set("parts", .array(try store.parts(entrySeq: e.seq).map { p in
                 .object([("index", .int(p.index)), ("start", .int64(p.range.start)), ("end", .int64(p.range.end)),
                          ("accepted", .bool(p.accepted)), ("status", p.status.map { .int($0) } ?? .null),
@@ -84,7 +83,7 @@ enum ReadCommands {
             }))
         }
         doc.set("outcomes", .array(try store.outcomes(entryID: e.id).map { o in
-            .object([("outcome", .string(o.outcome)), ("generation", .int64(o.generation)), ("deliveries", .int64(o.deliveries)),
+            .object([("outcome", .string(o.outcome.rawValue)), ("generation", .int64(o.generation)), ("deliveries", .int64(o.deliveries)),
                      ("acknowledged", .bool(o.acknowledged)), ("reason", .optionalString(o.reason)),
                      ("next_delivery_at", .optionalInt(o.nextDeliveryAt)), ("at", .int64(o.createdAt))])
         }))
@@ -144,23 +143,24 @@ enum ReadCommands {
 
     static func stats(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let store = try i.project().store()
-        let (states, pending) = try store.counts()
+        let counts = try store.counts()
+        let (states, pending) = (counts.states, counts.pendingOutcomes)
         if i.args.flag("prometheus") {
             var lines = ["# HELP outbox_entries Entries in the store by state.", "# TYPE outbox_entries gauge"]
             for state in EntryState.allCases {
-                lines.append("outbox_entries{state=\"\(state.rawValue)\"} \(states[state.rawValue] ?? 0)")
+                lines.append("outbox_entries{state=\"\(state.rawValue)\"} \(states[state] ?? 0)")
             }
             lines += ["# HELP outbox_outcomes_pending Outcomes not yet acknowledged by a hook.",
                       "# TYPE outbox_outcomes_pending gauge", "outbox_outcomes_pending \(pending)"]
             i.console.out(lines.joined(separator: "\n"))
         } else if i.json {
             i.console.out(JSON.object([
-                ("entries", .object(EntryState.allCases.map { ($0.rawValue, .int64(states[$0.rawValue] ?? 0)) })),
+                ("entries", .object(EntryState.allCases.map { ($0.rawValue, .int64(states[$0] ?? 0)) })),
                 ("outcomes_pending", .int64(pending)),
             ]).serialized())
         } else {
             var table = [["STATE", "ENTRIES"]]
-            for state in EntryState.allCases { table.append([state.rawValue, String(states[state.rawValue] ?? 0)]) }
+            for state in EntryState.allCases { table.append([state.rawValue, String(states[state] ?? 0)]) }
             table.append(["outcomes pending", String(pending)])
             i.console.out(formatTable(table))
         }
@@ -181,8 +181,9 @@ enum ReadCommands {
         case .error: reasons.append("it settled error (\(e.reason ?? "see outbox show")); it stays until cancelled or enqueued again")
         case .queued, .paused: break
         }
-        if try store.setting("queue_paused") == "1" { reasons.append("the whole queue is paused (outbox resume)") }
-        if try store.pausedKeys().contains(e.key) { reasons.append("its key \(e.key) is paused (outbox resume --key \(e.key))") }
+        let control = try store.control()
+        if control.queuePaused { reasons.append("the whole queue is paused (outbox resume)") }
+        if control.pausedKeys.contains(e.key) { reasons.append("its key \(e.key) is paused (outbox resume --key \(e.key))") }
         if let nb = e.notBefore, nb > now { reasons.append("it is held until \(nb) (in \(Units.formatDuration(ms: nb - now)))") }
         if let next = e.nextAttemptAt, next > now, e.attempts > 0 {
             reasons.append("it backs off after \(e.attempts) attempt\(e.attempts == 1 ? "" : "s"); next in \(Units.formatDuration(ms: next - now))")
@@ -192,8 +193,7 @@ enum ReadCommands {
             let ahead = try store.list(ListFilter()).filter { $0.scope == scope && $0.seq < e.seq && !$0.state.isSettled }
             if let first = ahead.first { reasons.append("scope \(scope): \(first.id) runs first") }
         }
-        let queueWifiOnly = try store.setting("wifi_only") == "1"
-        let wifi = e.request.wifiOnly ?? queueWifiOnly
+        let wifi = e.request.wifiOnly ?? control.wifiOnly
         if wifi { reasons.append("it is wifi-only; it runs only while the wifi check passes") }
         if let account = e.account, let current = EnqueueCommand.factory(project, i).account(), account != current {
             reasons.append("it was enqueued by account \(account), not the current \(current): the runner will drop it")

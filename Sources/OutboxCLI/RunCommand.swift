@@ -2,6 +2,7 @@ import OutboxModel
 import OutboxRunner
 import Glibc
 import OutboxStore
+import Synchronization
 
 enum RunCommand {
     static let options: [OptionSpec] = [
@@ -42,8 +43,9 @@ enum RunCommand {
         let project = try i.project()
         let config = project.config
         let store = try project.store()
-        let lock = try Runner.lock(store: config.store)
-        defer { close(lock) }
+        let lock = try store.lockForRunner()
+        defer { lock.release() }
+        options.stopRequests = StopSignals.install()
         let console = i.console
         let sink = EventSink(console: events != nil ? console : nil, command: config.eventsCommand, config: config, environment: i.environment)
         defer { sink.close() }
@@ -57,5 +59,26 @@ enum RunCommand {
             console.err(summary.line)
         }
         return 0
+    }
+}
+
+/// SIGINT and SIGTERM while `outbox run` runs: counted, and read by the runner each turn
+/// (the first drains, the second stops at once). The library installs no handler itself.
+enum StopSignals {
+    static let count = Atomic<Int>(0)
+
+    static func install() -> @Sendable () -> Int {
+        count.store(0, ordering: .relaxed)
+        let handler: @convention(c) (Int32) -> Void = { _ in StopSignals.count.add(1, ordering: .relaxed) }
+        signal(SIGINT, handler)
+        signal(SIGTERM, handler)
+        // A parent may have started us with these blocked (e.g. spawned from a libdispatch
+        // worker thread, which blocks signals); then SIGTERM would never reach the handler.
+        var stops = sigset_t()
+        sigemptyset(&stops)
+        sigaddset(&stops, SIGINT)
+        sigaddset(&stops, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &stops, nil)
+        return { count.load(ordering: .relaxed) }
     }
 }

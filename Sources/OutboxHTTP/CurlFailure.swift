@@ -1,10 +1,11 @@
 import CCurl
+import OutboxModel
 
 /// Maps a libcurl result code to the failure kinds outbox reports.
 enum CurlFailure {
     /// `afterRedirect`: the transfer had received a 3xx or followed a redirect, so an
     /// "unsupported protocol" means a redirect to another scheme (REDIR_PROTOCOLS_STR).
-    static func kind(of code: CURLcode, afterRedirect: Bool) -> HTTPFailureKind {
+    static func kind(of code: CURLcode, afterRedirect: Bool) -> TransportFailure.Kind {
         switch code {
         case CURLE_OPERATION_TIMEDOUT:
             return .timeout

@@ -1,4 +1,5 @@
 import CCurl
+import OutboxModel
 import Glibc
 import Synchronization
 
@@ -49,8 +50,8 @@ public final class HTTPClient: Sendable {
         engine.promote(id)
     }
 
-    /// Aborts a transfer, standby or active; its completion gets a `.network` failure
-    /// "aborted". Unknown or finished ids are ignored.
+    /// Aborts a transfer, standby or active; its completion gets an `.aborted` failure.
+    /// Unknown or finished ids are ignored.
     public func cancel(_ id: UInt64) {
         engine.cancel(id)
     }
@@ -148,7 +149,7 @@ final class CurlEngine: @unchecked Sendable {
             return (id, true)
         }
         if !accepted {
-            completion(HTTPResult(failure: (.network, "aborted: the HTTP client was shut down"), effectiveURL: request.url))
+            completion(HTTPResult(failure: TransportFailure(.aborted, "the HTTP client was shut down"), effectiveURL: request.url))
         }
         return id
     }
@@ -202,11 +203,11 @@ final class CurlEngine: @unchecked Sendable {
             }
             if stopping {
                 for job in jobs + standby {
-                    job.completion(HTTPResult(failure: (.network, "aborted: the HTTP client was shut down"),
+                    job.completion(HTTPResult(failure: TransportFailure(.aborted, "the HTTP client was shut down"),
                                               effectiveURL: job.request.url))
                 }
                 standby.removeAll()
-                for id in active.keys.sorted() { abort(id, message: "aborted: the HTTP client was shut down") }
+                for id in active.keys.sorted() { abort(id, message: "the HTTP client was shut down") }
                 break
             }
             for job in jobs {
@@ -215,7 +216,7 @@ final class CurlEngine: @unchecked Sendable {
             for id in promotions {
                 if let index = standby.firstIndex(where: { $0.id == id }) { begin(standby.remove(at: index)) }
             }
-            for id in cancels { abort(id, message: "aborted") }
+            for id in cancels { abort(id, message: "cancelled by the runner") }
             added = false
             _ = ccurl_multi_perform(multi, &running)
             collectFinished()
@@ -240,7 +241,7 @@ final class CurlEngine: @unchecked Sendable {
         do {
             transfer = try Transfer(id: job.id, request: job.request, progress: job.progress, completion: job.completion)
         } catch {
-            job.completion(HTTPResult(failure: (error.kind, error.message), effectiveURL: job.request.url))
+            job.completion(HTTPResult(failure: TransportFailure(error.kind, error.message), effectiveURL: job.request.url))
             return
         }
         guard let easy = transfer.easy else { return }
@@ -248,7 +249,7 @@ final class CurlEngine: @unchecked Sendable {
         guard rc == CURLM_OK else {
             transfer.close()
             let message = String(cString: ccurl_multi_strerror(rc))
-            job.completion(HTTPResult(failure: (.network, "curl_multi_add_handle: \(message)"), effectiveURL: job.request.url))
+            job.completion(HTTPResult(failure: TransportFailure(.network, "curl_multi_add_handle: \(message)"), effectiveURL: job.request.url))
             return
         }
         active[job.id] = (transfer, job)
@@ -291,7 +292,7 @@ final class CurlEngine: @unchecked Sendable {
     private func abort(_ id: UInt64, message: String) {
         if let index = standby.firstIndex(where: { $0.id == id }) {
             let job = standby.remove(at: index)
-            job.completion(HTTPResult(failure: (.network, message), effectiveURL: job.request.url))
+            job.completion(HTTPResult(failure: TransportFailure(.aborted, message), effectiveURL: job.request.url))
             return
         }
         guard let transfer = active[id]?.transfer else { return }
@@ -301,7 +302,7 @@ final class CurlEngine: @unchecked Sendable {
     /// Removes the handle from the multi, then frees it, then reports (T-curl11). A slot
     /// transfer hands its slot to a standby job before it reports.
     private func finish(_ transfer: Transfer, code: CURLcode?, abortMessage: String,
-                        abortKind: HTTPFailureKind = .network) {
+                        abortKind: TransportFailure.Kind = .aborted) {
         guard let easy = transfer.easy, let job = active[transfer.id]?.job else { return }
         _ = ccurl_multi_remove_handle(multi, easy)
         var result = transfer.result(code: code, abortMessage: abortMessage, abortKind: abortKind)

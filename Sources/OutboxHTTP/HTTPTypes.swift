@@ -88,22 +88,6 @@ public struct HTTPRequest: Sendable {
     }
 }
 
-/// Why no usable HTTP response came back.
-public enum HTTPFailureKind: String, Sendable {
-    /// Connect, resolve, send, receive failures; an aborted transfer; a body file that
-    /// could not be read (message starts with "file:").
-    case network
-    /// Connect timeout or a stalled transfer.
-    case timeout
-    /// TLS handshake or certificate verification failed.
-    case tls
-    /// Too many redirects, or a redirect to a scheme other than http/https.
-    case redirect
-    /// The body file is missing or not the one expected (`HTTPRequest.expectedFile`) when
-    /// the transfer starts; nothing was sent.
-    case file
-}
-
 /// The outcome of one transfer: a response, a failure, or both (a failure after headers).
 public struct HTTPResult: Sendable {
     /// Status of the final response; nil when no HTTP response was received.
@@ -117,7 +101,7 @@ public struct HTTPResult: Sendable {
     var responseHeaders: ResponseHeaders
     public var body: [UInt8]
     public var bodyTruncated: Bool
-    public var failure: (kind: HTTPFailureKind, message: String)?
+    public var failure: TransportFailure?
     /// Seconds from a `Retry-After` header (either form); nil when absent.
     public var retryAfterSeconds: Int64?
     /// Request body bytes uploaded (includes a transport-level re-send).
@@ -128,7 +112,7 @@ public struct HTTPResult: Sendable {
 
     /// Creates a result (tests and the runner build them too).
     public init(status: Int? = nil, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
-                bodyTruncated: Bool = false, failure: (kind: HTTPFailureKind, message: String)? = nil,
+                bodyTruncated: Bool = false, failure: TransportFailure? = nil,
                 retryAfterSeconds: Int64? = nil, bytesSent: Int64 = 0, effectiveURL: String = "") {
         self.status = status
         self.responseHeaders = ResponseHeaders(fields: headers)

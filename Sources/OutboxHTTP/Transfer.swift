@@ -4,7 +4,7 @@ import OutboxModel
 
 /// A request that could not be handed to libcurl (body file missing, bad header...).
 struct TransferSetupError: Error {
-    var kind: HTTPFailureKind
+    var kind: TransportFailure.Kind
     var message: String
 }
 
@@ -424,7 +424,7 @@ final class Transfer {
     // MARK: - Result
 
     /// Builds the result once curl is done (`code`) or the transfer was aborted (nil).
-    func result(code: CURLcode?, abortMessage: String = "aborted", abortKind: HTTPFailureKind = .network) -> HTTPResult {
+    func result(code: CURLcode?, abortMessage: String = "cancelled by the runner", abortKind: TransportFailure.Kind = .aborted) -> HTTPResult {
         var result = HTTPResult(effectiveURL: url)
         guard let easy else { return result }
         var status = 0
@@ -447,12 +447,12 @@ final class Transfer {
             result.retryAfterSeconds = Int64(max(0, after))
         }
         guard let code else {
-            result.failure = (abortKind, abortMessage)
+            result.failure = TransportFailure(abortKind, abortMessage)
             return result
         }
         if code == CURLE_OK { return result }
         if let readFailure {
-            result.failure = (.network, readFailure)
+            result.failure = TransportFailure(.network, readFailure)
             return result
         }
         var redirects = 0
@@ -464,7 +464,7 @@ final class Transfer {
             // Only curl's own reads of form files get here; ours abort with readFailure.
             message = "file: a form file could not be read: \(message)"
         }
-        result.failure = (CurlFailure.kind(of: code, afterRedirect: afterRedirect), message)
+        result.failure = TransportFailure(CurlFailure.kind(of: code, afterRedirect: afterRedirect), message)
         return result
     }
 }

@@ -1,4 +1,4 @@
-/// What one attempt's result means for the entry (SPEC 7, attempt result table).
+/// What one attempt's result means for the entry.
 public enum AttemptOutcomeClass: Sendable, Equatable {
     /// 2xx, or an accept rule matched: settle completed.
     case success
@@ -8,6 +8,16 @@ public enum AttemptOutcomeClass: Sendable, Equatable {
     case awaitingAuth
     /// Any other 4xx, a redirect problem, or a status outbox cannot interpret: settle error, kind `http`.
     case terminal(reason: String)
+
+    /// The name attempt events and the attempt log use.
+    public var name: String {
+        switch self {
+        case .success: return "success"
+        case .retry: return "retry"
+        case .awaitingAuth: return "awaiting-auth"
+        case .terminal: return "error"
+        }
+    }
 }
 
 /// A non-2xx response to treat as success: the status, and optionally text the body must contain.
@@ -22,12 +32,34 @@ public struct AcceptRule: Sendable, Equatable {
 }
 
 /// Why a transfer did not produce a complete HTTP response.
-public enum TransportFailure: Sendable, Equatable {
-    case network(String)
-    case timeout(String)
-    case tls(String)
-    /// 3xx not followed, a redirect to another scheme, or too many redirects.
-    case redirect(String)
+public struct TransportFailure: Error, Sendable, Equatable {
+    public enum Kind: String, Sendable, CaseIterable {
+        /// Connect, resolve, send or receive failed; a body file could not be read mid-way.
+        case network
+        /// Connect timeout or a stalled transfer.
+        case timeout
+        /// TLS handshake or certificate verification failed.
+        case tls
+        /// 3xx not followed, a redirect to another scheme, or too many redirects.
+        case redirect
+        /// The body file is missing or not the one expected when the transfer starts: nothing was sent.
+        case file
+        /// Stopped by outbox itself (shutdown, cancel, pause): not a result of the attempt.
+        case aborted
+    }
+
+    public var kind: Kind
+    public var message: String
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    public static func network(_ m: String) -> TransportFailure { TransportFailure(.network, m) }
+    public static func timeout(_ m: String) -> TransportFailure { TransportFailure(.timeout, m) }
+    public static func tls(_ m: String) -> TransportFailure { TransportFailure(.tls, m) }
+    public static func redirect(_ m: String) -> TransportFailure { TransportFailure(.redirect, m) }
 }
 
 /// Decides what an HTTP result means; the runner acts on the answer.
@@ -58,11 +90,14 @@ public enum AttemptClassifier {
         status: Int?, failure: TransportFailure?, body: [UInt8], accept: [AcceptRule], exempt: Set<Int>
     ) -> AttemptOutcomeClass {
         if let failure {
-            switch failure {
-            case .network(let m): return .retry(reason: "network: \(m)")
-            case .timeout(let m): return .retry(reason: "timeout: \(m)")
-            case .tls(let m): return .retry(reason: "tls: \(m)")
-            case .redirect(let m): return .terminal(reason: "redirect: \(m)")
+            let m = failure.message
+            switch failure.kind {
+            // A file that failed mid-way is retried like a broken connection.
+            case .network, .file: return .retry(reason: "network: \(m)")
+            case .timeout: return .retry(reason: "timeout: \(m)")
+            case .tls: return .retry(reason: "tls: \(m)")
+            case .redirect: return .terminal(reason: "redirect: \(m)")
+            case .aborted: return .retry(reason: "aborted: \(m)")
             }
         }
         guard let status else { return .retry(reason: "network: no response") }

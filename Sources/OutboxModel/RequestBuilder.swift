@@ -60,7 +60,7 @@ public struct HeaderPair: Sendable, Equatable {
 
 public enum PreparedBody: Sendable, Equatable {
     case none
-    case bytes([UInt8], kind: String)        // kind: data or text
+    case bytes([UInt8], kind: BodyKind)      // kind: data or text
     case form([PreparedFormField])
     case file(FileIdentity, Ownership)
     case parts(FileIdentity, Ownership, [PreparedPart])
@@ -73,13 +73,13 @@ public enum PreparedBody: Sendable, Equatable {
         }
     }
 
-    public var kind: String {
+    public var kind: BodyKind {
         switch self {
-        case .none: return "none"
+        case .none: return .none
         case let .bytes(_, kind): return kind
-        case .form: return "form"
-        case .file: return "file"
-        case .parts: return "parts"
+        case .form: return .form
+        case .file: return .file
+        case .parts: return .parts
         }
     }
 }
@@ -106,14 +106,14 @@ public struct PreparedRequest: Sendable {
     /// SHA-256 of the canonical body (method, URL, kind, sorted JSON, text, form, parts, file
     /// identities): equal hashes mean "the same body" for the same-id rule.
     public var bodyHash: String {
-        var canon: [(String, JSON)] = [("method", .string(method)), ("url", .optionalString(url)), ("kind", .string(body.kind))]
+        var canon: [(String, JSON)] = [("method", .string(method)), ("url", .optionalString(url)), ("kind", .string(body.kind.rawValue))]
         func fileJSON(_ f: FileIdentity) -> JSON {
             .object([("path", .string(f.path)), ("size", .int64(f.size)), ("mtime_ns", .int64(f.mtimeNs))])
         }
         switch body {
         case .none: break
         case let .bytes(bytes, kind):
-            if kind == "data", let json = try? JSON.parse(String(decoding: bytes, as: UTF8.self)) {
+            if kind == .data, let json = try? JSON.parse(String(decoding: bytes, as: UTF8.self)) {
                 canon.append(("data", .string(json.serialized(sortedKeys: true))))
             } else {
                 canon.append(("text", .string(SHA256.hex(bytes))))
@@ -271,12 +271,12 @@ public enum RequestBuilder {
         var contentType: String?
         var body = PreparedBody.none
         if let data = try field("data") {
-            body = .bytes(Array(data.serialized().utf8), kind: "data")
+            body = .bytes(Array(data.serialized().utf8), kind: .data)
             contentType = "application/json"
         } else if let t = tree["text"] {
             guard case let .string(template) = t else { throw .invalid("request.text must be a string template") }
             let text = try Template.render(template, context: ctx, mode: .text, field: "request.text")
-            body = .bytes(Array((text.stringValue ?? text.serialized()).utf8), kind: "text")
+            body = .bytes(Array((text.stringValue ?? text.serialized()).utf8), kind: .text)
             contentType = "text/plain; charset=utf-8"
         } else if tree["form"] != nil {
             body = .form(try renderForm(try field("form") ?? .null, inputs: inputs))

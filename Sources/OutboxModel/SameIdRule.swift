@@ -1,18 +1,3 @@
-/// The states of an entry (SPEC 7); the last three are settled.
-public enum EntryState: String, Sendable, CaseIterable {
-    case queued, running, paused
-    case awaitingAuth = "awaiting-auth"
-    case completed, error, cancelled
-
-    /// Completed, error and cancelled entries make no more attempts in their generation.
-    public var isSettled: Bool {
-        switch self {
-        case .completed, .error, .cancelled: return true
-        case .queued, .running, .paused, .awaitingAuth: return false
-        }
-    }
-}
-
 /// What `enqueue --id` finds already stored under that id.
 public struct ExistingEntry: Sendable {
     public var state: EntryState
@@ -48,7 +33,7 @@ public enum SameIdDecision: Sendable, Equatable {
     case reopen
 }
 
-/// The "same id again" rule of SPEC 7 as one pure decision.
+/// The "same id again" rule as one pure decision (docs/states-and-exit-codes.md).
 ///
 /// | state                          | same body      | different body        |
 /// |--------------------------------|----------------|-----------------------|

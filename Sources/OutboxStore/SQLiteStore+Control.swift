@@ -4,7 +4,7 @@ import OutboxModel
 
 extension SQLiteStore {
     /// Forgets an entry: its row, parts, attempts, outcomes and staged bytes. A file moved
-    /// into the store and never sent completely goes back to its source path (SPEC 7).
+    /// into the store and never sent completely goes back to its source path.
     /// Must run inside a transaction; returns files to remove after the commit.
     func forget(_ e: Entry, returnMovedFile: Bool, rowDeleted: Bool = false) throws(OutboxError) -> [String] {
         if !rowDeleted { try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)]) }
@@ -24,7 +24,7 @@ extension SQLiteStore {
 
     /// Parts live and die with their entry row (no cascade: see migration 004).
     func deleteParts(of e: Entry) throws(OutboxError) {
-        if e.request.bodyKind == "parts" { try db.run("DELETE FROM parts WHERE entry_seq = ?", [.int(e.seq)]) }
+        if e.isChunked { try db.run("DELETE FROM parts WHERE entry_seq = ?", [.int(e.seq)]) }
     }
 
     /// Removes staged files after a commit, and puts moved files back.
@@ -91,8 +91,8 @@ extension SQLiteStore {
     /// header generation and resumes awaiting-auth entries. Returns the new generation.
     public func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
         try db.transaction { () throws(OutboxError) -> Int64 in
-            let generation = (Int64(try setting("header_generation") ?? "0") ?? 0) + 1
-            try setSetting("header_generation", String(generation))
+            let generation = (Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0) + 1
+            try setSetting(Self.headerGenerationSetting, String(generation))
             let existing = HeaderRules.from(json: try setting("header_patch").flatMap { try? JSON.parse($0) })
             try setSetting("header_patch", HeaderRules.json(HeaderRules.merge(existing, patch)).serialized())
             for e in try list(ListFilter()) {
@@ -198,13 +198,14 @@ extension SQLiteStore {
     }
 
     /// Counts of entries by state, and of outcomes not yet acknowledged.
-    public func counts() throws(OutboxError) -> (states: [String: Int64], pendingOutcomes: Int64) {
-        var states: [String: Int64] = [:]
-        for (state, n) in try db.query("SELECT state, COUNT(*) FROM entries GROUP BY state", [], { ($0.text(0), $0.int(1)) }) {
+    public func counts() throws(OutboxError) -> StoreCounts {
+        var states: [EntryState: Int64] = [:]
+        for (name, n) in try db.query("SELECT state, COUNT(*) FROM entries GROUP BY state", [], { ($0.text(0), $0.int(1)) }) {
+            guard let state = EntryState(rawValue: name) else { throw .storage("the store is damaged: entries in unknown state \"\(name)\"") }
             states[state] = n
         }
         let pending = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE acknowledged = 0") { $0.int(0) } ?? 0
-        return (states, pending)
+        return StoreCounts(states: states, pendingOutcomes: pending)
     }
 
     /// Problems with the store's invariants (empty when all hold), for `outbox audit`.
@@ -219,7 +220,7 @@ extension SQLiteStore {
             for f in e.request.form.compactMap(\.stagedFile) where !Paths.exists(f) {
                 problems.append("\(e.id): staged form file \(f) is missing")
             }
-            if e.request.bodyKind == "parts" {
+            if e.isChunked {
                 let parts = try self.parts(entrySeq: e.seq)
                 if let problem = ChunkPlan.tilingProblem(parts.map(\.range), size: e.totalBytes) {
                     problems.append("\(e.id): parts do not tile the file: \(problem)")
@@ -232,7 +233,7 @@ extension SQLiteStore {
         }
         let orphans = try db.queryOne("SELECT COUNT(*) FROM parts WHERE entry_seq NOT IN (SELECT seq FROM entries)") { $0.int(0) } ?? 0
         if orphans > 0 { problems.append(orphans == 1 ? "1 part belongs to no entry" : "\(orphans) parts belong to no entry") }
-        let known = Set(try list(ListFilter()).flatMap { [$0.bodyFile].compactMap { $0 } + $0.request.form.compactMap(\.stagedFile) })
+        let known = Set(try list(ListFilter()).flatMap(\.body.files))
         for name in Paths.list(staging.bodiesDir) ?? [] {
             let path = Paths.join(staging.bodiesDir, name)
             if name.contains(".tmp-") { continue }

@@ -1,21 +1,5 @@
 import OutboxModel
 
-/// What is left to send, for the runner's live display.
-public struct PendingTotals: Sendable, Equatable {
-    /// Entries not yet settled (queued, running, awaiting-auth).
-    public var entries: Int
-    /// Their bytes.
-    public var bytes: Int64
-    /// Bytes of their parts already accepted.
-    public var acceptedBytes: Int64
-
-    public init(entries: Int, bytes: Int64, acceptedBytes: Int64) {
-        self.entries = entries
-        self.bytes = bytes
-        self.acceptedBytes = acceptedBytes
-    }
-}
-
 extension SQLiteStore {
     /// Counts and bytes of the entries not yet settled, and how much of them is accepted.
     public func pendingTotals() throws(OutboxError) -> PendingTotals {

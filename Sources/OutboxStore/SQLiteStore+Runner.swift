@@ -1,69 +1,22 @@
 import OutboxModel
 
-/// A settled entry: its new state and the outcome journaled with it, in one transaction.
-public struct Settlement: Sendable {
-    public var entryID: String
-    public var generation: Int64
-    public var state: EntryState
-    public var reason: String?
-    /// completed or error.
-    public var outcome: String
-    public var payload: JSON
-    /// False when no hook will run: the outcome is acknowledged as it settles (deliveries 0).
-    public var hookExists: Bool
-    /// `then` follow-ups, enqueued in the same transaction.
-    public var followUps: [NewEntry]
-    /// The entry as the runner holds it (nil: read it from the store).
-    public var snapshot: Entry?
-
-    public init(entryID: String, generation: Int64, state: EntryState, reason: String?, outcome: String, payload: JSON,
-                hookExists: Bool, followUps: [NewEntry] = []) {
-        self.entryID = entryID
-        self.generation = generation
-        self.state = state
-        self.reason = reason
-        self.outcome = outcome
-        self.payload = payload
-        self.hookExists = hookExists
-        self.followUps = followUps
-    }
-}
-
-/// One change the runner makes; several are applied in one transaction when they coincide.
-public enum RunnerChange: Sendable {
-    /// Claimed entries, by seq (the row id: no index lookup).
-    case markRunning(entrySeqs: [Int64], owner: String, leaseUntil: Int64)
-    case attempt(entryID: String, generation: Int64, at: Int64, payload: JSON, requestID: String)
-    case reschedule(entryID: String, nextAttemptAt: Int64, reason: String?)
-    case park(entryID: String)
-    case requeue(entryID: String)
-    case progress(entryID: String, bytesSent: Int64)
-    case partAccepted(entrySeq: Int64, index: Int, status: Int, headers: JSON)
-    case partRetry(entrySeq: Int64, index: Int, nextAttemptAt: Int64)
-    case settle(Settlement)
-    /// Entries behind a failed one in its scope: cancelled (reason scope) with an error outcome.
-    case cancelScope(scope: String, afterSeq: Int64, payloadFor: @Sendable (Entry) -> (JSON, Bool))
-    /// An entry dropped without an outcome to deliver (other-account).
-    case drop(entryID: String, reason: String)
-}
-
 extension SQLiteStore {
     /// Puts entries left `running` by a runner that is gone back in the queue, keeping
     /// accepted parts. The SQLite store has one runner at a time (the lock file), so every
     /// running entry is stale when a runner starts (it writes no lease; stores from before
     /// may hold one); the PostgreSQL store will compare lease expiry.
-    public func requeueAbandoned(owner: String, now: Int64) throws(OutboxError) -> Int {
+    public func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int {
         try db.transaction { () throws(OutboxError) -> Int in
             try db.run("""
                 UPDATE entries SET state = 'queued', lease_owner = NULL, lease_until = NULL, updated_at = ?
                 WHERE state = 'running' AND (lease_owner IS NULL OR lease_owner != ?)
-                """, [.int(now), .text(owner)])
+                """, [.int(now), .text(lease.owner)])
         }
     }
 
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
     public func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
-        if try setting("queue_paused") == "1" { return [] }
+        if try setting(Self.queuePausedSetting) == "1" { return [] }
         // Paused keys and `excluding` (entries the runner holds, or whose changes are not
         // committed yet) are filtered here, so the LIMIT reads no more rows than it returns:
         // every row read is a JSON parse, and the runner claims after each completion.
@@ -96,7 +49,7 @@ extension SQLiteStore {
     /// The earliest time something becomes due (an attempt, a hold, or a hook delivery).
     public func nextDueTime(deliverableKeys: Set<String>) throws(OutboxError) -> Int64? {
         var times: [Int64] = []
-        if try setting("queue_paused") != "1" {
+        if try setting(Self.queuePausedSetting) != "1" {
             let paused = try pausedKeys()
             let rows = try db.query("""
                 SELECT key, MAX(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)) FROM entries
@@ -137,7 +90,7 @@ extension SQLiteStore {
 
     private func apply(_ change: RunnerChange, now: Int64) throws(OutboxError) -> [String] {
         switch change {
-        case let .markRunning(seqs, _, _):
+        case let .markRunning(seqs, _):
             // No lease is written: the runner lock makes this runner the only one, and a row
             // that keeps its size is rewritten in place, where one that grows (a lease owner
             // and time) makes SQLite rebalance its full page with the next ones.
@@ -183,7 +136,7 @@ extension SQLiteStore {
             for e in behind {
                 let (payload, hookExists) = payloadFor(e)
                 files += try settle(Settlement(entryID: e.id, generation: e.generation, state: .cancelled, reason: "scope",
-                                               outcome: "error", payload: payload, hookExists: hookExists), now: now)
+                                               outcome: .error, payload: payload, hookExists: hookExists), now: now)
             }
             return files
         case let .drop(id, reason):
@@ -226,7 +179,7 @@ extension SQLiteStore {
         try db.run("""
             INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """, [.text(e.id), .text(e.key), .int(e.generation), .text(s.outcome), .text(s.payload.serialized()),
+            """, [.text(e.id), .text(e.key), .int(e.generation), .text(s.outcome.rawValue), .text(s.payload.serialized()),
                   .bool(!s.hookExists), .optional(s.reason), .int(now)])
         return []
     }
@@ -237,7 +190,7 @@ extension SQLiteStore {
     /// have a definition.
     /// At most `limit` outcomes (all when nil). Due time and keys are filtered in SQL so that
     /// starting one hook parses a few payloads, not every pending one.
-    public func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int? = nil) throws(OutboxError) -> [OutcomeRecord] {
+    public func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?) throws(OutboxError) -> [OutcomeRecord] {
         let keyList = JSON.array(keys.sorted().map { .string($0) }).serialized()
         let rows = try db.query("""
             SELECT \(Self.outcomeColumns) FROM outcomes o
@@ -250,7 +203,7 @@ extension SQLiteStore {
         return limit.map { Array(open.prefix($0)) } ?? open
     }
 
-    /// Counts a delivery before its hook starts (SPEC 8), returning the new count.
+    /// Counts a delivery before its hook starts (so a crash mid-hook is seen as a delivery), returning the new count.
     public func beginDelivery(seq: Int64) throws(OutboxError) -> Int64 {
         try db.transaction { () throws(OutboxError) -> Int64 in
             try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
@@ -268,9 +221,9 @@ extension SQLiteStore {
     }
 
     /// Hook processes recorded by earlier runners for outcomes still unacknowledged.
-    public func recordedHookProcesses() throws(OutboxError) -> [(Int32, UInt64)] {
+    public func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)] {
         try db.query("SELECT hook_pgid, hook_start FROM outcomes WHERE acknowledged = 0 AND hook_pgid IS NOT NULL") {
-            (Int32($0.int(0)), UInt64($0.int(1)))
+            (pgid: Int32($0.int(0)), startTime: UInt64($0.int(1)))
         }
     }
 
@@ -319,11 +272,6 @@ extension SQLiteStore {
                 try db.run("UPDATE outcomes SET reason = 'unhandled-key' WHERE seq = ?", [.int(o.seq)])
             }
         }
-    }
-
-    /// Acknowledges with deliveries 0 an outcome whose definition has no hook for it.
-    public func acknowledgeWithoutHook(seq: Int64, now: Int64) throws(OutboxError) {
-        try acknowledge(seq: seq, followUps: [], now: now)
     }
 
     public func checkpoint() { db.checkpoint() }

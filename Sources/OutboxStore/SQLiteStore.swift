@@ -70,21 +70,33 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         """
 
     /// Entries of one definition usually share their stored request text: parsed once.
-    func storedRequest(_ text: String) -> StoredRequest {
+    func storedRequest(_ text: String) throws(OutboxError) -> StoredRequest {
         if let cached = requestCache[text] { return cached }
-        let request = StoredRequest(json: (try? JSON.parse(text)) ?? .object([]))
+        let request = try StoredRequest(json: try Self.storedJSON(text, what: "stored request"))
         if requestCache.count >= 256 { requestCache.removeAll(keepingCapacity: true) }
         requestCache[text] = request
         return request
     }
 
-    func entryFromRow(_ r: SQLRow) -> Entry {
-        Entry(
-            seq: r.int(0), id: r.text(1), internalID: r.text(2), key: r.text(3),
-            vars: (try? JSON.parse(r.text(4))) ?? .null,
-            state: EntryState(rawValue: r.text(5)) ?? .queued, reason: r.optionalText(6), generation: r.int(7),
-            request: storedRequest(r.text(8)),
-            bodyInline: r.blob(9), bodyFile: r.optionalText(10), bodyHash: r.text(11), totalBytes: r.int(12),
+    /// Parses a JSON column; a column that does not parse is damage, reported with the row's table.
+    static func storedJSON(_ text: String, what: String) throws(OutboxError) -> JSON {
+        do { return try JSON.parse(text) } catch { throw .storage("the \(what) is damaged: \(error)") }
+    }
+
+    /// An entry from its row. A row that does not read back whole fails with E_STORAGE
+    /// naming what is damaged: a default in its place could send another request.
+    func entryFromRow(_ r: SQLRow) throws(OutboxError) -> Entry {
+        let id = r.text(1)
+        guard let state = EntryState(rawValue: r.text(5)) else {
+            throw .storage("the stored entry \(id) is damaged: unknown state \"\(r.text(5))\"")
+        }
+        let request = try storedRequest(r.text(8))
+        return Entry(
+            seq: r.int(0), id: id, internalID: r.text(2), key: r.text(3),
+            vars: try Self.storedJSON(r.text(4), what: "vars of entry \(id)"),
+            state: state, reason: r.optionalText(6), generation: r.int(7), request: request,
+            body: try StoredBody(kind: request.bodyKind, inline: r.blob(9), file: r.optionalText(10), form: request.form),
+            bodyHash: r.text(11), totalBytes: r.int(12),
             bytesSent: r.int(13), attempts: r.int(14), idempotencyKey: r.optionalText(15), account: r.optionalText(16),
             scope: r.optionalText(17), parent: r.optionalText(18), headerGeneration: r.int(19), createdAt: r.int(20),
             updatedAt: r.int(21), expiresAt: r.optionalInt(22), notBefore: r.optionalInt(23), nextAttemptAt: r.optionalInt(24),
@@ -111,11 +123,13 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         try db.query("""
             SELECT idx, start, end, url, headers, accepted, status, response_headers, attempts, next_attempt_at
             FROM parts WHERE entry_seq = ? ORDER BY idx
-            """, [.int(entrySeq)]) { r in
-            StoredPart(
+            """, [.int(entrySeq)]) { r throws(OutboxError) in
+            var responseHeaders: JSON?
+            if let text = r.optionalText(7) { responseHeaders = try Self.storedJSON(text, what: "response headers of a part") }
+            return StoredPart(
                 index: Int(r.int(0)), range: ByteRange(start: r.int(1), end: r.int(2)), url: r.text(3),
-                headers: HeaderRules.from(json: try? JSON.parse(r.text(4))), accepted: r.int(5) != 0,
-                status: r.optionalInt(6).map(Int.init), responseHeaders: r.optionalText(7).flatMap { try? JSON.parse($0) },
+                headers: HeaderRules.from(json: try Self.storedJSON(r.text(4), what: "headers of a part")), accepted: r.int(5) != 0,
+                status: r.optionalInt(6).map(Int.init), responseHeaders: responseHeaders,
                 attempts: Int(r.int(8)), nextAttemptAt: r.optionalInt(9))
         }
     }
@@ -131,10 +145,13 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         hook_start, created_at
         """
 
-    static func outcome(_ r: SQLRow) -> OutcomeRecord {
-        OutcomeRecord(
-            seq: r.int(0), entryID: r.text(1), key: r.text(2), generation: r.int(3), outcome: r.text(4),
-            payload: (try? JSON.parse(r.text(5))) ?? .object([]), deliveries: r.int(6), acknowledged: r.int(7) != 0,
+    static func outcome(_ r: SQLRow) throws(OutboxError) -> OutcomeRecord {
+        guard let outcome = Outcome(rawValue: r.text(4)) else {
+            throw .storage("the outcome of \(r.text(1)) is damaged: unknown outcome \"\(r.text(4))\"")
+        }
+        return OutcomeRecord(
+            seq: r.int(0), entryID: r.text(1), key: r.text(2), generation: r.int(3), outcome: outcome,
+            payload: try storedJSON(r.text(5), what: "outcome payload of \(r.text(1))"), deliveries: r.int(6), acknowledged: r.int(7) != 0,
             nextDeliveryAt: r.optionalInt(8), reason: r.optionalText(9), hookPgid: r.optionalInt(10).map { Int32($0) },
             hookStart: r.optionalInt(11).map { UInt64($0) }, createdAt: r.int(12))
     }
@@ -149,11 +166,31 @@ public final class SQLiteStore: Store, @unchecked Sendable {
 
     // MARK: Settings
 
-    public func setting(_ name: String) throws(OutboxError) -> String? {
+    static let queuePausedSetting = "queue_paused"
+    static let wifiOnlySetting = "wifi_only"
+    static let headerGenerationSetting = "header_generation"
+
+    public func control() throws(OutboxError) -> QueueControl {
+        try db.read { () throws(OutboxError) -> QueueControl in
+            QueueControl(queuePaused: try setting(Self.queuePausedSetting) == "1", pausedKeys: try pausedKeys(),
+                         wifiOnly: try setting(Self.wifiOnlySetting) == "1",
+                         headerGeneration: Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0)
+        }
+    }
+
+    public func setQueuePaused(_ paused: Bool) throws(OutboxError) {
+        try setSetting(Self.queuePausedSetting, paused ? "1" : nil)
+    }
+
+    public func setWifiOnly(_ on: Bool) throws(OutboxError) {
+        try setSetting(Self.wifiOnlySetting, on ? "1" : nil)
+    }
+
+    func setting(_ name: String) throws(OutboxError) -> String? {
         try db.queryOne("SELECT value FROM settings WHERE name = ?", [.text(name)]) { $0.text(0) }
     }
 
-    public func setSetting(_ name: String, _ value: String?) throws(OutboxError) {
+    func setSetting(_ name: String, _ value: String?) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             if let value {
                 try db.run("INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
@@ -164,7 +201,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         }
     }
 
-    public func pausedKeys() throws(OutboxError) -> Set<String> {
+    func pausedKeys() throws(OutboxError) -> Set<String> {
         Set(try db.query("SELECT key FROM paused_keys") { $0.text(0) })
     }
 
@@ -276,7 +313,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     /// Writes a staged batch; must run inside a transaction.
     func applyBatch(_ batch: [NewEntry], staged: StagedBatch, now: Int64) throws(OutboxError) -> [EnqueueResult] {
         var results: [EnqueueResult] = []
-        let headers = HeaderSettings(generation: Int64(try setting("header_generation") ?? "0") ?? 0,
+        let headers = HeaderSettings(generation: Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0,
                                      patch: try setting("header_patch").flatMap { try? JSON.parse($0) })
         for (i, entry) in batch.enumerated() {
             let (result, dropped) = try apply(entry, staged: staged.bodies[i], internalID: staged.internals[i], headers: headers, now: now)
@@ -377,10 +414,10 @@ public final class SQLiteStore: Store, @unchecked Sendable {
                         createdAt: Int64? = nil) throws(OutboxError) {
         let p = new.prepared
         let headerGeneration = headers.generation
-        // `headers update` patches rank above every other header source (SPEC 10).
+        // `headers update` patches rank above every other header source, also for entries enqueued after it.
         var request = request
         if headers.patch != nil {
-            var stored = StoredRequest(json: (try? JSON.parse(request)) ?? .object([]))
+            var stored = try StoredRequest(json: try Self.storedJSON(request, what: "stored request"))
             stored.headers = patched(stored.headers, headers)
             request = stored.json.serialized()
         }

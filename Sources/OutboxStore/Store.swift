@@ -1,19 +1,157 @@
 import OutboxModel
 
-/// The queue's storage, as callers see it: no SQLite type appears here, so a PostgreSQL
-/// store (SPEC 12) can stand behind the same interface.
+/// The queue's storage, as the runner and every command see it. No SQL and no type of a
+/// particular database appears here: SQLite is one implementation, and another store (a
+/// server database shared by several runners) implements the same protocol and passes
+/// the same conformance tests.
+///
+/// Fencing: a runner claims entries with a `Lease`; every later change it makes to an
+/// entry (attempt, progress, part acceptance, settle, requeue) is applied only while that
+/// entry is still the runner's (still `running`, same generation, and, in a store several
+/// runners share, the same lease owner). A change to an entry someone else cancelled,
+/// replaced or re-claimed in the meantime changes nothing.
 public protocol Store: AnyObject {
+    // MARK: Enqueue and reads
+
+    /// Enqueues a batch in one transaction, applying the same-id rules to each entry.
     func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult]
     func entry(id: String) throws(OutboxError) -> Entry?
     func list(_ filter: ListFilter) throws(OutboxError) -> [Entry]
+    /// `list --json` rows as JSON text, one call of `write` per chunk, in queue order.
+    /// `displayState(state, key)` maps a stored state to the one shown.
+    func writeListRows(_ filter: ListFilter, displayState: (String, String) -> String,
+                       _ write: (String) -> Void) throws(OutboxError)
     func parts(entrySeq: Int64) throws(OutboxError) -> [StoredPart]
+    /// The last attempts of an entry (at most 20), oldest first.
     func attempts(entryID: String) throws(OutboxError) -> [JSON]
     func outcomes(entryID: String) throws(OutboxError) -> [OutcomeRecord]
     func unacknowledgedOutcomes() throws(OutboxError) -> [OutcomeRecord]
-    func setting(_ name: String) throws(OutboxError) -> String?
-    func setSetting(_ name: String, _ value: String?) throws(OutboxError)
-    func pausedKeys() throws(OutboxError) -> Set<String>
+    func counts() throws(OutboxError) -> StoreCounts
+    func pendingTotals() throws(OutboxError) -> PendingTotals
+    /// Problems with the store's invariants (empty when all hold).
+    func audit() throws(OutboxError) -> [String]
+
+    // MARK: Control by other commands
+
+    /// The pause, Wi-Fi and header state commands have set.
+    func control() throws(OutboxError) -> QueueControl
+    func setQueuePaused(_ paused: Bool) throws(OutboxError)
     func setPaused(keys: [String], paused: Bool) throws(OutboxError)
-    /// Changes when another process commits; the runner polls it to notice new work (T-sql6).
+    func setWifiOnly(_ on: Bool) throws(OutboxError)
+    /// Live entries settle cancelled and are forgotten; settled ones are forgotten with
+    /// their unacknowledged outcomes. Unknown ids are not errors. Returns the ids cancelled.
+    func cancel(ids: [String]?, key: String?, now: Int64) throws(OutboxError) -> [String]
+    /// Merges a header patch into every entry, bumps the header generation and resumes
+    /// awaiting-auth entries. Returns the new generation.
+    func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64
+    /// Changes whenever another process commits; a runner polls it to notice new work.
     func dataVersion() throws(OutboxError) -> Int64
+
+    // MARK: The runner
+
+    /// Makes the caller the store's runner, or fails with E_RUNNING naming the holder.
+    func lockForRunner() throws(OutboxError) -> RunnerLock
+    /// Puts entries left running by runners that are gone back in the queue, keeping
+    /// accepted parts. Returns how many.
+    func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int
+    /// Queued entries that may start now, in enqueue order, honouring pauses, holds and
+    /// scopes; `excluding` are ids the runner holds or has read already.
+    func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry]
+    /// For each of these entries still running, its generation (absent: cancelled,
+    /// replaced or settled by someone else).
+    func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64]
+    /// The earliest time something becomes due: an attempt, a hold, or a hook delivery
+    /// for one of `deliverableKeys`.
+    func nextDueTime(deliverableKeys: Set<String>) throws(OutboxError) -> Int64?
+    /// Applies a runner's changes in one transaction (claims, attempts, settles with their
+    /// outcomes and follow-ups).
+    func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError)
+    /// Marks outcomes whose key is not in `keys` as unhandled-key (never dropped).
+    func markUnhandled(keys: Set<String>) throws(OutboxError)
+    /// Maintenance after a run (folding SQLite's write-ahead log back, for example).
+    func checkpoint()
+
+    // MARK: Hook delivery
+
+    /// The oldest unacknowledged outcome of each id, due now, for `keys`, at most `limit`.
+    func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?) throws(OutboxError) -> [OutcomeRecord]
+    /// Counts a delivery before its hook starts; returns the new count.
+    func beginDelivery(seq: Int64) throws(OutboxError) -> Int64
+    /// Records a running hook's process group, so a later runner can stop it.
+    func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError)
+    func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)]
+    /// Acknowledges an outcome, applies the hook's enqueues, and forgets a completed or
+    /// cancelled entry of that generation, all in one transaction.
+    func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError)
+    func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError)
+}
+
+/// What a runner holds while it runs; released by `release()` or when it is freed.
+public protocol RunnerLock: AnyObject {
+    func release()
+}
+
+/// Who holds claimed entries, and until when. A store shared by several runners writes
+/// both with each claim and ignores changes from a runner whose lease is gone.
+public struct Lease: Sendable, Equatable {
+    /// Unique per runner process.
+    public var owner: String
+    /// How long a claim lasts without renewal.
+    public var durationMs: Int64
+
+    public init(owner: String, durationMs: Int64 = 300_000) {
+        self.owner = owner
+        self.durationMs = durationMs
+    }
+}
+
+/// State that commands set and runners obey.
+public struct QueueControl: Sendable, Equatable {
+    public var queuePaused = false
+    public var pausedKeys: Set<String> = []
+    public var wifiOnly = false
+    /// Bumped by every `headers update`.
+    public var headerGeneration: Int64 = 0
+
+    public init(queuePaused: Bool = false, pausedKeys: Set<String> = [], wifiOnly: Bool = false, headerGeneration: Int64 = 0) {
+        self.queuePaused = queuePaused
+        self.pausedKeys = pausedKeys
+        self.wifiOnly = wifiOnly
+        self.headerGeneration = headerGeneration
+    }
+
+    /// Whether a queued entry of `key` is held by a pause.
+    public func isPaused(key: String) -> Bool { queuePaused || pausedKeys.contains(key) }
+}
+
+/// Entries by stored state, and outcomes not yet acknowledged.
+public struct StoreCounts: Sendable, Equatable {
+    public var states: [EntryState: Int64]
+    public var pendingOutcomes: Int64
+
+    public init(states: [EntryState: Int64], pendingOutcomes: Int64) {
+        self.states = states
+        self.pendingOutcomes = pendingOutcomes
+    }
+
+    /// Entries not completed or cancelled: what a run leaves behind.
+    public var remaining: Int64 {
+        states.filter { $0.key != .completed && $0.key != .cancelled }.values.reduce(0, +)
+    }
+}
+
+/// What is left to send, for the runner's live display.
+public struct PendingTotals: Sendable, Equatable {
+    /// Entries not yet settled (queued, running, awaiting-auth).
+    public var entries: Int
+    /// Their bytes.
+    public var bytes: Int64
+    /// Bytes of their parts already accepted.
+    public var acceptedBytes: Int64
+
+    public init(entries: Int, bytes: Int64, acceptedBytes: Int64) {
+        self.entries = entries
+        self.bytes = bytes
+        self.acceptedBytes = acceptedBytes
+    }
 }

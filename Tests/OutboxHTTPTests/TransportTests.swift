@@ -738,8 +738,7 @@ private final class HTTPSServer: @unchecked Sendable {
                     client.cancel(id)
                 }
             }
-            #expect(result.failure?.kind == .network)
-            #expect(result.failure?.message == "aborted")
+            #expect(result.failure?.kind == .aborted)
             #expect(result.status == nil)
             // The client still works afterwards.
             let after = await send(client, HTTPRequest(url: server.url("/status/200"), method: "GET"))
@@ -755,8 +754,7 @@ private final class HTTPSServer: @unchecked Sendable {
                 }
                 client.cancel(id)
             }
-            #expect(result.failure?.kind == .network)
-            #expect(result.failure?.message == "aborted")
+            #expect(result.failure?.kind == .aborted)
             #expect(result.status == nil)
         }
     }
@@ -772,10 +770,9 @@ private final class HTTPSServer: @unchecked Sendable {
                 client.shutdown()
             }
         }
-        #expect(inFlight.failure?.kind == .network)
-        #expect(inFlight.failure?.message == "aborted: the HTTP client was shut down")
+        #expect(inFlight.failure == TransportFailure(.aborted, "the HTTP client was shut down"))
         let late = await send(client, HTTPRequest(url: server.url("/status/200"), method: "GET"))
-        #expect(late.failure?.message == "aborted: the HTTP client was shut down")
+        #expect(late.failure == TransportFailure(.aborted, "the HTTP client was shut down"))
         client.shutdown()
         #expect(server.requests.count == 1)
     }
@@ -817,7 +814,7 @@ private final class HTTPSServer: @unchecked Sendable {
     }
 
     @Test(arguments: [
-        ("timeout", CURLE_OPERATION_TIMEDOUT, false, HTTPFailureKind.timeout),
+        ("timeout", CURLE_OPERATION_TIMEDOUT, false, TransportFailure.Kind.timeout),
         ("refused", CURLE_COULDNT_CONNECT, false, .network),
         ("resolve", CURLE_COULDNT_RESOLVE_HOST, false, .network),
         ("nothing", CURLE_GOT_NOTHING, false, .network),
@@ -831,7 +828,7 @@ private final class HTTPSServer: @unchecked Sendable {
         ("scheme after redirect", CURLE_UNSUPPORTED_PROTOCOL, true, .redirect),
         ("scheme at first", CURLE_UNSUPPORTED_PROTOCOL, false, .network),
     ])
-    func curlCodesMapToKinds(_ label: String, _ code: CURLcode, _ afterRedirect: Bool, _ kind: HTTPFailureKind) {
+    func curlCodesMapToKinds(_ label: String, _ code: CURLcode, _ afterRedirect: Bool, _ kind: TransportFailure.Kind) {
         #expect(CurlFailure.kind(of: code, afterRedirect: afterRedirect) == kind, "\(label)")
     }
 }
@@ -902,7 +899,7 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
                                   slot: true, standby: true) { results.record("n", $0) }
             client.cancel(id)
             #expect(results.wait(for: ["n"]))
-            #expect(results["n"]?.failure?.message == "aborted")
+            #expect(results["n"]?.failure?.kind == .aborted)
             #expect(results["n"]?.startedInPlace == nil)
             // A slot transfer ending later starts nothing in its place.
             client.start(HTTPRequest(url: server.url("/after"), method: "GET"), host: "h", slot: true) { results.record("after", $0) }

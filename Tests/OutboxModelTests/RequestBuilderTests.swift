@@ -76,7 +76,7 @@ struct RequestBuilderTests {
     func dataKeepsJSONTypes(_ c: DataCase) throws {
         let p = try prepared("key: k\nrequest:\n  url: https://x.example/\n  data: \(c.data)\n", vars: c.vars)
         #expect(bodyText(p) == c.body)
-        #expect(p.body.kind == "data")
+        #expect(p.body.kind == .data)
         #expect(HeaderRules.value(p.headers, "content-type") == "application/json")
     }
 

@@ -292,7 +292,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         (2, nil, "the entry expired after 2 attempts without success"),
     ])
     func expiredMessageSaysHowTheAttemptsWent(_ attempts: Int64, _ reason: String?, _ message: String) {
-        #expect(Runner.expiredMessage(attempts: attempts, lastReason: reason) == message)
+        #expect(OutcomePayloads.expiredMessage(attempts: attempts, lastReason: reason) == message)
     }
 
     @Test func expiresInElapsedSettlesErrorExpired() async throws {

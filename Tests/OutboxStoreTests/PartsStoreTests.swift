@@ -52,7 +52,7 @@ final class PartsStoreFixture {
             let store = try fixture.store()
             _ = try store.enqueue([try fixture.entry(id: "up-1", ownership: .reference)], now: now)
             let seq = try #require(try store.entry(id: "up-1")).seq
-            try store.apply([.markRunning(entrySeqs: [seq], owner: "runner-that-died", leaseUntil: now + 300_000)], now: now)
+            try store.apply([.markRunning(entrySeqs: [seq], lease: Lease(owner: "runner-that-died"))], now: now)
             try store.apply([.partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([("etag", .string("\"e0\""))])),
                              .partRetry(entrySeq: seq, index: 1, nextAttemptAt: now + 5000),
                              .partAccepted(entrySeq: seq, index: 2, status: 201, headers: .object([("etag", .string("\"e2\""))]))],
@@ -61,7 +61,7 @@ final class PartsStoreFixture {
         // A new process opens the store; the old runner's lease is stale.
         let store = try fixture.store()
         #expect(try store.entry(id: "up-1")?.state == .running)
-        #expect(try store.requeueAbandoned(owner: "next-runner", now: now + 1000) == 1)
+        #expect(try store.requeueAbandoned(lease: Lease(owner: "next-runner"), now: now + 1000) == 1)
         let entry = try #require(try store.entry(id: "up-1"))
         #expect(entry.state == .queued)
         let parts = try store.parts(entrySeq: entry.seq)

@@ -138,7 +138,7 @@ struct StoreStagingTests {
         let exact = String(repeating: "a", count: 65_536)
         try f.enqueue("inline", "text", #"{"t": "\#(exact)"}"#)
         let e = try f.get("inline")
-        #expect(e.bodyInline == Array(exact.utf8))
+        #expect(e.body == .bytes(Array(exact.utf8)))
         #expect(e.bodyFile == nil)
         #expect(e.totalBytes == 65_536)
         #expect(f.stagedFiles().isEmpty)
@@ -149,7 +149,7 @@ struct StoreStagingTests {
         let big = String(repeating: "b", count: 65_537)
         try f.enqueue("big", "text", #"{"t": "\#(big)"}"#)
         let e = try f.get("big")
-        #expect(e.bodyInline == nil)
+        #expect(e.body.file != nil)
         let file = try #require(e.bodyFile)
         #expect(file.hasPrefix(f.bodies + "/"))
         #expect(!file.contains("big"), "store files are named by internal ids")
@@ -314,7 +314,7 @@ struct StoreSameIdTests {
         #expect(e.updatedAt == 2_000)
         // The Idempotency-Key is the entry's for its whole life (SPEC 7).
         #expect(e.idempotencyKey == before.idempotencyKey)
-        #expect(e.bodyInline == Array(#"{"n":1}"#.utf8))
+        #expect(e.body == .bytes(Array(#"{"n":1}"#.utf8)))
     }
 
     @Test func sameStagedBodyResumesWithoutStagingAgain() throws {
@@ -336,7 +336,7 @@ struct StoreSameIdTests {
         let result = try f.enqueue("q", "text", #"{"t": "small now"}"#, now: 5_000)
         #expect(result.decision == .replace)
         let e = try f.get("q")
-        #expect(e.bodyInline == Array("small now".utf8))
+        #expect(e.body == .bytes(Array("small now".utf8)))
         #expect(e.bodyFile == nil)
         #expect(e.state == .queued)
         #expect(e.generation == 1)
@@ -465,7 +465,7 @@ struct StoreSameIdTests {
         #expect(try f.enqueue("e", "note", #"{"n": 2}"#).decision == .replace)
         let e = try f.get("e")
         #expect(e.state == .queued)
-        #expect(e.bodyInline == Array(#"{"n":2}"#.utf8))
+        #expect(e.body == .bytes(Array(#"{"n":2}"#.utf8)))
     }
 }
 

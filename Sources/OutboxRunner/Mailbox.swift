@@ -51,7 +51,8 @@ final class Mailbox<Event: Sendable>: @unchecked Sendable {
     }
 }
 
-/// Starts a detached thread for blocking work (hooks, plugins), off the cooperative pool (T-swift4).
+/// Starts a detached thread for blocking work (hooks, plugins): blocking calls must not
+/// run on Swift's cooperative pool, whose few threads the whole process shares.
 func startThread(_ body: @escaping @Sendable () -> Void) {
     final class Box { let body: @Sendable () -> Void; init(_ b: @escaping @Sendable () -> Void) { body = b } }
     let context = Unmanaged.passRetained(Box(body)).toOpaque()
@@ -69,55 +70,5 @@ func startThread(_ body: @escaping @Sendable () -> Void) {
         // No thread: run inline rather than lose the work.
         Unmanaged<AnyObject>.fromOpaque(context).release()
         body()
-    }
-}
-
-/// Counts SIGINT/SIGTERM; the runner's loop reads it (the first drains, the second stops).
-let stopSignals = Atomic<Int>(0)
-
-func installStopSignals() {
-    let handler: @convention(c) (Int32) -> Void = { _ in stopSignals.add(1, ordering: .relaxed) }
-    signal(SIGINT, handler)
-    signal(SIGTERM, handler)
-    // A parent may have started us with these blocked (e.g. spawned from a libdispatch
-    // worker thread, which blocks signals); then SIGTERM would never reach the handler.
-    var stops = sigset_t()
-    sigemptyset(&stops)
-    sigaddset(&stops, SIGINT)
-    sigaddset(&stops, SIGTERM)
-    pthread_sigmask(SIG_UNBLOCK, &stops, nil)
-}
-
-enum Base64 {
-    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-
-    static func encode(_ bytes: [UInt8]) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity((bytes.count + 2) / 3 * 4)
-        var i = 0
-        while i + 2 < bytes.count {
-            let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
-            out += [alphabet[Int(n >> 18 & 63)], alphabet[Int(n >> 12 & 63)], alphabet[Int(n >> 6 & 63)], alphabet[Int(n & 63)]]
-            i += 3
-        }
-        let rest = bytes.count - i
-        if rest == 1 {
-            let n = UInt32(bytes[i]) << 16
-            out += [alphabet[Int(n >> 18 & 63)], alphabet[Int(n >> 12 & 63)], 61, 61]
-        } else if rest == 2 {
-            let n = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8
-            out += [alphabet[Int(n >> 18 & 63)], alphabet[Int(n >> 12 & 63)], alphabet[Int(n >> 6 & 63)], 61]
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
-}
-
-/// A response body for JSON: UTF-8 text, or base64 when it is not valid UTF-8.
-func bodyJSON(_ bytes: [UInt8], into object: inout JSON, field: String = "body") {
-    if let text = String(validating: bytes, as: UTF8.self) {
-        object.set(field, .string(text))
-    } else {
-        object.set(field, .string(Base64.encode(bytes)))
-        object.set("\(field)_encoding", .string("base64"))
     }
 }

@@ -1,22 +1,24 @@
 import Glibc
+import OutboxEnqueue
 import OutboxModel
 import OutboxProcess
 import OutboxStore
 
+/// Delivery: outcomes handed to their hooks, acknowledged only when the hook exits 0.
 extension Runner {
     /// Starts hooks for due outcomes: one at a time per id, in order; `hooks.concurrency` at once.
     func deliver(now: Int64) throws(OutboxError) {
-        guard hooksRunning.count < config.hookConcurrency else { return }
+        guard delivery.hooksRunning.count < config.hookConcurrency else { return }
         let keys = Set(definitions.definitions.keys)
-        let busy = Set(hooksRunning.values)
-        let room = config.hookConcurrency - hooksRunning.count
+        let busy = Set(delivery.hooksRunning.values)
+        let room = config.hookConcurrency - delivery.hooksRunning.count
         for outcome in try store.deliverableOutcomes(now: now, keys: keys, excludingIDs: busy, limit: room) {
-            guard hooksRunning.count < config.hookConcurrency else { break }
+            guard delivery.hooksRunning.count < config.hookConcurrency else { break }
             guard let definition = definitions.definitions[outcome.key] else { continue }
-            let hook = outcome.outcome == "completed" ? definition.onSuccess : definition.onError
+            let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError
             guard let hook else {
                 // The definition present now has no hook for this outcome: nothing to wait for.
-                try store.acknowledgeWithoutHook(seq: outcome.seq, now: now)
+                try store.acknowledge(seq: outcome.seq, followUps: [], now: now)
                 continue
             }
             let deliveries = try store.beginDelivery(seq: outcome.seq)
@@ -27,7 +29,7 @@ extension Runner {
             var env = environment
             env["OUTBOX_ID"] = outcome.entryID
             env["OUTBOX_KEY"] = outcome.key
-            env["OUTBOX_OUTCOME"] = outcome.outcome
+            env["OUTBOX_OUTCOME"] = outcome.outcome.rawValue
             env["OUTBOX_DELIVERIES"] = String(deliveries)
             env["OUTBOX_GENERATION"] = String(outcome.generation)
             var spec = ProcessSpec(command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
@@ -37,7 +39,7 @@ extension Runner {
             let seq = outcome.seq
             spec.onStart = { pid, start in mailbox.post(.hookStarted(seq: seq, pid: pid, start: start)) }
             spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
-            hooksRunning[seq] = outcome.entryID
+            delivery.hooksRunning[seq] = outcome.entryID
             let finalSpec = spec
             startThread {
                 do throws(ProcessSpawnError) {
@@ -50,9 +52,9 @@ extension Runner {
     }
 
     func hookFinished(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>) throws(OutboxError) {
-        guard let entryID = hooksRunning.removeValue(forKey: seq) else { return }
+        guard let entryID = delivery.hooksRunning.removeValue(forKey: seq) else { return }
         // A hook slot is free, and the next outcome of this id may go.
-        deliveryDue = true
+        delivery.due = true
         let now = Identifiers.nowMs()
         var failure: String?
         var followUps: [NewEntry] = []
@@ -90,8 +92,8 @@ extension Runner {
         try store.acknowledge(seq: seq, followUps: followUps, now: now)
         summary.delivered += 1
         // An acknowledgement can make entries due (a hold released, follow-ups enqueued).
-        readyExhausted = false
-        if !followUps.isEmpty { readAheadIsStale() }
+        readAhead.exhausted = false
+        if !followUps.isEmpty { readAhead.discard() }
     }
 
     /// Lines `{"enqueue": {"key", "vars", "id"?, "delay"?}}` printed by a hook; other lines are

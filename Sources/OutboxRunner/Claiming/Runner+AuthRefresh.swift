@@ -1,3 +1,4 @@
+import OutboxEnqueue
 import OutboxModel
 import OutboxStore
 
@@ -31,8 +32,8 @@ extension Runner {
             }
         }
         let generation = try store.updateHeaders(headers, now: now)
-        headerGeneration = generation
-        readAheadIsStale()  // parked entries are queued again, with the new headers
+        control.headerGeneration = generation
+        readAhead.discard()  // parked entries are queued again, with the new headers
         log("outbox: auth_refresh_command updated \(headers.map(\.0).joined(separator: ", ")) (header generation \(generation))")
     }
 }

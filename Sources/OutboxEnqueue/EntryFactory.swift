@@ -1,41 +1,4 @@
 import OutboxModel
-import OutboxProcess
-import OutboxStore
-
-extension ProcessCommand {
-    init(_ spec: CommandSpec) {
-        switch spec {
-        case let .shell(s): self = .shell(s)
-        case let .argv(a): self = .argv(a)
-        }
-    }
-}
-
-/// Runs a plugin that answers with JSON on stdout (request_command, headers_command, parsers).
-public enum Plugin {
-    public static func runJSON(_ command: CommandSpec, input: JSON, name: String, config: Config,
-                               environment: [String: String]) throws(OutboxError) -> JSON {
-        let spec = ProcessSpec(command: ProcessCommand(command), stdin: Array(input.serialized().utf8),
-                               environment: environment, workingDirectory: config.root, outputCap: 16 << 20,
-                               timeoutMs: 120_000)
-        let result: ProcessResult
-        do {
-            result = try ProcessRunner.run(spec)
-        } catch {
-            throw .invalid("\(name) could not start: \(error.message)")
-        }
-        guard result.succeeded else {
-            let firstLine = String(decoding: result.stderr, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-            let how = result.exitStatus.map { "exited \($0)" } ?? "was killed by signal \(result.signal ?? 0)"
-            throw .invalid("\(name) \(how)\(firstLine.isEmpty ? "" : ": \(firstLine.prefix(200))")")
-        }
-        do {
-            return try JSON.parse(String(decoding: result.stdout, as: UTF8.self))
-        } catch {
-            throw .invalid("\(name) printed invalid JSON: \(error)")
-        }
-    }
-}
 
 /// Renders definitions into entries ready to enqueue: vars checks, plugins, templates.
 ///

@@ -1,7 +1,7 @@
 import OutboxModel
 import OutboxStore
 
-/// The live display of `outbox run` on a terminal (SPEC 9): entries done of total, bytes
+/// The live display of `outbox run` on a terminal: entries done of total, bytes
 /// accepted of total, rate and ETA, redrawn on one line at most four times a second.
 ///
 /// It learns from the runner's own events (state and progress) and from the store's totals

@@ -1,0 +1,126 @@
+/// Where an entry's body bytes are kept.
+public enum StoredBody: Sendable, Equatable {
+    case none
+    /// A data or text body kept in the entry's row (large ones are staged as a `file`).
+    case bytes([UInt8])
+    /// Form fields; file fields are staged files.
+    case form([StoredFormField])
+    /// A file sent whole: a staged copy, a moved file, or the user's referenced file.
+    case file(path: String)
+    /// A file sent as parts (a chunked upload).
+    case parts(path: String)
+
+    /// The file of a `file` or `parts` body.
+    public var file: String? {
+        switch self {
+        case let .file(path), let .parts(path): return path
+        case .none, .bytes, .form: return nil
+        }
+    }
+
+    /// Every file the body reads: its file, or the staged files of its form.
+    public var files: [String] {
+        if case let .form(fields) = self { return fields.compactMap(\.stagedFile) }
+        return file.map { [$0] } ?? []
+    }
+
+    /// Builds the body from a stored row's columns; a row whose columns do not fit its kind is damage.
+    public init(kind: BodyKind, inline: [UInt8]?, file: String?, form: [StoredFormField]) throws(OutboxError) {
+        switch kind {
+        case .none: self = .none
+        case .data, .text:
+            // Large data and text bodies are staged to a file like file bodies.
+            if let inline { self = .bytes(inline) } else if let file { self = .file(path: file) } else { self = .none }
+        case .form: self = .form(form)
+        case .file, .parts:
+            guard let file else { throw .storage("the stored entry is damaged: a \(kind.rawValue) body without its file") }
+            self = kind == .file ? .file(path: file) : .parts(path: file)
+        }
+    }
+}
+
+/// One entry of the queue as stored.
+public struct Entry: Sendable {
+    /// The row's position in the queue (enqueue order).
+    public var seq: Int64
+    public var id: String
+    /// The name staged files of this entry carry.
+    public var internalID: String
+    public var key: String
+    public var vars: JSON
+    public var state: EntryState
+    public var reason: String?
+    public var generation: Int64
+    public var request: StoredRequest
+    public var body: StoredBody
+    public var bodyHash: String
+    public var totalBytes: Int64
+    public var bytesSent: Int64
+    public var attempts: Int64
+    public var idempotencyKey: String?
+    public var account: String?
+    public var scope: String?
+    public var parent: String?
+    public var headerGeneration: Int64
+    public var createdAt: Int64
+    public var updatedAt: Int64
+    public var expiresAt: Int64?
+    public var notBefore: Int64?
+    public var nextAttemptAt: Int64?
+    public var leaseOwner: String?
+    public var lastRequestID: String?
+    /// A replaced completed entry waits until its old outcome is acknowledged.
+    public var waitsForDelivery: Bool
+
+    public init(seq: Int64, id: String, internalID: String, key: String, vars: JSON, state: EntryState, reason: String?,
+                generation: Int64, request: StoredRequest, body: StoredBody, bodyHash: String, totalBytes: Int64,
+                bytesSent: Int64, attempts: Int64, idempotencyKey: String?, account: String?, scope: String?, parent: String?,
+                headerGeneration: Int64, createdAt: Int64, updatedAt: Int64, expiresAt: Int64?, notBefore: Int64?,
+                nextAttemptAt: Int64?, leaseOwner: String?, lastRequestID: String?, waitsForDelivery: Bool) {
+        self.seq = seq
+        self.id = id
+        self.internalID = internalID
+        self.key = key
+        self.vars = vars
+        self.state = state
+        self.reason = reason
+        self.generation = generation
+        self.request = request
+        self.body = body
+        self.bodyHash = bodyHash
+        self.totalBytes = totalBytes
+        self.bytesSent = bytesSent
+        self.attempts = attempts
+        self.idempotencyKey = idempotencyKey
+        self.account = account
+        self.scope = scope
+        self.parent = parent
+        self.headerGeneration = headerGeneration
+        self.createdAt = createdAt
+        self.updatedAt = updatedAt
+        self.expiresAt = expiresAt
+        self.notBefore = notBefore
+        self.nextAttemptAt = nextAttemptAt
+        self.leaseOwner = leaseOwner
+        self.lastRequestID = lastRequestID
+        self.waitsForDelivery = waitsForDelivery
+    }
+
+    /// The staged body file, or the user's file for `reference`.
+    public var bodyFile: String? { body.file }
+
+    /// Whether the entry is sent as parts (a chunked upload).
+    public var isChunked: Bool { request.bodyKind == .parts }
+
+    /// The row of `list --json`: exactly these fields, with `state` as displayed (a queued
+    /// entry of a paused queue or key shows `paused`). `show` adds the rest.
+    public func listJSON(displayState: String? = nil) -> JSON {
+        .object([
+            ("id", .string(id)), ("key", .string(key)), ("vars", vars), ("state", .string(displayState ?? state.rawValue)),
+            ("reason", .optionalString(reason)), ("bytes_sent", .int64(bytesSent)), ("total_bytes", .int64(totalBytes)),
+            ("attempts", .int64(attempts)), ("created_at", .int64(createdAt)), ("updated_at", .int64(updatedAt)),
+            ("next_attempt_at", .optionalInt(nextAttemptAt)), ("generation", .int64(generation)),
+            ("parent", .optionalString(parent)),
+        ])
+    }
+}

@@ -1,0 +1,175 @@
+/// What kind of body a request carries.
+public enum BodyKind: String, Sendable, CaseIterable {
+    case none, data, text, form, file, parts
+}
+
+/// A form field as persisted: a value, or a file staged into the store.
+public struct StoredFormField: Sendable, Equatable {
+    public var name: String
+    public var value: String?
+    public var stagedFile: String?
+    public var filename: String?
+    public var contentType: String?
+
+    public init(name: String, value: String?, stagedFile: String?, filename: String?, contentType: String?) {
+        self.name = name
+        self.value = value
+        self.stagedFile = stagedFile
+        self.filename = filename
+        self.contentType = contentType
+    }
+}
+
+/// The request an entry sends, fixed at enqueue: later edits of its definition do not
+/// change what a queued entry sends.
+public struct StoredRequest: Sendable {
+    public var method: String
+    public var url: String?
+    public var headers: [(String, String)]
+    public var bodyKind: BodyKind
+    public var form: [StoredFormField]
+    public var file: FileIdentity?
+    public var ownership: Ownership?
+    public var accept: [AcceptRule]
+    public var retry: RetryRules
+    public var response: ResponseMode
+    public var followRedirects: Int
+    public var wifiOnly: Bool?
+    public var cancelScopeOnError: Bool
+
+    public var json: JSON {
+        var members: [(String, JSON)] = [
+            ("method", .string(method)), ("url", .optionalString(url)),
+            ("headers", .array(headers.map { .array([.string($0.0), .string($0.1)]) })),
+            ("body_kind", .string(bodyKind.rawValue)),
+        ]
+        if !form.isEmpty {
+            members.append(("form", .array(form.map { f in
+                .object([("name", .string(f.name)), ("value", .optionalString(f.value)), ("staged_file", .optionalString(f.stagedFile)),
+                         ("filename", .optionalString(f.filename)), ("content_type", .optionalString(f.contentType))])
+            })))
+        }
+        if let file {
+            var fileJSON: JSON = .object([("path", .string(file.path)), ("size", .int64(file.size)),
+                                          ("mtime_ns", .int64(file.mtimeNs)), ("inode", .number(String(file.inode)))])
+            if let mode = file.mode { fileJSON.set("mode", .int64(Int64(mode))) }
+            members.append(("file", fileJSON))
+        }
+        if let ownership { members.append(("ownership", .string(ownership.rawValue))) }
+        members += [
+            ("accept", .array(accept.map { .object([("status", .int($0.status)), ("body_includes", .optionalString($0.bodyIncludes))]) })),
+            ("retry", retry.json), ("response", response.json), ("follow_redirects", .int(followRedirects)),
+            ("wifi_only", wifiOnly.map { .bool($0) } ?? .null), ("cancel_scope_on_error", .bool(cancelScopeOnError)),
+        ]
+        return .object(members)
+    }
+
+    /// Reads a stored request back. A field that is missing or of the wrong type is damage
+    /// (E_STORAGE naming the field), never a default: a wrong default would send another request.
+    public init(json: JSON) throws(OutboxError) {
+        let fields = StoredFields(json, what: "stored request")
+        guard json.objectValue != nil else { throw fields.damage("request", "not a JSON object") }
+        method = try fields.string("method")
+        url = try fields.optionalString("url")
+        headers = try fields.array("headers").map { pair throws(OutboxError) in
+            guard let a = pair.arrayValue, a.count == 2, let n = a[0].stringValue, let v = a[1].stringValue else {
+                throw fields.damage("headers", "a header is not a [name, value] pair")
+            }
+            return (n, v)
+        }
+        let kind = try fields.string("body_kind")
+        guard let bodyKind = BodyKind(rawValue: kind) else { throw fields.damage("body_kind", "unknown body kind \"\(kind)\"") }
+        self.bodyKind = bodyKind
+        form = try (json["form"]?.arrayValue ?? []).map { f throws(OutboxError) in
+            guard let name = f["name"]?.stringValue else { throw fields.damage("form", "a field has no name") }
+            return StoredFormField(name: name, value: f["value"]?.stringValue, stagedFile: f["staged_file"]?.stringValue,
+                                   filename: f["filename"]?.stringValue, contentType: f["content_type"]?.stringValue)
+        }
+        if let f = json["file"] {
+            guard let path = f["path"]?.stringValue, let size = f["size"]?.int64Value, let mtime = f["mtime_ns"]?.int64Value,
+                  case let .number(inodeText)? = f["inode"], let inode = UInt64(inodeText) else {
+                throw fields.damage("file", "the file identity is incomplete")
+            }
+            file = FileIdentity(path: path, size: size, mtimeNs: mtime, inode: inode,
+                                mode: f["mode"]?.int64Value.map { UInt32(truncatingIfNeeded: $0) })
+        }
+        if let own = try fields.optionalString("ownership") {
+            guard let ownership = Ownership(rawValue: own) else { throw fields.damage("ownership", "unknown ownership \"\(own)\"") }
+            self.ownership = ownership
+        }
+        accept = try fields.array("accept").map { a throws(OutboxError) in
+            guard let status = a["status"]?.int64Value else { throw fields.damage("accept", "a rule has no status") }
+            return AcceptRule(status: Int(status), bodyIncludes: a["body_includes"]?.stringValue)
+        }
+        retry = RetryRules(json: try fields.value("retry"))
+        guard let response = ResponseMode(json: try fields.value("response")) else { throw fields.damage("response", "unknown response mode") }
+        self.response = response
+        followRedirects = Int(try fields.int("follow_redirects"))
+        wifiOnly = json["wifi_only"]?.boolValue
+        guard let cancel = json["cancel_scope_on_error"]?.boolValue else { throw fields.damage("cancel_scope_on_error", "not a boolean") }
+        cancelScopeOnError = cancel
+    }
+
+    public init(prepared p: PreparedRequest, form: [StoredFormField]) {
+        method = p.method
+        url = p.url
+        headers = p.headers
+        bodyKind = p.body.kind
+        self.form = form
+        switch p.body {
+        case let .file(identity, own), let .parts(identity, own, _):
+            file = identity
+            ownership = own
+        default:
+            file = nil
+            ownership = nil
+        }
+        accept = p.accept
+        retry = p.retry
+        response = p.response
+        followRedirects = p.followRedirects
+        wifiOnly = p.wifiOnly
+        cancelScopeOnError = p.cancelScopeOnError
+    }
+}
+
+/// Reads the fields of a stored JSON document, failing with E_STORAGE on damage.
+public struct StoredFields {
+    let json: JSON
+    let what: String
+
+    public init(_ json: JSON, what: String) {
+        self.json = json
+        self.what = what
+    }
+
+    public func damage(_ field: String, _ why: String) -> OutboxError {
+        .storage("the \(what) is damaged: \(field): \(why)")
+    }
+
+    public func value(_ field: String) throws(OutboxError) -> JSON {
+        guard let v = json[field] else { throw damage(field, "missing") }
+        return v
+    }
+
+    public func string(_ field: String) throws(OutboxError) -> String {
+        guard let v = try value(field).stringValue else { throw damage(field, "not a string") }
+        return v
+    }
+
+    public func optionalString(_ field: String) throws(OutboxError) -> String? {
+        guard let v = json[field], v != .null else { return nil }
+        guard let s = v.stringValue else { throw damage(field, "not a string") }
+        return s
+    }
+
+    public func int(_ field: String) throws(OutboxError) -> Int64 {
+        guard let v = try value(field).int64Value else { throw damage(field, "not an integer") }
+        return v
+    }
+
+    public func array(_ field: String) throws(OutboxError) -> [JSON] {
+        guard let v = try value(field).arrayValue else { throw damage(field, "not an array") }
+        return v
+    }
+}

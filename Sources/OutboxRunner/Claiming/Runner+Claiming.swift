@@ -1,0 +1,162 @@
+import OutboxModel
+import OutboxProcess
+import OutboxStore
+
+/// Claiming: reading due entries ahead, letting the scheduler decide, and carrying out
+/// its decisions (start, hold, expire, drop, wait for Wi-Fi, refuse a changed file).
+extension Runner {
+    /// Another process committed (enqueue, cancel, pause, headers update): what was read
+    /// ahead may be stale, and the pauses and header generation may have moved.
+    func noticeOtherWriters() throws(OutboxError) {
+        let version = try store.dataVersion()
+        guard version != seenDataVersion else { return }
+        seenDataVersion = version
+        readAhead.discard()
+        delivery.due = true
+        control = try store.control()
+        try dropWithdrawnStandby()
+    }
+
+    /// A standby request is not sent when, since its claim, another process cancelled or
+    /// replaced its entry (the entry leaves the runner) or paused its key or the queue (the
+    /// entry goes back to the queue): it is aborted on the curl thread.
+    func dropWithdrawnStandby() throws(OutboxError) {
+        guard !flights.standby.isEmpty else { return }
+        let held = flights.standby.compactMap { transferID, token in
+            flights.byToken[token].flatMap { flights.running[$0.entryID] }.map { (transferID, $0) }
+        }
+        let current = try store.runningGenerations(seqs: held.map(\.1.seq))
+        for (transferID, entry) in held {
+            if current[entry.seq] != entry.generation {
+                flights.withdrawn[entry.id] = false
+            } else if control.isPaused(key: entry.key) {
+                flights.withdrawn[entry.id] = true
+            } else {
+                continue
+            }
+            http?.cancel(transferID)
+        }
+    }
+
+    /// Reads due entries ahead when fewer than `capacity` are at hand. Entries the runner
+    /// holds or has read already are left out (a claim is committed at the end of its turn,
+    /// so a held entry may still look queued in the store).
+    func fillReadAhead(capacity: Int, now: Int64) throws(OutboxError) {
+        let mono = Identifiers.monotonicMs()
+        guard readAhead.ready.count < capacity, !readAhead.exhausted || mono - readAhead.readAt >= 10 else { return }
+        readAhead.readAt = mono
+        let want = max(capacity + 2, min(256, config.concurrency * 4))
+        var excluded = Set(flights.running.keys)
+        for entry in readAhead.ready { excluded.insert(entry.id) }
+        let more = try store.dueEntries(now: now, limit: want, excluding: excluded)
+        readAhead.exhausted = more.count < want
+        readAhead.ready += more
+    }
+
+    /// Claims due entries: into free slots first, then as standby transfers that the curl
+    /// thread starts the moment a slot frees (at most `concurrency` of them), so a finished
+    /// request is followed at once, without a round trip through this thread.
+    func claim(now: Int64) throws(OutboxError) {
+        promoteStandby()
+        var slots = flights.currentSlots
+        let capacity = 2 * config.concurrency - slots.entriesInFlight - slots.standby
+        guard capacity > 0 else { return }
+        try fillReadAhead(capacity: capacity, now: now)
+        guard !readAhead.ready.isEmpty else { return }
+        var checks = ClaimChecks(now: now, control: control, currentAccount: factory.account(), busyScopes: flights.busyScopes)
+        checks.onWifi = { [self] in onWifi() }
+        checks.payloadProblem = { [self] in payloadProblem($0) }
+        let plan = scheduler.claims(readAhead.ready, slots: &slots, checks: checks)
+        flights.slots.hostLoad = slots.hostLoad
+        flights.slots.hostStandby = slots.hostStandby
+        var claimed: [(entry: Entry, host: String, standby: Bool)] = []
+        for (position, decision) in plan.decisions {
+            let entry = readAhead.ready[position]
+            switch decision {
+            case let .start(host, standby):
+                claimed.append((entry, host, standby))
+            case .hold, .paused:
+                break
+            case .expire:
+                settleError(entry, kind: .expired, message: OutcomePayloads.expiredMessage(attempts: entry.attempts, lastReason: entry.reason),
+                            state: .error, reason: "expired")
+            case let .dropOtherAccount(current):
+                log("outbox: dropped \(entry.id): enqueued by account \(entry.account ?? ""), not the current account \(current)")
+                changes.append(.drop(entryID: entry.id, reason: "other-account"))
+                emitState(entry, state: "cancelled", reason: "other-account")
+                summary.cancelled += 1
+            case let .waitForWifi(until):
+                changes.append(.reschedule(entryID: entry.id, nextAttemptAt: until, reason: "wifi"))
+            case let .fileProblem(problem):
+                settleError(entry, kind: .file, message: problem, state: .error, reason: "file")
+            }
+        }
+        readAhead.dropLeavers(taken: plan.taken, held: plan.held)
+        guard !claimed.isEmpty else { return }
+        // Committed with this turn's other changes: a crash before the commit leaves them
+        // queued, after it `running`, and either way the next runner sends them again.
+        changes.append(.markRunning(entrySeqs: claimed.map(\.entry.seq), lease: lease))
+        for (claimedEntry, host, isStandby) in claimed {
+            var entry = claimedEntry
+            entry.state = .running
+            flights.running[entry.id] = entry
+            emitState(entry, state: "running", reason: nil)
+            if entry.isChunked {
+                flights.partJobs[entry.id] = PartJob(parts: try store.parts(entrySeq: entry.seq), entry: entry)
+            } else {
+                startTransfer(entry, part: nil, host: host, standby: isStandby)
+            }
+        }
+    }
+
+    /// Free slots go first to standby transfers, oldest first, within per_host.
+    func promoteStandby() {
+        guard !flights.standby.isEmpty else { return }
+        var slots = flights.currentSlots
+        let waiting = flights.standby.compactMap { transferID, token in flights.byToken[token].map { (transferID, $0.host) } }
+        for transferID in scheduler.promotions(waiting, slots: &slots) {
+            standbyStarted(transferID)
+            http?.promote(transferID)
+        }
+    }
+
+    /// A standby transfer started (promoted here, or by the curl thread in a slot that freed).
+    func standbyStarted(_ transferID: UInt64) {
+        guard let token = flights.standby.removeValue(forKey: transferID), let host = flights.byToken[token]?.host else { return }
+        flights.byToken[token]?.standby = false
+        flights.slots.hostStandby[host, default: 1] -= 1
+        flights.slots.hostLoad[host, default: 0] += 1
+    }
+
+    /// The built-in Wi-Fi check: a wireless interface that is up, or the configured plugin.
+    func onWifi() -> Bool {
+        if let command = config.wifiCheck {
+            let spec = ProcessSpec(command: ProcessCommand(command), environment: environment, workingDirectory: config.root,
+                                   timeoutMs: 10_000)
+            return (try? ProcessRunner.run(spec))?.succeeded ?? false
+        }
+        for name in Paths.list("/sys/class/net") ?? [] where Paths.isDirectory("/sys/class/net/\(name)/wireless") {
+            if Paths.readText("/sys/class/net/\(name)/operstate")?.trimmingSpaces == "up" { return true }
+        }
+        return false
+    }
+
+    /// The identity a referenced file had at enqueue, which it must keep until it is sent.
+    static func expectedFile(_ entry: Entry) -> FileIdentity? {
+        entry.request.ownership == .reference ? entry.request.file : nil
+    }
+
+    /// Why an entry's bytes cannot be sent (staged file gone, referenced file changed), or nil.
+    func payloadProblem(_ entry: Entry) -> String? {
+        for file in entry.body.files {
+            guard let info = FileInfo.stat(file) else {
+                let referenced = entry.request.ownership == .reference && file == entry.bodyFile
+                return referenced ? FileIdentity.missing(file) : "the staged payload \(file) is missing"
+            }
+            if let expected = Self.expectedFile(entry), !expected.matches(size: info.size, mtimeNs: info.mtimeNs, inode: info.inode) {
+                return FileIdentity.changed(file)
+            }
+        }
+        return nil
+    }
+}

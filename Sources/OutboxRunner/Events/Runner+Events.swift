@@ -1,0 +1,23 @@
+import OutboxModel
+
+/// Events: state and progress lines for `--events` and `events.command`, and the live display.
+extension Runner {
+    /// Sends an event to the sink and to the live display.
+    func publish(_ event: JSON) {
+        emit(event)
+        progressDisplay?.observe(event)
+    }
+
+    /// A state event: the entry's row as it is after the change.
+    func emitState(_ entry: Entry, state: String, reason: String?) {
+        guard eventsEnabled || progressDisplay != nil else { return }
+        publish(OutcomePayloads.stateEvent(entry, state: state, reason: reason, at: Identifiers.nowMs()))
+    }
+
+    /// A progress event: bytes sent (accepted plus in flight) and bytes accepted, throttled.
+    func emitProgress(_ entry: Entry, sent: Int64, accepted: Int64, force: Bool) {
+        guard eventsEnabled || progressDisplay != nil,
+              progressGate.allow(entry.id, now: Identifiers.monotonicMs(), force: force) else { return }
+        publish(OutcomePayloads.progressEvent(entry, sent: sent, accepted: accepted))
+    }
+}

@@ -1,0 +1,147 @@
+import OutboxHTTP
+import OutboxModel
+import OutboxStore
+
+/// Parts: a chunked entry's parts in flight, their acceptance, and the entry's settle once
+/// every part is accepted. Accepted parts are durable the moment they are classified, so a
+/// crash never sends an accepted part again.
+extension Runner {
+    /// Starts the next parts of chunked entries, as the scheduler decides.
+    func pumpParts(now: Int64) throws(OutboxError) {
+        for (id, job) in flights.partJobs {
+            guard let entry = flights.running[id], !job.failed else {
+                // A stopped entry's job lives until its parts in flight have returned.
+                if job.inFlight.isEmpty {
+                    flights.partJobs[id] = nil
+                    if job.failed { flights.running[id] = nil }
+                }
+                continue
+            }
+            let decision = scheduler.nextParts(of: entry, parts: job.parts, inFlight: job.inFlight, hostLoad: flights.slots.hostLoad,
+                                               now: now, payloadProblem: { payloadProblem(entry) })
+            switch decision {
+            case .complete:
+                flights.partJobs[id] = nil
+                settleParts(entry, job: job)
+            case .expire:
+                stopParts(id)
+                settleError(entry, kind: .expired, message: "the entry expired before all its parts were accepted",
+                            state: .error, reason: "expired")
+            case let .fileProblem(problem):
+                stopParts(id)
+                settleError(entry, kind: .file, message: problem, state: .error, reason: "file")
+            case let .send(indexes, giveBackUntil):
+                for index in indexes {
+                    guard let part = job.parts.first(where: { $0.index == index }) else { continue }
+                    flights.partJobs[id]?.inFlight.insert(index)
+                    startTransfer(entry, part: part, host: URLCheck.hostKey(part.url))
+                }
+                if let next = giveBackUntil {
+                    // Every slot waits for a retry: give the entry's slot back until the earliest is due.
+                    flights.partJobs[id] = nil
+                    flights.running[id] = nil
+                    changes.append(.reschedule(entryID: id, nextAttemptAt: next, reason: "part retry"))
+                    emitState(entry, state: "queued", reason: "part retry")
+                }
+            }
+        }
+    }
+
+    func partFinished(_ entry: Entry, index: Int, klass: AttemptOutcomeClass, result: HTTPResult, now: Int64) throws(OutboxError) {
+        guard var job = flights.partJobs[entry.id] else { return }
+        job.inFlight.remove(index)
+        job.sentByPart[index] = nil
+        guard let position = job.parts.firstIndex(where: { $0.index == index }) else {
+            flights.partJobs[entry.id] = job
+            return
+        }
+        if case .success = klass {
+            // Durable the moment it is classified: flushed in this turn's transaction.
+            recordPartAccepted(&job, position: position, result: result)
+        }
+        flights.partJobs[entry.id] = job
+        if job.failed {
+            // The entry already stopped (parked, rescheduled): keep the acceptance, start nothing.
+            releaseStoppedParts(entry.id)
+            return
+        }
+        let part = job.parts[position]
+        switch klass {
+        case .success:
+            let accepted = job.acceptedBytes
+            emitProgress(entry, sent: job.bytesSent, accepted: accepted, force: accepted == entry.totalBytes)
+        case .retry:
+            job.parts[position].attempts += 1
+            let next = Backoff.nextAttemptAt(now: now, failures: job.parts[position].attempts, policy: entry.request.retry.backoff,
+                                             retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
+                                             random: Double.random(in: 0..<1))
+            job.parts[position].nextAttemptAt = next
+            changes.append(.partRetry(entrySeq: entry.seq, index: index, nextAttemptAt: next))
+            flights.partJobs[entry.id] = job
+            summary.retried += 1
+        case .awaitingAuth:
+            stopParts(entry.id)
+            authRefused(entry, now: now)
+            releaseStoppedParts(entry.id)
+        case .terminal:
+            stopParts(entry.id)
+            let status = result.status.map(String.init) ?? "none"
+            let what = "part \(index + 1) of \(job.parts.count) (index \(index), bytes \(part.range.start)-\(max(part.range.start, part.range.end - 1)))"
+            let message = result.failure.map { "\(what) failed: \($0.message)" } ?? "\(what) was refused with status \(status)"
+            let error = OutcomePayloads.error(.http, message, status: result.status, partIndex: index, body: result.body)
+            settleWithError(entry, error: error, response: result, state: .error, reason: "http",
+                            requestID: flights.running[entry.id]?.lastRequestID ?? "")
+            releaseStoppedParts(entry.id)
+        }
+    }
+
+    func settleParts(_ claimed: Entry, job: PartJob) {
+        var entry = flights.running[claimed.id] ?? claimed
+        entry.bytesSent = entry.totalBytes
+        changes.append(.progress(entryID: entry.id, bytesSent: entry.totalBytes))
+        flights.running[entry.id] = nil
+        settleSuccess(entry, result: nil, parts: OutcomePayloads.parts(job.parts), requestID: entry.lastRequestID ?? "")
+    }
+
+    /// Marks a part accepted in memory and queues the durable change.
+    func recordPartAccepted(_ job: inout PartJob, position: Int, result: HTTPResult) {
+        let headers = OutcomePayloads.headers(result.headers)
+        job.parts[position].accepted = true
+        job.parts[position].status = result.status
+        job.parts[position].responseHeaders = headers
+        job.parts[position].nextAttemptAt = nil
+        changes.append(.partAccepted(entrySeq: job.entry.seq, index: job.parts[position].index, status: result.status ?? 0,
+                                     headers: headers))
+        changes.append(.progress(entryID: job.entry.id, bytesSent: job.acceptedBytes))
+    }
+
+    /// Stops a chunked entry's parts: none starts again, and those in flight are aborted.
+    func stopParts(_ id: String) {
+        guard flights.partJobs[id] != nil else { return }
+        flights.partJobs[id]?.failed = true
+        for flight in flights.byToken.values where flight.entryID == id {
+            http?.cancel(flight.transferID)
+        }
+    }
+
+    /// Drops a stopped job once nothing of it is in flight, freeing its entry's slot.
+    func releaseStoppedParts(_ id: String) {
+        guard let job = flights.partJobs[id], job.failed, job.inFlight.isEmpty else { return }
+        flights.partJobs[id] = nil
+        flights.running[id] = nil
+    }
+
+    /// A part that returns after its entry settled: an acceptance is still recorded, so a
+    /// reopened entry never sends that part again.
+    func partReturnedAfterSettle(_ flight: Flight, result: HTTPResult) {
+        guard let index = flight.partIndex, var job = flights.partJobs[flight.entryID] else { return }
+        job.inFlight.remove(index)
+        job.sentByPart[index] = nil
+        if result.failure == nil, let position = job.parts.firstIndex(where: { $0.index == index }), !job.parts[position].accepted {
+            let klass = AttemptClassifier.classify(status: result.status, failure: nil, body: result.body,
+                                                   accept: job.entry.request.accept, exempt: Set(job.entry.request.retry.exempt))
+            if case .success = klass { recordPartAccepted(&job, position: position, result: result) }
+        }
+        flights.partJobs[flight.entryID] = job.inFlight.isEmpty ? nil : job
+    }
+}

@@ -1,0 +1,138 @@
+import OutboxHTTP
+import OutboxModel
+import OutboxStore
+
+/// Results: what the curl thread and hook threads report, and what an attempt's result
+/// means for its entry (success, retry, awaiting-auth, error).
+extension Runner {
+    func handle(_ event: RunnerEvent) throws(OutboxError) {
+        switch event {
+        case let .progress(token, sent):
+            guard var flight = flights.byToken[token] else { return }
+            flight.sent = sent
+            flights.byToken[token] = flight
+            if var job = flights.partJobs[flight.entryID], let index = flight.partIndex {
+                job.sentByPart[index] = sent
+                flights.partJobs[flight.entryID] = job
+            }
+            if let entry = flights.running[flight.entryID] {
+                if let job = flights.partJobs[entry.id] {
+                    emitProgress(entry, sent: job.bytesSent, accepted: job.acceptedBytes, force: false)
+                } else {
+                    emitProgress(entry, sent: sent, accepted: 0, force: entry.totalBytes > 0 && sent >= entry.totalBytes)
+                }
+            }
+        case let .transferDone(token, result):
+            if let next = result.startedInPlace { standbyStarted(next) }
+            guard let flight = flights.byToken.removeValue(forKey: token) else { return }
+            if flight.standby {
+                // Aborted (or failed to start) before it ever started.
+                flights.standby[flight.transferID] = nil
+                flights.slots.hostStandby[flight.host, default: 1] -= 1
+            } else {
+                flights.slots.hostLoad[flight.host, default: 1] -= 1
+            }
+            try finished(flight, result: result)
+        case let .hookStarted(seq, pid, start):
+            try store.recordHookProcess(seq: seq, pgid: pid, startTime: start)
+        case let .hookSlow(seq, pid):
+            log("outbox: the hook for \(delivery.hooksRunning[seq] ?? "?") (pid \(pid)) runs longer than \(Units.formatDuration(ms: config.hookWarnAfterMs)); waiting for it")
+        case let .hookDone(seq, result):
+            try hookFinished(seq: seq, result: result)
+        }
+    }
+
+    func finished(_ flight: Flight, result: HTTPResult) throws(OutboxError) {
+        // (A withdrawn entry's request may have started just before the abort reached the
+        // curl thread; then it settles as usual, and the settle finds no row to change.)
+        let withdrawal = flight.partIndex == nil ? flights.withdrawn.removeValue(forKey: flight.entryID) : nil
+        guard var entry = flights.running[flight.entryID] else {
+            // A part still in flight when its entry settled: keep an acceptance, nothing more.
+            if flight.partIndex != nil { partReturnedAfterSettle(flight, result: result) }
+            return
+        }
+        let now = Identifiers.nowMs()
+        summary.bytesSent += result.bytesSent
+        if result.failure?.kind == .aborted {
+            // Stopped by us (grace over, or withdrawn): not an attempt result; the entry goes
+            // back to the queue when the run ends, or now if it was paused, or is dropped.
+            if let requeue = withdrawal {
+                flights.running[entry.id] = nil
+                if requeue { changes.append(.requeue(entryID: entry.id)) }
+                return
+            }
+            if let index = flight.partIndex {
+                flights.partJobs[entry.id]?.inFlight.remove(index)
+                releaseStoppedParts(entry.id)
+            }
+            return
+        }
+        if let failure = result.failure, failure.kind == .file, flight.partIndex == nil {
+            // The referenced file went missing or changed before its request started (it
+            // waited as a standby request): settled like the check at claim, nothing was sent.
+            flights.running[entry.id] = nil
+            settleError(entry, kind: .file, message: failure.message, state: .error, reason: "file")
+            return
+        }
+        let klass = AttemptClassifier.classify(status: result.status, failure: result.failure, body: result.body,
+                                               accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
+        // A whole request that succeeds with nothing to deliver is forgotten in this very
+        // transaction: its attempt log and progress would be deleted as they are written.
+        var forgottenAtOnce = false
+        if case .success = klass, flight.partIndex == nil, !eventsEnabled, !outcomeNeeded(entry, outcome: .completed) {
+            forgottenAtOnce = true
+        }
+        if !forgottenAtOnce {
+            let event = OutcomePayloads.attemptEvent(entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
+                                                     method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass,
+                                                     at: Identifiers.nowMs())
+            emit(event)
+            changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
+        }
+        entry.lastRequestID = flight.requestID
+        flights.running[entry.id] = entry
+
+        if let index = flight.partIndex {
+            try partFinished(entry, index: index, klass: klass, result: result, now: now)
+            return
+        }
+        flights.running[entry.id] = nil
+        if forgottenAtOnce {
+            settle(entry, payload: .object([]), outcome: .completed, state: .completed, reason: nil)
+            return
+        }
+        changes.append(.progress(entryID: entry.id, bytesSent: result.bytesSent))
+        // State events carry the row as it is after this attempt.
+        entry.bytesSent = result.bytesSent
+        switch klass {
+        case .success:
+            settleSuccess(entry, result: result, parts: nil, requestID: flight.requestID)
+        case let .retry(reason):
+            let next = Backoff.nextAttemptAt(now: now, failures: Int(entry.attempts), policy: entry.request.retry.backoff,
+                                             retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
+                                             random: Double.random(in: 0..<1))
+            changes.append(.reschedule(entryID: entry.id, nextAttemptAt: next, reason: reason))
+            entry.nextAttemptAt = next
+            emitState(entry, state: "queued", reason: reason)
+            summary.retried += 1
+        case .awaitingAuth:
+            authRefused(entry, now: now)
+        case let .terminal(reason):
+            // The reason names the failure: "HTTP 404", "redirect: too many redirects".
+            let error = OutcomePayloads.error(.http, reason, status: result.status, body: result.body)
+            settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: flight.requestID)
+        }
+    }
+
+    /// A 401/403: parks the entry, unless it was sent with headers older than the latest
+    /// `headers update`, in which case it is sent again at once with the new ones.
+    func authRefused(_ entry: Entry, now: Int64) {
+        if entry.headerGeneration < control.headerGeneration {
+            changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now, reason: "auth"))
+        } else {
+            changes.append(.park(entryID: entry.id))
+            emitState(entry, state: "awaiting-auth", reason: "auth")
+            summary.parked += 1
+        }
+    }
+}

@@ -1,0 +1,137 @@
+import OutboxHTTP
+import OutboxModel
+import OutboxProcess
+
+/// What the curl thread and hook threads post to the control thread.
+enum RunnerEvent: Sendable {
+    case transferDone(token: UInt64, result: HTTPResult)
+    case progress(token: UInt64, sent: Int64)
+    case hookStarted(seq: Int64, pid: Int32, start: UInt64)
+    case hookDone(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>)
+    case hookSlow(seq: Int64, pid: Int32)
+}
+
+/// One HTTP attempt in flight: a whole entry, or one part of a chunked upload.
+struct Flight {
+    var entryID: String
+    var partIndex: Int?
+    var transferID: UInt64 = 0
+    var requestID: String
+    var host: String
+    var url: String
+    var method: String
+    var attempt: Int64
+    var sent: Int64 = 0
+    /// Waiting on the curl thread for a slot (see `Scheduler`).
+    var standby = false
+}
+
+/// A chunked entry while it runs: its parts and which are in flight.
+struct PartJob {
+    var parts: [StoredPart]
+    /// The entry as claimed: parts still in flight when it settles report against it.
+    var entry: Entry
+    var inFlight: Set<Int> = []
+    var sentByPart: [Int: Int64] = [:]
+    /// Set when the entry stopped (settled, parked, rescheduled): no part starts again, and
+    /// the job is dropped once the parts in flight have returned.
+    var failed = false
+
+    /// Bytes of the parts accepted so far.
+    var acceptedBytes: Int64 { parts.reduce(Int64(0)) { $0 + ($1.accepted ? $1.range.count : 0) } }
+
+    /// Accepted bytes plus what the parts in flight have sent.
+    var bytesSent: Int64 { acceptedBytes + sentByPart.filter { inFlight.contains($0.key) }.values.reduce(0, +) }
+}
+
+/// The entries this runner holds and their transfers.
+struct Flights {
+    /// Transfers in flight (and standby), by the runner's token.
+    var byToken: [UInt64: Flight] = [:]
+    /// Entries claimed and not yet settled or given back.
+    var running: [String: Entry] = [:]
+    var partJobs: [String: PartJob] = [:]
+    /// Standby transfers (waiting on the curl thread for a slot): transfer id → token.
+    var standby: [UInt64: UInt64] = [:]
+    /// Transfers per host, started and standby, as the scheduler counts them.
+    var slots = SlotState()
+    /// Entries whose standby request was aborted because of another process: true when the
+    /// entry goes back to the queue (its key or the queue was paused), false when it is
+    /// dropped (cancelled or replaced).
+    var withdrawn: [String: Bool] = [:]
+    var nextToken: UInt64 = 1
+
+    /// The slots as they stand: every held entry not waiting as standby holds one.
+    var currentSlots: SlotState {
+        var current = slots
+        current.entriesInFlight = running.count - standby.count
+        current.standby = standby.count
+        return current
+    }
+
+    /// Scopes with an entry held here: the next entry of such a scope waits.
+    var busyScopes: Set<String> { Set(running.values.compactMap(\.scope)) }
+}
+
+/// Due entries read ahead of their claim, in queue order: one query feeds many claims.
+struct ReadAhead {
+    var ready: ArraySlice<Entry> = []
+    /// The last read found fewer due entries than asked: no new read until something
+    /// changes, or 10 ms have passed (retries and holds come due with time).
+    var exhausted = false
+    var readAt: Int64 = 0
+
+    /// Drops the entries read ahead: a same-id enqueue may have replaced one of them.
+    mutating func discard() {
+        ready = []
+        exhausted = false
+    }
+
+    /// Removes from the front the `taken` entries looked at, except those `held` (ascending
+    /// positions), which keep their place and order. Held entries are moved to the back of
+    /// that window by swaps, and the window's front is dropped: no entry is copied.
+    mutating func dropLeavers(taken: Int, held: [Int]) {
+        guard held.count < taken else { return }
+        var slot = ready.startIndex + taken
+        for position in held.reversed() {
+            slot -= 1
+            if position != slot { ready.swapAt(position, slot) }
+        }
+        ready.removeFirst(taken - held.count)
+    }
+}
+
+/// Hook deliveries in progress.
+struct DeliveryState {
+    /// Outcome seq → entry id of the hooks running.
+    var hooksRunning: [Int64: String] = [:]
+    /// Whether outcomes may have become deliverable since the last look.
+    var due = true
+    var lastCheck: Int64 = 0
+
+    /// Whether to look for deliverable outcomes now: when something changed, or every
+    /// 50 ms (retries of failed deliveries come due with time).
+    mutating func isDue(mono: Int64) -> Bool {
+        guard due || mono - lastCheck >= 50 else { return false }
+        due = false
+        lastCheck = mono
+        return true
+    }
+}
+
+/// Limits progress events to a few a second per entry, whatever the part count.
+struct ProgressGate {
+    static let intervalMs: Int64 = 250
+    private var last: [String: Int64] = [:]
+
+    /// Whether an event for `id` may go out now; `force` (a final count) always may.
+    mutating func allow(_ id: String, now: Int64, force: Bool) -> Bool {
+        if !force, let previous = last[id], now - previous < Self.intervalMs { return false }
+        if last.count > 4096 {
+            // Long runs see many ids: forget the ones that have been quiet for a while.
+            last = last.filter { now - $0.value < Self.intervalMs }
+        }
+        last[id] = now
+        return true
+    }
+}

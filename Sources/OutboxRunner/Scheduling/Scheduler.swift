@@ -1,0 +1,236 @@
+import OutboxModel
+import OutboxStore
+
+/// The limits the scheduler keeps (from the config).
+struct SchedulerLimits: Equatable {
+    /// Entries sending at once (a chunked entry counts once, whatever its parts).
+    var concurrency: Int
+    /// Transfers to one host at once (parts count one each).
+    var perHost: Int
+    /// Parts of one chunked entry in flight at once.
+    var partConcurrency: Int
+}
+
+/// The runner's slots as the scheduler sees them.
+struct SlotState: Equatable {
+    /// Entries holding a slot: whole transfers that started, and chunked entries.
+    var entriesInFlight = 0
+    /// Transfers waiting on the curl thread to start the moment a slot frees.
+    var standby = 0
+    /// Transfers started, per host.
+    var hostLoad: [String: Int] = [:]
+    /// Standby transfers, per host.
+    var hostStandby: [String: Int] = [:]
+}
+
+/// What the scheduler needs to know that takes I/O to learn. The closures run only for an
+/// entry about to leave the queue, never for every entry that waits.
+struct ClaimChecks {
+    var now: Int64
+    var control = QueueControl()
+    /// The current process's account (nil: none configured).
+    var currentAccount: String?
+    /// Scopes with an entry this runner holds: the next entry of such a scope waits.
+    var busyScopes: Set<String> = []
+    /// Whether the machine is on Wi-Fi; asked at most once per plan.
+    var onWifi: () -> Bool = { true }
+    /// Why the entry's bytes cannot be sent (a staged file gone, a referenced file changed), or nil.
+    var payloadProblem: (Entry) -> String? = { _ in nil }
+}
+
+/// What happens to one entry read ahead of its claim.
+enum ClaimDecision: Equatable {
+    /// It leaves the queue: into a free slot, or as a standby transfer.
+    case start(host: String, standby: Bool)
+    /// No slot within the limits now: it keeps its place, and entries behind it go first.
+    case hold
+    /// Its queue or key was paused since it was read: it stays queued, out of the read-ahead.
+    case paused
+    /// Its lifetime is over: it settles error, kind `expired`.
+    case expire
+    /// Enqueued by another account than the current one: dropped.
+    case dropOtherAccount(current: String)
+    /// It may only be sent on Wi-Fi, and the machine is not: it waits until `until`.
+    case waitForWifi(until: Int64)
+    /// Its body cannot be sent: it settles error, kind `file`.
+    case fileProblem(String)
+}
+
+/// The decisions for the entries read ahead, in queue order.
+struct ClaimPlan: Equatable {
+    /// The entries looked at, by position in the read-ahead, with what happens to each.
+    var decisions: [(position: Int, decision: ClaimDecision)] = []
+    /// How many entries from the front were looked at.
+    var taken = 0
+
+    /// Positions that keep their place in the read-ahead.
+    var held: [Int] { decisions.filter { $0.decision == .hold }.map(\.position) }
+
+    static func == (a: ClaimPlan, b: ClaimPlan) -> Bool {
+        a.taken == b.taken && a.decisions.elementsEqual(b.decisions) { $0.position == $1.position && $0.decision == $1.decision }
+    }
+}
+
+/// What a chunked entry does next.
+enum PartDecision: Equatable {
+    /// Every part was accepted: the entry settles completed.
+    case complete
+    /// Its lifetime ended before every part was accepted.
+    case expire
+    /// Its file cannot be sent.
+    case fileProblem(String)
+    /// Start these parts (by index, in order); then, when every slot waits for a retry,
+    /// give the entry's slot back until `giveBackUntil`.
+    case send(parts: [Int], giveBackUntil: Int64?)
+}
+
+/// Decides which entries and parts go now. A pure value: it reads the queue as the
+/// runner holds it, the slots and an injected clock, and returns decisions; the runner
+/// carries them out (transfers, store changes, events).
+///
+/// Rules, each with its table test in SchedulerTests:
+/// - at most `concurrency` entries hold a slot, and at most `concurrency` more wait as
+///   standby transfers that the curl thread starts the moment a slot frees;
+/// - at most `per_host` transfers to one host, and `per_host` standby transfers per host;
+/// - a chunked entry needs a free slot (it never waits as standby); its parts are scheduled
+///   within `part_concurrency` and `per_host`, and a part waiting for its retry keeps its slot;
+/// - an entry expiring within 10 minutes only takes a free slot: a standby request starts
+///   later than the expiry check before it;
+/// - a paused queue or key, a busy scope, another account, Wi-Fi, an expired entry and a
+///   missing or changed file are decided at the claim, before anything is sent;
+/// - a held entry keeps its place; a few entries beyond the free slots are looked at, so
+///   entries held by `per_host` do not starve the rest.
+struct Scheduler {
+    let limits: SchedulerLimits
+
+    /// An entry whose expiry is nearer than this only takes a free slot.
+    static let standbyExpiryMarginMs: Int64 = 600_000
+    /// How long an entry waiting for Wi-Fi stays out of the queue before it is checked again.
+    static let wifiRecheckMs: Int64 = 30_000
+
+    /// Decides the entries at the front of `ready`, updating `slots` for those that start.
+    func claims(_ ready: ArraySlice<Entry>, slots: inout SlotState, checks: ClaimChecks) -> ClaimPlan {
+        var plan = ClaimPlan()
+        var free = limits.concurrency - slots.entriesInFlight
+        var standbyFree = limits.concurrency - slots.standby
+        let capacity = free + standbyFree
+        guard capacity > 0 else { return plan }
+        var wifi: Bool?
+        var scopes = checks.busyScopes
+        for (position, entry) in zip(ready.indices, ready) {
+            guard free + standbyFree > 0, plan.taken < capacity + 2 else { break }
+            plan.taken += 1
+            let decision = decide(entry, free: free, standbyFree: standbyFree, slots: slots, scopes: scopes, checks: checks, wifi: &wifi)
+            plan.decisions.append((position, decision))
+            guard case let .start(host, standby) = decision else { continue }
+            if let scope = entry.scope { scopes.insert(scope) }
+            if standby {
+                standbyFree -= 1
+                slots.standby += 1
+                slots.hostStandby[host, default: 0] += 1
+            } else {
+                free -= 1
+                slots.entriesInFlight += 1
+                // Parts are counted per host as they start.
+                if !entry.isChunked { slots.hostLoad[host, default: 0] += 1 }
+            }
+        }
+        return plan
+    }
+
+    private func decide(_ entry: Entry, free: Int, standbyFree: Int, slots: SlotState, scopes: Set<String>,
+                        checks: ClaimChecks, wifi: inout Bool?) -> ClaimDecision {
+        if checks.control.isPaused(key: entry.key) { return .paused }
+        if let scope = entry.scope, scopes.contains(scope) { return .hold }
+        // Where it would go first: the checks below (a stat of the file, among others) run
+        // only for an entry that leaves the queue now, not for each one that waits.
+        let host = URLCheck.hostKey(entry.request.url ?? "")
+        let standby: Bool
+        if entry.isChunked {
+            guard free > 0 else { return .hold }
+            standby = false
+        } else if free > 0, slots.hostLoad[host, default: 0] < limits.perHost {
+            standby = false
+        } else if standbyFree > 0, slots.hostStandby[host, default: 0] < limits.perHost,
+                  Self.mayWaitAsStandby(entry, now: checks.now) {
+            standby = true
+        } else {
+            return .hold
+        }
+        if Expiry.isExpired(now: checks.now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) { return .expire }
+        if let account = entry.account, let current = checks.currentAccount, account != current {
+            return .dropOtherAccount(current: current)
+        }
+        if entry.request.wifiOnly ?? checks.control.wifiOnly {
+            if wifi == nil { wifi = checks.onWifi() }
+            if wifi == false { return .waitForWifi(until: checks.now + Self.wifiRecheckMs) }
+        }
+        if let problem = checks.payloadProblem(entry) { return .fileProblem(problem) }
+        return .start(host: host, standby: standby)
+    }
+
+    /// Whether an entry's request may wait on the curl thread: expiry is checked before each
+    /// attempt, and a standby request starts later than that check. (A referenced file is
+    /// checked again by the curl thread when it opens the file.)
+    static func mayWaitAsStandby(_ entry: Entry, now: Int64) -> Bool {
+        entry.expiresAt.map { $0 - now > standbyExpiryMarginMs } ?? true
+    }
+
+    /// Standby transfers to start now in free slots, oldest first, within `per_host`;
+    /// `slots` moves each from standby to started.
+    func promotions(_ standby: [(transferID: UInt64, host: String)], slots: inout SlotState) -> [UInt64] {
+        var free = limits.concurrency - slots.entriesInFlight
+        var promoted: [UInt64] = []
+        for (transferID, host) in standby.sorted(by: { $0.transferID < $1.transferID }) where free > 0 {
+            guard slots.hostLoad[host, default: 0] < limits.perHost else { continue }
+            Self.standbyStarted(host: host, slots: &slots)
+            promoted.append(transferID)
+            free -= 1
+        }
+        return promoted
+    }
+
+    /// A standby transfer started (promoted, or by the curl thread in a slot that freed).
+    static func standbyStarted(host: String, slots: inout SlotState) {
+        slots.standby -= 1
+        slots.entriesInFlight += 1
+        slots.hostStandby[host, default: 1] -= 1
+        slots.hostLoad[host, default: 0] += 1
+    }
+
+    /// What a running chunked entry does next. Parts are tried in order, so parts due for
+    /// a retry come before untried ones; a part waiting for its retry keeps its slot, as a
+    /// retry in place would: when the server is down, `part_concurrency` parts fail and
+    /// wait, not every part once.
+    func nextParts(of entry: Entry, parts: [StoredPart], inFlight: Set<Int>, hostLoad: [String: Int], now: Int64,
+                   payloadProblem: () -> String?) -> PartDecision {
+        let pending = parts.filter { !$0.accepted && !inFlight.contains($0.index) }
+        if pending.isEmpty && inFlight.isEmpty { return .complete }
+        if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) { return .expire }
+        let due = pending.filter { ($0.nextAttemptAt ?? 0) <= now }
+        let waiting = pending.count - due.count
+        var free = limits.partConcurrency - inFlight.count - waiting
+        // Checked before each attempt, as for a whole body.
+        if !due.isEmpty && free > 0, let problem = payloadProblem() { return .fileProblem(problem) }
+        var load = hostLoad
+        var start: [Int] = []
+        for part in due where free > 0 {
+            let host = URLCheck.hostKey(part.url)
+            if load[host, default: 0] >= limits.perHost { continue }
+            load[host, default: 0] += 1
+            start.append(part.index)
+            free -= 1
+        }
+        var giveBack: Int64?
+        if inFlight.isEmpty && start.isEmpty && (due.isEmpty || free <= 0) {
+            giveBack = pending.compactMap(\.nextAttemptAt).filter { $0 > now }.min()
+        }
+        return .send(parts: start, giveBackUntil: giveBack)
+    }
+
+    /// Whether `run --drain` is done: nothing due within the horizon.
+    static func drainIsOver(nextDue: Int64?, now: Int64, horizonMs: Int64) -> Bool {
+        guard let nextDue else { return true }
+        return nextDue > now + horizonMs
+    }
+}

@@ -1,0 +1,72 @@
+import OutboxHTTP
+import OutboxModel
+
+/// Sending: turning an entry (or one part of it) into an HTTP request on the curl thread.
+extension Runner {
+    func baseHeaders(_ entry: Entry, requestID: String) -> [(name: String, value: String)] {
+        var headers = entry.request.headers.map { (name: $0.0, value: $0.1) }
+        headers.append((name: "X-Request-Id", value: requestID))
+        if let key = entry.idempotencyKey { headers.append((name: "Idempotency-Key", value: key)) }
+        if !headers.contains(where: { $0.name.lowercased() == "user-agent" }) {
+            headers.append((name: "User-Agent", value: "outbox/\(outboxVersion)"))
+        }
+        return headers
+    }
+
+    /// The body of an attempt: the part's byte range, or the entry's whole body.
+    static func httpBody(_ entry: Entry, part: StoredPart?) -> HTTPBody {
+        if let part {
+            return .file(path: entry.bodyFile ?? "", offset: part.range.start, length: part.range.end - part.range.start)
+        }
+        switch entry.body {
+        case .none: return .none
+        case let .bytes(bytes): return .bytes(bytes)
+        case let .form(fields):
+            return .form(fields.map {
+                FormField(name: $0.name, value: $0.value, filePath: $0.stagedFile, filename: $0.filename, contentType: $0.contentType)
+            })
+        case let .file(path), let .parts(path): return .file(path: path, offset: 0, length: entry.totalBytes)
+        }
+    }
+
+    func startTransfer(_ entry: Entry, part: StoredPart?, host: String, standby isStandby: Bool = false) {
+        let requestID = Identifiers.uuid(using: &requestIDs)
+        var headers = baseHeaders(entry, requestID: requestID)
+        var url = entry.request.url ?? ""
+        if let part {
+            url = part.url
+            for (name, value) in part.headers {
+                headers.removeAll { $0.name.lowercased() == name.lowercased() }
+                headers.append((name: name, value: value))
+            }
+        }
+        var request = HTTPRequest(
+            url: url, method: entry.request.method, headers: headers, body: Self.httpBody(entry, part: part),
+            followRedirects: entry.request.followRedirects, connectTimeoutMs: Int(config.connectTimeoutMs),
+            stallBelowBytesPerSecond: Int(config.stallBelowBytes), stallForMs: Int(config.stallForMs), caFile: config.caFile,
+            maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(outboxVersion)")
+        // A referenced file is checked again when the curl thread opens it: a standby request
+        // may start well after its claim checked the file.
+        if part == nil { request.expectedFile = Self.expectedFile(entry) }
+        let token = flights.nextToken
+        flights.nextToken += 1
+        let attempt = (flights.running[entry.id]?.attempts ?? entry.attempts) + 1
+        flights.running[entry.id]?.attempts = attempt
+        var flight = Flight(entryID: entry.id, partIndex: part?.index, requestID: requestID, host: host, url: url,
+                            method: entry.request.method, attempt: attempt, standby: isStandby)
+        if part != nil { flights.slots.hostLoad[host, default: 0] += 1 }
+        let mailbox = self.mailbox
+        // Progress only feeds events and the display: with neither, curl is not asked for it
+        // (two mailbox posts per small request otherwise).
+        var progress: (@Sendable (Int64, Int64) -> Void)?
+        if eventsEnabled || progressDisplay != nil {
+            progress = { sent, _ in mailbox.post(.progress(token: token, sent: sent)) }
+        }
+        // A whole entry's transfer holds its slot; parts are counted by their entry.
+        flight.transferID = http!.start(request, host: host, slot: part == nil, standby: isStandby, progress: progress,
+                                        completion: { result in mailbox.post(.transferDone(token: token, result: result)) })
+        flights.byToken[token] = flight
+        if isStandby { flights.standby[flight.transferID] = token }
+        summary.attempts += 1
+    }
+}

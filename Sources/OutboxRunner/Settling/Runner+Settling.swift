@@ -1,0 +1,131 @@
+import OutboxEnqueue
+import OutboxHTTP
+import OutboxModel
+import OutboxStore
+
+/// Settling: an entry's generation ends (completed, error, cancelled); its outcome is
+/// journaled with the state change and its `then` follow-ups, in one transaction.
+extension Runner {
+    /// Whether an outcome of this entry is read by anyone: its hook, a `then` follow-up, or
+    /// (for a key without a usable definition) a later delivery.
+    func outcomeNeeded(_ entry: Entry, outcome: Outcome) -> Bool {
+        guard let definition = definitions.definitions[entry.key], definitions.brokenKeys[entry.key] == nil else { return true }
+        if entry.request.response != .raw { return true }
+        let hook = outcome == .completed ? definition.onSuccess : definition.onError
+        return hook != nil || !(definition.then?[outcome.hookField]?.arrayValue ?? []).isEmpty
+    }
+
+    /// The number of attempts the outcome reports: the runner's count when it holds the entry.
+    func attempts(of entry: Entry) -> Int64 { flights.running[entry.id]?.attempts ?? entry.attempts }
+
+    func settleSuccess(_ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String) {
+        var payload = OutcomePayloads.base(entry, outcome: .completed, attempts: attempts(of: entry), requestID: requestID,
+                                           at: Identifiers.nowMs())
+        var data: JSON = .null
+        var parseError: JSON?
+        if let result {
+            payload.set("response", OutcomePayloads.response(result))
+            if entry.request.response != .raw {
+                if result.bodyTruncated {
+                    parseError = OutcomePayloads.error(.truncated, "the response is over max_response_bytes (\(config.maxResponseBytes)); it was not parsed",
+                                                       status: result.status)
+                } else {
+                    switch parse(result.body, mode: entry.request.response, vars: entry.vars) {
+                    case let .success(value): data = value
+                    case let .failure(error): parseError = OutcomePayloads.error(.unknown, error.message, status: result.status)
+                    }
+                }
+            }
+        }
+        if let parts { payload.set("parts", parts) }
+        if let parseError {
+            // The request was accepted: the entry is completed and never sent again, but the
+            // hook hears that its data could not be read.
+            payload.set("outcome", .string(Outcome.error.rawValue))
+            payload.set("error", parseError)
+            payload.set("data", .null)
+            settle(entry, payload: payload, outcome: .error, state: .completed, reason: parseError["kind"]?.stringValue)
+            return
+        }
+        payload.set("data", data)
+        settle(entry, payload: payload, outcome: .completed, state: .completed, reason: nil)
+    }
+
+    /// Reads a response body as the definition's `response` says.
+    func parse(_ body: [UInt8], mode: ResponseMode, vars: JSON) -> Result<JSON, OutboxError> {
+        switch mode {
+        case .raw: return .success(.null)
+        case .json:
+            let text = String(decoding: body, as: UTF8.self)
+            if text.trimmingSpaces.isEmpty { return .success(.null) }
+            do { return .success(try JSON.parse(text)) } catch { return .failure(.invalid("the response is not valid JSON: \(error)")) }
+        case let .command(command):
+            var input: JSON = .object([("vars", vars)])
+            bodyJSON(body, into: &input, field: "raw")
+            do {
+                return .success(try Plugin.runJSON(command, input: input, name: "the response parser", config: config, environment: environment))
+            } catch {
+                return .failure(error)
+            }
+        }
+    }
+
+    /// Settles with an error that came from no response (expired, file).
+    func settleError(_ entry: Entry, kind: ErrorKind, message: String, state: EntryState, reason: String) {
+        settleWithError(entry, error: OutcomePayloads.error(kind, message), response: nil, state: state, reason: reason,
+                        requestID: entry.lastRequestID ?? "")
+    }
+
+    func settleWithError(_ entry: Entry, error: JSON, response: HTTPResult?, state: EntryState, reason: String, requestID: String) {
+        let payload = OutcomePayloads.failed(entry, error: error, response: response, attempts: attempts(of: entry),
+                                             requestID: requestID, at: Identifiers.nowMs())
+        settle(entry, payload: payload, outcome: .error, state: state, reason: reason)
+        if entry.request.cancelScopeOnError, let scope = entry.scope {
+            // Entries behind it in its scope are cancelled in the same transaction, each with an error outcome.
+            let payloadFor: @Sendable (Entry) -> (JSON, Bool) = { [definitions] behind in
+                let payload = OutcomePayloads.cancelledByScope(behind, failed: entry.id, scope: scope, at: Identifiers.nowMs())
+                let definition = definitions.definitions[behind.key]
+                return (payload, definition?.onError != nil || definition == nil)
+            }
+            changes.append(.cancelScope(scope: scope, afterSeq: entry.seq, payloadFor: payloadFor))
+        }
+    }
+
+    func settle(_ entry: Entry, payload: JSON, outcome: Outcome, state: EntryState, reason: String?) {
+        flights.running[entry.id] = nil
+        let definition = definitions.definitions[entry.key]
+        let hook = outcome == .completed ? definition?.onSuccess : definition?.onError
+        // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.
+        let hookExists = definition == nil || definitions.brokenKeys[entry.key] != nil || hook != nil
+        if definition == nil { settledUnhandled = true }
+        var followUps: [NewEntry] = []
+        for item in definition?.then?[outcome.hookField]?.arrayValue ?? [] {
+            do {
+                followUps.append(try followUp(item, entry: entry, outcome: payload))
+            } catch {
+                log("outbox: follow-up of \(entry.id) not enqueued: \(error.message)")
+            }
+        }
+        var settlement = Settlement(entryID: entry.id, generation: entry.generation, state: state, reason: reason,
+                                    outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)
+        settlement.snapshot = entry
+        changes.append(.settle(settlement))
+        emitState(entry, state: state.rawValue, reason: reason)
+        // A completed entry whose response could not be parsed still counts as completed.
+        if state == .completed { summary.completed += 1 } else { summary.errors += 1 }
+    }
+
+    /// Renders one `then` item with `outcome.*` and builds its entry.
+    func followUp(_ item: JSON, entry: Entry, outcome: JSON) throws(OutboxError) -> NewEntry {
+        var inputs = RenderInputs(id: entry.id, vars: entry.vars, environment: environment, cwd: config.root)
+        inputs.outcome = outcome
+        let rendered = try Template.renderTree(item, context: RequestBuilder.context(inputs), field: "then")
+        guard let key = rendered["key"]?.stringValue else { throw .invalid("then: key must be a string") }
+        var notBefore: Int64?
+        if let delay = rendered["delay"]?.stringValue {
+            do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch { throw .invalid("then.delay: \(error.message)") }
+        }
+        return try factory.make(key: key, vars: rendered["vars"] ?? .null, id: rendered["id"]?.stringValue, parent: entry.id,
+                                notBefore: notBefore, outcome: outcome)
+    }
+}

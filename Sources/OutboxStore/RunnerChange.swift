@@ -1,0 +1,47 @@
+import OutboxModel
+
+/// A settled entry: its new state and the outcome journaled with it, in one transaction.
+public struct Settlement: Sendable {
+    public var entryID: String
+    public var generation: Int64
+    public var state: EntryState
+    public var reason: String?
+    public var outcome: Outcome
+    public var payload: JSON
+    /// False when no hook will run: the outcome is acknowledged as it settles (deliveries 0).
+    public var hookExists: Bool
+    /// `then` follow-ups, enqueued in the same transaction.
+    public var followUps: [NewEntry]
+    /// The entry as the runner holds it (nil: read it from the store).
+    public var snapshot: Entry?
+
+    public init(entryID: String, generation: Int64, state: EntryState, reason: String?, outcome: Outcome, payload: JSON,
+                hookExists: Bool, followUps: [NewEntry] = []) {
+        self.entryID = entryID
+        self.generation = generation
+        self.state = state
+        self.reason = reason
+        self.outcome = outcome
+        self.payload = payload
+        self.hookExists = hookExists
+        self.followUps = followUps
+    }
+}
+
+/// One change the runner makes; several are applied in one transaction when they coincide.
+public enum RunnerChange: Sendable {
+    /// Claimed entries, by seq (the row id: no index lookup).
+    case markRunning(entrySeqs: [Int64], lease: Lease)
+    case attempt(entryID: String, generation: Int64, at: Int64, payload: JSON, requestID: String)
+    case reschedule(entryID: String, nextAttemptAt: Int64, reason: String?)
+    case park(entryID: String)
+    case requeue(entryID: String)
+    case progress(entryID: String, bytesSent: Int64)
+    case partAccepted(entrySeq: Int64, index: Int, status: Int, headers: JSON)
+    case partRetry(entrySeq: Int64, index: Int, nextAttemptAt: Int64)
+    case settle(Settlement)
+    /// Entries behind a failed one in its scope: cancelled (reason scope) with an error outcome.
+    case cancelScope(scope: String, afterSeq: Int64, payloadFor: @Sendable (Entry) -> (JSON, Bool))
+    /// An entry dropped without an outcome to deliver (other-account).
+    case drop(entryID: String, reason: String)
+}
