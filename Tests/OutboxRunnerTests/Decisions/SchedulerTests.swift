@@ -1,0 +1,230 @@
+import OutboxModel
+@testable import OutboxRunner
+import OutboxStore
+import Testing
+
+/// The scheduler's rules, one table row each: which entries leave the queue, into which
+/// slot, and which wait (and why).
+struct SchedulerTests {
+    struct ClaimCase: Sendable, CustomTestStringConvertible {
+        let name: String
+        var concurrency = 2
+        var perHost = 8
+        var inFlight = 0
+        var standby = 0
+        var hostLoad: [String: Int] = [:]
+        var control = QueueControl()
+        var account: String?
+        var busyScopes: Set<String> = []
+        var onWifi = true
+        var fileProblems: [String: String] = [:]
+        let entries: [Entry]
+        /// One decision per entry looked at, in queue order.
+        let expected: [ClaimDecision]
+        var testDescription: String { name }
+    }
+
+    static let a = "a.example"
+    static let b = "b.example"
+
+    static let claimCases: [ClaimCase] = [
+        ClaimCase(name: "free slots first, then standby, then nothing",
+                  entries: (1...5).map { Sample.entry("e\($0)") },
+                  expected: [.start(host: a, standby: false), .start(host: a, standby: false),
+                             .start(host: a, standby: true), .start(host: a, standby: true)]),
+        ClaimCase(name: "per_host sends the next host's entry first; a held entry keeps its place",
+                  concurrency: 4, perHost: 1,
+                  entries: [Sample.entry("a1"), Sample.entry("a2"), Sample.entry("a3"), Sample.entry("b1", host: b)],
+                  expected: [.start(host: a, standby: false), .start(host: a, standby: true), .hold, .start(host: b, standby: false)]),
+        ClaimCase(name: "at most capacity + 2 entries are looked at", perHost: 1,
+                  entries: (1...6).map { Sample.entry("a\($0)") } + [Sample.entry("b1", host: b)],
+                  expected: [.start(host: a, standby: false), .start(host: a, standby: true), .hold, .hold, .hold, .hold]),
+        ClaimCase(name: "no free slot and no standby slot: nothing is looked at", concurrency: 1, inFlight: 1, standby: 1,
+                  entries: [Sample.entry("e1")], expected: []),
+        ClaimCase(name: "a host at per_host in flight waits as standby", concurrency: 4, perHost: 2, hostLoad: [a: 2],
+                  entries: [Sample.entry("e1")], expected: [.start(host: a, standby: true)]),
+        ClaimCase(name: "a chunked entry needs a free slot, never standby", concurrency: 1, inFlight: 1,
+                  entries: [Sample.entry("c1", chunked: true), Sample.entry("p1")],
+                  expected: [.hold, .start(host: a, standby: true)]),
+        ClaimCase(name: "a chunked entry takes a slot whatever its host's load", concurrency: 2, perHost: 1, hostLoad: [a: 1],
+                  entries: [Sample.entry("c1", chunked: true)], expected: [.start(host: a, standby: false)]),
+        ClaimCase(name: "an entry expiring within 10 minutes only takes a free slot", concurrency: 1, inFlight: 1,
+                  entries: [Sample.entry("soon", expiresIn: 300_000), Sample.entry("later", expiresIn: 1_200_000)],
+                  expected: [.hold, .start(host: a, standby: true)]),
+        ClaimCase(name: "an expired entry settles instead of starting",
+                  entries: [Sample.entry("old", expiresIn: -1), Sample.entry("fresh")],
+                  expected: [.expire, .start(host: a, standby: false)]),
+        ClaimCase(name: "a clock behind the entry's creation never expires it",
+                  entries: [Sample.entry("future", expiresIn: -1, createdAt: Sample.now + 60_000)],
+                  expected: [.start(host: a, standby: false)]),
+        ClaimCase(name: "another account's entry is dropped", account: "alice",
+                  entries: [Sample.entry("e1", account: "bob"), Sample.entry("e2", account: "alice")],
+                  expected: [.dropOtherAccount(current: "alice"), .start(host: a, standby: false)]),
+        ClaimCase(name: "with no current account, an account's entry is sent",
+                  entries: [Sample.entry("e1", account: "bob")], expected: [.start(host: a, standby: false)]),
+        ClaimCase(name: "a wifi-only entry waits off Wi-Fi; others go", onWifi: false,
+                  entries: [Sample.entry("w", wifiOnly: true), Sample.entry("any")],
+                  expected: [.waitForWifi(until: Sample.now + 30_000), .start(host: a, standby: false)]),
+        ClaimCase(name: "the queue's wifi-only applies unless the entry says otherwise",
+                  control: QueueControl(wifiOnly: true), onWifi: false,
+                  entries: [Sample.entry("inherits"), Sample.entry("own", wifiOnly: false)],
+                  expected: [.waitForWifi(until: Sample.now + 30_000), .start(host: a, standby: false)]),
+        ClaimCase(name: "on Wi-Fi a wifi-only entry goes", entries: [Sample.entry("w", wifiOnly: true)],
+                  expected: [.start(host: a, standby: false)]),
+        ClaimCase(name: "a missing or changed file settles error", fileProblems: ["f": "the staged payload /x is missing"],
+                  entries: [Sample.entry("f"), Sample.entry("ok")],
+                  expected: [.fileProblem("the staged payload /x is missing"), .start(host: a, standby: false)]),
+        ClaimCase(name: "a paused key stays queued; other keys go", control: QueueControl(pausedKeys: ["p"]),
+                  entries: [Sample.entry("e1", key: "p"), Sample.entry("e2", key: "q")],
+                  expected: [.paused, .start(host: a, standby: false)]),
+        ClaimCase(name: "a paused queue sends nothing", control: QueueControl(queuePaused: true),
+                  entries: [Sample.entry("e1"), Sample.entry("e2")], expected: [.paused, .paused]),
+        ClaimCase(name: "a scope with an entry held here waits", busyScopes: ["s"],
+                  entries: [Sample.entry("s2", scope: "s"), Sample.entry("t1", scope: "t")],
+                  expected: [.hold, .start(host: a, standby: false)]),
+        ClaimCase(name: "two entries of one scope: only the first goes",
+                  entries: [Sample.entry("s1", scope: "s"), Sample.entry("s2", scope: "s")],
+                  expected: [.start(host: a, standby: false), .hold]),
+    ]
+
+    @Test(arguments: claimCases)
+    func claims(_ c: ClaimCase) {
+        let scheduler = Scheduler(limits: SchedulerLimits(concurrency: c.concurrency, perHost: c.perHost, partConcurrency: 2))
+        var slots = SlotState(entriesInFlight: c.inFlight, standby: c.standby, hostLoad: c.hostLoad)
+        var checks = ClaimChecks(now: Sample.now, control: c.control, currentAccount: c.account, busyScopes: c.busyScopes)
+        checks.onWifi = { c.onWifi }
+        checks.payloadProblem = { c.fileProblems[$0.id] }
+        let plan = scheduler.claims(ArraySlice(c.entries), slots: &slots, checks: checks)
+        #expect(plan.decisions.map(\.decision) == c.expected)
+        #expect(plan.decisions.map(\.position) == Array(c.expected.indices))
+        #expect(plan.taken == c.expected.count)
+    }
+
+    @Test func slotsCountWhatStarts() {
+        let scheduler = Scheduler(limits: SchedulerLimits(concurrency: 2, perHost: 8, partConcurrency: 2))
+        var slots = SlotState()
+        let entries = [Sample.entry("e1"), Sample.entry("c1", host: Self.b, chunked: true), Sample.entry("e2"), Sample.entry("e3")]
+        _ = scheduler.claims(ArraySlice(entries), slots: &slots, checks: ClaimChecks(now: Sample.now))
+        // A chunked entry holds a slot; its parts are counted per host as they start.
+        #expect(slots == SlotState(entriesInFlight: 2, standby: 2, hostLoad: [Self.a: 1], hostStandby: [Self.a: 2]))
+    }
+
+    @Test func theWifiCheckRunsOncePerPlan() {
+        let scheduler = Scheduler(limits: SchedulerLimits(concurrency: 8, perHost: 8, partConcurrency: 2))
+        var slots = SlotState()
+        var checks = ClaimChecks(now: Sample.now)
+        var asked = 0
+        checks.onWifi = { asked += 1; return false }
+        let entries = (1...5).map { Sample.entry("w\($0)", wifiOnly: true) }
+        let plan = scheduler.claims(ArraySlice(entries), slots: &slots, checks: checks)
+        #expect(plan.decisions.count == 5)
+        #expect(asked == 1)
+    }
+
+    @Test func heldEntriesAreNeitherCheckedNorCounted() {
+        let scheduler = Scheduler(limits: SchedulerLimits(concurrency: 1, perHost: 8, partConcurrency: 2))
+        var slots = SlotState(entriesInFlight: 1)
+        var checks = ClaimChecks(now: Sample.now)
+        var checked: [String] = []
+        checks.payloadProblem = { checked.append($0.id); return nil }
+        // The chunked entry is held (no free slot): its file is not looked at.
+        let plan = scheduler.claims(ArraySlice([Sample.entry("c", chunked: true), Sample.entry("p")]), slots: &slots, checks: checks)
+        #expect(plan.held == [0])
+        #expect(checked == ["p"])
+    }
+
+    // MARK: Standby promotion
+
+    struct PromotionCase: Sendable, CustomTestStringConvertible {
+        let name: String
+        var concurrency = 2
+        var inFlight = 1
+        var hostLoad: [String: Int] = [:]
+        let standby: [(transferID: UInt64, host: String)]
+        let expected: [UInt64]
+        var testDescription: String { name }
+    }
+
+    static let promotionCases: [PromotionCase] = [
+        PromotionCase(name: "oldest first into the free slot", standby: [(3, a), (1, b), (2, a)], expected: [1]),
+        PromotionCase(name: "a host at per_host is skipped", hostLoad: [b: 8], standby: [(1, b), (2, a)], expected: [2]),
+        PromotionCase(name: "no free slot, no promotion", inFlight: 2, standby: [(1, a)], expected: []),
+        PromotionCase(name: "several free slots", concurrency: 4, inFlight: 0, standby: [(2, a), (1, a), (3, b)], expected: [1, 2, 3]),
+    ]
+
+    @Test(arguments: promotionCases)
+    func promotions(_ c: PromotionCase) {
+        let scheduler = Scheduler(limits: SchedulerLimits(concurrency: c.concurrency, perHost: 8, partConcurrency: 2))
+        var hostStandby: [String: Int] = [:]
+        for (_, host) in c.standby { hostStandby[host, default: 0] += 1 }
+        var slots = SlotState(entriesInFlight: c.inFlight, standby: c.standby.count, hostLoad: c.hostLoad, hostStandby: hostStandby)
+        #expect(scheduler.promotions(c.standby, slots: &slots) == c.expected)
+        #expect(slots.standby == c.standby.count - c.expected.count)
+        #expect(slots.entriesInFlight == c.inFlight + c.expected.count)
+    }
+
+    // MARK: Parts
+
+    struct PartCase: Sendable, CustomTestStringConvertible {
+        let name: String
+        var partConcurrency = 2
+        var perHost = 8
+        var hostLoad: [String: Int] = [:]
+        var expiresIn: Int64?
+        var fileProblem: String?
+        let parts: [StoredPart]
+        var inFlight: Set<Int> = []
+        let expected: PartDecision
+        var testDescription: String { name }
+    }
+
+    static let partCases: [PartCase] = [
+        PartCase(name: "every part accepted: complete", parts: [Sample.part(0, accepted: true), Sample.part(1, accepted: true)],
+                 expected: .complete),
+        PartCase(name: "accepted but one still in flight: wait", parts: [Sample.part(0, accepted: true), Sample.part(1)], inFlight: [1],
+                 expected: .send(parts: [], giveBackUntil: nil)),
+        PartCase(name: "parts start in order within part_concurrency", parts: (0..<5).map { Sample.part($0) },
+                 expected: .send(parts: [0, 1], giveBackUntil: nil)),
+        PartCase(name: "parts in flight take part_concurrency slots", parts: (0..<5).map { Sample.part($0) }, inFlight: [0],
+                 expected: .send(parts: [1], giveBackUntil: nil)),
+        PartCase(name: "a part waiting for its retry keeps its slot",
+                 parts: [Sample.part(0, retryIn: 500)] + (1..<5).map { Sample.part($0) },
+                 expected: .send(parts: [1], giveBackUntil: nil)),
+        PartCase(name: "a part due for its retry is sent like an untried one, in index order",
+                 parts: [Sample.part(0, accepted: true), Sample.part(1), Sample.part(2, retryIn: -1)],
+                 expected: .send(parts: [1, 2], giveBackUntil: nil)),
+        PartCase(name: "every slot waits for a retry: give the slot back until the earliest",
+                 parts: [Sample.part(0, retryIn: 500), Sample.part(1, retryIn: 300), Sample.part(2)],
+                 expected: .send(parts: [], giveBackUntil: Sample.now + 300)),
+        PartCase(name: "per_host limits the parts started", perHost: 3, hostLoad: ["a.example": 2], parts: (0..<4).map { Sample.part($0) },
+                 expected: .send(parts: [0], giveBackUntil: nil)),
+        PartCase(name: "per_host full: nothing starts, the slot is kept", perHost: 1, hostLoad: ["a.example": 1],
+                 parts: [Sample.part(0)], expected: .send(parts: [], giveBackUntil: nil)),
+        PartCase(name: "expired before every part was accepted", expiresIn: -1, parts: [Sample.part(0)], expected: .expire),
+        PartCase(name: "the file is checked before a part is sent", fileProblem: "changed", parts: [Sample.part(0)],
+                 expected: .fileProblem("changed")),
+        PartCase(name: "the file is not checked when no part is due", fileProblem: "changed", parts: [Sample.part(0, retryIn: 100)],
+                 expected: .send(parts: [], giveBackUntil: Sample.now + 100)),
+    ]
+
+    @Test(arguments: partCases)
+    func nextParts(_ c: PartCase) {
+        let scheduler = Scheduler(limits: SchedulerLimits(concurrency: 4, perHost: c.perHost, partConcurrency: c.partConcurrency))
+        let entry = Sample.entry("c", chunked: true, expiresIn: c.expiresIn)
+        let decision = scheduler.nextParts(of: entry, parts: c.parts, inFlight: c.inFlight, hostLoad: c.hostLoad, now: Sample.now,
+                                           payloadProblem: { c.fileProblem })
+        #expect(decision == c.expected)
+    }
+
+    // MARK: Drain
+
+    @Test(arguments: [
+        (nil, false, "nothing due at all"),
+        (Sample.now, true, "due now"),
+        (Sample.now + 10_000, true, "due at the horizon"),
+        (Sample.now + 10_001, false, "due past the horizon"),
+    ] as [(Int64?, Bool, String)])
+    func drainKeepsGoingWhileWorkIsDueWithinTheHorizon(nextDue: Int64?, keepsGoing: Bool, _ label: String) {
+        #expect(Scheduler.drainIsOver(nextDue: nextDue, now: Sample.now, horizonMs: 10_000) == !keepsGoing, "\(label)")
+    }
+}
