@@ -52,6 +52,11 @@ static int set_nonblocking(int fd) {
 
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out) {
+    return csystem_spawn_ex(path, argv, envp, cwd, 0, out);
+}
+
+int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                     int inherit_output, csystem_child *out) {
     int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attr;
@@ -63,16 +68,18 @@ int csystem_spawn(const char *path, char *const argv[], char *const envp[], cons
     out->stdin_fd = out->stdout_fd = out->stderr_fd = -1;
 
     if ((rc = make_pipe(in_pipe)) != 0) goto fail;
-    if ((rc = make_pipe(out_pipe)) != 0) goto fail;
-    if ((rc = make_pipe(err_pipe)) != 0) goto fail;
+    if (!inherit_output && (rc = make_pipe(out_pipe)) != 0) goto fail;
+    if (!inherit_output && (rc = make_pipe(err_pipe)) != 0) goto fail;
 
     if ((rc = -posix_spawn_file_actions_init(&actions)) != 0) goto fail;
     have_actions = 1;
     /* dup2 clears close-on-exec on 0/1/2; everything else (runner lock, other children's
        pipes, fds opened by libraries without O_CLOEXEC) is closed: T-proc1. */
     if ((rc = -posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0)) != 0) goto fail;
-    if ((rc = -posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1)) != 0) goto fail;
-    if ((rc = -posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2)) != 0) goto fail;
+    if (!inherit_output) {
+        if ((rc = -posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1)) != 0) goto fail;
+        if ((rc = -posix_spawn_file_actions_adddup2(&actions, err_pipe[1], 2)) != 0) goto fail;
+    }
     if ((rc = -posix_spawn_file_actions_addclosefrom_np(&actions, 3)) != 0) goto fail;
     if (cwd != NULL && (rc = -posix_spawn_file_actions_addchdir_np(&actions, cwd)) != 0) goto fail;
 
@@ -109,8 +116,10 @@ int csystem_spawn(const char *path, char *const argv[], char *const envp[], cons
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);
     close(in_pipe[0]);
-    close(out_pipe[1]);
-    close(err_pipe[1]);
+    if (!inherit_output) {
+        close(out_pipe[1]);
+        close(err_pipe[1]);
+    }
 
     out->pid = pid;
     /* The child is not reaped until we waitpid(pid), so this pidfd names it even if it
@@ -121,8 +130,10 @@ int csystem_spawn(const char *path, char *const argv[], char *const envp[], cons
     out->stdout_fd = out_pipe[0];
     out->stderr_fd = err_pipe[0];
     set_nonblocking(out->stdin_fd);
-    set_nonblocking(out->stdout_fd);
-    set_nonblocking(out->stderr_fd);
+    if (!inherit_output) {
+        set_nonblocking(out->stdout_fd);
+        set_nonblocking(out->stderr_fd);
+    }
     return 0;
 
 fail:

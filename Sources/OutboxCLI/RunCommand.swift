@@ -47,7 +47,8 @@ enum RunCommand {
         defer { lock.release() }
         options.stopRequests = StopSignals.install()
         let console = i.console
-        let sink = EventSink(console: events != nil ? console : nil, command: config.eventsCommand, config: config, environment: i.environment)
+        let sink = EventSink(console: events != nil ? console : nil, command: config.eventsCommand, config: config,
+                             environment: i.environment, log: { console.err($0) })
         defer { sink.close() }
         let runner = Runner(config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: i.cwd,
                             options: options, emit: { sink.send($0) }, log: { console.err($0) })

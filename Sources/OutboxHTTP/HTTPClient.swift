@@ -122,17 +122,13 @@ final class CurlEngine: @unchecked Sendable {
         self.multi = multi
         // Size of the connection cache kept for reuse (not a limit that queues transfers).
         _ = ccurl_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, maxConnections)
-        let context = Unmanaged.passRetained(self).toOpaque()
-        let rc = pthread_create(&thread, nil, { context in
-            let engine = Unmanaged<CurlEngine>.fromOpaque(context!).takeRetainedValue()
-            engine.runLoop()
-            return nil
-        }, context)
-        if rc != 0 {
-            Unmanaged<CurlEngine>.fromOpaque(context).release()
+        switch Threads.start(detached: false, { [self] in runLoop() }) {
+        case let .success(thread):
+            self.thread = thread
+        case let .failure(error):
             shared.withLock { $0.stopping = true; $0.closed = true; $0.joinClaimed = true }
             _ = ccurl_multi_cleanup(multi)
-            throw HTTPClientError("cannot start the curl thread: \(String(cString: strerror(rc)))")
+            throw HTTPClientError("cannot start the curl thread: \(error)")
         }
     }
 

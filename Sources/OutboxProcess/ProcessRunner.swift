@@ -7,7 +7,7 @@ public enum ProcessRunner {
     /// Grace period between SIGTERM and SIGKILL when a timeout fires.
     static let killGraceMs: Int64 = 2000
     /// How long pipes are drained after the child exited; a background grandchild may
-    /// hold them open forever (T-proc5).
+    /// hold them open forever.
     static let drainMs: Int64 = 100
     /// PATH used to find an argv program when the spec's environment has none.
     static let defaultPath = "/usr/local/bin:/usr/bin:/bin"
@@ -15,6 +15,22 @@ public enum ProcessRunner {
     /// Runs to completion, blocking the calling thread (call it from a dedicated thread,
     /// never the Swift cooperative pool).
     public static func run(_ spec: ProcessSpec) throws(ProcessSpawnError) -> ProcessResult {
+        // Even if main forgot ignoreSIGPIPE, a hook that stops reading must not kill us.
+        let sigpipeWasBlocked = csystem_proc_block_sigpipe()
+        defer { csystem_proc_restore_sigpipe(sigpipeWasBlocked) }
+        let child = try spawn(spec, inheritOutput: false)
+        let spawnedAt = csystem_proc_now_ms()
+        if let onStart = spec.onStart {
+            onStart(child.pid, startTime(of: child.pid) ?? 0)
+        }
+        var session = ChildSession(child: child, spec: spec, spawnedAt: spawnedAt)
+        return session.runToCompletion()
+    }
+
+    /// The one way outbox starts a process: in its own process group, with only fds 0-2,
+    /// default signal dispositions and the normal scheduling policy. With `inheritOutput`
+    /// the child writes to our stdout and stderr instead of pipes.
+    static func spawn(_ spec: ProcessSpec, inheritOutput: Bool) throws(ProcessSpawnError) -> csystem_child {
         let (path, arguments) = try resolve(spec)
         try checkStrings(arguments: arguments, environment: spec.environment)
         guard csystem_proc_is_directory(spec.workingDirectory) == 1 else {
@@ -24,14 +40,11 @@ public enum ProcessRunner {
         let argv = CStringArray(arguments)
         let envp = CStringArray(spec.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })
         var child = csystem_child()
-        // Even if main forgot ignoreSIGPIPE, a hook that stops reading must not kill us.
-        let sigpipeWasBlocked = csystem_proc_block_sigpipe()
-        defer { csystem_proc_restore_sigpipe(sigpipeWasBlocked) }
         var rc: Int32 = 0
         for attempt in 0..<5 {
             rc = argv.withPointers { argvPointer in
                 envp.withPointers { envpPointer in
-                    csystem_spawn(path, argvPointer, envpPointer, spec.workingDirectory, &child)
+                    csystem_spawn_ex(path, argvPointer, envpPointer, spec.workingDirectory, inheritOutput ? 1 : 0, &child)
                 }
             }
             // A script written just now can still be open for writing in another thread's
@@ -42,12 +55,7 @@ public enum ProcessRunner {
         guard rc == 0 else {
             throw ProcessSpawnError(message: "cannot start \(path): \(errorText(-rc))")
         }
-        let spawnedAt = csystem_proc_now_ms()
-        if let onStart = spec.onStart {
-            onStart(child.pid, startTime(of: child.pid) ?? 0)
-        }
-        var session = ChildSession(child: child, spec: spec, spawnedAt: spawnedAt)
-        return session.runToCompletion()
+        return child
     }
 
     /// Kills a process group left over from an earlier runner, if its leader still has this

@@ -50,25 +50,3 @@ final class Mailbox<Event: Sendable>: @unchecked Sendable {
         return taken
     }
 }
-
-/// Starts a detached thread for blocking work (hooks, plugins): blocking calls must not
-/// run on Swift's cooperative pool, whose few threads the whole process shares.
-func startThread(_ body: @escaping @Sendable () -> Void) {
-    final class Box { let body: @Sendable () -> Void; init(_ b: @escaping @Sendable () -> Void) { body = b } }
-    let context = Unmanaged.passRetained(Box(body)).toOpaque()
-    var thread = pthread_t()
-    var attributes = pthread_attr_t()
-    pthread_attr_init(&attributes)
-    pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
-    let rc = pthread_create(&thread, &attributes, { raw in
-        let box = Unmanaged<AnyObject>.fromOpaque(raw!).takeRetainedValue() as! Box
-        box.body()
-        return nil
-    }, context)
-    pthread_attr_destroy(&attributes)
-    if rc != 0 {
-        // No thread: run inline rather than lose the work.
-        Unmanaged<AnyObject>.fromOpaque(context).release()
-        body()
-    }
-}

@@ -21,6 +21,10 @@ typedef struct csystem_child {
    0 or -errno (exec and chdir failures included). */
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out);
+/* csystem_spawn; with inherit_output the child writes to our stdout and stderr (no pipes:
+   stdout_fd and stderr_fd are -1). */
+int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                     int inherit_output, csystem_child *out);
 
 /* Moves the calling thread to SCHED_BATCH (batch != 0: it no longer preempts other threads
    when it wakes up, and gets its share of the CPU as before) or back to SCHED_OTHER.

@@ -83,7 +83,7 @@ extension Runner {
             case let .dropOtherAccount(current):
                 log("outbox: dropped \(entry.id): enqueued by account \(entry.account ?? ""), not the current account \(current)")
                 changes.append(.drop(entryID: entry.id, reason: "other-account"))
-                emitState(entry, state: "cancelled", reason: "other-account")
+                emitState(entry, state: .cancelled, reason: "other-account")
                 summary.cancelled += 1
             case let .waitForWifi(until):
                 changes.append(.reschedule(entryID: entry.id, nextAttemptAt: until, reason: "wifi"))
@@ -100,7 +100,7 @@ extension Runner {
             var entry = claimedEntry
             entry.state = .running
             flights.running[entry.id] = entry
-            emitState(entry, state: "running", reason: nil)
+            emitState(entry, state: .running, reason: nil)
             if entry.isChunked {
                 flights.partJobs[entry.id] = PartJob(parts: try store.parts(entrySeq: entry.seq), entry: entry)
             } else {

@@ -41,7 +41,7 @@ extension Runner {
             spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
             delivery.hooksRunning[seq] = outcome.entryID
             let finalSpec = spec
-            startThread {
+            Threads.detach {
                 do throws(ProcessSpawnError) {
                     mailbox.post(.hookDone(seq: seq, result: .success(try ProcessRunner.run(finalSpec))))
                 } catch {

@@ -59,13 +59,12 @@ final class ProgressDisplay {
             if sent > previous { wireBytes += sent - previous }
             live[id] = (sent, accepted)
         case "state":
-            let state = event["state"]?.stringValue ?? ""
-            guard state != "running" else { return }
+            guard let state = event["state"]?.stringValue.flatMap(EntryState.init(rawValue:)), state != .running else { return }
             let accepted = live.removeValue(forKey: id)?.accepted ?? 0
-            guard ["completed", "error", "cancelled"].contains(state) else { return }
+            guard state.isSettled else { return }
             let total = event["total_bytes"]?.int64Value ?? 0
             doneEntries += 1
-            if state == "completed" { completedBytes += total }
+            if state == .completed { completedBytes += total }
             // Until the next refresh, the store's totals still count this entry as pending.
             pending.entries = max(0, pending.entries - 1)
             pending.bytes = max(0, pending.bytes - total)

@@ -9,9 +9,9 @@ extension Runner {
     }
 
     /// A state event: the entry's row as it is after the change.
-    func emitState(_ entry: Entry, state: String, reason: String?) {
+    func emitState(_ entry: Entry, state: EntryState, reason: String?) {
         guard eventsEnabled || progressDisplay != nil else { return }
-        publish(OutcomePayloads.stateEvent(entry, state: state, reason: reason, at: Identifiers.nowMs()))
+        publish(OutcomePayloads.stateEvent(entry, state: state.rawValue, reason: reason, at: Identifiers.nowMs()))
     }
 
     /// A progress event: bytes sent (accepted plus in flight) and bytes accepted, throttled.

@@ -41,7 +41,7 @@ extension Runner {
                     flights.partJobs[id] = nil
                     flights.running[id] = nil
                     changes.append(.reschedule(entryID: id, nextAttemptAt: next, reason: "part retry"))
-                    emitState(entry, state: "queued", reason: "part retry")
+                    emitState(entry, state: .queued, reason: "part retry")
                 }
             }
         }

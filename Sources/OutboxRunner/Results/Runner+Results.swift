@@ -113,7 +113,7 @@ extension Runner {
                                              random: Double.random(in: 0..<1))
             changes.append(.reschedule(entryID: entry.id, nextAttemptAt: next, reason: reason))
             entry.nextAttemptAt = next
-            emitState(entry, state: "queued", reason: reason)
+            emitState(entry, state: .queued, reason: reason)
             summary.retried += 1
         case .awaitingAuth:
             authRefused(entry, now: now)
@@ -131,7 +131,7 @@ extension Runner {
             changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now, reason: "auth"))
         } else {
             changes.append(.park(entryID: entry.id))
-            emitState(entry, state: "awaiting-auth", reason: "auth")
+            emitState(entry, state: .awaitingAuth, reason: "auth")
             summary.parked += 1
         }
     }

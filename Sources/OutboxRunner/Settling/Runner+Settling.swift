@@ -110,7 +110,7 @@ extension Runner {
                                     outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)
         settlement.snapshot = entry
         changes.append(.settle(settlement))
-        emitState(entry, state: state.rawValue, reason: reason)
+        emitState(entry, state: state, reason: reason)
         // A completed entry whose response could not be parsed still counts as completed.
         if state == .completed { summary.completed += 1 } else { summary.errors += 1 }
     }

@@ -1,0 +1,97 @@
+import CSystem
+import Glibc
+
+/// A long-lived child fed lines on stdin for as long as we run (the events plugin). Its
+/// stdout and stderr are ours. Writing never blocks: what the pipe does not take at once
+/// waits in a buffer of at most `bufferCap` bytes, and a line that does not fit is dropped
+/// and counted, so a child that reads slowly, or not at all, never stalls the caller.
+public final class StreamingChild {
+    public let pid: Int32
+    private let pidfd: Int32
+    private var stdinFD: Int32
+    private var pending: [UInt8] = []
+    private let bufferCap: Int
+    /// Lines dropped because the buffer was full or the child had stopped reading.
+    public private(set) var dropped = 0
+    private var closed = false
+
+    private init(child: csystem_child, bufferCap: Int) {
+        pid = child.pid
+        pidfd = child.pidfd
+        stdinFD = child.stdin_fd
+        self.bufferCap = bufferCap
+    }
+
+    /// Starts the command; `spec.stdin`, `outputCap` and the timeouts do not apply.
+    public static func start(_ spec: ProcessSpec, bufferCap: Int = 1 << 20) throws(ProcessSpawnError) -> StreamingChild {
+        StreamingChild(child: try ProcessRunner.spawn(spec, inheritOutput: true), bufferCap: bufferCap)
+    }
+
+    /// Queues one line (a newline is added) and writes what the pipe takes now.
+    public func send(line: String) {
+        guard stdinFD >= 0 else {
+            dropped += 1
+            return
+        }
+        var bytes = Array(line.utf8)
+        bytes.append(0x0A)
+        guard pending.count + bytes.count <= bufferCap else {
+            dropped += 1
+            return
+        }
+        pending += bytes
+        flush()
+    }
+
+    /// Writes buffered bytes until the pipe is full; a child gone from its stdin ends feeding.
+    private func flush() {
+        while !pending.isEmpty && stdinFD >= 0 {
+            let n = pending.withUnsafeBytes { csystem_proc_write(stdinFD, $0.baseAddress, $0.count) }
+            if n > 0 {
+                pending.removeFirst(n)
+            } else if n == -Int(EAGAIN) || n == -Int(EWOULDBLOCK) {
+                return
+            } else {
+                dropped += pending.split(separator: 0x0A).count
+                pending.removeAll()
+                csystem_proc_close(stdinFD)
+                stdinFD = -1
+            }
+        }
+    }
+
+    /// Ends the child: writes what is buffered for up to `graceMs`, closes its stdin (its
+    /// end-of-input), waits up to `graceMs` for it to exit, then kills its process group.
+    public func close(graceMs: Int64 = 2000) {
+        guard !closed else { return }
+        closed = true
+        let deadline = csystem_proc_now_ms() + graceMs
+        while !pending.isEmpty && stdinFD >= 0 {
+            let left = deadline - csystem_proc_now_ms()
+            guard left > 0 else { break }
+            var fds = [pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0)]
+            _ = csystem_proc_poll(&fds, 1, Int32(min(left, 100)))
+            flush()
+        }
+        if stdinFD >= 0 {
+            csystem_proc_close(stdinFD)
+            stdinFD = -1
+        }
+        var code: Int32 = -1
+        var signal: Int32 = -1
+        while csystem_proc_wait(pid, 1, &code, &signal) == 0 {
+            let left = deadline - csystem_proc_now_ms()
+            if left <= 0 {
+                _ = csystem_proc_killpg(pid, SIGKILL)
+                _ = csystem_proc_wait(pid, 0, &code, &signal)
+                break
+            }
+            if pidfd >= 0 {
+                _ = csystem_proc_poll_readable(pidfd, Int32(min(left, 100)))
+            } else {
+                usleep(10_000)
+            }
+        }
+        if pidfd >= 0 { csystem_proc_close(pidfd) }
+    }
+}

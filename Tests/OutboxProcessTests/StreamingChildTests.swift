@@ -1,0 +1,60 @@
+import Foundation
+import Glibc
+import OutboxProcess
+import Testing
+
+/// The events plugin's process: fed lines, never able to stall its feeder, ended within its grace.
+struct StreamingChildTests {
+    static func spec(_ shell: String, in folder: TempFolder) -> ProcessSpec {
+        ProcessSpec(command: .shell(shell), environment: ["PATH": "/usr/bin:/bin"], workingDirectory: folder.path)
+    }
+
+    @Test func aReaderGetsEveryLineInOrder() throws {
+        ProcessRunner.ignoreSIGPIPE()
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let out = folder.path + "/lines"
+        let child = try StreamingChild.start(Self.spec("cat > '\(out)'", in: folder))
+        for n in 1...1000 { child.send(line: #"{"n":\#(n)}"#) }
+        child.close()
+        let lines = try String(contentsOfFile: out, encoding: .utf8).split(separator: "\n")
+        #expect(lines.count == 1000)
+        #expect(lines.first == #"{"n":1}"#)
+        #expect(lines.last == #"{"n":1000}"#)
+        #expect(child.dropped == 0)
+    }
+
+    @Test func aChildThatNeverReadsLosesLinesAndIsKilledAtClose() throws {
+        ProcessRunner.ignoreSIGPIPE()
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let child = try StreamingChild.start(Self.spec("sleep 3600", in: folder), bufferCap: 4096)
+        // Far more than a pipe (64 KiB) and the buffer hold: sending must not block.
+        let line = String(repeating: "x", count: 1000)
+        for _ in 0..<500 { child.send(line: line) }
+        #expect(child.dropped > 0)
+        child.close(graceMs: 200)
+        // Reaped: the pid names no process of ours any more.
+        #expect(kill(child.pid, 0) == -1 && errno == ESRCH)
+    }
+
+    @Test func aChildThatExitsEarlyEndsTheFeedQuietly() throws {
+        ProcessRunner.ignoreSIGPIPE()
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let child = try StreamingChild.start(Self.spec("exit 0", in: folder))
+        // Lines sent after it exited are dropped once the pipe reports it gone.
+        for _ in 0..<100_000 where child.dropped == 0 { child.send(line: "after") }
+        child.close()
+        #expect(child.dropped > 0)
+    }
+
+    @Test func aCommandThatCannotStartIsAnError() {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        #expect(throws: ProcessSpawnError.self) {
+            try StreamingChild.start(ProcessSpec(command: .argv(["no-such-program-here"]), environment: ["PATH": "/nonexistent"],
+                                                 workingDirectory: folder.path))
+        }
+    }
+}
