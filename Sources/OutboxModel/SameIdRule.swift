@@ -1,4 +1,4 @@
-/// The states of an entry (SPEC 7); the last three are settled.
+/// The states of an entry (docs/states-and-exit-codes.md); the last three are settled.
 public enum EntryState: String, Sendable, CaseIterable {
     case queued, running, paused
     case awaitingAuth = "awaiting-auth"
@@ -48,7 +48,7 @@ public enum SameIdDecision: Sendable, Equatable {
     case reopen
 }
 
-/// The "same id again" rule of SPEC 7 as one pure decision.
+/// The "same id again" rule of `enqueue --id` as one pure decision.
 ///
 /// | state                          | same body      | different body        |
 /// |--------------------------------|----------------|-----------------------|

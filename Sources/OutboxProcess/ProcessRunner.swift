@@ -7,7 +7,7 @@ public enum ProcessRunner {
     /// Grace period between SIGTERM and SIGKILL when a timeout fires.
     static let killGraceMs: Int64 = 2000
     /// How long pipes are drained after the child exited; a background grandchild may
-    /// hold them open forever (T-proc5).
+    /// hold them open forever.
     static let drainMs: Int64 = 100
     /// PATH used to find an argv program when the spec's environment has none.
     static let defaultPath = "/usr/local/bin:/usr/bin:/bin"
