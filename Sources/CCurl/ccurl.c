@@ -82,7 +82,8 @@ static int load_locked(void) {
     RESOLVE(p_mime_filedata, "curl_mime_filedata");
     RESOLVE(p_mime_filename, "curl_mime_filename");
     RESOLVE(p_mime_type, "curl_mime_type");
-    /* Once per process, before any transfer (T-curl12). The library stays loaded. */
+    /* Once per process, before any transfer (curl_global_init is not thread-safe). The
+       library stays loaded. */
     CURLcode rc = p_global_init(CURL_GLOBAL_DEFAULT);
     if (rc != CURLE_OK) {
         snprintf(load_error, sizeof load_error, "curl_global_init failed: %s",

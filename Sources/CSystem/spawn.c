@@ -74,7 +74,8 @@ int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], c
     if ((rc = -posix_spawn_file_actions_init(&actions)) != 0) goto fail;
     have_actions = 1;
     /* dup2 clears close-on-exec on 0/1/2; everything else (runner lock, other children's
-       pipes, fds opened by libraries without O_CLOEXEC) is closed: T-proc1. */
+       pipes, fds opened by libraries without O_CLOEXEC) is closed, so no hook (or its
+       background child) keeps the runner lock held. */
     if ((rc = -posix_spawn_file_actions_adddup2(&actions, in_pipe[0], 0)) != 0) goto fail;
     if (!inherit_output) {
         if ((rc = -posix_spawn_file_actions_adddup2(&actions, out_pipe[1], 1)) != 0) goto fail;
@@ -85,7 +86,8 @@ int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], c
 
     if ((rc = -posix_spawnattr_init(&attr)) != 0) goto fail;
     have_attr = 1;
-    /* Own group (T-proc7/8), no inherited blocked mask or ignored SIGPIPE (T-proc2). */
+    /* Own group (a stale hook can be killed as a group; Ctrl-C does not reach it), and no
+       inherited blocked mask or ignored SIGPIPE (the runner's would break the hook). */
     sigset_t empty, defaults;
     sigemptyset(&empty);
     sigemptyset(&defaults);

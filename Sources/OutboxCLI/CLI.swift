@@ -77,7 +77,8 @@ struct Invocation {
     }
 }
 
-/// The command-line interface as a library function (STYLE.md): parse, run, print errors.
+/// The command-line interface as a library function (tests call it in-process): parse, run,
+/// print errors.
 public enum CLI {
     static let globalOptions: [OptionSpec] = [
         OptionSpec(name: "config", valueName: "FILE", help: "the config file (default: config/outbox.yaml here or above; OUTBOX_CONFIG)"),

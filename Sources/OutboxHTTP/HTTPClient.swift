@@ -6,13 +6,15 @@ import Synchronization
 /// Sends HTTP requests on libcurl's multi interface, from one dedicated thread.
 ///
 /// Transfers share the multi handle's connection cache, so requests to one host reuse
-/// a connection. There is no per-host limit here: that is the scheduler's job (T-curl7).
+/// a connection. There is no per-host limit here: that is the scheduler's job (a transfer
+/// libcurl holds back for a host limit would look running while its timeouts run).
 /// A transport-level re-send on a dead reused connection repeats the request as is,
-/// X-Request-Id included (T-curl1).
+/// X-Request-Id included (libcurl does it by itself; the Idempotency-Key makes it safe).
 ///
 /// Standby transfers let the scheduler hand over the next request before a slot is free:
-/// a standby transfer waits here, outside libcurl (T-curl7), and starts on the curl thread
-/// the moment a slot-holding transfer ends, without a round trip through the scheduler.
+/// a standby transfer waits here, outside libcurl (where it would look started), and
+/// starts on the curl thread the moment a slot-holding transfer ends, without a round
+/// trip through the scheduler.
 public final class HTTPClient: Sendable {
     private let engine: CurlEngine
 
@@ -62,7 +64,8 @@ public final class HTTPClient: Sendable {
     }
 
     /// Loads libcurl and runs curl_global_init now; `run` can call this before it starts
-    /// other threads (T-curl12). `init` does it too. Throws if libcurl cannot be loaded.
+    /// other threads (curl_global_init is not thread-safe). `init` does it too. Throws if
+    /// libcurl cannot be loaded.
     public static func loadLibrary() throws {
         try CurlLibrary.ensureLoaded()
     }
@@ -295,8 +298,8 @@ final class CurlEngine: @unchecked Sendable {
         finish(transfer, code: nil, abortMessage: message)
     }
 
-    /// Removes the handle from the multi, then frees it, then reports (T-curl11). A slot
-    /// transfer hands its slot to a standby job before it reports.
+    /// Removes the handle from the multi, then frees it (never while the multi holds it),
+    /// then reports. A slot transfer hands its slot to a standby job before it reports.
     private func finish(_ transfer: Transfer, code: CURLcode?, abortMessage: String,
                         abortKind: TransportFailure.Kind = .aborted) {
         guard let easy = transfer.easy, let job = active[transfer.id]?.job else { return }

@@ -64,9 +64,10 @@ public struct HTTPRequest: Sendable {
     public var maxResponseBytes: Int
     public var userAgent: String
     /// For a `.file` body: what the file must still be when the transfer starts (a file
-    /// referenced at enqueue, SPEC 7). Checked on the curl thread as the file is opened, so a
-    /// request that waited (a standby request) is checked at the moment it is sent; a missing
-    /// or different file fails the transfer with `.file`, and nothing is sent.
+    /// referenced at enqueue, `ownership: reference`). Checked on the curl thread as the
+    /// file is opened, so a request that waited (a standby request) is checked at the moment
+    /// it is sent; a missing or different file fails the transfer with `.file`, and nothing
+    /// is sent.
     public var expectedFile: FileIdentity?
 
     /// Creates a request; defaults fit one outbox attempt.

@@ -2,7 +2,7 @@
 /// parsed only when someone reads them: an outcome nobody will read (a request that
 /// succeeded with no hook) never pays for names, values and an index.
 ///
-/// The header callback also sees 1xx and redirect responses (T-curl9), so every status
+/// The header callback also sees 1xx and redirect responses, so every status
 /// line starts a fresh set.
 public struct ResponseHeaders: Sendable {
     /// The final response's header lines, each without its line ending, each ending in LF.

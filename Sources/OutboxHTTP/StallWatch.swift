@@ -1,7 +1,7 @@
 import OutboxModel
 
 /// Decides when a transfer has stalled: it moved fewer than `belowBytesPerSecond` a second,
-/// on average, over the last `forMs` (`timeouts.stall`, SPEC 5).
+/// on average, over the last `forMs` (`timeouts.stall`, docs/config.md).
 ///
 /// libcurl's own low-speed check averages the rate over its last 5 seconds, so a transfer
 /// that stopped dead right after a burst was given up as much as 5 s after `for`. Here the

@@ -11,7 +11,8 @@ struct TransferSetupError: Error {
 /// One easy handle and everything its callbacks touch.
 ///
 /// Confined to the curl thread. libcurl gets `self` as an unretained pointer; the engine
-/// keeps the object alive in its table until after `curl_multi_remove_handle` (T-curl11).
+/// keeps the object alive in its table until after `curl_multi_remove_handle`, since its
+/// callbacks may run until then.
 final class Transfer {
     private enum Source {
         case empty
@@ -137,7 +138,7 @@ final class Transfer {
         try check(ccurl_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
         try check(ccurl_setopt_ptr(easy, CURLOPT_PRIVATE, me), "PRIVATE")
         try check(ccurl_setopt_str(easy, CURLOPT_URL, request.url), "URL")
-        // curl's signal-based DNS timeouts are unsafe with threads (T-curl12).
+        // curl's signal-based DNS timeouts are unsafe with threads.
         try check(ccurl_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
         try check(ccurl_setopt_str(easy, CURLOPT_PROTOCOLS_STR, "http,https"), "PROTOCOLS_STR")
         try check(ccurl_setopt_str(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https"), "REDIR_PROTOCOLS_STR")
@@ -173,12 +174,12 @@ final class Transfer {
             let n = size * count
             let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
             transfer.keep(UnsafeRawBufferPointer(start: data, count: n))
-            // Always accept everything: a short count would be CURLE_WRITE_ERROR (T-curl8).
+            // Always accept everything: a short count is CURLE_WRITE_ERROR, read as a network failure.
             return n
         }), "WRITEFUNCTION")
         try check(ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me), "WRITEDATA")
         // Every non-form body goes through the read callback, with a seek callback so
-        // curl can rewind for a re-send on a dead reused connection or a 307/308 (T-curl1).
+        // curl can rewind for a re-send on a dead reused connection or a 307/308.
         try check(ccurl_setopt_read_function(easy, { buffer, size, count, user in
             let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
             return transfer.read(into: buffer!, capacity: size * count)
@@ -204,7 +205,7 @@ final class Transfer {
         try configureHeaders(request, method: method, easy: easy)
     }
 
-    /// The method/body mapping of T-curl5: UPLOAD means PUT, POST=1 reads the body from
+    /// How libcurl's options map methods and bodies: UPLOAD means PUT, POST=1 reads the body from
     /// the read callback, CUSTOMREQUEST renames the verb.
     private func configureMethod(_ method: String, body: HTTPBody, easy: UnsafeMutableRawPointer) throws(TransferSetupError) {
         if case .form(let fields) = body {
@@ -319,7 +320,7 @@ final class Transfer {
                 bytes.withMemoryRebound(to: CChar.self) { ccurl_slist_append(list, $0.baseAddress) }
             }
         }
-        // No 100-continue round trip, ever (T-curl2).
+        // No 100-continue round trip: curl would ask on every PUT, and some servers stall 1 s.
         if !sawExpect { list = ccurl_slist_append(list, "Expect:") }
         // POST=1 would otherwise add Content-Type: application/x-www-form-urlencoded.
         if !sawContentType && !isForm { list = ccurl_slist_append(list, "Content-Type:") }
@@ -441,7 +442,7 @@ final class Transfer {
             result.effectiveURL = String(cString: effective)
         }
         if responseHeaders.hasRetryAfter {
-            // curl parses both forms; a date in the past gives 0 (T-curl10).
+            // curl parses both forms (seconds or an HTTP date); a date in the past gives 0.
             var after: curl_off_t = 0
             _ = ccurl_getinfo_off_t(easy, CURLINFO_RETRY_AFTER, &after)
             result.retryAfterSeconds = Int64(max(0, after))

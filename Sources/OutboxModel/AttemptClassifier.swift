@@ -1,4 +1,4 @@
-/// What one attempt's result means for the entry.
+/// What one attempt's result means for the entry (docs/states-and-exit-codes.md).
 public enum AttemptOutcomeClass: Sendable, Equatable {
     /// 2xx, or an accept rule matched: settle completed.
     case success

@@ -100,7 +100,7 @@ public enum Backoff {
 
 /// Whether an entry has outlived its `expires_in`.
 public enum Expiry {
-    /// Expired when `expiresAt` is set and `now >= expiresAt`, but never while `now < createdAt` (T-misc).
+    /// Expired when `expiresAt` is set and `now >= expiresAt`, but never while `now < createdAt`.
     ///
     /// Devices boot with a wrong clock; a clock behind the entry's creation time cannot be
     /// trusted, and expiring then would fail whole queues after an NTP jump.

@@ -15,7 +15,7 @@ public struct ByteRange: Sendable, Equatable, Hashable, CustomStringConvertible 
     public var description: String { "{\(start), \(end)}" }
 }
 
-/// Splits a file size into upload parts (SPEC 4), and checks explicit part lists.
+/// Splits a file size into upload parts (docs/definitions.md, parts), and checks explicit part lists.
 ///
 /// Rules of `plan`:
 /// - greedy chunks of `max`; a final remainder smaller than `min` joins the previous chunk
@@ -35,7 +35,7 @@ public enum ChunkPlan {
 
     private static let mib: Int64 = 1 << 20
 
-    /// The parts of a file of `size` bytes under the SPEC 4 rules; E_INVALID on bad arguments.
+    /// The parts of a file of `size` bytes under the rules above; E_INVALID on bad arguments.
     public static func plan(
         size: Int64, min: Int64 = defaultMin, max: Int64 = defaultMax, maxParts: Int = defaultMaxParts
     ) throws(OutboxError) -> [ByteRange] {

@@ -50,7 +50,7 @@ public struct RetryRules: Sendable, Equatable {
     }
 }
 
-/// The project's settings (`config/outbox.yaml`, SPEC 5); every field has a default.
+/// The project's settings (`config/outbox.yaml`, docs/config.md); every field has a default.
 public struct Config: Sendable {
     /// The project root: hooks run here and relative paths resolve against it.
     public var root: String
@@ -217,7 +217,7 @@ public struct Config: Sendable {
 }
 
 extension RetryRules {
-    /// Reads a `retry` section; each object given must be complete (SPEC 3).
+    /// Reads a `retry` section; each object given must be complete (no silent mix with defaults).
     static func read(_ node: YAMLNode, reader: inout YAMLReader, context: String, base: RetryRules) -> RetryRules? {
         guard let f = reader.fields(node, allowed: ["backoff", "terminal_http"], context: context) else { return nil }
         var rules = base

@@ -25,7 +25,7 @@ public enum ResponseMode: Sendable, Equatable {
     }
 }
 
-/// One kind of request (a file in `definitions/`, SPEC 3).
+/// One kind of request (a file in `definitions/`; fields in docs/definitions.md).
 public struct Definition: Sendable {
     public var key: String
     public var file: String
@@ -52,7 +52,7 @@ public struct Definition: Sendable {
         "follow_redirects", "wifi_only", "idempotency_key",
     ]
     public static let bodyKinds = ["data", "text", "form", "file"]
-    /// SPEC 3's methods, and WebDAV's MKCOL, COPY and MOVE (RFC 4918): a tree migrated into a
+    /// The usual HTTP methods, and WebDAV's MKCOL, COPY and MOVE (RFC 4918): a tree migrated into a
     /// WebDAV server that does not create parent collections needs MKCOL first.
     public static let methods = ["POST", "PUT", "PATCH", "DELETE", "GET", "MKCOL", "COPY", "MOVE"]
 }

@@ -61,7 +61,7 @@ public struct PooledSystemRandom: RandomNumberGenerator, Sendable {
 
 /// Entry ids and clocks.
 public enum Identifiers {
-    /// Longest user id accepted (SPEC 10).
+    /// Longest user id accepted.
     public static let maxUserIDLength = 128
 
     /// A random (version 4) UUID in lowercase, e.g. `0f8fad5b-d9cb-469f-a165-70867728950e`.

@@ -1,4 +1,4 @@
-/// The stable error codes of the contract, each with its process exit status.
+/// The stable error codes (docs/states-and-exit-codes.md), each with its process exit status.
 public enum ErrorCode: String, Sendable, Equatable, CaseIterable {
     case usage = "E_USAGE"
     case invalid = "E_INVALID"

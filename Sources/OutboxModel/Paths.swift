@@ -121,7 +121,8 @@ public enum Paths {
 }
 
 extension FileInfo {
-    /// Size, mtime in nanoseconds and inode (T-fs5), or nil when the path cannot be read.
+    /// Size, mtime in nanoseconds and inode (a `Date` would lose the nanoseconds), or nil
+    /// when the path cannot be read.
     public static func stat(_ path: String) -> FileInfo? {
         var st = Glibc.stat()
         guard statPath(path, &st) == 0 else { return nil }

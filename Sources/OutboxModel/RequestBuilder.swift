@@ -20,7 +20,7 @@ public struct FileIdentity: Sendable, Equatable {
         self.mode = mode
     }
 
-    /// Whether a file found now is still this one (size, mtime and inode; `reference`, SPEC 7).
+    /// Whether a file found now is still this one (size, mtime and inode; `ownership: reference`).
     public func matches(size: Int64, mtimeNs: Int64, inode: UInt64) -> Bool {
         size == self.size && mtimeNs == self.mtimeNs && inode == self.inode
     }
@@ -84,8 +84,8 @@ public enum PreparedBody: Sendable, Equatable {
     }
 }
 
-/// A request rendered once at enqueue and checked: what the store persists (SPEC 7,
-/// "fixed at enqueue").
+/// A request rendered once at enqueue and checked: what the store persists, so editing a
+/// definition never changes an entry already queued.
 public struct PreparedRequest: Sendable {
     public var method: String
     public var url: String?
@@ -148,7 +148,7 @@ public struct RenderInputs: Sendable {
     public var commandHeaders: [(String, String)] = []
     public var outcome: JSON?
     /// Files an entry of the same id already moved into the store, by source path: a same-id
-    /// enqueue naming one of them still means that file, though it left its folder (SPEC 7).
+    /// enqueue naming one of them still means that file, though it left its folder.
     public var movedFiles: [String: FileIdentity] = [:]
     /// `environment` as the `env` root, when the caller built it once for many renders.
     public var environmentJSON: JSON?
@@ -161,7 +161,7 @@ public struct RenderInputs: Sendable {
     }
 }
 
-/// Renders a definition with an entry's vars and validates the result (SPEC 3, 4, 10).
+/// Renders a definition with an entry's vars and validates the result (docs/definitions.md).
 public enum RequestBuilder {
     public static func context(_ inputs: RenderInputs, file: JSON? = nil) -> TemplateContext {
         var roots: [String: JSON] = [
@@ -303,7 +303,7 @@ public enum RequestBuilder {
             // libcurl writes the multipart Content-Type with its boundary.
             headers = HeaderRules.removing(headers, "Content-Type")
         } else if let explicitContentType {
-            // `content_type` beats a Content-Type header (SPEC 10).
+            // `content_type` beats a Content-Type header: it is the more specific field.
             headers = HeaderRules.merge(headers, [("Content-Type", explicitContentType)])
         } else if let contentType, HeaderRules.value(headers, "Content-Type") == nil {
             // The body kind's default applies only when no header names a type.

@@ -33,7 +33,7 @@ public enum SameIdDecision: Sendable, Equatable {
     case reopen
 }
 
-/// The "same id again" rule as one pure decision (docs/states-and-exit-codes.md).
+/// The "same id again" rule of `enqueue --id` as one pure decision.
 ///
 /// | state                          | same body      | different body        |
 /// |--------------------------------|----------------|-----------------------|

@@ -10,7 +10,7 @@ public struct TemplateContext: Sendable {
     }
 }
 
-/// How a rendered string is used, which decides encoding and checks (SPEC 3, Templates).
+/// How a rendered string is used, which decides encoding and checks (docs/templates.md).
 public enum TemplateMode: Sendable {
     /// JSON data, parts lists, follow-up vars: a whole substitution keeps its JSON type.
     case value

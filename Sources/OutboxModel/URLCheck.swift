@@ -1,5 +1,5 @@
 /// Request URL checks done by hand: Foundation's `URL` silently re-encodes and decodes `%2F`
-/// (TRAPS T-swift2), which would break presigned URLs and let bad input through.
+/// (`URL(string:)` and `.path`), which would break presigned URLs and let bad input through.
 public enum URLCheck {
     /// Validates an absolute request URL: scheme http or https only (case-insensitive), a non-empty host, no spaces / control characters / characters outside RFC 3986 (a `%` must start a valid %XX). Returns the URL unchanged (never re-encodes). Errors are E_INVALID naming `field` and the scheme or problem; never echo a full URL that may carry secrets in query strings: truncate to scheme+host.
     public static func validate(_ url: String, field: String) throws(OutboxError) -> String {
@@ -109,7 +109,7 @@ public enum URLCheck {
     /// Percent-encodes everything but RFC 3986 unreserved characters (A-Z a-z 0-9 - . _ ~); "." → "%2E", ".." → "%2E%2E".
     ///
     /// Any all-dots value is fully encoded, so it can never form a dot segment that
-    /// libcurl would squash (TRAPS T-curl3), even next to another substitution.
+    /// libcurl would squash (`/x/../y` becomes `/y`), even next to another substitution.
     public static func encodeComponent(_ s: String) -> String {
         let utf8 = s.utf8
         let allDots = !utf8.isEmpty && utf8.allSatisfy { $0 == UInt8(ascii: ".") }

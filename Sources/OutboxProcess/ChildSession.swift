@@ -2,7 +2,7 @@ import CSystem
 import Glibc
 
 /// The first `cap` bytes of one output stream; the rest is read and dropped, because closing
-/// the pipe early would SIGPIPE the hook into a failure (T-proc3).
+/// the pipe early would SIGPIPE the hook into a failure.
 struct CappedOutput {
     var fd: Int32
     let cap: Int
@@ -43,7 +43,8 @@ struct CappedOutput {
 }
 
 /// One running child: feeds stdin, collects output, enforces warn/timeout, and decides
-/// completion on the child's exit rather than on pipe EOF (T-proc5).
+/// completion on the child's exit rather than on pipe EOF (a background grandchild may
+/// keep the pipes open).
 struct ChildSession {
     let pid: Int32
     var pidfd: Int32
@@ -188,7 +189,7 @@ struct ChildSession {
         }
     }
 
-    /// waitpid on this pid only (T-proc6). True once reaped.
+    /// waitpid on this pid only (`waitpid(-1)` would steal other children). True once reaped.
     mutating func reap(blocking: Bool) -> Bool {
         if timedOut && blocking {
             // Finish off group members that ignored SIGTERM while the zombie leader still
@@ -211,7 +212,7 @@ struct ChildSession {
     }
 
     /// Writes as much stdin as the pipe takes; EPIPE means the hook stopped reading, which
-    /// is not a failure (T-proc4).
+    /// is not a failure.
     mutating func writeStdin() {
         while stdinFD >= 0 && inputOffset < input.count {
             let n = input.withUnsafeBytes { raw in

@@ -43,7 +43,7 @@ struct SQLRow {
 
 /// One SQLite connection, confined to the thread that uses it; statements cached by SQL text.
 ///
-/// Opened in WAL mode with `synchronous=FULL` (per connection, T-sql1) and a busy timeout,
+/// Opened in WAL mode with `synchronous=FULL` (per connection: set on every open) and a busy timeout,
 /// so several `enqueue` processes and one runner share a store safely.
 final class SQLiteConnection: @unchecked Sendable {
     private let db: OpaquePointer
@@ -126,7 +126,8 @@ final class SQLiteConnection: @unchecked Sendable {
         return Int(sqlite3_changes(db))
     }
 
-    /// Runs a query and maps every row; the statement is reset at once (T-sql4).
+    /// Runs a query and maps every row; the statement is reset at once (an open read holds
+    /// back WAL checkpoints).
     func query<T>(_ sql: String, _ values: [SQLValue] = [], _ map: (SQLRow) throws(OutboxError) -> T) throws(OutboxError) -> [T] {
         let statement = try statement(sql)
         defer { sqlite3_reset(statement); sqlite3_clear_bindings(statement) }
@@ -177,7 +178,8 @@ final class SQLiteConnection: @unchecked Sendable {
         return try body()
     }
 
-    /// Runs `body` in one `BEGIN IMMEDIATE` transaction (T-sql2); rolls back on a throw.
+    /// Runs `body` in one `BEGIN IMMEDIATE` transaction; rolls back on a throw. (A deferred
+    /// one that writes later gets SQLITE_BUSY_SNAPSHOT, with no busy wait.)
     @discardableResult
     func transaction<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
         if transactionDepth > 0 { return try body() }
@@ -217,7 +219,7 @@ final class SQLiteConnection: @unchecked Sendable {
         return try result.get()
     }
 
-    /// Changes whenever another connection commits (T-sql6); cheap to poll.
+    /// Changes whenever another connection commits; cheap to poll.
     func dataVersion() throws(OutboxError) -> Int64 {
         try queryOne("PRAGMA data_version") { $0.int(0) } ?? 0
     }

@@ -4,7 +4,8 @@ import OutboxModel
 
 extension SQLiteStore {
     /// Forgets an entry: its row, parts, attempts, outcomes and staged bytes. A file moved
-    /// into the store and never sent completely goes back to its source path.
+    /// into the store and never sent completely goes back to its source path: outbox never
+    /// destroys the user's only copy.
     /// Must run inside a transaction; returns files to remove after the commit.
     func forget(_ e: Entry, returnMovedFile: Bool, rowDeleted: Bool = false) throws(OutboxError) -> [String] {
         if !rowDeleted { try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)]) }

@@ -45,11 +45,12 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
             throw .storage("cannot create the store folder \(path): \(Paths.errnoMessage())")
         }
-        // The new name is durable only once its parent folder is synced (T-fs2).
+        // The new name is durable only once its parent folder is synced.
         _ = csystem_fsync_dir(parent)
     }
 
-    /// Applies the migrations not yet recorded, inside one write transaction (T-sql5).
+    /// Applies the migrations not yet recorded, inside one write transaction (two enqueues
+    /// may open a new store at once).
     func migrate() throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             try db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
@@ -288,7 +289,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     }
 
     /// The bytes an entry already moved into the store, when a replacing body names the same
-    /// source path and that path is gone: the store holds the only copy, so it is reused (SPEC 7).
+    /// source path and that path is gone: the store holds the only copy, so it is reused.
     static func reusableMovedBody(_ existing: Entry, for body: PreparedBody) -> StagedBody? {
         let identity: FileIdentity
         switch body {
@@ -335,7 +336,8 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             newBodyHash: newBodyHash)
     }
 
-    /// Headers as stored: `headers update` patches rank above every other source (SPEC 10).
+    /// Headers as stored: `headers update` patches rank above every other source
+    /// (docs/definitions.md, headers).
     private func patched(_ headers: [(String, String)], _ settings: HeaderSettings) -> [(String, String)] {
         guard let patch = settings.patch else { return headers }
         return HeaderRules.merge(headers, HeaderRules.from(json: patch))
@@ -367,7 +369,8 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             var stored = e.request
             stored.headers = patched(p.headers, headers)
             let newState = decision == .reopen ? "queued" : e.state.rawValue
-            // The entry keeps its Idempotency-Key (SPEC 7) unless a header gives one explicitly.
+            // The entry keeps its Idempotency-Key for life (retries and replays share it) unless
+            // a header gives one explicitly.
             let explicitKey = p.idempotencyKeyIsExplicit ? p.idempotencyKey : nil
             let headerGeneration = headers.generation
             try db.run("""
@@ -399,7 +402,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             if let file = e.bodyFile, file != staged.file {
                 if e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path,
                    file.hasPrefix(staging.bodiesDir + "/") {
-                    // Like a cancel, a replace never destroys the user's only copy (SPEC 7).
+                    // Like a cancel, a replace never destroys the user's only copy.
                     returns.append((file, source, e.request.file?.mode))
                 } else {
                     old.append(file)

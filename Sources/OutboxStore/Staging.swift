@@ -17,7 +17,7 @@ struct StagedBody {
 }
 
 /// Writes bodies into `.outbox/bodies` durably: temp file + fsync + rename + fsync of the
-/// folder (SPEC 8), so a committed entry never points at a half-written body.
+/// folder, so a committed entry never points at a half-written body.
 struct Staging {
     static let inlineLimit = 64 * 1024
     let bodiesDir: String
@@ -102,7 +102,7 @@ struct Staging {
                     let final = path(internalID, "body")
                     if rename(identity.path, final) == 0 {
                         staged.movedIn.append((final, identity.path))
-                        // A moved file keeps the user's mode; the store's files are 0600 (T-sql3).
+                        // A moved file keeps the user's mode; the store's files are 0600 (they hold tokens).
                         chmod(final, 0o600)
                     } else if errno == EXDEV {
                         try copyFile(identity.path, to: final)

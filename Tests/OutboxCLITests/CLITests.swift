@@ -615,7 +615,8 @@ struct CLIBadInputTests {
     }
 
     @Test func anUnwritableStoreIsAStorageError() throws {
-        // Root ignores permission bits (T-fs6): a store path under a regular file fails with ENOTDIR.
+        // Tests may run as root, which ignores permission bits: a store path under a regular
+        // file fails with ENOTDIR.
         let p = try CLIProject(config: "store: somefile/store\n")
         try p.write("somefile", "a regular file")
         let r = p.run("enqueue", "plain")

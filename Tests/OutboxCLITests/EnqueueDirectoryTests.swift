@@ -2,7 +2,7 @@ import Foundation
 import Testing
 import TestSupport
 
-// Batch migrations (SPEC 1, 10): `enqueue --from-dir DIR` and `enqueue --from FILE.jsonl`
+// Batch migrations: `enqueue --from-dir DIR` and `enqueue --from FILE.jsonl`
 // at scale, through the real `outbox` binary.
 
 /// Builds folder trees for the tests.

@@ -326,7 +326,7 @@ private final class HTTPSServer: @unchecked Sendable {
     }
 
     @Test func fileBodyIsResentAfter307() async throws {
-        // A 307 makes curl rewind the body: that needs the seek callback (T-curl1).
+        // A 307 makes curl rewind the body: that needs the seek callback.
         try await withFixture { server, client, folder in
             server.script("/old", [TestResponse(status: 307, headers: [("Location", "/new")])])
             let content = pattern(100_000, seed: 5)
@@ -590,7 +590,7 @@ private final class HTTPSServer: @unchecked Sendable {
             #expect(result.failure == nil)
             #expect(result.status == 200)
             #expect(result.effectiveURL == server.url("/redirect/0"))
-            // Only the final response's headers (T-curl9).
+            // Only the final response's headers, not the redirect's.
             #expect(result.header("location") == nil)
             #expect(result.header("content-type") == "application/json")
             #expect(server.requests.map(\.path) == ["/redirect/3", "/redirect/2", "/redirect/1", "/redirect/0"])

@@ -64,7 +64,7 @@ struct StdinTests {
         var testDescription: String { name }
     }
 
-    /// EPIPE on stdin is "stdin done", not a failure (T-proc4).
+    /// EPIPE on stdin is "stdin done", not a failure: a hook need not read its input.
     @Test(arguments: [
         IgnoringHook(name: "exits at once", line: "exit 0"),
         IgnoringHook(name: "exits after the pipe filled", line: "sleep 0.3; exit 0"),
@@ -147,7 +147,8 @@ struct OutputCapTests {
         #expect(result.exitStatus == 0)
     }
 
-    /// Completion is decided by the child's exit, not by pipe EOF (T-proc5).
+    /// Completion is decided by the child's exit, not by pipe EOF, which a background
+    /// grandchild can hold off.
     @Test func backgroundChildHoldingStdoutDoesNotHangTheRun() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
@@ -163,7 +164,8 @@ struct OutputCapTests {
 }
 
 struct ChildSetupTests {
-    /// Only 0, 1 and 2 reach the child, even fds opened here without O_CLOEXEC (T-proc1).
+    /// Only 0, 1 and 2 reach the child, even fds opened here without O_CLOEXEC (a leaked
+    /// runner lock fd would keep the store held).
     @Test func noDescriptorLeaksIntoTheChild() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
@@ -180,7 +182,8 @@ struct ChildSetupTests {
         #expect(text(viaArgv.stdout) == "0\n1\n2\n3\n")
     }
 
-    /// The parent thread's blocked mask and ignored SIGPIPE do not reach the child (T-proc2).
+    /// The parent thread's blocked mask and ignored SIGPIPE do not reach the child (it would
+    /// miss SIGTERM, or ignore EPIPE).
     @Test func childHasEmptyMaskAndDefaultSignals() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }

@@ -4,7 +4,7 @@ import OutboxModel
 import TestSupport
 import Testing
 
-/// SPEC 8: journal before deliver, acknowledge on exit 0, redeliver after failures and crashes.
+/// Hook delivery: journal before deliver, acknowledge on exit 0, redeliver after failures and crashes.
 @Suite struct DeliveryTests {
     @Test func failingHookIsRedeliveredWithGrowingDeliveriesUntilItSucceeds() async throws {
         let p = try Project(definitions: ["t": definition("t")])

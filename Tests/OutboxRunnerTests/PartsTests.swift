@@ -7,7 +7,8 @@ import OutboxStore
 import TestSupport
 
 // Chunked uploads end to end: the real `outbox` binary against a loopback test server
-// (SPEC 4, 7, 9). Each test has its own project folder and its own server on port 0.
+// (parts, states, progress events). Each test has its own project folder and its own
+// server on port 0.
 
 /// Files and hashes for part tests.
 enum PartFiles {
@@ -331,7 +332,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(((outcome["parts"] as? [[String: Any]])?[3]["headers"] as? [String: String])?["etag"] == "\"four\"")
     }
 
-    /// SPEC 4 at its limit: a 5 TiB file (sparse, by reference, so nothing is copied) gets
+    /// The part plan at its limit: a 5 TiB file (sparse, by reference, so nothing is copied) gets
     /// exactly the parts `chunk-plan 5TiB --json` prints.
     @Test func fiveTiBFileGetsThePlanOfChunkPlan() async throws {
         let server = try TestHTTPServer()
@@ -527,7 +528,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     }
 }
 
-/// SPEC 4 and 8 under a crash: SIGKILL the runner in the middle of a 1 GiB chunked upload,
+/// Accepted parts and delivery under a crash: SIGKILL the runner in the middle of a 1 GiB chunked upload,
 /// run again, and check what the server received.
 @Suite struct PartsCrashTests {
     static let partSize: Int64 = 16 << 20
@@ -620,7 +621,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     }
 }
 
-/// Who owns a file body (SPEC 3, 7): move, copy, reference, and what cancel gives back.
+/// Who owns a file body (`ownership`): move, copy, reference, and what cancel gives back.
 @Suite(.serialized) struct OwnershipTests {
     enum Change: String, CaseIterable, CustomTestStringConvertible, Sendable {
         case appended, touched, replaced, deleted

@@ -4,7 +4,7 @@ import OutboxModel
 import TestSupport
 import Testing
 
-/// One row of SPEC 7's attempt table that settles in a single attempt.
+/// One row of the attempt table (docs/states-and-exit-codes.md) that settles in a single attempt.
 struct SettleCase: Sendable, CustomTestStringConvertible {
     var name: String
     var path: String

@@ -5,7 +5,7 @@ import TestSupport
 import Testing
 
 /// The runner as a process: same-id rules while it runs, the lock, signals, events,
-/// the summary, follow-ups and scopes (SPEC 7, 7b, 9, 10).
+/// the summary, follow-ups and scopes.
 @Suite struct RunnerControlTests {
     @Test func differentBodyForARunningEntryIsRejected() async throws {
         let p = try Project(definitions: ["t": definition("t")])
@@ -203,7 +203,7 @@ import Testing
         #expect(p.server.requests.map(\.path) == ["/delay/1500", "/status/200?soon"])
     }
 
-    /// A referenced file is checked before each attempt (SPEC 7). An entry sending one may
+    /// A referenced file is checked before each attempt. An entry sending one may
     /// wait as a standby request; its file is checked again when the request starts: one
     /// whose file changed meanwhile settles error kind `file` and is never sent, one whose
     /// file did not is sent.

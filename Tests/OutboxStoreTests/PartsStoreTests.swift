@@ -3,7 +3,7 @@ import Foundation
 @testable import OutboxStore
 import Testing
 
-// The store's side of chunked uploads (SPEC 4, 7, 10): accepted parts are durable, survive a
+// The store's side of chunked uploads: accepted parts are durable, survive a
 // runner that died, and survive a same-id enqueue with the same body.
 
 /// A temp folder with a store and a file to upload; removed on deinit.

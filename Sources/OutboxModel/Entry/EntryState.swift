@@ -1,4 +1,4 @@
-/// The states of an entry; the last three are settled.
+/// The states of an entry (docs/states-and-exit-codes.md); the last three are settled.
 public enum EntryState: String, Sendable, CaseIterable {
     case queued, running, paused
     case awaitingAuth = "awaiting-auth"

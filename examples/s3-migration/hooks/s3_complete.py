@@ -1,6 +1,6 @@
 """outbox on_success hook: completes the S3 multipart upload with the parts' ETags.
 
-stdin: the outcome (SPEC 8), with `parts: [{index, status, headers: {etag}}]` for a
+stdin: the outcome (docs/hooks-and-events.md), with `parts: [{index, status, headers: {etag}}]` for a
 multipart upload. Exit 0 acknowledges it; any other exit makes outbox deliver it again
 later, so this hook is idempotent: an upload that was already completed (the hook died
 before exiting 0) is recognised by the object being there with the expected size.

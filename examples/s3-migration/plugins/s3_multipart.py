@@ -2,7 +2,7 @@
 
 stdin:  {"vars": {"path": ..., "bucket"?: ..., "key"?: ..., "prefix"?: ..., "relative_path"?: ...},
          "entry": {"id": ...}}
-stdout: a request descriptor (SPEC 6): the fields of `request`, plus `expires_in`.
+stdout: a request descriptor (docs/definitions.md, request_command): the fields of `request`, plus `expires_in`.
 
 A file of at least PART_MIN bytes becomes a multipart upload: this plugin creates it and
 presigns one PUT URL per part of `outbox chunk-plan`, so the runner never holds credentials
@@ -39,7 +39,7 @@ def fail(message):
 
 
 def chunk_plan(size):
-    """The parts outbox itself would cut (SPEC 4), from `outbox chunk-plan`."""
+    """The parts outbox itself would cut (docs/definitions.md, parts), from `outbox chunk-plan`."""
     outbox = os.environ.get("OUTBOX_BIN") or shutil.which("outbox")
     if not outbox:
         fail("cannot find the outbox binary (put it on PATH or set OUTBOX_BIN)")
