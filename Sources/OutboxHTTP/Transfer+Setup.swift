@@ -1,0 +1,275 @@
+import CCurl
+import Glibc
+import OutboxModel
+
+/// Setting up a transfer: its body source, curl options, method, form and headers.
+extension Transfer {
+    func openSource(_ body: HTTPBody, expected: FileIdentity?) throws(TransferSetupError) {
+        switch body {
+        case .none:
+            source = .empty
+        case .bytes(let bytes):
+            source = .bytes(bytes)
+        case .file(let path, let offset, let length):
+            guard offset >= 0, length >= 0 else {
+                throw TransferSetupError(kind: .network, message: "file: invalid range \(offset)+\(length) of \(path)")
+            }
+            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else {
+                if expected != nil, errno == ENOENT { throw TransferSetupError(kind: .file, message: FileIdentity.missing(path)) }
+                throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: cannot open \(path): \(errnoText())")
+            }
+            var info = stat()
+            guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+                Glibc.close(fd)
+                throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: \(path) is not a regular file")
+            }
+            let mtimeNs = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
+            if let expected, !expected.matches(size: Int64(info.st_size), mtimeNs: mtimeNs, inode: UInt64(info.st_ino)) {
+                Glibc.close(fd)
+                throw TransferSetupError(kind: .file, message: FileIdentity.changed(path))
+            }
+            guard Int64(info.st_size) >= offset + length else {
+                Glibc.close(fd)
+                throw TransferSetupError(kind: .network,
+                                         message: "file: \(path) has \(info.st_size) bytes, needs \(offset + length)")
+            }
+            source = .file(fd: fd, offset: offset, length: length, path: path)
+        case .form(let fields):
+            for field in fields {
+                guard let path = field.filePath else { continue }
+                var info = stat()
+                guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, access(path, R_OK) == 0 else {
+                    throw TransferSetupError(kind: .network, message: "file: cannot read form file \(path)")
+                }
+            }
+        }
+    }
+
+    func check(_ code: CURLcode, _ what: String) throws(TransferSetupError) {
+        guard code == CURLE_OK else {
+            throw TransferSetupError(kind: .network, message: "\(what): \(String(cString: ccurl_easy_strerror(code)))")
+        }
+    }
+
+    func configure(_ request: HTTPRequest) throws(TransferSetupError) {
+        guard let easy else { return }
+        let me = Unmanaged.passUnretained(self).toOpaque()
+
+        try check(ccurl_setopt_ptr(easy, CURLOPT_ERRORBUFFER, errorBuffer), "ERRORBUFFER")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_PRIVATE, me), "PRIVATE")
+        try check(ccurl_setopt_str(easy, CURLOPT_URL, request.url), "URL")
+        // curl's signal-based DNS timeouts are unsafe with threads.
+        try check(ccurl_setopt_long(easy, CURLOPT_NOSIGNAL, 1), "NOSIGNAL")
+        try check(ccurl_setopt_str(easy, CURLOPT_PROTOCOLS_STR, "http,https"), "PROTOCOLS_STR")
+        try check(ccurl_setopt_str(easy, CURLOPT_REDIR_PROTOCOLS_STR, "http,https"), "REDIR_PROTOCOLS_STR")
+        try check(ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYPEER, 1), "SSL_VERIFYPEER")
+        try check(ccurl_setopt_long(easy, CURLOPT_SSL_VERIFYHOST, 2), "SSL_VERIFYHOST")
+        if let caFile = request.caFile {
+            try check(ccurl_setopt_str(easy, CURLOPT_CAINFO, caFile), "CAINFO")
+        }
+        try check(ccurl_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)), "HTTP_VERSION")
+        // File bodies use libcurl's 64 KiB upload buffer: measured against 256 KiB and 1 MiB
+        // (bench/upload), it is as fast for one big file and faster for many small ones,
+        // whose data then stays in cache between pread and send.
+        try check(ccurl_setopt_long(easy, CURLOPT_TCP_KEEPALIVE, 1), "TCP_KEEPALIVE")
+        // The rendered URL is final (templates already encoded dot segments): send it as is.
+        try check(ccurl_setopt_long(easy, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
+        try check(ccurl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, request.connectTimeoutMs)), "CONNECTTIMEOUT_MS")
+        try check(ccurl_setopt_str(easy, CURLOPT_USERAGENT, request.userAgent), "USERAGENT")
+        if request.followRedirects > 0 {
+            try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1), "FOLLOWLOCATION")
+            try check(ccurl_setopt_long(easy, CURLOPT_MAXREDIRS, request.followRedirects), "MAXREDIRS")
+        } else {
+            try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0), "FOLLOWLOCATION")
+        }
+
+        try check(ccurl_setopt_write_function(easy, CURLOPT_HEADERFUNCTION, { data, size, count, user in
+            let n = size * count
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            transfer.responseHeaders.consume(UnsafeRawBufferPointer(start: data, count: n))
+            return n
+        }), "HEADERFUNCTION")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_HEADERDATA, me), "HEADERDATA")
+        try check(ccurl_setopt_write_function(easy, CURLOPT_WRITEFUNCTION, { data, size, count, user in
+            let n = size * count
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            transfer.keep(UnsafeRawBufferPointer(start: data, count: n))
+            // Always accept everything: a short count is CURLE_WRITE_ERROR, read as a network failure.
+            return n
+        }), "WRITEFUNCTION")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me), "WRITEDATA")
+        // Every non-form body goes through the read callback, with a seek callback so
+        // curl can rewind for a re-send on a dead reused connection or a 307/308.
+        try check(ccurl_setopt_read_function(easy, { buffer, size, count, user in
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            return transfer.read(into: buffer!, capacity: size * count)
+        }), "READFUNCTION")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_READDATA, me), "READDATA")
+        try check(ccurl_setopt_seek_function(easy, { user, offset, origin in
+            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+            return transfer.seek(to: offset, origin: origin)
+        }), "SEEKFUNCTION")
+        try check(ccurl_setopt_ptr(easy, CURLOPT_SEEKDATA, me), "SEEKDATA")
+        if progress != nil {
+            try check(ccurl_setopt_xferinfo_function(easy, { user, _, _, upTotal, upNow in
+                let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                transfer.reportProgress(sent: Int64(upNow), total: Int64(upTotal))
+                return 0
+            }), "XFERINFOFUNCTION")
+            try check(ccurl_setopt_ptr(easy, CURLOPT_XFERINFODATA, me), "XFERINFODATA")
+            try check(ccurl_setopt_long(easy, CURLOPT_NOPROGRESS, 0), "NOPROGRESS")
+        }
+
+        let method = asciiUppercased(request.method)
+        try configureMethod(method, body: request.body, easy: easy)
+        try configureHeaders(request, method: method, easy: easy)
+    }
+
+    /// How libcurl's options map methods and bodies: UPLOAD means PUT, POST=1 reads the body from
+    /// the read callback, CUSTOMREQUEST renames the verb.
+    func configureMethod(_ method: String, body: HTTPBody, easy: UnsafeMutableRawPointer) throws(TransferSetupError) {
+        if case .form(let fields) = body {
+            try buildForm(fields, easy: easy)
+            if method != "POST" {
+                try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+            }
+            return
+        }
+        if case .bytes(let bytes) = body, !bytes.isEmpty, bytes.count <= 64 * 1024, method != "GET", method != "HEAD" {
+            // Small in-memory bodies go with the headers in one write (curl copies them), not
+            // through the read callback; a re-send needs no rewind.
+            try check(ccurl_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count)), "POSTFIELDSIZE_LARGE")
+            let rc = bytes.withUnsafeBytes { ccurl_setopt_ptr(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress)) }
+            try check(rc, "COPYPOSTFIELDS")
+            if method != "POST" {
+                try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+            }
+            return
+        }
+        let length = body.knownLength ?? 0
+        let hasBody: Bool
+        if case .none = body { hasBody = false } else { hasBody = true }
+        switch method {
+        case "GET" where !hasBody:
+            try check(ccurl_setopt_long(easy, CURLOPT_HTTPGET, 1), "HTTPGET")
+        case "HEAD" where !hasBody:
+            try check(ccurl_setopt_long(easy, CURLOPT_NOBODY, 1), "NOBODY")
+        case "DELETE" where !hasBody, "MKCOL" where !hasBody, "COPY" where !hasBody, "MOVE" where !hasBody:
+            // The verb alone: no body, no Content-Length.
+            try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+        case "PUT":
+            try check(ccurl_setopt_long(easy, CURLOPT_UPLOAD, 1), "UPLOAD")
+            try check(ccurl_setopt_off_t(easy, CURLOPT_INFILESIZE_LARGE, curl_off_t(length)), "INFILESIZE_LARGE")
+        default:
+            // POST, PATCH, DELETE with a body, and any other verb: POST semantics, so a
+            // Content-Length is always sent (0 for an empty PATCH).
+            try check(ccurl_setopt_long(easy, CURLOPT_POST, 1), "POST")
+            try check(ccurl_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(length)), "POSTFIELDSIZE_LARGE")
+            if method != "POST" {
+                try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+            }
+        }
+    }
+
+    func buildForm(_ fields: [FormField], easy: UnsafeMutableRawPointer) throws(TransferSetupError) {
+        guard let form = ccurl_mime_init(easy) else {
+            throw TransferSetupError(kind: .network, message: "curl_mime_init failed")
+        }
+        mime = form
+        for field in fields {
+            guard let part = ccurl_mime_addpart(form) else {
+                throw TransferSetupError(kind: .network, message: "curl_mime_addpart failed")
+            }
+            try check(ccurl_mime_name(part, field.name), "form field \(field.name)")
+            if let path = field.filePath {
+                // curl opens and streams the file itself while sending.
+                guard ccurl_mime_filedata(part, path) == CURLE_OK else {
+                    throw TransferSetupError(kind: .network, message: "file: cannot read form file \(path)")
+                }
+                if let filename = field.filename {
+                    try check(ccurl_mime_filename(part, filename), "form filename")
+                }
+            } else {
+                let value = field.value ?? ""
+                let code = value.withCString { ccurl_mime_data(part, $0, value.utf8.count) }
+                try check(code, "form field \(field.name)")
+            }
+            if let type = field.contentType {
+                try check(ccurl_mime_type(part, type), "form content type")
+            }
+        }
+        try check(ccurl_setopt_mime(easy, form), "MIMEPOST")
+    }
+
+    func configureHeaders(_ request: HTTPRequest, method: String, easy: UnsafeMutableRawPointer) throws(TransferSetupError) {
+        var list: UnsafeMutablePointer<curl_slist>?
+        var sawExpect = false
+        var sawContentType = false
+        let isForm: Bool
+        if case .form = request.body { isForm = true } else { isForm = false }
+        // Each line is checked and built as bytes in one pass (no lowercased copies or
+        // interpolated strings): this runs for every request.
+        var line: [UInt8] = []
+        line.reserveCapacity(256)
+        for (name, value) in request.headers {
+            line.removeAll(keepingCapacity: true)
+            line.append(contentsOf: name.utf8)
+            let nameEnd = line.count
+            // "Name:" would make curl drop the header; "Name;" sends it empty.
+            if value.isEmpty {
+                line.append(UInt8(ascii: ";"))
+            } else {
+                line.append(UInt8(ascii: ":"))
+                line.append(UInt8(ascii: " "))
+                line.append(contentsOf: value.utf8)
+            }
+            let valid = line.withUnsafeBufferPointer { bytes in
+                nameEnd > 0 && bytes[..<nameEnd].allSatisfy(isTokenByte)
+                    && !bytes[nameEnd...].contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 })
+            }
+            guard valid else { throw TransferSetupError(kind: .network, message: "invalid header \(name.debugDescription)") }
+            let nameBytes = line[..<nameEnd]
+            if asciiEqualsIgnoringCase(nameBytes, Self.contentTypeName) {
+                // curl writes the multipart Content-Type itself, with its boundary.
+                if isForm { continue }
+                sawContentType = true
+            }
+            if asciiEqualsIgnoringCase(nameBytes, Self.expectName) { sawExpect = true }
+            line.append(0)
+            list = line.withUnsafeBufferPointer { bytes in
+                bytes.withMemoryRebound(to: CChar.self) { ccurl_slist_append(list, $0.baseAddress) }
+            }
+        }
+        // No 100-continue round trip: curl would ask on every PUT, and some servers stall 1 s.
+        if !sawExpect { list = ccurl_slist_append(list, "Expect:") }
+        // POST=1 would otherwise add Content-Type: application/x-www-form-urlencoded.
+        if !sawContentType && !isForm { list = ccurl_slist_append(list, "Content-Type:") }
+        headerList = list
+        try check(ccurl_setopt_slist(easy, CURLOPT_HTTPHEADER, list), "HTTPHEADER")
+    }
+
+    private static let contentTypeName = Array("content-type".utf8)
+    private static let expectName = Array("expect".utf8)
+}
+
+/// A byte of an RFC 9110 token, so a header name cannot smuggle a colon or a line break.
+private func isTokenByte(_ c: UInt8) -> Bool {
+    switch c {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"):
+        return true
+    case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
+         UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+         UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+        return true
+    default:
+        return false
+    }
+}
+
+/// Whether `bytes` spell `lower` (lowercase ASCII) in any case.
+private func asciiEqualsIgnoringCase(_ bytes: ArraySlice<UInt8>, _ lower: [UInt8]) -> Bool {
+    guard bytes.count == lower.count else { return false }
+    for (b, l) in zip(bytes, lower) where (b >= 0x41 && b <= 0x5A ? b | 0x20 : b) != l { return false }
+    return true
+}

@@ -1,0 +1,231 @@
+/// Why a JSON text could not be read, with the byte offset where reading stopped.
+public struct JSONParseError: Error, Sendable, Equatable, CustomStringConvertible {
+    public var offset: Int
+    public var message: String
+    public var description: String { "\(message) at byte \(offset + 1)" }
+}
+
+extension JSON {
+    /// Parses one JSON document (RFC 8259); trailing non-space text is an error.
+    public static func parse(_ text: String) throws(JSONParseError) -> JSON {
+        var text = text
+        return try text.withUTF8 { utf8 in Result { () throws(JSONParseError) in try parse(utf8: utf8) } }.get()
+    }
+
+    public static func parse(bytes: inout [UInt8]) throws(JSONParseError) -> JSON {
+        try bytes.withUnsafeBufferPointer { buffer throws(JSONParseError) in try parse(utf8: buffer) }
+    }
+
+    /// Parses UTF-8 text the caller keeps alive for the call (unchecked indexing: the
+    /// reader tests every index against the count itself).
+    static func parse(utf8: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> JSON {
+        var parser = JSONReader(bytes: utf8)
+        parser.skipSpace()
+        let value = try parser.readValue(depth: 0)
+        parser.skipSpace()
+        if parser.index != parser.bytes.count {
+            throw JSONParseError(offset: parser.index, message: "unexpected text after the JSON value")
+        }
+        return value
+    }
+}
+
+private struct JSONReader {
+    let bytes: UnsafeBufferPointer<UInt8>
+    var index = 0
+    static let maxDepth = 512
+
+    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+
+    mutating func skipSpace() {
+        while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x0A || bytes[index] == 0x0D || bytes[index] == 0x09 {
+            index += 1
+        }
+    }
+
+    func fail(_ message: String) -> JSONParseError { JSONParseError(offset: index, message: message) }
+
+    mutating func readValue(depth: Int) throws(JSONParseError) -> JSON {
+        guard depth < Self.maxDepth else { throw fail("nesting deeper than \(Self.maxDepth)") }
+        guard index < bytes.count else { throw fail("unexpected end of JSON") }
+        switch bytes[index] {
+        case UInt8(ascii: "{"): return try readObject(depth: depth)
+        case UInt8(ascii: "["): return try readArray(depth: depth)
+        case UInt8(ascii: "\""): return .string(try readString())
+        case UInt8(ascii: "t"): try expectWord("true"); return .bool(true)
+        case UInt8(ascii: "f"): try expectWord("false"); return .bool(false)
+        case UInt8(ascii: "n"): try expectWord("null"); return .null
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): return .number(try readNumber())
+        default: throw fail("unexpected character")
+        }
+    }
+
+    mutating func expectWord(_ word: StaticString) throws(JSONParseError) {
+        let count = word.utf8CodeUnitCount
+        guard index + count <= bytes.count else { throw fail("unexpected end of JSON") }
+        let matches = word.withUTF8Buffer { buffer in
+            (0..<count).allSatisfy { bytes[index + $0] == buffer[$0] }
+        }
+        guard matches else { throw fail("unexpected character") }
+        index += count
+    }
+
+    mutating func readObject(depth: Int) throws(JSONParseError) -> JSON {
+        index += 1
+        var members: [(String, JSON)] = []
+        // Objects are mostly small: scanning their keys beats hashing each into a Set.
+        var seen: Set<String>?
+        skipSpace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") { index += 1; return .object([]) }
+        while true {
+            skipSpace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+            let key = try readString()
+            if members.count < 16 {
+                if members.contains(where: { $0.0 == key }) { throw fail("duplicate key \"\(key)\"") }
+            } else {
+                if seen == nil { seen = Set(members.map(\.0)) }
+                guard seen!.insert(key).inserted else { throw fail("duplicate key \"\(key)\"") }
+            }
+            skipSpace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+            index += 1
+            skipSpace()
+            members.append((key, try readValue(depth: depth + 1)))
+            skipSpace()
+            guard index < bytes.count else { throw fail("unexpected end of JSON") }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "}") { index += 1; return .object(members) }
+            throw fail("expected ',' or '}'")
+        }
+    }
+
+    mutating func readArray(depth: Int) throws(JSONParseError) -> JSON {
+        index += 1
+        var items: [JSON] = []
+        skipSpace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") { index += 1; return .array([]) }
+        while true {
+            skipSpace()
+            items.append(try readValue(depth: depth + 1))
+            skipSpace()
+            guard index < bytes.count else { throw fail("unexpected end of JSON") }
+            if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+            if bytes[index] == UInt8(ascii: "]") { index += 1; return .array(items) }
+            throw fail("expected ',' or ']'")
+        }
+    }
+
+    mutating func readNumber() throws(JSONParseError) -> String {
+        let start = index
+        if bytes[index] == UInt8(ascii: "-") { index += 1 }
+        func digits(_ r: inout JSONReader) -> Int {
+            let s = r.index
+            while r.index < r.bytes.count, r.bytes[r.index] >= 0x30, r.bytes[r.index] <= 0x39 { r.index += 1 }
+            return r.index - s
+        }
+        guard index < bytes.count else { throw fail("incomplete number") }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+        } else if digits(&self) == 0 {
+            throw fail("incomplete number")
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard digits(&self) > 0 else { throw fail("incomplete number") }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
+            guard digits(&self) > 0 else { throw fail("incomplete number") }
+        }
+        return String(decoding: bytes[start..<index], as: UTF8.self)
+    }
+
+    mutating func readHex4() throws(JSONParseError) -> UInt32 {
+        guard index + 4 <= bytes.count else { throw fail("incomplete \\u escape") }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            let c = bytes[index]
+            let digit: UInt32
+            switch c {
+            case 0x30...0x39: digit = UInt32(c - 0x30)
+            case 0x41...0x46: digit = UInt32(c - 0x41 + 10)
+            case 0x61...0x66: digit = UInt32(c - 0x61 + 10)
+            default: throw fail("bad \\u escape")
+            }
+            value = value << 4 | digit
+            index += 1
+        }
+        return value
+    }
+
+    mutating func readString() throws(JSONParseError) -> String {
+        index += 1
+        var buffer: [UInt8] = []
+        var escaped = false
+        var ascii = true
+        var runStart = index
+        while true {
+            guard index < bytes.count else { throw fail("unterminated string") }
+            let c = bytes[index]
+            if c == UInt8(ascii: "\"") {
+                if !escaped {
+                    // Most strings: no escape, so the text is the bytes as they are, and
+                    // ASCII needs no validation (the generic validating initialiser costs
+                    // more than the rest of the parse).
+                    let run = UnsafeBufferPointer(rebasing: bytes[runStart..<index])
+                    index += 1
+                    if ascii { return String(decoding: run, as: UTF8.self) }
+                    return try validated(run)
+                }
+                buffer.append(contentsOf: bytes[runStart..<index])
+                index += 1
+                break
+            }
+            if c < 0x20 { throw fail("control character in string") }
+            if c >= 0x80 { ascii = false }
+            if c != UInt8(ascii: "\\") { index += 1; continue }
+            escaped = true
+            buffer.append(contentsOf: bytes[runStart..<index])
+            index += 1
+            guard index < bytes.count else { throw fail("unterminated string") }
+            let e = bytes[index]
+            index += 1
+            switch e {
+            case UInt8(ascii: "\""): buffer.append(0x22)
+            case UInt8(ascii: "\\"): buffer.append(0x5C)
+            case UInt8(ascii: "/"): buffer.append(0x2F)
+            case UInt8(ascii: "b"): buffer.append(0x08)
+            case UInt8(ascii: "f"): buffer.append(0x0C)
+            case UInt8(ascii: "n"): buffer.append(0x0A)
+            case UInt8(ascii: "r"): buffer.append(0x0D)
+            case UInt8(ascii: "t"): buffer.append(0x09)
+            case UInt8(ascii: "u"):
+                var code = try readHex4()
+                if (0xD800...0xDBFF).contains(code) {
+                    guard index + 1 < bytes.count, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
+                        throw fail("lone surrogate in \\u escape")
+                    }
+                    index += 2
+                    let low = try readHex4()
+                    guard (0xDC00...0xDFFF).contains(low) else { throw fail("lone surrogate in \\u escape") }
+                    code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
+                } else if (0xDC00...0xDFFF).contains(code) {
+                    throw fail("lone surrogate in \\u escape")
+                }
+                guard let scalar = Unicode.Scalar(code) else { throw fail("bad \\u escape") }
+                buffer.append(contentsOf: Array(String(Character(scalar)).utf8))
+            default:
+                throw fail("bad escape")
+            }
+            runStart = index
+        }
+        return try validated(buffer[...])
+    }
+
+    private func validated(_ utf8: some Collection<UInt8>) throws(JSONParseError) -> String {
+        guard let text = String(validating: utf8, as: UTF8.self) else { throw fail("string is not valid UTF-8") }
+        return text
+    }
+}
