@@ -133,6 +133,7 @@ extension SQLiteStore {
         var out: [UInt8] = []
         out.reserveCapacity(1 << 17)
         var first = true
+        var written = 0
         func literal(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
         func string(_ r: SQLRow, _ i: Int32) {
             if r.isNull(i) { literal("null") } else { r.withText(i) { JSON.appendString(utf8: $0, to: &out) } }
@@ -144,6 +145,9 @@ extension SQLiteStore {
             let key = r.text(1)
             let state = displayState(r.text(3), key)
             if let wanted = filter.state, wanted != state { return }
+            // The limit counts the rows written, after the displayed-state filter.
+            if let limit = filter.limit, written >= limit { return }
+            written += 1
             literal(first ? "{\"id\":" : ",{\"id\":")
             first = false
             string(r, 0)

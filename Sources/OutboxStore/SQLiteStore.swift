@@ -91,12 +91,20 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         guard let state = EntryState(rawValue: r.text(5)) else {
             throw .storage("the stored entry \(id) is damaged: unknown state \"\(r.text(5))\"")
         }
-        let request = try storedRequest(r.text(8))
+        // The request and body name what is damaged; the entry's id says where.
+        let request: StoredRequest
+        let body: StoredBody
+        do throws(OutboxError) {
+            request = try storedRequest(r.text(8))
+            body = try StoredBody(kind: request.bodyKind, inline: r.blob(9), file: r.optionalText(10), form: request.form)
+        } catch {
+            throw .storage("\(error.message) (entry \(id))")
+        }
         return Entry(
             seq: r.int(0), id: id, internalID: r.text(2), key: r.text(3),
             vars: try Self.storedJSON(r.text(4), what: "vars of entry \(id)"),
             state: state, reason: r.optionalText(6), generation: r.int(7), request: request,
-            body: try StoredBody(kind: request.bodyKind, inline: r.blob(9), file: r.optionalText(10), form: request.form),
+            body: body,
             bodyHash: r.text(11), totalBytes: r.int(12),
             bytesSent: r.int(13), attempts: r.int(14), idempotencyKey: r.optionalText(15), account: r.optionalText(16),
             scope: r.optionalText(17), parent: r.optionalText(18), headerGeneration: r.int(19), createdAt: r.int(20),

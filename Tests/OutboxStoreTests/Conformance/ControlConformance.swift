@@ -1,0 +1,123 @@
+import Foundation
+import OutboxModel
+import OutboxStore
+import Testing
+
+extension StoreConformance {
+    /// The state commands set and runners obey, and how a runner notices other processes.
+    struct Control {
+        // A new store is unpaused, not Wi-Fi only, at header generation 0.
+        @Test(arguments: StoreUnderTest.all)
+        func aNewStoreHasTheDefaultControl(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            #expect(try c.store.control() == QueueControl())
+        }
+
+        // Pausing and resuming the queue round-trips, and another process sees it.
+        @Test(arguments: StoreUnderTest.all)
+        func queuePauseRoundTrips(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let other = try c.instance.another()
+            try c.store.setQueuePaused(true)
+            #expect(try c.store.control().queuePaused)
+            #expect(try other.control().queuePaused)
+            #expect(try other.control().isPaused(key: "any"))
+            try c.store.setQueuePaused(false)
+            #expect(try other.control() == QueueControl())
+        }
+
+        // Keys pause and resume one by one; pausing twice is pausing once.
+        @Test(arguments: StoreUnderTest.all)
+        func keyPausesRoundTrip(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.store.setPaused(keys: ["a", "b"], paused: true)
+            try c.store.setPaused(keys: ["b"], paused: true)
+            #expect(try c.store.control().pausedKeys == ["a", "b"])
+            try c.store.setPaused(keys: ["a", "never-paused"], paused: false)
+            let control = try c.instance.another().control()
+            #expect(control.pausedKeys == ["b"])
+            #expect(!control.queuePaused)
+            #expect(control.isPaused(key: "b"))
+            #expect(!control.isPaused(key: "a"))
+        }
+
+        // Wi-Fi only round-trips.
+        @Test(arguments: StoreUnderTest.all)
+        func wifiOnlyRoundTrips(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.store.setWifiOnly(true)
+            #expect(try c.instance.another().control() == QueueControl(wifiOnly: true))
+            try c.store.setWifiOnly(false)
+            #expect(try c.store.control() == QueueControl())
+        }
+
+        // The data version stays while nothing is committed, reads included.
+        @Test(arguments: StoreUnderTest.all)
+        func dataVersionStaysWithoutACommit(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.enqueue("x")
+            let other = try c.instance.another()
+            let version = try c.store.dataVersion()
+            _ = try other.list(ListFilter())
+            _ = try other.control()
+            _ = try other.dueEntries(now: t0, limit: 10, excluding: [])
+            #expect(try c.store.dataVersion() == version)
+        }
+
+        // Another process's commit changes the version a runner polls: an enqueue, a pause, a cancel.
+        @Test(arguments: StoreUnderTest.all)
+        func dataVersionChangesWhenAnotherProcessCommits(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let other = try c.instance.another()
+            let v0 = try c.store.dataVersion()
+            _ = try other.enqueue([try c.entry("x")], now: t0)
+            let v1 = try c.store.dataVersion()
+            #expect(v1 != v0)
+            try other.setQueuePaused(true)
+            let v2 = try c.store.dataVersion()
+            #expect(v2 != v1)
+            _ = try other.cancel(ids: ["x"], key: nil, now: t0 + 1)
+            #expect(try c.store.dataVersion() != v2)
+        }
+    }
+
+    /// The runner lock: one runner per store.
+    struct RunnerLocks {
+        // A second runner is refused with E_RUNNING while the first holds the lock, and let in after release.
+        @Test(arguments: StoreUnderTest.all)
+        func oneRunnerHoldsTheLock(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let other = try c.instance.another()
+            let lock = try c.store.lockForRunner()
+            let error = #expect(throws: OutboxError.self) { _ = try other.lockForRunner() }
+            #expect(error?.code == .running)
+            lock.release()
+            let second = try other.lockForRunner()
+            #expect(throws: OutboxError.self) { _ = try c.store.lockForRunner() }
+            second.release()
+        }
+    }
+
+    /// `outbox audit`: the store's invariants.
+    struct Audit {
+        // A store the protocol alone has written audits clean, whatever its entries' kinds and states.
+        @Test(arguments: StoreUnderTest.all)
+        func aStoreWrittenThroughTheProtocolAuditsClean(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            #expect(try c.store.audit() == [])
+            try c.bring("queued", to: .queued)
+            try c.bring("running", to: .running)
+            try c.bring("parked", to: .awaitingAuth)
+            try c.bring("failed", to: .error)
+            try c.bring("done", to: .completed)
+            try c.bring("cancelled", to: .cancelled)
+            try c.enqueue("big", "text", #"{"t": "\#(String(repeating: "b", count: 100_000))"}"#)
+            try c.userFile("doc.txt", "a document")
+            try c.enqueue("copy", "copy", #"{"path": "doc.txt"}"#)
+            _ = try c.store.enqueue([try c.chunked("parts")], now: t0)
+            #expect(try c.store.cancel(ids: ["queued"], key: nil, now: t0 + 1) == ["queued"])
+            #expect(try c.ids().count == 8)
+            #expect(try c.store.audit() == [])
+        }
+    }
+}
