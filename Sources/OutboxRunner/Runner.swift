@@ -168,7 +168,7 @@ public final class Runner {
         guard !changes.isEmpty else { return }
         let batch = changes
         changes.removeAll()
-        try store.apply(batch, now: now)
+        try store.apply(batch, by: lease, now: now)
         // What was committed can make entries due (follow-ups, requeues) and outcomes deliverable.
         readAhead.exhausted = false
         delivery.due = true

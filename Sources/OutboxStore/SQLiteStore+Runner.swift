@@ -64,7 +64,9 @@ extension SQLiteStore {
 
     /// Applies runner changes in one transaction. Follow-ups are staged first; files of
     /// forgotten entries are removed after the commit.
-    public func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError) {
+    /// The lease is not compared: one runner holds an SQLite store at a time (the lock file),
+    /// and each change is fenced by the entry's state and generation instead.
+    public func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) {
         let followUps = changes.flatMap { change -> [NewEntry] in
             if case let .settle(s) = change { return s.followUps }
             return []

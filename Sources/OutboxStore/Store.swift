@@ -64,8 +64,10 @@ public protocol Store: AnyObject {
     /// for one of `deliverableKeys`.
     func nextDueTime(deliverableKeys: Set<String>) throws(OutboxError) -> Int64?
     /// Applies a runner's changes in one transaction (claims, attempts, settles with their
-    /// outcomes and follow-ups).
-    func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError)
+    /// outcomes and follow-ups). `lease` is the runner's: a store shared by several runners
+    /// applies a change to an entry only while that runner's claim on it holds. Nil: the
+    /// caller is the only runner (the SQLite store's lock guarantees it).
+    func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError)
     /// Marks outcomes whose key is not in `keys` as unhandled-key (never dropped).
     func markUnhandled(keys: Set<String>) throws(OutboxError)
     /// Maintenance after a run (folding SQLite's write-ahead log back, for example).
@@ -153,5 +155,12 @@ public struct PendingTotals: Sendable, Equatable {
         self.entries = entries
         self.bytes = bytes
         self.acceptedBytes = acceptedBytes
+    }
+}
+
+extension Store {
+    /// Applies changes as the only runner of the store (no lease to check).
+    public func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError) {
+        try apply(changes, by: nil, now: now)
     }
 }

@@ -229,7 +229,7 @@ extension StoreConformance {
             #expect(try other.requeueAbandoned(lease: runnerB, now: later) == 1)
             try c.claim("x", lease: runnerB, now: later, on: other)
             // Runner A comes back from a long stall and reports its old result.
-            try c.settle(heldByA, .completed, .completed, hook: true, now: later + 1)
+            try c.settle(heldByA, .completed, .completed, hook: true, by: runnerA, now: later + 1)
             let state = try c.get("x").state
             let journal = try c.journal("x")
             withKnownIssue(noLeases) {

@@ -177,8 +177,8 @@ final class Conformance {
     }
 
     func settle(_ e: Entry, _ state: EntryState, _ outcome: Outcome, hook: Bool = true, reason: String? = nil,
-                followUps: [NewEntry] = [], now: Int64 = StoreConformance.t0) throws {
-        try store.apply([.settle(settlement(e, state, outcome, hook: hook, reason: reason, followUps: followUps))], now: now)
+                followUps: [NewEntry] = [], by lease: Lease? = nil, now: Int64 = StoreConformance.t0) throws {
+        try store.apply([.settle(settlement(e, state, outcome, hook: hook, reason: reason, followUps: followUps))], by: lease, now: now)
     }
 
     /// An enqueued entry brought to `state` the way a runner gets it there (a hook exists, so
