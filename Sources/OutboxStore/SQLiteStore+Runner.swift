@@ -73,20 +73,41 @@ extension SQLiteStore {
         }
         let staged = try stageBatch(followUps)
         var remove: [String] = []
+        // Follow-ups are enqueued only with a settle that applied: a settle fenced out (its
+        // entry was cancelled or replaced meanwhile) leaves no half of its chain behind.
+        var kept: [NewEntry] = []
+        var keptStaged = StagedBatch()
+        var dropped: [StagedBody] = []
         do throws(OutboxError) {
             try db.transaction { () throws(OutboxError) in
+                var offset = 0
                 for change in changes {
-                    remove += try apply(change, now: now)
+                    guard case let .settle(settlement) = change else {
+                        remove += try apply(change, now: now)
+                        continue
+                    }
+                    let (files, applied) = try settle(settlement, now: now)
+                    remove += files
+                    let range = offset..<(offset + settlement.followUps.count)
+                    offset = range.upperBound
+                    if applied {
+                        kept += followUps[range]
+                        keptStaged.bodies += staged.bodies[range]
+                        keptStaged.internals += staged.internals[range]
+                    } else {
+                        dropped += staged.bodies[range]
+                    }
                 }
-                if !followUps.isEmpty {
-                    _ = try applyBatch(followUps, staged: staged, now: now)
+                if !kept.isEmpty {
+                    _ = try applyBatch(kept, staged: keptStaged, now: now)
                 }
             }
         } catch {
             for s in staged.bodies { staging.rollback(s) }
             throw error
         }
-        staging.afterCommit(staged.bodies)
+        staging.afterCommit(keptStaged.bodies)
+        for s in dropped { staging.rollback(s) }
         finishForget(remove)
     }
 
@@ -128,7 +149,7 @@ extension SQLiteStore {
             try db.run("UPDATE parts SET attempts = attempts + 1, next_attempt_at = ? WHERE entry_seq = ? AND idx = ?",
                        [.int(next), .int(seq), .int(index)])
         case let .settle(s):
-            return try settle(s, now: now)
+            return try settle(s, now: now).files
         case let .cancelScope(scope, afterSeq, payloadFor):
             let behind = try db.query("""
                 SELECT \(Self.entryColumns) FROM entries WHERE scope = ? AND seq > ? AND state IN ('queued', 'awaiting-auth')
@@ -138,7 +159,7 @@ extension SQLiteStore {
             for e in behind {
                 let (payload, hookExists) = payloadFor(e)
                 files += try settle(Settlement(entryID: e.id, generation: e.generation, state: .cancelled, reason: "scope",
-                                               outcome: .error, payload: payload, hookExists: hookExists), now: now)
+                                               outcome: .error, payload: payload, hookExists: hookExists), now: now).files
             }
             return files
         case let .drop(id, reason):
@@ -152,7 +173,8 @@ extension SQLiteStore {
 
     /// Settles an entry and journals its outcome. With no hook to run, the outcome is
     /// acknowledged now and a completed or cancelled entry is forgotten at once.
-    private func settle(_ s: Settlement, now: Int64) throws(OutboxError) -> [String] {
+    /// Returns the files to remove after the commit, and whether the settle applied.
+    private func settle(_ s: Settlement, now: Int64) throws(OutboxError) -> (files: [String], applied: Bool) {
         // The runner's snapshot spares re-reading (and re-parsing) the row it just sent; the
         // statements below match seq and generation, so a row replaced or removed since
         // (same-id enqueue, cancel) is left alone.
@@ -160,30 +182,30 @@ extension SQLiteStore {
         if let snapshot = s.snapshot {
             e = snapshot
         } else {
-            guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return [] }
+            guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return ([], false) }
             e = stored
         }
         if !s.hookExists && (s.state == .completed || s.state == .cancelled) {
             // Nothing will read the outcome: the entry is forgotten at once, and an outcome
             // acknowledged as it settles would be deleted as it is written, so none is.
             guard try db.run("DELETE FROM entries WHERE seq = ? AND generation = ?", [.int(e.seq), .int(s.generation)]) == 1 else {
-                return []
+                return ([], false)
             }
             var settled = e
             settled.state = s.state
-            return try forget(settled, returnMovedFile: s.state == .cancelled, rowDeleted: true)
+            return (try forget(settled, returnMovedFile: s.state == .cancelled, rowDeleted: true), true)
         }
         let changed = try db.run("""
             UPDATE entries SET state = ?, reason = ?, lease_owner = NULL, next_attempt_at = NULL, updated_at = ?
             WHERE seq = ? AND generation = ?
             """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq), .int(s.generation)])
-        guard changed == 1 else { return [] }
+        guard changed == 1 else { return ([], false) }
         try db.run("""
             INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
             """, [.text(e.id), .text(e.key), .int(e.generation), .text(s.outcome.rawValue), .text(s.payload.serialized()),
                   .bool(!s.hookExists), .optional(s.reason), .int(now)])
-        return []
+        return ([], true)
     }
 
     // MARK: Delivery
