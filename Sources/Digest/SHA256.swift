@@ -1,14 +1,14 @@
 /// SHA-256 (FIPS 180-4) in pure Swift: body identity for the same-id rule needs no crypto library.
-public enum SHA256 {
+package enum SHA256 {
     /// The lowercase hex SHA-256 of `bytes`.
-    public static func hex(_ bytes: [UInt8]) -> String {
+    package static func hex(_ bytes: [UInt8]) -> String {
         var hasher = Hasher()
         hasher.update(bytes)
         return hasher.finalizeHex()
     }
 
     /// Incremental SHA-256 for input that arrives in pieces.
-    public struct Hasher: Sendable {
+    package struct Hasher: Sendable {
         private var h0: UInt32 = 0x6a09_e667, h1: UInt32 = 0xbb67_ae85
         private var h2: UInt32 = 0x3c6e_f372, h3: UInt32 = 0xa54f_f53a
         private var h4: UInt32 = 0x510e_527f, h5: UInt32 = 0x9b05_688c
@@ -18,12 +18,12 @@ public enum SHA256 {
         private var totalBytes: UInt64 = 0
 
         /// A hasher at the initial state.
-        public init() {
+        package init() {
             pending.reserveCapacity(64)
         }
 
         /// Feeds bytes.
-        public mutating func update(_ bytes: UnsafeRawBufferPointer) {
+        package mutating func update(_ bytes: UnsafeRawBufferPointer) {
             guard bytes.count > 0 else { return }
             totalBytes &+= UInt64(bytes.count)
             var offset = 0
@@ -47,12 +47,12 @@ public enum SHA256 {
         }
 
         /// Feeds bytes.
-        public mutating func update(_ bytes: [UInt8]) {
+        package mutating func update(_ bytes: [UInt8]) {
             bytes.withUnsafeBytes { update($0) }
         }
 
         /// Pads, finishes and returns the lowercase hex digest; the hasher must not be fed afterwards.
-        public mutating func finalizeHex() -> String {
+        package mutating func finalizeHex() -> String {
             let bitLength = totalBytes &* 8
             var tail: [UInt8] = [0x80]
             let used = (pending.count + 1) % 64

@@ -5,14 +5,14 @@ import OutboxStore
 
 
 /// Where a call's output goes; tests pass buffers, `main` passes the process's streams.
-public final class Console: @unchecked Sendable {
+package final class Console: @unchecked Sendable {
     private let writeOut: (String) -> Void
     private let writeErr: (String) -> Void
-    public let stdoutIsTerminal: Bool
-    public let stderrIsTerminal: Bool
+    package let stdoutIsTerminal: Bool
+    package let stderrIsTerminal: Bool
     private let readIn: () -> [UInt8]
 
-    public init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdin: @escaping () -> [UInt8],
+    package init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdin: @escaping () -> [UInt8],
                 stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false) {
         writeOut = out
         writeErr = err
@@ -22,7 +22,7 @@ public final class Console: @unchecked Sendable {
     }
 
     /// The process's own stdin, stdout and stderr.
-    public static func standard() -> Console {
+    package static func standard() -> Console {
         Console(
             out: { text in FileIO.writeAll(1, text) },
             err: { text in FileIO.writeAll(2, text) },
@@ -30,12 +30,12 @@ public final class Console: @unchecked Sendable {
             stdoutIsTerminal: isatty(1) == 1, stderrIsTerminal: isatty(2) == 1)
     }
 
-    public func out(_ line: String) { writeOut(line + "\n") }
+    package func out(_ line: String) { writeOut(line + "\n") }
     /// Writes text as is (for streaming a large document in pieces).
-    public func write(_ text: String) { writeOut(text) }
-    public func err(_ line: String) { writeErr(line + "\n") }
-    public func rawErr(_ text: String) { writeErr(text) }
-    public func stdin() -> [UInt8] { readIn() }
+    package func write(_ text: String) { writeOut(text) }
+    package func err(_ line: String) { writeErr(line + "\n") }
+    package func rawErr(_ text: String) { writeErr(text) }
+    package func stdin() -> [UInt8] { readIn() }
 }
 
 enum FileIO {
@@ -79,14 +79,14 @@ struct Invocation {
 
 /// The command-line interface as a library function (tests call it in-process): parse, run,
 /// print errors.
-public enum CLI {
+package enum CLI {
     static let globalOptions: [OptionSpec] = [
         OptionSpec(name: "config", valueName: "FILE", help: "the config file (default: config/outbox.yaml here or above; OUTBOX_CONFIG)"),
         OptionSpec(name: "help", valueName: nil, help: "show this help"),
     ]
 
     /// Runs one call and returns the process exit status. All error printing happens here.
-    public static func run(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
+    package static func run(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
         var words = arguments
         if words.first == "--version" || words.first == "version" {
             console.out("outbox \(outboxVersion)")
@@ -238,6 +238,6 @@ public enum CLI {
 }
 
 /// The process's working directory (for `main`).
-public func currentDirectory() -> String { Paths.currentDirectory() }
+package func currentDirectory() -> String { Paths.currentDirectory() }
 
 extension Console: EventConsole {}

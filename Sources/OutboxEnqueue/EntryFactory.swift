@@ -4,16 +4,16 @@ import OutboxModel
 ///
 /// Used by `enqueue` and by the runner for `then` follow-ups and hook-printed enqueues, so
 /// both apply exactly the same rules.
-public struct EntryFactory {
-    public let config: Config
-    public let environment: [String: String]
-    public let cwd: String
+package struct EntryFactory {
+    package let config: Config
+    package let environment: [String: String]
+    package let cwd: String
     let definition: (String) throws(OutboxError) -> Definition
     /// The `env` root, built once: sorting the environment for every entry of a 100,000-line
     /// `--from` file cost a fifth of the enqueue.
     let environmentJSON: JSON
 
-    public init(config: Config, environment: [String: String], cwd: String,
+    package init(config: Config, environment: [String: String], cwd: String,
                 definition: @escaping (String) throws(OutboxError) -> Definition) {
         self.config = config
         self.environment = environment
@@ -23,7 +23,7 @@ public struct EntryFactory {
     }
 
     /// Checks vars: an object or null, within `max_vars_bytes` of compact JSON.
-    public func checkVars(_ vars: JSON) throws(OutboxError) {
+    package func checkVars(_ vars: JSON) throws(OutboxError) {
         switch vars {
         case .object, .null: break
         default: throw .invalid("vars must be a JSON object, not \(vars.typeName)")
@@ -35,7 +35,7 @@ public struct EntryFactory {
     }
 
     /// The account of the current process (config `account`), nil when unset or empty.
-    public func account() -> String? {
+    package func account() -> String? {
         guard let template = config.account else { return nil }
         var inputs = RenderInputs(id: "", vars: .null, environment: environment, cwd: cwd)
         inputs.environmentJSON = environmentJSON
@@ -44,7 +44,7 @@ public struct EntryFactory {
         return s
     }
 
-    public func make(key: String, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
+    package func make(key: String, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
                      expiresAt: Int64? = nil, outcome: JSON? = nil, movedFiles: [String: FileIdentity] = [:]) throws(OutboxError) -> NewEntry {
         let def = try definition(key)
         return try make(definition: def, vars: vars, id: id, parent: parent, notBefore: notBefore, expiresAt: expiresAt, outcome: outcome,
@@ -52,7 +52,7 @@ public struct EntryFactory {
     }
 
     /// `movedFiles`: files the existing entry of this id moved into the store (see `RenderInputs`).
-    public func make(definition def: Definition, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
+    package func make(definition def: Definition, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
                      expiresAt: Int64? = nil, outcome: JSON? = nil, movedFiles: [String: FileIdentity] = [:]) throws(OutboxError) -> NewEntry {
         try checkVars(vars)
         let entryID = id ?? Identifiers.entryUUID()

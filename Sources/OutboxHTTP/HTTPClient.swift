@@ -15,12 +15,12 @@ import Synchronization
 /// a standby transfer waits here, outside libcurl (where it would look started), and
 /// starts on the curl thread the moment a slot-holding transfer ends, without a round
 /// trip through the scheduler.
-public final class HTTPClient: Sendable {
+package final class HTTPClient: Sendable {
     private let engine: CurlEngine
 
     /// Loads libcurl, creates the multi handle and starts the thread that owns it. A standby
     /// transfer is started only while fewer than `perHost` transfers to its host are active.
-    public init(maxTotalConnections: Int = 64, perHost: Int = .max) throws {
+    package init(maxTotalConnections: Int = 64, perHost: Int = .max) throws {
         engine = try CurlEngine(maxConnections: max(1, maxTotalConnections), perHost: max(1, perHost))
     }
 
@@ -39,7 +39,7 @@ public final class HTTPClient: Sendable {
     /// second at most; `completion` runs exactly once on the curl thread and must not
     /// block. After `shutdown`, `completion` runs at once on the caller's thread.
     @discardableResult
-    public func start(_ request: HTTPRequest, host: String = "", slot: Bool = false, standby: Bool = false,
+    package func start(_ request: HTTPRequest, host: String = "", slot: Bool = false, standby: Bool = false,
                       progress: (@Sendable (Int64, Int64) -> Void)? = nil,
                       completion: @escaping @Sendable (HTTPResult) -> Void) -> UInt64 {
         engine.submit(request, host: host, mode: standby ? .standby : slot ? .slot : .plain, progress: progress,
@@ -48,30 +48,30 @@ public final class HTTPClient: Sendable {
 
     /// Starts a standby transfer now (the scheduler has a free slot). Ids that already
     /// started, finished or are unknown are ignored.
-    public func promote(_ id: UInt64) {
+    package func promote(_ id: UInt64) {
         engine.promote(id)
     }
 
     /// Aborts a transfer, standby or active; its completion gets an `.aborted` failure.
     /// Unknown or finished ids are ignored.
-    public func cancel(_ id: UInt64) {
+    package func cancel(_ id: UInt64) {
         engine.cancel(id)
     }
 
     /// Aborts what is in flight, stops the thread and waits for it.
-    public func shutdown() {
+    package func shutdown() {
         engine.shutdown()
     }
 
     /// Loads libcurl and runs curl_global_init now; `run` can call this before it starts
     /// other threads (curl_global_init is not thread-safe). `init` does it too. Throws if
     /// libcurl cannot be loaded.
-    public static func loadLibrary() throws {
+    package static func loadLibrary() throws {
         try CurlLibrary.ensureLoaded()
     }
 
     /// The loaded libcurl, e.g. "libcurl/7.88.1".
-    public static var curlVersion: String {
+    package static var curlVersion: String {
         CurlLibrary.version
     }
 }

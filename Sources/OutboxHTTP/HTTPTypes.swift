@@ -1,7 +1,7 @@
 import OutboxModel
 
 /// The body of one HTTP request.
-public enum HTTPBody: Sendable, Equatable {
+package enum HTTPBody: Sendable, Equatable {
     /// No body.
     case none
     /// An in-memory body (small: JSON, text).
@@ -23,16 +23,16 @@ public enum HTTPBody: Sendable, Equatable {
 }
 
 /// One part of a multipart/form-data body: a value, or a file streamed from `filePath`.
-public struct FormField: Sendable, Equatable {
-    public var name: String
-    public var value: String?
-    public var filePath: String?
+package struct FormField: Sendable, Equatable {
+    package var name: String
+    package var value: String?
+    package var filePath: String?
     /// The filename sent for a file part; nil sends the last component of `filePath`.
-    public var filename: String?
-    public var contentType: String?
+    package var filename: String?
+    package var contentType: String?
 
     /// Creates a form field; give either `value` or `filePath`.
-    public init(name: String, value: String? = nil, filePath: String? = nil, filename: String? = nil, contentType: String? = nil) {
+    package init(name: String, value: String? = nil, filePath: String? = nil, filename: String? = nil, contentType: String? = nil) {
         self.name = name
         self.value = value
         self.filePath = filePath
@@ -42,36 +42,36 @@ public struct FormField: Sendable, Equatable {
 }
 
 /// One HTTP attempt, fully rendered: what goes on the wire.
-public struct HTTPRequest: Sendable {
-    public var url: String
+package struct HTTPRequest: Sendable {
+    package var url: String
     /// GET, POST, PUT, PATCH, DELETE, HEAD, or another token sent as a custom method.
-    public var method: String
+    package var method: String
     /// Sent as given, in order. For a `.form` body a Content-Type given here is dropped
     /// (curl writes it with the boundary).
-    public var headers: [(name: String, value: String)]
-    public var body: HTTPBody
+    package var headers: [(name: String, value: String)]
+    package var body: HTTPBody
     /// 0: a 3xx is returned as the response; >0: follow at most this many (http/https only).
     /// curl turns a POST into a GET on 301/302/303, but a PATCH or DELETE keeps its verb.
-    public var followRedirects: Int
-    public var connectTimeoutMs: Int
+    package var followRedirects: Int
+    package var connectTimeoutMs: Int
     /// The transfer fails with `.timeout` when it moves less than this a second, on average,
     /// over `stallForMs` once connected (`StallWatch`); 0 in either turns the check off.
-    public var stallBelowBytesPerSecond: Int
-    public var stallForMs: Int
+    package var stallBelowBytesPerSecond: Int
+    package var stallForMs: Int
     /// A CA bundle to trust instead of the system's; verification is always on.
-    public var caFile: String?
+    package var caFile: String?
     /// Response body bytes kept; the rest is read and discarded (`bodyTruncated`).
-    public var maxResponseBytes: Int
-    public var userAgent: String
+    package var maxResponseBytes: Int
+    package var userAgent: String
     /// For a `.file` body: what the file must still be when the transfer starts (a file
     /// referenced at enqueue, `ownership: reference`). Checked on the curl thread as the
     /// file is opened, so a request that waited (a standby request) is checked at the moment
     /// it is sent; a missing or different file fails the transfer with `.file`, and nothing
     /// is sent.
-    public var expectedFile: FileIdentity?
+    package var expectedFile: FileIdentity?
 
     /// Creates a request; defaults fit one outbox attempt.
-    public init(url: String, method: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .none,
+    package init(url: String, method: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .none,
                 followRedirects: Int = 0, connectTimeoutMs: Int = 30_000, stallBelowBytesPerSecond: Int = 1024,
                 stallForMs: Int = 60_000, caFile: String? = nil, maxResponseBytes: Int = 1 << 20,
                 userAgent: String = "outbox") {
@@ -90,29 +90,29 @@ public struct HTTPRequest: Sendable {
 }
 
 /// The outcome of one transfer: a response, a failure, or both (a failure after headers).
-public struct HTTPResult: Sendable {
+package struct HTTPResult: Sendable {
     /// Status of the final response; nil when no HTTP response was received.
-    public var status: Int?
+    package var status: Int?
     /// Headers of the final response only; names lowercased, repeats joined with ", ".
     /// Parsed from the received lines on each read.
-    public var headers: [(name: String, value: String)] {
+    package var headers: [(name: String, value: String)] {
         get { responseHeaders.fields }
         set { responseHeaders = ResponseHeaders(fields: newValue) }
     }
     var responseHeaders: ResponseHeaders
-    public var body: [UInt8]
-    public var bodyTruncated: Bool
-    public var failure: TransportFailure?
+    package var body: [UInt8]
+    package var bodyTruncated: Bool
+    package var failure: TransportFailure?
     /// Seconds from a `Retry-After` header (either form); nil when absent.
-    public var retryAfterSeconds: Int64?
+    package var retryAfterSeconds: Int64?
     /// Request body bytes uploaded (includes a transport-level re-send).
-    public var bytesSent: Int64
-    public var effectiveURL: String
+    package var bytesSent: Int64
+    package var effectiveURL: String
     /// The standby transfer that started in this one's slot as it ended (see `HTTPClient`).
-    public var startedInPlace: UInt64?
+    package var startedInPlace: UInt64?
 
     /// Creates a result (tests and the runner build them too).
-    public init(status: Int? = nil, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
+    package init(status: Int? = nil, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
                 bodyTruncated: Bool = false, failure: TransportFailure? = nil,
                 retryAfterSeconds: Int64? = nil, bytesSent: Int64 = 0, effectiveURL: String = "") {
         self.status = status
@@ -126,18 +126,18 @@ public struct HTTPResult: Sendable {
     }
 
     /// The value of a response header, by lowercase name.
-    public func header(_ name: String) -> String? {
+    package func header(_ name: String) -> String? {
         let lower = asciiLowercased(name)
         return headers.first(where: { $0.name == lower })?.value
     }
 }
 
 /// libcurl could not be loaded or initialised.
-public struct HTTPClientError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var message: String
+package struct HTTPClientError: Error, Sendable, Equatable, CustomStringConvertible {
+    package var message: String
     /// Creates the error with a message naming what failed.
-    public init(_ message: String) { self.message = message }
-    public var description: String { message }
+    package init(_ message: String) { self.message = message }
+    package var description: String { message }
 }
 
 /// ASCII-only lowercasing: header names are ASCII tokens, and this avoids Unicode tables.

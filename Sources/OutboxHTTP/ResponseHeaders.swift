@@ -4,7 +4,7 @@
 ///
 /// The header callback also sees 1xx and redirect responses, so every status
 /// line starts a fresh set.
-public struct ResponseHeaders: Sendable {
+package struct ResponseHeaders: Sendable {
     /// The final response's header lines, each without its line ending, each ending in LF.
     private var lines: [UInt8] = []
     /// Seen while collecting, so the transfer asks libcurl for the value only when sent.
@@ -44,7 +44,7 @@ public struct ResponseHeaders: Sendable {
 
     /// Names lowercased, in order of first appearance; repeats joined with ", ", folded
     /// continuation lines joined with a space; lines without a colon skipped.
-    public var fields: [(name: String, value: String)] {
+    package var fields: [(name: String, value: String)] {
         var fields: [(name: String, value: String)] = []
         var index: [String: Int] = [:]
         lines.withUnsafeBytes { all in

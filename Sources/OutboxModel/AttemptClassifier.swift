@@ -1,5 +1,5 @@
 /// What one attempt's result means for the entry (docs/states-and-exit-codes.md).
-public enum AttemptOutcomeClass: Sendable, Equatable {
+package enum AttemptOutcomeClass: Sendable, Equatable {
     /// 2xx, or an accept rule matched: settle completed.
     case success
     /// Network failure, 5xx, 408, 429, or an exempt 4xx: back off and try again until expiry.
@@ -10,7 +10,7 @@ public enum AttemptOutcomeClass: Sendable, Equatable {
     case terminal(reason: String)
 
     /// The name attempt events and the attempt log use.
-    public var name: String {
+    package var name: String {
         switch self {
         case .success: return "success"
         case .retry: return "retry"
@@ -21,19 +21,19 @@ public enum AttemptOutcomeClass: Sendable, Equatable {
 }
 
 /// A non-2xx response to treat as success: the status, and optionally text the body must contain.
-public struct AcceptRule: Sendable, Equatable {
-    public var status: Int
-    public var bodyIncludes: String?
+package struct AcceptRule: Sendable, Equatable {
+    package var status: Int
+    package var bodyIncludes: String?
 
-    public init(status: Int, bodyIncludes: String? = nil) {
+    package init(status: Int, bodyIncludes: String? = nil) {
         self.status = status
         self.bodyIncludes = bodyIncludes
     }
 }
 
 /// Why a transfer did not produce a complete HTTP response.
-public struct TransportFailure: Error, Sendable, Equatable {
-    public enum Kind: String, Sendable, CaseIterable {
+package struct TransportFailure: Error, Sendable, Equatable {
+    package enum Kind: String, Sendable, CaseIterable {
         /// Connect, resolve, send or receive failed; a body file could not be read mid-way.
         case network
         /// Connect timeout or a stalled transfer.
@@ -48,18 +48,18 @@ public struct TransportFailure: Error, Sendable, Equatable {
         case aborted
     }
 
-    public var kind: Kind
-    public var message: String
+    package var kind: Kind
+    package var message: String
 
-    public init(_ kind: Kind, _ message: String) {
+    package init(_ kind: Kind, _ message: String) {
         self.kind = kind
         self.message = message
     }
 
-    public static func network(_ m: String) -> TransportFailure { TransportFailure(.network, m) }
-    public static func timeout(_ m: String) -> TransportFailure { TransportFailure(.timeout, m) }
-    public static func tls(_ m: String) -> TransportFailure { TransportFailure(.tls, m) }
-    public static func redirect(_ m: String) -> TransportFailure { TransportFailure(.redirect, m) }
+    package static func network(_ m: String) -> TransportFailure { TransportFailure(.network, m) }
+    package static func timeout(_ m: String) -> TransportFailure { TransportFailure(.timeout, m) }
+    package static func tls(_ m: String) -> TransportFailure { TransportFailure(.tls, m) }
+    package static func redirect(_ m: String) -> TransportFailure { TransportFailure(.redirect, m) }
 }
 
 /// Decides what an HTTP result means; the runner acts on the answer.
@@ -84,9 +84,9 @@ public struct TransportFailure: Error, Sendable, Equatable {
 /// 1xx as a final status and codes outside 100–599 have no meaning we could act on,
 /// and retrying them would loop until expiry; they settle (an accept rule can still
 /// claim them). Per RFC 9110 an unknown code is treated as its class (e.g. 599 as 5xx).
-public enum AttemptClassifier {
+package enum AttemptClassifier {
     /// Classifies one attempt: `status` nil means no HTTP response (see `failure`); `body` is matched by `bodyIncludes`.
-    public static func classify(
+    package static func classify(
         status: Int?, failure: TransportFailure?, body: [UInt8], accept: [AcceptRule], exempt: Set<Int>
     ) -> AttemptOutcomeClass {
         if let failure {

@@ -1,11 +1,11 @@
 /// How long to wait between failed attempts: exponential from `baseMs` up to `maxMs`, with jitter.
-public struct BackoffPolicy: Sendable, Equatable {
-    public var baseMs: Int64
-    public var maxMs: Int64
+package struct BackoffPolicy: Sendable, Equatable {
+    package var baseMs: Int64
+    package var maxMs: Int64
     /// Fraction of the delay to spread randomly either way (0.2 = ±20%).
-    public var jitter: Double
+    package var jitter: Double
 
-    public init(baseMs: Int64 = 1000, maxMs: Int64 = 7_200_000, jitter: Double = 0.2) {
+    package init(baseMs: Int64 = 1000, maxMs: Int64 = 7_200_000, jitter: Double = 0.2) {
         self.baseMs = baseMs
         self.maxMs = maxMs
         self.jitter = jitter
@@ -13,14 +13,14 @@ public struct BackoffPolicy: Sendable, Equatable {
 }
 
 /// When to try again after a failure; pure, with the random value supplied by the caller.
-public enum Backoff {
+package enum Backoff {
     /// Delay in ms after the n-th failure (n ≥ 1): base·2^(n−1) capped at max, times a factor in [1−jitter, 1+jitter].
     ///
     /// `random` in [0, 1) picks the factor (0 → 1−jitter, 0.5 → 1, →1 → 1+jitter).
     /// Out-of-range inputs are clamped rather than trusted: n < 1 counts as 1, jitter to
     /// [0, 1], random to [0, 1], negative base or max to 0. The result lies in
     /// [0, max·(1+jitter)].
-    public static func delay(failures n: Int, policy: BackoffPolicy, random: Double) -> Int64 {
+    package static func delay(failures n: Int, policy: BackoffPolicy, random: Double) -> Int64 {
         let base = Swift.max(0, policy.baseMs)
         let cap = Swift.max(0, policy.maxMs)
         let exponent = Swift.max(1, n) - 1
@@ -46,7 +46,7 @@ public enum Backoff {
     /// A Retry-After replaces the computed backoff (clamped to [0, maxMs], no jitter: the
     /// server said when). A time past `expiresAt` becomes `expiresAt`, so the expiry
     /// check settles the entry then instead of it waiting beyond its life.
-    public static func nextAttemptAt(
+    package static func nextAttemptAt(
         now: Int64, failures: Int, policy: BackoffPolicy, retryAfterSeconds: Int64?, expiresAt: Int64?, random: Double
     ) -> Int64 {
         let wait: Int64
@@ -67,7 +67,7 @@ public enum Backoff {
     /// Dates may be IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), RFC 850
     /// (`Sunday, 06-Nov-94 08:49:37 GMT`) or asctime (`Sun Nov  6 08:49:37 1994`); a date
     /// in the past gives 0; a partial second rounds up. `now` is epoch ms.
-    public static func parseRetryAfter(_ value: String, now: Int64) -> Int64? {
+    package static func parseRetryAfter(_ value: String, now: Int64) -> Int64? {
         var bytes = Array(value.utf8)
         while let last = bytes.last, last == 0x20 || last == 0x09 { bytes.removeLast() }
         let lead = bytes.prefix { $0 == 0x20 || $0 == 0x09 }.count
@@ -99,12 +99,12 @@ public enum Backoff {
 }
 
 /// Whether an entry has outlived its `expires_in`.
-public enum Expiry {
+package enum Expiry {
     /// Expired when `expiresAt` is set and `now >= expiresAt`, but never while `now < createdAt`.
     ///
     /// Devices boot with a wrong clock; a clock behind the entry's creation time cannot be
     /// trusted, and expiring then would fail whole queues after an NTP jump.
-    public static func isExpired(now: Int64, createdAt: Int64, expiresAt: Int64?) -> Bool {
+    package static func isExpired(now: Int64, createdAt: Int64, expiresAt: Int64?) -> Bool {
         if now < createdAt { return false }
         guard let expiresAt else { return false }
         return now >= expiresAt

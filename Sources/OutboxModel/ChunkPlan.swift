@@ -1,18 +1,18 @@
 /// A half-open byte range `[start, end)` of a file.
-public struct ByteRange: Sendable, Equatable, Hashable, CustomStringConvertible {
-    public var start: Int64
+package struct ByteRange: Sendable, Equatable, Hashable, CustomStringConvertible {
+    package var start: Int64
     /// Exclusive.
-    public var end: Int64
+    package var end: Int64
 
-    public init(start: Int64, end: Int64) {
+    package init(start: Int64, end: Int64) {
         self.start = start
         self.end = end
     }
 
     /// Number of bytes in the range.
-    public var count: Int64 { end - start }
+    package var count: Int64 { end - start }
 
-    public var description: String { "{\(start), \(end)}" }
+    package var description: String { "{\(start), \(end)}" }
 }
 
 /// Splits a file size into upload parts (docs/definitions.md, parts), and checks explicit part lists.
@@ -26,17 +26,17 @@ public struct ByteRange: Sendable, Equatable, Hashable, CustomStringConvertible 
 ///   is then always larger than `max` (more parts than allowed means size > max·maxParts),
 ///   so `min` ≤ `max` < chunk still holds and `min` keeps its meaning; and since
 ///   chunk·maxParts ≥ size, the result never has more than `maxParts` parts.
-public enum ChunkPlan {
-    public static let defaultMin: Int64 = 8 << 20
-    public static let defaultMax: Int64 = 20 << 20
-    public static let defaultMaxParts = 10_000
+package enum ChunkPlan {
+    package static let defaultMin: Int64 = 8 << 20
+    package static let defaultMax: Int64 = 20 << 20
+    package static let defaultMaxParts = 10_000
     /// Upper bound on `maxParts`, so a typo cannot make a plan allocate billions of ranges.
-    public static let maxPartsLimit = 1_000_000
+    package static let maxPartsLimit = 1_000_000
 
     private static let mib: Int64 = 1 << 20
 
     /// The parts of a file of `size` bytes under the rules above; E_INVALID on bad arguments.
-    public static func plan(
+    package static func plan(
         size: Int64, min: Int64 = defaultMin, max: Int64 = defaultMax, maxParts: Int = defaultMaxParts
     ) throws(OutboxError) -> [ByteRange] {
         guard size >= 0 else { throw .invalid("file size \(size) is negative") }
@@ -85,7 +85,7 @@ public enum ChunkPlan {
     ///
     /// A file of 0 bytes needs exactly `[{0, 0}]`; otherwise empty parts are refused
     /// (they would send zero-byte requests that carry nothing).
-    public static func tilingProblem(_ ranges: [ByteRange], size: Int64) -> String? {
+    package static func tilingProblem(_ ranges: [ByteRange], size: Int64) -> String? {
         if size < 0 { return "file size \(size) is negative" }
         if size == 0 {
             if ranges == [ByteRange(start: 0, end: 0)] { return nil }

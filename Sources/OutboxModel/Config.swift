@@ -1,18 +1,18 @@
 import YAML
 
 /// A hook or plugin command: a string run with `/bin/sh -c`, or an argument list run directly.
-public enum CommandSpec: Sendable, Equatable {
+package enum CommandSpec: Sendable, Equatable {
     case shell(String)
     case argv([String])
 
-    public var json: JSON {
+    package var json: JSON {
         switch self {
         case let .shell(s): return .string(s)
         case let .argv(a): return .array(a.map { .string($0) })
         }
     }
 
-    public init?(json: JSON) {
+    package init?(json: JSON) {
         switch json {
         case let .string(s): self = .shell(s)
         case let .array(items):
@@ -25,12 +25,12 @@ public enum CommandSpec: Sendable, Equatable {
 }
 
 /// Retry settings: backoff and the 4xx codes treated as transient.
-public struct RetryRules: Sendable, Equatable {
-    public var backoff = BackoffPolicy()
-    public var exempt: [Int] = [404]
-    public init() {}
+package struct RetryRules: Sendable, Equatable {
+    package var backoff = BackoffPolicy()
+    package var exempt: [Int] = [404]
+    package init() {}
 
-    public var json: JSON {
+    package var json: JSON {
         .object([
             ("backoff", .object([
                 ("base_ms", .int64(backoff.baseMs)), ("max_ms", .int64(backoff.maxMs)),
@@ -40,7 +40,7 @@ public struct RetryRules: Sendable, Equatable {
         ])
     }
 
-    public init(json: JSON) {
+    package init(json: JSON) {
         if let b = json["backoff"] {
             backoff.baseMs = b["base_ms"]?.int64Value ?? backoff.baseMs
             backoff.maxMs = b["max_ms"]?.int64Value ?? backoff.maxMs
@@ -51,46 +51,46 @@ public struct RetryRules: Sendable, Equatable {
 }
 
 /// The project's settings (`config/outbox.yaml`, docs/config.md); every field has a default.
-public struct Config: Sendable {
+package struct Config: Sendable {
     /// The project root: hooks run here and relative paths resolve against it.
-    public var root: String
+    package var root: String
     /// The config file, or nil when none exists (all defaults).
-    public var file: String?
-    public var store: String
-    public var definitions: String
-    public var lifetimeMs: Int64 = 14 * 86_400_000
-    public var maxVarsBytes: Int64 = 1 << 20
-    public var maxResponseBytes: Int64 = 1 << 20
-    public var retry = RetryRules()
+    package var file: String?
+    package var store: String
+    package var definitions: String
+    package var lifetimeMs: Int64 = 14 * 86_400_000
+    package var maxVarsBytes: Int64 = 1 << 20
+    package var maxResponseBytes: Int64 = 1 << 20
+    package var retry = RetryRules()
     /// Header templates, rendered at enqueue.
-    public var headers: [(String, String)] = []
-    public var headersCommand: CommandSpec?
-    public var authRefreshCommand: CommandSpec?
-    public var redactHeaders: [String] = []
-    public var eventsCommand: CommandSpec?
+    package var headers: [(String, String)] = []
+    package var headersCommand: CommandSpec?
+    package var authRefreshCommand: CommandSpec?
+    package var redactHeaders: [String] = []
+    package var eventsCommand: CommandSpec?
     /// Template of the account that enqueues.
-    public var account: String?
-    public var concurrency = 16
-    public var perHost = 4
-    public var partConcurrency = 3
-    public var hookConcurrency = 4
-    public var hookWarnAfterMs: Int64 = 30_000
-    public var hookTimeoutMs: Int64?
+    package var account: String?
+    package var concurrency = 16
+    package var perHost = 4
+    package var partConcurrency = 3
+    package var hookConcurrency = 4
+    package var hookWarnAfterMs: Int64 = 30_000
+    package var hookTimeoutMs: Int64?
     /// nil means the built-in check.
-    public var wifiCheck: CommandSpec?
-    public var connectTimeoutMs: Int64 = 30_000
-    public var stallBelowBytes: Int64 = 1024
-    public var stallForMs: Int64 = 60_000
-    public var caFile: String?
+    package var wifiCheck: CommandSpec?
+    package var connectTimeoutMs: Int64 = 30_000
+    package var stallBelowBytes: Int64 = 1024
+    package var stallForMs: Int64 = 60_000
+    package var caFile: String?
 
-    public init(root: String) {
+    package init(root: String) {
         self.root = root
         store = Paths.join(root, ".outbox")
         definitions = Paths.join(root, "definitions")
     }
 
     /// Header names never printed, lowercased: the fixed ones plus `redact_headers`.
-    public var redactedHeaderNames: Set<String> {
+    package var redactedHeaderNames: Set<String> {
         Set(["authorization", "cookie", "proxy-authorization", "set-cookie"] + redactHeaders.map { $0.lowercased() })
     }
 
@@ -102,7 +102,7 @@ public struct Config: Sendable {
 
     /// Finds the config: `explicit` (from --config or OUTBOX_CONFIG), else
     /// `config/outbox.yaml` in `cwd` or a folder above it.
-    public static func locate(explicit: String?, cwd: String) -> String? {
+    package static func locate(explicit: String?, cwd: String) -> String? {
         if let explicit { return Paths.absolute(explicit, relativeTo: cwd) }
         var dir = Paths.normalize(cwd)
         while true {
@@ -114,7 +114,7 @@ public struct Config: Sendable {
     }
 
     /// Loads and checks a config file. Errors are collected as diagnostics (E_CONFIG).
-    public static func load(file: String) throws(OutboxError) -> Config {
+    package static func load(file: String) throws(OutboxError) -> Config {
         guard let text = Paths.readText(file) else {
             throw .fileMissing("cannot read the config file \(file): \(Paths.errnoMessage())")
         }

@@ -1,12 +1,12 @@
 import YAML
 
 /// How a response body is handed to `on_success`.
-public enum ResponseMode: Sendable, Equatable {
+package enum ResponseMode: Sendable, Equatable {
     case raw
     case json
     case command(CommandSpec)
 
-    public var json: JSON {
+    package var json: JSON {
         switch self {
         case .raw: return .string("raw")
         case .json: return .string("json")
@@ -14,7 +14,7 @@ public enum ResponseMode: Sendable, Equatable {
         }
     }
 
-    public init?(json: JSON) {
+    package init?(json: JSON) {
         switch json {
         case .string("raw"), .null: self = .raw
         case .string("json"): self = .json
@@ -26,22 +26,22 @@ public enum ResponseMode: Sendable, Equatable {
 }
 
 /// One kind of request (a file in `definitions/`; fields in docs/definitions.md).
-public struct Definition: Sendable {
-    public var key: String
-    public var file: String
+package struct Definition: Sendable {
+    package var key: String
+    package var file: String
     /// The `request` section as a template tree; nil when `request_command` builds it.
-    public var request: JSON?
-    public var requestCommand: CommandSpec?
-    public var response: ResponseMode = .raw
-    public var accept: [AcceptRule] = []
-    public var retry: RetryRules?
-    public var expiresInMs: Int64?
-    public var scope: String?
-    public var cancelScopeOnError = false
-    public var onSuccess: CommandSpec?
-    public var onError: CommandSpec?
+    package var request: JSON?
+    package var requestCommand: CommandSpec?
+    package var response: ResponseMode = .raw
+    package var accept: [AcceptRule] = []
+    package var retry: RetryRules?
+    package var expiresInMs: Int64?
+    package var scope: String?
+    package var cancelScopeOnError = false
+    package var onSuccess: CommandSpec?
+    package var onError: CommandSpec?
     /// `then` follow-ups as a template tree: `{on_success: [...], on_error: [...]}`.
-    public var then: JSON?
+    package var then: JSON?
 
     static let fieldNames = [
         "key", "request", "response", "accept", "retry", "expires_in", "scope", "on_rejected",
@@ -51,27 +51,27 @@ public struct Definition: Sendable {
         "method", "url", "headers", "data", "text", "form", "file", "parts", "content_type", "ownership",
         "follow_redirects", "wifi_only", "idempotency_key",
     ]
-    public static let bodyKinds = ["data", "text", "form", "file"]
+    package static let bodyKinds = ["data", "text", "form", "file"]
     /// The usual HTTP methods, and WebDAV's MKCOL, COPY and MOVE (RFC 4918): a tree migrated into a
     /// WebDAV server that does not create parent collections needs MKCOL first.
-    public static let methods = ["POST", "PUT", "PATCH", "DELETE", "GET", "MKCOL", "COPY", "MOVE"]
+    package static let methods = ["POST", "PUT", "PATCH", "DELETE", "GET", "MKCOL", "COPY", "MOVE"]
 }
 
 /// Every definition of a project, with the problems of the files that could not be read.
-public struct DefinitionSet: Sendable {
-    public var definitions: [String: Definition] = [:]
+package struct DefinitionSet: Sendable {
+    package var definitions: [String: Definition] = [:]
     /// Problems by key, for files whose key could be read: only that key is disabled.
-    public var brokenKeys: [String: [Diagnostic]] = [:]
+    package var brokenKeys: [String: [Diagnostic]] = [:]
     /// Every problem found, in file order.
-    public var diagnostics: [Diagnostic] = []
+    package var diagnostics: [Diagnostic] = []
     /// Source text of each file read, for printing carets.
-    public var sources: [String: String] = [:]
-    public var fileCount = 0
+    package var sources: [String: String] = [:]
+    package var fileCount = 0
 
-    public init() {}
+    package init() {}
 
     /// Reads every `*.yaml` / `*.yml` file of a folder. A missing folder is an empty set.
-    public static func load(folder: String) -> DefinitionSet {
+    package static func load(folder: String) -> DefinitionSet {
         var set = DefinitionSet()
         guard let names = Paths.list(folder) else { return set }
         var firstFile: [String: String] = [:]

@@ -1,7 +1,7 @@
 /// Header names and values: validation, merging and redaction.
-public enum HeaderRules {
+package enum HeaderRules {
     /// Why a header name is not an RFC 9110 token, or nil.
-    public static func nameProblem(_ name: String) -> String? {
+    package static func nameProblem(_ name: String) -> String? {
         if name.isEmpty { return "a header name is empty" }
         for byte in name.utf8 {
             let ok: Bool
@@ -18,7 +18,7 @@ public enum HeaderRules {
     }
 
     /// Why a header value cannot be sent (CR, LF or NUL would split or cut the header), or nil.
-    public static func valueProblem(_ value: String) -> String? {
+    package static func valueProblem(_ value: String) -> String? {
         for byte in value.utf8 where byte == 0x0D || byte == 0x0A || byte == 0x00 {
             return "header value contains CR, LF or NUL"
         }
@@ -27,7 +27,7 @@ public enum HeaderRules {
 
     /// Merges `overrides` over `base`, names compared without regard to case; the override's
     /// spelling and position win.
-    public static func merge(_ base: [(String, String)], _ overrides: [(String, String)]) -> [(String, String)] {
+    package static func merge(_ base: [(String, String)], _ overrides: [(String, String)]) -> [(String, String)] {
         var result = base
         for (name, value) in overrides {
             let lower = name.lowercased()
@@ -40,28 +40,28 @@ public enum HeaderRules {
         return result
     }
 
-    public static func value(_ headers: [(String, String)], _ name: String) -> String? {
+    package static func value(_ headers: [(String, String)], _ name: String) -> String? {
         let lower = name.lowercased()
         return headers.first { $0.0.lowercased() == lower }?.1
     }
 
-    public static func removing(_ headers: [(String, String)], _ name: String) -> [(String, String)] {
+    package static func removing(_ headers: [(String, String)], _ name: String) -> [(String, String)] {
         let lower = name.lowercased()
         return headers.filter { $0.0.lowercased() != lower }
     }
 
-    public static let redactedMark = "[redacted]"
+    package static let redactedMark = "[redacted]"
 
     /// Headers with secret values replaced, for printing.
-    public static func redacted(_ headers: [(String, String)], names: Set<String>) -> [(String, String)] {
+    package static func redacted(_ headers: [(String, String)], names: Set<String>) -> [(String, String)] {
         headers.map { names.contains($0.0.lowercased()) ? ($0.0, redactedMark) : $0 }
     }
 
-    public static func json(_ headers: [(String, String)]) -> JSON {
+    package static func json(_ headers: [(String, String)]) -> JSON {
         .object(headers.map { ($0.0, .string($0.1)) })
     }
 
-    public static func from(json: JSON?) -> [(String, String)] {
+    package static func from(json: JSON?) -> [(String, String)] {
         guard let members = json?.objectValue else { return [] }
         return members.compactMap { name, value in value.stringValue.map { (name, $0) } }
     }

@@ -8,15 +8,15 @@ import Synchronization
 
 /// xoshiro256**: a fast generator seeded once from the system's, for ids that must be unique
 /// but need not be secret (X-Request-Id).
-public struct FastRandom: RandomNumberGenerator, Sendable {
+package struct FastRandom: RandomNumberGenerator, Sendable {
     private var s: (UInt64, UInt64, UInt64, UInt64)
 
-    public init() {
+    package init() {
         var system = SystemRandomNumberGenerator()
         s = (system.next(), system.next(), system.next(), system.next() | 1)
     }
 
-    public mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         let result = rotl(s.1 &* 5, 7) &* 9
         let t = s.1 << 17
         s.2 ^= s.0
@@ -33,7 +33,7 @@ public struct FastRandom: RandomNumberGenerator, Sendable {
 
 /// The kernel's CSPRNG drawn 512 bytes at a time (one getrandom call per 32 UUIDs instead of
 /// two per UUID). Ids and idempotency keys stay unpredictable: the bytes are the kernel's.
-public struct PooledSystemRandom: RandomNumberGenerator, Sendable {
+package struct PooledSystemRandom: RandomNumberGenerator, Sendable {
     private static let pool = Mutex(Pool())
 
     private struct Pool: ~Copyable {
@@ -52,27 +52,27 @@ public struct PooledSystemRandom: RandomNumberGenerator, Sendable {
         }
     }
 
-    public init() {}
+    package init() {}
 
-    public mutating func next() -> UInt64 {
+    package mutating func next() -> UInt64 {
         Self.pool.withLock { $0.take() }
     }
 }
 
 /// Entry ids and clocks.
-public enum Identifiers {
+package enum Identifiers {
     /// Longest user id accepted.
-    public static let maxUserIDLength = 128
+    package static let maxUserIDLength = 128
 
     /// A random (version 4) UUID in lowercase, e.g. `0f8fad5b-d9cb-469f-a165-70867728950e`.
-    public static func uuid() -> String {
+    package static func uuid() -> String {
         var rng = PooledSystemRandom()
         return uuid(using: &rng)
     }
 
     /// A version 4 UUID from `generator` (the runner uses a seeded one for request ids, to
     /// spare two getrandom calls per attempt).
-    public static func uuid<G: RandomNumberGenerator>(using generator: inout G) -> String {
+    package static func uuid<G: RandomNumberGenerator>(using generator: inout G) -> String {
         // Two 64-bit draws: drawing byte by byte cost 16 getrandom calls per id.
         let high = (generator.next() & ~0xF000) | 0x4000  // version 4
         return format(high: high, low: generator.next())
@@ -86,7 +86,7 @@ public enum Identifiers {
     /// counter, 62 random bits. Default entry ids use it, so the store's id index grows and
     /// shrinks at its ends as entries are enqueued and forgotten in queue order, instead of
     /// touching a random page per entry.
-    public static func entryUUID() -> String {
+    package static func entryUUID() -> String {
         let now = UInt64(max(0, nowMs())) << 12
         var last = lastTimeOrdered.load(ordering: .relaxed)
         var stamp: UInt64
@@ -125,7 +125,7 @@ public enum Identifiers {
     ///
     /// Ids end up in logs, JSON and shell hooks, so the alphabet is narrow; a leading `-`
     /// would read as an option on a command line, a leading `.` as a hidden file.
-    public static func validateUserID(_ id: String) -> String? {
+    package static func validateUserID(_ id: String) -> String? {
         let allowedText = "allowed: A-Z a-z 0-9 . _ : @ -"
         if id.isEmpty { return "id must not be empty" }
         for scalar in id.unicodeScalars where !isAllowed(scalar) {
@@ -144,12 +144,12 @@ public enum Identifiers {
     }
 
     /// Wall-clock time in epoch milliseconds (CLOCK_REALTIME).
-    public static func nowMs() -> Int64 {
+    package static func nowMs() -> Int64 {
         milliseconds(CLOCK_REALTIME)
     }
 
     /// Milliseconds of a clock that never jumps (CLOCK_MONOTONIC), for timers within one run.
-    public static func monotonicMs() -> Int64 {
+    package static func monotonicMs() -> Int64 {
         milliseconds(CLOCK_MONOTONIC)
     }
 

@@ -3,7 +3,7 @@
 /// Foundation's JSON loses both (dictionary order varies per process; `1` can come
 /// back as `true`; integers above 2^53 lose precision), and outbox hashes canonical
 /// bytes of bodies, so it carries its own type.
-public enum JSON: Sendable, Equatable {
+package enum JSON: Sendable, Equatable {
     case null
     case bool(Bool)
     /// The number's text, validated as a JSON number.
@@ -13,7 +13,7 @@ public enum JSON: Sendable, Equatable {
     /// Members in the order they were written; keys are unique.
     case object([(String, JSON)])
 
-    public static func == (lhs: JSON, rhs: JSON) -> Bool {
+    package static func == (lhs: JSON, rhs: JSON) -> Bool {
         switch (lhs, rhs) {
         case (.null, .null): return true
         case let (.bool(a), .bool(b)): return a == b
@@ -26,53 +26,53 @@ public enum JSON: Sendable, Equatable {
         }
     }
 
-    public static func int(_ value: Int) -> JSON { .number(String(value)) }
-    public static func int64(_ value: Int64) -> JSON { .number(String(value)) }
-    public static func optionalInt(_ value: Int64?) -> JSON { value.map { .number(String($0)) } ?? .null }
-    public static func optionalString(_ value: String?) -> JSON { value.map { .string($0) } ?? .null }
+    package static func int(_ value: Int) -> JSON { .number(String(value)) }
+    package static func int64(_ value: Int64) -> JSON { .number(String(value)) }
+    package static func optionalInt(_ value: Int64?) -> JSON { value.map { .number(String($0)) } ?? .null }
+    package static func optionalString(_ value: String?) -> JSON { value.map { .string($0) } ?? .null }
 
-    public subscript(key: String) -> JSON? {
+    package subscript(key: String) -> JSON? {
         guard case let .object(members) = self else { return nil }
         return members.first { $0.0 == key }?.1
     }
 
-    public var stringValue: String? {
+    package var stringValue: String? {
         if case let .string(s) = self { return s }
         return nil
     }
 
-    public var boolValue: Bool? {
+    package var boolValue: Bool? {
         if case let .bool(b) = self { return b }
         return nil
     }
 
-    public var int64Value: Int64? {
+    package var int64Value: Int64? {
         if case let .number(text) = self { return Int64(text) }
         return nil
     }
 
-    public var doubleValue: Double? {
+    package var doubleValue: Double? {
         if case let .number(text) = self { return Double(text) }
         return nil
     }
 
-    public var arrayValue: [JSON]? {
+    package var arrayValue: [JSON]? {
         if case let .array(a) = self { return a }
         return nil
     }
 
-    public var objectValue: [(String, JSON)]? {
+    package var objectValue: [(String, JSON)]? {
         if case let .object(o) = self { return o }
         return nil
     }
 
-    public var isNull: Bool {
+    package var isNull: Bool {
         if case .null = self { return true }
         return false
     }
 
     /// A short name of the value's type, for error messages.
-    public var typeName: String {
+    package var typeName: String {
         switch self {
         case .null: return "null"
         case .bool: return "boolean"
@@ -84,7 +84,7 @@ public enum JSON: Sendable, Equatable {
     }
 
     /// Sets or replaces a member of an object (appending keeps order stable).
-    public mutating func set(_ key: String, _ value: JSON) {
+    package mutating func set(_ key: String, _ value: JSON) {
         guard case var .object(members) = self else { return }
         if let index = members.firstIndex(where: { $0.0 == key }) {
             members[index].1 = value
@@ -94,7 +94,7 @@ public enum JSON: Sendable, Equatable {
         self = .object(members)
     }
 
-    public mutating func remove(_ key: String) {
+    package mutating func remove(_ key: String) {
         guard case var .object(members) = self else { return }
         members.removeAll { $0.0 == key }
         self = .object(members)
@@ -106,7 +106,7 @@ public enum JSON: Sendable, Equatable {
 extension JSON {
     /// Compact JSON text. With `sortedKeys`, object members are ordered by key
     /// (UTF-8 byte order), which gives the canonical form used for hashing.
-    public func serialized(sortedKeys: Bool = false) -> String {
+    package func serialized(sortedKeys: Bool = false) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(128)
         write(to: &out, sortedKeys: sortedKeys)
@@ -114,7 +114,7 @@ extension JSON {
     }
 
     /// JSON text indented by two spaces, for people.
-    public func pretty() -> String {
+    package func pretty() -> String {
         var out: [UInt8] = []
         writePretty(to: &out, indent: 0)
         return String(decoding: out, as: UTF8.self)
@@ -177,14 +177,14 @@ extension JSON {
     }
 
     /// Appends `s` as a JSON string literal (quotes and escapes; `/` is not escaped).
-    public static func appendString(_ s: String, to out: inout [UInt8]) {
+    package static func appendString(_ s: String, to out: inout [UInt8]) {
         var text = s
         text.withUTF8 { appendString(utf8: $0, to: &out) }
     }
 
     /// Appends UTF-8 text as a JSON string literal: `"` `\\` and control characters
     /// escaped (short forms where JSON has them), everything else copied as is.
-    public static func appendString(utf8 text: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
+    package static func appendString(utf8 text: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var start = 0
         for (i, byte) in text.enumerated() where byte < 0x20 || byte == 0x22 || byte == 0x5C {

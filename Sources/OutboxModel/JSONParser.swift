@@ -1,18 +1,18 @@
 /// Why a JSON text could not be read, with the byte offset where reading stopped.
-public struct JSONParseError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var offset: Int
-    public var message: String
-    public var description: String { "\(message) at byte \(offset + 1)" }
+package struct JSONParseError: Error, Sendable, Equatable, CustomStringConvertible {
+    package var offset: Int
+    package var message: String
+    package var description: String { "\(message) at byte \(offset + 1)" }
 }
 
 extension JSON {
     /// Parses one JSON document (RFC 8259); trailing non-space text is an error.
-    public static func parse(_ text: String) throws(JSONParseError) -> JSON {
+    package static func parse(_ text: String) throws(JSONParseError) -> JSON {
         var text = text
         return try text.withUTF8 { utf8 in Result { () throws(JSONParseError) in try parse(utf8: utf8) } }.get()
     }
 
-    public static func parse(bytes: inout [UInt8]) throws(JSONParseError) -> JSON {
+    package static func parse(bytes: inout [UInt8]) throws(JSONParseError) -> JSON {
         try bytes.withUnsafeBufferPointer { buffer throws(JSONParseError) in try parse(utf8: buffer) }
     }
 

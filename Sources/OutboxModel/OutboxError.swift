@@ -1,5 +1,5 @@
 /// The stable error codes (docs/states-and-exit-codes.md), each with its process exit status.
-public enum ErrorCode: String, Sendable, Equatable, CaseIterable {
+package enum ErrorCode: String, Sendable, Equatable, CaseIterable {
     case usage = "E_USAGE"
     case invalid = "E_INVALID"
     case fileMissing = "E_FILE_MISSING"
@@ -7,7 +7,7 @@ public enum ErrorCode: String, Sendable, Equatable, CaseIterable {
     case running = "E_RUNNING"
     case config = "E_CONFIG"
 
-    public var exitStatus: Int32 {
+    package var exitStatus: Int32 {
         switch self {
         case .usage: return 64
         case .invalid: return 65
@@ -20,35 +20,35 @@ public enum ErrorCode: String, Sendable, Equatable, CaseIterable {
 }
 
 /// An error a user sees: a stable code and a message that names the field, value or file.
-public struct OutboxError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var code: ErrorCode
-    public var message: String
+package struct OutboxError: Error, Sendable, Equatable, CustomStringConvertible {
+    package var code: ErrorCode
+    package var message: String
     /// Compiler-style problems in config or definition files (for E_CONFIG).
-    public var diagnostics: [Diagnostic]
+    package var diagnostics: [Diagnostic]
 
-    public init(_ code: ErrorCode, _ message: String, diagnostics: [Diagnostic] = []) {
+    package init(_ code: ErrorCode, _ message: String, diagnostics: [Diagnostic] = []) {
         self.code = code
         self.message = message
         self.diagnostics = diagnostics
     }
 
-    public static func usage(_ m: String) -> OutboxError { OutboxError(.usage, m) }
-    public static func invalid(_ m: String) -> OutboxError { OutboxError(.invalid, m) }
-    public static func fileMissing(_ m: String) -> OutboxError { OutboxError(.fileMissing, m) }
-    public static func storage(_ m: String) -> OutboxError { OutboxError(.storage, m) }
-    public static func running(_ m: String) -> OutboxError { OutboxError(.running, m) }
+    package static func usage(_ m: String) -> OutboxError { OutboxError(.usage, m) }
+    package static func invalid(_ m: String) -> OutboxError { OutboxError(.invalid, m) }
+    package static func fileMissing(_ m: String) -> OutboxError { OutboxError(.fileMissing, m) }
+    package static func storage(_ m: String) -> OutboxError { OutboxError(.storage, m) }
+    package static func running(_ m: String) -> OutboxError { OutboxError(.running, m) }
 
-    public var description: String { "\(code.rawValue): \(message)" }
+    package var description: String { "\(code.rawValue): \(message)" }
 }
 
 /// One problem in a YAML file, printed like a compiler.
-public struct Diagnostic: Sendable, Equatable {
-    public var path: String
-    public var line: Int
-    public var column: Int
-    public var message: String
+package struct Diagnostic: Sendable, Equatable {
+    package var path: String
+    package var line: Int
+    package var column: Int
+    package var message: String
 
-    public init(path: String, line: Int, column: Int, message: String) {
+    package init(path: String, line: Int, column: Int, message: String) {
         self.path = path
         self.line = line
         self.column = column
@@ -56,7 +56,7 @@ public struct Diagnostic: Sendable, Equatable {
     }
 
     /// `path:line:col: error: message`, then the source line and a caret under the column.
-    public func rendered(source: String?) -> String {
+    package func rendered(source: String?) -> String {
         var out = "\(path):\(line):\(column): error: \(message)"
         if let source, line >= 1 {
             var current = 1

@@ -1,30 +1,30 @@
 import Glibc
 
 /// Path and file-reading helpers on plain POSIX calls (no Foundation in the enqueue path).
-public enum Paths {
-    public static func join(_ base: String, _ rest: String) -> String {
+package enum Paths {
+    package static func join(_ base: String, _ rest: String) -> String {
         if rest.hasPrefix("/") { return rest }
         if base.isEmpty { return rest }
         return base.hasSuffix("/") ? base + rest : base + "/" + rest
     }
 
-    public static func dirname(_ path: String) -> String {
+    package static func dirname(_ path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         if slash == path.startIndex { return "/" }
         return String(path[..<slash])
     }
 
-    public static func basename(_ path: String) -> String {
+    package static func basename(_ path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return path }
         return String(path[path.index(after: slash)...])
     }
 
     /// An absolute, lexically normalised path (`.` and `..` folded); symlinks are kept.
-    public static func absolute(_ path: String, relativeTo cwd: String) -> String {
+    package static func absolute(_ path: String, relativeTo cwd: String) -> String {
         normalize(path.hasPrefix("/") ? path : join(cwd, path))
     }
 
-    public static func normalize(_ path: String) -> String {
+    package static func normalize(_ path: String) -> String {
         if isNormal(path) { return path }
         var parts: [Substring] = []
         for part in path.split(separator: "/", omittingEmptySubsequences: true) {
@@ -56,30 +56,30 @@ public enum Paths {
         } ?? false
     }
 
-    public static func currentDirectory() -> String {
+    package static func currentDirectory() -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         guard getcwd(&buffer, buffer.count) != nil else { return "/" }
         let length = buffer.firstIndex(of: 0) ?? buffer.count
         return String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    public static func exists(_ path: String) -> Bool {
+    package static func exists(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0
     }
 
-    public static func isDirectory(_ path: String) -> Bool {
+    package static func isDirectory(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
     }
 
-    public static func isRegularFile(_ path: String) -> Bool {
+    package static func isRegularFile(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
     }
 
     /// Reads a whole (small) file; nil when it cannot be opened.
-    public static func readBytes(_ path: String) -> [UInt8]? {
+    package static func readBytes(_ path: String) -> [UInt8]? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -97,12 +97,12 @@ public enum Paths {
         return out
     }
 
-    public static func readText(_ path: String) -> String? {
+    package static func readText(_ path: String) -> String? {
         readBytes(path).map { String(decoding: $0, as: UTF8.self) }
     }
 
     /// Names in a folder (no `.`/`..`), sorted; nil when it cannot be read.
-    public static func list(_ path: String) -> [String]? {
+    package static func list(_ path: String) -> [String]? {
         guard let dir = opendir(path) else { return nil }
         defer { closedir(dir) }
         var names: [String] = []
@@ -115,7 +115,7 @@ public enum Paths {
         return names.sorted()
     }
 
-    public static func errnoMessage(_ code: Int32 = errno) -> String {
+    package static func errnoMessage(_ code: Int32 = errno) -> String {
         String(cString: strerror(code))
     }
 }
@@ -123,7 +123,7 @@ public enum Paths {
 extension FileInfo {
     /// Size, mtime in nanoseconds and inode (a `Date` would lose the nanoseconds), or nil
     /// when the path cannot be read.
-    public static func stat(_ path: String) -> FileInfo? {
+    package static func stat(_ path: String) -> FileInfo? {
         var st = Glibc.stat()
         guard statPath(path, &st) == 0 else { return nil }
         return FileInfo(

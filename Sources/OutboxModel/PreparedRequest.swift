@@ -1,19 +1,19 @@
 import Digest
 
 /// Who owns a file body after enqueue.
-public enum Ownership: String, Sendable, Equatable {
+package enum Ownership: String, Sendable, Equatable {
     case copy, move, reference
 }
 
 /// A file as recorded at staging: its identity for the same-body rule and `reference` checks.
-public struct FileIdentity: Sendable, Equatable {
-    public var path: String
-    public var size: Int64
-    public var mtimeNs: Int64
-    public var inode: UInt64
+package struct FileIdentity: Sendable, Equatable {
+    package var path: String
+    package var size: Int64
+    package var mtimeNs: Int64
+    package var inode: UInt64
     /// Permission bits at enqueue: a moved file that goes back gets them again.
-    public var mode: UInt32?
-    public init(path: String, size: Int64, mtimeNs: Int64, inode: UInt64, mode: UInt32? = nil) {
+    package var mode: UInt32?
+    package init(path: String, size: Int64, mtimeNs: Int64, inode: UInt64, mode: UInt32? = nil) {
         self.path = path
         self.size = size
         self.mtimeNs = mtimeNs
@@ -22,44 +22,44 @@ public struct FileIdentity: Sendable, Equatable {
     }
 
     /// Whether a file found now is still this one (size, mtime and inode; `ownership: reference`).
-    public func matches(size: Int64, mtimeNs: Int64, inode: UInt64) -> Bool {
+    package func matches(size: Int64, mtimeNs: Int64, inode: UInt64) -> Bool {
         size == self.size && mtimeNs == self.mtimeNs && inode == self.inode
     }
 
     /// What a check of a referenced file says when the file is gone.
-    public static func missing(_ path: String) -> String { "the referenced file \(path) is missing" }
+    package static func missing(_ path: String) -> String { "the referenced file \(path) is missing" }
 
     /// What a check of a referenced file says when it is another file now.
-    public static func changed(_ path: String) -> String {
+    package static func changed(_ path: String) -> String {
         "the referenced file \(path) changed since enqueue (size, mtime or inode differ)"
     }
 }
 
-public struct PreparedFormField: Sendable, Equatable {
-    public var name: String
-    public var value: String?
-    public var file: FileIdentity?
-    public var filename: String?
-    public var contentType: String?
+package struct PreparedFormField: Sendable, Equatable {
+    package var name: String
+    package var value: String?
+    package var file: FileIdentity?
+    package var filename: String?
+    package var contentType: String?
 }
 
-public struct PreparedPart: Sendable, Equatable {
-    public var range: ByteRange
-    public var url: String
-    public var headers: [HeaderPair]
+package struct PreparedPart: Sendable, Equatable {
+    package var range: ByteRange
+    package var url: String
+    package var headers: [HeaderPair]
 }
 
 /// A header as a (name, value) pair that is Equatable.
-public struct HeaderPair: Sendable, Equatable {
-    public var name: String
-    public var value: String
-    public init(_ name: String, _ value: String) {
+package struct HeaderPair: Sendable, Equatable {
+    package var name: String
+    package var value: String
+    package init(_ name: String, _ value: String) {
         self.name = name
         self.value = value
     }
 }
 
-public enum PreparedBody: Sendable, Equatable {
+package enum PreparedBody: Sendable, Equatable {
     case none
     case bytes([UInt8], kind: BodyKind)      // kind: data or text
     case form([PreparedFormField])
@@ -67,14 +67,14 @@ public enum PreparedBody: Sendable, Equatable {
     case parts(FileIdentity, Ownership, [PreparedPart])
 
     /// The file of a `file` or `parts` body.
-    public var fileIdentity: FileIdentity? {
+    package var fileIdentity: FileIdentity? {
         switch self {
         case let .file(f, _), let .parts(f, _, _): return f
         default: return nil
         }
     }
 
-    public var kind: BodyKind {
+    package var kind: BodyKind {
         switch self {
         case .none: return .none
         case let .bytes(_, kind): return kind
@@ -87,26 +87,26 @@ public enum PreparedBody: Sendable, Equatable {
 
 /// A request rendered once at enqueue and checked: what the store persists, so editing a
 /// definition never changes an entry already queued.
-public struct PreparedRequest: Sendable {
-    public var method: String
-    public var url: String?
-    public var headers: [(String, String)]
-    public var body: PreparedBody
-    public var accept: [AcceptRule]
-    public var retry: RetryRules
-    public var expiresInMs: Int64
-    public var response: ResponseMode
-    public var scope: String?
-    public var cancelScopeOnError: Bool
-    public var followRedirects: Int
-    public var wifiOnly: Bool?
-    public var idempotencyKey: String?
+package struct PreparedRequest: Sendable {
+    package var method: String
+    package var url: String?
+    package var headers: [(String, String)]
+    package var body: PreparedBody
+    package var accept: [AcceptRule]
+    package var retry: RetryRules
+    package var expiresInMs: Int64
+    package var response: ResponseMode
+    package var scope: String?
+    package var cancelScopeOnError: Bool
+    package var followRedirects: Int
+    package var wifiOnly: Bool?
+    package var idempotencyKey: String?
     /// True when the key came from an explicit `Idempotency-Key` header, not minted here.
-    public var idempotencyKeyIsExplicit = false
+    package var idempotencyKeyIsExplicit = false
 
     /// SHA-256 of the canonical body (method, URL, kind, sorted JSON, text, form, parts, file
     /// identities): equal hashes mean "the same body" for the same-id rule.
-    public var bodyHash: String {
+    package var bodyHash: String {
         var canon: [(String, JSON)] = [("method", .string(method)), ("url", .optionalString(url)), ("kind", .string(body.kind.rawValue))]
         func fileJSON(_ f: FileIdentity) -> JSON {
             .object([("path", .string(f.path)), ("size", .int64(f.size)), ("mtime_ns", .int64(f.mtimeNs))])
@@ -139,22 +139,22 @@ public struct PreparedRequest: Sendable {
 }
 
 /// Everything a render needs besides the definition; passed in, never read from globals.
-public struct RenderInputs: Sendable {
-    public var id: String
-    public var vars: JSON
-    public var environment: [String: String]
+package struct RenderInputs: Sendable {
+    package var id: String
+    package var vars: JSON
+    package var environment: [String: String]
     /// Folder that relative file paths resolve against (the enqueue process's cwd).
-    public var cwd: String
+    package var cwd: String
     /// Headers from `headers_command`, already run.
-    public var commandHeaders: [(String, String)] = []
-    public var outcome: JSON?
+    package var commandHeaders: [(String, String)] = []
+    package var outcome: JSON?
     /// Files an entry of the same id already moved into the store, by source path: a same-id
     /// enqueue naming one of them still means that file, though it left its folder.
-    public var movedFiles: [String: FileIdentity] = [:]
+    package var movedFiles: [String: FileIdentity] = [:]
     /// `environment` as the `env` root, when the caller built it once for many renders.
-    public var environmentJSON: JSON?
+    package var environmentJSON: JSON?
 
-    public init(id: String, vars: JSON, environment: [String: String], cwd: String) {
+    package init(id: String, vars: JSON, environment: [String: String], cwd: String) {
         self.id = id
         self.vars = vars
         self.environment = environment
@@ -163,11 +163,11 @@ public struct RenderInputs: Sendable {
 }
 
 /// `stat` of a path, in the units the store keeps.
-public struct FileInfo: Sendable {
-    public var size: Int64
-    public var mtimeNs: Int64
-    public var inode: UInt64
-    public var isRegular: Bool
+package struct FileInfo: Sendable {
+    package var size: Int64
+    package var mtimeNs: Int64
+    package var inode: UInt64
+    package var isRegular: Bool
     /// Permission bits (0o7777 of st_mode).
-    public var mode: UInt32 = 0
+    package var mode: UInt32 = 0
 }

@@ -1,6 +1,6 @@
 /// Renders a definition with an entry's vars and validates the result (docs/definitions.md).
-public enum RequestBuilder {
-    public static func context(_ inputs: RenderInputs, file: JSON? = nil) -> TemplateContext {
+package enum RequestBuilder {
+    package static func context(_ inputs: RenderInputs, file: JSON? = nil) -> TemplateContext {
         var roots: [String: JSON] = [
             "vars": inputs.vars,
             "entry": .object([("id", .string(inputs.id))]),
@@ -12,12 +12,12 @@ public enum RequestBuilder {
     }
 
     /// The `env` template root: the environment as a JSON object in name order.
-    public static func environmentJSON(_ environment: [String: String]) -> JSON {
+    package static func environmentJSON(_ environment: [String: String]) -> JSON {
         .object(environment.sorted { $0.key < $1.key }.map { ($0.key, .string($0.value)) })
     }
 
     /// Renders the config's header templates (lowest precedence).
-    public static func configHeaders(_ config: Config, inputs: RenderInputs) throws(OutboxError) -> [(String, String)] {
+    package static func configHeaders(_ config: Config, inputs: RenderInputs) throws(OutboxError) -> [(String, String)] {
         let ctx = context(inputs)
         var out: [(String, String)] = []
         for (name, template) in config.headers {
@@ -29,7 +29,7 @@ public enum RequestBuilder {
 
     /// Builds the prepared request from a definition's template tree (or a request_command's
     /// descriptor, with `descriptorFields` true so accept/retry/expires_in are read from it).
-    public static func prepare(
+    package static func prepare(
         request tree: JSON, definition: Definition, config: Config, inputs: RenderInputs,
         fromCommand: Bool = false
     ) throws(OutboxError) -> PreparedRequest {
@@ -203,7 +203,7 @@ public enum RequestBuilder {
         return prepared
     }
 
-    public static func statFile(_ path: String, field: String) throws(OutboxError) -> FileIdentity {
+    package static func statFile(_ path: String, field: String) throws(OutboxError) -> FileIdentity {
         guard let info = FileInfo.stat(path) else {
             throw .fileMissing("\(field): no such file \(path)")
         }

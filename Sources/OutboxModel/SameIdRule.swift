@@ -1,12 +1,12 @@
 /// What `enqueue --id` finds already stored under that id.
-public struct ExistingEntry: Sendable {
-    public var state: EntryState
+package struct ExistingEntry: Sendable {
+    package var state: EntryState
     /// SHA-256 hex of the entry's canonical body (method, URL, body kind and content).
-    public var bodyHash: String
+    package var bodyHash: String
     /// True when no unacknowledged outcome is pending for the current generation.
-    public var outcomeAcknowledged: Bool
+    package var outcomeAcknowledged: Bool
 
-    public init(state: EntryState, bodyHash: String, outcomeAcknowledged: Bool) {
+    package init(state: EntryState, bodyHash: String, outcomeAcknowledged: Bool) {
         self.state = state
         self.bodyHash = bodyHash
         self.outcomeAcknowledged = outcomeAcknowledged
@@ -14,7 +14,7 @@ public struct ExistingEntry: Sendable {
 }
 
 /// What an enqueue with an id that may already exist must do.
-public enum SameIdDecision: Sendable, Equatable {
+package enum SameIdDecision: Sendable, Equatable {
     /// No entry with this id (or it was forgotten): create one.
     case create
     /// Same body, live entry: keep bytes and progress; update headers, vars and expiry.
@@ -59,9 +59,9 @@ public enum SameIdDecision: Sendable, Equatable {
 ///   the new generation simply takes the body it is given.
 /// - Whether a replaced paused entry stays paused is the store's concern (pause is a
 ///   flag on the queue or key, not a body property).
-public enum SameIdRule {
+package enum SameIdRule {
     /// Decides what an enqueue of `newBodyHash` under an id that holds `existing` does.
-    public static func decide(existing: ExistingEntry?, newBodyHash: String) -> SameIdDecision {
+    package static func decide(existing: ExistingEntry?, newBodyHash: String) -> SameIdDecision {
         guard let existing else { return .create }
         let same = existing.bodyHash == newBodyHash
         switch existing.state {

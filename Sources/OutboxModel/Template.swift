@@ -1,17 +1,17 @@
 import Synchronization
 
 /// Values the templates can read. Roots: "vars", "entry", "env", "file", "part", "outcome" (and "loop" inside for-blocks).
-public struct TemplateContext: Sendable {
-    public var roots: [String: JSON]
+package struct TemplateContext: Sendable {
+    package var roots: [String: JSON]
 
     /// A context whose roots are exactly `roots`; a path under any other root does not resolve.
-    public init(roots: [String: JSON]) {
+    package init(roots: [String: JSON]) {
         self.roots = roots
     }
 }
 
 /// How a rendered string is used, which decides encoding and checks (docs/templates.md).
-public enum TemplateMode: Sendable {
+package enum TemplateMode: Sendable {
     /// JSON data, parts lists, follow-up vars: a whole substitution keeps its JSON type.
     case value
     /// A request URL: inner substitutions are percent-encoded; the result must pass `URLCheck`.
@@ -23,12 +23,12 @@ public enum TemplateMode: Sendable {
 }
 
 /// The `{{ path | filter }}` template language of definition files.
-public enum Template {
+package enum Template {
     /// Renders one template string. If the whole string (trimmed of nothing: exactly, no surrounding text) is one `{{ path }}` substitution without a string-producing filter, the value is returned whole with its JSON type (value/url modes; in url mode a whole value must be a string or it is E_INVALID). Otherwise the result is a `.string`.
     ///
     /// In url mode the result is also checked with `URLCheck.validate`. A for/end tag alone on
     /// its line (only spaces or tabs around it) removes that whole line from the output.
-    public static func render(_ template: String, context: TemplateContext, mode: TemplateMode, field: String) throws(OutboxError) -> JSON {
+    package static func render(_ template: String, context: TemplateContext, mode: TemplateMode, field: String) throws(OutboxError) -> JSON {
         let nodes: [TemplateNode]
         do {
             nodes = try parsed(template)
@@ -54,7 +54,7 @@ public enum Template {
     }
 
     /// Renders every string leaf of a tree (object keys are not templated) in `.value` mode; `field` is the dotted path used in error messages (e.g. "request.data").
-    public static func renderTree(_ tree: JSON, context: TemplateContext, field: String) throws(OutboxError) -> JSON {
+    package static func renderTree(_ tree: JSON, context: TemplateContext, field: String) throws(OutboxError) -> JSON {
         switch tree {
         case .null, .bool, .number:
             return tree
@@ -81,7 +81,7 @@ public enum Template {
     ///
     /// Also rejects roots other than vars, entry, env, file, part, outcome (plus the loop
     /// variable and `loop` inside a for-block). Whether a root fits the field is the caller's check.
-    public static func validate(_ template: String) -> String? {
+    package static func validate(_ template: String) -> String? {
         let nodes: [TemplateNode]
         do {
             nodes = try TemplateParser.parse(template)
@@ -95,7 +95,7 @@ public enum Template {
     ///
     /// In order of first use, without duplicates. Paths under a loop variable or `loop` are
     /// left out (the for-block's own list path is included). Empty when `validate` fails.
-    public static func paths(in template: String) -> [String] {
+    package static func paths(in template: String) -> [String] {
         guard let nodes = try? TemplateParser.parse(template) else { return [] }
         var seen = Set<String>()
         var out: [String] = []

@@ -3,11 +3,11 @@ import Glibc
 /// The one way outbox starts a thread. Blocking work (the curl loop, hooks, plugins) runs
 /// on threads of its own: blocking calls must not occupy Swift's cooperative pool, whose
 /// few threads the whole process shares.
-public enum Threads {
+package enum Threads {
     /// Runs `body` on a new thread: detached (it frees itself), or joinable (the caller
     /// joins the returned thread). Fails with the errno when no thread could be made; then
     /// `body` does not run.
-    public static func start(detached: Bool, _ body: @escaping @Sendable () -> Void) -> Result<pthread_t, Errno> {
+    package static func start(detached: Bool, _ body: @escaping @Sendable () -> Void) -> Result<pthread_t, Errno> {
         final class Box {
             let body: @Sendable () -> Void
             init(_ body: @escaping @Sendable () -> Void) { self.body = body }
@@ -31,14 +31,14 @@ public enum Threads {
     }
 
     /// A detached thread for blocking work; without a thread the work runs inline rather than being lost.
-    public static func detach(_ body: @escaping @Sendable () -> Void) {
+    package static func detach(_ body: @escaping @Sendable () -> Void) {
         if case .failure = start(detached: true, body) { body() }
     }
 }
 
 /// An errno value as an error.
-public struct Errno: Error, Sendable, Equatable, CustomStringConvertible {
-    public var code: Int32
-    public init(code: Int32) { self.code = code }
-    public var description: String { strerror(code).map { String(cString: $0) } ?? "error \(code)" }
+package struct Errno: Error, Sendable, Equatable, CustomStringConvertible {
+    package var code: Int32
+    package init(code: Int32) { self.code = code }
+    package var description: String { strerror(code).map { String(cString: $0) } ?? "error \(code)" }
 }

@@ -1,8 +1,8 @@
 /// Request URL checks done by hand: Foundation's `URL` silently re-encodes and decodes `%2F`
 /// (`URL(string:)` and `.path`), which would break presigned URLs and let bad input through.
-public enum URLCheck {
+package enum URLCheck {
     /// Validates an absolute request URL: scheme http or https only (case-insensitive), a non-empty host, no spaces / control characters / characters outside RFC 3986 (a `%` must start a valid %XX). Returns the URL unchanged (never re-encodes). Errors are E_INVALID naming `field` and the scheme or problem; never echo a full URL that may carry secrets in query strings: truncate to scheme+host.
-    public static func validate(_ url: String, field: String) throws(OutboxError) -> String {
+    package static func validate(_ url: String, field: String) throws(OutboxError) -> String {
         let bytes = Array(url.utf8)
         guard !bytes.isEmpty else { throw .invalid("\(field): the URL is empty") }
 
@@ -83,7 +83,7 @@ public enum URLCheck {
     /// The host (lowercased, with port if given) for per-host scheduling.
     ///
     /// User info is dropped; "" when the URL has no `scheme://`.
-    public static func hostKey(_ url: String) -> String {
+    package static func hostKey(_ url: String) -> String {
         let bytes = Array(url.utf8)
         var start: Int? = nil
         var i = 0
@@ -102,7 +102,7 @@ public enum URLCheck {
 
     /// A relative path for a URL (`| path`): each `/`-separated segment encoded as by
     /// `encodeComponent`, so `.` and `..` segments still cannot climb; the slashes stay.
-    public static func encodePath(_ s: String) -> String {
+    package static func encodePath(_ s: String) -> String {
         s.split(separator: "/", omittingEmptySubsequences: false).map { encodeComponent(String($0)) }.joined(separator: "/")
     }
 
@@ -110,7 +110,7 @@ public enum URLCheck {
     ///
     /// Any all-dots value is fully encoded, so it can never form a dot segment that
     /// libcurl would squash (`/x/../y` becomes `/y`), even next to another substitution.
-    public static func encodeComponent(_ s: String) -> String {
+    package static func encodeComponent(_ s: String) -> String {
         let utf8 = s.utf8
         let allDots = !utf8.isEmpty && utf8.allSatisfy { $0 == UInt8(ascii: ".") }
         var out: [UInt8] = []

@@ -4,7 +4,7 @@
 /// `0`); sizes are bytes, or an amount with `B`, `KiB`, `MiB`, `GiB`, `TiB` (powers of 1024)
 /// or `KB`, `MB`, `GB`, `TB` (powers of 1000). One space may separate amount and unit.
 /// Units are case-sensitive: `8mb` is rejected rather than guessed (bits or bytes?).
-public enum Units {
+package enum Units {
     private static let durationUnits: [(String, Int64)] = [
         ("ms", 1), ("s", 1000), ("m", 60_000), ("h", 3_600_000), ("d", 86_400_000),
     ]
@@ -15,7 +15,7 @@ public enum Units {
     ]
 
     /// Parses a duration such as `500ms`, `30s`, `10m`, `2h`, `14d` or `0` into milliseconds.
-    public static func parseDuration(_ text: String) throws(OutboxError) -> Int64 {
+    package static func parseDuration(_ text: String) throws(OutboxError) -> Int64 {
         let hint = "use 500ms, 30s, 10m, 2h or 14d"
         guard let split = splitAmount(text) else {
             throw .invalid("bad duration \(quoted(text)) (\(hint))")
@@ -39,7 +39,7 @@ public enum Units {
     }
 
     /// Parses a size: plain bytes, or an amount with `B`, `KiB`, `MiB`, `GiB`, `TiB`, `KB`, `MB`, `GB`, `TB`.
-    public static func parseSize(_ text: String) throws(OutboxError) -> Int64 {
+    package static func parseSize(_ text: String) throws(OutboxError) -> Int64 {
         let hint = "use bytes, or KiB, MiB, GiB, TiB, e.g. 8MiB"
         guard let split = splitAmount(text) else {
             throw .invalid("bad size \(quoted(text)) (\(hint))")
@@ -59,7 +59,7 @@ public enum Units {
     }
 
     /// A byte count for people: `512 B`, `1.5 MiB`, `20 MiB` (one decimal, dropped when zero).
-    public static func formatBytes(_ n: Int64) -> String {
+    package static func formatBytes(_ n: Int64) -> String {
         let sign = n < 0 ? "-" : ""
         let magnitude = n.magnitude
         let names = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"]
@@ -82,7 +82,7 @@ public enum Units {
     }
 
     /// A duration for people: `850ms`, `1.5s`, `30s`, `2h 5m`, `3d 4h` (two largest units, truncated).
-    public static func formatDuration(ms: Int64) -> String {
+    package static func formatDuration(ms: Int64) -> String {
         let sign = ms < 0 ? "-" : ""
         let total = ms.magnitude
         if total < 1000 { return "\(sign)\(total)ms" }

@@ -1,2 +1,2 @@
 /// The version `outbox --version` prints and the default User-Agent carries.
-public let outboxVersion = "0.1.0"
+package let outboxVersion = "0.1.0"

@@ -202,7 +202,7 @@ struct YAMLReader {
 }
 
 extension String {
-    public var trimmingSpaces: String {
+    package var trimmingSpaces: String {
         var s = Substring(self)
         while let c = s.first, c == " " || c == "\t" || c == "\n" || c == "\r" { s.removeFirst() }
         while let c = s.last, c == " " || c == "\t" || c == "\n" || c == "\r" { s.removeLast() }

@@ -3,7 +3,7 @@ import Glibc
 
 /// Runs hook and plugin processes: posix_spawn in their own process group, one poll loop
 /// over stdin, stdout, stderr and a pidfd.
-public enum ProcessRunner {
+package enum ProcessRunner {
     /// Grace period between SIGTERM and SIGKILL when a timeout fires.
     static let killGraceMs: Int64 = 2000
     /// How long pipes are drained after the child exited; a background grandchild may
@@ -14,7 +14,7 @@ public enum ProcessRunner {
 
     /// Runs to completion, blocking the calling thread (call it from a dedicated thread,
     /// never the Swift cooperative pool).
-    public static func run(_ spec: ProcessSpec) throws(ProcessSpawnError) -> ProcessResult {
+    package static func run(_ spec: ProcessSpec) throws(ProcessSpawnError) -> ProcessResult {
         // Even if main forgot ignoreSIGPIPE, a hook that stops reading must not kill us.
         let sigpipeWasBlocked = csystem_proc_block_sigpipe()
         defer { csystem_proc_restore_sigpipe(sigpipeWasBlocked) }
@@ -63,7 +63,7 @@ public enum ProcessRunner {
     ///
     /// A group whose leader has already exited is left alone: its number cannot be told apart
     /// from an unrelated group once the leader's pid may have been reused.
-    public static func killStaleGroup(pgid: Int32, startTime: UInt64) -> Bool {
+    package static func killStaleGroup(pgid: Int32, startTime: UInt64) -> Bool {
         guard pgid > 1, pgid != getpgrp(), pgid != getpid() else { return false }
         // The pidfd pins the pid, so the number cannot be reused between the check and the kill.
         let pidfd = csystem_proc_pidfd_open(pgid)
@@ -81,7 +81,7 @@ public enum ProcessRunner {
     }
 
     /// The current process environment as a dictionary (from `environ`).
-    public static func currentEnvironment() -> [String: String] {
+    package static func currentEnvironment() -> [String: String] {
         var result: [String: String] = [:]
         guard let environ = csystem_proc_environ() else { return result }
         var index = 0
@@ -101,7 +101,7 @@ public enum ProcessRunner {
     /// Ignores SIGPIPE in this process so writes to a closed pipe return EPIPE; call once
     /// from main (children get SIGPIPE back at its default). `run` also blocks SIGPIPE on
     /// its own thread while it writes, as a second line of defence.
-    public static func ignoreSIGPIPE() {
+    package static func ignoreSIGPIPE() {
         csystem_proc_ignore_sigpipe()
     }
 

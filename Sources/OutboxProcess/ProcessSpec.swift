@@ -1,5 +1,5 @@
 /// What to run: a `/bin/sh -c` string, or a program with its arguments (no shell involved).
-public enum ProcessCommand: Sendable, Equatable {
+package enum ProcessCommand: Sendable, Equatable {
     /// Run with `/bin/sh -c`; a missing program shows up as exit status 127 from the shell.
     case shell(String)
     /// Run directly; the first element is found through `PATH` of the child's environment
@@ -8,29 +8,29 @@ public enum ProcessCommand: Sendable, Equatable {
 }
 
 /// Everything needed to run one hook or plugin process to completion.
-public struct ProcessSpec: Sendable {
+package struct ProcessSpec: Sendable {
     /// The command line.
-    public var command: ProcessCommand
+    package var command: ProcessCommand
     /// Bytes written to the child's stdin; then stdin is closed.
-    public var stdin: [UInt8]
+    package var stdin: [UInt8]
     /// The complete environment of the child (nothing is inherited implicitly).
-    public var environment: [String: String]
+    package var environment: [String: String]
     /// The child's working directory.
-    public var workingDirectory: String
+    package var workingDirectory: String
     /// Bytes kept per output stream; the rest is read and discarded, and flagged truncated.
-    public var outputCap: Int
+    package var outputCap: Int
     /// After this long the whole process group gets SIGTERM, then SIGKILL 2 s later.
-    public var timeoutMs: Int?
+    package var timeoutMs: Int?
     /// After this long `onWarn` is called once; the process keeps running.
-    public var warnAfterMs: Int?
+    package var warnAfterMs: Int?
     /// Called once (with the pid) when the process outlives `warnAfterMs`.
-    public var onWarn: (@Sendable (Int32) -> Void)?
+    package var onWarn: (@Sendable (Int32) -> Void)?
     /// Called right after the spawn with the pid (= process-group id) and its start time,
     /// so the caller can record them durably before waiting.
-    public var onStart: (@Sendable (_ pid: Int32, _ startTime: UInt64) -> Void)?
+    package var onStart: (@Sendable (_ pid: Int32, _ startTime: UInt64) -> Void)?
 
     /// Creates a spec; callbacks are set afterwards.
-    public init(
+    package init(
         command: ProcessCommand, stdin: [UInt8] = [], environment: [String: String],
         workingDirectory: String, outputCap: Int = 65536, timeoutMs: Int? = nil,
         warnAfterMs: Int? = nil
@@ -48,29 +48,29 @@ public struct ProcessSpec: Sendable {
 }
 
 /// How a process ended and what it printed.
-public struct ProcessResult: Sendable {
+package struct ProcessResult: Sendable {
     /// The child's pid (also its process-group id).
-    public var pid: Int32
+    package var pid: Int32
     /// The exit status; nil when killed by a signal.
-    public var exitStatus: Int32?
+    package var exitStatus: Int32?
     /// The signal that killed it, if any.
-    public var signal: Int32?
+    package var signal: Int32?
     /// True when `timeoutMs` expired and the group was killed.
-    public var timedOut: Bool
+    package var timedOut: Bool
     /// The first `outputCap` bytes of stdout.
-    public var stdout: [UInt8]
+    package var stdout: [UInt8]
     /// True when stdout had more than `outputCap` bytes.
-    public var stdoutTruncated: Bool
+    package var stdoutTruncated: Bool
     /// The first `outputCap` bytes of stderr.
-    public var stderr: [UInt8]
+    package var stderr: [UInt8]
     /// True when stderr had more than `outputCap` bytes.
-    public var stderrTruncated: Bool
+    package var stderrTruncated: Bool
 
     /// True when the process exited with status 0.
-    public var succeeded: Bool { exitStatus == 0 }
+    package var succeeded: Bool { exitStatus == 0 }
 
     /// Creates a result (also useful for fakes in tests of callers).
-    public init(
+    package init(
         pid: Int32, exitStatus: Int32?, signal: Int32?, timedOut: Bool,
         stdout: [UInt8], stdoutTruncated: Bool, stderr: [UInt8], stderrTruncated: Bool
     ) {
@@ -86,15 +86,15 @@ public struct ProcessResult: Sendable {
 }
 
 /// The process could not be started (program not found, bad working directory, ...).
-public struct ProcessSpawnError: Error, Sendable, CustomStringConvertible {
+package struct ProcessSpawnError: Error, Sendable, CustomStringConvertible {
     /// What failed, naming the program or folder.
-    public var message: String
+    package var message: String
 
     /// Creates an error with a message.
-    public init(message: String) {
+    package init(message: String) {
         self.message = message
     }
 
     /// The message, for logs.
-    public var description: String { message }
+    package var description: String { message }
 }

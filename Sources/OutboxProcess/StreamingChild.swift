@@ -5,14 +5,14 @@ import Glibc
 /// stdout and stderr are ours. Writing never blocks: what the pipe does not take at once
 /// waits in a buffer of at most `bufferCap` bytes, and a line that does not fit is dropped
 /// and counted, so a child that reads slowly, or not at all, never stalls the caller.
-public final class StreamingChild {
-    public let pid: Int32
+package final class StreamingChild {
+    package let pid: Int32
     private let pidfd: Int32
     private var stdinFD: Int32
     private var pending: [UInt8] = []
     private let bufferCap: Int
     /// Lines dropped because the buffer was full or the child had stopped reading.
-    public private(set) var dropped = 0
+    package private(set) var dropped = 0
     private var closed = false
 
     private init(child: csystem_child, bufferCap: Int) {
@@ -23,12 +23,12 @@ public final class StreamingChild {
     }
 
     /// Starts the command; `spec.stdin`, `outputCap` and the timeouts do not apply.
-    public static func start(_ spec: ProcessSpec, bufferCap: Int = 1 << 20) throws(ProcessSpawnError) -> StreamingChild {
+    package static func start(_ spec: ProcessSpec, bufferCap: Int = 1 << 20) throws(ProcessSpawnError) -> StreamingChild {
         StreamingChild(child: try ProcessRunner.spawn(spec, inheritOutput: true), bufferCap: bufferCap)
     }
 
     /// Queues one line (a newline is added) and writes what the pipe takes now.
-    public func send(line: String) {
+    package func send(line: String) {
         guard stdinFD >= 0 else {
             dropped += 1
             return
@@ -62,7 +62,7 @@ public final class StreamingChild {
 
     /// Ends the child: writes what is buffered for up to `graceMs`, closes its stdin (its
     /// end-of-input), waits up to `graceMs` for it to exit, then kills its process group.
-    public func close(graceMs: Int64 = 2000) {
+    package func close(graceMs: Int64 = 2000) {
         guard !closed else { return }
         closed = true
         let deadline = csystem_proc_now_ms() + graceMs

@@ -1,36 +1,36 @@
 import OutboxModel
 
-public enum ProgressMode: String, Sendable { case auto, always, never }
+package enum ProgressMode: String, Sendable { case auto, always, never }
 
 /// How `outbox run` runs: the flags of the command.
-public struct RunOptions: Sendable {
-    public var drain = false
-    public var horizonMs: Int64 = 10_000
-    public var maxTimeMs: Int64?
-    public var graceMs: Int64 = 30_000
-    public var progress: ProgressMode = .auto
-    public var stderrIsTerminal = false
+package struct RunOptions: Sendable {
+    package var drain = false
+    package var horizonMs: Int64 = 10_000
+    package var maxTimeMs: Int64?
+    package var graceMs: Int64 = 30_000
+    package var progress: ProgressMode = .auto
+    package var stderrIsTerminal = false
     /// How many times a stop was requested so far (the CLI counts SIGINT and SIGTERM):
     /// the first drains, the second stops at once.
-    public var stopRequests: @Sendable () -> Int = { 0 }
-    public init() {}
+    package var stopRequests: @Sendable () -> Int = { 0 }
+    package init() {}
 }
 
 /// What a run did, for the one-line summary and `--json`.
-public struct RunSummary: Sendable {
-    public var attempts = 0
-    public var completed = 0
-    public var errors = 0
-    public var retried = 0
-    public var parked = 0
-    public var cancelled = 0
-    public var delivered = 0
-    public var deliveryFailures = 0
-    public var bytesSent: Int64 = 0
-    public var elapsedMs: Int64 = 0
-    public var remaining = 0
+package struct RunSummary: Sendable {
+    package var attempts = 0
+    package var completed = 0
+    package var errors = 0
+    package var retried = 0
+    package var parked = 0
+    package var cancelled = 0
+    package var delivered = 0
+    package var deliveryFailures = 0
+    package var bytesSent: Int64 = 0
+    package var elapsedMs: Int64 = 0
+    package var remaining = 0
 
-    public var json: JSON {
+    package var json: JSON {
         .object([
             ("attempts", .int(attempts)), ("completed", .int(completed)), ("errors", .int(errors)), ("retried", .int(retried)),
             ("awaiting_auth", .int(parked)), ("cancelled", .int(cancelled)), ("delivered", .int(delivered)),
@@ -39,7 +39,7 @@ public struct RunSummary: Sendable {
         ])
     }
 
-    public var line: String {
+    package var line: String {
         "outbox: \(completed) completed, \(errors) error, \(retried) retried, \(parked) awaiting-auth, \(delivered) delivered"
             + (deliveryFailures > 0 ? " (\(deliveryFailures) hook failures)" : "")
             + ", \(remaining) left, \(attempts) attempts in \(Units.formatDuration(ms: elapsedMs))"

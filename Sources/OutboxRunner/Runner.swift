@@ -14,7 +14,7 @@ import OutboxStore
 /// changes in one transaction (group commit). The decisions are values tested on their
 /// own (`Scheduler`, `Shutdown`, `OutcomePayloads`); the rooms of this class carry them
 /// out: claiming, sending, parts, results, settling, delivery, events.
-public final class Runner {
+package final class Runner {
     let config: Config
     var definitions: DefinitionSet
     let store: any Store
@@ -49,9 +49,9 @@ public final class Runner {
     var progressDisplay: ProgressDisplay?
     var progressGate = ProgressGate()
     /// False when nothing reads events: state and progress lines are then not even built.
-    public var eventsEnabled = true
+    package var eventsEnabled = true
 
-    public init(config: Config, definitions: DefinitionSet, store: any Store, environment: [String: String], cwd: String,
+    package init(config: Config, definitions: DefinitionSet, store: any Store, environment: [String: String], cwd: String,
                 options: RunOptions, emit: @escaping (JSON) -> Void, log: @escaping (String) -> Void) {
         self.config = config
         self.definitions = definitions
@@ -71,7 +71,7 @@ public final class Runner {
 
     // MARK: The loop
 
-    public func run() throws(OutboxError) -> RunSummary {
+    package func run() throws(OutboxError) -> RunSummary {
         let started = Identifiers.monotonicMs()
         do {
             // libcurl is loaded and initialised before any hook or curl thread starts:

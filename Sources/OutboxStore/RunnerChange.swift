@@ -1,21 +1,21 @@
 import OutboxModel
 
 /// A settled entry: its new state and the outcome journaled with it, in one transaction.
-public struct Settlement: Sendable {
-    public var entryID: String
-    public var generation: Int64
-    public var state: EntryState
-    public var reason: String?
-    public var outcome: Outcome
-    public var payload: JSON
+package struct Settlement: Sendable {
+    package var entryID: String
+    package var generation: Int64
+    package var state: EntryState
+    package var reason: String?
+    package var outcome: Outcome
+    package var payload: JSON
     /// False when no hook will run: the outcome is acknowledged as it settles (deliveries 0).
-    public var hookExists: Bool
+    package var hookExists: Bool
     /// `then` follow-ups, enqueued in the same transaction.
-    public var followUps: [NewEntry]
+    package var followUps: [NewEntry]
     /// The entry as the runner holds it (nil: read it from the store).
-    public var snapshot: Entry?
+    package var snapshot: Entry?
 
-    public init(entryID: String, generation: Int64, state: EntryState, reason: String?, outcome: Outcome, payload: JSON,
+    package init(entryID: String, generation: Int64, state: EntryState, reason: String?, outcome: Outcome, payload: JSON,
                 hookExists: Bool, followUps: [NewEntry] = []) {
         self.entryID = entryID
         self.generation = generation
@@ -29,7 +29,7 @@ public struct Settlement: Sendable {
 }
 
 /// One change the runner makes; several are applied in one transaction when they coincide.
-public enum RunnerChange: Sendable {
+package enum RunnerChange: Sendable {
     /// Claimed entries, by seq (the row id: no index lookup).
     case markRunning(entrySeqs: [Int64], lease: Lease)
     case attempt(entryID: String, generation: Int64, at: Int64, payload: JSON, requestID: String)

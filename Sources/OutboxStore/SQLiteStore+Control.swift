@@ -70,7 +70,7 @@ extension SQLiteStore {
 
     /// `outbox cancel`: live entries settle cancelled and are forgotten; settled ones are
     /// forgotten with their unacknowledged outcomes. Unknown ids are not errors.
-    public func cancel(ids: [String]?, key: String?, now: Int64) throws(OutboxError) -> [String] {
+    package func cancel(ids: [String]?, key: String?, now: Int64) throws(OutboxError) -> [String] {
         var toRemove: [String] = []
         let cancelled = try db.transaction { () throws(OutboxError) -> [String] in
             var entries: [Entry] = []
@@ -90,7 +90,7 @@ extension SQLiteStore {
 
     /// `outbox headers update`: merges a patch into every entry (and its parts), bumps the
     /// header generation and resumes awaiting-auth entries. Returns the new generation.
-    public func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
+    package func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
         try db.transaction { () throws(OutboxError) -> Int64 in
             let generation = (Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0) + 1
             try setSetting(Self.headerGenerationSetting, String(generation))
@@ -118,7 +118,7 @@ extension SQLiteStore {
     /// `list --json` rows written as JSON text straight from the columns, without parsing
     /// the stored request or vars (vars are kept as compact JSON), so 100,000 rows stream
     /// in well under a second. `displayState` maps a stored state to the one shown.
-    public func writeListRows(_ filter: ListFilter, displayState: (String, String) -> String,
+    package func writeListRows(_ filter: ListFilter, displayState: (String, String) -> String,
                               _ write: (String) -> Void) throws(OutboxError) {
         var sql = """
             SELECT id, key, vars, state, reason, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
@@ -203,7 +203,7 @@ extension SQLiteStore {
     }
 
     /// Counts of entries by state, and of outcomes not yet acknowledged.
-    public func counts() throws(OutboxError) -> StoreCounts {
+    package func counts() throws(OutboxError) -> StoreCounts {
         var states: [EntryState: Int64] = [:]
         for (name, n) in try db.query("SELECT state, COUNT(*) FROM entries GROUP BY state", [], { ($0.text(0), $0.int(1)) }) {
             guard let state = EntryState(rawValue: name) else { throw .storage("the store is damaged: entries in unknown state \"\(name)\"") }
@@ -214,7 +214,7 @@ extension SQLiteStore {
     }
 
     /// Problems with the store's invariants (empty when all hold), for `outbox audit`.
-    public func audit() throws(OutboxError) -> [String] {
+    package func audit() throws(OutboxError) -> [String] {
         var problems: [String] = []
         let check = try db.query("PRAGMA integrity_check") { $0.text(0) }
         if check != ["ok"] { problems += check.map { "sqlite: \($0)" } }

@@ -7,7 +7,7 @@ extension SQLiteStore {
     /// Enqueues a batch in one transaction, applying the same-id rules to each entry.
     /// Bodies are staged before the transaction; on any failure every staged file is removed
     /// (or moved back) and nothing is committed.
-    public func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
+    package func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
         let staged = try stageBatch(batch)
         let results: [EnqueueResult]
         do throws(OutboxError) {

@@ -21,7 +21,7 @@ final class SQLiteRunnerLock: RunnerLock {
 extension SQLiteStore {
     /// Takes the store's runner lock: E_RUNNING (exit 75) naming the holder when another
     /// runner has it.
-    public func lockForRunner() throws(OutboxError) -> RunnerLock {
+    package func lockForRunner() throws(OutboxError) -> RunnerLock {
         let path = Paths.join(folder, "runner.lock")
         let fd = csystem_lock_file(path)
         if fd == -EWOULDBLOCK || fd == -EAGAIN {

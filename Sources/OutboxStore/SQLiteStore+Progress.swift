@@ -2,7 +2,7 @@ import OutboxModel
 
 extension SQLiteStore {
     /// Counts and bytes of the entries not yet settled, and how much of them is accepted.
-    public func pendingTotals() throws(OutboxError) -> PendingTotals {
+    package func pendingTotals() throws(OutboxError) -> PendingTotals {
         let live = "('queued', 'running', 'awaiting-auth')"
         let (count, bytes) = try db.queryOne(
             "SELECT COUNT(*), COALESCE(SUM(total_bytes), 0) FROM entries WHERE state IN \(live)") { ($0.int(0), $0.int(1)) } ?? (0, 0)

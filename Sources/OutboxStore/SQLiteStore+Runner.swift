@@ -5,7 +5,7 @@ extension SQLiteStore {
     /// accepted parts. The SQLite store has one runner at a time (the lock file), so every
     /// running entry is stale when a runner starts (it writes no lease; stores from before
     /// may hold one); the PostgreSQL store will compare lease expiry.
-    public func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int {
+    package func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int {
         try db.transaction { () throws(OutboxError) -> Int in
             try db.run("""
                 UPDATE entries SET state = 'queued', lease_owner = NULL, lease_until = NULL, updated_at = ?
@@ -15,7 +15,7 @@ extension SQLiteStore {
     }
 
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
-    public func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
+    package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
         if try setting(Self.queuePausedSetting) == "1" { return [] }
         // Paused keys and `excluding` (entries the runner holds, or whose changes are not
         // committed yet) are filtered here, so the LIMIT reads no more rows than it returns:
@@ -37,7 +37,7 @@ extension SQLiteStore {
 
     /// The generation of each of these entries that is still `running` (absent: cancelled,
     /// replaced or settled by someone else).
-    public func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
+    package func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
         guard !seqs.isEmpty else { return [:] }
         let list = JSON.array(seqs.map { .int64($0) }).serialized()
         let rows = try db.query("""
@@ -47,7 +47,7 @@ extension SQLiteStore {
     }
 
     /// The earliest time something becomes due (an attempt, a hold, or a hook delivery).
-    public func nextDueTime(deliverableKeys: Set<String>) throws(OutboxError) -> Int64? {
+    package func nextDueTime(deliverableKeys: Set<String>) throws(OutboxError) -> Int64? {
         var times: [Int64] = []
         if try setting(Self.queuePausedSetting) != "1" {
             let paused = try pausedKeys()
@@ -66,7 +66,7 @@ extension SQLiteStore {
     /// forgotten entries are removed after the commit.
     /// The lease is not compared: one runner holds an SQLite store at a time (the lock file),
     /// and each change is fenced by the entry's state and generation instead.
-    public func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) {
+    package func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) {
         let followUps = changes.flatMap { change -> [NewEntry] in
             if case let .settle(s) = change { return s.followUps }
             return []
@@ -214,7 +214,7 @@ extension SQLiteStore {
     /// have a definition.
     /// At most `limit` outcomes (all when nil). Due time and keys are filtered in SQL so that
     /// starting one hook parses a few payloads, not every pending one.
-    public func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?) throws(OutboxError) -> [OutcomeRecord] {
+    package func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?) throws(OutboxError) -> [OutcomeRecord] {
         let keyList = JSON.array(keys.sorted().map { .string($0) }).serialized()
         let rows = try db.query("""
             SELECT \(Self.outcomeColumns) FROM outcomes o
@@ -228,7 +228,7 @@ extension SQLiteStore {
     }
 
     /// Counts a delivery before its hook starts (so a crash mid-hook is seen as a delivery), returning the new count.
-    public func beginDelivery(seq: Int64) throws(OutboxError) -> Int64 {
+    package func beginDelivery(seq: Int64) throws(OutboxError) -> Int64 {
         try db.transaction { () throws(OutboxError) -> Int64 in
             try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
             return try db.queryOne("SELECT deliveries FROM outcomes WHERE seq = ?", [.int(seq)]) { $0.int(0) } ?? 0
@@ -238,14 +238,14 @@ extension SQLiteStore {
     /// Records a hook's process group so a later runner can stop it before redelivering.
     /// Not fsynced: it is needed after a crash of the runner, when the machine (and the
     /// page cache holding the record) stayed up; after a power loss the hook is gone too.
-    public func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError) {
+    package func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError) {
         try db.transactionWithoutSync { () throws(OutboxError) in
             try db.run("UPDATE outcomes SET hook_pgid = ?, hook_start = ? WHERE seq = ?", [.int(Int64(pgid)), .int(Int64(startTime)), .int(seq)])
         }
     }
 
     /// Hook processes recorded by earlier runners for outcomes still unacknowledged.
-    public func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)] {
+    package func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)] {
         try db.query("SELECT hook_pgid, hook_start FROM outcomes WHERE acknowledged = 0 AND hook_pgid IS NOT NULL") {
             (pgid: Int32($0.int(0)), startTime: UInt64($0.int(1)))
         }
@@ -254,7 +254,7 @@ extension SQLiteStore {
     /// Acknowledges an outcome (hook exit 0), applies the hook's enqueues, and forgets a
     /// completed or cancelled entry of that generation, all in one transaction. An older
     /// generation's acknowledgement never forgets a newer generation.
-    public func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
+    package func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
         let staged = try stageBatch(followUps)
         var remove: [String] = []
         do throws(OutboxError) {
@@ -282,7 +282,7 @@ extension SQLiteStore {
         finishForget(remove)
     }
 
-    public func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
+    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             try db.run("UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL WHERE seq = ?",
                        [.int(nextDeliveryAt), .text(reason), .int(seq)])
@@ -290,7 +290,7 @@ extension SQLiteStore {
     }
 
     /// Marks outcomes whose key has no definition (shown as unhandled-key; never dropped).
-    public func markUnhandled(keys: Set<String>) throws(OutboxError) {
+    package func markUnhandled(keys: Set<String>) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             for o in try unacknowledgedOutcomes() where !keys.contains(o.key) && o.reason != "unhandled-key" {
                 try db.run("UPDATE outcomes SET reason = 'unhandled-key' WHERE seq = ?", [.int(o.seq)])
@@ -298,5 +298,5 @@ extension SQLiteStore {
         }
     }
 
-    public func checkpoint() { db.checkpoint() }
+    package func checkpoint() { db.checkpoint() }
 }

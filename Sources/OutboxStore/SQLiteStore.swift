@@ -6,8 +6,8 @@ import OutboxModel
 ///
 /// A connection is confined to the thread that uses it (the CLI's main thread, or the
 /// runner's control thread); several processes share the database through SQLite's locks.
-public final class SQLiteStore: Store, @unchecked Sendable {
-    public let folder: String
+package final class SQLiteStore: Store, @unchecked Sendable {
+    package let folder: String
     let db: SQLiteConnection
     let staging: Staging
     /// Moved files to put back after the current cancel commits: (store path, source path).
@@ -18,7 +18,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     var requestCache: [String: StoredRequest] = [:]
 
     /// Opens (creating if needed) the store in `folder`. E_STORAGE when that is impossible.
-    public init(folder: String) throws(OutboxError) {
+    package init(folder: String) throws(OutboxError) {
         self.folder = folder
         umask(0o077)
         try Self.makeFolder(folder)
@@ -112,11 +112,11 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             leaseOwner: r.optionalText(25), lastRequestID: r.optionalText(26), waitsForDelivery: r.int(27) != 0)
     }
 
-    public func entry(id: String) throws(OutboxError) -> Entry? {
+    package func entry(id: String) throws(OutboxError) -> Entry? {
         try db.queryOne("SELECT \(Self.entryColumns) FROM entries WHERE id = ?", [.text(id)], entryFromRow)
     }
 
-    public func list(_ filter: ListFilter) throws(OutboxError) -> [Entry] {
+    package func list(_ filter: ListFilter) throws(OutboxError) -> [Entry] {
         var sql = "SELECT \(Self.entryColumns) FROM entries WHERE 1=1"
         var values: [SQLValue] = []
         if let key = filter.key { sql += " AND key = ?"; values.append(.text(key)) }
@@ -128,7 +128,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         return try db.query(sql, values, entryFromRow)
     }
 
-    public func parts(entrySeq: Int64) throws(OutboxError) -> [StoredPart] {
+    package func parts(entrySeq: Int64) throws(OutboxError) -> [StoredPart] {
         try db.query("""
             SELECT idx, start, end, url, headers, accepted, status, response_headers, attempts, next_attempt_at
             FROM parts WHERE entry_seq = ? ORDER BY idx
@@ -143,7 +143,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         }
     }
 
-    public func attempts(entryID: String) throws(OutboxError) -> [JSON] {
+    package func attempts(entryID: String) throws(OutboxError) -> [JSON] {
         try db.query("SELECT payload FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 20", [.text(entryID)]) {
             (try? JSON.parse($0.text(0))) ?? .null
         }.reversed()
@@ -165,11 +165,11 @@ public final class SQLiteStore: Store, @unchecked Sendable {
             hookStart: r.optionalInt(11).map { UInt64($0) }, createdAt: r.int(12))
     }
 
-    public func outcomes(entryID: String) throws(OutboxError) -> [OutcomeRecord] {
+    package func outcomes(entryID: String) throws(OutboxError) -> [OutcomeRecord] {
         try db.query("SELECT \(Self.outcomeColumns) FROM outcomes WHERE entry_id = ? ORDER BY seq", [.text(entryID)], Self.outcome)
     }
 
-    public func unacknowledgedOutcomes() throws(OutboxError) -> [OutcomeRecord] {
+    package func unacknowledgedOutcomes() throws(OutboxError) -> [OutcomeRecord] {
         try db.query("SELECT \(Self.outcomeColumns) FROM outcomes WHERE acknowledged = 0 ORDER BY seq", [], Self.outcome)
     }
 
@@ -179,7 +179,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
     static let wifiOnlySetting = "wifi_only"
     static let headerGenerationSetting = "header_generation"
 
-    public func control() throws(OutboxError) -> QueueControl {
+    package func control() throws(OutboxError) -> QueueControl {
         try db.read { () throws(OutboxError) -> QueueControl in
             QueueControl(queuePaused: try setting(Self.queuePausedSetting) == "1", pausedKeys: try pausedKeys(),
                          wifiOnly: try setting(Self.wifiOnlySetting) == "1",
@@ -187,11 +187,11 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         }
     }
 
-    public func setQueuePaused(_ paused: Bool) throws(OutboxError) {
+    package func setQueuePaused(_ paused: Bool) throws(OutboxError) {
         try setSetting(Self.queuePausedSetting, paused ? "1" : nil)
     }
 
-    public func setWifiOnly(_ on: Bool) throws(OutboxError) {
+    package func setWifiOnly(_ on: Bool) throws(OutboxError) {
         try setSetting(Self.wifiOnlySetting, on ? "1" : nil)
     }
 
@@ -214,7 +214,7 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         Set(try db.query("SELECT key FROM paused_keys") { $0.text(0) })
     }
 
-    public func setPaused(keys: [String], paused: Bool) throws(OutboxError) {
+    package func setPaused(keys: [String], paused: Bool) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             for key in keys {
                 if paused {
@@ -226,5 +226,5 @@ public final class SQLiteStore: Store, @unchecked Sendable {
         }
     }
 
-    public func dataVersion() throws(OutboxError) -> Int64 { try db.dataVersion() }
+    package func dataVersion() throws(OutboxError) -> Int64 { try db.dataVersion() }
 }

@@ -10,7 +10,7 @@ import OutboxModel
 /// entry is still the runner's (still `running`, same generation, and, in a store several
 /// runners share, the same lease owner). A change to an entry someone else cancelled,
 /// replaced or re-claimed in the meantime changes nothing.
-public protocol Store: AnyObject {
+package protocol Store: AnyObject {
     // MARK: Enqueue and reads
 
     /// Enqueues a batch in one transaction, applying the same-id rules to each entry.
@@ -89,33 +89,33 @@ public protocol Store: AnyObject {
 }
 
 /// What a runner holds while it runs; released by `release()` or when it is freed.
-public protocol RunnerLock: AnyObject {
+package protocol RunnerLock: AnyObject {
     func release()
 }
 
 /// Who holds claimed entries, and until when. A store shared by several runners writes
 /// both with each claim and ignores changes from a runner whose lease is gone.
-public struct Lease: Sendable, Equatable {
+package struct Lease: Sendable, Equatable {
     /// Unique per runner process.
-    public var owner: String
+    package var owner: String
     /// How long a claim lasts without renewal.
-    public var durationMs: Int64
+    package var durationMs: Int64
 
-    public init(owner: String, durationMs: Int64 = 300_000) {
+    package init(owner: String, durationMs: Int64 = 300_000) {
         self.owner = owner
         self.durationMs = durationMs
     }
 }
 
 /// State that commands set and runners obey.
-public struct QueueControl: Sendable, Equatable {
-    public var queuePaused = false
-    public var pausedKeys: Set<String> = []
-    public var wifiOnly = false
+package struct QueueControl: Sendable, Equatable {
+    package var queuePaused = false
+    package var pausedKeys: Set<String> = []
+    package var wifiOnly = false
     /// Bumped by every `headers update`.
-    public var headerGeneration: Int64 = 0
+    package var headerGeneration: Int64 = 0
 
-    public init(queuePaused: Bool = false, pausedKeys: Set<String> = [], wifiOnly: Bool = false, headerGeneration: Int64 = 0) {
+    package init(queuePaused: Bool = false, pausedKeys: Set<String> = [], wifiOnly: Bool = false, headerGeneration: Int64 = 0) {
         self.queuePaused = queuePaused
         self.pausedKeys = pausedKeys
         self.wifiOnly = wifiOnly
@@ -123,35 +123,35 @@ public struct QueueControl: Sendable, Equatable {
     }
 
     /// Whether a queued entry of `key` is held by a pause.
-    public func isPaused(key: String) -> Bool { queuePaused || pausedKeys.contains(key) }
+    package func isPaused(key: String) -> Bool { queuePaused || pausedKeys.contains(key) }
 }
 
 /// Entries by stored state, and outcomes not yet acknowledged.
-public struct StoreCounts: Sendable, Equatable {
-    public var states: [EntryState: Int64]
-    public var pendingOutcomes: Int64
+package struct StoreCounts: Sendable, Equatable {
+    package var states: [EntryState: Int64]
+    package var pendingOutcomes: Int64
 
-    public init(states: [EntryState: Int64], pendingOutcomes: Int64) {
+    package init(states: [EntryState: Int64], pendingOutcomes: Int64) {
         self.states = states
         self.pendingOutcomes = pendingOutcomes
     }
 
     /// Entries not completed or cancelled: what a run leaves behind.
-    public var remaining: Int64 {
+    package var remaining: Int64 {
         states.filter { $0.key != .completed && $0.key != .cancelled }.values.reduce(0, +)
     }
 }
 
 /// What is left to send, for the runner's live display.
-public struct PendingTotals: Sendable, Equatable {
+package struct PendingTotals: Sendable, Equatable {
     /// Entries not yet settled (queued, running, awaiting-auth).
-    public var entries: Int
+    package var entries: Int
     /// Their bytes.
-    public var bytes: Int64
+    package var bytes: Int64
     /// Bytes of their parts already accepted.
-    public var acceptedBytes: Int64
+    package var acceptedBytes: Int64
 
-    public init(entries: Int, bytes: Int64, acceptedBytes: Int64) {
+    package init(entries: Int, bytes: Int64, acceptedBytes: Int64) {
         self.entries = entries
         self.bytes = bytes
         self.acceptedBytes = acceptedBytes
@@ -160,7 +160,7 @@ public struct PendingTotals: Sendable, Equatable {
 
 extension Store {
     /// Applies changes as the only runner of the store (no lease to check).
-    public func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError) {
+    package func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError) {
         try apply(changes, by: nil, now: now)
     }
 }

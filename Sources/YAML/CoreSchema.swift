@@ -6,7 +6,7 @@ extension YAMLNode {
     /// style (the parser rejects values that do not fit them); other tags are ignored here.
     /// A decimal integer beyond Int64 becomes `.float` with its exact digits; a hex or
     /// octal one beyond Int64 stays a string.
-    public var scalar: YAMLScalar? {
+    package var scalar: YAMLScalar? {
         guard case .scalar(let text, let style) = kind else { return nil }
         return CoreSchema.resolve(text, style: style, tag: tag) ?? .string(text)
     }

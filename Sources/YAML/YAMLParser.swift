@@ -7,14 +7,14 @@ import CYAML
 /// `YAMLParser.maxAliasNodes` nodes; nesting is capped at `YAMLParser.maxDepth`.
 /// An alias yields a copy of the anchored node whose top node carries the alias's mark,
 /// while the nodes inside keep the marks of where they were written.
-public enum YAMLParser {
+package enum YAMLParser {
     /// Total nodes that alias expansion may produce in one document.
-    public static let maxAliasNodes = 10_000
+    package static let maxAliasNodes = 10_000
     /// Deepest nesting of collections; deeper trees would risk the stack when freed.
-    public static let maxDepth = 1_000
+    package static let maxDepth = 1_000
 
     /// Parses one YAML document (a second document in the stream is an error). Returns nil for an empty document.
-    public static func parse(_ text: String) throws(YAMLError) -> YAMLNode? {
+    package static func parse(_ text: String) throws(YAMLError) -> YAMLNode? {
         var text = text
         // withUTF8 keeps the bytes pinned for libyaml's whole run.
         let result: Result<YAMLNode?, YAMLError> = text.withUTF8 { bytes in

@@ -1,5 +1,5 @@
 /// Where an entry's body bytes are kept.
-public enum StoredBody: Sendable, Equatable {
+package enum StoredBody: Sendable, Equatable {
     case none
     /// A data or text body kept in the entry's row (large ones are staged as a `file`).
     case bytes([UInt8])
@@ -11,7 +11,7 @@ public enum StoredBody: Sendable, Equatable {
     case parts(path: String)
 
     /// The file of a `file` or `parts` body.
-    public var file: String? {
+    package var file: String? {
         switch self {
         case let .file(path), let .parts(path): return path
         case .none, .bytes, .form: return nil
@@ -19,13 +19,13 @@ public enum StoredBody: Sendable, Equatable {
     }
 
     /// Every file the body reads: its file, or the staged files of its form.
-    public var files: [String] {
+    package var files: [String] {
         if case let .form(fields) = self { return fields.compactMap(\.stagedFile) }
         return file.map { [$0] } ?? []
     }
 
     /// Builds the body from a stored row's columns; a row whose columns do not fit its kind is damage.
-    public init(kind: BodyKind, inline: [UInt8]?, file: String?, form: [StoredFormField]) throws(OutboxError) {
+    package init(kind: BodyKind, inline: [UInt8]?, file: String?, form: [StoredFormField]) throws(OutboxError) {
         switch kind {
         case .none: self = .none
         case .data, .text:
@@ -40,39 +40,39 @@ public enum StoredBody: Sendable, Equatable {
 }
 
 /// One entry of the queue as stored.
-public struct Entry: Sendable {
+package struct Entry: Sendable {
     /// The row's position in the queue (enqueue order).
-    public var seq: Int64
-    public var id: String
+    package var seq: Int64
+    package var id: String
     /// The name staged files of this entry carry.
-    public var internalID: String
-    public var key: String
-    public var vars: JSON
-    public var state: EntryState
-    public var reason: String?
-    public var generation: Int64
-    public var request: StoredRequest
-    public var body: StoredBody
-    public var bodyHash: String
-    public var totalBytes: Int64
-    public var bytesSent: Int64
-    public var attempts: Int64
-    public var idempotencyKey: String?
-    public var account: String?
-    public var scope: String?
-    public var parent: String?
-    public var headerGeneration: Int64
-    public var createdAt: Int64
-    public var updatedAt: Int64
-    public var expiresAt: Int64?
-    public var notBefore: Int64?
-    public var nextAttemptAt: Int64?
-    public var leaseOwner: String?
-    public var lastRequestID: String?
+    package var internalID: String
+    package var key: String
+    package var vars: JSON
+    package var state: EntryState
+    package var reason: String?
+    package var generation: Int64
+    package var request: StoredRequest
+    package var body: StoredBody
+    package var bodyHash: String
+    package var totalBytes: Int64
+    package var bytesSent: Int64
+    package var attempts: Int64
+    package var idempotencyKey: String?
+    package var account: String?
+    package var scope: String?
+    package var parent: String?
+    package var headerGeneration: Int64
+    package var createdAt: Int64
+    package var updatedAt: Int64
+    package var expiresAt: Int64?
+    package var notBefore: Int64?
+    package var nextAttemptAt: Int64?
+    package var leaseOwner: String?
+    package var lastRequestID: String?
     /// A replaced completed entry waits until its old outcome is acknowledged.
-    public var waitsForDelivery: Bool
+    package var waitsForDelivery: Bool
 
-    public init(seq: Int64, id: String, internalID: String, key: String, vars: JSON, state: EntryState, reason: String?,
+    package init(seq: Int64, id: String, internalID: String, key: String, vars: JSON, state: EntryState, reason: String?,
                 generation: Int64, request: StoredRequest, body: StoredBody, bodyHash: String, totalBytes: Int64,
                 bytesSent: Int64, attempts: Int64, idempotencyKey: String?, account: String?, scope: String?, parent: String?,
                 headerGeneration: Int64, createdAt: Int64, updatedAt: Int64, expiresAt: Int64?, notBefore: Int64?,
@@ -107,14 +107,14 @@ public struct Entry: Sendable {
     }
 
     /// The staged body file, or the user's file for `reference`.
-    public var bodyFile: String? { body.file }
+    package var bodyFile: String? { body.file }
 
     /// Whether the entry is sent as parts (a chunked upload).
-    public var isChunked: Bool { request.bodyKind == .parts }
+    package var isChunked: Bool { request.bodyKind == .parts }
 
     /// The row of `list --json`: exactly these fields, with `state` as displayed (a queued
     /// entry of a paused queue or key shows `paused`). `show` adds the rest.
-    public func listJSON(displayState: String? = nil) -> JSON {
+    package func listJSON(displayState: String? = nil) -> JSON {
         .object([
             ("id", .string(id)), ("key", .string(key)), ("vars", vars), ("state", .string(displayState ?? state.rawValue)),
             ("reason", .optionalString(reason)), ("bytes_sent", .int64(bytesSent)), ("total_bytes", .int64(totalBytes)),

@@ -1,13 +1,13 @@
 /// How an entry's generation ended, as its hook hears it.
-public enum Outcome: String, Sendable, CaseIterable {
+package enum Outcome: String, Sendable, CaseIterable {
     case completed, error
 
     /// The definition's hook field for this outcome, and the `then` list's name.
-    public var hookField: String { self == .completed ? "on_success" : "on_error" }
+    package var hookField: String { self == .completed ? "on_success" : "on_error" }
 }
 
 /// The `kind` of an outcome's `error` object.
-public enum ErrorKind: String, Sendable, CaseIterable {
+package enum ErrorKind: String, Sendable, CaseIterable {
     /// The server answered with a status that is an error, or no answer came (the message says which).
     case http
     /// A staged file is missing, or a referenced file changed or went away.
@@ -23,23 +23,23 @@ public enum ErrorKind: String, Sendable, CaseIterable {
 }
 
 /// One journaled outcome and its delivery state.
-public struct OutcomeRecord: Sendable {
-    public var seq: Int64
-    public var entryID: String
-    public var key: String
-    public var generation: Int64
-    public var outcome: Outcome
+package struct OutcomeRecord: Sendable {
+    package var seq: Int64
+    package var entryID: String
+    package var key: String
+    package var generation: Int64
+    package var outcome: Outcome
     /// The hook's JSON without `meta.deliveries` (added at delivery).
-    public var payload: JSON
-    public var deliveries: Int64
-    public var acknowledged: Bool
-    public var nextDeliveryAt: Int64?
-    public var reason: String?
-    public var hookPgid: Int32?
-    public var hookStart: UInt64?
-    public var createdAt: Int64
+    package var payload: JSON
+    package var deliveries: Int64
+    package var acknowledged: Bool
+    package var nextDeliveryAt: Int64?
+    package var reason: String?
+    package var hookPgid: Int32?
+    package var hookStart: UInt64?
+    package var createdAt: Int64
 
-    public init(seq: Int64, entryID: String, key: String, generation: Int64, outcome: Outcome, payload: JSON, deliveries: Int64,
+    package init(seq: Int64, entryID: String, key: String, generation: Int64, outcome: Outcome, payload: JSON, deliveries: Int64,
                 acknowledged: Bool, nextDeliveryAt: Int64?, reason: String?, hookPgid: Int32?, hookStart: UInt64?, createdAt: Int64) {
         self.seq = seq
         self.entryID = entryID

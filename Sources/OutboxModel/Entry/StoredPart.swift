@@ -1,16 +1,16 @@
 /// A part of a chunked upload as persisted, with its acceptance.
-public struct StoredPart: Sendable {
-    public var index: Int
-    public var range: ByteRange
-    public var url: String
-    public var headers: [(String, String)]
-    public var accepted: Bool
-    public var status: Int?
-    public var responseHeaders: JSON?
-    public var attempts: Int
-    public var nextAttemptAt: Int64?
+package struct StoredPart: Sendable {
+    package var index: Int
+    package var range: ByteRange
+    package var url: String
+    package var headers: [(String, String)]
+    package var accepted: Bool
+    package var status: Int?
+    package var responseHeaders: JSON?
+    package var attempts: Int
+    package var nextAttemptAt: Int64?
 
-    public init(index: Int, range: ByteRange, url: String, headers: [(String, String)], accepted: Bool, status: Int?,
+    package init(index: Int, range: ByteRange, url: String, headers: [(String, String)], accepted: Bool, status: Int?,
                 responseHeaders: JSON?, attempts: Int, nextAttemptAt: Int64?) {
         self.index = index
         self.range = range

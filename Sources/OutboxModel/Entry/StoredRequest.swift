@@ -1,17 +1,17 @@
 /// What kind of body a request carries.
-public enum BodyKind: String, Sendable, CaseIterable {
+package enum BodyKind: String, Sendable, CaseIterable {
     case none, data, text, form, file, parts
 }
 
 /// A form field as persisted: a value, or a file staged into the store.
-public struct StoredFormField: Sendable, Equatable {
-    public var name: String
-    public var value: String?
-    public var stagedFile: String?
-    public var filename: String?
-    public var contentType: String?
+package struct StoredFormField: Sendable, Equatable {
+    package var name: String
+    package var value: String?
+    package var stagedFile: String?
+    package var filename: String?
+    package var contentType: String?
 
-    public init(name: String, value: String?, stagedFile: String?, filename: String?, contentType: String?) {
+    package init(name: String, value: String?, stagedFile: String?, filename: String?, contentType: String?) {
         self.name = name
         self.value = value
         self.stagedFile = stagedFile
@@ -22,22 +22,22 @@ public struct StoredFormField: Sendable, Equatable {
 
 /// The request an entry sends, fixed at enqueue: later edits of its definition do not
 /// change what a queued entry sends.
-public struct StoredRequest: Sendable {
-    public var method: String
-    public var url: String?
-    public var headers: [(String, String)]
-    public var bodyKind: BodyKind
-    public var form: [StoredFormField]
-    public var file: FileIdentity?
-    public var ownership: Ownership?
-    public var accept: [AcceptRule]
-    public var retry: RetryRules
-    public var response: ResponseMode
-    public var followRedirects: Int
-    public var wifiOnly: Bool?
-    public var cancelScopeOnError: Bool
+package struct StoredRequest: Sendable {
+    package var method: String
+    package var url: String?
+    package var headers: [(String, String)]
+    package var bodyKind: BodyKind
+    package var form: [StoredFormField]
+    package var file: FileIdentity?
+    package var ownership: Ownership?
+    package var accept: [AcceptRule]
+    package var retry: RetryRules
+    package var response: ResponseMode
+    package var followRedirects: Int
+    package var wifiOnly: Bool?
+    package var cancelScopeOnError: Bool
 
-    public var json: JSON {
+    package var json: JSON {
         var members: [(String, JSON)] = [
             ("method", .string(method)), ("url", .optionalString(url)),
             ("headers", .array(headers.map { .array([.string($0.0), .string($0.1)]) })),
@@ -66,7 +66,7 @@ public struct StoredRequest: Sendable {
 
     /// Reads a stored request back. A field that is missing or of the wrong type is damage
     /// (E_STORAGE naming the field), never a default: a wrong default would send another request.
-    public init(json: JSON) throws(OutboxError) {
+    package init(json: JSON) throws(OutboxError) {
         let fields = StoredFields(json, what: "stored request")
         guard json.objectValue != nil else { throw fields.damage("request", "not a JSON object") }
         method = try fields.string("method")
@@ -110,7 +110,7 @@ public struct StoredRequest: Sendable {
         cancelScopeOnError = cancel
     }
 
-    public init(prepared p: PreparedRequest, form: [StoredFormField]) {
+    package init(prepared p: PreparedRequest, form: [StoredFormField]) {
         method = p.method
         url = p.url
         headers = p.headers
@@ -134,41 +134,41 @@ public struct StoredRequest: Sendable {
 }
 
 /// Reads the fields of a stored JSON document, failing with E_STORAGE on damage.
-public struct StoredFields {
+package struct StoredFields {
     let json: JSON
     let what: String
 
-    public init(_ json: JSON, what: String) {
+    package init(_ json: JSON, what: String) {
         self.json = json
         self.what = what
     }
 
-    public func damage(_ field: String, _ why: String) -> OutboxError {
+    package func damage(_ field: String, _ why: String) -> OutboxError {
         .storage("the \(what) is damaged: \(field): \(why)")
     }
 
-    public func value(_ field: String) throws(OutboxError) -> JSON {
+    package func value(_ field: String) throws(OutboxError) -> JSON {
         guard let v = json[field] else { throw damage(field, "missing") }
         return v
     }
 
-    public func string(_ field: String) throws(OutboxError) -> String {
+    package func string(_ field: String) throws(OutboxError) -> String {
         guard let v = try value(field).stringValue else { throw damage(field, "not a string") }
         return v
     }
 
-    public func optionalString(_ field: String) throws(OutboxError) -> String? {
+    package func optionalString(_ field: String) throws(OutboxError) -> String? {
         guard let v = json[field], v != .null else { return nil }
         guard let s = v.stringValue else { throw damage(field, "not a string") }
         return s
     }
 
-    public func int(_ field: String) throws(OutboxError) -> Int64 {
+    package func int(_ field: String) throws(OutboxError) -> Int64 {
         guard let v = try value(field).int64Value else { throw damage(field, "not an integer") }
         return v
     }
 
-    public func array(_ field: String) throws(OutboxError) -> [JSON] {
+    package func array(_ field: String) throws(OutboxError) -> [JSON] {
         guard let v = try value(field).arrayValue else { throw damage(field, "not an array") }
         return v
     }

@@ -5,12 +5,12 @@ import OutboxProcess
 /// Where event lines go: stdout (`--events -`) and/or a long-lived `events.command` plugin.
 /// Events to the plugin are best-effort: a plugin that reads slowly loses lines (counted
 /// and logged at the end) rather than stalling the runner.
-public final class EventSink {
+package final class EventSink {
     let write: ((String) -> Void)?
     let log: (String) -> Void
     var plugin: StreamingChild?
 
-    public init(console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
+    package init(console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
                 log: @escaping (String) -> Void) {
         write = console.map { c in { c.out($0) } }
         self.log = log
@@ -24,7 +24,7 @@ public final class EventSink {
         }
     }
 
-    public func send(_ event: JSON) {
+    package func send(_ event: JSON) {
         // Without a reader, serializing every event costs the runner real time.
         guard write != nil || plugin != nil else { return }
         let line = event.serialized()
@@ -33,7 +33,7 @@ public final class EventSink {
     }
 
     /// Closes the plugin's stdin and gives it 2 s to finish before its group is killed.
-    public func close() {
+    package func close() {
         guard let plugin else { return }
         plugin.close()
         if plugin.dropped > 0 {
@@ -44,6 +44,6 @@ public final class EventSink {
 }
 
 /// Something that prints lines on stdout (the CLI's console).
-public protocol EventConsole: AnyObject {
+package protocol EventConsole: AnyObject {
     func out(_ line: String)
 }
