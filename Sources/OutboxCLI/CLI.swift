@@ -204,6 +204,16 @@ package enum CLI {
                         options: [OptionSpec(name: "key", valueName: "K", help: "every entry of this key"),
                                   OptionSpec(name: "all", valueName: nil, help: "every entry"), json],
                         handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.cancel(&i) }),
+            CommandInfo(path: ["retry"], summary: "send entries again now: backoff reset, error entries reopened",
+                        positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,
+                        options: [OptionSpec(name: "key", valueName: "K", help: "queued, awaiting-auth and error entries of this key"),
+                                  OptionSpec(name: "errors", valueName: nil, help: "every error entry"), json],
+                        details: """
+                        Queued and awaiting-auth entries become due now; error entries are reopened as a
+                        same-body enqueue would. Running and settled entries, and unknown ids, are left as
+                        they are. A running `outbox run` sees the change within 100 ms.
+                        """,
+                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.retry(&i) }),
             CommandInfo(path: ["pause"], summary: "pause the whole queue, or some keys",
                         options: [OptionSpec(name: "key", valueName: "K", help: "pause this key (repeatable)", repeatable: true)],
                         handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: true) }),

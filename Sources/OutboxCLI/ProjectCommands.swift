@@ -96,6 +96,7 @@ enum ControlCommands {
         let all = i.args.flag("all")
         let given = [!ids.isEmpty, key != nil, all].filter { $0 }.count
         guard given == 1 else { throw .usage("cancel takes ids, or --key K, or --all (exactly one of them)") }
+        try checkKeys(key.map { [$0] } ?? [])
         let store = try i.project().store()
         let cancelled = try store.cancel(ids: ids.isEmpty ? nil : ids, key: key, now: Identifiers.nowMs())
         if i.json {
@@ -106,15 +107,39 @@ enum ControlCommands {
         return 0
     }
 
+    /// A key named on the command line: a bad one is E_INVALID before anything changes.
+    static func checkKeys(_ keys: [String]) throws(OutboxError) {
+        for key in keys {
+            if let problem = Definition.keyProblem(key) { throw .invalid("--key \"\(key.prefix(64))\": \(problem)") }
+        }
+    }
+
     static func pause(_ i: inout Invocation, paused: Bool) throws(OutboxError) -> Int32 {
-        let store = try i.project().store()
         let keys = i.args.values("key")
+        try checkKeys(keys)
+        let store = try i.project().store()
         if keys.isEmpty {
             try store.setQueuePaused(paused)
             i.console.err(paused ? "paused the whole queue (outbox resume to undo)" : "resumed the whole queue")
         } else {
             try store.setPaused(keys: keys, paused: paused)
             i.console.err("\(paused ? "paused" : "resumed") \(keys.joined(separator: ", "))")
+        }
+        return 0
+    }
+
+    static func retry(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let ids = i.args.positionals
+        let key = i.args.value("key")
+        let errors = i.args.flag("errors")
+        let given = [!ids.isEmpty, key != nil, errors].filter { $0 }.count
+        guard given == 1 else { throw .usage("retry takes ids, or --key K, or --errors (exactly one of them)") }
+        try checkKeys(key.map { [$0] } ?? [])
+        let retried = try i.project().store().retry(ids: ids.isEmpty ? nil : ids, key: key, errors: errors, now: Identifiers.nowMs())
+        if i.json {
+            i.console.out(JSON.object([("retried", .array(retried.map { .string($0) }))]).serialized())
+        } else {
+            i.console.err("put \(retried.count) entr\(retried.count == 1 ? "y" : "ies") back in the queue, due now")
         }
         return 0
     }

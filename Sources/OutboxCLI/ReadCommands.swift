@@ -195,9 +195,14 @@ enum ReadCommands {
         }
         let wifi = e.request.wifiOnly ?? control.wifiOnly
         if wifi { reasons.append("it is wifi-only; it runs only while the wifi check passes") }
-        if let account = e.account, let current = EnqueueCommand.factory(project, i).account(), account != current {
-            reasons.append("it was enqueued by account \(account), not the current \(current): the runner will drop it")
+        if let account = e.account {
+            if let current = EnqueueCommand.factory(project, i).account() {
+                if account != current { reasons.append("it was enqueued by account \(account), not the current \(current): the runner will drop it") }
+            } else {
+                reasons.append("it waits for its account \(account) to be the current one (config account)")
+            }
         }
+        if e.state == .queued, e.reason == HoldReason.wifi.rawValue { reasons.append("it is waiting for Wi-Fi") }
         if project.definitions.definitions[e.key] == nil { reasons.append("no definition has its key \(e.key): its outcome will wait (unhandled-key)") }
         if reasons.isEmpty { reasons.append("nothing holds it: the next `outbox run` sends it") }
         if i.json {

@@ -78,6 +78,9 @@ package struct Config: Sendable {
     package var hookTimeoutMs: Int64?
     /// nil means the built-in check.
     package var wifiCheck: CommandSpec?
+    /// How long a Wi-Fi check's answer holds: the check runs at most once per interval for
+    /// the whole queue.
+    package var wifiIntervalMs: Int64 = 30_000
     package var connectTimeoutMs: Int64 = 30_000
     package var stallBelowBytes: Int64 = 1024
     package var stallForMs: Int64 = 60_000
@@ -174,7 +177,8 @@ package struct Config: Sendable {
             if let v = reader.duration(h["warn_after"], "hooks.warn_after") { hookWarnAfterMs = v }
             if let t = h["timeout"], t.scalar != .null { hookTimeoutMs = reader.duration(t, "hooks.timeout") }
         }
-        if let n = f["network"], let net = reader.fields(n, allowed: ["wifi_check"], context: "network") {
+        if let n = f["network"], let net = reader.fields(n, allowed: ["wifi_check", "wifi_interval"], context: "network") {
+            if let v = reader.duration(net["wifi_interval"], "network.wifi_interval") { wifiIntervalMs = max(1, v) }
             if let w = net["wifi_check"], w.scalar != .string("builtin") {
                 wifiCheck = reader.command(w, "network.wifi_check")
             }

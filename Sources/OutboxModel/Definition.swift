@@ -27,6 +27,14 @@ package enum ResponseMode: Sendable, Equatable {
 
 /// One kind of request (a file in `definitions/`; fields in docs/definitions.md).
 package struct Definition: Sendable {
+    /// Why `key` cannot name a definition (empty, spaces or control characters), or nil.
+    package static func keyProblem(_ key: String) -> String? {
+        if key.isEmpty || key.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
+            return "key must be a non-empty name without spaces"
+        }
+        return nil
+    }
+
     package var key: String
     package var file: String
     /// The `request` section as a template tree; nil when `request_command` builds it.
@@ -131,9 +139,7 @@ extension Definition {
             return nil
         }
         guard let key = reader.string(keyNode, "key") else { return nil }
-        if key.isEmpty || key.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
-            reader.error(keyNode.mark, "key must be a non-empty name without spaces")
-        }
+        if let problem = Definition.keyProblem(key) { reader.error(keyNode.mark, problem) }
         var d = Definition(key: key, file: reader.path)
         d.requestCommand = reader.command(f["request_command"], "request_command")
         if let r = f["request"] {

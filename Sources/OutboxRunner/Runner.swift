@@ -43,6 +43,11 @@ package final class Runner {
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
     var settledUnhandled = false
     var lastAuthRefresh: Int64 = -60_000
+    /// The Wi-Fi check's last answer, shared by every wifi-only entry.
+    var wifiGate: WifiGate
+    /// Settles of this turn, reported (state events, summary) once the store has applied
+    /// them: a settle that another process's cancel beat is reported as that cancel.
+    var pendingSettles: [(entry: Entry, state: EntryState, reason: String?)] = []
     var requestIDs = FastRandom()
 
     var summary = RunSummary()
@@ -61,6 +66,7 @@ package final class Runner {
         self.emit = emit
         self.writeLog = log
         lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))")
+        wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         scheduler = Scheduler(limits: SchedulerLimits(concurrency: config.concurrency, perHost: config.perHost,
                                                       partConcurrency: config.partConcurrency))
         factory = EntryFactory(config: config, environment: environment, cwd: cwd) { [definitions] (key: String) throws(OutboxError) in
@@ -95,6 +101,8 @@ package final class Runner {
         }
 
         var shutdown = Shutdown(startedAt: started, graceMs: options.graceMs, maxTimeMs: options.maxTimeMs)
+        // A drain's horizon is fixed now: retries and delays cannot push it on forever.
+        let horizonEnd = Identifiers.nowMs() + options.horizonMs
         var events: [RunnerEvent] = []
         while true {
             // Results of the last wait become changes, committed with this turn's claims.
@@ -123,8 +131,8 @@ package final class Runner {
             try flush(now: now)
 
             if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && delivery.hooksRunning.isEmpty {
-                let due = try store.nextDueTime(deliverableKeys: Set(definitions.definitions.keys))
-                if Scheduler.drainIsOver(nextDue: due, now: now, horizonMs: options.horizonMs) { break }
+                let due = try store.dueTimes(deliverableKeys: Set(definitions.definitions.keys))
+                if Scheduler.drainIsOver(due: due, now: now, horizonEnd: horizonEnd) { break }
             }
             progressDisplay?.draw(summary: summary, flights: flights.byToken.count, running: flights.running.count)
 
@@ -168,7 +176,8 @@ package final class Runner {
         guard !changes.isEmpty else { return }
         let batch = changes
         changes.removeAll()
-        try store.apply(batch, by: lease, now: now)
+        let applied = try store.apply(batch, by: lease, now: now)
+        reportSettles(fencedOut: applied.fencedOut)
         // What was committed can make entries due (follow-ups, requeues) and outcomes deliverable.
         readAhead.exhausted = false
         delivery.due = true

@@ -35,6 +35,9 @@ package enum RunnerChange: Sendable {
     case attempt(entryID: String, generation: Int64, at: Int64, payload: JSON, requestID: String)
     case reschedule(entryID: String, nextAttemptAt: Int64, reason: String?)
     case park(entryID: String)
+    /// A queued entry the runner looked at and may not send now (off Wi-Fi, no account):
+    /// it stays queued, not due before `until`, with the reason `list` and `explain` show.
+    case hold(entryID: String, until: Int64, reason: HoldReason)
     case requeue(entryID: String)
     case progress(entryID: String, bytesSent: Int64)
     case partAccepted(entrySeq: Int64, index: Int, status: Int, headers: JSON)
@@ -44,4 +47,33 @@ package enum RunnerChange: Sendable {
     case cancelScope(scope: String, afterSeq: Int64, payloadFor: @Sendable (Entry) -> (JSON, Bool))
     /// An entry dropped without an outcome to deliver (other-account).
     case drop(entryID: String, reason: String)
+}
+
+/// Why a queued entry waits that no retry or pause explains. A drain does not wait for
+/// held entries: like a pause, only something outside the run releases them.
+package enum HoldReason: String, Sendable, CaseIterable {
+    case wifi = "waiting for Wi-Fi"
+    case account = "waiting for its account"
+}
+
+/// What `apply` did that its caller cannot know in advance.
+package struct AppliedChanges: Sendable, Equatable {
+    /// Entries whose settle changed nothing: another process cancelled or replaced them
+    /// first, so their outcome is not journaled and their follow-ups not enqueued.
+    package var fencedOut: Set<String> = []
+
+    package init(fencedOut: Set<String> = []) { self.fencedOut = fencedOut }
+}
+
+/// When work comes due, for a drain to decide whether to wait for it.
+package struct DueTimes: Sendable, Equatable {
+    /// The earliest attempt, hold end or hook delivery.
+    package var any: Int64?
+    /// The earliest work never tried: an entry with no attempt yet, an outcome never delivered.
+    package var fresh: Int64?
+
+    package init(any: Int64?, fresh: Int64?) {
+        self.any = any
+        self.fresh = fresh
+    }
 }

@@ -88,6 +88,32 @@ extension SQLiteStore {
         return cancelled
     }
 
+    /// `outbox retry`: entries due now, backoff reset (see `Store.retry`). An expired entry
+    /// gets its lifetime again from now, or it would expire again at once.
+    package func retry(ids: [String]?, key: String?, errors: Bool, now: Int64) throws(OutboxError) -> [String] {
+        try db.transaction { () throws(OutboxError) -> [String] in
+            var entries: [Entry] = []
+            if let ids {
+                for id in ids { if let e = try entry(id: id) { entries.append(e) } }
+            } else if let key {
+                entries = try list(ListFilter(key: key))
+            } else if errors {
+                entries = try list(ListFilter(state: EntryState.error.rawValue))
+            }
+            var retried: [String] = []
+            for e in entries where [.queued, .awaitingAuth, .error].contains(e.state) {
+                var expiresAt = e.expiresAt
+                if let expiry = e.expiresAt, expiry <= now { expiresAt = now + max(0, expiry - e.createdAt) }
+                try db.run("""
+                    UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, expires_at = ?, updated_at = ?
+                    WHERE seq = ? AND generation = ?
+                    """, [.int(now), .optional(expiresAt), .int(now), .int(e.seq), .int(e.generation)])
+                retried.append(e.id)
+            }
+            return retried
+        }
+    }
+
     /// `outbox headers update`: merges a patch into every entry (and its parts), bumps the
     /// header generation and resumes awaiting-auth entries. Returns the new generation.
     package func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {

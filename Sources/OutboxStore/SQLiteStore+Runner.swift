@@ -46,27 +46,38 @@ extension SQLiteStore {
         return Dictionary(rows, uniquingKeysWith: { first, _ in first })
     }
 
-    /// The earliest time something becomes due (an attempt, a hold, or a hook delivery).
-    package func nextDueTime(deliverableKeys: Set<String>) throws(OutboxError) -> Int64? {
-        var times: [Int64] = []
+    /// When something becomes due (see `Store.dueTimes`).
+    package func dueTimes(deliverableKeys: Set<String>) throws(OutboxError) -> DueTimes {
+        var any: [Int64] = []
+        var fresh: [Int64] = []
         if try setting(Self.queuePausedSetting) != "1" {
             let paused = try pausedKeys()
+            let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
             let rows = try db.query("""
-                SELECT key, MAX(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)) FROM entries
-                WHERE state = 'queued' AND waits_for_delivery = 0
-                """) { ($0.text(0), $0.int(1)) }
-            times += rows.filter { !paused.contains($0.0) }.map(\.1)
+                SELECT key, MAX(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)), attempts FROM entries
+                WHERE state = 'queued' AND waits_for_delivery = 0 AND (reason IS NULL OR reason NOT IN (SELECT value FROM json_each(?)))
+                """, [.text(held)]) { ($0.text(0), $0.int(1), $0.int(2)) }
+            for (key, due, attempts) in rows where !paused.contains(key) {
+                any.append(due)
+                if attempts == 0 { fresh.append(due) }
+            }
         }
-        let outcomes = try db.query("SELECT key, COALESCE(next_delivery_at, 0) FROM outcomes WHERE acknowledged = 0") { ($0.text(0), $0.int(1)) }
-        times += outcomes.filter { deliverableKeys.contains($0.0) }.map(\.1)
-        return times.min()
+        let outcomes = try db.query("SELECT key, COALESCE(next_delivery_at, 0), deliveries FROM outcomes WHERE acknowledged = 0") {
+            ($0.text(0), $0.int(1), $0.int(2))
+        }
+        for (key, due, deliveries) in outcomes where deliverableKeys.contains(key) {
+            any.append(due)
+            if deliveries == 0 { fresh.append(due) }
+        }
+        return DueTimes(any: any.min(), fresh: fresh.min())
     }
 
     /// Applies runner changes in one transaction. Follow-ups are staged first; files of
     /// forgotten entries are removed after the commit.
     /// The lease is not compared: one runner holds an SQLite store at a time (the lock file),
     /// and each change is fenced by the entry's state and generation instead.
-    package func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) {
+    @discardableResult
+    package func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) -> AppliedChanges {
         let followUps = changes.flatMap { change -> [NewEntry] in
             if case let .settle(s) = change { return s.followUps }
             return []
@@ -78,6 +89,7 @@ extension SQLiteStore {
         var kept: [NewEntry] = []
         var keptStaged = StagedBatch()
         var dropped: [StagedBody] = []
+        var result = AppliedChanges()
         do throws(OutboxError) {
             try db.transaction { () throws(OutboxError) in
                 var offset = 0
@@ -96,6 +108,7 @@ extension SQLiteStore {
                         keptStaged.internals += staged.internals[range]
                     } else {
                         dropped += staged.bodies[range]
+                        result.fencedOut.insert(settlement.entryID)
                     }
                 }
                 if !kept.isEmpty {
@@ -109,6 +122,7 @@ extension SQLiteStore {
         staging.afterCommit(keptStaged.bodies)
         for s in dropped { staging.rollback(s) }
         finishForget(remove)
+        return result
     }
 
     private func apply(_ change: RunnerChange, now: Int64) throws(OutboxError) -> [String] {
@@ -134,6 +148,9 @@ extension SQLiteStore {
                 UPDATE entries SET state = 'queued', next_attempt_at = ?, reason = ?, lease_owner = NULL, updated_at = ?
                 WHERE id = ? AND state = 'running'
                 """, [.int(next), .optional(reason), .int(now), .text(id)])
+        case let .hold(id, until, reason):
+            try db.run("UPDATE entries SET next_attempt_at = ?, reason = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
+                       [.int(until), .text(reason.rawValue), .int(now), .text(id)])
         case let .park(id):
             try db.run("UPDATE entries SET state = 'awaiting-auth', reason = 'auth', lease_owner = NULL, updated_at = ? WHERE id = ? AND state = 'running'",
                        [.int(now), .text(id)])

@@ -41,6 +41,11 @@ package protocol Store: AnyObject {
     /// Live entries settle cancelled and are forgotten; settled ones are forgotten with
     /// their unacknowledged outcomes. Unknown ids are not errors. Returns the ids cancelled.
     func cancel(ids: [String]?, key: String?, now: Int64) throws(OutboxError) -> [String]
+    /// Puts entries back in the queue due now with their backoff reset: queued and
+    /// awaiting-auth ones by id or key, and error ones reopened as a same-body enqueue would
+    /// (by id, key, or all with `errors`). Running and settled entries are left alone;
+    /// unknown ids are not errors. Returns the ids put back.
+    func retry(ids: [String]?, key: String?, errors: Bool, now: Int64) throws(OutboxError) -> [String]
     /// Merges a header patch into every entry, bumps the header generation and resumes
     /// awaiting-auth entries. Returns the new generation.
     func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64
@@ -60,14 +65,15 @@ package protocol Store: AnyObject {
     /// For each of these entries still running, its generation (absent: cancelled,
     /// replaced or settled by someone else).
     func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64]
-    /// The earliest time something becomes due: an attempt, a hold, or a hook delivery
-    /// for one of `deliverableKeys`.
-    func nextDueTime(deliverableKeys: Set<String>) throws(OutboxError) -> Int64?
+    /// When something becomes due: an attempt, a hold, or a hook delivery for one of
+    /// `deliverableKeys`. Paused and held (`HoldReason`) entries do not count.
+    func dueTimes(deliverableKeys: Set<String>) throws(OutboxError) -> DueTimes
     /// Applies a runner's changes in one transaction (claims, attempts, settles with their
     /// outcomes and follow-ups). `lease` is the runner's: a store shared by several runners
     /// applies a change to an entry only while that runner's claim on it holds. Nil: the
     /// caller is the only runner (the SQLite store's lock guarantees it).
-    func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError)
+    @discardableResult
+    func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) -> AppliedChanges
     /// Marks outcomes whose key is not in `keys` as unhandled-key (never dropped).
     func markUnhandled(keys: Set<String>) throws(OutboxError)
     /// Maintenance after a run (folding SQLite's write-ahead log back, for example).
@@ -160,7 +166,8 @@ package struct PendingTotals: Sendable, Equatable {
 
 extension Store {
     /// Applies changes as the only runner of the store (no lease to check).
-    package func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError) {
+    @discardableResult
+    package func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError) -> AppliedChanges {
         try apply(changes, by: nil, now: now)
     }
 }

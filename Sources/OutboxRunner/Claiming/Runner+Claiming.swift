@@ -17,24 +17,33 @@ extension Runner {
         try dropWithdrawnStandby()
     }
 
-    /// A standby request is not sent when, since its claim, another process cancelled or
-    /// replaced its entry (the entry leaves the runner) or paused its key or the queue (the
-    /// entry goes back to the queue): it is aborted on the curl thread.
+    /// What another process did to entries this runner holds. A cancelled one (its row is
+    /// gone) stops at once: its transfer or parts in flight are aborted, and it is reported
+    /// cancelled, with no outcome and no hook. A standby request whose key or queue was
+    /// paused is withdrawn and its entry goes back to the queue; transfers already sending
+    /// finish.
     func dropWithdrawnStandby() throws(OutboxError) {
-        guard !flights.standby.isEmpty else { return }
-        let held = flights.standby.compactMap { transferID, token in
-            flights.byToken[token].flatMap { flights.running[$0.entryID] }.map { (transferID, $0) }
-        }
-        let current = try store.runningGenerations(seqs: held.map(\.1.seq))
-        for (transferID, entry) in held {
+        guard !flights.running.isEmpty else { return }
+        let held = Array(flights.running.values)
+        let current = try store.runningGenerations(seqs: held.map(\.seq))
+        let standbyByEntry = Dictionary(flights.standby.compactMap { transferID, token in
+            flights.byToken[token].map { ($0.entryID, transferID) }
+        }, uniquingKeysWith: { first, _ in first })
+        for entry in held {
             if current[entry.seq] != entry.generation {
-                flights.withdrawn[entry.id] = false
-            } else if control.isPaused(key: entry.key) {
+                guard flights.withdrawn[entry.id] == nil, flights.partJobs[entry.id]?.failed != true else { continue }
+                reportCancelled(entry)
+                if entry.isChunked {
+                    stopParts(entry.id)
+                    releaseStoppedParts(entry.id)
+                } else {
+                    flights.withdrawn[entry.id] = false
+                    for flight in flights.byToken.values where flight.entryID == entry.id { http?.cancel(flight.transferID) }
+                }
+            } else if control.isPaused(key: entry.key), let transferID = standbyByEntry[entry.id] {
                 flights.withdrawn[entry.id] = true
-            } else {
-                continue
+                http?.cancel(transferID)
             }
-            http?.cancel(transferID)
         }
     }
 
@@ -64,7 +73,8 @@ extension Runner {
         try fillReadAhead(capacity: capacity, now: now)
         guard !readAhead.ready.isEmpty else { return }
         var checks = ClaimChecks(now: now, control: control, currentAccount: factory.account(), busyScopes: flights.busyScopes)
-        checks.onWifi = { [self] in onWifi() }
+        checks.onWifi = { [self] in wifiGate.isOnWifi(now: now, check: onWifi) }
+        checks.wifiRecheckAt = wifiGate.nextCheck(now: now)
         checks.payloadProblem = { [self] in payloadProblem($0) }
         let plan = scheduler.claims(readAhead.ready, slots: &slots, checks: checks)
         flights.slots.hostLoad = slots.hostLoad
@@ -85,8 +95,10 @@ extension Runner {
                 changes.append(.drop(entryID: entry.id, reason: "other-account"))
                 emitState(entry, state: .cancelled, reason: "other-account")
                 summary.cancelled += 1
-            case let .waitForWifi(until):
-                changes.append(.reschedule(entryID: entry.id, nextAttemptAt: until, reason: "wifi"))
+            case let .holdBack(reason, until):
+                // Until the next Wi-Fi check, not a fixed delay.
+                let at = reason == .wifi ? wifiGate.nextCheck(now: now) : until
+                changes.append(.hold(entryID: entry.id, until: max(at, now + 1), reason: reason))
             case let .fileProblem(problem):
                 settleError(entry, kind: .file, message: problem, state: .error, reason: "file")
             }

@@ -18,7 +18,7 @@ extension Runner {
                 continue
             }
             let decision = scheduler.nextParts(of: entry, parts: job.parts, inFlight: job.inFlight, hostLoad: flights.slots.hostLoad,
-                                               now: now, payloadProblem: { payloadProblem(entry) })
+                                               now: now, stop: partStop(entry, now: now), payloadProblem: { payloadProblem(entry) })
             switch decision {
             case .complete:
                 flights.partJobs[id] = nil
@@ -30,6 +30,17 @@ extension Runner {
             case let .fileProblem(problem):
                 stopParts(id)
                 settleError(entry, kind: .file, message: problem, state: .error, reason: "file")
+            case .stop(.paused):
+                // Accepted parts are kept; the rest is sent after `outbox resume`.
+                flights.partJobs[id] = nil
+                flights.running[id] = nil
+                changes.append(.requeue(entryID: id))
+                emitState(entry, state: .paused, reason: nil)
+            case let .stop(.held(reason, until)):
+                flights.partJobs[id] = nil
+                flights.running[id] = nil
+                changes.append(.reschedule(entryID: id, nextAttemptAt: until, reason: reason.rawValue))
+                emitState(entry, state: .queued, reason: reason.rawValue)
             case let .send(indexes, giveBackUntil):
                 for index in indexes {
                     guard let part = job.parts.first(where: { $0.index == index }) else { continue }
@@ -45,6 +56,16 @@ extension Runner {
                 }
             }
         }
+    }
+
+    /// Why no more parts of this entry may start now: a pause seen since its claim, or Wi-Fi
+    /// gone for a wifi-only entry (checked between parts, at most once per interval).
+    func partStop(_ entry: Entry, now: Int64) -> PartStop? {
+        if control.isPaused(key: entry.key) { return .paused }
+        if entry.request.wifiOnly ?? control.wifiOnly, !wifiGate.isOnWifi(now: now, check: onWifi) {
+            return .held(.wifi, until: max(now + 1, wifiGate.nextCheck(now: now)))
+        }
+        return nil
     }
 
     func partFinished(_ entry: Entry, index: Int, klass: AttemptOutcomeClass, result: HTTPResult, now: Int64) throws(OutboxError) {

@@ -53,6 +53,12 @@ extension Runner {
         }
         let now = Identifiers.nowMs()
         summary.bytesSent += result.bytesSent
+        if withdrawal == false {
+            // Cancelled by another process while in flight: the cancel was recorded first and
+            // wins, whatever came back (it was reported when it was noticed).
+            flights.running[entry.id] = nil
+            return
+        }
         if result.failure?.kind == .aborted {
             // Stopped by us (grace over, or withdrawn): not an attempt result; the entry goes
             // back to the queue when the run ends, or now if it was paused, or is dropped.

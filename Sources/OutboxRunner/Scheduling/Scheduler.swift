@@ -34,6 +34,8 @@ struct ClaimChecks {
     var busyScopes: Set<String> = []
     /// Whether the machine is on Wi-Fi; asked at most once per plan.
     var onWifi: () -> Bool = { true }
+    /// When an entry held for Wi-Fi is looked at again (the next check of the Wi-Fi gate).
+    var wifiRecheckAt: Int64 = 0
     /// Why the entry's bytes cannot be sent (a staged file gone, a referenced file changed), or nil.
     var payloadProblem: (Entry) -> String? = { _ in nil }
 }
@@ -50,8 +52,9 @@ enum ClaimDecision: Equatable {
     case expire
     /// Enqueued by another account than the current one: dropped.
     case dropOtherAccount(current: String)
-    /// It may only be sent on Wi-Fi, and the machine is not: it waits until `until`.
-    case waitForWifi(until: Int64)
+    /// It may not be sent now (off Wi-Fi; its account is not the current one yet): it
+    /// stays queued, held back until `until`, with the reason `list` and `explain` show.
+    case holdBack(HoldReason, until: Int64)
     /// Its body cannot be sent: it settles error, kind `file`.
     case fileProblem(String)
 }
@@ -79,9 +82,20 @@ enum PartDecision: Equatable {
     case expire
     /// Its file cannot be sent.
     case fileProblem(String)
+    /// No part may start now (a pause, a hold) and none is in flight: the entry gives its slot back.
+    case stop(PartStop)
     /// Start these parts (by index, in order); then, when every slot waits for a retry,
     /// give the entry's slot back until `giveBackUntil`.
     case send(parts: [Int], giveBackUntil: Int64?)
+}
+
+/// Why a running chunked entry starts no more parts; parts in flight finish, and their
+/// acceptance is kept.
+enum PartStop: Equatable {
+    /// Its key or the queue was paused: it goes back to the queue (shown paused).
+    case paused
+    /// Off Wi-Fi: it waits in the queue until `until`.
+    case held(HoldReason, until: Int64)
 }
 
 /// Decides which entries and parts go now. A pure value: it reads the queue as the
@@ -105,8 +119,8 @@ struct Scheduler {
 
     /// An entry whose expiry is nearer than this only takes a free slot.
     static let standbyExpiryMarginMs: Int64 = 600_000
-    /// How long an entry waiting for Wi-Fi stays out of the queue before it is checked again.
-    static let wifiRecheckMs: Int64 = 30_000
+    /// How long an entry waiting for its account stays out of the queue before it is looked at again.
+    static let accountRecheckMs: Int64 = 30_000
 
     /// Decides the entries at the front of `ready`, updating `slots` for those that start.
     func claims(_ ready: ArraySlice<Entry>, slots: inout SlotState, checks: ClaimChecks) -> ClaimPlan {
@@ -158,12 +172,14 @@ struct Scheduler {
             return .hold
         }
         if Expiry.isExpired(now: checks.now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) { return .expire }
-        if let account = entry.account, let current = checks.currentAccount, account != current {
-            return .dropOtherAccount(current: current)
+        if let account = entry.account {
+            // Sent only while its own account is current; with none yet it waits, it is not lost.
+            guard let current = checks.currentAccount else { return .holdBack(.account, until: checks.now + Self.accountRecheckMs) }
+            if account != current { return .dropOtherAccount(current: current) }
         }
         if entry.request.wifiOnly ?? checks.control.wifiOnly {
             if wifi == nil { wifi = checks.onWifi() }
-            if wifi == false { return .waitForWifi(until: checks.now + Self.wifiRecheckMs) }
+            if wifi == false { return .holdBack(.wifi, until: max(checks.now + 1, checks.wifiRecheckAt)) }
         }
         if let problem = checks.payloadProblem(entry) { return .fileProblem(problem) }
         return .start(host: host, standby: standby)
@@ -203,10 +219,11 @@ struct Scheduler {
     /// retry in place would: when the server is down, `part_concurrency` parts fail and
     /// wait, not every part once.
     func nextParts(of entry: Entry, parts: [StoredPart], inFlight: Set<Int>, hostLoad: [String: Int], now: Int64,
-                   payloadProblem: () -> String?) -> PartDecision {
+                   stop: PartStop? = nil, payloadProblem: () -> String?) -> PartDecision {
         let pending = parts.filter { !$0.accepted && !inFlight.contains($0.index) }
         if pending.isEmpty && inFlight.isEmpty { return .complete }
         if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) { return .expire }
+        if let stop { return inFlight.isEmpty ? .stop(stop) : .send(parts: [], giveBackUntil: nil) }
         let due = pending.filter { ($0.nextAttemptAt ?? 0) <= now }
         let waiting = pending.count - due.count
         var free = limits.partConcurrency - inFlight.count - waiting
@@ -228,9 +245,33 @@ struct Scheduler {
         return .send(parts: start, giveBackUntil: giveBack)
     }
 
-    /// Whether `run --drain` is done: nothing due within the horizon.
-    static func drainIsOver(nextDue: Int64?, now: Int64, horizonMs: Int64) -> Bool {
-        guard let nextDue else { return true }
-        return nextDue > now + horizonMs
+    /// Whether `run --drain` is done. The horizon is fixed when the drain starts, so retries
+    /// and delays cannot keep a drain going forever; work never tried that is due now
+    /// (follow-ups and outcomes this run created) is still done.
+    static func drainIsOver(due: DueTimes, now: Int64, horizonEnd: Int64) -> Bool {
+        if let fresh = due.fresh, fresh <= now { return false }
+        guard let any = due.any else { return true }
+        return any > horizonEnd
     }
+}
+
+/// The Wi-Fi check, asked at most once per interval for the whole queue: a check can be a
+/// plugin process, and a queue of held entries must not start one per entry per turn.
+struct WifiGate: Equatable {
+    let intervalMs: Int64
+    private(set) var checkedAt: Int64?
+    private(set) var onWifi = false
+
+    init(intervalMs: Int64) { self.intervalMs = intervalMs }
+
+    /// The last answer while it is younger than the interval, or a new one from `check`.
+    mutating func isOnWifi(now: Int64, check: () -> Bool) -> Bool {
+        if let checkedAt, now - checkedAt < intervalMs, now >= checkedAt { return onWifi }
+        onWifi = check()
+        checkedAt = now
+        return onWifi
+    }
+
+    /// When the next check may run.
+    func nextCheck(now: Int64) -> Int64 { checkedAt.map { max(now, $0 + intervalMs) } ?? now }
 }

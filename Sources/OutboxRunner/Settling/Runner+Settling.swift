@@ -110,9 +110,29 @@ extension Runner {
                                     outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)
         settlement.snapshot = entry
         changes.append(.settle(settlement))
-        emitState(entry, state: state, reason: reason)
-        // A completed entry whose response could not be parsed still counts as completed.
-        if state == .completed { summary.completed += 1 } else { summary.errors += 1 }
+        pendingSettles.append((entry, state, reason))
+    }
+
+    /// Reports this turn's settles once the store applied them; one that another process's
+    /// cancel beat reports that cancel instead.
+    func reportSettles(fencedOut: Set<String>) {
+        let settled = pendingSettles
+        pendingSettles.removeAll()
+        for (entry, state, reason) in settled {
+            if fencedOut.contains(entry.id) {
+                reportCancelled(entry)
+                continue
+            }
+            emitState(entry, state: state, reason: reason)
+            // A completed entry whose response could not be parsed still counts as completed.
+            if state == .completed { summary.completed += 1 } else { summary.errors += 1 }
+        }
+    }
+
+    /// An entry another process cancelled while this runner held it.
+    func reportCancelled(_ entry: Entry) {
+        emitState(entry, state: .cancelled, reason: "user")
+        summary.cancelled += 1
     }
 
     /// Renders one `then` item with `outcome.*` and builds its entry.

@@ -17,6 +17,7 @@ struct SchedulerTests {
         var account: String?
         var busyScopes: Set<String> = []
         var onWifi = true
+        var wifiRecheckAt: Int64 = 0
         var fileProblems: [String: String] = [:]
         let entries: [Entry]
         /// One decision per entry looked at, in queue order.
@@ -60,15 +61,16 @@ struct SchedulerTests {
         ClaimCase(name: "another account's entry is dropped", account: "alice",
                   entries: [Sample.entry("e1", account: "bob"), Sample.entry("e2", account: "alice")],
                   expected: [.dropOtherAccount(current: "alice"), .start(host: a, standby: false)]),
-        ClaimCase(name: "with no current account, an account's entry is sent",
-                  entries: [Sample.entry("e1", account: "bob")], expected: [.start(host: a, standby: false)]),
-        ClaimCase(name: "a wifi-only entry waits off Wi-Fi; others go", onWifi: false,
+        ClaimCase(name: "with no current account, an account's entry waits and others go",
+                  entries: [Sample.entry("e1", account: "bob"), Sample.entry("e2")],
+                  expected: [.holdBack(.account, until: Sample.now + 30_000), .start(host: a, standby: false)]),
+        ClaimCase(name: "a wifi-only entry waits off Wi-Fi until the next check; others go", onWifi: false, wifiRecheckAt: Sample.now + 5_000,
                   entries: [Sample.entry("w", wifiOnly: true), Sample.entry("any")],
-                  expected: [.waitForWifi(until: Sample.now + 30_000), .start(host: a, standby: false)]),
+                  expected: [.holdBack(.wifi, until: Sample.now + 5_000), .start(host: a, standby: false)]),
         ClaimCase(name: "the queue's wifi-only applies unless the entry says otherwise",
                   control: QueueControl(wifiOnly: true), onWifi: false,
                   entries: [Sample.entry("inherits"), Sample.entry("own", wifiOnly: false)],
-                  expected: [.waitForWifi(until: Sample.now + 30_000), .start(host: a, standby: false)]),
+                  expected: [.holdBack(.wifi, until: Sample.now + 1), .start(host: a, standby: false)]),
         ClaimCase(name: "on Wi-Fi a wifi-only entry goes", entries: [Sample.entry("w", wifiOnly: true)],
                   expected: [.start(host: a, standby: false)]),
         ClaimCase(name: "a missing or changed file settles error", fileProblems: ["f": "the staged payload /x is missing"],
@@ -93,6 +95,7 @@ struct SchedulerTests {
         var slots = SlotState(entriesInFlight: c.inFlight, standby: c.standby, hostLoad: c.hostLoad)
         var checks = ClaimChecks(now: Sample.now, control: c.control, currentAccount: c.account, busyScopes: c.busyScopes)
         checks.onWifi = { c.onWifi }
+        checks.wifiRecheckAt = c.wifiRecheckAt
         checks.payloadProblem = { c.fileProblems[$0.id] }
         let plan = scheduler.claims(ArraySlice(c.entries), slots: &slots, checks: checks)
         #expect(plan.decisions.map(\.decision) == c.expected)
@@ -172,6 +175,7 @@ struct SchedulerTests {
         var hostLoad: [String: Int] = [:]
         var expiresIn: Int64?
         var fileProblem: String?
+        var stop: PartStop?
         let parts: [StoredPart]
         var inFlight: Set<Int> = []
         let expected: PartDecision
@@ -203,6 +207,15 @@ struct SchedulerTests {
         PartCase(name: "expired before every part was accepted", expiresIn: -1, parts: [Sample.part(0)], expected: .expire),
         PartCase(name: "the file is checked before a part is sent", fileProblem: "changed", parts: [Sample.part(0)],
                  expected: .fileProblem("changed")),
+        PartCase(name: "paused: no new part starts while parts are in flight", stop: .paused, parts: (0..<3).map { Sample.part($0) },
+                 inFlight: [0], expected: .send(parts: [], giveBackUntil: nil)),
+        PartCase(name: "paused and nothing in flight: the entry stops", stop: .paused, parts: [Sample.part(0, accepted: true), Sample.part(1)],
+                 expected: .stop(.paused)),
+        PartCase(name: "off Wi-Fi between parts: the entry waits for the next check",
+                 stop: .held(.wifi, until: Sample.now + 30_000), parts: [Sample.part(0, accepted: true), Sample.part(1)],
+                 expected: .stop(.held(.wifi, until: Sample.now + 30_000))),
+        PartCase(name: "a stop does not hold back a finished upload", stop: .paused, parts: [Sample.part(0, accepted: true)],
+                 expected: .complete),
         PartCase(name: "the file is not checked when no part is due", fileProblem: "changed", parts: [Sample.part(0, retryIn: 100)],
                  expected: .send(parts: [], giveBackUntil: Sample.now + 100)),
     ]
@@ -212,19 +225,42 @@ struct SchedulerTests {
         let scheduler = Scheduler(limits: SchedulerLimits(concurrency: 4, perHost: c.perHost, partConcurrency: c.partConcurrency))
         let entry = Sample.entry("c", chunked: true, expiresIn: c.expiresIn)
         let decision = scheduler.nextParts(of: entry, parts: c.parts, inFlight: c.inFlight, hostLoad: c.hostLoad, now: Sample.now,
-                                           payloadProblem: { c.fileProblem })
+                                           stop: c.stop, payloadProblem: { c.fileProblem })
         #expect(decision == c.expected)
     }
 
     // MARK: Drain
 
+    static let horizonEnd = Sample.now + 10_000
+
     @Test(arguments: [
-        (nil, false, "nothing due at all"),
-        (Sample.now, true, "due now"),
-        (Sample.now + 10_000, true, "due at the horizon"),
-        (Sample.now + 10_001, false, "due past the horizon"),
-    ] as [(Int64?, Bool, String)])
-    func drainKeepsGoingWhileWorkIsDueWithinTheHorizon(nextDue: Int64?, keepsGoing: Bool, _ label: String) {
-        #expect(Scheduler.drainIsOver(nextDue: nextDue, now: Sample.now, horizonMs: 10_000) == !keepsGoing, "\(label)")
+        (DueTimes(any: nil, fresh: nil), Sample.now, true, "nothing due at all"),
+        (DueTimes(any: Sample.now, fresh: nil), Sample.now, false, "a retry due now, within the horizon"),
+        (DueTimes(any: horizonEnd, fresh: nil), Sample.now, false, "a retry due at the horizon"),
+        (DueTimes(any: horizonEnd + 1, fresh: nil), Sample.now, true, "a retry due past the horizon"),
+        (DueTimes(any: horizonEnd + 5, fresh: nil), horizonEnd + 10, true, "a retry due now, but past the horizon fixed at the start"),
+        (DueTimes(any: horizonEnd + 5, fresh: horizonEnd + 5), horizonEnd + 10, false, "new work due now, created by this run"),
+        (DueTimes(any: horizonEnd + 50, fresh: horizonEnd + 50), horizonEnd + 10, true, "new work due later, past the horizon"),
+    ] as [(DueTimes, Int64, Bool, String)])
+    func aDrainEndsAtAHorizonFixedWhenItStarts(due: DueTimes, now: Int64, over: Bool, _ label: String) {
+        #expect(Scheduler.drainIsOver(due: due, now: now, horizonEnd: Self.horizonEnd) == over, "\(label)")
+    }
+
+    // MARK: Wi-Fi gate
+
+    @Test func theWifiCheckRunsOncePerIntervalForTheWholeQueue() {
+        var gate = WifiGate(intervalMs: 30_000)
+        var checks = 0
+        let answer = { () -> Bool in checks += 1; return false }
+        #expect(gate.nextCheck(now: 100) == 100)
+        #expect(gate.isOnWifi(now: 100, check: answer) == false)
+        #expect(gate.isOnWifi(now: 29_999, check: answer) == false)
+        #expect(checks == 1)
+        #expect(gate.nextCheck(now: 200) == 30_100)
+        #expect(gate.isOnWifi(now: 30_100, check: { checks += 1; return true }) == true)
+        #expect(checks == 2)
+        // A clock that went back cannot keep an old answer forever.
+        #expect(gate.isOnWifi(now: 50, check: { checks += 1; return false }) == false)
+        #expect(checks == 3)
     }
 }

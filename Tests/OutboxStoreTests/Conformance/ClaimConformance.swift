@@ -147,39 +147,118 @@ extension StoreConformance {
 
         // The earliest hold of a queued entry is when something is next due.
         @Test(arguments: StoreUnderTest.all)
-        func nextDueTimeIsTheEarliestHold(_ sut: StoreUnderTest) throws {
+        func dueTimesIsTheEarliestHold(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
-            #expect(try c.store.nextDueTime(deliverableKeys: ["note"]) == nil)
+            #expect(try c.store.dueTimes(deliverableKeys: ["note"]).any == nil)
             try c.enqueue("late", notBefore: t0 + 5_000)
             try c.enqueue("soon", notBefore: t0 + 3_000)
             try c.bring("running", to: .running)
             try c.bring("parked", to: .awaitingAuth)
-            #expect(try c.store.nextDueTime(deliverableKeys: []) == t0 + 3_000)
+            #expect(try c.store.dueTimes(deliverableKeys: []).any == t0 + 3_000)
             try c.enqueue("now")
-            #expect(try #require(try c.store.nextDueTime(deliverableKeys: [])) <= t0)
+            #expect(try #require(try c.store.dueTimes(deliverableKeys: []).any) <= t0)
         }
 
         // Held entries of a paused key or a paused queue are not due at any time.
         @Test(arguments: StoreUnderTest.all)
-        func nextDueTimeIgnoresPausedEntries(_ sut: StoreUnderTest) throws {
+        func dueTimesIgnoresPausedEntries(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
             try c.enqueue("n", notBefore: t0 + 1_000)
             try c.enqueue("t", "text", #"{"t": "x"}"#, notBefore: t0 + 2_000)
             try c.store.setPaused(keys: ["note"], paused: true)
-            #expect(try c.store.nextDueTime(deliverableKeys: []) == t0 + 2_000)
+            #expect(try c.store.dueTimes(deliverableKeys: []).any == t0 + 2_000)
             try c.store.setQueuePaused(true)
-            #expect(try c.store.nextDueTime(deliverableKeys: []) == nil)
+            #expect(try c.store.dueTimes(deliverableKeys: []).any == nil)
         }
 
         // A postponed delivery counts for the keys the runner can deliver, and only for them.
         @Test(arguments: StoreUnderTest.all)
-        func nextDueTimeCountsPostponedDeliveries(_ sut: StoreUnderTest) throws {
+        func dueTimesCountsPostponedDeliveries(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
             try c.bring("x", to: .error)
             try c.store.deliveryFailed(seq: try c.pending("x").seq, nextDeliveryAt: t0 + 8_000, reason: "hook exit 1")
             try c.enqueue("later", "text", #"{"t": "x"}"#, notBefore: t0 + 9_000)
-            #expect(try c.store.nextDueTime(deliverableKeys: ["note"]) == t0 + 8_000)
-            #expect(try c.store.nextDueTime(deliverableKeys: ["text"]) == t0 + 9_000)
+            #expect(try c.store.dueTimes(deliverableKeys: ["note"]).any == t0 + 8_000)
+            #expect(try c.store.dueTimes(deliverableKeys: ["text"]).any == t0 + 9_000)
+        }
+
+        // Work never tried (no attempt, no delivery) is due as fresh; a retry is not.
+        @Test(arguments: StoreUnderTest.all)
+        func dueTimesTellsFreshWorkFromRetries(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let held = try c.bring("retried", to: .running)
+            try c.store.apply([.attempt(entryID: "retried", generation: held.generation, at: t0, payload: .object([]), requestID: "r"),
+                               .reschedule(entryID: "retried", nextAttemptAt: t0 + 1_000, reason: "HTTP 503")], now: t0)
+            #expect(try c.store.dueTimes(deliverableKeys: []) == DueTimes(any: t0 + 1_000, fresh: nil))
+            try c.enqueue("new", notBefore: t0 + 2_000)
+            #expect(try c.store.dueTimes(deliverableKeys: []) == DueTimes(any: t0 + 1_000, fresh: t0 + 2_000))
+            try c.bring("done", to: .error)
+            #expect(try c.store.dueTimes(deliverableKeys: ["note"]).fresh == 0)
+        }
+
+        // A held entry (off Wi-Fi, no account) stays queued with its reason, is not due until
+        // its hold ends, and does not keep a drain waiting.
+        @Test(arguments: StoreUnderTest.all, HoldReason.allCases)
+        func aHeldEntryWaitsWithItsReason(_ sut: StoreUnderTest, _ reason: HoldReason) throws {
+            let c = try Conformance(sut)
+            try c.enqueue("w")
+            try c.store.apply([.hold(entryID: "w", until: t0 + 30_000, reason: reason)], now: t0)
+            let w = try c.get("w")
+            #expect(w.state == .queued)
+            #expect(w.reason == reason.rawValue)
+            #expect(w.nextAttemptAt == t0 + 30_000)
+            #expect(try c.store.dueEntries(now: t0 + 29_999, limit: 10, excluding: []).isEmpty)
+            #expect(try c.store.dueEntries(now: t0 + 30_000, limit: 10, excluding: []).map(\.id) == ["w"])
+            #expect(try c.store.dueTimes(deliverableKeys: []) == DueTimes(any: nil, fresh: nil))
+        }
+
+        // A hold applies only to a queued entry: a running one is the runner's.
+        @Test(arguments: StoreUnderTest.all)
+        func aHoldLeavesARunningEntryAlone(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.bring("r", to: .running)
+            try c.store.apply([.hold(entryID: "r", until: t0 + 30_000, reason: .wifi)], now: t0)
+            #expect(try c.get("r").state == .running)
+            #expect(try c.get("r").reason == nil)
+        }
+    }
+
+    /// `outbox retry`: due now with the backoff reset; error entries reopened.
+    struct Retry {
+        @Test(arguments: StoreUnderTest.all)
+        func retryPutsEntriesBackDueNow(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let held = try c.bring("backing-off", to: .running)
+            try c.store.apply([.attempt(entryID: "backing-off", generation: held.generation, at: t0, payload: .object([]), requestID: "r"),
+                               .reschedule(entryID: "backing-off", nextAttemptAt: t0 + 60_000, reason: "HTTP 503")], now: t0)
+            try c.bring("parked", to: .awaitingAuth)
+            try c.bring("failed", to: .error)
+            try c.bring("busy", to: .running)
+            let retried = try c.store.retry(ids: ["backing-off", "parked", "failed", "busy", "unknown"], key: nil, errors: false, now: t0 + 5)
+            #expect(retried == ["backing-off", "parked", "failed"])
+            for id in retried {
+                let e = try c.get(id)
+                #expect(e.state == .queued, "\(id)")
+                #expect(e.attempts == 0, "\(id)")
+                #expect(e.nextAttemptAt == t0 + 5, "\(id)")
+                #expect(e.reason == nil, "\(id)")
+            }
+            #expect(try c.get("busy").state == .running)
+            #expect(try c.store.dueEntries(now: t0 + 5, limit: 10, excluding: []).map(\.id) == ["backing-off", "parked", "failed"])
+            // The error outcome already journaled is still owed to its hook.
+            #expect(try c.store.unacknowledgedOutcomes().map(\.entryID) == ["failed"])
+        }
+
+        @Test(arguments: StoreUnderTest.all)
+        func retryByKeyAndOfErrors(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.bring("n1", to: .error)
+            try c.bring("t1", "text", #"{"t": "x"}"#, to: .error)
+            try c.enqueue("n2")
+            #expect(try c.store.retry(ids: nil, key: "note", errors: false, now: t0 + 1) == ["n1", "n2"])
+            #expect(try c.get("t1").state == .error)
+            #expect(try c.store.retry(ids: nil, key: nil, errors: true, now: t0 + 2) == ["t1"])
+            #expect(try c.store.retry(ids: nil, key: nil, errors: true, now: t0 + 3) == [])
         }
     }
 
