@@ -87,7 +87,7 @@ public final class TestHTTPServer: Sendable {
         set { core.state.withLock { $0.bodyCaptureLimit = newValue } }
     }
 
-    /// Clears scripts, records, `/seq` counters and the counters.
+    /// Clears scripts, records, `/seq` counters and the counters; holds stay as they are.
     public func reset() {
         core.state.withLock { $0.clear() }
     }
@@ -95,14 +95,75 @@ public final class TestHTTPServer: Sendable {
     /// Waits until at least `count` requests are recorded; false on timeout. A client error
     /// (reset, disconnect) can reach the client before the server records the request.
     @discardableResult
-    public func waitForRequests(count: Int, timeoutMs: Int = 5000) -> Bool {
+    public func waitForRequests(count: Int, timeoutMs: Int = 30_000) -> Bool {
+        waitBlocking(timeoutMs: timeoutMs) { $0.records.count >= count }
+    }
+
+    /// `waitForRequests` for async callers: polls without holding a thread of the pool.
+    @discardableResult
+    public func waitForRequests(count: Int, timeoutMs: Int = 30_000) async -> Bool {
+        await waitAsync(timeoutMs: timeoutMs) { $0.records.count >= count }
+    }
+
+    // MARK: - Holds
+
+    /// Lets requests waiting at the hold `name` (`TestResponse.hold`, `/hold/NAME/...`) go on,
+    /// oldest first: `count` of them, or with nil every one held now and every later one
+    /// (the hold stays open). A count larger than those held lets that many later arrivals
+    /// through at once. Returns how many held requests it let go.
+    @discardableResult
+    public func release(_ name: String, count: Int? = nil) -> Int {
+        core.state.withLock { $0.release(name, count: count) }
+    }
+
+    /// How many requests wait at the hold `name` now (a released one no longer counts, nor
+    /// one whose client went away).
+    public func heldCount(_ name: String) -> Int {
+        core.state.withLock { $0.holds[name]?.waiting.count ?? 0 }
+    }
+
+    /// Waits until at least `count` requests wait at the hold `name`; false on timeout.
+    @discardableResult
+    public func waitForHeld(_ name: String, count: Int = 1, timeoutMs: Int = 30_000) -> Bool {
+        waitBlocking(timeoutMs: timeoutMs) { ($0.holds[name]?.waiting.count ?? 0) >= count }
+    }
+
+    /// `waitForHeld` for async callers: polls without holding a thread of the pool.
+    @discardableResult
+    public func waitForHeld(_ name: String, count: Int = 1, timeoutMs: Int = 30_000) async -> Bool {
+        await waitAsync(timeoutMs: timeoutMs) { ($0.holds[name]?.waiting.count ?? 0) >= count }
+    }
+
+    private func waitBlocking(timeoutMs: Int, _ done: (ServerState) -> Bool) -> Bool {
         let deadline = monotonicMs() + Int64(timeoutMs)
         while true {
-            if core.state.withLock({ $0.records.count }) >= count { return true }
+            if core.state.withLock({ done($0) }) { return true }
             if monotonicMs() >= deadline { return false }
             usleep(2000)
         }
     }
+
+    private func waitAsync(timeoutMs: Int, _ done: (ServerState) -> Bool) async -> Bool {
+        let deadline = monotonicMs() + Int64(timeoutMs)
+        while true {
+            if core.state.withLock({ done($0) }) { return true }
+            // Checked once more after the deadline: a starved caller still sees the truth.
+            if monotonicMs() >= deadline { return core.state.withLock { done($0) } }
+            try? await Task.sleep(nanoseconds: 5_000_000)
+        }
+    }
+}
+
+/// One named hold: requests wait there until the test releases them.
+struct Hold {
+    /// Released for good: every request passes at once.
+    var open = false
+    /// Later arrivals that pass at once (a release counted more than were held).
+    var permits = 0
+    /// Tickets of the requests waiting, oldest first.
+    var waiting: [Int] = []
+    /// Tickets released whose connection has not picked that up yet.
+    var released: Set<Int> = []
 }
 
 /// One scripted path prefix: its steps and how many requests consumed them.
@@ -136,6 +197,9 @@ struct ServerState {
     var stopping = false
     var connections: [Int: ConnectionEntry] = [:]
     var acceptThread: pthread_t?
+    /// Left alone by `clear()`: a request held there must still be releasable.
+    var holds: [String: Hold] = [:]
+    var nextTicket = 0
 
     mutating func clear() {
         scripts = [:]
@@ -143,6 +207,45 @@ struct ServerState {
         sequences = [:]
         connectionsAccepted = 0
         expectContinueCount = 0
+    }
+
+    /// A request reaches the hold `name`: nil when it may go on at once, else its ticket.
+    mutating func arrive(at name: String) -> Int? {
+        var hold = holds[name, default: Hold()]
+        defer { holds[name] = hold }
+        if hold.open { return nil }
+        if hold.permits > 0 {
+            hold.permits -= 1
+            return nil
+        }
+        nextTicket += 1
+        hold.waiting.append(nextTicket)
+        return nextTicket
+    }
+
+    /// Whether the ticket was released (and forgets it if so).
+    mutating func takeRelease(_ ticket: Int, at name: String) -> Bool {
+        holds[name]?.released.remove(ticket) != nil
+    }
+
+    /// A held request gives up (server stopping, client gone).
+    mutating func leave(_ ticket: Int, at name: String) {
+        holds[name]?.waiting.removeAll { $0 == ticket }
+        holds[name]?.released.remove(ticket)
+    }
+
+    mutating func release(_ name: String, count: Int?) -> Int {
+        var hold = holds[name, default: Hold()]
+        let n = min(max(0, count ?? hold.waiting.count), hold.waiting.count)
+        hold.released.formUnion(hold.waiting.prefix(n))
+        hold.waiting.removeFirst(n)
+        if let count {
+            hold.permits += max(0, count - n)
+        } else {
+            hold.open = true
+        }
+        holds[name] = hold
+        return n
     }
 
     /// The next scripted response for `path`, by longest matching prefix.

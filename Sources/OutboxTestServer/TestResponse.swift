@@ -37,6 +37,9 @@ public struct TestResponse: Sendable {
     public var bodySize: Int64?
     /// Close the connection after this response (sends `Connection: close`).
     public var closeConnection: Bool
+    /// When set, the request waits at the hold of this name, after its body was read and
+    /// before `delayMs` and the answer, until the test releases it (`TestHTTPServer.release`).
+    public var hold: String?
 
     /// Creates a response with every field spelled out.
     public init(
@@ -46,7 +49,8 @@ public struct TestResponse: Sendable {
         delayMs: Int = 0,
         action: Action = .respond,
         bodySize: Int64? = nil,
-        closeConnection: Bool = false
+        closeConnection: Bool = false,
+        hold: String? = nil
     ) {
         self.status = status
         self.headers = headers
@@ -55,6 +59,19 @@ public struct TestResponse: Sendable {
         self.action = action
         self.bodySize = bodySize
         self.closeConnection = closeConnection
+        self.hold = hold
+    }
+
+    /// A 200 with an empty JSON object, sent once the hold `name` is released.
+    public static func hold(_ name: String) -> TestResponse {
+        TestResponse.json(200, "{}").held(name)
+    }
+
+    /// This response, sent once the hold `name` is released.
+    public func held(_ name: String) -> TestResponse {
+        var copy = self
+        copy.hold = name
+        return copy
     }
 
     /// A plain response with a text body.
