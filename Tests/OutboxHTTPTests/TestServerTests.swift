@@ -415,16 +415,16 @@ struct TestServerTests {
         #expect(try TestHTTPCurl.run(["-s", "-o", "/dev/null", server.url("/reset")]).exitCode == 56)
         let bytes = try TestHTTPCurl.run(["-s", server.url("/bytes/100000")])
         #expect(bytes.exitCode == 0)
-        #expect(bytes.stdout.count == 100_000)
-        #expect(SHA256.hex(bytes.stdout) == TestResponse.patternSHA256(count: 100_000))
-        #expect(Array(bytes.stdout.prefix(300)) == TestResponse.patternBytes(count: 300))
+        #expect(bytes.stdoutBytes.count == 100_000)
+        #expect(SHA256.hex(bytes.stdoutBytes) == TestResponse.patternSHA256(count: 100_000))
+        #expect(Array(bytes.stdoutBytes.prefix(300)) == TestResponse.patternBytes(count: 300))
     }
 
     @Test func builtinEcho() throws {
         let server = try TestHTTPServer()
         defer { server.stop() }
         let result = try TestHTTPCurl.run(["-s", "-H", "X-Request-Id: r1", "-H", "Content-Type: text/plain", "--data-binary", "hi \"there\"", server.url("/echo?q=1")])
-        let json = try jsonObject(result.stdout)
+        let json = try jsonObject(result.stdoutBytes)
         #expect(json["method"] as? String == "POST")
         #expect(json["path"] as? String == "/echo?q=1")
         #expect(json["body"] as? String == "hi \"there\"")
@@ -453,7 +453,7 @@ struct TestServerTests {
         defer { server.stop() }
         _ = try TestHTTPCurl.run(["-s", "-o", "/dev/null", "-H", "Idempotency-Key: k1", "-H", "X-Request-Id: r1", "-H", "Authorization: secret", "-X", "PUT", "--data-binary", "abc", server.url("/put/p1")])
         _ = try TestHTTPCurl.run(["-s", "-o", "/dev/null", server.url("/other")])
-        let stats = try jsonObject(try TestHTTPCurl.run(["-s", server.url("/_stats")]).stdout)
+        let stats = try jsonObject(try TestHTTPCurl.run(["-s", server.url("/_stats")]).stdoutBytes)
         #expect(stats["connections_accepted"] as? Int == 3)
         #expect(stats["count"] as? Int == 2)
         let requests = try #require(stats["requests"] as? [[String: Any]])
@@ -470,11 +470,11 @@ struct TestServerTests {
         #expect(headers["content-length"] == "3")
         #expect(headers["authorization"] == nil)
 
-        let filtered = try jsonObject(try TestHTTPCurl.run(["-s", server.url("/_stats?prefix=/other")]).stdout)
+        let filtered = try jsonObject(try TestHTTPCurl.run(["-s", server.url("/_stats?prefix=/other")]).stdoutBytes)
         #expect(filtered["count"] as? Int == 1)
 
         _ = try TestHTTPCurl.run(["-s", "-o", "/dev/null", server.url("/_reset")])
-        let after = try jsonObject(try TestHTTPCurl.run(["-s", server.url("/_stats")]).stdout)
+        let after = try jsonObject(try TestHTTPCurl.run(["-s", server.url("/_stats")]).stdoutBytes)
         #expect(after["count"] as? Int == 0)
         #expect(server.requests.isEmpty)
     }
@@ -486,7 +486,7 @@ struct TestServerTests {
         #expect(process.port > 0)
         #expect(try TestHTTPCurl.statusCode(process.baseURL + "/seq/x/503,200").code == 503)
         #expect(try TestHTTPCurl.statusCode(process.baseURL + "/seq/x/503,200").code == 200)
-        let stats = try jsonObject(try TestHTTPCurl.run(["-s", process.baseURL + "/_stats"]).stdout)
+        let stats = try jsonObject(try TestHTTPCurl.run(["-s", process.baseURL + "/_stats"]).stdoutBytes)
         #expect(stats["count"] as? Int == 2)
         #expect(process.stop() == 0)
     }

@@ -2,6 +2,7 @@ import Foundation
 import OutboxProcess
 import Synchronization
 import Testing
+import TestSupport
 
 struct ExitStatusTests {
     struct ExitCase: CustomTestStringConvertible, Sendable {
@@ -272,7 +273,7 @@ struct TimerTests {
         #expect(elapsed >= 0.3)
         #expect(grandchild != nil)
         if let grandchild {
-            #expect(await eventually(seconds: 10) { isDead(grandchild) })
+            await eventually("the grandchild to die") { isDead(grandchild) }
         }
     }
 
@@ -448,7 +449,7 @@ struct StaleGroupTests {
         var spec = shell("exec sleep 30", in: folder)
         spec.onStart = { pid, time in started.update { $0 = (pid, time) } }
         async let running = runOffPool(spec)
-        #expect(await eventually(seconds: 30) { started.value != nil })
+        await eventually("the child to start") { started.value != nil }
         let (pid, startTime) = try #require(started.value)
         #expect(ProcessRunner.killStaleGroup(pgid: pid, startTime: startTime + 1) == false)
         #expect(isDead(pid) == false)
@@ -466,12 +467,12 @@ struct StaleGroupTests {
         let orphan = try #require(Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines)))
         defer { kill(orphan, SIGKILL) }
         // Wait until setsid made it a group leader.
-        #expect(await eventually(seconds: 30) { procStatFields(orphan)?[2] == "\(orphan)" })
+        await eventually("setsid to make it a group leader") { procStatFields(orphan)?[2] == "\(orphan)" }
         let startTime = try #require(procStatFields(orphan).flatMap { UInt64($0[19]) })
         #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime &- 1) == false)
         #expect(isDead(orphan) == false)
         #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime) == true)
-        #expect(await eventually(seconds: 10) { isDead(orphan) })
+        await eventually("the orphan to die") { isDead(orphan) }
     }
 
     @Test func goneOrInvalidGroupIsNotKilled() {

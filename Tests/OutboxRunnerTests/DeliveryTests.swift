@@ -68,7 +68,7 @@ import Testing
                             hooks: ["slow.sh": hook])
         try await p.enqueue("t", path: "/status/200", id: "crash")
         let runner = try p.start(["run"])
-        #expect(await eventually { p.exists("hooks/hook.pid") }, "the hook never started")
+        await eventually("the hook to start") { p.exists("hooks/hook.pid") }
         let hookPID = try #require(Int32(try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)))
         // The hook is the `sh -c` leader's child, in its group.
@@ -86,7 +86,7 @@ import Testing
 
         let second = try await p.drain()
         #expect(second.stderr.contains("stopped hook process group \(hookGroup) "), "\(second.stderr)")
-        #expect(await eventually(5) { isDead(hookPID) }, "the stale hook group was not stopped")
+        await eventually("the stale hook group to be stopped") { isDead(hookPID) }
         let deliveries = try String(contentsOfFile: p.root + "/hooks/deliveries.log", encoding: .utf8)
         #expect(deliveries == "1\n2\n")
         #expect(p.server.requests.count == 1, "the outcome is redelivered, the request is not sent again")

@@ -340,7 +340,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
             .replacingOccurrences(of: "plan: { min: 8MiB, max: 20MiB }", with: "plan: { min: 8MiB, max: 20MiB, max_parts: 10000 }"))
         let plan = try await sandbox.outbox(["chunk-plan", "5TiB", "--json"])
         #expect(plan.status == 0)
-        let ranges = try #require(plan.json as? [[String: Int]])
+        let ranges = try #require(plan.jsonObject as? [[String: Int]])
         #expect(ranges.count == 9987)
         #expect(ranges.first == ["start": 0, "end": 550_502_400])
         #expect(ranges.last?["end"] == 5 << 40)
@@ -560,8 +560,9 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "big", "--vars", #"{"path": "big.bin"}"#]).status == 0)
 
         let first = try sandbox.start(["run", "--events", "-"])
-        let started = await waitUntil(seconds: 120) { server.requests(path: "/put/big/").filter(\.completed).count >= 12 }
-        #expect(started, "the first runner did not get 12 parts through")
+        await eventually("the first runner to get 12 parts through", timeout: 120) {
+            server.requests(path: "/put/big/").filter(\.completed).count >= 12
+        }
         let firstPeak = first.peakMemoryKiB ?? 0
         first.signal(SIGKILL)
         _ = await first.wait()
@@ -672,7 +673,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         try PartFiles.make(file, size: 3 * 65_536)
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mid", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
         let runner = try sandbox.start(["run", "--drain"])
-        #expect(await waitUntil(seconds: 20) { !server.requests(path: "/put/mid/1").isEmpty })
+        await eventually("part 1 to be sent") { !server.requests(path: "/put/mid/1").isEmpty }
         try Change.appended.apply(file)
         #expect(await runner.wait().status == 0)
         #expect(server.requests(path: "/put/mid/").map(\.path) == ["/put/mid/1"])

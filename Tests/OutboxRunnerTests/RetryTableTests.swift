@@ -152,7 +152,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         #expect(hook.int("stdin.response.status") == 200)
         #expect(p.server.waitForRequests(count: c.steps.count))
         #expect(p.server.requests(path: "/flaky").count == c.steps.count)
-        let attempts = run.lines.filter { $0.string("type") == "attempt" }
+        let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
         #expect(attempts.map { $0.string("outcome") ?? "" } == Array(repeating: "retry", count: c.steps.count - 1) + ["success"])
         #expect(attempts.map { $0.int("attempt") ?? 0 } == (1...Int64(c.steps.count)).map { $0 })
         #expect(try await p.list().isEmpty)
@@ -170,7 +170,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         let first = try await p.runUntil(["--events", "-"]) { runner in
             runner.stdoutSoFar.components(separatedBy: #""type":"attempt""#).count > 2
         }
-        let attempts = first.lines.filter { $0.string("type") == "attempt" }
+        let attempts = first.jsonLines.filter { $0.string("type") == "attempt" }
         #expect(attempts.count >= 2, "retried within the run: \(first.stdout)")
         #expect(attempts.allSatisfy { $0.string("outcome") == "retry" && $0.string("error_kind") == "network" && $0.at("http_code") == .null })
         let row = try #require(try await p.list().first)
@@ -240,7 +240,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         #expect(try await p.outbox(["headers", "update", "Authorization: Bearer new"]).exitCode == 0)
         let run = await runner.wait()
         #expect(run.exitCode == 0, "\(run.description)")
-        #expect(!run.lines.contains { $0.string("state") == "awaiting-auth" }, "never parked")
+        #expect(!run.jsonLines.contains { $0.string("state") == "awaiting-auth" }, "never parked")
         let requests = p.server.requests(path: "/stale")
         #expect(requests.count == 2)
         #expect(requests.last?.header("Authorization") == "Bearer new")

@@ -78,7 +78,7 @@ import Testing
         let finished = await runner.wait(timeout: 30)
         #expect(finished.exitCode == 0, "\(finished.description)")
         #expect(!finished.timedOut)
-        let attempts = finished.lines.filter { $0.string("type") == "attempt" }
+        let attempts = finished.jsonLines.filter { $0.string("type") == "attempt" }
         #expect(attempts.map { $0.string("id") ?? "" } == ["a"])
         #expect(attempts.first?.string("outcome") == "success")
         #expect(attempts.first?.int("http_code") == 200)
@@ -263,7 +263,7 @@ import Testing
         p.server.script("/ev", [.status(503, body: "busy"), .status(200, body: long)])
         try await p.enqueue("t", path: "/ev?token=secret", id: "ev")
         let run = try await p.drain(["--events", "-"])
-        let events = run.lines
+        let events = run.jsonLines
         #expect(events.count == run.stdout.split(separator: "\n").count, "every stdout line is JSON")
         #expect(Set(events.compactMap { $0.string("type") }) == ["state", "attempt", "progress"])
 
@@ -356,7 +356,7 @@ import Testing
         let run = try await p.drain(["--events", "-"])
 
         // The follow-up exists from the moment the parent settles: its first state row names the parent.
-        let followUpStates = run.lines.filter { $0.string("type") == "state" && $0.string("id") == "receipt-o9" }
+        let followUpStates = run.jsonLines.filter { $0.string("type") == "state" && $0.string("id") == "receipt-o9" }
         #expect(followUpStates.first?.string("parent") == "o9")
         #expect(followUpStates.map { $0.string("state") ?? "" } == ["running", "completed"])
         #expect(p.server.requests(path: "/receipt").count == 1)
