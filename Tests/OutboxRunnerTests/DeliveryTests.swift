@@ -74,8 +74,11 @@ import Testing
         // The hook is the `sh -c` leader's child, in its group.
         let hookGroup = getpgid(hookPID)
         #expect(hookGroup > 1 && hookGroup != getpgrp())
-        // The runner records the hook's group as soon as it starts; allow for a loaded machine.
-        try await Task.sleep(for: .seconds(1))
+        // Killed once the runner has recorded the hook's group in the store.
+        await eventually("the runner to record the hook's group") {
+            (try? p.sqlite("SELECT hook_pgid FROM outcomes WHERE entry_id = 'crash'"))?
+                .trimmingCharacters(in: .whitespacesAndNewlines) == "\(hookGroup)"
+        }
         runner.signal(SIGKILL)
         let killed = await runner.wait()
         #expect(killed.exitCode == -SIGKILL)
@@ -95,10 +98,11 @@ import Testing
 
     @Test func runnerKilledMidRequestLeavesTheEntryForTheNextRunner() async throws {
         let p = try Project(definitions: ["t": definition("t")])
-        p.server.script("/hang-once", [.delay(20_000), .json(200, "{}")])
+        // The first request is never answered: the runner is killed while it is in flight.
+        p.server.script("/hang-once", [.hold("never"), .json(200, "{}")])
         try await p.enqueue("t", path: "/hang-once", id: "mid")
         let runner = try p.start(["run"])
-        #expect(await eventually { p.server.requests(path: "/hang-once").count == 1 })
+        #expect(await p.server.waitForHeld("never"))
         runner.signal(SIGKILL)
         _ = await runner.wait()
         #expect(try await p.list().first?.string("state") == "running")

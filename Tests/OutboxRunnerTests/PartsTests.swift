@@ -165,13 +165,28 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     ])
     func partsInFlightStayWithinPartConcurrencyAndPerHost(_ limits: Limits) async throws {
         let server = try TestHTTPServer()
-        // Each part is held 200 ms, so parts overlap whenever the limits let them.
-        server.script("/put/", [TestResponse.delay(200, 201)])
+        // Every part is held until the test lets it go, so the parts in flight at once are
+        // counted, not guessed from timing.
+        server.script("/put/", [TestResponse.status(201).held("parts")])
         let sandbox = try OutboxSandbox(config: "part_concurrency: \(limits.partConcurrency)\nper_host: \(limits.perHost)\n")
         try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy"))
         try PartFiles.make(sandbox.path("f.bin"), size: 6 * 262_144)
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "lim", "--vars", #"{"path": "f.bin"}"#]).status == 0)
-        let run = try await sandbox.outbox(["run", "--drain"])
+        let runner = try sandbox.start(["run", "--drain"])
+        // One part at a time goes on; each time, as many parts as the limits allow are held.
+        let limit = min(limits.partConcurrency, limits.perHost)
+        var released = 0
+        while released < 6 {
+            let inFlight = min(limit, 6 - released)
+            guard await server.waitForHeld("parts", count: inFlight) else {
+                Issue.record("\(inFlight) parts were never in flight at once (\(released) released)")
+                break
+            }
+            #expect(server.requests(path: "/put/lim/").count == released + inFlight, "more parts in flight than the limits allow")
+            released += server.release("parts", count: 1)
+        }
+        server.release("parts")
+        let run = await runner.wait()
         #expect(run.status == 0, "\(run.stderr)")
         let received = server.requests(path: "/put/lim/")
         #expect(received.count == 6)
@@ -207,7 +222,8 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let server = try TestHTTPServer()
         server.script("/put/nf/2", [.resetWhileReadingRequest(afterBytes: 100_000), .status(201, headers: [("ETag", "\"two\"")])])
         server.script("/put/nf/3", [.stall, .status(201, headers: [("ETag", "\"three\"")])])
-        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\ntimeouts: { stall: { below: 1KiB, for: 1s } }\n")
+        // A stall window long enough that no healthy part on a loaded machine looks stalled.
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\ntimeouts: { stall: { below: 1KiB, for: 5s } }\n")
         try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB"))
         let file = sandbox.path("f.bin")
         let partSize = 262_144
@@ -249,8 +265,8 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         try PartFiles.make(sandbox.path("f.bin"), size: 10 * 65_536)
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "down", "--vars", #"{"path": "f.bin"}"#]).status == 0)
 
-        let run = try await sandbox.outbox(["run", "--max-time", "1s"])
-        #expect(run.status == 0, "\(run.stderr)")
+        // Stopped once a part was tried again, however long that took.
+        try await sandbox.runUntil(until: "a part tried again") { _ in server.requests(path: "/put/down/").count > 3 }
         let received = server.requests(path: "/put/down/")
         #expect(Set(received.compactMap { PartFiles.partNumber($0.path) }) == [1, 2, 3])
         #expect(received.count > 3, "no part was retried (\(received.count) requests)")
@@ -304,19 +320,26 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(outcome["outcome"] as? String == "completed")
     }
 
-    /// A stop (--max-time with no grace) aborts a slow part; a same-id enqueue with the same
-    /// parts resumes the entry (the moved file still counts as the same file); the next run
-    /// sends only the part that was never accepted.
+    /// A stop with no grace aborts a part in flight; a same-id enqueue with the same parts
+    /// resumes the entry (the moved file still counts as the same file); the next run sends
+    /// only the part that was never accepted.
     @Test func stopAndSameIdResumeNeverResendAcceptedParts() async throws {
         let server = try TestHTTPServer()
-        server.script("/put/rs/4", [TestResponse.delay(5000, 201), .json(201, "{}", headers: [("ETag", "\"four\"")])])
+        server.script("/put/rs/4", [TestResponse.status(201).held("four"), .json(201, "{}", headers: [("ETag", "\"four\"")])])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 2\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         try PartFiles.make(sandbox.path("f.bin"), size: 5 * 65_536)
         let vars = #"{"path": "f.bin"}"#
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "rs", "--vars", vars]).status == 0)
-        let first = try await sandbox.outbox(["run", "--max-time", "1500ms", "--grace", "0s"])
-        #expect(first.status == 0, "\(first.stderr)")
+        // Stopped while part 4 is held and every other part was accepted.
+        let first = try sandbox.start(["run", "--grace", "0s"])
+        #expect(await server.waitForHeld("four"))
+        try await eventually("parts 1, 2, 3 and 5 accepted") {
+            try await PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true]
+        }
+        first.signal(SIGTERM)
+        let stopped = await first.wait()
+        #expect(stopped.status == 0, "\(stopped.stderr)")
         #expect(try await PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true])
         #expect(try await sandbox.list().first?["state"] as? String == "queued")
 
@@ -666,15 +689,17 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
 
     @Test func referencedFileChangedBetweenPartsStopsBeforeTheNextPart() async throws {
         let server = try TestHTTPServer()
-        server.script("/put/mid/1", [TestResponse.delay(3000, 201)])
+        server.script("/put/mid/1", [TestResponse.status(201).held("first")])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
         let file = sandbox.path("ref.bin")
         try PartFiles.make(file, size: 3 * 65_536)
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mid", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
         let runner = try sandbox.start(["run", "--drain"])
-        await eventually("part 1 to be sent") { !server.requests(path: "/put/mid/1").isEmpty }
+        // The file changes while part 1 is in flight: it is held until then.
+        #expect(await server.waitForHeld("first"))
         try Change.appended.apply(file)
+        server.release("first")
         #expect(await runner.wait().status == 0)
         #expect(server.requests(path: "/put/mid/").map(\.path) == ["/put/mid/1"])
         let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
@@ -746,7 +771,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     @Test(arguments: CancelCase.allCases)
     func cancelNeverDestroysTheOnlyCopyOfAMovedFile(_ c: CancelCase) async throws {
         let server = try TestHTTPServer()
-        server.script("/put/mv/3", [TestResponse.delay(5000, 201)])
+        server.script("/put/mv/3", [TestResponse.status(201).held("third")])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         var folder = sandbox.path("data")
@@ -764,7 +789,14 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mv", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: file))
         if c == .afterSomePartsAccepted {
-            #expect(try await sandbox.outbox(["run", "--max-time", "1s", "--grace", "0s"]).status == 0)
+            // Stopped while part 3 is held, parts 1 and 2 accepted.
+            let runner = try sandbox.start(["run", "--grace", "0s"])
+            #expect(await server.waitForHeld("third"))
+            try await eventually("parts 1 and 2 accepted") {
+                try await PartFiles.storedParts(sandbox, "mv").map(\.accepted) == [true, true, false, false]
+            }
+            runner.signal(SIGTERM)
+            #expect(await runner.wait().status == 0)
             #expect(try await PartFiles.storedParts(sandbox, "mv").map(\.accepted) == [true, true, false, false])
         }
         if c == .sourcePathTaken {

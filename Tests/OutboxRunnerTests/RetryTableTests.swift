@@ -232,12 +232,13 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
 
     @Test func authFailureOfAnOlderHeaderGenerationIsSentAgainAtOnce() async throws {
         let p = try Project(definitions: ["t": definition("t")])
-        // The 401 arrives after `headers update` ran: it answers headers that are already replaced.
-        p.server.script("/stale", [TestResponse(status: 401, delayMs: 3000), .json(200, "{}")])
+        // The 401 is held until `headers update` ran: it answers headers that are already replaced.
+        p.server.script("/stale", [TestResponse.status(401).held("401"), .json(200, "{}")])
         try await p.enqueue("t", path: "/stale", id: "st")
         let runner = try p.start(["run", "--drain", "--events", "-"])
-        #expect(await eventually { p.server.requests(path: "/stale").count == 1 })
+        #expect(await p.server.waitForHeld("401"))
         #expect(try await p.outbox(["headers", "update", "Authorization: Bearer new"]).exitCode == 0)
+        p.server.release("401")
         let run = await runner.wait()
         #expect(run.exitCode == 0, "\(run.description)")
         #expect(!run.jsonLines.contains { $0.string("state") == "awaiting-auth" }, "never parked")
@@ -298,6 +299,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
     @Test func expiresInElapsedSettlesErrorExpired() async throws {
         let p = try Project(definitions: ["t": definition("t", top: "expires_in: 1ms")])
         try await p.enqueue("t", path: "/status/200", id: "short")
+        // Lets the millisecond pass; a slower machine only lets more of it pass.
         try await Task.sleep(for: .milliseconds(30))
         try await p.drain()
         #expect(p.server.requests.isEmpty)
