@@ -344,18 +344,19 @@ private final class HTTPSServer: @unchecked Sendable {
 
     /// libcurl's byte counters start over with each request of a redirect; the stall check
     /// counts on from what the first request moved. Here the 307 trickles in at ~1.2 KB/s
-    /// for 2.5 s, then the re-sent body waits 1.5 s for its answer: a check that compared
-    /// the second request's counter with the first one's would call that a stall.
+    /// for 4 s, then the re-sent body waits 1.5 s for its answer: a check that compared
+    /// the second request's counter with the first one's would call that a stall. The limit,
+    /// 256 B/s over 4 s, leaves the trickle and the wait wide margins on a loaded machine.
     @Test func aRedirectDoesNotLookLikeAStall() async throws {
         try await withFixture { server, client, folder in
             server.script("/old", [TestResponse(status: 307, headers: [("Location", "/new")],
-                                                action: .slowBody(bytesPerChunk: 300, intervalMs: 250), bodySize: 3000)])
+                                                action: .slowBody(bytesPerChunk: 300, intervalMs: 250), bodySize: 4800)])
             server.script("/new", [.delay(1500, 200)])
             let path = try folder.file("payload.bin", pattern(1 << 20, seed: 9))
             let result = await send(client, HTTPRequest(url: server.url("/old"), method: "PUT",
                                                         body: .file(path: path, offset: 0, length: 1 << 20),
-                                                        followRedirects: 1, stallBelowBytesPerSecond: 1024,
-                                                        stallForMs: 2000))
+                                                        followRedirects: 1, stallBelowBytesPerSecond: 256,
+                                                        stallForMs: 4000))
             #expect(result.failure == nil, "\(result.failure?.message ?? "")")
             #expect(result.status == 200)
             #expect(try recorded(server, "/new").bodySize == 1 << 20)
@@ -844,7 +845,7 @@ private final class Results: @unchecked Sendable {
     private var byID: [String: HTTPResult] = [:]
     func record(_ name: String, _ result: HTTPResult) { lock.lock(); byID[name] = result; lock.unlock() }
     subscript(_ name: String) -> HTTPResult? { lock.lock(); defer { lock.unlock() }; return byID[name] }
-    func wait(for names: [String], timeoutMs: Int = 10_000) -> Bool {
+    func wait(for names: [String], timeoutMs: Int = 60_000) -> Bool {
         for _ in 0..<(timeoutMs / 10) {
             if names.allSatisfy({ self[$0] != nil }) { return true }
             usleep(10_000)
@@ -865,15 +866,17 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
 @Suite struct StandbyTransferTests {
     @Test func standbyStartsInTheSlotOfTheTransferThatEnds() throws {
         try withStandbyFixture { server, client, results in
-            server.script("/slow", [.delay(300, 200)])
+            server.script("/slow", [.hold("slow")])
             client.start(HTTPRequest(url: server.url("/slow"), method: "GET"), host: "h", slot: true) { results.record("a", $0) }
             let b = client.start(HTTPRequest(url: server.url("/next"), method: "GET"), host: "h", slot: true, standby: true) {
                 results.record("b", $0)
             }
-            #expect(server.waitForRequests(count: 1))
-            // While the slot is held, the standby transfer is not sent.
+            #expect(server.waitForHeld("slow"))
+            // While the slot is held, the standby transfer is not sent. (The pause only gives a
+            // wrong start time to show; a slow machine can make this miss one, never fail.)
             usleep(100_000)
             #expect(server.requests(path: "/next").isEmpty)
+            server.release("slow")
             #expect(results.wait(for: ["a", "b"]))
             #expect(results["a"]?.startedInPlace == b)
             #expect(results["b"]?.status == 200)
@@ -886,6 +889,8 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
             let id = client.start(HTTPRequest(url: server.url("/p"), method: "GET"), host: "h", slot: true, standby: true) {
                 results.record("p", $0)
             }
+            // Not sent before the promotion. (The pause only gives a wrong start time to
+            // show; a slow machine can make this miss one, never fail.)
             usleep(100_000)
             #expect(server.requests.isEmpty)
             client.promote(id)
@@ -914,8 +919,8 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
 
     @Test func standbyWaitsWhileItsHostIsAtPerHost() throws {
         try withStandbyFixture(perHost: 1) { server, client, results in
-            server.script("/short", [.delay(100, 200)])
-            server.script("/long", [.delay(600, 200)])
+            // /long holds host h until /short has ended, however long that takes.
+            server.script("/long", [.hold("long")])
             // A part-like transfer (no slot) holds host h; a slot transfer to host g ends first.
             client.start(HTTPRequest(url: server.url("/long"), method: "GET"), host: "h") { results.record("long", $0) }
             client.start(HTTPRequest(url: server.url("/short"), method: "GET"), host: "g", slot: true) { results.record("short", $0) }
@@ -926,6 +931,7 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
             // Host h is full, so the freed slot is not used for it.
             #expect(results["short"]?.startedInPlace == nil)
             #expect(server.requests(path: "/h2").isEmpty)
+            server.release("long")
             #expect(results.wait(for: ["long"]))
             #expect(results["long"]?.startedInPlace == nil)  // not a slot transfer
             client.promote(waiting)
