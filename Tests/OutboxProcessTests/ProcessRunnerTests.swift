@@ -148,18 +148,21 @@ struct OutputCapTests {
         #expect(result.exitStatus == 0)
     }
 
-    /// Completion is decided by the child's exit, not by pipe EOF (T-proc5).
+    /// Completion is decided by the child's exit, not by pipe EOF: the run returns while
+    /// the background child that holds stdout still runs (it runs until the test says so).
     @Test func backgroundChildHoldingStdoutDoesNotHangTheRun() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        let started = Date()
-        let result = try await runOffPool(shell("sleep 30 & echo $!", in: folder))
-        let elapsed = Date().timeIntervalSince(started)
-        let sleeper = Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines))
-        if let sleeper { kill(sleeper, SIGKILL) }
-        #expect(elapsed < 25, "the run waited for the background child (sleep 30)")
+        var spec = shell("(while [ ! -e release ]; do sleep 0.05; done) & echo $!", in: folder)
+        // Reached only if the run waits for the background child: it then fails, not hangs.
+        spec.timeoutMs = 120_000
+        let result = try await runOffPool(spec)
+        let sleeper = try #require(Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines)))
+        defer { kill(sleeper, SIGKILL) }
+        #expect(result.timedOut == false, "the run waited for the background child")
+        #expect(!isDead(sleeper), "the run waited for the background child")
         #expect(result.exitStatus == 0)
-        #expect(sleeper != nil)
+        _ = FileManager.default.createFile(atPath: folder.path + "/release", contents: nil)
     }
 }
 
@@ -260,8 +263,11 @@ struct TimerTests {
     @Test func timeoutKillsTheGroupIncludingAGrandchild() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        var spec = shell("sleep 30 & echo $!; wait", in: folder)
+        var spec = shell("sleep 30 & echo $! > started.tmp && mv started.tmp started; echo $!; wait", in: folder)
         spec.timeoutMs = 300
+        // The timer runs from the spawn: holding the start until the grandchild exists makes
+        // "a grandchild is there when the timeout fires" a fact on any machine.
+        spec.onStart = { _, _ in waitForFile(folder.path + "/started") }
         let started = Date()
         let result = try await runOffPool(spec)
         let elapsed = Date().timeIntervalSince(started)
@@ -280,8 +286,10 @@ struct TimerTests {
     @Test func timeoutEscalatesToSIGKILLWhenTermIsIgnored() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        var spec = shell("trap '' TERM; while :; do sleep 0.05; done", in: folder)
+        var spec = shell("trap '' TERM; touch trapped; while :; do sleep 0.05; done", in: folder)
         spec.timeoutMs = 100
+        // The timer runs from the spawn: a SIGTERM before the trap would kill the shell.
+        spec.onStart = { _, _ in waitForFile(folder.path + "/trapped") }
         let started = Date()
         let result = try await runOffPool(spec)
         let elapsed = Date().timeIntervalSince(started)
@@ -296,7 +304,8 @@ struct TimerTests {
         let folder = TempFolder()
         defer { folder.cleanup() }
         var spec = shell("echo ok", in: folder)
-        spec.timeoutMs = 5000
+        // Generous: even a loaded machine starts and ends `echo` well within it.
+        spec.timeoutMs = 60_000
         let result = try await runOffPool(spec)
         #expect(result.timedOut == false)
         #expect(result.exitStatus == 0)
@@ -307,9 +316,14 @@ struct TimerTests {
         let folder = TempFolder()
         defer { folder.cleanup() }
         let warned = Box<[Int32]>([])
-        var spec = shell("sleep 0.5; echo done", in: folder)
+        // The child runs until the warning has fired, however late its timer comes.
+        var spec = shell("while [ ! -e warned ]; do sleep 0.01; done; echo done", in: folder)
         spec.warnAfterMs = 100
-        spec.onWarn = { pid in warned.update { $0.append(pid) } }
+        spec.timeoutMs = 120_000
+        spec.onWarn = { pid in
+            warned.update { $0.append(pid) }
+            _ = FileManager.default.createFile(atPath: folder.path + "/warned", contents: nil)
+        }
         let result = try await runOffPool(spec)
         #expect(warned.value == [result.pid])
         #expect(result.exitStatus == 0)
@@ -322,7 +336,8 @@ struct TimerTests {
         defer { folder.cleanup() }
         let warned = Box<Int>(0)
         var spec = shell("true", in: folder)
-        spec.warnAfterMs = 3000
+        // Generous: even a loaded machine starts and ends `true` well within it.
+        spec.warnAfterMs = 60_000
         spec.onWarn = { _ in warned.update { $0 += 1 } }
         let result = try await runOffPool(spec)
         #expect(warned.value == 0)
