@@ -263,7 +263,8 @@ struct TimerTests {
     @Test func timeoutKillsTheGroupIncludingAGrandchild() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        var spec = shell("sleep 30 & echo $! > started.tmp && mv started.tmp started; echo $!; wait", in: folder)
+        // The grandchild outlives any wait below unless the group is killed.
+        var spec = shell("sleep 600 & echo $! > started.tmp && mv started.tmp started; echo $!; wait", in: folder)
         spec.timeoutMs = 300
         // The timer runs from the spawn: holding the start until the grandchild exists makes
         // "a grandchild is there when the timeout fires" a fact on any machine.
@@ -461,7 +462,7 @@ struct StaleGroupTests {
         let folder = TempFolder()
         defer { folder.cleanup() }
         let started = Box<(Int32, UInt64)?>(nil)
-        var spec = shell("exec sleep 30", in: folder)
+        var spec = shell("exec sleep 600", in: folder)
         spec.onStart = { pid, time in started.update { $0 = (pid, time) } }
         async let running = runOffPool(spec)
         await eventually("the child to start") { started.value != nil }
@@ -478,7 +479,7 @@ struct StaleGroupTests {
     @Test func killsAnOrphanedGroupLeader() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        let result = try await runOffPool(shell("setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $!", in: folder))
+        let result = try await runOffPool(shell("setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $!", in: folder))
         let orphan = try #require(Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines)))
         defer { kill(orphan, SIGKILL) }
         // Wait until setsid made it a group leader.

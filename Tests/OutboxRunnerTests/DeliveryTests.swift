@@ -52,14 +52,15 @@ import Testing
     }
 
     @Test func runnerKilledBetweenJournalAndAcknowledgementRedeliversWithoutResending() async throws {
-        // The first delivery writes its pid and hangs; later ones record and succeed.
+        // The first delivery writes its pid and hangs (until the next runner stops its group,
+        // ten minutes at most); later ones record and succeed.
         let hook = #"""
         #!/bin/sh
         payload=$(cat)
         printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
         if [ "$OUTBOX_DELIVERIES" = 1 ]; then
           echo $$ > hooks/hook.pid
-          sleep 30
+          sleep 600
         fi
         exit 0
 
