@@ -20,11 +20,6 @@ public final class OutboxSandbox: TestProject, @unchecked Sendable {
     /// An executable built next to the test bundle (`outbox`, `outbox-testserver`).
     public static func binary(_ name: String) -> String { builtExecutable(name) }
 
-    /// Starts `outbox ARGS` in the root without waiting (for runners that tests stop or kill).
-    public func start(_ arguments: [String], environment: [String: String] = [:], stdinText: String?) throws -> OutboxProcess {
-        try start(arguments, stdin: stdinText, environment: environment)
-    }
-
     /// `outbox show ID --json` as a dictionary.
     public func show(_ id: String) async throws -> [String: Any]? {
         try await outbox(["show", id, "--json"]).jsonObject as? [String: Any]
