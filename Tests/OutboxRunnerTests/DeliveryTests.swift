@@ -104,6 +104,8 @@ import Testing
         try await p.enqueue("t", path: "/hang-once", id: "mid")
         let runner = try p.start(["run"])
         #expect(await p.server.waitForHeld("never"))
+        // The claim is committed at the end of its turn, which may come after the request left.
+        try await eventually("the claim to be committed") { try await p.list().first?.string("state") == "running" }
         runner.signal(SIGKILL)
         _ = await runner.wait()
         #expect(try await p.list().first?.string("state") == "running")

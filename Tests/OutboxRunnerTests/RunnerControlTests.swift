@@ -13,6 +13,8 @@ import Testing
         let runner = try p.start(["run", "--drain"])
         // The request is held: the entry runs while the replacement is tried.
         #expect(await p.server.waitForHeld("busy"), "the request never started")
+        // The claim is committed at the end of its turn, which may come after the request left.
+        try await eventually("the claim to be committed") { try await p.states()["busy"] == "running" }
 
         let vars = JSON.object([("url", .string(p.url("/hold/busy"))), ("tag", .string("second"))]).serialized()
         let replace = try await p.outbox(["enqueue", "t", "--vars", vars, "--id", "busy"])
