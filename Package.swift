@@ -39,10 +39,10 @@ let package = Package(
         .target(name: "OutboxTestServer", dependencies: ["Digest"], swiftSettings: strict + [.unsafeFlags(["-O"])]),
         .executableTarget(name: "outbox-testserver", dependencies: ["OutboxTestServer"], swiftSettings: strict),
 
-        .target(name: "TestSupport", dependencies: ["CSystem", "OutboxTestServer"], path: "Tests/TestSupport", swiftSettings: strict),
+        .target(name: "TestSupport", dependencies: ["CSystem", "OutboxModel", "OutboxTestServer"], path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(name: "YAMLTests", dependencies: ["YAML"], swiftSettings: strict),
         .testTarget(name: "OutboxModelTests", dependencies: ["OutboxModel", "Digest"], swiftSettings: strict),
-        .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess"], swiftSettings: strict),
+        .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxRunnerTests", dependencies: ["OutboxRunner", "TestSupport", "Digest"], swiftSettings: strict),

@@ -1,26 +1,26 @@
 /// What the test server received for one request.
-public struct RecordedRequest: Sendable {
+package struct RecordedRequest: Sendable {
     /// The method as sent.
-    public var method: String
+    package var method: String
     /// The request target as sent: raw, with the query, no percent-decoding.
-    public var path: String
+    package var path: String
     /// Headers in arrival order, names spelled as sent.
-    public var headers: [(String, String)]
+    package var headers: [(String, String)]
     /// Body bytes received (after chunked decoding).
-    public var bodySize: Int64
+    package var bodySize: Int64
     /// SHA-256 of the body bytes received, lowercase hex.
-    public var bodySHA256: String
+    package var bodySHA256: String
     /// The body, when it was no larger than the server's `bodyCaptureLimit`.
-    public var body: [UInt8]?
+    package var body: [UInt8]?
     /// Which accepted connection carried the request (1 for the first).
-    public var connectionID: Int
+    package var connectionID: Int
     /// Whether the whole body arrived.
-    public var completed: Bool
+    package var completed: Bool
     /// Whether the request carried `Expect: 100-continue`.
-    public var expectedContinue: Bool
+    package var expectedContinue: Bool
 
-    /// Creates a record (the server makes these; public for fixtures).
-    public init(
+    /// Creates a record (the server makes these; package for fixtures).
+    package init(
         method: String, path: String, headers: [(String, String)], bodySize: Int64, bodySHA256: String,
         body: [UInt8]?, connectionID: Int, completed: Bool, expectedContinue: Bool = false
     ) {
@@ -36,14 +36,14 @@ public struct RecordedRequest: Sendable {
     }
 
     /// The header's value, matched case-insensitively; repeated headers joined with ", ".
-    public func header(_ name: String) -> String? {
+    package func header(_ name: String) -> String? {
         let wanted = asciiLowercased(name)
         let values = headers.filter { asciiLowercased($0.0) == wanted }.map(\.1)
         return values.isEmpty ? nil : values.joined(separator: ", ")
     }
 
     /// The body as UTF-8 text (lossy), when it was captured.
-    public var bodyText: String? {
+    package var bodyText: String? {
         body.map { String(decoding: $0, as: UTF8.self) }
     }
 }

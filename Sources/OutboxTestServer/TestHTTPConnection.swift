@@ -132,7 +132,7 @@ final class TestHTTPConnection {
 
         let expectsContinue = head.header("expect").map(asciiLowercased)?.trimmingSpaces == "100-continue"
         let pathOnly = String(head.target.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)[0])
-        let isControl = pathOnly == "/_stats" || pathOnly == "/_reset"
+        let isControl = pathOnly == "/_stats" || pathOnly == "/_reset" || pathOnly.hasPrefix("/_control/")
         let (scripted, cap) = core.state.withLock { state -> (TestResponse?, Int) in
             if expectsContinue && !isControl { state.expectContinueCount += 1 }
             // Control paths stay reachable even under a catch-all script such as "/".
@@ -187,6 +187,7 @@ final class TestHTTPConnection {
     }
 
     private func respond(_ response: TestResponse, to head: RequestHead) -> ExchangeOutcome {
+        if let name = response.hold, !waitAtHold(name) { return .end(.close) }
         if core.sleepOrStop(ms: response.delayMs) { return .end(.close) }
         switch response.action {
         case .resetBeforeResponse, .resetWhileReadingRequest:
@@ -240,6 +241,10 @@ final class TestHTTPConnection {
     }
 
     private func describe(_ response: TestResponse) -> String {
+        describeAction(response) + (response.hold.map { " after hold \($0)" } ?? "")
+    }
+
+    private func describeAction(_ response: TestResponse) -> String {
         switch response.action {
         case .respond: return "\(response.status)"
         case .resetBeforeResponse: return "reset"
@@ -248,6 +253,26 @@ final class TestHTTPConnection {
         case .slowBody: return "\(response.status) slow body"
         case .resetWhileReadingRequest: return "reset"
         case .stallForever: return "stall"
+        }
+    }
+
+    /// Waits at the hold `name` until the test releases this request; false when the server
+    /// stops or the client goes away first (the request then no longer counts as held).
+    private func waitAtHold(_ name: String) -> Bool {
+        guard let ticket = core.state.withLock({ $0.arrive(at: name) }) else { return true }
+        while true {
+            if core.state.withLock({ $0.takeRelease(ticket, at: name) }) { return true }
+            // POLLRDHUP (not POLLIN): the peer's FIN or RST ends the wait, bytes do not.
+            var fds = [
+                pollfd(fd: core.wakeRead, events: Int16(POLLIN), revents: 0),
+                pollfd(fd: fd, events: pollReadHangUp, revents: 0),
+            ]
+            let ready = poll(&fds, 2, 5)
+            if ready < 0 && errno != EINTR || fds[0].revents != 0 || fds[1].revents != 0 {
+                core.state.withLock { $0.leave(ticket, at: name) }
+                if fds[1].revents != 0 { core.log("held request at \(name): client gone") }
+                return false
+            }
         }
     }
 
@@ -473,6 +498,9 @@ final class TestHTTPConnection {
         }
     }
 }
+
+/// POLLRDHUP (Linux): the peer closed its side. Glibc's module does not export it.
+let pollReadHangUp: Int16 = 0x2000
 
 extension StringProtocol {
     /// Without leading and trailing spaces and tabs (HTTP optional whitespace).

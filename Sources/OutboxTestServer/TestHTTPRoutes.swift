@@ -13,9 +13,13 @@
 /// - `/redirect/{n}`: 302 to `/redirect/{n-1}`; `/redirect/0` is 200.
 ///   `/redirect-to?url=U`: 302 to the percent-decoded U.
 /// - `/put/...`: 201 with JSON `{stored, body_size, body_sha256}` and an `ETag`.
+/// - `/hold/{name}/{rest}`: waits at the hold `name` until released, then answers as
+///   `/{rest}` would (`/hold/a/status/201`); `/hold/{name}` alone answers like any path.
 /// - `/_stats[?prefix=P]`: JSON `{connections_accepted, expect_continue, count, requests}`
-///   (the /_stats connection itself counts). `/_reset`: what `reset()` does. Neither is
-///   recorded or scriptable.
+///   (the /_stats connection itself counts). `/_reset`: what `reset()` does.
+/// - `/_control/release/{name}[?count=N]`: what `release(name, count:)` does; JSON
+///   `{released, held}`. `/_control/held/{name}`: JSON `{held}`, the requests waiting there.
+/// - Neither `/_stats`, `/_reset` nor `/_control/...` is recorded or scriptable.
 /// - Anything else, any method: 200 JSON `{method, path, body_size, body_sha256}` with an
 ///   `ETag` (so PUT/POST elsewhere are recorded and answered 200).
 enum BuiltinRoutes {
@@ -76,6 +80,23 @@ enum BuiltinRoutes {
         case ("redirect-to", 0):
             guard let url = query["url"], !url.isEmpty else { return badRoute("missing url") }
             return TestResponse(status: 302, headers: [("Location", url)])
+        case ("hold", _) where !rest.isEmpty && !rest[0].isEmpty:
+            var inner = request
+            inner.path = "/" + rest.dropFirst().joined(separator: "/") + (pieces.count > 1 ? "?" + pieces[1] : "")
+            return response(for: inner, core: core).held(rest[0])
+        case ("_control", 2) where rest[0] == "release" && !rest[1].isEmpty:
+            var count: Int?
+            if let text = query["count"] {
+                guard let n = Int(text), n >= 0 else { return badRoute("bad count") }
+                count = n
+            }
+            let (released, held) = core.state.withLock { state in
+                (state.release(rest[1], count: count), state.holds[rest[1]]?.waiting.count ?? 0)
+            }
+            return .json(200, #"{"released":\#(released),"held":\#(held)}"#)
+        case ("_control", 2) where rest[0] == "held" && !rest[1].isEmpty:
+            let held = core.state.withLock { $0.holds[rest[1]]?.waiting.count ?? 0 }
+            return .json(200, #"{"held":\#(held)}"#)
         case ("_stats", 0):
             return .json(200, statsJSON(core: core, prefix: query["prefix"]))
         case ("_reset", 0):

@@ -6,7 +6,7 @@ extension TestHTTPServer {
     /// `arguments` excludes the program name: `[--host H] [--port N] [--port-file PATH]
     /// [--verbose] [--no-hash]`. The port file gets the bound port (written atomically) once the
     /// server listens; stderr gets `listening on HOST:PORT`. Usage errors exit 64.
-    public static func runStandalone(arguments: [String]) -> Never {
+    package static func runStandalone(arguments: [String]) -> Never {
         var host = "127.0.0.1"
         var port = 0
         var portFile: String?

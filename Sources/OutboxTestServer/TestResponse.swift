@@ -1,9 +1,9 @@
 import Digest
 /// One scripted answer of the test server: a status, headers and a body, plus how to
 /// misbehave (delay, reset, slow body, stall) when delivering it.
-public struct TestResponse: Sendable {
+package struct TestResponse: Sendable {
     /// How the server delivers (or fails to deliver) the response.
-    public enum Action: Sendable, Equatable {
+    package enum Action: Sendable, Equatable {
         /// Send the response normally.
         case respond
         /// Read the request, then reset the connection (RST) without answering.
@@ -24,29 +24,33 @@ public struct TestResponse: Sendable {
     }
 
     /// The HTTP status code.
-    public var status: Int
+    package var status: Int
     /// Response headers in order; `Content-Length` is added unless present here.
-    public var headers: [(String, String)]
+    package var headers: [(String, String)]
     /// The body, used when `bodySize` is nil.
-    public var body: [UInt8]
+    package var body: [UInt8]
     /// Milliseconds to wait after the request body was read, before answering.
-    public var delayMs: Int
+    package var delayMs: Int
     /// How to deliver the response.
-    public var action: Action
+    package var action: Action
     /// When set, a generated body of this many bytes (`TestResponse.patternByte`), streamed.
-    public var bodySize: Int64?
+    package var bodySize: Int64?
     /// Close the connection after this response (sends `Connection: close`).
-    public var closeConnection: Bool
+    package var closeConnection: Bool
+    /// When set, the request waits at the hold of this name, after its body was read and
+    /// before `delayMs` and the answer, until the test releases it (`TestHTTPServer.release`).
+    package var hold: String?
 
     /// Creates a response with every field spelled out.
-    public init(
+    package init(
         status: Int = 200,
         headers: [(String, String)] = [],
         body: [UInt8] = [],
         delayMs: Int = 0,
         action: Action = .respond,
         bodySize: Int64? = nil,
-        closeConnection: Bool = false
+        closeConnection: Bool = false,
+        hold: String? = nil
     ) {
         self.status = status
         self.headers = headers
@@ -55,65 +59,78 @@ public struct TestResponse: Sendable {
         self.action = action
         self.bodySize = bodySize
         self.closeConnection = closeConnection
+        self.hold = hold
+    }
+
+    /// A 200 with an empty JSON object, sent once the hold `name` is released.
+    package static func hold(_ name: String) -> TestResponse {
+        TestResponse.json(200, "{}").held(name)
+    }
+
+    /// This response, sent once the hold `name` is released.
+    package func held(_ name: String) -> TestResponse {
+        var copy = self
+        copy.hold = name
+        return copy
     }
 
     /// A plain response with a text body.
-    public static func status(_ code: Int, body: String = "", headers: [(String, String)] = []) -> TestResponse {
+    package static func status(_ code: Int, body: String = "", headers: [(String, String)] = []) -> TestResponse {
         TestResponse(status: code, headers: headers, body: Array(body.utf8))
     }
 
     /// A response with a JSON body and `Content-Type: application/json`.
-    public static func json(_ code: Int, _ json: String, headers: [(String, String)] = []) -> TestResponse {
+    package static func json(_ code: Int, _ json: String, headers: [(String, String)] = []) -> TestResponse {
         TestResponse(status: code, headers: [("Content-Type", "application/json")] + headers, body: Array(json.utf8))
     }
 
     /// A response sent after waiting `ms` milliseconds.
-    public static func delay(_ ms: Int, _ code: Int = 200, body: String = "") -> TestResponse {
+    package static func delay(_ ms: Int, _ code: Int = 200, body: String = "") -> TestResponse {
         TestResponse(status: code, body: Array(body.utf8), delayMs: ms)
     }
 
     /// A generated body of `count` bytes (deterministic pattern), streamed.
-    public static func bytes(_ count: Int64, status: Int = 200) -> TestResponse {
+    package static func bytes(_ count: Int64, status: Int = 200) -> TestResponse {
         TestResponse(status: status, headers: [("Content-Type", "application/octet-stream")], bodySize: count)
     }
 
     /// The connection is reset after the request was read; no response.
-    public static var reset: TestResponse { TestResponse(action: .resetBeforeResponse) }
+    package static var reset: TestResponse { TestResponse(action: .resetBeforeResponse) }
 
     /// The connection is closed cleanly after the request was read; no response.
-    public static var closeWithoutResponse: TestResponse { TestResponse(action: .closeWithoutResponse) }
+    package static var closeWithoutResponse: TestResponse { TestResponse(action: .closeWithoutResponse) }
 
     /// Headers and half of a generated `bodySize`-byte body, then a reset.
-    public static func resetMidBody(bodySize: Int64 = 1 << 16) -> TestResponse {
+    package static func resetMidBody(bodySize: Int64 = 1 << 16) -> TestResponse {
         TestResponse(action: .resetMidBody, bodySize: bodySize)
     }
 
     /// A generated body of `bodySize` bytes sent `bytesPerChunk` at a time, `intervalMs` apart.
-    public static func slowBody(bodySize: Int64, bytesPerChunk: Int, intervalMs: Int, status: Int = 200) -> TestResponse {
+    package static func slowBody(bodySize: Int64, bytesPerChunk: Int, intervalMs: Int, status: Int = 200) -> TestResponse {
         TestResponse(status: status, action: .slowBody(bytesPerChunk: bytesPerChunk, intervalMs: intervalMs), bodySize: bodySize)
     }
 
     /// The connection is reset after `afterBytes` request body bytes arrived.
-    public static func resetWhileReadingRequest(afterBytes: Int) -> TestResponse {
+    package static func resetWhileReadingRequest(afterBytes: Int) -> TestResponse {
         TestResponse(action: .resetWhileReadingRequest(afterBytes: afterBytes))
     }
 
     /// The request is read and never answered.
-    public static var stall: TestResponse { TestResponse(action: .stallForever) }
+    package static var stall: TestResponse { TestResponse(action: .stallForever) }
 
     /// Byte `offset` of every generated body: `offset % 251` (a prime, so the pattern
     /// never lines up with power-of-two buffer sizes and misplaced bytes show).
-    public static func patternByte(at offset: Int64) -> UInt8 {
+    package static func patternByte(at offset: Int64) -> UInt8 {
         UInt8(truncatingIfNeeded: offset % 251)
     }
 
     /// The first `count` bytes of the generated body pattern (for small expected values).
-    public static func patternBytes(count: Int) -> [UInt8] {
+    package static func patternBytes(count: Int) -> [UInt8] {
         (0..<count).map { UInt8(truncatingIfNeeded: $0 % 251) }
     }
 
     /// SHA-256 (lowercase hex) of a generated body of `count` bytes.
-    public static func patternSHA256(count: Int64) -> String {
+    package static func patternSHA256(count: Int64) -> String {
         var hasher = SHA256.Hasher()
         let block = PatternBlock.shared
         var offset: Int64 = 0

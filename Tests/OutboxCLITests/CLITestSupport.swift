@@ -1,20 +1,22 @@
 import Foundation
 import OutboxCLI
 import OutboxModel
+import TestSupport
 
 struct CLITestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ d: String) { description = d }
 }
 
-/// What one in-process call printed and returned.
-struct CLIResult: CustomStringConvertible {
-    var status: Int32
-    var out: String
-    var err: String
-    var description: String { "exit \(status)\nstdout: \(out)\nstderr: \(err)" }
+/// What one in-process call printed and returned: the fixture's result, under the names
+/// these tests use.
+typealias CLIResult = CommandResult
+
+extension CommandResult {
+    var out: String { stdout }
+    var err: String { stderr }
     /// stdout as one JSON document.
-    func json() throws -> JSON { try JSON.parse(out) }
+    func json() throws -> JSON { try requireJSON() }
 }
 
 /// Collects a call's output; the console's closures may run on any thread.
@@ -27,12 +29,26 @@ private final class Capture: @unchecked Sendable {
     var texts: (String, String) { lock.withLock { (out, err) } }
 }
 
-/// One test's project folder, driven through `CLI.run` in-process (no globals: cwd and
-/// environment are passed in).
-final class CLIProject {
-    let root: String
-    var environment: [String: String] = [:]
+/// The fixture's in-process driver. It lives here, not in TestSupport, because it calls
+/// `CLI.run`: TestSupport serves every test target and stays clear of the CLI module.
+extension TestProject {
+    /// Runs `outbox ARGS` through `CLI.run` in the project root (or `cwd`), with `stdin` as
+    /// standard input and the fixture's scrubbed environment (no globals: cwd and
+    /// environment are passed in).
+    func run(_ arguments: [String], cwd: String? = nil, stdin: String = "", environment extra: [String: String] = [:]) -> CommandResult {
+        let capture = Capture()
+        let input = Array(stdin.utf8)
+        let console = Console(out: { capture.addOut($0) }, err: { capture.addErr($0) }, stdin: { input })
+        let status = CLI.run(arguments: arguments, environment: processEnvironment(extra), cwd: cwd ?? root, console: console)
+        let (out, err) = capture.texts
+        return CommandResult(exitCode: status, stdout: out, stderr: err)
+    }
 
+    func run(_ arguments: String...) -> CommandResult { run(arguments) }
+}
+
+/// One test's project with the standard config and definitions, driven in-process.
+final class CLIProject: TestProject, @unchecked Sendable {
     static let config = """
     headers:
       Authorization: 'Bearer {{ env.API_TOKEN | default("none") }}'
@@ -86,39 +102,14 @@ final class CLIProject {
     ]
 
     /// A project with `config/outbox.yaml` and the standard definitions (unless `empty`).
-    init(empty: Bool = false, config: String = CLIProject.config) throws {
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("outbox-cli-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+    init(empty: Bool = false, config: String = CLIProject.config, function: String = #function) throws {
+        try super.init(config: empty ? nil : config, name: function)
         if !empty {
-            try write("config/outbox.yaml", config)
             for (name, text) in Self.definitions { try write("definitions/" + name, text) }
+        } else {
+            remove("definitions")
         }
     }
-
-    deinit { try? FileManager.default.removeItem(atPath: root) }
-
-    @discardableResult
-    func write(_ relative: String, _ text: String) throws -> String {
-        let full = root + "/" + relative
-        try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try text.write(toFile: full, atomically: false, encoding: .utf8)
-        return full
-    }
-
-    func remove(_ relative: String) throws { try FileManager.default.removeItem(atPath: root + "/" + relative) }
-
-    /// Runs `outbox ARGS` in the project root (or `cwd`), with `stdin` as standard input.
-    func run(_ arguments: [String], cwd: String? = nil, stdin: String = "", environment extra: [String: String] = [:]) -> CLIResult {
-        let capture = Capture()
-        let input = Array(stdin.utf8)
-        let console = Console(out: { capture.addOut($0) }, err: { capture.addErr($0) }, stdin: { input })
-        let env = environment.merging(extra) { $1 }
-        let status = CLI.run(arguments: arguments, environment: env, cwd: cwd ?? root, console: console)
-        let (out, err) = capture.texts
-        return CLIResult(status: status, out: out, err: err)
-    }
-
-    func run(_ arguments: String...) -> CLIResult { run(arguments) }
 
     /// Enqueues and returns the printed id; a failure is a broken test.
     @discardableResult
@@ -129,9 +120,6 @@ final class CLIProject {
         guard r.status == 0 else { throw CLITestFailure("enqueue failed: \(r)") }
         return r.out.trimmingCharacters(in: .newlines)
     }
-
-    var storeFolder: String { root + "/.outbox" }
-    var storeExists: Bool { FileManager.default.fileExists(atPath: storeFolder) }
 
     /// `list --json` rows as parsed JSON.
     func rows() throws -> [JSON] {
@@ -159,18 +147,6 @@ final class CLIProject {
             lines.append(try sqlite("SELECT * FROM entries; SELECT * FROM parts; SELECT * FROM outcomes;"))
         }
         return lines
-    }
-
-    func sqlite(_ sql: String) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
-        process.arguments = [storeFolder + "/outbox.db", sql]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self)
     }
 }
 

@@ -18,7 +18,7 @@ enum DirTree {
     }
 
     static func queued(_ sandbox: OutboxSandbox) async throws -> Int? {
-        let stats = try await sandbox.outbox(["stats", "--json"]).json as? [String: Any]
+        let stats = try await sandbox.outbox(["stats", "--json"]).jsonObject as? [String: Any]
         return (stats?["entries"] as? [String: Int])?["queued"]
     }
 }
@@ -53,7 +53,7 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
 
         let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree", "--vars", #"{"bucket": "archive", "name": "overridden"}"#, "--json"])
         #expect(run.status == 0, "\(run.stderr)")
-        let printed = try #require(run.json as? [[String: String]])
+        let printed = try #require(run.jsonObject as? [[String: String]])
         // Byte order of relative paths; hidden files included; links and the FIFO skipped.
         #expect(printed.map { $0["path"] } == [".dotfile", "a/.hidden/three.txt", "a/one.txt", "b/two.txt"].map { root + "/" + $0 })
         #expect(printed.allSatisfy { ($0["id"]?.count ?? 0) == 36 })

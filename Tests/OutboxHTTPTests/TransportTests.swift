@@ -344,18 +344,19 @@ private final class HTTPSServer: @unchecked Sendable {
 
     /// libcurl's byte counters start over with each request of a redirect; the stall check
     /// counts on from what the first request moved. Here the 307 trickles in at ~1.2 KB/s
-    /// for 2.5 s, then the re-sent body waits 1.5 s for its answer: a check that compared
-    /// the second request's counter with the first one's would call that a stall.
+    /// for 4 s, then the re-sent body waits 1.5 s for its answer: a check that compared
+    /// the second request's counter with the first one's would call that a stall. The limit,
+    /// 256 B/s over 4 s, leaves the trickle and the wait wide margins on a loaded machine.
     @Test func aRedirectDoesNotLookLikeAStall() async throws {
         try await withFixture { server, client, folder in
             server.script("/old", [TestResponse(status: 307, headers: [("Location", "/new")],
-                                                action: .slowBody(bytesPerChunk: 300, intervalMs: 250), bodySize: 3000)])
+                                                action: .slowBody(bytesPerChunk: 300, intervalMs: 250), bodySize: 4800)])
             server.script("/new", [.delay(1500, 200)])
             let path = try folder.file("payload.bin", pattern(1 << 20, seed: 9))
             let result = await send(client, HTTPRequest(url: server.url("/old"), method: "PUT",
                                                         body: .file(path: path, offset: 0, length: 1 << 20),
-                                                        followRedirects: 1, stallBelowBytesPerSecond: 1024,
-                                                        stallForMs: 2000))
+                                                        followRedirects: 1, stallBelowBytesPerSecond: 256,
+                                                        stallForMs: 4000))
             #expect(result.failure == nil, "\(result.failure?.message ?? "")")
             #expect(result.status == 200)
             #expect(try recorded(server, "/new").bodySize == 1 << 20)
@@ -548,11 +549,15 @@ private final class HTTPSServer: @unchecked Sendable {
             #expect(seconds.retryAfterSeconds == 7)
             let zero = await send(client, HTTPRequest(url: server.url("/status/429?retry_after=0"), method: "GET"))
             #expect(zero.retryAfterSeconds == 0)
+            let scripted = time(nil)
             server.script("/date", [.status(429, headers: [("Retry-After", httpDate(secondsFromNow: 120))])])
             let date = await send(client, HTTPRequest(url: server.url("/date"), method: "GET"))
+            let answered = time(nil)
             #expect(date.status == 429)
-            // An HTTP date is relative to now: allow for clock rounding and a slow machine.
-            #expect((90...121).contains(date.retryAfterSeconds ?? -1))
+            // An HTTP date is relative to now: 120 s less the time the exchange took, give or
+            // take a second of rounding.
+            let earliest = Int64(120 - (answered - scripted) - 1)
+            #expect((earliest...121).contains(date.retryAfterSeconds ?? -1))
         }
     }
 
@@ -841,7 +846,7 @@ private final class Results: @unchecked Sendable {
     private var byID: [String: HTTPResult] = [:]
     func record(_ name: String, _ result: HTTPResult) { lock.lock(); byID[name] = result; lock.unlock() }
     subscript(_ name: String) -> HTTPResult? { lock.lock(); defer { lock.unlock() }; return byID[name] }
-    func wait(for names: [String], timeoutMs: Int = 10_000) -> Bool {
+    func wait(for names: [String], timeoutMs: Int = 60_000) -> Bool {
         for _ in 0..<(timeoutMs / 10) {
             if names.allSatisfy({ self[$0] != nil }) { return true }
             usleep(10_000)
@@ -862,15 +867,17 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
 @Suite struct StandbyTransferTests {
     @Test func standbyStartsInTheSlotOfTheTransferThatEnds() throws {
         try withStandbyFixture { server, client, results in
-            server.script("/slow", [.delay(300, 200)])
+            server.script("/slow", [.hold("slow")])
             client.start(HTTPRequest(url: server.url("/slow"), method: "GET"), host: "h", slot: true) { results.record("a", $0) }
             let b = client.start(HTTPRequest(url: server.url("/next"), method: "GET"), host: "h", slot: true, standby: true) {
                 results.record("b", $0)
             }
-            #expect(server.waitForRequests(count: 1))
-            // While the slot is held, the standby transfer is not sent.
+            #expect(server.waitForHeld("slow"))
+            // While the slot is held, the standby transfer is not sent. (The pause only gives a
+            // wrong start time to show; a slow machine can make this miss one, never fail.)
             usleep(100_000)
             #expect(server.requests(path: "/next").isEmpty)
+            server.release("slow")
             #expect(results.wait(for: ["a", "b"]))
             #expect(results["a"]?.startedInPlace == b)
             #expect(results["b"]?.status == 200)
@@ -883,6 +890,8 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
             let id = client.start(HTTPRequest(url: server.url("/p"), method: "GET"), host: "h", slot: true, standby: true) {
                 results.record("p", $0)
             }
+            // Not sent before the promotion. (The pause only gives a wrong start time to
+            // show; a slow machine can make this miss one, never fail.)
             usleep(100_000)
             #expect(server.requests.isEmpty)
             client.promote(id)
@@ -911,8 +920,8 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
 
     @Test func standbyWaitsWhileItsHostIsAtPerHost() throws {
         try withStandbyFixture(perHost: 1) { server, client, results in
-            server.script("/short", [.delay(100, 200)])
-            server.script("/long", [.delay(600, 200)])
+            // /long holds host h until /short has ended, however long that takes.
+            server.script("/long", [.hold("long")])
             // A part-like transfer (no slot) holds host h; a slot transfer to host g ends first.
             client.start(HTTPRequest(url: server.url("/long"), method: "GET"), host: "h") { results.record("long", $0) }
             client.start(HTTPRequest(url: server.url("/short"), method: "GET"), host: "g", slot: true) { results.record("short", $0) }
@@ -923,6 +932,7 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
             // Host h is full, so the freed slot is not used for it.
             #expect(results["short"]?.startedInPlace == nil)
             #expect(server.requests(path: "/h2").isEmpty)
+            server.release("long")
             #expect(results.wait(for: ["long"]))
             #expect(results["long"]?.startedInPlace == nil)  // not a slot transfer
             client.promote(waiting)

@@ -2,6 +2,7 @@ import Foundation
 import OutboxProcess
 import Synchronization
 import Testing
+import TestSupport
 
 struct ExitStatusTests {
     struct ExitCase: CustomTestStringConvertible, Sendable {
@@ -147,19 +148,21 @@ struct OutputCapTests {
         #expect(result.exitStatus == 0)
     }
 
-    /// Completion is decided by the child's exit, not by pipe EOF, which a background
-    /// grandchild can hold off.
+    /// Completion is decided by the child's exit, not by pipe EOF: the run returns while
+    /// the background child that holds stdout still runs (it runs until the test says so).
     @Test func backgroundChildHoldingStdoutDoesNotHangTheRun() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        let started = Date()
-        let result = try await runOffPool(shell("sleep 30 & echo $!", in: folder))
-        let elapsed = Date().timeIntervalSince(started)
-        let sleeper = Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines))
-        if let sleeper { kill(sleeper, SIGKILL) }
-        #expect(elapsed < 25, "the run waited for the background child (sleep 30)")
+        var spec = shell("(while [ ! -e release ]; do sleep 0.05; done) & echo $!", in: folder)
+        // Reached only if the run waits for the background child: it then fails, not hangs.
+        spec.timeoutMs = 120_000
+        let result = try await runOffPool(spec)
+        let sleeper = try #require(Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines)))
+        defer { kill(sleeper, SIGKILL) }
+        #expect(result.timedOut == false, "the run waited for the background child")
+        #expect(!isDead(sleeper), "the run waited for the background child")
         #expect(result.exitStatus == 0)
-        #expect(sleeper != nil)
+        _ = FileManager.default.createFile(atPath: folder.path + "/release", contents: nil)
     }
 }
 
@@ -262,8 +265,12 @@ struct TimerTests {
     @Test func timeoutKillsTheGroupIncludingAGrandchild() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        var spec = shell("sleep 30 & echo $!; wait", in: folder)
+        // The grandchild outlives any wait below unless the group is killed.
+        var spec = shell("sleep 600 & echo $! > started.tmp && mv started.tmp started; echo $!; wait", in: folder)
         spec.timeoutMs = 300
+        // The timer runs from the spawn: holding the start until the grandchild exists makes
+        // "a grandchild is there when the timeout fires" a fact on any machine.
+        spec.onStart = { _, _ in waitForFile(folder.path + "/started") }
         let started = Date()
         let result = try await runOffPool(spec)
         let elapsed = Date().timeIntervalSince(started)
@@ -275,15 +282,17 @@ struct TimerTests {
         #expect(elapsed >= 0.3)
         #expect(grandchild != nil)
         if let grandchild {
-            #expect(await eventually(seconds: 10) { isDead(grandchild) })
+            await eventually("the grandchild to die") { isDead(grandchild) }
         }
     }
 
     @Test func timeoutEscalatesToSIGKILLWhenTermIsIgnored() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        var spec = shell("trap '' TERM; while :; do sleep 0.05; done", in: folder)
+        var spec = shell("trap '' TERM; touch trapped; while :; do sleep 0.05; done", in: folder)
         spec.timeoutMs = 100
+        // The timer runs from the spawn: a SIGTERM before the trap would kill the shell.
+        spec.onStart = { _, _ in waitForFile(folder.path + "/trapped") }
         let started = Date()
         let result = try await runOffPool(spec)
         let elapsed = Date().timeIntervalSince(started)
@@ -298,7 +307,8 @@ struct TimerTests {
         let folder = TempFolder()
         defer { folder.cleanup() }
         var spec = shell("echo ok", in: folder)
-        spec.timeoutMs = 5000
+        // Generous: even a loaded machine starts and ends `echo` well within it.
+        spec.timeoutMs = 60_000
         let result = try await runOffPool(spec)
         #expect(result.timedOut == false)
         #expect(result.exitStatus == 0)
@@ -309,9 +319,14 @@ struct TimerTests {
         let folder = TempFolder()
         defer { folder.cleanup() }
         let warned = Box<[Int32]>([])
-        var spec = shell("sleep 0.5; echo done", in: folder)
+        // The child runs until the warning has fired, however late its timer comes.
+        var spec = shell("while [ ! -e warned ]; do sleep 0.01; done; echo done", in: folder)
         spec.warnAfterMs = 100
-        spec.onWarn = { pid in warned.update { $0.append(pid) } }
+        spec.timeoutMs = 120_000
+        spec.onWarn = { pid in
+            warned.update { $0.append(pid) }
+            _ = FileManager.default.createFile(atPath: folder.path + "/warned", contents: nil)
+        }
         let result = try await runOffPool(spec)
         #expect(warned.value == [result.pid])
         #expect(result.exitStatus == 0)
@@ -324,7 +339,8 @@ struct TimerTests {
         defer { folder.cleanup() }
         let warned = Box<Int>(0)
         var spec = shell("true", in: folder)
-        spec.warnAfterMs = 3000
+        // Generous: even a loaded machine starts and ends `true` well within it.
+        spec.warnAfterMs = 60_000
         spec.onWarn = { _ in warned.update { $0 += 1 } }
         let result = try await runOffPool(spec)
         #expect(warned.value == 0)
@@ -448,10 +464,10 @@ struct StaleGroupTests {
         let folder = TempFolder()
         defer { folder.cleanup() }
         let started = Box<(Int32, UInt64)?>(nil)
-        var spec = shell("exec sleep 30", in: folder)
+        var spec = shell("exec sleep 600", in: folder)
         spec.onStart = { pid, time in started.update { $0 = (pid, time) } }
         async let running = runOffPool(spec)
-        #expect(await eventually(seconds: 30) { started.value != nil })
+        await eventually("the child to start") { started.value != nil }
         let (pid, startTime) = try #require(started.value)
         #expect(ProcessRunner.killStaleGroup(pgid: pid, startTime: startTime + 1) == false)
         #expect(isDead(pid) == false)
@@ -465,16 +481,16 @@ struct StaleGroupTests {
     @Test func killsAnOrphanedGroupLeader() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        let result = try await runOffPool(shell("setsid sleep 30 </dev/null >/dev/null 2>&1 & echo $!", in: folder))
+        let result = try await runOffPool(shell("setsid sleep 600 </dev/null >/dev/null 2>&1 & echo $!", in: folder))
         let orphan = try #require(Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines)))
         defer { kill(orphan, SIGKILL) }
         // Wait until setsid made it a group leader.
-        #expect(await eventually(seconds: 30) { procStatFields(orphan)?[2] == "\(orphan)" })
+        await eventually("setsid to make it a group leader") { procStatFields(orphan)?[2] == "\(orphan)" }
         let startTime = try #require(procStatFields(orphan).flatMap { UInt64($0[19]) })
         #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime &- 1) == false)
         #expect(isDead(orphan) == false)
         #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime) == true)
-        #expect(await eventually(seconds: 10) { isDead(orphan) })
+        await eventually("the orphan to die") { isDead(orphan) }
     }
 
     @Test func goneOrInvalidGroupIsNotKilled() {

@@ -2,17 +2,17 @@ import Foundation
 import Glibc
 import OutboxProcess
 import Testing
+import TestSupport
 
 /// The events plugin's process: fed lines, never able to stall its feeder, ended within its grace.
 struct StreamingChildTests {
-    static func spec(_ shell: String, in folder: TempFolder) -> ProcessSpec {
+    static func spec(_ shell: String, in folder: TemporaryFolder) -> ProcessSpec {
         ProcessSpec(command: .shell(shell), environment: ["PATH": "/usr/bin:/bin"], workingDirectory: folder.path)
     }
 
     @Test func aReaderGetsEveryLineInOrder() throws {
         ProcessRunner.ignoreSIGPIPE()
-        let folder = TempFolder()
-        defer { folder.cleanup() }
+        let folder = TemporaryFolder()
         let out = folder.path + "/lines"
         let child = try StreamingChild.start(Self.spec("cat > '\(out)'", in: folder))
         for n in 1...1000 { child.send(line: #"{"n":\#(n)}"#) }
@@ -26,8 +26,7 @@ struct StreamingChildTests {
 
     @Test func aChildThatNeverReadsLosesLinesAndIsKilledAtClose() throws {
         ProcessRunner.ignoreSIGPIPE()
-        let folder = TempFolder()
-        defer { folder.cleanup() }
+        let folder = TemporaryFolder()
         let child = try StreamingChild.start(Self.spec("sleep 3600", in: folder), bufferCap: 4096)
         // Far more than a pipe (64 KiB) and the buffer hold: sending must not block.
         let line = String(repeating: "x", count: 1000)
@@ -40,8 +39,7 @@ struct StreamingChildTests {
 
     @Test func aChildThatExitsEarlyEndsTheFeedQuietly() throws {
         ProcessRunner.ignoreSIGPIPE()
-        let folder = TempFolder()
-        defer { folder.cleanup() }
+        let folder = TemporaryFolder()
         let child = try StreamingChild.start(Self.spec("exit 0", in: folder))
         // Lines sent after it exited are dropped once the pipe reports it gone.
         for _ in 0..<100_000 where child.dropped == 0 { child.send(line: "after") }
@@ -50,8 +48,7 @@ struct StreamingChildTests {
     }
 
     @Test func aCommandThatCannotStartIsAnError() {
-        let folder = TempFolder()
-        defer { folder.cleanup() }
+        let folder = TemporaryFolder()
         #expect(throws: ProcessSpawnError.self) {
             try StreamingChild.start(ProcessSpec(command: .argv(["no-such-program-here"]), environment: ["PATH": "/nonexistent"],
                                                  workingDirectory: folder.path))

@@ -1,6 +1,7 @@
 import Foundation
 import OutboxProcess
 import Synchronization
+import TestSupport
 
 /// Runs a spec on a fresh thread, as callers must (run blocks); `prepare` and `after` run on
 /// that thread before and after it (e.g. to block signals or inspect the thread's masks).
@@ -23,21 +24,11 @@ func runOffPool(
     }
 }
 
-/// A fresh temp folder (real path, no symlinks) removed by `cleanup()`.
-struct TempFolder {
-    let path: String
+/// The fixture's temp folder (real path, no symlinks), removed by `cleanup()` or at the end.
+typealias TempFolder = TemporaryFolder
 
-    init() {
-        var template = Array((NSTemporaryDirectory() + "outbox-proc-XXXXXX").utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }
-        precondition(made != nil, "mkdtemp failed")
-        let raw = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        path = URL(fileURLWithPath: raw).resolvingSymlinksInPath().path
-    }
-
-    func cleanup() {
-        try? FileManager.default.removeItem(atPath: path)
-    }
+extension TemporaryFolder {
+    func cleanup() { remove() }
 }
 
 /// A shell spec in a given folder with a minimal environment.
@@ -65,14 +56,9 @@ func isDead(_ pid: Int32) -> Bool {
     return fields[0] == "Z" || fields[0] == "X"
 }
 
-/// Waits up to `seconds` for a condition, polling every 20 ms.
-func eventually(seconds: Double, _ condition: () -> Bool) async -> Bool {
-    let end = Date().addingTimeInterval(seconds)
-    while Date() < end {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return condition()
+/// Blocks the calling thread (a runner's, in `onStart`) until `path` exists, up to 60 s.
+func waitForFile(_ path: String) {
+    for _ in 0..<6000 where !FileManager.default.fileExists(atPath: path) { usleep(10_000) }
 }
 
 /// A thread-safe box for values captured by @Sendable callbacks.

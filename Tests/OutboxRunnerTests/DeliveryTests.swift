@@ -52,14 +52,15 @@ import Testing
     }
 
     @Test func runnerKilledBetweenJournalAndAcknowledgementRedeliversWithoutResending() async throws {
-        // The first delivery writes its pid and hangs; later ones record and succeed.
+        // The first delivery writes its pid and hangs (until the next runner stops its group,
+        // ten minutes at most); later ones record and succeed.
         let hook = #"""
         #!/bin/sh
         payload=$(cat)
         printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
         if [ "$OUTBOX_DELIVERIES" = 1 ]; then
           echo $$ > hooks/hook.pid
-          sleep 30
+          sleep 600
         fi
         exit 0
 
@@ -68,14 +69,17 @@ import Testing
                             hooks: ["slow.sh": hook])
         try await p.enqueue("t", path: "/status/200", id: "crash")
         let runner = try p.start(["run"])
-        #expect(await eventually { p.exists("hooks/hook.pid") }, "the hook never started")
+        await eventually("the hook to start") { p.exists("hooks/hook.pid") }
         let hookPID = try #require(Int32(try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8)
             .trimmingCharacters(in: .whitespacesAndNewlines)))
         // The hook is the `sh -c` leader's child, in its group.
         let hookGroup = getpgid(hookPID)
         #expect(hookGroup > 1 && hookGroup != getpgrp())
-        // The runner records the hook's group as soon as it starts; allow for a loaded machine.
-        try await Task.sleep(for: .seconds(1))
+        // Killed once the runner has recorded the hook's group in the store.
+        await eventually("the runner to record the hook's group") {
+            (try? p.sqlite("SELECT hook_pgid FROM outcomes WHERE entry_id = 'crash'"))?
+                .trimmingCharacters(in: .whitespacesAndNewlines) == "\(hookGroup)"
+        }
         runner.signal(SIGKILL)
         let killed = await runner.wait()
         #expect(killed.exitCode == -SIGKILL)
@@ -86,7 +90,7 @@ import Testing
 
         let second = try await p.drain()
         #expect(second.stderr.contains("stopped hook process group \(hookGroup) "), "\(second.stderr)")
-        #expect(await eventually(5) { isDead(hookPID) }, "the stale hook group was not stopped")
+        await eventually("the stale hook group to be stopped") { isDead(hookPID) }
         let deliveries = try String(contentsOfFile: p.root + "/hooks/deliveries.log", encoding: .utf8)
         #expect(deliveries == "1\n2\n")
         #expect(p.server.requests.count == 1, "the outcome is redelivered, the request is not sent again")
@@ -95,10 +99,13 @@ import Testing
 
     @Test func runnerKilledMidRequestLeavesTheEntryForTheNextRunner() async throws {
         let p = try Project(definitions: ["t": definition("t")])
-        p.server.script("/hang-once", [.delay(20_000), .json(200, "{}")])
+        // The first request is never answered: the runner is killed while it is in flight.
+        p.server.script("/hang-once", [.hold("never"), .json(200, "{}")])
         try await p.enqueue("t", path: "/hang-once", id: "mid")
         let runner = try p.start(["run"])
-        #expect(await eventually { p.server.requests(path: "/hang-once").count == 1 })
+        #expect(await p.server.waitForHeld("never"))
+        // The claim is committed at the end of its turn, which may come after the request left.
+        try await eventually("the claim to be committed") { try await p.list().first?.string("state") == "running" }
         runner.signal(SIGKILL)
         _ = await runner.wait()
         #expect(try await p.list().first?.string("state") == "running")

@@ -166,13 +166,28 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     ])
     func partsInFlightStayWithinPartConcurrencyAndPerHost(_ limits: Limits) async throws {
         let server = try TestHTTPServer()
-        // Each part is held 200 ms, so parts overlap whenever the limits let them.
-        server.script("/put/", [TestResponse.delay(200, 201)])
+        // Every part is held until the test lets it go, so the parts in flight at once are
+        // counted, not guessed from timing.
+        server.script("/put/", [TestResponse.status(201).held("parts")])
         let sandbox = try OutboxSandbox(config: "part_concurrency: \(limits.partConcurrency)\nper_host: \(limits.perHost)\n")
         try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy"))
         try PartFiles.make(sandbox.path("f.bin"), size: 6 * 262_144)
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "lim", "--vars", #"{"path": "f.bin"}"#]).status == 0)
-        let run = try await sandbox.outbox(["run", "--drain"])
+        let runner = try sandbox.start(["run", "--drain"])
+        // One part at a time goes on; each time, as many parts as the limits allow are held.
+        let limit = min(limits.partConcurrency, limits.perHost)
+        var released = 0
+        while released < 6 {
+            let inFlight = min(limit, 6 - released)
+            guard await server.waitForHeld("parts", count: inFlight) else {
+                Issue.record("\(inFlight) parts were never in flight at once (\(released) released)")
+                break
+            }
+            #expect(server.requests(path: "/put/lim/").count == released + inFlight, "more parts in flight than the limits allow")
+            released += server.release("parts", count: 1)
+        }
+        server.release("parts")
+        let run = await runner.wait()
         #expect(run.status == 0, "\(run.stderr)")
         let received = server.requests(path: "/put/lim/")
         #expect(received.count == 6)
@@ -208,7 +223,8 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let server = try TestHTTPServer()
         server.script("/put/nf/2", [.resetWhileReadingRequest(afterBytes: 100_000), .status(201, headers: [("ETag", "\"two\"")])])
         server.script("/put/nf/3", [.stall, .status(201, headers: [("ETag", "\"three\"")])])
-        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\ntimeouts: { stall: { below: 1KiB, for: 1s } }\n")
+        // A stall window long enough that no healthy part on a loaded machine looks stalled.
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\ntimeouts: { stall: { below: 1KiB, for: 5s } }\n")
         try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB"))
         let file = sandbox.path("f.bin")
         let partSize = 262_144
@@ -250,8 +266,8 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         try PartFiles.make(sandbox.path("f.bin"), size: 10 * 65_536)
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "down", "--vars", #"{"path": "f.bin"}"#]).status == 0)
 
-        let run = try await sandbox.outbox(["run", "--max-time", "1s"])
-        #expect(run.status == 0, "\(run.stderr)")
+        // Stopped once a part was tried again, however long that took.
+        try await sandbox.runUntil(until: "a part tried again") { _ in server.requests(path: "/put/down/").count > 3 }
         let received = server.requests(path: "/put/down/")
         #expect(Set(received.compactMap { PartFiles.partNumber($0.path) }) == [1, 2, 3])
         #expect(received.count > 3, "no part was retried (\(received.count) requests)")
@@ -305,19 +321,26 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(outcome["outcome"] as? String == "completed")
     }
 
-    /// A stop (--max-time with no grace) aborts a slow part; a same-id enqueue with the same
-    /// parts resumes the entry (the moved file still counts as the same file); the next run
-    /// sends only the part that was never accepted.
+    /// A stop with no grace aborts a part in flight; a same-id enqueue with the same parts
+    /// resumes the entry (the moved file still counts as the same file); the next run sends
+    /// only the part that was never accepted.
     @Test func stopAndSameIdResumeNeverResendAcceptedParts() async throws {
         let server = try TestHTTPServer()
-        server.script("/put/rs/4", [TestResponse.delay(5000, 201), .json(201, "{}", headers: [("ETag", "\"four\"")])])
+        server.script("/put/rs/4", [TestResponse.status(201).held("four"), .json(201, "{}", headers: [("ETag", "\"four\"")])])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 2\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         try PartFiles.make(sandbox.path("f.bin"), size: 5 * 65_536)
         let vars = #"{"path": "f.bin"}"#
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "rs", "--vars", vars]).status == 0)
-        let first = try await sandbox.outbox(["run", "--max-time", "1500ms", "--grace", "0s"])
-        #expect(first.status == 0, "\(first.stderr)")
+        // Stopped while part 4 is held and every other part was accepted.
+        let first = try sandbox.start(["run", "--grace", "0s"])
+        #expect(await server.waitForHeld("four"))
+        try await eventually("parts 1, 2, 3 and 5 accepted") {
+            try await PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true]
+        }
+        first.signal(SIGTERM)
+        let stopped = await first.wait()
+        #expect(stopped.status == 0, "\(stopped.stderr)")
         #expect(try await PartFiles.storedParts(sandbox, "rs").map(\.accepted) == [true, true, true, false, true])
         #expect(try await sandbox.list().first?["state"] as? String == "queued")
 
@@ -341,7 +364,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
             .replacingOccurrences(of: "plan: { min: 8MiB, max: 20MiB }", with: "plan: { min: 8MiB, max: 20MiB, max_parts: 10000 }"))
         let plan = try await sandbox.outbox(["chunk-plan", "5TiB", "--json"])
         #expect(plan.status == 0)
-        let ranges = try #require(plan.json as? [[String: Int]])
+        let ranges = try #require(plan.jsonObject as? [[String: Int]])
         #expect(ranges.count == 9987)
         #expect(ranges.first == ["start": 0, "end": 550_502_400])
         #expect(ranges.last?["end"] == 5 << 40)
@@ -396,13 +419,14 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         try PartFiles.make(sandbox.path("f.bin"), size: 100_001)
         let before = Int64(Date().timeIntervalSince1970 * 1000)
         let enqueue = try await sandbox.outbox(["enqueue", "cmd", "--id", "rc", "--vars", #"{"path": "f.bin"}"#])
+        let after = Int64(Date().timeIntervalSince1970 * 1000)
         #expect(enqueue.status == 0, "\(enqueue.stderr)")
         let input = try #require(PartFiles.readJSON(sandbox.path("plugin-input.json")))
         #expect(input["vars"] as? [String: String] == ["path": "f.bin"])
         #expect(input["entry"] as? [String: String] == ["id": "rc"])
         let shown = try #require(try await sandbox.show("rc"))
         let expiresAt = try #require(shown["expires_at"] as? Int)
-        #expect(abs(Int64(expiresAt) - before - 7_200_000) < 60_000)
+        #expect((before + 7_200_000...after + 7_200_000).contains(Int64(expiresAt)), "expires_at \(expiresAt) is not the enqueue's time + 2h")
         // The plugin asked for a copy: the source stays.
         #expect(FileManager.default.fileExists(atPath: sandbox.path("f.bin")))
 
@@ -549,6 +573,8 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
 
     @Test func sigkillMidUploadThenRunAgainSendsNoAcceptedPartTwice() async throws {
         let server = try TestHTTPServer()
+        // Part 40 is held: whenever the kill comes, however slow the test, the upload is not over.
+        server.script("/put/big/40", [.hold("part40")])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")
         try sandbox.define("up", partsDefinition(server, min: "8MiB", max: "16MiB"))
         let file = sandbox.path("big.bin")
@@ -561,8 +587,9 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "big", "--vars", #"{"path": "big.bin"}"#]).status == 0)
 
         let first = try sandbox.start(["run", "--events", "-"])
-        let started = await waitUntil(seconds: 120) { server.requests(path: "/put/big/").filter(\.completed).count >= 12 }
-        #expect(started, "the first runner did not get 12 parts through")
+        try await eventually("the first runner to get 12 parts accepted", timeout: 120) {
+            try await PartFiles.storedParts(sandbox, "big").filter(\.accepted).count >= 12
+        }
         let firstPeak = first.peakMemoryKiB ?? 0
         first.signal(SIGKILL)
         _ = await first.wait()
@@ -571,11 +598,13 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let before = try await PartFiles.storedParts(sandbox, "big")
         #expect(before.count == count)
         let acceptedBefore = Set(before.filter(\.accepted).map(\.index))
-        // Up to part_concurrency answers may have been received but not yet recorded.
-        #expect(acceptedBefore.count >= 9)
+        #expect(acceptedBefore.count >= 12)
         #expect(acceptedBefore.count < count)
+        #expect(!acceptedBefore.contains(39), "the held part was accepted")
         #expect(try await sandbox.list().first?["state"] as? String == "running")
 
+        // The second runner gets part 40 answered like the others (with its ETag).
+        server.script("/put/big/40", [])
         let clock = Date()
         let second = try sandbox.start(["run", "--drain", "--events", "-"])
         var secondPeak = 0
@@ -666,15 +695,17 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
 
     @Test func referencedFileChangedBetweenPartsStopsBeforeTheNextPart() async throws {
         let server = try TestHTTPServer()
-        server.script("/put/mid/1", [TestResponse.delay(3000, 201)])
+        server.script("/put/mid/1", [TestResponse.status(201).held("first")])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "reference"))
         let file = sandbox.path("ref.bin")
         try PartFiles.make(file, size: 3 * 65_536)
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mid", "--vars", #"{"path": "ref.bin"}"#]).status == 0)
         let runner = try sandbox.start(["run", "--drain"])
-        #expect(await waitUntil(seconds: 20) { !server.requests(path: "/put/mid/1").isEmpty })
+        // The file changes while part 1 is in flight: it is held until then.
+        #expect(await server.waitForHeld("first"))
         try Change.appended.apply(file)
+        server.release("first")
         #expect(await runner.wait().status == 0)
         #expect(server.requests(path: "/put/mid/").map(\.path) == ["/put/mid/1"])
         let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
@@ -746,7 +777,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     @Test(arguments: CancelCase.allCases)
     func cancelNeverDestroysTheOnlyCopyOfAMovedFile(_ c: CancelCase) async throws {
         let server = try TestHTTPServer()
-        server.script("/put/mv/3", [TestResponse.delay(5000, 201)])
+        server.script("/put/mv/3", [TestResponse.status(201).held("third")])
         let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         var folder = sandbox.path("data")
@@ -764,7 +795,14 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mv", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: file))
         if c == .afterSomePartsAccepted {
-            #expect(try await sandbox.outbox(["run", "--max-time", "1s", "--grace", "0s"]).status == 0)
+            // Stopped while part 3 is held, parts 1 and 2 accepted.
+            let runner = try sandbox.start(["run", "--grace", "0s"])
+            #expect(await server.waitForHeld("third"))
+            try await eventually("parts 1 and 2 accepted") {
+                try await PartFiles.storedParts(sandbox, "mv").map(\.accepted) == [true, true, false, false]
+            }
+            runner.signal(SIGTERM)
+            #expect(await runner.wait().status == 0)
             #expect(try await PartFiles.storedParts(sandbox, "mv").map(\.accepted) == [true, true, false, false])
         }
         if c == .sourcePathTaken {

@@ -9,21 +9,25 @@ import Testing
 @Suite struct RunnerControlTests {
     @Test func differentBodyForARunningEntryIsRejected() async throws {
         let p = try Project(definitions: ["t": definition("t")])
-        try await p.enqueue("t", path: "/delay/3000", id: "busy", tag: "first")
+        try await p.enqueue("t", path: "/hold/busy", id: "busy", tag: "first")
         let runner = try p.start(["run", "--drain"])
-        #expect(await eventually { p.server.requests(path: "/delay").count == 1 }, "the request never started")
+        // The request is held: the entry runs while the replacement is tried.
+        #expect(await p.server.waitForHeld("busy"), "the request never started")
+        // The claim is committed at the end of its turn, which may come after the request left.
+        try await eventually("the claim to be committed") { try await p.states()["busy"] == "running" }
 
-        let vars = JSON.object([("url", .string(p.url("/delay/3000"))), ("tag", .string("second"))]).serialized()
+        let vars = JSON.object([("url", .string(p.url("/hold/busy"))), ("tag", .string("second"))]).serialized()
         let replace = try await p.outbox(["enqueue", "t", "--vars", vars, "--id", "busy"])
         #expect(replace.exitCode == 75, "\(replace.description)")
         #expect(replace.stderr.hasPrefix("outbox: E_RUNNING: "), "\(replace.stderr)")
 
+        p.server.release("busy")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
         let hook = try #require(p.deliveries("busy").first)
         #expect(hook.string("stdin.vars.tag") == "first")
-        #expect(p.server.requests(path: "/delay").count == 1)
-        #expect(p.server.requests(path: "/delay").first?.bodyText == #"{"tag":"first"}"#)
+        #expect(p.server.requests(path: "/hold/busy").count == 1)
+        #expect(p.server.requests(path: "/hold/busy").first?.bodyText == #"{"tag":"first"}"#)
     }
 
     @Test func sameBodyForACompletedUnacknowledgedEntryRedeliversWithoutSending() async throws {
@@ -50,7 +54,7 @@ import Testing
         let p = try Project(definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/delay/1500", id: "slow")
         let runner = try p.start(["run"])
-        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+        await eventually("the first runner's request") { p.server.requests(path: "/delay").count == 1 }
 
         let second = try await p.outbox(["run", "--drain"])
         #expect(second.exitCode == 75, "\(second.description)")
@@ -69,16 +73,24 @@ import Testing
 
     @Test func sigtermLetsTheAttemptInFlightFinishAndLeavesTheRestQueued() async throws {
         let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
-        try await p.enqueue("t", path: "/delay/1500", id: "a")
+        try await p.enqueue("t", path: "/hold/a", id: "a")
         try await p.enqueue("t", path: "/status/200", id: "b")
         try await p.enqueue("t", path: "/status/200", id: "c")
-        let runner = try p.start(["run", "--grace", "20s", "--events", "-"])
-        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+        let runner = try p.start(["run", "--grace", "20s", "--events", "-", "--progress", "always"])
+        #expect(await p.server.waitForHeld("a"))
         runner.signal(SIGTERM)
-        let finished = await runner.wait(timeout: 30)
+        // The live display redraws below a log line at the end of that line's turn: drawn
+        // after "stopping", the stop's turn is over and it withdrew the standby request.
+        await eventually("the runner to finish the turn that stops it") {
+            let stderr = runner.stderrSoFar
+            guard let stop = stderr.range(of: "outbox: stopping") else { return false }
+            return stderr[stop.upperBound...].contains("entries")
+        }
+        p.server.release("a")
+        let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
         #expect(!finished.timedOut)
-        let attempts = finished.lines.filter { $0.string("type") == "attempt" }
+        let attempts = finished.jsonLines.filter { $0.string("type") == "attempt" }
         #expect(attempts.map { $0.string("id") ?? "" } == ["a"])
         #expect(attempts.first?.string("outcome") == "success")
         #expect(attempts.first?.int("http_code") == 200)
@@ -91,7 +103,7 @@ import Testing
 
         try await p.drain()
         #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == ["a", "b", "c"])
-        #expect(p.server.requests(path: "/delay").count == 1)
+        #expect(p.server.requests(path: "/hold/a").count == 1)
         #expect(try await p.list().isEmpty)
     }
 
@@ -102,9 +114,25 @@ import Testing
     func requestsInFlightStayWithinConcurrencyAndPerHost(_ limits: (concurrency: Int, perHost: Int, connections: Int)) async throws {
         let p = try Project(config: fastConfig + "concurrency: \(limits.concurrency)\nper_host: \(limits.perHost)\n",
                             definitions: ["t": definition("t")])
-        for i in 0..<6 { try await p.enqueue("t", path: "/delay/200", id: "e\(i)") }
-        try await p.drain()
-        let received = p.server.requests(path: "/delay")
+        for i in 0..<6 { try await p.enqueue("t", path: "/hold/e", id: "e\(i)") }
+        let runner = try p.start(["run", "--drain"])
+        // One request at a time goes on; each time, as many requests as the limits allow are
+        // held: the overlap is counted, not guessed from timing.
+        let limit = min(limits.concurrency, limits.perHost)
+        var released = 0
+        while released < 6 {
+            let inFlight = min(limit, 6 - released)
+            guard await p.server.waitForHeld("e", count: inFlight) else {
+                Issue.record("\(inFlight) requests were never in flight at once (\(released) released)")
+                break
+            }
+            #expect(p.server.requests(path: "/hold/e").count == released + inFlight, "more requests in flight than the limits allow")
+            released += p.server.release("e", count: 1)
+        }
+        p.server.release("e")
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        let received = p.server.requests(path: "/hold/e")
         #expect(received.count == 6)
         #expect(Set(received.map(\.connectionID)).count == limits.connections)
         #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == Set((0..<6).map { "e\($0)" }))
@@ -132,28 +160,21 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
-    /// Every entry's state (id → state), polled for up to 3 s until `id` is in `state`.
-    private func statesOnce(_ p: Project, id: String, is state: String) async throws -> [String: String] {
-        var states: [String: String] = [:]
-        for _ in 0..<300 {
-            states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
-            if states[id] == state { break }
-            try await Task.sleep(nanoseconds: 10_000_000)
-        }
-        return states
-    }
-
-    /// A runner with `concurrency: 1` sending a slow `a`, with `b` claimed as its one standby
-    /// request (shown running) and `c` still queued.
+    /// A runner with `concurrency: 1` sending `a` (held until the test releases it), with `b`
+    /// claimed as its one standby request (shown running) and `c` still queued.
     private func runnerWithStandby() async throws -> (Project, Running) {
         let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
-        try await p.enqueue("t", path: "/delay/1500", id: "a")
+        try await p.enqueue("t", path: "/hold/a", id: "a")
         try await p.enqueue("t", path: "/status/200?b", id: "b")
         try await p.enqueue("t", path: "/status/200?c", id: "c")
         let runner = try p.start(["run", "--drain"])
-        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
-        let states = try await statesOnce(p, id: "b", is: "running")
-        #expect(states["b"] == "running" && states["c"] == "queued", "\(states)")
+        #expect(await p.server.waitForHeld("a"))
+        var states: [String: String] = [:]
+        try await eventually("b claimed as the standby request") {
+            states = try await p.states()
+            return states["b"] == "running"
+        }
+        #expect(states["c"] == "queued", "\(states)")
         return (p, runner)
     }
 
@@ -163,9 +184,12 @@ import Testing
         let (p, runner) = try await runnerWithStandby()
         let cancel = try await p.outbox(["cancel", "b"])
         #expect(cancel.exitCode == 0, "\(cancel.description)")
+        // There is one standby place: c takes it only once the runner dropped b's request.
+        try await eventually("c claimed in place of the cancelled standby request") { try await p.states()["c"] == "running" }
+        p.server.release("a")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
-        #expect(p.server.requests.map(\.path).sorted() == ["/delay/1500", "/status/200?c"])
+        #expect(p.server.requests.map(\.path).sorted() == ["/hold/a", "/status/200?c"])
         #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == ["a", "c"])
         #expect(try await p.list().isEmpty)
     }
@@ -175,55 +199,66 @@ import Testing
     @Test func pausingTheKeyOfAStandbyEntryRequeuesIt() async throws {
         let (p, runner) = try await runnerWithStandby()
         #expect(try await p.outbox(["pause", "--key", "t"]).exitCode == 0)
+        // b shows paused once the runner has put it back in the queue.
+        try await eventually("the runner to requeue b") { try await p.states()["b"] == "paused" }
+        p.server.release("a")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
-        #expect(p.server.requests.map(\.path) == ["/delay/1500"], "nothing of a paused key starts")
+        #expect(p.server.requests.map(\.path) == ["/hold/a"], "nothing of a paused key starts")
         let states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
         #expect(states == ["b": "paused", "c": "paused"])
 
         #expect(try await p.outbox(["resume", "--key", "t"]).exitCode == 0)
         try await p.drain()
-        #expect(p.server.requests.map(\.path) == ["/delay/1500", "/status/200?b", "/status/200?c"])
+        #expect(p.server.requests.map(\.path) == ["/hold/a", "/status/200?b", "/status/200?c"])
         #expect(try await p.list().isEmpty)
     }
 
     /// Expiry is checked before each attempt, and a standby request starts later than its
-    /// claim: an entry expiring within 10 minutes waits in the queue for a free slot.
+    /// claim: an entry expiring within 10 minutes waits in the queue for a free slot, and the
+    /// entry behind it takes the standby place.
     @Test func entriesExpiringSoonAreNotClaimedAsStandby() async throws {
         let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
-        try await p.enqueue("t", path: "/delay/1500", id: "a")
-        try await p.enqueue("t", path: "/status/200?soon", id: "soon", extra: ["--expires-at", String(nowMs() + 300_000)])
+        try await p.enqueue("t", path: "/hold/a", id: "a")
+        // Nine minutes: within the ten that keep it from waiting as standby, and far off for the test.
+        try await p.enqueue("t", path: "/status/200?soon", id: "soon", extra: ["--expires-at", String(nowMs() + 540_000)])
+        try await p.enqueue("t", path: "/status/200?later", id: "later")
         let runner = try p.start(["run", "--drain"])
-        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
-        try await Task.sleep(nanoseconds: 300_000_000)
-        let states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
+        #expect(await p.server.waitForHeld("a"))
+        // Claims go in queue order: the one that made `later` the standby request passed `soon` over.
+        var states: [String: String] = [:]
+        try await eventually("later claimed as the standby request") {
+            states = try await p.states()
+            return states["later"] == "running"
+        }
         #expect(states["soon"] == "queued", "\(states)")
+        p.server.release("a")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
-        #expect(p.server.requests.map(\.path) == ["/delay/1500", "/status/200?soon"])
+        #expect(p.server.requests.map(\.path) == ["/hold/a", "/status/200?later", "/status/200?soon"])
     }
 
-    /// A referenced file is checked before each attempt. An entry sending one may
-    /// wait as a standby request; its file is checked again when the request starts: one
-    /// whose file changed meanwhile settles error kind `file` and is never sent, one whose
-    /// file did not is sent.
+    /// A referenced file is checked before each attempt. An entry sending one may wait as a
+    /// standby request; its file is checked again when the request starts: one whose file
+    /// changed meanwhile settles error kind `file` and is never sent, one whose file did not
+    /// is sent.
     @Test func aReferencedFileIsCheckedWhenItsStandbyRequestStarts() async throws {
         let p = try Project(config: fastConfig + "concurrency: 1\n",
                             definitions: ["t": definition("t"), "f": fileDefinition("f", ownership: "reference")])
-        try await p.enqueue("t", path: "/delay/1500", id: "a")
+        try await p.enqueue("t", path: "/hold/a", id: "a")
         for name in ["changed", "same"] {
             try Data("referenced".utf8).write(to: URL(fileURLWithPath: p.base + "/\(name).bin"))
             let vars = JSON.object([("url", .string(p.url("/status/200?\(name)"))), ("path", .string(p.base + "/\(name).bin"))]).serialized()
             #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", name]).exitCode == 0)
         }
         let runner = try p.start(["run", "--drain"])
-        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
-        let states = try await statesOnce(p, id: "changed", is: "running")
-        #expect(states["changed"] == "running", "claimed as a standby request: \(states)")
+        #expect(await p.server.waitForHeld("a"))
+        try await eventually("changed claimed as a standby request") { try await p.states()["changed"] == "running" }
         try Data("referenced, then changed".utf8).write(to: URL(fileURLWithPath: p.base + "/changed.bin"))
+        p.server.release("a")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
-        #expect(p.server.requests.map(\.path) == ["/delay/1500", "/status/200?same"])
+        #expect(p.server.requests.map(\.path) == ["/hold/a", "/status/200?same"])
         let changed = try #require(p.deliveries("changed").first)
         #expect(changed.string("stdin.outcome") == "error")
         #expect(changed.string("stdin.error.kind") == "file")
@@ -233,11 +268,12 @@ import Testing
 
     @Test func graceOverStopsTheAttemptAndRequeuesTheEntry() async throws {
         let p = try Project(definitions: ["t": definition("t")])
-        try await p.enqueue("t", path: "/delay/20000", id: "long")
+        // Never released: only the grace deadline can end the attempt.
+        try await p.enqueue("t", path: "/hold/long", id: "long")
         let runner = try p.start(["run", "--grace", "200ms"])
-        #expect(await eventually { p.server.requests(path: "/delay").count == 1 })
+        #expect(await p.server.waitForHeld("long"))
         runner.signal(SIGTERM)
-        let finished = await runner.wait(timeout: 15)
+        let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
         let row = try #require(try await p.list().first)
         #expect(row.string("state") == "queued", "an attempt cut off by the grace deadline leaves the entry queued")
@@ -248,9 +284,9 @@ import Testing
         let p = try Project(definitions: ["t": definition("t")])
         let runner = try p.start(["run"])
         // Enqueue only once the runner holds the store, so the entry arrives while it runs.
-        #expect(await eventually { p.exists(".outbox/runner.lock") })
+        await eventually("the runner to hold the store") { p.exists(".outbox/runner.lock") }
         try await p.enqueue("t", path: "/status/200", id: "late")
-        #expect(await eventually { p.deliveries("late").count == 1 }, "the runner never noticed the entry")
+        await eventually("the runner to notice the entry") { p.deliveries("late").count == 1 }
         runner.signal(SIGTERM)
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
@@ -262,8 +298,10 @@ import Testing
         let long = String(repeating: "x", count: 10_000)
         p.server.script("/ev", [.status(503, body: "busy"), .status(200, body: long)])
         try await p.enqueue("t", path: "/ev?token=secret", id: "ev")
+        let before = nowMs()
         let run = try await p.drain(["--events", "-"])
-        let events = run.lines
+        let after = nowMs()
+        let events = run.jsonLines
         #expect(events.count == run.stdout.split(separator: "\n").count, "every stdout line is JSON")
         #expect(Set(events.compactMap { $0.string("type") }) == ["state", "attempt", "progress"])
 
@@ -278,7 +316,7 @@ import Testing
             #expect(a.string("method") == "POST")
             #expect(a.at("part_index") == .null)
             #expect(a.string("url") == p.url("/ev") + "?[redacted]", "query strings are not printed")
-            #expect(a.int("at").map { abs($0 - nowMs()) < 60_000 } == true)
+            #expect(a.int("at").map { (before...after).contains($0) } == true, "at: \(a)")
         }
         #expect(attempts.map { $0.int("attempt") ?? 0 } == [1, 2])
         #expect(attempts.map { $0.string("outcome") ?? "" } == ["retry", "success"])
@@ -356,7 +394,7 @@ import Testing
         let run = try await p.drain(["--events", "-"])
 
         // The follow-up exists from the moment the parent settles: its first state row names the parent.
-        let followUpStates = run.lines.filter { $0.string("type") == "state" && $0.string("id") == "receipt-o9" }
+        let followUpStates = run.jsonLines.filter { $0.string("type") == "state" && $0.string("id") == "receipt-o9" }
         #expect(followUpStates.first?.string("parent") == "o9")
         #expect(followUpStates.map { $0.string("state") ?? "" } == ["running", "completed"])
         #expect(p.server.requests(path: "/receipt").count == 1)

@@ -22,8 +22,12 @@ final class MotoServer: @unchecked Sendable {
         return "pip could not install moto[server]: \(install?.stderr.suffix(400) ?? "python3 did not run")"
     }
 
+    /// moto and pip are the caller's tools (pyenv, proxies, certificates): they get the
+    /// caller's environment, as the only children of the tests that do.
+    static let toolEnvironment = ProcessInfo.processInfo.environment
+
     static func python(_ arguments: [String]) throws -> TestHTTPProcessResult {
-        try TestHTTPCurl.runExecutable("/usr/bin/env", ["python3"] + arguments)
+        try TestHTTPCurl.runExecutable("/usr/bin/env", ["python3"] + arguments, environment: toolEnvironment)
     }
 
     init() async throws {
@@ -35,11 +39,12 @@ final class MotoServer: @unchecked Sendable {
         process = Process()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         process.arguments = ["python3", "-m", "moto.server", "-H", "127.0.0.1", "-p", String(port)]
+        process.environment = Self.toolEnvironment
         process.standardInput = FileHandle.nullDevice
         process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
         try process.run()
-        let up = await waitUntil(seconds: 60) {
+        let up = await eventually("moto to answer") {
             ((try? TestHTTPCurl.statusCode(endpoint + "/"))?.code ?? 0) == 200
         }
         if !up {
@@ -68,22 +73,9 @@ final class MotoServer: @unchecked Sendable {
             .appendingPathComponent("examples/s3-migration").path
     }
 
-    /// Runs `python3 ARGS` in `folder` with `environment` over the test's own, and waits.
+    /// Runs `python3 ARGS` in `folder` with exactly `environment`, and waits.
     static func python(_ arguments: [String], in folder: String, environment: [String: String]) throws -> OutboxRun {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3"] + arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: folder)
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
-        let out = Pipe(), err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return OutboxRun(status: process.terminationStatus, stdout: String(decoding: stdout, as: UTF8.self),
-                         stderr: String(decoding: stderr, as: UTF8.self))
+        try runProcess("/usr/bin/env", ["python3"] + arguments, cwd: folder, environment: environment)
     }
 
     @Test func signerMatchesBotocore() async throws {
@@ -114,9 +106,9 @@ final class MotoServer: @unchecked Sendable {
             "AWS_REGION": "us-east-1", "S3_BUCKET": "migration",
             "PATH": binaries + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
         ]
-        let root = sandbox.root
+        let root = sandbox.root, toolEnvironment = sandbox.processEnvironment(env)
         func python(_ arguments: [String]) async throws -> OutboxRun {
-            try await offload { try Self.python(arguments, in: root, environment: env) }
+            try await offload { try Self.python(arguments, in: root, environment: toolEnvironment) }
         }
         #expect(try await python(["tools/s3_tool.py", "mb", "migration"]).status == 0)
 

@@ -1,16 +1,19 @@
 import Foundation
 import OutboxModel
 @testable import OutboxStore
+import TestSupport
 
 struct StoreTestFailure: Error, CustomStringConvertible {
     var description: String
     init(_ d: String) { description = d }
 }
 
-/// One test's project folder: definitions, user files and a real store under `.outbox`.
+/// One test's project folder (the fixture's, without a config): definitions, user files
+/// and a real store under `.outbox`, opened in-process.
 final class StoreFixture {
-    let root: String
-    let storeFolder: String
+    let project: TestProject
+    var root: String { project.root }
+    var storeFolder: String { project.storeFolder }
     let store: SQLiteStore
     let definitions: DefinitionSet
     let config: Config
@@ -82,22 +85,16 @@ final class StoreFixture {
         """,
     ]
 
-    init() throws {
-        root = FileManager.default.temporaryDirectory.appendingPathComponent("outbox-store-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: root + "/definitions", withIntermediateDirectories: true)
-        for (name, text) in Self.definitionFiles {
-            try text.write(toFile: root + "/definitions/" + name, atomically: false, encoding: .utf8)
-        }
-        definitions = DefinitionSet.load(folder: root + "/definitions")
+    init(function: String = #function) throws {
+        project = try TestProject(config: nil, name: function)
+        for (name, text) in Self.definitionFiles { try project.write("definitions/" + name, text) }
+        definitions = DefinitionSet.load(folder: project.root + "/definitions")
         guard definitions.diagnostics.isEmpty else {
             throw StoreTestFailure("definitions do not load: \(definitions.diagnostics.map(\.message))")
         }
-        config = Config(root: root)
-        storeFolder = root + "/.outbox"
-        store = try SQLiteStore(folder: storeFolder)
+        config = Config(root: project.root)
+        store = try SQLiteStore(folder: project.storeFolder)
     }
-
-    deinit { try? FileManager.default.removeItem(atPath: root) }
 
     var database: String { storeFolder + "/outbox.db" }
     var bodies: String { storeFolder + "/bodies" }
@@ -147,11 +144,7 @@ final class StoreFixture {
     /// Writes a user file under the fixture root and returns its absolute path.
     @discardableResult
     func userFile(_ relative: String, _ text: String, mode: Int = 0o644) throws -> String {
-        let path = root + "/" + relative
-        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        try text.write(toFile: path, atomically: false, encoding: .utf8)
-        try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path)
-        return path
+        try project.write(relative, text, mode: mode)
     }
 
     /// Every path under the store folder (relative), except the database and its WAL files.
@@ -170,15 +163,7 @@ final class StoreFixture {
 
     /// The sqlite3 command-line tool's answer, as an outside process sees the file.
     func sqlite(_ sql: String) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
-        process.arguments = [database, sql]
-        let out = Pipe()
-        process.standardOutput = out
-        try process.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        try project.sqlite(sql).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 }
 

@@ -2,7 +2,7 @@ import Foundation
 
 /// A product built by `swift build` (`outbox`, `outbox-testserver`): it sits next to the test
 /// bundle, which `swift test` builds with every product.
-public func builtExecutable(_ name: String) -> String {
+package func builtExecutable(_ name: String) -> String {
     var folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
     // The runner may be `X.xctest` itself (Linux) or sit inside `X.xctest/...` (macOS).
     while folder.pathExtension == "xctest" || folder.path.contains(".xctest/") {

@@ -1,0 +1,32 @@
+import Foundation
+import Testing
+
+/// Polls `condition` every 10 ms until it holds; after `timeout` seconds records an issue
+/// naming `what` and returns false. Waiting is never an assertion on speed: the deadline is
+/// generous, and the condition is checked once more after it (a starved caller still sees
+/// the truth).
+@discardableResult
+package func eventually(_ what: @autoclosure () -> String = "the condition", timeout: Double = 30,
+                       sourceLocation: SourceLocation = #_sourceLocation,
+                       _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if try await condition() { return true }
+        try? await Task.sleep(nanoseconds: 10_000_000)
+    }
+    if try await condition() { return true }
+    Issue.record("timed out after \(Int(timeout)) s waiting for \(what())", sourceLocation: sourceLocation)
+    return false
+}
+
+/// Runs blocking or CPU-heavy work (hashing a GiB, waiting on a child) on a thread of its own.
+///
+/// Swift Testing runs tests on the cooperative pool, which has 2 threads on a 2-core machine:
+/// a test that blocks one starves every other test of the run.
+package func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        let thread = Thread { continuation.resume(with: Result { try work() }) }
+        thread.stackSize = 8 << 20
+        thread.start()
+    }
+}
