@@ -7,8 +7,17 @@ enum CheckCommand {
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let project = try i.project()
         let set = project.definitions
-        if !set.diagnostics.isEmpty {
-            throw OutboxError(.config, "\(set.diagnostics.count) errors", diagnostics: set.diagnostics)
+        // A hook or plugin whose program is missing would fail at every delivery (exit 127).
+        let searchPath = i.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
+        let commands = project.config.commands + set.definitions.values.sorted { $0.file < $1.file }.flatMap(\.commands)
+        let missing = commands.compactMap { ref -> Diagnostic? in
+            ref.problem(root: project.config.root, searchPath: searchPath).map {
+                Diagnostic(path: ref.path, line: ref.mark.line, column: ref.mark.column, message: $0)
+            }
+        }
+        let diagnostics = set.diagnostics + missing
+        if !diagnostics.isEmpty {
+            throw OutboxError(.config, "\(diagnostics.count) error\(diagnostics.count == 1 ? "" : "s")", diagnostics: diagnostics)
         }
         let n = set.definitions.count
         let summary = "ok: \(project.config.file ?? "defaults") and \(n) definition\(n == 1 ? "" : "s") in \(project.config.definitions)"

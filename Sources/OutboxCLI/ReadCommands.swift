@@ -85,7 +85,8 @@ enum ReadCommands {
         doc.set("outcomes", .array(try store.outcomes(entryID: e.id).map { o in
             .object([("outcome", .string(o.outcome.rawValue)), ("generation", .int64(o.generation)), ("deliveries", .int64(o.deliveries)),
                      ("acknowledged", .bool(o.acknowledged)), ("reason", .optionalString(o.reason)),
-                     ("next_delivery_at", .optionalInt(o.nextDeliveryAt)), ("at", .int64(o.createdAt))])
+                     ("next_delivery_at", .optionalInt(o.nextDeliveryAt)), ("at", .int64(o.createdAt)),
+                     ("follow_up_errors", o.payload["follow_up_errors"] ?? .null)])
         }))
         doc.set("attempts_log", .array(try store.attempts(entryID: e.id)))
         var chain: [JSON] = []

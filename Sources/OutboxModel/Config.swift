@@ -81,6 +81,8 @@ package struct Config: Sendable {
     /// How long a Wi-Fi check's answer holds: the check runs at most once per interval for
     /// the whole queue.
     package var wifiIntervalMs: Int64 = 30_000
+    /// The plugins named in the file, with where (for `check`).
+    package var commands: [CommandRef] = []
     package var connectTimeoutMs: Int64 = 30_000
     package var stallBelowBytes: Int64 = 1024
     package var stallForMs: Int64 = 60_000
@@ -136,6 +138,7 @@ package struct Config: Sendable {
         if let node {
             config.read(node, reader: &reader)
         }
+        config.commands = reader.commands
         if !reader.diagnostics.isEmpty {
             let n = reader.diagnostics.count
             throw OutboxError(.config, "\(n) error\(n == 1 ? "" : "s")", diagnostics: reader.diagnosticsInSourceOrder)

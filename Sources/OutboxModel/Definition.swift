@@ -50,6 +50,10 @@ package struct Definition: Sendable {
     package var onError: CommandSpec?
     /// `then` follow-ups as a template tree: `{on_success: [...], on_error: [...]}`.
     package var then: JSON?
+    /// The `then` keys written as plain names (not templates), with where: each must name a definition.
+    package var thenKeys: [(key: String, mark: Mark)] = []
+    /// The hooks and plugins named in the file, with where (for `check`).
+    package var commands: [CommandRef] = []
 
     static let fieldNames = [
         "key", "request", "response", "accept", "retry", "expires_in", "scope", "on_rejected",
@@ -107,7 +111,25 @@ package struct DefinitionSet: Sendable {
                 set.brokenKeys[key, default: []] += found
             }
         }
+        set.checkThenKeys()
         return set
+    }
+
+    /// A `then` follow-up naming a key no file defines would be lost at every settle: the
+    /// definition that names it is disabled, with the error at the key.
+    mutating func checkThenKeys() {
+        let known = Set(definitions.keys).union(brokenKeys.keys)
+        for definition in definitions.values.sorted(by: { $0.file < $1.file }) {
+            let missing = definition.thenKeys.filter { !known.contains($0.key) }
+            guard !missing.isEmpty else { continue }
+            let found = missing.map {
+                Diagnostic(path: definition.file, line: $0.mark.line, column: $0.mark.column,
+                           message: "then: no definition has key \"\($0.key)\"")
+            }
+            diagnostics += found
+            definitions[definition.key] = nil
+            brokenKeys[definition.key, default: []] += found
+        }
     }
 }
 
@@ -187,7 +209,8 @@ extension Definition {
         }
         d.onSuccess = reader.command(f["on_success"], "on_success")
         d.onError = reader.command(f["on_error"], "on_error")
-        if let t = f["then"] { d.then = readThen(t, reader: &reader) }
+        if let t = f["then"] { (d.then, d.thenKeys) = readThen(t, reader: &reader) }
+        d.commands = reader.commands
         return d
     }
 
@@ -207,9 +230,10 @@ extension Definition {
         }
     }
 
-    static func readThen(_ node: YAMLNode, reader: inout YAMLReader) -> JSON? {
-        guard let f = reader.fields(node, allowed: ["on_success", "on_error"], context: "then") else { return nil }
+    static func readThen(_ node: YAMLNode, reader: inout YAMLReader) -> (JSON?, [(key: String, mark: Mark)]) {
+        guard let f = reader.fields(node, allowed: ["on_success", "on_error"], context: "then") else { return (nil, []) }
         var out: [(String, JSON)] = []
+        var keys: [(key: String, mark: Mark)] = []
         for name in ["on_success", "on_error"] {
             guard let list = f[name] else { continue }
             guard case let .sequence(items) = list.kind else {
@@ -219,10 +243,11 @@ extension Definition {
             var followUps: [JSON] = []
             for item in items {
                 guard let itemFields = reader.fields(item, allowed: ["key", "vars", "id", "delay"], context: "then.\(name) items") else { continue }
-                guard itemFields["key"] != nil else {
+                guard let keyNode = itemFields["key"] else {
                     reader.error(item.mark, "then.\(name) items need a key")
                     continue
                 }
+                if case let .string(key)? = keyNode.scalar, !key.contains("{{") { keys.append((key, keyNode.mark)) }
                 if let json = reader.json(item, "then.\(name)") {
                     checkTemplates(item, field: "then.\(name)", reader: &reader)
                     followUps.append(json)
@@ -230,7 +255,7 @@ extension Definition {
             }
             out.append((name, .array(followUps)))
         }
-        return .object(out)
+        return (.object(out), keys)
     }
 
     /// Reports template syntax errors in every string of a tree, each at its own line and

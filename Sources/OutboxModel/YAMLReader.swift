@@ -1,3 +1,4 @@
+import Glibc
 import YAML
 
 /// Strict reading of a YAML tree into typed values, collecting every problem with its mark.
@@ -7,6 +8,8 @@ import YAML
 struct YAMLReader {
     let path: String
     var diagnostics: [Diagnostic] = []
+    /// Every command read, with where it was written, so `check` can look for its program.
+    var commands: [CommandRef] = []
 
     init(path: String) { self.path = path }
 
@@ -150,6 +153,7 @@ struct YAMLReader {
                 error(node.mark, "\(field) is an empty command")
                 return nil
             }
+            commands.append(CommandRef(field: field, command: .shell(text), path: path, mark: node.mark))
             return .shell(text)
         case let .sequence(items):
             var argv: [String] = []
@@ -161,6 +165,7 @@ struct YAMLReader {
                 error(node.mark, "\(field) is an empty command")
                 return nil
             }
+            commands.append(CommandRef(field: field, command: .argv(argv), path: path, mark: node.mark))
             return .argv(argv)
         case .mapping:
             error(node.mark, "\(field) must be a command string or a list of arguments")
@@ -207,5 +212,42 @@ extension String {
         while let c = s.first, c == " " || c == "\t" || c == "\n" || c == "\r" { s.removeFirst() }
         while let c = s.last, c == " " || c == "\t" || c == "\n" || c == "\r" { s.removeLast() }
         return String(s)
+    }
+}
+
+/// A command written in a config or definition file (a hook or a plugin) and where.
+package struct CommandRef: Sendable, Equatable {
+    package var field: String
+    package var command: CommandSpec
+    package var path: String
+    package var mark: Mark
+
+    /// The program a person would expect to run: the first argument, or for a shell
+    /// string its first word when that word is a path (`./hooks/x.sh arg`); nil for a
+    /// shell line whose first word is a builtin or a name looked up by the shell.
+    package var program: String? {
+        switch command {
+        case let .argv(argv): return argv.first
+        case let .shell(line):
+            let first = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).first.map(String.init) ?? ""
+            return first.contains("/") ? first : nil
+        }
+    }
+
+    /// Why the program cannot run (missing, not executable, not found in `searchPath`), or nil.
+    /// A program with a `/` resolves against `root`; one without is looked up in `searchPath`.
+    package func problem(root: String, searchPath: String) -> String? {
+        guard let program, !program.isEmpty else { return nil }
+        if program.contains("/") {
+            let full = program.hasPrefix("/") ? program : Paths.join(root, program)
+            guard Paths.exists(full) else { return "\(field): \(program) does not exist" }
+            guard Paths.isRegularFile(full), access(full, X_OK) == 0 else { return "\(field): \(program) is not an executable file" }
+            return nil
+        }
+        for folder in searchPath.split(separator: ":") where !folder.isEmpty {
+            let candidate = Paths.join(String(folder), program)
+            if Paths.isRegularFile(candidate), access(candidate, X_OK) == 0 { return nil }
+        }
+        return "\(field): \(program) is not found in PATH"
     }
 }

@@ -99,12 +99,20 @@ extension Runner {
         let hookExists = definition == nil || definitions.brokenKeys[entry.key] != nil || hook != nil
         if definition == nil { settledUnhandled = true }
         var followUps: [NewEntry] = []
-        for item in definition?.then?[outcome.hookField]?.arrayValue ?? [] {
+        var failures: [JSON] = []
+        for (index, item) in (definition?.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
             do {
                 followUps.append(try followUp(item, entry: entry, outcome: payload))
             } catch {
-                log("outbox: follow-up of \(entry.id) not enqueued: \(error.message)")
+                failures.append(.object([("index", .int(index)), ("key", item["key"] ?? .null), ("message", .string(error.message))]))
             }
+        }
+        var payload = payload
+        if !failures.isEmpty {
+            // Never half a chain: none is enqueued, and the outcome (its hook's input, `show`) says why.
+            log("outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.compactMap { $0["message"]?.stringValue }.joined(separator: "; "))")
+            followUps = []
+            payload.set("follow_up_errors", .array(failures))
         }
         var settlement = Settlement(entryID: entry.id, generation: entry.generation, state: state, reason: reason,
                                     outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)

@@ -1,0 +1,109 @@
+import Foundation
+import OutboxModel
+import Testing
+import TestSupport
+
+/// `check` refuses what would fail at every delivery or settle; `retry`, `pause` and
+/// `cancel` refuse a bad key before they change anything.
+struct ControlCommandTests {
+    @Test func checkRefusesAThenKeyNoDefinitionHas() throws {
+        let p = try CLIProject()
+        let file = try p.write("definitions/chain.yaml", """
+            key: chain
+            request: { url: "https://x.example/" }
+            then:
+              on_success:
+                - key: plain
+                - key: no.such.key
+            """)
+        let r = p.run("check")
+        #expect(r.status == 78)
+        #expect(r.err.hasPrefix("\(file):6:12: error: then: no definition has key \"no.such.key\"\n"), "\(r.err)")
+        #expect(r.err.hasSuffix("outbox: E_CONFIG: 1 error\n"))
+        // Only that key is disabled, and nothing reached the store.
+        #expect(p.run("enqueue", "chain").status == 78)
+        #expect(try p.run("list", "--json").json() == .array([]))
+        #expect(p.run("enqueue", "plain").status == 0)
+    }
+
+    @Test func aTemplatedThenKeyIsCheckedWhenItRenders() throws {
+        let p = try CLIProject()
+        _ = try p.write("definitions/chain.yaml", """
+            key: chain
+            request: { url: "https://x.example/" }
+            then:
+              on_success:
+                - key: "{{ vars.next }}"
+            """)
+        #expect(p.run("check").status == 0)
+    }
+
+    @Test(arguments: [
+        ("on_success: hooks/missing.sh", "on_success: hooks/missing.sh does not exist"),
+        ("on_success: [hooks/not-executable.sh]", "on_success: hooks/not-executable.sh is not an executable file"),
+        ("on_error: \"hooks/missing.sh --flag\"", "on_error: hooks/missing.sh does not exist"),
+        ("on_success: [no-such-program-anywhere]", "on_success: no-such-program-anywhere is not found in PATH"),
+    ])
+    func checkRefusesAHookWhoseProgramCannotRun(line: String, message: String) throws {
+        let p = try CLIProject()
+        _ = try p.write("hooks/not-executable.sh", "#!/bin/sh\nexit 0\n", mode: 0o644)
+        let file = try p.write("definitions/hooked.yaml", "key: hooked\nrequest: { url: \"https://x.example/\" }\n\(line)\n")
+        let r = p.run("check")
+        #expect(r.status == 78, "\(r)")
+        #expect(r.err.contains("\(file):3:"), "\(r.err)")
+        #expect(r.err.contains("error: \(message)"), "\(r.err)")
+    }
+
+    @Test func checkFindsHooksByPathAndInPath() throws {
+        let p = try CLIProject()
+        _ = try p.write("hooks/ok.sh", "#!/bin/sh\nexit 0\n", mode: 0o755)
+        _ = try p.write("definitions/hooked.yaml", """
+            key: hooked
+            request: { url: "https://x.example/" }
+            on_success: hooks/ok.sh
+            on_error: ["true"]
+            """)
+        #expect(p.run("check").status == 0)
+    }
+
+    @Test func checkRefusesAConfigPluginThatCannotRun() throws {
+        let p = try CLIProject(config: "events: { command: plugins/events.sh }\n")
+        let r = p.run("check")
+        #expect(r.status == 78)
+        #expect(r.err.contains("outbox.yaml:1:20: error: events.command: plugins/events.sh does not exist"), "\(r.err)")
+    }
+
+    @Test(arguments: [["pause", "--key", ""], ["resume", "--key", "a b"], ["cancel", "--key", ""], ["retry", "--key", "tab\there"]])
+    func aBadKeyIsInvalidAndChangesNothing(_ arguments: [String]) throws {
+        let p = try CLIProject()
+        let id = try p.enqueue("plain", vars: "{}")
+        let before = p.run("list", "--json").out
+        let r = p.run(arguments)
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.contains("E_INVALID: --key"), "\(r.err)")
+        #expect(r.err.contains("key must be a non-empty name without spaces"))
+        #expect(p.run("list", "--json").out == before)
+        #expect(!before.isEmpty && before.contains(id))
+    }
+
+    @Test func retryPutsABackingOffEntryBackDueNow() throws {
+        let p = try CLIProject()
+        let id = try p.enqueue("plain", vars: "{}")
+        _ = try p.sqlite("UPDATE entries SET attempts = 3, next_attempt_at = 9999999999999, reason = 'HTTP 503' WHERE id = '\(id)'")
+        let r = p.run("retry", id, "unknown-id", "--json")
+        #expect(r.status == 0, "\(r)")
+        #expect(try r.json() == .object([("retried", .array([.string(id)]))]))
+        let row = try #require(try p.run("list", "--json").json().arrayValue?.first)
+        #expect(row["attempts"] == .int(0))
+        #expect(row["reason"] == .null)
+        #expect((row["next_attempt_at"]?.int64Value ?? .max) <= Identifiers.nowMs())
+    }
+
+    @Test(arguments: [[String](), ["a", "--errors"], ["--key", "k", "--errors"]])
+    func retryTakesExactlyOneSelection(_ arguments: [String]) throws {
+        let p = try CLIProject()
+        let r = p.run(["retry"] + arguments)
+        #expect(r.status == 64, "\(r)")
+        #expect(r.err.contains("retry takes ids, or --key K, or --errors"))
+    }
+}
