@@ -170,10 +170,8 @@ extension SQLiteStore {
         case .replace, .newGeneration, .replaceAfterDelivery:
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
             let generation = decision == .replace && !e.state.isSettled ? e.generation : e.generation + 1
-            if decision == .newGeneration {
-                // The cancelled generation's outcome is no longer owed to anyone.
-                try db.run("UPDATE outcomes SET acknowledged = 1 WHERE entry_id = ? AND generation = ?", [.text(e.id), .int(e.generation)])
-            }
+            // A cancelled generation's outcome is still delivered (its hook may clean up):
+            // outcomes are acknowledged per generation, never by a later enqueue.
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
             try deleteParts(of: e)
             try insert(new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,

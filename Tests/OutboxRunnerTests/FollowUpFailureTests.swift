@@ -32,3 +32,35 @@ struct FollowUpFailureTests {
         #expect(errors.first?["message"]?.stringValue?.contains("bad id with spaces o1") == true)
     }
 }
+
+/// Every outcome is delivered: enqueueing an id again never acknowledges the outcome its
+/// older generation still owes (acknowledgements are per id and generation).
+struct GenerationDeliveryTests {
+    @Test func aScopeCancelledEntryEnqueuedAgainStillGetsItsOnError() async throws {
+        let scoped = definition("step", top: """
+        scope: "job-{{ vars.job }}"
+        on_rejected: cancel-scope
+        """)
+        let p = try Project(definitions: ["step": scoped])
+        for (id, path) in [("s1", "/status/422"), ("s2", "/status/200")] {
+            let vars = JSON.object([("url", .string(p.url(path))), ("tag", .string(id)), ("job", .string("j1"))]).serialized()
+            #expect(try await p.outbox(["enqueue", "step", "--vars", vars, "--id", id]).exitCode == 0)
+        }
+        // The first run's hook fails: s2's scope-cancel outcome is still owed when s2 is enqueued again.
+        _ = try p.write("hooks/fail", "")
+        // A horizon of 0: the drain delivers once and does not wait for the redelivery.
+        try await p.drain(["--horizon", "0s"])
+        let failed = p.deliveries("s2").count
+        #expect(failed >= 1)
+        #expect(Set(p.deliveries("s2").map { $0.string("stdin.error.kind") }) == ["cancelled"])
+        let again = JSON.object([("url", .string(p.url("/status/200?again"))), ("tag", .string("again")), ("job", .string("j2"))]).serialized()
+        #expect(try await p.outbox(["enqueue", "step", "--vars", again, "--id", "s2"]).exitCode == 0)
+        p.remove("hooks/fail")
+        try await p.drain()
+        let log = p.deliveries("s2").dropFirst(failed)
+        // Delivered again (first generation, on_error), then the new generation's own outcome.
+        #expect(log.map { $0.string("env.outcome") ?? "" } == ["error", "completed"], "\(log)")
+        #expect(log.map { $0.at("stdin.meta.generation")?.int64Value ?? 0 } == [1, 2])
+        #expect(p.server.requests(path: "/status/200").map(\.path) == ["/status/200?again"])
+    }
+}

@@ -229,8 +229,8 @@ extension StoreConformance {
             #expect([same.generation, other.generation] == [2, 2])
             #expect(other.request.url == "https://x.example/notes/2")
             #expect(try c.dueIDs(at: t0 + 5) == ["same", "other"])
-            // The cancelled generation's outcome is owed to no one any more.
-            #expect(try c.pendingJournal() == [])
+            // The cancelled generation's outcome is still owed to its hook.
+            #expect(try c.pendingJournal() == ["same g1 error pending", "other g1 error pending"])
         }
     }
 }
