@@ -71,9 +71,12 @@ package struct EntryFactory {
         if let command = def.requestCommand {
             let descriptor = try Plugin.runJSON(command, input: .object([("vars", vars), ("entry", .object([("id", .string(entryID))]))]),
                                                 name: "request_command", config: config, environment: environment)
-            // The answer is rendered like a definition's request, so it may use part.* templates.
-            prepared = try RequestBuilder.prepare(request: descriptor, definition: def, config: config,
-                                                  inputs: inputs, fromCommand: true)
+            // The answer is data: only its part.* tags are rendered, per part.
+            let (tree, literals) = PluginAnswer.literalized(descriptor)
+            var literalInputs = inputs
+            literalInputs.literals = literals
+            prepared = try RequestBuilder.prepare(request: tree, definition: def, config: config,
+                                                  inputs: literalInputs, fromCommand: true)
         } else {
             prepared = try RequestBuilder.prepare(request: def.request ?? .object([]), definition: def, config: config, inputs: inputs)
         }

@@ -153,6 +153,8 @@ package struct RenderInputs: Sendable {
     package var movedFiles: [String: FileIdentity] = [:]
     /// `environment` as the `env` root, when the caller built it once for many renders.
     package var environmentJSON: JSON?
+    /// The strings of a plugin's answer, read by `PluginAnswer` references (`literal.N`).
+    package var literals: JSON?
 
     package init(id: String, vars: JSON, environment: [String: String], cwd: String) {
         self.id = id

@@ -8,6 +8,7 @@ package enum RequestBuilder {
         ]
         if let file { roots["file"] = file }
         if let outcome = inputs.outcome { roots["outcome"] = outcome }
+        if let literals = inputs.literals { roots[PluginAnswer.root] = literals }
         return TemplateContext(roots: roots)
     }
 

@@ -107,3 +107,54 @@ struct ControlCommandTests {
         #expect(r.err.contains("retry takes ids, or --key K, or --errors"))
     }
 }
+
+/// A plugin's answer is data: what it prints is sent as it is, never rendered again.
+struct PluginAnswerTests {
+    @Test func aRequestCommandsAnswerIsNeverRenderedAgain() throws {
+        let p = try CLIProject()
+        _ = try p.write("plugins/describe.sh", """
+            #!/bin/sh
+            cat > /dev/null
+            printf '%s' '{"method": "POST", "url": "https://x.example/a", "headers": {"X-T": "{{ env.SECRET }}"}, "text": "v={{ vars.n }}"}'
+            """, mode: 0o755)
+        _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/describe.sh]\n")
+        p.environment["SECRET"] = "hunter2"
+        let r = p.run("enqueue", "cmd", "--vars", #"{"n": 1}"#, "--id", "c1")
+        #expect(r.status == 0, "\(r)")
+        let stored = try p.sqlite("SELECT request, body FROM entries WHERE id = 'c1'")
+        #expect(!stored.contains("hunter2"), "\(stored)")
+        #expect(stored.contains(#"{{ env.SECRET }}"#))
+        #expect(stored.contains("v={{ vars.n }}"))
+    }
+
+    @Test func aTagInAnAnswersURLIsRefusedNotRendered() throws {
+        let p = try CLIProject()
+        _ = try p.write("plugins/describe.sh", """
+            #!/bin/sh
+            cat > /dev/null
+            printf '%s' '{"method": "POST", "url": "https://x.example/a?q={{ env.SECRET }}"}'
+            """, mode: 0o755)
+        _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/describe.sh]\n")
+        p.environment["SECRET"] = "hunter2"
+        let r = p.run("enqueue", "cmd", "--id", "c1")
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.contains("the URL contains \"{\""), "\(r.err)")
+        #expect(!r.err.contains("hunter2"))
+        if p.storeExists { #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "0\n") }
+    }
+
+    @Test func partTagsInAPartsURLAreTheOneException() {
+        let answer: JSON = .object([
+            ("url", .string("https://h/{{ part.number }}")),
+            ("parts", .object([("url", .string("https://h/{{ env.X }}/p/{{ part.number }}?s=1")),
+                               ("headers", .object([("Range", .string("bytes={{ part.start }}-{{ part.last }}"))]))])),
+            ("expires_in", .string("2h")),
+        ])
+        let (tree, literals) = PluginAnswer.literalized(answer)
+        #expect(tree["url"] == .string("{{ literal.0 }}"))
+        #expect(tree["parts"]?["url"] == .string("{{ literal.1 | raw }}{{ literal.2 | raw }}{{ part.number }}{{ literal.3 | raw }}"))
+        #expect(tree["parts"]?["headers"]?["Range"] == .string("{{ literal.4 | raw }}{{ part.start }}{{ literal.5 | raw }}{{ part.last }}"))
+        #expect(tree["expires_in"] == .string("2h"))
+        #expect(literals == .array(["https://h/{{ part.number }}", "https://h/{{", " env.X }}/p/", "?s=1", "bytes=", "-"].map { .string($0) }))
+    }
+}
