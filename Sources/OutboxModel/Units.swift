@@ -32,11 +32,15 @@ package enum Units {
         } else {
             throw .invalid("bad duration \(quoted(text)) (\(hint))")
         }
-        guard let amount = split.amount else { throw .invalid("duration \(quoted(text)) is too large") }
+        guard let amount = split.amount else { throw .invalid("duration \(quoted(text)) is over 100 years") }
         let (ms, overflow) = amount.multipliedReportingOverflow(by: factor)
-        guard !overflow else { throw .invalid("duration \(quoted(text)) is too large") }
+        // Times are milliseconds since 1970 in an Int64: a bound here keeps every `now + d` exact.
+        guard !overflow, ms <= maxDurationMs else { throw .invalid("duration \(quoted(text)) is over 100 years") }
         return ms
     }
+
+    /// The longest duration accepted anywhere (100 years).
+    package static let maxDurationMs: Int64 = 100 * 366 * 86_400_000
 
     /// Parses a size: plain bytes, or an amount with `B`, `KiB`, `MiB`, `GiB`, `TiB`, `KB`, `MB`, `GB`, `TB`.
     package static func parseSize(_ text: String) throws(OutboxError) -> Int64 {

@@ -158,3 +158,23 @@ struct PluginAnswerTests {
         #expect(literals == .array(["https://h/{{ part.number }}", "https://h/{{", " env.X }}/p/", "?s=1", "bytes=", "-"].map { .string($0) }))
     }
 }
+
+/// Durations past 100 years are refused where they are read, so no time arithmetic can overflow.
+struct HugeDurationTests {
+    @Test(arguments: ["106751991167d", "9223372036854775807ms", "36601d"])
+    func aHugeDelayIsInvalidAndChangesNothing(_ delay: String) throws {
+        let p = try CLIProject()
+        let r = p.run("enqueue", "plain", "--delay", delay)
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.contains("is over 100 years"), "\(r.err)")
+        if p.storeExists { #expect(try p.run("list", "--json").json() == .array([])) }
+    }
+
+    @Test func aHugeLifetimeInTheConfigIsAConfigError() throws {
+        let p = try CLIProject(config: "lifetime: 106751991167d\n")
+        let r = p.run("enqueue", "plain")
+        #expect(r.status == 78, "\(r)")
+        #expect(r.err.contains("outbox.yaml:1:11: error: lifetime: duration \"106751991167d\" is over 100 years"), "\(r.err)")
+        #expect(!p.storeExists)
+    }
+}
