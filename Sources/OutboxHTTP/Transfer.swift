@@ -191,11 +191,10 @@ final class Transfer {
         if ccurl_getinfo_str(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective {
             result.effectiveURL = String(cString: effective)
         }
-        if responseHeaders.hasRetryAfter {
-            // curl parses both forms (seconds or an HTTP date); a date in the past gives 0.
-            var after: curl_off_t = 0
-            _ = ccurl_getinfo_off_t(easy, CURLINFO_RETRY_AFTER, &after)
-            result.retryAfterSeconds = Int64(max(0, after))
+        if responseHeaders.hasRetryAfter, let value = responseHeaders.value("retry-after") {
+            // Read here, not by curl, which takes "abc" or "-1" as 0: an invalid value is
+            // ignored (the entry's own backoff applies), not a retry storm.
+            result.retryAfterSeconds = Backoff.parseRetryAfter(value, now: Identifiers.nowMs())
         }
         guard let code else {
             result.failure = TransportFailure(abortKind, abortMessage)

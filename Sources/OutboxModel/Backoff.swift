@@ -52,7 +52,8 @@ package enum Backoff {
         let wait: Int64
         if let seconds = retryAfterSeconds {
             let (ms, overflow) = Swift.max(0, seconds).multipliedReportingOverflow(by: 1000)
-            wait = Swift.min(overflow ? Int64.max : ms, Swift.max(0, policy.maxMs))
+            // Floored at the base: "Retry-After: 0" from a struggling server is no reason to hammer it.
+            wait = Swift.min(Swift.max(overflow ? Int64.max : ms, policy.baseMs), Swift.max(0, policy.maxMs))
         } else {
             wait = delay(failures: failures, policy: policy, random: random)
         }

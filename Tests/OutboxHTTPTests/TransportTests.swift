@@ -561,6 +561,25 @@ private final class HTTPSServer: @unchecked Sendable {
         }
     }
 
+    /// An invalid Retry-After is ignored (nil: the entry's backoff applies), never read as 0.
+    @Test(arguments: ["abc", "-1", "1.5", "", "Sun, 99 Foo 1994 08:49:37 GMT"])
+    func anInvalidRetryAfterIsIgnored(_ value: String) async throws {
+        try await withFixture { server, client, _ in
+            server.script("/bad", [.status(503, headers: [("Retry-After", value)])])
+            let result = await send(client, HTTPRequest(url: server.url("/bad"), method: "GET"))
+            #expect(result.status == 503)
+            #expect(result.retryAfterSeconds == nil)
+        }
+    }
+
+    @Test func aRetryAfterBeyond64BitsIsAVeryLongWait() async throws {
+        try await withFixture { server, client, _ in
+            server.script("/huge", [.status(503, headers: [("Retry-After", "99999999999999999999999")])])
+            let result = await send(client, HTTPRequest(url: server.url("/huge"), method: "GET"))
+            #expect(result.retryAfterSeconds == Int64.max)
+        }
+    }
+
     @Test func headRequestHasNoBody() async throws {
         try await withFixture { server, client, _ in
             server.script("/head", [.status(200, body: "0123456789")])
