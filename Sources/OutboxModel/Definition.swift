@@ -89,7 +89,13 @@ package struct DefinitionSet: Sendable {
         var firstFile: [String: String] = [:]
         for name in names where name.hasSuffix(".yaml") || name.hasSuffix(".yml") {
             let path = Paths.join(folder, name)
-            guard Paths.isRegularFile(path), let text = Paths.readText(path) else { continue }
+            // A definition file that cannot be read is an error, not a file to skip: its key
+            // would otherwise vanish without a word (a dangling link, mode 000, a folder).
+            guard Paths.isRegularFile(path), let text = Paths.readText(path) else {
+                let why = Paths.exists(path) && !Paths.isRegularFile(path) ? "it is not a regular file" : Paths.errnoMessage()
+                set.diagnostics.append(Diagnostic(path: path, line: 1, column: 1, message: "cannot read this definition file: \(why)"))
+                continue
+            }
             set.fileCount += 1
             set.sources[path] = text
             var reader = YAMLReader(path: path)

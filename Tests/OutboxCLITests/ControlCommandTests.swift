@@ -178,3 +178,22 @@ struct HugeDurationTests {
         #expect(!p.storeExists)
     }
 }
+
+/// A definition file that cannot be read is an error naming it, never a file quietly skipped.
+struct UnreadableDefinitionTests {
+    @Test func aDanglingLinkOrAFolderNamedLikeADefinitionIsAConfigError() throws {
+        let p = try CLIProject()
+        let link = p.root + "/definitions/gone.yaml"
+        #expect(symlink(p.root + "/nowhere.yaml", link) == 0)
+        let folder = p.root + "/definitions/folder.yaml"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: false)
+        let r = p.run("check")
+        #expect(r.status == 78, "\(r)")
+        #expect(r.err.contains("\(link):1:1: error: cannot read this definition file: No such file or directory"), "\(r.err)")
+        #expect(r.err.contains("\(folder):1:1: error: cannot read this definition file: it is not a regular file"), "\(r.err)")
+        // The keys of the files that can be read still work; an unknown one says some files cannot be read.
+        #expect(p.run("enqueue", "plain").status == 0)
+        let unknown = p.run("enqueue", "gone")
+        #expect(unknown.status == 78, "\(unknown)")
+    }
+}
