@@ -64,3 +64,31 @@ struct GenerationDeliveryTests {
         #expect(p.server.requests(path: "/status/200").map(\.path) == ["/status/200?again"])
     }
 }
+
+/// A hook's stdout is read up to 1 MiB for its enqueue lines; past that the delivery fails
+/// (and is made again) rather than losing the lines it could not read.
+struct HookOutputCapTests {
+    @Test func aHookThatPrintsPastTheCapFailsItsDelivery() async throws {
+        // The first delivery prints 2 MiB before an enqueue line; the second prints the line alone.
+        let hook = #"""
+        #!/bin/sh
+        cat > /dev/null
+        printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
+        if [ "$OUTBOX_DELIVERIES" = 1 ]; then head -c 2097152 /dev/zero | tr '\0' 'x'; echo; fi
+        printf '{"enqueue": {"key": "c", "id": "child", "vars": {"url": "%s", "tag": "c"}}}\n' "$CHILD_URL"
+        exit 0
+
+        """#
+        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/big.sh", hooks: false),
+                                          "c": definition("c", hooks: false)],
+                            hooks: ["big.sh": hook])
+        p.environment["CHILD_URL"] = p.url("/status/200?child")
+        try await p.enqueue("t", path: "/status/200", id: "parent")
+        let run = try await p.drain()
+        #expect(run.stderr.contains("the hook printed more than 1 MiB on stdout"), "\(run.stderr)")
+        let log = try String(contentsOfFile: p.root + "/hooks/deliveries.log", encoding: .utf8)
+        // Delivered again after the failure; the child is enqueued once, by the delivery that was read whole.
+        #expect(log == "1\n2\n", "\(log)")
+        #expect(p.server.requests(path: "/status/200").map(\.path).filter { $0.hasSuffix("child") }.count == 1)
+    }
+}

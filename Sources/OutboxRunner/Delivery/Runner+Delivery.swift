@@ -6,6 +6,9 @@ import OutboxStore
 
 /// Delivery: outcomes handed to their hooks, acknowledged only when the hook exits 0.
 extension Runner {
+    /// How much of a hook's stdout is read (for its enqueue lines), and of its stderr (for the log).
+    static let hookOutputCap = 1 << 20
+
     /// Starts hooks for due outcomes: one at a time per id, in order; `hooks.concurrency` at once.
     func deliver(now: Int64) throws(OutboxError) {
         guard delivery.hooksRunning.count < config.hookConcurrency else { return }
@@ -33,7 +36,7 @@ extension Runner {
             env["OUTBOX_DELIVERIES"] = String(deliveries)
             env["OUTBOX_GENERATION"] = String(outcome.generation)
             var spec = ProcessSpec(command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
-                                   workingDirectory: config.root, outputCap: 1 << 20,
+                                   workingDirectory: config.root, outputCap: Self.hookOutputCap,
                                    timeoutMs: config.hookTimeoutMs.map { Int($0) }, warnAfterMs: Int(config.hookWarnAfterMs))
             let mailbox = self.mailbox
             let seq = outcome.seq
@@ -72,6 +75,9 @@ extension Runner {
                 failure = "the hook was killed by signal \(signal)"
             } else if process.exitStatus != 0 {
                 failure = "the hook exited \(process.exitStatus ?? -1)"
+            } else if process.stdoutTruncated {
+                // Enqueue lines past the cap would be lost: the delivery fails instead.
+                failure = "the hook printed more than \(Units.formatBytes(Int64(Self.hookOutputCap))) on stdout, so its enqueue lines cannot all be read"
             } else {
                 do {
                     followUps = try hookEnqueues(process.stdout, parent: entryID)
