@@ -10,15 +10,30 @@ package final class Console: @unchecked Sendable {
     private let writeErr: (String) -> Void
     package let stdoutIsTerminal: Bool
     package let stderrIsTerminal: Bool
-    private let readIn: () -> [UInt8]
+    /// Up to n bytes of stdin; empty at its end; nil when it cannot be read.
+    private let readIn: (Int) -> [UInt8]?
 
-    package init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdin: @escaping () -> [UInt8],
+    package init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdinChunks: @escaping (Int) -> [UInt8]?,
                 stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false) {
         writeOut = out
         writeErr = err
-        readIn = stdin
+        readIn = stdinChunks
         self.stdoutIsTerminal = stdoutIsTerminal
         self.stderrIsTerminal = stderrIsTerminal
+    }
+
+    /// A console whose stdin is one buffer (tests).
+    package convenience init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdin: @escaping () -> [UInt8],
+                             stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false) {
+        final class Cursor: @unchecked Sendable { var bytes: [UInt8]?; var offset = 0 }
+        let cursor = Cursor()
+        self.init(out: out, err: err, stdinChunks: { n in
+            if cursor.bytes == nil { cursor.bytes = stdin() }
+            let bytes = cursor.bytes ?? []
+            let end = min(bytes.count, cursor.offset + n)
+            defer { cursor.offset = end }
+            return Array(bytes[cursor.offset..<end])
+        }, stdoutIsTerminal: stdoutIsTerminal, stderrIsTerminal: stderrIsTerminal)
     }
 
     /// The process's own stdin, stdout and stderr.
@@ -26,7 +41,7 @@ package final class Console: @unchecked Sendable {
         Console(
             out: { text in FileIO.writeAll(1, text) },
             err: { text in FileIO.writeAll(2, text) },
-            stdin: { FileIO.readAll(0) },
+            stdinChunks: { n in LineReader.readChunk(fd: 0, n) },
             stdoutIsTerminal: isatty(1) == 1, stderrIsTerminal: isatty(2) == 1)
     }
 
@@ -35,7 +50,21 @@ package final class Console: @unchecked Sendable {
     package func write(_ text: String) { writeOut(text) }
     package func err(_ line: String) { writeErr(line + "\n") }
     package func rawErr(_ text: String) { writeErr(text) }
-    package func stdin() -> [UInt8] { readIn() }
+    /// Up to n bytes of stdin (empty at its end, nil when it cannot be read).
+    package func stdinChunk(_ n: Int) -> [UInt8]? { readIn(n) }
+
+    /// All of stdin, refusing (E_INVALID naming `what`) more than `limit` bytes before reading them.
+    package func readStdin(limit: Int, what: String) throws(OutboxError) -> [UInt8] {
+        var out: [UInt8] = []
+        while true {
+            guard let chunk = readIn(min(65_536, limit + 1 - out.count)) else {
+                throw .invalid("\(what): cannot read stdin: \(Paths.errnoMessage())")
+            }
+            if chunk.isEmpty { return out }
+            out += chunk
+            if out.count > limit { throw .invalid("\(what): stdin is over \(Units.formatBytes(Int64(limit)))") }
+        }
+    }
 }
 
 enum FileIO {
@@ -48,18 +77,6 @@ enum FileIO {
             offset += n
         }
         bytes.removeAll()
-    }
-
-    static func readAll(_ fd: Int32) -> [UInt8] {
-        var out: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
-            if n < 0 { if errno == EINTR { continue }; break }
-            if n == 0 { break }
-            out.append(contentsOf: chunk[0..<n])
-        }
-        return out
     }
 }
 

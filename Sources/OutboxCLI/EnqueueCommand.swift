@@ -1,3 +1,4 @@
+import Glibc
 import OutboxEnqueue
 import OutboxModel
 import OutboxStore
@@ -28,15 +29,20 @@ enum EnqueueCommand {
         }
     }
 
+    /// How much vars text is read from a file or stdin: room for any vars within
+    /// `max_vars_bytes` once compacted, and never an endless read (`--vars @/dev/zero`).
+    static func varsTextLimit(_ i: Invocation) throws(OutboxError) -> Int {
+        Int(min(try i.project().config.maxVarsBytes, 1 << 40)) * 4 + 65_536
+    }
+
     static func readVars(_ i: Invocation) throws(OutboxError) -> JSON {
         guard let text = i.args.value("vars") else { return .null }
         let source: String
         if text == "-" {
-            source = String(decoding: i.console.stdin(), as: UTF8.self)
+            source = String(decoding: try i.console.readStdin(limit: try varsTextLimit(i), what: "--vars -"), as: UTF8.self)
         } else if text.hasPrefix("@") {
             let path = Paths.absolute(String(text.dropFirst()), relativeTo: i.cwd)
-            guard let content = Paths.readText(path) else { throw .fileMissing("--vars: cannot read \(path)") }
-            source = content
+            source = String(decoding: try readFile(path, limit: try varsTextLimit(i), what: "--vars"), as: UTF8.self)
         } else {
             source = text
         }
@@ -98,11 +104,38 @@ enum EnqueueCommand {
         return 0
     }
 
+    /// A whole file, refusing (E_INVALID) more than `limit` bytes before reading them.
+    static func readFile(_ path: String, limit: Int, what: String) throws(OutboxError) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .fileMissing("\(what): cannot read \(path)") }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        while true {
+            guard let chunk = LineReader.readChunk(fd: fd, min(65_536, limit + 1 - out.count)) else {
+                throw .fileMissing("\(what): cannot read \(path): \(Paths.errnoMessage())")
+            }
+            if chunk.isEmpty { return out }
+            out += chunk
+            if out.count > limit { throw .invalid("\(what): \(path) is over \(Units.formatBytes(Int64(limit)))") }
+        }
+    }
+
     static func enqueueFile(_ i: inout Invocation, key: String, path: String, now: Int64) throws(OutboxError) -> Int32 {
-        // `--from -` reads the lines from stdin (a pipeline: find, jq, ...).
+        // `--from -` reads the lines from stdin (a pipeline: find, jq, ...), one at a time:
+        // memory grows with the entries, never with an endless line.
         let absolute = path == "-" ? "stdin" : Paths.absolute(path, relativeTo: i.cwd)
-        let read = path == "-" ? i.console.stdin() : Paths.readBytes(absolute)
-        guard let bytes = read else { throw .fileMissing("--from: cannot read \(absolute)") }
+        let maxLine = try varsTextLimit(i) + 4096
+        var reader: LineReader
+        var fd: Int32 = -1
+        if path == "-" {
+            let console = i.console
+            reader = LineReader(maxLineBytes: maxLine) { n in console.stdinChunk(n) }
+        } else {
+            fd = open(absolute, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw .fileMissing("--from: cannot read \(absolute)") }
+            reader = LineReader(fd: fd, maxLineBytes: maxLine)
+        }
+        defer { if fd >= 0 { close(fd) } }
         let project = try i.project()
         let definition = try project.definition(key)
         let factory = factory(project, i)
@@ -110,8 +143,18 @@ enum EnqueueCommand {
         var entries: [NewEntry] = []
         var seen: [String: Int] = [:]
         var lineNumber = 0
-        for line in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false) {
-            lineNumber += 1
+        while true {
+            let next: [UInt8]?
+            do {
+                next = try reader.next()
+            } catch {
+                switch error {
+                case let .tooLong(line): throw .invalid("\(absolute):\(line): the line is over \(Units.formatBytes(Int64(maxLine)))")
+                case let .readFailed(code): throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage(code))")
+                }
+            }
+            guard let line = next else { break }
+            lineNumber = reader.lineNumber
             let text = String(decoding: line, as: UTF8.self)
             if text.trimmingCharacters(in: " \t\r").isEmpty { continue }
             let at = "\(absolute):\(lineNumber)"

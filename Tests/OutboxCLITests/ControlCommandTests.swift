@@ -197,3 +197,55 @@ struct UnreadableDefinitionTests {
         #expect(unknown.status == 78, "\(unknown)")
     }
 }
+
+/// Endless or huge input is refused at its cap, before it is read whole: no allocation
+/// failure, no crash, and the store unchanged.
+struct EndlessInputTests {
+    @Test(arguments: [["--vars", "@/dev/zero"], ["--from", "/dev/zero"]])
+    func devZeroIsInvalid(_ arguments: [String]) async throws {
+        let p = try CLIProject(config: "max_vars_bytes: 1KiB\n")
+        let r = try await p.outbox(["enqueue", "plain"] + arguments)
+        #expect(r.exitCode == 65, "\(r)")
+        #expect(r.stderr.contains(arguments[0] == "--from" ? "/dev/zero:1: the line is over 72 KiB" : "--vars: /dev/zero is over 68 KiB"),
+                "\(r.stderr)")
+        #expect(!p.storeExists)
+    }
+
+    @Test func anEndlessStdinIsInvalid() throws {
+        let p = try CLIProject(config: "max_vars_bytes: 1KiB\n")
+        let big = String(repeating: " ", count: 200_000) + "{}"
+        let vars = p.run(["enqueue", "plain", "--vars", "-"], stdin: big)
+        #expect(vars.status == 65, "\(vars)")
+        #expect(vars.err.contains("--vars -: stdin is over 68 KiB"), "\(vars.err)")
+        let from = p.run(["enqueue", "plain", "--from", "-"], stdin: "{}\n" + String(repeating: "x", count: 200_000))
+        #expect(from.status == 65, "\(from)")
+        #expect(from.err.contains("stdin:2: the line is over 72 KiB"), "\(from.err)")
+        #expect(!p.storeExists)
+    }
+
+    @Test(arguments: [
+        ("", [String](), nil as Int?),
+        ("a\nb", ["a", "b"], nil),
+        ("a\n\nb\n", ["a", "", "b"], nil),
+        ("\n", [""], nil),
+        ("abc\ndefgh\n", ["abc"], 2),
+    ])
+    func linesAreReadOneAtATimeWithACap(_ input: String, lines: [String], tooLongAt: Int?) throws {
+        let bytes = Array(input.utf8)
+        var offset = 0
+        // Two bytes a read: lines cross chunk boundaries.
+        var reader = LineReader(maxLineBytes: 4) { n in
+            let end = min(bytes.count, offset + min(n, 2))
+            defer { offset = end }
+            return Array(bytes[offset..<end])
+        }
+        var read: [String] = []
+        do {
+            while let line = try reader.next() { read.append(String(decoding: line, as: UTF8.self)) }
+            #expect(tooLongAt == nil)
+        } catch {
+            #expect(error == .tooLong(line: tooLongAt ?? -1))
+        }
+        #expect(read == lines)
+    }
+}

@@ -1,0 +1,74 @@
+import Glibc
+
+/// Reads lines from a byte source with a cap on each line, so memory stays flat however
+/// long the input is (`enqueue --from /dev/zero` fails on its first line, it does not
+/// exhaust memory).
+package struct LineReader {
+    package enum Failure: Error, Equatable {
+        /// Line `line` is longer than the cap (it was not read to its end).
+        case tooLong(line: Int)
+        /// The source could not be read (errno).
+        case readFailed(Int32)
+    }
+
+    /// Up to `n` bytes; empty at the end; nil (errno set) when the read failed.
+    private let read: (Int) -> [UInt8]?
+    private let maxLineBytes: Int
+    private var buffer: [UInt8] = []
+    private var start = 0
+    private var atEnd = false
+    /// The number of the line `next()` returned last (1-based; empty lines count).
+    package private(set) var lineNumber = 0
+
+    package init(maxLineBytes: Int, read: @escaping (Int) -> [UInt8]?) {
+        self.maxLineBytes = maxLineBytes
+        self.read = read
+    }
+
+    /// Reads a file descriptor.
+    package init(fd: Int32, maxLineBytes: Int) {
+        self.init(maxLineBytes: maxLineBytes) { n in Self.readChunk(fd: fd, n) }
+    }
+
+    /// Up to `n` bytes of `fd` (EINTR retried); empty at the end; nil on an error (errno set).
+    package static func readChunk(fd: Int32, _ n: Int) -> [UInt8]? {
+        var chunk = [UInt8](repeating: 0, count: max(1, n))
+        while true {
+            let got = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if got < 0 && errno == EINTR { continue }
+            guard got >= 0 else { return nil }
+            chunk.removeLast(chunk.count - got)
+            return chunk
+        }
+    }
+
+    /// The next line without its newline, or nil at the end.
+    package mutating func next() throws(Failure) -> [UInt8]? {
+        var searched = start
+        while true {
+            if let newline = buffer[searched...].firstIndex(of: 0x0A) {
+                if newline - start > maxLineBytes { throw .tooLong(line: lineNumber + 1) }
+                let line = Array(buffer[start..<newline])
+                start = newline + 1
+                lineNumber += 1
+                return line
+            }
+            if buffer.count - start > maxLineBytes { throw .tooLong(line: lineNumber + 1) }
+            if atEnd {
+                guard start < buffer.count else { return nil }
+                if buffer.count - start > maxLineBytes { throw .tooLong(line: lineNumber + 1) }
+                let line = Array(buffer[start...])
+                start = buffer.count
+                lineNumber += 1
+                return line
+            }
+            if start > 0 {
+                buffer.removeFirst(start)
+                start = 0
+            }
+            searched = buffer.count
+            guard let chunk = read(65_536) else { throw .readFailed(errno) }
+            if chunk.isEmpty { atEnd = true } else { buffer += chunk }
+        }
+    }
+}
