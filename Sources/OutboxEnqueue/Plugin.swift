@@ -16,12 +16,15 @@ package enum Plugin {
                                environment: [String: String]) throws(OutboxError) -> JSON {
         let spec = ProcessSpec(command: ProcessCommand(command), stdin: Array(input.serialized().utf8),
                                environment: environment, workingDirectory: config.root, outputCap: 16 << 20,
-                               timeoutMs: 120_000)
+                               timeoutMs: Int(config.pluginTimeoutMs))
         let result: ProcessResult
         do {
             result = try ProcessRunner.run(spec)
         } catch {
             throw .invalid("\(name) could not start: \(error.message)")
+        }
+        if result.timedOut {
+            throw .invalid("\(name) ran past plugins.timeout (\(Units.formatDuration(ms: config.pluginTimeoutMs))) and was stopped")
         }
         guard result.succeeded else {
             let firstLine = String(decoding: result.stderr, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""

@@ -81,6 +81,9 @@ package struct Config: Sendable {
     /// How long a Wi-Fi check's answer holds: the check runs at most once per interval for
     /// the whole queue.
     package var wifiIntervalMs: Int64 = 30_000
+    /// How long a plugin (request_command, headers_command, auth_refresh_command, a response
+    /// parser, the Wi-Fi check) may run before it is stopped and counted as failed.
+    package var pluginTimeoutMs: Int64 = 30_000
     /// The plugins named in the file, with where (for `check`).
     package var commands: [CommandRef] = []
     package var connectTimeoutMs: Int64 = 30_000
@@ -102,7 +105,7 @@ package struct Config: Sendable {
     static let fieldNames = [
         "root", "store", "definitions", "lifetime", "max_vars_bytes", "max_response_bytes", "retry",
         "headers", "headers_command", "auth_refresh_command", "redact_headers", "events", "account",
-        "concurrency", "per_host", "part_concurrency", "hooks", "network", "timeouts", "tls",
+        "concurrency", "per_host", "part_concurrency", "hooks", "network", "timeouts", "tls", "plugins",
     ]
 
     /// Finds the config: `explicit` (from --config or OUTBOX_CONFIG), else
@@ -179,6 +182,9 @@ package struct Config: Sendable {
             if let v = reader.int(h["concurrency"], "hooks.concurrency", range: 1...256) { hookConcurrency = Int(v) }
             if let v = reader.duration(h["warn_after"], "hooks.warn_after") { hookWarnAfterMs = v }
             if let t = h["timeout"], t.scalar != .null { hookTimeoutMs = reader.duration(t, "hooks.timeout") }
+        }
+        if let n = f["plugins"], let pl = reader.fields(n, allowed: ["timeout"], context: "plugins") {
+            if let v = reader.duration(pl["timeout"], "plugins.timeout") { pluginTimeoutMs = max(1, v) }
         }
         if let n = f["network"], let net = reader.fields(n, allowed: ["wifi_check", "wifi_interval"], context: "network") {
             if let v = reader.duration(net["wifi_interval"], "network.wifi_interval") { wifiIntervalMs = max(1, v) }

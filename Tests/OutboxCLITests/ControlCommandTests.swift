@@ -249,3 +249,16 @@ struct EndlessInputTests {
         #expect(read == lines)
     }
 }
+
+/// Every plugin has a time limit (`plugins.timeout`); one that runs past it fails, named.
+struct PluginTimeoutTests {
+    @Test func aRequestCommandThatNeverAnswersIsStopped() throws {
+        let p = try CLIProject(config: "plugins: { timeout: 300ms }\n")
+        _ = try p.write("plugins/hang.sh", "#!/bin/sh\nexec sleep 600\n", mode: 0o755)
+        _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/hang.sh]\n")
+        let r = p.run("enqueue", "cmd")
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.contains("request_command ran past plugins.timeout (300ms) and was stopped"), "\(r.err)")
+        #expect(!p.storeExists)
+    }
+}

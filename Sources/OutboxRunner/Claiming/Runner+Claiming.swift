@@ -144,7 +144,7 @@ extension Runner {
     func onWifi() -> Bool {
         if let command = config.wifiCheck {
             let spec = ProcessSpec(command: ProcessCommand(command), environment: environment, workingDirectory: config.root,
-                                   timeoutMs: 10_000)
+                                   timeoutMs: Int(config.pluginTimeoutMs))
             return (try? ProcessRunner.run(spec))?.succeeded ?? false
         }
         for name in Paths.list("/sys/class/net") ?? [] where Paths.isDirectory("/sys/class/net/\(name)/wireless") {
