@@ -219,13 +219,13 @@ enum EnqueueCommand {
                 ("file", .string(file.path)), ("size", .int64(file.size)), ("ownership", .string(ownership.rawValue)),
                 ("parts", .array(parts.enumerated().map { index, part in
                     JSON.object([("index", .int(index)), ("start", .int64(part.range.start)), ("end", .int64(part.range.end)),
-                                 ("url", .string(part.url)),
+                                 ("url", .string(URLCheck.redactingPassword(part.url))),
                                  ("headers", HeaderRules.json(HeaderRules.redacted(part.headers.map { ($0.name, $0.value) }, names: redact)))])
                 })),
             ])
         }
         let document = JSON.object([
-            ("key", .string(key)), ("method", .string(p.method)), ("url", .optionalString(p.url)),
+            ("key", .string(key)), ("method", .string(p.method)), ("url", .optionalString(p.url.map(URLCheck.redactingPassword))),
             ("headers", HeaderRules.json(headers)), ("body_kind", .string(p.body.kind.rawValue)), ("body", body),
             ("expires_in_ms", .int64(p.expiresInMs)), ("scope", .optionalString(p.scope)),
             ("follow_redirects", .int(p.followRedirects)), ("response", p.response.json),

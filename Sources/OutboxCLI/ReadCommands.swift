@@ -59,7 +59,7 @@ enum ReadCommands {
         var doc = e.listJSON(displayState: displayState(e, control: try store.control()))
         let redact = config.redactedHeaderNames
         var request: JSON = .object([
-            ("method", .string(e.request.method)), ("url", .optionalString(e.request.url)),
+            ("method", .string(e.request.method)), ("url", .optionalString(e.request.url.map(URLCheck.redactingPassword))),
             ("headers", HeaderRules.json(HeaderRules.redacted(e.request.headers, names: redact))),
             ("body_kind", .string(e.request.bodyKind.rawValue)), ("response", e.request.response.json),
             ("follow_redirects", .int(e.request.followRedirects)),

@@ -3,6 +3,10 @@ package enum HeaderRules {
     /// Why a header name is not an RFC 9110 token, or nil.
     package static func nameProblem(_ name: String) -> String? {
         if name.isEmpty { return "a header name is empty" }
+        // Framing is libcurl's, from the body it sends: a second length would corrupt the request.
+        if ["content-length", "transfer-encoding"].contains(name.lowercased()) {
+            return "header \(name) cannot be set: outbox frames the body itself"
+        }
         for byte in name.utf8 {
             let ok: Bool
             switch byte {

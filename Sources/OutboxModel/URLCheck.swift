@@ -257,3 +257,16 @@ private extension String {
         return out
     }
 }
+
+extension URLCheck {
+    /// The URL with a password in its userinfo (`https://user:secret@host/`) shown as
+    /// `[redacted]`, for anything printed (render, show, events).
+    package static func redactingPassword(_ url: String) -> String {
+        guard let schemeEnd = url.firstRange(of: "://") else { return url }
+        let authorityStart = schemeEnd.upperBound
+        let authorityEnd = url[authorityStart...].firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? url.endIndex
+        let authority = url[authorityStart..<authorityEnd]
+        guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return url }
+        return String(url[..<url.index(after: colon)]) + "[redacted]" + String(url[at...])
+    }
+}

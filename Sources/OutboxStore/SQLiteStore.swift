@@ -27,14 +27,44 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         staging = Staging(bodiesDir: bodies)
         let path = Paths.join(folder, "outbox.db")
         if !Paths.exists(path) {
-            // Pre-create 0600 so the database and its -wal/-shm never exist with a wider mode.
-            let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { throw .storage("cannot create \(path): \(Paths.errnoMessage())") }
-            close(fd)
-            _ = csystem_fsync_dir(folder)
+            try Self.createDatabase(at: path)
+        } else if FileInfo.stat(path)?.size == 0 && (FileInfo.stat(path + "-wal")?.size ?? 0) == 0 {
+            // A store is created whole (below), so an empty database is damage, not a new store.
+            throw .storage("the store database \(path) is empty: it is damaged, not new; move it away to start an empty store")
         }
         db = try SQLiteConnection(path: path)
-        try migrate()
+        try Self.migrate(db)
+    }
+
+    /// Creates the database whole under a temporary name and links it into place, so a
+    /// crash never leaves an empty or half-made `outbox.db`; when another process created
+    /// it meanwhile, theirs is kept (a link never replaces a file).
+    static func createDatabase(at path: String) throws(OutboxError) {
+        let temp = "\(path).new-\(getpid())"
+        for leftover in [temp, temp + "-wal", temp + "-shm"] { unlink(leftover) }
+        // Pre-created 0600, so the database and its -wal/-shm never exist with a wider mode.
+        let fd = open(temp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .storage("cannot create \(temp): \(Paths.errnoMessage())") }
+        close(fd)
+        do {
+            let connection = try SQLiteConnection(path: temp)
+            try migrate(connection)
+            // The last connection to close folds the log back and removes it.
+        }
+        guard !Paths.exists(temp + "-wal") else {
+            unlink(temp)
+            throw .storage("cannot create \(path): its write-ahead log was not folded back")
+        }
+        let fileFD = open(temp, O_RDONLY | O_CLOEXEC)
+        if fileFD >= 0 {
+            fsync(fileFD)
+            close(fileFD)
+        }
+        let linked = link(temp, path) == 0 || errno == EEXIST
+        let linkError = errno
+        unlink(temp)
+        guard linked else { throw .storage("cannot create \(path): \(Paths.errnoMessage(linkError))") }
+        _ = csystem_fsync_dir(Paths.dirname(path))
     }
 
     static func makeFolder(_ path: String) throws(OutboxError) {
@@ -51,7 +81,7 @@ package final class SQLiteStore: Store, @unchecked Sendable {
 
     /// Applies the migrations not yet recorded, inside one write transaction (two enqueues
     /// may open a new store at once).
-    func migrate() throws(OutboxError) {
+    static func migrate(_ db: SQLiteConnection) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             try db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })

@@ -262,3 +262,71 @@ struct PluginTimeoutTests {
         #expect(!p.storeExists)
     }
 }
+
+/// Small hostile inputs from the outside, each refused or made harmless.
+struct HostileInputTests {
+    @Test func anEmptyDatabaseIsDamageNotANewStore() throws {
+        let p = try CLIProject()
+        try FileManager.default.createDirectory(atPath: p.storeFolder, withIntermediateDirectories: true)
+        #expect(FileManager.default.createFile(atPath: p.storeFolder + "/outbox.db", contents: Data()))
+        for args in [["list"], ["enqueue", "plain"]] {
+            let r = p.run(args)
+            #expect(r.status == 74, "\(r)")
+            #expect(r.err.contains("outbox.db is empty: it is damaged, not new"), "\(r.err)")
+        }
+        let size = (try FileManager.default.attributesOfItem(atPath: p.storeFolder + "/outbox.db")[.size] as? Int) ?? -1
+        #expect(size == 0)
+    }
+
+    @Test func aNewStoreIsCreatedWhole() throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "plain").status == 0)
+        let names = try FileManager.default.contentsOfDirectory(atPath: p.storeFolder)
+        #expect(!names.contains { $0.contains(".new-") }, "\(names)")
+        #expect(try p.sqlite("SELECT COUNT(*) FROM migrations") != "0\n")
+    }
+
+    @Test func aPasswordInAURLIsNeverPrinted() throws {
+        let p = try CLIProject()
+        _ = try p.write("definitions/auth.yaml", "key: auth\nrequest: { url: \"https://user:hunter2@x.example/a?k=1\" }\n")
+        let render = p.run("render", "auth", "--json")
+        #expect(render.status == 0, "\(render)")
+        #expect(!render.out.contains("hunter2"))
+        #expect(render.out.contains("https://user:[redacted]@x.example/a?k=1"), "\(render.out)")
+        let id = try p.enqueue("auth", vars: "{}")
+        let show = p.run("show", id, "--json")
+        #expect(!show.out.contains("hunter2"), "\(show.out)")
+    }
+
+    @Test(arguments: ["Content-Length", "transfer-encoding"])
+    func aFramingHeaderInADefinitionIsRefused(_ name: String) throws {
+        let p = try CLIProject()
+        let file = try p.write("definitions/framed.yaml", "key: framed\nrequest:\n  url: \"https://x.example/\"\n  headers: { \(name): \"5\" }\n  text: hello\n")
+        let r = p.run("check")
+        #expect(r.status == 78, "\(r)")
+        #expect(r.err.contains("\(file):4:"), "\(r.err)")
+        #expect(r.err.contains("header \(name) cannot be set: outbox frames the body itself"), "\(r.err)")
+    }
+
+    @Test(arguments: [
+        ("plain", "plain"),
+        ("\u{1B}[2J\u{1B}[31mred", "\\x1b[2J\\x1b[31mred"),
+        ("bell\u{07} and del\u{7F}", "bell\\x07 and del\\x7f"),
+        ("tab\tkept", "tab\tkept"),
+        ("c1 \u{9B}31m", "c1 \\x9b31m"),
+    ])
+    func controlCharactersFromAHookAreEscapedInTheLog(_ raw: String, logged: String) {
+        #expect(LogText.escaped(Substring(raw)) == logged)
+    }
+
+    @Test(arguments: [
+        ("https://x.example/a", "https://x.example/a"),
+        ("https://user:secret@x.example/a", "https://user:[redacted]@x.example/a"),
+        ("https://user@x.example/a", "https://user@x.example/a"),
+        ("https://x.example/a?next=http://u:p@y/", "https://x.example/a?next=http://u:p@y/"),
+        ("http://u:p:q@h:8080/", "http://u:[redacted]@h:8080/"),
+    ])
+    func aPasswordInUserinfoIsRedacted(_ url: String, shown: String) {
+        #expect(URLCheck.redactingPassword(url) == shown)
+    }
+}

@@ -67,7 +67,7 @@ extension Runner {
         case let .success(process):
             let stderr = String(decoding: process.stderr, as: UTF8.self).trimmingSpaces
             if !stderr.isEmpty {
-                for line in stderr.split(separator: "\n").prefix(20) { log("hook \(entryID): \(line)") }
+                for line in stderr.split(separator: "\n").prefix(20) { log("hook \(entryID): \(LogText.escaped(line))") }
             }
             if process.timedOut {
                 failure = "the hook ran past hooks.timeout and was stopped"

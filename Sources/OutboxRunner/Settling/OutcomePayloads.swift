@@ -109,8 +109,9 @@ enum OutcomePayloads {
                  ("bytes_accepted", .int64(accepted)), ("total_bytes", .int64(entry.totalBytes))])
     }
 
-    /// Query strings can carry presigned credentials: events show the URL without them.
+    /// Query strings can carry presigned credentials and userinfo a password: events show the URL without them.
     static func redactURL(_ url: String) -> String {
+        let url = URLCheck.redactingPassword(url)
         guard let q = url.firstIndex(of: "?") else { return url }
         return String(url[..<q]) + "?[redacted]"
     }
