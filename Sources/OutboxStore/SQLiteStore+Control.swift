@@ -15,7 +15,7 @@ extension SQLiteStore {
         var files = e.request.form.compactMap(\.stagedFile)
         if let file = e.bodyFile, file.hasPrefix(staging.bodiesDir + "/") {
             if returnMovedFile, e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path {
-                returns.append((file, source, e.request.file?.mode))
+                returns.append((file, source, e.request.file))
             } else {
                 files.append(file)
             }
@@ -32,10 +32,12 @@ extension SQLiteStore {
     func finishForget(_ files: [String]) {
         for file in files + obsoleteFiles { staging.discard(file) }
         obsoleteFiles.removeAll()
-        for (file, source, mode) in returns {
+        for (file, source, identity) in returns {
             // The store keeps its files 0600; the user's file gets its own mode back.
-            if let mode { chmod(file, mode_t(mode)) }
+            if let mode = identity?.mode { chmod(file, mode_t(mode)) }
             if !Paths.exists(source), putBack(file, at: source) {
+                // A copy across filesystems is a new file: it gets the mode and times it had.
+                if let identity { Self.restoreModeAndTime(source, identity) }
                 continue
             }
             let returned = Paths.join(folder, "returned")
@@ -47,6 +49,13 @@ extension SQLiteStore {
             }
         }
         returns.removeAll()
+    }
+
+    static func restoreModeAndTime(_ path: String, _ identity: FileIdentity) {
+        if let mode = identity.mode { chmod(path, mode_t(mode)) }
+        let time = timespec(tv_sec: Int(identity.mtimeNs / 1_000_000_000), tv_nsec: Int(identity.mtimeNs % 1_000_000_000))
+        var times = [time, time]
+        _ = utimensat(AT_FDCWD, path, &times, 0)
     }
 
     /// Moves a staged file back to its source path: a rename, or across filesystems a copy

@@ -183,7 +183,7 @@ extension SQLiteStore {
                 if e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path,
                    file.hasPrefix(staging.bodiesDir + "/") {
                     // Like a cancel, a replace never destroys the user's only copy.
-                    returns.append((file, source, e.request.file?.mode))
+                    returns.append((file, source, e.request.file))
                 } else {
                     old.append(file)
                 }

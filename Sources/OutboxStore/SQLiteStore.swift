@@ -12,7 +12,7 @@ package final class SQLiteStore: Store, @unchecked Sendable {
     let staging: Staging
     /// Moved files to put back after the current cancel commits: (store path, source path).
     /// Moved files to put back after the commit: staged path, source path, mode at enqueue.
-    var returns: [(file: String, source: String, mode: UInt32?)] = []
+    var returns: [(file: String, source: String, identity: FileIdentity?)] = []
     /// Staged files of replaced bodies, removed once the transaction commits.
     var obsoleteFiles: [String] = []
     var requestCache: [String: StoredRequest] = [:]

@@ -100,6 +100,11 @@ struct Staging {
                     staged.file = final
                 case .move:
                     let final = path(internalID, "body")
+                    // A link would move the link and leave the file it names outside the store.
+                    var st = stat()
+                    if lstat(identity.path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
+                        throw OutboxError.invalid("request.file: \(identity.path) is a symbolic link; ownership: move takes a regular file (use copy or reference)")
+                    }
                     if rename(identity.path, final) == 0 {
                         staged.movedIn.append((final, identity.path))
                         // A moved file keeps the user's mode; the store's files are 0600 (they hold tokens).

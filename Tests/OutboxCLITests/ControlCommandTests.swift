@@ -330,3 +330,26 @@ struct HostileInputTests {
         #expect(URLCheck.redactingPassword(url) == shown)
     }
 }
+
+/// `ownership: move` takes regular files only: a link is refused, and nothing outside the
+/// store is moved or has its mode changed.
+struct MoveOwnershipTests {
+    @Test func aSymbolicLinkIsNotMoved() throws {
+        let p = try CLIProject()
+        _ = try p.write("definitions/mv.yaml", """
+            key: mv
+            request: { method: PUT, url: "https://x.example/up", file: "{{ vars.path }}", ownership: move }
+            """)
+        let target = try p.write("outside/data.bin", "payload", mode: 0o644)
+        let link = p.root + "/link.bin"
+        #expect(symlink(target, link) == 0)
+        let r = p.run("enqueue", "mv", "--vars", #"{"path": "link.bin"}"#)
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.contains("is a symbolic link; ownership: move takes a regular file"), "\(r.err)")
+        let linkStill = (try? FileManager.default.destinationOfSymbolicLink(atPath: link)) == target
+        #expect(linkStill)
+        let mode = (try FileManager.default.attributesOfItem(atPath: target)[.posixPermissions] as? Int) ?? 0
+        #expect(mode == 0o644)
+        if p.storeExists { #expect(try p.run("list", "--json").json() == .array([])) }
+    }
+}

@@ -756,7 +756,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
         guard let folder = Self.otherFilesystemFolder(than: sandbox.root) else {
-            print("OwnershipTests: no second filesystem at /dev/shm; cross-device move not tested")
+            Issue.record("no second filesystem at /dev/shm: the cross-device move cannot be tested here")
             return
         }
         defer { try? FileManager.default.removeItem(atPath: folder) }
@@ -787,7 +787,7 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         var folder = sandbox.path("data")
         if c == .acrossFilesystems {
             guard let other = Self.otherFilesystemFolder(than: sandbox.root) else {
-                print("OwnershipTests: no second filesystem at /dev/shm; cross-device return not tested")
+                Issue.record("no second filesystem at /dev/shm: the cross-device return cannot be tested here")
                 return
             }
             folder = other
@@ -796,6 +796,9 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let file = folder + "/mv.bin"
         try PartFiles.make(file, size: 4 * 65_536, seed: 8)
         let original = try PartFiles.sha(file, 0, 4 * 65_536)
+        // The file comes back as it was: its own mode and modification time, not the store's.
+        let mtime = Date(timeIntervalSince1970: 1_600_000_000.25)
+        try FileManager.default.setAttributes([.posixPermissions: 0o640, .modificationDate: mtime], ofItemAtPath: file)
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "mv", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
         #expect(!FileManager.default.fileExists(atPath: file))
         if c == .afterSomePartsAccepted {
@@ -822,6 +825,9 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
             #expect(cancel.stderr.contains(kept))
         } else {
             #expect(try PartFiles.sha(file, 0, 4 * 65_536) == original)
+            let attributes = try FileManager.default.attributesOfItem(atPath: file)
+            #expect(attributes[.posixPermissions] as? Int == 0o640)
+            #expect(abs(((attributes[.modificationDate] as? Date) ?? .distantPast).timeIntervalSince(mtime)) < 0.001)
         }
         #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
     }
