@@ -59,7 +59,8 @@ enum RunCommand {
         } else {
             console.err(summary.line)
         }
-        return 0
+        // A drain is what cron and timers call: it says, by its status, whether anything failed.
+        return options.drain ? summary.failureStatus : 0
     }
 }
 

@@ -29,6 +29,26 @@ package struct RunSummary: Sendable {
     package var bytesSent: Int64 = 0
     package var elapsedMs: Int64 = 0
     package var remaining = 0
+    /// Entries that settled error in this run.
+    package var erroredIDs: [String] = []
+    /// Entries left awaiting-auth when the run ended (one parked and sent again after an
+    /// auth refresh in the same run is not among them).
+    package var awaitingAuthIDs: [String] = []
+    /// Entries whose hook failed in this run and whose outcome is still unacknowledged.
+    package var undeliveredIDs: [String] = []
+
+    /// Bits of the exit status of `run --drain`, so cron and systemd see what failed.
+    package enum Failure: Int32, CaseIterable {
+        case settledError = 1
+        case awaitingAuth = 2
+        case hookFailed = 4
+    }
+
+    /// 0 when nothing failed in the run; otherwise the sum of the `Failure` bits.
+    package var failureStatus: Int32 {
+        (erroredIDs.isEmpty ? 0 : Failure.settledError.rawValue) | (awaitingAuthIDs.isEmpty ? 0 : Failure.awaitingAuth.rawValue)
+            | (undeliveredIDs.isEmpty ? 0 : Failure.hookFailed.rawValue)
+    }
 
     package var json: JSON {
         .object([
@@ -36,6 +56,12 @@ package struct RunSummary: Sendable {
             ("awaiting_auth", .int(parked)), ("cancelled", .int(cancelled)), ("delivered", .int(delivered)),
             ("delivery_failures", .int(deliveryFailures)), ("bytes_sent", .int64(bytesSent)), ("elapsed_ms", .int64(elapsedMs)),
             ("remaining", .int(remaining)),
+            ("failed", .object([
+                ("error", .array(erroredIDs.prefix(1000).map { .string($0) })),
+                ("awaiting_auth", .array(awaitingAuthIDs.prefix(1000).map { .string($0) })),
+                ("hook_failures", .array(undeliveredIDs.prefix(1000).map { .string($0) })),
+            ])),
+            ("failure_status", .int(Int(failureStatus))),
         ])
     }
 

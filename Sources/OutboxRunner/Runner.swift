@@ -147,6 +147,12 @@ package final class Runner {
         store.checkpoint()
         summary.elapsedMs = Identifiers.monotonicMs() - started
         summary.remaining = Int(try store.counts().remaining)
+        summary.awaitingAuthIDs = try store.list(ListFilter(state: EntryState.awaitingAuth.rawValue)).map(\.id)
+        if !delivery.failedIDs.isEmpty {
+            var seen = Set<String>()
+            summary.undeliveredIDs = try store.unacknowledgedOutcomes().map(\.entryID)
+                .filter { delivery.failedIDs.contains($0) && seen.insert($0).inserted }
+        }
         return summary
     }
 

@@ -107,6 +107,8 @@ struct DeliveryState {
     var hooksRunning: [Int64: String] = [:]
     /// Whether outcomes may have become deliverable since the last look.
     var due = true
+    /// Entries whose hook failed in this run (reported if still unacknowledged at the end).
+    var failedIDs: Set<String> = []
     var lastCheck: Int64 = 0
 
     /// Whether to look for deliverable outcomes now: when something changed, or every

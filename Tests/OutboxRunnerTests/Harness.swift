@@ -75,11 +75,13 @@ final class Project: TestProject, @unchecked Sendable {
         }
     }
 
-    /// `outbox run --drain` plus `extra`, expecting exit 0.
+    /// `outbox run --drain` plus `extra`, expecting it to finish: exit 0, or the failure bits
+    /// (1 error, 2 awaiting-auth, 4 hook failed) that `failures` names exactly when given.
     @discardableResult
-    func drain(_ extra: [String] = [], sourceLocation: SourceLocation = #_sourceLocation) async throws -> Finished {
+    func drain(_ extra: [String] = [], failures: Int32? = nil, sourceLocation: SourceLocation = #_sourceLocation) async throws -> Finished {
         let result = try await outbox(["run", "--drain"] + extra)
-        #expect(result.exitCode == 0 && !result.timedOut, "run: \(result.description)", sourceLocation: sourceLocation)
+        let finished = failures.map { result.exitCode == $0 } ?? (0...7).contains(result.exitCode)
+        #expect(finished && !result.timedOut, "run: \(result.description)", sourceLocation: sourceLocation)
         return result
     }
 

@@ -257,7 +257,7 @@ import Testing
         try Data("referenced, then changed".utf8).write(to: URL(fileURLWithPath: p.base + "/changed.bin"))
         p.server.release("a")
         let finished = await runner.wait()
-        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(finished.exitCode == 1, "the changed file's entry settled error: \(finished.description)")
         #expect(p.server.requests.map(\.path) == ["/hold/a", "/status/200?same"])
         let changed = try #require(p.deliveries("changed").first)
         #expect(changed.string("stdin.outcome") == "error")
@@ -355,7 +355,7 @@ import Testing
         p.server.script("/five-then-ok", [.status(500), .json(200, "{}")])
         try await p.enqueue("t", path: "/five-then-ok", id: "s1")
         try await p.enqueue("t", path: "/status/422", id: "s2")
-        let run = try await p.drain(["--json"])
+        let run = try await p.drain(["--json"], failures: 1)
         #expect(run.stdout.split(separator: "\n").count == 1, "one document: \(run.stdout)")
         let doc = try #require(run.json)
         #expect(doc.int("attempts") == 3)
@@ -368,6 +368,31 @@ import Testing
         #expect(doc.int("remaining") == 1, "the error entry stays")
         #expect(doc.int("elapsed_ms") != nil)
         #expect(doc.int("bytes_sent") != nil)
+        #expect(doc.at("failed")?.serialized() == #"{"error":["s2"],"awaiting_auth":[],"hook_failures":[]}"#)
+        #expect(doc.int("failure_status") == 1)
+    }
+
+    /// `run --drain` tells cron and systemd what failed: 0 only when nothing did; otherwise
+    /// bits for an entry that settled error (1), one left awaiting-auth (2), and a hook that
+    /// failed and is still unacknowledged (4).
+    @Test func aDrainsExitStatusSaysWhatFailed() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "ok")
+        #expect(try await p.drain(failures: 0).exitCode == 0)
+
+        try await p.enqueue("t", path: "/status/401", id: "parked")
+        #expect(try await p.drain(failures: 2).exitCode == 2)
+        // Still parked in the next run: a failure again, though nothing was sent.
+        #expect(try await p.drain(failures: 2).exitCode == 2)
+        _ = try await p.outbox(["cancel", "parked"])
+
+        _ = try p.write("hooks/fail", "")
+        try await p.enqueue("t", path: "/status/422", id: "refused")
+        let both = try await p.drain(["--horizon", "0s", "--json"], failures: 5)
+        #expect(both.json?.at("failed")?.serialized() == #"{"error":["refused"],"awaiting_auth":[],"hook_failures":["refused"]}"#)
+        p.remove("hooks/fail")
+        // The hook works again: delivered, nothing failed in this run (the error entry stays, from before).
+        #expect(try await p.drain(failures: 0).exitCode == 0)
     }
 
     @Test func jsonWithEventsIsAUsageError() async throws {

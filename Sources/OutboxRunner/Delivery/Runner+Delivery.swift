@@ -93,6 +93,7 @@ extension Runner {
             try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure)
             log("outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))")
             summary.deliveryFailures += 1
+            delivery.failedIDs.insert(entryID)
             return
         }
         try store.acknowledge(seq: seq, followUps: followUps, now: now)

@@ -133,7 +133,12 @@ extension Runner {
             }
             emitState(entry, state: state, reason: reason)
             // A completed entry whose response could not be parsed still counts as completed.
-            if state == .completed { summary.completed += 1 } else { summary.errors += 1 }
+            if state == .completed {
+                summary.completed += 1
+            } else {
+                summary.errors += 1
+                if state == .error { summary.erroredIDs.append(entry.id) }
+            }
         }
     }
 
