@@ -135,8 +135,12 @@ extension SQLiteStore {
                 try db.run("UPDATE entries SET state = 'running', updated_at = ? WHERE seq = ? AND state = 'queued'", [.int(now), .int(seq)])
             }
         case let .attempt(id, generation, at, payload, requestID):
-            try db.run("INSERT INTO attempts (entry_id, generation, at, payload) VALUES (?, ?, ?, ?)",
-                       [.text(id), .int(generation), .int(at), .text(payload.serialized())])
+            // Fenced like the row's update below: an attempt whose entry another process
+            // cancelled meanwhile must not outlive it (a new entry of that id would show it).
+            try db.run("""
+                INSERT INTO attempts (entry_id, generation, at, payload)
+                SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM entries WHERE id = ? AND generation = ?)
+                """, [.text(id), .int(generation), .int(at), .text(payload.serialized()), .text(id), .int(generation)])
             try db.run("""
                 DELETE FROM attempts WHERE entry_id = ? AND seq NOT IN (
                   SELECT seq FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 20)
