@@ -14,6 +14,15 @@ extension SQLiteStore {
         }
     }
 
+    /// Entries held by an earlier runner are due now (see `Store.releaseHolds`).
+    package func releaseHolds(now: Int64) throws(OutboxError) {
+        let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
+        try db.run("""
+            UPDATE entries SET next_attempt_at = ?, reason = NULL, updated_at = ?
+            WHERE state = 'queued' AND reason IN (SELECT value FROM json_each(?))
+            """, [.int(now), .int(now), .text(held)])
+    }
+
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
     package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
         if try setting(Self.queuePausedSetting) == "1" { return [] }
