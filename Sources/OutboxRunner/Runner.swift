@@ -157,10 +157,12 @@ package final class Runner {
     }
 
     /// Puts back what a runner that died left: entries it held, hook processes it started,
-    /// and marks outcomes that no definition handles.
+    /// and marks outcomes that no definition handles. Entries an earlier runner held back
+    /// for its Wi-Fi or account are looked at again.
     func recoverFromEarlierRunners() throws(OutboxError) {
         let requeued = try store.requeueAbandoned(lease: lease, now: Identifiers.nowMs())
         if requeued > 0 { log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") left running by an earlier runner back in the queue") }
+        try store.releaseHolds(now: Identifiers.nowMs())
         for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) left by an earlier runner")
         }

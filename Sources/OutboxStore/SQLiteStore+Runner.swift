@@ -14,6 +14,15 @@ extension SQLiteStore {
         }
     }
 
+    /// Entries held by an earlier runner are due now (see `Store.releaseHolds`).
+    package func releaseHolds(now: Int64) throws(OutboxError) {
+        let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
+        try db.run("""
+            UPDATE entries SET next_attempt_at = ?, reason = NULL, updated_at = ?
+            WHERE state = 'queued' AND reason IN (SELECT value FROM json_each(?))
+            """, [.int(now), .int(now), .text(held)])
+    }
+
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
     package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
         if try setting(Self.queuePausedSetting) == "1" { return [] }
@@ -135,8 +144,12 @@ extension SQLiteStore {
                 try db.run("UPDATE entries SET state = 'running', updated_at = ? WHERE seq = ? AND state = 'queued'", [.int(now), .int(seq)])
             }
         case let .attempt(id, generation, at, payload, requestID):
-            try db.run("INSERT INTO attempts (entry_id, generation, at, payload) VALUES (?, ?, ?, ?)",
-                       [.text(id), .int(generation), .int(at), .text(payload.serialized())])
+            // Fenced like the row's update below: an attempt whose entry another process
+            // cancelled meanwhile must not outlive it (a new entry of that id would show it).
+            try db.run("""
+                INSERT INTO attempts (entry_id, generation, at, payload)
+                SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM entries WHERE id = ? AND generation = ?)
+                """, [.text(id), .int(generation), .int(at), .text(payload.serialized()), .text(id), .int(generation)])
             try db.run("""
                 DELETE FROM attempts WHERE entry_id = ? AND seq NOT IN (
                   SELECT seq FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 20)

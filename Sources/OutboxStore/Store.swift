@@ -59,6 +59,10 @@ package protocol Store: AnyObject {
     /// Puts entries left running by runners that are gone back in the queue, keeping
     /// accepted parts. Returns how many.
     func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int
+    /// Makes entries an earlier runner held back (`HoldReason`: off Wi-Fi, no account) due
+    /// now, without their reason: the hold judged that runner's Wi-Fi and account, and a
+    /// new runner judges its own at once.
+    func releaseHolds(now: Int64) throws(OutboxError)
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and
     /// scopes; `excluding` are ids the runner holds or has read already.
     func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry]

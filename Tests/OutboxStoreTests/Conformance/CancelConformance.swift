@@ -43,6 +43,24 @@ extension StoreConformance {
             #expect(try c.enqueue("x", now: t0 + 2) == .create)
         }
 
+        // A runner's attempt and settle of an entry cancelled meanwhile leave nothing behind:
+        // a new entry of that id shows no attempt of the old one.
+        @Test(arguments: StoreUnderTest.all)
+        func aRunnersChangesToACancelledEntryLeaveNothing(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let e = try c.bring("x", to: .running)
+            #expect(try c.store.cancel(ids: ["x"], key: nil, now: t0 + 1) == ["x"])
+            let applied = try c.store.apply([
+                .attempt(entryID: "x", generation: e.generation, at: t0 + 2, payload: .object([]), requestID: "late"),
+                .settle(Settlement(entryID: "x", generation: e.generation, state: .completed, reason: nil, outcome: .completed,
+                                   payload: .object([]), hookExists: true)),
+            ], now: t0 + 2)
+            #expect(applied.fencedOut == ["x"])
+            #expect(try c.enqueue("x", now: t0 + 3) == .create)
+            #expect(try c.store.attempts(entryID: "x") == [])
+            #expect(try c.journal("x") == [])
+        }
+
         // A settled entry is forgotten with its outcomes not yet delivered.
         @Test(arguments: StoreUnderTest.all, [EntryState.error, .completed, .cancelled])
         func aCancelledSettledEntryIsForgottenWithItsOutcome(_ sut: StoreUnderTest, state: EntryState) throws {

@@ -221,6 +221,23 @@ extension StoreConformance {
             #expect(try c.get("r").state == .running)
             #expect(try c.get("r").reason == nil)
         }
+
+        // A new runner looks again at once at entries an earlier one held; a retry's wait stays.
+        @Test(arguments: StoreUnderTest.all, HoldReason.allCases)
+        func aNewRunnerReleasesTheHoldsOfEarlierOnes(_ sut: StoreUnderTest, _ reason: HoldReason) throws {
+            let c = try Conformance(sut)
+            try c.enqueue("w")
+            let retried = try c.bring("retried", to: .running)
+            try c.store.apply([.hold(entryID: "w", until: t0 + 30_000, reason: reason),
+                               .attempt(entryID: "retried", generation: retried.generation, at: t0, payload: .object([]), requestID: "r"),
+                               .reschedule(entryID: "retried", nextAttemptAt: t0 + 30_000, reason: "HTTP 503")], now: t0)
+            try c.store.releaseHolds(now: t0 + 5)
+            let w = try c.get("w")
+            #expect(w.reason == nil)
+            #expect(try c.store.dueEntries(now: t0 + 5, limit: 10, excluding: []).map(\.id) == ["w"])
+            #expect(try c.get("retried").reason == "HTTP 503")
+            #expect(try c.store.dueTimes(deliverableKeys: []) == DueTimes(any: t0 + 5, fresh: t0 + 5))
+        }
     }
 
     /// `outbox retry`: due now with the backoff reset; error entries reopened.
