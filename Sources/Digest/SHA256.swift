@@ -81,7 +81,8 @@ package enum SHA256 {
             withUnsafeTemporaryAllocation(of: UInt32.self, capacity: 64) { w in
                 for i in 0..<16 {
                     let p = block + i * 4
-                    w[i] = UInt32(p.load(as: UInt8.self)) << 24
+                    w[i] =
+                        UInt32(p.load(as: UInt8.self)) << 24
                         | UInt32(p.load(fromByteOffset: 1, as: UInt8.self)) << 16
                         | UInt32(p.load(fromByteOffset: 2, as: UInt8.self)) << 8
                         | UInt32(p.load(fromByteOffset: 3, as: UInt8.self))

@@ -23,7 +23,10 @@ struct CommandInfo {
     var name: String { path.joined(separator: " ") }
 
     func help() -> String {
-        var lines = ["outbox \(name) — \(summary)", "", "Usage: outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.isEmpty ? "" : " [options]")"]
+        var lines = [
+            "outbox \(name) — \(summary)", "",
+            "Usage: outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.isEmpty ? "" : " [options]")",
+        ]
         if !details.isEmpty { lines += ["", details] }
         let all = options + CLI.globalOptions
         lines += ["", "Options:"]

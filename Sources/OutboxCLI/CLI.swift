@@ -3,7 +3,6 @@ import OutboxModel
 import OutboxRunner
 import OutboxStore
 
-
 /// Where a call's output goes; tests pass buffers, `main` passes the process's streams.
 package final class Console: @unchecked Sendable {
     private let writeOut: (String) -> Void
@@ -13,8 +12,10 @@ package final class Console: @unchecked Sendable {
     /// Up to n bytes of stdin; empty at its end; nil when it cannot be read.
     private let readIn: (Int) -> [UInt8]?
 
-    package init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdinChunks: @escaping (Int) -> [UInt8]?,
-                stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false) {
+    package init(
+        out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdinChunks: @escaping (Int) -> [UInt8]?,
+        stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false
+    ) {
         writeOut = out
         writeErr = err
         readIn = stdinChunks
@@ -23,17 +24,21 @@ package final class Console: @unchecked Sendable {
     }
 
     /// A console whose stdin is one buffer (tests).
-    package convenience init(out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdin: @escaping () -> [UInt8],
-                             stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false) {
+    package convenience init(
+        out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdin: @escaping () -> [UInt8],
+        stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false
+    ) {
         final class Cursor: @unchecked Sendable { var bytes: [UInt8]?; var offset = 0 }
         let cursor = Cursor()
-        self.init(out: out, err: err, stdinChunks: { n in
-            if cursor.bytes == nil { cursor.bytes = stdin() }
-            let bytes = cursor.bytes ?? []
-            let end = min(bytes.count, cursor.offset + n)
-            defer { cursor.offset = end }
-            return Array(bytes[cursor.offset..<end])
-        }, stdoutIsTerminal: stdoutIsTerminal, stderrIsTerminal: stderrIsTerminal)
+        self.init(
+            out: out, err: err,
+            stdinChunks: { n in
+                if cursor.bytes == nil { cursor.bytes = stdin() }
+                let bytes = cursor.bytes ?? []
+                let end = min(bytes.count, cursor.offset + n)
+                defer { cursor.offset = end }
+                return Array(bytes[cursor.offset..<end])
+            }, stdoutIsTerminal: stdoutIsTerminal, stderrIsTerminal: stderrIsTerminal)
     }
 
     /// The process's own stdin, stdout and stderr.
@@ -147,13 +152,23 @@ package enum CLI {
             let n = error.diagnostics.count
             console.err("outbox: E_CONFIG: \(n) error\(n == 1 ? "" : "s")")
             if json {
-                console.out(JSON.object([("error", .object([("code", .string(error.code.rawValue)), ("message", .string("\(n) error\(n == 1 ? "" : "s")")),
-                                                            ("diagnostics", .array(error.diagnostics.map(diagnosticJSON)))]))]).serialized())
+                console.out(
+                    JSON.object([
+                        (
+                            "error",
+                            .object([
+                                ("code", .string(error.code.rawValue)), ("message", .string("\(n) error\(n == 1 ? "" : "s")")),
+                                ("diagnostics", .array(error.diagnostics.map(diagnosticJSON))),
+                            ])
+                        )
+                    ]).serialized())
             }
             return
         }
         if json {
-            console.out(JSON.object([("error", .object([("code", .string(error.code.rawValue)), ("message", .string(error.message))]))]).serialized())
+            console.out(
+                JSON.object([("error", .object([("code", .string(error.code.rawValue)), ("message", .string(error.message))]))])
+                    .serialized())
         } else {
             console.err("outbox: \(error.code.rawValue): \(error.message)")
         }
@@ -192,74 +207,102 @@ package enum CLI {
 
     static var commands: [CommandInfo] {
         [
-            CommandInfo(path: ["init"], summary: "scaffold config/, definitions/ and an example hook here",
-                        handler: { (i: inout Invocation) throws(OutboxError) in try InitCommand.run(&i) }),
-            CommandInfo(path: ["check"], summary: "validate the config and every definition",
-                        options: [json], handler: { (i: inout Invocation) throws(OutboxError) in try CheckCommand.run(&i) }),
-            CommandInfo(path: ["render"], summary: "print the request enqueue would persist (secrets redacted)",
-                        positionals: "KEY", minPositionals: 1, maxPositionals: 1,
-                        options: [EnqueueCommand.varsOption, OptionSpec(name: "id", valueName: "ID", help: "the entry id to render with"), json],
-                        handler: { (i: inout Invocation) throws(OutboxError) in try EnqueueCommand.render(&i) }),
-            CommandInfo(path: ["enqueue"], summary: "persist one entry (or a JSONL file of entries) and print its id",
-                        positionals: "KEY", minPositionals: 1, maxPositionals: 1, options: EnqueueCommand.options,
-                        details: EnqueueCommand.details,
-                        handler: { (i: inout Invocation) throws(OutboxError) in try EnqueueCommand.run(&i) }),
-            CommandInfo(path: ["run"], summary: "send queued entries and deliver outcomes to hooks",
-                        options: RunCommand.options, details: RunCommand.details,
-                        handler: { (i: inout Invocation) throws(OutboxError) in try RunCommand.run(&i) }),
-            CommandInfo(path: ["list"], summary: "list entries",
-                        options: [OptionSpec(name: "key", valueName: "K", help: "only this key"),
-                                  OptionSpec(name: "id", valueName: "ID", help: "only this id"),
-                                  OptionSpec(name: "state", valueName: "S", help: "only this state (queued, running, paused, awaiting-auth, completed, error, cancelled)"),
-                                  json],
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.list(&i) }),
-            CommandInfo(path: ["show"], summary: "one entry in full, with its parts, outcomes and last attempts",
-                        positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json],
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.show(&i) }),
-            CommandInfo(path: ["cancel"], summary: "cancel entries (live ones settle cancelled; settled ones are forgotten)",
-                        positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,
-                        options: [OptionSpec(name: "key", valueName: "K", help: "every entry of this key"),
-                                  OptionSpec(name: "all", valueName: nil, help: "every entry"), json],
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.cancel(&i) }),
-            CommandInfo(path: ["retry"], summary: "send entries again now: backoff reset, error entries reopened",
-                        positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,
-                        options: [OptionSpec(name: "key", valueName: "K", help: "queued, awaiting-auth and error entries of this key"),
-                                  OptionSpec(name: "errors", valueName: nil, help: "every error entry"), json],
-                        details: """
-                        Queued and awaiting-auth entries become due now; error entries are reopened as a
-                        same-body enqueue would. Running and settled entries, and unknown ids, are left as
-                        they are. A running `outbox run` sees the change within 100 ms.
-                        """,
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.retry(&i) }),
-            CommandInfo(path: ["pause"], summary: "pause the whole queue, or some keys",
-                        options: [OptionSpec(name: "key", valueName: "K", help: "pause this key (repeatable)", repeatable: true)],
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: true) }),
-            CommandInfo(path: ["resume"], summary: "resume the whole queue, or some keys",
-                        options: [OptionSpec(name: "key", valueName: "K", help: "resume this key (repeatable)", repeatable: true)],
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: false) }),
-            CommandInfo(path: ["headers", "update"], summary: "merge headers into every entry and resume awaiting-auth ones",
-                        positionals: "'Name: value'…", minPositionals: 1, maxPositionals: Int.max,
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.headersUpdate(&i) }),
-            CommandInfo(path: ["wifi-only"], summary: "hold entries until the device is on Wi-Fi (on|off)",
-                        positionals: "on|off", minPositionals: 1, maxPositionals: 1,
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.wifiOnly(&i) }),
-            CommandInfo(path: ["chunk-plan"], summary: "print how a file of SIZE is cut into parts",
-                        positionals: "SIZE", minPositionals: 1, maxPositionals: 1,
-                        options: [OptionSpec(name: "min", valueName: "M", help: "smallest part (default 8MiB)"),
-                                  OptionSpec(name: "max", valueName: "M", help: "largest part (default 20MiB)"),
-                                  OptionSpec(name: "max-parts", valueName: "N", help: "most parts (default 10000)"), json],
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.chunkPlan(&i) }),
-            CommandInfo(path: ["stats"], summary: "counts by state and pending outcomes",
-                        options: [json, OptionSpec(name: "prometheus", valueName: nil, help: "Prometheus text format")],
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.stats(&i) }),
-            CommandInfo(path: ["explain"], summary: "why an entry is not running right now",
-                        positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json],
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.explain(&i) }),
-            CommandInfo(path: ["audit"], summary: "check the store's invariants",
-                        options: [json], handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.audit(&i) }),
-            CommandInfo(path: ["completion"], summary: "print a shell completion script (bash|zsh)",
-                        positionals: "bash|zsh", minPositionals: 1, maxPositionals: 1,
-                        handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.completion(&i) }),
+            CommandInfo(
+                path: ["init"], summary: "scaffold config/, definitions/ and an example hook here",
+                handler: { (i: inout Invocation) throws(OutboxError) in try InitCommand.run(&i) }),
+            CommandInfo(
+                path: ["check"], summary: "validate the config and every definition",
+                options: [json], handler: { (i: inout Invocation) throws(OutboxError) in try CheckCommand.run(&i) }),
+            CommandInfo(
+                path: ["render"], summary: "print the request enqueue would persist (secrets redacted)",
+                positionals: "KEY", minPositionals: 1, maxPositionals: 1,
+                options: [EnqueueCommand.varsOption, OptionSpec(name: "id", valueName: "ID", help: "the entry id to render with"), json],
+                handler: { (i: inout Invocation) throws(OutboxError) in try EnqueueCommand.render(&i) }),
+            CommandInfo(
+                path: ["enqueue"], summary: "persist one entry (or a JSONL file of entries) and print its id",
+                positionals: "KEY", minPositionals: 1, maxPositionals: 1, options: EnqueueCommand.options,
+                details: EnqueueCommand.details,
+                handler: { (i: inout Invocation) throws(OutboxError) in try EnqueueCommand.run(&i) }),
+            CommandInfo(
+                path: ["run"], summary: "send queued entries and deliver outcomes to hooks",
+                options: RunCommand.options, details: RunCommand.details,
+                handler: { (i: inout Invocation) throws(OutboxError) in try RunCommand.run(&i) }),
+            CommandInfo(
+                path: ["list"], summary: "list entries",
+                options: [
+                    OptionSpec(name: "key", valueName: "K", help: "only this key"),
+                    OptionSpec(name: "id", valueName: "ID", help: "only this id"),
+                    OptionSpec(
+                        name: "state", valueName: "S",
+                        help: "only this state (queued, running, paused, awaiting-auth, completed, error, cancelled)"),
+                    json,
+                ],
+                handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.list(&i) }),
+            CommandInfo(
+                path: ["show"], summary: "one entry in full, with its parts, outcomes and last attempts",
+                positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json],
+                handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.show(&i) }),
+            CommandInfo(
+                path: ["cancel"], summary: "cancel entries (live ones settle cancelled; settled ones are forgotten)",
+                positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,
+                options: [
+                    OptionSpec(name: "key", valueName: "K", help: "every entry of this key"),
+                    OptionSpec(name: "all", valueName: nil, help: "every entry"), json,
+                ],
+                handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.cancel(&i) }),
+            CommandInfo(
+                path: ["retry"], summary: "send entries again now: backoff reset, error entries reopened",
+                positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,
+                options: [
+                    OptionSpec(name: "key", valueName: "K", help: "queued, awaiting-auth and error entries of this key"),
+                    OptionSpec(name: "errors", valueName: nil, help: "every error entry"), json,
+                ],
+                details: """
+                    Queued and awaiting-auth entries become due now; error entries are reopened as a
+                    same-body enqueue would. Running and settled entries, and unknown ids, are left as
+                    they are. A running `outbox run` sees the change within 100 ms.
+                    """,
+                handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.retry(&i) }),
+            CommandInfo(
+                path: ["pause"], summary: "pause the whole queue, or some keys",
+                options: [OptionSpec(name: "key", valueName: "K", help: "pause this key (repeatable)", repeatable: true)],
+                handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: true) }),
+            CommandInfo(
+                path: ["resume"], summary: "resume the whole queue, or some keys",
+                options: [OptionSpec(name: "key", valueName: "K", help: "resume this key (repeatable)", repeatable: true)],
+                handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: false) }),
+            CommandInfo(
+                path: ["headers", "update"], summary: "merge headers into every entry and resume awaiting-auth ones",
+                positionals: "'Name: value'…", minPositionals: 1, maxPositionals: Int.max,
+                handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.headersUpdate(&i) }),
+            CommandInfo(
+                path: ["wifi-only"], summary: "hold entries until the device is on Wi-Fi (on|off)",
+                positionals: "on|off", minPositionals: 1, maxPositionals: 1,
+                handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.wifiOnly(&i) }),
+            CommandInfo(
+                path: ["chunk-plan"], summary: "print how a file of SIZE is cut into parts",
+                positionals: "SIZE", minPositionals: 1, maxPositionals: 1,
+                options: [
+                    OptionSpec(name: "min", valueName: "M", help: "smallest part (default 8MiB)"),
+                    OptionSpec(name: "max", valueName: "M", help: "largest part (default 20MiB)"),
+                    OptionSpec(name: "max-parts", valueName: "N", help: "most parts (default 10000)"), json,
+                ],
+                handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.chunkPlan(&i) }),
+            CommandInfo(
+                path: ["stats"], summary: "counts by state and pending outcomes",
+                options: [json, OptionSpec(name: "prometheus", valueName: nil, help: "Prometheus text format")],
+                handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.stats(&i) }),
+            CommandInfo(
+                path: ["explain"], summary: "why an entry is not running right now",
+                positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json],
+                handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.explain(&i) }),
+            CommandInfo(
+                path: ["audit"], summary: "check the store's invariants",
+                options: [json], handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.audit(&i) }),
+            CommandInfo(
+                path: ["completion"], summary: "print a shell completion script (bash|zsh)",
+                positionals: "bash|zsh", minPositionals: 1, maxPositionals: 1,
+                handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.completion(&i) }),
         ]
     }
 }

@@ -8,7 +8,9 @@ enum EnqueueCommand {
     static let options: [OptionSpec] = [
         varsOption,
         OptionSpec(name: "id", valueName: "ID", help: "the entry id (default: a new UUID); same id again resumes or replaces"),
-        OptionSpec(name: "from", valueName: "FILE.jsonl", help: "one entry per line: {\"vars\", \"id\"?, \"delay\"?, \"not_before\"?}; all or nothing; - reads stdin"),
+        OptionSpec(
+            name: "from", valueName: "FILE.jsonl",
+            help: "one entry per line: {\"vars\", \"id\"?, \"delay\"?, \"not_before\"?}; all or nothing; - reads stdin"),
         EnqueueDirectory.option,
         EnqueueDirectory.idTemplateOption,
         OptionSpec(name: "delay", valueName: "D", help: "hold the entry for a duration (10m, 2h)"),
@@ -17,11 +19,11 @@ enum EnqueueCommand {
         CLI.json,
     ]
     static let details = """
-    The entry and its staged body are durable on disk before the id is printed; the source
-    file of a `file` body may be deleted afterwards (unless ownership is reference).
-    --from-dir enqueues one entry per regular file under DIR (hidden files included, symbolic
-    links skipped), with vars path, relative_path, name and size over the --vars object.
-    """
+        The entry and its staged body are durable on disk before the id is printed; the source
+        file of a `file` body may be deleted afterwards (unless ownership is reference).
+        --from-dir enqueues one entry per regular file under DIR (hidden files included, symbolic
+        links skipped), with vars path, relative_path, name and size over the --vars object.
+        """
 
     static func factory(_ project: Project, _ i: Invocation) -> EntryFactory {
         EntryFactory(config: project.config, environment: i.environment, cwd: i.cwd) { (key: String) throws(OutboxError) in
@@ -58,14 +60,17 @@ enum EnqueueCommand {
     static func movedFiles(_ project: Project, id: String?) throws(OutboxError) -> [String: FileIdentity] {
         // Only an existing store can hold one; a bad input must not create the store.
         guard let id, Paths.exists(Paths.join(project.config.store, "outbox.db")),
-              let existing = try project.store().entry(id: id), existing.request.ownership == .move,
-              let file = existing.request.file, existing.bodyFile != nil else { return [:] }
+            let existing = try project.store().entry(id: id), existing.request.ownership == .move,
+            let file = existing.request.file, existing.bodyFile != nil
+        else { return [:] }
         return [file.path: file]
     }
 
     /// When a held entry may run; `names` are how the caller spells the two fields in messages.
-    static func holdUntil(delay: String?, notBefore: String?, now: Int64,
-                          names: (delay: String, notBefore: String)) throws(OutboxError) -> Int64? {
+    static func holdUntil(
+        delay: String?, notBefore: String?, now: Int64,
+        names: (delay: String, notBefore: String)
+    ) throws(OutboxError) -> Int64? {
         if delay != nil && notBefore != nil { throw .usage("give \(names.delay) or \(names.notBefore), not both") }
         if let delay {
             do { return now + (try Units.parseDuration(delay)) } catch { throw .invalid("\(names.delay): \(error.message)") }
@@ -89,12 +94,14 @@ enum EnqueueCommand {
         }
         let vars = try readVars(i)
         if let id = i.args.value("id"), let problem = Identifiers.validateUserID(id) { throw .invalid(problem) }
-        let notBefore = try holdUntil(delay: i.args.value("delay"), notBefore: i.args.value("not-before"), now: now,
-                                      names: ("--delay", "--not-before"))
+        let notBefore = try holdUntil(
+            delay: i.args.value("delay"), notBefore: i.args.value("not-before"), now: now,
+            names: ("--delay", "--not-before"))
         let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
         let project = try i.project()
-        let entry = try factory(project, i).make(key: key, vars: vars, id: i.args.value("id"), notBefore: notBefore, expiresAt: expiresAt,
-                                                 movedFiles: try movedFiles(project, id: i.args.value("id")))
+        let entry = try factory(project, i).make(
+            key: key, vars: vars, id: i.args.value("id"), notBefore: notBefore, expiresAt: expiresAt,
+            movedFiles: try movedFiles(project, id: i.args.value("id")))
         let results = try project.store().enqueue([entry], now: now)
         if i.json {
             i.console.out(JSON.object([("id", .string(results[0].id))]).serialized())
@@ -177,8 +184,10 @@ enum EnqueueCommand {
             if delay != nil && notBefore != nil { throw .invalid("\(at): give delay or not_before, not both") }
             do {
                 let hold = try holdUntil(delay: delay, notBefore: notBefore, now: now, names: ("delay", "not_before"))
-                entries.append(try factory.make(definition: definition, vars: object["vars"] ?? .null, id: id,
-                                                notBefore: hold, expiresAt: expiresAt, movedFiles: try movedFiles(project, id: id)))
+                entries.append(
+                    try factory.make(
+                        definition: definition, vars: object["vars"] ?? .null, id: id,
+                        notBefore: hold, expiresAt: expiresAt, movedFiles: try movedFiles(project, id: id)))
             } catch {
                 throw OutboxError(error.code, error.message.hasPrefix(at) ? error.message : "\(at): \(error.message)")
             }
@@ -209,19 +218,29 @@ enum EnqueueCommand {
             let text = String(decoding: bytes, as: UTF8.self)
             body = kind == .data ? ((try? JSON.parse(text)) ?? .string(text)) : .string(text)
         case let .form(fields):
-            body = .array(fields.map { f in
-                .object([("name", .string(f.name)), ("value", .optionalString(f.value)), ("file", .optionalString(f.file?.path))])
-            })
+            body = .array(
+                fields.map { f in
+                    .object([("name", .string(f.name)), ("value", .optionalString(f.value)), ("file", .optionalString(f.file?.path))])
+                })
         case let .file(file, ownership):
             body = .object([("file", .string(file.path)), ("size", .int64(file.size)), ("ownership", .string(ownership.rawValue))])
         case let .parts(file, ownership, parts):
             body = .object([
                 ("file", .string(file.path)), ("size", .int64(file.size)), ("ownership", .string(ownership.rawValue)),
-                ("parts", .array(parts.enumerated().map { index, part in
-                    JSON.object([("index", .int(index)), ("start", .int64(part.range.start)), ("end", .int64(part.range.end)),
-                                 ("url", .string(URLCheck.redactingPassword(part.url))),
-                                 ("headers", HeaderRules.json(HeaderRules.redacted(part.headers.map { ($0.name, $0.value) }, names: redact)))])
-                })),
+                (
+                    "parts",
+                    .array(
+                        parts.enumerated().map { index, part in
+                            JSON.object([
+                                ("index", .int(index)), ("start", .int64(part.range.start)), ("end", .int64(part.range.end)),
+                                ("url", .string(URLCheck.redactingPassword(part.url))),
+                                (
+                                    "headers",
+                                    HeaderRules.json(HeaderRules.redacted(part.headers.map { ($0.name, $0.value) }, names: redact))
+                                ),
+                            ])
+                        })
+                ),
             ])
         }
         let document = JSON.object([
@@ -260,8 +279,9 @@ enum TimeText {
             return v
         }
         guard b.count >= 20, let y = num(0, 4), b[4] == 0x2D, let mo = num(5, 2), b[7] == 0x2D, let d = num(8, 2),
-              b[10] == 0x54 || b[10] == 0x74 || b[10] == 0x20, let h = num(11, 2), b[13] == 0x3A, let mi = num(14, 2),
-              b[16] == 0x3A, let s = num(17, 2), (1...12).contains(mo), (1...31).contains(d), h < 24, mi < 60, s < 61 else {
+            b[10] == 0x54 || b[10] == 0x74 || b[10] == 0x20, let h = num(11, 2), b[13] == 0x3A, let mi = num(14, 2),
+            b[16] == 0x3A, let s = num(17, 2), (1...12).contains(mo), (1...31).contains(d), h < 24, mi < 60, s < 61
+        else {
             throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (use RFC 3339 like 2026-11-30T08:00:00Z, or epoch ms)")
         }
         var i = 19

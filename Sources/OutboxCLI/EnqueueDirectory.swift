@@ -12,10 +12,12 @@ import OutboxStore
 /// files and folders are included, since a migration should not silently leave data behind.
 /// Files are enqueued in byte order of their relative paths.
 enum EnqueueDirectory {
-    static let option = OptionSpec(name: "from-dir", valueName: "DIR",
-                                   help: "one entry per file under DIR (vars: path, relative_path, name, size); all or nothing")
-    static let idTemplateOption = OptionSpec(name: "id-template", valueName: "T",
-                                             help: "with --from-dir: each entry's id, a template over its vars (default: a new UUID)")
+    static let option = OptionSpec(
+        name: "from-dir", valueName: "DIR",
+        help: "one entry per file under DIR (vars: path, relative_path, name, size); all or nothing")
+    static let idTemplateOption = OptionSpec(
+        name: "id-template", valueName: "T",
+        help: "with --from-dir: each entry's id, a template over its vars (default: a new UUID)")
 
     /// A regular file found under the folder.
     struct FoundFile: Equatable {
@@ -92,7 +94,8 @@ enum EnqueueDirectory {
         }
         let root = Paths.normalize(Paths.absolute(folder, relativeTo: i.cwd))
         let walk = try walk(root)
-        let hold = try EnqueueCommand.holdUntil(delay: i.args.value("delay"), notBefore: i.args.value("not-before"), now: now, names: ("--delay", "--not-before"))
+        let hold = try EnqueueCommand.holdUntil(
+            delay: i.args.value("delay"), notBefore: i.args.value("not-before"), now: now, names: ("--delay", "--not-before"))
         let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
         let idTemplate = i.args.value("id-template")
         let project = try i.project()
@@ -109,15 +112,18 @@ enum EnqueueDirectory {
                 if let idTemplate {
                     var inputs = RenderInputs(id: "", vars: vars, environment: i.environment, cwd: i.cwd)
                     inputs.environmentJSON = environment
-                    let rendered = try Template.render(idTemplate, context: RequestBuilder.context(inputs), mode: .value, field: "--id-template")
+                    let rendered = try Template.render(
+                        idTemplate, context: RequestBuilder.context(inputs), mode: .value, field: "--id-template")
                     let text = rendered.stringValue ?? rendered.serialized()
                     if let problem = Identifiers.validateUserID(text) { throw OutboxError.invalid("--id-template: \(problem)") }
                     if let other = seen[text] { throw OutboxError.invalid("--id-template gives the id \"\(text)\" to \(other) too") }
                     seen[text] = file.relativePath
                     id = text
                 }
-                entries.append(try factory.make(definition: definition, vars: vars, id: id, notBefore: hold, expiresAt: expiresAt,
-                                                movedFiles: try EnqueueCommand.movedFiles(project, id: id)))
+                entries.append(
+                    try factory.make(
+                        definition: definition, vars: vars, id: id, notBefore: hold, expiresAt: expiresAt,
+                        movedFiles: try EnqueueCommand.movedFiles(project, id: id)))
             } catch {
                 throw OutboxError(error.code, "\(file.path): \(error.message)")
             }
@@ -125,7 +131,9 @@ enum EnqueueDirectory {
         let skipped = walk.skippedLinks.count + walk.skippedSpecial.count
         if skipped > 0 {
             let first = (walk.skippedLinks + walk.skippedSpecial).sorted().prefix(3).joined(separator: ", ")
-            i.console.err("outbox: skipped \(walk.skippedLinks.count) symbolic link(s) and \(walk.skippedSpecial.count) special file(s) under \(root) (\(first)\(skipped > 3 ? ", ..." : ""))")
+            i.console.err(
+                "outbox: skipped \(walk.skippedLinks.count) symbolic link(s) and \(walk.skippedSpecial.count) special file(s) under \(root) (\(first)\(skipped > 3 ? ", ..." : ""))"
+            )
         }
         if entries.isEmpty {
             i.console.err("outbox: no files under \(root)")
@@ -134,9 +142,12 @@ enum EnqueueDirectory {
         }
         let results = try project.store().enqueue(entries, now: now)
         if i.json {
-            i.console.out(JSON.array(zip(results, walk.files).map { result, file in
-                .object([("id", .string(result.id)), ("path", .string(file.path))])
-            }).serialized())
+            i.console.out(
+                JSON.array(
+                    zip(results, walk.files).map { result, file in
+                        .object([("id", .string(result.id)), ("path", .string(file.path))])
+                    }
+                ).serialized())
         } else {
             i.console.out(results.map(\.id).joined(separator: "\n"))
         }

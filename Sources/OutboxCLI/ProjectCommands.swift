@@ -22,7 +22,8 @@ enum CheckCommand {
         let n = set.definitions.count
         let summary = "ok: \(project.config.file ?? "defaults") and \(n) definition\(n == 1 ? "" : "s") in \(project.config.definitions)"
         if i.json {
-            i.console.out(JSON.object([("ok", .bool(true)), ("definitions", .array(set.definitions.keys.sorted().map { .string($0) }))]).serialized())
+            i.console.out(
+                JSON.object([("ok", .bool(true)), ("definitions", .array(set.definitions.keys.sorted().map { .string($0) }))]).serialized())
         } else {
             i.console.out(summary)
         }
@@ -33,38 +34,38 @@ enum CheckCommand {
 /// `outbox init`: a scaffold that `outbox check` passes.
 enum InitCommand {
     static let config = """
-    # outbox settings; every field has a default (see the README).
-    store: .outbox
-    definitions: definitions
-    lifetime: 14d
-    concurrency: 16
-    per_host: 4
-    retry:
-      backoff: { base: 1s, max: 2h, jitter: 0.2 }
-      terminal_http: { exempt: [404] }
-    hooks: { concurrency: 4, warn_after: 30s }
+        # outbox settings; every field has a default (see the README).
+        store: .outbox
+        definitions: definitions
+        lifetime: 14d
+        concurrency: 16
+        per_host: 4
+        retry:
+          backoff: { base: 1s, max: 2h, jitter: 0.2 }
+          terminal_http: { exempt: [404] }
+        hooks: { concurrency: 4, warn_after: 30s }
 
-    """
+        """
     static let definition = """
-    # One kind of request. Enqueue with:
-    #   outbox enqueue example.ping --vars '{"message": "hello"}'
-    key: example.ping
-    request:
-      method: POST
-      url: "http://127.0.0.1:8080/ping"
-      data:
-        message: "{{ vars.message }}"
-    on_success: hooks/example-done.sh
-    on_error: hooks/example-done.sh
+        # One kind of request. Enqueue with:
+        #   outbox enqueue example.ping --vars '{"message": "hello"}'
+        key: example.ping
+        request:
+          method: POST
+          url: "http://127.0.0.1:8080/ping"
+          data:
+            message: "{{ vars.message }}"
+        on_success: hooks/example-done.sh
+        on_error: hooks/example-done.sh
 
-    """
+        """
     static let hook = """
-    #!/bin/sh
-    # Gets the outcome as JSON on stdin; exit 0 acknowledges it.
-    echo "outbox: $OUTBOX_OUTCOME for $OUTBOX_ID ($OUTBOX_KEY), delivery $OUTBOX_DELIVERIES" >&2
-    cat > /dev/null
+        #!/bin/sh
+        # Gets the outcome as JSON on stdin; exit 0 acknowledges it.
+        echo "outbox: $OUTBOX_OUTCOME for $OUTBOX_ID ($OUTBOX_KEY), delivery $OUTBOX_DELIVERIES" >&2
+        cat > /dev/null
 
-    """
+        """
 
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let files: [(String, String, mode_t)] = [

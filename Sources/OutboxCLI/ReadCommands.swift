@@ -65,8 +65,12 @@ enum ReadCommands {
             ("follow_redirects", .int(e.request.followRedirects)),
         ])
         if let file = e.request.file {
-            request.set("file", .object([("source", .string(file.path)), ("size", .int64(file.size)),
-                                         ("ownership", .string(e.request.ownership?.rawValue ?? "copy"))]))
+            request.set(
+                "file",
+                .object([
+                    ("source", .string(file.path)), ("size", .int64(file.size)),
+                    ("ownership", .string(e.request.ownership?.rawValue ?? "copy")),
+                ]))
         }
         doc.set("expires_at", .optionalInt(e.expiresAt))
         doc.set("scope", .optionalString(e.scope))
@@ -76,18 +80,29 @@ enum ReadCommands {
         doc.set("header_generation", .int64(e.headerGeneration))
         doc.set("not_before", .optionalInt(e.notBefore))
         if e.isChunked {
-            doc.set("parts", .array(try store.parts(entrySeq: e.seq).map { p in
-                .object([("index", .int(p.index)), ("start", .int64(p.range.start)), ("end", .int64(p.range.end)),
-                         ("accepted", .bool(p.accepted)), ("status", p.status.map { .int($0) } ?? .null),
-                         ("attempts", .int(p.attempts))])
-            }))
+            doc.set(
+                "parts",
+                .array(
+                    try store.parts(entrySeq: e.seq).map { p in
+                        .object([
+                            ("index", .int(p.index)), ("start", .int64(p.range.start)), ("end", .int64(p.range.end)),
+                            ("accepted", .bool(p.accepted)), ("status", p.status.map { .int($0) } ?? .null),
+                            ("attempts", .int(p.attempts)),
+                        ])
+                    }))
         }
-        doc.set("outcomes", .array(try store.outcomes(entryID: e.id).map { o in
-            .object([("outcome", .string(o.outcome.rawValue)), ("generation", .int64(o.generation)), ("deliveries", .int64(o.deliveries)),
-                     ("acknowledged", .bool(o.acknowledged)), ("reason", .optionalString(o.reason)),
-                     ("next_delivery_at", .optionalInt(o.nextDeliveryAt)), ("at", .int64(o.createdAt)),
-                     ("follow_up_errors", o.payload["follow_up_errors"] ?? .null)])
-        }))
+        doc.set(
+            "outcomes",
+            .array(
+                try store.outcomes(entryID: e.id).map { o in
+                    .object([
+                        ("outcome", .string(o.outcome.rawValue)), ("generation", .int64(o.generation)),
+                        ("deliveries", .int64(o.deliveries)),
+                        ("acknowledged", .bool(o.acknowledged)), ("reason", .optionalString(o.reason)),
+                        ("next_delivery_at", .optionalInt(o.nextDeliveryAt)), ("at", .int64(o.createdAt)),
+                        ("follow_up_errors", o.payload["follow_up_errors"] ?? .null),
+                    ])
+                }))
         doc.set("attempts_log", .array(try store.attempts(entryID: e.id)))
         var chain: [JSON] = []
         var parent = e.parent
@@ -151,14 +166,17 @@ enum ReadCommands {
             for state in EntryState.allCases {
                 lines.append("outbox_entries{state=\"\(state.rawValue)\"} \(states[state] ?? 0)")
             }
-            lines += ["# HELP outbox_outcomes_pending Outcomes not yet acknowledged by a hook.",
-                      "# TYPE outbox_outcomes_pending gauge", "outbox_outcomes_pending \(pending)"]
+            lines += [
+                "# HELP outbox_outcomes_pending Outcomes not yet acknowledged by a hook.",
+                "# TYPE outbox_outcomes_pending gauge", "outbox_outcomes_pending \(pending)",
+            ]
             i.console.out(lines.joined(separator: "\n"))
         } else if i.json {
-            i.console.out(JSON.object([
-                ("entries", .object(EntryState.allCases.map { ($0.rawValue, .int64(states[$0] ?? 0)) })),
-                ("outcomes_pending", .int64(pending)),
-            ]).serialized())
+            i.console.out(
+                JSON.object([
+                    ("entries", .object(EntryState.allCases.map { ($0.rawValue, .int64(states[$0] ?? 0)) })),
+                    ("outcomes_pending", .int64(pending)),
+                ]).serialized())
         } else {
             var table = [["STATE", "ENTRIES"]]
             for state in EntryState.allCases { table.append([state.rawValue, String(states[state] ?? 0)]) }
@@ -187,7 +205,8 @@ enum ReadCommands {
         if control.pausedKeys.contains(e.key) { reasons.append("its key \(e.key) is paused (outbox resume --key \(e.key))") }
         if let nb = e.notBefore, nb > now { reasons.append("it is held until \(nb) (in \(Units.formatDuration(ms: nb - now)))") }
         if let next = e.nextAttemptAt, next > now, e.attempts > 0 {
-            reasons.append("it backs off after \(e.attempts) attempt\(e.attempts == 1 ? "" : "s"); next in \(Units.formatDuration(ms: next - now))")
+            reasons.append(
+                "it backs off after \(e.attempts) attempt\(e.attempts == 1 ? "" : "s"); next in \(Units.formatDuration(ms: next - now))")
         }
         if e.waitsForDelivery { reasons.append("it waits until the outcome of its previous generation is acknowledged") }
         if let scope = e.scope {
@@ -198,17 +217,24 @@ enum ReadCommands {
         if wifi { reasons.append("it is wifi-only; it runs only while the wifi check passes") }
         if let account = e.account {
             if let current = EnqueueCommand.factory(project, i).account() {
-                if account != current { reasons.append("it was enqueued by account \(account), not the current \(current): the runner will drop it") }
+                if account != current {
+                    reasons.append("it was enqueued by account \(account), not the current \(current): the runner will drop it")
+                }
             } else {
                 reasons.append("it waits for its account \(account) to be the current one (config account)")
             }
         }
         if e.state == .queued, e.reason == HoldReason.wifi.rawValue { reasons.append("it is waiting for Wi-Fi") }
-        if project.definitions.definitions[e.key] == nil { reasons.append("no definition has its key \(e.key): its outcome will wait (unhandled-key)") }
+        if project.definitions.definitions[e.key] == nil {
+            reasons.append("no definition has its key \(e.key): its outcome will wait (unhandled-key)")
+        }
         if reasons.isEmpty { reasons.append("nothing holds it: the next `outbox run` sends it") }
         if i.json {
-            i.console.out(JSON.object([("id", .string(e.id)), ("state", .string(e.state.rawValue)),
-                                       ("reasons", .array(reasons.map { .string($0) }))]).serialized())
+            i.console.out(
+                JSON.object([
+                    ("id", .string(e.id)), ("state", .string(e.state.rawValue)),
+                    ("reasons", .array(reasons.map { .string($0) })),
+                ]).serialized())
         } else {
             i.console.out(reasons.map { "- " + $0 }.joined(separator: "\n"))
         }
@@ -231,29 +257,31 @@ enum ReadCommands {
         let names = Set(CLI.commands.map { $0.path[0] }).sorted().joined(separator: " ")
         switch i.args.positionals[0] {
         case "bash":
-            i.console.out("""
-            _outbox() {
-              local cur=${COMP_WORDS[COMP_CWORD]}
-              if [ "$COMP_CWORD" -eq 1 ]; then
-                COMPREPLY=($(compgen -W "\(names)" -- "$cur"))
-              else
-                COMPREPLY=($(compgen -f -- "$cur"))
-              fi
-            }
-            complete -F _outbox outbox
-            """)
+            i.console.out(
+                """
+                _outbox() {
+                  local cur=${COMP_WORDS[COMP_CWORD]}
+                  if [ "$COMP_CWORD" -eq 1 ]; then
+                    COMPREPLY=($(compgen -W "\(names)" -- "$cur"))
+                  else
+                    COMPREPLY=($(compgen -f -- "$cur"))
+                  fi
+                }
+                complete -F _outbox outbox
+                """)
         case "zsh":
-            i.console.out("""
-            #compdef outbox
-            _outbox() {
-              if (( CURRENT == 2 )); then
-                compadd \(names)
-              else
-                _files
-              fi
-            }
-            compdef _outbox outbox
-            """)
+            i.console.out(
+                """
+                #compdef outbox
+                _outbox() {
+                  if (( CURRENT == 2 )); then
+                    compadd \(names)
+                  else
+                    _files
+                  fi
+                }
+                compdef _outbox outbox
+                """)
         default:
             throw .usage("completion takes bash or zsh")
         }

@@ -15,9 +15,9 @@ enum RunCommand {
         CLI.json,
     ]
     static let details = """
-    Runs until SIGINT or SIGTERM (the first lets attempts in flight finish within --grace; a
-    second stops at once), or with --drain until nothing is due. One runner holds a store at a time.
-    """
+        Runs until SIGINT or SIGTERM (the first lets attempts in flight finish within --grace; a
+        second stops at once), or with --drain until nothing is due. One runner holds a store at a time.
+        """
 
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         var options = RunOptions()
@@ -47,11 +47,13 @@ enum RunCommand {
         defer { lock.release() }
         options.stopRequests = StopSignals.install()
         let console = i.console
-        let sink = EventSink(console: events != nil ? console : nil, command: config.eventsCommand, config: config,
-                             environment: i.environment, log: { console.err($0) })
+        let sink = EventSink(
+            console: events != nil ? console : nil, command: config.eventsCommand, config: config,
+            environment: i.environment, log: { console.err($0) })
         defer { sink.close() }
-        let runner = Runner(config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: i.cwd,
-                            options: options, emit: { sink.send($0) }, log: { console.err($0) })
+        let runner = Runner(
+            config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: i.cwd,
+            options: options, emit: { sink.send($0) }, log: { console.err($0) })
         runner.eventsEnabled = events != nil || config.eventsCommand != nil
         let summary = try runner.run()
         if i.json {

@@ -13,8 +13,10 @@ package struct EntryFactory {
     /// `--from` file cost a fifth of the enqueue.
     let environmentJSON: JSON
 
-    package init(config: Config, environment: [String: String], cwd: String,
-                definition: @escaping (String) throws(OutboxError) -> Definition) {
+    package init(
+        config: Config, environment: [String: String], cwd: String,
+        definition: @escaping (String) throws(OutboxError) -> Definition
+    ) {
         self.config = config
         self.environment = environment
         self.cwd = cwd
@@ -40,20 +42,26 @@ package struct EntryFactory {
         var inputs = RenderInputs(id: "", vars: .null, environment: environment, cwd: cwd)
         inputs.environmentJSON = environmentJSON
         guard let value = try? Template.render(template, context: RequestBuilder.context(inputs), mode: .value, field: "account"),
-              let s = value.stringValue, !s.isEmpty else { return nil }
+            let s = value.stringValue, !s.isEmpty
+        else { return nil }
         return s
     }
 
-    package func make(key: String, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
-                     expiresAt: Int64? = nil, outcome: JSON? = nil, movedFiles: [String: FileIdentity] = [:]) throws(OutboxError) -> NewEntry {
+    package func make(
+        key: String, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
+        expiresAt: Int64? = nil, outcome: JSON? = nil, movedFiles: [String: FileIdentity] = [:]
+    ) throws(OutboxError) -> NewEntry {
         let def = try definition(key)
-        return try make(definition: def, vars: vars, id: id, parent: parent, notBefore: notBefore, expiresAt: expiresAt, outcome: outcome,
-                        movedFiles: movedFiles)
+        return try make(
+            definition: def, vars: vars, id: id, parent: parent, notBefore: notBefore, expiresAt: expiresAt, outcome: outcome,
+            movedFiles: movedFiles)
     }
 
     /// `movedFiles`: files the existing entry of this id moved into the store (see `RenderInputs`).
-    package func make(definition def: Definition, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
-                     expiresAt: Int64? = nil, outcome: JSON? = nil, movedFiles: [String: FileIdentity] = [:]) throws(OutboxError) -> NewEntry {
+    package func make(
+        definition def: Definition, vars: JSON, id: String?, parent: String? = nil, notBefore: Int64? = nil,
+        expiresAt: Int64? = nil, outcome: JSON? = nil, movedFiles: [String: FileIdentity] = [:]
+    ) throws(OutboxError) -> NewEntry {
         try checkVars(vars)
         let entryID = id ?? Identifiers.entryUUID()
         if let problem = Identifiers.validateUserID(entryID) { throw .invalid(problem) }
@@ -62,26 +70,30 @@ package struct EntryFactory {
         inputs.movedFiles = movedFiles
         inputs.environmentJSON = environmentJSON
         if let command = config.headersCommand {
-            let answer = try Plugin.runJSON(command, input: .object([("key", .string(def.key)), ("vars", vars)]),
-                                            name: "headers_command", config: config, environment: environment)
+            let answer = try Plugin.runJSON(
+                command, input: .object([("key", .string(def.key)), ("vars", vars)]),
+                name: "headers_command", config: config, environment: environment)
             guard case .object = answer else { throw .invalid("headers_command must print a JSON object of headers") }
             inputs.commandHeaders = HeaderRules.from(json: answer)
         }
         let prepared: PreparedRequest
         if let command = def.requestCommand {
-            let descriptor = try Plugin.runJSON(command, input: .object([("vars", vars), ("entry", .object([("id", .string(entryID))]))]),
-                                                name: "request_command", config: config, environment: environment)
+            let descriptor = try Plugin.runJSON(
+                command, input: .object([("vars", vars), ("entry", .object([("id", .string(entryID))]))]),
+                name: "request_command", config: config, environment: environment)
             // The answer is data: only its part.* tags are rendered, per part.
             let (tree, literals) = PluginAnswer.literalized(descriptor)
             var literalInputs = inputs
             literalInputs.literals = literals
-            prepared = try RequestBuilder.prepare(request: tree, definition: def, config: config,
-                                                  inputs: literalInputs, fromCommand: true)
+            prepared = try RequestBuilder.prepare(
+                request: tree, definition: def, config: config,
+                inputs: literalInputs, fromCommand: true)
         } else {
             prepared = try RequestBuilder.prepare(request: def.request ?? .object([]), definition: def, config: config, inputs: inputs)
         }
-        var entry = NewEntry(id: entryID, key: def.key, vars: vars, prepared: prepared, account: account(), parent: parent,
-                             notBefore: notBefore, expiresAt: expiresAt)
+        var entry = NewEntry(
+            id: entryID, key: def.key, vars: vars, prepared: prepared, account: account(), parent: parent,
+            notBefore: notBefore, expiresAt: expiresAt)
         entry.idWasMinted = id == nil
         return entry
     }

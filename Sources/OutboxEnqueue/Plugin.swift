@@ -12,11 +12,14 @@ extension ProcessCommand {
 
 /// Runs a plugin that answers with JSON on stdout (request_command, headers_command, parsers).
 package enum Plugin {
-    package static func runJSON(_ command: CommandSpec, input: JSON, name: String, config: Config,
-                               environment: [String: String]) throws(OutboxError) -> JSON {
-        let spec = ProcessSpec(command: ProcessCommand(command), stdin: Array(input.serialized().utf8),
-                               environment: environment, workingDirectory: config.root, outputCap: 16 << 20,
-                               timeoutMs: Int(config.pluginTimeoutMs))
+    package static func runJSON(
+        _ command: CommandSpec, input: JSON, name: String, config: Config,
+        environment: [String: String]
+    ) throws(OutboxError) -> JSON {
+        let spec = ProcessSpec(
+            command: ProcessCommand(command), stdin: Array(input.serialized().utf8),
+            environment: environment, workingDirectory: config.root, outputCap: 16 << 20,
+            timeoutMs: Int(config.pluginTimeoutMs))
         let result: ProcessResult
         do {
             result = try ProcessRunner.run(spec)

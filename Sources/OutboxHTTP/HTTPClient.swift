@@ -39,11 +39,14 @@ package final class HTTPClient: Sendable {
     /// second at most; `completion` runs exactly once on the curl thread and must not
     /// block. After `shutdown`, `completion` runs at once on the caller's thread.
     @discardableResult
-    package func start(_ request: HTTPRequest, host: String = "", slot: Bool = false, standby: Bool = false,
-                      progress: (@Sendable (Int64, Int64) -> Void)? = nil,
-                      completion: @escaping @Sendable (HTTPResult) -> Void) -> UInt64 {
-        engine.submit(request, host: host, mode: standby ? .standby : slot ? .slot : .plain, progress: progress,
-                      completion: completion)
+    package func start(
+        _ request: HTTPRequest, host: String = "", slot: Bool = false, standby: Bool = false,
+        progress: (@Sendable (Int64, Int64) -> Void)? = nil,
+        completion: @escaping @Sendable (HTTPResult) -> Void
+    ) -> UInt64 {
+        engine.submit(
+            request, host: host, mode: standby ? .standby : slot ? .slot : .plain, progress: progress,
+            completion: completion)
     }
 
     /// Starts a standby transfer now (the scheduler has a free slot). Ids that already
@@ -129,14 +132,18 @@ final class CurlEngine: @unchecked Sendable {
         case let .success(thread):
             self.thread = thread
         case let .failure(error):
-            shared.withLock { $0.stopping = true; $0.closed = true; $0.joinClaimed = true }
+            shared.withLock {
+                $0.stopping = true; $0.closed = true; $0.joinClaimed = true
+            }
             _ = ccurl_multi_cleanup(multi)
             throw HTTPClientError("cannot start the curl thread: \(error)")
         }
     }
 
-    func submit(_ request: HTTPRequest, host: String, mode: Mode, progress: (@Sendable (Int64, Int64) -> Void)?,
-                completion: @escaping @Sendable (HTTPResult) -> Void) -> UInt64 {
+    func submit(
+        _ request: HTTPRequest, host: String, mode: Mode, progress: (@Sendable (Int64, Int64) -> Void)?,
+        completion: @escaping @Sendable (HTTPResult) -> Void
+    ) -> UInt64 {
         let multi = self.multi
         let (id, accepted) = shared.withLock { state -> (UInt64, Bool) in
             state.nextID += 1
@@ -202,8 +209,10 @@ final class CurlEngine: @unchecked Sendable {
             }
             if stopping {
                 for job in jobs + standby {
-                    job.completion(HTTPResult(failure: TransportFailure(.aborted, "the HTTP client was shut down"),
-                                              effectiveURL: job.request.url))
+                    job.completion(
+                        HTTPResult(
+                            failure: TransportFailure(.aborted, "the HTTP client was shut down"),
+                            effectiveURL: job.request.url))
                 }
                 standby.removeAll()
                 for id in active.keys.sorted() { abort(id, message: "the HTTP client was shut down") }
@@ -248,7 +257,8 @@ final class CurlEngine: @unchecked Sendable {
         guard rc == CURLM_OK else {
             transfer.close()
             let message = String(cString: ccurl_multi_strerror(rc))
-            job.completion(HTTPResult(failure: TransportFailure(.network, "curl_multi_add_handle: \(message)"), effectiveURL: job.request.url))
+            job.completion(
+                HTTPResult(failure: TransportFailure(.network, "curl_multi_add_handle: \(message)"), effectiveURL: job.request.url))
             return
         }
         active[job.id] = (transfer, job)
@@ -300,8 +310,10 @@ final class CurlEngine: @unchecked Sendable {
 
     /// Removes the handle from the multi, then frees it (never while the multi holds it),
     /// then reports. A slot transfer hands its slot to a standby job before it reports.
-    private func finish(_ transfer: Transfer, code: CURLcode?, abortMessage: String,
-                        abortKind: TransportFailure.Kind = .aborted) {
+    private func finish(
+        _ transfer: Transfer, code: CURLcode?, abortMessage: String,
+        abortKind: TransportFailure.Kind = .aborted
+    ) {
         guard let easy = transfer.easy, let job = active[transfer.id]?.job else { return }
         _ = ccurl_multi_remove_handle(multi, easy)
         var result = transfer.result(code: code, abortMessage: abortMessage, abortKind: abortKind)

@@ -71,10 +71,12 @@ package struct HTTPRequest: Sendable {
     package var expectedFile: FileIdentity?
 
     /// Creates a request; defaults fit one outbox attempt.
-    package init(url: String, method: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .none,
-                followRedirects: Int = 0, connectTimeoutMs: Int = 30_000, stallBelowBytesPerSecond: Int = 1024,
-                stallForMs: Int = 60_000, caFile: String? = nil, maxResponseBytes: Int = 1 << 20,
-                userAgent: String = "outbox") {
+    package init(
+        url: String, method: String, headers: [(name: String, value: String)] = [], body: HTTPBody = .none,
+        followRedirects: Int = 0, connectTimeoutMs: Int = 30_000, stallBelowBytesPerSecond: Int = 1024,
+        stallForMs: Int = 60_000, caFile: String? = nil, maxResponseBytes: Int = 1 << 20,
+        userAgent: String = "outbox"
+    ) {
         self.url = url
         self.method = method
         self.headers = headers
@@ -112,9 +114,11 @@ package struct HTTPResult: Sendable {
     package var startedInPlace: UInt64?
 
     /// Creates a result (tests and the runner build them too).
-    package init(status: Int? = nil, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
-                bodyTruncated: Bool = false, failure: TransportFailure? = nil,
-                retryAfterSeconds: Int64? = nil, bytesSent: Int64 = 0, effectiveURL: String = "") {
+    package init(
+        status: Int? = nil, headers: [(name: String, value: String)] = [], body: [UInt8] = [],
+        bodyTruncated: Bool = false, failure: TransportFailure? = nil,
+        retryAfterSeconds: Int64? = nil, bytesSent: Int64 = 0, effectiveURL: String = ""
+    ) {
         self.status = status
         self.responseHeaders = ResponseHeaders(fields: headers)
         self.body = body

@@ -31,8 +31,9 @@ extension Transfer {
             }
             guard Int64(info.st_size) >= offset + length else {
                 Glibc.close(fd)
-                throw TransferSetupError(kind: .network,
-                                         message: "file: \(path) has \(info.st_size) bytes, needs \(offset + length)")
+                throw TransferSetupError(
+                    kind: .network,
+                    message: "file: \(path) has \(info.st_size) bytes, needs \(offset + length)")
             }
             source = .file(fd: fd, offset: offset, length: length, path: path)
         case .form(let fields):
@@ -84,39 +85,54 @@ extension Transfer {
             try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0), "FOLLOWLOCATION")
         }
 
-        try check(ccurl_setopt_write_function(easy, CURLOPT_HEADERFUNCTION, { data, size, count, user in
-            let n = size * count
-            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
-            transfer.responseHeaders.consume(UnsafeRawBufferPointer(start: data, count: n))
-            return n
-        }), "HEADERFUNCTION")
+        try check(
+            ccurl_setopt_write_function(
+                easy, CURLOPT_HEADERFUNCTION,
+                { data, size, count, user in
+                    let n = size * count
+                    let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                    transfer.responseHeaders.consume(UnsafeRawBufferPointer(start: data, count: n))
+                    return n
+                }), "HEADERFUNCTION")
         try check(ccurl_setopt_ptr(easy, CURLOPT_HEADERDATA, me), "HEADERDATA")
-        try check(ccurl_setopt_write_function(easy, CURLOPT_WRITEFUNCTION, { data, size, count, user in
-            let n = size * count
-            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
-            transfer.keep(UnsafeRawBufferPointer(start: data, count: n))
-            // Always accept everything: a short count is CURLE_WRITE_ERROR, read as a network failure.
-            return n
-        }), "WRITEFUNCTION")
+        try check(
+            ccurl_setopt_write_function(
+                easy, CURLOPT_WRITEFUNCTION,
+                { data, size, count, user in
+                    let n = size * count
+                    let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                    transfer.keep(UnsafeRawBufferPointer(start: data, count: n))
+                    // Always accept everything: a short count is CURLE_WRITE_ERROR, read as a network failure.
+                    return n
+                }), "WRITEFUNCTION")
         try check(ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me), "WRITEDATA")
         // Every non-form body goes through the read callback, with a seek callback so
         // curl can rewind for a re-send on a dead reused connection or a 307/308.
-        try check(ccurl_setopt_read_function(easy, { buffer, size, count, user in
-            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
-            return transfer.read(into: buffer!, capacity: size * count)
-        }), "READFUNCTION")
+        try check(
+            ccurl_setopt_read_function(
+                easy,
+                { buffer, size, count, user in
+                    let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                    return transfer.read(into: buffer!, capacity: size * count)
+                }), "READFUNCTION")
         try check(ccurl_setopt_ptr(easy, CURLOPT_READDATA, me), "READDATA")
-        try check(ccurl_setopt_seek_function(easy, { user, offset, origin in
-            let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
-            return transfer.seek(to: offset, origin: origin)
-        }), "SEEKFUNCTION")
+        try check(
+            ccurl_setopt_seek_function(
+                easy,
+                { user, offset, origin in
+                    let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                    return transfer.seek(to: offset, origin: origin)
+                }), "SEEKFUNCTION")
         try check(ccurl_setopt_ptr(easy, CURLOPT_SEEKDATA, me), "SEEKDATA")
         if progress != nil {
-            try check(ccurl_setopt_xferinfo_function(easy, { user, _, _, upTotal, upNow in
-                let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
-                transfer.reportProgress(sent: Int64(upNow), total: Int64(upTotal))
-                return 0
-            }), "XFERINFOFUNCTION")
+            try check(
+                ccurl_setopt_xferinfo_function(
+                    easy,
+                    { user, _, _, upTotal, upNow in
+                        let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
+                        transfer.reportProgress(sent: Int64(upNow), total: Int64(upTotal))
+                        return 0
+                    }), "XFERINFOFUNCTION")
             try check(ccurl_setopt_ptr(easy, CURLOPT_XFERINFODATA, me), "XFERINFODATA")
             try check(ccurl_setopt_long(easy, CURLOPT_NOPROGRESS, 0), "NOPROGRESS")
         }
@@ -140,7 +156,9 @@ extension Transfer {
             // Small in-memory bodies go with the headers in one write (curl copies them), not
             // through the read callback; a re-send needs no rewind.
             try check(ccurl_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count)), "POSTFIELDSIZE_LARGE")
-            let rc = bytes.withUnsafeBytes { ccurl_setopt_ptr(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress)) }
+            let rc = bytes.withUnsafeBytes {
+                ccurl_setopt_ptr(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress))
+            }
             try check(rc, "COPYPOSTFIELDS")
             if method != "POST" {
                 try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
@@ -259,8 +277,8 @@ private func isTokenByte(_ c: UInt8) -> Bool {
     case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"):
         return true
     case UInt8(ascii: "!"), UInt8(ascii: "#"), UInt8(ascii: "$"), UInt8(ascii: "%"), UInt8(ascii: "&"), UInt8(ascii: "'"),
-         UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
-         UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
+        UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "^"), UInt8(ascii: "_"),
+        UInt8(ascii: "`"), UInt8(ascii: "|"), UInt8(ascii: "~"):
         return true
     default:
         return false

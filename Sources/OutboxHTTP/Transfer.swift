@@ -46,8 +46,10 @@ final class Transfer {
     var countedBeforeRestart: Int64 = 0
 
     /// Opens the body source and configures a new easy handle; throws what to report.
-    init(id: UInt64, request: HTTPRequest, progress: (@Sendable (Int64, Int64) -> Void)?,
-         completion: @escaping @Sendable (HTTPResult) -> Void) throws(TransferSetupError) {
+    init(
+        id: UInt64, request: HTTPRequest, progress: (@Sendable (Int64, Int64) -> Void)?,
+        completion: @escaping @Sendable (HTTPResult) -> Void
+    ) throws(TransferSetupError) {
         self.id = id
         self.completion = completion
         self.url = request.url
@@ -175,7 +177,9 @@ final class Transfer {
     // MARK: - Result
 
     /// Builds the result once curl is done (`code`) or the transfer was aborted (nil).
-    func result(code: CURLcode?, abortMessage: String = "cancelled by the runner", abortKind: TransportFailure.Kind = .aborted) -> HTTPResult {
+    func result(
+        code: CURLcode?, abortMessage: String = "cancelled by the runner", abortKind: TransportFailure.Kind = .aborted
+    ) -> HTTPResult {
         var result = HTTPResult(effectiveURL: url)
         guard let easy else { return result }
         var status = 0

@@ -127,10 +127,10 @@ enum RetryAfterDate {
             if words.count == 6 {
                 // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
                 guard shortDays.contains(dayName), words[5] == "GMT",
-                      let day = number(words[1], digits: 1...2),
-                      let month = month(words[2]),
-                      let year = number(words[3], digits: 4...4),
-                      let time = clock(words[4])
+                    let day = number(words[1], digits: 1...2),
+                    let month = month(words[2]),
+                    let year = number(words[3], digits: 4...4),
+                    let time = clock(words[4])
                 else { return nil }
                 return epoch(year: year, month: month, day: day, time: time)
             }
@@ -138,10 +138,10 @@ enum RetryAfterDate {
                 // RFC 850: Sunday, 06-Nov-94 08:49:37 GMT
                 let parts = words[1].split(separator: "-", omittingEmptySubsequences: false)
                 guard longDays.contains(dayName), words[3] == "GMT", parts.count == 3,
-                      let day = number(parts[0], digits: 1...2),
-                      let month = month(parts[1]),
-                      let yy = number(parts[2], digits: 2...2),
-                      let time = clock(words[2])
+                    let day = number(parts[0], digits: 1...2),
+                    let month = month(parts[1]),
+                    let yy = number(parts[2], digits: 2...2),
+                    let time = clock(words[2])
                 else { return nil }
                 return epoch(year: fullYear(twoDigit: yy, now: now), month: month, day: day, time: time)
             }
@@ -149,10 +149,10 @@ enum RetryAfterDate {
         }
         // asctime: Sun Nov  6 08:49:37 1994
         guard words.count == 5, shortDays.contains(String(first)),
-              let month = month(words[1]),
-              let day = number(words[2], digits: 1...2),
-              let time = clock(words[3]),
-              let year = number(words[4], digits: 4...4)
+            let month = month(words[1]),
+            let day = number(words[2], digits: 1...2),
+            let time = clock(words[3]),
+            let year = number(words[4], digits: 4...4)
         else { return nil }
         return epoch(year: year, month: month, day: day, time: time)
     }
@@ -212,9 +212,9 @@ enum RetryAfterDate {
     private static func clock(_ word: Substring) -> (Int64, Int64, Int64)? {
         let parts = word.split(separator: ":", omittingEmptySubsequences: false)
         guard parts.count == 3,
-              let h = number(parts[0], digits: 2...2), h <= 23,
-              let m = number(parts[1], digits: 2...2), m <= 59,
-              let s = number(parts[2], digits: 2...2), s <= 60
+            let h = number(parts[0], digits: 2...2), h <= 23,
+            let m = number(parts[1], digits: 2...2), m <= 59,
+            let s = number(parts[2], digits: 2...2), s <= 60
         else { return nil }
         return (h, m, s)
     }

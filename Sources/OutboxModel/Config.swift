@@ -32,10 +32,13 @@ package struct RetryRules: Sendable, Equatable {
 
     package var json: JSON {
         .object([
-            ("backoff", .object([
-                ("base_ms", .int64(backoff.baseMs)), ("max_ms", .int64(backoff.maxMs)),
-                ("jitter", .number(String(backoff.jitter))),
-            ])),
+            (
+                "backoff",
+                .object([
+                    ("base_ms", .int64(backoff.baseMs)), ("max_ms", .int64(backoff.maxMs)),
+                    ("jitter", .number(String(backoff.jitter))),
+                ])
+            ),
             ("exempt", .array(exempt.map { .int($0) })),
         ])
     }

@@ -129,8 +129,9 @@ package struct DefinitionSet: Sendable {
             let missing = definition.thenKeys.filter { !known.contains($0.key) }
             guard !missing.isEmpty else { continue }
             let found = missing.map {
-                Diagnostic(path: definition.file, line: $0.mark.line, column: $0.mark.column,
-                           message: "then: no definition has key \"\($0.key)\"")
+                Diagnostic(
+                    path: definition.file, line: $0.mark.line, column: $0.mark.column,
+                    message: "then: no definition has key \"\($0.key)\"")
             }
             diagnostics += found
             definitions[definition.key] = nil
@@ -189,7 +190,8 @@ extension Definition {
             case .mapping:
                 let before = reader.diagnostics.count
                 if let rf = reader.fields(r, allowed: ["command"], context: "response"),
-                   let c = reader.command(rf["command"], "response.command") {
+                    let c = reader.command(rf["command"], "response.command")
+                {
                     d.response = .command(c)
                 } else if reader.diagnostics.count == before {
                     reader.error(r.mark, "response needs a command")
@@ -248,7 +250,9 @@ extension Definition {
             }
             var followUps: [JSON] = []
             for item in items {
-                guard let itemFields = reader.fields(item, allowed: ["key", "vars", "id", "delay"], context: "then.\(name) items") else { continue }
+                guard let itemFields = reader.fields(item, allowed: ["key", "vars", "id", "delay"], context: "then.\(name) items") else {
+                    continue
+                }
                 guard let keyNode = itemFields["key"] else {
                     reader.error(item.mark, "then.\(name) items need a key")
                     continue
@@ -311,7 +315,8 @@ extension Definition {
         }
         if let h = f["headers"] { _ = Config.readHeaders(h, reader: &reader, context: "request.headers") }
         if let o = f["ownership"], let value = reader.string(o, "request.ownership"),
-           !["copy", "move", "reference"].contains(value) {
+            !["copy", "move", "reference"].contains(value)
+        {
             reader.error(o.mark, "request.ownership must be copy, move or reference, not \"\(value)\"")
         }
         if let r = f["follow_redirects"], r.scalar.map({ if case .int = $0 { true } else { false } }) == true {
@@ -336,7 +341,10 @@ extension Definition {
             reader.error(node.mark, "request.form must be a list of {name, value} or {name, file} fields")
         case let .sequence(items):
             for item in items {
-                guard let f = reader.fields(item, allowed: ["name", "value", "file", "filename", "content_type"], context: "request.form items") else { continue }
+                guard
+                    let f = reader.fields(
+                        item, allowed: ["name", "value", "file", "filename", "content_type"], context: "request.form items")
+                else { continue }
                 if f["name"] == nil { reader.error(item.mark, "request.form items need a name") }
                 if (f["value"] == nil) == (f["file"] == nil) {
                     reader.error(item.mark, "request.form items need exactly one of value or file")

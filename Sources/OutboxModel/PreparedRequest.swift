@@ -61,7 +61,7 @@ package struct HeaderPair: Sendable, Equatable {
 
 package enum PreparedBody: Sendable, Equatable {
     case none
-    case bytes([UInt8], kind: BodyKind)      // kind: data or text
+    case bytes([UInt8], kind: BodyKind)  // kind: data or text
     case form([PreparedFormField])
     case file(FileIdentity, Ownership)
     case parts(FileIdentity, Ownership, [PreparedPart])
@@ -120,19 +120,33 @@ package struct PreparedRequest: Sendable {
                 canon.append(("text", .string(SHA256.hex(bytes))))
             }
         case let .form(fields):
-            canon.append(("form", .array(fields.map { f in
-                .object([("name", .string(f.name)), ("value", .optionalString(f.value)),
-                         ("file", f.file.map(fileJSON) ?? .null), ("filename", .optionalString(f.filename)),
-                         ("content_type", .optionalString(f.contentType))])
-            })))
+            canon.append(
+                (
+                    "form",
+                    .array(
+                        fields.map { f in
+                            .object([
+                                ("name", .string(f.name)), ("value", .optionalString(f.value)),
+                                ("file", f.file.map(fileJSON) ?? .null), ("filename", .optionalString(f.filename)),
+                                ("content_type", .optionalString(f.contentType)),
+                            ])
+                        })
+                ))
         case let .file(file, _):
             canon.append(("file", fileJSON(file)))
         case let .parts(file, _, parts):
             canon.append(("file", fileJSON(file)))
-            canon.append(("parts", .array(parts.map { p in
-                .object([("start", .int64(p.range.start)), ("end", .int64(p.range.end)), ("url", .string(p.url)),
-                         ("headers", .array(p.headers.map { .array([.string($0.name), .string($0.value)]) }))])
-            })))
+            canon.append(
+                (
+                    "parts",
+                    .array(
+                        parts.map { p in
+                            .object([
+                                ("start", .int64(p.range.start)), ("end", .int64(p.range.end)), ("url", .string(p.url)),
+                                ("headers", .array(p.headers.map { .array([.string($0.name), .string($0.value)]) })),
+                            ])
+                        })
+                ))
         }
         return SHA256.hex(Array(JSON.object(canon).serialized(sortedKeys: true).utf8))
     }

@@ -58,8 +58,10 @@ package enum RequestBuilder {
                 identity = try statFile(absolute, field: "request.file")
             }
             fileIdentity = identity
-            ctx.roots["file"] = .object([("size", .int64(identity.size)), ("name", .string(Paths.basename(identity.path))),
-                                         ("path", .string(identity.path))])
+            ctx.roots["file"] = .object([
+                ("size", .int64(identity.size)), ("name", .string(Paths.basename(identity.path))),
+                ("path", .string(identity.path)),
+            ])
         }
 
         func field(_ name: String, mode: TemplateMode = .value) throws(OutboxError) -> JSON? {
@@ -70,7 +72,8 @@ package enum RequestBuilder {
 
         let methodValue = try field("method") ?? .string("POST")
         guard let methodText = methodValue.stringValue, Definition.methods.contains(methodText.uppercased()) else {
-            throw .invalid("request.method must be one of \(Definition.methods.joined(separator: ", ")), not \(methodValue.serialized().prefix(40))")
+            throw .invalid(
+                "request.method must be one of \(Definition.methods.joined(separator: ", ")), not \(methodValue.serialized().prefix(40))")
         }
         let method = methodText.uppercased()
 
@@ -246,8 +249,9 @@ package enum RequestBuilder {
                 throw .invalid("\(at): unknown field \"\(name)\"")
             }
             guard let name = item["name"]?.stringValue else { throw .invalid("\(at).name must be a string") }
-            var field = PreparedFormField(name: name, value: nil, file: nil, filename: item["filename"]?.stringValue,
-                                          contentType: item["content_type"]?.stringValue)
+            var field = PreparedFormField(
+                name: name, value: nil, file: nil, filename: item["filename"]?.stringValue,
+                contentType: item["content_type"]?.stringValue)
             switch (item["value"], item["file"]) {
             case let (v?, nil):
                 switch v {
@@ -297,8 +301,10 @@ package enum RequestBuilder {
                 guard let start = item["range"]?["start"]?.int64Value, let end = item["range"]?["end"]?.int64Value else {
                     throw .invalid("\(at).range needs whole-number start and end")
                 }
-                let headers = try item["headers"].map { h throws(OutboxError) in try renderHeaders(h, ctx: ctx, field: "\(at).headers") } ?? []
-                parts.append(PreparedPart(range: ByteRange(start: start, end: end), url: url, headers: headers.map { HeaderPair($0.0, $0.1) }))
+                let headers =
+                    try item["headers"].map { h throws(OutboxError) in try renderHeaders(h, ctx: ctx, field: "\(at).headers") } ?? []
+                parts.append(
+                    PreparedPart(range: ByteRange(start: start, end: end), url: url, headers: headers.map { HeaderPair($0.0, $0.1) }))
             }
             if let problem = ChunkPlan.tilingProblem(parts.map(\.range), size: file.size) {
                 throw .invalid("request.parts do not tile the file (\(file.size) bytes): \(problem)")
@@ -329,7 +335,9 @@ package enum RequestBuilder {
             let u = try Template.render(urlTemplate, context: partCtx, mode: .url, field: "request.parts.url")
             guard let us = u.stringValue else { throw .invalid("request.parts.url must render to a string") }
             let url = try URLCheck.validate(us, field: "request.parts.url")
-            let headers = try tree["headers"].map { h throws(OutboxError) in try renderHeaders(h, ctx: partCtx, field: "request.parts.headers") } ?? []
+            let headers =
+                try tree["headers"].map { h throws(OutboxError) in try renderHeaders(h, ctx: partCtx, field: "request.parts.headers") }
+                ?? []
             parts.append(PreparedPart(range: range, url: url, headers: headers.map { HeaderPair($0.0, $0.1) }))
         }
         return parts

@@ -28,7 +28,8 @@ package enum Template {
     ///
     /// In url mode the result is also checked with `URLCheck.validate`. A for/end tag alone on
     /// its line (only spaces or tabs around it) removes that whole line from the output.
-    package static func render(_ template: String, context: TemplateContext, mode: TemplateMode, field: String) throws(OutboxError) -> JSON {
+    package static func render(_ template: String, context: TemplateContext, mode: TemplateMode, field: String) throws(OutboxError) -> JSON
+    {
         let nodes: [TemplateNode]
         do {
             nodes = try parsed(template)

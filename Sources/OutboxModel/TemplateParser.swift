@@ -240,9 +240,11 @@ enum TemplateParser {
 
     static func parsePath(_ s: String, tag: String) throws(TemplateSyntaxError) -> TemplatePath {
         let segments = s.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
-        let valid = !s.isEmpty && segments.allSatisfy { segment in
-            !segment.isEmpty && segment.unicodeScalars.allSatisfy { $0 == "_" || $0 == "-" || isASCIILetter($0) || isASCIIDigit($0) }
-        }
+        let valid =
+            !s.isEmpty
+            && segments.allSatisfy { segment in
+                !segment.isEmpty && segment.unicodeScalars.allSatisfy { $0 == "_" || $0 == "-" || isASCIILetter($0) || isASCIIDigit($0) }
+            }
         guard valid else {
             let shown = s.isEmpty ? "an empty path" : "\"\(s)\" is not a valid path"
             throw TemplateSyntaxError(message: "\(shown) in {{ \(tag) }} (expected a dotted path like vars.items.0.id)")
@@ -303,7 +305,9 @@ enum TemplateParser {
             }
             var after: (index: Int, drop: Int)? = nil
             if k + 1 < tokens.count {
-                guard case let .text(next) = tokens[k + 1], let drop = leadingLineSpace(next, endsTemplate: k + 2 == tokens.count) else { continue }
+                guard case let .text(next) = tokens[k + 1], let drop = leadingLineSpace(next, endsTemplate: k + 2 == tokens.count) else {
+                    continue
+                }
                 after = (k + 1, drop)
             }
             if let before { dropTrailing[before.index] = before.drop }
@@ -367,7 +371,10 @@ enum TemplateParser {
             }
         }
         if let open = stack.last {
-            throw TemplateSyntaxError(message: "{{ for \(open.variable) in \(open.path.text) }} at character \(position(open.offset, in: bytes)) is never closed by {{ end }}")
+            throw TemplateSyntaxError(
+                message:
+                    "{{ for \(open.variable) in \(open.path.text) }} at character \(position(open.offset, in: bytes)) is never closed by {{ end }}"
+            )
         }
         return current
     }

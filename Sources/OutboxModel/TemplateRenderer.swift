@@ -58,7 +58,9 @@ struct TemplateRenderer {
         return .string(try URLCheck.validate(url, field: field))
     }
 
-    private func append(_ nodes: [TemplateNode], roots: [String: JSON], to out: inout String, position: inout URLPosition) throws(OutboxError) {
+    private func append(
+        _ nodes: [TemplateNode], roots: [String: JSON], to out: inout String, position: inout URLPosition
+    ) throws(OutboxError) {
         for node in nodes {
             switch node {
             case let .text(s):
@@ -74,7 +76,9 @@ struct TemplateRenderer {
                     if !sub.isRaw {
                         // An encoded value cannot move the host, but it could still pick it.
                         guard position.part == .rest else {
-                            throw .invalid("\(field): {{ \(sub.path.text) }} is in the URL's scheme or host; write {{ \(sub.path.text) | raw }} if the value is trusted")
+                            throw .invalid(
+                                "\(field): {{ \(sub.path.text) }} is in the URL's scheme or host; write {{ \(sub.path.text) | raw }} if the value is trusted"
+                            )
                         }
                         text = sub.keepsSlashes ? URLCheck.encodePath(text) : URLCheck.encodeComponent(text)
                     }
@@ -187,7 +191,9 @@ struct TemplateRenderer {
         case .null:
             throw .invalid("\(field): {{ \(sub.path.text) }} is null; write {{ \(sub.path.text) | default(\"...\") }} to give a fallback")
         case .array, .object:
-            throw .invalid("\(field): {{ \(sub.path.text) }} is \(article(value.typeName)), which cannot be inserted as text; write {{ \(sub.path.text) | json }}")
+            throw .invalid(
+                "\(field): {{ \(sub.path.text) }} is \(article(value.typeName)), which cannot be inserted as text; write {{ \(sub.path.text) | json }}"
+            )
         }
     }
 

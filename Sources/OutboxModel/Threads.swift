@@ -18,11 +18,13 @@ package enum Threads {
         pthread_attr_init(&attributes)
         defer { pthread_attr_destroy(&attributes) }
         if detached { pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED)) }
-        let rc = pthread_create(&thread, &attributes, { raw in
-            let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
-            box.body()
-            return nil
-        }, context)
+        let rc = pthread_create(
+            &thread, &attributes,
+            { raw in
+                let box = Unmanaged<Box>.fromOpaque(raw!).takeRetainedValue()
+                box.body()
+                return nil
+            }, context)
         guard rc == 0 else {
             Unmanaged<Box>.fromOpaque(context).release()
             return .failure(Errno(code: rc))

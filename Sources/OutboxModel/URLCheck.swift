@@ -66,7 +66,8 @@ package enum URLCheck {
             // bytes[hostEnd] is ":" here.
             let digits = bytes[(hostEnd + 1)..<authorityEnd]
             guard !digits.isEmpty, digits.count <= 5, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
-                  let port = Int(String(decoding: digits, as: UTF8.self)), (1...65535).contains(port) else {
+                let port = Int(String(decoding: digits, as: UTF8.self)), (1...65535).contains(port)
+            else {
                 throw .invalid("\(field): the port must be a number from 1 to 65535")
             }
         }
@@ -147,8 +148,8 @@ package enum URLCheck {
     private static func isSubDelim(_ b: UInt8) -> Bool {
         switch b {
         case UInt8(ascii: "!"), UInt8(ascii: "$"), UInt8(ascii: "&"), UInt8(ascii: "'"), UInt8(ascii: "("),
-             UInt8(ascii: ")"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","), UInt8(ascii: ";"),
-             UInt8(ascii: "="):
+            UInt8(ascii: ")"), UInt8(ascii: "*"), UInt8(ascii: "+"), UInt8(ascii: ","), UInt8(ascii: ";"),
+            UInt8(ascii: "="):
             return true
         default:
             return false
@@ -165,7 +166,7 @@ package enum URLCheck {
         if isUnreserved(b) || isSubDelim(b) { return true }
         switch b {
         case UInt8(ascii: ":"), UInt8(ascii: "/"), UInt8(ascii: "?"), UInt8(ascii: "#"),
-             UInt8(ascii: "["), UInt8(ascii: "]"), UInt8(ascii: "@"):
+            UInt8(ascii: "["), UInt8(ascii: "]"), UInt8(ascii: "@"):
             return true
         default:
             return false
@@ -226,9 +227,10 @@ package enum URLCheck {
 
     private static func isIPv4(_ s: Substring) -> Bool {
         let parts = s.split(separator: ".", omittingEmptySubsequences: false)
-        return parts.count == 4 && parts.allSatisfy { part in
-            (1...3).contains(part.utf8.count) && part.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } && Int(part)! <= 255
-        }
+        return parts.count == 4
+            && parts.allSatisfy { part in
+                (1...3).contains(part.utf8.count) && part.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } && Int(part)! <= 255
+            }
     }
 }
 

@@ -56,11 +56,14 @@ package struct RunSummary: Sendable {
             ("awaiting_auth", .int(parked)), ("cancelled", .int(cancelled)), ("delivered", .int(delivered)),
             ("delivery_failures", .int(deliveryFailures)), ("bytes_sent", .int64(bytesSent)), ("elapsed_ms", .int64(elapsedMs)),
             ("remaining", .int(remaining)),
-            ("failed", .object([
-                ("error", .array(erroredIDs.prefix(1000).map { .string($0) })),
-                ("awaiting_auth", .array(awaitingAuthIDs.prefix(1000).map { .string($0) })),
-                ("hook_failures", .array(undeliveredIDs.prefix(1000).map { .string($0) })),
-            ])),
+            (
+                "failed",
+                .object([
+                    ("error", .array(erroredIDs.prefix(1000).map { .string($0) })),
+                    ("awaiting_auth", .array(awaitingAuthIDs.prefix(1000).map { .string($0) })),
+                    ("hook_failures", .array(undeliveredIDs.prefix(1000).map { .string($0) })),
+                ])
+            ),
             ("failure_status", .int(Int(failureStatus))),
         ])
     }

@@ -56,8 +56,10 @@ package final class Runner {
     /// False when nothing reads events: state and progress lines are then not even built.
     package var eventsEnabled = true
 
-    package init(config: Config, definitions: DefinitionSet, store: any Store, environment: [String: String], cwd: String,
-                options: RunOptions, emit: @escaping (JSON) -> Void, log: @escaping (String) -> Void) {
+    package init(
+        config: Config, definitions: DefinitionSet, store: any Store, environment: [String: String], cwd: String,
+        options: RunOptions, emit: @escaping (JSON) -> Void, log: @escaping (String) -> Void
+    ) {
         self.config = config
         self.definitions = definitions
         self.store = store
@@ -67,8 +69,10 @@ package final class Runner {
         self.writeLog = log
         lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))")
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
-        scheduler = Scheduler(limits: SchedulerLimits(concurrency: config.concurrency, perHost: config.perHost,
-                                                      partConcurrency: config.partConcurrency))
+        scheduler = Scheduler(
+            limits: SchedulerLimits(
+                concurrency: config.concurrency, perHost: config.perHost,
+                partConcurrency: config.partConcurrency))
         factory = EntryFactory(config: config, environment: environment, cwd: cwd) { [definitions] (key: String) throws(OutboxError) in
             guard let d = definitions.definitions[key] else { throw .invalid("no definition has key \"\(key)\"") }
             return d
@@ -96,8 +100,9 @@ package final class Runner {
         defer { _ = csystem_sched_batch_self(0) }
         try recoverFromEarlierRunners()
         if options.progress == .always || (options.progress == .auto && options.stderrIsTerminal) {
-            progressDisplay = ProgressDisplay(write: { text in _ = text.withCString { write(2, $0, strlen($0)) } },
-                                              totals: { [store] in try? store.pendingTotals() })
+            progressDisplay = ProgressDisplay(
+                write: { text in _ = text.withCString { write(2, $0, strlen($0)) } },
+                totals: { [store] in try? store.pendingTotals() })
         }
 
         var shutdown = Shutdown(startedAt: started, graceMs: options.graceMs, maxTimeMs: options.maxTimeMs)
@@ -161,7 +166,9 @@ package final class Runner {
     /// for its Wi-Fi or account are looked at again.
     func recoverFromEarlierRunners() throws(OutboxError) {
         let requeued = try store.requeueAbandoned(lease: lease, now: Identifiers.nowMs())
-        if requeued > 0 { log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") left running by an earlier runner back in the queue") }
+        if requeued > 0 {
+            log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") left running by an earlier runner back in the queue")
+        }
         try store.releaseHolds(now: Identifiers.nowMs())
         for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) left by an earlier runner")

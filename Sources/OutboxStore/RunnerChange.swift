@@ -15,8 +15,10 @@ package struct Settlement: Sendable {
     /// The entry as the runner holds it (nil: read it from the store).
     package var snapshot: Entry?
 
-    package init(entryID: String, generation: Int64, state: EntryState, reason: String?, outcome: Outcome, payload: JSON,
-                hookExists: Bool, followUps: [NewEntry] = []) {
+    package init(
+        entryID: String, generation: Int64, state: EntryState, reason: String?, outcome: Outcome, payload: JSON,
+        hookExists: Bool, followUps: [NewEntry] = []
+    ) {
         self.entryID = entryID
         self.generation = generation
         self.state = state

@@ -94,7 +94,8 @@ final class SQLiteConnection: @unchecked Sendable {
         if let cached = statements[sql] { return cached }
         var statement: OpaquePointer?
         guard sqlite3_prepare_v3(db, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil) == SQLITE_OK,
-              let statement else {
+            let statement
+        else {
             throw failure("cannot prepare a statement")
         }
         statements[sql] = statement

@@ -113,7 +113,8 @@ extension SQLiteStore {
             for e in entries where [.queued, .awaitingAuth, .error].contains(e.state) {
                 var expiresAt = e.expiresAt
                 if let expiry = e.expiresAt, expiry <= now { expiresAt = now + max(0, expiry - e.createdAt) }
-                try db.run("""
+                try db.run(
+                    """
                     UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, expires_at = ?, updated_at = ?
                     WHERE seq = ? AND generation = ?
                     """, [.int(now), .optional(expiresAt), .int(now), .int(e.seq), .int(e.generation)])
@@ -134,16 +135,19 @@ extension SQLiteStore {
             for e in try list(ListFilter()) {
                 var request = e.request
                 request.headers = HeaderRules.merge(request.headers, patch)
-                try db.run("""
+                try db.run(
+                    """
                     UPDATE entries SET request = ?, header_generation = ?, updated_at = ?,
                       state = CASE WHEN state = 'awaiting-auth' THEN 'queued' ELSE state END,
                       next_attempt_at = CASE WHEN state = 'awaiting-auth' THEN ? ELSE next_attempt_at END
                     WHERE seq = ?
                     """, [.text(request.json.serialized()), .int(generation), .int(now), .int(now), .int(e.seq)])
                 for part in try parts(entrySeq: e.seq) {
-                    try db.run("UPDATE parts SET headers = ? WHERE entry_seq = ? AND idx = ?", [
-                        .text(HeaderRules.json(HeaderRules.merge(part.headers, patch)).serialized()), .int(e.seq), .int(part.index),
-                    ])
+                    try db.run(
+                        "UPDATE parts SET headers = ? WHERE entry_seq = ? AND idx = ?",
+                        [
+                            .text(HeaderRules.json(HeaderRules.merge(part.headers, patch)).serialized()), .int(e.seq), .int(part.index),
+                        ])
                 }
             }
             return generation
@@ -153,8 +157,10 @@ extension SQLiteStore {
     /// `list --json` rows written as JSON text straight from the columns, without parsing
     /// the stored request or vars (vars are kept as compact JSON), so 100,000 rows stream
     /// in well under a second. `displayState` maps a stored state to the one shown.
-    package func writeListRows(_ filter: ListFilter, displayState: (String, String) -> String,
-                              _ write: (String) -> Void) throws(OutboxError) {
+    package func writeListRows(
+        _ filter: ListFilter, displayState: (String, String) -> String,
+        _ write: (String) -> Void
+    ) throws(OutboxError) {
         var sql = """
             SELECT id, key, vars, state, reason, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
               generation, parent FROM entries WHERE 1=1
@@ -223,9 +229,12 @@ extension SQLiteStore {
     static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
         if value < 0 { out.append(UInt8(ascii: "-")) }
         var magnitude = value.magnitude
-        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) =
-            (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var digits:
+            (
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
+            ) =
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
         var count = 0
         withUnsafeMutableBytes(of: &digits) { buffer in
             repeat {
@@ -241,7 +250,9 @@ extension SQLiteStore {
     package func counts() throws(OutboxError) -> StoreCounts {
         var states: [EntryState: Int64] = [:]
         for (name, n) in try db.query("SELECT state, COUNT(*) FROM entries GROUP BY state", [], { ($0.text(0), $0.int(1)) }) {
-            guard let state = EntryState(rawValue: name) else { throw .storage("the store is damaged: entries in unknown state \"\(name)\"") }
+            guard let state = EntryState(rawValue: name) else {
+                throw .storage("the store is damaged: entries in unknown state \"\(name)\"")
+            }
             states[state] = n
         }
         let pending = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE acknowledged = 0") { $0.int(0) } ?? 0
@@ -267,7 +278,9 @@ extension SQLiteStore {
                 }
             }
             if e.state == .completed || e.state == .cancelled {
-                let pending = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0", [.text(e.id)]) { $0.int(0) } ?? 0
+                let pending =
+                    try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0", [.text(e.id)]) { $0.int(0) }
+                    ?? 0
                 if pending == 0 { problems.append("\(e.id): \(e.state.rawValue) but has no outcome awaiting acknowledgement") }
             }
         }

@@ -79,7 +79,8 @@ extension SQLiteStore {
         default: return nil
         }
         guard existing.request.ownership == .move, existing.request.file?.path == identity.path,
-              let staged = existing.bodyFile, Paths.exists(staged), !Paths.exists(identity.path) else { return nil }
+            let staged = existing.bodyFile, Paths.exists(staged), !Paths.exists(identity.path)
+        else { return nil }
         var reused = StagedBody()
         reused.file = staged
         reused.totalBytes = identity.size
@@ -96,8 +97,9 @@ extension SQLiteStore {
     /// Writes a staged batch; must run inside a transaction.
     func applyBatch(_ batch: [NewEntry], staged: StagedBatch, now: Int64) throws(OutboxError) -> [EnqueueResult] {
         var results: [EnqueueResult] = []
-        let headers = HeaderSettings(generation: Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0,
-                                     patch: try setting("header_patch").flatMap { try? JSON.parse($0) })
+        let headers = HeaderSettings(
+            generation: Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0,
+            patch: try setting("header_patch").flatMap { try? JSON.parse($0) })
         for (i, entry) in batch.enumerated() {
             let (result, dropped) = try apply(entry, staged: staged.bodies[i], internalID: staged.internals[i], headers: headers, now: now)
             results.append(result)
@@ -107,14 +109,17 @@ extension SQLiteStore {
     }
 
     func hasPendingOutcome(_ id: String, generation: Int64) throws(OutboxError) -> Bool {
-        try db.queryOne("SELECT 1 FROM outcomes WHERE entry_id = ? AND generation = ? AND acknowledged = 0",
-                        [.text(id), .int(generation)]) { _ in true } ?? false
+        try db.queryOne(
+            "SELECT 1 FROM outcomes WHERE entry_id = ? AND generation = ? AND acknowledged = 0",
+            [.text(id), .int(generation)]
+        ) { _ in true } ?? false
     }
 
     func decide(_ e: Entry, _ newBodyHash: String) throws(OutboxError) -> SameIdDecision {
         SameIdRule.decide(
-            existing: ExistingEntry(state: e.state, bodyHash: e.bodyHash,
-                                    outcomeAcknowledged: !(try hasPendingOutcome(e.id, generation: e.generation))),
+            existing: ExistingEntry(
+                state: e.state, bodyHash: e.bodyHash,
+                outcomeAcknowledged: !(try hasPendingOutcome(e.id, generation: e.generation))),
             newBodyHash: newBodyHash)
     }
 
@@ -126,8 +131,10 @@ extension SQLiteStore {
     }
 
     /// One entry's same-id decision and write; returns staged files made obsolete.
-    func apply(_ new: NewEntry, staged: StagedBody, internalID: String, headers: HeaderSettings,
-                       now: Int64) throws(OutboxError) -> (EnqueueResult, [String?]) {
+    func apply(
+        _ new: NewEntry, staged: StagedBody, internalID: String, headers: HeaderSettings,
+        now: Int64
+    ) throws(OutboxError) -> (EnqueueResult, [String?]) {
         let existing = new.idWasMinted ? nil : try entry(id: new.id)
         // Hashed once: the canonical form of a body is not cheap to build.
         let bodyHash = new.prepared.bodyHash
@@ -142,8 +149,9 @@ extension SQLiteStore {
         case .create:
             // A settled row whose outcome was acknowledged counts as forgotten: drop it first.
             let old = try existing.map { e throws(OutboxError) in try forget(e, returnMovedFile: false) } ?? []
-            try insert(new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
-                       headers: headers, expiresAt: expiresAt, generation: 1, now: now)
+            try insert(
+                new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
+                headers: headers, expiresAt: expiresAt, generation: 1, now: now)
             return (EnqueueResult(id: new.id, decision: decision), old)
         case .resume, .redeliver, .reopen:
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
@@ -155,17 +163,21 @@ extension SQLiteStore {
             // a header gives one explicitly.
             let explicitKey = p.idempotencyKeyIsExplicit ? p.idempotencyKey : nil
             let headerGeneration = headers.generation
-            try db.run("""
+            try db.run(
+                """
                 UPDATE entries SET vars = ?, request = ?, expires_at = ?, idempotency_key = COALESCE(?, idempotency_key, ?),
                   header_generation = ?,
                   state = ?, reason = CASE WHEN ? = 'queued' AND state != 'queued' THEN NULL ELSE reason END,
                   attempts = CASE WHEN ? THEN 0 ELSE attempts END, next_attempt_at = CASE WHEN ? THEN ? ELSE next_attempt_at END,
                   not_before = COALESCE(?, not_before), updated_at = ?
                 WHERE id = ?
-                """, [.text(varsText), .text(stored.json.serialized()), .int(expiresAt), .optional(explicitKey),
-                      .optional(p.idempotencyKey), .int(headerGeneration), .text(newState), .text(newState),
-                      .bool(decision == .reopen), .bool(decision == .reopen),
-                      .int(now), .optional(new.notBefore), .int(now), .text(new.id)])
+                """,
+                [
+                    .text(varsText), .text(stored.json.serialized()), .int(expiresAt), .optional(explicitKey),
+                    .optional(p.idempotencyKey), .int(headerGeneration), .text(newState), .text(newState),
+                    .bool(decision == .reopen), .bool(decision == .reopen),
+                    .int(now), .optional(new.notBefore), .int(now), .text(new.id),
+                ])
             return (EnqueueResult(id: new.id, decision: decision), [])
         case .replace, .newGeneration, .replaceAfterDelivery:
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
@@ -174,14 +186,16 @@ extension SQLiteStore {
             // outcomes are acknowledged per generation, never by a later enqueue.
             try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
             try deleteParts(of: e)
-            try insert(new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
-                       headers: headers, expiresAt: expiresAt, generation: generation, now: now,
-                       waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
+            try insert(
+                new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
+                headers: headers, expiresAt: expiresAt, generation: generation, now: now,
+                waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
             // Form files are staged per entry and never reused, so the old ones always go.
             var old: [String?] = e.request.form.map(\.stagedFile)
             if let file = e.bodyFile, file != staged.file {
                 if e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path,
-                   file.hasPrefix(staging.bodiesDir + "/") {
+                    file.hasPrefix(staging.bodiesDir + "/")
+                {
                     // Like a cancel, a replace never destroys the user's only copy.
                     returns.append((file, source, e.request.file))
                 } else {
@@ -192,9 +206,11 @@ extension SQLiteStore {
         }
     }
 
-    func insert(_ new: NewEntry, vars: String, bodyHash: String, staged: StagedBody, internalID: String, request: String,
-                        headers: HeaderSettings, expiresAt: Int64, generation: Int64, now: Int64, waits: Bool = false,
-                        createdAt: Int64? = nil) throws(OutboxError) {
+    func insert(
+        _ new: NewEntry, vars: String, bodyHash: String, staged: StagedBody, internalID: String, request: String,
+        headers: HeaderSettings, expiresAt: Int64, generation: Int64, now: Int64, waits: Bool = false,
+        createdAt: Int64? = nil
+    ) throws(OutboxError) {
         let p = new.prepared
         let headerGeneration = headers.generation
         // `headers update` patches rank above every other header source, also for entries enqueued after it.
@@ -204,23 +220,29 @@ extension SQLiteStore {
             stored.headers = patched(stored.headers, headers)
             request = stored.json.serialized()
         }
-        try db.run("""
+        try db.run(
+            """
             INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_hash, total_bytes,
               idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
               next_attempt_at, waits_for_delivery)
             VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, [.text(new.id), .text(internalID), .text(new.key), .text(vars), .int(generation), .text(request),
-                  staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
-                  .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
-                  .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
-                  .optional(new.notBefore), .bool(waits)])
+            """,
+            [
+                .text(new.id), .text(internalID), .text(new.key), .text(vars), .int(generation), .text(request),
+                staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
+                .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
+                .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
+                .optional(new.notBefore), .bool(waits),
+            ])
         let seq = db.lastInsertRowID
         if case let .parts(_, _, parts) = p.body {
             for (i, part) in parts.enumerated() {
-                try db.run("INSERT INTO parts (entry_seq, idx, start, end, url, headers) VALUES (?, ?, ?, ?, ?, ?)", [
-                    .int(seq), .int(i), .int(part.range.start), .int(part.range.end), .text(part.url),
-                    .text(HeaderRules.json(part.headers.map { ($0.name, $0.value) }).serialized()),
-                ])
+                try db.run(
+                    "INSERT INTO parts (entry_seq, idx, start, end, url, headers) VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        .int(seq), .int(i), .int(part.range.start), .int(part.range.end), .text(part.url),
+                        .text(HeaderRules.json(part.headers.map { ($0.name, $0.value) }).serialized()),
+                    ])
             }
         }
     }

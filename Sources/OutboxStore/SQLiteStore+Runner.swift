@@ -7,7 +7,8 @@ extension SQLiteStore {
     /// may hold one); the PostgreSQL store will compare lease expiry.
     package func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int {
         try db.transaction { () throws(OutboxError) -> Int in
-            try db.run("""
+            try db.run(
+                """
                 UPDATE entries SET state = 'queued', lease_owner = NULL, lease_until = NULL, updated_at = ?
                 WHERE state = 'running' AND (lease_owner IS NULL OR lease_owner != ?)
                 """, [.int(now), .text(lease.owner)])
@@ -17,7 +18,8 @@ extension SQLiteStore {
     /// Entries held by an earlier runner are due now (see `Store.releaseHolds`).
     package func releaseHolds(now: Int64) throws(OutboxError) {
         let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
-        try db.run("""
+        try db.run(
+            """
             UPDATE entries SET next_attempt_at = ?, reason = NULL, updated_at = ?
             WHERE state = 'queued' AND reason IN (SELECT value FROM json_each(?))
             """, [.int(now), .int(now), .text(held)])
@@ -30,7 +32,8 @@ extension SQLiteStore {
         // committed yet) are filtered here, so the LIMIT reads no more rows than it returns:
         // every row read is a JSON parse, and the runner claims after each completion.
         let excluded = JSON.array(excluding.map { .string($0) }).serialized()
-        return try db.query("""
+        return try db.query(
+            """
             SELECT \(Self.entryColumns) FROM entries e
             WHERE state = 'queued' AND waits_for_delivery = 0
               AND key NOT IN (SELECT key FROM paused_keys)
@@ -49,9 +52,11 @@ extension SQLiteStore {
     package func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
         guard !seqs.isEmpty else { return [:] }
         let list = JSON.array(seqs.map { .int64($0) }).serialized()
-        let rows = try db.query("""
+        let rows = try db.query(
+            """
             SELECT seq, generation FROM entries WHERE seq IN (SELECT value FROM json_each(?)) AND state = 'running'
-            """, [.text(list)]) { ($0.int(0), $0.int(1)) }
+            """, [.text(list)]
+        ) { ($0.int(0), $0.int(1)) }
         return Dictionary(rows, uniquingKeysWith: { first, _ in first })
     }
 
@@ -62,10 +67,12 @@ extension SQLiteStore {
         if try setting(Self.queuePausedSetting) != "1" {
             let paused = try pausedKeys()
             let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
-            let rows = try db.query("""
+            let rows = try db.query(
+                """
                 SELECT key, MAX(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)), attempts FROM entries
                 WHERE state = 'queued' AND waits_for_delivery = 0 AND (reason IS NULL OR reason NOT IN (SELECT value FROM json_each(?)))
-                """, [.text(held)]) { ($0.text(0), $0.int(1), $0.int(2)) }
+                """, [.text(held)]
+            ) { ($0.text(0), $0.int(1), $0.int(2)) }
             for (key, due, attempts) in rows where !paused.contains(key) {
                 any.append(due)
                 if attempts == 0 { fresh.append(due) }
@@ -141,61 +148,76 @@ extension SQLiteStore {
             // that keeps its size is rewritten in place, where one that grows (a lease owner
             // and time) makes SQLite rebalance its full page with the next ones.
             for seq in seqs {
-                try db.run("UPDATE entries SET state = 'running', updated_at = ? WHERE seq = ? AND state = 'queued'", [.int(now), .int(seq)])
+                try db.run(
+                    "UPDATE entries SET state = 'running', updated_at = ? WHERE seq = ? AND state = 'queued'", [.int(now), .int(seq)])
             }
         case let .attempt(id, generation, at, payload, requestID):
             // Fenced like the row's update below: an attempt whose entry another process
             // cancelled meanwhile must not outlive it (a new entry of that id would show it).
-            try db.run("""
+            try db.run(
+                """
                 INSERT INTO attempts (entry_id, generation, at, payload)
                 SELECT ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM entries WHERE id = ? AND generation = ?)
                 """, [.text(id), .int(generation), .int(at), .text(payload.serialized()), .text(id), .int(generation)])
-            try db.run("""
+            try db.run(
+                """
                 DELETE FROM attempts WHERE entry_id = ? AND seq NOT IN (
                   SELECT seq FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 20)
                 """, [.text(id), .text(id)])
-            try db.run("UPDATE entries SET attempts = attempts + 1, last_request_id = ?, updated_at = ? WHERE id = ? AND generation = ?",
-                       [.text(requestID), .int(now), .text(id), .int(generation)])
+            try db.run(
+                "UPDATE entries SET attempts = attempts + 1, last_request_id = ?, updated_at = ? WHERE id = ? AND generation = ?",
+                [.text(requestID), .int(now), .text(id), .int(generation)])
         case let .reschedule(id, next, reason):
-            try db.run("""
+            try db.run(
+                """
                 UPDATE entries SET state = 'queued', next_attempt_at = ?, reason = ?, lease_owner = NULL, updated_at = ?
                 WHERE id = ? AND state = 'running'
                 """, [.int(next), .optional(reason), .int(now), .text(id)])
         case let .hold(id, until, reason):
-            try db.run("UPDATE entries SET next_attempt_at = ?, reason = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
-                       [.int(until), .text(reason.rawValue), .int(now), .text(id)])
+            try db.run(
+                "UPDATE entries SET next_attempt_at = ?, reason = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
+                [.int(until), .text(reason.rawValue), .int(now), .text(id)])
         case let .park(id):
-            try db.run("UPDATE entries SET state = 'awaiting-auth', reason = 'auth', lease_owner = NULL, updated_at = ? WHERE id = ? AND state = 'running'",
-                       [.int(now), .text(id)])
+            try db.run(
+                "UPDATE entries SET state = 'awaiting-auth', reason = 'auth', lease_owner = NULL, updated_at = ? WHERE id = ? AND state = 'running'",
+                [.int(now), .text(id)])
         case let .requeue(id):
-            try db.run("UPDATE entries SET state = 'queued', lease_owner = NULL, updated_at = ? WHERE id = ? AND state = 'running'",
-                       [.int(now), .text(id)])
+            try db.run(
+                "UPDATE entries SET state = 'queued', lease_owner = NULL, updated_at = ? WHERE id = ? AND state = 'running'",
+                [.int(now), .text(id)])
         case let .progress(id, sent):
             try db.run("UPDATE entries SET bytes_sent = ? WHERE id = ?", [.int(sent), .text(id)])
         case let .partAccepted(seq, index, status, headers):
-            try db.run("UPDATE parts SET accepted = 1, status = ?, response_headers = ?, attempts = attempts + 1 WHERE entry_seq = ? AND idx = ?",
-                       [.int(status), .text(headers.serialized()), .int(seq), .int(index)])
+            try db.run(
+                "UPDATE parts SET accepted = 1, status = ?, response_headers = ?, attempts = attempts + 1 WHERE entry_seq = ? AND idx = ?",
+                [.int(status), .text(headers.serialized()), .int(seq), .int(index)])
         case let .partRetry(seq, index, next):
-            try db.run("UPDATE parts SET attempts = attempts + 1, next_attempt_at = ? WHERE entry_seq = ? AND idx = ?",
-                       [.int(next), .int(seq), .int(index)])
+            try db.run(
+                "UPDATE parts SET attempts = attempts + 1, next_attempt_at = ? WHERE entry_seq = ? AND idx = ?",
+                [.int(next), .int(seq), .int(index)])
         case let .settle(s):
             return try settle(s, now: now).files
         case let .cancelScope(scope, afterSeq, payloadFor):
-            let behind = try db.query("""
+            let behind = try db.query(
+                """
                 SELECT \(Self.entryColumns) FROM entries WHERE scope = ? AND seq > ? AND state IN ('queued', 'awaiting-auth')
                 ORDER BY seq
                 """, [.text(scope), .int(afterSeq)], entryFromRow)
             var files: [String] = []
             for e in behind {
                 let (payload, hookExists) = payloadFor(e)
-                files += try settle(Settlement(entryID: e.id, generation: e.generation, state: .cancelled, reason: "scope",
-                                               outcome: .error, payload: payload, hookExists: hookExists), now: now).files
+                files += try settle(
+                    Settlement(
+                        entryID: e.id, generation: e.generation, state: .cancelled, reason: "scope",
+                        outcome: .error, payload: payload, hookExists: hookExists), now: now
+                ).files
             }
             return files
         case let .drop(id, reason):
             guard let e = try entry(id: id) else { return [] }
-            try db.run("INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at) VALUES (?, ?, ?, 'error', '{}', 1, ?, ?)",
-                       [.text(e.id), .text(e.key), .int(e.generation), .text(reason), .int(now)])
+            try db.run(
+                "INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at) VALUES (?, ?, ?, 'error', '{}', 1, ?, ?)",
+                [.text(e.id), .text(e.key), .int(e.generation), .text(reason), .int(now)])
             return try forget(e, returnMovedFile: true)
         }
         return []
@@ -225,16 +247,21 @@ extension SQLiteStore {
             settled.state = s.state
             return (try forget(settled, returnMovedFile: s.state == .cancelled, rowDeleted: true), true)
         }
-        let changed = try db.run("""
+        let changed = try db.run(
+            """
             UPDATE entries SET state = ?, reason = ?, lease_owner = NULL, next_attempt_at = NULL, updated_at = ?
             WHERE seq = ? AND generation = ?
             """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq), .int(s.generation)])
         guard changed == 1 else { return ([], false) }
-        try db.run("""
+        try db.run(
+            """
             INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """, [.text(e.id), .text(e.key), .int(e.generation), .text(s.outcome.rawValue), .text(s.payload.serialized()),
-                  .bool(!s.hookExists), .optional(s.reason), .int(now)])
+            """,
+            [
+                .text(e.id), .text(e.key), .int(e.generation), .text(s.outcome.rawValue), .text(s.payload.serialized()),
+                .bool(!s.hookExists), .optional(s.reason), .int(now),
+            ])
         return ([], true)
     }
 
@@ -244,9 +271,12 @@ extension SQLiteStore {
     /// have a definition.
     /// At most `limit` outcomes (all when nil). Due time and keys are filtered in SQL so that
     /// starting one hook parses a few payloads, not every pending one.
-    package func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?) throws(OutboxError) -> [OutcomeRecord] {
+    package func deliverableOutcomes(
+        now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?
+    ) throws(OutboxError) -> [OutcomeRecord] {
         let keyList = JSON.array(keys.sorted().map { .string($0) }).serialized()
-        let rows = try db.query("""
+        let rows = try db.query(
+            """
             SELECT \(Self.outcomeColumns) FROM outcomes o
             WHERE acknowledged = 0 AND COALESCE(next_delivery_at, 0) <= ?
               AND key IN (SELECT value FROM json_each(?))
@@ -270,7 +300,8 @@ extension SQLiteStore {
     /// page cache holding the record) stayed up; after a power loss the hook is gone too.
     package func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError) {
         try db.transactionWithoutSync { () throws(OutboxError) in
-            try db.run("UPDATE outcomes SET hook_pgid = ?, hook_start = ? WHERE seq = ?", [.int(Int64(pgid)), .int(Int64(startTime)), .int(seq)])
+            try db.run(
+                "UPDATE outcomes SET hook_pgid = ?, hook_start = ? WHERE seq = ?", [.int(Int64(pgid)), .int(Int64(startTime)), .int(seq)])
         }
     }
 
@@ -289,12 +320,17 @@ extension SQLiteStore {
         var remove: [String] = []
         do throws(OutboxError) {
             try db.transaction { () throws(OutboxError) in
-                guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome) else { return }
+                guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome) else {
+                    return
+                }
                 try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
                 // A later outcome of the same generation (an error entry reopened and then
                 // completed) is still owed: forgetting now would drop it.
-                let owed = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
-                                           [.text(o.entryID)]) { $0.int(0) } ?? 0
+                let owed =
+                    try db.queryOne(
+                        "SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
+                        [.text(o.entryID)]
+                    ) { $0.int(0) } ?? 0
                 if let e = try entry(id: o.entryID) {
                     if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
                         remove += try forget(e, returnMovedFile: false)
@@ -314,8 +350,9 @@ extension SQLiteStore {
 
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
-            try db.run("UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL WHERE seq = ?",
-                       [.int(nextDeliveryAt), .text(reason), .int(seq)])
+            try db.run(
+                "UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL WHERE seq = ?",
+                [.int(nextDeliveryAt), .text(reason), .int(seq)])
         }
     }
 

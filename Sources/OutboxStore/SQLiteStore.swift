@@ -159,10 +159,12 @@ package final class SQLiteStore: Store, @unchecked Sendable {
     }
 
     package func parts(entrySeq: Int64) throws(OutboxError) -> [StoredPart] {
-        try db.query("""
+        try db.query(
+            """
             SELECT idx, start, end, url, headers, accepted, status, response_headers, attempts, next_attempt_at
             FROM parts WHERE entry_seq = ? ORDER BY idx
-            """, [.int(entrySeq)]) { r throws(OutboxError) in
+            """, [.int(entrySeq)]
+        ) { r throws(OutboxError) in
             var responseHeaders: JSON?
             if let text = r.optionalText(7) { responseHeaders = try Self.storedJSON(text, what: "response headers of a part") }
             return StoredPart(
@@ -211,9 +213,10 @@ package final class SQLiteStore: Store, @unchecked Sendable {
 
     package func control() throws(OutboxError) -> QueueControl {
         try db.read { () throws(OutboxError) -> QueueControl in
-            QueueControl(queuePaused: try setting(Self.queuePausedSetting) == "1", pausedKeys: try pausedKeys(),
-                         wifiOnly: try setting(Self.wifiOnlySetting) == "1",
-                         headerGeneration: Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0)
+            QueueControl(
+                queuePaused: try setting(Self.queuePausedSetting) == "1", pausedKeys: try pausedKeys(),
+                wifiOnly: try setting(Self.wifiOnlySetting) == "1",
+                headerGeneration: Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0)
         }
     }
 
@@ -232,8 +235,9 @@ package final class SQLiteStore: Store, @unchecked Sendable {
     func setSetting(_ name: String, _ value: String?) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             if let value {
-                try db.run("INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                           [.text(name), .text(value)])
+                try db.run(
+                    "INSERT INTO settings (name, value) VALUES (?, ?) ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    [.text(name), .text(value)])
             } else {
                 try db.run("DELETE FROM settings WHERE name = ?", [.text(name)])
             }

@@ -2,122 +2,134 @@
 /// change to the schema is a new entry at the end.
 enum Schema {
     static let migrations: [(name: String, sql: String)] = [
-        ("001-entries", """
-        CREATE TABLE entries (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            id TEXT NOT NULL UNIQUE,
-            internal TEXT NOT NULL,
-            key TEXT NOT NULL,
-            vars TEXT NOT NULL,
-            state TEXT NOT NULL,
-            reason TEXT,
-            generation INTEGER NOT NULL DEFAULT 1,
-            request TEXT NOT NULL,
-            body BLOB,
-            body_file TEXT,
-            body_hash TEXT NOT NULL,
-            total_bytes INTEGER NOT NULL DEFAULT 0,
-            bytes_sent INTEGER NOT NULL DEFAULT 0,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            idempotency_key TEXT,
-            account TEXT,
-            scope TEXT,
-            parent TEXT,
-            header_generation INTEGER NOT NULL DEFAULT 0,
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL,
-            expires_at INTEGER,
-            not_before INTEGER,
-            next_attempt_at INTEGER,
-            lease_owner TEXT,
-            lease_until INTEGER,
-            last_request_id TEXT,
-            waits_for_delivery INTEGER NOT NULL DEFAULT 0
-        );
-        CREATE INDEX entries_due ON entries (state, next_attempt_at);
-        CREATE INDEX entries_key ON entries (key);
-        CREATE INDEX entries_scope ON entries (scope, seq) WHERE scope IS NOT NULL;
-        CREATE TABLE parts (
-            entry_seq INTEGER NOT NULL REFERENCES entries (seq) ON DELETE CASCADE,
-            idx INTEGER NOT NULL,
-            start INTEGER NOT NULL,
-            end INTEGER NOT NULL,
-            url TEXT NOT NULL,
-            headers TEXT NOT NULL,
-            accepted INTEGER NOT NULL DEFAULT 0,
-            status INTEGER,
-            response_headers TEXT,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            next_attempt_at INTEGER,
-            PRIMARY KEY (entry_seq, idx)
-        ) WITHOUT ROWID;
-        CREATE TABLE outcomes (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            entry_id TEXT NOT NULL,
-            key TEXT NOT NULL,
-            generation INTEGER NOT NULL,
-            outcome TEXT NOT NULL,
-            payload TEXT NOT NULL,
-            deliveries INTEGER NOT NULL DEFAULT 0,
-            acknowledged INTEGER NOT NULL DEFAULT 0,
-            next_delivery_at INTEGER,
-            reason TEXT,
-            hook_pgid INTEGER,
-            hook_start INTEGER,
-            created_at INTEGER NOT NULL
-        );
-        CREATE INDEX outcomes_pending ON outcomes (acknowledged, entry_id, seq);
-        CREATE TABLE attempts (
-            seq INTEGER PRIMARY KEY AUTOINCREMENT,
-            entry_id TEXT NOT NULL,
-            generation INTEGER NOT NULL,
-            at INTEGER NOT NULL,
-            payload TEXT NOT NULL
-        );
-        CREATE INDEX attempts_entry ON attempts (entry_id, seq);
-        CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
-        CREATE TABLE paused_keys (key TEXT PRIMARY KEY) WITHOUT ROWID;
-        """),
+        (
+            "001-entries",
+            """
+            CREATE TABLE entries (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                id TEXT NOT NULL UNIQUE,
+                internal TEXT NOT NULL,
+                key TEXT NOT NULL,
+                vars TEXT NOT NULL,
+                state TEXT NOT NULL,
+                reason TEXT,
+                generation INTEGER NOT NULL DEFAULT 1,
+                request TEXT NOT NULL,
+                body BLOB,
+                body_file TEXT,
+                body_hash TEXT NOT NULL,
+                total_bytes INTEGER NOT NULL DEFAULT 0,
+                bytes_sent INTEGER NOT NULL DEFAULT 0,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                idempotency_key TEXT,
+                account TEXT,
+                scope TEXT,
+                parent TEXT,
+                header_generation INTEGER NOT NULL DEFAULT 0,
+                created_at INTEGER NOT NULL,
+                updated_at INTEGER NOT NULL,
+                expires_at INTEGER,
+                not_before INTEGER,
+                next_attempt_at INTEGER,
+                lease_owner TEXT,
+                lease_until INTEGER,
+                last_request_id TEXT,
+                waits_for_delivery INTEGER NOT NULL DEFAULT 0
+            );
+            CREATE INDEX entries_due ON entries (state, next_attempt_at);
+            CREATE INDEX entries_key ON entries (key);
+            CREATE INDEX entries_scope ON entries (scope, seq) WHERE scope IS NOT NULL;
+            CREATE TABLE parts (
+                entry_seq INTEGER NOT NULL REFERENCES entries (seq) ON DELETE CASCADE,
+                idx INTEGER NOT NULL,
+                start INTEGER NOT NULL,
+                end INTEGER NOT NULL,
+                url TEXT NOT NULL,
+                headers TEXT NOT NULL,
+                accepted INTEGER NOT NULL DEFAULT 0,
+                status INTEGER,
+                response_headers TEXT,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at INTEGER,
+                PRIMARY KEY (entry_seq, idx)
+            ) WITHOUT ROWID;
+            CREATE TABLE outcomes (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                entry_id TEXT NOT NULL,
+                key TEXT NOT NULL,
+                generation INTEGER NOT NULL,
+                outcome TEXT NOT NULL,
+                payload TEXT NOT NULL,
+                deliveries INTEGER NOT NULL DEFAULT 0,
+                acknowledged INTEGER NOT NULL DEFAULT 0,
+                next_delivery_at INTEGER,
+                reason TEXT,
+                hook_pgid INTEGER,
+                hook_start INTEGER,
+                created_at INTEGER NOT NULL
+            );
+            CREATE INDEX outcomes_pending ON outcomes (acknowledged, entry_id, seq);
+            CREATE TABLE attempts (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT,
+                entry_id TEXT NOT NULL,
+                generation INTEGER NOT NULL,
+                at INTEGER NOT NULL,
+                payload TEXT NOT NULL
+            );
+            CREATE INDEX attempts_entry ON attempts (entry_id, seq);
+            CREATE TABLE settings (name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+            CREATE TABLE paused_keys (key TEXT PRIMARY KEY) WITHOUT ROWID;
+            """
+        ),
         // The runner's "next due, in enqueue order, LIMIT n" reads: without these, each claim
         // and each hook start sorted every queued entry or pending outcome (O(n) per start).
-        ("002-queue-order", """
-        CREATE INDEX entries_queue ON entries (state, seq);
-        CREATE INDEX outcomes_due ON outcomes (acknowledged, seq);
-        """),
+        (
+            "002-queue-order",
+            """
+            CREATE INDEX entries_queue ON entries (state, seq);
+            CREATE INDEX outcomes_due ON outcomes (acknowledged, seq);
+            """
+        ),
         // Claims read queued entries in seq order, and nothing else needs an index on state:
         // a partial index holds only queued rows, so marking an entry running removes one
         // index entry (it used to move two, in two indexes) and forgetting a running entry
         // touches none of it.
-        ("003-queued-partial-index", """
-        CREATE INDEX entries_queued ON entries (seq) WHERE state = 'queued';
-        DROP INDEX entries_queue;
-        DROP INDEX entries_due;
-        """),
+        (
+            "003-queued-partial-index",
+            """
+            CREATE INDEX entries_queued ON entries (seq) WHERE state = 'queued';
+            DROP INDEX entries_queue;
+            DROP INDEX entries_due;
+            """
+        ),
         // Deleting an entry cascaded to `parts` through a foreign key, which made every
         // DELETE of an entry run a sub-program and an ephemeral table, parts or not: `parts`
         // is rebuilt without it and the store deletes an entry's parts itself. Forgetting an
         // entry deleted its outcomes by scanning all of them: they are indexed by entry now
         // (this index also serves "the oldest pending outcome of this entry").
-        ("004-parts-without-cascade", """
-        CREATE TABLE parts_new (
-            entry_seq INTEGER NOT NULL,
-            idx INTEGER NOT NULL,
-            start INTEGER NOT NULL,
-            end INTEGER NOT NULL,
-            url TEXT NOT NULL,
-            headers TEXT NOT NULL,
-            accepted INTEGER NOT NULL DEFAULT 0,
-            status INTEGER,
-            response_headers TEXT,
-            attempts INTEGER NOT NULL DEFAULT 0,
-            next_attempt_at INTEGER,
-            PRIMARY KEY (entry_seq, idx)
-        ) WITHOUT ROWID;
-        INSERT INTO parts_new SELECT p.* FROM parts p JOIN entries e ON e.seq = p.entry_seq;
-        DROP TABLE parts;
-        ALTER TABLE parts_new RENAME TO parts;
-        CREATE INDEX outcomes_entry ON outcomes (entry_id, acknowledged, seq);
-        DROP INDEX outcomes_pending;
-        """),
+        (
+            "004-parts-without-cascade",
+            """
+            CREATE TABLE parts_new (
+                entry_seq INTEGER NOT NULL,
+                idx INTEGER NOT NULL,
+                start INTEGER NOT NULL,
+                end INTEGER NOT NULL,
+                url TEXT NOT NULL,
+                headers TEXT NOT NULL,
+                accepted INTEGER NOT NULL DEFAULT 0,
+                status INTEGER,
+                response_headers TEXT,
+                attempts INTEGER NOT NULL DEFAULT 0,
+                next_attempt_at INTEGER,
+                PRIMARY KEY (entry_seq, idx)
+            ) WITHOUT ROWID;
+            INSERT INTO parts_new SELECT p.* FROM parts p JOIN entries e ON e.seq = p.entry_seq;
+            DROP TABLE parts;
+            ALTER TABLE parts_new RENAME TO parts;
+            CREATE INDEX outcomes_entry ON outcomes (entry_id, acknowledged, seq);
+            DROP INDEX outcomes_pending;
+            """
+        ),
     ]
 }

@@ -74,8 +74,9 @@ struct Staging {
                 }
             case let .form(fields):
                 for (i, field) in fields.enumerated() {
-                    var stored = StoredFormField(name: field.name, value: field.value, stagedFile: nil,
-                                                 filename: field.filename, contentType: field.contentType)
+                    var stored = StoredFormField(
+                        name: field.name, value: field.value, stagedFile: nil,
+                        filename: field.filename, contentType: field.contentType)
                     if let file = field.file {
                         let final = path(internalID, "form\(i)")
                         try copyFile(file.path, to: final)
@@ -103,7 +104,9 @@ struct Staging {
                     // A link would move the link and leave the file it names outside the store.
                     var st = stat()
                     if lstat(identity.path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
-                        throw OutboxError.invalid("request.file: \(identity.path) is a symbolic link; ownership: move takes a regular file (use copy or reference)")
+                        throw OutboxError.invalid(
+                            "request.file: \(identity.path) is a symbolic link; ownership: move takes a regular file (use copy or reference)"
+                        )
                     }
                     if rename(identity.path, final) == 0 {
                         staged.movedIn.append((final, identity.path))

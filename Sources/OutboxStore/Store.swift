@@ -19,8 +19,9 @@ package protocol Store: AnyObject {
     func list(_ filter: ListFilter) throws(OutboxError) -> [Entry]
     /// `list --json` rows as JSON text, one call of `write` per chunk, in queue order.
     /// `displayState(state, key)` maps a stored state to the one shown.
-    func writeListRows(_ filter: ListFilter, displayState: (String, String) -> String,
-                       _ write: (String) -> Void) throws(OutboxError)
+    func writeListRows(
+        _ filter: ListFilter, displayState: (String, String) -> String,
+        _ write: (String) -> Void) throws(OutboxError)
     func parts(entrySeq: Int64) throws(OutboxError) -> [StoredPart]
     /// The last attempts of an entry (at most 20), oldest first.
     func attempts(entryID: String) throws(OutboxError) -> [JSON]

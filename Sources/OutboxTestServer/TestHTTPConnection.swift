@@ -100,7 +100,8 @@ final class TestHTTPConnection {
             case .eof:
                 return .close
             case .bad(let status, let message):
-                _ = sendResponseHead(status: status, headers: [("Content-Type", "text/plain")], bodyLength: Int64(message.utf8.count), keepAlive: false)
+                _ = sendResponseHead(
+                    status: status, headers: [("Content-Type", "text/plain")], bodyLength: Int64(message.utf8.count), keepAlive: false)
                 _ = sendAll(Array(message.utf8))
                 return .close
             case .head(let head):
@@ -209,10 +210,12 @@ final class TestHTTPConnection {
             asciiLowercased($0.0) == "connection" && asciiLowercased($0.1).contains("close")
         }
         let keepAlive = head.wantsKeepAlive && !response.closeConnection && !closeAsked
-        guard sendResponseHead(
-            status: status, headers: response.headers, bodyLength: statusForbidsBody ? nil : bodyLength,
-            keepAlive: keepAlive
-        ) else { return .end(.close) }
+        guard
+            sendResponseHead(
+                status: status, headers: response.headers, bodyLength: statusForbidsBody ? nil : bodyLength,
+                keepAlive: keepAlive
+            )
+        else { return .end(.close) }
         let ending: ExchangeOutcome = keepAlive ? .keepAlive : .end(.close)
         if head.method == "HEAD" || bodyLength == 0 {
             if response.action == .resetMidBody { return .end(.reset) }

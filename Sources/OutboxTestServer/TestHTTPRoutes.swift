@@ -58,8 +58,8 @@ enum BuiltinRoutes {
             return .resetMidBody(bodySize: count)
         case ("slow", 1):
             guard let count = Int64(rest[0]), count >= 0,
-                  let chunk = Int(query["chunk"] ?? "1024"), chunk > 0,
-                  let interval = Int(query["interval_ms"] ?? "100"), interval >= 0
+                let chunk = Int(query["chunk"] ?? "1024"), chunk > 0,
+                let interval = Int(query["interval_ms"] ?? "100"), interval >= 0
             else { return badRoute("bad slow parameters") }
             return .slowBody(bodySize: count, bytesPerChunk: chunk, intervalMs: interval)
         case ("seq", 2):
@@ -132,7 +132,8 @@ enum BuiltinRoutes {
         if let body = request.body, let text = String(validating: body, as: UTF8.self) {
             bodyJSON = jsonString(text)
         }
-        return #"{"method":\#(jsonString(request.method)),"path":\#(jsonString(request.path)),"headers":\#(headersJSON(request.headers, only: nil)),"body_size":\#(request.bodySize),"body_sha256":"\#(request.bodySHA256)","body":\#(bodyJSON)}"#
+        return
+            #"{"method":\#(jsonString(request.method)),"path":\#(jsonString(request.path)),"headers":\#(headersJSON(request.headers, only: nil)),"body_size":\#(request.bodySize),"body_sha256":"\#(request.bodySHA256)","body":\#(bodyJSON)}"#
     }
 
     /// Headers statistics show: the ones outbox's behaviour is checked by.
@@ -148,7 +149,8 @@ enum BuiltinRoutes {
         let items = records.filter { prefix == nil || $0.path.hasPrefix(prefix!) }.map { record in
             #"{"method":\#(jsonString(record.method)),"path":\#(jsonString(record.path)),"headers":\#(headersJSON(record.headers, only: statsHeaders)),"body_size":\#(record.bodySize),"body_sha256":"\#(record.bodySHA256)","connection_id":\#(record.connectionID),"completed":\#(record.completed)}"#
         }
-        return #"{"connections_accepted":\#(connections),"expect_continue":\#(expects),"count":\#(items.count),"requests":[\#(items.joined(separator: ","))]}"#
+        return
+            #"{"connections_accepted":\#(connections),"expect_continue":\#(expects),"count":\#(items.count),"requests":[\#(items.joined(separator: ","))]}"#
     }
 
     /// A JSON object of lowercased header names (first-seen order); repeats joined ", ".

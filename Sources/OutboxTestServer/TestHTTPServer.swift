@@ -444,11 +444,13 @@ private final class ThreadBody {
 func spawnThread(_ body: @escaping @Sendable () -> Void) -> pthread_t? {
     let context = Unmanaged.passRetained(ThreadBody(body)).toOpaque()
     var thread = pthread_t()
-    let result = pthread_create(&thread, nil, { raw in
-        let body = Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue()
-        body.run()
-        return nil
-    }, context)
+    let result = pthread_create(
+        &thread, nil,
+        { raw in
+            let body = Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue()
+            body.run()
+            return nil
+        }, context)
     guard result == 0 else {
         Unmanaged<ThreadBody>.fromOpaque(context).release()
         return nil

@@ -361,9 +361,10 @@ struct TreeBuilder {
         // Cheap filter from events first: the outer `{` is open, still empty, and this
         // mapping starts one column to its right.
         guard current.isMapping, current.isFlow, valueCount == current.valueStart,
-              current.mark.line == mark.line, current.mark.column + 1 == mark.column else { return }
+            current.mark.line == mark.line, current.mark.column + 1 == mark.column
+        else { return }
         guard let offset = SourceText.byteOffset(in: source, of: current.mark),
-              offset + 1 < source.count, source[offset] == UInt8(ascii: "{"), source[offset + 1] == UInt8(ascii: "{")
+            offset + 1 < source.count, source[offset] == UInt8(ascii: "{"), source[offset + 1] == UInt8(ascii: "{")
         else { return }
         throw YAMLError(
             mark: current.mark,

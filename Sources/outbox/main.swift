@@ -11,6 +11,7 @@ while let entry = pointer.pointee {
     }
     pointer += 1
 }
-let status = CLI.run(arguments: Array(CommandLine.arguments.dropFirst()), environment: environment,
-                     cwd: currentDirectory(), console: Console.standard())
+let status = CLI.run(
+    arguments: Array(CommandLine.arguments.dropFirst()), environment: environment,
+    cwd: currentDirectory(), console: Console.standard())
 exit(status)

@@ -40,10 +40,17 @@ struct BinaryTests {
         #expect(r.status == 65)
         #expect(r.err.isEmpty)
         let doc = try JSON.parse(r.out)
-        #expect(doc == .object([("error", .object([
-            ("code", .string("E_INVALID")),
-            ("message", .string(#"id "a b" contains " " (allowed: A-Z a-z 0-9 . _ : @ -)"#)),
-        ]))]))
+        #expect(
+            doc
+                == .object([
+                    (
+                        "error",
+                        .object([
+                            ("code", .string("E_INVALID")),
+                            ("message", .string(#"id "a b" contains " " (allowed: A-Z a-z 0-9 . _ : @ -)"#)),
+                        ])
+                    )
+                ]))
     }
 
     @Test func usageAndConfigErrorsUseTheirExitCodes() async throws {

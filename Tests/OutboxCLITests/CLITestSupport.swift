@@ -50,11 +50,11 @@ extension TestProject {
 /// One test's project with the standard config and definitions, driven in-process.
 final class CLIProject: TestProject, @unchecked Sendable {
     static let config = """
-    headers:
-      Authorization: 'Bearer {{ env.API_TOKEN | default("none") }}'
-      X-Client: outbox-tests
+        headers:
+          Authorization: 'Bearer {{ env.API_TOKEN | default("none") }}'
+          X-Client: outbox-tests
 
-    """
+        """
 
     static let definitions: [String: String] = [
         "note.yaml": """

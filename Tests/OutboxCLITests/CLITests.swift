@@ -52,18 +52,26 @@ struct CLIBasicsTests {
 
     static let usageErrors: [UsageCase] = [
         UsageCase(args: ["frobnicate"], message: "outbox: E_USAGE: unknown command \"frobnicate\" (see outbox --help)\n"),
-        UsageCase(args: ["enqueue", "note", "--bogus"],
-                  message: "outbox: E_USAGE: unknown option --bogus for `outbox enqueue` (see outbox enqueue --help)\n"),
+        UsageCase(
+            args: ["enqueue", "note", "--bogus"],
+            message: "outbox: E_USAGE: unknown option --bogus for `outbox enqueue` (see outbox enqueue --help)\n"),
         UsageCase(args: ["list", "-x"], message: "outbox: E_USAGE: unknown option -x for `outbox list` (see outbox list --help)\n"),
         UsageCase(args: ["enqueue"], message: "outbox: E_USAGE: `outbox enqueue` needs KEY (see outbox enqueue --help)\n"),
         UsageCase(args: ["show", "a", "b"], message: "outbox: E_USAGE: unexpected argument \"b\" for `outbox show`\n"),
         UsageCase(args: ["enqueue", "note", "--vars"], message: "outbox: E_USAGE: --vars needs a value (J|@FILE|-)\n"),
         UsageCase(args: ["enqueue", "note", "--id", "a", "--id", "b"], message: "outbox: E_USAGE: --id is given twice\n"),
         UsageCase(args: ["list", "--json=yes"], message: "outbox: E_USAGE: --json takes no value\n"),
-        UsageCase(args: ["list", "--state", "sleeping"], message: "outbox: E_USAGE: --state must be one of queued, running, paused, awaiting-auth, completed, error, cancelled, not \"sleeping\"\n"),
-        UsageCase(args: ["chunk-plan", "lots"], message: "outbox: E_USAGE: SIZE: bad size \"lots\" (use bytes, or KiB, MiB, GiB, TiB, e.g. 8MiB)\n"),
-        UsageCase(args: ["enqueue", "plain", "--delay", "1m", "--not-before", "5"],
-                  message: "outbox: E_USAGE: give --delay or --not-before, not both\n"),
+        UsageCase(
+            args: ["list", "--state", "sleeping"],
+            message:
+                "outbox: E_USAGE: --state must be one of queued, running, paused, awaiting-auth, completed, error, cancelled, not \"sleeping\"\n"
+        ),
+        UsageCase(
+            args: ["chunk-plan", "lots"],
+            message: "outbox: E_USAGE: SIZE: bad size \"lots\" (use bytes, or KiB, MiB, GiB, TiB, e.g. 8MiB)\n"),
+        UsageCase(
+            args: ["enqueue", "plain", "--delay", "1m", "--not-before", "5"],
+            message: "outbox: E_USAGE: give --delay or --not-before, not both\n"),
         UsageCase(args: ["cancel"], message: "outbox: E_USAGE: cancel takes ids, or --key K, or --all (exactly one of them)\n"),
     ]
 
@@ -97,24 +105,26 @@ struct CLIBasicsTests {
 
     @Test func checkPrintsEveryErrorLikeACompiler() throws {
         let p = try CLIProject()
-        let a = try p.write("definitions/a-broken.yaml", "key: broken.a\nrequest:\n  url: https://x.example/\n  methd: PUT\nexpires_in: 3 weeks\n")
+        let a = try p.write(
+            "definitions/a-broken.yaml", "key: broken.a\nrequest:\n  url: https://x.example/\n  methd: PUT\nexpires_in: 3 weeks\n")
         let b = try p.write("definitions/b-broken.yaml", "key: broken.b\nrequest:\n  url: gopher://x\n")
         let r = p.run("check")
         #expect(r.status == 78)
         #expect(r.out.isEmpty)
-        #expect(r.err == """
-        \(a):4:3: error: unknown field "methd" in request (known fields: method, url, headers, data, text, form, file, parts, content_type, ownership, follow_redirects, wifi_only, idempotency_key)
-          methd: PUT
-          ^
-        \(a):5:13: error: expires_in: bad duration "3 weeks" (use 500ms, 30s, 10m, 2h or 14d)
-        expires_in: 3 weeks
-                    ^
-        \(b):3:8: error: request.url: scheme "gopher" is not allowed (http or https only)
-          url: gopher://x
-               ^
-        outbox: E_CONFIG: 3 errors
+        #expect(
+            r.err == """
+                \(a):4:3: error: unknown field "methd" in request (known fields: method, url, headers, data, text, form, file, parts, content_type, ownership, follow_redirects, wifi_only, idempotency_key)
+                  methd: PUT
+                  ^
+                \(a):5:13: error: expires_in: bad duration "3 weeks" (use 500ms, 30s, 10m, 2h or 14d)
+                expires_in: 3 weeks
+                            ^
+                \(b):3:8: error: request.url: scheme "gopher" is not allowed (http or https only)
+                  url: gopher://x
+                       ^
+                outbox: E_CONFIG: 3 errors
 
-        """)
+                """)
         let json = p.run("check", "--json")
         #expect(json.status == 78)
         let doc = try json.json()
@@ -130,7 +140,10 @@ struct CLIBasicsTests {
         let r = p.run("check")
         #expect(r.status == 78)
         let file = p.root + "/config/outbox.yaml"
-        #expect(r.err.hasPrefix("\(file):1:14: error: concurrency must be a whole number, not a string\nconcurrency: many\n             ^\n\(file):2:1: error: unknown field \"bogus\" in the config"))
+        #expect(
+            r.err.hasPrefix(
+                "\(file):1:14: error: concurrency must be a whole number, not a string\nconcurrency: many\n             ^\n\(file):2:1: error: unknown field \"bogus\" in the config"
+            ))
         #expect(r.err.hasSuffix("outbox: E_CONFIG: 2 errors\n"))
         #expect(p.run("enqueue", "plain").status == 78)
         #expect(!p.storeExists)
@@ -199,10 +212,11 @@ struct CLIEnqueueTests {
         let rows = try p.rows()
         #expect(rows.count == 1)
         let row = try #require(rows.first?.objectValue)
-        #expect(Set(row.map(\.0)) == [
-            "id", "key", "vars", "state", "bytes_sent", "total_bytes", "attempts", "updated_at", "next_attempt_at",
-            "reason", "created_at", "generation", "parent",
-        ])
+        #expect(
+            Set(row.map(\.0)) == [
+                "id", "key", "vars", "state", "bytes_sent", "total_bytes", "attempts", "updated_at", "next_attempt_at",
+                "reason", "created_at", "generation", "parent",
+            ])
         let r = rows[0]
         #expect(r["id"] == .string("one"))
         #expect(r["key"] == .string("note"))
@@ -260,10 +274,12 @@ struct CLIEnqueueTests {
         #expect(doc["request"]?["method"] == .string("POST"))
         #expect(doc["request"]?["url"] == .string("https://api.example.com/notes/5"))
         #expect(doc["request"]?["body_kind"] == .string("data"))
-        #expect(doc["request"]?["headers"] == .object([
-            ("Authorization", .string("[redacted]")), ("X-Client", .string("outbox-tests")), ("X-Note", .string("hi")),
-            ("Content-Type", .string("application/json")),
-        ]))
+        #expect(
+            doc["request"]?["headers"]
+                == .object([
+                    ("Authorization", .string("[redacted]")), ("X-Client", .string("outbox-tests")), ("X-Note", .string("hi")),
+                    ("Content-Type", .string("application/json")),
+                ]))
         #expect(isUUID(doc["idempotency_key"]?.stringValue, version: "4"))
         #expect(doc["outcomes"] == .array([]))
         #expect(doc["expires_at"]?.int64Value == doc["created_at"]?.int64Value.map { $0 + 14 * 86_400_000 })
@@ -354,13 +370,15 @@ struct CLIEnqueueTests {
 
     @Test func fromFileEnqueuesEveryLineInOrder() throws {
         let p = try CLIProject()
-        try p.write("batch.jsonl", """
-        {"vars": {"n": 1}, "id": "b1"}
+        try p.write(
+            "batch.jsonl",
+            """
+            {"vars": {"n": 1}, "id": "b1"}
 
-        {"vars": {"n": 2}, "id": "b2", "delay": "10m"}
-        {"vars": {"n": 3}}
+            {"vars": {"n": 2}, "id": "b2", "delay": "10m"}
+            {"vars": {"n": 3}}
 
-        """)
+            """)
         let r = p.run("enqueue", "note", "--from", "batch.jsonl")
         #expect(r.status == 0, "\(r)")
         let ids = r.out.split(separator: "\n").map(String.init)
@@ -386,7 +404,9 @@ struct CLIEnqueueTests {
     /// is enqueued.
     @Test func fromStdinEnqueuesEveryLine() throws {
         let p = try CLIProject()
-        let r = p.run(["enqueue", "note", "--from", "-"], stdin: #"{"vars": {"n": 1}, "id": "s1"}"# + "\n" + #"{"vars": {"n": 2}, "id": "s2"}"# + "\n")
+        let r = p.run(
+            ["enqueue", "note", "--from", "-"], stdin: #"{"vars": {"n": 1}, "id": "s1"}"# + "\n" + #"{"vars": {"n": 2}, "id": "s2"}"# + "\n"
+        )
         #expect(r.status == 0, "\(r)")
         #expect(r.out == "s1\ns2\n")
         #expect(try p.rows().map { $0["vars"]?["n"] } == [.number("1"), .number("2")])
@@ -405,22 +425,29 @@ struct CLIEnqueueTests {
     }
 
     static let badLines: [BadLineCase] = [
-        BadLineCase(name: "unknown key on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {"n": 2}, "when": "now"}"#],
-                    message: ":2: unknown field \"when\" (allowed: vars, id, delay, not_before)"),
-        BadLineCase(name: "duplicate id on line 3",
-                    lines: [#"{"vars": {"n": 1}, "id": "d"}"#, #"{"vars": {"n": 2}}"#, #"{"vars": {"n": 3}, "id": "d"}"#],
-                    message: ":3: the id \"d\" was already used on line 1"),
-        BadLineCase(name: "invalid JSON on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {"n": 2}"#],
-                    message: ":2: not valid JSON"),
-        BadLineCase(name: "delay and not_before on line 1", lines: [#"{"vars": {"n": 1}, "delay": "1m", "not_before": 5}"#],
-                    message: ":1: give delay or not_before, not both"),
-        BadLineCase(name: "bad delay on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {"n": 2}, "delay": "soon"}"#],
-                    message: ":2: delay: bad duration \"soon\""),
+        BadLineCase(
+            name: "unknown key on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {"n": 2}, "when": "now"}"#],
+            message: ":2: unknown field \"when\" (allowed: vars, id, delay, not_before)"),
+        BadLineCase(
+            name: "duplicate id on line 3",
+            lines: [#"{"vars": {"n": 1}, "id": "d"}"#, #"{"vars": {"n": 2}}"#, #"{"vars": {"n": 3}, "id": "d"}"#],
+            message: ":3: the id \"d\" was already used on line 1"),
+        BadLineCase(
+            name: "invalid JSON on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {"n": 2}"#],
+            message: ":2: not valid JSON"),
+        BadLineCase(
+            name: "delay and not_before on line 1", lines: [#"{"vars": {"n": 1}, "delay": "1m", "not_before": 5}"#],
+            message: ":1: give delay or not_before, not both"),
+        BadLineCase(
+            name: "bad delay on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {"n": 2}, "delay": "soon"}"#],
+            message: ":2: delay: bad duration \"soon\""),
         BadLineCase(name: "not an object on line 1", lines: ["[1]"], message: ":1: each line must be a JSON object"),
-        BadLineCase(name: "unresolved var on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {}}"#],
-                    message: ":2: request.url: {{ vars.n }} does not resolve (vars has no \"n\")"),
-        BadLineCase(name: "bad id on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {"n": 2}, "id": "a b"}"#],
-                    message: ":2: id \"a b\" contains \" \""),
+        BadLineCase(
+            name: "unresolved var on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {}}"#],
+            message: ":2: request.url: {{ vars.n }} does not resolve (vars has no \"n\")"),
+        BadLineCase(
+            name: "bad id on line 2", lines: [#"{"vars": {"n": 1}}"#, #"{"vars": {"n": 2}, "id": "a b"}"#],
+            message: ":2: id \"a b\" contains \" \""),
     ]
 
     @Test(arguments: badLines)
@@ -501,79 +528,118 @@ struct CLIBadInputTests {
     static let brokenSchema = "key: broken\nrequest:\n  url: https://x.example/\n  bogus: 1\n"
 
     static let cases: [Case] = [
-        Case(name: "malformed YAML definition", args: ["enqueue", "broken", "--vars", "{}"], status: 78,
-             culprit: "/definitions/broken.yaml:3:1: error: did not find expected ',' or ']'",
-             files: ["definitions/broken.yaml": "key: broken\nrequest: [unclosed\n"]),
-        Case(name: "tab-indented YAML definition", args: ["enqueue", "broken"], status: 78, culprit: "/definitions/broken.yaml:",
-             files: ["definitions/broken.yaml": "key: broken\nrequest:\n\turl: https://x.example/\n"]),
-        Case(name: "wrong type in a definition", args: ["enqueue", "broken"], status: 78,
-             culprit: "/definitions/broken.yaml:3:9: error: accept must be a list of {status, body_includes?}",
-             files: ["definitions/broken.yaml": "key: broken\nrequest: { url: \"https://x.example/\" }\naccept: 409\n"]),
-        Case(name: "wrong type for a request field", args: ["enqueue", "broken"], status: 78,
-             culprit: "/definitions/broken.yaml:3:12: error: request.headers must be a mapping of header names to values",
-             files: ["definitions/broken.yaml": "key: broken\nrequest:\n  headers: [a]\n  url: https://x.example/\n"]),
-        Case(name: "unknown field in a definition", args: ["enqueue", "broken"], status: 78,
-             culprit: "/definitions/broken.yaml:4:3: error: unknown field \"bogus\" in request",
-             files: ["definitions/broken.yaml": brokenSchema]),
-        Case(name: "literal GET with data", args: ["enqueue", "broken"], status: 78,
-             culprit: "/definitions/broken.yaml:5:9: error: a GET request cannot have a body (request.data)",
-             files: ["definitions/broken.yaml": "key: broken\nrequest:\n  method: GET\n  url: https://x.example/\n  data: { a: 1 }\n"]),
-        Case(name: "literal file: URL", args: ["enqueue", "broken"], status: 78,
-             culprit: "/definitions/broken.yaml:3:8: error: request.url: scheme \"file\" is not allowed",
-             files: ["definitions/broken.yaml": "key: broken\nrequest:\n  url: file:///etc/passwd\n"]),
+        Case(
+            name: "malformed YAML definition", args: ["enqueue", "broken", "--vars", "{}"], status: 78,
+            culprit: "/definitions/broken.yaml:3:1: error: did not find expected ',' or ']'",
+            files: ["definitions/broken.yaml": "key: broken\nrequest: [unclosed\n"]),
+        Case(
+            name: "tab-indented YAML definition", args: ["enqueue", "broken"], status: 78, culprit: "/definitions/broken.yaml:",
+            files: ["definitions/broken.yaml": "key: broken\nrequest:\n\turl: https://x.example/\n"]),
+        Case(
+            name: "wrong type in a definition", args: ["enqueue", "broken"], status: 78,
+            culprit: "/definitions/broken.yaml:3:9: error: accept must be a list of {status, body_includes?}",
+            files: ["definitions/broken.yaml": "key: broken\nrequest: { url: \"https://x.example/\" }\naccept: 409\n"]),
+        Case(
+            name: "wrong type for a request field", args: ["enqueue", "broken"], status: 78,
+            culprit: "/definitions/broken.yaml:3:12: error: request.headers must be a mapping of header names to values",
+            files: ["definitions/broken.yaml": "key: broken\nrequest:\n  headers: [a]\n  url: https://x.example/\n"]),
+        Case(
+            name: "unknown field in a definition", args: ["enqueue", "broken"], status: 78,
+            culprit: "/definitions/broken.yaml:4:3: error: unknown field \"bogus\" in request",
+            files: ["definitions/broken.yaml": brokenSchema]),
+        Case(
+            name: "literal GET with data", args: ["enqueue", "broken"], status: 78,
+            culprit: "/definitions/broken.yaml:5:9: error: a GET request cannot have a body (request.data)",
+            files: ["definitions/broken.yaml": "key: broken\nrequest:\n  method: GET\n  url: https://x.example/\n  data: { a: 1 }\n"]),
+        Case(
+            name: "literal file: URL", args: ["enqueue", "broken"], status: 78,
+            culprit: "/definitions/broken.yaml:3:8: error: request.url: scheme \"file\" is not allowed",
+            files: ["definitions/broken.yaml": "key: broken\nrequest:\n  url: file:///etc/passwd\n"]),
         Case(name: "unknown key", args: ["enqueue", "nothing.here"], status: 65, culprit: "no definition has key \"nothing.here\""),
-        Case(name: "missing vars path", args: ["enqueue", "note", "--vars", #"{"m": 1}"#], status: 65,
-             culprit: "E_INVALID: request.url: {{ vars.n }} does not resolve (vars has no \"n\")"),
-        Case(name: "absent vars read by a template", args: ["enqueue", "note"], status: 65,
-             culprit: "E_INVALID: request.url: {{ vars.n }} does not resolve (the entry has no vars)"),
-        Case(name: "file:///etc/passwd from vars", args: ["enqueue", "dynamic", "--vars", #"{"url": "file:///etc/passwd"}"#],
-             status: 65, culprit: "E_INVALID: request.url: scheme \"file\" is not allowed (http or https only)"),
-        Case(name: "gopher://x from vars", args: ["enqueue", "dynamic", "--vars", #"{"url": "gopher://x"}"#],
-             status: 65, culprit: "E_INVALID: request.url: scheme \"gopher\" is not allowed (http or https only)"),
-        Case(name: "ftp://x from vars", args: ["enqueue", "dynamic", "--vars", #"{"url": "ftp://x"}"#],
-             status: 65, culprit: "E_INVALID: request.url: scheme \"ftp\" is not allowed (http or https only)"),
-        Case(name: "header with CRLF from vars", args: ["enqueue", "note", "--vars", #"{"n": 1, "note": "a\r\nX-Evil: 1"}"#],
-             status: 65, culprit: "E_INVALID: request.headers.X-Note: header value contains CR, LF or NUL"),
-        Case(name: "GET with data, method from vars",
-             args: ["enqueue", "dynamic", "--vars", #"{"m": "GET", "url": "https://x.example/"}"#],
-             status: 65, culprit: "E_INVALID: a GET request cannot have a body (request.data)"),
-        Case(name: "parts with a gap",
-             args: ["enqueue", "upload", "--vars", #"{"path": "f.bin", "parts": [{"url": "https://u.example/1", "range": {"start": 0, "end": 10}}, {"url": "https://u.example/2", "range": {"start": 12, "end": 30}}]}"#],
-             status: 65, culprit: "E_INVALID: request.parts do not tile the file (30 bytes): parts[1] starts at 12 but parts[0] ended at 10 (a gap)",
-             files: ["f.bin": String(repeating: "f", count: 30)]),
-        Case(name: "parts with an overlap",
-             args: ["enqueue", "upload", "--vars", #"{"path": "f.bin", "parts": [{"url": "https://u.example/1", "range": {"start": 0, "end": 10}}, {"url": "https://u.example/2", "range": {"start": 9, "end": 30}}]}"#],
-             status: 65, culprit: "E_INVALID: request.parts do not tile the file (30 bytes): parts[1] starts at 9 but parts[0] ended at 10 (an overlap)",
-             files: ["f.bin": String(repeating: "f", count: 30)]),
-        Case(name: "vars over max_vars_bytes", args: ["enqueue", "plain", "--vars", #"{"p":"\#(String(repeating: "v", count: 1017))"}"#],
-             status: 65, culprit: "E_INVALID: vars are 1025 bytes of JSON, over max_vars_bytes (1024)", config: "max_vars_bytes: 1KiB\n"),
-        Case(name: "vars over the default 1 MiB", args: ["enqueue", "plain", "--vars", #"{"p":"\#(String(repeating: "v", count: 1_048_569))"}"#],
-             status: 65, culprit: "E_INVALID: vars are 1048577 bytes of JSON, over max_vars_bytes (1048576)"),
-        Case(name: "invalid vars JSON", args: ["enqueue", "plain", "--vars", #"{"a": }"#], status: 65,
-             culprit: "E_INVALID: --vars is not valid JSON"),
-        Case(name: "vars a list", args: ["enqueue", "plain", "--vars", "[1, 2]"], status: 65,
-             culprit: "E_INVALID: vars must be a JSON object, not list"),
-        Case(name: "vars a string", args: ["enqueue", "plain", "--vars", #""text""#], status: 65,
-             culprit: "E_INVALID: vars must be a JSON object, not string"),
-        Case(name: "vars a number", args: ["enqueue", "plain", "--vars", "5"], status: 65,
-             culprit: "E_INVALID: vars must be a JSON object, not number"),
-        Case(name: "id with a space", args: ["enqueue", "plain", "--id", "a b"], status: 65,
-             culprit: "E_INVALID: id \"a b\" contains \" \""),
-        Case(name: "id with a slash", args: ["enqueue", "plain", "--id", "../etc"], status: 65,
-             culprit: "E_INVALID: id \"../etc\" contains \"/\""),
-        Case(name: "id of 129 characters", args: ["enqueue", "plain", "--id", String(repeating: "i", count: 129)], status: 65,
-             culprit: "is 129 characters long (at most 128)"),
-        Case(name: "id with a leading dash", args: ["enqueue", "plain", "--id=-x"], status: 65,
-             culprit: "E_INVALID: id \"-x\" must not start with \"-\""),
-        Case(name: "id with a leading dot", args: ["enqueue", "plain", "--id", ".hidden"], status: 65,
-             culprit: "E_INVALID: id \".hidden\" must not start with \".\""),
+        Case(
+            name: "missing vars path", args: ["enqueue", "note", "--vars", #"{"m": 1}"#], status: 65,
+            culprit: "E_INVALID: request.url: {{ vars.n }} does not resolve (vars has no \"n\")"),
+        Case(
+            name: "absent vars read by a template", args: ["enqueue", "note"], status: 65,
+            culprit: "E_INVALID: request.url: {{ vars.n }} does not resolve (the entry has no vars)"),
+        Case(
+            name: "file:///etc/passwd from vars", args: ["enqueue", "dynamic", "--vars", #"{"url": "file:///etc/passwd"}"#],
+            status: 65, culprit: "E_INVALID: request.url: scheme \"file\" is not allowed (http or https only)"),
+        Case(
+            name: "gopher://x from vars", args: ["enqueue", "dynamic", "--vars", #"{"url": "gopher://x"}"#],
+            status: 65, culprit: "E_INVALID: request.url: scheme \"gopher\" is not allowed (http or https only)"),
+        Case(
+            name: "ftp://x from vars", args: ["enqueue", "dynamic", "--vars", #"{"url": "ftp://x"}"#],
+            status: 65, culprit: "E_INVALID: request.url: scheme \"ftp\" is not allowed (http or https only)"),
+        Case(
+            name: "header with CRLF from vars", args: ["enqueue", "note", "--vars", #"{"n": 1, "note": "a\r\nX-Evil: 1"}"#],
+            status: 65, culprit: "E_INVALID: request.headers.X-Note: header value contains CR, LF or NUL"),
+        Case(
+            name: "GET with data, method from vars",
+            args: ["enqueue", "dynamic", "--vars", #"{"m": "GET", "url": "https://x.example/"}"#],
+            status: 65, culprit: "E_INVALID: a GET request cannot have a body (request.data)"),
+        Case(
+            name: "parts with a gap",
+            args: [
+                "enqueue", "upload", "--vars",
+                #"{"path": "f.bin", "parts": [{"url": "https://u.example/1", "range": {"start": 0, "end": 10}}, {"url": "https://u.example/2", "range": {"start": 12, "end": 30}}]}"#,
+            ],
+            status: 65,
+            culprit: "E_INVALID: request.parts do not tile the file (30 bytes): parts[1] starts at 12 but parts[0] ended at 10 (a gap)",
+            files: ["f.bin": String(repeating: "f", count: 30)]),
+        Case(
+            name: "parts with an overlap",
+            args: [
+                "enqueue", "upload", "--vars",
+                #"{"path": "f.bin", "parts": [{"url": "https://u.example/1", "range": {"start": 0, "end": 10}}, {"url": "https://u.example/2", "range": {"start": 9, "end": 30}}]}"#,
+            ],
+            status: 65,
+            culprit: "E_INVALID: request.parts do not tile the file (30 bytes): parts[1] starts at 9 but parts[0] ended at 10 (an overlap)",
+            files: ["f.bin": String(repeating: "f", count: 30)]),
+        Case(
+            name: "vars over max_vars_bytes", args: ["enqueue", "plain", "--vars", #"{"p":"\#(String(repeating: "v", count: 1017))"}"#],
+            status: 65, culprit: "E_INVALID: vars are 1025 bytes of JSON, over max_vars_bytes (1024)", config: "max_vars_bytes: 1KiB\n"),
+        Case(
+            name: "vars over the default 1 MiB",
+            args: ["enqueue", "plain", "--vars", #"{"p":"\#(String(repeating: "v", count: 1_048_569))"}"#],
+            status: 65, culprit: "E_INVALID: vars are 1048577 bytes of JSON, over max_vars_bytes (1048576)"),
+        Case(
+            name: "invalid vars JSON", args: ["enqueue", "plain", "--vars", #"{"a": }"#], status: 65,
+            culprit: "E_INVALID: --vars is not valid JSON"),
+        Case(
+            name: "vars a list", args: ["enqueue", "plain", "--vars", "[1, 2]"], status: 65,
+            culprit: "E_INVALID: vars must be a JSON object, not list"),
+        Case(
+            name: "vars a string", args: ["enqueue", "plain", "--vars", #""text""#], status: 65,
+            culprit: "E_INVALID: vars must be a JSON object, not string"),
+        Case(
+            name: "vars a number", args: ["enqueue", "plain", "--vars", "5"], status: 65,
+            culprit: "E_INVALID: vars must be a JSON object, not number"),
+        Case(
+            name: "id with a space", args: ["enqueue", "plain", "--id", "a b"], status: 65,
+            culprit: "E_INVALID: id \"a b\" contains \" \""),
+        Case(
+            name: "id with a slash", args: ["enqueue", "plain", "--id", "../etc"], status: 65,
+            culprit: "E_INVALID: id \"../etc\" contains \"/\""),
+        Case(
+            name: "id of 129 characters", args: ["enqueue", "plain", "--id", String(repeating: "i", count: 129)], status: 65,
+            culprit: "is 129 characters long (at most 128)"),
+        Case(
+            name: "id with a leading dash", args: ["enqueue", "plain", "--id=-x"], status: 65,
+            culprit: "E_INVALID: id \"-x\" must not start with \"-\""),
+        Case(
+            name: "id with a leading dot", args: ["enqueue", "plain", "--id", ".hidden"], status: 65,
+            culprit: "E_INVALID: id \".hidden\" must not start with \".\""),
         Case(name: "empty id", args: ["enqueue", "plain", "--id", ""], status: 65, culprit: "E_INVALID: id must not be empty"),
-        Case(name: "a missing file", args: ["enqueue", "file.copy", "--vars", #"{"path": "gone.bin"}"#], status: 66,
-             culprit: "E_FILE_MISSING: request.file: no such file "),
-        Case(name: "a bad --delay", args: ["enqueue", "plain", "--delay", "soon"], status: 65,
-             culprit: "E_INVALID: --delay: bad duration \"soon\""),
-        Case(name: "a bad --not-before", args: ["enqueue", "plain", "--not-before", "tomorrow"], status: 65,
-             culprit: "E_INVALID: --not-before: \"tomorrow\" is not a time"),
+        Case(
+            name: "a missing file", args: ["enqueue", "file.copy", "--vars", #"{"path": "gone.bin"}"#], status: 66,
+            culprit: "E_FILE_MISSING: request.file: no such file "),
+        Case(
+            name: "a bad --delay", args: ["enqueue", "plain", "--delay", "soon"], status: 65,
+            culprit: "E_INVALID: --delay: bad duration \"soon\""),
+        Case(
+            name: "a bad --not-before", args: ["enqueue", "plain", "--not-before", "tomorrow"], status: 65,
+            culprit: "E_INVALID: --not-before: \"tomorrow\" is not a time"),
     ]
 
     @Test(arguments: cases)

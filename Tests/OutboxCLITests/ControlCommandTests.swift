@@ -8,7 +8,9 @@ import TestSupport
 struct ControlCommandTests {
     @Test func checkRefusesAThenKeyNoDefinitionHas() throws {
         let p = try CLIProject()
-        let file = try p.write("definitions/chain.yaml", """
+        let file = try p.write(
+            "definitions/chain.yaml",
+            """
             key: chain
             request: { url: "https://x.example/" }
             then:
@@ -28,7 +30,9 @@ struct ControlCommandTests {
 
     @Test func aTemplatedThenKeyIsCheckedWhenItRenders() throws {
         let p = try CLIProject()
-        _ = try p.write("definitions/chain.yaml", """
+        _ = try p.write(
+            "definitions/chain.yaml",
+            """
             key: chain
             request: { url: "https://x.example/" }
             then:
@@ -57,7 +61,9 @@ struct ControlCommandTests {
     @Test func checkFindsHooksByPathAndInPath() throws {
         let p = try CLIProject()
         _ = try p.write("hooks/ok.sh", "#!/bin/sh\nexit 0\n", mode: 0o755)
-        _ = try p.write("definitions/hooked.yaml", """
+        _ = try p.write(
+            "definitions/hooked.yaml",
+            """
             key: hooked
             request: { url: "https://x.example/" }
             on_success: hooks/ok.sh
@@ -112,7 +118,9 @@ struct ControlCommandTests {
 struct PluginAnswerTests {
     @Test func aRequestCommandsAnswerIsNeverRenderedAgain() throws {
         let p = try CLIProject()
-        _ = try p.write("plugins/describe.sh", """
+        _ = try p.write(
+            "plugins/describe.sh",
+            """
             #!/bin/sh
             cat > /dev/null
             printf '%s' '{"method": "POST", "url": "https://x.example/a", "headers": {"X-T": "{{ env.SECRET }}"}, "text": "v={{ vars.n }}"}'
@@ -129,7 +137,9 @@ struct PluginAnswerTests {
 
     @Test func aTagInAnAnswersURLIsRefusedNotRendered() throws {
         let p = try CLIProject()
-        _ = try p.write("plugins/describe.sh", """
+        _ = try p.write(
+            "plugins/describe.sh",
+            """
             #!/bin/sh
             cat > /dev/null
             printf '%s' '{"method": "POST", "url": "https://x.example/a?q={{ env.SECRET }}"}'
@@ -146,8 +156,13 @@ struct PluginAnswerTests {
     @Test func partTagsInAPartsURLAreTheOneException() {
         let answer: JSON = .object([
             ("url", .string("https://h/{{ part.number }}")),
-            ("parts", .object([("url", .string("https://h/{{ env.X }}/p/{{ part.number }}?s=1")),
-                               ("headers", .object([("Range", .string("bytes={{ part.start }}-{{ part.last }}"))]))])),
+            (
+                "parts",
+                .object([
+                    ("url", .string("https://h/{{ env.X }}/p/{{ part.number }}?s=1")),
+                    ("headers", .object([("Range", .string("bytes={{ part.start }}-{{ part.last }}"))])),
+                ])
+            ),
             ("expires_in", .string("2h")),
         ])
         let (tree, literals) = PluginAnswer.literalized(answer)
@@ -155,7 +170,8 @@ struct PluginAnswerTests {
         #expect(tree["parts"]?["url"] == .string("{{ literal.1 | raw }}{{ literal.2 | raw }}{{ part.number }}{{ literal.3 | raw }}"))
         #expect(tree["parts"]?["headers"]?["Range"] == .string("{{ literal.4 | raw }}{{ part.start }}{{ literal.5 | raw }}{{ part.last }}"))
         #expect(tree["expires_in"] == .string("2h"))
-        #expect(literals == .array(["https://h/{{ part.number }}", "https://h/{{", " env.X }}/p/", "?s=1", "bytes=", "-"].map { .string($0) }))
+        #expect(
+            literals == .array(["https://h/{{ part.number }}", "https://h/{{", " env.X }}/p/", "?s=1", "bytes=", "-"].map { .string($0) }))
     }
 }
 
@@ -206,8 +222,9 @@ struct EndlessInputTests {
         let p = try CLIProject(config: "max_vars_bytes: 1KiB\n")
         let r = try await p.outbox(["enqueue", "plain"] + arguments)
         #expect(r.exitCode == 65, "\(r)")
-        #expect(r.stderr.contains(arguments[0] == "--from" ? "/dev/zero:1: the line is over 72 KiB" : "--vars: /dev/zero is over 68 KiB"),
-                "\(r.stderr)")
+        #expect(
+            r.stderr.contains(arguments[0] == "--from" ? "/dev/zero:1: the line is over 72 KiB" : "--vars: /dev/zero is over 68 KiB"),
+            "\(r.stderr)")
         #expect(!p.storeExists)
     }
 
@@ -301,7 +318,9 @@ struct HostileInputTests {
     @Test(arguments: ["Content-Length", "transfer-encoding"])
     func aFramingHeaderInADefinitionIsRefused(_ name: String) throws {
         let p = try CLIProject()
-        let file = try p.write("definitions/framed.yaml", "key: framed\nrequest:\n  url: \"https://x.example/\"\n  headers: { \(name): \"5\" }\n  text: hello\n")
+        let file = try p.write(
+            "definitions/framed.yaml",
+            "key: framed\nrequest:\n  url: \"https://x.example/\"\n  headers: { \(name): \"5\" }\n  text: hello\n")
         let r = p.run("check")
         #expect(r.status == 78, "\(r)")
         #expect(r.err.contains("\(file):4:"), "\(r.err)")
@@ -336,7 +355,9 @@ struct HostileInputTests {
 struct MoveOwnershipTests {
     @Test func aSymbolicLinkIsNotMoved() throws {
         let p = try CLIProject()
-        _ = try p.write("definitions/mv.yaml", """
+        _ = try p.write(
+            "definitions/mv.yaml",
+            """
             key: mv
             request: { method: PUT, url: "https://x.example/up", file: "{{ vars.path }}", ownership: move }
             """)

@@ -51,7 +51,9 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         try FileManager.default.createSymbolicLink(atPath: root + "/linked-dir", withDestinationPath: root + "/a")
         #expect(mkfifo(root + "/pipe", 0o600) == 0)
 
-        let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree", "--vars", #"{"bucket": "archive", "name": "overridden"}"#, "--json"])
+        let run = try await sandbox.outbox([
+            "enqueue", "migrate", "--from-dir", "tree", "--vars", #"{"bucket": "archive", "name": "overridden"}"#, "--json",
+        ])
         #expect(run.status == 0, "\(run.stderr)")
         let printed = try #require(run.jsonObject as? [[String: String]])
         // Byte order of relative paths; hidden files included; links and the FIFO skipped.
@@ -122,10 +124,15 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
     @Test(arguments: [
         Refusal(name: "missing folder", arguments: ["--from-dir", "nowhere"], status: 66, message: "no such folder"),
         Refusal(name: "a file, not a folder", arguments: ["--from-dir", "config/outbox.yaml"], status: 65, message: "is not a folder"),
-        Refusal(name: "with --id", arguments: ["--from-dir", "tree", "--id", "x"], status: 64, message: "--from-dir cannot be combined with --id"),
-        Refusal(name: "with --from", arguments: ["--from-dir", "tree", "--from", "x.jsonl"], status: 64, message: "cannot be combined with --from"),
+        Refusal(
+            name: "with --id", arguments: ["--from-dir", "tree", "--id", "x"], status: 64,
+            message: "--from-dir cannot be combined with --id"),
+        Refusal(
+            name: "with --from", arguments: ["--from-dir", "tree", "--from", "x.jsonl"], status: 64,
+            message: "cannot be combined with --from"),
         Refusal(name: "id template alone", arguments: ["--id-template", "x"], status: 64, message: "--id-template goes with --from-dir"),
-        Refusal(name: "vars not an object", arguments: ["--from-dir", "tree", "--vars", "[1]"], status: 65, message: "must be a JSON object"),
+        Refusal(
+            name: "vars not an object", arguments: ["--from-dir", "tree", "--vars", "[1]"], status: 65, message: "must be a JSON object"),
     ])
     func refusedInvocations(_ r: Refusal) async throws {
         let sandbox = try OutboxSandbox()
@@ -179,19 +186,24 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
 @Suite struct EnqueueFromFileScaleTests {
     @Test func oneHundredThousandLinesInOneTransaction() async throws {
         let sandbox = try OutboxSandbox()
-        try sandbox.define("note", """
-        key: note
-        request:
-          url: "http://127.0.0.1:9/notes/{{ vars.n }}"
-          data: { n: "{{ vars.n }}", text: "{{ vars.text }}" }
-        """)
+        try sandbox.define(
+            "note",
+            """
+            key: note
+            request:
+              url: "http://127.0.0.1:9/notes/{{ vars.n }}"
+              data: { n: "{{ vars.n }}", text: "{{ vars.text }}" }
+            """)
         // Built off the cooperative pool: in a debug build this string work takes seconds.
         let path = sandbox.path("lines.jsonl")
         try await offload {
             var text = ""
             text.reserveCapacity(6_000_000)
             for n in 0..<100_000 {
-                text += n % 10_000 == 0 ? #"{"vars": {"n": \#(n), "text": "line \#(n)"}, "id": "line-\#(n)"}"# : #"{"vars": {"n": \#(n), "text": "line \#(n)"}}"#
+                text +=
+                    n % 10_000 == 0
+                    ? #"{"vars": {"n": \#(n), "text": "line \#(n)"}, "id": "line-\#(n)"}"#
+                    : #"{"vars": {"n": \#(n), "text": "line \#(n)"}}"#
                 text += "\n"
             }
             try text.write(toFile: path, atomically: false, encoding: .utf8)
@@ -214,11 +226,13 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
 
     @Test func aBadLastLineStoresNothing() async throws {
         let sandbox = try OutboxSandbox()
-        try sandbox.define("note", """
-        key: note
-        request:
-          url: "http://127.0.0.1:9/notes/{{ vars.n }}"
-        """)
+        try sandbox.define(
+            "note",
+            """
+            key: note
+            request:
+              url: "http://127.0.0.1:9/notes/{{ vars.n }}"
+            """)
         var text = ""
         for n in 0..<1_000 { text += #"{"vars": {"n": \#(n)}}"# + "\n" }
         text += #"{"vars": {"n": 1}, "colour": "red"}"# + "\n"

@@ -34,8 +34,9 @@ struct StallCase: CustomTestStringConvertible, Sendable {
         // Looks 700 ms apart: late, never early.
         StallCase(name: "sparse looks", everyMs: 700, bytes: { _ in 0 }, stallsWithin: 1400...1400),
         // The default: 60 s; samples 1.875 s apart keep ~34 of them.
-        StallCase(name: "60 s after a burst", forMs: 60_000, everyMs: 100, untilMs: 120_000,
-                  bytes: { $0 < 5000 ? $0 * 100_000 : 500_000_000 }, stallsWithin: 65_000...67_000),
+        StallCase(
+            name: "60 s after a burst", forMs: 60_000, everyMs: 100, untilMs: 120_000,
+            bytes: { $0 < 5000 ? $0 * 100_000 : 500_000_000 }, stallsWithin: 65_000...67_000),
     ]
 
     @Test(arguments: cases)

@@ -37,8 +37,10 @@ struct TestServerTests {
     @Test(arguments: [
         ("empty", "", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"),
         ("abc", "abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"),
-        ("two blocks", "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
-         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"),
+        (
+            "two blocks", "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
+        ),
     ])
     func sha256KnownVectors(name: String, input: String, expected: String) {
         #expect(SHA256.hex(Array(input.utf8)) == expected, "\(name)")
@@ -55,8 +57,9 @@ struct TestServerTests {
         }
         hasher.update(Array(data[offset...]))
         #expect(hasher.finalizeHex() == SHA256.hex(data))
-        #expect(SHA256.hex(Array(repeating: UInt8(ascii: "a"), count: 1_000_000))
-            == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
+        #expect(
+            SHA256.hex(Array(repeating: UInt8(ascii: "a"), count: 1_000_000))
+                == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0")
     }
 
     // MARK: - Scripted responses
@@ -386,7 +389,9 @@ struct TestServerTests {
         let handle = try FileHandle(forWritingTo: file)
         for _ in 0..<50 { handle.write(block) }
         try handle.close()
-        let result = try TestHTTPCurl.run(["-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Expect:", "-T", file.path, server.url("/put/big")])
+        let result = try TestHTTPCurl.run([
+            "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Expect:", "-T", file.path, server.url("/put/big"),
+        ])
         #expect(result.stdoutText == "201")
         let record = try #require(server.requests.first)
         #expect(record.bodySize == 50 << 20)
@@ -508,7 +513,9 @@ struct TestServerTests {
         let server = try TestHTTPServer()
         defer { server.stop() }
         var codes: [Int] = []
-        for path in ["/seq/a/503,503,200", "/seq/b/500,201", "/seq/a/503,503,200", "/seq/a/503,503,200", "/seq/a/503,503,200", "/seq/b/500,201"] {
+        for path in [
+            "/seq/a/503,503,200", "/seq/b/500,201", "/seq/a/503,503,200", "/seq/a/503,503,200", "/seq/a/503,503,200", "/seq/b/500,201",
+        ] {
             codes.append(try TestHTTPCurl.statusCode(server.url(path)).code)
         }
         #expect(codes == [503, 500, 503, 200, 200, 201])
@@ -525,7 +532,10 @@ struct TestServerTests {
     @Test func builtinRedirectToDecodesTheURL() throws {
         let server = try TestHTTPServer()
         defer { server.stop() }
-        let result = try TestHTTPCurl.run(["-s", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}", server.url("/redirect-to?url=http%3A%2F%2Fexample.com%2Fx%3Fa%3D1")])
+        let result = try TestHTTPCurl.run([
+            "-s", "-o", "/dev/null", "-w", "%{http_code} %{redirect_url}",
+            server.url("/redirect-to?url=http%3A%2F%2Fexample.com%2Fx%3Fa%3D1"),
+        ])
         #expect(result.stdoutText == "302 http://example.com/x?a=1")
     }
 
@@ -543,7 +553,9 @@ struct TestServerTests {
     @Test func builtinEcho() throws {
         let server = try TestHTTPServer()
         defer { server.stop() }
-        let result = try TestHTTPCurl.run(["-s", "-H", "X-Request-Id: r1", "-H", "Content-Type: text/plain", "--data-binary", "hi \"there\"", server.url("/echo?q=1")])
+        let result = try TestHTTPCurl.run([
+            "-s", "-H", "X-Request-Id: r1", "-H", "Content-Type: text/plain", "--data-binary", "hi \"there\"", server.url("/echo?q=1"),
+        ])
         let json = try jsonObject(result.stdoutBytes)
         #expect(json["method"] as? String == "POST")
         #expect(json["path"] as? String == "/echo?q=1")
@@ -571,7 +583,10 @@ struct TestServerTests {
     @Test func builtinStatsAndReset() throws {
         let server = try TestHTTPServer()
         defer { server.stop() }
-        _ = try TestHTTPCurl.run(["-s", "-o", "/dev/null", "-H", "Idempotency-Key: k1", "-H", "X-Request-Id: r1", "-H", "Authorization: secret", "-X", "PUT", "--data-binary", "abc", server.url("/put/p1")])
+        _ = try TestHTTPCurl.run([
+            "-s", "-o", "/dev/null", "-H", "Idempotency-Key: k1", "-H", "X-Request-Id: r1", "-H", "Authorization: secret", "-X", "PUT",
+            "--data-binary", "abc", server.url("/put/p1"),
+        ])
         _ = try TestHTTPCurl.run(["-s", "-o", "/dev/null", server.url("/other")])
         let stats = try jsonObject(try TestHTTPCurl.run(["-s", server.url("/_stats")]).stdoutBytes)
         #expect(stats["connections_accepted"] as? Int == 3)

@@ -54,8 +54,10 @@ private func withFixture(_ body: (TestHTTPServer, HTTPClient, TempFolder) async 
     try await body(server, client, folder)
 }
 
-private func send(_ client: HTTPClient, _ request: HTTPRequest,
-                  progress: (@Sendable (Int64, Int64) -> Void)? = nil) async -> HTTPResult {
+private func send(
+    _ client: HTTPClient, _ request: HTTPRequest,
+    progress: (@Sendable (Int64, Int64) -> Void)? = nil
+) async -> HTTPResult {
     await withCheckedContinuation { continuation in
         client.start(request, progress: progress) { continuation.resume(returning: $0) }
     }
@@ -132,36 +134,36 @@ private final class Recorder: @unchecked Sendable {
 // MARK: - HTTPS server (Python: the Swift test server has no TLS)
 
 private let httpsScript = #"""
-import os, ssl, sys, threading
-from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
+    import os, ssl, sys, threading
+    from http.server import ThreadingHTTPServer, BaseHTTPRequestHandler
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def log_message(self, *args):
-        pass
-    def handle_any(self):
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        reply = ("%s %d" % (self.command, len(body))).encode() + body
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(reply)))
-        self.end_headers()
-        self.wfile.write(reply)
-    do_GET = do_POST = handle_any
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        def log_message(self, *args):
+            pass
+        def handle_any(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            reply = ("%s %d" % (self.command, len(body))).encode() + body
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+        do_GET = do_POST = handle_any
 
-def exit_with_parent():
-    # The test process holds our stdin: EOF means it is gone, so never outlive it.
-    sys.stdin.buffer.read()
-    os._exit(0)
+    def exit_with_parent():
+        # The test process holds our stdin: EOF means it is gone, so never outlive it.
+        sys.stdin.buffer.read()
+        os._exit(0)
 
-threading.Thread(target=exit_with_parent, daemon=True).start()
-server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-server.daemon_threads = True
-context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-context.load_cert_chain(sys.argv[1], sys.argv[2])
-server.socket = context.wrap_socket(server.socket, server_side=True)
-print(server.server_address[1], flush=True)
-server.serve_forever()
-"""#
+    threading.Thread(target=exit_with_parent, daemon=True).start()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(sys.argv[1], sys.argv[2])
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    print(server.server_address[1], flush=True)
+    server.serve_forever()
+    """#
 
 /// A Python HTTPS server with a fresh self-signed certificate for 127.0.0.1 only.
 private final class HTTPSServer: @unchecked Sendable {
@@ -176,9 +178,11 @@ private final class HTTPSServer: @unchecked Sendable {
         let key = folder.path + "/key.pem"
         let openssl = Process()
         openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        openssl.arguments = ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                             "-keyout", key, "-out", certificate, "-days", "2", "-subj", "/CN=outbox test",
-                             "-addext", "subjectAltName=IP:127.0.0.1"]
+        openssl.arguments = [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", key, "-out", certificate, "-days", "2", "-subj", "/CN=outbox test",
+            "-addext", "subjectAltName=IP:127.0.0.1",
+        ]
         openssl.standardOutput = FileHandle.nullDevice
         openssl.standardError = FileHandle.nullDevice
         try openssl.run()
@@ -187,7 +191,8 @@ private final class HTTPSServer: @unchecked Sendable {
 
         let script = folder.path + "/https.py"
         try httpsScript.write(toFile: script, atomically: true, encoding: .utf8)
-        let python = FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")
+        let python =
+            FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")
             ? "/usr/bin/python3" : "/root/.pyenv/shims/python3"
         process.executableURL = URL(fileURLWithPath: python)
         process.arguments = [script, certificate, key]
@@ -242,8 +247,11 @@ private final class HTTPSServer: @unchecked Sendable {
     ])
     func methodAndBodyArrive(_ c: MethodCase) async throws {
         try await withFixture { server, client, _ in
-            let result = await send(client, HTTPRequest(url: server.url("/m"), method: c.method,
-                                                        body: c.body.map { .bytes($0) } ?? .none))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/m"), method: c.method,
+                    body: c.body.map { .bytes($0) } ?? .none))
             #expect(result.failure == nil)
             #expect(result.status == 200)
             let request = try recorded(server, "/m")
@@ -265,9 +273,12 @@ private final class HTTPSServer: @unchecked Sendable {
     @Test func jsonBodyWithContentType() async throws {
         try await withFixture { server, client, _ in
             let json = Array(#"{"comment":"héllo","n":1}"#.utf8)
-            let result = await send(client, HTTPRequest(url: server.url("/notes"), method: "POST",
-                                                        headers: [(name: "Content-Type", value: "application/json")],
-                                                        body: .bytes(json)))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/notes"), method: "POST",
+                    headers: [(name: "Content-Type", value: "application/json")],
+                    body: .bytes(json)))
             #expect(result.status == 200)
             let request = try recorded(server, "/notes")
             #expect(request.body == json)
@@ -277,11 +288,15 @@ private final class HTTPSServer: @unchecked Sendable {
 
     @Test func headersSentAsGivenWithoutExpectContinue() async throws {
         try await withFixture { server, client, _ in
-            let result = await send(client, HTTPRequest(
-                url: server.url("/h"), method: "PUT",
-                headers: [(name: "X-Custom", value: "a b, c"), (name: "Idempotency-Key", value: "k-1"),
-                          (name: "X-Empty", value: ""), (name: "Content-Type", value: "text/plain")],
-                body: .bytes(pattern(2048)), userAgent: "outbox-test/1"))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/h"), method: "PUT",
+                    headers: [
+                        (name: "X-Custom", value: "a b, c"), (name: "Idempotency-Key", value: "k-1"),
+                        (name: "X-Empty", value: ""), (name: "Content-Type", value: "text/plain"),
+                    ],
+                    body: .bytes(pattern(2048)), userAgent: "outbox-test/1"))
             #expect(result.status == 200)
             let request = try recorded(server, "/h")
             #expect(values(request, "x-custom") == ["a b, c"])
@@ -299,8 +314,11 @@ private final class HTTPSServer: @unchecked Sendable {
     @Test(arguments: [("CR LF in value", "X-A", "1\r\nX-Injected: 2"), ("colon in name", "X:A", "1"), ("empty name", "", "1")])
     func invalidHeaderFailsBeforeSending(_ label: String, _ name: String, _ value: String) async throws {
         try await withFixture { server, client, _ in
-            let result = await send(client, HTTPRequest(url: server.url("/x"), method: "GET",
-                                                        headers: [(name: name, value: value)]))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/x"), method: "GET",
+                    headers: [(name: name, value: value)]))
             #expect(result.status == nil, "\(label)")
             #expect(result.failure?.kind == .network)
             #expect(result.failure?.message.hasPrefix("invalid header") == true)
@@ -313,8 +331,11 @@ private final class HTTPSServer: @unchecked Sendable {
             let content = pattern(400_000, seed: 3)
             let path = try folder.file("payload.bin", content)
             for method in ["POST", "PUT", "PATCH"] {
-                let result = await send(client, HTTPRequest(url: server.url("/f/\(method)"), method: method,
-                                                            body: .file(path: path, offset: 12_345, length: 300_000)))
+                let result = await send(
+                    client,
+                    HTTPRequest(
+                        url: server.url("/f/\(method)"), method: method,
+                        body: .file(path: path, offset: 12_345, length: 300_000)))
                 #expect(result.status == 200)
                 let request = try recorded(server, "/f/\(method)")
                 #expect(request.method == method)
@@ -331,9 +352,12 @@ private final class HTTPSServer: @unchecked Sendable {
             server.script("/old", [TestResponse(status: 307, headers: [("Location", "/new")])])
             let content = pattern(100_000, seed: 5)
             let path = try folder.file("payload.bin", content)
-            let result = await send(client, HTTPRequest(url: server.url("/old"), method: "POST",
-                                                        body: .file(path: path, offset: 0, length: 100_000),
-                                                        followRedirects: 2))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/old"), method: "POST",
+                    body: .file(path: path, offset: 0, length: 100_000),
+                    followRedirects: 2))
             #expect(result.failure == nil)
             #expect(result.status == 200)
             let request = try recorded(server, "/new")
@@ -349,14 +373,22 @@ private final class HTTPSServer: @unchecked Sendable {
     /// 256 B/s over 4 s, leaves the trickle and the wait wide margins on a loaded machine.
     @Test func aRedirectDoesNotLookLikeAStall() async throws {
         try await withFixture { server, client, folder in
-            server.script("/old", [TestResponse(status: 307, headers: [("Location", "/new")],
-                                                action: .slowBody(bytesPerChunk: 300, intervalMs: 250), bodySize: 4800)])
+            server.script(
+                "/old",
+                [
+                    TestResponse(
+                        status: 307, headers: [("Location", "/new")],
+                        action: .slowBody(bytesPerChunk: 300, intervalMs: 250), bodySize: 4800)
+                ])
             server.script("/new", [.delay(1500, 200)])
             let path = try folder.file("payload.bin", pattern(1 << 20, seed: 9))
-            let result = await send(client, HTTPRequest(url: server.url("/old"), method: "PUT",
-                                                        body: .file(path: path, offset: 0, length: 1 << 20),
-                                                        followRedirects: 1, stallBelowBytesPerSecond: 256,
-                                                        stallForMs: 4000))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/old"), method: "PUT",
+                    body: .file(path: path, offset: 0, length: 1 << 20),
+                    followRedirects: 1, stallBelowBytesPerSecond: 256,
+                    stallForMs: 4000))
             #expect(result.failure == nil, "\(result.failure?.message ?? "")")
             #expect(result.status == 200)
             #expect(try recorded(server, "/new").bodySize == 1 << 20)
@@ -371,9 +403,10 @@ private final class HTTPSServer: @unchecked Sendable {
             let path = try folder.file("ref.bin", pattern(1000))
             var info = stat()
             #expect(stat(path, &info) == 0)
-            let identity = FileIdentity(path: path, size: Int64(info.st_size),
-                                        mtimeNs: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
-                                        inode: UInt64(info.st_ino))
+            let identity = FileIdentity(
+                path: path, size: Int64(info.st_size),
+                mtimeNs: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
+                inode: UInt64(info.st_ino))
             func put(_ expected: FileIdentity, path: String) async -> HTTPResult {
                 var request = HTTPRequest(url: server.url("/x"), method: "PUT", body: .file(path: path, offset: 0, length: 1000))
                 request.expectedFile = expected
@@ -401,20 +434,29 @@ private final class HTTPSServer: @unchecked Sendable {
     @Test func missingFileFailsWithFileMessage() async throws {
         try await withFixture { server, client, folder in
             let missing = folder.path + "/nope.bin"
-            let result = await send(client, HTTPRequest(url: server.url("/x"), method: "PUT",
-                                                        body: .file(path: missing, offset: 0, length: 10)))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/x"), method: "PUT",
+                    body: .file(path: missing, offset: 0, length: 10)))
             #expect(result.status == nil)
             #expect(result.failure?.kind == .network)
             #expect(result.failure?.message.hasPrefix("file: cannot open \(missing)") == true)
 
             let short = try folder.file("short.bin", pattern(5))
-            let tooShort = await send(client, HTTPRequest(url: server.url("/x"), method: "PUT",
-                                                          body: .file(path: short, offset: 2, length: 10)))
+            let tooShort = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/x"), method: "PUT",
+                    body: .file(path: short, offset: 2, length: 10)))
             #expect(tooShort.failure?.kind == .network)
             #expect(tooShort.failure?.message == "file: \(short) has 5 bytes, needs 12")
 
-            let form = await send(client, HTTPRequest(url: server.url("/x"), method: "POST",
-                                                      body: .form([FormField(name: "f", filePath: missing)])))
+            let form = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/x"), method: "POST",
+                    body: .form([FormField(name: "f", filePath: missing)])))
             #expect(form.failure?.message == "file: cannot read form file \(missing)")
             #expect(server.requests.isEmpty)
         }
@@ -426,9 +468,12 @@ private final class HTTPSServer: @unchecked Sendable {
             let fd = open(path, O_WRONLY | O_CLOEXEC)
             defer { close(fd) }
             // The first progress report comes before the first read: cut the file there.
-            let result = await send(client, HTTPRequest(url: server.url("/x"), method: "PUT",
-                                                        body: .file(path: path, offset: 0, length: 64 << 20)),
-                                    progress: { _, _ in _ = ftruncate(fd, 1000) })
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/x"), method: "PUT",
+                    body: .file(path: path, offset: 0, length: 64 << 20)),
+                progress: { _, _ in _ = ftruncate(fd, 1000) })
             #expect(result.failure?.kind == .network)
             #expect(result.failure?.message == "file: \(path) shrank while it was being sent")
         }
@@ -440,9 +485,12 @@ private final class HTTPSServer: @unchecked Sendable {
             let path = folder.sparseFile("big.bin", size: size)
             let before = residentBytes()
             let recorder = Recorder()
-            let result = await send(client, HTTPRequest(url: server.url("/big"), method: "PUT",
-                                                        body: .file(path: path, offset: 0, length: size)),
-                                    progress: { recorder.add($0, $1) })
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/big"), method: "PUT",
+                    body: .file(path: path, offset: 0, length: size)),
+                progress: { recorder.add($0, $1) })
             let after = residentBytes()
             #expect(result.failure == nil)
             #expect(result.status == 200)
@@ -465,13 +513,17 @@ private final class HTTPSServer: @unchecked Sendable {
     @Test func multipartFormArrives() async throws {
         try await withFixture { server, client, folder in
             let path = try folder.file("stored-name.bin", Array("JPEGDATA-0123456789".utf8))
-            let result = await send(client, HTTPRequest(
-                url: server.url("/form"), method: "POST",
-                // A caller Content-Type is dropped: curl writes the boundary.
-                headers: [(name: "Content-Type", value: "multipart/form-data")],
-                body: .form([FormField(name: "title", value: "hello world"),
-                             FormField(name: "photo", filePath: path, filename: "photo.jpg", contentType: "image/jpeg"),
-                             FormField(name: "raw", filePath: path)])))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/form"), method: "POST",
+                    // A caller Content-Type is dropped: curl writes the boundary.
+                    headers: [(name: "Content-Type", value: "multipart/form-data")],
+                    body: .form([
+                        FormField(name: "title", value: "hello world"),
+                        FormField(name: "photo", filePath: path, filename: "photo.jpg", contentType: "image/jpeg"),
+                        FormField(name: "raw", filePath: path),
+                    ])))
             #expect(result.status == 200)
             let request = try recorded(server, "/form")
             let contentType = values(request, "content-type")
@@ -479,7 +531,10 @@ private final class HTTPSServer: @unchecked Sendable {
             #expect(contentType.first?.hasPrefix("multipart/form-data; boundary=") == true)
             let text = request.bodyText ?? ""
             #expect(text.contains("Content-Disposition: form-data; name=\"title\"\r\n\r\nhello world\r\n"))
-            #expect(text.contains("Content-Disposition: form-data; name=\"photo\"; filename=\"photo.jpg\"\r\nContent-Type: image/jpeg\r\n\r\nJPEGDATA-0123456789\r\n"))
+            #expect(
+                text.contains(
+                    "Content-Disposition: form-data; name=\"photo\"; filename=\"photo.jpg\"\r\nContent-Type: image/jpeg\r\n\r\nJPEGDATA-0123456789\r\n"
+                ))
             // Without a filename, the file's own name is sent.
             #expect(text.contains("name=\"raw\"; filename=\"stored-name.bin\""))
             #expect(request.bodySize == Int64(request.body?.count ?? -1))
@@ -489,8 +544,11 @@ private final class HTTPSServer: @unchecked Sendable {
 
     @Test func formWithPutUsesPut() async throws {
         try await withFixture { server, client, _ in
-            let result = await send(client, HTTPRequest(url: server.url("/form"), method: "PUT",
-                                                        body: .form([FormField(name: "a", value: "1")])))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/form"), method: "PUT",
+                    body: .form([FormField(name: "a", value: "1")])))
             #expect(result.status == 200)
             let request = try recorded(server, "/form")
             #expect(request.method == "PUT")
@@ -514,8 +572,13 @@ private final class HTTPSServer: @unchecked Sendable {
     func statusAndHeadersReturned(_ status: Int) async throws {
         try await withFixture { server, client, _ in
             let body = status == 204 ? "" : "status \(status)"
-            server.script("/s", [.status(status, body: body,
-                                         headers: [("X-Thing", "One"), ("X-Thing", "Two"), ("ETag", "\"abc\"")])])
+            server.script(
+                "/s",
+                [
+                    .status(
+                        status, body: body,
+                        headers: [("X-Thing", "One"), ("X-Thing", "Two"), ("ETag", "\"abc\"")])
+                ])
             let result = await send(client, HTTPRequest(url: server.url("/s"), method: "GET"))
             #expect(result.failure == nil)
             #expect(result.status == status)
@@ -533,8 +596,11 @@ private final class HTTPSServer: @unchecked Sendable {
     @Test(arguments: [(100_000, 1000, true), (1000, 1000, false), (999, 1000, false), (5, 0, true)])
     func bodyIsCappedWithoutFailing(_ size: Int, _ cap: Int, _ truncated: Bool) async throws {
         try await withFixture { server, client, _ in
-            let result = await send(client, HTTPRequest(url: server.url("/bytes/\(size)"), method: "GET",
-                                                        maxResponseBytes: cap))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/bytes/\(size)"), method: "GET",
+                    maxResponseBytes: cap))
             #expect(result.failure == nil)
             #expect(result.status == 200)
             #expect(result.bodyTruncated == truncated)
@@ -609,8 +675,11 @@ private final class HTTPSServer: @unchecked Sendable {
 
     @Test func redirectsFollowedUpToTheLimit() async throws {
         try await withFixture { server, client, _ in
-            let result = await send(client, HTTPRequest(url: server.url("/redirect/3"), method: "GET",
-                                                        followRedirects: 3))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/redirect/3"), method: "GET",
+                    followRedirects: 3))
             #expect(result.failure == nil)
             #expect(result.status == 200)
             #expect(result.effectiveURL == server.url("/redirect/0"))
@@ -640,8 +709,11 @@ private final class HTTPSServer: @unchecked Sendable {
     @Test func connectionRefusedIsNetwork() async throws {
         let client = try HTTPClient()
         defer { client.shutdown() }
-        let result = await send(client, HTTPRequest(url: "http://127.0.0.1:\(unusedPort())/x", method: "POST",
-                                                    body: .bytes([1, 2, 3])))
+        let result = await send(
+            client,
+            HTTPRequest(
+                url: "http://127.0.0.1:\(unusedPort())/x", method: "POST",
+                body: .bytes([1, 2, 3])))
         #expect(result.status == nil)
         #expect(result.failure?.kind == .network)
         #expect(result.failure?.message.isEmpty == false)
@@ -667,8 +739,11 @@ private final class HTTPSServer: @unchecked Sendable {
     @Test func stalledTransferTimesOut() async throws {
         try await withFixture { server, client, _ in
             // 10 bytes every 5 s is far below 100 B/s.
-            let result = await send(client, HTTPRequest(url: server.url("/slow/100000?chunk=10&interval_ms=5000"),
-                                                        method: "GET", stallBelowBytesPerSecond: 100, stallForMs: 1000))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/slow/100000?chunk=10&interval_ms=5000"),
+                    method: "GET", stallBelowBytesPerSecond: 100, stallForMs: 1000))
             #expect(result.failure?.kind == .timeout)
             #expect(result.status == 200)
         }
@@ -676,8 +751,11 @@ private final class HTTPSServer: @unchecked Sendable {
 
     @Test func silentServerTimesOut() async throws {
         try await withFixture { server, client, _ in
-            let result = await send(client, HTTPRequest(url: server.url("/stall"), method: "GET",
-                                                        stallBelowBytesPerSecond: 100, stallForMs: 1000))
+            let result = await send(
+                client,
+                HTTPRequest(
+                    url: server.url("/stall"), method: "GET",
+                    stallBelowBytesPerSecond: 100, stallForMs: 1000))
             #expect(result.failure?.kind == .timeout)
             #expect(result.status == nil)
         }
@@ -692,8 +770,11 @@ private final class HTTPSServer: @unchecked Sendable {
         defer { client.shutdown() }
         let url = "https://127.0.0.1:\(server.port)/x"
 
-        let trusted = await send(client, HTTPRequest(url: url, method: "POST", body: .bytes(Array("abc".utf8)),
-                                                     caFile: server.certificate))
+        let trusted = await send(
+            client,
+            HTTPRequest(
+                url: url, method: "POST", body: .bytes(Array("abc".utf8)),
+                caFile: server.certificate))
         #expect(trusted.failure == nil)
         #expect(trusted.status == 200)
         #expect(trusted.body == Array("POST 3abc".utf8))
@@ -703,8 +784,11 @@ private final class HTTPSServer: @unchecked Sendable {
         #expect(untrusted.failure?.kind == .tls)
         #expect(untrusted.status == nil)
         // ...and the host name must match the certificate (VERIFYHOST=2).
-        let wrongName = await send(client, HTTPRequest(url: "https://localhost:\(server.port)/x", method: "GET",
-                                                       caFile: server.certificate))
+        let wrongName = await send(
+            client,
+            HTTPRequest(
+                url: "https://localhost:\(server.port)/x", method: "GET",
+                caFile: server.certificate))
         #expect(wrongName.failure?.kind == .tls)
     }
 }
@@ -715,8 +799,11 @@ private final class HTTPSServer: @unchecked Sendable {
     @Test func sequentialRequestsReuseOneConnection() async throws {
         try await withFixture { server, client, _ in
             for i in 0..<20 {
-                let result = await send(client, HTTPRequest(url: server.url("/seq?i=\(i)"), method: i % 2 == 0 ? "GET" : "POST",
-                                                            body: i % 2 == 0 ? .none : .bytes(pattern(100))))
+                let result = await send(
+                    client,
+                    HTTPRequest(
+                        url: server.url("/seq?i=\(i)"), method: i % 2 == 0 ? "GET" : "POST",
+                        body: i % 2 == 0 ? .none : .bytes(pattern(100))))
                 #expect(result.status == 200)
             }
             #expect(server.requests.count == 20)
@@ -730,8 +817,12 @@ private final class HTTPSServer: @unchecked Sendable {
             let statuses = await withTaskGroup(of: Int?.self) { group in
                 for i in 0..<50 {
                     group.addTask {
-                        await send(client, HTTPRequest(url: server.url("/c/\(i)"), method: "POST",
-                                                       body: .bytes(pattern(1000 + i)))).status
+                        await send(
+                            client,
+                            HTTPRequest(
+                                url: server.url("/c/\(i)"), method: "POST",
+                                body: .bytes(pattern(1000 + i)))
+                        ).status
                     }
                 }
                 var all: [Int?] = []
@@ -822,11 +913,13 @@ private final class HTTPSServer: @unchecked Sendable {
 @Suite struct TransportPureTests {
     @Test func headerParserKeepsFinalResponseOnly() {
         var headers = ResponseHeaders()
-        for line in ["HTTP/1.1 100 Continue\r\n", "\r\n",
-                     "HTTP/1.1 302 Found\r\n", "Location: /x\r\n", "\r\n",
-                     "HTTP/1.1 200 OK\r\n", "Content-Type: text/plain\r\n", "Set-Cookie: a=1\r\n",
-                     "X-Long: one\r\n", " two\r\n", "set-cookie: b=2\r\n", "X-Space:   padded \t\r\n",
-                     "Empty:\r\n", "no colon here\r\n", "\r\n"] {
+        for line in [
+            "HTTP/1.1 100 Continue\r\n", "\r\n",
+            "HTTP/1.1 302 Found\r\n", "Location: /x\r\n", "\r\n",
+            "HTTP/1.1 200 OK\r\n", "Content-Type: text/plain\r\n", "Set-Cookie: a=1\r\n",
+            "X-Long: one\r\n", " two\r\n", "set-cookie: b=2\r\n", "X-Space:   padded \t\r\n",
+            "Empty:\r\n", "no colon here\r\n", "\r\n",
+        ] {
             headers.consume(line)
         }
         #expect(headers.fields.map(\.name) == ["content-type", "set-cookie", "x-long", "x-space", "empty"])
@@ -923,8 +1016,10 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
 
     @Test func cancelledStandbyIsNeverSent() throws {
         try withStandbyFixture { server, client, results in
-            let id = client.start(HTTPRequest(url: server.url("/never"), method: "POST", body: .bytes(pattern(10))), host: "h",
-                                  slot: true, standby: true) { results.record("n", $0) }
+            let id = client.start(
+                HTTPRequest(url: server.url("/never"), method: "POST", body: .bytes(pattern(10))), host: "h",
+                slot: true, standby: true
+            ) { results.record("n", $0) }
             client.cancel(id)
             #expect(results.wait(for: ["n"]))
             #expect(results["n"]?.failure?.kind == .aborted)

@@ -21,41 +21,58 @@ struct AttemptClassifierTests {
         Case(name: "299", status: 299, expected: .success),
         // Accept rules come first
         Case(name: "accept 409 by status", status: 409, accept: [AcceptRule(status: 409)], expected: .success),
-        Case(name: "accept 409 with matching body", status: 409, body: #"{"error":"note already exists"}"#,
-             accept: [AcceptRule(status: 409, bodyIncludes: "already exists")], expected: .success),
-        Case(name: "accept 409 with other body is terminal", status: 409, body: #"{"error":"conflict"}"#,
-             accept: [AcceptRule(status: 409, bodyIncludes: "already exists")], expected: .terminal(reason: "HTTP 409")),
-        Case(name: "accept rule for another status does not apply", status: 409,
-             accept: [AcceptRule(status: 410)], expected: .terminal(reason: "HTTP 409")),
-        Case(name: "second accept rule for the same status matches", status: 409, body: "duplicate key",
-             accept: [AcceptRule(status: 409, bodyIncludes: "already exists"),
-                      AcceptRule(status: 409, bodyIncludes: "duplicate")], expected: .success),
-        Case(name: "accept beats awaiting-auth", status: 403, body: "already deleted",
-             accept: [AcceptRule(status: 403, bodyIncludes: "already deleted")], expected: .success),
+        Case(
+            name: "accept 409 with matching body", status: 409, body: #"{"error":"note already exists"}"#,
+            accept: [AcceptRule(status: 409, bodyIncludes: "already exists")], expected: .success),
+        Case(
+            name: "accept 409 with other body is terminal", status: 409, body: #"{"error":"conflict"}"#,
+            accept: [AcceptRule(status: 409, bodyIncludes: "already exists")], expected: .terminal(reason: "HTTP 409")),
+        Case(
+            name: "accept rule for another status does not apply", status: 409,
+            accept: [AcceptRule(status: 410)], expected: .terminal(reason: "HTTP 409")),
+        Case(
+            name: "second accept rule for the same status matches", status: 409, body: "duplicate key",
+            accept: [
+                AcceptRule(status: 409, bodyIncludes: "already exists"),
+                AcceptRule(status: 409, bodyIncludes: "duplicate"),
+            ], expected: .success),
+        Case(
+            name: "accept beats awaiting-auth", status: 403, body: "already deleted",
+            accept: [AcceptRule(status: 403, bodyIncludes: "already deleted")], expected: .success),
         Case(name: "accept beats retry", status: 503, accept: [AcceptRule(status: 503)], expected: .success),
         Case(name: "accept beats a redirect status", status: 303, accept: [AcceptRule(status: 303)], expected: .success),
-        Case(name: "empty body_includes matches any body", status: 409, accept: [AcceptRule(status: 409, bodyIncludes: "")],
-             expected: .success),
-        Case(name: "body match is on UTF-8 bytes", status: 409, body: "déjà là",
-             accept: [AcceptRule(status: 409, bodyIncludes: "à l")], expected: .success),
-        Case(name: "body match is case-sensitive", status: 409, body: "Already Exists",
-             accept: [AcceptRule(status: 409, bodyIncludes: "already exists")], expected: .terminal(reason: "HTTP 409")),
-        Case(name: "needle longer than body", status: 409, body: "al",
-             accept: [AcceptRule(status: 409, bodyIncludes: "already")], expected: .terminal(reason: "HTTP 409")),
-        Case(name: "needle at the very end", status: 409, body: "xx already",
-             accept: [AcceptRule(status: 409, bodyIncludes: "already")], expected: .success),
+        Case(
+            name: "empty body_includes matches any body", status: 409, accept: [AcceptRule(status: 409, bodyIncludes: "")],
+            expected: .success),
+        Case(
+            name: "body match is on UTF-8 bytes", status: 409, body: "déjà là",
+            accept: [AcceptRule(status: 409, bodyIncludes: "à l")], expected: .success),
+        Case(
+            name: "body match is case-sensitive", status: 409, body: "Already Exists",
+            accept: [AcceptRule(status: 409, bodyIncludes: "already exists")], expected: .terminal(reason: "HTTP 409")),
+        Case(
+            name: "needle longer than body", status: 409, body: "al",
+            accept: [AcceptRule(status: 409, bodyIncludes: "already")], expected: .terminal(reason: "HTTP 409")),
+        Case(
+            name: "needle at the very end", status: 409, body: "xx already",
+            accept: [AcceptRule(status: 409, bodyIncludes: "already")], expected: .success),
         // Transport failures
-        Case(name: "network failure", status: nil, failure: .network("connection refused"),
-             expected: .retry(reason: "network: connection refused")),
-        Case(name: "timeout", status: nil, failure: .timeout("stalled below 1 KiB/s for 60s"),
-             expected: .retry(reason: "timeout: stalled below 1 KiB/s for 60s")),
+        Case(
+            name: "network failure", status: nil, failure: .network("connection refused"),
+            expected: .retry(reason: "network: connection refused")),
+        Case(
+            name: "timeout", status: nil, failure: .timeout("stalled below 1 KiB/s for 60s"),
+            expected: .retry(reason: "timeout: stalled below 1 KiB/s for 60s")),
         Case(name: "tls", status: nil, failure: .tls("certificate expired"), expected: .retry(reason: "tls: certificate expired")),
-        Case(name: "redirect failure", status: nil, failure: .redirect("too many redirects"),
-             expected: .terminal(reason: "redirect: too many redirects")),
-        Case(name: "redirect failure with its 3xx status", status: 302, failure: .redirect("redirect to ftp:// refused"),
-             expected: .terminal(reason: "redirect: redirect to ftp:// refused")),
-        Case(name: "failure mid-body beats a 2xx status", status: 200, failure: .network("connection reset"),
-             accept: [AcceptRule(status: 200)], expected: .retry(reason: "network: connection reset")),
+        Case(
+            name: "redirect failure", status: nil, failure: .redirect("too many redirects"),
+            expected: .terminal(reason: "redirect: too many redirects")),
+        Case(
+            name: "redirect failure with its 3xx status", status: 302, failure: .redirect("redirect to ftp:// refused"),
+            expected: .terminal(reason: "redirect: redirect to ftp:// refused")),
+        Case(
+            name: "failure mid-body beats a 2xx status", status: 200, failure: .network("connection reset"),
+            accept: [AcceptRule(status: 200)], expected: .retry(reason: "network: connection reset")),
         Case(name: "no status and no failure", status: nil, expected: .retry(reason: "network: no response")),
         // 3xx
         Case(name: "301 not followed", status: 301, expected: .terminal(reason: "HTTP 301: redirect not followed")),

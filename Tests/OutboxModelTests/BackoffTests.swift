@@ -25,22 +25,27 @@ struct BackoffTests {
         DelayCase(name: "Int.max failures", failures: Int.max, random: 0.5, expected: 7_200_000),
         DelayCase(name: "zero failures count as one", failures: 0, random: 0.5, expected: 1000),
         DelayCase(name: "negative failures count as one", failures: -3, random: 0.5, expected: 1000),
-        DelayCase(name: "no jitter ignores random", failures: 2, policy: BackoffPolicy(jitter: 0), random: 0.9,
-                  expected: 2000),
+        DelayCase(
+            name: "no jitter ignores random", failures: 2, policy: BackoffPolicy(jitter: 0), random: 0.9,
+            expected: 2000),
         DelayCase(name: "zero base", failures: 5, policy: BackoffPolicy(baseMs: 0), random: 0.5, expected: 0),
         DelayCase(name: "zero max", failures: 5, policy: BackoffPolicy(maxMs: 0), random: 0.9, expected: 0),
-        DelayCase(name: "base above max is capped", failures: 1, policy: BackoffPolicy(baseMs: 5000, maxMs: 3000, jitter: 0),
-                  random: 0.5, expected: 3000),
-        DelayCase(name: "negative jitter counts as none", failures: 1, policy: BackoffPolicy(jitter: -0.5), random: 0,
-                  expected: 1000),
+        DelayCase(
+            name: "base above max is capped", failures: 1, policy: BackoffPolicy(baseMs: 5000, maxMs: 3000, jitter: 0),
+            random: 0.5, expected: 3000),
+        DelayCase(
+            name: "negative jitter counts as none", failures: 1, policy: BackoffPolicy(jitter: -0.5), random: 0,
+            expected: 1000),
         DelayCase(name: "jitter above 1 counts as 1", failures: 1, policy: BackoffPolicy(jitter: 3), random: 0, expected: 0),
         DelayCase(name: "random above 1 counts as 1", failures: 1, random: 7, expected: 1200),
         DelayCase(name: "negative random counts as 0", failures: 1, random: -1, expected: 800),
         DelayCase(name: "NaN random counts as the middle", failures: 1, random: .nan, expected: 1000),
-        DelayCase(name: "huge max does not overflow", failures: 200,
-                  policy: BackoffPolicy(baseMs: 1000, maxMs: Int64.max, jitter: 0.2), random: 0.999, expected: Int64.max),
-        DelayCase(name: "shift just below the cap", failures: 53,
-                  policy: BackoffPolicy(baseMs: 1, maxMs: Int64.max, jitter: 0), random: 0.5, expected: 1 << 52),
+        DelayCase(
+            name: "huge max does not overflow", failures: 200,
+            policy: BackoffPolicy(baseMs: 1000, maxMs: Int64.max, jitter: 0.2), random: 0.999, expected: Int64.max),
+        DelayCase(
+            name: "shift just below the cap", failures: 53,
+            policy: BackoffPolicy(baseMs: 1, maxMs: Int64.max, jitter: 0), random: 0.5, expected: 1 << 52),
     ]
 
     @Test(arguments: delays)
@@ -122,24 +127,32 @@ struct BackoffTests {
         RetryAfterCase(name: "asctime", value: "Sun Nov  6 08:49:37 1994", seconds: 10),
         RetryAfterCase(name: "date in the past", value: "Sun, 06 Nov 1994 08:49:37 GMT", now: rfcExampleMs + 5000, seconds: 0),
         RetryAfterCase(name: "date equal to now", value: "Sun, 06 Nov 1994 08:49:37 GMT", now: rfcExampleMs, seconds: 0),
-        RetryAfterCase(name: "partial second rounds up", value: "Sun, 06 Nov 1994 08:49:37 GMT",
-                       now: rfcExampleMs - 1500, seconds: 2),
-        RetryAfterCase(name: "leap day", value: "Thu, 29 Feb 2024 00:00:00 GMT", now: 1_709_164_800_000 - 60_000,
-                       seconds: 60),
-        RetryAfterCase(name: "leap day in a 400th year", value: "Tue, 29 Feb 2000 00:00:00 GMT",
-                       now: 951_782_400_000 - 1000, seconds: 1),
-        RetryAfterCase(name: "new year", value: "Wed, 01 Jan 2025 00:00:00 GMT", now: 1_735_689_600_000 - 3_000,
-                       seconds: 3),
-        RetryAfterCase(name: "leap second", value: "Sat, 31 Dec 2016 23:59:60 GMT", now: 1_483_228_800_000 - 2000,
-                       seconds: 2),
-        RetryAfterCase(name: "RFC 850 year within 50 years ahead stays in this century",
-                       value: "Monday, 01-Jan-74 00:00:00 GMT", now: mid2025Ms,
-                       seconds: 3_281_990_400 - 1_750_004_800),
-        RetryAfterCase(name: "RFC 850 year exactly 50 years ahead stays in this century",
-                       value: "Tuesday, 01-Jan-75 00:00:00 GMT", now: mid2025Ms,
-                       seconds: 3_313_526_400 - 1_750_004_800),
-        RetryAfterCase(name: "RFC 850 year over 50 years ahead is last century",
-                       value: "Thursday, 01-Jan-76 00:00:00 GMT", now: mid2025Ms, seconds: 0),
+        RetryAfterCase(
+            name: "partial second rounds up", value: "Sun, 06 Nov 1994 08:49:37 GMT",
+            now: rfcExampleMs - 1500, seconds: 2),
+        RetryAfterCase(
+            name: "leap day", value: "Thu, 29 Feb 2024 00:00:00 GMT", now: 1_709_164_800_000 - 60_000,
+            seconds: 60),
+        RetryAfterCase(
+            name: "leap day in a 400th year", value: "Tue, 29 Feb 2000 00:00:00 GMT",
+            now: 951_782_400_000 - 1000, seconds: 1),
+        RetryAfterCase(
+            name: "new year", value: "Wed, 01 Jan 2025 00:00:00 GMT", now: 1_735_689_600_000 - 3_000,
+            seconds: 3),
+        RetryAfterCase(
+            name: "leap second", value: "Sat, 31 Dec 2016 23:59:60 GMT", now: 1_483_228_800_000 - 2000,
+            seconds: 2),
+        RetryAfterCase(
+            name: "RFC 850 year within 50 years ahead stays in this century",
+            value: "Monday, 01-Jan-74 00:00:00 GMT", now: mid2025Ms,
+            seconds: 3_281_990_400 - 1_750_004_800),
+        RetryAfterCase(
+            name: "RFC 850 year exactly 50 years ahead stays in this century",
+            value: "Tuesday, 01-Jan-75 00:00:00 GMT", now: mid2025Ms,
+            seconds: 3_313_526_400 - 1_750_004_800),
+        RetryAfterCase(
+            name: "RFC 850 year over 50 years ahead is last century",
+            value: "Thursday, 01-Jan-76 00:00:00 GMT", now: mid2025Ms, seconds: 0),
         RetryAfterCase(name: "no leap day in 2023", value: "Wed, 29 Feb 2023 00:00:00 GMT", seconds: nil),
         RetryAfterCase(name: "no leap day in 1900", value: "Thu, 29 Feb 1900 00:00:00 GMT", seconds: nil),
         RetryAfterCase(name: "31 November", value: "Thu, 31 Nov 1994 00:00:00 GMT", seconds: nil),
@@ -158,15 +171,16 @@ struct BackoffTests {
         #expect(Backoff.parseRetryAfter(c.value, now: c.now) == c.seconds)
     }
 
-    @Test(arguments: [
-        ("clock behind creation never expires", Int64(100), Int64(200), Int64?.some(50), false),
-        ("no expiry", 10_000, 0, nil, false),
-        ("before expiry", 999, 0, 1000, false),
-        ("exactly at expiry", 1000, 0, 1000, true),
-        ("after expiry", 1001, 0, 1000, true),
-        ("created and expiring now", 500, 500, 500, true),
-        ("clock behind creation without expiry", 1, 2, nil, false),
-    ] as [(String, Int64, Int64, Int64?, Bool)])
+    @Test(
+        arguments: [
+            ("clock behind creation never expires", Int64(100), Int64(200), Int64?.some(50), false),
+            ("no expiry", 10_000, 0, nil, false),
+            ("before expiry", 999, 0, 1000, false),
+            ("exactly at expiry", 1000, 0, 1000, true),
+            ("after expiry", 1001, 0, 1000, true),
+            ("created and expiring now", 500, 500, 500, true),
+            ("clock behind creation without expiry", 1, 2, nil, false),
+        ] as [(String, Int64, Int64, Int64?, Bool)])
     func expiry(_ name: String, _ now: Int64, _ createdAt: Int64, _ expiresAt: Int64?, _ expected: Bool) {
         #expect(Expiry.isExpired(now: now, createdAt: createdAt, expiresAt: expiresAt) == expected, "\(name)")
     }

@@ -51,31 +51,31 @@ struct ConfigTests {
         let folder = try ModelTempFolder()
         defer { folder.remove() }
         let text = """
-        store: var/queue
-        definitions: defs
-        lifetime: 2d
-        max_vars_bytes: 64KiB
-        max_response_bytes: 2MiB
-        retry:
-          backoff: { base: 500ms, max: 10m, jitter: 0.5 }
-          terminal_http: { exempt: [404, 410] }
-        headers:
-          Authorization: "Bearer {{ env.API_TOKEN }}"
-          X-Client: outbox
-        headers_command: [plugins/headers, --json]
-        auth_refresh_command: plugins/refresh.sh
-        redact_headers: [X-Secret, x-api-key]
-        events: { command: "cat > /dev/null" }
-        account: "{{ env.OUTBOX_ACCOUNT }}"
-        concurrency: 8
-        per_host: 2
-        part_concurrency: 5
-        hooks: { concurrency: 2, warn_after: 1m, timeout: 5m }
-        network: { wifi_check: plugins/wifi }
-        timeouts: { connect: 10s, stall: { below: 2KiB, for: 90s } }
-        tls: { ca_file: certs/ca.pem }
+            store: var/queue
+            definitions: defs
+            lifetime: 2d
+            max_vars_bytes: 64KiB
+            max_response_bytes: 2MiB
+            retry:
+              backoff: { base: 500ms, max: 10m, jitter: 0.5 }
+              terminal_http: { exempt: [404, 410] }
+            headers:
+              Authorization: "Bearer {{ env.API_TOKEN }}"
+              X-Client: outbox
+            headers_command: [plugins/headers, --json]
+            auth_refresh_command: plugins/refresh.sh
+            redact_headers: [X-Secret, x-api-key]
+            events: { command: "cat > /dev/null" }
+            account: "{{ env.OUTBOX_ACCOUNT }}"
+            concurrency: 8
+            per_host: 2
+            part_concurrency: 5
+            hooks: { concurrency: 2, warn_after: 1m, timeout: 5m }
+            network: { wifi_check: plugins/wifi }
+            timeouts: { connect: 10s, stall: { below: 2KiB, for: 90s } }
+            tls: { ca_file: certs/ca.pem }
 
-        """
+            """
         let config = try loadConfig(text, in: folder).get()
         let root = folder.path
         #expect(config.root == root)
@@ -131,7 +131,8 @@ struct ConfigTests {
     @Test func builtinWifiCheckAndNullsKeepDefaults() throws {
         let folder = try ModelTempFolder()
         defer { folder.remove() }
-        let text = "network: { wifi_check: builtin }\nheaders_command: null\naccount: null\nhooks: { timeout: null }\ntls: { ca_file: null }\n"
+        let text =
+            "network: { wifi_check: builtin }\nheaders_command: null\naccount: null\nhooks: { timeout: null }\ntls: { ca_file: null }\n"
         let config = try loadConfig(text, in: folder).get()
         #expect(config.wifiCheck == nil)
         #expect(config.headersCommand == nil)
@@ -166,40 +167,57 @@ struct ConfigTests {
     }
 
     static let bad: [BadCase] = [
-        BadCase(name: "unknown top-level field", yaml: "store: .outbox\nconcurency: 4\n", line: 2, column: 1,
-                message: "unknown field \"concurency\" in the config"),
-        BadCase(name: "unknown nested field", yaml: "hooks:\n  concurrency: 2\n  warn_afer: 10s\n", line: 3, column: 3,
-                message: "unknown field \"warn_afer\" in hooks"),
-        BadCase(name: "unknown field in retry.backoff", yaml: "retry:\n  backoff: { base: 1s, max: 2h, jitter: 0.2, factor: 2 }\n",
-                line: 2, column: 46, message: "unknown field \"factor\" in retry.backoff"),
-        BadCase(name: "string for a number", yaml: "concurrency: many\n", line: 1, column: 14,
-                message: "concurrency must be a whole number, not a string"),
-        BadCase(name: "number out of range", yaml: "per_host: 0\n", line: 1, column: 11,
-                message: "per_host must be between 1 and 256, not 0"),
-        BadCase(name: "list for a mapping", yaml: "retry: [1, 2]\n", line: 1, column: 8,
-                message: "retry must be a mapping, not a list"),
-        BadCase(name: "mapping for a string", yaml: "store: { path: x }\n", line: 1, column: 8,
-                message: "store must be a string, not a mapping"),
-        BadCase(name: "headers not a mapping", yaml: "headers: [a, b]\n", line: 1, column: 10,
-                message: "headers must be a mapping of header names to values"),
-        BadCase(name: "bad header name", yaml: "headers:\n  \"X Bad\": 1\n", line: 2, column: 3,
-                message: "headers: header name \"X Bad\" has a character not allowed in header names"),
-        BadCase(name: "duration without unit", yaml: "lifetime: 5\n", line: 1, column: 11,
-                message: "lifetime: bad duration \"5\" (a unit is required: use 500ms, 30s, 10m, 2h or 14d)"),
-        BadCase(name: "unknown duration unit", yaml: "hooks: { warn_after: 3 weeks }\n", line: 1, column: 22,
-                message: "hooks.warn_after: bad duration \"3 weeks\""),
-        BadCase(name: "lower-case size unit", yaml: "max_vars_bytes: 8mb\n", line: 1, column: 17,
-                message: "max_vars_bytes: bad size \"8mb\""),
-        BadCase(name: "jitter above 1", yaml: "retry:\n  backoff: { base: 1s, max: 2h, jitter: 3 }\n", line: 2, column: 41,
-                message: "retry.backoff.jitter must be between 0.0 and 1.0, not 3.0"),
-        BadCase(name: "incomplete backoff", yaml: "retry:\n  backoff: { base: 1s, jitter: 0 }\n", line: 2, column: 12,
-                message: "retry.backoff must give base, max and jitter (missing max)"),
-        BadCase(name: "exempt outside 4xx", yaml: "retry:\n  terminal_http: { exempt: [500] }\n", line: 2, column: 29,
-                message: "retry.terminal_http.exempt items must be between 400 and 499, not 500"),
-        BadCase(name: "empty command", yaml: "headers_command: \"  \"\n", line: 1, column: 18,
-                message: "headers_command is an empty command"),
-        BadCase(name: "bad header template", yaml: "headers:\n  Authorization: \"Bearer {{ env.TOKEN \"\n", line: 2, column: 18,
-                message: "headers.Authorization: "),
+        BadCase(
+            name: "unknown top-level field", yaml: "store: .outbox\nconcurency: 4\n", line: 2, column: 1,
+            message: "unknown field \"concurency\" in the config"),
+        BadCase(
+            name: "unknown nested field", yaml: "hooks:\n  concurrency: 2\n  warn_afer: 10s\n", line: 3, column: 3,
+            message: "unknown field \"warn_afer\" in hooks"),
+        BadCase(
+            name: "unknown field in retry.backoff", yaml: "retry:\n  backoff: { base: 1s, max: 2h, jitter: 0.2, factor: 2 }\n",
+            line: 2, column: 46, message: "unknown field \"factor\" in retry.backoff"),
+        BadCase(
+            name: "string for a number", yaml: "concurrency: many\n", line: 1, column: 14,
+            message: "concurrency must be a whole number, not a string"),
+        BadCase(
+            name: "number out of range", yaml: "per_host: 0\n", line: 1, column: 11,
+            message: "per_host must be between 1 and 256, not 0"),
+        BadCase(
+            name: "list for a mapping", yaml: "retry: [1, 2]\n", line: 1, column: 8,
+            message: "retry must be a mapping, not a list"),
+        BadCase(
+            name: "mapping for a string", yaml: "store: { path: x }\n", line: 1, column: 8,
+            message: "store must be a string, not a mapping"),
+        BadCase(
+            name: "headers not a mapping", yaml: "headers: [a, b]\n", line: 1, column: 10,
+            message: "headers must be a mapping of header names to values"),
+        BadCase(
+            name: "bad header name", yaml: "headers:\n  \"X Bad\": 1\n", line: 2, column: 3,
+            message: "headers: header name \"X Bad\" has a character not allowed in header names"),
+        BadCase(
+            name: "duration without unit", yaml: "lifetime: 5\n", line: 1, column: 11,
+            message: "lifetime: bad duration \"5\" (a unit is required: use 500ms, 30s, 10m, 2h or 14d)"),
+        BadCase(
+            name: "unknown duration unit", yaml: "hooks: { warn_after: 3 weeks }\n", line: 1, column: 22,
+            message: "hooks.warn_after: bad duration \"3 weeks\""),
+        BadCase(
+            name: "lower-case size unit", yaml: "max_vars_bytes: 8mb\n", line: 1, column: 17,
+            message: "max_vars_bytes: bad size \"8mb\""),
+        BadCase(
+            name: "jitter above 1", yaml: "retry:\n  backoff: { base: 1s, max: 2h, jitter: 3 }\n", line: 2, column: 41,
+            message: "retry.backoff.jitter must be between 0.0 and 1.0, not 3.0"),
+        BadCase(
+            name: "incomplete backoff", yaml: "retry:\n  backoff: { base: 1s, jitter: 0 }\n", line: 2, column: 12,
+            message: "retry.backoff must give base, max and jitter (missing max)"),
+        BadCase(
+            name: "exempt outside 4xx", yaml: "retry:\n  terminal_http: { exempt: [500] }\n", line: 2, column: 29,
+            message: "retry.terminal_http.exempt items must be between 400 and 499, not 500"),
+        BadCase(
+            name: "empty command", yaml: "headers_command: \"  \"\n", line: 1, column: 18,
+            message: "headers_command is an empty command"),
+        BadCase(
+            name: "bad header template", yaml: "headers:\n  Authorization: \"Bearer {{ env.TOKEN \"\n", line: 2, column: 18,
+            message: "headers.Authorization: "),
         BadCase(name: "YAML syntax error", yaml: "store: [unclosed\n", line: 2, column: 1, message: ""),
     ]
 
@@ -256,28 +274,28 @@ struct ConfigTests {
 
 struct DefinitionTests {
     static let valid = """
-    key: note.comment.add
-    request:
-      method: POST
-      url: https://api.example.com/sites/{{ vars.site_id }}/notes
-      headers:
-        X-Client: field-app
-      data:
-        comment: "{{ vars.comment }}"
-    response: json
-    accept:
-      - status: 409
-        body_includes: already exists
-    retry:
-      backoff: { base: 1s, max: 2h, jitter: 0.2 }
-      terminal_http: { exempt: [404] }
-    expires_in: 14d
-    scope: "note-{{ vars.note_id }}"
-    on_rejected: cancel-scope
-    on_success: hooks/ok.sh
-    on_error: [hooks/err.sh, --verbose]
+        key: note.comment.add
+        request:
+          method: POST
+          url: https://api.example.com/sites/{{ vars.site_id }}/notes
+          headers:
+            X-Client: field-app
+          data:
+            comment: "{{ vars.comment }}"
+        response: json
+        accept:
+          - status: 409
+            body_includes: already exists
+        retry:
+          backoff: { base: 1s, max: 2h, jitter: 0.2 }
+          terminal_http: { exempt: [404] }
+        expires_in: 14d
+        scope: "note-{{ vars.note_id }}"
+        on_rejected: cancel-scope
+        on_success: hooks/ok.sh
+        on_error: [hooks/err.sh, --verbose]
 
-    """
+        """
 
     @Test func aFullDefinitionIsRead() throws {
         let (d, diagnostics) = readDefinition(Self.valid)
@@ -298,70 +316,96 @@ struct DefinitionTests {
     }
 
     static let bad: [BadCase] = [
-        BadCase(name: "unknown field in request", yaml: """
-            key: k
-            request:
-              url: https://x.example/
-              methd: PUT
+        BadCase(
+            name: "unknown field in request",
+            yaml: """
+                key: k
+                request:
+                  url: https://x.example/
+                  methd: PUT
 
-            """, line: 4, column: 3, message: "unknown field \"methd\" in request"),
-        BadCase(name: "unknown top-level field", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nretries: 3\n",
-                line: 3, column: 1, message: "unknown field \"retries\" in a definition"),
-        BadCase(name: "two body kinds", yaml: """
-            key: k
-            request:
-              url: https://x.example/
-              data: { a: 1 }
-              text: hello
+                """, line: 4, column: 3, message: "unknown field \"methd\" in request"),
+        BadCase(
+            name: "unknown top-level field", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nretries: 3\n",
+            line: 3, column: 1, message: "unknown field \"retries\" in a definition"),
+        BadCase(
+            name: "two body kinds",
+            yaml: """
+                key: k
+                request:
+                  url: https://x.example/
+                  data: { a: 1 }
+                  text: hello
 
-            """, line: 5, column: 9, message: "request has more than one body kind (data, text): give at most one"),
-        BadCase(name: "GET with data", yaml: """
-            key: k
-            request:
-              method: GET
-              url: https://x.example/
-              data: { a: 1 }
+                """, line: 5, column: 9, message: "request has more than one body kind (data, text): give at most one"),
+        BadCase(
+            name: "GET with data",
+            yaml: """
+                key: k
+                request:
+                  method: GET
+                  url: https://x.example/
+                  data: { a: 1 }
 
-            """, line: 5, column: 9, message: "a GET request cannot have a body (request.data)"),
-        BadCase(name: "file: URL", yaml: "key: k\nrequest:\n  url: file:///etc/passwd\n", line: 3, column: 8,
-                message: "request.url: scheme \"file\" is not allowed (http or https only)"),
-        BadCase(name: "gopher: URL", yaml: "key: k\nrequest:\n  url: gopher://x\n", line: 3, column: 8,
-                message: "request.url: scheme \"gopher\" is not allowed (http or https only)"),
-        BadCase(name: "ftp: URL", yaml: "key: k\nrequest:\n  url: \"ftp://x\"\n", line: 3, column: 8,
-                message: "request.url: scheme \"ftp\" is not allowed (http or https only)"),
-        BadCase(name: "unknown method", yaml: "key: k\nrequest:\n  url: https://x.example/\n  method: FETCH\n", line: 4, column: 11,
-                message: "request.method must be one of POST, PUT, PATCH, DELETE, GET, MKCOL, COPY, MOVE, not \"FETCH\""),
-        BadCase(name: "YAML 1.1 yes for a bool", yaml: "key: k\nrequest:\n  url: https://x.example/\n  wifi_only: yes\n",
-                line: 4, column: 14, message: "request.wifi_only must be true or false, not a string (YAML 1.2: write true or false)"),
-        BadCase(name: "bad duration", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nexpires_in: 2 weeks\n",
-                line: 3, column: 13, message: "expires_in: bad duration \"2 weeks\""),
-        BadCase(name: "wrong type for accept", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\naccept: 409\n",
-                line: 3, column: 9, message: "accept must be a list of {status, body_includes?}"),
-        BadCase(name: "bad ownership", yaml: "key: k\nrequest:\n  url: https://x.example/\n  file: a.bin\n  ownership: steal\n",
-                line: 5, column: 14, message: "request.ownership must be copy, move or reference, not \"steal\""),
-        BadCase(name: "parts without file", yaml: "key: k\nrequest:\n  parts: { url: \"https://x.example/{{ part.number }}\" }\n",
-                line: 3, column: 10, message: "request.parts needs request.file"),
-        BadCase(name: "plan min over max", yaml: """
-            key: k
-            request:
-              file: a.bin
-              parts:
-                plan: { min: 30MiB, max: 20MiB }
-                url: "https://x.example/{{ part.number }}"
+                """, line: 5, column: 9, message: "a GET request cannot have a body (request.data)"),
+        BadCase(
+            name: "file: URL", yaml: "key: k\nrequest:\n  url: file:///etc/passwd\n", line: 3, column: 8,
+            message: "request.url: scheme \"file\" is not allowed (http or https only)"),
+        BadCase(
+            name: "gopher: URL", yaml: "key: k\nrequest:\n  url: gopher://x\n", line: 3, column: 8,
+            message: "request.url: scheme \"gopher\" is not allowed (http or https only)"),
+        BadCase(
+            name: "ftp: URL", yaml: "key: k\nrequest:\n  url: \"ftp://x\"\n", line: 3, column: 8,
+            message: "request.url: scheme \"ftp\" is not allowed (http or https only)"),
+        BadCase(
+            name: "unknown method", yaml: "key: k\nrequest:\n  url: https://x.example/\n  method: FETCH\n", line: 4, column: 11,
+            message: "request.method must be one of POST, PUT, PATCH, DELETE, GET, MKCOL, COPY, MOVE, not \"FETCH\""),
+        BadCase(
+            name: "YAML 1.1 yes for a bool", yaml: "key: k\nrequest:\n  url: https://x.example/\n  wifi_only: yes\n",
+            line: 4, column: 14, message: "request.wifi_only must be true or false, not a string (YAML 1.2: write true or false)"),
+        BadCase(
+            name: "bad duration", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nexpires_in: 2 weeks\n",
+            line: 3, column: 13, message: "expires_in: bad duration \"2 weeks\""),
+        BadCase(
+            name: "wrong type for accept", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\naccept: 409\n",
+            line: 3, column: 9, message: "accept must be a list of {status, body_includes?}"),
+        BadCase(
+            name: "bad ownership", yaml: "key: k\nrequest:\n  url: https://x.example/\n  file: a.bin\n  ownership: steal\n",
+            line: 5, column: 14, message: "request.ownership must be copy, move or reference, not \"steal\""),
+        BadCase(
+            name: "parts without file", yaml: "key: k\nrequest:\n  parts: { url: \"https://x.example/{{ part.number }}\" }\n",
+            line: 3, column: 10, message: "request.parts needs request.file"),
+        BadCase(
+            name: "plan min over max",
+            yaml: """
+                key: k
+                request:
+                  file: a.bin
+                  parts:
+                    plan: { min: 30MiB, max: 20MiB }
+                    url: "https://x.example/{{ part.number }}"
 
-            """, line: 5, column: 11, message: "request.parts.plan: min is greater than max"),
-        BadCase(name: "no key", yaml: "request: { url: \"https://x.example/\" }\n", line: 1, column: 1, message: "a definition needs a key"),
+                """, line: 5, column: 11, message: "request.parts.plan: min is greater than max"),
+        BadCase(
+            name: "no key", yaml: "request: { url: \"https://x.example/\" }\n", line: 1, column: 1, message: "a definition needs a key"),
         BadCase(name: "no request", yaml: "key: k\n", line: 1, column: 1, message: "a definition needs request (or request_command)"),
-        BadCase(name: "template syntax error", yaml: "key: k\nrequest:\n  url: \"https://x.example/{{ vars.a \"\n",
-                line: 3, column: 8, message: "request.url: "),
-        BadCase(name: "bad header template reported once", yaml: "key: k\nrequest:\n  url: https://x.example/\n  headers: { X-A: \"{{ vars.a\" }\n",
-                line: 4, column: 19, message: "request.headers.X-A: "),
-        BadCase(name: "bad template deep in data", yaml: "key: k\nrequest:\n  url: https://x.example/\n  data:\n    items:\n      - \"{{ vars.a | nope }}\"\n",
-                line: 6, column: 9, message: "request.data.items[0]: "),
-        BadCase(name: "response mapping without command", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nresponse: {}\n",
-                line: 3, column: 11, message: "response needs a command"),
-        BadCase(name: "unquoted template is a flow mapping", yaml: "key: k\nrequest:\n  url: https://x.example/\n  data: {{ vars.a }}\n",
-                line: 4, column: 9, message: "a value starting with {{ is read as a YAML flow mapping, not a template; quote templates"),
+        BadCase(
+            name: "template syntax error", yaml: "key: k\nrequest:\n  url: \"https://x.example/{{ vars.a \"\n",
+            line: 3, column: 8, message: "request.url: "),
+        BadCase(
+            name: "bad header template reported once",
+            yaml: "key: k\nrequest:\n  url: https://x.example/\n  headers: { X-A: \"{{ vars.a\" }\n",
+            line: 4, column: 19, message: "request.headers.X-A: "),
+        BadCase(
+            name: "bad template deep in data",
+            yaml: "key: k\nrequest:\n  url: https://x.example/\n  data:\n    items:\n      - \"{{ vars.a | nope }}\"\n",
+            line: 6, column: 9, message: "request.data.items[0]: "),
+        BadCase(
+            name: "response mapping without command", yaml: "key: k\nrequest: { url: \"https://x.example/\" }\nresponse: {}\n",
+            line: 3, column: 11, message: "response needs a command"),
+        BadCase(
+            name: "unquoted template is a flow mapping", yaml: "key: k\nrequest:\n  url: https://x.example/\n  data: {{ vars.a }}\n",
+            line: 4, column: 9, message: "a value starting with {{ is read as a YAML flow mapping, not a template; quote templates"),
     ]
 
     @Test(arguments: bad)
@@ -376,15 +420,15 @@ struct DefinitionTests {
 
     @Test func everyErrorOfAFileIsReported() throws {
         let yaml = """
-        key: k
-        request:
-          method: FETCH
-          url: gopher://x
-          bogus: 1
-        expires_in: soon
-        on_rejected: shrug
+            key: k
+            request:
+              method: FETCH
+              url: gopher://x
+              bogus: 1
+            expires_in: soon
+            on_rejected: shrug
 
-        """
+            """
         let (_, diagnostics) = readDefinitionInSourceOrder(yaml)
         #expect(diagnostics.map { "\($0.line):\($0.column)" } == ["3:11", "4:8", "5:3", "6:13", "7:14"])
         #expect(diagnostics[0].message.hasPrefix("request.method must be one of"))
@@ -404,11 +448,12 @@ struct DefinitionTests {
     @Test func renderedDiagnosticPointsAtTheColumn() {
         let source = "key: k\nrequest:\n  url: https://x.example/\n  methd: PUT\n"
         let d = Diagnostic(path: "definitions/k.yaml", line: 4, column: 3, message: "unknown field \"methd\" in request")
-        #expect(d.rendered(source: source) == """
-        definitions/k.yaml:4:3: error: unknown field "methd" in request
-          methd: PUT
-          ^
-        """)
+        #expect(
+            d.rendered(source: source) == """
+                definitions/k.yaml:4:3: error: unknown field "methd" in request
+                  methd: PUT
+                  ^
+                """)
         let tabbed = Diagnostic(path: "a.yaml", line: 1, column: 3, message: "m")
         #expect(tabbed.rendered(source: "\tab: 1\r\nnext") == "a.yaml:1:3: error: m\n\tab: 1\n\t ^")
         #expect(Diagnostic(path: "a.yaml", line: 9, column: 1, message: "m").rendered(source: "one line") == "a.yaml:9:1: error: m")

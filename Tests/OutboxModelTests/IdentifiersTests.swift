@@ -91,10 +91,14 @@ struct IdentifiersTests {
         ("quote is escaped", "a\"b", #"id "a\"b" contains "\"" (allowed: A-Z a-z 0-9 . _ : @ -)"#),
         ("leading dot", ".hidden", #"id ".hidden" must not start with ".""#),
         ("leading dash", "-rf", #"id "-rf" must not start with "-""#),
-        ("129 characters", String(repeating: "x", count: 129),
-         "id \"" + String(repeating: "x", count: 40) + "…\" is 129 characters long (at most 128)"),
-        ("long with a bad character is cut", String(repeating: "y", count: 50) + "!",
-         "id \"" + String(repeating: "y", count: 40) + "…\" contains \"!\" (allowed: A-Z a-z 0-9 . _ : @ -)"),
+        (
+            "129 characters", String(repeating: "x", count: 129),
+            "id \"" + String(repeating: "x", count: 40) + "…\" is 129 characters long (at most 128)"
+        ),
+        (
+            "long with a bad character is cut", String(repeating: "y", count: 50) + "!",
+            "id \"" + String(repeating: "y", count: 40) + "…\" contains \"!\" (allowed: A-Z a-z 0-9 . _ : @ -)"
+        ),
     ])
     func rejectsID(_ name: String, _ id: String, _ message: String) {
         #expect(Identifiers.validateUserID(id) == message, "\(name)")

@@ -22,24 +22,27 @@ struct JSONTests {
     }
 
     @Test func compactAndPrettyText() throws {
-        let value: JSON = .object([("b", .array([.int(1), .null, .bool(true)])), ("a", .object([("k\"", .string("v"))])),
-                                   ("e", .array([])), ("o", .object([]))])
+        let value: JSON = .object([
+            ("b", .array([.int(1), .null, .bool(true)])), ("a", .object([("k\"", .string("v"))])),
+            ("e", .array([])), ("o", .object([])),
+        ])
         #expect(value.serialized() == #"{"b":[1,null,true],"a":{"k\"":"v"},"e":[],"o":{}}"#)
         #expect(value.serialized(sortedKeys: true) == #"{"a":{"k\"":"v"},"b":[1,null,true],"e":[],"o":{}}"#)
-        #expect(value.pretty() == """
-            {
-              "b": [
-                1,
-                null,
-                true
-              ],
-              "a": {
-                "k\\"": "v"
-              },
-              "e": [],
-              "o": {}
-            }
-            """)
+        #expect(
+            value.pretty() == """
+                {
+                  "b": [
+                    1,
+                    null,
+                    true
+                  ],
+                  "a": {
+                    "k\\"": "v"
+                  },
+                  "e": [],
+                  "o": {}
+                }
+                """)
         #expect(try JSON.parse(value.pretty()) == value)
     }
 
@@ -52,16 +55,17 @@ struct JSONTests {
 
     /// Bad strings fail with what is wrong and where (1-based byte offset), whether or not
     /// the string holds an escape.
-    @Test(arguments: [
-        ([0x22, 0x61, 0xFF, 0x22], "string is not valid UTF-8 at byte 5"),
-        ([0x22, 0xC3, 0x22], "string is not valid UTF-8 at byte 4"),
-        ([0x22, 0x5C, 0x6E, 0xC3, 0x22], "string is not valid UTF-8 at byte 6"),
-        ([0x22, 0xED, 0xA0, 0x80, 0x22], "string is not valid UTF-8 at byte 6"),
-        (Array(#""\ud800""#.utf8), "lone surrogate in \\u escape at byte 8"),
-        (Array("\"a\u{01}\"".utf8), "control character in string at byte 3"),
-        (Array(#""abc"#.utf8), "unterminated string at byte 5"),
-        (Array(#""\q""#.utf8), "bad escape at byte 4"),
-    ] as [([UInt8], String)])
+    @Test(
+        arguments: [
+            ([0x22, 0x61, 0xFF, 0x22], "string is not valid UTF-8 at byte 5"),
+            ([0x22, 0xC3, 0x22], "string is not valid UTF-8 at byte 4"),
+            ([0x22, 0x5C, 0x6E, 0xC3, 0x22], "string is not valid UTF-8 at byte 6"),
+            ([0x22, 0xED, 0xA0, 0x80, 0x22], "string is not valid UTF-8 at byte 6"),
+            (Array(#""\ud800""#.utf8), "lone surrogate in \\u escape at byte 8"),
+            (Array("\"a\u{01}\"".utf8), "control character in string at byte 3"),
+            (Array(#""abc"#.utf8), "unterminated string at byte 5"),
+            (Array(#""\q""#.utf8), "bad escape at byte 4"),
+        ] as [([UInt8], String)])
     func badStringsAreRejected(_ input: [UInt8], _ message: String) {
         var bytes = input
         do {

@@ -20,9 +20,11 @@ private func build(
     }
 }
 
-private func prepared(_ yaml: String, vars: String = "null", config: Config = Config(root: "/project"),
-                      environment: [String: String] = [:], cwd: String = "/work",
-                      commandHeaders: [(String, String)] = []) throws -> PreparedRequest {
+private func prepared(
+    _ yaml: String, vars: String = "null", config: Config = Config(root: "/project"),
+    environment: [String: String] = [:], cwd: String = "/work",
+    commandHeaders: [(String, String)] = []
+) throws -> PreparedRequest {
     try build(yaml, vars: vars, config: config, environment: environment, cwd: cwd, commandHeaders: commandHeaders).get()
 }
 
@@ -53,23 +55,30 @@ struct RequestBuilderTests {
 
     static let dataCases: [DataCase] = [
         DataCase(name: "number stays a number", data: "{ n: \"{{ vars.n }}\" }", vars: #"{"n": 5}"#, body: #"{"n":5}"#),
-        DataCase(name: "object stays an object", data: "{ o: \"{{ vars.o }}\" }", vars: #"{"o": {"a": [1, true]}}"#,
-                 body: #"{"o":{"a":[1,true]}}"#),
+        DataCase(
+            name: "object stays an object", data: "{ o: \"{{ vars.o }}\" }", vars: #"{"o": {"a": [1, true]}}"#,
+            body: #"{"o":{"a":[1,true]}}"#),
         DataCase(name: "null stays null", data: "{ x: \"{{ vars.x }}\" }", vars: #"{"x": null}"#, body: #"{"x":null}"#),
         DataCase(name: "bool stays a bool", data: "[\"{{ vars.b }}\"]", vars: #"{"b": false}"#, body: "[false]"),
-        DataCase(name: "big integer keeps its digits", data: "{ n: \"{{ vars.n }}\" }", vars: #"{"n": 12345678901234567890}"#,
-                 body: #"{"n":12345678901234567890}"#),
+        DataCase(
+            name: "big integer keeps its digits", data: "{ n: \"{{ vars.n }}\" }", vars: #"{"n": 12345678901234567890}"#,
+            body: #"{"n":12345678901234567890}"#),
         DataCase(name: "inside text becomes text", data: "{ s: \"id-{{ vars.n }}\" }", vars: #"{"n": 5}"#, body: #"{"s":"id-5"}"#),
-        DataCase(name: "array index path", data: "{ first: \"{{ vars.items.0.id }}\" }", vars: #"{"items": [{"id": "a"}]}"#,
-                 body: #"{"first":"a"}"#),
-        DataCase(name: "whole data from one var", data: "\"{{ vars.payload }}\"", vars: #"{"payload": [1, {"k": "v"}]}"#,
-                 body: #"[1,{"k":"v"}]"#),
-        DataCase(name: "braces in a var stay literal", data: "{ s: \"{{ vars.s }}\" }", vars: #"{"s": "{{ env.HOME }}"}"#,
-                 body: #"{"s":"{{ env.HOME }}"}"#),
-        DataCase(name: "literal types kept", data: "{ a: 1, b: 2.5, c: true, d: null, e: \"007\" }", vars: "null",
-                 body: #"{"a":1,"b":2.5,"c":true,"d":null,"e":"007"}"#),
-        DataCase(name: "json filter makes text", data: "{ s: \"{{ vars.o | json }}\" }", vars: #"{"o": {"a": 1}}"#,
-                 body: #"{"s":"{\"a\":1}"}"#),
+        DataCase(
+            name: "array index path", data: "{ first: \"{{ vars.items.0.id }}\" }", vars: #"{"items": [{"id": "a"}]}"#,
+            body: #"{"first":"a"}"#),
+        DataCase(
+            name: "whole data from one var", data: "\"{{ vars.payload }}\"", vars: #"{"payload": [1, {"k": "v"}]}"#,
+            body: #"[1,{"k":"v"}]"#),
+        DataCase(
+            name: "braces in a var stay literal", data: "{ s: \"{{ vars.s }}\" }", vars: #"{"s": "{{ env.HOME }}"}"#,
+            body: #"{"s":"{{ env.HOME }}"}"#),
+        DataCase(
+            name: "literal types kept", data: "{ a: 1, b: 2.5, c: true, d: null, e: \"007\" }", vars: "null",
+            body: #"{"a":1,"b":2.5,"c":true,"d":null,"e":"007"}"#),
+        DataCase(
+            name: "json filter makes text", data: "{ s: \"{{ vars.o | json }}\" }", vars: #"{"o": {"a": 1}}"#,
+            body: #"{"s":"{\"a\":1}"}"#),
     ]
 
     @Test(arguments: dataCases)
@@ -124,16 +133,21 @@ struct RequestBuilderTests {
     }
 
     static let badURLs: [BadURLCase] = [
-        BadURLCase(name: "file scheme from a var", template: "{{ vars.url }}", vars: #"{"url": "file:///etc/passwd"}"#,
-                   message: "request.url: scheme \"file\" is not allowed (http or https only)"),
-        BadURLCase(name: "gopher scheme from a var", template: "{{ vars.url }}", vars: #"{"url": "gopher://x"}"#,
-                   message: "request.url: scheme \"gopher\" is not allowed (http or https only)"),
-        BadURLCase(name: "ftp scheme from a var", template: "{{ vars.url }}", vars: #"{"url": "ftp://x"}"#,
-                   message: "request.url: scheme \"ftp\" is not allowed (http or https only)"),
-        BadURLCase(name: "a number as the URL", template: "{{ vars.url }}", vars: #"{"url": 5}"#,
-                   message: "request.url: {{ vars.url }} is a number; a URL must be a string"),
-        BadURLCase(name: "a var in the host", template: "https://{{ vars.host }}/x", vars: #"{"host": "evil.example"}"#,
-                   message: "request.url: {{ vars.host }} is in the URL's scheme or host"),
+        BadURLCase(
+            name: "file scheme from a var", template: "{{ vars.url }}", vars: #"{"url": "file:///etc/passwd"}"#,
+            message: "request.url: scheme \"file\" is not allowed (http or https only)"),
+        BadURLCase(
+            name: "gopher scheme from a var", template: "{{ vars.url }}", vars: #"{"url": "gopher://x"}"#,
+            message: "request.url: scheme \"gopher\" is not allowed (http or https only)"),
+        BadURLCase(
+            name: "ftp scheme from a var", template: "{{ vars.url }}", vars: #"{"url": "ftp://x"}"#,
+            message: "request.url: scheme \"ftp\" is not allowed (http or https only)"),
+        BadURLCase(
+            name: "a number as the URL", template: "{{ vars.url }}", vars: #"{"url": 5}"#,
+            message: "request.url: {{ vars.url }} is a number; a URL must be a string"),
+        BadURLCase(
+            name: "a var in the host", template: "https://{{ vars.host }}/x", vars: #"{"host": "evil.example"}"#,
+            message: "request.url: {{ vars.host }} is in the URL's scheme or host"),
     ]
 
     @Test(arguments: badURLs)
@@ -156,7 +170,8 @@ struct RequestBuilderTests {
     @Test func headersMergeConfigThenCommandThenDefinition() throws {
         var config = Config(root: "/project")
         config.headers = [("X-A", "config-a"), ("X-B", "config-b"), ("X-C", "config-c")]
-        let p = try prepared("""
+        let p = try prepared(
+            """
             key: k
             request:
               method: DELETE
@@ -192,12 +207,14 @@ struct RequestBuilderTests {
     static let contentTypes: [ContentTypeCase] = [
         ContentTypeCase(name: "data default", request: "  data: { a: 1 }", expected: ["Content-Type: application/json"]),
         ContentTypeCase(name: "text default", request: "  text: hello", expected: ["Content-Type: text/plain; charset=utf-8"]),
-        ContentTypeCase(name: "content_type beats a Content-Type header",
-                        request: "  data: { a: 1 }\n  content_type: application/vnd.x+json\n  headers: { content-type: text/xml }",
-                        expected: ["Content-Type: application/vnd.x+json"]),
-        ContentTypeCase(name: "a Content-Type header beats the default",
-                        request: "  data: { a: 1 }\n  headers: { content-type: application/merge-patch+json }",
-                        expected: ["content-type: application/merge-patch+json"]),
+        ContentTypeCase(
+            name: "content_type beats a Content-Type header",
+            request: "  data: { a: 1 }\n  content_type: application/vnd.x+json\n  headers: { content-type: text/xml }",
+            expected: ["Content-Type: application/vnd.x+json"]),
+        ContentTypeCase(
+            name: "a Content-Type header beats the default",
+            request: "  data: { a: 1 }\n  headers: { content-type: application/merge-patch+json }",
+            expected: ["content-type: application/merge-patch+json"]),
         ContentTypeCase(name: "content_type without a body", request: "  content_type: text/csv", expected: ["Content-Type: text/csv"]),
         ContentTypeCase(name: "no body, no header", request: "  method: DELETE", expected: []),
     ]
@@ -240,13 +257,15 @@ struct RequestBuilderTests {
         #expect(error.message == "request.url: {{ vars.site_id }} does not resolve (vars has no \"site_id\")")
         let noVars = try failure(yaml)
         #expect(noVars.message == "request.url: {{ vars.site_id }} does not resolve (the entry has no vars)")
-        let deep = try failure("key: k\nrequest:\n  url: https://x.example/\n  data: { a: \"{{ vars.a.b.c }}\" }\n", vars: #"{"a": {"b": {}}}"#)
+        let deep = try failure(
+            "key: k\nrequest:\n  url: https://x.example/\n  data: { a: \"{{ vars.a.b.c }}\" }\n", vars: #"{"a": {"b": {}}}"#)
         #expect(deep.message == "request.data.a: {{ vars.a.b.c }} does not resolve (vars.a.b has no \"c\")")
     }
 
     @Test func aGetWithDataFromVarsIsInvalid() throws {
-        let error = try failure("key: k\nrequest:\n  method: \"{{ vars.m }}\"\n  url: https://x.example/\n  data: { a: 1 }\n",
-                                vars: #"{"m": "GET"}"#)
+        let error = try failure(
+            "key: k\nrequest:\n  method: \"{{ vars.m }}\"\n  url: https://x.example/\n  data: { a: 1 }\n",
+            vars: #"{"m": "GET"}"#)
         #expect(error.code == .invalid)
         #expect(error.message == "a GET request cannot have a body (request.data)")
         let method = try failure("key: k\nrequest:\n  method: \"{{ vars.m }}\"\n  url: https://x.example/\n", vars: #"{"m": "TRACE"}"#)
@@ -256,8 +275,9 @@ struct RequestBuilderTests {
     @Test func aMissingFileIsFileMissingAndNamed() throws {
         let folder = try ModelTempFolder()
         defer { folder.remove() }
-        let error = try failure("key: k\nrequest:\n  method: PUT\n  url: https://x.example/\n  file: \"{{ vars.path }}\"\n",
-                                vars: #"{"path": "captures/none.bin"}"#, cwd: folder.path)
+        let error = try failure(
+            "key: k\nrequest:\n  method: PUT\n  url: https://x.example/\n  file: \"{{ vars.path }}\"\n",
+            vars: #"{"path": "captures/none.bin"}"#, cwd: folder.path)
         #expect(error.code == .fileMissing)
         #expect(error.code.exitStatus == 66)
         #expect(error.message == "request.file: no such file \(folder.path)/captures/none.bin")
@@ -278,18 +298,18 @@ struct RequestBuilderTests {
     // MARK: parts
 
     static let planDefinition = """
-    key: upload
-    request:
-      method: PUT
-      file: "{{ vars.path }}"
-      parts:
-        plan: { min: 10, max: 20 }
-        url: "https://up.example/{{ vars.upload }}/parts/{{ part.number }}?i={{ part.index }}"
-        headers:
-          Content-Range: "bytes {{ part.start }}-{{ part.last }}/{{ file.size }}"
-          X-End: "{{ part.end }}"
+        key: upload
+        request:
+          method: PUT
+          file: "{{ vars.path }}"
+          parts:
+            plan: { min: 10, max: 20 }
+            url: "https://up.example/{{ vars.upload }}/parts/{{ part.number }}?i={{ part.index }}"
+            headers:
+              Content-Range: "bytes {{ part.start }}-{{ part.last }}/{{ file.size }}"
+              X-End: "{{ part.end }}"
 
-    """
+        """
 
     struct PlanCase: Sendable, CustomTestStringConvertible {
         let size: Int
@@ -319,10 +339,11 @@ struct RequestBuilderTests {
         #expect(parts.map { [$0.range.start, $0.range.end] } == c.ranges.map { [$0.0, $0.1] })
         for (i, part) in parts.enumerated() {
             #expect(part.url == "https://up.example/u%201/parts/\(i + 1)?i=\(i)")
-            #expect(part.headers == [
-                HeaderPair("Content-Range", "bytes \(part.range.start)-\(part.range.end - 1)/\(c.size)"),
-                HeaderPair("X-End", "\(part.range.end)"),
-            ])
+            #expect(
+                part.headers == [
+                    HeaderPair("Content-Range", "bytes \(part.range.start)-\(part.range.end - 1)/\(c.size)"),
+                    HeaderPair("X-End", "\(part.range.end)"),
+                ])
         }
     }
 
@@ -336,14 +357,14 @@ struct RequestBuilderTests {
     }
 
     static let explicitDefinition = """
-    key: upload
-    request:
-      method: PUT
-      file: "{{ vars.path }}"
-      ownership: copy
-      parts: "{{ vars.parts }}"
+        key: upload
+        request:
+          method: PUT
+          file: "{{ vars.path }}"
+          ownership: copy
+          parts: "{{ vars.parts }}"
 
-    """
+        """
 
     struct TilingCase: Sendable, CustomTestStringConvertible {
         let name: String
@@ -356,8 +377,9 @@ struct RequestBuilderTests {
         TilingCase(name: "exact tiling", ranges: [(0, 10), (10, 30)], problem: nil),
         TilingCase(name: "a gap", ranges: [(0, 10), (12, 30)], problem: "parts[1] starts at 12 but parts[0] ended at 10 (a gap)"),
         TilingCase(name: "an overlap", ranges: [(0, 10), (8, 30)], problem: "parts[1] starts at 8 but parts[0] ended at 10 (an overlap)"),
-        TilingCase(name: "short of the end", ranges: [(0, 10), (10, 20)],
-                   problem: "the last part ends at 20 but the file has 30 bytes (10 not covered)"),
+        TilingCase(
+            name: "short of the end", ranges: [(0, 10), (10, 20)],
+            problem: "the last part ends at 20 but the file has 30 bytes (10 not covered)"),
         TilingCase(name: "past the end", ranges: [(0, 31)], problem: "parts[0] ends at 31, past the end of the file (30 bytes)"),
         TilingCase(name: "not from 0", ranges: [(1, 30)], problem: "parts[0] starts at 1, not 0"),
     ]

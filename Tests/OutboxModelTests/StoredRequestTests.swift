@@ -34,20 +34,21 @@ struct StoredRequestTests {
         return json
     }
 
-    @Test(arguments: [
-        ("no method", without("method"), "method: missing"),
-        ("no body kind", without("body_kind"), "body_kind: missing"),
-        ("an unknown body kind", with("body_kind", .string("blob")), "body_kind: unknown body kind \"blob\""),
-        ("headers that are not pairs", with("headers", .array([.string("A: 1")])), "headers: a header is not a [name, value] pair"),
-        ("an incomplete file identity", with("file", .object([("path", .string("/p"))])), "file: the file identity is incomplete"),
-        ("an unknown ownership", with("ownership", .string("borrow")), "ownership: unknown ownership \"borrow\""),
-        ("an accept rule without status", with("accept", .array([.object([])])), "accept: a rule has no status"),
-        ("an unknown response mode", with("response", .int(1)), "response: unknown response mode"),
-        ("no retry rules", without("retry"), "retry: missing"),
-        ("a follow_redirects that is not a number", with("follow_redirects", .string("3")), "follow_redirects: not an integer"),
-        ("no cancel_scope_on_error", without("cancel_scope_on_error"), "cancel_scope_on_error: not a boolean"),
-        ("not an object", .array([]), "request: not a JSON object"),
-    ] as [(String, JSON, String)])
+    @Test(
+        arguments: [
+            ("no method", without("method"), "method: missing"),
+            ("no body kind", without("body_kind"), "body_kind: missing"),
+            ("an unknown body kind", with("body_kind", .string("blob")), "body_kind: unknown body kind \"blob\""),
+            ("headers that are not pairs", with("headers", .array([.string("A: 1")])), "headers: a header is not a [name, value] pair"),
+            ("an incomplete file identity", with("file", .object([("path", .string("/p"))])), "file: the file identity is incomplete"),
+            ("an unknown ownership", with("ownership", .string("borrow")), "ownership: unknown ownership \"borrow\""),
+            ("an accept rule without status", with("accept", .array([.object([])])), "accept: a rule has no status"),
+            ("an unknown response mode", with("response", .int(1)), "response: unknown response mode"),
+            ("no retry rules", without("retry"), "retry: missing"),
+            ("a follow_redirects that is not a number", with("follow_redirects", .string("3")), "follow_redirects: not an integer"),
+            ("no cancel_scope_on_error", without("cancel_scope_on_error"), "cancel_scope_on_error: not a boolean"),
+            ("not an object", .array([]), "request: not a JSON object"),
+        ] as [(String, JSON, String)])
     func damageIsAStorageError(_ label: String, json: JSON, problem: String) {
         #expect(throws: OutboxError(.storage, "the stored request is damaged: \(problem)"), "\(label)") {
             try StoredRequest(json: json)

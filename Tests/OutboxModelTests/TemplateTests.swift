@@ -5,20 +5,21 @@ private func json(_ text: String) -> JSON {
     do { return try JSON.parse(text) } catch { fatalError("bad fixture JSON: \(error)") }
 }
 
-private let fixtureVars = json(#"""
-{
-  "site_id": 42, "big": 12345678901234567890, "pi": 3.14, "flag": true, "nothing": null,
-  "note_id": "n 1", "comment": "hi {{ vars.site_id }}", "slash": "a/b", "pct": "%2F",
-  "dot": ".", "dotdot": "..", "uni": "é", "space": "a b", "quote": "say \"hi\"",
-  "obj": {"a": 1, "b": [true, null]},
-  "parts": [{"url": "https://u.example/1", "range": {"start": 0, "end": 5}}],
-  "items": [{"id": "i0"}, {"id": "i1"}], "empty": [], "grid": [["x", "y"], ["z"]],
-  "host": "evil.example", "base": "https://api.example.com",
-  "full": "https://s3.example.com/b/k?X-Amz-Signature=abc%2Fdef",
-  "fileurl": "file:///etc/passwd", "spaced": "https://h.example/a b",
-  "xml": "<a & 'b'>\"", "crlf": "a\r\nX-Evil: 1", "lf": "a\nb", "nul": "a\u0000b", "ctl": "a\u0001b"
-}
-"""#)
+private let fixtureVars = json(
+    #"""
+    {
+      "site_id": 42, "big": 12345678901234567890, "pi": 3.14, "flag": true, "nothing": null,
+      "note_id": "n 1", "comment": "hi {{ vars.site_id }}", "slash": "a/b", "pct": "%2F",
+      "dot": ".", "dotdot": "..", "uni": "é", "space": "a b", "quote": "say \"hi\"",
+      "obj": {"a": 1, "b": [true, null]},
+      "parts": [{"url": "https://u.example/1", "range": {"start": 0, "end": 5}}],
+      "items": [{"id": "i0"}, {"id": "i1"}], "empty": [], "grid": [["x", "y"], ["z"]],
+      "host": "evil.example", "base": "https://api.example.com",
+      "full": "https://s3.example.com/b/k?X-Amz-Signature=abc%2Fdef",
+      "fileurl": "file:///etc/passwd", "spaced": "https://h.example/a b",
+      "xml": "<a & 'b'>\"", "crlf": "a\r\nX-Evil: 1", "lf": "a\nb", "nul": "a\u0000b", "ctl": "a\u0001b"
+    }
+    """#)
 
 private let context = TemplateContext(roots: [
     "vars": fixtureVars,
@@ -67,7 +68,8 @@ struct TemplateRenderTests {
         RenderCase("bool stays bool", "{{ vars.flag }}", .value, .bool(true)),
         RenderCase("null stays null", "{{ vars.nothing }}", .value, .null),
         RenderCase("object stays object", "{{ vars.obj }}", .value, json(#"{"a": 1, "b": [true, null]}"#)),
-        RenderCase("list for parts", "{{ vars.parts }}", .value, json(#"[{"url": "https://u.example/1", "range": {"start": 0, "end": 5}}]"#)),
+        RenderCase(
+            "list for parts", "{{ vars.parts }}", .value, json(#"[{"url": "https://u.example/1", "range": {"start": 0, "end": 5}}]"#)),
         RenderCase("raw keeps the type", "{{ vars.site_id | raw }}", .value, .number("42")),
         RenderCase("default unused keeps the type", "{{ vars.site_id | default(\"0\") }}", .value, .number("42")),
         RenderCase("json filter gives text", "{{ vars.obj | json }}", .value, .string(#"{"a":1,"b":[true,null]}"#)),
@@ -97,7 +99,8 @@ struct TemplateRenderTests {
         RenderCase("default when missing", "{{ vars.missing | default(\"x\") }}", .value, .string("x")),
         RenderCase("default when null", "{{ vars.nothing | default(\"none\") }}", .value, .string("none")),
         RenderCase("default in a longer string", "id-{{ vars.nothing | default(\"0\") }}", .value, .string("id-0")),
-        RenderCase("default with escapes, pipe and braces", #"{{ vars.missing | default("a \"b\" \\ | }}") }}"#, .value, .string(#"a "b" \ | }}"#)),
+        RenderCase(
+            "default with escapes, pipe and braces", #"{{ vars.missing | default("a \"b\" \\ | }}") }}"#, .value, .string(#"a "b" \ | }}"#)),
         RenderCase("default then json", "{{ vars.missing | default(\"x\") | json }}", .value, .string("\"x\"")),
         RenderCase("json of null is text null", "{{ vars.nothing | json }}", .value, .string("null")),
         RenderCase("json of a string quotes it", "q: {{ vars.quote | json }}", .value, .string(#"q: "say \"hi\"""#)),
@@ -121,18 +124,24 @@ struct TemplateRenderTests {
         RenderCase("encoded slash is encoded again", "https://h.example/{{ vars.pct }}", .url, .string("https://h.example/%252F")),
         RenderCase("dot", "https://h.example/a/{{ vars.dot }}/b", .url, .string("https://h.example/a/%2E/b")),
         RenderCase("dot dot", "https://h.example/a/{{ vars.dotdot }}/b", .url, .string("https://h.example/a/%2E%2E/b")),
-        RenderCase("two dots from two tags", "https://h.example/a/{{ vars.dot }}{{ vars.dot }}/b", .url, .string("https://h.example/a/%2E%2E/b")),
+        RenderCase(
+            "two dots from two tags", "https://h.example/a/{{ vars.dot }}{{ vars.dot }}/b", .url, .string("https://h.example/a/%2E%2E/b")),
         RenderCase("unicode as UTF-8 bytes", "https://h.example/{{ vars.uni }}", .url, .string("https://h.example/%C3%A9")),
         RenderCase("number", "https://h.example/sites/{{ vars.site_id }}", .url, .string("https://h.example/sites/42")),
-        RenderCase("query values", "https://h.example/x?q={{ vars.space }}&r={{ vars.slash }}", .url, .string("https://h.example/x?q=a%20b&r=a%2Fb")),
+        RenderCase(
+            "query values", "https://h.example/x?q={{ vars.space }}&r={{ vars.slash }}", .url,
+            .string("https://h.example/x?q=a%20b&r=a%2Fb")),
         RenderCase("query right after host", "https://h.example?q={{ vars.space }}", .url, .string("https://h.example?q=a%20b")),
-        RenderCase("braces in a var are encoded", "https://h.example/{{ vars.comment }}", .url, .string("https://h.example/hi%20%7B%7B%20vars.site_id%20%7D%7D")),
+        RenderCase(
+            "braces in a var are encoded", "https://h.example/{{ vars.comment }}", .url,
+            .string("https://h.example/hi%20%7B%7B%20vars.site_id%20%7D%7D")),
         RenderCase("raw in path", "https://h.example/{{ vars.slash | raw }}", .url, .string("https://h.example/a/b")),
         RenderCase("path keeps slashes", "https://h.example/{{ vars.slash | path }}/x", .url, .string("https://h.example/a/b/x")),
         RenderCase("path encodes inside segments", "https://h.example/{{ vars.space | path }}", .url, .string("https://h.example/a%20b")),
         RenderCase("path cannot climb", "https://h.example/a/{{ vars.dotdot | path }}/b", .url, .string("https://h.example/a/%2E%2E/b")),
         RenderCase("raw in host", "https://{{ vars.host | raw }}/x", .url, .string("https://evil.example/x")),
-        RenderCase("raw base then encoded", "{{ vars.base | raw }}/sites/{{ vars.site_id }}", .url, .string("https://api.example.com/sites/42")),
+        RenderCase(
+            "raw base then encoded", "{{ vars.base | raw }}/sites/{{ vars.site_id }}", .url, .string("https://api.example.com/sites/42")),
         RenderCase("whole url used as is", "{{ vars.full }}", .url, .string("https://s3.example.com/b/k?X-Amz-Signature=abc%2Fdef")),
         RenderCase("whole raw url", "{{ vars.full | raw }}", .url, .string("https://s3.example.com/b/k?X-Amz-Signature=abc%2Fdef")),
         RenderCase("upper-case scheme literal", "HTTPS://H.EXAMPLE/{{ vars.site_id }}", .url, .string("HTTPS://H.EXAMPLE/42")),
@@ -148,18 +157,37 @@ struct TemplateRenderTests {
         RenderCase("bearer token", "Bearer {{ env.API_TOKEN }}", .header, .string("Bearer tok")),
         RenderCase("content range", "bytes {{ part.start }}-{{ part.last }}/{{ file.size }}", .header, .string("bytes 0-99/1000")),
         RenderCase("header keeps slashes and spaces", "{{ file.name }}; {{ vars.slash }}", .header, .string("a b.txt; a/b")),
-        RenderCase("loop index and number", "{{ for p in vars.items }}{{ loop.index }}:{{ loop.number }}:{{ p.id }};{{ end }}", .text, .string("0:1:i0;1:2:i1;")),
-        RenderCase("nested loops", "{{ for a in vars.grid }}[{{ for b in a }}{{ loop.index }}{{ b }}{{ end }}]{{ end }}", .text, .string("[0x1y][0z]")),
-        RenderCase("outer variable inside inner loop", "{{ for a in vars.grid }}{{ for b in a }}{{ a.0 }}{{ end }}|{{ end }}", .text, .string("xx|z|")),
-        RenderCase("inner loop shadows loop", "{{ for a in vars.grid }}{{ loop.number }}({{ for b in a }}{{ loop.number }}{{ end }}){{ loop.number }} {{ end }}", .text, .string("1(12)1 2(1)2 ")),
+        RenderCase(
+            "loop index and number", "{{ for p in vars.items }}{{ loop.index }}:{{ loop.number }}:{{ p.id }};{{ end }}", .text,
+            .string("0:1:i0;1:2:i1;")),
+        RenderCase(
+            "nested loops", "{{ for a in vars.grid }}[{{ for b in a }}{{ loop.index }}{{ b }}{{ end }}]{{ end }}", .text,
+            .string("[0x1y][0z]")),
+        RenderCase(
+            "outer variable inside inner loop", "{{ for a in vars.grid }}{{ for b in a }}{{ a.0 }}{{ end }}|{{ end }}", .text,
+            .string("xx|z|")),
+        RenderCase(
+            "inner loop shadows loop",
+            "{{ for a in vars.grid }}{{ loop.number }}({{ for b in a }}{{ loop.number }}{{ end }}){{ loop.number }} {{ end }}", .text,
+            .string("1(12)1 2(1)2 ")),
         RenderCase("empty list", "<l>{{ for p in vars.empty }}x{{ end }}</l>", .text, .string("<l></l>")),
-        RenderCase("roots visible inside a loop", "{{ for p in vars.items }}{{ entry.id }}/{{ p.id }} {{ end }}", .text, .string("e-1/i0 e-1/i1 ")),
-        RenderCase("braces in a loop item stay literal", "{{ for p in vars.parts }}{{ p.url }}{{ end }}{{ for c in vars.grid.1 }}{{ vars.comment }}{{ end }}", .text, .string("https://u.example/1hi {{ vars.site_id }}")),
-        RenderCase("standalone block lines vanish", "id,n\n{{ for p in vars.items }}\n{{ p.id }},{{ loop.number }}\n{{ end }}\ndone", .text, .string("id,n\ni0,1\ni1,2\ndone")),
-        RenderCase("indented standalone lines with CRLF", "<ps>\r\n  {{ for p in vars.items }}\r\n  <p>{{ p.id }}</p>\r\n  {{ end }}\r\n</ps>", .text, .string("<ps>\r\n  <p>i0</p>\r\n  <p>i1</p>\r\n</ps>")),
+        RenderCase(
+            "roots visible inside a loop", "{{ for p in vars.items }}{{ entry.id }}/{{ p.id }} {{ end }}", .text, .string("e-1/i0 e-1/i1 ")),
+        RenderCase(
+            "braces in a loop item stay literal",
+            "{{ for p in vars.parts }}{{ p.url }}{{ end }}{{ for c in vars.grid.1 }}{{ vars.comment }}{{ end }}", .text,
+            .string("https://u.example/1hi {{ vars.site_id }}")),
+        RenderCase(
+            "standalone block lines vanish", "id,n\n{{ for p in vars.items }}\n{{ p.id }},{{ loop.number }}\n{{ end }}\ndone", .text,
+            .string("id,n\ni0,1\ni1,2\ndone")),
+        RenderCase(
+            "indented standalone lines with CRLF", "<ps>\r\n  {{ for p in vars.items }}\r\n  <p>{{ p.id }}</p>\r\n  {{ end }}\r\n</ps>",
+            .text, .string("<ps>\r\n  <p>i0</p>\r\n  <p>i1</p>\r\n</ps>")),
         RenderCase("block at template start and end", "{{ for p in vars.items }}\n{{ p.id }}\n{{ end }}", .text, .string("i0\ni1\n")),
         RenderCase("inline blocks keep their spaces", "a {{ for p in vars.items }} {{ p.id }} {{ end }} b", .text, .string("a  i0  i1  b")),
-        RenderCase("xml body", "<parts>{{ for p in vars.items }}<p n=\"{{ loop.number }}\">{{ p.id | xml }}</p>{{ end }}</parts>", .text, .string("<parts><p n=\"1\">i0</p><p n=\"2\">i1</p></parts>")),
+        RenderCase(
+            "xml body", "<parts>{{ for p in vars.items }}<p n=\"{{ loop.number }}\">{{ p.id | xml }}</p>{{ end }}</parts>", .text,
+            .string("<parts><p n=\"1\">i0</p><p n=\"2\">i1</p></parts>")),
     ]
 
     @Test(arguments: headersAndText)
@@ -168,68 +196,100 @@ struct TemplateRenderTests {
     }
 
     static let failures: [FailCase] = [
-        FailCase("missing key", "https://h.example/sites/{{ vars.site }}", .url,
-                 #"f: {{ vars.site }} does not resolve (vars has no "site")"#),
-        FailCase("missing nested key", "{{ vars.obj.c }}", .value,
-                 #"f: {{ vars.obj.c }} does not resolve (vars.obj has no "c")"#),
-        FailCase("index out of range", "{{ vars.items.5.id }}", .value,
-                 "f: {{ vars.items.5.id }} does not resolve (vars.items has 2 items, no index 5)"),
-        FailCase("key on a list", "{{ vars.items.id }}", .value,
-                 #"f: {{ vars.items.id }} does not resolve (vars.items is a list; "id" is not an index)"#),
-        FailCase("key on a number", "{{ vars.site_id.x }}", .value,
-                 #"f: {{ vars.site_id.x }} does not resolve (vars.site_id is a number, it has no "x")"#),
-        FailCase("key on null", "{{ vars.nothing.x }}", .value,
-                 "f: {{ vars.nothing.x }} does not resolve (vars.nothing is null)"),
-        FailCase("unknown root", "{{ outcome.parts }}", .value,
-                 #"f: {{ outcome.parts }} does not resolve (no root "outcome" here; roots: entry, env, file, part, vars)"#),
-        FailCase("missing path with json", "{{ vars.missing | json }}", .value,
-                 #"f: {{ vars.missing }} does not resolve (vars has no "missing")"#),
-        FailCase("null inside a longer string", "x{{ vars.nothing }}", .value,
-                 #"f: {{ vars.nothing }} is null; write {{ vars.nothing | default("...") }} to give a fallback"#),
-        FailCase("object inside a longer string", "x{{ vars.obj }}", .value,
-                 "f: {{ vars.obj }} is an object, which cannot be inserted as text; write {{ vars.obj | json }}"),
-        FailCase("list in a header", "{{ vars.items }}", .header,
-                 "f: {{ vars.items }} is a list, which cannot be inserted as text; write {{ vars.items | json }}"),
-        FailCase("null in a header", "{{ vars.nothing }}", .header,
-                 #"f: {{ vars.nothing }} is null; write {{ vars.nothing | default("...") }} to give a fallback"#),
-        FailCase("null in a text body", "{{ vars.nothing }}", .text,
-                 #"f: {{ vars.nothing }} is null; write {{ vars.nothing | default("...") }} to give a fallback"#),
-        FailCase("substitution in scheme", "{{ vars.host }}://h.example/", .url,
-                 "f: {{ vars.host }} is in the URL's scheme or host; write {{ vars.host | raw }} if the value is trusted"),
-        FailCase("substitution in host", "https://{{ vars.host }}/x", .url,
-                 "f: {{ vars.host }} is in the URL's scheme or host; write {{ vars.host | raw }} if the value is trusted"),
-        FailCase("path filter in host", "https://{{ vars.host | path }}/x", .url,
-                 "f: {{ vars.host }} is in the URL's scheme or host; write {{ vars.host | raw }} if the value is trusted"),
-        FailCase("substitution in subdomain", "https://{{ vars.note_id }}.h.example/x", .url,
-                 "f: {{ vars.note_id }} is in the URL's scheme or host; write {{ vars.note_id | raw }} if the value is trusted"),
-        FailCase("substitution in port", "https://h.example:{{ vars.site_id }}/x", .url,
-                 "f: {{ vars.site_id }} is in the URL's scheme or host; write {{ vars.site_id | raw }} if the value is trusted"),
-        FailCase("json filter alone in url", "{{ vars.obj | json }}", .url,
-                 "f: {{ vars.obj }} is in the URL's scheme or host; write {{ vars.obj | raw }} if the value is trusted"),
+        FailCase(
+            "missing key", "https://h.example/sites/{{ vars.site }}", .url,
+            #"f: {{ vars.site }} does not resolve (vars has no "site")"#),
+        FailCase(
+            "missing nested key", "{{ vars.obj.c }}", .value,
+            #"f: {{ vars.obj.c }} does not resolve (vars.obj has no "c")"#),
+        FailCase(
+            "index out of range", "{{ vars.items.5.id }}", .value,
+            "f: {{ vars.items.5.id }} does not resolve (vars.items has 2 items, no index 5)"),
+        FailCase(
+            "key on a list", "{{ vars.items.id }}", .value,
+            #"f: {{ vars.items.id }} does not resolve (vars.items is a list; "id" is not an index)"#),
+        FailCase(
+            "key on a number", "{{ vars.site_id.x }}", .value,
+            #"f: {{ vars.site_id.x }} does not resolve (vars.site_id is a number, it has no "x")"#),
+        FailCase(
+            "key on null", "{{ vars.nothing.x }}", .value,
+            "f: {{ vars.nothing.x }} does not resolve (vars.nothing is null)"),
+        FailCase(
+            "unknown root", "{{ outcome.parts }}", .value,
+            #"f: {{ outcome.parts }} does not resolve (no root "outcome" here; roots: entry, env, file, part, vars)"#),
+        FailCase(
+            "missing path with json", "{{ vars.missing | json }}", .value,
+            #"f: {{ vars.missing }} does not resolve (vars has no "missing")"#),
+        FailCase(
+            "null inside a longer string", "x{{ vars.nothing }}", .value,
+            #"f: {{ vars.nothing }} is null; write {{ vars.nothing | default("...") }} to give a fallback"#),
+        FailCase(
+            "object inside a longer string", "x{{ vars.obj }}", .value,
+            "f: {{ vars.obj }} is an object, which cannot be inserted as text; write {{ vars.obj | json }}"),
+        FailCase(
+            "list in a header", "{{ vars.items }}", .header,
+            "f: {{ vars.items }} is a list, which cannot be inserted as text; write {{ vars.items | json }}"),
+        FailCase(
+            "null in a header", "{{ vars.nothing }}", .header,
+            #"f: {{ vars.nothing }} is null; write {{ vars.nothing | default("...") }} to give a fallback"#),
+        FailCase(
+            "null in a text body", "{{ vars.nothing }}", .text,
+            #"f: {{ vars.nothing }} is null; write {{ vars.nothing | default("...") }} to give a fallback"#),
+        FailCase(
+            "substitution in scheme", "{{ vars.host }}://h.example/", .url,
+            "f: {{ vars.host }} is in the URL's scheme or host; write {{ vars.host | raw }} if the value is trusted"),
+        FailCase(
+            "substitution in host", "https://{{ vars.host }}/x", .url,
+            "f: {{ vars.host }} is in the URL's scheme or host; write {{ vars.host | raw }} if the value is trusted"),
+        FailCase(
+            "path filter in host", "https://{{ vars.host | path }}/x", .url,
+            "f: {{ vars.host }} is in the URL's scheme or host; write {{ vars.host | raw }} if the value is trusted"),
+        FailCase(
+            "substitution in subdomain", "https://{{ vars.note_id }}.h.example/x", .url,
+            "f: {{ vars.note_id }} is in the URL's scheme or host; write {{ vars.note_id | raw }} if the value is trusted"),
+        FailCase(
+            "substitution in port", "https://h.example:{{ vars.site_id }}/x", .url,
+            "f: {{ vars.site_id }} is in the URL's scheme or host; write {{ vars.site_id | raw }} if the value is trusted"),
+        FailCase(
+            "json filter alone in url", "{{ vars.obj | json }}", .url,
+            "f: {{ vars.obj }} is in the URL's scheme or host; write {{ vars.obj | raw }} if the value is trusted"),
         FailCase("whole url is a number", "{{ vars.site_id }}", .url, "f: {{ vars.site_id }} is a number; a URL must be a string"),
         FailCase("whole url is null", "{{ vars.nothing }}", .url, "f: {{ vars.nothing }} is null; a URL must be a string"),
         FailCase("whole url with file scheme", "{{ vars.fileurl }}", .url, #"f: scheme "file" is not allowed (http or https only)"#),
-        FailCase("raw value with a space", "{{ vars.spaced | raw }}?x=1", .url, "f (https://h.example/…): the URL contains a space at character 20"),
-        FailCase("relative url", "/notes/{{ vars.site_id }}", .url,
-                 "f: {{ vars.site_id }} is in the URL's scheme or host; write {{ vars.site_id | raw }} if the value is trusted"),
+        FailCase(
+            "raw value with a space", "{{ vars.spaced | raw }}?x=1", .url,
+            "f (https://h.example/…): the URL contains a space at character 20"),
+        FailCase(
+            "relative url", "/notes/{{ vars.site_id }}", .url,
+            "f: {{ vars.site_id }} is in the URL's scheme or host; write {{ vars.site_id | raw }} if the value is trusted"),
         FailCase("header CR LF", "x {{ vars.crlf }}", .header, "f: header value contains CR, LF or NUL"),
         FailCase("header LF whole", "{{ vars.lf }}", .header, "f: header value contains CR, LF or NUL"),
         FailCase("header NUL", "{{ vars.nul }}", .header, "f: header value contains CR, LF or NUL"),
         FailCase("header literal LF", "a\nb", .header, "f: header value contains CR, LF or NUL"),
         FailCase("xml control character", "{{ vars.ctl | xml }}", .text, "f: {{ vars.ctl | xml }} contains U+0001, which XML cannot carry"),
-        FailCase("unknown filter", "{{ vars.site_id | upper }}", .value,
-                 #"f: unknown filter "upper" in {{ vars.site_id | upper }} (filters: raw, path, json, xml, default("..."))"#),
+        FailCase(
+            "unknown filter", "{{ vars.site_id | upper }}", .value,
+            #"f: unknown filter "upper" in {{ vars.site_id | upper }} (filters: raw, path, json, xml, default("..."))"#),
         FailCase("unclosed braces", "a {{ vars.site_id", .value, #"f: "{{" at character 3 is never closed by "}}""#),
         FailCase("second open before close", "{{ vars.a {{ vars.b }}", .value, #"f: "{{" at character 1 is never closed by "}}""#),
-        FailCase("for block outside text", "{{ for p in vars.items }}x{{ end }}", .value,
-                 "f: {{ for p in vars.items }} blocks are allowed only in a text body"),
-        FailCase("for over an object", "{{ for p in vars.obj }}x{{ end }}", .text, "f: {{ for p in vars.obj }}: vars.obj is an object, not a list"),
-        FailCase("for over null", "{{ for p in vars.nothing }}x{{ end }}", .text, "f: {{ for p in vars.nothing }}: vars.nothing is null, not a list"),
-        FailCase("for over missing", "{{ for p in vars.nope }}x{{ end }}", .text, #"f: {{ vars.nope }} does not resolve (vars has no "nope")"#),
-        FailCase("loop var outside its block", "{{ for p in vars.items }}{{ end }}{{ p.id }}", .text,
-                 #"f: {{ p.id }} does not resolve (no root "p" here; roots: entry, env, file, part, vars)"#),
+        FailCase(
+            "for block outside text", "{{ for p in vars.items }}x{{ end }}", .value,
+            "f: {{ for p in vars.items }} blocks are allowed only in a text body"),
+        FailCase(
+            "for over an object", "{{ for p in vars.obj }}x{{ end }}", .text,
+            "f: {{ for p in vars.obj }}: vars.obj is an object, not a list"),
+        FailCase(
+            "for over null", "{{ for p in vars.nothing }}x{{ end }}", .text,
+            "f: {{ for p in vars.nothing }}: vars.nothing is null, not a list"),
+        FailCase(
+            "for over missing", "{{ for p in vars.nope }}x{{ end }}", .text, #"f: {{ vars.nope }} does not resolve (vars has no "nope")"#),
+        FailCase(
+            "loop var outside its block", "{{ for p in vars.items }}{{ end }}{{ p.id }}", .text,
+            #"f: {{ p.id }} does not resolve (no root "p" here; roots: entry, env, file, part, vars)"#),
         FailCase("end without for", "a {{ end }}", .text, "f: {{ end }} at character 3 has no matching {{ for }}"),
-        FailCase("for without end", "x{{ for p in vars.items }}y", .text, "f: {{ for p in vars.items }} at character 2 is never closed by {{ end }}"),
+        FailCase(
+            "for without end", "x{{ for p in vars.items }}y", .text,
+            "f: {{ for p in vars.items }} at character 2 is never closed by {{ end }}"),
     ]
 
     @Test(arguments: failures)
@@ -263,15 +323,19 @@ struct TemplateRenderTests {
     }
 
     @Test func renderTreeRendersLeavesNotKeys() throws {
-        let tree = json(#"""
-        {"{{ vars.site_id }}": "{{ vars.site_id }}", "c": "{{ vars.comment }}", "n": 7, "b": false, "z": null,
-         "list": ["{{ vars.obj }}", "p-{{ part.number }}", ["{{ vars.items.0.id }}"]]}
-        """#)
+        let tree = json(
+            #"""
+            {"{{ vars.site_id }}": "{{ vars.site_id }}", "c": "{{ vars.comment }}", "n": 7, "b": false, "z": null,
+             "list": ["{{ vars.obj }}", "p-{{ part.number }}", ["{{ vars.items.0.id }}"]]}
+            """#)
         let rendered = try Template.renderTree(tree, context: context, field: "request.data")
-        #expect(rendered == json(#"""
-        {"{{ vars.site_id }}": 42, "c": "hi {{ vars.site_id }}", "n": 7, "b": false, "z": null,
-         "list": [{"a": 1, "b": [true, null]}, "p-1", ["i0"]]}
-        """#))
+        #expect(
+            rendered
+                == json(
+                    #"""
+                    {"{{ vars.site_id }}": 42, "c": "hi {{ vars.site_id }}", "n": 7, "b": false, "z": null,
+                     "list": [{"a": 1, "b": [true, null]}, "p-1", ["i0"]]}
+                    """#))
     }
 
     @Test func renderTreeNamesTheFailingLeaf() {
@@ -309,7 +373,9 @@ struct TemplateHostileInputTests {
     }
 
     @Test func eightThousandSubstitutionsRenderLinearly() throws {
-        let ctx = TemplateContext(roots: ["vars": .object([("a", .string("x y")), ("list", .array(Array(repeating: .string("é"), count: 8_000)))])])
+        let ctx = TemplateContext(roots: [
+            "vars": .object([("a", .string("x y")), ("list", .array(Array(repeating: .string("é"), count: 8_000)))])
+        ])
         let urlTemplate = "https://h.example/" + String(repeating: "{{ vars.a }}/", count: 8_000)
         let textTemplate = String(repeating: "<{{ vars.a | xml }}>", count: 8_000)
         try rendering { () throws -> Void in
@@ -327,7 +393,9 @@ struct TemplateHostileInputTests {
         let expected = String(repeating: "ab\"", count: Self.size / 4)
         let literal = String(repeating: "}} { } ", count: Self.size / 7)
         try rendering { () throws -> Void in
-            #expect(try Template.render("{{ vars.none | default(\"\(long)\") }}", context: context, mode: .value, field: "f") == .string(expected))
+            #expect(
+                try Template.render("{{ vars.none | default(\"\(long)\") }}", context: context, mode: .value, field: "f")
+                    == .string(expected))
             #expect(try Template.render(literal, context: context, mode: .text, field: "f") == .string(literal))
             #expect(Template.validate(literal) == nil)
         }
@@ -351,32 +419,61 @@ struct TemplateValidateTests {
         Case("plain text", "no tags here }}", nil),
         Case("every root", "{{ vars.a }}{{ entry.id }}{{ env.X }}{{ file.size }}{{ part.number }}{{ outcome.data.id }}", nil),
         Case("all filters", #"{{ vars.a | raw | json | xml | default("x \"y\"") }}"#, nil),
-        Case("loop variables", "{{ for p in outcome.parts }}{{ p.etag }}{{ loop.index }}{{ for q in p.list }}{{ q }}{{ p.x }}{{ end }}{{ end }}", nil),
+        Case(
+            "loop variables",
+            "{{ for p in outcome.parts }}{{ p.etag }}{{ loop.index }}{{ for q in p.list }}{{ q }}{{ p.x }}{{ end }}{{ end }}", nil),
         Case("hyphen and digits in paths", "{{ vars.site-id.0.x_y }}", nil),
         Case("unclosed", "{{ vars.a", #""{{" at character 1 is never closed by "}}""#),
         Case("unclosed after text", "héllo {{ vars.a } }", #""{{" at character 7 is never closed by "}}""#),
-        Case("unterminated default", #"{{ vars.a | default("x }}"#, #"unterminated quoted string in the tag opened by "{{" at character 1"#),
+        Case(
+            "unterminated default", #"{{ vars.a | default("x }}"#, #"unterminated quoted string in the tag opened by "{{" at character 1"#),
         Case("empty tag", "a{{ }}", #"empty "{{ }}" at character 2"#),
-        Case("unknown filter", "{{ vars.a | lower }}", #"unknown filter "lower" in {{ vars.a | lower }} (filters: raw, path, json, xml, default("..."))"#),
-        Case("unknown filter with arguments", "{{ vars.a | trim(1) }}", #"unknown filter "trim" in {{ vars.a | trim(1) }} (filters: raw, path, json, xml, default("..."))"#),
+        Case(
+            "unknown filter", "{{ vars.a | lower }}",
+            #"unknown filter "lower" in {{ vars.a | lower }} (filters: raw, path, json, xml, default("..."))"#),
+        Case(
+            "unknown filter with arguments", "{{ vars.a | trim(1) }}",
+            #"unknown filter "trim" in {{ vars.a | trim(1) }} (filters: raw, path, json, xml, default("..."))"#),
         Case("empty filter", "{{ vars.a | }}", #"empty filter after "|" in {{ vars.a | }}"#),
-        Case("default without quotes", "{{ vars.a | default(x) }}", #"default needs one double-quoted argument, like default("x"), in {{ vars.a | default(x) }}"#),
-        Case("default with two arguments", #"{{ vars.a | default("x", "y") }}"#, #"default needs one double-quoted argument, like default("x"), in {{ vars.a | default("x", "y") }}"#),
-        Case("default with a bad escape", #"{{ vars.a | default("\n") }}"#, #"default("...") allows only \" and \\ escapes, in {{ vars.a | default("\n") }}"#),
-        Case("empty path segment", "{{ vars..a }}", #""vars..a" is not a valid path in {{ vars..a }} (expected a dotted path like vars.items.0.id)"#),
-        Case("space in path", "{{ vars.a b }}", #""vars.a b" is not a valid path in {{ vars.a b }} (expected a dotted path like vars.items.0.id)"#),
+        Case(
+            "default without quotes", "{{ vars.a | default(x) }}",
+            #"default needs one double-quoted argument, like default("x"), in {{ vars.a | default(x) }}"#),
+        Case(
+            "default with two arguments", #"{{ vars.a | default("x", "y") }}"#,
+            #"default needs one double-quoted argument, like default("x"), in {{ vars.a | default("x", "y") }}"#),
+        Case(
+            "default with a bad escape", #"{{ vars.a | default("\n") }}"#,
+            #"default("...") allows only \" and \\ escapes, in {{ vars.a | default("\n") }}"#),
+        Case(
+            "empty path segment", "{{ vars..a }}",
+            #""vars..a" is not a valid path in {{ vars..a }} (expected a dotted path like vars.items.0.id)"#),
+        Case(
+            "space in path", "{{ vars.a b }}",
+            #""vars.a b" is not a valid path in {{ vars.a b }} (expected a dotted path like vars.items.0.id)"#),
         Case("unknown root", "{{ var.a }}", #"unknown root "var" in {{ var.a }} (roots: entry, env, file, outcome, part, vars)"#),
-        Case("loop outside a block", "{{ loop.index }}", #"unknown root "loop" in {{ loop.index }} (roots: entry, env, file, outcome, part, vars)"#),
-        Case("loop variable after its block", "{{ for p in vars.l }}{{ end }}{{ p }}", #"unknown root "p" in {{ p }} (roots: entry, env, file, outcome, part, vars)"#),
-        Case("for over an unknown root", "{{ for p in parts }}{{ end }}", #"unknown root "parts" in {{ for p in parts }} (roots: entry, env, file, outcome, part, vars)"#),
+        Case(
+            "loop outside a block", "{{ loop.index }}",
+            #"unknown root "loop" in {{ loop.index }} (roots: entry, env, file, outcome, part, vars)"#),
+        Case(
+            "loop variable after its block", "{{ for p in vars.l }}{{ end }}{{ p }}",
+            #"unknown root "p" in {{ p }} (roots: entry, env, file, outcome, part, vars)"#),
+        Case(
+            "for over an unknown root", "{{ for p in parts }}{{ end }}",
+            #"unknown root "parts" in {{ for p in parts }} (roots: entry, env, file, outcome, part, vars)"#),
         Case("end without for", "{{ end }}", "{{ end }} at character 1 has no matching {{ for }}"),
         Case("for without end", "{{ for p in vars.l }}", "{{ for p in vars.l }} at character 1 is never closed by {{ end }}"),
         Case("malformed for", "{{ for p of vars.l }}{{ end }}", #""{{ for p of vars.l }}" should read {{ for NAME in PATH }}"#),
         Case("bare for", "{{ for }}{{ end }}", #""{{ for }}" should read {{ for NAME in PATH }}"#),
         Case("path starting with for", "{{ vars.for }}{{ vars.format }}", nil),
-        Case("loop variable hiding a root", "{{ for vars in outcome.parts }}{{ end }}", #"loop variable "vars" in {{ for vars in outcome.parts }} hides a root; pick another name"#),
-        Case("loop variable named loop", "{{ for loop in outcome.parts }}{{ end }}", #"loop variable "loop" in {{ for loop in outcome.parts }} hides a root; pick another name"#),
-        Case("bad loop variable", "{{ for 1p in outcome.parts }}{{ end }}", #""1p" in {{ for 1p in outcome.parts }} is not a valid loop variable name"#),
+        Case(
+            "loop variable hiding a root", "{{ for vars in outcome.parts }}{{ end }}",
+            #"loop variable "vars" in {{ for vars in outcome.parts }} hides a root; pick another name"#),
+        Case(
+            "loop variable named loop", "{{ for loop in outcome.parts }}{{ end }}",
+            #"loop variable "loop" in {{ for loop in outcome.parts }} hides a root; pick another name"#),
+        Case(
+            "bad loop variable", "{{ for 1p in outcome.parts }}{{ end }}",
+            #""1p" in {{ for 1p in outcome.parts }} is not a valid loop variable name"#),
     ]
 
     @Test(arguments: cases)
@@ -398,10 +495,15 @@ struct TemplateValidateTests {
 
     static let pathCases: [PathCase] = [
         PathCase("plain", "https://h.example/x", []),
-        PathCase("in order without duplicates", "https://h.example/{{ vars.site_id }}/{{ env.API_TOKEN }}/{{ vars.site_id | raw }}", ["vars.site_id", "env.API_TOKEN"]),
+        PathCase(
+            "in order without duplicates", "https://h.example/{{ vars.site_id }}/{{ env.API_TOKEN }}/{{ vars.site_id | raw }}",
+            ["vars.site_id", "env.API_TOKEN"]),
         PathCase("array indexes", "{{ vars.items.0.id }}", ["vars.items.0.id"]),
         PathCase("default argument is not a path", #"{{ vars.a | default("{{ env.X }}") }}"#, ["vars.a"]),
-        PathCase("loop-local paths left out", "{{ for p in outcome.parts }}{{ p.etag }}{{ loop.number }}{{ vars.x }}{{ for q in p.l }}{{ q }}{{ end }}{{ end }}{{ entry.id }}", ["outcome.parts", "vars.x", "entry.id"]),
+        PathCase(
+            "loop-local paths left out",
+            "{{ for p in outcome.parts }}{{ p.etag }}{{ loop.number }}{{ vars.x }}{{ for q in p.l }}{{ q }}{{ end }}{{ end }}{{ entry.id }}",
+            ["outcome.parts", "vars.x", "entry.id"]),
         PathCase("invalid template", "{{ vars.a", []),
     ]
 

@@ -55,7 +55,9 @@ struct URLCheckTests {
         Reject("gopher", "gopher://h.example/", #"u: scheme "gopher" is not allowed (http or https only)"#),
         Reject("ftp", "ftp://h.example/", #"u: scheme "ftp" is not allowed (http or https only)"#),
         Reject("javascript", "javascript:alert(1)", #"u: scheme "javascript" is not allowed (http or https only)"#),
-        Reject("long scheme truncated", "abcdefghijklmnopqrstuvwxyz://h/", #"u: scheme "abcdefghijklmnop…" is not allowed (http or https only)"#),
+        Reject(
+            "long scheme truncated", "abcdefghijklmnopqrstuvwxyz://h/",
+            #"u: scheme "abcdefghijklmnop…" is not allowed (http or https only)"#),
         Reject("no scheme", "example.com/x", "u: the URL has no scheme (expected http:// or https://)"),
         Reject("scheme-relative", "//example.com/x", "u: the URL has no scheme (expected http:// or https://)"),
         Reject("host and port without scheme", "localhost:8080/x", #"u: scheme "localhost" is not allowed (http or https only)"#),
@@ -68,16 +70,32 @@ struct URLCheckTests {
         Reject("space in path", "https://h.example/a b", "u (https://h.example/…): the URL contains a space at character 20"),
         Reject("space in host", "https://exa mple.com/", "u: the host name contains a space"),
         Reject("space in user info", "https://us er:pw@h.example/", #"u: the user info before "@" contains a space"#),
-        Reject("bad escape in user info", "https://u:%zz@h.example/", #"u: the user info before "@" has a "%" that does not start a %XX escape"#),
-        Reject("truncated escape", "https://h.example/a%2", #"u (https://h.example/…): the URL has a "%" that does not start a %XX escape at character 20"#),
-        Reject("non-hex escape", "https://h.example/a%zz", #"u (https://h.example/…): the URL has a "%" that does not start a %XX escape at character 20"#),
-        Reject("control character", "https://h.example/a\nb", "u (https://h.example/…): the URL contains a control character (0xA) at character 20"),
+        Reject(
+            "bad escape in user info", "https://u:%zz@h.example/",
+            #"u: the user info before "@" has a "%" that does not start a %XX escape"#),
+        Reject(
+            "truncated escape", "https://h.example/a%2",
+            #"u (https://h.example/…): the URL has a "%" that does not start a %XX escape at character 20"#),
+        Reject(
+            "non-hex escape", "https://h.example/a%zz",
+            #"u (https://h.example/…): the URL has a "%" that does not start a %XX escape at character 20"#),
+        Reject(
+            "control character", "https://h.example/a\nb",
+            "u (https://h.example/…): the URL contains a control character (0xA) at character 20"),
         Reject("DEL", "https://h.example/a\u{7F}", "u (https://h.example/…): the URL contains a control character (0x7F) at character 20"),
-        Reject("non-ASCII", "https://h.example/é", "u (https://h.example/…): the URL contains a non-ASCII character (percent-encode it) at character 19"),
+        Reject(
+            "non-ASCII", "https://h.example/é",
+            "u (https://h.example/…): the URL contains a non-ASCII character (percent-encode it) at character 19"),
         Reject("non-ASCII host", "https://ex\u{E9}mple.com/", "u: the host name contains a non-ASCII character (percent-encode it)"),
-        Reject("brace", "https://h.example/{x}", #"u (https://h.example/…): the URL contains "{", which must be percent-encoded at character 19"#),
-        Reject("pipe", "https://h.example/a|b", #"u (https://h.example/…): the URL contains "|", which must be percent-encoded at character 20"#),
-        Reject("backslash host trick", "https://h.example\\@evil/", #"u: the user info before "@" contains "\", which must be percent-encoded"#),
+        Reject(
+            "brace", "https://h.example/{x}",
+            #"u (https://h.example/…): the URL contains "{", which must be percent-encoded at character 19"#),
+        Reject(
+            "pipe", "https://h.example/a|b",
+            #"u (https://h.example/…): the URL contains "|", which must be percent-encoded at character 20"#),
+        Reject(
+            "backslash host trick", "https://h.example\\@evil/", #"u: the user info before "@" contains "\", which must be percent-encoded"#
+        ),
         Reject("port zero", "https://h.example:0/", "u: the port must be a number from 1 to 65535"),
         Reject("port too big", "https://h.example:65536/", "u: the port must be a number from 1 to 65535"),
         Reject("empty port", "https://h.example:/", "u: the port must be a number from 1 to 65535"),

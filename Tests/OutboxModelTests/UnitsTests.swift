@@ -31,7 +31,8 @@ struct UnitsTests {
 
     static let badDurations: [Bad] = [
         Bad(name: "unknown unit", text: "10x", message: #"bad duration "10x" (use 500ms, 30s, 10m, 2h or 14d)"#),
-        Bad(name: "bare non-zero number", text: "30",
+        Bad(
+            name: "bare non-zero number", text: "30",
             message: #"bad duration "30" (a unit is required: use 500ms, 30s, 10m, 2h or 14d)"#),
         Bad(name: "empty", text: "", message: #"bad duration "" (use 500ms, 30s, 10m, 2h or 14d)"#),
         Bad(name: "negative", text: "-5s", message: #"bad duration "-5s" (use 500ms, 30s, 10m, 2h or 14d)"#),
@@ -42,9 +43,11 @@ struct UnitsTests {
         Bad(name: "trailing space", text: "10s ", message: #"bad duration "10s " (use 500ms, 30s, 10m, 2h or 14d)"#),
         Bad(name: "compound", text: "1h30m", message: #"bad duration "1h30m" (use 500ms, 30s, 10m, 2h or 14d)"#),
         Bad(name: "overflow in the multiply", text: "106751991168d", message: #"duration "106751991168d" is over 100 years"#),
-        Bad(name: "overflow in the digits", text: "99999999999999999999ms",
+        Bad(
+            name: "overflow in the digits", text: "99999999999999999999ms",
             message: #"duration "99999999999999999999ms" is over 100 years"#),
-        Bad(name: "the largest Int64 of ms (now + it would overflow)", text: "9223372036854775807ms",
+        Bad(
+            name: "the largest Int64 of ms (now + it would overflow)", text: "9223372036854775807ms",
             message: #"duration "9223372036854775807ms" is over 100 years"#),
         Bad(name: "a day over 100 years", text: "36601d", message: #"duration "36601d" is over 100 years"#),
     ]
@@ -85,7 +88,9 @@ struct UnitsTests {
         Bad(name: "fraction", text: "1.5MiB", message: #"bad size "1.5MiB" (use bytes, or KiB, MiB, GiB, TiB, e.g. 8MiB)"#),
         Bad(name: "overflow in the multiply", text: "8388608TiB", message: #"size "8388608TiB" is too large"#),
         Bad(name: "overflow in the digits", text: "9223372036854775808", message: #"size "9223372036854775808" is too large"#),
-        Bad(name: "quotes and controls escaped", text: "8\"\n", message: #"bad size "8\"\u{a}" (use bytes, or KiB, MiB, GiB, TiB, e.g. 8MiB)"#),
+        Bad(
+            name: "quotes and controls escaped", text: "8\"\n",
+            message: #"bad size "8\"\u{a}" (use bytes, or KiB, MiB, GiB, TiB, e.g. 8MiB)"#),
     ]
 
     @Test(arguments: goodSizes)
@@ -104,43 +109,45 @@ struct UnitsTests {
         #expect(throws: OutboxError(.invalid, expected)) { try Units.parseSize(text) }
     }
 
-    @Test(arguments: [
-        ("zero", Int64(0), "0 B"),
-        ("bytes", 1023, "1023 B"),
-        ("one KiB", 1024, "1 KiB"),
-        ("KiB and a half", 1536, "1.5 KiB"),
-        ("one and a half MiB", 3 << 19, "1.5 MiB"),
-        ("20 MiB", 20 << 20, "20 MiB"),
-        ("rounds to tenths", 1_100_000, "1 MiB"),
-        ("just under a twentieth rounds down", 1024 + 51, "1 KiB"),
-        ("just over a twentieth rounds up", 1024 + 52, "1.1 KiB"),
-        ("rounding up to the next unit", (1 << 20) - 1, "1 MiB"),
-        ("rounding to the next whole", (2 << 30) - 1, "2 GiB"),
-        ("TiB", 5 << 40, "5 TiB"),
-        ("largest", Int64.max, "8 EiB"),
-        ("negative", -1536, "-1.5 KiB"),
-        ("most negative", Int64.min, "-8 EiB"),
-    ] as [(String, Int64, String)])
+    @Test(
+        arguments: [
+            ("zero", Int64(0), "0 B"),
+            ("bytes", 1023, "1023 B"),
+            ("one KiB", 1024, "1 KiB"),
+            ("KiB and a half", 1536, "1.5 KiB"),
+            ("one and a half MiB", 3 << 19, "1.5 MiB"),
+            ("20 MiB", 20 << 20, "20 MiB"),
+            ("rounds to tenths", 1_100_000, "1 MiB"),
+            ("just under a twentieth rounds down", 1024 + 51, "1 KiB"),
+            ("just over a twentieth rounds up", 1024 + 52, "1.1 KiB"),
+            ("rounding up to the next unit", (1 << 20) - 1, "1 MiB"),
+            ("rounding to the next whole", (2 << 30) - 1, "2 GiB"),
+            ("TiB", 5 << 40, "5 TiB"),
+            ("largest", Int64.max, "8 EiB"),
+            ("negative", -1536, "-1.5 KiB"),
+            ("most negative", Int64.min, "-8 EiB"),
+        ] as [(String, Int64, String)])
     func formatsBytes(_ name: String, _ n: Int64, _ expected: String) {
         #expect(Units.formatBytes(n) == expected, "\(name)")
     }
 
-    @Test(arguments: [
-        ("zero", Int64(0), "0ms"),
-        ("milliseconds", 850, "850ms"),
-        ("one second", 1000, "1s"),
-        ("tenths of a second", 1500, "1.5s"),
-        ("tenths truncated", 1999, "1.9s"),
-        ("under a minute", 59_999, "59.9s"),
-        ("one minute", 60_000, "1m"),
-        ("minutes and seconds", 90_000, "1m 30s"),
-        ("hours and minutes", 7_500_000, "2h 5m"),
-        ("whole hours", 7_200_000, "2h"),
-        ("hours drop seconds", 7_200_000 + 59_000, "2h"),
-        ("days and hours", 3 * 86_400_000 + 4 * 3_600_000 + 5 * 60_000, "3d 4h"),
-        ("fourteen days", 1_209_600_000, "14d"),
-        ("negative", -90_000, "-1m 30s"),
-    ] as [(String, Int64, String)])
+    @Test(
+        arguments: [
+            ("zero", Int64(0), "0ms"),
+            ("milliseconds", 850, "850ms"),
+            ("one second", 1000, "1s"),
+            ("tenths of a second", 1500, "1.5s"),
+            ("tenths truncated", 1999, "1.9s"),
+            ("under a minute", 59_999, "59.9s"),
+            ("one minute", 60_000, "1m"),
+            ("minutes and seconds", 90_000, "1m 30s"),
+            ("hours and minutes", 7_500_000, "2h 5m"),
+            ("whole hours", 7_200_000, "2h"),
+            ("hours drop seconds", 7_200_000 + 59_000, "2h"),
+            ("days and hours", 3 * 86_400_000 + 4 * 3_600_000 + 5 * 60_000, "3d 4h"),
+            ("fourteen days", 1_209_600_000, "14d"),
+            ("negative", -90_000, "-1m 30s"),
+        ] as [(String, Int64, String)])
     func formatsDuration(_ name: String, _ ms: Int64, _ expected: String) {
         #expect(Units.formatDuration(ms: ms) == expected, "\(name)")
     }

@@ -529,11 +529,13 @@ struct SchedulingTests {
         let folder = TempFolder()
         defer { folder.cleanup() }
         let spawnerPolicy = Mutex<Int32>(-1)
-        let result = try await runOffPool(shell("cut -d' ' -f41 /proc/self/stat", in: folder), prepare: {
-            var param = sched_param(sched_priority: 0)
-            _ = sched_setscheduler(0, 3, &param)
-            spawnerPolicy.withLock { $0 = sched_getscheduler(0) }
-        })
+        let result = try await runOffPool(
+            shell("cut -d' ' -f41 /proc/self/stat", in: folder),
+            prepare: {
+                var param = sched_param(sched_priority: 0)
+                _ = sched_setscheduler(0, 3, &param)
+                spawnerPolicy.withLock { $0 = sched_getscheduler(0) }
+            })
         #expect(spawnerPolicy.withLock { $0 } == 3)
         #expect(text(result.stdout) == "0\n")
         #expect(result.exitStatus == 0)

@@ -50,8 +50,10 @@ struct StreamingChildTests {
     @Test func aCommandThatCannotStartIsAnError() {
         let folder = TemporaryFolder()
         #expect(throws: ProcessSpawnError.self) {
-            try StreamingChild.start(ProcessSpec(command: .argv(["no-such-program-here"]), environment: ["PATH": "/nonexistent"],
-                                                 workingDirectory: folder.path))
+            try StreamingChild.start(
+                ProcessSpec(
+                    command: .argv(["no-such-program-here"]), environment: ["PATH": "/nonexistent"],
+                    workingDirectory: folder.path))
         }
     }
 }

@@ -33,15 +33,16 @@ import Testing
 
     @Test func killedHookIsRedelivered() async throws {
         let hook = #"""
-        #!/bin/sh
-        cat > /dev/null
-        echo "$OUTBOX_DELIVERIES" >> hooks/killed.log
-        if [ "$OUTBOX_DELIVERIES" = 1 ]; then kill -9 $$; fi
-        exit 0
+            #!/bin/sh
+            cat > /dev/null
+            echo "$OUTBOX_DELIVERIES" >> hooks/killed.log
+            if [ "$OUTBOX_DELIVERIES" = 1 ]; then kill -9 $$; fi
+            exit 0
 
-        """#
-        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/kill.sh", hooks: false)],
-                            hooks: ["kill.sh": hook])
+            """#
+        let p = try Project(
+            definitions: ["t": definition("t", top: "on_success: hooks/kill.sh", hooks: false)],
+            hooks: ["kill.sh": hook])
         try await p.enqueue("t", path: "/status/200", id: "k1")
         let run = try await p.drain()
         let log = try String(contentsOfFile: p.root + "/hooks/killed.log", encoding: .utf8)
@@ -55,23 +56,26 @@ import Testing
         // The first delivery writes its pid and hangs (until the next runner stops its group,
         // ten minutes at most); later ones record and succeed.
         let hook = #"""
-        #!/bin/sh
-        payload=$(cat)
-        printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
-        if [ "$OUTBOX_DELIVERIES" = 1 ]; then
-          echo $$ > hooks/hook.pid
-          sleep 600
-        fi
-        exit 0
+            #!/bin/sh
+            payload=$(cat)
+            printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
+            if [ "$OUTBOX_DELIVERIES" = 1 ]; then
+              echo $$ > hooks/hook.pid
+              sleep 600
+            fi
+            exit 0
 
-        """#
-        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)],
-                            hooks: ["slow.sh": hook])
+            """#
+        let p = try Project(
+            definitions: ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)],
+            hooks: ["slow.sh": hook])
         try await p.enqueue("t", path: "/status/200", id: "crash")
         let runner = try p.start(["run"])
         await eventually("the hook to start") { p.exists("hooks/hook.pid") }
-        let hookPID = try #require(Int32(try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8)
-            .trimmingCharacters(in: .whitespacesAndNewlines)))
+        let hookPID = try #require(
+            Int32(
+                try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8)
+                    .trimmingCharacters(in: .whitespacesAndNewlines)))
         // The hook is the `sh -c` leader's child, in its group.
         let hookGroup = getpgid(hookPID)
         #expect(hookGroup > 1 && hookGroup != getpgrp())
@@ -190,16 +194,19 @@ import Testing
 
     @Test func hookEnqueueLinesAreAppliedOnAcknowledgement() async throws {
         let hook = #"""
-        #!/bin/sh
-        cat > /dev/null
-        echo "hello, not an enqueue line"
-        printf '{"enqueue": {"key": "child", "id": "child-of-%s", "vars": {"url": "%s", "tag": "c"}}}\n' "$OUTBOX_ID" "$(cat hooks/child-url)"
-        exit 0
+            #!/bin/sh
+            cat > /dev/null
+            echo "hello, not an enqueue line"
+            printf '{"enqueue": {"key": "child", "id": "child-of-%s", "vars": {"url": "%s", "tag": "c"}}}\n' "$OUTBOX_ID" "$(cat hooks/child-url)"
+            exit 0
 
-        """#
-        let p = try Project(definitions: ["parent": definition("parent", top: "on_success: hooks/spawn.sh", hooks: false),
-                                          "child": definition("child")],
-                            hooks: ["spawn.sh": hook])
+            """#
+        let p = try Project(
+            definitions: [
+                "parent": definition("parent", top: "on_success: hooks/spawn.sh", hooks: false),
+                "child": definition("child"),
+            ],
+            hooks: ["spawn.sh": hook])
         try p.url("/child").write(toFile: p.root + "/hooks/child-url", atomically: true, encoding: .utf8)
         try await p.enqueue("parent", path: "/status/200", id: "p1")
         try await p.drain()
@@ -213,15 +220,16 @@ import Testing
 
     @Test func anInvalidEnqueueLineIsNotAcknowledged() async throws {
         let hook = #"""
-        #!/bin/sh
-        cat > /dev/null
-        echo '{"enqueue": {"key": "no-such-key", "vars": {}}}'
-        echo "$OUTBOX_DELIVERIES" >> hooks/bad.log
-        exit 0
+            #!/bin/sh
+            cat > /dev/null
+            echo '{"enqueue": {"key": "no-such-key", "vars": {}}}'
+            echo "$OUTBOX_DELIVERIES" >> hooks/bad.log
+            exit 0
 
-        """#
-        let p = try Project(definitions: ["parent": definition("parent", top: "on_success: hooks/bad.sh", hooks: false)],
-                            hooks: ["bad.sh": hook])
+            """#
+        let p = try Project(
+            definitions: ["parent": definition("parent", top: "on_success: hooks/bad.sh", hooks: false)],
+            hooks: ["bad.sh": hook])
         try await p.enqueue("parent", path: "/status/200", id: "p2")
         let run = try await p.runUntil { _ in
             ((try? String(contentsOfFile: p.root + "/hooks/bad.log", encoding: .utf8)) ?? "").hasPrefix("1\n2\n")
@@ -239,18 +247,19 @@ import Testing
     /// stat); the curl thread, and the hooks the runner starts, keep the normal policy (0).
     @Test func hooksRunWithTheNormalPolicyWhileTheControlThreadIsBatch() async throws {
         let hook = #"""
-        #!/bin/sh
-        cat > /dev/null
-        cut -d' ' -f41 /proc/self/stat > hooks/own.policy
-        # The hook runs under `sh -c`: the runner is its parent's parent.
-        runner=$(cut -d' ' -f4 /proc/$PPID/stat)
-        cat /proc/$runner/comm > hooks/runner.comm
-        for task in /proc/$runner/task/*/stat; do cut -d' ' -f41 "$task"; done | sort -u | tr '\n' ' ' > hooks/runner.policies
-        exit 0
+            #!/bin/sh
+            cat > /dev/null
+            cut -d' ' -f41 /proc/self/stat > hooks/own.policy
+            # The hook runs under `sh -c`: the runner is its parent's parent.
+            runner=$(cut -d' ' -f4 /proc/$PPID/stat)
+            cat /proc/$runner/comm > hooks/runner.comm
+            for task in /proc/$runner/task/*/stat; do cut -d' ' -f41 "$task"; done | sort -u | tr '\n' ' ' > hooks/runner.policies
+            exit 0
 
-        """#
-        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/policy.sh", hooks: false)],
-                            hooks: ["policy.sh": hook])
+            """#
+        let p = try Project(
+            definitions: ["t": definition("t", top: "on_success: hooks/policy.sh", hooks: false)],
+            hooks: ["policy.sh": hook])
         try await p.enqueue("t", path: "/status/200", id: "s1")
         _ = try await p.drain()
         let own = try String(contentsOfFile: p.root + "/hooks/own.policy", encoding: .utf8)

@@ -7,15 +7,17 @@ import TestSupport
 /// none enqueued, and the parent's outcome says why, for its hook and for `show`.
 struct FollowUpFailureTests {
     @Test func aFollowUpThatCannotRenderIsRecordedOnTheParentsOutcome() async throws {
-        let parent = definition("order", top: """
-        then:
-          on_success:
-            - key: receipt
-              vars: { url: "{{ vars.url }}", tag: "t" }
-            - key: receipt
-              id: "bad id with spaces {{ entry.id }}"
-              vars: { url: "{{ vars.url }}", tag: "t" }
-        """)
+        let parent = definition(
+            "order",
+            top: """
+                then:
+                  on_success:
+                    - key: receipt
+                      vars: { url: "{{ vars.url }}", tag: "t" }
+                    - key: receipt
+                      id: "bad id with spaces {{ entry.id }}"
+                      vars: { url: "{{ vars.url }}", tag: "t" }
+                """)
         let p = try Project(definitions: ["order": parent, "receipt": definition("receipt")])
         try await p.enqueue("order", path: "/status/200", id: "o1")
         let run = try await p.drain()
@@ -37,10 +39,12 @@ struct FollowUpFailureTests {
 /// older generation still owes (acknowledgements are per id and generation).
 struct GenerationDeliveryTests {
     @Test func aScopeCancelledEntryEnqueuedAgainStillGetsItsOnError() async throws {
-        let scoped = definition("step", top: """
-        scope: "job-{{ vars.job }}"
-        on_rejected: cancel-scope
-        """)
+        let scoped = definition(
+            "step",
+            top: """
+                scope: "job-{{ vars.job }}"
+                on_rejected: cancel-scope
+                """)
         let p = try Project(definitions: ["step": scoped])
         for (id, path) in [("s1", "/status/422"), ("s2", "/status/200")] {
             let vars = JSON.object([("url", .string(p.url(path))), ("tag", .string(id)), ("job", .string("j1"))]).serialized()
@@ -53,7 +57,8 @@ struct GenerationDeliveryTests {
         let failed = p.deliveries("s2").count
         #expect(failed >= 1)
         #expect(Set(p.deliveries("s2").map { $0.string("stdin.error.kind") }) == ["cancelled"])
-        let again = JSON.object([("url", .string(p.url("/status/200?again"))), ("tag", .string("again")), ("job", .string("j2"))]).serialized()
+        let again = JSON.object([("url", .string(p.url("/status/200?again"))), ("tag", .string("again")), ("job", .string("j2"))])
+            .serialized()
         #expect(try await p.outbox(["enqueue", "step", "--vars", again, "--id", "s2"]).exitCode == 0)
         p.remove("hooks/fail")
         try await p.drain()
@@ -71,17 +76,20 @@ struct HookOutputCapTests {
     @Test func aHookThatPrintsPastTheCapFailsItsDelivery() async throws {
         // The first delivery prints 2 MiB before an enqueue line; the second prints the line alone.
         let hook = #"""
-        #!/bin/sh
-        cat > /dev/null
-        printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
-        if [ "$OUTBOX_DELIVERIES" = 1 ]; then head -c 2097152 /dev/zero | tr '\0' 'x'; echo; fi
-        printf '{"enqueue": {"key": "c", "id": "child", "vars": {"url": "%s", "tag": "c"}}}\n' "$CHILD_URL"
-        exit 0
+            #!/bin/sh
+            cat > /dev/null
+            printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
+            if [ "$OUTBOX_DELIVERIES" = 1 ]; then head -c 2097152 /dev/zero | tr '\0' 'x'; echo; fi
+            printf '{"enqueue": {"key": "c", "id": "child", "vars": {"url": "%s", "tag": "c"}}}\n' "$CHILD_URL"
+            exit 0
 
-        """#
-        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/big.sh", hooks: false),
-                                          "c": definition("c", hooks: false)],
-                            hooks: ["big.sh": hook])
+            """#
+        let p = try Project(
+            definitions: [
+                "t": definition("t", top: "on_success: hooks/big.sh", hooks: false),
+                "c": definition("c", hooks: false),
+            ],
+            hooks: ["big.sh": hook])
         p.environment["CHILD_URL"] = p.url("/status/200?child")
         try await p.enqueue("t", path: "/status/200", id: "parent")
         let run = try await p.drain()

@@ -9,34 +9,34 @@ import Testing
 
 /// Small backoffs so retries and redeliveries take milliseconds; hook redelivery uses them too.
 let fastConfig = """
-retry:
-  backoff: { base: 50ms, max: 200ms, jitter: 0 }
-  terminal_http: { exempt: [404] }
+    retry:
+      backoff: { base: 50ms, max: 200ms, jitter: 0 }
+      terminal_http: { exempt: [404] }
 
-"""
+    """
 
 /// Appends one JSON line per delivery: the OUTBOX_* environment and the stdin payload.
 /// Exits 1 while `hooks/fail` exists.
 let recordHook = #"""
-#!/bin/sh
-payload=$(cat)
-line=$(printf '{"env":{"id":"%s","key":"%s","outcome":"%s","deliveries":"%s","pid":"%s"},"stdin":%s}' "$OUTBOX_ID" "$OUTBOX_KEY" "$OUTBOX_OUTCOME" "$OUTBOX_DELIVERIES" "$$" "$payload")
-printf '%s\n' "$line" >> hooks/log.jsonl
-if [ -e hooks/fail ]; then exit 1; fi
-exit 0
+    #!/bin/sh
+    payload=$(cat)
+    line=$(printf '{"env":{"id":"%s","key":"%s","outcome":"%s","deliveries":"%s","pid":"%s"},"stdin":%s}' "$OUTBOX_ID" "$OUTBOX_KEY" "$OUTBOX_OUTCOME" "$OUTBOX_DELIVERIES" "$$" "$payload")
+    printf '%s\n' "$line" >> hooks/log.jsonl
+    if [ -e hooks/fail ]; then exit 1; fi
+    exit 0
 
-"""#
+    """#
 
 /// A definition whose URL comes whole from `vars.url` and whose body carries `vars.tag`.
 /// `request` lines go under `request:` (indented by the caller), `top` lines at the top level.
 func definition(_ key: String, request: String = "", top: String = "", hooks: Bool = true) -> String {
     var text = """
-    key: \(key)
-    request:
-      url: "{{ vars.url }}"
-      data: { tag: "{{ vars.tag }}" }
+        key: \(key)
+        request:
+          url: "{{ vars.url }}"
+          data: { tag: "{{ vars.tag }}" }
 
-    """
+        """
     if !request.isEmpty { text += request.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n") + "\n" }
     if !top.isEmpty { text += top + "\n" }
     if hooks { text += "on_success: hooks/record.sh\non_error: hooks/record.sh\n" }
@@ -66,8 +66,10 @@ typealias Running = RunningProcess
 /// A runner test's project: the fixture with `fastConfig`, the record hook, its own test
 /// server, and the runner vocabulary (drain, enqueue by path, the hook log).
 final class Project: TestProject, @unchecked Sendable {
-    init(config: String = fastConfig, definitions: [String: String], hooks: [String: String] = [:],
-         function: String = #function) throws {
+    init(
+        config: String = fastConfig, definitions: [String: String], hooks: [String: String] = [:],
+        function: String = #function
+    ) throws {
         try super.init(config: config, definitions: definitions, name: function)
         try startServer()
         for (name, text) in ["record.sh": recordHook].merging(hooks, uniquingKeysWith: { $1 }) {
@@ -87,8 +89,10 @@ final class Project: TestProject, @unchecked Sendable {
 
     /// Enqueues `key` with vars `{url, tag}` (+ `extra` arguments); returns the id printed.
     @discardableResult
-    func enqueue(_ key: String, path: String, id: String? = nil, tag: String = "a", extra: [String] = [],
-                 sourceLocation: SourceLocation = #_sourceLocation) async throws -> String {
+    func enqueue(
+        _ key: String, path: String, id: String? = nil, tag: String = "a", extra: [String] = [],
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws -> String {
         let vars = JSON.object([("url", .string(url(path))), ("tag", .string(tag))]).serialized()
         let result = try await outbox(["enqueue", key, "--vars", vars] + (id.map { ["--id", $0] } ?? []) + extra)
         #expect(result.exitCode == 0, "enqueue: \(result.description)", sourceLocation: sourceLocation)

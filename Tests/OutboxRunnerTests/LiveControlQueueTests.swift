@@ -10,12 +10,12 @@ import Testing
 /// A `network.wifi_check` command: on Wi-Fi while `wifi-on` exists; each run appends its
 /// answer to `wifi-checks.log`, so the test counts the checks.
 let wifiCheckScript = """
-#!/bin/sh
-if [ -e wifi-on ]; then echo on >> wifi-checks.log; exit 0; fi
-echo off >> wifi-checks.log
-exit 1
+    #!/bin/sh
+    if [ -e wifi-on ]; then echo on >> wifi-checks.log; exit 0; fi
+    echo off >> wifi-checks.log
+    exit 1
 
-"""
+    """
 
 extension Project {
     /// The answers of the Wi-Fi check so far, one per run.
@@ -25,8 +25,10 @@ extension Project {
     func row(_ id: String) async throws -> JSON? { try await list().first { $0.string("id") == id } }
 
     /// Enqueues `key` with vars `{url, tag}` from a process whose `ACCOUNT` is `account`.
-    func enqueue(_ key: String, path: String, id: String, account: String,
-                 sourceLocation: SourceLocation = #_sourceLocation) async throws {
+    func enqueue(
+        _ key: String, path: String, id: String, account: String,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
         let vars = JSON.object([("url", .string(url(path))), ("tag", .string(id))]).serialized()
         let result = try await outbox(["enqueue", key, "--vars", vars, "--id", id], environment: ["ACCOUNT": account])
         #expect(result.exitCode == 0, "enqueue: \(result.description)", sourceLocation: sourceLocation)
@@ -40,8 +42,9 @@ extension Project {
     /// some enqueued while the runner runs (so it looks at them in later turns), one check.
     /// Held entries wait with their reason, and a drain returns instead of waiting for them.
     @Test func theWifiCheckRunsOncePerIntervalForTheWholeQueue() async throws {
-        let p = try Project(config: fastConfig + "network: { wifi_check: hooks/wifi.sh, wifi_interval: 1h }\n",
-                            definitions: ["t": definition("t")], hooks: ["wifi.sh": wifiCheckScript])
+        let p = try Project(
+            config: fastConfig + "network: { wifi_check: hooks/wifi.sh, wifi_interval: 1h }\n",
+            definitions: ["t": definition("t")], hooks: ["wifi.sh": wifiCheckScript])
         #expect(try await p.outbox(["wifi-only", "on"]).exitCode == 0)
         func heldForWifi() async throws -> Int {
             try await p.list().filter { $0.string("state") == "queued" && $0.string("reason") == "waiting for Wi-Fi" }.count
@@ -75,8 +78,9 @@ extension Project {
     /// part in flight accepted; back on Wi-Fi, the remaining parts are sent.
     @Test func aWifiOnlyUploadStopsBetweenPartsOffWifi() async throws {
         let interval = 200.0
-        let p = try Project(config: fastConfig + "part_concurrency: 1\nnetwork: { wifi_check: hooks/wifi.sh, wifi_interval: 200ms }\n",
-                            definitions: [:], hooks: ["wifi.sh": wifiCheckScript])
+        let p = try Project(
+            config: fastConfig + "part_concurrency: 1\nnetwork: { wifi_check: hooks/wifi.sh, wifi_interval: 200ms }\n",
+            definitions: [:], hooks: ["wifi.sh": wifiCheckScript])
         defer { p.server.release("parts") }
         try p.define("up", partsDefinition(p.server, min: "64KiB", max: "64KiB", ownership: "copy"))
         p.server.script("/put/", [TestResponse.status(201).held("parts")])
@@ -144,18 +148,20 @@ extension Project {
     @Test(arguments: [nil, "0s"] as [String?])
     func aDrainPastItsHorizonStillSendsAFollowUpDueNow(_ delay: String?) async throws {
         var then = """
-        then:
-          on_success:
-            - key: receipt
-              id: "receipt-{{ entry.id }}"
-              vars: { url: "{{ vars.receipt_url }}", tag: "r" }
-        """
+            then:
+              on_success:
+                - key: receipt
+                  id: "receipt-{{ entry.id }}"
+                  vars: { url: "{{ vars.receipt_url }}", tag: "r" }
+            """
         if let delay { then += "\n      delay: \(delay)" }
         // The parent has no hook: no delivery of its outcome is left to keep the drain going.
         let p = try Project(definitions: ["order": definition("order", top: then, hooks: false), "receipt": definition("receipt")])
         defer { p.server.release("order") }
-        let vars = JSON.object([("url", .string(p.url("/hold/order"))), ("tag", .string("o")),
-                                ("receipt_url", .string(p.url("/status/200?receipt")))]).serialized()
+        let vars = JSON.object([
+            ("url", .string(p.url("/hold/order"))), ("tag", .string("o")),
+            ("receipt_url", .string(p.url("/status/200?receipt"))),
+        ]).serialized()
         #expect(try await p.outbox(["enqueue", "order", "--vars", vars, "--id", "o1"]).exitCode == 0)
         let runner = try p.start(["run", "--drain", "--horizon", "0s", "--events", "-"])
         #expect(await p.server.waitForHeld("order"))
@@ -189,8 +195,9 @@ extension Project {
             }
         }
         // A horizon past the next look at the entries does not keep these drains waiting.
-        let empty = try await p.outbox(["run", "--drain", "--horizon", "1h", "--events", "-"], environment: ["ACCOUNT": ""],
-                                       timeout: 60)
+        let empty = try await p.outbox(
+            ["run", "--drain", "--horizon", "1h", "--events", "-"], environment: ["ACCOUNT": ""],
+            timeout: 60)
         #expect(empty.exitCode == 0 && !empty.timedOut, "\(empty.description)")
         #expect(empty.jsonLines.filter { $0.string("type") == "state" }.isEmpty, "neither claimed nor dropped")
         try await expectWaiting(["a1", "c1"])
@@ -200,8 +207,10 @@ extension Project {
         #expect(unset.jsonLines.filter { $0.string("type") == "state" }.isEmpty, "neither claimed nor dropped")
         try await expectWaiting(["a1", "c1", "a2"])
         let explain = try await p.outbox(["explain", "a2", "--json"])
-        #expect(explain.json?.at("reasons")?.arrayValue?.contains(.string("it waits for its account alice to be the current one (config account)")) == true,
-                "\(explain.stdout)")
+        #expect(
+            explain.json?.at("reasons")?.arrayValue?.contains(
+                .string("it waits for its account alice to be the current one (config account)")) == true,
+            "\(explain.stdout)")
         #expect(p.server.requests.isEmpty)
 
         let alice = try await p.outbox(["run", "--drain", "--events", "-"], environment: ["ACCOUNT": "alice"], timeout: 60)

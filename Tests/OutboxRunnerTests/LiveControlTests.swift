@@ -24,16 +24,19 @@ extension CommandResult {
 
 /// Checks that a finished run reported `id` cancelled by the user exactly once and never
 /// as settled otherwise: one state event, or the summary's count.
-func expectReportedCancelled(_ run: CommandResult, _ id: String, as report: RunReport,
-                             sourceLocation: SourceLocation = #_sourceLocation) {
+func expectReportedCancelled(
+    _ run: CommandResult, _ id: String, as report: RunReport,
+    sourceLocation: SourceLocation = #_sourceLocation
+) {
     switch report {
     case .events:
         let states = run.states(of: id)
         let cancelled = states.filter { $0.string("state") == "cancelled" }
         #expect(cancelled.count == 1, "\(states)", sourceLocation: sourceLocation)
         #expect(cancelled.first?.string("reason") == "user", sourceLocation: sourceLocation)
-        #expect(states.allSatisfy { ["running", "cancelled"].contains($0.string("state") ?? "") }, "\(states)",
-                sourceLocation: sourceLocation)
+        #expect(
+            states.allSatisfy { ["running", "cancelled"].contains($0.string("state") ?? "") }, "\(states)",
+            sourceLocation: sourceLocation)
     case .summary:
         let summary = run.json
         #expect(summary?.int("cancelled") == 1, "\(run.stdout)", sourceLocation: sourceLocation)
@@ -112,8 +115,9 @@ extension Project {
     func aSettleTheCancelBeatIsReportedAsTheCancel(_ report: RunReport) async throws {
         // The parser tells the test it runs, then waits until the test lets it answer.
         let parser = "#!/bin/sh\ncat > /dev/null\ntouch parsing\nwhile [ ! -e parse-go ]; do sleep 0.01; done\necho '{}'\n"
-        let p = try Project(definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")],
-                            hooks: ["parse.sh": parser])
+        let p = try Project(
+            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")],
+            hooks: ["parse.sh": parser])
         defer { p.touch("parse-go") }
         try await p.enqueue("t", path: "/status/200", id: "r")
         let runner = try p.start(["run", "--drain"] + report.arguments)

@@ -62,10 +62,14 @@ enum PartFiles {
     }
 
     /// The parts of `outbox show ID --json`: (index, start, end, accepted).
-    static func storedParts(_ sandbox: OutboxSandbox, _ id: String) async throws -> [(index: Int, start: Int64, end: Int64, accepted: Bool)] {
+    static func storedParts(_ sandbox: OutboxSandbox, _ id: String) async throws -> [(index: Int, start: Int64, end: Int64, accepted: Bool)]
+    {
         let parts = (try await sandbox.show(id)?["parts"] as? [[String: Any]]) ?? []
         return parts.map { p in
-            ((p["index"] as? Int) ?? -1, Int64((p["start"] as? Int) ?? -1), Int64((p["end"] as? Int) ?? -1), (p["accepted"] as? Bool) ?? false)
+            (
+                (p["index"] as? Int) ?? -1, Int64((p["start"] as? Int) ?? -1), Int64((p["end"] as? Int) ?? -1),
+                (p["accepted"] as? Bool) ?? false
+            )
         }
     }
 
@@ -74,8 +78,10 @@ enum PartFiles {
 }
 
 /// A definition of a chunked PUT to `/put/{{ entry.id }}/{{ part.number }}` on `server`.
-func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, max: String, extra: String = "",
-                     ownership: String? = nil) -> String {
+func partsDefinition(
+    _ server: TestHTTPServer, key: String = "up", min: String, max: String, extra: String = "",
+    ownership: String? = nil
+) -> String {
     """
     key: \(key)
     request:
@@ -136,7 +142,8 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         // Progress events carry bytes sent and bytes accepted; the last one is complete.
         let progress = run.lines.compactMap { line -> [String: Any]? in
             guard let event = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
-                  event["type"] as? String == "progress" else { return nil }
+                event["type"] as? String == "progress"
+            else { return nil }
             return event
         }
         let last = try #require(progress.last)
@@ -247,7 +254,8 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome.json")))
         let parts = try #require(outcome["parts"] as? [[String: Any]])
         #expect(parts.map { $0["status"] as? Int } == [201, 201, 201, 201])
-        #expect(parts.map { ($0["headers"] as? [String: String])?["etag"] }
+        #expect(
+            parts.map { ($0["headers"] as? [String: String])?["etag"] }
                 == [PartFiles.etag(hashes[0]), "\"two\"", "\"three\"", PartFiles.etag(hashes[3])])
         let retried = run.lines.filter { $0.contains(#""type":"attempt""#) && $0.contains(#""outcome":"retry""#) }
         // Only those two parts are retried. The reset part is retried by outbox (kind network),
@@ -364,8 +372,10 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     @Test func fiveTiBFileGetsThePlanOfChunkPlan() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
-        try sandbox.define("up", partsDefinition(server, min: "8MiB", max: "20MiB", ownership: "reference")
-            .replacingOccurrences(of: "plan: { min: 8MiB, max: 20MiB }", with: "plan: { min: 8MiB, max: 20MiB, max_parts: 10000 }"))
+        try sandbox.define(
+            "up",
+            partsDefinition(server, min: "8MiB", max: "20MiB", ownership: "reference")
+                .replacingOccurrences(of: "plan: { min: 8MiB, max: 20MiB }", with: "plan: { min: 8MiB, max: 20MiB, max_parts: 10000 }"))
         let plan = try await sandbox.outbox(["chunk-plan", "5TiB", "--json"])
         #expect(plan.status == 0)
         let ranges = try #require(plan.jsonObject as? [[String: Int]])
@@ -394,32 +404,36 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     @Test func requestCommandDescribesThePartsAtEnqueue() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
-        try sandbox.write("plugins/describe.py", """
-        import json, os, sys
-        request = json.load(sys.stdin)
-        with open("plugin-input.json", "w") as f:
-            json.dump(request, f)
-        path = request["vars"]["path"]
-        size = os.path.getsize(path)
-        half = size // 2
-        base = "\(server.baseURL)/put/" + request["entry"]["id"]
-        print(json.dumps({
-            "method": "PUT",
-            "file": path,
-            "ownership": "copy",
-            "headers": {"X-Plugin": "yes"},
-            "parts": [
-                {"url": base + "/1?sig=a%2Fb", "range": {"start": 0, "end": half}},
-                {"url": base + "/2?sig=c%2Fd", "range": {"start": half, "end": size}, "headers": {"X-Part": "last"}},
-            ],
-            "expires_in": "2h",
-        }))
-        """)
-        try sandbox.define("cmd", """
-        key: cmd
-        request_command: [python3, plugins/describe.py]
-        on_success: "cat > outcome.json"
-        """)
+        try sandbox.write(
+            "plugins/describe.py",
+            """
+            import json, os, sys
+            request = json.load(sys.stdin)
+            with open("plugin-input.json", "w") as f:
+                json.dump(request, f)
+            path = request["vars"]["path"]
+            size = os.path.getsize(path)
+            half = size // 2
+            base = "\(server.baseURL)/put/" + request["entry"]["id"]
+            print(json.dumps({
+                "method": "PUT",
+                "file": path,
+                "ownership": "copy",
+                "headers": {"X-Plugin": "yes"},
+                "parts": [
+                    {"url": base + "/1?sig=a%2Fb", "range": {"start": 0, "end": half}},
+                    {"url": base + "/2?sig=c%2Fd", "range": {"start": half, "end": size}, "headers": {"X-Part": "last"}},
+                ],
+                "expires_in": "2h",
+            }))
+            """)
+        try sandbox.define(
+            "cmd",
+            """
+            key: cmd
+            request_command: [python3, plugins/describe.py]
+            on_success: "cat > outcome.json"
+            """)
         try PartFiles.make(sandbox.path("f.bin"), size: 100_001)
         let before = Int64(Date().timeIntervalSince1970 * 1000)
         let enqueue = try await sandbox.outbox(["enqueue", "cmd", "--id", "rc", "--vars", #"{"path": "f.bin"}"#])
@@ -430,7 +444,8 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(input["entry"] as? [String: String] == ["id": "rc"])
         let shown = try #require(try await sandbox.show("rc"))
         let expiresAt = try #require(shown["expires_at"] as? Int)
-        #expect((before + 7_200_000...after + 7_200_000).contains(Int64(expiresAt)), "expires_at \(expiresAt) is not the enqueue's time + 2h")
+        #expect(
+            (before + 7_200_000...after + 7_200_000).contains(Int64(expiresAt)), "expires_at \(expiresAt) is not the enqueue's time + 2h")
         // The plugin asked for a copy: the source stays.
         #expect(FileManager.default.fileExists(atPath: sandbox.path("f.bin")))
 
@@ -447,10 +462,12 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     @Test func failingRequestCommandStoresNothing() async throws {
         let sandbox = try OutboxSandbox()
         try sandbox.write("plugins/fail.sh", "echo 'no upload slot today' >&2\nexit 3\n", mode: 0o755)
-        try sandbox.define("cmd", """
-        key: cmd
-        request_command: plugins/fail.sh
-        """)
+        try sandbox.define(
+            "cmd",
+            """
+            key: cmd
+            request_command: plugins/fail.sh
+            """)
         let enqueue = try await sandbox.outbox(["enqueue", "cmd", "--vars", "{}"])
         #expect(enqueue.status == 65)
         #expect(enqueue.stderr.contains("request_command exited 3: no upload slot today"))
@@ -486,26 +503,36 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
     }
 
     @Test(arguments: [
-        LineCase(name: "no rate yet",
-                 snapshot: .init(doneEntries: 0, totalEntries: 3, acceptedBytes: 0, totalBytes: 3 << 30, rate: nil,
-                                 remainingBytes: 3 << 30, running: 2),
-                 line: "0/3 entries · 0 B of 3 GiB · ETA -- · 2 running"),
-        LineCase(name: "mid-way with retries and errors",
-                 snapshot: .init(doneEntries: 5, totalEntries: 12, acceptedBytes: 1 << 30, totalBytes: 4 << 30, rate: 100 << 20,
-                                 remainingBytes: 3 << 30, running: 3, retried: 2, errors: 1),
-                 line: "5/12 entries · 1 GiB of 4 GiB · 100 MiB/s · ETA 30.7s · 3 running · 2 retried · 1 error"),
-        LineCase(name: "stalled",
-                 snapshot: .init(doneEntries: 1, totalEntries: 2, acceptedBytes: 10, totalBytes: 20, rate: 0,
-                                 remainingBytes: 10, running: 1),
-                 line: "1/2 entries · 10 B of 20 B · 0 B/s · ETA -- · 1 running"),
-        LineCase(name: "done",
-                 snapshot: .init(doneEntries: 2, totalEntries: 2, acceptedBytes: 20, totalBytes: 20, rate: 5,
-                                 remainingBytes: 0, running: 0),
-                 line: "2/2 entries · 20 B of 20 B · 5 B/s · ETA 0s · 0 running"),
-        LineCase(name: "requests without bodies",
-                 snapshot: .init(doneEntries: 1, totalEntries: 3, acceptedBytes: 0, totalBytes: 0, rate: 0,
-                                 remainingBytes: 0, running: 2, retried: 1),
-                 line: "1/3 entries · 2 running · 1 retried"),
+        LineCase(
+            name: "no rate yet",
+            snapshot: .init(
+                doneEntries: 0, totalEntries: 3, acceptedBytes: 0, totalBytes: 3 << 30, rate: nil,
+                remainingBytes: 3 << 30, running: 2),
+            line: "0/3 entries · 0 B of 3 GiB · ETA -- · 2 running"),
+        LineCase(
+            name: "mid-way with retries and errors",
+            snapshot: .init(
+                doneEntries: 5, totalEntries: 12, acceptedBytes: 1 << 30, totalBytes: 4 << 30, rate: 100 << 20,
+                remainingBytes: 3 << 30, running: 3, retried: 2, errors: 1),
+            line: "5/12 entries · 1 GiB of 4 GiB · 100 MiB/s · ETA 30.7s · 3 running · 2 retried · 1 error"),
+        LineCase(
+            name: "stalled",
+            snapshot: .init(
+                doneEntries: 1, totalEntries: 2, acceptedBytes: 10, totalBytes: 20, rate: 0,
+                remainingBytes: 10, running: 1),
+            line: "1/2 entries · 10 B of 20 B · 0 B/s · ETA -- · 1 running"),
+        LineCase(
+            name: "done",
+            snapshot: .init(
+                doneEntries: 2, totalEntries: 2, acceptedBytes: 20, totalBytes: 20, rate: 5,
+                remainingBytes: 0, running: 0),
+            line: "2/2 entries · 20 B of 20 B · 5 B/s · ETA 0s · 0 running"),
+        LineCase(
+            name: "requests without bodies",
+            snapshot: .init(
+                doneEntries: 1, totalEntries: 3, acceptedBytes: 0, totalBytes: 0, rate: 0,
+                remainingBytes: 0, running: 2, retried: 1),
+            line: "1/3 entries · 2 running · 1 retried"),
     ])
     func progressLine(_ c: LineCase) {
         #expect(ProgressDisplay.line(c.snapshot) == c.line)
@@ -516,17 +543,26 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         var now: Int64 = 0
         var stored = PendingTotals(entries: 2, bytes: 300, acceptedBytes: 0)
         let display = ProgressDisplay(write: { written.append($0) }, totals: { stored }, clock: { now })
-        display.observe(.object([("type", .string("progress")), ("id", .string("a")), ("bytes_sent", .int(150)),
-                                 ("bytes_accepted", .int(100)), ("total_bytes", .int(200))]))
+        display.observe(
+            .object([
+                ("type", .string("progress")), ("id", .string("a")), ("bytes_sent", .int(150)),
+                ("bytes_accepted", .int(100)), ("total_bytes", .int(200)),
+            ]))
         display.draw(summary: RunSummary(), flights: 1, running: 1)
         #expect(written.last == "\r\u{1B}[2K0/2 entries · 0 B of 300 B · ETA -- · 1 running")
 
         // "a" completes; before the store's totals are read again the display adjusts them itself.
         now = 500
-        display.observe(.object([("type", .string("progress")), ("id", .string("a")), ("bytes_sent", .int(200)),
-                                 ("bytes_accepted", .int(200)), ("total_bytes", .int(200))]))
-        display.observe(.object([("type", .string("state")), ("id", .string("a")), ("state", .string("completed")),
-                                 ("total_bytes", .int(200))]))
+        display.observe(
+            .object([
+                ("type", .string("progress")), ("id", .string("a")), ("bytes_sent", .int(200)),
+                ("bytes_accepted", .int(200)), ("total_bytes", .int(200)),
+            ]))
+        display.observe(
+            .object([
+                ("type", .string("state")), ("id", .string("a")), ("state", .string("completed")),
+                ("total_bytes", .int(200)),
+            ]))
         display.draw(summary: RunSummary(), flights: 0, running: 1)
         #expect(written.last == "\r\u{1B}[2K1/2 entries · 200 B of 300 B · ETA -- · 1 running")
 
@@ -547,8 +583,9 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         #expect(written.last == "\r\u{1B}[2K1/2 entries · 240 B of 300 B · 24 B/s · ETA 2.5s · 1 running")
         display.clear()
         display.clear()
-        #expect(Array(written.suffix(2)) == ["\r\u{1B}[2K1/2 entries · 240 B of 300 B · 24 B/s · ETA 2.5s · 1 running", "\r\u{1B}[2K"],
-                "a second clear writes nothing")
+        #expect(
+            Array(written.suffix(2)) == ["\r\u{1B}[2K1/2 entries · 240 B of 300 B · 24 B/s · ETA 2.5s · 1 running", "\r\u{1B}[2K"],
+            "a second clear writes nothing")
         now = 2100
         display.draw(summary: RunSummary(), flights: 0, running: 1)
         display.finish()
@@ -641,8 +678,9 @@ func partsDefinition(_ server: TestHTTPServer, key: String = "up", min: String, 
         let parts = try #require(outcome["parts"] as? [[String: Any]])
         #expect(parts.map { ($0["headers"] as? [String: String])?["etag"] } == expected.map(PartFiles.etag))
 
-        print("PartsCrashTests: \(acceptedBefore.count) parts accepted before the kill, \(resent.count) sent twice; "
-              + "peak memory \(firstPeak) KiB then \(secondPeak) KiB; second run \(String(format: "%.1f", elapsed)) s")
+        print(
+            "PartsCrashTests: \(acceptedBefore.count) parts accepted before the kill, \(resent.count) sent twice; "
+                + "peak memory \(firstPeak) KiB then \(secondPeak) KiB; second run \(String(format: "%.1f", elapsed)) s")
         // Memory stays flat whatever the file size: the parts stream from disk.
         #expect(firstPeak > 0 && firstPeak < 96 * 1024, "first runner peaked at \(firstPeak) KiB")
         #expect(secondPeak > 0 && secondPeak < 96 * 1024, "second runner peaked at \(secondPeak) KiB")

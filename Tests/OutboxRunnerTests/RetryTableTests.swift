@@ -29,39 +29,51 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
 @Suite struct RetryTableTests {
     static let settleCases: [SettleCase] = [
         SettleCase(name: "2xx completes", path: "/status/201", outcome: "completed", status: 201, stateAfter: nil),
-        SettleCase(name: "409 with the accept text completes", path: "/conflict",
-                   steps: [.json(409, #"{"error":"already exists"}"#)],
-                   top: "accept:\n  - status: 409\n    body_includes: already exists",
-                   outcome: "completed", status: 409, stateAfter: nil),
-        SettleCase(name: "409 without the accept text is an http error", path: "/conflict",
-                   steps: [.json(409, #"{"error":"conflict"}"#)],
-                   top: "accept:\n  - status: 409\n    body_includes: already exists",
-                   outcome: "error", kind: "http", status: 409, errorBody: #"{"error":"conflict"}"#, stateAfter: "error"),
-        SettleCase(name: "422 is an http error with status and body", path: "/status/422",
-                   outcome: "error", kind: "http", status: 422, errorBody: #"{"status":422}"#, stateAfter: "error"),
-        SettleCase(name: "3xx not followed is an http error", path: "/redirect/1",
-                   outcome: "error", kind: "http", status: 302, stateAfter: "error"),
-        SettleCase(name: "follow_redirects 2 reaches the 200", path: "/redirect/1", request: "follow_redirects: 2",
-                   outcome: "completed", status: 200, stateAfter: nil),
-        SettleCase(name: "too many redirects is an http error", path: "/redirect/3", request: "follow_redirects: 2",
-                   outcome: "error", kind: "http", stateAfter: "error"),
-        SettleCase(name: "a redirect to ftp is an http error", path: "/redirect-to?url=ftp%3A%2F%2F127.0.0.1%2Fx",
-                   request: "follow_redirects: 2", outcome: "error", kind: "http", stateAfter: "error"),
-        SettleCase(name: "invalid JSON with response json: unknown, entry completed", path: "/notjson",
-                   steps: [.status(200, body: "this is not json")], top: "response: json",
-                   outcome: "error", kind: "unknown", stateAfter: nil),
-        SettleCase(name: "a parser plugin that exits non-zero: unknown, entry completed", path: "/status/200",
-                   top: "response:\n  command: \"cat > /dev/null; exit 3\"",
-                   outcome: "error", kind: "unknown", stateAfter: nil),
-        SettleCase(name: "a parser plugin's output is the data", path: "/status/200",
-                   top: "response:\n  command: \"cat > /dev/null; echo '{\\\"parsed\\\": true}'\"",
-                   outcome: "completed", status: 200, stateAfter: nil),
-        SettleCase(name: "a response over max_response_bytes with a parser: truncated", path: "/bytes/5000",
-                   top: "response: json", config: fastConfig + "max_response_bytes: 1KiB\n",
-                   outcome: "error", kind: "truncated", stateAfter: nil),
-        SettleCase(name: "an empty body with response json gives data null", path: "/empty",
-                   steps: [TestResponse(status: 200)], top: "response: json",
-                   outcome: "completed", status: 200, stateAfter: nil),
+        SettleCase(
+            name: "409 with the accept text completes", path: "/conflict",
+            steps: [.json(409, #"{"error":"already exists"}"#)],
+            top: "accept:\n  - status: 409\n    body_includes: already exists",
+            outcome: "completed", status: 409, stateAfter: nil),
+        SettleCase(
+            name: "409 without the accept text is an http error", path: "/conflict",
+            steps: [.json(409, #"{"error":"conflict"}"#)],
+            top: "accept:\n  - status: 409\n    body_includes: already exists",
+            outcome: "error", kind: "http", status: 409, errorBody: #"{"error":"conflict"}"#, stateAfter: "error"),
+        SettleCase(
+            name: "422 is an http error with status and body", path: "/status/422",
+            outcome: "error", kind: "http", status: 422, errorBody: #"{"status":422}"#, stateAfter: "error"),
+        SettleCase(
+            name: "3xx not followed is an http error", path: "/redirect/1",
+            outcome: "error", kind: "http", status: 302, stateAfter: "error"),
+        SettleCase(
+            name: "follow_redirects 2 reaches the 200", path: "/redirect/1", request: "follow_redirects: 2",
+            outcome: "completed", status: 200, stateAfter: nil),
+        SettleCase(
+            name: "too many redirects is an http error", path: "/redirect/3", request: "follow_redirects: 2",
+            outcome: "error", kind: "http", stateAfter: "error"),
+        SettleCase(
+            name: "a redirect to ftp is an http error", path: "/redirect-to?url=ftp%3A%2F%2F127.0.0.1%2Fx",
+            request: "follow_redirects: 2", outcome: "error", kind: "http", stateAfter: "error"),
+        SettleCase(
+            name: "invalid JSON with response json: unknown, entry completed", path: "/notjson",
+            steps: [.status(200, body: "this is not json")], top: "response: json",
+            outcome: "error", kind: "unknown", stateAfter: nil),
+        SettleCase(
+            name: "a parser plugin that exits non-zero: unknown, entry completed", path: "/status/200",
+            top: "response:\n  command: \"cat > /dev/null; exit 3\"",
+            outcome: "error", kind: "unknown", stateAfter: nil),
+        SettleCase(
+            name: "a parser plugin's output is the data", path: "/status/200",
+            top: "response:\n  command: \"cat > /dev/null; echo '{\\\"parsed\\\": true}'\"",
+            outcome: "completed", status: 200, stateAfter: nil),
+        SettleCase(
+            name: "a response over max_response_bytes with a parser: truncated", path: "/bytes/5000",
+            top: "response: json", config: fastConfig + "max_response_bytes: 1KiB\n",
+            outcome: "error", kind: "truncated", stateAfter: nil),
+        SettleCase(
+            name: "an empty body with response json gives data null", path: "/empty",
+            steps: [TestResponse(status: 200)], top: "response: json",
+            outcome: "completed", status: 200, stateAfter: nil),
     ]
 
     @Test(arguments: settleCases)
@@ -114,8 +126,9 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
     }
 
     @Test func responseOverMaxBytesStillReportsTheStatusAndTruncation() async throws {
-        let p = try Project(config: fastConfig + "max_response_bytes: 1KiB\n",
-                            definitions: ["t": definition("t", top: "response: json")])
+        let p = try Project(
+            config: fastConfig + "max_response_bytes: 1KiB\n",
+            definitions: ["t": definition("t", top: "response: json")])
         try await p.enqueue("t", path: "/bytes/5000", id: "big")
         try await p.drain()
         let hook = try #require(p.deliveries("big").first)
@@ -172,7 +185,8 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         }
         let attempts = first.jsonLines.filter { $0.string("type") == "attempt" }
         #expect(attempts.count >= 2, "retried within the run: \(first.stdout)")
-        #expect(attempts.allSatisfy { $0.string("outcome") == "retry" && $0.string("error_kind") == "network" && $0.at("http_code") == .null })
+        #expect(
+            attempts.allSatisfy { $0.string("outcome") == "retry" && $0.string("error_kind") == "network" && $0.at("http_code") == .null })
         let row = try #require(try await p.list().first)
         #expect(row.string("state") == "queued")
         #expect(p.hookLog.isEmpty)
@@ -290,7 +304,10 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
     @Test(arguments: [
         (Int64(0), nil as String?, "the entry expired before it could be sent"),
         (1, "HTTP 503", "the entry expired after 1 attempt without success; the last: HTTP 503"),
-        (7, "timeout: stalled: less than 1 KiB/s over 1m", "the entry expired after 7 attempts without success; the last: timeout: stalled: less than 1 KiB/s over 1m"),
+        (
+            7, "timeout: stalled: less than 1 KiB/s over 1m",
+            "the entry expired after 7 attempts without success; the last: timeout: stalled: less than 1 KiB/s over 1m"
+        ),
         (2, nil, "the entry expired after 2 attempts without success"),
     ])
     func expiredMessageSaysHowTheAttemptsWent(_ attempts: Int64, _ reason: String?, _ message: String) {

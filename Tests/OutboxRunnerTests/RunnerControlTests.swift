@@ -112,8 +112,9 @@ import Testing
     /// opens one, so the connections the server saw are the requests that overlapped.
     @Test(arguments: [(concurrency: 2, perHost: 4, connections: 2), (concurrency: 4, perHost: 1, connections: 1)])
     func requestsInFlightStayWithinConcurrencyAndPerHost(_ limits: (concurrency: Int, perHost: Int, connections: Int)) async throws {
-        let p = try Project(config: fastConfig + "concurrency: \(limits.concurrency)\nper_host: \(limits.perHost)\n",
-                            definitions: ["t": definition("t")])
+        let p = try Project(
+            config: fastConfig + "concurrency: \(limits.concurrency)\nper_host: \(limits.perHost)\n",
+            definitions: ["t": definition("t")])
         for i in 0..<6 { try await p.enqueue("t", path: "/hold/e", id: "e\(i)") }
         let runner = try p.start(["run", "--drain"])
         // One request at a time goes on; each time, as many requests as the limits allow are
@@ -150,7 +151,8 @@ import Testing
             let id = "e\(i)", toSecond = i % 5 == 4
             if toSecond { second.append(id) } else { first.append(id) }
             let url = (toSecond ? other : p.server).url("/status/200?\(id)")
-            lines += JSON.object([("id", .string(id)), ("vars", .object([("url", .string(url)), ("tag", .string(id))]))]).serialized() + "\n"
+            lines +=
+                JSON.object([("id", .string(id)), ("vars", .object([("url", .string(url)), ("tag", .string(id))]))]).serialized() + "\n"
         }
         try lines.write(toFile: p.base + "/lines.jsonl", atomically: true, encoding: .utf8)
         #expect(try await p.outbox(["enqueue", "t", "--from", p.base + "/lines.jsonl"]).exitCode == 0)
@@ -243,12 +245,14 @@ import Testing
     /// changed meanwhile settles error kind `file` and is never sent, one whose file did not
     /// is sent.
     @Test func aReferencedFileIsCheckedWhenItsStandbyRequestStarts() async throws {
-        let p = try Project(config: fastConfig + "concurrency: 1\n",
-                            definitions: ["t": definition("t"), "f": fileDefinition("f", ownership: "reference")])
+        let p = try Project(
+            config: fastConfig + "concurrency: 1\n",
+            definitions: ["t": definition("t"), "f": fileDefinition("f", ownership: "reference")])
         try await p.enqueue("t", path: "/hold/a", id: "a")
         for name in ["changed", "same"] {
             try Data("referenced".utf8).write(to: URL(fileURLWithPath: p.base + "/\(name).bin"))
-            let vars = JSON.object([("url", .string(p.url("/status/200?\(name)"))), ("path", .string(p.base + "/\(name).bin"))]).serialized()
+            let vars = JSON.object([("url", .string(p.url("/status/200?\(name)"))), ("path", .string(p.base + "/\(name).bin"))])
+                .serialized()
             #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", name]).exitCode == 0)
         }
         let runner = try p.start(["run", "--drain"])
@@ -307,8 +311,10 @@ import Testing
 
         let attempts = events.filter { $0.string("type") == "attempt" }
         #expect(attempts.count == 2)
-        let attemptKeys = ["type", "id", "key", "request_id", "attempt", "url", "method", "part_index", "outcome", "http_code",
-                           "body", "error_kind", "error_message", "at"]
+        let attemptKeys = [
+            "type", "id", "key", "request_id", "attempt", "url", "method", "part_index", "outcome", "http_code",
+            "body", "error_kind", "error_message", "at",
+        ]
         for a in attempts {
             #expect(Set(attemptKeys).isSubset(of: Set(a.keys)), "attempt fields: \(a.keys)")
             #expect(a.string("id") == "ev")
@@ -336,8 +342,10 @@ import Testing
 
         let states = events.filter { $0.string("type") == "state" }
         #expect(states.map { $0.string("state") ?? "" } == ["running", "queued", "running", "completed"])
-        let rowKeys = ["id", "key", "vars", "state", "reason", "bytes_sent", "total_bytes", "attempts", "created_at", "updated_at",
-                       "next_attempt_at", "generation", "parent"]
+        let rowKeys = [
+            "id", "key", "vars", "state", "reason", "bytes_sent", "total_bytes", "attempts", "created_at", "updated_at",
+            "next_attempt_at", "generation", "parent",
+        ]
         for s in states {
             #expect(Set(rowKeys).isSubset(of: Set(s.keys)), "state fields: \(s.keys)")
             #expect(s.string("vars.tag") == "a")
@@ -403,18 +411,22 @@ import Testing
     }
 
     @Test func thenOnSuccessEnqueuesAFollowUpInTheSameTransaction() async throws {
-        let parent = definition("order", top: """
-        then:
-          on_success:
-            - key: receipt
-              id: "receipt-{{ entry.id }}"
-              vars: { url: "{{ vars.receipt_url }}", tag: "{{ outcome.data.n }}" }
-        response: json
-        """)
+        let parent = definition(
+            "order",
+            top: """
+                then:
+                  on_success:
+                    - key: receipt
+                      id: "receipt-{{ entry.id }}"
+                      vars: { url: "{{ vars.receipt_url }}", tag: "{{ outcome.data.n }}" }
+                response: json
+                """)
         let p = try Project(definitions: ["order": parent, "receipt": definition("receipt")])
         p.server.script("/order", [.json(201, #"{"n":"r7"}"#)])
-        let vars = JSON.object([("url", .string(p.url("/order"))), ("tag", .string("o")),
-                                ("receipt_url", .string(p.url("/receipt")))]).serialized()
+        let vars = JSON.object([
+            ("url", .string(p.url("/order"))), ("tag", .string("o")),
+            ("receipt_url", .string(p.url("/receipt"))),
+        ]).serialized()
         #expect(try await p.outbox(["enqueue", "order", "--vars", vars, "--id", "o9"]).exitCode == 0)
         let run = try await p.drain(["--events", "-"])
 
@@ -432,14 +444,16 @@ import Testing
     }
 
     @Test func followUpIsListedWithItsParentBeforeItRuns() async throws {
-        let parent = definition("order", top: """
-        then:
-          on_success:
-            - key: receipt
-              id: "receipt-{{ entry.id }}"
-              vars: { url: "{{ vars.url }}", tag: "later" }
-              delay: 1h
-        """)
+        let parent = definition(
+            "order",
+            top: """
+                then:
+                  on_success:
+                    - key: receipt
+                      id: "receipt-{{ entry.id }}"
+                      vars: { url: "{{ vars.url }}", tag: "later" }
+                      delay: 1h
+                """)
         let p = try Project(definitions: ["order": parent, "receipt": definition("receipt")])
         try await p.enqueue("order", path: "/status/200", id: "o1")
         try await p.drain()
@@ -453,10 +467,12 @@ import Testing
     }
 
     @Test func cancelScopeCancelsTheEntriesBehindAFailedOne() async throws {
-        let scoped = definition("step", top: """
-        scope: "job-{{ vars.job }}"
-        on_rejected: cancel-scope
-        """)
+        let scoped = definition(
+            "step",
+            top: """
+                scope: "job-{{ vars.job }}"
+                on_rejected: cancel-scope
+                """)
         let p = try Project(definitions: ["step": scoped])
         for (id, path) in [("s1", "/status/422"), ("s2", "/status/200"), ("s3", "/status/200")] {
             let vars = JSON.object([("url", .string(p.url(path))), ("tag", .string(id)), ("job", .string("j1"))]).serialized()

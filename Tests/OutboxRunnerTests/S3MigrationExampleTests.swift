@@ -49,7 +49,9 @@ final class MotoServer: @unchecked Sendable {
         }
         if !up {
             stop()
-            throw TestHTTPServerError(description: "moto did not start on port \(port): \((try? String(contentsOfFile: log, encoding: .utf8))?.suffix(2000) ?? "")")
+            throw TestHTTPServerError(
+                description:
+                    "moto did not start on port \(port): \((try? String(contentsOfFile: log, encoding: .utf8))?.suffix(2000) ?? "")")
         }
     }
 
@@ -112,13 +114,17 @@ final class MotoServer: @unchecked Sendable {
         }
         #expect(try await python(["tools/s3_tool.py", "mb", "migration"]).status == 0)
 
-        let files: [(relative: String, size: Int)] = [("empty.bin", 0), ("small.txt", 1024), ("nested/medium.bin", 12 << 20),
-                                                       ("big.bin", 130 << 20)]
+        let files: [(relative: String, size: Int)] = [
+            ("empty.bin", 0), ("small.txt", 1024), ("nested/medium.bin", 12 << 20),
+            ("big.bin", 130 << 20),
+        ]
         for (n, file) in files.enumerated() {
             let path = sandbox.path("data/" + file.relative)
             try await offload { try PartFiles.make(path, size: file.size, seed: UInt64(n + 11)) }
         }
-        let enqueue = ["enqueue", "s3.upload", "--from-dir", "data", "--vars", #"{"prefix": "run1/"}"#, "--id-template", "mig-{{ vars.name }}"]
+        let enqueue = [
+            "enqueue", "s3.upload", "--from-dir", "data", "--vars", #"{"prefix": "run1/"}"#, "--id-template", "mig-{{ vars.name }}",
+        ]
         let first = try await sandbox.outbox(enqueue, environment: env)
         #expect(first.status == 0, "\(first.stderr)")
         #expect(first.lines == ["mig-big.bin", "mig-empty.bin", "mig-medium.bin", "mig-small.txt"])

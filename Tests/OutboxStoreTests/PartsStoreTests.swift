@@ -53,10 +53,13 @@ final class PartsStoreFixture {
             _ = try store.enqueue([try fixture.entry(id: "up-1", ownership: .reference)], now: now)
             let seq = try #require(try store.entry(id: "up-1")).seq
             try store.apply([.markRunning(entrySeqs: [seq], lease: Lease(owner: "runner-that-died"))], now: now)
-            try store.apply([.partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([("etag", .string("\"e0\""))])),
-                             .partRetry(entrySeq: seq, index: 1, nextAttemptAt: now + 5000),
-                             .partAccepted(entrySeq: seq, index: 2, status: 201, headers: .object([("etag", .string("\"e2\""))]))],
-                            now: now)
+            try store.apply(
+                [
+                    .partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([("etag", .string("\"e0\""))])),
+                    .partRetry(entrySeq: seq, index: 1, nextAttemptAt: now + 5000),
+                    .partAccepted(entrySeq: seq, index: 2, status: 201, headers: .object([("etag", .string("\"e2\""))])),
+                ],
+                now: now)
         }
         // A new process opens the store; the old runner's lease is stale.
         let store = try fixture.store()
@@ -107,7 +110,8 @@ final class PartsStoreFixture {
         let staged = try #require(try store.entry(id: "up-3")?.bodyFile)
         guard case let .parts(identity, _, _) = first.prepared.body else { Issue.record("not a parts body"); return }
 
-        let results = try store.enqueue([try fixture.entry(id: "up-3", ownership: .move, host: "b.example", identity: identity)], now: now + 1)
+        let results = try store.enqueue(
+            [try fixture.entry(id: "up-3", ownership: .move, host: "b.example", identity: identity)], now: now + 1)
         #expect(results.map(\.decision) == [.replace])
         let entry = try #require(try store.entry(id: "up-3"))
         #expect(entry.bodyFile == staged)
@@ -120,10 +124,14 @@ final class PartsStoreFixture {
         let store = try fixture.store()
         let now: Int64 = 1_800_000_000_000
         #expect(try store.pendingTotals() == PendingTotals(entries: 0, bytes: 0, acceptedBytes: 0))
-        _ = try store.enqueue([try fixture.entry(id: "a", ownership: .reference), try fixture.entry(id: "b", ownership: .reference)], now: now)
+        _ = try store.enqueue(
+            [try fixture.entry(id: "a", ownership: .reference), try fixture.entry(id: "b", ownership: .reference)], now: now)
         let seq = try #require(try store.entry(id: "a")).seq
-        try store.apply([.partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([])),
-                         .partAccepted(entrySeq: seq, index: 2, status: 200, headers: .object([]))], now: now)
+        try store.apply(
+            [
+                .partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([])),
+                .partAccepted(entrySeq: seq, index: 2, status: 200, headers: .object([])),
+            ], now: now)
         #expect(try store.pendingTotals() == PendingTotals(entries: 2, bytes: 600, acceptedBytes: 200))
         _ = try store.cancel(ids: ["a"], key: nil, now: now)
         #expect(try store.pendingTotals() == PendingTotals(entries: 1, bytes: 300, acceptedBytes: 0))

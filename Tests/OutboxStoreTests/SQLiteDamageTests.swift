@@ -17,8 +17,10 @@ struct SQLiteDamageTests {
     }
 
     /// Every read of the damaged row fails with E_STORAGE whose message contains `words`.
-    private func expectDamage(_ f: StoreFixture, _ words: [String], queued: Bool = true,
-                              sourceLocation: SourceLocation = #_sourceLocation) throws {
+    private func expectDamage(
+        _ f: StoreFixture, _ words: [String], queued: Bool = true,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) throws {
         var reads: [(String, () throws -> Void)] = [
             ("entry(id:)", { _ = try f.store.entry(id: "row-7") }),
             ("list", { _ = try f.store.list(ListFilter()) }),
@@ -29,8 +31,9 @@ struct SQLiteDamageTests {
             let error = #expect(throws: OutboxError.self, "\(name)", sourceLocation: sourceLocation) { try read() }
             #expect(error?.code == .storage, "\(name)", sourceLocation: sourceLocation)
             for word in words {
-                #expect(error?.message.contains(word) == true, "\(name): \(error?.message ?? "no error") lacks \(word)",
-                        sourceLocation: sourceLocation)
+                #expect(
+                    error?.message.contains(word) == true, "\(name): \(error?.message ?? "no error") lacks \(word)",
+                    sourceLocation: sourceLocation)
             }
         }
         // The damage stays in its row: the other entry reads back.

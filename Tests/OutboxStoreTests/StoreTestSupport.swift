@@ -135,7 +135,8 @@ final class StoreFixture {
     /// Journals an outcome for the entry's current generation.
     func addOutcome(_ id: String, _ outcome: String, acknowledged: Bool) throws {
         let e = try get(id)
-        try store.db.run("""
+        try store.db.run(
+            """
             INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, created_at)
             VALUES (?, ?, ?, ?, '{}', ?, 0)
             """, [.text(id), .text(e.key), .int(e.generation), .text(outcome), .bool(acknowledged)])

@@ -83,7 +83,8 @@ struct StoreOpeningTests {
         let f = try StoreFixture()
         try f.enqueue("old", "note", #"{"n": 1}"#)
         // Back to the schema of 002.
-        _ = try f.sqlite("""
+        _ = try f.sqlite(
+            """
             DROP INDEX entries_queued;
             CREATE INDEX entries_due ON entries (state, next_attempt_at);
             CREATE INDEX entries_queue ON entries (state, seq);
@@ -91,7 +92,10 @@ struct StoreOpeningTests {
             """)
         let store = try SQLiteStore(folder: f.storeFolder)
         let indexes = try f.sqlite("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' ORDER BY name;")
-        #expect(indexes.split(separator: "\n").map(String.init) == ["entries_key", "entries_queued", "entries_scope", "sqlite_autoindex_entries_1"])
+        #expect(
+            indexes.split(separator: "\n").map(String.init) == [
+                "entries_key", "entries_queued", "entries_scope", "sqlite_autoindex_entries_1",
+            ])
         #expect(try store.dueEntries(now: 4_000_000_000_000, limit: 10, excluding: []).map(\.id) == ["old"])
         let plan = try f.sqlite("EXPLAIN QUERY PLAN SELECT id FROM entries WHERE state = 'queued' ORDER BY seq LIMIT 1;")
         #expect(plan.contains("entries_queued"), "\(plan)")
@@ -107,7 +111,8 @@ struct StoreOpeningTests {
         let before = try f.sqlite("SELECT * FROM parts ORDER BY entry_seq, idx;")
         #expect(!before.isEmpty)
         // Back to the schema of 003, with an orphaned part.
-        _ = try f.sqlite("""
+        _ = try f.sqlite(
+            """
             PRAGMA foreign_keys=OFF;
             CREATE TABLE parts_old (
                 entry_seq INTEGER NOT NULL REFERENCES entries (seq) ON DELETE CASCADE, idx INTEGER NOT NULL,
@@ -207,7 +212,8 @@ struct StoreStagingTests {
         let parts = try f.store.parts(entrySeq: e.seq)
         #expect(parts.map { [$0.range.start, $0.range.end] } == [[0, 20], [20, 45]])
         #expect(parts.map(\.url) == ["https://up.example/parts/1", "https://up.example/parts/2"])
-        #expect(parts.map { $0.headers.map { "\($0.0): \($0.1)" } } == [["Content-Range: bytes 0-19/45"], ["Content-Range: bytes 20-44/45"]])
+        #expect(
+            parts.map { $0.headers.map { "\($0.0): \($0.1)" } } == [["Content-Range: bytes 0-19/45"], ["Content-Range: bytes 20-44/45"]])
         #expect(parts.allSatisfy { !$0.accepted })
         #expect(e.request.ownership == .move)
         #expect(e.totalBytes == 45)
@@ -554,17 +560,19 @@ struct StoreHeadersUpdateTests {
         #expect(generation == 1)
 
         let n = try f.get("n")
-        #expect(n.request.headers.map { "\($0.0): \($0.1)" } == [
-            "x-version: patched", "Content-Type: application/json", "Authorization: Bearer new",
-        ])
+        #expect(
+            n.request.headers.map { "\($0.0): \($0.1)" } == [
+                "x-version: patched", "Content-Type: application/json", "Authorization: Bearer new",
+            ])
         #expect(n.headerGeneration == 1)
         #expect(n.state == .queued)
         let p = try f.get("p")
         let parts = try f.store.parts(entrySeq: p.seq)
-        #expect(parts.map { $0.headers.map { "\($0.0): \($0.1)" } } == [
-            ["Content-Range: bytes 0-19/45", "Authorization: Bearer new", "x-version: patched"],
-            ["Content-Range: bytes 20-44/45", "Authorization: Bearer new", "x-version: patched"],
-        ])
+        #expect(
+            parts.map { $0.headers.map { "\($0.0): \($0.1)" } } == [
+                ["Content-Range: bytes 0-19/45", "Authorization: Bearer new", "x-version: patched"],
+                ["Content-Range: bytes 20-44/45", "Authorization: Bearer new", "x-version: patched"],
+            ])
         let auth = try f.get("auth")
         #expect(auth.state == .queued)
         #expect(auth.nextAttemptAt == 5_000)

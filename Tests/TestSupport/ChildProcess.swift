@@ -89,11 +89,14 @@ package final class RunningProcess: @unchecked Sendable {
 
 /// Runs `executable ARGS` to completion on the calling thread (for synchronous tests and
 /// `offload`), with exactly `environment` (default: the scrubbed one, HOME in a temp folder).
-package func runProcess(_ executable: String, _ arguments: [String], cwd: String? = nil,
-                       environment: [String: String]? = nil, stdin: String? = nil, timeout: Double = 300) throws -> CommandResult {
+package func runProcess(
+    _ executable: String, _ arguments: [String], cwd: String? = nil,
+    environment: [String: String]? = nil, stdin: String? = nil, timeout: Double = 300
+) throws -> CommandResult {
     let scratch = TemporaryFolder(prefix: "run")
-    let child = try RunningProcess(executable: executable, arguments: arguments, cwd: cwd ?? scratch.path,
-                                   environment: environment ?? scrubbedEnvironment(home: scratch.path, tmp: scratch.path),
-                                   stdin: stdin)
+    let child = try RunningProcess(
+        executable: executable, arguments: arguments, cwd: cwd ?? scratch.path,
+        environment: environment ?? scrubbedEnvironment(home: scratch.path, tmp: scratch.path),
+        stdin: stdin)
     return child.waitBlocking(timeout: timeout)
 }

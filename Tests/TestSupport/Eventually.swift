@@ -6,9 +6,11 @@ import Testing
 /// generous, and the condition is checked once more after it (a starved caller still sees
 /// the truth).
 @discardableResult
-package func eventually(_ what: @autoclosure () -> String = "the condition", timeout: Double = 30,
-                       sourceLocation: SourceLocation = #_sourceLocation,
-                       _ condition: () async throws -> Bool) async rethrows -> Bool {
+package func eventually(
+    _ what: @autoclosure () -> String = "the condition", timeout: Double = 30,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ condition: () async throws -> Bool
+) async rethrows -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
         if try await condition() { return true }

@@ -22,7 +22,9 @@ package enum TestHTTPCurl {
     }
 
     /// Runs an executable to completion with the scrubbed environment, or exactly `environment`.
-    package static func runExecutable(_ path: String, _ arguments: [String], environment: [String: String]? = nil) throws -> TestHTTPProcessResult {
+    package static func runExecutable(
+        _ path: String, _ arguments: [String], environment: [String: String]? = nil
+    ) throws -> TestHTTPProcessResult {
         try runProcess(path, arguments, environment: environment)
     }
 }
@@ -55,7 +57,8 @@ package final class TestHTTPServerProcess: @unchecked Sendable {
         var found: Int?
         while found == nil {
             if let text = try? String(contentsOfFile: portFile, encoding: .utf8),
-               let value = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+                let value = Int(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            {
                 found = value
             } else if !process.isRunning || Date() > deadline {
                 process.terminate()

@@ -114,25 +114,32 @@ open class TestProject: @unchecked Sendable {
     // MARK: The `outbox` binary
 
     /// Starts `outbox ARGS` in the root (or `cwd`) without waiting: for runners a test stops or kills.
-    package func start(_ arguments: [String], stdin: String? = nil, environment extra: [String: String] = [:],
-                      cwd: String? = nil) throws -> RunningProcess {
-        try RunningProcess(executable: executable, arguments: arguments, cwd: cwd ?? root,
-                           environment: processEnvironment(extra), stdin: stdin)
+    package func start(
+        _ arguments: [String], stdin: String? = nil, environment extra: [String: String] = [:],
+        cwd: String? = nil
+    ) throws -> RunningProcess {
+        try RunningProcess(
+            executable: executable, arguments: arguments, cwd: cwd ?? root,
+            environment: processEnvironment(extra), stdin: stdin)
     }
 
     /// Runs `outbox ARGS` to completion (killed after `timeout` seconds, which only a hung process reaches).
     @discardableResult
-    package func outbox(_ arguments: [String], stdin: String? = nil, environment extra: [String: String] = [:],
-                       cwd: String? = nil, timeout: Double = 300) async throws -> CommandResult {
+    package func outbox(
+        _ arguments: [String], stdin: String? = nil, environment extra: [String: String] = [:],
+        cwd: String? = nil, timeout: Double = 300
+    ) async throws -> CommandResult {
         try await start(arguments, stdin: stdin, environment: extra, cwd: cwd).wait(timeout: timeout)
     }
 
     /// Runs `outbox run ARGS` until `condition` holds (or 30 s pass), then stops it with
     /// SIGTERM and expects a clean exit: for runs that never drain, without betting on timing.
     @discardableResult
-    package func runUntil(_ extra: [String] = [], until what: @autoclosure () -> String = "the condition",
-                         sourceLocation: SourceLocation = #_sourceLocation,
-                         _ condition: (RunningProcess) async throws -> Bool) async throws -> CommandResult {
+    package func runUntil(
+        _ extra: [String] = [], until what: @autoclosure () -> String = "the condition",
+        sourceLocation: SourceLocation = #_sourceLocation,
+        _ condition: (RunningProcess) async throws -> Bool
+    ) async throws -> CommandResult {
         let runner = try start(["run"] + extra)
         try await eventually(what(), sourceLocation: sourceLocation) { try await condition(runner) }
         runner.signal(SIGTERM)

@@ -8,19 +8,19 @@ struct LargeDocumentTests {
         var i = 0
         while out.utf8.count < 1_000_000 {
             out += """
-              - key: note.comment.add.\(i)
-                request:
-                  method: POST
-                  url: "https://api.example.com/sites/{{ vars.site_id }}/notes/\(i)"
-                  headers: { X-Client: field-app, X-Seq: \(i) }
-                  data:
-                    comment: 'text with ünïcode \(i)'
-                    ratio: \(i).5
-                    enabled: true
-                    tags: [a, b, c, \(i)]
-                accept: [200, 201, 204]
+                  - key: note.comment.add.\(i)
+                    request:
+                      method: POST
+                      url: "https://api.example.com/sites/{{ vars.site_id }}/notes/\(i)"
+                      headers: { X-Client: field-app, X-Seq: \(i) }
+                      data:
+                        comment: 'text with ünïcode \(i)'
+                        ratio: \(i).5
+                        enabled: true
+                        tags: [a, b, c, \(i)]
+                    accept: [200, 201, 204]
 
-            """
+                """
             i += 1
         }
         return out

@@ -152,14 +152,26 @@ struct ScalarResolutionTests {
 
     @Test(arguments: [
         BadTag(name: "!!int word", source: "v: !!int abc", error: YAMLError(mark: at(1, 4), message: #""abc" is not a valid !!int value"#)),
-        BadTag(name: "!!int float", source: "v: !!int 1.5", error: YAMLError(mark: at(1, 4), message: #""1.5" is not a valid !!int value"#)),
-        BadTag(name: "!!int too big", source: "v: !!int 99999999999999999999", error: YAMLError(mark: at(1, 4), message: #""99999999999999999999" is not a valid !!int value"#)),
-        BadTag(name: "!!bool yes", source: "v: !!bool yes", error: YAMLError(mark: at(1, 4), message: #""yes" is not a valid !!bool value"#)),
-        BadTag(name: "!!null word", source: "v: !!null nil", error: YAMLError(mark: at(1, 4), message: #""nil" is not a valid !!null value"#)),
-        BadTag(name: "!!float word", source: "v: !!float x", error: YAMLError(mark: at(1, 4), message: #""x" is not a valid !!float value"#)),
-        BadTag(name: "!!str on a sequence", source: "v: !!str [1]", error: YAMLError(mark: at(1, 4), message: "tag !!str cannot be applied to a sequence")),
-        BadTag(name: "!!map on a scalar", source: "v: !!map x", error: YAMLError(mark: at(1, 4), message: "tag !!map cannot be applied to a scalar")),
-        BadTag(name: "!!seq on a mapping", source: "v: !!seq {a: 1}", error: YAMLError(mark: at(1, 4), message: "tag !!seq cannot be applied to a mapping")),
+        BadTag(
+            name: "!!int float", source: "v: !!int 1.5", error: YAMLError(mark: at(1, 4), message: #""1.5" is not a valid !!int value"#)),
+        BadTag(
+            name: "!!int too big", source: "v: !!int 99999999999999999999",
+            error: YAMLError(mark: at(1, 4), message: #""99999999999999999999" is not a valid !!int value"#)),
+        BadTag(
+            name: "!!bool yes", source: "v: !!bool yes", error: YAMLError(mark: at(1, 4), message: #""yes" is not a valid !!bool value"#)),
+        BadTag(
+            name: "!!null word", source: "v: !!null nil", error: YAMLError(mark: at(1, 4), message: #""nil" is not a valid !!null value"#)),
+        BadTag(
+            name: "!!float word", source: "v: !!float x", error: YAMLError(mark: at(1, 4), message: #""x" is not a valid !!float value"#)),
+        BadTag(
+            name: "!!str on a sequence", source: "v: !!str [1]",
+            error: YAMLError(mark: at(1, 4), message: "tag !!str cannot be applied to a sequence")),
+        BadTag(
+            name: "!!map on a scalar", source: "v: !!map x",
+            error: YAMLError(mark: at(1, 4), message: "tag !!map cannot be applied to a scalar")),
+        BadTag(
+            name: "!!seq on a mapping", source: "v: !!seq {a: 1}",
+            error: YAMLError(mark: at(1, 4), message: "tag !!seq cannot be applied to a mapping")),
     ])
     func badExplicitTag(_ c: BadTag) {
         #expect(loadError(c.source) == c.error)

@@ -10,20 +10,27 @@ struct DuplicateKeyTests {
     }
 
     @Test(arguments: [
-        Case(name: "top level", source: "a: 1\nb: 2\na: 3",
-             error: YAMLError(mark: at(3, 1), message: #"duplicate key "a" (first at line 1)"#)),
-        Case(name: "nested", source: "x:\n  y: 0\n  name: 1\n  name: 2",
-             error: YAMLError(mark: at(4, 3), message: #"duplicate key "name" (first at line 3)"#)),
-        Case(name: "flow", source: "{a: 1, a: 2}",
-             error: YAMLError(mark: at(1, 8), message: #"duplicate key "a" (first at line 1)"#)),
-        Case(name: "quoted and plain spellings", source: "a: 1\n'a': 2",
-             error: YAMLError(mark: at(2, 1), message: #"duplicate key "a" (first at line 1)"#)),
-        Case(name: "in a sequence item", source: "- k: 1\n  k: 2",
-             error: YAMLError(mark: at(2, 3), message: #"duplicate key "k" (first at line 1)"#)),
-        Case(name: "through an alias", source: "&k a: 1\n*k : 2",
-             error: YAMLError(mark: at(2, 1), message: #"duplicate key "a" (first at line 1)"#)),
-        Case(name: "two empty keys", source: "\"\": 1\n'': 2",
-             error: YAMLError(mark: at(2, 1), message: #"duplicate key "" (first at line 1)"#)),
+        Case(
+            name: "top level", source: "a: 1\nb: 2\na: 3",
+            error: YAMLError(mark: at(3, 1), message: #"duplicate key "a" (first at line 1)"#)),
+        Case(
+            name: "nested", source: "x:\n  y: 0\n  name: 1\n  name: 2",
+            error: YAMLError(mark: at(4, 3), message: #"duplicate key "name" (first at line 3)"#)),
+        Case(
+            name: "flow", source: "{a: 1, a: 2}",
+            error: YAMLError(mark: at(1, 8), message: #"duplicate key "a" (first at line 1)"#)),
+        Case(
+            name: "quoted and plain spellings", source: "a: 1\n'a': 2",
+            error: YAMLError(mark: at(2, 1), message: #"duplicate key "a" (first at line 1)"#)),
+        Case(
+            name: "in a sequence item", source: "- k: 1\n  k: 2",
+            error: YAMLError(mark: at(2, 3), message: #"duplicate key "k" (first at line 1)"#)),
+        Case(
+            name: "through an alias", source: "&k a: 1\n*k : 2",
+            error: YAMLError(mark: at(2, 1), message: #"duplicate key "a" (first at line 1)"#)),
+        Case(
+            name: "two empty keys", source: "\"\": 1\n'': 2",
+            error: YAMLError(mark: at(2, 1), message: #"duplicate key "" (first at line 1)"#)),
     ])
     func rejected(_ c: Case) {
         #expect(loadError(c.source) == c.error)
@@ -156,9 +163,11 @@ struct TemplateHintTests {
     }
 
     @Test func exactTemplateMessage() {
-        #expect(loadError("url: {{ vars.x }}") == YAMLError(
-            mark: at(1, 6),
-            message: #"a value starting with {{ is read as a YAML flow mapping, not a template; quote templates: "{{ ... }}""#))
+        #expect(
+            loadError("url: {{ vars.x }}")
+                == YAMLError(
+                    mark: at(1, 6),
+                    message: #"a value starting with {{ is read as a YAML flow mapping, not a template; quote templates: "{{ ... }}""#))
     }
 
     @Test func quotedAndInlineTemplatesAreStrings() throws {
@@ -187,20 +196,33 @@ struct MalformedTests {
     }
 
     @Test(arguments: [
-        Case(name: "unclosed flow sequence", source: "a: [1, 2",
-             error: YAMLError(mark: at(1, 9), message: "did not find expected ',' or ']' (while parsing a flow sequence at line 1, column 4)")),
-        Case(name: "unclosed flow sequence, final newline", source: "a: [1, 2\n",
-             error: YAMLError(mark: at(2, 1), message: "did not find expected ',' or ']' (while parsing a flow sequence at line 1, column 4)")),
-        Case(name: "bad indentation", source: "a:\n  b: 1\n c: 2",
-             error: YAMLError(mark: at(3, 2), message: "did not find expected key (while parsing a block mapping at line 1, column 1)")),
-        Case(name: "tab indentation", source: "a:\n\tb: 1",
-             error: YAMLError(mark: at(2, 1), message: "found character that cannot start any token (while scanning for the next token at line 2, column 1)")),
-        Case(name: "sequence then mapping", source: "- a\nb: 1",
-             error: YAMLError(mark: at(2, 1), message: "did not find expected '-' indicator (while parsing a block collection at line 1, column 1)")),
-        Case(name: "unterminated quote", source: "a: 'x\nb: 1",
-             error: YAMLError(mark: at(2, 5), message: "found unexpected end of stream (while scanning a quoted scalar at line 1, column 4)")),
-        Case(name: "control character", source: "a: 1\nb: \u{01}",
-             error: YAMLError(mark: at(2, 4), message: "control characters are not allowed (U+0001)")),
+        Case(
+            name: "unclosed flow sequence", source: "a: [1, 2",
+            error: YAMLError(
+                mark: at(1, 9), message: "did not find expected ',' or ']' (while parsing a flow sequence at line 1, column 4)")),
+        Case(
+            name: "unclosed flow sequence, final newline", source: "a: [1, 2\n",
+            error: YAMLError(
+                mark: at(2, 1), message: "did not find expected ',' or ']' (while parsing a flow sequence at line 1, column 4)")),
+        Case(
+            name: "bad indentation", source: "a:\n  b: 1\n c: 2",
+            error: YAMLError(mark: at(3, 2), message: "did not find expected key (while parsing a block mapping at line 1, column 1)")),
+        Case(
+            name: "tab indentation", source: "a:\n\tb: 1",
+            error: YAMLError(
+                mark: at(2, 1),
+                message: "found character that cannot start any token (while scanning for the next token at line 2, column 1)")),
+        Case(
+            name: "sequence then mapping", source: "- a\nb: 1",
+            error: YAMLError(
+                mark: at(2, 1), message: "did not find expected '-' indicator (while parsing a block collection at line 1, column 1)")),
+        Case(
+            name: "unterminated quote", source: "a: 'x\nb: 1",
+            error: YAMLError(mark: at(2, 5), message: "found unexpected end of stream (while scanning a quoted scalar at line 1, column 4)")
+        ),
+        Case(
+            name: "control character", source: "a: 1\nb: \u{01}",
+            error: YAMLError(mark: at(2, 4), message: "control characters are not allowed (U+0001)")),
     ])
     func rejected(_ c: Case) {
         #expect(loadError(c.source) == c.error)

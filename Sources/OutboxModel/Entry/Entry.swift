@@ -72,11 +72,13 @@ package struct Entry: Sendable {
     /// A replaced completed entry waits until its old outcome is acknowledged.
     package var waitsForDelivery: Bool
 
-    package init(seq: Int64, id: String, internalID: String, key: String, vars: JSON, state: EntryState, reason: String?,
-                generation: Int64, request: StoredRequest, body: StoredBody, bodyHash: String, totalBytes: Int64,
-                bytesSent: Int64, attempts: Int64, idempotencyKey: String?, account: String?, scope: String?, parent: String?,
-                headerGeneration: Int64, createdAt: Int64, updatedAt: Int64, expiresAt: Int64?, notBefore: Int64?,
-                nextAttemptAt: Int64?, leaseOwner: String?, lastRequestID: String?, waitsForDelivery: Bool) {
+    package init(
+        seq: Int64, id: String, internalID: String, key: String, vars: JSON, state: EntryState, reason: String?,
+        generation: Int64, request: StoredRequest, body: StoredBody, bodyHash: String, totalBytes: Int64,
+        bytesSent: Int64, attempts: Int64, idempotencyKey: String?, account: String?, scope: String?, parent: String?,
+        headerGeneration: Int64, createdAt: Int64, updatedAt: Int64, expiresAt: Int64?, notBefore: Int64?,
+        nextAttemptAt: Int64?, leaseOwner: String?, lastRequestID: String?, waitsForDelivery: Bool
+    ) {
         self.seq = seq
         self.id = id
         self.internalID = internalID

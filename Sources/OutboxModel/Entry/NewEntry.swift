@@ -28,8 +28,10 @@ package struct NewEntry: Sendable {
     /// index still refuses a duplicate).
     package var idWasMinted = false
 
-    package init(id: String, key: String, vars: JSON, prepared: PreparedRequest, account: String? = nil,
-                parent: String? = nil, notBefore: Int64? = nil, expiresAt: Int64? = nil) {
+    package init(
+        id: String, key: String, vars: JSON, prepared: PreparedRequest, account: String? = nil,
+        parent: String? = nil, notBefore: Int64? = nil, expiresAt: Int64? = nil
+    ) {
         self.id = id
         self.key = key
         self.vars = vars

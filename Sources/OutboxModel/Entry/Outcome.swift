@@ -39,8 +39,10 @@ package struct OutcomeRecord: Sendable {
     package var hookStart: UInt64?
     package var createdAt: Int64
 
-    package init(seq: Int64, entryID: String, key: String, generation: Int64, outcome: Outcome, payload: JSON, deliveries: Int64,
-                acknowledged: Bool, nextDeliveryAt: Int64?, reason: String?, hookPgid: Int32?, hookStart: UInt64?, createdAt: Int64) {
+    package init(
+        seq: Int64, entryID: String, key: String, generation: Int64, outcome: Outcome, payload: JSON, deliveries: Int64,
+        acknowledged: Bool, nextDeliveryAt: Int64?, reason: String?, hookPgid: Int32?, hookStart: UInt64?, createdAt: Int64
+    ) {
         self.seq = seq
         self.entryID = entryID
         self.key = key

@@ -10,8 +10,10 @@ package struct StoredPart: Sendable {
     package var attempts: Int
     package var nextAttemptAt: Int64?
 
-    package init(index: Int, range: ByteRange, url: String, headers: [(String, String)], accepted: Bool, status: Int?,
-                responseHeaders: JSON?, attempts: Int, nextAttemptAt: Int64?) {
+    package init(
+        index: Int, range: ByteRange, url: String, headers: [(String, String)], accepted: Bool, status: Int?,
+        responseHeaders: JSON?, attempts: Int, nextAttemptAt: Int64?
+    ) {
         self.index = index
         self.range = range
         self.url = url

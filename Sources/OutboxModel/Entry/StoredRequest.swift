@@ -44,14 +44,24 @@ package struct StoredRequest: Sendable {
             ("body_kind", .string(bodyKind.rawValue)),
         ]
         if !form.isEmpty {
-            members.append(("form", .array(form.map { f in
-                .object([("name", .string(f.name)), ("value", .optionalString(f.value)), ("staged_file", .optionalString(f.stagedFile)),
-                         ("filename", .optionalString(f.filename)), ("content_type", .optionalString(f.contentType))])
-            })))
+            members.append(
+                (
+                    "form",
+                    .array(
+                        form.map { f in
+                            .object([
+                                ("name", .string(f.name)), ("value", .optionalString(f.value)),
+                                ("staged_file", .optionalString(f.stagedFile)),
+                                ("filename", .optionalString(f.filename)), ("content_type", .optionalString(f.contentType)),
+                            ])
+                        })
+                ))
         }
         if let file {
-            var fileJSON: JSON = .object([("path", .string(file.path)), ("size", .int64(file.size)),
-                                          ("mtime_ns", .int64(file.mtimeNs)), ("inode", .number(String(file.inode)))])
+            var fileJSON: JSON = .object([
+                ("path", .string(file.path)), ("size", .int64(file.size)),
+                ("mtime_ns", .int64(file.mtimeNs)), ("inode", .number(String(file.inode))),
+            ])
             if let mode = file.mode { fileJSON.set("mode", .int64(Int64(mode))) }
             members.append(("file", fileJSON))
         }
@@ -82,16 +92,19 @@ package struct StoredRequest: Sendable {
         self.bodyKind = bodyKind
         form = try (json["form"]?.arrayValue ?? []).map { f throws(OutboxError) in
             guard let name = f["name"]?.stringValue else { throw fields.damage("form", "a field has no name") }
-            return StoredFormField(name: name, value: f["value"]?.stringValue, stagedFile: f["staged_file"]?.stringValue,
-                                   filename: f["filename"]?.stringValue, contentType: f["content_type"]?.stringValue)
+            return StoredFormField(
+                name: name, value: f["value"]?.stringValue, stagedFile: f["staged_file"]?.stringValue,
+                filename: f["filename"]?.stringValue, contentType: f["content_type"]?.stringValue)
         }
         if let f = json["file"] {
             guard let path = f["path"]?.stringValue, let size = f["size"]?.int64Value, let mtime = f["mtime_ns"]?.int64Value,
-                  case let .number(inodeText)? = f["inode"], let inode = UInt64(inodeText) else {
+                case let .number(inodeText)? = f["inode"], let inode = UInt64(inodeText)
+            else {
                 throw fields.damage("file", "the file identity is incomplete")
             }
-            file = FileIdentity(path: path, size: size, mtimeNs: mtime, inode: inode,
-                                mode: f["mode"]?.int64Value.map { UInt32(truncatingIfNeeded: $0) })
+            file = FileIdentity(
+                path: path, size: size, mtimeNs: mtime, inode: inode,
+                mode: f["mode"]?.int64Value.map { UInt32(truncatingIfNeeded: $0) })
         }
         if let own = try fields.optionalString("ownership") {
             guard let ownership = Ownership(rawValue: own) else { throw fields.damage("ownership", "unknown ownership \"\(own)\"") }
@@ -102,7 +115,9 @@ package struct StoredRequest: Sendable {
             return AcceptRule(status: Int(status), bodyIncludes: a["body_includes"]?.stringValue)
         }
         retry = RetryRules(json: try fields.value("retry"))
-        guard let response = ResponseMode(json: try fields.value("response")) else { throw fields.damage("response", "unknown response mode") }
+        guard let response = ResponseMode(json: try fields.value("response")) else {
+            throw fields.damage("response", "unknown response mode")
+        }
         self.response = response
         followRedirects = Int(try fields.int("follow_redirects"))
         wifiOnly = json["wifi_only"]?.boolValue

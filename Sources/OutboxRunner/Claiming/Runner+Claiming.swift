@@ -26,9 +26,10 @@ extension Runner {
         guard !flights.running.isEmpty else { return }
         let held = Array(flights.running.values)
         let current = try store.runningGenerations(seqs: held.map(\.seq))
-        let standbyByEntry = Dictionary(flights.standby.compactMap { transferID, token in
-            flights.byToken[token].map { ($0.entryID, transferID) }
-        }, uniquingKeysWith: { first, _ in first })
+        let standbyByEntry = Dictionary(
+            flights.standby.compactMap { transferID, token in
+                flights.byToken[token].map { ($0.entryID, transferID) }
+            }, uniquingKeysWith: { first, _ in first })
         for entry in held {
             if current[entry.seq] != entry.generation {
                 guard flights.withdrawn[entry.id] == nil, flights.partJobs[entry.id]?.failed != true else { continue }
@@ -88,8 +89,9 @@ extension Runner {
             case .hold, .paused:
                 break
             case .expire:
-                settleError(entry, kind: .expired, message: OutcomePayloads.expiredMessage(attempts: entry.attempts, lastReason: entry.reason),
-                            state: .error, reason: "expired")
+                settleError(
+                    entry, kind: .expired, message: OutcomePayloads.expiredMessage(attempts: entry.attempts, lastReason: entry.reason),
+                    state: .error, reason: "expired")
             case let .dropOtherAccount(current):
                 log("outbox: dropped \(entry.id): enqueued by account \(entry.account ?? ""), not the current account \(current)")
                 changes.append(.drop(entryID: entry.id, reason: "other-account"))
@@ -143,8 +145,9 @@ extension Runner {
     /// The built-in Wi-Fi check: a wireless interface that is up, or the configured plugin.
     func onWifi() -> Bool {
         if let command = config.wifiCheck {
-            let spec = ProcessSpec(command: ProcessCommand(command), environment: environment, workingDirectory: config.root,
-                                   timeoutMs: Int(config.pluginTimeoutMs))
+            let spec = ProcessSpec(
+                command: ProcessCommand(command), environment: environment, workingDirectory: config.root,
+                timeoutMs: Int(config.pluginTimeoutMs))
             return (try? ProcessRunner.run(spec))?.succeeded ?? false
         }
         for name in Paths.list("/sys/class/net") ?? [] where Paths.isDirectory("/sys/class/net/\(name)/wireless") {

@@ -35,9 +35,10 @@ extension Runner {
             env["OUTBOX_OUTCOME"] = outcome.outcome.rawValue
             env["OUTBOX_DELIVERIES"] = String(deliveries)
             env["OUTBOX_GENERATION"] = String(outcome.generation)
-            var spec = ProcessSpec(command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
-                                   workingDirectory: config.root, outputCap: Self.hookOutputCap,
-                                   timeoutMs: config.hookTimeoutMs.map { Int($0) }, warnAfterMs: Int(config.hookWarnAfterMs))
+            var spec = ProcessSpec(
+                command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
+                workingDirectory: config.root, outputCap: Self.hookOutputCap,
+                timeoutMs: config.hookTimeoutMs.map { Int($0) }, warnAfterMs: Int(config.hookWarnAfterMs))
             let mailbox = self.mailbox
             let seq = outcome.seq
             spec.onStart = { pid, start in mailbox.post(.hookStarted(seq: seq, pid: pid, start: start)) }
@@ -77,7 +78,8 @@ extension Runner {
                 failure = "the hook exited \(process.exitStatus ?? -1)"
             } else if process.stdoutTruncated {
                 // Enqueue lines past the cap would be lost: the delivery fails instead.
-                failure = "the hook printed more than \(Units.formatBytes(Int64(Self.hookOutputCap))) on stdout, so its enqueue lines cannot all be read"
+                failure =
+                    "the hook printed more than \(Units.formatBytes(Int64(Self.hookOutputCap))) on stdout, so its enqueue lines cannot all be read"
             } else {
                 do {
                     followUps = try hookEnqueues(process.stdout, parent: entryID)
@@ -91,7 +93,9 @@ extension Runner {
             let deliveries = Int(outcome?.deliveries ?? 1)
             let delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
             try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure)
-            log("outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))")
+            log(
+                "outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))"
+            )
             summary.deliveryFailures += 1
             delivery.failedIDs.insert(entryID)
             return
@@ -116,10 +120,14 @@ extension Runner {
             guard let key = request["key"]?.stringValue else { throw .invalid("enqueue needs a key") }
             var notBefore: Int64?
             if let delay = request["delay"]?.stringValue {
-                do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch { throw .invalid("delay: \(error.message)") }
+                do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch {
+                    throw .invalid("delay: \(error.message)")
+                }
             }
-            entries.append(try factory.make(key: key, vars: request["vars"] ?? .null, id: request["id"]?.stringValue,
-                                            parent: parent, notBefore: notBefore))
+            entries.append(
+                try factory.make(
+                    key: key, vars: request["vars"] ?? .null, id: request["id"]?.stringValue,
+                    parent: parent, notBefore: notBefore))
         }
         return entries
     }

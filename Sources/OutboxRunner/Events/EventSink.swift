@@ -10,14 +10,18 @@ package final class EventSink {
     let log: (String) -> Void
     var plugin: StreamingChild?
 
-    package init(console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
-                log: @escaping (String) -> Void) {
+    package init(
+        console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
+        log: @escaping (String) -> Void
+    ) {
         write = console.map { c in { c.out($0) } }
         self.log = log
         if let command {
             do {
-                plugin = try StreamingChild.start(ProcessSpec(command: ProcessCommand(command), environment: environment,
-                                                              workingDirectory: config.root))
+                plugin = try StreamingChild.start(
+                    ProcessSpec(
+                        command: ProcessCommand(command), environment: environment,
+                        workingDirectory: config.root))
             } catch {
                 log("outbox: events.command: \(error.message); events go to no plugin")
             }

@@ -41,8 +41,10 @@ final class ProgressDisplay {
     static let refreshMs: Int64 = 1000
     static let rateWindowMs: Int64 = 10_000
 
-    init(write: @escaping (String) -> Void, totals: @escaping () -> PendingTotals?,
-         clock: @escaping () -> Int64 = { Identifiers.monotonicMs() }) {
+    init(
+        write: @escaping (String) -> Void, totals: @escaping () -> PendingTotals?,
+        clock: @escaping () -> Int64 = { Identifiers.monotonicMs() }
+    ) {
         self.write = write
         self.totals = totals
         self.clock = clock

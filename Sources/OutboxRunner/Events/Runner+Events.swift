@@ -17,7 +17,8 @@ extension Runner {
     /// A progress event: bytes sent (accepted plus in flight) and bytes accepted, throttled.
     func emitProgress(_ entry: Entry, sent: Int64, accepted: Int64, force: Bool) {
         guard eventsEnabled || progressDisplay != nil,
-              progressGate.allow(entry.id, now: Identifiers.monotonicMs(), force: force) else { return }
+            progressGate.allow(entry.id, now: Identifiers.monotonicMs(), force: force)
+        else { return }
         publish(OutcomePayloads.progressEvent(entry, sent: sent, accepted: accepted))
     }
 }

@@ -17,16 +17,18 @@ extension Runner {
                 }
                 continue
             }
-            let decision = scheduler.nextParts(of: entry, parts: job.parts, inFlight: job.inFlight, hostLoad: flights.slots.hostLoad,
-                                               now: now, stop: partStop(entry, now: now), payloadProblem: { payloadProblem(entry) })
+            let decision = scheduler.nextParts(
+                of: entry, parts: job.parts, inFlight: job.inFlight, hostLoad: flights.slots.hostLoad,
+                now: now, stop: partStop(entry, now: now), payloadProblem: { payloadProblem(entry) })
             switch decision {
             case .complete:
                 flights.partJobs[id] = nil
                 settleParts(entry, job: job)
             case .expire:
                 stopParts(id)
-                settleError(entry, kind: .expired, message: "the entry expired before all its parts were accepted",
-                            state: .error, reason: "expired")
+                settleError(
+                    entry, kind: .expired, message: "the entry expired before all its parts were accepted",
+                    state: .error, reason: "expired")
             case let .fileProblem(problem):
                 stopParts(id)
                 settleError(entry, kind: .file, message: problem, state: .error, reason: "file")
@@ -93,9 +95,10 @@ extension Runner {
             emitProgress(entry, sent: job.bytesSent, accepted: accepted, force: accepted == entry.totalBytes)
         case .retry:
             job.parts[position].attempts += 1
-            let next = Backoff.nextAttemptAt(now: now, failures: job.parts[position].attempts, policy: entry.request.retry.backoff,
-                                             retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
-                                             random: Double.random(in: 0..<1))
+            let next = Backoff.nextAttemptAt(
+                now: now, failures: job.parts[position].attempts, policy: entry.request.retry.backoff,
+                retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
+                random: Double.random(in: 0..<1))
             job.parts[position].nextAttemptAt = next
             changes.append(.partRetry(entrySeq: entry.seq, index: index, nextAttemptAt: next))
             flights.partJobs[entry.id] = job
@@ -107,11 +110,13 @@ extension Runner {
         case .terminal:
             stopParts(entry.id)
             let status = result.status.map(String.init) ?? "none"
-            let what = "part \(index + 1) of \(job.parts.count) (index \(index), bytes \(part.range.start)-\(max(part.range.start, part.range.end - 1)))"
+            let what =
+                "part \(index + 1) of \(job.parts.count) (index \(index), bytes \(part.range.start)-\(max(part.range.start, part.range.end - 1)))"
             let message = result.failure.map { "\(what) failed: \($0.message)" } ?? "\(what) was refused with status \(status)"
             let error = OutcomePayloads.error(.http, message, status: result.status, partIndex: index, body: result.body)
-            settleWithError(entry, error: error, response: result, state: .error, reason: "http",
-                            requestID: flights.running[entry.id]?.lastRequestID ?? "")
+            settleWithError(
+                entry, error: error, response: result, state: .error, reason: "http",
+                requestID: flights.running[entry.id]?.lastRequestID ?? "")
             releaseStoppedParts(entry.id)
         }
     }
@@ -131,8 +136,10 @@ extension Runner {
         job.parts[position].status = result.status
         job.parts[position].responseHeaders = headers
         job.parts[position].nextAttemptAt = nil
-        changes.append(.partAccepted(entrySeq: job.entry.seq, index: job.parts[position].index, status: result.status ?? 0,
-                                     headers: headers))
+        changes.append(
+            .partAccepted(
+                entrySeq: job.entry.seq, index: job.parts[position].index, status: result.status ?? 0,
+                headers: headers))
         changes.append(.progress(entryID: job.entry.id, bytesSent: job.acceptedBytes))
     }
 
@@ -159,8 +166,9 @@ extension Runner {
         job.inFlight.remove(index)
         job.sentByPart[index] = nil
         if result.failure == nil, let position = job.parts.firstIndex(where: { $0.index == index }), !job.parts[position].accepted {
-            let klass = AttemptClassifier.classify(status: result.status, failure: nil, body: result.body,
-                                                   accept: job.entry.request.accept, exempt: Set(job.entry.request.retry.exempt))
+            let klass = AttemptClassifier.classify(
+                status: result.status, failure: nil, body: result.body,
+                accept: job.entry.request.accept, exempt: Set(job.entry.request.retry.exempt))
             if case .success = klass { recordPartAccepted(&job, position: position, result: result) }
         }
         flights.partJobs[flight.entryID] = job.inFlight.isEmpty ? nil : job

@@ -36,7 +36,9 @@ extension Runner {
         case let .hookStarted(seq, pid, start):
             try store.recordHookProcess(seq: seq, pgid: pid, startTime: start)
         case let .hookSlow(seq, pid):
-            log("outbox: the hook for \(delivery.hooksRunning[seq] ?? "?") (pid \(pid)) runs longer than \(Units.formatDuration(ms: config.hookWarnAfterMs)); waiting for it")
+            log(
+                "outbox: the hook for \(delivery.hooksRunning[seq] ?? "?") (pid \(pid)) runs longer than \(Units.formatDuration(ms: config.hookWarnAfterMs)); waiting for it"
+            )
         case let .hookDone(seq, result):
             try hookFinished(seq: seq, result: result)
         }
@@ -80,8 +82,9 @@ extension Runner {
             settleError(entry, kind: .file, message: failure.message, state: .error, reason: "file")
             return
         }
-        let klass = AttemptClassifier.classify(status: result.status, failure: result.failure, body: result.body,
-                                               accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
+        let klass = AttemptClassifier.classify(
+            status: result.status, failure: result.failure, body: result.body,
+            accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
         // A whole request that succeeds with nothing to deliver is forgotten in this very
         // transaction: its attempt log and progress would be deleted as they are written.
         var forgottenAtOnce = false
@@ -89,9 +92,10 @@ extension Runner {
             forgottenAtOnce = true
         }
         if !forgottenAtOnce {
-            let event = OutcomePayloads.attemptEvent(entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
-                                                     method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass,
-                                                     at: Identifiers.nowMs())
+            let event = OutcomePayloads.attemptEvent(
+                entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
+                method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass,
+                at: Identifiers.nowMs())
             emit(event)
             changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
         }
@@ -114,9 +118,10 @@ extension Runner {
         case .success:
             settleSuccess(entry, result: result, parts: nil, requestID: flight.requestID)
         case let .retry(reason):
-            let next = Backoff.nextAttemptAt(now: now, failures: Int(entry.attempts), policy: entry.request.retry.backoff,
-                                             retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
-                                             random: Double.random(in: 0..<1))
+            let next = Backoff.nextAttemptAt(
+                now: now, failures: Int(entry.attempts), policy: entry.request.retry.backoff,
+                retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
+                random: Double.random(in: 0..<1))
             changes.append(.reschedule(entryID: entry.id, nextAttemptAt: next, reason: reason))
             entry.nextAttemptAt = next
             emitState(entry, state: .queued, reason: reason)

@@ -152,8 +152,10 @@ struct Scheduler {
         return plan
     }
 
-    private func decide(_ entry: Entry, free: Int, standbyFree: Int, slots: SlotState, scopes: Set<String>,
-                        checks: ClaimChecks, wifi: inout Bool?) -> ClaimDecision {
+    private func decide(
+        _ entry: Entry, free: Int, standbyFree: Int, slots: SlotState, scopes: Set<String>,
+        checks: ClaimChecks, wifi: inout Bool?
+    ) -> ClaimDecision {
         if checks.control.isPaused(key: entry.key) { return .paused }
         if let scope = entry.scope, scopes.contains(scope) { return .hold }
         // Where it would go first: the checks below (a stat of the file, among others) run
@@ -166,7 +168,8 @@ struct Scheduler {
         } else if free > 0, slots.hostLoad[host, default: 0] < limits.perHost {
             standby = false
         } else if standbyFree > 0, slots.hostStandby[host, default: 0] < limits.perHost,
-                  Self.mayWaitAsStandby(entry, now: checks.now) {
+            Self.mayWaitAsStandby(entry, now: checks.now)
+        {
             standby = true
         } else {
             return .hold
@@ -218,8 +221,10 @@ struct Scheduler {
     /// a retry come before untried ones; a part waiting for its retry keeps its slot, as a
     /// retry in place would: when the server is down, `part_concurrency` parts fail and
     /// wait, not every part once.
-    func nextParts(of entry: Entry, parts: [StoredPart], inFlight: Set<Int>, hostLoad: [String: Int], now: Int64,
-                   stop: PartStop? = nil, payloadProblem: () -> String?) -> PartDecision {
+    func nextParts(
+        of entry: Entry, parts: [StoredPart], inFlight: Set<Int>, hostLoad: [String: Int], now: Int64,
+        stop: PartStop? = nil, payloadProblem: () -> String?
+    ) -> PartDecision {
         let pending = parts.filter { !$0.accepted && !inFlight.contains($0.index) }
         if pending.isEmpty && inFlight.isEmpty { return .complete }
         if Expiry.isExpired(now: now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) { return .expire }

@@ -45,7 +45,10 @@ struct Shutdown: Equatable {
                 actions.append(.log("outbox: --max-time reached; letting attempts in flight finish"))
             } else if stopRequests >= 1 {
                 phase = .draining(deadline: now + graceMs)
-                actions.append(.log("outbox: stopping; attempts in flight may finish within \(Units.formatDuration(ms: graceMs)) (signal again to stop now)"))
+                actions.append(
+                    .log(
+                        "outbox: stopping; attempts in flight may finish within \(Units.formatDuration(ms: graceMs)) (signal again to stop now)"
+                    ))
             }
         }
         guard isStopping else { return actions }

@@ -22,9 +22,10 @@ extension Runner {
         case .none: return .none
         case let .bytes(bytes): return .bytes(bytes)
         case let .form(fields):
-            return .form(fields.map {
-                FormField(name: $0.name, value: $0.value, filePath: $0.stagedFile, filename: $0.filename, contentType: $0.contentType)
-            })
+            return .form(
+                fields.map {
+                    FormField(name: $0.name, value: $0.value, filePath: $0.stagedFile, filename: $0.filename, contentType: $0.contentType)
+                })
         case let .file(path), let .parts(path): return .file(path: path, offset: 0, length: entry.totalBytes)
         }
     }
@@ -52,8 +53,9 @@ extension Runner {
         flights.nextToken += 1
         let attempt = (flights.running[entry.id]?.attempts ?? entry.attempts) + 1
         flights.running[entry.id]?.attempts = attempt
-        var flight = Flight(entryID: entry.id, partIndex: part?.index, requestID: requestID, host: host, url: url,
-                            method: entry.request.method, attempt: attempt, standby: isStandby)
+        var flight = Flight(
+            entryID: entry.id, partIndex: part?.index, requestID: requestID, host: host, url: url,
+            method: entry.request.method, attempt: attempt, standby: isStandby)
         if part != nil { flights.slots.hostLoad[host, default: 0] += 1 }
         let mailbox = self.mailbox
         // Progress only feeds events and the display: with neither, curl is not asked for it
@@ -63,8 +65,9 @@ extension Runner {
             progress = { sent, _ in mailbox.post(.progress(token: token, sent: sent)) }
         }
         // A whole entry's transfer holds its slot; parts are counted by their entry.
-        flight.transferID = http!.start(request, host: host, slot: part == nil, standby: isStandby, progress: progress,
-                                        completion: { result in mailbox.post(.transferDone(token: token, result: result)) })
+        flight.transferID = http!.start(
+            request, host: host, slot: part == nil, standby: isStandby, progress: progress,
+            completion: { result in mailbox.post(.transferDone(token: token, result: result)) })
         flights.byToken[token] = flight
         if isStandby { flights.standby[flight.transferID] = token }
         summary.attempts += 1

@@ -9,19 +9,24 @@ enum OutcomePayloads {
     static func base(_ entry: Entry, outcome: Outcome, attempts: Int64, requestID: String, at: Int64) -> JSON {
         .object([
             ("outcome", .string(outcome.rawValue)), ("id", .string(entry.id)), ("key", .string(entry.key)), ("vars", entry.vars),
-            ("meta", .object([
-                ("at", .int64(at)), ("attempts", .int64(attempts)),
-                ("request_id", .string(requestID)), ("idempotency_key", .optionalString(entry.idempotencyKey)),
-                ("generation", .int64(entry.generation)), ("header_generation", .int64(entry.headerGeneration)),
-                ("parent", .optionalString(entry.parent)),
-            ])),
+            (
+                "meta",
+                .object([
+                    ("at", .int64(at)), ("attempts", .int64(attempts)),
+                    ("request_id", .string(requestID)), ("idempotency_key", .optionalString(entry.idempotencyKey)),
+                    ("generation", .int64(entry.generation)), ("header_generation", .int64(entry.headerGeneration)),
+                    ("parent", .optionalString(entry.parent)),
+                ])
+            ),
         ])
     }
 
     /// An outcome's `error` object.
     static func error(_ kind: ErrorKind, _ message: String, status: Int? = nil, partIndex: Int? = nil, body: [UInt8]? = nil) -> JSON {
-        var error: JSON = .object([("kind", .string(kind.rawValue)), ("message", .string(message)),
-                                   ("status", status.map { .int($0) } ?? .null)])
+        var error: JSON = .object([
+            ("kind", .string(kind.rawValue)), ("message", .string(message)),
+            ("status", status.map { .int($0) } ?? .null),
+        ])
         if let partIndex { error.set("part_index", .int(partIndex)) }
         if let body { bodyJSON(Array(body.prefix(65536)), into: &error) }
         return error
@@ -42,8 +47,13 @@ enum OutcomePayloads {
             ("outcome", .string(Outcome.error.rawValue)), ("id", .string(behind.id)), ("key", .string(behind.key)), ("vars", behind.vars),
             ("error", error(.cancelled, "cancelled because \(failed) in scope \(scope) settled error")),
             ("data", .null),
-            ("meta", .object([("at", .int64(at)), ("attempts", .int64(behind.attempts)), ("request_id", .null),
-                              ("idempotency_key", .optionalString(behind.idempotencyKey)), ("generation", .int64(behind.generation))])),
+            (
+                "meta",
+                .object([
+                    ("at", .int64(at)), ("attempts", .int64(behind.attempts)), ("request_id", .null),
+                    ("idempotency_key", .optionalString(behind.idempotencyKey)), ("generation", .int64(behind.generation)),
+                ])
+            ),
         ])
         payload.set("reason", .string("scope"))
         return payload
@@ -63,9 +73,12 @@ enum OutcomePayloads {
 
     /// The `parts` list of a chunked entry's outcome: each part's status and response headers.
     static func parts(_ parts: [StoredPart]) -> JSON {
-        .array(parts.map { p in
-            .object([("index", .int(p.index)), ("status", p.status.map { .int($0) } ?? .null), ("headers", p.responseHeaders ?? .object([]))])
-        })
+        .array(
+            parts.map { p in
+                .object([
+                    ("index", .int(p.index)), ("status", p.status.map { .int($0) } ?? .null), ("headers", p.responseHeaders ?? .object([])),
+                ])
+            })
     }
 
     /// What an expired entry's error says: that nothing was sent, or how the attempts went.
@@ -78,8 +91,10 @@ enum OutcomePayloads {
     // MARK: Events
 
     /// An `attempt` event: one HTTP exchange and what it meant.
-    static func attemptEvent(_ entry: Entry, requestID: String, attempt: Int64, url: String, method: String, partIndex: Int?,
-                             result: HTTPResult, outcome: AttemptOutcomeClass, at: Int64) -> JSON {
+    static func attemptEvent(
+        _ entry: Entry, requestID: String, attempt: Int64, url: String, method: String, partIndex: Int?,
+        result: HTTPResult, outcome: AttemptOutcomeClass, at: Int64
+    ) -> JSON {
         var event: JSON = .object([
             ("type", .string("attempt")), ("id", .string(entry.id)), ("key", .string(entry.key)), ("request_id", .string(requestID)),
             ("attempt", .int64(attempt)), ("url", .string(redactURL(url))), ("method", .string(method)),
@@ -105,8 +120,10 @@ enum OutcomePayloads {
 
     /// A `progress` event: bytes sent (accepted plus in flight) and accepted.
     static func progressEvent(_ entry: Entry, sent: Int64, accepted: Int64) -> JSON {
-        .object([("type", .string("progress")), ("id", .string(entry.id)), ("bytes_sent", .int64(sent)),
-                 ("bytes_accepted", .int64(accepted)), ("total_bytes", .int64(entry.totalBytes))])
+        .object([
+            ("type", .string("progress")), ("id", .string(entry.id)), ("bytes_sent", .int64(sent)),
+            ("bytes_accepted", .int64(accepted)), ("total_bytes", .int64(entry.totalBytes)),
+        ])
     }
 
     /// Query strings can carry presigned credentials and userinfo a password: events show the URL without them.

@@ -19,16 +19,18 @@ extension Runner {
     func attempts(of entry: Entry) -> Int64 { flights.running[entry.id]?.attempts ?? entry.attempts }
 
     func settleSuccess(_ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String) {
-        var payload = OutcomePayloads.base(entry, outcome: .completed, attempts: attempts(of: entry), requestID: requestID,
-                                           at: Identifiers.nowMs())
+        var payload = OutcomePayloads.base(
+            entry, outcome: .completed, attempts: attempts(of: entry), requestID: requestID,
+            at: Identifiers.nowMs())
         var data: JSON = .null
         var parseError: JSON?
         if let result {
             payload.set("response", OutcomePayloads.response(result))
             if entry.request.response != .raw {
                 if result.bodyTruncated {
-                    parseError = OutcomePayloads.error(.truncated, "the response is over max_response_bytes (\(config.maxResponseBytes)); it was not parsed",
-                                                       status: result.status)
+                    parseError = OutcomePayloads.error(
+                        .truncated, "the response is over max_response_bytes (\(config.maxResponseBytes)); it was not parsed",
+                        status: result.status)
                 } else {
                     switch parse(result.body, mode: entry.request.response, vars: entry.vars) {
                     case let .success(value): data = value
@@ -63,7 +65,8 @@ extension Runner {
             var input: JSON = .object([("vars", vars)])
             bodyJSON(body, into: &input, field: "raw")
             do {
-                return .success(try Plugin.runJSON(command, input: input, name: "the response parser", config: config, environment: environment))
+                return .success(
+                    try Plugin.runJSON(command, input: input, name: "the response parser", config: config, environment: environment))
             } catch {
                 return .failure(error)
             }
@@ -72,13 +75,15 @@ extension Runner {
 
     /// Settles with an error that came from no response (expired, file).
     func settleError(_ entry: Entry, kind: ErrorKind, message: String, state: EntryState, reason: String) {
-        settleWithError(entry, error: OutcomePayloads.error(kind, message), response: nil, state: state, reason: reason,
-                        requestID: entry.lastRequestID ?? "")
+        settleWithError(
+            entry, error: OutcomePayloads.error(kind, message), response: nil, state: state, reason: reason,
+            requestID: entry.lastRequestID ?? "")
     }
 
     func settleWithError(_ entry: Entry, error: JSON, response: HTTPResult?, state: EntryState, reason: String, requestID: String) {
-        let payload = OutcomePayloads.failed(entry, error: error, response: response, attempts: attempts(of: entry),
-                                             requestID: requestID, at: Identifiers.nowMs())
+        let payload = OutcomePayloads.failed(
+            entry, error: error, response: response, attempts: attempts(of: entry),
+            requestID: requestID, at: Identifiers.nowMs())
         settle(entry, payload: payload, outcome: .error, state: state, reason: reason)
         if entry.request.cancelScopeOnError, let scope = entry.scope {
             // Entries behind it in its scope are cancelled in the same transaction, each with an error outcome.
@@ -110,12 +115,15 @@ extension Runner {
         var payload = payload
         if !failures.isEmpty {
             // Never half a chain: none is enqueued, and the outcome (its hook's input, `show`) says why.
-            log("outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.compactMap { $0["message"]?.stringValue }.joined(separator: "; "))")
+            log(
+                "outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.compactMap { $0["message"]?.stringValue }.joined(separator: "; "))"
+            )
             followUps = []
             payload.set("follow_up_errors", .array(failures))
         }
-        var settlement = Settlement(entryID: entry.id, generation: entry.generation, state: state, reason: reason,
-                                    outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)
+        var settlement = Settlement(
+            entryID: entry.id, generation: entry.generation, state: state, reason: reason,
+            outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)
         settlement.snapshot = entry
         changes.append(.settle(settlement))
         pendingSettles.append((entry, state, reason))
@@ -156,9 +164,12 @@ extension Runner {
         guard let key = rendered["key"]?.stringValue else { throw .invalid("then: key must be a string") }
         var notBefore: Int64?
         if let delay = rendered["delay"]?.stringValue {
-            do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch { throw .invalid("then.delay: \(error.message)") }
+            do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch {
+                throw .invalid("then.delay: \(error.message)")
+            }
         }
-        return try factory.make(key: key, vars: rendered["vars"] ?? .null, id: rendered["id"]?.stringValue, parent: entry.id,
-                                notBefore: notBefore, outcome: outcome)
+        return try factory.make(
+            key: key, vars: rendered["vars"] ?? .null, id: rendered["id"]?.stringValue, parent: entry.id,
+            notBefore: notBefore, outcome: outcome)
     }
 }

@@ -13,10 +13,11 @@ struct OutcomePayloadsTests {
         entry.idempotencyKey = "idem"
         entry.parent = "p0"
         let payload = OutcomePayloads.base(entry, outcome: .completed, attempts: 3, requestID: "r-1", at: Self.at)
-        #expect(payload.serialized() == """
-            {"outcome":"completed","id":"e1","key":"notes.create","vars":{"n":1},"meta":{"at":1800000000123,"attempts":3,\
-            "request_id":"r-1","idempotency_key":"idem","generation":1,"header_generation":0,"parent":"p0"}}
-            """)
+        #expect(
+            payload.serialized() == """
+                {"outcome":"completed","id":"e1","key":"notes.create","vars":{"n":1},"meta":{"at":1800000000123,"attempts":3,\
+                "request_id":"r-1","idempotency_key":"idem","generation":1,"header_generation":0,"parent":"p0"}}
+                """)
     }
 
     @Test func anErrorOutcomeHasTheErrorTheResponseAndNoData() {
@@ -25,7 +26,9 @@ struct OutcomePayloadsTests {
         let payload = OutcomePayloads.failed(Sample.entry("e1"), error: error, response: result, attempts: 1, requestID: "r", at: Self.at)
         #expect(payload["outcome"] == .string("error"))
         #expect(payload["error"]?.serialized() == #"{"kind":"http","message":"HTTP 422","status":422,"body":"bad"}"#)
-        #expect(payload["response"]?.serialized() == #"{"status":422,"headers":{"content-type":"text/plain"},"body":"bad","body_truncated":false}"#)
+        #expect(
+            payload["response"]?.serialized()
+                == #"{"status":422,"headers":{"content-type":"text/plain"},"body":"bad","body_truncated":false}"#)
         #expect(payload["data"] == .null)
     }
 
@@ -55,8 +58,9 @@ struct OutcomePayloadsTests {
     ])
     func eventsNeverShowAQueryString(url: String, shown: String) {
         #expect(OutcomePayloads.redactURL(url) == shown)
-        let event = OutcomePayloads.attemptEvent(Sample.entry("e1"), requestID: "r", attempt: 2, url: url, method: "PUT", partIndex: nil,
-                                                 result: HTTPResult(status: 503), outcome: .retry(reason: "HTTP 503"), at: Self.at)
+        let event = OutcomePayloads.attemptEvent(
+            Sample.entry("e1"), requestID: "r", attempt: 2, url: url, method: "PUT", partIndex: nil,
+            result: HTTPResult(status: 503), outcome: .retry(reason: "HTTP 503"), at: Self.at)
         #expect(event["url"] == .string(shown))
         #expect(event["outcome"] == .string("retry"))
         #expect(event["http_code"] == .int(503))
@@ -64,8 +68,9 @@ struct OutcomePayloadsTests {
 
     @Test func anAttemptEventNamesATransportFailure() {
         let result = HTTPResult(failure: TransportFailure(.timeout, "no bytes for 2s"))
-        let event = OutcomePayloads.attemptEvent(Sample.entry("e1"), requestID: "r", attempt: 1, url: "https://h/", method: "GET",
-                                                 partIndex: 4, result: result, outcome: .retry(reason: "timeout"), at: Self.at)
+        let event = OutcomePayloads.attemptEvent(
+            Sample.entry("e1"), requestID: "r", attempt: 1, url: "https://h/", method: "GET",
+            partIndex: 4, result: result, outcome: .retry(reason: "timeout"), at: Self.at)
         #expect(event["error_kind"] == .string("timeout"))
         #expect(event["error_message"] == .string("no bytes for 2s"))
         #expect(event["part_index"] == .int(4))
@@ -78,12 +83,16 @@ struct OutcomePayloadsTests {
         #expect(event["state"] == .string("queued"))
         #expect(event["reason"] == .string("HTTP 503"))
         #expect(event["updated_at"] == .int64(Self.at))
-        #expect(event.objectValue?.map(\.0) == ["type", "id", "key", "vars", "state", "reason", "bytes_sent", "total_bytes", "attempts",
-                                                "created_at", "updated_at", "next_attempt_at", "generation", "parent"])
+        #expect(
+            event.objectValue?.map(\.0) == [
+                "type", "id", "key", "vars", "state", "reason", "bytes_sent", "total_bytes", "attempts",
+                "created_at", "updated_at", "next_attempt_at", "generation", "parent",
+            ])
     }
 
     @Test func aProgressEventCountsSentAndAccepted() {
-        #expect(OutcomePayloads.progressEvent(Sample.entry("e1"), sent: 30, accepted: 20).serialized()
-            == #"{"type":"progress","id":"e1","bytes_sent":30,"bytes_accepted":20,"total_bytes":0}"#)
+        #expect(
+            OutcomePayloads.progressEvent(Sample.entry("e1"), sent: 30, accepted: 20).serialized()
+                == #"{"type":"progress","id":"e1","bytes_sent":30,"bytes_accepted":20,"total_bytes":0}"#)
     }
 }

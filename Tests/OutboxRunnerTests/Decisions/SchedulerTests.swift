@@ -29,64 +29,86 @@ struct SchedulerTests {
     static let b = "b.example"
 
     static let claimCases: [ClaimCase] = [
-        ClaimCase(name: "free slots first, then standby, then nothing",
-                  entries: (1...5).map { Sample.entry("e\($0)") },
-                  expected: [.start(host: a, standby: false), .start(host: a, standby: false),
-                             .start(host: a, standby: true), .start(host: a, standby: true)]),
-        ClaimCase(name: "per_host sends the next host's entry first; a held entry keeps its place",
-                  concurrency: 4, perHost: 1,
-                  entries: [Sample.entry("a1"), Sample.entry("a2"), Sample.entry("a3"), Sample.entry("b1", host: b)],
-                  expected: [.start(host: a, standby: false), .start(host: a, standby: true), .hold, .start(host: b, standby: false)]),
-        ClaimCase(name: "at most capacity + 2 entries are looked at", perHost: 1,
-                  entries: (1...6).map { Sample.entry("a\($0)") } + [Sample.entry("b1", host: b)],
-                  expected: [.start(host: a, standby: false), .start(host: a, standby: true), .hold, .hold, .hold, .hold]),
-        ClaimCase(name: "no free slot and no standby slot: nothing is looked at", concurrency: 1, inFlight: 1, standby: 1,
-                  entries: [Sample.entry("e1")], expected: []),
-        ClaimCase(name: "a host at per_host in flight waits as standby", concurrency: 4, perHost: 2, hostLoad: [a: 2],
-                  entries: [Sample.entry("e1")], expected: [.start(host: a, standby: true)]),
-        ClaimCase(name: "a chunked entry needs a free slot, never standby", concurrency: 1, inFlight: 1,
-                  entries: [Sample.entry("c1", chunked: true), Sample.entry("p1")],
-                  expected: [.hold, .start(host: a, standby: true)]),
-        ClaimCase(name: "a chunked entry takes a slot whatever its host's load", concurrency: 2, perHost: 1, hostLoad: [a: 1],
-                  entries: [Sample.entry("c1", chunked: true)], expected: [.start(host: a, standby: false)]),
-        ClaimCase(name: "an entry expiring within 10 minutes only takes a free slot", concurrency: 1, inFlight: 1,
-                  entries: [Sample.entry("soon", expiresIn: 300_000), Sample.entry("later", expiresIn: 1_200_000)],
-                  expected: [.hold, .start(host: a, standby: true)]),
-        ClaimCase(name: "an expired entry settles instead of starting",
-                  entries: [Sample.entry("old", expiresIn: -1), Sample.entry("fresh")],
-                  expected: [.expire, .start(host: a, standby: false)]),
-        ClaimCase(name: "a clock behind the entry's creation never expires it",
-                  entries: [Sample.entry("future", expiresIn: -1, createdAt: Sample.now + 60_000)],
-                  expected: [.start(host: a, standby: false)]),
-        ClaimCase(name: "another account's entry is dropped", account: "alice",
-                  entries: [Sample.entry("e1", account: "bob"), Sample.entry("e2", account: "alice")],
-                  expected: [.dropOtherAccount(current: "alice"), .start(host: a, standby: false)]),
-        ClaimCase(name: "with no current account, an account's entry waits and others go",
-                  entries: [Sample.entry("e1", account: "bob"), Sample.entry("e2")],
-                  expected: [.holdBack(.account, until: Sample.now + 30_000), .start(host: a, standby: false)]),
-        ClaimCase(name: "a wifi-only entry waits off Wi-Fi until the next check; others go", onWifi: false, wifiRecheckAt: Sample.now + 5_000,
-                  entries: [Sample.entry("w", wifiOnly: true), Sample.entry("any")],
-                  expected: [.holdBack(.wifi, until: Sample.now + 5_000), .start(host: a, standby: false)]),
-        ClaimCase(name: "the queue's wifi-only applies unless the entry says otherwise",
-                  control: QueueControl(wifiOnly: true), onWifi: false,
-                  entries: [Sample.entry("inherits"), Sample.entry("own", wifiOnly: false)],
-                  expected: [.holdBack(.wifi, until: Sample.now + 1), .start(host: a, standby: false)]),
-        ClaimCase(name: "on Wi-Fi a wifi-only entry goes", entries: [Sample.entry("w", wifiOnly: true)],
-                  expected: [.start(host: a, standby: false)]),
-        ClaimCase(name: "a missing or changed file settles error", fileProblems: ["f": "the staged payload /x is missing"],
-                  entries: [Sample.entry("f"), Sample.entry("ok")],
-                  expected: [.fileProblem("the staged payload /x is missing"), .start(host: a, standby: false)]),
-        ClaimCase(name: "a paused key stays queued; other keys go", control: QueueControl(pausedKeys: ["p"]),
-                  entries: [Sample.entry("e1", key: "p"), Sample.entry("e2", key: "q")],
-                  expected: [.paused, .start(host: a, standby: false)]),
-        ClaimCase(name: "a paused queue sends nothing", control: QueueControl(queuePaused: true),
-                  entries: [Sample.entry("e1"), Sample.entry("e2")], expected: [.paused, .paused]),
-        ClaimCase(name: "a scope with an entry held here waits", busyScopes: ["s"],
-                  entries: [Sample.entry("s2", scope: "s"), Sample.entry("t1", scope: "t")],
-                  expected: [.hold, .start(host: a, standby: false)]),
-        ClaimCase(name: "two entries of one scope: only the first goes",
-                  entries: [Sample.entry("s1", scope: "s"), Sample.entry("s2", scope: "s")],
-                  expected: [.start(host: a, standby: false), .hold]),
+        ClaimCase(
+            name: "free slots first, then standby, then nothing",
+            entries: (1...5).map { Sample.entry("e\($0)") },
+            expected: [
+                .start(host: a, standby: false), .start(host: a, standby: false),
+                .start(host: a, standby: true), .start(host: a, standby: true),
+            ]),
+        ClaimCase(
+            name: "per_host sends the next host's entry first; a held entry keeps its place",
+            concurrency: 4, perHost: 1,
+            entries: [Sample.entry("a1"), Sample.entry("a2"), Sample.entry("a3"), Sample.entry("b1", host: b)],
+            expected: [.start(host: a, standby: false), .start(host: a, standby: true), .hold, .start(host: b, standby: false)]),
+        ClaimCase(
+            name: "at most capacity + 2 entries are looked at", perHost: 1,
+            entries: (1...6).map { Sample.entry("a\($0)") } + [Sample.entry("b1", host: b)],
+            expected: [.start(host: a, standby: false), .start(host: a, standby: true), .hold, .hold, .hold, .hold]),
+        ClaimCase(
+            name: "no free slot and no standby slot: nothing is looked at", concurrency: 1, inFlight: 1, standby: 1,
+            entries: [Sample.entry("e1")], expected: []),
+        ClaimCase(
+            name: "a host at per_host in flight waits as standby", concurrency: 4, perHost: 2, hostLoad: [a: 2],
+            entries: [Sample.entry("e1")], expected: [.start(host: a, standby: true)]),
+        ClaimCase(
+            name: "a chunked entry needs a free slot, never standby", concurrency: 1, inFlight: 1,
+            entries: [Sample.entry("c1", chunked: true), Sample.entry("p1")],
+            expected: [.hold, .start(host: a, standby: true)]),
+        ClaimCase(
+            name: "a chunked entry takes a slot whatever its host's load", concurrency: 2, perHost: 1, hostLoad: [a: 1],
+            entries: [Sample.entry("c1", chunked: true)], expected: [.start(host: a, standby: false)]),
+        ClaimCase(
+            name: "an entry expiring within 10 minutes only takes a free slot", concurrency: 1, inFlight: 1,
+            entries: [Sample.entry("soon", expiresIn: 300_000), Sample.entry("later", expiresIn: 1_200_000)],
+            expected: [.hold, .start(host: a, standby: true)]),
+        ClaimCase(
+            name: "an expired entry settles instead of starting",
+            entries: [Sample.entry("old", expiresIn: -1), Sample.entry("fresh")],
+            expected: [.expire, .start(host: a, standby: false)]),
+        ClaimCase(
+            name: "a clock behind the entry's creation never expires it",
+            entries: [Sample.entry("future", expiresIn: -1, createdAt: Sample.now + 60_000)],
+            expected: [.start(host: a, standby: false)]),
+        ClaimCase(
+            name: "another account's entry is dropped", account: "alice",
+            entries: [Sample.entry("e1", account: "bob"), Sample.entry("e2", account: "alice")],
+            expected: [.dropOtherAccount(current: "alice"), .start(host: a, standby: false)]),
+        ClaimCase(
+            name: "with no current account, an account's entry waits and others go",
+            entries: [Sample.entry("e1", account: "bob"), Sample.entry("e2")],
+            expected: [.holdBack(.account, until: Sample.now + 30_000), .start(host: a, standby: false)]),
+        ClaimCase(
+            name: "a wifi-only entry waits off Wi-Fi until the next check; others go", onWifi: false, wifiRecheckAt: Sample.now + 5_000,
+            entries: [Sample.entry("w", wifiOnly: true), Sample.entry("any")],
+            expected: [.holdBack(.wifi, until: Sample.now + 5_000), .start(host: a, standby: false)]),
+        ClaimCase(
+            name: "the queue's wifi-only applies unless the entry says otherwise",
+            control: QueueControl(wifiOnly: true), onWifi: false,
+            entries: [Sample.entry("inherits"), Sample.entry("own", wifiOnly: false)],
+            expected: [.holdBack(.wifi, until: Sample.now + 1), .start(host: a, standby: false)]),
+        ClaimCase(
+            name: "on Wi-Fi a wifi-only entry goes", entries: [Sample.entry("w", wifiOnly: true)],
+            expected: [.start(host: a, standby: false)]),
+        ClaimCase(
+            name: "a missing or changed file settles error", fileProblems: ["f": "the staged payload /x is missing"],
+            entries: [Sample.entry("f"), Sample.entry("ok")],
+            expected: [.fileProblem("the staged payload /x is missing"), .start(host: a, standby: false)]),
+        ClaimCase(
+            name: "a paused key stays queued; other keys go", control: QueueControl(pausedKeys: ["p"]),
+            entries: [Sample.entry("e1", key: "p"), Sample.entry("e2", key: "q")],
+            expected: [.paused, .start(host: a, standby: false)]),
+        ClaimCase(
+            name: "a paused queue sends nothing", control: QueueControl(queuePaused: true),
+            entries: [Sample.entry("e1"), Sample.entry("e2")], expected: [.paused, .paused]),
+        ClaimCase(
+            name: "a scope with an entry held here waits", busyScopes: ["s"],
+            entries: [Sample.entry("s2", scope: "s"), Sample.entry("t1", scope: "t")],
+            expected: [.hold, .start(host: a, standby: false)]),
+        ClaimCase(
+            name: "two entries of one scope: only the first goes",
+            entries: [Sample.entry("s1", scope: "s"), Sample.entry("s2", scope: "s")],
+            expected: [.start(host: a, standby: false), .hold]),
     ]
 
     @Test(arguments: claimCases)
@@ -117,7 +139,9 @@ struct SchedulerTests {
         var slots = SlotState()
         var checks = ClaimChecks(now: Sample.now)
         var asked = 0
-        checks.onWifi = { asked += 1; return false }
+        checks.onWifi = {
+            asked += 1; return false
+        }
         let entries = (1...5).map { Sample.entry("w\($0)", wifiOnly: true) }
         let plan = scheduler.claims(ArraySlice(entries), slots: &slots, checks: checks)
         #expect(plan.decisions.count == 5)
@@ -129,7 +153,9 @@ struct SchedulerTests {
         var slots = SlotState(entriesInFlight: 1)
         var checks = ClaimChecks(now: Sample.now)
         var checked: [String] = []
-        checks.payloadProblem = { checked.append($0.id); return nil }
+        checks.payloadProblem = {
+            checked.append($0.id); return nil
+        }
         // The chunked entry is held (no free slot): its file is not looked at.
         let plan = scheduler.claims(ArraySlice([Sample.entry("c", chunked: true), Sample.entry("p")]), slots: &slots, checks: checks)
         #expect(plan.held == [0])
@@ -183,49 +209,65 @@ struct SchedulerTests {
     }
 
     static let partCases: [PartCase] = [
-        PartCase(name: "every part accepted: complete", parts: [Sample.part(0, accepted: true), Sample.part(1, accepted: true)],
-                 expected: .complete),
-        PartCase(name: "accepted but one still in flight: wait", parts: [Sample.part(0, accepted: true), Sample.part(1)], inFlight: [1],
-                 expected: .send(parts: [], giveBackUntil: nil)),
-        PartCase(name: "parts start in order within part_concurrency", parts: (0..<5).map { Sample.part($0) },
-                 expected: .send(parts: [0, 1], giveBackUntil: nil)),
-        PartCase(name: "parts in flight take part_concurrency slots", parts: (0..<5).map { Sample.part($0) }, inFlight: [0],
-                 expected: .send(parts: [1], giveBackUntil: nil)),
-        PartCase(name: "a part waiting for its retry keeps its slot",
-                 parts: [Sample.part(0, retryIn: 500)] + (1..<5).map { Sample.part($0) },
-                 expected: .send(parts: [1], giveBackUntil: nil)),
-        PartCase(name: "a part due for its retry is sent like an untried one, in index order",
-                 parts: [Sample.part(0, accepted: true), Sample.part(1), Sample.part(2, retryIn: -1)],
-                 expected: .send(parts: [1, 2], giveBackUntil: nil)),
-        PartCase(name: "every slot waits for a retry: give the slot back until the earliest",
-                 parts: [Sample.part(0, retryIn: 500), Sample.part(1, retryIn: 300), Sample.part(2)],
-                 expected: .send(parts: [], giveBackUntil: Sample.now + 300)),
-        PartCase(name: "per_host limits the parts started", perHost: 3, hostLoad: ["a.example": 2], parts: (0..<4).map { Sample.part($0) },
-                 expected: .send(parts: [0], giveBackUntil: nil)),
-        PartCase(name: "per_host full: nothing starts, the slot is kept", perHost: 1, hostLoad: ["a.example": 1],
-                 parts: [Sample.part(0)], expected: .send(parts: [], giveBackUntil: nil)),
+        PartCase(
+            name: "every part accepted: complete", parts: [Sample.part(0, accepted: true), Sample.part(1, accepted: true)],
+            expected: .complete),
+        PartCase(
+            name: "accepted but one still in flight: wait", parts: [Sample.part(0, accepted: true), Sample.part(1)], inFlight: [1],
+            expected: .send(parts: [], giveBackUntil: nil)),
+        PartCase(
+            name: "parts start in order within part_concurrency", parts: (0..<5).map { Sample.part($0) },
+            expected: .send(parts: [0, 1], giveBackUntil: nil)),
+        PartCase(
+            name: "parts in flight take part_concurrency slots", parts: (0..<5).map { Sample.part($0) }, inFlight: [0],
+            expected: .send(parts: [1], giveBackUntil: nil)),
+        PartCase(
+            name: "a part waiting for its retry keeps its slot",
+            parts: [Sample.part(0, retryIn: 500)] + (1..<5).map { Sample.part($0) },
+            expected: .send(parts: [1], giveBackUntil: nil)),
+        PartCase(
+            name: "a part due for its retry is sent like an untried one, in index order",
+            parts: [Sample.part(0, accepted: true), Sample.part(1), Sample.part(2, retryIn: -1)],
+            expected: .send(parts: [1, 2], giveBackUntil: nil)),
+        PartCase(
+            name: "every slot waits for a retry: give the slot back until the earliest",
+            parts: [Sample.part(0, retryIn: 500), Sample.part(1, retryIn: 300), Sample.part(2)],
+            expected: .send(parts: [], giveBackUntil: Sample.now + 300)),
+        PartCase(
+            name: "per_host limits the parts started", perHost: 3, hostLoad: ["a.example": 2], parts: (0..<4).map { Sample.part($0) },
+            expected: .send(parts: [0], giveBackUntil: nil)),
+        PartCase(
+            name: "per_host full: nothing starts, the slot is kept", perHost: 1, hostLoad: ["a.example": 1],
+            parts: [Sample.part(0)], expected: .send(parts: [], giveBackUntil: nil)),
         PartCase(name: "expired before every part was accepted", expiresIn: -1, parts: [Sample.part(0)], expected: .expire),
-        PartCase(name: "the file is checked before a part is sent", fileProblem: "changed", parts: [Sample.part(0)],
-                 expected: .fileProblem("changed")),
-        PartCase(name: "paused: no new part starts while parts are in flight", stop: .paused, parts: (0..<3).map { Sample.part($0) },
-                 inFlight: [0], expected: .send(parts: [], giveBackUntil: nil)),
-        PartCase(name: "paused and nothing in flight: the entry stops", stop: .paused, parts: [Sample.part(0, accepted: true), Sample.part(1)],
-                 expected: .stop(.paused)),
-        PartCase(name: "off Wi-Fi between parts: the entry waits for the next check",
-                 stop: .held(.wifi, until: Sample.now + 30_000), parts: [Sample.part(0, accepted: true), Sample.part(1)],
-                 expected: .stop(.held(.wifi, until: Sample.now + 30_000))),
-        PartCase(name: "a stop does not hold back a finished upload", stop: .paused, parts: [Sample.part(0, accepted: true)],
-                 expected: .complete),
-        PartCase(name: "the file is not checked when no part is due", fileProblem: "changed", parts: [Sample.part(0, retryIn: 100)],
-                 expected: .send(parts: [], giveBackUntil: Sample.now + 100)),
+        PartCase(
+            name: "the file is checked before a part is sent", fileProblem: "changed", parts: [Sample.part(0)],
+            expected: .fileProblem("changed")),
+        PartCase(
+            name: "paused: no new part starts while parts are in flight", stop: .paused, parts: (0..<3).map { Sample.part($0) },
+            inFlight: [0], expected: .send(parts: [], giveBackUntil: nil)),
+        PartCase(
+            name: "paused and nothing in flight: the entry stops", stop: .paused, parts: [Sample.part(0, accepted: true), Sample.part(1)],
+            expected: .stop(.paused)),
+        PartCase(
+            name: "off Wi-Fi between parts: the entry waits for the next check",
+            stop: .held(.wifi, until: Sample.now + 30_000), parts: [Sample.part(0, accepted: true), Sample.part(1)],
+            expected: .stop(.held(.wifi, until: Sample.now + 30_000))),
+        PartCase(
+            name: "a stop does not hold back a finished upload", stop: .paused, parts: [Sample.part(0, accepted: true)],
+            expected: .complete),
+        PartCase(
+            name: "the file is not checked when no part is due", fileProblem: "changed", parts: [Sample.part(0, retryIn: 100)],
+            expected: .send(parts: [], giveBackUntil: Sample.now + 100)),
     ]
 
     @Test(arguments: partCases)
     func nextParts(_ c: PartCase) {
         let scheduler = Scheduler(limits: SchedulerLimits(concurrency: 4, perHost: c.perHost, partConcurrency: c.partConcurrency))
         let entry = Sample.entry("c", chunked: true, expiresIn: c.expiresIn)
-        let decision = scheduler.nextParts(of: entry, parts: c.parts, inFlight: c.inFlight, hostLoad: c.hostLoad, now: Sample.now,
-                                           stop: c.stop, payloadProblem: { c.fileProblem })
+        let decision = scheduler.nextParts(
+            of: entry, parts: c.parts, inFlight: c.inFlight, hostLoad: c.hostLoad, now: Sample.now,
+            stop: c.stop, payloadProblem: { c.fileProblem })
         #expect(decision == c.expected)
     }
 
@@ -233,15 +275,16 @@ struct SchedulerTests {
 
     static let horizonEnd = Sample.now + 10_000
 
-    @Test(arguments: [
-        (DueTimes(any: nil, fresh: nil), Sample.now, true, "nothing due at all"),
-        (DueTimes(any: Sample.now, fresh: nil), Sample.now, false, "a retry due now, within the horizon"),
-        (DueTimes(any: horizonEnd, fresh: nil), Sample.now, false, "a retry due at the horizon"),
-        (DueTimes(any: horizonEnd + 1, fresh: nil), Sample.now, true, "a retry due past the horizon"),
-        (DueTimes(any: horizonEnd + 5, fresh: nil), horizonEnd + 10, true, "a retry due now, but past the horizon fixed at the start"),
-        (DueTimes(any: horizonEnd + 5, fresh: horizonEnd + 5), horizonEnd + 10, false, "new work due now, created by this run"),
-        (DueTimes(any: horizonEnd + 50, fresh: horizonEnd + 50), horizonEnd + 10, true, "new work due later, past the horizon"),
-    ] as [(DueTimes, Int64, Bool, String)])
+    @Test(
+        arguments: [
+            (DueTimes(any: nil, fresh: nil), Sample.now, true, "nothing due at all"),
+            (DueTimes(any: Sample.now, fresh: nil), Sample.now, false, "a retry due now, within the horizon"),
+            (DueTimes(any: horizonEnd, fresh: nil), Sample.now, false, "a retry due at the horizon"),
+            (DueTimes(any: horizonEnd + 1, fresh: nil), Sample.now, true, "a retry due past the horizon"),
+            (DueTimes(any: horizonEnd + 5, fresh: nil), horizonEnd + 10, true, "a retry due now, but past the horizon fixed at the start"),
+            (DueTimes(any: horizonEnd + 5, fresh: horizonEnd + 5), horizonEnd + 10, false, "new work due now, created by this run"),
+            (DueTimes(any: horizonEnd + 50, fresh: horizonEnd + 50), horizonEnd + 10, true, "new work due later, past the horizon"),
+        ] as [(DueTimes, Int64, Bool, String)])
     func aDrainEndsAtAHorizonFixedWhenItStarts(due: DueTimes, now: Int64, over: Bool, _ label: String) {
         #expect(Scheduler.drainIsOver(due: due, now: now, horizonEnd: Self.horizonEnd) == over, "\(label)")
     }
@@ -251,16 +294,28 @@ struct SchedulerTests {
     @Test func theWifiCheckRunsOncePerIntervalForTheWholeQueue() {
         var gate = WifiGate(intervalMs: 30_000)
         var checks = 0
-        let answer = { () -> Bool in checks += 1; return false }
+        let answer = { () -> Bool in
+            checks += 1; return false
+        }
         #expect(gate.nextCheck(now: 100) == 100)
         #expect(gate.isOnWifi(now: 100, check: answer) == false)
         #expect(gate.isOnWifi(now: 29_999, check: answer) == false)
         #expect(checks == 1)
         #expect(gate.nextCheck(now: 200) == 30_100)
-        #expect(gate.isOnWifi(now: 30_100, check: { checks += 1; return true }) == true)
+        #expect(
+            gate.isOnWifi(
+                now: 30_100,
+                check: {
+                    checks += 1; return true
+                }) == true)
         #expect(checks == 2)
         // A clock that went back cannot keep an old answer forever.
-        #expect(gate.isOnWifi(now: 50, check: { checks += 1; return false }) == false)
+        #expect(
+            gate.isOnWifi(
+                now: 50,
+                check: {
+                    checks += 1; return false
+                }) == false)
         #expect(checks == 3)
     }
 }

@@ -22,29 +22,39 @@ struct ShutdownTests {
     static let maxTime = "outbox: --max-time reached; letting attempts in flight finish"
 
     static let cases: [Case] = [
-        Case(name: "no request: it runs", steps: [
-            Step(at: 0, requests: 0, actions: [], phase: .running),
-            Step(at: 999_999, requests: 0, actions: [], phase: .running),
-        ]),
-        Case(name: "one request drains until the grace deadline, then aborts", steps: [
-            Step(at: 10, requests: 1, actions: [.log(stopping), .abortStandby], phase: .draining(deadline: 30_010)),
-            Step(at: 20, requests: 1, actions: [.abortStandby], phase: .draining(deadline: 30_010)),
-            Step(at: 30_010, requests: 1, actions: [.abortStandby, .abortInFlight], phase: .aborting),
-            Step(at: 30_020, requests: 1, actions: [.abortStandby], phase: .aborting),
-        ]),
-        Case(name: "a second request aborts at once", steps: [
-            Step(at: 10, requests: 1, actions: [.log(stopping), .abortStandby], phase: .draining(deadline: 30_010)),
-            Step(at: 11, requests: 2, actions: [.abortStandby, .abortInFlight], phase: .aborting),
-        ]),
-        Case(name: "two requests seen in one turn drain and abort in that turn", steps: [
-            Step(at: 5, requests: 2, actions: [.log(stopping), .abortStandby, .abortInFlight], phase: .aborting),
-        ]),
-        Case(name: "--max-time drains like a request", maxTimeMs: 1000, steps: [
-            Step(at: 999, requests: 0, actions: [], phase: .running),
-            Step(at: 1000, requests: 0, actions: [.log(maxTime), .abortStandby], phase: .draining(deadline: 31_000)),
-            Step(at: 1001, requests: 1, actions: [.abortStandby], phase: .draining(deadline: 31_000)),
-            Step(at: 1002, requests: 2, actions: [.abortStandby, .abortInFlight], phase: .aborting),
-        ]),
+        Case(
+            name: "no request: it runs",
+            steps: [
+                Step(at: 0, requests: 0, actions: [], phase: .running),
+                Step(at: 999_999, requests: 0, actions: [], phase: .running),
+            ]),
+        Case(
+            name: "one request drains until the grace deadline, then aborts",
+            steps: [
+                Step(at: 10, requests: 1, actions: [.log(stopping), .abortStandby], phase: .draining(deadline: 30_010)),
+                Step(at: 20, requests: 1, actions: [.abortStandby], phase: .draining(deadline: 30_010)),
+                Step(at: 30_010, requests: 1, actions: [.abortStandby, .abortInFlight], phase: .aborting),
+                Step(at: 30_020, requests: 1, actions: [.abortStandby], phase: .aborting),
+            ]),
+        Case(
+            name: "a second request aborts at once",
+            steps: [
+                Step(at: 10, requests: 1, actions: [.log(stopping), .abortStandby], phase: .draining(deadline: 30_010)),
+                Step(at: 11, requests: 2, actions: [.abortStandby, .abortInFlight], phase: .aborting),
+            ]),
+        Case(
+            name: "two requests seen in one turn drain and abort in that turn",
+            steps: [
+                Step(at: 5, requests: 2, actions: [.log(stopping), .abortStandby, .abortInFlight], phase: .aborting)
+            ]),
+        Case(
+            name: "--max-time drains like a request", maxTimeMs: 1000,
+            steps: [
+                Step(at: 999, requests: 0, actions: [], phase: .running),
+                Step(at: 1000, requests: 0, actions: [.log(maxTime), .abortStandby], phase: .draining(deadline: 31_000)),
+                Step(at: 1001, requests: 1, actions: [.abortStandby], phase: .draining(deadline: 31_000)),
+                Step(at: 1002, requests: 2, actions: [.abortStandby, .abortInFlight], phase: .aborting),
+            ]),
     ]
 
     @Test(arguments: cases)
@@ -56,14 +66,15 @@ struct ShutdownTests {
         }
     }
 
-    @Test(arguments: [
-        (Shutdown.Phase.running, false, false, false),
-        (.draining(deadline: 1), true, false, false),
-        (.draining(deadline: 1), false, true, false),
-        (.draining(deadline: 1), false, false, true),
-        (.aborting, true, false, false),
-        (.aborting, false, true, true),
-    ] as [(Shutdown.Phase, Bool, Bool, Bool)])
+    @Test(
+        arguments: [
+            (Shutdown.Phase.running, false, false, false),
+            (.draining(deadline: 1), true, false, false),
+            (.draining(deadline: 1), false, true, false),
+            (.draining(deadline: 1), false, false, true),
+            (.aborting, true, false, false),
+            (.aborting, false, true, true),
+        ] as [(Shutdown.Phase, Bool, Bool, Bool)])
     func theLoopEndsWhenNothingIsInFlight(phase: Shutdown.Phase, transfers: Bool, hooks: Bool, exits: Bool) {
         var shutdown = Shutdown(startedAt: 0, graceMs: 1, maxTimeMs: nil)
         switch phase {

@@ -50,11 +50,14 @@ extension StoreConformance {
             let c = try Conformance(sut)
             let e = try c.bring("x", to: .running)
             #expect(try c.store.cancel(ids: ["x"], key: nil, now: t0 + 1) == ["x"])
-            let applied = try c.store.apply([
-                .attempt(entryID: "x", generation: e.generation, at: t0 + 2, payload: .object([]), requestID: "late"),
-                .settle(Settlement(entryID: "x", generation: e.generation, state: .completed, reason: nil, outcome: .completed,
-                                   payload: .object([]), hookExists: true)),
-            ], now: t0 + 2)
+            let applied = try c.store.apply(
+                [
+                    .attempt(entryID: "x", generation: e.generation, at: t0 + 2, payload: .object([]), requestID: "late"),
+                    .settle(
+                        Settlement(
+                            entryID: "x", generation: e.generation, state: .completed, reason: nil, outcome: .completed,
+                            payload: .object([]), hookExists: true)),
+                ], now: t0 + 2)
             #expect(applied.fencedOut == ["x"])
             #expect(try c.enqueue("x", now: t0 + 3) == .create)
             #expect(try c.store.attempts(entryID: "x") == [])
@@ -83,8 +86,11 @@ extension StoreConformance {
             try c.bring("behind-2", "scoped", #"{"n": 3, "s": "s"}"#, to: .awaitingAuth)
             try c.enqueue("elsewhere", "scoped", #"{"n": 4, "s": "other"}"#)
             let payloadFor: @Sendable (Entry) -> (JSON, Bool) = { e in (.object([("cancelled", .string(e.id))]), true) }
-            try c.store.apply([.settle(c.settlement(failing, .error, .error, reason: "http")),
-                               .cancelScope(scope: "s", afterSeq: failing.seq, payloadFor: payloadFor)], now: t0 + 1)
+            try c.store.apply(
+                [
+                    .settle(c.settlement(failing, .error, .error, reason: "http")),
+                    .cancelScope(scope: "s", afterSeq: failing.seq, payloadFor: payloadFor),
+                ], now: t0 + 1)
             for id in ["behind-1", "behind-2"] {
                 let e = try c.get(id)
                 #expect(e.state == .cancelled)
@@ -106,8 +112,11 @@ extension StoreConformance {
             let failing = try c.claim(try c.bring("failing", "scoped", #"{"n": 1, "s": "s"}"#, to: .queued).id)[0]
             try c.enqueue("behind", "scoped", #"{"n": 2, "s": "s"}"#)
             let payloadFor: @Sendable (Entry) -> (JSON, Bool) = { _ in (.object([]), false) }
-            try c.store.apply([.settle(c.settlement(failing, .error, .error, hook: false, reason: "http")),
-                               .cancelScope(scope: "s", afterSeq: failing.seq, payloadFor: payloadFor)], now: t0 + 1)
+            try c.store.apply(
+                [
+                    .settle(c.settlement(failing, .error, .error, hook: false, reason: "http")),
+                    .cancelScope(scope: "s", afterSeq: failing.seq, payloadFor: payloadFor),
+                ], now: t0 + 1)
             #expect(try c.store.entry(id: "behind") == nil)
             #expect(try c.ids() == ["failing"])
             #expect(try c.pendingJournal() == [])

@@ -187,8 +187,11 @@ extension StoreConformance {
         func dueTimesTellsFreshWorkFromRetries(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
             let held = try c.bring("retried", to: .running)
-            try c.store.apply([.attempt(entryID: "retried", generation: held.generation, at: t0, payload: .object([]), requestID: "r"),
-                               .reschedule(entryID: "retried", nextAttemptAt: t0 + 1_000, reason: "HTTP 503")], now: t0)
+            try c.store.apply(
+                [
+                    .attempt(entryID: "retried", generation: held.generation, at: t0, payload: .object([]), requestID: "r"),
+                    .reschedule(entryID: "retried", nextAttemptAt: t0 + 1_000, reason: "HTTP 503"),
+                ], now: t0)
             #expect(try c.store.dueTimes(deliverableKeys: []) == DueTimes(any: t0 + 1_000, fresh: nil))
             try c.enqueue("new", notBefore: t0 + 2_000)
             #expect(try c.store.dueTimes(deliverableKeys: []) == DueTimes(any: t0 + 1_000, fresh: t0 + 2_000))
@@ -228,9 +231,12 @@ extension StoreConformance {
             let c = try Conformance(sut)
             try c.enqueue("w")
             let retried = try c.bring("retried", to: .running)
-            try c.store.apply([.hold(entryID: "w", until: t0 + 30_000, reason: reason),
-                               .attempt(entryID: "retried", generation: retried.generation, at: t0, payload: .object([]), requestID: "r"),
-                               .reschedule(entryID: "retried", nextAttemptAt: t0 + 30_000, reason: "HTTP 503")], now: t0)
+            try c.store.apply(
+                [
+                    .hold(entryID: "w", until: t0 + 30_000, reason: reason),
+                    .attempt(entryID: "retried", generation: retried.generation, at: t0, payload: .object([]), requestID: "r"),
+                    .reschedule(entryID: "retried", nextAttemptAt: t0 + 30_000, reason: "HTTP 503"),
+                ], now: t0)
             try c.store.releaseHolds(now: t0 + 5)
             let w = try c.get("w")
             #expect(w.reason == nil)
@@ -246,12 +252,16 @@ extension StoreConformance {
         func retryPutsEntriesBackDueNow(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
             let held = try c.bring("backing-off", to: .running)
-            try c.store.apply([.attempt(entryID: "backing-off", generation: held.generation, at: t0, payload: .object([]), requestID: "r"),
-                               .reschedule(entryID: "backing-off", nextAttemptAt: t0 + 60_000, reason: "HTTP 503")], now: t0)
+            try c.store.apply(
+                [
+                    .attempt(entryID: "backing-off", generation: held.generation, at: t0, payload: .object([]), requestID: "r"),
+                    .reschedule(entryID: "backing-off", nextAttemptAt: t0 + 60_000, reason: "HTTP 503"),
+                ], now: t0)
             try c.bring("parked", to: .awaitingAuth)
             try c.bring("failed", to: .error)
             try c.bring("busy", to: .running)
-            let retried = try c.store.retry(ids: ["backing-off", "parked", "failed", "busy", "unknown"], key: nil, errors: false, now: t0 + 5)
+            let retried = try c.store.retry(
+                ids: ["backing-off", "parked", "failed", "busy", "unknown"], key: nil, errors: false, now: t0 + 5)
             #expect(retried == ["backing-off", "parked", "failed"])
             for id in retried {
                 let e = try c.get(id)
@@ -295,7 +305,9 @@ extension StoreConformance {
             let owner = try c.get("x").leaseOwner
             withKnownIssue(noLeases) {
                 #expect(owner == runnerA.owner)
-            } when: { !sut.sharedByRunners }
+            } when: {
+                !sut.sharedByRunners
+            }
         }
 
         // Entries whose lease is still live are not abandoned: neither another runner's nor the caller's own.
@@ -310,7 +322,9 @@ extension StoreConformance {
             let requeued = try other.requeueAbandoned(lease: runnerB, now: t0 + 1_000)
             withKnownIssue(noLeases) {
                 #expect(requeued == 0)
-            } when: { !sut.sharedByRunners }
+            } when: {
+                !sut.sharedByRunners
+            }
             #expect(try c.ids() == ["a", "b"])
         }
 
@@ -331,7 +345,9 @@ extension StoreConformance {
             withKnownIssue(noLeases) {
                 #expect(state == .running)
                 #expect(journal == [])
-            } when: { !sut.sharedByRunners }
+            } when: {
+                !sut.sharedByRunners
+            }
         }
     }
 }

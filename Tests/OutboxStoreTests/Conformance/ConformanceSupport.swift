@@ -12,7 +12,8 @@ struct StoreConformance {
     static let runnerA = Lease(owner: "runner-a", durationMs: 60_000)
     static let runnerB = Lease(owner: "runner-b", durationMs: 60_000)
     /// Why the lease rules fail on a store that one runner uses at a time.
-    static let noLeases: Comment = "SQLiteStore writes no lease: its runner lock admits one runner, so it treats every running entry as that runner's"
+    static let noLeases: Comment =
+        "SQLiteStore writes no lease: its runner lock admits one runner, so it treats every running entry as that runner's"
 }
 
 struct ConformanceFailure: Error, CustomStringConvertible {
@@ -100,8 +101,10 @@ final class Conformance {
     // MARK: Entries
 
     /// A rendered entry of one of the definitions, as `enqueue` builds it.
-    func entry(_ id: String, _ key: String = "note", _ vars: String = #"{"n": 1}"#, notBefore: Int64? = nil,
-               expiresAt: Int64? = nil, parent: String? = nil) throws -> NewEntry {
+    func entry(
+        _ id: String, _ key: String = "note", _ vars: String = #"{"n": 1}"#, notBefore: Int64? = nil,
+        expiresAt: Int64? = nil, parent: String? = nil
+    ) throws -> NewEntry {
         guard let definition = definitions.definitions[key], let request = definition.request else {
             throw ConformanceFailure("no definition \(key)")
         }
@@ -113,8 +116,10 @@ final class Conformance {
 
     /// Enqueues one entry; returns what the store decided.
     @discardableResult
-    func enqueue(_ id: String, _ key: String = "note", _ vars: String = #"{"n": 1}"#, notBefore: Int64? = nil,
-                 now: Int64 = StoreConformance.t0) throws -> SameIdDecision {
+    func enqueue(
+        _ id: String, _ key: String = "note", _ vars: String = #"{"n": 1}"#, notBefore: Int64? = nil,
+        now: Int64 = StoreConformance.t0
+    ) throws -> SameIdDecision {
         let results = try store.enqueue([try entry(id, key, vars, notBefore: notBefore)], now: now)
         guard results.count == 1, results[0].id == id else { throw ConformanceFailure("enqueue of \(id) returned \(results)") }
         return results[0].decision
@@ -152,8 +157,10 @@ final class Conformance {
 
     /// Claims entries as a runner does (by seq, with its lease) and returns them as it holds them.
     @discardableResult
-    func claim(_ ids: String..., lease: Lease = StoreConformance.runnerA, now: Int64 = StoreConformance.t0,
-               on other: (any Store)? = nil) throws -> [Entry] {
+    func claim(
+        _ ids: String..., lease: Lease = StoreConformance.runnerA, now: Int64 = StoreConformance.t0,
+        on other: (any Store)? = nil
+    ) throws -> [Entry] {
         let entries = try ids.map(get)
         try (other ?? store).apply([.markRunning(entrySeqs: entries.map(\.seq), lease: lease)], now: now)
         return entries.map { e in
@@ -168,24 +175,31 @@ final class Conformance {
     }
 
     /// A settlement as the runner makes it: with the entry it holds as the snapshot.
-    func settlement(_ e: Entry, _ state: EntryState, _ outcome: Outcome, hook: Bool = true, reason: String? = nil,
-                    followUps: [NewEntry] = []) -> Settlement {
-        var s = Settlement(entryID: e.id, generation: e.generation, state: state, reason: reason, outcome: outcome,
-                           payload: payload(e, outcome), hookExists: hook, followUps: followUps)
+    func settlement(
+        _ e: Entry, _ state: EntryState, _ outcome: Outcome, hook: Bool = true, reason: String? = nil,
+        followUps: [NewEntry] = []
+    ) -> Settlement {
+        var s = Settlement(
+            entryID: e.id, generation: e.generation, state: state, reason: reason, outcome: outcome,
+            payload: payload(e, outcome), hookExists: hook, followUps: followUps)
         s.snapshot = e
         return s
     }
 
-    func settle(_ e: Entry, _ state: EntryState, _ outcome: Outcome, hook: Bool = true, reason: String? = nil,
-                followUps: [NewEntry] = [], by lease: Lease? = nil, now: Int64 = StoreConformance.t0) throws {
+    func settle(
+        _ e: Entry, _ state: EntryState, _ outcome: Outcome, hook: Bool = true, reason: String? = nil,
+        followUps: [NewEntry] = [], by lease: Lease? = nil, now: Int64 = StoreConformance.t0
+    ) throws {
         try store.apply([.settle(settlement(e, state, outcome, hook: hook, reason: reason, followUps: followUps))], by: lease, now: now)
     }
 
     /// An enqueued entry brought to `state` the way a runner gets it there (a hook exists, so
     /// a settled entry's outcome waits for delivery).
     @discardableResult
-    func bring(_ id: String, _ key: String = "note", _ vars: String = #"{"n": 1}"#, to state: EntryState,
-               now: Int64 = StoreConformance.t0) throws -> Entry {
+    func bring(
+        _ id: String, _ key: String = "note", _ vars: String = #"{"n": 1}"#, to state: EntryState,
+        now: Int64 = StoreConformance.t0
+    ) throws -> Entry {
         try enqueue(id, key, vars, now: now)
         if state == .queued { return try get(id) }
         let held = try claim(id, now: now)[0]

@@ -6,8 +6,10 @@ import Testing
 extension StoreConformance {
     /// Hook delivery: which outcomes are due, counting, postponing and acknowledging them.
     struct Delivery {
-        private func deliverable(_ c: Conformance, at now: Int64, keys: Set<String> = ["note", "text"],
-                                 excluding: Set<String> = [], limit: Int? = nil) throws -> [String] {
+        private func deliverable(
+            _ c: Conformance, at now: Int64, keys: Set<String> = ["note", "text"],
+            excluding: Set<String> = [], limit: Int? = nil
+        ) throws -> [String] {
             try c.store.deliverableOutcomes(now: now, keys: keys, excludingIDs: excluding, limit: limit).map(Conformance.line)
         }
 

@@ -124,10 +124,11 @@ extension StoreConformance {
                 return try JSON.parse("[" + text + "]")
             }
             func expected(_ ids: [String]) throws -> JSON {
-                .array(try ids.map { id in
-                    let e = try c.get(id)
-                    return e.listJSON(displayState: display(e.state.rawValue, e.key))
-                })
+                .array(
+                    try ids.map { id in
+                        let e = try c.get(id)
+                        return e.listJSON(displayState: display(e.state.rawValue, e.key))
+                    })
             }
             #expect(try rows(ListFilter()) == (try expected(["n1", "t1", "n2"])))
             #expect(try rows(ListFilter(key: "note")) == (try expected(["n1", "n2"])))

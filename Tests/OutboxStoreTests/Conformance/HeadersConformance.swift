@@ -18,7 +18,8 @@ extension StoreConformance {
             #expect(try c.store.control().headerGeneration == 1)
             for before in [queued, running, failed] {
                 let e = try c.get(before.id)
-                #expect(Conformance.headerLines(e.request.headers) == Conformance.headerLines(HeaderRules.merge(before.request.headers, patch)))
+                #expect(
+                    Conformance.headerLines(e.request.headers) == Conformance.headerLines(HeaderRules.merge(before.request.headers, patch)))
                 #expect(e.headerGeneration == 1)
                 #expect(e.state == before.state)
             }
@@ -49,7 +50,9 @@ extension StoreConformance {
             let patch = [("Authorization", "Bearer new")]
             _ = try c.store.updateHeaders(patch, now: t0 + 1)
             let after = try c.store.parts(entrySeq: seq)
-            #expect(after.map { Conformance.headerLines($0.headers) } == before.map { Conformance.headerLines(HeaderRules.merge($0.headers, patch)) })
+            #expect(
+                after.map { Conformance.headerLines($0.headers) }
+                    == before.map { Conformance.headerLines(HeaderRules.merge($0.headers, patch)) })
             #expect(after.map(\.range) == before.map(\.range))
         }
 

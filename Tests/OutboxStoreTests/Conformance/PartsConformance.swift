@@ -19,7 +19,8 @@ extension StoreConformance {
             let parts = try c.store.parts(entrySeq: e.seq)
             #expect(parts.map(\.index) == [0, 1, 2])
             #expect(parts.map(\.range) == planned.map(\.range))
-            #expect(parts.map(\.range) == [ByteRange(start: 0, end: 100), ByteRange(start: 100, end: 200), ByteRange(start: 200, end: 300)])
+            #expect(
+                parts.map(\.range) == [ByteRange(start: 0, end: 100), ByteRange(start: 100, end: 200), ByteRange(start: 200, end: 300)])
             #expect(parts.map(\.url) == ["https://a.example/parts/1", "https://a.example/parts/2", "https://a.example/parts/3"])
             #expect(parts.map { Conformance.headerLines($0.headers) } == planned.map { $0.headers.map { "\($0.name): \($0.value)" } })
             #expect(parts.map(\.accepted) == [false, false, false])
@@ -35,10 +36,16 @@ extension StoreConformance {
             let c = try Conformance(sut)
             _ = try c.store.enqueue([try c.chunked("up")], now: t0)
             let seq = try c.claim("up")[0].seq
-            try c.store.apply([.partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([("etag", .string("\"e0\""))])),
-                               .partRetry(entrySeq: seq, index: 1, nextAttemptAt: t0 + 5_000)], now: t0 + 1)
-            try c.store.apply([.partRetry(entrySeq: seq, index: 1, nextAttemptAt: t0 + 9_000),
-                               .partAccepted(entrySeq: seq, index: 2, status: 201, headers: .object([("etag", .string("\"e2\""))]))], now: t0 + 2)
+            try c.store.apply(
+                [
+                    .partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([("etag", .string("\"e0\""))])),
+                    .partRetry(entrySeq: seq, index: 1, nextAttemptAt: t0 + 5_000),
+                ], now: t0 + 1)
+            try c.store.apply(
+                [
+                    .partRetry(entrySeq: seq, index: 1, nextAttemptAt: t0 + 9_000),
+                    .partAccepted(entrySeq: seq, index: 2, status: 201, headers: .object([("etag", .string("\"e2\""))])),
+                ], now: t0 + 2)
             let parts = try c.instance.another().parts(entrySeq: seq)
             #expect(parts.map(\.accepted) == [true, false, true])
             #expect(parts.map(\.status) == [200, nil, 201])
@@ -55,8 +62,11 @@ extension StoreConformance {
             let c = try Conformance(sut)
             _ = try c.store.enqueue([try c.chunked("up")], now: t0)
             let seq = try c.claim("up", lease: runnerA, now: t0)[0].seq
-            try c.store.apply([.partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([])),
-                               .partAccepted(entrySeq: seq, index: 2, status: 200, headers: .object([]))], now: t0 + 1)
+            try c.store.apply(
+                [
+                    .partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([])),
+                    .partAccepted(entrySeq: seq, index: 2, status: 200, headers: .object([])),
+                ], now: t0 + 1)
             let other = try c.instance.another()
             #expect(try other.requeueAbandoned(lease: runnerB, now: t0 + runnerA.durationMs + 1) == 1)
             let e = try c.get("up")
@@ -85,8 +95,11 @@ extension StoreConformance {
             let c = try Conformance(sut)
             _ = try c.store.enqueue([try c.chunked("a"), try c.chunked("b")], now: t0)
             let seq = try c.get("a").seq
-            try c.store.apply([.partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([])),
-                               .partAccepted(entrySeq: seq, index: 2, status: 200, headers: .object([]))], now: t0)
+            try c.store.apply(
+                [
+                    .partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([])),
+                    .partAccepted(entrySeq: seq, index: 2, status: 200, headers: .object([])),
+                ], now: t0)
             #expect(try c.store.pendingTotals() == PendingTotals(entries: 2, bytes: 600, acceptedBytes: 200))
             _ = try c.store.cancel(ids: ["a"], key: nil, now: t0 + 1)
             #expect(try c.store.pendingTotals() == PendingTotals(entries: 1, bytes: 300, acceptedBytes: 0))

@@ -51,8 +51,11 @@ extension StoreConformance {
             let c = try Conformance(sut)
             _ = try c.store.enqueue([try c.entry("x", "note", #"{"n": 1, "hv": "a"}"#, expiresAt: t0 + 50_000)], now: t0)
             try c.claim("x")
-            try c.store.apply([.attempt(entryID: "x", generation: 1, at: t0, payload: .object([]), requestID: "r1"),
-                               .progress(entryID: "x", bytesSent: 3), .requeue(entryID: "x")], now: t0)
+            try c.store.apply(
+                [
+                    .attempt(entryID: "x", generation: 1, at: t0, payload: .object([]), requestID: "r1"),
+                    .progress(entryID: "x", bytesSent: 3), .requeue(entryID: "x"),
+                ], now: t0)
             let before = try c.get("x")
             let results = try c.store.enqueue([try c.entry("x", "note", #"{"n": 1, "hv": "b"}"#, expiresAt: t0 + 90_000)], now: t0 + 5)
             #expect(results == [EnqueueResult(id: "x", decision: .resume)])
@@ -98,8 +101,11 @@ extension StoreConformance {
             let c = try Conformance(sut)
             try c.enqueue("x", "text", #"{"t": "old body"}"#)
             try c.claim("x")
-            try c.store.apply([.attempt(entryID: "x", generation: 1, at: t0, payload: .object([]), requestID: "r1"),
-                               .progress(entryID: "x", bytesSent: 4), .requeue(entryID: "x")], now: t0)
+            try c.store.apply(
+                [
+                    .attempt(entryID: "x", generation: 1, at: t0, payload: .object([]), requestID: "r1"),
+                    .progress(entryID: "x", bytesSent: 4), .requeue(entryID: "x"),
+                ], now: t0)
             #expect(try c.enqueue("x", "text", #"{"t": "the new body"}"#, now: t0 + 5) == .replace)
             let e = try c.get("x")
             #expect(e.state == .queued)

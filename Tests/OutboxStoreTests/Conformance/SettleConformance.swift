@@ -63,8 +63,10 @@ extension StoreConformance {
         func followUpsAppearWithTheirSettle(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
             let held = try c.bring("x", to: .running)
-            let followUps = [try c.entry("f-1", "note", #"{"n": 11}"#, parent: "x"),
-                             try c.entry("f-2", "text", #"{"t": "done"}"#, parent: "x")]
+            let followUps = [
+                try c.entry("f-1", "note", #"{"n": 11}"#, parent: "x"),
+                try c.entry("f-2", "text", #"{"t": "done"}"#, parent: "x"),
+            ]
             #expect(try c.ids() == ["x"])
             try c.settle(held, .completed, .completed, followUps: followUps, now: t0 + 3)
             #expect(try c.ids() == ["x", "f-1", "f-2"])
@@ -86,11 +88,12 @@ extension StoreConformance {
             let busy = try c.bring("busy", "note", #"{"n": 1}"#, to: .running)
             let followUps = [try c.entry("f-1", parent: "x"), try c.entry("busy", "note", #"{"n": 2}"#, parent: "x")]
             let error = #expect(throws: OutboxError.self) {
-                try c.store.apply([
-                    .attempt(entryID: "x", generation: 1, at: t0 + 1, payload: .object([("n", .int(1))]), requestID: "r1"),
-                    .progress(entryID: "x", bytesSent: 7),
-                    .settle(c.settlement(held, .completed, .completed, followUps: followUps)),
-                ], now: t0 + 2)
+                try c.store.apply(
+                    [
+                        .attempt(entryID: "x", generation: 1, at: t0 + 1, payload: .object([("n", .int(1))]), requestID: "r1"),
+                        .progress(entryID: "x", bytesSent: 7),
+                        .settle(c.settlement(held, .completed, .completed, followUps: followUps)),
+                    ], now: t0 + 2)
             }
             #expect(error?.code == .running)
             let x = try c.get("x")
@@ -191,10 +194,15 @@ extension StoreConformance {
             try c.bring("x", to: .running)
             try c.bring("y", to: .running)
             for n in 1...25 {
-                try c.store.apply([.attempt(entryID: "x", generation: 1, at: t0 + Int64(n), payload: .object([("n", .int(n))]),
-                                            requestID: "req-\(n)")], now: t0 + Int64(n))
+                try c.store.apply(
+                    [
+                        .attempt(
+                            entryID: "x", generation: 1, at: t0 + Int64(n), payload: .object([("n", .int(n))]),
+                            requestID: "req-\(n)")
+                    ], now: t0 + Int64(n))
             }
-            try c.store.apply([.attempt(entryID: "y", generation: 1, at: t0, payload: .object([("n", .int(0))]), requestID: "y-1")], now: t0)
+            try c.store.apply(
+                [.attempt(entryID: "y", generation: 1, at: t0, payload: .object([("n", .int(0))]), requestID: "y-1")], now: t0)
             let x = try c.get("x")
             #expect(x.attempts == 25)
             #expect(x.lastRequestID == "req-25")

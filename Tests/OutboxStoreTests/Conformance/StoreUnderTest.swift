@@ -54,7 +54,8 @@ final class StoreInstance {
 
     fileprivate init(_ kind: StoreUnderTest) throws {
         self.kind = kind
-        folder = FileManager.default.temporaryDirectory
+        folder =
+            FileManager.default.temporaryDirectory
             .appendingPathComponent("outbox-conformance-\(kind.rawValue)-\(UUID().uuidString.prefix(12))").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         location = kind.location(in: folder)
