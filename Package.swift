@@ -36,7 +36,7 @@ let package = Package(
 
         // A scriptable loopback HTTP server for tests, the demo and benchmarks.
         // Optimised even in debug builds: it hashes every uploaded byte.
-        .target(name: "OutboxTestServer", dependencies: ["Digest"], swiftSettings: strict + [.unsafeFlags(["-O"])]),
+        .target(name: "OutboxTestServer", dependencies: ["Digest", "OutboxModel"], swiftSettings: strict + [.unsafeFlags(["-O"])]),
         .executableTarget(name: "outbox-testserver", dependencies: ["OutboxTestServer"], swiftSettings: strict),
 
         .target(name: "TestSupport", dependencies: ["CSystem", "OutboxModel", "OutboxTestServer"], path: "Tests/TestSupport", swiftSettings: strict),

@@ -100,20 +100,33 @@ enum InitCommand {
 
 /// Commands that change the queue's settings or entries.
 enum ControlCommands {
-    static func cancel(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+    /// Which entries a command names: ids, or `--key K`, or its `flag` (exactly one of them);
+    /// a bad key is E_INVALID before anything changes.
+    static func selection(_ i: Invocation, command: String, flag: String) throws(OutboxError) -> (ids: [String]?, key: String?, flag: Bool)
+    {
         let ids = i.args.positionals
         let key = i.args.value("key")
-        let all = i.args.flag("all")
-        let given = [!ids.isEmpty, key != nil, all].filter { $0 }.count
-        guard given == 1 else { throw .usage("cancel takes ids, or --key K, or --all (exactly one of them)") }
-        try checkKeys(key.map { [$0] } ?? [])
-        let store = try i.project().store()
-        let cancelled = try store.cancel(ids: ids.isEmpty ? nil : ids, key: key, now: Identifiers.nowMs())
-        if i.json {
-            i.console.out(JSON.object([("cancelled", .array(cancelled.map { .string($0) }))]).serialized())
-        } else {
-            i.console.err("cancelled \(cancelled.count) entr\(cancelled.count == 1 ? "y" : "ies")")
+        let flagged = i.args.flag(flag)
+        guard [!ids.isEmpty, key != nil, flagged].filter({ $0 }).count == 1 else {
+            throw .usage("\(command) takes ids, or --key K, or --\(flag) (exactly one of them)")
         }
+        try checkKeys(key.map { [$0] } ?? [])
+        return (ids.isEmpty ? nil : ids, key, flagged)
+    }
+
+    /// What a command that changes entries did: `{"NAME": [ids]}` with `--json`, a count on stderr otherwise.
+    static func report(_ i: Invocation, _ name: String, _ ids: [String], _ said: String) {
+        if i.json {
+            i.console.out(JSON.object([(name, .array(ids.map { .string($0) }))]).serialized())
+        } else {
+            i.console.err("\(said) \(ids.count) entr\(ids.count == 1 ? "y" : "ies")")
+        }
+    }
+
+    static func cancel(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let (ids, key, _) = try selection(i, command: "cancel", flag: "all")
+        let cancelled = try i.project().store().cancel(ids: ids, key: key, now: Identifiers.nowMs())
+        report(i, "cancelled", cancelled, "cancelled")
         return 0
     }
 
@@ -139,18 +152,9 @@ enum ControlCommands {
     }
 
     static func retry(_ i: inout Invocation) throws(OutboxError) -> Int32 {
-        let ids = i.args.positionals
-        let key = i.args.value("key")
-        let errors = i.args.flag("errors")
-        let given = [!ids.isEmpty, key != nil, errors].filter { $0 }.count
-        guard given == 1 else { throw .usage("retry takes ids, or --key K, or --errors (exactly one of them)") }
-        try checkKeys(key.map { [$0] } ?? [])
-        let retried = try i.project().store().retry(ids: ids.isEmpty ? nil : ids, key: key, errors: errors, now: Identifiers.nowMs())
-        if i.json {
-            i.console.out(JSON.object([("retried", .array(retried.map { .string($0) }))]).serialized())
-        } else {
-            i.console.err("put \(retried.count) entr\(retried.count == 1 ? "y" : "ies") back in the queue, due now")
-        }
+        let (ids, key, errors) = try selection(i, command: "retry", flag: "errors")
+        let retried = try i.project().store().retry(ids: ids, key: key, errors: errors, now: Identifiers.nowMs())
+        report(i, "retried", retried, "put back in the queue, due now,")
         return 0
     }
 
