@@ -216,7 +216,15 @@ package enum CLI {
             CommandInfo(
                 path: ["render"], summary: "print the request enqueue would persist (secrets redacted)",
                 positionals: "KEY", minPositionals: 1, maxPositionals: 1,
-                options: [EnqueueCommand.varsOption, OptionSpec(name: "id", valueName: "ID", help: "the entry id to render with"), json],
+                options: [
+                    EnqueueCommand.varsOption, OptionSpec(name: "id", valueName: "ID", help: "the entry id to render with"),
+                    OptionSpec(name: "plugins", valueName: nil, help: "run request_command and headers_command too (they may have side effects)"),
+                    json,
+                ],
+                details: """
+                    Writes nothing. Plugins can have side effects (a presigned upload, a token fetched), so
+                    render runs request_command and headers_command only with --plugins, and says which it skipped.
+                    """,
                 handler: { (i: inout Invocation) throws(OutboxError) in try EnqueueCommand.render(&i) }),
             CommandInfo(
                 path: ["enqueue"], summary: "persist one entry (or a JSONL file of entries) and print its id",

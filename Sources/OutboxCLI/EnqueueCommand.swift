@@ -206,7 +206,23 @@ enum EnqueueCommand {
         let key = i.args.positionals[0]
         let vars = try readVars(i)
         let project = try i.project()
-        let entry = try factory(project, i).make(key: key, vars: vars, id: i.args.value("id") ?? "render-preview")
+        let definition = try project.definition(key)
+        var config = project.config
+        var skipped: [String] = []
+        if !i.args.flag("plugins") {
+            if definition.requestCommand != nil { skipped.append("request_command") }
+            if config.headersCommand != nil { skipped.append("headers_command") }
+            config.headersCommand = nil
+        }
+        for name in skipped { i.console.err("outbox: \(name) not run (render --plugins runs it)") }
+        if skipped.contains("request_command") {
+            // The request is the plugin's answer: there is nothing else to show.
+            let document = JSON.object([("key", .string(key)), ("skipped", .array(skipped.map { .string($0) }))])
+            i.console.out(i.json ? document.serialized() : document.pretty())
+            return 0
+        }
+        let renderer = EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (_: String) throws(OutboxError) in definition }
+        let entry = try renderer.make(definition: definition, vars: vars, id: i.args.value("id") ?? "render-preview")
         let p = entry.prepared
         let redact = project.config.redactedHeaderNames
         var headers = HeaderRules.redacted(p.headers, names: redact)
@@ -248,6 +264,7 @@ enum EnqueueCommand {
             ("headers", HeaderRules.json(headers)), ("body_kind", .string(p.body.kind.rawValue)), ("body", body),
             ("expires_in_ms", .int64(p.expiresInMs)), ("scope", .optionalString(p.scope)),
             ("follow_redirects", .int(p.followRedirects)), ("response", p.response.json),
+            ("skipped", .array(skipped.map { .string($0) })),
         ])
         i.console.out(i.json ? document.serialized() : document.pretty())
         return 0

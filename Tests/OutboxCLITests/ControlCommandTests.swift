@@ -374,3 +374,31 @@ struct MoveOwnershipTests {
         if p.storeExists { #expect(try p.run("list", "--json").json() == .array([])) }
     }
 }
+
+/// `render` writes nothing and runs no plugin unless asked: plugins can have side effects.
+struct RenderPluginTests {
+    @Test func renderSkipsPluginsUnlessAsked() throws {
+        let p = try CLIProject(config: "headers_command: [plugins/headers.sh]\n")
+        _ = try p.write("plugins/headers.sh", "#!/bin/sh\ncat > /dev/null\necho ran >> plugins/ran.log\nprintf '{\"X-From-Plugin\": \"yes\"}'\n", mode: 0o755)
+        _ = try p.write("plugins/describe.sh", "#!/bin/sh\ncat > /dev/null\necho ran >> plugins/ran.log\nprintf '{\"url\": \"https://x.example/c\"}'\n", mode: 0o755)
+        _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/describe.sh]\n")
+
+        let plain = p.run("render", "plain", "--json")
+        #expect(plain.status == 0, "\(plain)")
+        #expect(plain.err.contains("headers_command not run (render --plugins runs it)"))
+        #expect(try plain.json()["skipped"] == .array([.string("headers_command")]))
+        #expect(try plain.json()["headers"]?["X-From-Plugin"] == nil)
+        let cmd = p.run("render", "cmd", "--json")
+        #expect(cmd.status == 0, "\(cmd)")
+        #expect(try cmd.json() == .object([("key", .string("cmd")), ("skipped", .array([.string("request_command"), .string("headers_command")]))]))
+        #expect(!p.exists("plugins/ran.log"), "no plugin ran")
+
+        let asked = p.run("render", "cmd", "--plugins", "--json")
+        #expect(asked.status == 0, "\(asked)")
+        #expect(try asked.json()["url"] == .string("https://x.example/c"))
+        #expect(try asked.json()["headers"]?["X-From-Plugin"] == .string("yes"))
+        #expect(try asked.json()["skipped"] == .array([]))
+        #expect(try p.read("plugins/ran.log") == "ran\nran\n")
+        #expect(!p.storeExists, "render writes nothing")
+    }
+}
