@@ -218,7 +218,8 @@ package enum CLI {
                 positionals: "KEY", minPositionals: 1, maxPositionals: 1,
                 options: [
                     EnqueueCommand.varsOption, OptionSpec(name: "id", valueName: "ID", help: "the entry id to render with"),
-                    OptionSpec(name: "plugins", valueName: nil, help: "run request_command and headers_command too (they may have side effects)"),
+                    OptionSpec(
+                        name: "plugins", valueName: nil, help: "run request_command and headers_command too (they may have side effects)"),
                     json,
                 ],
                 details: """

@@ -221,7 +221,8 @@ enum EnqueueCommand {
             i.console.out(i.json ? document.serialized() : document.pretty())
             return 0
         }
-        let renderer = EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (_: String) throws(OutboxError) in definition }
+        let renderer = EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (_: String) throws(OutboxError) in definition
+        }
         let entry = try renderer.make(definition: definition, vars: vars, id: i.args.value("id") ?? "render-preview")
         let p = entry.prepared
         let redact = project.config.redactedHeaderNames

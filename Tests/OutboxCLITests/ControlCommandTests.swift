@@ -379,8 +379,12 @@ struct MoveOwnershipTests {
 struct RenderPluginTests {
     @Test func renderSkipsPluginsUnlessAsked() throws {
         let p = try CLIProject(config: "headers_command: [plugins/headers.sh]\n")
-        _ = try p.write("plugins/headers.sh", "#!/bin/sh\ncat > /dev/null\necho ran >> plugins/ran.log\nprintf '{\"X-From-Plugin\": \"yes\"}'\n", mode: 0o755)
-        _ = try p.write("plugins/describe.sh", "#!/bin/sh\ncat > /dev/null\necho ran >> plugins/ran.log\nprintf '{\"url\": \"https://x.example/c\"}'\n", mode: 0o755)
+        _ = try p.write(
+            "plugins/headers.sh", "#!/bin/sh\ncat > /dev/null\necho ran >> plugins/ran.log\nprintf '{\"X-From-Plugin\": \"yes\"}'\n",
+            mode: 0o755)
+        _ = try p.write(
+            "plugins/describe.sh", "#!/bin/sh\ncat > /dev/null\necho ran >> plugins/ran.log\nprintf '{\"url\": \"https://x.example/c\"}'\n",
+            mode: 0o755)
         _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/describe.sh]\n")
 
         let plain = p.run("render", "plain", "--json")
@@ -390,7 +394,9 @@ struct RenderPluginTests {
         #expect(try plain.json()["headers"]?["X-From-Plugin"] == nil)
         let cmd = p.run("render", "cmd", "--json")
         #expect(cmd.status == 0, "\(cmd)")
-        #expect(try cmd.json() == .object([("key", .string("cmd")), ("skipped", .array([.string("request_command"), .string("headers_command")]))]))
+        #expect(
+            try cmd.json()
+                == .object([("key", .string("cmd")), ("skipped", .array([.string("request_command"), .string("headers_command")]))]))
         #expect(!p.exists("plugins/ran.log"), "no plugin ran")
 
         let asked = p.run("render", "cmd", "--plugins", "--json")
