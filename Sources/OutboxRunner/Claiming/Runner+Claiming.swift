@@ -10,11 +10,33 @@ extension Runner {
     func noticeOtherWriters() throws(OutboxError) {
         let version = try store.dataVersion()
         guard version != seenDataVersion else { return }
+        // The first read is the state the run starts in, not a change to report.
+        let firstRead = seenDataVersion == nil
         seenDataVersion = version
         readAhead.discard()
         delivery.due = true
+        let before = control
         control = try store.control()
+        if !firstRead, before != control, eventsEnabled || progressDisplay != nil {
+            try reportControlChanges(from: before)
+        }
         try dropWithdrawnStandby()
+    }
+
+    /// A pause or resume by another process shows in the event stream: one state event for
+    /// each queued entry it holds or releases (`paused`, or `queued` again).
+    func reportControlChanges(from before: QueueControl) throws(OutboxError) {
+        var keys: Set<String>?
+        if before.queuePaused == control.queuePaused {
+            keys = before.pausedKeys.symmetricDifference(control.pausedKeys)
+            guard !keys!.isEmpty else { return }
+        }
+        for entry in try store.list(ListFilter(state: EntryState.queued.rawValue)) where keys?.contains(entry.key) ?? true {
+            let wasPaused = before.isPaused(key: entry.key)
+            let isPaused = control.isPaused(key: entry.key)
+            guard wasPaused != isPaused else { continue }
+            emitState(entry, state: isPaused ? .paused : .queued, reason: isPaused ? "paused" : "resumed")
+        }
     }
 
     /// What another process did to entries this runner holds. A cancelled one (its row is

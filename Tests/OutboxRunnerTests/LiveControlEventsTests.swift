@@ -1,0 +1,41 @@
+import Foundation
+import OutboxModel
+import TestSupport
+import Testing
+
+/// A pause or resume typed in another shell shows in a running runner's event stream.
+struct LiveControlEventsTests {
+    @Test func pauseAndResumeByAnotherProcessAreStateEvents() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["a": definition("a"), "b": definition("b")])
+        defer { p.server.release("a") }
+        try await p.enqueue("a", path: "/hold/a", id: "first")
+        // Due in an hour: queued all along, so only the pause and the resume change how it shows.
+        try await p.enqueue("b", path: "/status/200", id: "waiting", extra: ["--delay", "1h"])
+        let runner = try p.start(["run", "--events", "-"])
+        #expect(await p.server.waitForHeld("a"))
+
+        #expect(try await p.outbox(["pause", "--key", "b"]).exitCode == 0)
+        try await eventually("a paused state event") {
+            runner.stdoutSoFar.contains(#""type":"state""#) && Self.states(runner.stdoutSoFar, "waiting") == ["paused"]
+        }
+        #expect(try await p.outbox(["resume", "--key", "b"]).exitCode == 0)
+        try await eventually("a queued state event") { Self.states(runner.stdoutSoFar, "waiting") == ["paused", "queued"] }
+        // Pausing a key with nothing queued says nothing.
+        #expect(try await p.outbox(["pause", "--key", "nothing.here"]).exitCode == 0)
+        #expect(try await p.outbox(["pause"]).exitCode == 0)
+        try await eventually("the queue pause reported") { Self.states(runner.stdoutSoFar, "waiting") == ["paused", "queued", "paused"] }
+
+        runner.signal(SIGTERM)
+        p.server.release("a")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(Self.states(finished.stdout, "first").allSatisfy { $0 != "paused" }, "a running entry is not reported paused")
+    }
+
+    static func states(_ stdout: String, _ id: String) -> [String] {
+        stdout.split(separator: "\n").compactMap { line in
+            guard let json = try? JSON.parse(String(line)), json["type"] == .string("state"), json["id"] == .string(id) else { return nil }
+            return json["state"]?.stringValue
+        }
+    }
+}
