@@ -109,7 +109,17 @@ package enum CLI {
 
     /// Runs one call and returns the process exit status. All error printing happens here.
     package static func run(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
+        // Global options may come before the command too (`outbox --config F list`): they are
+        // read as if written right after it.
+        var lifted: [String] = []
         var words = arguments
+        while let first = words.first, first == "--json" || first == "--config" || first.hasPrefix("--config=") {
+            lifted.append(words.removeFirst())
+            if first == "--config", let value = words.first {
+                lifted.append(value)
+                words.removeFirst()
+            }
+        }
         if words.first == "--version" || words.first == "version" {
             console.out("outbox \(outboxVersion)")
             return 0
@@ -127,6 +137,7 @@ package enum CLI {
             return ErrorCode.usage.exitStatus
         }
         words.removeFirst(consumed)
+        words.insert(contentsOf: lifted, at: 0)
         let wantsJSON = words.contains("--json")
         do {
             let parsed = try ArgumentParser.parse(words, command: command)
@@ -259,6 +270,12 @@ package enum CLI {
                     OptionSpec(name: "all", valueName: nil, help: "every entry"), json,
                 ],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.cancel(&i) }),
+            CommandInfo(
+                path: ["simulate"],
+                summary: "run a definition's accept rules, parser and hook on a made-up response (no network, no store)",
+                positionals: "KEY", minPositionals: 1, maxPositionals: 1, options: SimulateCommand.options,
+                details: SimulateCommand.details,
+                handler: { (i: inout Invocation) throws(OutboxError) in try SimulateCommand.run(&i) }),
             CommandInfo(
                 path: ["retry"], summary: "send entries again now: backoff reset, error entries reopened",
                 positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,

@@ -112,7 +112,8 @@ enum EnqueueCommand {
     }
 
     /// A whole file, refusing (E_INVALID) more than `limit` bytes before reading them.
-    static func readFile(_ path: String, limit: Int, what: String) throws(OutboxError) -> [UInt8] {
+    /// With `truncating`, the first `limit` bytes instead of an error.
+    static func readFile(_ path: String, limit: Int, what: String, truncating: Bool = false) throws(OutboxError) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw .fileMissing("\(what): cannot read \(path)") }
         defer { close(fd) }
@@ -123,7 +124,10 @@ enum EnqueueCommand {
             }
             if chunk.isEmpty { return out }
             out += chunk
-            if out.count > limit { throw .invalid("\(what): \(path) is over \(Units.formatBytes(Int64(limit)))") }
+            if out.count > limit {
+                if truncating { return Array(out.prefix(limit)) }
+                throw .invalid("\(what): \(path) is over \(Units.formatBytes(Int64(limit)))")
+            }
         }
     }
 
@@ -202,8 +206,10 @@ enum EnqueueCommand {
     }
 
     /// `outbox render`: the request enqueue would persist, with secrets redacted; writes nothing.
-    static func render(_ i: inout Invocation) throws(OutboxError) -> Int32 {
-        let key = i.args.positionals[0]
+    /// Renders KEY as enqueue would, writing nothing. Plugins (which may have side effects)
+    /// run only with `--plugins`; each one skipped is named on stderr and returned. Without
+    /// `--plugins`, a definition built by `request_command` has no request to show (nil).
+    static func preview(_ i: inout Invocation, key: String, defaultID: String) throws(OutboxError) -> (NewEntry?, skipped: [String]) {
         let vars = try readVars(i)
         let project = try i.project()
         let definition = try project.definition(key)
@@ -214,18 +220,24 @@ enum EnqueueCommand {
             if config.headersCommand != nil { skipped.append("headers_command") }
             config.headersCommand = nil
         }
-        for name in skipped { i.console.err("outbox: \(name) not run (render --plugins runs it)") }
-        if skipped.contains("request_command") {
+        for name in skipped { i.console.err("outbox: \(name) not run (--plugins runs it)") }
+        if skipped.contains("request_command") { return (nil, skipped) }
+        let renderer = EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (_: String) throws(OutboxError) in definition
+        }
+        return (try renderer.make(definition: definition, vars: vars, id: i.args.value("id") ?? defaultID), skipped)
+    }
+
+    static func render(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let key = i.args.positionals[0]
+        let (prepared, skipped) = try preview(&i, key: key, defaultID: "render-preview")
+        guard let entry = prepared else {
             // The request is the plugin's answer: there is nothing else to show.
             let document = JSON.object([("key", .string(key)), ("skipped", .array(skipped.map { .string($0) }))])
             i.console.out(i.json ? document.serialized() : document.pretty())
             return 0
         }
-        let renderer = EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (_: String) throws(OutboxError) in definition
-        }
-        let entry = try renderer.make(definition: definition, vars: vars, id: i.args.value("id") ?? "render-preview")
         let p = entry.prepared
-        let redact = project.config.redactedHeaderNames
+        let redact = try i.project().config.redactedHeaderNames
         var headers = HeaderRules.redacted(p.headers, names: redact)
         if let k = p.idempotencyKey { headers.append(("Idempotency-Key", k)) }
         var body: JSON = .null

@@ -389,7 +389,7 @@ struct RenderPluginTests {
 
         let plain = p.run("render", "plain", "--json")
         #expect(plain.status == 0, "\(plain)")
-        #expect(plain.err.contains("headers_command not run (render --plugins runs it)"))
+        #expect(plain.err.contains("headers_command not run (--plugins runs it)"))
         #expect(try plain.json()["skipped"] == .array([.string("headers_command")]))
         #expect(try plain.json()["headers"]?["X-From-Plugin"] == nil)
         let cmd = p.run("render", "cmd", "--json")
@@ -406,5 +406,91 @@ struct RenderPluginTests {
         #expect(try asked.json()["skipped"] == .array([]))
         #expect(try p.read("plugins/ran.log") == "ran\nran\n")
         #expect(!p.storeExists, "render writes nothing")
+    }
+}
+
+/// Global options work before the command as after it.
+struct GlobalOptionTests {
+    @Test func configAndJSONBeforeTheCommand() throws {
+        let p = try CLIProject()
+        let id = try p.enqueue("plain", vars: "{}")
+        let other = try TemporaryFolder(prefix: "elsewhere")
+        let config = p.root + "/config/outbox.yaml"
+        for args in [
+            ["--config", config, "list", "--json"], ["--config=\(config)", "--json", "list"], ["list", "--json", "--config", config],
+        ] {
+            let r = p.run(args, cwd: other.path)
+            #expect(r.status == 0, "\(args): \(r)")
+            #expect(try r.json().arrayValue?.first?["id"] == .string(id), "\(args)")
+        }
+        let usage = p.run(["--config"])
+        #expect(usage.status == 64, "\(usage)")
+    }
+}
+
+/// `outbox simulate`: accept rules, parser and hook on a made-up response; nothing sent or stored.
+struct SimulateTests {
+    static func project() throws -> CLIProject {
+        let p = try CLIProject()
+        _ = try p.write(
+            "hooks/save.sh", "#!/bin/sh\ncat > hooks/in-$OUTBOX_OUTCOME.json\necho \"hook for $OUTBOX_ID\"\nexit 3\n", mode: 0o755)
+        _ = try p.write(
+            "definitions/sim.yaml",
+            """
+            key: sim
+            request: { url: "https://x.example/notes/{{ vars.n }}", data: { n: "{{ vars.n }}" } }
+            response: json
+            accept: [{ status: 409, body_includes: "exists" }]
+            on_success: hooks/save.sh
+            on_error: hooks/save.sh
+            then: { on_success: [{ key: plain }] }
+            """)
+        return p
+    }
+
+    @Test func aSuccessRunsTheParserAndOnSuccess() throws {
+        let p = try Self.project()
+        let r = p.run(
+            "simulate", "sim", "--vars", #"{"n": 7}"#, "--status", "201", "--header", "Content-Type: application/json",
+            "--body", #"{"id": 42}"#)
+        #expect(r.status == 3, "the hook's exit status: \(r)")
+        #expect(r.out == "hook for simulate-1\n")
+        #expect(r.err.contains("then would enqueue: plain"), "\(r.err)")
+        let input = try JSON.parse(try #require(p.read("hooks/in-completed.json")))
+        #expect(input["data"] == .object([("id", .int(42))]))
+        #expect(input["vars"] == .object([("n", .int(7))]))
+        #expect(input["response"]?["headers"]?["content-type"] == .string("application/json"))
+        #expect(input["meta"]?["deliveries"] == .int(1))
+        #expect(!p.storeExists, "nothing stored")
+    }
+
+    @Test(arguments: [("422", "", "error"), ("409", #"{"e": "already exists"}"#, "completed"), ("409", #"{"e": "conflict"}"#, "error")])
+    func theAcceptRulesDecideTheOutcome(_ status: String, body: String, outcome: String) throws {
+        let p = try Self.project()
+        let r = p.run("simulate", "sim", "--vars", #"{"n": 1}"#, "--status", status, "--body", body, "--json")
+        #expect(r.status == 3, "\(r)")
+        let doc = try r.json()
+        #expect(doc["outcome"]?["outcome"] == .string(outcome))
+        #expect(doc["hook_exit"] == .int(3))
+        #expect(p.exists("hooks/in-\(outcome).json"))
+    }
+
+    @Test(arguments: [("503", "retry"), ("401", "awaiting-auth")])
+    func aRetryOrAParkRunsNoHook(_ status: String, klass: String) throws {
+        let p = try Self.project()
+        let r = p.run("simulate", "sim", "--vars", #"{"n": 1}"#, "--status", status, "--json")
+        #expect(r.status == 0, "\(r)")
+        #expect(try r.json()["class"] == .string(klass))
+        #expect(try r.json()["hook_exit"] == .null)
+        #expect(!p.exists("hooks/in-error.json") && !p.exists("hooks/in-completed.json"))
+    }
+
+    @Test(arguments: [["--status", "700"], ["--status", "99"], ["--status", "abc"], [String]()])
+    func aStatusOutside100To599IsAUsageError(_ arguments: [String]) throws {
+        let p = try Self.project()
+        let r = p.run(["simulate", "sim", "--vars", #"{"n": 1}"#] + arguments)
+        #expect(r.status == 64, "\(r)")
+        #expect(!p.storeExists)
+        #expect(!p.exists("hooks/in-error.json") && !p.exists("hooks/in-completed.json"))
     }
 }

@@ -7,7 +7,7 @@ import OutboxStore
 /// Delivery: outcomes handed to their hooks, acknowledged only when the hook exits 0.
 extension Runner {
     /// How much of a hook's stdout is read (for its enqueue lines), and of its stderr (for the log).
-    static let hookOutputCap = 1 << 20
+    package static let hookOutputCap = 1 << 20
 
     /// Starts hooks for due outcomes: one at a time per id, in order; `hooks.concurrency` at once.
     func deliver(now: Int64) throws(OutboxError) {
@@ -25,20 +25,7 @@ extension Runner {
                 continue
             }
             let deliveries = try store.beginDelivery(seq: outcome.seq)
-            var payload = outcome.payload
-            var meta = payload["meta"] ?? .object([])
-            meta.set("deliveries", .int64(deliveries))
-            payload.set("meta", meta)
-            var env = environment
-            env["OUTBOX_ID"] = outcome.entryID
-            env["OUTBOX_KEY"] = outcome.key
-            env["OUTBOX_OUTCOME"] = outcome.outcome.rawValue
-            env["OUTBOX_DELIVERIES"] = String(deliveries)
-            env["OUTBOX_GENERATION"] = String(outcome.generation)
-            var spec = ProcessSpec(
-                command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
-                workingDirectory: config.root, outputCap: Self.hookOutputCap,
-                timeoutMs: config.hookTimeoutMs.map { Int($0) }, warnAfterMs: Int(config.hookWarnAfterMs))
+            var spec = Self.hookSpec(hook, outcome: outcome, deliveries: deliveries, config: config, environment: environment)
             let mailbox = self.mailbox
             let seq = outcome.seq
             spec.onStart = { pid, start in mailbox.post(.hookStarted(seq: seq, pid: pid, start: start)) }
@@ -53,6 +40,27 @@ extension Runner {
                 }
             }
         }
+    }
+
+    /// How a hook is started for an outcome: its payload on stdin with `meta.deliveries`, the
+    /// `OUTBOX_*` variables, the project root as its folder, the output cap and the timeouts.
+    package static func hookSpec(
+        _ hook: CommandSpec, outcome: OutcomeRecord, deliveries: Int64, config: Config, environment: [String: String]
+    ) -> ProcessSpec {
+        var payload = outcome.payload
+        var meta = payload["meta"] ?? .object([])
+        meta.set("deliveries", .int64(deliveries))
+        payload.set("meta", meta)
+        var env = environment
+        env["OUTBOX_ID"] = outcome.entryID
+        env["OUTBOX_KEY"] = outcome.key
+        env["OUTBOX_OUTCOME"] = outcome.outcome.rawValue
+        env["OUTBOX_DELIVERIES"] = String(deliveries)
+        env["OUTBOX_GENERATION"] = String(outcome.generation)
+        return ProcessSpec(
+            command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
+            workingDirectory: config.root, outputCap: hookOutputCap,
+            timeoutMs: config.hookTimeoutMs.map { Int($0) }, warnAfterMs: Int(config.hookWarnAfterMs))
     }
 
     func hookFinished(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>) throws(OutboxError) {

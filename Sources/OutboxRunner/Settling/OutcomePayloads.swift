@@ -4,9 +4,9 @@ import OutboxModel
 /// The JSON documents a run produces from an entry and a result: the hook's stdin (the
 /// outcome), and the event lines (state, progress, attempt). Pure functions of their
 /// inputs and the time `at` they are given; docs/hooks-and-events.md lists every field.
-enum OutcomePayloads {
+package enum OutcomePayloads {
     /// The fields every outcome has; `response`, `data`, `error` and `parts` are added by the caller.
-    static func base(_ entry: Entry, outcome: Outcome, attempts: Int64, requestID: String, at: Int64) -> JSON {
+    package static func base(_ entry: Entry, outcome: Outcome, attempts: Int64, requestID: String, at: Int64) -> JSON {
         .object([
             ("outcome", .string(outcome.rawValue)), ("id", .string(entry.id)), ("key", .string(entry.key)), ("vars", entry.vars),
             (
@@ -21,8 +21,45 @@ enum OutcomePayloads {
         ])
     }
 
+    /// The outcome of an accepted request: `completed` with its parsed data, or, when the
+    /// response cannot be read (too large, the parser fails), an `error` outcome on an entry
+    /// that is still completed and never sent again (`reason` is the error kind).
+    package static func success(
+        _ entry: Entry, result: HTTPResult?, parts: JSON?, attempts: Int64, requestID: String, at: Int64, maxResponseBytes: Int64,
+        parse: (_ body: [UInt8], _ mode: ResponseMode, _ vars: JSON) -> Result<JSON, OutboxError>
+    ) -> (payload: JSON, outcome: Outcome, reason: String?) {
+        var payload = base(entry, outcome: .completed, attempts: attempts, requestID: requestID, at: at)
+        var data: JSON = .null
+        var parseError: JSON?
+        if let result {
+            payload.set("response", response(result))
+            if entry.request.response != .raw {
+                if result.bodyTruncated {
+                    parseError = error(
+                        .truncated, "the response is over max_response_bytes (\(maxResponseBytes)); it was not parsed",
+                        status: result.status)
+                } else {
+                    switch parse(result.body, entry.request.response, entry.vars) {
+                    case let .success(value): data = value
+                    case let .failure(failure): parseError = error(.unknown, failure.message, status: result.status)
+                    }
+                }
+            }
+        }
+        if let parts { payload.set("parts", parts) }
+        if let parseError {
+            payload.set("outcome", .string(Outcome.error.rawValue))
+            payload.set("error", parseError)
+            payload.set("data", .null)
+            return (payload, .error, parseError["kind"]?.stringValue)
+        }
+        payload.set("data", data)
+        return (payload, .completed, nil)
+    }
+
     /// An outcome's `error` object.
-    static func error(_ kind: ErrorKind, _ message: String, status: Int? = nil, partIndex: Int? = nil, body: [UInt8]? = nil) -> JSON {
+    package static func error(_ kind: ErrorKind, _ message: String, status: Int? = nil, partIndex: Int? = nil, body: [UInt8]? = nil) -> JSON
+    {
         var error: JSON = .object([
             ("kind", .string(kind.rawValue)), ("message", .string(message)),
             ("status", status.map { .int($0) } ?? .null),
@@ -33,7 +70,7 @@ enum OutcomePayloads {
     }
 
     /// An error outcome: the base, the error, the response when there was one, and no data.
-    static func failed(_ entry: Entry, error: JSON, response: HTTPResult?, attempts: Int64, requestID: String, at: Int64) -> JSON {
+    package static func failed(_ entry: Entry, error: JSON, response: HTTPResult?, attempts: Int64, requestID: String, at: Int64) -> JSON {
         var payload = base(entry, outcome: .error, attempts: attempts, requestID: requestID, at: at)
         payload.set("error", error)
         if let response { payload.set("response", self.response(response)) }
@@ -60,14 +97,14 @@ enum OutcomePayloads {
     }
 
     /// The `response` object: status, lowercased headers, body (UTF-8, or base64).
-    static func response(_ result: HTTPResult) -> JSON {
+    package static func response(_ result: HTTPResult) -> JSON {
         var response: JSON = .object([("status", result.status.map { .int($0) } ?? .null), ("headers", headers(result.headers))])
         bodyJSON(result.body, into: &response)
         response.set("body_truncated", .bool(result.bodyTruncated))
         return response
     }
 
-    static func headers(_ headers: [(name: String, value: String)]) -> JSON {
+    package static func headers(_ headers: [(name: String, value: String)]) -> JSON {
         .object(headers.map { ($0.name.lowercased(), .string($0.value)) })
     }
 

@@ -19,42 +19,19 @@ extension Runner {
     func attempts(of entry: Entry) -> Int64 { flights.running[entry.id]?.attempts ?? entry.attempts }
 
     func settleSuccess(_ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String) {
-        var payload = OutcomePayloads.base(
-            entry, outcome: .completed, attempts: attempts(of: entry), requestID: requestID,
-            at: Identifiers.nowMs())
-        var data: JSON = .null
-        var parseError: JSON?
-        if let result {
-            payload.set("response", OutcomePayloads.response(result))
-            if entry.request.response != .raw {
-                if result.bodyTruncated {
-                    parseError = OutcomePayloads.error(
-                        .truncated, "the response is over max_response_bytes (\(config.maxResponseBytes)); it was not parsed",
-                        status: result.status)
-                } else {
-                    switch parse(result.body, mode: entry.request.response, vars: entry.vars) {
-                    case let .success(value): data = value
-                    case let .failure(error): parseError = OutcomePayloads.error(.unknown, error.message, status: result.status)
-                    }
-                }
-            }
-        }
-        if let parts { payload.set("parts", parts) }
-        if let parseError {
-            // The request was accepted: the entry is completed and never sent again, but the
-            // hook hears that its data could not be read.
-            payload.set("outcome", .string(Outcome.error.rawValue))
-            payload.set("error", parseError)
-            payload.set("data", .null)
-            settle(entry, payload: payload, outcome: .error, state: .completed, reason: parseError["kind"]?.stringValue)
-            return
-        }
-        payload.set("data", data)
-        settle(entry, payload: payload, outcome: .completed, state: .completed, reason: nil)
+        let built = OutcomePayloads.success(
+            entry, result: result, parts: parts, attempts: attempts(of: entry), requestID: requestID, at: Identifiers.nowMs(),
+            maxResponseBytes: config.maxResponseBytes,
+            parse: { Runner.parse($0, mode: $1, vars: $2, config: config, environment: environment) })
+        settle(entry, payload: built.payload, outcome: built.outcome, state: .completed, reason: built.reason)
     }
 
     /// Reads a response body as the definition's `response` says.
-    func parse(_ body: [UInt8], mode: ResponseMode, vars: JSON) -> Result<JSON, OutboxError> {
+    package static func parse(
+        _ body: [UInt8], mode: ResponseMode, vars: JSON, config: Config, environment: [String: String]
+    )
+        -> Result<JSON, OutboxError>
+    {
         switch mode {
         case .raw: return .success(.null)
         case .json:

@@ -1,0 +1,145 @@
+import OutboxHTTP
+import OutboxModel
+import OutboxProcess
+import OutboxRunner
+import OutboxStore
+
+/// `outbox simulate`: a definition's accept rules, response parser and hook run on a made-up
+/// response, with no network and no store: how a user tries a hook script.
+enum SimulateCommand {
+    static let options: [OptionSpec] = [
+        EnqueueCommand.varsOption,
+        OptionSpec(name: "id", valueName: "ID", help: "the entry id the hook sees (default simulate-1)"),
+        OptionSpec(name: "status", valueName: "N", help: "the response's HTTP status, 100-599 (required)"),
+        OptionSpec(name: "header", valueName: "'Name: value'", help: "a response header (repeatable)", repeatable: true),
+        OptionSpec(name: "body", valueName: "B", help: "the response body"),
+        OptionSpec(name: "body-file", valueName: "F", help: "the response body, from a file"),
+        OptionSpec(name: "plugins", valueName: nil, help: "run request_command and headers_command to render the request"),
+        CLI.json,
+    ]
+
+    static let details = """
+        Classifies the response as the runner would (accept rules, retry and terminal classes),
+        builds the outcome (the response parser runs for a success), and runs the matching hook
+        with it on stdin. Nothing is sent and nothing is stored; `then` follow-ups and enqueue
+        lines a hook prints are listed, not enqueued. The exit status is the hook's (0 when no
+        hook runs: a retry, a park, or no hook for that outcome).
+        """
+
+    static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        let key = i.args.positionals[0]
+        guard let statusText = i.args.value("status") else { throw .usage("simulate needs --status N") }
+        guard let status = Int(statusText), (100...599).contains(status) else {
+            throw .usage("--status must be an HTTP status from 100 to 599, not \"\(statusText.prefix(20))\"")
+        }
+        var headers: [(name: String, value: String)] = []
+        for text in i.args.values("header") {
+            guard let colon = text.firstIndex(of: ":") else {
+                throw .usage("--header is written 'Name: value', not \"\(text.prefix(40))\"")
+            }
+            let name = String(text[..<colon]).trimmingSpaces
+            if name.isEmpty { throw .usage("--header has no name: \"\(text.prefix(40))\"") }
+            headers.append((name: name.lowercased(), value: String(text[text.index(after: colon)...]).trimmingSpaces))
+        }
+        if i.args.value("body") != nil && i.args.value("body-file") != nil { throw .usage("give --body or --body-file, not both") }
+        let project = try i.project()
+        let config = project.config
+        var body = Array((i.args.value("body") ?? "").utf8)
+        if let file = i.args.value("body-file") {
+            // Read a byte past the cap: a bigger body is truncated as the runner would.
+            body = try EnqueueCommand.readFile(
+                Paths.absolute(file, relativeTo: i.cwd), limit: Int(min(config.maxResponseBytes, 1 << 40)) + 1, what: "--body-file",
+                truncating: true)
+        }
+        let truncated = Int64(body.count) > config.maxResponseBytes
+        if truncated { body = Array(body.prefix(Int(config.maxResponseBytes))) }
+        let definition = try project.definition(key)
+        let (rendered, _) = try EnqueueCommand.preview(&i, key: key, defaultID: "simulate-1")
+        guard let new = rendered else { throw .usage("\(key) is built by its request_command: simulate it with --plugins") }
+        let entry = simulated(new)
+        let result = HTTPResult(status: status, headers: headers, body: body, bodyTruncated: truncated)
+        let klass = AttemptClassifier.classify(
+            status: status, failure: nil, body: body, accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
+        let now = Identifiers.nowMs()
+        let payload: JSON
+        let outcome: Outcome
+        switch klass {
+        case let .retry(reason):
+            return report(&i, klass: klass, note: "the runner would retry it later (\(reason)); no hook runs", outcome: nil)
+        case .awaitingAuth:
+            return report(&i, klass: klass, note: "the runner would park it awaiting-auth; no hook runs", outcome: nil)
+        case .success:
+            let built = OutcomePayloads.success(
+                entry, result: result, parts: nil, attempts: 1, requestID: "simulated", at: now, maxResponseBytes: config.maxResponseBytes,
+                parse: { Runner.parse($0, mode: $1, vars: $2, config: config, environment: i.environment) })
+            (payload, outcome) = (built.payload, built.outcome)
+        case let .terminal(reason):
+            let error = OutcomePayloads.error(.http, reason, status: status, body: body)
+            payload = OutcomePayloads.failed(entry, error: error, response: result, attempts: 1, requestID: "simulated", at: now)
+            outcome = .error
+        }
+        let record = OutcomeRecord(
+            seq: 0, entryID: entry.id, key: key, generation: 1, outcome: outcome, payload: payload, deliveries: 0, acknowledged: false,
+            nextDeliveryAt: nil, reason: nil, hookPgid: nil, hookStart: nil, createdAt: now)
+        let followUps = (definition.then?[outcome.hookField]?.arrayValue ?? []).compactMap { $0["key"]?.stringValue }
+        guard let hook = outcome == .completed ? definition.onSuccess : definition.onError else {
+            return report(
+                &i, klass: klass, note: "outcome \(outcome.rawValue); the definition has no hook for it", outcome: payload,
+                followUps: followUps)
+        }
+        let ran: ProcessResult
+        do {
+            ran = try ProcessRunner.run(Runner.hookSpec(hook, outcome: record, deliveries: 1, config: config, environment: i.environment))
+        } catch {
+            throw .invalid("the hook could not start: \(error.message)")
+        }
+        let exit = ran.exitStatus ?? (128 + (ran.signal ?? 0))
+        let enqueues = String(decoding: ran.stdout, as: UTF8.self).split(separator: "\n").filter { $0.contains("\"enqueue\"") }
+        if i.json {
+            i.console.out(
+                JSON.object([
+                    ("class", .string(klass.name)), ("outcome", payload), ("hook_exit", .int(Int(exit))),
+                    ("hook_stdout", .string(String(decoding: ran.stdout, as: UTF8.self))),
+                    ("hook_stderr", .string(String(decoding: ran.stderr, as: UTF8.self))),
+                    ("follow_ups", .array(followUps.map { .string($0) })),
+                    ("hook_enqueues", .array(enqueues.map { .string(String($0)) })),
+                ]).serialized())
+        } else {
+            i.console.write(String(decoding: ran.stdout, as: UTF8.self))
+            i.console.rawErr(String(decoding: ran.stderr, as: UTF8.self))
+            i.console.err(
+                "outbox: outcome \(outcome.rawValue) delivered to the hook, which exited \(exit)"
+                    + (exit == 0 ? " (acknowledged)" : " (it would be delivered again)"))
+            if !followUps.isEmpty { i.console.err("outbox: then would enqueue: \(followUps.joined(separator: ", "))") }
+            if !enqueues.isEmpty { i.console.err("outbox: the hook's \(enqueues.count) enqueue line(s) would be enqueued") }
+        }
+        return exit
+    }
+
+    /// What happened when no hook ran.
+    static func report(_ i: inout Invocation, klass: AttemptOutcomeClass, note: String, outcome: JSON?, followUps: [String] = []) -> Int32 {
+        if i.json {
+            i.console.out(
+                JSON.object([
+                    ("class", .string(klass.name)), ("outcome", outcome ?? .null), ("hook_exit", .null), ("note", .string(note)),
+                    ("follow_ups", .array(followUps.map { .string($0) })),
+                ]).serialized())
+        } else {
+            if let outcome { i.console.out(outcome.pretty()) }
+            i.console.err("outbox: \(note)")
+        }
+        return 0
+    }
+
+    /// The entry the runner would hold: the rendered request as stored, not yet attempted.
+    static func simulated(_ new: NewEntry) -> Entry {
+        let request = StoredRequest(prepared: new.prepared, form: [])
+        let now = Identifiers.nowMs()
+        return Entry(
+            seq: 0, id: new.id, internalID: new.id, key: new.key, vars: new.vars, state: .running, reason: nil, generation: 1,
+            request: request, body: .none, bodyHash: new.prepared.bodyHash, totalBytes: 0, bytesSent: 0, attempts: 1,
+            idempotencyKey: new.prepared.idempotencyKey, account: new.account, scope: new.prepared.scope, parent: nil,
+            headerGeneration: 0, createdAt: now, updatedAt: now, expiresAt: nil, notBefore: nil, nextAttemptAt: nil, leaseOwner: nil,
+            lastRequestID: nil, waitsForDelivery: false)
+    }
+}
