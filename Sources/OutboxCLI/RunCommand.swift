@@ -46,6 +46,7 @@ enum RunCommand {
         let lock = try store.lockForRunner()
         defer { lock.release() }
         options.stopRequests = StopSignals.install()
+        options.reloadRequests = StopSignals.installReload()
         let console = i.console
         let sink = EventSink(
             console: events != nil ? console : nil, command: config.eventsCommand, config: config,
@@ -67,7 +68,8 @@ enum RunCommand {
 }
 
 /// SIGINT and SIGTERM while `outbox run` runs: counted, and read by the runner each turn
-/// (the first drains, the second stops at once). The library installs no handler itself.
+/// (the first drains, the second stops at once); SIGHUP: a reload. The library installs no
+/// handler itself.
 enum StopSignals {
     static let count = Atomic<Int>(0)
 
@@ -84,5 +86,19 @@ enum StopSignals {
         sigaddset(&stops, SIGTERM)
         pthread_sigmask(SIG_UNBLOCK, &stops, nil)
         return { count.load(ordering: .relaxed) }
+    }
+
+    static let reloads = Atomic<Int>(0)
+
+    /// SIGHUP asks the runner to read its config and definitions again.
+    static func installReload() -> @Sendable () -> Int {
+        reloads.store(0, ordering: .relaxed)
+        let handler: @convention(c) (Int32) -> Void = { _ in StopSignals.reloads.add(1, ordering: .relaxed) }
+        signal(SIGHUP, handler)
+        var hup = sigset_t()
+        sigemptyset(&hup)
+        sigaddset(&hup, SIGHUP)
+        pthread_sigmask(SIG_UNBLOCK, &hup, nil)
+        return { reloads.load(ordering: .relaxed) }
     }
 }

@@ -13,6 +13,8 @@ package struct RunOptions: Sendable {
     /// How many times a stop was requested so far (the CLI counts SIGINT and SIGTERM):
     /// the first drains, the second stops at once.
     package var stopRequests: @Sendable () -> Int = { 0 }
+    /// How many times a reload of config and definitions was requested (SIGHUP).
+    package var reloadRequests: @Sendable () -> Int = { 0 }
     package init() {}
 }
 

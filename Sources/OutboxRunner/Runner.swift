@@ -15,13 +15,13 @@ import OutboxStore
 /// own (`Scheduler`, `Shutdown`, `OutcomePayloads`); the rooms of this class carry them
 /// out: claiming, sending, parts, results, settling, delivery, events.
 package final class Runner {
-    let config: Config
+    var config: Config
     var definitions: DefinitionSet
     let store: any Store
     let environment: [String: String]
     let options: RunOptions
-    let factory: EntryFactory
-    let scheduler: Scheduler
+    var factory: EntryFactory
+    var scheduler: Scheduler
     let emit: (JSON) -> Void
     /// Writes a line to the log (stderr); use `log(_:)`, which keeps the live display intact.
     let writeLog: (String) -> Void
@@ -49,6 +49,7 @@ package final class Runner {
     /// them: a settle that another process's cancel beat is reported as that cancel.
     var pendingSettles: [(entry: Entry, state: EntryState, reason: String?)] = []
     var requestIDs = FastRandom()
+    var reloadsSeen = 0
 
     var summary = RunSummary()
     var progressDisplay: ProgressDisplay?
@@ -73,10 +74,50 @@ package final class Runner {
             limits: SchedulerLimits(
                 concurrency: config.concurrency, perHost: config.perHost,
                 partConcurrency: config.partConcurrency))
-        factory = EntryFactory(config: config, environment: environment, cwd: cwd) { [definitions] (key: String) throws(OutboxError) in
+        factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: cwd)
+    }
+
+    /// The enqueue rules for follow-ups and hook enqueue lines, over these definitions.
+    static func factory(config: Config, definitions: DefinitionSet, environment: [String: String], cwd: String) -> EntryFactory {
+        EntryFactory(config: config, environment: environment, cwd: cwd) { (key: String) throws(OutboxError) in
             guard let d = definitions.definitions[key] else { throw .invalid("no definition has key \"\(key)\"") }
             return d
         }
+    }
+
+    /// SIGHUP: config and definitions read again; work in flight carries on. A config with
+    /// errors is logged like `outbox check` and the one in use is kept. Limits that shape
+    /// connections already open (`per_host` on the curl thread) wait for the next run.
+    func reload() {
+        var newConfig = config
+        if let file = config.file {
+            do {
+                newConfig = try Config.load(file: file)
+            } catch {
+                for d in error.diagnostics { log(d.rendered(source: Paths.readText(d.path))) }
+                log("outbox: reload: \(error.message) in \(file); the config in use is kept")
+                return
+            }
+        }
+        let newDefinitions = DefinitionSet.load(folder: newConfig.definitions)
+        guard newDefinitions.diagnostics.isEmpty else {
+            for d in newDefinitions.diagnostics { log(d.rendered(source: newDefinitions.sources[d.path])) }
+            let n = newDefinitions.diagnostics.count
+            log("outbox: reload: \(n) error\(n == 1 ? "" : "s") in the definitions; the config and definitions in use are kept")
+            return
+        }
+        config = newConfig
+        definitions = newDefinitions
+        factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: factory.cwd)
+        scheduler = Scheduler(
+            limits: SchedulerLimits(
+                concurrency: config.concurrency, perHost: config.perHost,
+                partConcurrency: config.partConcurrency))
+        wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
+        delivery.due = true
+        readAhead.discard()
+        let n = definitions.definitions.count
+        log("outbox: reloaded \(config.file ?? "the config") and \(n) definition\(n == 1 ? "" : "s")")
     }
 
     // MARK: The loop
@@ -127,6 +168,11 @@ package final class Runner {
             }
 
             try noticeOtherWriters()
+            let reloads = options.reloadRequests()
+            if reloads != reloadsSeen {
+                reloadsSeen = reloads
+                reload()
+            }
             if !shutdown.isStopping {
                 try refreshAuthIfNeeded(now: now)
                 try claim(now: now)
