@@ -70,6 +70,9 @@ enum ArgumentParser {
             if word == "--" { onlyPositionals = true; continue }
             guard word.hasPrefix("--") else {
                 if word == "-h" { parsed.options["help", default: []].append(""); continue }
+                if word == "-v", specs.contains(where: { $0.name == "verbose" }) {
+                    parsed.options["verbose", default: []].append(""); continue
+                }
                 throw .usage("unknown option \(word) for `outbox \(command.name)` (see outbox \(command.name) --help)")
             }
             var name = String(word.dropFirst(2))

@@ -12,6 +12,10 @@ enum RunCommand {
         OptionSpec(name: "grace", valueName: "D", help: "on stop, how long attempts in flight may finish (default 30s)"),
         OptionSpec(name: "events", valueName: "-", help: "write state, progress and attempt events as JSON lines to stdout"),
         OptionSpec(name: "progress", valueName: "auto|always|never", help: "the live display on a terminal (default auto)"),
+        OptionSpec(name: "concurrency", valueName: "N", help: "entries in flight at once, 1-1024 (default: the config's concurrency)"),
+        OptionSpec(name: "log-format", valueName: "text|json", help: "log lines on stderr as text (default) or one JSON object a line"),
+        OptionSpec(name: "quiet", valueName: nil, help: "log only warnings and errors"),
+        OptionSpec(name: "verbose", valueName: nil, help: "log debug lines too (also -v)"),
         CLI.json,
     ]
     static let details = """
@@ -40,27 +44,42 @@ enum RunCommand {
             options.progress = mode
         }
         options.stderrIsTerminal = i.console.stderrIsTerminal
+        var concurrency: Int?
+        if let text = i.args.value("concurrency") {
+            guard let n = Int(text), (1...1024).contains(n) else {
+                throw .usage("--concurrency takes a whole number from 1 to 1024, not \"\(text.prefix(20))\"")
+            }
+            concurrency = n
+        }
+        guard let format = LogFormat(rawValue: i.args.value("log-format") ?? "text") else {
+            throw .usage("--log-format takes text or json, not \"\(i.args.value("log-format")?.prefix(20) ?? "")\"")
+        }
+        if i.args.flag("quiet") && i.args.flag("verbose") { throw .usage("--quiet and --verbose (-v) cannot be combined") }
         let project = try i.project()
-        let config = project.config
+        var config = project.config
+        if let concurrency { config.concurrency = concurrency }
         let store = try project.store()
         let lock = try store.lockForRunner()
         defer { lock.release() }
         options.stopRequests = StopSignals.install()
         options.reloadRequests = StopSignals.installReload()
         let console = i.console
+        let logger = Logger(
+            format: format, minimum: i.args.flag("quiet") ? .warn : i.args.flag("verbose") ? .debug : .info,
+            write: { console.err($0) })
         let sink = EventSink(
             console: events != nil ? console : nil, command: config.eventsCommand, config: config,
-            environment: i.environment, log: { console.err($0) })
+            environment: i.environment, log: { logger.log(.warn, $0) })
         defer { sink.close() }
         let runner = Runner(
             config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: i.cwd,
-            options: options, emit: { sink.send($0) }, log: { console.err($0) })
+            options: options, emit: { sink.send($0) }, logger: logger)
         runner.eventsEnabled = events != nil || config.eventsCommand != nil
         let summary = try runner.run()
         if i.json {
             console.out(summary.json.serialized())
         } else {
-            console.err(summary.line)
+            logger.log(summary.failureStatus == 0 ? .info : .warn, summary.line, fields: [("summary", summary.json)])
         }
         // A drain is what cron and timers call: it says, by its status, whether anything failed.
         return options.drain ? summary.failureStatus : 0

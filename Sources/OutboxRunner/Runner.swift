@@ -23,8 +23,8 @@ package final class Runner {
     var factory: EntryFactory
     var scheduler: Scheduler
     let emit: (JSON) -> Void
-    /// Writes a line to the log (stderr); use `log(_:)`, which keeps the live display intact.
-    let writeLog: (String) -> Void
+    /// The log (stderr); use `log(_:)`, which keeps the live display intact.
+    let logger: Logger
     let lease: Lease
     let mailbox = Mailbox<RunnerEvent>()
     var http: HTTPClient?
@@ -59,7 +59,7 @@ package final class Runner {
 
     package init(
         config: Config, definitions: DefinitionSet, store: any Store, environment: [String: String], cwd: String,
-        options: RunOptions, emit: @escaping (JSON) -> Void, log: @escaping (String) -> Void
+        options: RunOptions, emit: @escaping (JSON) -> Void, logger: Logger
     ) {
         self.config = config
         self.definitions = definitions
@@ -67,7 +67,7 @@ package final class Runner {
         self.environment = environment
         self.options = options
         self.emit = emit
-        self.writeLog = log
+        self.logger = logger
         lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))")
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         scheduler = Scheduler(
@@ -94,16 +94,18 @@ package final class Runner {
             do {
                 newConfig = try Config.load(file: file)
             } catch {
-                for d in error.diagnostics { log(d.rendered(source: Paths.readText(d.path))) }
-                log("outbox: reload: \(error.message) in \(file); the config in use is kept")
+                for d in error.diagnostics { log(d.rendered(source: Paths.readText(d.path)), level: .error) }
+                log("outbox: reload: \(error.message) in \(file); the config in use is kept", level: .error)
                 return
             }
         }
         let newDefinitions = DefinitionSet.load(folder: newConfig.definitions)
         guard newDefinitions.diagnostics.isEmpty else {
-            for d in newDefinitions.diagnostics { log(d.rendered(source: newDefinitions.sources[d.path])) }
+            for d in newDefinitions.diagnostics { log(d.rendered(source: newDefinitions.sources[d.path]), level: .error) }
             let n = newDefinitions.diagnostics.count
-            log("outbox: reload: \(n) error\(n == 1 ? "" : "s") in the definitions; the config and definitions in use are kept")
+            log(
+                "outbox: reload: \(n) error\(n == 1 ? "" : "s") in the definitions; the config and definitions in use are kept",
+                level: .error)
             return
         }
         config = newConfig
@@ -217,19 +219,19 @@ package final class Runner {
         }
         try store.releaseHolds(now: Identifiers.nowMs())
         for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
-            log("outbox: stopped hook process group \(pgid) left by an earlier runner")
+            log("outbox: stopped hook process group \(pgid) left by an earlier runner", level: .warn)
         }
         try store.markUnhandled(keys: Set(definitions.definitions.keys))
         for key in definitions.brokenKeys.keys.sorted() {
-            log("outbox: the definition of \(key) has errors: its outcomes are held until it is fixed (outbox check)")
+            log("outbox: the definition of \(key) has errors: its outcomes are held until it is fixed (outbox check)", level: .warn)
         }
     }
 
     /// Logs a line; with the live display on, the line it drew is cleared first and drawn
     /// again below the log line at the next turn.
-    func log(_ line: String) {
+    func log(_ line: String, level: LogLevel = .info, fields: [(String, JSON)] = []) {
         progressDisplay?.clear()
-        writeLog(line)
+        logger.log(level, line, fields: fields)
     }
 
     /// Commits this turn's changes in one transaction.

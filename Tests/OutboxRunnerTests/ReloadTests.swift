@@ -16,18 +16,79 @@ struct ReloadTests {
         // A definition with a hook now: the outcome of the request in flight goes to it.
         try p.define("t", definition("t"))
         runner.signal(SIGHUP)
-        try await eventually("the reload logged") { runner.stderrSoFar.contains("outbox: reloaded") }
+        await eventually("the reload logged") { runner.stderrSoFar.contains("outbox: reloaded") }
 
         // A broken definition: the errors are logged like `outbox check`, the old ones kept.
         _ = try p.write("definitions/broken.yaml", "key: broken\nrequest:\n  methd: PUT\n")
         runner.signal(SIGHUP)
-        try await eventually("the refused reload logged") { runner.stderrSoFar.contains("the config and definitions in use are kept") }
+        await eventually("the refused reload logged") { runner.stderrSoFar.contains("the config and definitions in use are kept") }
         #expect(runner.stderrSoFar.contains("broken.yaml:3:3: error: unknown field \"methd\""), "\(runner.stderrSoFar)")
 
         p.server.release("a")
-        try await eventually("the outcome delivered to the reloaded hook") { p.deliveries("a").count == 1 }
+        await eventually("the outcome delivered to the reloaded hook") { p.deliveries("a").count == 1 }
         runner.signal(SIGTERM)
         let finished = await runner.wait(timeout: 60)
         #expect(finished.exitCode == 0, "SIGHUP no longer ends the runner: \(finished.description)")
+    }
+}
+
+/// Every line `outbox run` writes on stderr has a time and a level; `--log-format json`
+/// makes each one a JSON object, the closing summary included.
+struct RunLogTests {
+    @Test func textLinesHaveATimeAndALevel() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.drain()
+        let lines = run.stderr.split(separator: "\n")
+        #expect(!lines.isEmpty)
+        for line in lines {
+            #expect(line.wholeMatch(of: /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z (debug|info |warn |error) .+/) != nil, "\(line)")
+        }
+        #expect(lines.last?.contains("info  outbox: 1 completed") == true, "\(run.stderr)")
+    }
+
+    @Test func jsonLinesCarryTheEntryAndTheSummary() async throws {
+        let p = try Project(
+            definitions: ["t": definition("t", top: "on_success: hooks/noisy.sh", hooks: false)],
+            hooks: ["noisy.sh": "#!/bin/sh\ncat > /dev/null\necho 'from the hook' >&2\n"])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.drain(["--log-format", "json"])
+        let lines = try run.stderr.split(separator: "\n").map { try JSON.parse(String($0)) }
+        #expect(!lines.isEmpty)
+        #expect(lines.allSatisfy { $0["time"]?.stringValue != nil && $0["level"]?.stringValue != nil && $0["message"]?.stringValue != nil })
+        let hook = try #require(lines.first { $0["message"]?.stringValue?.contains("from the hook") == true })
+        #expect(hook["id"] == .string("a"))
+        #expect(lines.last?["summary"]?["completed"] == .int(1))
+    }
+
+    @Test func quietKeepsOnlyWarningsAndErrors() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.drain(["--quiet"])
+        #expect(run.stderr.isEmpty, "\(run.stderr)")
+    }
+
+    @Test(arguments: [["--log-format", "xml"], ["--concurrency", "0"], ["--concurrency", "many"], ["--quiet", "-v"]])
+    func badRunFlagsAreUsageErrors(_ arguments: [String]) async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.outbox(["run", "--drain"] + arguments)
+        #expect(run.exitCode == 64, "\(run.description)")
+        #expect(p.server.requests.isEmpty, "nothing was sent")
+    }
+
+    @Test func concurrencyOnTheCommandLineWins() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 8\n", definitions: ["t": definition("t")])
+        defer { p.server.release("c") }
+        for n in 1...3 { try await p.enqueue("t", path: "/hold/c?\(n)", id: "e\(n)") }
+        let runner = try p.start(["run", "--concurrency", "1"])
+        #expect(await p.server.waitForHeld("c"))
+        // One in flight (and one standby): the third is never claimed while the first is held.
+        try await eventually("two claimed") { try await p.states().values.filter { $0 == "running" }.count == 2 }
+        #expect(p.server.heldCount("c") == 1)
+        #expect(try await p.states()["e3"] == "queued")
+        runner.signal(SIGTERM)
+        p.server.release("c")
+        #expect(await runner.wait(timeout: 60).exitCode == 0)
     }
 }

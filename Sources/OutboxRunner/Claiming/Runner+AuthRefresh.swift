@@ -17,17 +17,17 @@ extension Runner {
         do {
             patch = try Plugin.runJSON(command, input: input, name: "auth_refresh_command", config: config, environment: environment)
         } catch {
-            log("outbox: \(error.message); \(parked.count) entr\(parked.count == 1 ? "y stays" : "ies stay") awaiting-auth")
+            log("outbox: \(error.message); \(parked.count) entr\(parked.count == 1 ? "y stays" : "ies stay") awaiting-auth", level: .warn)
             return
         }
         let headers = HeaderRules.from(json: patch)
         guard case .object = patch, !headers.isEmpty else {
-            log("outbox: auth_refresh_command printed no headers; entries stay awaiting-auth")
+            log("outbox: auth_refresh_command printed no headers; entries stay awaiting-auth", level: .warn)
             return
         }
         for (name, value) in headers {
             if let problem = HeaderRules.nameProblem(name) ?? HeaderRules.valueProblem(value) {
-                log("outbox: auth_refresh_command: \(problem); entries stay awaiting-auth")
+                log("outbox: auth_refresh_command: \(problem); entries stay awaiting-auth", level: .warn)
                 return
             }
         }

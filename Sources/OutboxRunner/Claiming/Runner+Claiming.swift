@@ -115,7 +115,9 @@ extension Runner {
                     entry, kind: .expired, message: OutcomePayloads.expiredMessage(attempts: entry.attempts, lastReason: entry.reason),
                     state: .error, reason: "expired")
             case let .dropOtherAccount(current):
-                log("outbox: dropped \(entry.id): enqueued by account \(entry.account ?? ""), not the current account \(current)")
+                log(
+                    "outbox: dropped \(entry.id): enqueued by account \(entry.account ?? ""), not the current account \(current)",
+                    level: .warn, fields: [("id", .string(entry.id))])
                 changes.append(.drop(entryID: entry.id, reason: "other-account"))
                 emitState(entry, state: .cancelled, reason: "other-account")
                 summary.cancelled += 1

@@ -76,7 +76,9 @@ extension Runner {
         case let .success(process):
             let stderr = String(decoding: process.stderr, as: UTF8.self).trimmingSpaces
             if !stderr.isEmpty {
-                for line in stderr.split(separator: "\n").prefix(20) { log("hook \(entryID): \(LogText.escaped(line))") }
+                for line in stderr.split(separator: "\n").prefix(20) {
+                    log("hook \(entryID): \(LogText.escaped(line))", fields: [("id", .string(entryID))])
+                }
             }
             if process.timedOut {
                 failure = "the hook ran past hooks.timeout and was stopped"
@@ -102,8 +104,8 @@ extension Runner {
             let delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
             try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure)
             log(
-                "outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))"
-            )
+                "outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))",
+                level: .warn, fields: [("id", .string(entryID))])
             summary.deliveryFailures += 1
             delivery.failedIDs.insert(entryID)
             return

@@ -37,8 +37,8 @@ extension Runner {
             try store.recordHookProcess(seq: seq, pgid: pid, startTime: start)
         case let .hookSlow(seq, pid):
             log(
-                "outbox: the hook for \(delivery.hooksRunning[seq] ?? "?") (pid \(pid)) runs longer than \(Units.formatDuration(ms: config.hookWarnAfterMs)); waiting for it"
-            )
+                "outbox: the hook for \(delivery.hooksRunning[seq] ?? "?") (pid \(pid)) runs longer than \(Units.formatDuration(ms: config.hookWarnAfterMs)); waiting for it",
+                level: .warn)
         case let .hookDone(seq, result):
             try hookFinished(seq: seq, result: result)
         }

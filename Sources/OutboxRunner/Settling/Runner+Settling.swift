@@ -93,8 +93,8 @@ extension Runner {
         if !failures.isEmpty {
             // Never half a chain: none is enqueued, and the outcome (its hook's input, `show`) says why.
             log(
-                "outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.compactMap { $0["message"]?.stringValue }.joined(separator: "; "))"
-            )
+                "outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.compactMap { $0["message"]?.stringValue }.joined(separator: "; "))",
+                level: .error, fields: [("id", .string(entry.id))])
             followUps = []
             payload.set("follow_up_errors", .array(failures))
         }
