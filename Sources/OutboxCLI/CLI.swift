@@ -326,7 +326,7 @@ package enum CLI {
                 path: ["audit"], summary: "check the store's invariants",
                 options: [json], handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.audit(&i) }),
             CommandInfo(
-                path: ["completion"], summary: "print a shell completion script (bash|zsh)",
+                path: ["completion"], summary: "print a shell completion script (bash|zsh|fish)",
                 positionals: "bash|zsh", minPositionals: 1, maxPositionals: 1,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.completion(&i) }),
         ]
