@@ -316,7 +316,12 @@ package enum CLI {
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.chunkPlan(&i) }),
             CommandInfo(
                 path: ["stats"], summary: "counts by state and pending outcomes",
-                options: [json, OptionSpec(name: "prometheus", valueName: nil, help: "Prometheus text format")],
+                options: [
+                    json, OptionSpec(name: "prometheus", valueName: nil, help: "Prometheus text format"),
+                    OptionSpec(
+                        name: "output", valueName: "FILE",
+                        help: "with --prometheus: write FILE atomically (node_exporter's textfile collector)"),
+                ],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.stats(&i) }),
             CommandInfo(
                 path: ["explain"], summary: "why an entry is not running right now",

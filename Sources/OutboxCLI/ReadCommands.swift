@@ -158,9 +158,19 @@ enum ReadCommands {
     }
 
     static func stats(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        if i.args.value("output") != nil && !i.args.flag("prometheus") { throw .usage("--output goes with --prometheus") }
         let store = try i.project().store()
         let counts = try store.counts()
-        let (states, pending) = (counts.states, counts.pendingOutcomes)
+        var (states, pending) = (counts.states, counts.pendingOutcomes)
+        // Queued entries held by a pause show as paused, as in `list`.
+        let control = try store.control()
+        let queued = states[.queued] ?? 0
+        var paused: Int64 = control.queuePaused ? queued : 0
+        if !control.queuePaused {
+            for key in control.pausedKeys { paused += Int64(try store.list(ListFilter(key: key, state: EntryState.queued.rawValue)).count) }
+        }
+        states[.queued] = queued - paused
+        states[.paused] = paused
         if i.args.flag("prometheus") {
             var lines = ["# HELP outbox_entries Entries in the store by state.", "# TYPE outbox_entries gauge"]
             for state in EntryState.allCases {
@@ -170,7 +180,17 @@ enum ReadCommands {
                 "# HELP outbox_outcomes_pending Outcomes not yet acknowledged by a hook.",
                 "# TYPE outbox_outcomes_pending gauge", "outbox_outcomes_pending \(pending)",
             ]
-            i.console.out(lines.joined(separator: "\n"))
+            let text = lines.joined(separator: "\n") + "\n"
+            if let output = i.args.value("output") {
+                // For node_exporter's textfile collector: it must never read half a file.
+                let path = Paths.absolute(output, relativeTo: i.cwd)
+                guard Paths.isDirectory(Paths.dirname(path)) else {
+                    throw .storage("--output: the folder \(Paths.dirname(path)) does not exist")
+                }
+                try Paths.writeAtomically(Array(text.utf8), to: path)
+            } else {
+                i.console.write(text)
+            }
         } else if i.json {
             i.console.out(
                 JSON.object([

@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 
 /// Path and file-reading helpers on plain POSIX calls (no Foundation in the enqueue path).
@@ -136,3 +137,21 @@ extension FileInfo {
 }
 
 private func statPath(_ path: String, _ st: inout stat) -> Int32 { stat(path, &st) }
+
+extension Paths {
+    /// Writes a whole file so that readers see the old one or the new one, never half:
+    /// a temporary file beside it, synced, renamed over it, then the folder synced.
+    package static func writeAtomically(_ bytes: [UInt8], to path: String, mode: mode_t = 0o644) throws(OutboxError) {
+        let temp = "\(path).tmp-\(getpid())"
+        unlink(temp)
+        let rc = bytes.withUnsafeBytes { csystem_write_file(temp, $0.baseAddress, $0.count) }
+        guard rc == 0 else { throw .storage("cannot write \(temp): \(errnoMessage(-rc))") }
+        chmod(temp, mode)
+        guard rename(temp, path) == 0 else {
+            let code = errno
+            unlink(temp)
+            throw .storage("cannot write \(path): \(errnoMessage(code))")
+        }
+        _ = csystem_fsync_dir(dirname(path))
+    }
+}

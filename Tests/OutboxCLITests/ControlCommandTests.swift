@@ -518,3 +518,34 @@ struct CompletionTests {
         #expect(r.err.contains("completion takes bash, zsh or fish"))
     }
 }
+
+/// `stats`: paused entries count as paused; `--prometheus --output FILE` is written whole.
+struct StatsTests {
+    @Test func pausedEntriesAreCountedAsPaused() throws {
+        let p = try CLIProject()
+        _ = try p.enqueue("plain", vars: "{}")
+        _ = try p.enqueue("note", vars: #"{"n": 1}"#)
+        #expect(p.run("pause", "--key", "plain").status == 0)
+        let doc = try p.run("stats", "--json").json()
+        #expect(doc["entries"]?["paused"] == .int(1))
+        #expect(doc["entries"]?["queued"] == .int(1))
+        #expect(p.run("pause").status == 0)
+        #expect(try p.run("stats", "--json").json()["entries"]?["paused"] == .int(2))
+    }
+
+    @Test func prometheusTextIsWrittenAtomicallyToAFile() throws {
+        let p = try CLIProject()
+        _ = try p.enqueue("plain", vars: "{}")
+        let r = p.run("stats", "--prometheus", "--output", "metrics/outbox.prom")
+        #expect(r.status == 74, "the folder must exist: \(r)")
+        try FileManager.default.createDirectory(atPath: p.root + "/metrics", withIntermediateDirectories: false)
+        let written = p.run("stats", "--prometheus", "--output", "metrics/outbox.prom")
+        #expect(written.status == 0, "\(written)")
+        #expect(written.out.isEmpty)
+        let text = try #require(p.read("metrics/outbox.prom"))
+        #expect(text.contains("outbox_entries{state=\"queued\"} 1\n"), "\(text)")
+        #expect(text.hasSuffix("\n"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: p.root + "/metrics") == ["outbox.prom"], "no temporary file left")
+        #expect(p.run("stats", "--output", "x.prom").status == 64, "--output goes with --prometheus")
+    }
+}
