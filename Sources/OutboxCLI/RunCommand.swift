@@ -61,6 +61,9 @@ enum RunCommand {
         let store = try project.store()
         let lock = try store.lockForRunner()
         defer { lock.release() }
+        // Under systemd: ready once the store is ours.
+        options.notifier = SystemdNotifier(environment: i.environment)
+        options.notifier?.send("READY=1\nMAINPID=\(getpid())")
         options.stopRequests = StopSignals.install()
         options.reloadRequests = StopSignals.installReload()
         let console = i.console

@@ -15,6 +15,8 @@ package struct RunOptions: Sendable {
     package var stopRequests: @Sendable () -> Int = { 0 }
     /// How many times a reload of config and definitions was requested (SIGHUP).
     package var reloadRequests: @Sendable () -> Int = { 0 }
+    /// The service manager to tell when the run is stopping and that it is alive (systemd).
+    package var notifier: SystemdNotifier?
     package init() {}
 }
 

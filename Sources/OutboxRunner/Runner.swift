@@ -157,6 +157,9 @@ package final class Runner {
             for event in events { try handle(event) }
             let now = Identifiers.nowMs()
             let mono = Identifiers.monotonicMs()
+            options.notifier?.pingIfDue(monotonicMs: mono)
+            let wasStopping = shutdown.isStopping
+            defer { if !wasStopping && shutdown.isStopping { options.notifier?.send("STOPPING=1") } }
             for action in shutdown.step(now: mono, stopRequests: options.stopRequests()) {
                 switch action {
                 case let .log(line): log(line)
@@ -194,6 +197,7 @@ package final class Runner {
             events = mailbox.take(timeoutMs: 50)
         }
         progressDisplay?.finish()
+        if !shutdown.isStopping { options.notifier?.send("STOPPING=1") }
         // Entries we hold go back in the queue, keeping accepted parts.
         for id in flights.running.keys { changes.append(.requeue(entryID: id)) }
         try flush(now: Identifiers.nowMs())

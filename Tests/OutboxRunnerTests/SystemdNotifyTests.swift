@@ -1,0 +1,73 @@
+import Foundation
+import Glibc
+import OutboxModel
+import TestSupport
+import Testing
+
+/// Under systemd `outbox run` speaks the notify protocol: READY=1 once it holds the store,
+/// WATCHDOG=1 while it runs when asked, STOPPING=1 when it stops. The test plays the
+/// service manager's socket.
+struct SystemdNotifyTests {
+    /// A datagram socket bound to a path in the project, read without blocking.
+    final class NotifySocket {
+        let fd: Int32
+        let path: String
+        private(set) var messages: [String] = []
+
+        init(path: String) throws {
+            self.path = path
+            fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                for (i, b) in path.utf8.enumerated() { raw[i] = b }
+            }
+            let bound = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            guard fd >= 0, bound == 0 else { throw FixtureError("cannot bind the notify socket at \(path)") }
+        }
+
+        deinit { close(fd) }
+
+        /// Every datagram that has arrived so far.
+        func drain() -> [String] {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = recv(fd, &buffer, buffer.count, Int32(MSG_DONTWAIT))
+                guard n > 0 else { break }
+                messages.append(String(decoding: buffer[0..<n], as: UTF8.self))
+            }
+            return messages
+        }
+    }
+
+    @Test func readyWatchdogAndStopping() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        defer { p.server.release("a") }
+        // Unix socket paths are short: the temp folder's name may not fit, so /tmp it is.
+        let notify = try NotifySocket(path: "/tmp/outbox-notify-\(getpid())-\(UInt32.random(in: 0...UInt32.max))")
+        defer { unlink(notify.path) }
+        try await p.enqueue("t", path: "/hold/a", id: "a")
+        let runner = try p.start(["run"], environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
+        #expect(await p.server.waitForHeld("a"), "\(runner.stderrSoFar)")
+        await eventually("READY=1 and a watchdog ping") {
+            let got = notify.drain()
+            return got.first?.hasPrefix("READY=1") == true && got.contains("WATCHDOG=1")
+        }
+        #expect(!notify.drain().contains("STOPPING=1"))
+        runner.signal(SIGTERM)
+        await eventually("STOPPING=1") { notify.drain().contains("STOPPING=1") }
+        p.server.release("a")
+        #expect(await runner.wait(timeout: 60).exitCode == 0)
+        #expect(notify.drain().filter { $0 == "STOPPING=1" }.count == 1)
+        #expect(notify.drain().first?.contains("MAINPID=\(runner.pid)") == true)
+    }
+
+    @Test func withoutNotifySocketNothingIsSentAndTheRunWorks() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.outbox(["run", "--drain"], environment: ["NOTIFY_SOCKET": "relative-is-ignored"])
+        #expect(run.exitCode == 0, "\(run.description)")
+    }
+}
