@@ -35,7 +35,7 @@ extension SQLiteStore {
         for (file, source, identity) in returns {
             // The store keeps its files 0600; the user's file gets its own mode back.
             if let mode = identity?.mode { chmod(file, mode_t(mode)) }
-            if !Paths.exists(source), putBack(file, at: source) {
+            if !Paths.exists(source), MoveJournal.putBack(file, at: source) {
                 // A copy across filesystems is a new file: it gets the mode and times it had.
                 if let identity { Self.restoreModeAndTime(source, identity) }
                 continue
@@ -49,6 +49,23 @@ extension SQLiteStore {
             }
         }
         returns.removeAll()
+        moves.end(returnsTicket)
+        returnsTicket = nil
+    }
+
+    /// Writes down the moved files this transaction will put back after its commit, so that
+    /// a crash between the commit and the renames back strands none of them. Called at the
+    /// end of every transaction that may forget an entry holding a moved file.
+    func journalReturns() throws(OutboxError) {
+        guard !returns.isEmpty, returnsTicket == nil else { return }
+        returnsTicket = try moves.begin(returns.map { MoveJournal.Move(staged: $0.file, source: $0.source) })
+    }
+
+    /// Forgets the returns of a transaction that rolled back: the files stay where they are.
+    func dropReturns() {
+        returns.removeAll()
+        moves.end(returnsTicket)
+        returnsTicket = nil
     }
 
     static func restoreModeAndTime(_ path: String, _ identity: FileIdentity) {
@@ -58,41 +75,30 @@ extension SQLiteStore {
         _ = utimensat(AT_FDCWD, path, &times, 0)
     }
 
-    /// Moves a staged file back to its source path: a rename, or across filesystems a copy
-    /// (fsynced, then renamed into place) before the store's copy is removed.
-    private func putBack(_ file: String, at source: String) -> Bool {
-        if rename(file, source) == 0 {
-            _ = csystem_fsync_dir(Paths.dirname(source))
-            return true
-        }
-        guard errno == EXDEV else { return false }
-        let temp = "\(source).outbox-return-\(getpid())"
-        guard csystem_copy_file(file, temp) == 0 else { return false }
-        guard rename(temp, source) == 0 else {
-            unlink(temp)
-            return false
-        }
-        _ = csystem_fsync_dir(Paths.dirname(source))
-        unlink(file)
-        return true
-    }
-
     /// `outbox cancel`: live entries settle cancelled and are forgotten; settled ones are
     /// forgotten with their unacknowledged outcomes. Unknown ids are not errors.
     package func cancel(ids: [String]?, key: String?, now: Int64) throws(OutboxError) -> [String] {
         var toRemove: [String] = []
-        let cancelled = try db.transaction { () throws(OutboxError) -> [String] in
-            var entries: [Entry] = []
-            if let ids {
-                for id in ids { if let e = try entry(id: id) { entries.append(e) } }
-            } else {
-                entries = try list(ListFilter(key: key))
+        let cancelled: [String]
+        do throws(OutboxError) {
+            cancelled = try db.transaction { () throws(OutboxError) -> [String] in
+                var entries: [Entry] = []
+                if let ids {
+                    for id in ids { if let e = try entry(id: id) { entries.append(e) } }
+                } else {
+                    entries = try list(ListFilter(key: key))
+                }
+                for e in entries {
+                    toRemove += try forget(e, returnMovedFile: true)
+                }
+                try journalReturns()
+                return entries.map(\.id)
             }
-            for e in entries {
-                toRemove += try forget(e, returnMovedFile: true)
-            }
-            return entries.map(\.id)
+        } catch {
+            dropReturns()
+            throw error
         }
+        Fault.point("cancel.committed")
         finishForget(toRemove)
         return cancelled
     }

@@ -12,15 +12,19 @@ extension SQLiteStore {
         let results: [EnqueueResult]
         do throws(OutboxError) {
             results = try db.transaction { () throws(OutboxError) -> [EnqueueResult] in
-                try applyBatch(batch, staged: staged, now: now)
+                let results = try applyBatch(batch, staged: staged, now: now)
+                try journalReturns()
+                return results
             }
         } catch {
             for s in staged.bodies { staging.rollback(s) }
+            moves.end(staged.ticket)
             obsoleteFiles.removeAll()
-            returns.removeAll()
+            dropReturns()
             throw error
         }
         staging.afterCommit(staged.bodies)
+        moves.end(staged.ticket)
         // Replaced bodies go; a replaced moved file goes back to its source path.
         finishForget([])
         return results
@@ -29,6 +33,8 @@ extension SQLiteStore {
     struct StagedBatch {
         var bodies: [StagedBody] = []
         var internals: [String] = []
+        /// The journal of the files this batch moves in, until its commit or rollback.
+        var ticket: MoveJournal.Ticket?
     }
 
     /// Stages every body of a batch outside the write lock (copies can be long). An entry
@@ -46,10 +52,19 @@ extension SQLiteStore {
             return stored
         }
         var staged = StagedBatch()
+        staged.internals = batch.map { _ in Identifiers.uuid() }
+        // The files this batch will move in, written down before the first rename.
+        let moving = zip(batch, staged.internals).compactMap { entry, internalID -> MoveJournal.Move? in
+            switch entry.prepared.body {
+            case let .file(identity, .move), let .parts(identity, .move, _):
+                return MoveJournal.Move(staged: staging.path(internalID, "body"), source: identity.path)
+            default:
+                return nil
+            }
+        }
+        staged.ticket = try moves.begin(moving)
         do throws(OutboxError) {
-            for (entry, existing) in zip(batch, stored) {
-                let internalID = Identifiers.uuid()
-                staged.internals.append(internalID)
+            for ((entry, existing), internalID) in zip(zip(batch, stored), staged.internals) {
                 // Only these decisions keep the stored body; every other one needs the new bytes.
                 if let existing, [.resume, .redeliver, .reopen].contains(try decide(existing, entry.prepared.bodyHash)) {
                     staged.bodies.append(StagedBody())
@@ -65,6 +80,7 @@ extension SQLiteStore {
             try staging.syncFolders(staged.bodies)
         } catch {
             for s in staged.bodies { staging.rollback(s) }
+            moves.end(staged.ticket)
             throw error
         }
         return staged

@@ -130,13 +130,17 @@ extension SQLiteStore {
                 if !kept.isEmpty {
                     _ = try applyBatch(kept, staged: keptStaged, now: now)
                 }
+                try journalReturns()
             }
         } catch {
             for s in staged.bodies { staging.rollback(s) }
+            moves.end(staged.ticket)
+            dropReturns()
             throw error
         }
         staging.afterCommit(keptStaged.bodies)
         for s in dropped { staging.rollback(s) }
+        moves.end(staged.ticket)
         finishForget(remove)
         return result
     }
@@ -339,12 +343,16 @@ extension SQLiteStore {
                     }
                 }
                 if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
+                try journalReturns()
             }
         } catch {
             for s in staged.bodies { staging.rollback(s) }
+            moves.end(staged.ticket)
+            dropReturns()
             throw error
         }
         staging.afterCommit(staged.bodies)
+        moves.end(staged.ticket)
         finishForget(remove)
     }
 

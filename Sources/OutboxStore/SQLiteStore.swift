@@ -16,6 +16,9 @@ package final class SQLiteStore: Store, @unchecked Sendable {
     /// Staged files of replaced bodies, removed once the transaction commits.
     var obsoleteFiles: [String] = []
     var requestCache: [String: StoredRequest] = [:]
+    let moves: MoveJournal
+    /// The journal of `returns`, written before the commit that forgets their entries.
+    var returnsTicket: MoveJournal.Ticket?
 
     /// Opens (creating if needed) the store in `folder`. E_STORAGE when that is impossible.
     package init(folder: String) throws(OutboxError) {
@@ -25,6 +28,7 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         let bodies = Paths.join(folder, "bodies")
         try Self.makeFolder(bodies)
         staging = Staging(bodiesDir: bodies)
+        moves = MoveJournal(folder: Paths.join(folder, "moves"))
         let path = Paths.join(folder, "outbox.db")
         if !Paths.exists(path) {
             try Self.createDatabase(at: path)
@@ -34,6 +38,12 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         }
         db = try SQLiteConnection(path: path)
         try Self.migrate(db)
+        // A command killed while moving a user's file leaves a journal: settle it now.
+        for line in try moves.recover(owned: { staged throws(OutboxError) in
+            try db.queryOne("SELECT 1 FROM entries WHERE body_file = ?", [.text(staged)]) { _ in true } ?? false
+        }) {
+            FileIO.log("outbox: \(line)")
+        }
     }
 
     /// Creates the database whole under a temporary name and links it into place, so a

@@ -109,6 +109,7 @@ struct Staging {
                         )
                     }
                     if rename(identity.path, final) == 0 {
+                        Fault.point("enqueue.moved")
                         staged.movedIn.append((final, identity.path))
                         // A moved file keeps the user's mode; the store's files are 0600 (they hold tokens).
                         chmod(final, 0o600)

@@ -1,0 +1,120 @@
+import CSystem
+import Glibc
+import OutboxModel
+
+/// Moves of the user's files into the store (`ownership: move`) and back out (cancel,
+/// replace), written down durably before they happen. A crash between a rename and the
+/// commit that records it, or between a commit and the rename back, would otherwise leave
+/// the user's only copy inside `.outbox/` with no entry owning it.
+///
+/// One journal file per batch in `.outbox/moves/`, locked (flock) by the process that
+/// wrote it for as long as the batch runs; the lock goes with that process. Any later
+/// command recovers the journals whose lock is free: a staged file that no entry owns goes
+/// back to its source path (or, when that path is taken, is removed if it is a copy).
+struct MoveJournal {
+    struct Move: Equatable {
+        var staged: String
+        var source: String
+    }
+
+    /// A journal being written by this process: removed by `end` once its moves are settled.
+    final class Ticket {
+        let path: String
+        fileprivate var fd: Int32
+
+        fileprivate init(path: String, fd: Int32) {
+            self.path = path
+            self.fd = fd
+        }
+
+        deinit { if fd >= 0 { close(fd) } }
+    }
+
+    let folder: String
+
+    /// Writes the moves down (synced, the folder too) and keeps the journal locked.
+    func begin(_ moves: [Move]) throws(OutboxError) -> Ticket? {
+        guard !moves.isEmpty else { return nil }
+        try SQLiteStore.makeFolder(folder)
+        let path = Paths.join(folder, "\(getpid())-\(Identifiers.uuid().prefix(8)).json")
+        // Locked before it has content: a recovery elsewhere never takes it for a dead batch.
+        let fd = csystem_lock_file(path)
+        guard fd >= 0 else { throw .storage("cannot create the move journal \(path): \(Paths.errnoMessage(-fd))") }
+        let text = JSON.array(moves.map { .object([("staged", .string($0.staged)), ("source", .string($0.source))]) }).serialized()
+        var bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            offset += n
+        }
+        guard offset == bytes.count, fsync(fd) == 0, csystem_fsync_dir(folder) == 0 else {
+            let code = errno
+            close(fd)
+            unlink(path)
+            throw .storage("cannot write the move journal \(path): \(Paths.errnoMessage(code))")
+        }
+        return Ticket(path: path, fd: fd)
+    }
+
+    /// The moves are settled (committed and done, or undone): the journal goes.
+    func end(_ ticket: Ticket?) {
+        guard let ticket else { return }
+        unlink(ticket.path)
+        close(ticket.fd)
+        ticket.fd = -1
+    }
+
+    /// Settles the journals of processes that are gone. `owned` says whether an entry
+    /// records a staged file. Returns what was done, for the log.
+    func recover(owned: (String) throws(OutboxError) -> Bool) throws(OutboxError) -> [String] {
+        guard let names = Paths.list(folder), !names.isEmpty else { return [] }
+        var done: [String] = []
+        for name in names where name.hasSuffix(".json") {
+            let path = Paths.join(folder, name)
+            // Locked: the batch is still running in another process; leave it alone.
+            let fd = csystem_lock_file(path)
+            guard fd >= 0 else { continue }
+            defer { close(fd) }
+            let moves = (Paths.readText(path).flatMap { try? JSON.parse($0) }?.arrayValue ?? []).compactMap { item -> Move? in
+                guard let staged = item["staged"]?.stringValue, let source = item["source"]?.stringValue else { return nil }
+                return Move(staged: staged, source: source)
+            }
+            for move in moves where Paths.exists(move.staged) {
+                guard try !owned(move.staged) else { continue }
+                if !Paths.exists(move.source) {
+                    if Self.putBack(move.staged, at: move.source) {
+                        done.append("put \(move.source) back (its move into the store did not complete)")
+                    }
+                } else {
+                    // The source is there: the staged file is a copy that was never recorded.
+                    unlink(move.staged)
+                    done.append("removed \(move.staged), an unrecorded copy of \(move.source)")
+                }
+            }
+            unlink(path)
+        }
+        _ = csystem_fsync_dir(folder)
+        return done
+    }
+
+    /// Moves a staged file back to its source path: a rename, or across filesystems a copy
+    /// (synced, then renamed into place) before the store's copy is removed.
+    static func putBack(_ file: String, at source: String) -> Bool {
+        if rename(file, source) == 0 {
+            _ = csystem_fsync_dir(Paths.dirname(source))
+            return true
+        }
+        guard errno == EXDEV else { return false }
+        let temp = "\(source).outbox-return-\(getpid())"
+        guard csystem_copy_file(file, temp) == 0 else { return false }
+        guard rename(temp, source) == 0 else {
+            unlink(temp)
+            return false
+        }
+        _ = csystem_fsync_dir(Paths.dirname(source))
+        unlink(file)
+        return true
+    }
+}

@@ -1,0 +1,69 @@
+import Foundation
+import OutboxModel
+import Testing
+import TestSupport
+
+/// A SIGKILL while user files move into the store (`enqueue --from` with `ownership: move`)
+/// or back out (`cancel`) strands none of them: the next command finds the move journal and
+/// every file ends at its source path or owned by a committed entry.
+struct MoveCrashTests {
+    static let count = 40
+
+    static func project() throws -> (CLIProject, [String: String]) {
+        let p = try CLIProject()
+        _ = try p.write(
+            "definitions/mv.yaml",
+            """
+            key: mv
+            request: { method: PUT, url: "https://x.example/{{ vars.n }}", file: "{{ vars.path }}", ownership: move }
+            """)
+        var files: [String: String] = [:]
+        var lines = ""
+        for n in 1...count {
+            let path = try p.write("data/f\(n).bin", "payload \(n)")
+            files[path] = "payload \(n)"
+            lines += #"{"vars": {"n": \#(n), "path": "data/f\#(n).bin"}, "id": "e\#(n)"}"# + "\n"
+        }
+        _ = try p.write("batch.jsonl", lines)
+        return (p, files)
+    }
+
+    /// Every file is where it started, or the store owns it under a committed entry.
+    static func expectNothingStranded(_ p: CLIProject, _ files: [String: String], sourceLocation: SourceLocation = #_sourceLocation) throws
+    {
+        let rows = try p.run("list", "--json").json().arrayValue ?? []
+        let owned = Set(rows.compactMap { $0["id"]?.stringValue })
+        for (path, text) in files {
+            let n = Int(path.split(separator: "f").last?.split(separator: ".").first ?? "") ?? 0
+            if owned.contains("e\(n)") { continue }
+            #expect(p.read(String(path.dropFirst(p.root.count + 1))) == text, "\(path) is back", sourceLocation: sourceLocation)
+        }
+        let journals = (try? FileManager.default.contentsOfDirectory(atPath: p.storeFolder + "/moves")) ?? []
+        #expect(journals.isEmpty, "no journal left: \(journals)", sourceLocation: sourceLocation)
+        #expect(p.run("audit").status == 0, "audit clean", sourceLocation: sourceLocation)
+    }
+
+    @Test(arguments: [1, 17, 40])
+    func aKillDuringAMoveBatchStrandsNoFile(_ at: Int) async throws {
+        let (p, files) = try Self.project()
+        let killed = try await p.outbox(["enqueue", "mv", "--from", "batch.jsonl"], environment: ["OUTBOX_FAULT": "enqueue.moved:\(at)"])
+        #expect(killed.exitCode == -9, "killed at move \(at): \(killed)")
+        // Files were moved into the store and the batch never committed.
+        #expect(files.keys.filter { !FileManager.default.fileExists(atPath: $0) }.count == at)
+        try Self.expectNothingStranded(p, files)
+        #expect(try p.run("list", "--json").json() == .array([]))
+    }
+
+    @Test func aKillAfterCancelCommitsStrandsNoFile() async throws {
+        let (p, files) = try Self.project()
+        let enqueued = try await p.outbox(["enqueue", "mv", "--from", "batch.jsonl"])
+        #expect(enqueued.exitCode == 0, "\(enqueued)")
+        #expect(files.keys.allSatisfy { !FileManager.default.fileExists(atPath: $0) }, "all moved in")
+        let killed = try await p.outbox(["cancel", "--all"], environment: ["OUTBOX_FAULT": "cancel.committed"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        // The entries are gone and no file is back yet: only the journal knows where they belong.
+        #expect(files.keys.allSatisfy { !FileManager.default.fileExists(atPath: $0) })
+        try Self.expectNothingStranded(p, files)
+        #expect(files.keys.allSatisfy { FileManager.default.fileExists(atPath: $0) })
+    }
+}
