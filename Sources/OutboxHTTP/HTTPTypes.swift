@@ -69,6 +69,13 @@ package struct HTTPRequest: Sendable {
     /// it is sent; a missing or different file fails the transfer with `.file`, and nothing
     /// is sent.
     package var expectedFile: FileIdentity?
+    /// With `followRedirects`: a 301, 302 or 303 to a request other than GET or HEAD is
+    /// followed (as a GET, without the body: libcurl's browser rule) only when true;
+    /// otherwise the transfer stops there with a `.redirect` failure.
+    package var redirectMethodChange = false
+    /// Header names (lowercase) never sent to another host: a redirect to another host of a
+    /// request carrying one is not followed (the transfer stops with a `.redirect` failure).
+    package var credentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
 
     /// Creates a request; defaults fit one outbox attempt.
     package init(

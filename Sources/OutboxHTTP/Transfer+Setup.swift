@@ -81,6 +81,9 @@ extension Transfer {
         if request.followRedirects > 0 {
             try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1), "FOLLOWLOCATION")
             try check(ccurl_setopt_long(easy, CURLOPT_MAXREDIRS, request.followRedirects), "MAXREDIRS")
+            redirectGuard = RedirectGuard(
+                method: request.method.uppercased(), methodChange: request.redirectMethodChange,
+                carriesCredentials: request.headers.contains { request.credentialHeaders.contains($0.name.lowercased()) })
         } else {
             try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0), "FOLLOWLOCATION")
         }
@@ -91,7 +94,10 @@ extension Transfer {
                 { data, size, count, user in
                     let n = size * count
                     let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
-                    transfer.responseHeaders.consume(UnsafeRawBufferPointer(start: data, count: n))
+                    let line = UnsafeRawBufferPointer(start: data, count: n)
+                    // 0 ends the transfer: a redirect it must not follow stops here.
+                    guard transfer.headerLineAllowed(line) else { return 0 }
+                    transfer.responseHeaders.consume(line)
                     return n
                 }), "HEADERFUNCTION")
         try check(ccurl_setopt_ptr(easy, CURLOPT_HEADERDATA, me), "HEADERDATA")
@@ -290,4 +296,29 @@ private func asciiEqualsIgnoringCase(_ bytes: ArraySlice<UInt8>, _ lower: [UInt8
     guard bytes.count == lower.count else { return false }
     for (b, l) in zip(bytes, lower) where (b >= 0x41 && b <= 0x5A ? b | 0x20 : b) != l { return false }
     return true
+}
+
+extension Transfer {
+    /// Follows the status of each response and, at the end of a redirect's headers, asks the
+    /// guard whether libcurl may follow it. False stops the transfer.
+    func headerLineAllowed(_ line: UnsafeRawBufferPointer) -> Bool {
+        guard let redirectGuard else { return true }
+        if line.starts(with: Array("HTTP/".utf8)) {
+            // "HTTP/1.1 303 See Other": the number after the first space.
+            let parts = line.split(separator: 0x20, maxSplits: 2, omittingEmptySubsequences: true)
+            currentStatus = parts.count > 1 ? Int(String(decoding: parts[1], as: UTF8.self)) ?? 0 : 0
+            return true
+        }
+        // A blank line ends this response's headers.
+        guard line.allSatisfy({ $0 == 0x0D || $0 == 0x0A }), let easy else { return true }
+        var effective: UnsafePointer<CChar>?
+        let current = ccurl_getinfo_str(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK ? effective.map { String(cString: $0) } : nil
+        guard
+            let refusal = redirectGuard.refusal(
+                status: currentStatus, location: responseHeaders.value("location") ?? "",
+                currentURL: current ?? url)
+        else { return true }
+        stoppedAtRedirect = refusal
+        return false
+    }
 }

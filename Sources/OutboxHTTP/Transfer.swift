@@ -36,6 +36,12 @@ final class Transfer {
     var responseHeaders = ResponseHeaders()
     var body: [UInt8] = []
     var truncated = false
+    /// What the redirect guard needs: set when redirects are followed.
+    var redirectGuard: RedirectGuard?
+    /// The status of the response whose headers are arriving.
+    var currentStatus = 0
+    /// Why the transfer stopped at a redirect it must not follow.
+    var stoppedAtRedirect: String?
     var lastProgressNs: UInt64 = 0
     var lastProgressSent: Int64 = -1
     /// The stall check, run by the engine (libcurl's low-speed check is not used).
@@ -204,6 +210,12 @@ final class Transfer {
             result.failure = TransportFailure(abortKind, abortMessage)
             return result
         }
+        if let stoppedAtRedirect {
+            // Our header callback ended the transfer at a redirect it must not follow.
+            result.status = currentStatus
+            result.failure = TransportFailure(.redirect, stoppedAtRedirect)
+            return result
+        }
         if code == CURLE_OK { return result }
         if let readFailure {
             result.failure = TransportFailure(.network, readFailure)
@@ -239,4 +251,47 @@ func asciiUppercased(_ s: String) -> String {
         bytes[i] -= 0x20
     }
     return String(decoding: bytes, as: UTF8.self)
+}
+
+/// Which redirects libcurl may follow for one request: never a method change that drops a
+/// body unless allowed, never credentials to another host.
+struct RedirectGuard {
+    let method: String
+    let methodChange: Bool
+    let carriesCredentials: Bool
+
+    /// Why the response `status` with `location`, received for `currentURL`, must not be
+    /// followed; nil when it may be.
+    func refusal(status: Int, location: String, currentURL: String) -> String? {
+        guard (300...399).contains(status), !location.isEmpty else { return nil }
+        if [301, 302, 303].contains(status), !["GET", "HEAD"].contains(method), !methodChange {
+            return "HTTP \(status) would re-send \(method) as GET without its body; not followed (redirect_method_change: true allows it)"
+        }
+        if carriesCredentials, let target = Self.authority(location, relativeTo: currentURL),
+            target != Self.authority(currentURL, relativeTo: currentURL)
+        {
+            return "HTTP \(status) to another host (\(target)) would carry credential headers; not followed"
+        }
+        return nil
+    }
+
+    /// `host:port` (lowercased, the scheme's port filled in) of a URL, or of a Location
+    /// relative to `base`.
+    static func authority(_ url: String, relativeTo base: String) -> String? {
+        var text = Substring(url)
+        var scheme = base.lowercased().hasPrefix("https:") ? "https" : "http"
+        if let range = text.firstRange(of: "://") {
+            scheme = text[..<range.lowerBound].lowercased()
+            text = text[range.upperBound...]
+        } else if text.hasPrefix("//") {
+            text = text.dropFirst(2)
+        } else {
+            return authority(base, relativeTo: base)
+        }
+        var host = text.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        if let at = host.lastIndex(of: "@") { host = host[host.index(after: at)...] }
+        var name = host.lowercased()
+        if !name.contains(":") || name.hasSuffix("]") { name += scheme == "https" ? ":443" : ":80" }
+        return name
+    }
 }

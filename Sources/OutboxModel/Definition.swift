@@ -61,7 +61,7 @@ package struct Definition: Sendable {
     ]
     static let requestFields = [
         "method", "url", "headers", "data", "text", "form", "file", "parts", "content_type", "ownership",
-        "follow_redirects", "wifi_only", "idempotency_key",
+        "follow_redirects", "redirect_method_change", "wifi_only", "idempotency_key",
     ]
     package static let bodyKinds = ["data", "text", "form", "file"]
     /// The usual HTTP methods, and WebDAV's MKCOL, COPY and MOVE (RFC 4918): a tree migrated into a
@@ -322,7 +322,7 @@ extension Definition {
         if let r = f["follow_redirects"], r.scalar.map({ if case .int = $0 { true } else { false } }) == true {
             _ = reader.int(r, "request.follow_redirects", range: 0...50)
         }
-        for name in ["wifi_only", "idempotency_key"] {
+        for name in ["wifi_only", "idempotency_key", "redirect_method_change"] {
             if let n = f[name], case .scalar = n.kind, case .string(let s)? = n.scalar, !s.contains("{{") {
                 _ = reader.bool(n, "request.\(name)")
             }

@@ -99,6 +99,8 @@ package struct PreparedRequest: Sendable {
     package var scope: String?
     package var cancelScopeOnError: Bool
     package var followRedirects: Int
+    /// Follow a 301/302/303 of a request other than GET/HEAD as a GET without its body.
+    package var redirectMethodChange = false
     package var wifiOnly: Bool?
     package var idempotencyKey: String?
     /// True when the key came from an explicit `Idempotency-Key` header, not minted here.

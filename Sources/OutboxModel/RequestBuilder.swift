@@ -158,6 +158,11 @@ package enum RequestBuilder {
             }
             followRedirects = Int(n)
         }
+        var redirectMethodChange = false
+        if let r = try field("redirect_method_change"), !r.isNull {
+            guard let b = r.boolValue else { throw .invalid("request.redirect_method_change must be true or false") }
+            redirectMethodChange = b
+        }
         var wifiOnly: Bool?
         if let w = try field("wifi_only"), !w.isNull {
             guard let b = w.boolValue else { throw .invalid("request.wifi_only must be true or false") }
@@ -204,6 +209,7 @@ package enum RequestBuilder {
             cancelScopeOnError: definition.cancelScopeOnError, followRedirects: followRedirects,
             wifiOnly: wifiOnly, idempotencyKey: idempotencyKey)
         prepared.idempotencyKeyIsExplicit = idempotencyKey != nil && !minted
+        prepared.redirectMethodChange = redirectMethodChange
         return prepared
     }
 

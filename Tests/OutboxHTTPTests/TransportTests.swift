@@ -706,6 +706,61 @@ private final class HTTPSServer: @unchecked Sendable {
         }
     }
 
+    /// A 301/302/303 would make libcurl re-send a PUT or a POST as a GET without its body:
+    /// not followed unless the request allows the method change; 307/308 keep method and body.
+    @Test(
+        arguments: [
+            (301, "PUT", false, false), (302, "POST", false, false), (303, "PATCH", false, false), (303, "DELETE", false, false),
+            (303, "PUT", true, true), (302, "GET", false, true), (307, "PUT", false, true), (308, "POST", false, true),
+        ] as [(Int, String, Bool, Bool)])
+    func aRedirectThatWouldDropTheBodyIsNotFollowed(status: Int, method: String, allowed: Bool, follows: Bool) async throws {
+        try await withFixture { server, client, _ in
+            server.script("/moved", [TestResponse(status: status, headers: [("Location", "/new")])])
+            server.script("/new", [.status(201)])
+            var request = HTTPRequest(
+                url: server.url("/moved"), method: method, body: method == "GET" ? .none : .bytes(Array("body".utf8)), followRedirects: 3)
+            request.redirectMethodChange = allowed
+            let result = await send(client, request)
+            if follows {
+                #expect(result.failure == nil, "\(String(describing: result.failure))")
+                #expect(result.status == 201)
+                #expect(server.requests.map(\.path) == ["/moved", "/new"])
+                if status >= 307 { #expect(server.requests.last?.method == method && server.requests.last?.bodyText == "body") }
+            } else {
+                #expect(result.failure?.kind == .redirect, "\(String(describing: result.failure))")
+                #expect(result.failure?.message.contains("not followed") == true)
+                #expect(result.status == status)
+                #expect(server.requests.map(\.path) == ["/moved"], "the body was never re-sent as a GET")
+            }
+        }
+    }
+
+    /// Credential headers never follow a redirect to another host: the redirect is not
+    /// followed at all. Without them, or to the same host, it is.
+    @Test(arguments: [
+        ("Authorization", true, false), ("Cookie", true, false), ("X-Api-Key", true, false), ("X-Plain", true, true),
+        ("Authorization", false, true),
+    ])
+    func credentialsNeverFollowARedirectToAnotherHost(header: String, otherHost: Bool, follows: Bool) async throws {
+        try await withFixture { server, client, _ in
+            // "localhost" is this machine too, but another host as far as the request goes.
+            let target = otherHost ? server.url("/new").replacingOccurrences(of: "127.0.0.1", with: "localhost") : "/new"
+            server.script("/moved", [TestResponse(status: 307, headers: [("Location", target)])])
+            server.script("/new", [.status(201)])
+            var request = HTTPRequest(
+                url: server.url("/moved"), method: "GET", headers: [(name: header, value: "secret")], followRedirects: 3)
+            request.credentialHeaders.insert("x-api-key")
+            let result = await send(client, request)
+            if follows {
+                #expect(result.status == 201, "\(String(describing: result.failure))")
+            } else {
+                #expect(result.failure?.kind == .redirect)
+                #expect(result.failure?.message.contains("to another host") == true, "\(String(describing: result.failure))")
+                #expect(server.requests.map(\.path) == ["/moved"])
+            }
+        }
+    }
+
     @Test func connectionRefusedIsNetwork() async throws {
         let client = try HTTPClient()
         defer { client.shutdown() }

@@ -34,6 +34,7 @@ package struct StoredRequest: Sendable {
     package var retry: RetryRules
     package var response: ResponseMode
     package var followRedirects: Int
+    package var redirectMethodChange = false
     package var wifiOnly: Bool?
     package var cancelScopeOnError: Bool
 
@@ -71,6 +72,7 @@ package struct StoredRequest: Sendable {
             ("retry", retry.json), ("response", response.json), ("follow_redirects", .int(followRedirects)),
             ("wifi_only", wifiOnly.map { .bool($0) } ?? .null), ("cancel_scope_on_error", .bool(cancelScopeOnError)),
         ]
+        if redirectMethodChange { members.append(("redirect_method_change", .bool(true))) }
         return .object(members)
     }
 
@@ -123,6 +125,8 @@ package struct StoredRequest: Sendable {
         wifiOnly = json["wifi_only"]?.boolValue
         guard let cancel = json["cancel_scope_on_error"]?.boolValue else { throw fields.damage("cancel_scope_on_error", "not a boolean") }
         cancelScopeOnError = cancel
+        // Added later: rows written before it have none, and meant false.
+        redirectMethodChange = json["redirect_method_change"]?.boolValue ?? false
     }
 
     package init(prepared p: PreparedRequest, form: [StoredFormField]) {
@@ -143,6 +147,7 @@ package struct StoredRequest: Sendable {
         retry = p.retry
         response = p.response
         followRedirects = p.followRedirects
+        redirectMethodChange = p.redirectMethodChange
         wifiOnly = p.wifiOnly
         cancelScopeOnError = p.cancelScopeOnError
     }
