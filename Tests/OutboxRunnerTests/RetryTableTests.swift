@@ -47,8 +47,11 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
             name: "3xx not followed is an http error", path: "/redirect/1",
             outcome: "error", kind: "http", status: 302, stateAfter: "error"),
         SettleCase(
-            name: "follow_redirects 2 reaches the 200", path: "/redirect/1", request: "follow_redirects: 2",
-            outcome: "completed", status: 200, stateAfter: nil),
+            name: "follow_redirects 2 reaches the 200 when the method may change", path: "/redirect/1",
+            request: "follow_redirects: 2\nredirect_method_change: true", outcome: "completed", status: 200, stateAfter: nil),
+        SettleCase(
+            name: "a 302 that would turn the POST into a GET is not followed", path: "/redirect/1", request: "follow_redirects: 2",
+            outcome: "error", kind: "http", status: 302, stateAfter: "error"),
         SettleCase(
             name: "too many redirects is an http error", path: "/redirect/3", request: "follow_redirects: 2",
             outcome: "error", kind: "http", stateAfter: "error"),
