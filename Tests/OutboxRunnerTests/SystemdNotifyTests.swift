@@ -71,3 +71,29 @@ struct SystemdNotifyTests {
         #expect(run.exitCode == 0, "\(run.description)")
     }
 }
+
+/// The example units in examples/systemd pass systemd's own check.
+struct SystemdUnitTests {
+    @Test func theExampleUnitsVerify() throws {
+        let analyze = "/usr/bin/systemd-analyze"
+        guard FileManager.default.isExecutableFile(atPath: analyze) else {
+            Issue.record("systemd-analyze is missing (Debian's systemd package): the example units cannot be verified")
+            return
+        }
+        let folder = TemporaryFolder(prefix: "units")
+        // #filePath is Tests/OutboxRunnerTests/SystemdNotifyTests.swift.
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let examples = root.path + "/examples/systemd"
+        var paths: [String] = []
+        for name in ["outbox.service", "outbox-drain.service", "outbox-drain.timer"] {
+            let text = try String(contentsOfFile: examples + "/" + name, encoding: .utf8)
+                .replacingOccurrences(of: "/usr/local/bin/outbox", with: builtExecutable("outbox"))
+            let path = folder.path + "/" + name
+            try text.write(toFile: path, atomically: true, encoding: .utf8)
+            paths.append(path)
+        }
+        let result = try runProcess(analyze, ["verify", "--man=no"] + paths)
+        #expect(result.exitCode == 0, "\(result)")
+        #expect(result.stderr.isEmpty, "\(result.stderr)")
+    }
+}
