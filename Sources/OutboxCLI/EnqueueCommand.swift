@@ -40,11 +40,16 @@ enum EnqueueCommand {
     static func readVars(_ i: Invocation) throws(OutboxError) -> JSON {
         guard let text = i.args.value("vars") else { return .null }
         let source: String
-        if text == "-" {
-            source = String(decoding: try i.console.readStdin(limit: try varsTextLimit(i), what: "--vars -"), as: UTF8.self)
-        } else if text.hasPrefix("@") {
-            let path = Paths.absolute(String(text.dropFirst()), relativeTo: i.cwd)
-            source = String(decoding: try readFile(path, limit: try varsTextLimit(i), what: "--vars"), as: UTF8.self)
+        if text == "-" || text.hasPrefix("@") {
+            let bytes: [UInt8]
+            if text == "-" {
+                bytes = try i.console.readStdin(limit: try varsTextLimit(i), what: "--vars -")
+            } else {
+                bytes = try readFile(
+                    Paths.absolute(String(text.dropFirst()), relativeTo: i.cwd), limit: try varsTextLimit(i), what: "--vars")
+            }
+            if let offset = Paths.invalidUTF8Offset(bytes) { throw .invalid("--vars is not valid UTF-8 (at byte \(offset + 1))") }
+            source = String(decoding: bytes, as: UTF8.self)
         } else {
             source = text
         }
@@ -166,6 +171,9 @@ enum EnqueueCommand {
             }
             guard let line = next else { break }
             lineNumber = reader.lineNumber
+            if let offset = Paths.invalidUTF8Offset(line) {
+                throw .invalid("\(absolute):\(lineNumber): the line is not valid UTF-8 (at byte \(offset + 1))")
+            }
             let text = String(decoding: line, as: UTF8.self)
             if text.trimmingCharacters(in: " \t\r").isEmpty { continue }
             let at = "\(absolute):\(lineNumber)"

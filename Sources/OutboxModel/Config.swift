@@ -126,9 +126,17 @@ package struct Config: Sendable {
 
     /// Loads and checks a config file. Errors are collected as diagnostics (E_CONFIG).
     package static func load(file: String) throws(OutboxError) -> Config {
-        guard let text = Paths.readText(file) else {
+        guard let bytes = Paths.readBytes(file) else {
             throw .fileMissing("cannot read the config file \(file): \(Paths.errnoMessage())")
         }
+        if let offset = Paths.invalidUTF8Offset(bytes) {
+            throw OutboxError(
+                .config, "1 error",
+                diagnostics: [
+                    Diagnostic(path: file, line: 1, column: 1, message: "the file is not valid UTF-8 (at byte \(offset + 1))")
+                ])
+        }
+        let text = String(decoding: bytes, as: UTF8.self)
         let folder = Paths.dirname(file)
         let defaultRoot = Paths.basename(folder) == "config" ? Paths.dirname(folder) : folder
         var reader = YAMLReader(path: file)

@@ -102,6 +102,22 @@ package enum Paths {
         readBytes(path).map { String(decoding: $0, as: UTF8.self) }
     }
 
+    /// The byte offset of the first byte that is not valid UTF-8, or nil when all of it is
+    /// (text from outside is refused, never silently repaired).
+    package static func invalidUTF8Offset(_ bytes: some Collection<UInt8>) -> Int? {
+        if String(validating: bytes, as: UTF8.self) != nil { return nil }
+        var decoder = UTF8()
+        var iterator = bytes.makeIterator()
+        var offset = 0
+        while true {
+            switch decoder.decode(&iterator) {
+            case let .scalarValue(scalar): offset += UTF8.width(scalar)
+            case .emptyInput: return nil
+            case .error: return offset
+            }
+        }
+    }
+
     /// Names in a folder (no `.`/`..`), sorted; nil when it cannot be read.
     package static func list(_ path: String) -> [String]? {
         guard let dir = opendir(path) else { return nil }

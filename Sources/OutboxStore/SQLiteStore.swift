@@ -24,6 +24,7 @@ package final class SQLiteStore: Store, @unchecked Sendable {
     package init(folder: String) throws(OutboxError) {
         self.folder = folder
         umask(0o077)
+        try Self.checkStoreFolder(folder)
         try Self.makeFolder(folder)
         let bodies = Paths.join(folder, "bodies")
         try Self.makeFolder(bodies)
@@ -75,6 +76,20 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         unlink(temp)
         guard linked else { throw .storage("cannot create \(path): \(Paths.errnoMessage(linkError))") }
         _ = csystem_fsync_dir(Paths.dirname(path))
+    }
+
+    /// The store holds tokens and bodies: a link (it could point anywhere) is refused, and a
+    /// folder others may read is tightened to 0700, with a word on stderr.
+    static func checkStoreFolder(_ path: String) throws(OutboxError) {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return }
+        if (st.st_mode & S_IFMT) == S_IFLNK {
+            throw .storage("the store folder \(path) is a symbolic link; give the real folder as store: in the config")
+        }
+        if (st.st_mode & S_IFMT) == S_IFDIR, st.st_mode & 0o077 != 0, st.st_uid == getuid() {
+            chmod(path, 0o700)
+            FileIO.log("outbox: the store folder \(path) was open to others (mode \(String(st.st_mode & 0o777, radix: 8))); it is 0700 now")
+        }
     }
 
     static func makeFolder(_ path: String) throws(OutboxError) {

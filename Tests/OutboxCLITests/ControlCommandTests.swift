@@ -549,3 +549,61 @@ struct StatsTests {
         #expect(p.run("stats", "--output", "x.prom").status == 64, "--output goes with --prometheus")
     }
 }
+
+/// Text from outside that is not UTF-8 is refused, never silently repaired; the store
+/// folder is never a link and never open to others.
+struct HostileFileTests {
+    static let bad: [UInt8] = Array("key: x\n".utf8) + [0xFF, 0xFE] + Array("\n".utf8)
+
+    @Test func aDefinitionOrConfigThatIsNotUTF8IsAConfigError() throws {
+        let p = try CLIProject()
+        let file = p.root + "/definitions/bad.yaml"
+        #expect(FileManager.default.createFile(atPath: file, contents: Data(Self.bad)))
+        let r = p.run("check")
+        #expect(r.status == 78, "\(r)")
+        #expect(r.err.contains("\(file):1:1: error: the file is not valid UTF-8 (at byte 8)"), "\(r.err)")
+        #expect(FileManager.default.createFile(atPath: p.root + "/config/outbox.yaml", contents: Data(Self.bad)))
+        let config = p.run("list")
+        #expect(config.status == 78, "\(config)")
+        #expect(config.err.contains("outbox.yaml:1:1: error: the file is not valid UTF-8"), "\(config.err)")
+    }
+
+    @Test func varsAndLinesThatAreNotUTF8AreInvalid() throws {
+        let p = try CLIProject()
+        #expect(
+            FileManager.default.createFile(
+                atPath: p.root + "/vars.json", contents: Data(Array(#"{"t": ""#.utf8) + [0xC3] + Array(#""}"#.utf8))))
+        let vars = p.run("enqueue", "plain", "--vars", "@vars.json")
+        #expect(vars.status == 65, "\(vars)")
+        #expect(vars.err.contains("--vars is not valid UTF-8 (at byte 8)"), "\(vars.err)")
+        #expect(
+            FileManager.default.createFile(
+                atPath: p.root + "/lines.jsonl", contents: Data(Array("{}\n{\"vars\": {\"t\": \"".utf8) + [0x80] + Array("\"}}\n".utf8))))
+        let from = p.run("enqueue", "plain", "--from", "lines.jsonl")
+        #expect(from.status == 65, "\(from)")
+        #expect(from.err.contains("lines.jsonl:2: the line is not valid UTF-8 (at byte 17)"), "\(from.err)")
+        #expect(!p.storeExists)
+    }
+
+    @Test func aStoreFolderThatIsALinkIsRefused() throws {
+        let p = try CLIProject()
+        let elsewhere = TemporaryFolder(prefix: "elsewhere")
+        #expect(symlink(elsewhere.path, p.storeFolder) == 0)
+        let r = p.run("enqueue", "plain")
+        #expect(r.status == 74, "\(r)")
+        #expect(r.err.contains("is a symbolic link"), "\(r.err)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: elsewhere.path).isEmpty, "nothing written through the link")
+    }
+
+    @Test func aStoreFolderOpenToOthersIsTightened() async throws {
+        let p = try CLIProject()
+        try FileManager.default.createDirectory(
+            atPath: p.storeFolder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o777])
+        chmod(p.storeFolder, 0o777)
+        let r = try await p.outbox(["enqueue", "plain"])
+        #expect(r.exitCode == 0, "\(r)")
+        #expect(r.stderr.contains("was open to others (mode 777); it is 0700 now"), "\(r.stderr)")
+        let mode = (try FileManager.default.attributesOfItem(atPath: p.storeFolder)[.posixPermissions] as? Int) ?? 0
+        #expect(mode == 0o700)
+    }
+}
