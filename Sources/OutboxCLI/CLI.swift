@@ -329,7 +329,13 @@ package enum CLI {
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.explain(&i) }),
             CommandInfo(
                 path: ["audit"], summary: "check the store's invariants",
-                options: [json], handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.audit(&i) }),
+                options: [
+                    json,
+                    OptionSpec(
+                        name: "fix", valueName: nil,
+                        help: "first remove staged bodies no entry owns (left by a killed process), when no enqueue is staging"),
+                ],
+                handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.audit(&i) }),
             CommandInfo(
                 path: ["completion"], summary: "print a shell completion script (bash|zsh|fish)",
                 positionals: "bash|zsh", minPositionals: 1, maxPositionals: 1,

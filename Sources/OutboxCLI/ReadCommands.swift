@@ -262,7 +262,11 @@ enum ReadCommands {
     }
 
     static func audit(_ i: inout Invocation) throws(OutboxError) -> Int32 {
-        let problems = try i.project().store().audit()
+        let store = try i.project().store()
+        if i.args.flag("fix") {
+            for path in try store.cleanOrphans() { i.console.err("outbox: removed \(path) (a staged body no entry owns)") }
+        }
+        let problems = try store.audit()
         if i.json {
             i.console.out(JSON.object([("ok", .bool(problems.isEmpty)), ("problems", .array(problems.map { .string($0) }))]).serialized())
         } else if problems.isEmpty {

@@ -225,6 +225,9 @@ package final class Runner {
         for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) left by an earlier runner", level: .warn)
         }
+        for path in try store.cleanOrphans() {
+            log("outbox: removed \(path): a staged body no entry owns (left by a process that was killed)", level: .warn)
+        }
         try store.markUnhandled(keys: Set(definitions.definitions.keys))
         for key in definitions.brokenKeys.keys.sorted() {
             log("outbox: the definition of \(key) has errors: its outcomes are held until it is fixed (outbox check)", level: .warn)

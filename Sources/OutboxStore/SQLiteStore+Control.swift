@@ -308,3 +308,39 @@ enum FileIO {
         _ = text.withCString { write(2, $0, strlen($0)) }
     }
 }
+
+extension SQLiteStore {
+    /// Held shared by every process while it stages bodies and commits them; `cleanOrphans`
+    /// needs it alone, so it never takes the files of an enqueue in progress for orphans.
+    final class StagingLock {
+        private var fd: Int32
+        init(fd: Int32) { self.fd = fd }
+        deinit { if fd >= 0 { close(fd) } }
+    }
+
+    func stagingLock(exclusive: Bool) -> StagingLock? {
+        let fd = open(Paths.join(folder, "staging.lock"), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return nil }
+        let operation = exclusive ? LOCK_EX | LOCK_NB : LOCK_SH
+        while flock(fd, operation) != 0 {
+            if errno == EINTR { continue }
+            close(fd)
+            return nil
+        }
+        return StagingLock(fd: fd)
+    }
+
+    package func cleanOrphans() throws(OutboxError) -> [String] {
+        guard let lock = stagingLock(exclusive: true) else { return [] }
+        defer { withExtendedLifetime(lock) {} }
+        let known = Set(try list(ListFilter()).flatMap(\.body.files))
+        var removed: [String] = []
+        for name in Paths.list(staging.bodiesDir) ?? [] {
+            let path = Paths.join(staging.bodiesDir, name)
+            guard !known.contains(path) else { continue }
+            if unlink(path) == 0 { removed.append(path) }
+        }
+        if !removed.isEmpty { _ = csystem_fsync_dir(staging.bodiesDir) }
+        return removed
+    }
+}

@@ -8,7 +8,11 @@ extension SQLiteStore {
     /// Bodies are staged before the transaction; on any failure every staged file is removed
     /// (or moved back) and nothing is committed.
     package func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        // Shared with other enqueues; keeps orphan cleaning away from files not yet committed.
+        let lock = stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(batch)
+        Fault.point("enqueue.staged")
         let results: [EnqueueResult]
         do throws(OutboxError) {
             results = try db.transaction { () throws(OutboxError) -> [EnqueueResult] in

@@ -98,6 +98,8 @@ extension SQLiteStore {
             if case let .settle(s) = change { return s.followUps }
             return []
         }
+        let lock = stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(followUps)
         var remove: [String] = []
         // Follow-ups are enqueued only with a settle that applied: a settle fenced out (its
@@ -320,6 +322,8 @@ extension SQLiteStore {
     /// completed or cancelled entry of that generation, all in one transaction. An older
     /// generation's acknowledgement never forgets a newer generation.
     package func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
+        let lock = stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(followUps)
         var remove: [String] = []
         do throws(OutboxError) {

@@ -31,6 +31,9 @@ package protocol Store: AnyObject {
     func pendingTotals() throws(OutboxError) -> PendingTotals
     /// Problems with the store's invariants (empty when all hold).
     func audit() throws(OutboxError) -> [String]
+    /// Removes staged files no entry owns (left by a process killed while it staged), when
+    /// no enqueue is staging right now; returns what it removed.
+    func cleanOrphans() throws(OutboxError) -> [String]
 
     // MARK: Control by other commands
 

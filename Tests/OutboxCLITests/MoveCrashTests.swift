@@ -67,3 +67,35 @@ struct MoveCrashTests {
         #expect(files.keys.allSatisfy { FileManager.default.fileExists(atPath: $0) })
     }
 }
+
+/// A copy staged by an enqueue that was killed before its commit is an orphan: `audit`
+/// reports it, `audit --fix` and the next runner remove it, never the files of an enqueue
+/// still staging.
+struct OrphanTests {
+    @Test func anOrphanStagedByAKilledEnqueueIsCleaned() async throws {
+        let p = try CLIProject()
+        _ = try p.write(
+            "definitions/cp.yaml",
+            """
+            key: cp
+            request: { method: PUT, url: "https://x.example/a", file: "{{ vars.path }}", ownership: copy }
+            """)
+        _ = try p.write("data/big.bin", String(repeating: "x", count: 100_000))
+        let killed = try await p.outbox(
+            ["enqueue", "cp", "--vars", #"{"path": "data/big.bin"}"#], environment: ["OUTBOX_FAULT": "enqueue.staged"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        let bodies = p.storeFolder + "/bodies"
+        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).count == 1, "the staged copy is left")
+        let audit = p.run("audit")
+        #expect(audit.status == 74)
+        #expect(audit.out.contains("orphan staged file"), "\(audit.out)")
+        let fixed = p.run("audit", "--fix")
+        #expect(fixed.status == 0, "\(fixed)")
+        #expect(fixed.err.contains("removed \(bodies)/"), "\(fixed.err)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).isEmpty)
+        // An entry's own body is never taken for an orphan.
+        #expect(p.run("enqueue", "cp", "--vars", #"{"path": "data/big.bin"}"#).status == 0)
+        #expect(p.run("audit", "--fix").status == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).count == 1)
+    }
+}
