@@ -100,3 +100,27 @@ struct HookOutputCapTests {
         #expect(p.server.requests(path: "/status/200").map(\.path).filter { $0.hasSuffix("child") }.count == 1)
     }
 }
+
+/// A referenced file rewritten while it was being sent is checked again after the last
+/// byte: the entry settles error, kind `file`, not `completed` with mixed bytes.
+struct ReferenceRewrittenTests {
+    @Test func aFileRewrittenDuringItsUploadSettlesErrorFile() async throws {
+        let p = try Project(definitions: ["f": fileDefinition("f", ownership: "reference")])
+        defer { p.server.release("up") }
+        let path = p.base + "/ref.bin"
+        try Data(String(repeating: "r", count: 10_000).utf8).write(to: URL(fileURLWithPath: path))
+        let vars = JSON.object([("url", .string(p.url("/hold/up/status/200"))), ("path", .string(path))]).serialized()
+        #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", "ref"]).exitCode == 0)
+        let runner = try p.start(["run", "--drain"])
+        // The server has read the whole body and holds its answer: then the file changes.
+        #expect(await p.server.waitForHeld("up"))
+        try Data(String(repeating: "R", count: 10_001).utf8).write(to: URL(fileURLWithPath: path))
+        p.server.release("up")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 1, "\(finished.description)")
+        let hook = try #require(p.deliveries("ref").first)
+        #expect(hook.string("stdin.outcome") == "error")
+        #expect(hook.string("stdin.error.kind") == "file")
+        #expect(hook.string("stdin.error.message")?.contains("while it was being sent") == true)
+    }
+}

@@ -79,6 +79,16 @@ extension Runner {
             return
         }
         if case .success = klass {
+            // A referenced file rewritten while this part was read: the part may hold mixed
+            // bytes, so it is not accepted and the entry stops.
+            if Self.expectedFile(entry) != nil, !job.failed, let problem = payloadProblem(entry) {
+                flights.partJobs[entry.id] = job
+                stopParts(entry.id)
+                settleError(
+                    entry, kind: .file, message: "\(problem), while part \(index + 1) was being sent", state: .error, reason: "file")
+                releaseStoppedParts(entry.id)
+                return
+            }
             // Durable the moment it is classified: flushed in this turn's transaction.
             recordPartAccepted(&job, position: position, result: result)
         }

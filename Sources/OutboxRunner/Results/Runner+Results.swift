@@ -116,6 +116,13 @@ extension Runner {
         entry.bytesSent = result.bytesSent
         switch klass {
         case .success:
+            // A referenced file rewritten while it was read may have sent a mix of old and
+            // new bytes: checked again after the last byte, it must still be the same file.
+            if Self.expectedFile(entry) != nil, let problem = payloadProblem(entry) {
+                let error = OutcomePayloads.error(.file, "\(problem), while it was being sent", status: result.status)
+                settleWithError(entry, error: error, response: result, state: .error, reason: "file", requestID: flight.requestID)
+                return
+            }
             settleSuccess(entry, result: result, parts: nil, requestID: flight.requestID)
         case let .retry(reason):
             let next = Backoff.nextAttemptAt(
