@@ -188,7 +188,8 @@ package final class Runner {
 
             if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && delivery.hooksRunning.isEmpty {
                 let due = try store.dueTimes(deliverableKeys: Set(definitions.definitions.keys))
-                if Scheduler.drainIsOver(due: due, now: now, horizonEnd: horizonEnd) { break }
+                // A refresh that may send parked entries again runs before the drain ends.
+                if Scheduler.drainIsOver(due: due, now: now, horizonEnd: horizonEnd), try !authRefreshDue(now: now) { break }
             }
             progressDisplay?.draw(summary: summary, flights: flights.byToken.count, running: flights.running.count)
 

@@ -36,4 +36,11 @@ extension Runner {
         readAhead.discard()  // parked entries are queued again, with the new headers
         log("outbox: auth_refresh_command updated \(headers.map(\.0).joined(separator: ", ")) (header generation \(generation))")
     }
+
+    /// Whether `refreshAuthIfNeeded` would run now: a command, parked entries, and the
+    /// once-a-minute limit passed.
+    func authRefreshDue(now: Int64) throws(OutboxError) -> Bool {
+        guard config.authRefreshCommand != nil, now - lastAuthRefresh >= 60_000 else { return false }
+        return (try store.counts().states[.awaitingAuth] ?? 0) > 0
+    }
 }

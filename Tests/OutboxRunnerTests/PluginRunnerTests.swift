@@ -1,0 +1,59 @@
+import Foundation
+import OutboxModel
+import TestSupport
+import Testing
+
+/// Plugins through a live runner: `auth_refresh_command` in a drain, and a hook's
+/// `warn_after` and `timeout`.
+struct PluginRunnerTests {
+    @Test func anAuthRefreshInADrainSendsTheParkedEntryInTheSameRun() async throws {
+        let refresh = #"""
+            #!/bin/sh
+            cat > hooks/refresh-input.json
+            printf '{"Authorization": "Bearer fresh"}'
+
+            """#
+        let p = try Project(
+            config: fastConfig + "auth_refresh_command: [hooks/refresh.sh]\nheaders: { Authorization: \"Bearer stale\" }\n",
+            definitions: ["t": definition("t")], hooks: ["refresh.sh": refresh])
+        p.server.script("/auth", [.status(401), .status(200)])
+        try await p.enqueue("t", path: "/auth", id: "a")
+        let run = try await p.drain(["--json"], failures: 0)
+        #expect(run.json?.int("completed") == 1, "\(run.stdout)")
+        let requests = p.server.requests(path: "/auth")
+        #expect(requests.map { $0.header("authorization") } == ["Bearer stale", "Bearer fresh"])
+        let input = try #require(p.read("hooks/refresh-input.json"))
+        #expect(try JSON.parse(input)["entries"]?.arrayValue?.first?["id"] == .string("a"))
+        #expect(p.deliveries("a").first?.string("stdin.outcome") == "completed")
+    }
+
+    @Test func aSlowHookIsWarnedAboutAndWaitedFor() async throws {
+        // Runs until the test lets it go, after the warning was seen.
+        let slow = "#!/bin/sh\ncat > /dev/null\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\n"
+        let p = try Project(
+            config: fastConfig + "hooks: { warn_after: 100ms }\n",
+            definitions: ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)], hooks: ["slow.sh": slow])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let runner = try p.start(["run", "--drain"])
+        await eventually("the warning") {
+            runner.stderrSoFar.contains("the hook for a") && runner.stderrSoFar.contains("runs longer than 100ms")
+        }
+        _ = try p.write("hooks/go", "")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0, "waited for, then acknowledged: \(finished.description)")
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func aHookPastItsTimeoutIsStoppedAndItsDeliveryFails() async throws {
+        let p = try Project(
+            config: fastConfig + "hooks: { timeout: 300ms }\n",
+            definitions: ["t": definition("t", top: "on_success: hooks/hang.sh", hooks: false)],
+            hooks: ["hang.sh": "#!/bin/sh\ncat > /dev/null\nexec sleep 600\n"])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.drain(["--horizon", "0s", "--json"], failures: 4)
+        #expect(run.stderr.contains("the hook ran past hooks.timeout and was stopped for a"), "\(run.stderr)")
+        #expect(run.json?.at("failed")?["hook_failures"] == .array([.string("a")]))
+        let row = try #require(try await p.list().first)
+        #expect(row.string("state") == "completed", "sent once; its outcome waits for a hook that finishes")
+    }
+}
