@@ -607,3 +607,17 @@ struct HostileFileTests {
         #expect(mode == 0o700)
     }
 }
+
+/// `wifi-only` takes on or off; anything else is a usage error that changes nothing.
+struct WifiOnlyTests {
+    @Test(arguments: ["maybe", "ON", "1", ""])
+    func anythingButOnOrOffIsAUsageError(_ value: String) throws {
+        let p = try CLIProject()
+        _ = try p.enqueue("plain", vars: "{}")
+        let before = try p.sqlite("SELECT name, value FROM settings")
+        let r = p.run("wifi-only", value)
+        #expect(r.status == 64, "\(r)")
+        #expect(r.err.contains("wifi-only takes on or off"))
+        #expect(try p.sqlite("SELECT name, value FROM settings") == before)
+    }
+}
