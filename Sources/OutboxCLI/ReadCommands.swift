@@ -171,6 +171,7 @@ enum ReadCommands {
         }
         states[.queued] = queued - paused
         states[.paused] = paused
+        let heldHosts = try store.heldHosts()
         if i.args.flag("prometheus") {
             var lines = ["# HELP outbox_entries Entries in the store by state.", "# TYPE outbox_entries gauge"]
             for state in EntryState.allCases {
@@ -179,6 +180,8 @@ enum ReadCommands {
             lines += [
                 "# HELP outbox_outcomes_pending Outcomes not yet acknowledged by a hook.",
                 "# TYPE outbox_outcomes_pending gauge", "outbox_outcomes_pending \(pending)",
+                "# HELP outbox_held_hosts Hosts held after connection failures.",
+                "# TYPE outbox_held_hosts gauge", "outbox_held_hosts \(heldHosts.count)",
             ]
             let text = lines.joined(separator: "\n") + "\n"
             if let output = i.args.value("output") {
@@ -196,11 +199,13 @@ enum ReadCommands {
                 JSON.object([
                     ("entries", .object(EntryState.allCases.map { ($0.rawValue, .int64(states[$0] ?? 0)) })),
                     ("outcomes_pending", .int64(pending)),
+                    ("held_hosts", .array(heldHosts.map { .string($0) })),
                 ]).serialized())
         } else {
             var table = [["STATE", "ENTRIES"]]
             for state in EntryState.allCases { table.append([state.rawValue, String(states[state] ?? 0)]) }
             table.append(["outcomes pending", String(pending)])
+            for host in heldHosts { table.append(["held host", host]) }
             i.console.out(formatTable(table))
         }
         return 0
@@ -245,6 +250,10 @@ enum ReadCommands {
             }
         }
         if e.state == .queued, e.reason == HoldReason.wifi.rawValue { reasons.append("it is waiting for Wi-Fi") }
+        let host = URLCheck.hostKey(e.request.url ?? "")
+        if e.state == .queued, try store.heldHosts().contains(host) {
+            reasons.append("its host \(host) is held after connection failures: one request at a time probes it until it answers")
+        }
         if project.definitions.definitions[e.key] == nil {
             reasons.append("no definition has its key \(e.key): its outcome will wait (unhandled-key)")
         }

@@ -84,6 +84,9 @@ package struct Config: Sendable {
     /// How long a Wi-Fi check's answer holds: the check runs at most once per interval for
     /// the whole queue.
     package var wifiIntervalMs: Int64 = 30_000
+    /// Consecutive connection failures (no HTTP answer) after which a host is held: one
+    /// probe request at a time until it answers. 0 never holds a host.
+    package var hostHoldAfter = 5
     /// How long a plugin (request_command, headers_command, auth_refresh_command, a response
     /// parser, the Wi-Fi check) may run before it is stopped and counted as failed.
     package var pluginTimeoutMs: Int64 = 30_000
@@ -108,7 +111,7 @@ package struct Config: Sendable {
     static let fieldNames = [
         "root", "store", "definitions", "lifetime", "max_vars_bytes", "max_response_bytes", "retry",
         "headers", "headers_command", "auth_refresh_command", "redact_headers", "events", "account",
-        "concurrency", "per_host", "part_concurrency", "hooks", "network", "timeouts", "tls", "plugins",
+        "concurrency", "per_host", "part_concurrency", "hooks", "network", "timeouts", "tls", "plugins", "hosts",
     ]
 
     /// Finds the config: `explicit` (from --config or OUTBOX_CONFIG), else
@@ -193,6 +196,9 @@ package struct Config: Sendable {
             if let v = reader.int(h["concurrency"], "hooks.concurrency", range: 1...256) { hookConcurrency = Int(v) }
             if let v = reader.duration(h["warn_after"], "hooks.warn_after") { hookWarnAfterMs = v }
             if let t = h["timeout"], t.scalar != .null { hookTimeoutMs = reader.duration(t, "hooks.timeout") }
+        }
+        if let n = f["hosts"], let h = reader.fields(n, allowed: ["hold_after"], context: "hosts") {
+            if let v = reader.int(h["hold_after"], "hosts.hold_after", range: 0...1000) { hostHoldAfter = Int(v) }
         }
         if let n = f["plugins"], let pl = reader.fields(n, allowed: ["timeout"], context: "plugins") {
             if let v = reader.duration(pl["timeout"], "plugins.timeout") { pluginTimeoutMs = max(1, v) }

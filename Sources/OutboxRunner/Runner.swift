@@ -45,6 +45,8 @@ package final class Runner {
     var lastAuthRefresh: Int64 = -60_000
     /// The Wi-Fi check's last answer, shared by every wifi-only entry.
     var wifiGate: WifiGate
+    /// Hosts held after connection failures.
+    var hostHealth: HostHealth
     /// Settles of this turn, reported (state events, summary) once the store has applied
     /// them: a settle that another process's cancel beat is reported as that cancel.
     var pendingSettles: [(entry: Entry, state: EntryState, reason: String?)] = []
@@ -70,6 +72,7 @@ package final class Runner {
         self.logger = logger
         lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))")
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
+        hostHealth = HostHealth(holdAfter: config.hostHoldAfter)
         scheduler = Scheduler(
             limits: SchedulerLimits(
                 concurrency: config.concurrency, perHost: config.perHost,
@@ -202,6 +205,10 @@ package final class Runner {
         // Entries we hold go back in the queue, keeping accepted parts.
         for id in flights.running.keys { changes.append(.requeue(entryID: id)) }
         try flush(now: Identifiers.nowMs())
+        if !hostHealth.held.isEmpty {
+            try store.setHeldHosts([])
+            try store.releaseHolds(now: Identifiers.nowMs(), reasons: [.host])
+        }
         store.checkpoint()
         summary.elapsedMs = Identifiers.monotonicMs() - started
         summary.remaining = Int(try store.counts().remaining)
@@ -218,11 +225,13 @@ package final class Runner {
     /// and marks outcomes that no definition handles. Entries an earlier runner held back
     /// for its Wi-Fi or account are looked at again.
     func recoverFromEarlierRunners() throws(OutboxError) {
+        // Holds are this runner's to make: an earlier runner's say nothing about now.
+        try store.setHeldHosts([])
         let requeued = try store.requeueAbandoned(lease: lease, now: Identifiers.nowMs())
         if requeued > 0 {
             log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") left running by an earlier runner back in the queue")
         }
-        try store.releaseHolds(now: Identifiers.nowMs())
+        try store.releaseHolds(now: Identifiers.nowMs(), reasons: HoldReason.allCases)
         for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) left by an earlier runner", level: .warn)
         }

@@ -56,6 +56,7 @@ package enum RunnerChange: Sendable {
 package enum HoldReason: String, Sendable, CaseIterable {
     case wifi = "waiting for Wi-Fi"
     case account = "waiting for its account"
+    case host = "waiting for its host to answer"
 }
 
 /// What `apply` did that its caller cannot know in advance.

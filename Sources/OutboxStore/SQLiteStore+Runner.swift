@@ -15,9 +15,9 @@ extension SQLiteStore {
         }
     }
 
-    /// Entries held by an earlier runner are due now (see `Store.releaseHolds`).
-    package func releaseHolds(now: Int64) throws(OutboxError) {
-        let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
+    /// Entries held for `reasons` are due now (see `Store.releaseHolds`).
+    package func releaseHolds(now: Int64, reasons: [HoldReason]) throws(OutboxError) {
+        let held = JSON.array(reasons.map { .string($0.rawValue) }).serialized()
         try db.run(
             """
             UPDATE entries SET next_attempt_at = ?, reason = NULL, updated_at = ?

@@ -245,6 +245,17 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         }
     }
 
+    static let heldHostsSetting = "held_hosts"
+
+    package func heldHosts() throws(OutboxError) -> [String] {
+        guard let text = try setting(Self.heldHostsSetting) else { return [] }
+        return (try Self.storedJSON(text, what: "held hosts").arrayValue ?? []).compactMap(\.stringValue)
+    }
+
+    package func setHeldHosts(_ hosts: [String]) throws(OutboxError) {
+        try setSetting(Self.heldHostsSetting, hosts.isEmpty ? nil : JSON.array(hosts.sorted().map { .string($0) }).serialized())
+    }
+
     package func setQueuePaused(_ paused: Bool) throws(OutboxError) {
         try setSetting(Self.queuePausedSetting, paused ? "1" : nil)
     }

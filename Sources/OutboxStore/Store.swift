@@ -53,6 +53,10 @@ package protocol Store: AnyObject {
     /// Merges a header patch into every entry, bumps the header generation and resumes
     /// awaiting-auth entries. Returns the new generation.
     func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64
+    /// Hosts the runner holds after connection failures (one probe at a time), for `explain`
+    /// and `stats`; the runner sets them as they change.
+    func heldHosts() throws(OutboxError) -> [String]
+    func setHeldHosts(_ hosts: [String]) throws(OutboxError)
     /// Changes whenever another process commits; a runner polls it to notice new work.
     func dataVersion() throws(OutboxError) -> Int64
 
@@ -63,10 +67,10 @@ package protocol Store: AnyObject {
     /// Puts entries left running by runners that are gone back in the queue, keeping
     /// accepted parts. Returns how many.
     func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int
-    /// Makes entries an earlier runner held back (`HoldReason`: off Wi-Fi, no account) due
-    /// now, without their reason: the hold judged that runner's Wi-Fi and account, and a
-    /// new runner judges its own at once.
-    func releaseHolds(now: Int64) throws(OutboxError)
+    /// Makes entries held back for `reasons` (off Wi-Fi, no account, a held host) due now,
+    /// without their reason: a new runner judges its own Wi-Fi, account and hosts at once,
+    /// and a held host's entries are looked at again when its probe ends.
+    func releaseHolds(now: Int64, reasons: [HoldReason]) throws(OutboxError)
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and
     /// scopes; `excluding` are ids the runner holds or has read already.
     func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry]

@@ -74,6 +74,7 @@ struct ConfigTests {
             network: { wifi_check: plugins/wifi }
             timeouts: { connect: 10s, stall: { below: 2KiB, for: 90s } }
             tls: { ca_file: certs/ca.pem }
+            hosts: { hold_after: 3 }
 
             """
         let config = try loadConfig(text, in: folder).get()
@@ -108,6 +109,7 @@ struct ConfigTests {
         #expect(config.stallBelowBytes == 2048)
         #expect(config.stallForMs == 90_000)
         #expect(config.caFile == root + "/certs/ca.pem")
+        #expect(config.hostHoldAfter == 3)
     }
 
     @Test func rootMovesTheProjectAndRelativePaths() throws {
@@ -182,6 +184,12 @@ struct ConfigTests {
         BadCase(
             name: "number out of range", yaml: "per_host: 0\n", line: 1, column: 11,
             message: "per_host must be between 1 and 256, not 0"),
+        BadCase(
+            name: "hosts.hold_after out of range", yaml: "hosts: { hold_after: -1 }\n", line: 1, column: 22,
+            message: "hosts.hold_after must be between 0 and 1000, not -1"),
+        BadCase(
+            name: "unknown field in hosts", yaml: "hosts: { hold: 3 }\n", line: 1, column: 10,
+            message: "unknown field \"hold\" in hosts"),
         BadCase(
             name: "list for a mapping", yaml: "retry: [1, 2]\n", line: 1, column: 8,
             message: "retry must be a mapping, not a list"),

@@ -128,6 +128,28 @@ func jsonLines(_ path: String) -> [JSON] {
     return text.split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
 }
 
+/// A loopback port bound but not listening: connections to it are refused, and no other
+/// socket can take it meanwhile (a client's ephemeral port, another test's server). Start
+/// the server on the port first (both allow address reuse), then close the descriptor.
+func refusingPort() throws -> (descriptor: Int32, port: Int) {
+    let blocker = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    try #require(blocker >= 0)
+    var one: Int32 = 1
+    setsockopt(blocker, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafeMutablePointer(to: &address) { pointer in
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            bind(blocker, $0, length) == 0 && getsockname(blocker, $0, &length) == 0
+        }
+    }
+    try #require(bound)
+    return (blocker, Int(UInt16(bigEndian: address.sin_port)))
+}
+
 func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
 /// True when the process is gone or a zombie.

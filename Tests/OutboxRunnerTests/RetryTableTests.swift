@@ -177,22 +177,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
 
     @Test func connectionRefusedIsRetriedUntilTheServerComesUp() async throws {
         let p = try Project(definitions: ["t": definition("t")])
-        // A port bound but not listening: connections are refused, and no other test's server
-        // can take the port meanwhile (closing it would let one, and a request would hang there).
-        let blocker = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #expect(blocker >= 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(blocker, $0, length) == 0 && getsockname(blocker, $0, &length) == 0
-            }
-        }
-        #expect(bound)
-        let port = Int(UInt16(bigEndian: address.sin_port))
+        let (blocker, port) = try refusingPort()
         let vars = JSON.object([("url", .string("http://127.0.0.1:\(port)/up")), ("tag", .string("a"))]).serialized()
         #expect(try await p.outbox(["enqueue", "t", "--vars", vars, "--id", "refused"]).exitCode == 0)
 
@@ -207,8 +192,8 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         #expect(row.string("state") == "queued")
         #expect(p.hookLog.isEmpty)
 
-        close(blocker)
         let server = try TestHTTPServer(port: port)
+        close(blocker)
         defer { server.stop() }
         try await p.drain()
         #expect(server.requests(path: "/up").count == 1)

@@ -98,6 +98,7 @@ extension Runner {
         var checks = ClaimChecks(now: now, control: control, currentAccount: factory.account(), busyScopes: flights.busyScopes)
         checks.onWifi = { [self] in wifiGate.isOnWifi(now: now, check: onWifi) }
         checks.wifiRecheckAt = wifiGate.nextCheck(now: now)
+        checks.heldHosts = hostHealth.held
         checks.payloadProblem = { [self] in payloadProblem($0) }
         let plan = scheduler.claims(readAhead.ready, slots: &slots, checks: checks)
         flights.slots.hostLoad = slots.hostLoad

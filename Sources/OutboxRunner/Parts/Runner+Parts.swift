@@ -19,7 +19,7 @@ extension Runner {
             }
             let decision = scheduler.nextParts(
                 of: entry, parts: job.parts, inFlight: job.inFlight, hostLoad: flights.slots.hostLoad,
-                now: now, stop: partStop(entry, now: now), payloadProblem: { payloadProblem(entry) })
+                now: now, stop: partStop(entry, now: now), heldHosts: hostHealth.held, payloadProblem: { payloadProblem(entry) })
             switch decision {
             case .complete:
                 flights.partJobs[id] = nil

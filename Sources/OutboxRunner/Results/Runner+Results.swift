@@ -75,6 +75,7 @@ extension Runner {
             }
             return
         }
+        try noteHostHealth(flight.host, entry: entry, result: result)
         if let failure = result.failure, failure.kind == .file, flight.partIndex == nil {
             // The referenced file went missing or changed before its request started (it
             // waited as a standby request): settled like the check at claim, nothing was sent.
@@ -151,6 +152,32 @@ extension Runner {
             changes.append(.park(entryID: entry.id))
             emitState(entry, state: .awaitingAuth, reason: "auth")
             summary.parked += 1
+        }
+    }
+
+    /// Holds a host after consecutive connection failures, and releases it at its first
+    /// answer. Entries waiting for a held host are looked at again whenever a request to it
+    /// ends: released, or held until the next probe.
+    func noteHostHealth(_ host: String, entry: Entry, result: HTTPResult) throws(OutboxError) {
+        let connectionFailed = result.status == nil && [.network, .timeout].contains(result.failure?.kind)
+        let wasHeld = hostHealth.held[host] != nil
+        let change = hostHealth.record(
+            host: host, answered: result.status != nil, connectionFailed: connectionFailed, now: Identifiers.nowMs(),
+            backoff: entry.request.retry.backoff, random: Double.random(in: 0..<1))
+        switch change {
+        case let .held(host, failures):
+            log(
+                "outbox: holding \(host) after \(failures) connection failure\(failures == 1 ? "" : "s"): one request at a time until it answers",
+                level: .warn)
+        case let .released(host):
+            log("outbox: \(host) answers again; its entries go on")
+        case .probeFailed, nil:
+            break
+        }
+        if change != nil { try store.setHeldHosts(hostHealth.held.keys.sorted()) }
+        if wasHeld {
+            try store.releaseHolds(now: Identifiers.nowMs(), reasons: [.host])
+            readAhead.exhausted = false
         }
     }
 }

@@ -36,6 +36,8 @@ struct ClaimChecks {
     var onWifi: () -> Bool = { true }
     /// When an entry held for Wi-Fi is looked at again (the next check of the Wi-Fi gate).
     var wifiRecheckAt: Int64 = 0
+    /// Hosts held after connection failures, with when the next probe request may start.
+    var heldHosts: [String: Int64] = [:]
     /// Why the entry's bytes cannot be sent (a staged file gone, a referenced file changed), or nil.
     var payloadProblem: (Entry) -> String? = { _ in nil }
 }
@@ -121,6 +123,9 @@ struct Scheduler {
     static let standbyExpiryMarginMs: Int64 = 600_000
     /// How long an entry waiting for its account stays out of the queue before it is looked at again.
     static let accountRecheckMs: Int64 = 30_000
+    /// How long an entry for a held host waits while its probe is in flight; the probe's end
+    /// looks at it again sooner.
+    static let probeRecheckMs: Int64 = 60_000
 
     /// Decides the entries at the front of `ready`, updating `slots` for those that start.
     func claims(_ ready: ArraySlice<Entry>, slots: inout SlotState, checks: ClaimChecks) -> ClaimPlan {
@@ -161,6 +166,18 @@ struct Scheduler {
         // Where it would go first: the checks below (a stat of the file, among others) run
         // only for an entry that leaves the queue now, not for each one that waits.
         let host = URLCheck.hostKey(entry.request.url ?? "")
+        // A held host gets one probe at a time, in a free slot once its backoff is over: the
+        // others wait out of the read-ahead, no attempt spent, and are looked at again when
+        // the probe ends.
+        if let probeAt = checks.heldHosts[host] {
+            if Expiry.isExpired(now: checks.now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) { return .expire }
+            let probing = slots.hostLoad[host, default: 0] + slots.hostStandby[host, default: 0] > 0
+            if probing || checks.now < probeAt {
+                let until = probing ? checks.now + Self.probeRecheckMs : probeAt
+                return .holdBack(.host, until: min(until, entry.expiresAt ?? .max))
+            }
+            guard free > 0 else { return .hold }
+        }
         let standby: Bool
         if entry.isChunked {
             guard free > 0 else { return .hold }
@@ -223,7 +240,7 @@ struct Scheduler {
     /// wait, not every part once.
     func nextParts(
         of entry: Entry, parts: [StoredPart], inFlight: Set<Int>, hostLoad: [String: Int], now: Int64,
-        stop: PartStop? = nil, payloadProblem: () -> String?
+        stop: PartStop? = nil, heldHosts: [String: Int64] = [:], payloadProblem: () -> String?
     ) -> PartDecision {
         let pending = parts.filter { !$0.accepted && !inFlight.contains($0.index) }
         if pending.isEmpty && inFlight.isEmpty { return .complete }
@@ -239,6 +256,8 @@ struct Scheduler {
         for part in due where free > 0 {
             let host = URLCheck.hostKey(part.url)
             if load[host, default: 0] >= limits.perHost { continue }
+            // A held host: one part at a time, the probe.
+            if heldHosts[host] != nil && load[host, default: 0] > 0 { continue }
             load[host, default: 0] += 1
             start.append(part.index)
             free -= 1
@@ -279,4 +298,43 @@ struct WifiGate: Equatable {
 
     /// When the next check may run.
     func nextCheck(now: Int64) -> Int64 { checkedAt.map { max(now, $0 + intervalMs) } ?? now }
+}
+
+/// Consecutive connection failures per host, and the hosts held because of them: while a
+/// host is down, one request at a time probes it, spaced by the backoff of the probe's
+/// entry; the other entries for it wait without spending attempts; the first answer
+/// releases them all.
+struct HostHealth: Equatable {
+    let holdAfter: Int
+    private(set) var failures: [String: Int] = [:]
+    /// Held hosts, with when the next probe may start.
+    private(set) var held: [String: Int64] = [:]
+
+    init(holdAfter: Int) { self.holdAfter = holdAfter }
+
+    enum Change: Equatable {
+        case held(String, failures: Int)
+        case probeFailed(String, nextProbeAt: Int64)
+        case released(String)
+    }
+
+    /// Records one attempt's result: `answered` when any HTTP status came back,
+    /// `connectionFailed` when none did because the host could not be reached. `now`,
+    /// `backoff` and `random` space the probes of a held host.
+    mutating func record(
+        host: String, answered: Bool, connectionFailed: Bool, now: Int64, backoff: BackoffPolicy, random: Double
+    ) -> Change? {
+        if answered {
+            failures[host] = nil
+            return held.removeValue(forKey: host) != nil ? .released(host) : nil
+        }
+        guard connectionFailed, holdAfter > 0 else { return nil }
+        let count = failures[host, default: 0] + 1
+        failures[host] = count
+        guard count >= holdAfter else { return nil }
+        let next = now + Backoff.delay(failures: count - holdAfter + 1, policy: backoff, random: random)
+        let wasHeld = held[host] != nil
+        held[host] = next
+        return wasHeld ? .probeFailed(host, nextProbeAt: next) : .held(host, failures: count)
+    }
 }

@@ -18,6 +18,7 @@ struct SchedulerTests {
         var busyScopes: Set<String> = []
         var onWifi = true
         var wifiRecheckAt: Int64 = 0
+        var heldHosts: [String: Int64] = [:]
         var fileProblems: [String: String] = [:]
         let entries: [Entry]
         /// One decision per entry looked at, in queue order.
@@ -106,6 +107,26 @@ struct SchedulerTests {
             entries: [Sample.entry("s2", scope: "s"), Sample.entry("t1", scope: "t")],
             expected: [.hold, .start(host: a, standby: false)]),
         ClaimCase(
+            name: "a held host whose probe is due sends one entry; the others wait for it, other hosts go",
+            concurrency: 4, heldHosts: [a: Sample.now],
+            entries: [Sample.entry("a1"), Sample.entry("a2"), Sample.entry("b1", host: b)],
+            expected: [
+                .start(host: a, standby: false), .holdBack(.host, until: Sample.now + 60_000), .start(host: b, standby: false),
+            ]),
+        ClaimCase(
+            name: "a held host's entries wait for its next probe, no attempt spent", heldHosts: [a: Sample.now + 4_000],
+            entries: [Sample.entry("a1"), Sample.entry("a2", expiresIn: 1_000)],
+            expected: [.holdBack(.host, until: Sample.now + 4_000), .holdBack(.host, until: Sample.now + 1_000)]),
+        ClaimCase(
+            name: "a held host with a request in flight: the probe is that request", hostLoad: [a: 1], heldHosts: [a: Sample.now],
+            entries: [Sample.entry("a1")], expected: [.holdBack(.host, until: Sample.now + 60_000)]),
+        ClaimCase(
+            name: "a held host's probe needs a free slot, never standby", concurrency: 1, inFlight: 1, heldHosts: [a: Sample.now],
+            entries: [Sample.entry("a1"), Sample.entry("b1", host: b)], expected: [.hold, .start(host: b, standby: true)]),
+        ClaimCase(
+            name: "an expired entry of a held host settles", heldHosts: [a: Sample.now + 4_000],
+            entries: [Sample.entry("a1", expiresIn: -1)], expected: [.expire]),
+        ClaimCase(
             name: "two entries of one scope: only the first goes",
             entries: [Sample.entry("s1", scope: "s"), Sample.entry("s2", scope: "s")],
             expected: [.start(host: a, standby: false), .hold]),
@@ -118,6 +139,7 @@ struct SchedulerTests {
         var checks = ClaimChecks(now: Sample.now, control: c.control, currentAccount: c.account, busyScopes: c.busyScopes)
         checks.onWifi = { c.onWifi }
         checks.wifiRecheckAt = c.wifiRecheckAt
+        checks.heldHosts = c.heldHosts
         checks.payloadProblem = { c.fileProblems[$0.id] }
         let plan = scheduler.claims(ArraySlice(c.entries), slots: &slots, checks: checks)
         #expect(plan.decisions.map(\.decision) == c.expected)
@@ -202,6 +224,7 @@ struct SchedulerTests {
         var expiresIn: Int64?
         var fileProblem: String?
         var stop: PartStop?
+        var heldHosts: [String: Int64] = [:]
         let parts: [StoredPart]
         var inFlight: Set<Int> = []
         let expected: PartDecision
@@ -254,6 +277,13 @@ struct SchedulerTests {
             stop: .held(.wifi, until: Sample.now + 30_000), parts: [Sample.part(0, accepted: true), Sample.part(1)],
             expected: .stop(.held(.wifi, until: Sample.now + 30_000))),
         PartCase(
+            name: "a held host takes one part at a time", heldHosts: ["a.example": Sample.now], parts: (0..<3).map { Sample.part($0) },
+            expected: .send(parts: [0], giveBackUntil: nil)),
+        PartCase(
+            name: "a held host with a part in flight starts no other", hostLoad: ["a.example": 1],
+            heldHosts: ["a.example": Sample.now], parts: (0..<3).map { Sample.part($0) }, inFlight: [0],
+            expected: .send(parts: [], giveBackUntil: nil)),
+        PartCase(
             name: "a stop does not hold back a finished upload", stop: .paused, parts: [Sample.part(0, accepted: true)],
             expected: .complete),
         PartCase(
@@ -267,7 +297,7 @@ struct SchedulerTests {
         let entry = Sample.entry("c", chunked: true, expiresIn: c.expiresIn)
         let decision = scheduler.nextParts(
             of: entry, parts: c.parts, inFlight: c.inFlight, hostLoad: c.hostLoad, now: Sample.now,
-            stop: c.stop, payloadProblem: { c.fileProblem })
+            stop: c.stop, heldHosts: c.heldHosts, payloadProblem: { c.fileProblem })
         #expect(decision == c.expected)
     }
 
@@ -287,6 +317,42 @@ struct SchedulerTests {
         ] as [(DueTimes, Int64, Bool, String)])
     func aDrainEndsAtAHorizonFixedWhenItStarts(due: DueTimes, now: Int64, over: Bool, _ label: String) {
         #expect(Scheduler.drainIsOver(due: due, now: now, horizonEnd: Self.horizonEnd) == over, "\(label)")
+    }
+
+    // MARK: Host health
+
+    @Test func aHostIsHeldAfterConsecutiveConnectionFailuresAndReleasedByItsFirstAnswer() {
+        let policy = BackoffPolicy(baseMs: 1000, maxMs: 60_000, jitter: 0)
+        var health = HostHealth(holdAfter: 3)
+        func fail(_ host: String, at now: Int64) -> HostHealth.Change? {
+            health.record(host: host, answered: false, connectionFailed: true, now: now, backoff: policy, random: 0.5)
+        }
+        #expect(fail("a", at: 0) == nil)
+        #expect(fail("a", at: 0) == nil)
+        // An HTTP answer, even an error status, starts the count again.
+        #expect(health.record(host: "a", answered: true, connectionFailed: false, now: 0, backoff: policy, random: 0.5) == nil)
+        #expect(fail("a", at: 10) == nil)
+        #expect(fail("a", at: 10) == nil)
+        // A failure that is not about reaching the host (a TLS or file problem) counts for nothing.
+        #expect(health.record(host: "a", answered: false, connectionFailed: false, now: 10, backoff: policy, random: 0.5) == nil)
+        #expect(fail("b", at: 10) == nil)
+        #expect(fail("a", at: 10) == .held("a", failures: 3))
+        #expect(health.held == ["a": 1010])
+        // Each failed probe doubles the wait for the next one, as the entry's backoff would.
+        #expect(fail("a", at: 2000) == .probeFailed("a", nextProbeAt: 4000))
+        #expect(fail("a", at: 5000) == .probeFailed("a", nextProbeAt: 9000))
+        #expect(
+            health.record(host: "a", answered: true, connectionFailed: false, now: 9000, backoff: policy, random: 0.5) == .released("a"))
+        #expect(health.held.isEmpty)
+        #expect(fail("a", at: 9100) == nil)
+    }
+
+    @Test func holdAfterZeroNeverHoldsAHost() {
+        var health = HostHealth(holdAfter: 0)
+        for _ in 0..<50 {
+            #expect(health.record(host: "a", answered: false, connectionFailed: true, now: 0, backoff: BackoffPolicy(), random: 0.5) == nil)
+        }
+        #expect(health.held.isEmpty)
     }
 
     // MARK: Wi-Fi gate

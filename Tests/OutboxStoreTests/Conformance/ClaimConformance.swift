@@ -237,7 +237,7 @@ extension StoreConformance {
                     .attempt(entryID: "retried", generation: retried.generation, at: t0, payload: .object([]), requestID: "r"),
                     .reschedule(entryID: "retried", nextAttemptAt: t0 + 30_000, reason: "HTTP 503"),
                 ], now: t0)
-            try c.store.releaseHolds(now: t0 + 5)
+            try c.store.releaseHolds(now: t0 + 5, reasons: HoldReason.allCases)
             let w = try c.get("w")
             #expect(w.reason == nil)
             #expect(try c.store.dueEntries(now: t0 + 5, limit: 10, excluding: []).map(\.id) == ["w"])

@@ -1,0 +1,57 @@
+import Glibc
+import OutboxModel
+import TestSupport
+import Testing
+
+/// A host that does not answer is held: one probe at a time, the other entries for it wait
+/// without spending attempts, and entries for other hosts go on.
+struct HostHoldTests {
+    @Test func aDownHostIsHeldWhileOtherHostsGoOn() async throws {
+        // Probes 30 s apart: what is asserted while the host is held cannot change under the test.
+        // One failure holds the host: d1 fails, d2 (already waiting as standby) is the probe in
+        // flight, and d3 is never tried while the host is held.
+        let config = fastConfig + "concurrency: 1\nhosts: { hold_after: 1 }\n"
+        let p = try Project(
+            config: config,
+            definitions: ["t": definition("t", top: "retry:\n  backoff: { base: 30s, max: 1m, jitter: 0 }"), "ok": definition("ok")])
+        let (blocker, port) = try refusingPort()
+        let host = "127.0.0.1:\(port)"
+        for id in ["d1", "d2", "d3"] {
+            let vars = JSON.object([("url", .string("http://\(host)/up")), ("tag", .string(id))]).serialized()
+            #expect(try await p.outbox(["enqueue", "t", "--vars", vars, "--id", id]).exitCode == 0)
+        }
+        try await p.enqueue("ok", path: "/other", id: "other")
+
+        let runner = try p.start(["run"])
+        try await eventually("the host is held and the other host's entry delivered") {
+            let stats = try await p.outbox(["stats", "--json"]).json
+            let held = stats?["held_hosts"]?.arrayValue?.compactMap(\.stringValue) ?? []
+            guard held == [host], p.deliveries("other").count == 1 else { return false }
+            return try await p.list().contains { $0.string("id") == "d3" && $0.string("reason") == "waiting for its host to answer" }
+        }
+        // Held: the entry behind the failures was never tried, and `explain` says why.
+        #expect(try await p.show("d3")?.int("attempts") == 0)
+        let explain = try await p.outbox(["explain", "d3"])
+        #expect(explain.stdout.contains("its host \(host) is held after connection failures"), "\(explain.stdout)")
+        runner.signal(SIGTERM)
+        let run = await runner.wait()
+        #expect(run.exitCode == 0 && !run.timedOut, "run: \(run)")
+        #expect(run.stderr.contains("holding \(host) after 1 connection failure:"), "\(run.stderr)")
+        #expect(p.server.requests(path: "/other").count == 1)
+        // The runner's holds end with it: a later runner judges the host afresh.
+        #expect(try await p.outbox(["stats", "--json"]).json?["held_hosts"]?.arrayValue == [])
+        let rows = try await p.list()
+        #expect(rows.filter { $0.string("id")!.hasPrefix("d") }.allSatisfy { $0.string("state") == "queued" })
+        #expect(!rows.contains { $0.string("reason") == "waiting for its host to answer" })
+
+        // The host comes up: sent now, each entry once.
+        let server = try TestHTTPServer(port: port)
+        close(blocker)
+        defer { server.stop() }
+        #expect(try await p.outbox(["retry", "--key", "t"]).exitCode == 0)
+        try await p.drain()
+        #expect(server.requests(path: "/up").count == 3)
+        for id in ["d1", "d2", "d3"] { #expect(p.deliveries(id).first?.string("stdin.outcome") == "completed") }
+        #expect(p.deliveries("d3").first?.int("stdin.meta.attempts") == 1)
+    }
+}
