@@ -54,4 +54,33 @@ struct HostHoldTests {
         for id in ["d1", "d2", "d3"] { #expect(p.deliveries(id).first?.string("stdin.outcome") == "completed") }
         #expect(p.deliveries("d3").first?.int("stdin.meta.attempts") == 1)
     }
+
+    @Test func theFirstAnswerReleasesEveryEntryOfAHeldHost() async throws {
+        let config = fastConfig + "concurrency: 2\nhosts: { hold_after: 1 }\n"
+        let p = try Project(config: config, definitions: ["t": definition("t")])
+        let (blocker, port) = try refusingPort()
+        let host = "127.0.0.1:\(port)"
+        let ids = (1...6).map { "e\($0)" }
+        for id in ids {
+            let vars = JSON.object([("url", .string("http://\(host)/up")), ("tag", .string(id))]).serialized()
+            #expect(try await p.outbox(["enqueue", "t", "--vars", vars, "--id", id]).exitCode == 0)
+        }
+        let runner = try p.start(["run"])
+        try await eventually("the host is held") {
+            try await p.outbox(["stats", "--json"]).json?["held_hosts"]?.arrayValue == [.string(host)]
+        }
+        // The host comes up while the same runner holds it: a probe gets an answer and
+        // every entry goes, without waiting for a later run.
+        let server = try TestHTTPServer(port: port)
+        defer { server.stop() }
+        close(blocker)
+        try await eventually("every entry delivered") { ids.allSatisfy { p.deliveries($0).count == 1 } }
+        runner.signal(SIGTERM)
+        let run = await runner.wait()
+        #expect(run.exitCode == 0 && !run.timedOut, "run: \(run)")
+        #expect(run.stderr.contains("\(host) answers again"), "\(run.stderr)")
+        #expect(server.requests(path: "/up").count == ids.count)
+        for id in ids { #expect(p.deliveries(id).first?.string("stdin.outcome") == "completed") }
+        #expect(try await p.outbox(["stats", "--json"]).json?["held_hosts"]?.arrayValue == [])
+    }
 }
