@@ -145,6 +145,7 @@ extension SQLiteStore {
                     """
                     UPDATE entries SET request = ?, header_generation = ?, updated_at = ?,
                       state = CASE WHEN state = 'awaiting-auth' THEN 'queued' ELSE state END,
+                      reason = CASE WHEN state = 'awaiting-auth' THEN '\(headersUpdatedReason)' ELSE reason END,
                       next_attempt_at = CASE WHEN state = 'awaiting-auth' THEN ? ELSE next_attempt_at END
                     WHERE seq = ?
                     """, [.text(request.json.serialized()), .int(generation), .int(now), .int(now), .int(e.seq)])

@@ -51,7 +51,8 @@ package protocol Store: AnyObject {
     /// unknown ids are not errors. Returns the ids put back.
     func retry(ids: [String]?, key: String?, errors: Bool, now: Int64) throws(OutboxError) -> [String]
     /// Merges a header patch into every entry, bumps the header generation and resumes
-    /// awaiting-auth entries. Returns the new generation.
+    /// awaiting-auth entries (reason `headersUpdatedReason` until their next attempt).
+    /// Returns the new generation.
     func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64
     /// Hosts the runner holds after connection failures (one probe at a time), for `explain`
     /// and `stats`; the runner sets them as they change.
@@ -183,3 +184,6 @@ extension Store {
         try apply(changes, by: nil, now: now)
     }
 }
+
+/// The reason of an entry that a header update took out of awaiting-auth, until its next attempt.
+package let headersUpdatedReason = "headers updated"

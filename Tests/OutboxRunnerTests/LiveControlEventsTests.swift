@@ -3,7 +3,7 @@ import OutboxModel
 import TestSupport
 import Testing
 
-/// A pause or resume typed in another shell shows in a running runner's event stream.
+/// A pause, resume or headers update typed in another shell shows in a running runner's event stream.
 struct LiveControlEventsTests {
     @Test func pauseAndResumeByAnotherProcessAreStateEvents() async throws {
         let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["a": definition("a"), "b": definition("b")])
@@ -30,6 +30,24 @@ struct LiveControlEventsTests {
         let finished = await runner.wait(timeout: 60)
         #expect(finished.exitCode == 0, "\(finished.description)")
         #expect(Self.states(finished.stdout, "first").allSatisfy { $0 != "paused" }, "a running entry is not reported paused")
+    }
+
+    @Test func aHeadersUpdateByAnotherProcessIsAStateEvent() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/auth", [.status(401), .status(200)])
+        try await p.enqueue("t", path: "/auth", id: "a")
+        let runner = try p.start(["run", "--events", "-"])
+        try await eventually("parked awaiting-auth") { Self.states(runner.stdoutSoFar, "a").last == "awaiting-auth" }
+        #expect(try await p.outbox(["headers", "update", "Authorization: Bearer fresh"]).exitCode == 0)
+        try await eventually("sent again and delivered") { p.deliveries("a").count == 1 }
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(Self.states(finished.stdout, "a") == ["running", "awaiting-auth", "queued", "running", "completed"], "\(finished.stdout)")
+        let resumed = finished.stdout.split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
+            .first { $0["type"] == .string("state") && $0["state"] == .string("queued") }
+        #expect(resumed?.string("reason") == "headers updated")
+        #expect(p.server.requests(path: "/auth").map { $0.header("authorization") } == [nil, "Bearer fresh"])
     }
 
     static func states(_ stdout: String, _ id: String) -> [String] {

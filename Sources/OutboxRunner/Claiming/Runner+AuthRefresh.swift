@@ -33,6 +33,7 @@ extension Runner {
         }
         let generation = try store.updateHeaders(headers, now: now)
         control.headerGeneration = generation
+        try reportHeadersUpdate()
         readAhead.discard()  // parked entries are queued again, with the new headers
         log("outbox: auth_refresh_command updated \(headers.map(\.0).joined(separator: ", ")) (header generation \(generation))")
     }

@@ -26,6 +26,7 @@ extension Runner {
     /// A pause or resume by another process shows in the event stream: one state event for
     /// each queued entry it holds or releases (`paused`, or `queued` again).
     func reportControlChanges(from before: QueueControl) throws(OutboxError) {
+        if before.headerGeneration != control.headerGeneration { try reportHeadersUpdate() }
         var keys: Set<String>?
         if before.queuePaused == control.queuePaused {
             keys = before.pausedKeys.symmetricDifference(control.pausedKeys)
@@ -36,6 +37,16 @@ extension Runner {
             let isPaused = control.isPaused(key: entry.key)
             guard wasPaused != isPaused else { continue }
             emitState(entry, state: isPaused ? .paused : .queued, reason: isPaused ? "paused" : "resumed")
+        }
+    }
+
+    /// Entries the last header update took out of awaiting-auth are queued again: one state
+    /// event each.
+    func reportHeadersUpdate() throws(OutboxError) {
+        guard eventsEnabled || progressDisplay != nil else { return }
+        for entry in try store.list(ListFilter(state: EntryState.queued.rawValue))
+        where entry.reason == headersUpdatedReason && entry.headerGeneration == control.headerGeneration {
+            emitState(entry, state: .queued, reason: headersUpdatedReason)
         }
     }
 
