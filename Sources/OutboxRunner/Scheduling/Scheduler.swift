@@ -136,13 +136,18 @@ struct Scheduler {
         guard capacity > 0 else { return plan }
         var wifi: Bool?
         var scopes = checks.busyScopes
+        // Held hosts whose probe this plan starts (a chunked entry adds no load until its parts start).
+        var probing: Set<String> = []
         for (position, entry) in zip(ready.indices, ready) {
             guard free + standbyFree > 0, plan.taken < capacity + 2 else { break }
             plan.taken += 1
-            let decision = decide(entry, free: free, standbyFree: standbyFree, slots: slots, scopes: scopes, checks: checks, wifi: &wifi)
+            let decision = decide(
+                entry, free: free, standbyFree: standbyFree, slots: slots, scopes: scopes, probing: probing, checks: checks,
+                wifi: &wifi)
             plan.decisions.append((position, decision))
             guard case let .start(host, standby) = decision else { continue }
             if let scope = entry.scope { scopes.insert(scope) }
+            if checks.heldHosts[host] != nil { probing.insert(host) }
             if standby {
                 standbyFree -= 1
                 slots.standby += 1
@@ -158,7 +163,7 @@ struct Scheduler {
     }
 
     private func decide(
-        _ entry: Entry, free: Int, standbyFree: Int, slots: SlotState, scopes: Set<String>,
+        _ entry: Entry, free: Int, standbyFree: Int, slots: SlotState, scopes: Set<String>, probing: Set<String>,
         checks: ClaimChecks, wifi: inout Bool?
     ) -> ClaimDecision {
         if checks.control.isPaused(key: entry.key) { return .paused }
@@ -171,9 +176,9 @@ struct Scheduler {
         // the probe ends.
         if let probeAt = checks.heldHosts[host] {
             if Expiry.isExpired(now: checks.now, createdAt: entry.createdAt, expiresAt: entry.expiresAt) { return .expire }
-            let probing = slots.hostLoad[host, default: 0] + slots.hostStandby[host, default: 0] > 0
-            if probing || checks.now < probeAt {
-                let until = probing ? checks.now + Self.probeRecheckMs : probeAt
+            let inFlight = probing.contains(host) || slots.hostLoad[host, default: 0] + slots.hostStandby[host, default: 0] > 0
+            if inFlight || checks.now < probeAt {
+                let until = inFlight ? checks.now + Self.probeRecheckMs : probeAt
                 return .holdBack(.host, until: min(until, entry.expiresAt ?? .max))
             }
             guard free > 0 else { return .hold }

@@ -124,6 +124,12 @@ struct SchedulerTests {
             name: "a held host's probe needs a free slot, never standby", concurrency: 1, inFlight: 1, heldHosts: [a: Sample.now],
             entries: [Sample.entry("a1"), Sample.entry("b1", host: b)], expected: [.hold, .start(host: b, standby: true)]),
         ClaimCase(
+            name: "a held host's probe may be a chunked entry: then it is the only one", concurrency: 4, heldHosts: [a: Sample.now],
+            entries: [Sample.entry("c1", chunked: true), Sample.entry("c2", chunked: true), Sample.entry("a1")],
+            expected: [
+                .start(host: a, standby: false), .holdBack(.host, until: Sample.now + 60_000), .holdBack(.host, until: Sample.now + 60_000),
+            ]),
+        ClaimCase(
             name: "an expired entry of a held host settles", heldHosts: [a: Sample.now + 4_000],
             entries: [Sample.entry("a1", expiresIn: -1)], expected: [.expire]),
         ClaimCase(
