@@ -60,6 +60,9 @@ package struct HTTPRequest: Sendable {
     package var stallForMs: Int
     /// A CA bundle to trust instead of the system's; verification is always on.
     package var caFile: String?
+    /// A client certificate (PEM) and its key, sent when the server asks for one.
+    package var clientCert: String?
+    package var clientKey: String?
     /// Response body bytes kept; the rest is read and discarded (`bodyTruncated`).
     package var maxResponseBytes: Int
     package var userAgent: String

@@ -69,6 +69,10 @@ extension Transfer {
         if let caFile = request.caFile {
             try check(ccurl_setopt_str(easy, CURLOPT_CAINFO, caFile), "CAINFO")
         }
+        if let cert = request.clientCert, let key = request.clientKey {
+            try check(ccurl_setopt_str(easy, CURLOPT_SSLCERT, cert), "SSLCERT")
+            try check(ccurl_setopt_str(easy, CURLOPT_SSLKEY, key), "SSLKEY")
+        }
         try check(ccurl_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)), "HTTP_VERSION")
         // File bodies use libcurl's 64 KiB upload buffer: measured against 256 KiB and 1 MiB
         // (bench/upload), it is as fast for one big file and faster for many small ones,

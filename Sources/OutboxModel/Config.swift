@@ -96,6 +96,9 @@ package struct Config: Sendable {
     package var stallBelowBytes: Int64 = 1024
     package var stallForMs: Int64 = 60_000
     package var caFile: String?
+    /// A client certificate (PEM) and its private key, for servers that ask for one.
+    package var clientCert: String?
+    package var clientKey: String?
 
     package init(root: String) {
         self.root = root
@@ -216,9 +219,18 @@ package struct Config: Sendable {
                 if let v = reader.duration(st["for"], "timeouts.stall.for") { stallForMs = v }
             }
         }
-        if let n = f["tls"], let t = reader.fields(n, allowed: ["ca_file"], context: "tls") {
-            if let c = t["ca_file"], c.scalar != .null, let path = reader.string(c, "tls.ca_file") {
-                caFile = Paths.absolute(path, relativeTo: root)
+        if let n = f["tls"], let t = reader.fields(n, allowed: ["ca_file", "cert", "key"], context: "tls") {
+            var paths: [String: String] = [:]
+            for name in ["ca_file", "cert", "key"] {
+                if let c = t[name], c.scalar != .null, let path = reader.string(c, "tls.\(name)") {
+                    paths[name] = Paths.absolute(path, relativeTo: root)
+                }
+            }
+            caFile = paths["ca_file"]
+            (clientCert, clientKey) = (paths["cert"], paths["key"])
+            // A certificate is useless without its key, and the other way round.
+            if (clientCert == nil) != (clientKey == nil) {
+                reader.error(n.mark, "tls.cert and tls.key go together: give both or neither")
             }
         }
     }

@@ -160,6 +160,10 @@ private let httpsScript = #"""
     server.daemon_threads = True
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(sys.argv[1], sys.argv[2])
+    if len(sys.argv) > 3:
+        # Clients must show a certificate this file vouches for.
+        context.verify_mode = ssl.CERT_REQUIRED
+        context.load_verify_locations(sys.argv[3])
     server.socket = context.wrap_socket(server.socket, server_side=True)
     print(server.server_address[1], flush=True)
     server.serve_forever()
@@ -173,21 +177,11 @@ private final class HTTPSServer: @unchecked Sendable {
     let port: Int
     let certificate: String
 
-    init(folder: TempFolder) throws {
+    /// With `clientCA`, the server asks every client for a certificate signed by it.
+    init(folder: TempFolder, clientCA: String? = nil) throws {
         certificate = folder.path + "/cert.pem"
         let key = folder.path + "/key.pem"
-        let openssl = Process()
-        openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-        openssl.arguments = [
-            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", key, "-out", certificate, "-days", "2", "-subj", "/CN=outbox test",
-            "-addext", "subjectAltName=IP:127.0.0.1",
-        ]
-        openssl.standardOutput = FileHandle.nullDevice
-        openssl.standardError = FileHandle.nullDevice
-        try openssl.run()
-        openssl.waitUntilExit()
-        guard openssl.terminationStatus == 0 else { throw TestFailure("openssl req failed") }
+        try selfSignedCertificate(certificate, key: key, name: "outbox test", extra: ["-addext", "subjectAltName=IP:127.0.0.1"])
 
         let script = folder.path + "/https.py"
         try httpsScript.write(toFile: script, atomically: true, encoding: .utf8)
@@ -195,7 +189,7 @@ private final class HTTPSServer: @unchecked Sendable {
             FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")
             ? "/usr/bin/python3" : "/root/.pyenv/shims/python3"
         process.executableURL = URL(fileURLWithPath: python)
-        process.arguments = [script, certificate, key]
+        process.arguments = [script, certificate, key] + (clientCA.map { [$0] } ?? [])
         let out = Pipe()
         process.standardOutput = out
         process.standardInput = input
@@ -219,6 +213,22 @@ private final class HTTPSServer: @unchecked Sendable {
         try? input.fileHandleForWriting.close()
         process.waitUntilExit()
     }
+}
+
+/// Writes a fresh self-signed EC certificate and its key (PEM) with openssl.
+func selfSignedCertificate(_ certificate: String, key: String, name: String, extra: [String] = []) throws {
+    let openssl = Process()
+    openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+    openssl.arguments =
+        [
+            "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+            "-keyout", key, "-out", certificate, "-days", "2", "-subj", "/CN=\(name)",
+        ] + extra
+    openssl.standardOutput = FileHandle.nullDevice
+    openssl.standardError = FileHandle.nullDevice
+    try openssl.run()
+    openssl.waitUntilExit()
+    guard openssl.terminationStatus == 0 else { throw TestFailure("openssl req failed") }
 }
 
 // MARK: - Requests on the wire
@@ -845,6 +855,40 @@ private final class HTTPSServer: @unchecked Sendable {
                 url: "https://localhost:\(server.port)/x", method: "GET",
                 caFile: server.certificate))
         #expect(wrongName.failure?.kind == .tls)
+    }
+
+    @Test func aServerThatAsksForAClientCertificateGetsTheConfiguredOne() async throws {
+        let folder = try TempFolder()
+        defer { folder.remove() }
+        let clientCert = folder.path + "/client.pem"
+        let clientKey = folder.path + "/client-key.pem"
+        try selfSignedCertificate(clientCert, key: clientKey, name: "outbox client")
+        let server = try HTTPSServer(folder: folder, clientCA: clientCert)
+        defer { server.stop() }
+        let client = try HTTPClient()
+        defer { client.shutdown() }
+        var request = HTTPRequest(
+            url: "https://127.0.0.1:\(server.port)/x", method: "POST", body: .bytes(Array("abc".utf8)), caFile: server.certificate)
+
+        // Without a certificate the server ends the handshake: no HTTP answer.
+        let refused = await send(client, request)
+        #expect(refused.status == nil)
+        #expect(refused.failure != nil)
+
+        (request.clientCert, request.clientKey) = (clientCert, clientKey)
+        let accepted = await send(client, request)
+        #expect(accepted.failure == nil)
+        #expect(accepted.status == 200)
+        #expect(accepted.body == Array("POST 3abc".utf8))
+
+        // A key file that is not there fails the attempt, nothing is sent (a new client: the
+        // connection made above would be reused as it is).
+        request.clientKey = folder.path + "/missing.pem"
+        let fresh = try HTTPClient()
+        defer { fresh.shutdown() }
+        let missing = await send(fresh, request)
+        #expect(missing.status == nil)
+        #expect(missing.failure?.kind == .tls)
     }
 }
 

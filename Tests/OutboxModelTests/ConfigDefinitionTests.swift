@@ -73,7 +73,7 @@ struct ConfigTests {
             hooks: { concurrency: 2, warn_after: 1m, timeout: 5m }
             network: { wifi_check: plugins/wifi }
             timeouts: { connect: 10s, stall: { below: 2KiB, for: 90s } }
-            tls: { ca_file: certs/ca.pem }
+            tls: { ca_file: certs/ca.pem, cert: certs/client.pem, key: certs/client-key.pem }
             hosts: { hold_after: 3 }
 
             """
@@ -109,6 +109,8 @@ struct ConfigTests {
         #expect(config.stallBelowBytes == 2048)
         #expect(config.stallForMs == 90_000)
         #expect(config.caFile == root + "/certs/ca.pem")
+        #expect(config.clientCert == root + "/certs/client.pem")
+        #expect(config.clientKey == root + "/certs/client-key.pem")
         #expect(config.hostHoldAfter == 3)
     }
 
@@ -187,6 +189,9 @@ struct ConfigTests {
         BadCase(
             name: "hosts.hold_after out of range", yaml: "hosts: { hold_after: -1 }\n", line: 1, column: 22,
             message: "hosts.hold_after must be between 0 and 1000, not -1"),
+        BadCase(
+            name: "a client certificate without its key", yaml: "tls: { cert: client.pem }\n", line: 1, column: 6,
+            message: "tls.cert and tls.key go together: give both or neither"),
         BadCase(
             name: "unknown field in hosts", yaml: "hosts: { hold: 3 }\n", line: 1, column: 10,
             message: "unknown field \"hold\" in hosts"),

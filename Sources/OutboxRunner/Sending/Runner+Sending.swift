@@ -46,6 +46,7 @@ extension Runner {
             followRedirects: entry.request.followRedirects, connectTimeoutMs: Int(config.connectTimeoutMs),
             stallBelowBytesPerSecond: Int(config.stallBelowBytes), stallForMs: Int(config.stallForMs), caFile: config.caFile,
             maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(outboxVersion)")
+        (request.clientCert, request.clientKey) = (config.clientCert, config.clientKey)
         request.redirectMethodChange = entry.request.redirectMethodChange
         request.credentialHeaders = request.credentialHeaders.union(config.redactedHeaderNames.map { $0.lowercased() })
         // A referenced file is checked again when the curl thread opens it: a standby request
