@@ -74,7 +74,7 @@ struct HostHoldTests {
         let server = try TestHTTPServer(port: port)
         defer { server.stop() }
         close(blocker)
-        try await eventually("every entry delivered") { ids.allSatisfy { p.deliveries($0).count == 1 } }
+        await eventually("every entry delivered") { ids.allSatisfy { p.deliveries($0).count == 1 } }
         runner.signal(SIGTERM)
         let run = await runner.wait()
         #expect(run.exitCode == 0 && !run.timedOut, "run: \(run)")

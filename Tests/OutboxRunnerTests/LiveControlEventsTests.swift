@@ -15,15 +15,15 @@ struct LiveControlEventsTests {
         #expect(await p.server.waitForHeld("a"))
 
         #expect(try await p.outbox(["pause", "--key", "b"]).exitCode == 0)
-        try await eventually("a paused state event") {
+        await eventually("a paused state event") {
             runner.stdoutSoFar.contains(#""type":"state""#) && Self.states(runner.stdoutSoFar, "waiting") == ["paused"]
         }
         #expect(try await p.outbox(["resume", "--key", "b"]).exitCode == 0)
-        try await eventually("a queued state event") { Self.states(runner.stdoutSoFar, "waiting") == ["paused", "queued"] }
+        await eventually("a queued state event") { Self.states(runner.stdoutSoFar, "waiting") == ["paused", "queued"] }
         // Pausing a key with nothing queued says nothing.
         #expect(try await p.outbox(["pause", "--key", "nothing.here"]).exitCode == 0)
         #expect(try await p.outbox(["pause"]).exitCode == 0)
-        try await eventually("the queue pause reported") { Self.states(runner.stdoutSoFar, "waiting") == ["paused", "queued", "paused"] }
+        await eventually("the queue pause reported") { Self.states(runner.stdoutSoFar, "waiting") == ["paused", "queued", "paused"] }
 
         runner.signal(SIGTERM)
         p.server.release("a")
@@ -37,9 +37,9 @@ struct LiveControlEventsTests {
         p.server.script("/auth", [.status(401), .status(200)])
         try await p.enqueue("t", path: "/auth", id: "a")
         let runner = try p.start(["run", "--events", "-"])
-        try await eventually("parked awaiting-auth") { Self.states(runner.stdoutSoFar, "a").last == "awaiting-auth" }
+        await eventually("parked awaiting-auth") { Self.states(runner.stdoutSoFar, "a").last == "awaiting-auth" }
         #expect(try await p.outbox(["headers", "update", "Authorization: Bearer fresh"]).exitCode == 0)
-        try await eventually("sent again and delivered") { p.deliveries("a").count == 1 }
+        await eventually("sent again and delivered") { p.deliveries("a").count == 1 }
         runner.signal(SIGTERM)
         let finished = await runner.wait(timeout: 60)
         #expect(finished.exitCode == 0, "\(finished.description)")
