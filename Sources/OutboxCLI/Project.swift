@@ -20,7 +20,7 @@ final class Project {
         if explicitConfig != nil, !Paths.isRegularFile(file) {
             throw .fileMissing("no config file at \(file)")
         }
-        return Project(config: try Config.load(file: file), environment: environment)
+        return Project(config: try Config.load(file: file, environment: environment), environment: environment)
     }
 
     var definitions: DefinitionSet {

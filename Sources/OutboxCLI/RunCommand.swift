@@ -44,12 +44,11 @@ enum RunCommand {
             options.progress = mode
         }
         options.stderrIsTerminal = i.console.stderrIsTerminal
-        var concurrency: Int?
         if let text = i.args.value("concurrency") {
             guard let n = Int(text), (1...1024).contains(n) else {
                 throw .usage("--concurrency takes a whole number from 1 to 1024, not \"\(text.prefix(20))\"")
             }
-            concurrency = n
+            options.concurrency = n
         }
         guard let format = LogFormat(rawValue: i.args.value("log-format") ?? "text") else {
             throw .usage("--log-format takes text or json, not \"\(i.args.value("log-format")?.prefix(20) ?? "")\"")
@@ -57,7 +56,7 @@ enum RunCommand {
         if i.args.flag("quiet") && i.args.flag("verbose") { throw .usage("--quiet and --verbose (-v) cannot be combined") }
         let project = try i.project()
         var config = project.config
-        if let concurrency { config.concurrency = concurrency }
+        if let n = options.concurrency { config.concurrency = n }
         let store = try project.store()
         let lock = try store.lockForRunner()
         defer { lock.release() }

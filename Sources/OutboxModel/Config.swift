@@ -130,8 +130,42 @@ package struct Config: Sendable {
         }
     }
 
-    /// Loads and checks a config file. Errors are collected as diagnostics (E_CONFIG).
-    package static func load(file: String) throws(OutboxError) -> Config {
+    /// Fields a service manager may set from the environment, above the file's value:
+    /// where the queue lives and how hard it pushes.
+    static let environmentOverrides: [(variable: String, field: String, range: ClosedRange<Int>?)] = [
+        ("OUTBOX_STORE", "store", nil), ("OUTBOX_CONCURRENCY", "concurrency", 1...1024),
+        ("OUTBOX_PER_HOST", "per_host", 1...256), ("OUTBOX_PART_CONCURRENCY", "part_concurrency", 1...64),
+    ]
+
+    /// Loads and checks a config file, then applies the `OUTBOX_*` overrides found in
+    /// `environment`. Errors are collected as diagnostics (E_CONFIG).
+    package static func load(file: String, environment: [String: String] = [:]) throws(OutboxError) -> Config {
+        var config = try parse(file: file)
+        for (variable, field, range) in environmentOverrides {
+            guard let text = environment[variable] else { continue }
+            guard let range else {
+                guard !text.isEmpty, !text.utf8.contains(0) else {
+                    throw OutboxError(.config, "\(variable) is empty: it names the store folder")
+                }
+                config.store = Paths.absolute(text, relativeTo: config.root)
+                continue
+            }
+            guard let n = Int(text), range.contains(n) else {
+                throw OutboxError(
+                    .config,
+                    "\(variable) (\(field)) must be a whole number from \(range.lowerBound) to \(range.upperBound), not \"\(text.prefix(20))\""
+                )
+            }
+            switch field {
+            case "concurrency": config.concurrency = n
+            case "per_host": config.perHost = n
+            default: config.partConcurrency = n
+            }
+        }
+        return config
+    }
+
+    private static func parse(file: String) throws(OutboxError) -> Config {
         guard let bytes = Paths.readBytes(file) else {
             throw .fileMissing("cannot read the config file \(file): \(Paths.errnoMessage())")
         }

@@ -8,6 +8,8 @@ package struct RunOptions: Sendable {
     package var horizonMs: Int64 = 10_000
     package var maxTimeMs: Int64?
     package var graceMs: Int64 = 30_000
+    /// `--concurrency`: above the config's, also after a reload.
+    package var concurrency: Int?
     package var progress: ProgressMode = .auto
     package var stderrIsTerminal = false
     /// How many times a stop was requested so far (the CLI counts SIGINT and SIGTERM):

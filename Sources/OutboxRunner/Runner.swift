@@ -95,7 +95,10 @@ package final class Runner {
         var newConfig = config
         if let file = config.file {
             do {
-                newConfig = try Config.load(file: file)
+                newConfig = try Config.load(file: file, environment: environment)
+                // The store is open and stays where it is; a --concurrency flag still wins.
+                newConfig.store = config.store
+                if let n = options.concurrency { newConfig.concurrency = n }
             } catch {
                 for d in error.diagnostics { log(d.rendered(source: Paths.readText(d.path)), level: .error) }
                 log("outbox: reload: \(error.message) in \(file); the config in use is kept", level: .error)

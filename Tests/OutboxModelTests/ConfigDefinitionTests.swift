@@ -114,6 +114,24 @@ struct ConfigTests {
         #expect(config.hostHoldAfter == 3)
     }
 
+    @Test func outboxVariablesOverrideTheFile() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let file = try folder.write("config/outbox.yaml", "store: q\nconcurrency: 8\nper_host: 2\npart_concurrency: 5\n")
+        let environment = [
+            "OUTBOX_STORE": "/var/lib/outbox", "OUTBOX_CONCURRENCY": "32", "OUTBOX_PER_HOST": "6", "OUTBOX_PART_CONCURRENCY": "1",
+        ]
+        let config = try Config.load(file: file, environment: environment)
+        #expect(config.store == "/var/lib/outbox")
+        #expect(config.concurrency == 32)
+        #expect(config.perHost == 6)
+        #expect(config.partConcurrency == 1)
+        // A relative store is the project root's, as in the file.
+        #expect(try Config.load(file: file, environment: ["OUTBOX_STORE": "var/q"]).store == folder.path + "/var/q")
+        let plain = try Config.load(file: file)
+        #expect((plain.store, plain.concurrency, plain.perHost) == (folder.path + "/q", 8, 2))
+    }
+
     @Test func rootMovesTheProjectAndRelativePaths() throws {
         let folder = try ModelTempFolder()
         defer { folder.remove() }
