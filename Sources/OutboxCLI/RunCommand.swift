@@ -13,6 +13,10 @@ enum RunCommand {
         OptionSpec(name: "events", valueName: "-", help: "write state, progress and attempt events as JSON lines to stdout"),
         OptionSpec(name: "progress", valueName: "auto|always|never", help: "the live display on a terminal (default auto)"),
         OptionSpec(name: "concurrency", valueName: "N", help: "entries in flight at once, 1-1024 (default: the config's concurrency)"),
+        OptionSpec(name: "per-host", valueName: "N", help: "requests in flight to one host, 1-256 (default: the config's per_host)"),
+        OptionSpec(
+            name: "part-concurrency", valueName: "N",
+            help: "parts of one chunked entry in flight, 1-64 (default: the config's part_concurrency)"),
         OptionSpec(name: "log-format", valueName: "text|json", help: "log lines on stderr as text (default) or one JSON object a line"),
         OptionSpec(name: "quiet", valueName: nil, help: "log only warnings and errors"),
         OptionSpec(name: "verbose", valueName: nil, help: "log debug lines too (also -v)"),
@@ -44,11 +48,15 @@ enum RunCommand {
             options.progress = mode
         }
         options.stderrIsTerminal = i.console.stderrIsTerminal
-        if let text = i.args.value("concurrency") {
-            guard let n = Int(text), (1...1024).contains(n) else {
-                throw .usage("--concurrency takes a whole number from 1 to 1024, not \"\(text.prefix(20))\"")
+        for (flag, range, limit) in [
+            ("concurrency", 1...1024, \LimitOverrides.concurrency), ("per-host", 1...256, \.perHost),
+            ("part-concurrency", 1...64, \.partConcurrency),
+        ] as [(String, ClosedRange<Int>, WritableKeyPath<LimitOverrides, Int?>)] {
+            guard let text = i.args.value(flag) else { continue }
+            guard let n = Int(text), range.contains(n) else {
+                throw .usage("--\(flag) takes a whole number from \(range.lowerBound) to \(range.upperBound), not \"\(text.prefix(20))\"")
             }
-            options.concurrency = n
+            options.limits[keyPath: limit] = n
         }
         guard let format = LogFormat(rawValue: i.args.value("log-format") ?? "text") else {
             throw .usage("--log-format takes text or json, not \"\(i.args.value("log-format")?.prefix(20) ?? "")\"")
@@ -56,7 +64,7 @@ enum RunCommand {
         if i.args.flag("quiet") && i.args.flag("verbose") { throw .usage("--quiet and --verbose (-v) cannot be combined") }
         let project = try i.project()
         var config = project.config
-        if let n = options.concurrency { config.concurrency = n }
+        options.limits.apply(to: &config)
         let store = try project.store()
         let lock = try store.lockForRunner()
         defer { lock.release() }

@@ -8,8 +8,8 @@ package struct RunOptions: Sendable {
     package var horizonMs: Int64 = 10_000
     package var maxTimeMs: Int64?
     package var graceMs: Int64 = 30_000
-    /// `--concurrency`: above the config's, also after a reload.
-    package var concurrency: Int?
+    /// `--concurrency`, `--per-host`, `--part-concurrency`: above the config's, also after a reload.
+    package var limits = LimitOverrides()
     package var progress: ProgressMode = .auto
     package var stderrIsTerminal = false
     /// How many times a stop was requested so far (the CLI counts SIGINT and SIGTERM):
@@ -20,6 +20,20 @@ package struct RunOptions: Sendable {
     /// The service manager to tell when the run is stopping and that it is alive (systemd).
     package var notifier: SystemdNotifier?
     package init() {}
+}
+
+/// Limits given as flags, which win over the config file and the environment.
+package struct LimitOverrides: Sendable {
+    package var concurrency: Int?
+    package var perHost: Int?
+    package var partConcurrency: Int?
+    package init() {}
+
+    package func apply(to config: inout Config) {
+        if let concurrency { config.concurrency = concurrency }
+        if let perHost { config.perHost = perHost }
+        if let partConcurrency { config.partConcurrency = partConcurrency }
+    }
 }
 
 /// What a run did, for the one-line summary and `--json`.

@@ -96,9 +96,9 @@ package final class Runner {
         if let file = config.file {
             do {
                 newConfig = try Config.load(file: file, environment: environment)
-                // The store is open and stays where it is; a --concurrency flag still wins.
+                // The store is open and stays where it is; limits given as flags still win.
                 newConfig.store = config.store
-                if let n = options.concurrency { newConfig.concurrency = n }
+                options.limits.apply(to: &newConfig)
             } catch {
                 for d in error.diagnostics { log(d.rendered(source: Paths.readText(d.path)), level: .error) }
                 log("outbox: reload: \(error.message) in \(file); the config in use is kept", level: .error)

@@ -68,7 +68,10 @@ struct RunLogTests {
         #expect(run.stderr.isEmpty, "\(run.stderr)")
     }
 
-    @Test(arguments: [["--log-format", "xml"], ["--concurrency", "0"], ["--concurrency", "many"], ["--quiet", "-v"]])
+    @Test(arguments: [
+        ["--log-format", "xml"], ["--concurrency", "0"], ["--concurrency", "many"], ["--per-host", "0"], ["--part-concurrency", "65"],
+        ["--quiet", "-v"],
+    ])
     func badRunFlagsAreUsageErrors(_ arguments: [String]) async throws {
         let p = try Project(definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/status/200", id: "a")
@@ -87,6 +90,11 @@ struct RunLogTests {
         try await eventually("two claimed") { try await p.states().values.filter { $0 == "running" }.count == 2 }
         #expect(p.server.heldCount("c") == 1)
         #expect(try await p.states()["e3"] == "queued")
+        // A reload reads the config's concurrency: 8 again, and the flag still wins.
+        runner.signal(SIGHUP)
+        await eventually("reloaded") { runner.stderrSoFar.contains("outbox: reloaded") }
+        #expect(try await p.states()["e3"] == "queued")
+        #expect(p.server.heldCount("c") == 1)
         runner.signal(SIGTERM)
         p.server.release("c")
         #expect(await runner.wait(timeout: 60).exitCode == 0)
