@@ -122,6 +122,7 @@ package final class Runner {
                 concurrency: config.concurrency, perHost: config.perHost,
                 partConcurrency: config.partConcurrency))
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
+        hostHealth.holdAfter = config.hostHoldAfter
         delivery.due = true
         readAhead.discard()
         let n = definitions.definitions.count

@@ -310,7 +310,8 @@ struct WifiGate: Equatable {
 /// entry; the other entries for it wait without spending attempts; the first answer
 /// releases them all.
 struct HostHealth: Equatable {
-    let holdAfter: Int
+    /// Changed by a reload; hosts held already stay held until they answer.
+    var holdAfter: Int
     private(set) var failures: [String: Int] = [:]
     /// Held hosts, with when the next probe may start.
     private(set) var held: [String: Int64] = [:]
