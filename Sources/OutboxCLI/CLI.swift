@@ -340,6 +340,10 @@ package enum CLI {
                 path: ["completion"], summary: "print a shell completion script (bash|zsh|fish)",
                 positionals: "bash|zsh", minPositionals: 1, maxPositionals: 1,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.completion(&i) }),
+            CommandInfo(
+                path: ["schema"], summary: "print the JSON Schema of the config or of a definition, for editors",
+                positionals: "config|definition", minPositionals: 1, maxPositionals: 1,
+                handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.schema(&i) }),
         ]
     }
 }

@@ -286,6 +286,16 @@ enum ReadCommands {
         return problems.isEmpty ? 0 : ErrorCode.storage.exitStatus
     }
 
+    /// A JSON Schema for editors (yaml-language-server); needs no project.
+    static func schema(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        switch i.args.positionals[0] {
+        case "config": i.console.out(Schema.config().pretty())
+        case "definition": i.console.out(Schema.definition().pretty())
+        case let other: throw .usage("schema takes config or definition, not \"\(other.prefix(40))\"")
+        }
+        return 0
+    }
+
     static func completion(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let names = Set(CLI.commands.map { $0.path[0] }).sorted()
         // Each command's options, from the same table that parses them.
