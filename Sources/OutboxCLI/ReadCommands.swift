@@ -172,6 +172,10 @@ enum ReadCommands {
         states[.queued] = queued - paused
         states[.paused] = paused
         let heldHosts = try store.heldHosts()
+        // Seconds the oldest queued entry has waited since it was enqueued; 0 when none waits.
+        let oldestAgeMs = counts.oldestQueuedAt.map { max(0, Identifiers.nowMs() - $0) } ?? 0
+        let millis = String(oldestAgeMs % 1000)
+        let oldestAge = "\(oldestAgeMs / 1000).\(String(repeating: "0", count: 3 - millis.count))\(millis)"
         if i.args.flag("prometheus") {
             var lines = ["# HELP outbox_entries Entries in the store by state.", "# TYPE outbox_entries gauge"]
             for state in EntryState.allCases {
@@ -180,6 +184,8 @@ enum ReadCommands {
             lines += [
                 "# HELP outbox_outcomes_pending Outcomes not yet acknowledged by a hook.",
                 "# TYPE outbox_outcomes_pending gauge", "outbox_outcomes_pending \(pending)",
+                "# HELP outbox_oldest_queued_age_seconds How long the oldest queued entry has waited since it was enqueued.",
+                "# TYPE outbox_oldest_queued_age_seconds gauge", "outbox_oldest_queued_age_seconds \(oldestAge)",
                 "# HELP outbox_held_hosts Hosts held after connection failures.",
                 "# TYPE outbox_held_hosts gauge", "outbox_held_hosts \(heldHosts.count)",
             ]
@@ -200,11 +206,13 @@ enum ReadCommands {
                     ("entries", .object(EntryState.allCases.map { ($0.rawValue, .int64(states[$0] ?? 0)) })),
                     ("outcomes_pending", .int64(pending)),
                     ("held_hosts", .array(heldHosts.map { .string($0) })),
+                    ("oldest_queued_age_seconds", .number(oldestAge)),
                 ]).serialized())
         } else {
             var table = [["STATE", "ENTRIES"]]
             for state in EntryState.allCases { table.append([state.rawValue, String(states[state] ?? 0)]) }
             table.append(["outcomes pending", String(pending)])
+            table.append(["oldest queued", Units.formatDuration(ms: oldestAgeMs)])
             for host in heldHosts { table.append(["held host", host]) }
             i.console.out(formatTable(table))
         }

@@ -263,7 +263,8 @@ extension SQLiteStore {
             states[state] = n
         }
         let pending = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE acknowledged = 0") { $0.int(0) } ?? 0
-        return StoreCounts(states: states, pendingOutcomes: pending)
+        let oldest = try db.queryOne("SELECT MIN(created_at) FROM entries WHERE state = 'queued'") { $0.isNull(0) ? nil : $0.int(0) } ?? nil
+        return StoreCounts(states: states, pendingOutcomes: pending, oldestQueuedAt: oldest)
     }
 
     /// Problems with the store's invariants (empty when all hold), for `outbox audit`.

@@ -149,10 +149,13 @@ package struct QueueControl: Sendable, Equatable {
 package struct StoreCounts: Sendable, Equatable {
     package var states: [EntryState: Int64]
     package var pendingOutcomes: Int64
+    /// When the oldest queued entry was enqueued (epoch ms), nil when none is queued.
+    package var oldestQueuedAt: Int64?
 
-    package init(states: [EntryState: Int64], pendingOutcomes: Int64) {
+    package init(states: [EntryState: Int64], pendingOutcomes: Int64, oldestQueuedAt: Int64? = nil) {
         self.states = states
         self.pendingOutcomes = pendingOutcomes
+        self.oldestQueuedAt = oldestQueuedAt
     }
 
     /// Entries not completed or cancelled: what a run leaves behind.

@@ -548,6 +548,20 @@ struct StatsTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: p.root + "/metrics") == ["outbox.prom"], "no temporary file left")
         #expect(p.run("stats", "--output", "x.prom").status == 64, "--output goes with --prometheus")
     }
+
+    @Test func theOldestQueuedAgeIsAlwaysThere() throws {
+        let p = try CLIProject()
+        #expect(p.run("stats", "--prometheus").out.contains("\noutbox_oldest_queued_age_seconds 0.000\n"))
+        _ = try p.enqueue("plain", vars: "{}")
+        _ = try p.enqueue("note", vars: #"{"n": 1}"#)
+        // The first one was enqueued 90 s ago: its age, not the newer one's, is reported.
+        _ = try p.sqlite("UPDATE entries SET created_at = created_at - 90000 WHERE key = 'plain';")
+        let age = try #require(try p.run("stats", "--json").json()["oldest_queued_age_seconds"]?.doubleValue)
+        #expect(age >= 90 && age < 3600, "\(age)")
+        let line = p.run("stats", "--prometheus").out.split(separator: "\n").first { $0.hasPrefix("outbox_oldest_queued_age_seconds ") }
+        let value = try #require(line.flatMap { Double($0.split(separator: " ")[1]) })
+        #expect(value >= 90 && value < 3600)
+    }
 }
 
 /// Text from outside that is not UTF-8 is refused, never silently repaired; the store
