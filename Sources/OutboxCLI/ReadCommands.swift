@@ -161,16 +161,16 @@ enum ReadCommands {
         if i.args.value("output") != nil && !i.args.flag("prometheus") { throw .usage("--output goes with --prometheus") }
         let store = try i.project().store()
         let counts = try store.counts()
-        var (states, pending) = (counts.states, counts.pendingOutcomes)
+        let pending = counts.pendingOutcomes
         // Queued entries held by a pause show as paused, as in `list`.
         let control = try store.control()
-        let queued = states[.queued] ?? 0
-        var paused: Int64 = control.queuePaused ? queued : 0
-        if !control.queuePaused {
-            for key in control.pausedKeys { paused += Int64(try store.list(ListFilter(key: key, state: EntryState.queued.rawValue)).count) }
+        var byKey = counts.byKey
+        for (key, keyStates) in byKey where control.isPaused(key: key) {
+            byKey[key]?[.paused] = keyStates[.queued] ?? 0
+            byKey[key]?[.queued] = nil
         }
-        states[.queued] = queued - paused
-        states[.paused] = paused
+        var states: [EntryState: Int64] = [:]
+        for keyStates in byKey.values { states.merge(keyStates, uniquingKeysWith: +) }
         let heldHosts = try store.heldHosts()
         // Seconds the oldest queued entry has waited since it was enqueued; 0 when none waits.
         let oldestAgeMs = counts.oldestQueuedAt.map { max(0, Identifiers.nowMs() - $0) } ?? 0
@@ -180,6 +180,14 @@ enum ReadCommands {
             var lines = ["# HELP outbox_entries Entries in the store by state.", "# TYPE outbox_entries gauge"]
             for state in EntryState.allCases {
                 lines.append("outbox_entries{state=\"\(state.rawValue)\"} \(states[state] ?? 0)")
+            }
+            lines += ["# HELP outbox_key_entries Entries in the store by key and state.", "# TYPE outbox_key_entries gauge"]
+            for key in byKey.keys.sorted() {
+                // Label values escape backslash, quote and newline (exposition format).
+                let label = key.map { c in c == "\\" ? "\\\\" : c == "\"" ? "\\\"" : c == "\n" ? "\\n" : String(c) }.joined()
+                for state in EntryState.allCases {
+                    lines.append("outbox_key_entries{key=\"\(label)\",state=\"\(state.rawValue)\"} \(byKey[key]?[state] ?? 0)")
+                }
             }
             lines += [
                 "# HELP outbox_outcomes_pending Outcomes not yet acknowledged by a hook.",
@@ -204,6 +212,13 @@ enum ReadCommands {
             i.console.out(
                 JSON.object([
                     ("entries", .object(EntryState.allCases.map { ($0.rawValue, .int64(states[$0] ?? 0)) })),
+                    (
+                        "keys",
+                        .object(
+                            byKey.keys.sorted().map { key in
+                                (key, .object(EntryState.allCases.map { ($0.rawValue, .int64(byKey[key]?[$0] ?? 0)) }))
+                            })
+                    ),
                     ("outcomes_pending", .int64(pending)),
                     ("held_hosts", .array(heldHosts.map { .string($0) })),
                     ("oldest_queued_age_seconds", .number(oldestAge)),

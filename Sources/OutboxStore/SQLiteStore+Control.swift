@@ -256,15 +256,18 @@ extension SQLiteStore {
     /// Counts of entries by state, and of outcomes not yet acknowledged.
     package func counts() throws(OutboxError) -> StoreCounts {
         var states: [EntryState: Int64] = [:]
-        for (name, n) in try db.query("SELECT state, COUNT(*) FROM entries GROUP BY state", [], { ($0.text(0), $0.int(1)) }) {
+        var byKey: [String: [EntryState: Int64]] = [:]
+        let rows = try db.query("SELECT key, state, COUNT(*) FROM entries GROUP BY key, state", []) { ($0.text(0), $0.text(1), $0.int(2)) }
+        for (key, name, n) in rows {
             guard let state = EntryState(rawValue: name) else {
                 throw .storage("the store is damaged: entries in unknown state \"\(name)\"")
             }
-            states[state] = n
+            states[state, default: 0] += n
+            byKey[key, default: [:]][state] = n
         }
         let pending = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE acknowledged = 0") { $0.int(0) } ?? 0
         let oldest = try db.queryOne("SELECT MIN(created_at) FROM entries WHERE state = 'queued'") { $0.isNull(0) ? nil : $0.int(0) } ?? nil
-        return StoreCounts(states: states, pendingOutcomes: pending, oldestQueuedAt: oldest)
+        return StoreCounts(states: states, pendingOutcomes: pending, oldestQueuedAt: oldest, byKey: byKey)
     }
 
     /// Problems with the store's invariants (empty when all hold), for `outbox audit`.

@@ -151,11 +151,16 @@ package struct StoreCounts: Sendable, Equatable {
     package var pendingOutcomes: Int64
     /// When the oldest queued entry was enqueued (epoch ms), nil when none is queued.
     package var oldestQueuedAt: Int64?
+    /// The same counts, key by key (states with no entry left out).
+    package var byKey: [String: [EntryState: Int64]]
 
-    package init(states: [EntryState: Int64], pendingOutcomes: Int64, oldestQueuedAt: Int64? = nil) {
+    package init(
+        states: [EntryState: Int64], pendingOutcomes: Int64, oldestQueuedAt: Int64? = nil, byKey: [String: [EntryState: Int64]] = [:]
+    ) {
         self.states = states
         self.pendingOutcomes = pendingOutcomes
         self.oldestQueuedAt = oldestQueuedAt
+        self.byKey = byKey
     }
 
     /// Entries not completed or cancelled: what a run leaves behind.

@@ -529,6 +529,13 @@ struct StatsTests {
         let doc = try p.run("stats", "--json").json()
         #expect(doc["entries"]?["paused"] == .int(1))
         #expect(doc["entries"]?["queued"] == .int(1))
+        // Key by key as well, in JSON and in the Prometheus text.
+        #expect(doc["keys"]?["plain"]?["paused"] == .int(1))
+        #expect(doc["keys"]?["plain"]?["queued"] == .int(0))
+        #expect(doc["keys"]?["note"]?["queued"] == .int(1))
+        let text = p.run("stats", "--prometheus").out
+        #expect(text.contains("\noutbox_key_entries{key=\"plain\",state=\"paused\"} 1\n"), "\(text)")
+        #expect(text.contains("\noutbox_key_entries{key=\"note\",state=\"queued\"} 1\n"), "\(text)")
         #expect(p.run("pause").status == 0)
         #expect(try p.run("stats", "--json").json()["entries"]?["paused"] == .int(2))
     }
