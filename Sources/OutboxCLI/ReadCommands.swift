@@ -312,8 +312,8 @@ enum ReadCommands {
     /// A JSON Schema for editors (yaml-language-server); needs no project.
     static func schema(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         switch i.args.positionals[0] {
-        case "config": i.console.out(Schema.config().pretty())
-        case "definition": i.console.out(Schema.definition().pretty())
+        case "config": i.console.out(JSONSchemas.config().pretty())
+        case "definition": i.console.out(JSONSchemas.definition().pretty())
         case let other: throw .usage("schema takes config or definition, not \"\(other.prefix(40))\"")
         }
         return 0

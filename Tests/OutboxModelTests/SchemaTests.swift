@@ -40,7 +40,7 @@ struct SchemaTests {
     @Test func everyMappingTheConfigLoaderReadsIsInTheSchema() throws {
         let folder = try ModelTempFolder()
         defer { folder.remove() }
-        let mappings = Schema.mappings(Schema.config())
+        let mappings = JSONSchemas.mappings(JSONSchemas.config())
         #expect(mappings.count >= 12)
         for (path, fields) in mappings {
             let yaml = Self.yamlWithUnknownField(at: path)
@@ -56,7 +56,7 @@ struct SchemaTests {
     @Test func everyMappingTheDefinitionLoaderReadsIsInTheSchema() throws {
         let folder = try ModelTempFolder()
         defer { folder.remove() }
-        let mappings = Schema.mappings(Schema.definition())
+        let mappings = JSONSchemas.mappings(JSONSchemas.definition())
         #expect(mappings.count >= 10)
         for (path, fields) in mappings {
             let yaml = "key: k\n" + Self.yamlWithUnknownField(at: path)
@@ -95,8 +95,8 @@ struct SchemaTests {
         #expect(documents.contains { $0.0 == "config/outbox.yaml" })
         let folder = try ModelTempFolder()
         defer { folder.remove() }
-        let config = try folder.write("config.json", Schema.config().serialized())
-        let definition = try folder.write("definition.json", Schema.definition().serialized())
+        let config = try folder.write("config.json", JSONSchemas.config().serialized())
+        let definition = try folder.write("definition.json", JSONSchemas.definition().serialized())
         let list = JSON.array(documents.map { .array([.string($0.0), .string($0.schema), $0.1]) })
         let input = try folder.write("documents.json", list.serialized())
         // jsonschema comes from PyPI into the test venv (.ci/run); without it this fails.

@@ -2,7 +2,7 @@
 /// (`outbox schema config|definition`). The field names come from the loader's own tables
 /// (`Config.fieldNames`, `Definition.fieldNames`, `Definition.requestFields`); a test checks
 /// that every mapping the loader reads has exactly the fields described here.
-package enum Schema {
+package enum JSONSchemas {
     package static func config() -> JSON {
         document(
             title: "outbox config (config/outbox.yaml)",
@@ -17,8 +17,8 @@ package enum Schema {
             object(Definition.fieldNames.map { ($0, definitionField($0)) }, required: ["key"]))
     }
 
-    /// The mappings the loader reads, by the context its error messages name, with their
-    /// fields: what the test compares against the loader.
+    /// Every object a schema describes, by path ("retry.backoff", "accept items"), with its
+    /// fields: what the test compares against the loader's own lists.
     package static func mappings(_ schema: JSON) -> [String: Set<String>] {
         var out: [String: Set<String>] = [:]
         func walk(_ node: JSON, _ path: String) {
