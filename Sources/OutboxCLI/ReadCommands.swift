@@ -159,76 +159,31 @@ enum ReadCommands {
 
     static func stats(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         if i.args.value("output") != nil && !i.args.flag("prometheus") { throw .usage("--output goes with --prometheus") }
-        let store = try i.project().store()
-        let counts = try store.counts()
-        let pending = counts.pendingOutcomes
-        // Queued entries held by a pause show as paused, as in `list`.
-        let control = try store.control()
-        var byKey = counts.byKey
-        for (key, keyStates) in byKey where control.isPaused(key: key) {
-            byKey[key]?[.paused] = keyStates[.queued] ?? 0
-            byKey[key]?[.queued] = nil
-        }
-        var states: [EntryState: Int64] = [:]
-        for keyStates in byKey.values { states.merge(keyStates, uniquingKeysWith: +) }
-        let heldHosts = try store.heldHosts()
-        // Seconds the oldest queued entry has waited since it was enqueued; 0 when none waits.
-        let oldestAgeMs = counts.oldestQueuedAt.map { max(0, Identifiers.nowMs() - $0) } ?? 0
-        let millis = String(oldestAgeMs % 1000)
-        let oldestAge = "\(oldestAgeMs / 1000).\(String(repeating: "0", count: 3 - millis.count))\(millis)"
+        let stats = try Statistics.read(from: try i.project().store(), now: Identifiers.nowMs())
         if i.args.flag("prometheus") {
-            var lines = ["# HELP outbox_entries Entries in the store by state.", "# TYPE outbox_entries gauge"]
-            for state in EntryState.allCases {
-                lines.append("outbox_entries{state=\"\(state.rawValue)\"} \(states[state] ?? 0)")
-            }
-            lines += ["# HELP outbox_key_entries Entries in the store by key and state.", "# TYPE outbox_key_entries gauge"]
-            for key in byKey.keys.sorted() {
-                // Label values escape backslash, quote and newline (exposition format).
-                let label = key.map { c in c == "\\" ? "\\\\" : c == "\"" ? "\\\"" : c == "\n" ? "\\n" : String(c) }.joined()
-                for state in EntryState.allCases {
-                    lines.append("outbox_key_entries{key=\"\(label)\",state=\"\(state.rawValue)\"} \(byKey[key]?[state] ?? 0)")
-                }
-            }
-            lines += [
-                "# HELP outbox_outcomes_pending Outcomes not yet acknowledged by a hook.",
-                "# TYPE outbox_outcomes_pending gauge", "outbox_outcomes_pending \(pending)",
-                "# HELP outbox_oldest_queued_age_seconds How long the oldest queued entry has waited since it was enqueued.",
-                "# TYPE outbox_oldest_queued_age_seconds gauge", "outbox_oldest_queued_age_seconds \(oldestAge)",
-                "# HELP outbox_held_hosts Hosts held after connection failures.",
-                "# TYPE outbox_held_hosts gauge", "outbox_held_hosts \(heldHosts.count)",
-            ]
-            let text = lines.joined(separator: "\n") + "\n"
             if let output = i.args.value("output") {
                 // For node_exporter's textfile collector: it must never read half a file.
                 let path = Paths.absolute(output, relativeTo: i.cwd)
                 guard Paths.isDirectory(Paths.dirname(path)) else {
                     throw .storage("--output: the folder \(Paths.dirname(path)) does not exist")
                 }
-                try Paths.writeAtomically(Array(text.utf8), to: path)
+                try Paths.writeAtomically(Array(stats.prometheus.utf8), to: path)
             } else {
-                i.console.write(text)
+                i.console.write(stats.prometheus)
             }
         } else if i.json {
-            i.console.out(
-                JSON.object([
-                    ("entries", .object(EntryState.allCases.map { ($0.rawValue, .int64(states[$0] ?? 0)) })),
-                    (
-                        "keys",
-                        .object(
-                            byKey.keys.sorted().map { key in
-                                (key, .object(EntryState.allCases.map { ($0.rawValue, .int64(byKey[key]?[$0] ?? 0)) }))
-                            })
-                    ),
-                    ("outcomes_pending", .int64(pending)),
-                    ("held_hosts", .array(heldHosts.map { .string($0) })),
-                    ("oldest_queued_age_seconds", .number(oldestAge)),
-                ]).serialized())
+            i.console.out(stats.json.serialized())
         } else {
             var table = [["STATE", "ENTRIES"]]
-            for state in EntryState.allCases { table.append([state.rawValue, String(states[state] ?? 0)]) }
-            table.append(["outcomes pending", String(pending)])
-            table.append(["oldest queued", Units.formatDuration(ms: oldestAgeMs)])
-            for host in heldHosts { table.append(["held host", host]) }
+            for state in EntryState.allCases { table.append([state.rawValue, String(stats.states[state] ?? 0)]) }
+            table.append(["outcomes pending", String(stats.pendingOutcomes)])
+            table.append(["oldest queued", Units.formatDuration(ms: stats.oldestQueuedAgeMs)])
+            for host in stats.heldHosts { table.append(["held host", host]) }
+            let total = { (counter: Counter) in stats.counters.filter { $0.counter == counter }.reduce(0) { $0 + $1.value } }
+            table.append(["attempts (all time)", String(total(.attempts))])
+            table.append(["bytes sent (all time)", Units.formatBytes(total(.sentBytes))])
+            table.append(["hook deliveries (all time)", String(total(.hookDeliveries))])
+            table.append(["hook failures (all time)", String(total(.hookFailures))])
             i.console.out(formatTable(table))
         }
         return 0

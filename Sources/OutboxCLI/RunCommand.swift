@@ -17,6 +17,9 @@ enum RunCommand {
         OptionSpec(
             name: "part-concurrency", valueName: "N",
             help: "parts of one chunked entry in flight, 1-64 (default: the config's part_concurrency)"),
+        OptionSpec(
+            name: "metrics-listen", valueName: "ADDR",
+            help: "serve GET /metrics (Prometheus) on [HOST:]PORT, 127.0.0.1 unless HOST names an address"),
         OptionSpec(name: "log-format", valueName: "text|json", help: "log lines on stderr as text (default) or one JSON object a line"),
         OptionSpec(name: "quiet", valueName: nil, help: "log only warnings and errors"),
         OptionSpec(name: "verbose", valueName: nil, help: "log debug lines too (also -v)"),
@@ -62,21 +65,29 @@ enum RunCommand {
             throw .usage("--log-format takes text or json, not \"\(i.args.value("log-format")?.prefix(20) ?? "")\"")
         }
         if i.args.flag("quiet") && i.args.flag("verbose") { throw .usage("--quiet and --verbose (-v) cannot be combined") }
+        let metricsAddress = try i.args.value("metrics-listen").map { (text) throws(OutboxError) in try MetricsListener.Address.parse(text)
+        }
         let project = try i.project()
         var config = project.config
         options.limits.apply(to: &config)
         let store = try project.store()
         let lock = try store.lockForRunner()
         defer { lock.release() }
-        // Under systemd: ready once the store is ours.
-        options.notifier = SystemdNotifier(environment: i.environment)
-        options.notifier?.send("READY=1\nMAINPID=\(getpid())")
         options.stopRequests = StopSignals.install()
         options.reloadRequests = StopSignals.installReload()
         let console = i.console
         let logger = Logger(
             format: format, minimum: i.args.flag("quiet") ? .warn : i.args.flag("verbose") ? .debug : .info,
             write: { console.err($0) })
+        let metrics = try metricsAddress.map { (address) throws(OutboxError) in
+            try MetricsListener(
+                address: address, contentType: Statistics.prometheusContentType, render: metricsPage(storeFolder: config.store))
+        }
+        defer { metrics?.stop() }
+        if let metrics { logger.log(.info, "outbox: metrics at \(metrics.url)") }
+        // Under systemd: ready once the store is ours (and the metrics address, if asked).
+        options.notifier = SystemdNotifier(environment: i.environment)
+        options.notifier?.send("READY=1\nMAINPID=\(getpid())")
         let sink = EventSink(
             console: events != nil ? console : nil, command: config.eventsCommand, config: config,
             environment: i.environment, log: { logger.log(.warn, $0) })
@@ -93,6 +104,21 @@ enum RunCommand {
         }
         // A drain is what cron and timers call: it says, by its status, whether anything failed.
         return options.drain ? summary.failureStatus : 0
+    }
+}
+
+/// The metrics page, read from the store through a connection of the listener's own thread
+/// (opened at the first request), so scrapes never wait for the runner.
+private func metricsPage(storeFolder: String) -> @Sendable () -> (status: Int, body: String) {
+    final class Connection: @unchecked Sendable { var store: SQLiteStore? }
+    let connection = Connection()
+    return {
+        do throws(OutboxError) {
+            if connection.store == nil { connection.store = try SQLiteStore(folder: storeFolder) }
+            return (200, try Statistics.read(from: connection.store!, now: Identifiers.nowMs()).prometheus)
+        } catch {
+            return (500, "\(error.code.rawValue): \(error.message)\n")
+        }
     }
 }
 

@@ -119,6 +119,8 @@ package struct HTTPResult: Sendable {
     package var retryAfterSeconds: Int64?
     /// Request body bytes uploaded (includes a transport-level re-send).
     package var bytesSent: Int64
+    /// How long the transfer took, from its start to its end (curl's total time).
+    package var durationMicroseconds: Int64 = 0
     package var effectiveURL: String
     /// The standby transfer that started in this one's slot as it ended (see `HTTPClient`).
     package var startedInPlace: UInt64?

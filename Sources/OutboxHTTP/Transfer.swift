@@ -197,6 +197,9 @@ final class Transfer {
         var sent: curl_off_t = 0
         _ = ccurl_getinfo_off_t(easy, CURLINFO_SIZE_UPLOAD_T, &sent)
         result.bytesSent = Int64(sent)
+        var total: curl_off_t = 0
+        _ = ccurl_getinfo_off_t(easy, CURLINFO_TOTAL_TIME_T, &total)
+        result.durationMicroseconds = Int64(total)
         var effective: UnsafePointer<CChar>?
         if ccurl_getinfo_str(easy, CURLINFO_EFFECTIVE_URL, &effective) == CURLE_OK, let effective {
             result.effectiveURL = String(cString: effective)

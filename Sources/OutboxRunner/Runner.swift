@@ -40,6 +40,8 @@ package final class Runner {
     var seenDataVersion: Int64?
     /// This turn's store changes, committed together by `flush`.
     var changes: [RunnerChange] = []
+    /// Additions to the store's counters since the last flush.
+    var counters = CounterTally()
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
     var settledUnhandled = false
     var lastAuthRefresh: Int64 = -60_000
@@ -160,6 +162,9 @@ package final class Runner {
         let horizonEnd = Identifiers.nowMs() + options.horizonMs
         var events: [RunnerEvent] = []
         while true {
+            // Results are judged against what other processes committed before they came
+            // (a `headers update` makes a 401 to the old headers a reason to send again).
+            try noticeOtherWriters()
             // Results of the last wait become changes, committed with this turn's claims.
             for event in events { try handle(event) }
             let now = Identifiers.nowMs()
@@ -179,7 +184,6 @@ package final class Runner {
                 break
             }
 
-            try noticeOtherWriters()
             let reloads = options.reloadRequests()
             if reloads != reloadsSeen {
                 reloadsSeen = reloads
@@ -257,6 +261,8 @@ package final class Runner {
 
     /// Commits this turn's changes in one transaction.
     func flush(now: Int64) throws(OutboxError) {
+        // The counters of this turn's attempts commit with the changes they count.
+        if !counters.isEmpty { changes.append(.count(counters.take())) }
         guard !changes.isEmpty else { return }
         let batch = changes
         changes.removeAll()

@@ -49,6 +49,8 @@ package enum RunnerChange: Sendable {
     case cancelScope(scope: String, afterSeq: Int64, payloadFor: @Sendable (Entry) -> (JSON, Bool))
     /// An entry dropped without an outcome to deliver (other-account).
     case drop(entryID: String, reason: String)
+    /// Additions to the store's cumulative counters (attempts, bytes, durations).
+    case count([CounterIncrement])
 }
 
 /// Why a queued entry waits that no retry or pause explains. A drain does not wait for

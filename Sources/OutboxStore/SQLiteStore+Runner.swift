@@ -225,6 +225,8 @@ extension SQLiteStore {
                 "INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at) VALUES (?, ?, ?, 'error', '{}', 1, ?, ?)",
                 [.text(e.id), .text(e.key), .int(e.generation), .text(reason), .int(now)])
             return try forget(e, returnMovedFile: true)
+        case let .count(increments):
+            try addCounters(increments)
         }
         return []
     }
@@ -332,6 +334,7 @@ extension SQLiteStore {
                     return
                 }
                 try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
+                try addCounters([CounterIncrement(.hookDeliveries, [("key", o.key)], by: 1)])
                 // A later outcome of the same generation (an error entry reopened and then
                 // completed) is still owed: forgetting now would drop it.
                 let owed =
@@ -365,6 +368,7 @@ extension SQLiteStore {
             try db.run(
                 "UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL WHERE seq = ?",
                 [.int(nextDeliveryAt), .text(reason), .int(seq)])
+            try countDelivery(outcomeSeq: seq, .hookFailures)
         }
     }
 

@@ -131,5 +131,18 @@ enum Schema {
             DROP INDEX outcomes_pending;
             """
         ),
+        // Cumulative counters (attempts, bytes, hook deliveries, the duration histogram),
+        // one row per series, added to in the transactions whose changes they count.
+        (
+            "005-counters",
+            """
+            CREATE TABLE counters (
+                name TEXT NOT NULL,
+                labels TEXT NOT NULL,
+                value INTEGER NOT NULL,
+                PRIMARY KEY (name, labels)
+            ) WITHOUT ROWID;
+            """
+        ),
     ]
 }

@@ -29,6 +29,9 @@ package protocol Store: AnyObject {
     func unacknowledgedOutcomes() throws(OutboxError) -> [OutcomeRecord]
     func counts() throws(OutboxError) -> StoreCounts
     func pendingTotals() throws(OutboxError) -> PendingTotals
+    /// The cumulative counters (attempts, bytes, hook deliveries, durations) since the
+    /// store was created.
+    func counters() throws(OutboxError) -> [CounterSample]
     /// Problems with the store's invariants (empty when all hold).
     func audit() throws(OutboxError) -> [String]
     /// Removes staged files no entry owns (left by a process killed while it staged), when

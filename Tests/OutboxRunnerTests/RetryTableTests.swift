@@ -252,7 +252,9 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         // The 401 is held until `headers update` ran: it answers headers that are already replaced.
         p.server.script("/stale", [TestResponse.status(401).held("401"), .json(200, "{}")])
         try await p.enqueue("t", path: "/stale", id: "st")
-        let runner = try p.start(["run", "--drain", "--events", "-"])
+        // A horizon no busy machine reaches: the send again is due at once, but only a drain
+        // whose horizon has not passed makes it.
+        let runner = try p.start(["run", "--drain", "--horizon", "10m", "--events", "-"])
         #expect(await p.server.waitForHeld("401"))
         #expect(try await p.outbox(["headers", "update", "Authorization: Bearer new"]).exitCode == 0)
         p.server.release("401")

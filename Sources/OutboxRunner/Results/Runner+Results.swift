@@ -86,6 +86,7 @@ extension Runner {
         let klass = AttemptClassifier.classify(
             status: result.status, failure: result.failure, body: result.body,
             accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
+        countAttempt(entry, klass: klass, result: result)
         // A whole request that succeeds with nothing to deliver is forgotten in this very
         // transaction: its attempt log and progress would be deleted as they are written.
         var forgottenAtOnce = false
@@ -141,6 +142,22 @@ extension Runner {
             let error = OutcomePayloads.error(.http, reason, status: result.status, body: result.body)
             settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: flight.requestID)
         }
+    }
+
+    /// Adds an attempt to the store's counters, committed with the attempt's own changes.
+    func countAttempt(_ entry: Entry, klass: AttemptOutcomeClass, result: HTTPResult) {
+        let key = [("key", entry.key)]
+        let outcome: String
+        switch klass {
+        case .success: outcome = "success"
+        case .retry: outcome = "retry"
+        case .awaitingAuth: outcome = "auth"
+        case .terminal: outcome = "error"
+        }
+        counters.add(.attempts, key + [("result", outcome)], by: 1)
+        counters.add(.sentBytes, key, by: result.bytesSent)
+        if case .success = klass { counters.add(.acceptedBytes, key, by: result.bytesSent) }
+        counters.observeDuration(microseconds: result.durationMicroseconds)
     }
 
     /// A 401/403: parks the entry, unless it was sent with headers older than the latest

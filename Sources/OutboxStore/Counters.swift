@@ -1,0 +1,113 @@
+import OutboxModel
+
+/// The cumulative counters a store keeps from its creation, so that a one-shot `stats`
+/// reports them as a long-lived runner would: attempts, bytes, hook deliveries, and the
+/// request-duration histogram. Every value is a whole number; a runner adds to them in the
+/// same transaction as the changes they count.
+package enum Counter: String, Sendable, CaseIterable {
+    /// Attempts by key and result (success, retry, auth, error).
+    case attempts = "outbox_attempts_total"
+    /// Request body bytes sent, retries and re-sent parts included, by key.
+    case sentBytes = "outbox_sent_bytes_total"
+    /// Request body bytes of accepted requests and parts, by key.
+    case acceptedBytes = "outbox_accepted_bytes_total"
+    /// Outcomes acknowledged by a hook (exit 0), by key.
+    case hookDeliveries = "outbox_hook_deliveries_total"
+    /// Hook runs that failed (non-zero exit, signal, timeout), by key.
+    case hookFailures = "outbox_hook_failures_total"
+    /// Attempts whose duration falls in one histogram bucket (`le`), not cumulated.
+    case durationBucket = "outbox_request_duration_bucket"
+    /// The sum of attempt durations, in microseconds.
+    case durationMicroseconds = "outbox_request_duration_microseconds"
+
+    /// Upper bounds of the request-duration histogram, in seconds (+Inf is implied).
+    package static let durationBuckets: [Double] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300]
+
+    /// The `le` label of the bucket a duration falls in.
+    package static func bucketLabel(seconds: Double) -> String {
+        guard let bound = durationBuckets.first(where: { seconds <= $0 }) else { return "+Inf" }
+        return formatBound(bound)
+    }
+
+    package static func formatBound(_ bound: Double) -> String {
+        bound == bound.rounded() ? String(Int64(bound)) : String(bound)
+    }
+}
+
+/// One counter series and how much to add to it.
+package struct CounterIncrement: Sendable, Equatable, Hashable {
+    package var counter: Counter
+    /// Label names and values, sorted by name.
+    package var labels: [Label]
+    package var by: Int64
+
+    package struct Label: Sendable, Equatable, Hashable {
+        package var name: String
+        package var value: String
+        package init(_ name: String, _ value: String) {
+            self.name = name
+            self.value = value
+        }
+    }
+
+    package init(_ counter: Counter, _ labels: [(String, String)], by: Int64) {
+        self.counter = counter
+        self.labels = labels.map { Label($0.0, $0.1) }.sorted { $0.name < $1.name }
+        self.by = by
+    }
+
+    /// The labels as stored: a JSON object with sorted names, one text per series.
+    package var labelText: String {
+        JSON.object(labels.map { ($0.name, .string($0.value)) }).serialized()
+    }
+}
+
+/// A counter series with its total since the store was created.
+package struct CounterSample: Sendable, Equatable {
+    package var counter: Counter
+    package var labels: [String: String]
+    package var value: Int64
+
+    package init(counter: Counter, labels: [String: String], value: Int64) {
+        self.counter = counter
+        self.labels = labels
+        self.value = value
+    }
+}
+
+/// Increments summed by series, so a batch writes each series once.
+package struct CounterTally: Sendable {
+    private var totals: [SeriesKey: Int64] = [:]
+
+    private struct SeriesKey: Hashable {
+        var counter: Counter
+        var labels: [CounterIncrement.Label]
+    }
+
+    package init() {}
+
+    package var isEmpty: Bool { totals.isEmpty }
+
+    package mutating func add(_ counter: Counter, _ labels: [(String, String)], by: Int64) {
+        guard by != 0 else { return }
+        let increment = CounterIncrement(counter, labels, by: by)
+        totals[SeriesKey(counter: counter, labels: increment.labels), default: 0] += by
+    }
+
+    /// One attempt's duration in the histogram.
+    package mutating func observeDuration(microseconds: Int64) {
+        let us = max(0, microseconds)
+        add(.durationBucket, [("le", Counter.bucketLabel(seconds: Double(us) / 1_000_000))], by: 1)
+        add(.durationMicroseconds, [], by: us)
+    }
+
+    /// The summed increments, emptying the tally.
+    package mutating func take() -> [CounterIncrement] {
+        defer { totals.removeAll() }
+        return totals.map { key, by in
+            var increment = CounterIncrement(key.counter, [], by: by)
+            increment.labels = key.labels
+            return increment
+        }.sorted { ($0.counter.rawValue, $0.labelText) < ($1.counter.rawValue, $1.labelText) }
+    }
+}
