@@ -51,11 +51,24 @@ final class SQLiteConnection: @unchecked Sendable {
     private var transactionDepth = 0
     let path: String
 
-    init(path: String) throws(OutboxError) {
+    /// `readOnly`: for a store on a read-only file system or in a folder the user may not
+    /// write, where SQLite cannot make the WAL's shared-memory file: the database is opened
+    /// as immutable when no write-ahead log exists (nobody can be writing it), else read-only.
+    init(path: String, readOnly: Bool = false) throws(OutboxError) {
         self.path = path
         var handle: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
-        let rc = sqlite3_open_v2(path, &handle, flags, nil)
+        var flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        var name = path
+        if readOnly {
+            flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
+            let escaped = path.utf8.map { b -> String in
+                let c = Character(Unicode.Scalar(b))
+                return b < 0x80 && (c.isLetter || c.isNumber || "/-_.~".contains(c))
+                    ? String(c) : "%" + String(b, radix: 16, uppercase: true).leftPadded(to: 2)
+            }.joined()
+            name = "file:\(escaped)" + (access(path + "-wal", F_OK) == 0 ? "?mode=ro" : "?immutable=1")
+        }
+        let rc = sqlite3_open_v2(name, &handle, flags, nil)
         guard rc == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             if let handle { sqlite3_close_v2(handle) }
@@ -64,6 +77,7 @@ final class SQLiteConnection: @unchecked Sendable {
         db = handle
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, 10_000)
+        if readOnly { return }
         let mode = try scalarText("PRAGMA journal_mode=WAL")
         guard mode.lowercased() == "wal" else {
             throw .storage("the store database \(path) refused WAL mode (got \(mode))")
@@ -228,4 +242,8 @@ final class SQLiteConnection: @unchecked Sendable {
     func checkpoint() {
         _ = try? execute("PRAGMA wal_checkpoint(TRUNCATE)")
     }
+}
+
+extension String {
+    fileprivate func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }

@@ -19,18 +19,32 @@ package final class SQLiteStore: Store, @unchecked Sendable {
     let moves: MoveJournal
     /// The journal of `returns`, written before the commit that forgets their entries.
     var returnsTicket: MoveJournal.Ticket?
+    /// Opened on a store that cannot be written: reads answer, writes fail with E_STORAGE.
+    package private(set) var readOnly = false
 
     /// Opens (creating if needed) the store in `folder`. E_STORAGE when that is impossible.
     package init(folder: String) throws(OutboxError) {
         self.folder = folder
         umask(0o077)
         try Self.checkStoreFolder(folder)
-        try Self.makeFolder(folder)
         let bodies = Paths.join(folder, "bodies")
-        try Self.makeFolder(bodies)
         staging = Staging(bodiesDir: bodies)
         moves = MoveJournal(folder: Paths.join(folder, "moves"))
         let path = Paths.join(folder, "outbox.db")
+        if Self.isReadOnly(folder) && Paths.exists(path) {
+            // Reading commands still answer; a write fails as SQLite refuses it (E_STORAGE).
+            db = try SQLiteConnection(path: path, readOnly: true)
+            readOnly = true
+            let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
+            if let missing = Schema.migrations.first(where: { !applied.contains($0.name) }) {
+                throw .storage(
+                    "the store \(folder) is read-only and older than this outbox (it lacks \(missing.name)); open it once where it may be written"
+                )
+            }
+            return
+        }
+        try Self.makeFolder(folder)
+        try Self.makeFolder(bodies)
         if !Paths.exists(path) {
             try Self.createDatabase(at: path)
         } else if FileInfo.stat(path)?.size == 0 && (FileInfo.stat(path + "-wal")?.size ?? 0) == 0 {
@@ -45,6 +59,14 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         }) {
             FileIO.log("outbox: \(line)")
         }
+    }
+
+    /// Whether the store folder cannot be written: a read-only file system, or a folder of
+    /// someone else's the user may only read.
+    static func isReadOnly(_ folder: String) -> Bool {
+        var fs = statvfs()
+        if statvfs(folder, &fs) == 0, fs.f_flag & UInt(ST_RDONLY) != 0 { return true }
+        return Paths.isDirectory(folder) && access(folder, W_OK) != 0
     }
 
     /// Creates the database whole under a temporary name and links it into place, so a
