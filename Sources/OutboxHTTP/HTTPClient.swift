@@ -103,7 +103,7 @@ final class CurlEngine: @unchecked Sendable {
         var joinClaimed = false
     }
 
-    private let shared = Mutex(Shared())
+    private let shared = Locked(Shared())
     /// CURLM*; used by other threads only for curl_multi_wakeup, under `shared`'s lock.
     private let multi: UnsafeMutableRawPointer
     private var thread = pthread_t()

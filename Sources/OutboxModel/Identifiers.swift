@@ -34,7 +34,7 @@ package struct FastRandom: RandomNumberGenerator, Sendable {
 /// The kernel's CSPRNG drawn 512 bytes at a time (one getrandom call per 32 UUIDs instead of
 /// two per UUID). Ids and idempotency keys stay unpredictable: the bytes are the kernel's.
 package struct PooledSystemRandom: RandomNumberGenerator, Sendable {
-    private static let pool = Mutex(Pool())
+    private static let pool = Locked(Pool())
 
     private struct Pool: ~Copyable {
         var bytes = [UInt64](repeating: 0, count: 64)

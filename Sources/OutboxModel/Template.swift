@@ -42,7 +42,7 @@ package enum Template {
 
     /// Parsed templates by their text: a definition's few templates are rendered for every
     /// entry (`enqueue --from` renders them once per line), and parsing is most of the work.
-    private static let parsedTemplates = Mutex<[String: [TemplateNode]]>([:])
+    private static let parsedTemplates = Locked<[String: [TemplateNode]]>([:])
 
     private static func parsed(_ template: String) throws(TemplateSyntaxError) -> [TemplateNode] {
         if let nodes = parsedTemplates.withLock({ $0[template] }) { return nodes }

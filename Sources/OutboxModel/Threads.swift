@@ -44,3 +44,28 @@ package struct Errno: Error, Sendable, Equatable, CustomStringConvertible {
     package init(code: Int32) { self.code = code }
     package var description: String { strerror(code).map { String(cString: $0) } ?? "error \(code)" }
 }
+
+/// A value behind a pthread mutex, for state several threads share. Synchronization's
+/// `Mutex` would do as well, but ThreadSanitizer cannot see its lock on Linux (it reports
+/// races between accesses the lock orders), while it understands pthread mutexes.
+package final class Locked<Value: ~Copyable>: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private var value: Value
+
+    package init(_ value: consuming Value) {
+        self.value = value
+        mutex.initialize(to: pthread_mutex_t())
+        pthread_mutex_init(mutex, nil)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    package func withLock<T: ~Copyable, E: Error>(_ body: (inout Value) throws(E) -> T) throws(E) -> T {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body(&value)
+    }
+}

@@ -6,7 +6,7 @@ import Synchronization
 /// Owns the listener and the threads; kept apart from `TestHTTPServer` so that threads
 /// never retain the package object and its `deinit` can stop everything.
 final class ServerCore: Sendable {
-    let state: Mutex<ServerState>
+    let state: Locked<ServerState>
     let port: Int
     let logRequests: Bool
     let hashBodies: Bool
@@ -52,7 +52,7 @@ final class ServerCore: Sendable {
         self.wakeWrite = pipeFDs[1]
         self.logRequests = logRequests
         self.hashBodies = hashBodies
-        self.state = Mutex(ServerState(bodyCaptureLimit: bodyCaptureLimit))
+        self.state = Locked(ServerState(bodyCaptureLimit: bodyCaptureLimit))
     }
 
     func start() {

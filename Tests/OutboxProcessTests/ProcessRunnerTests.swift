@@ -1,3 +1,4 @@
+import OutboxModel
 import Foundation
 import OutboxProcess
 import Synchronization
@@ -528,7 +529,7 @@ struct SchedulingTests {
     @Test func aChildOfABatchThreadRunsWithTheNormalPolicy() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        let spawnerPolicy = Mutex<Int32>(-1)
+        let spawnerPolicy = Locked<Int32>(-1)
         let result = try await runOffPool(
             shell("cut -d' ' -f41 /proc/self/stat", in: folder),
             prepare: {

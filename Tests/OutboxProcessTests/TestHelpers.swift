@@ -1,3 +1,4 @@
+import OutboxModel
 import Foundation
 import OutboxProcess
 import Synchronization
@@ -63,10 +64,10 @@ func waitForFile(_ path: String) {
 
 /// A thread-safe box for values captured by @Sendable callbacks.
 final class Box<Value: Sendable>: Sendable {
-    private let storage: Mutex<Value>
+    private let storage: Locked<Value>
 
     init(_ value: Value) {
-        storage = Mutex(value)
+        storage = Locked(value)
     }
 
     var value: Value { storage.withLock { $0 } }

@@ -23,7 +23,7 @@ open class TestProject: @unchecked Sendable {
     package var executable = builtExecutable("outbox")
 
     private let folder: TemporaryFolder
-    private let lazyServer = Mutex<TestHTTPServer?>(nil)
+    private let lazyServer = Locked<TestHTTPServer?>(nil)
 
     /// Creates the project: `config/outbox.yaml` with `config` (none when nil) and
     /// `definitions/KEY.yaml` for each of `definitions`. `name` (the calling test, by default)
