@@ -13,6 +13,9 @@ enum CurlFailure {
             return .redirect
         case CURLE_UNSUPPORTED_PROTOCOL:
             return afterRedirect ? .redirect : .network
+        case CURLE_URL_MALFORMAT:
+            // The request's own URL was checked at enqueue: after a 3xx, the Location is bad.
+            return afterRedirect ? .redirect : .network
         case CURLE_SSL_CONNECT_ERROR, CURLE_PEER_FAILED_VERIFICATION, CURLE_SSL_ENGINE_NOTFOUND,
             CURLE_SSL_ENGINE_SETFAILED, CURLE_SSL_CERTPROBLEM, CURLE_SSL_CIPHER, CURLE_USE_SSL_FAILED,
             CURLE_SSL_ENGINE_INITFAILED, CURLE_SSL_CACERT_BADFILE, CURLE_SSL_SHUTDOWN_FAILED,

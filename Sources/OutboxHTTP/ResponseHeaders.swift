@@ -9,6 +9,9 @@ package struct ResponseHeaders: Sendable {
     private var lines: [UInt8] = []
     /// Seen while collecting, so the transfer asks libcurl for the value only when sent.
     private(set) var hasRetryAfter = false
+    /// The first Content-Length value, as sent, and both values once a later one differs.
+    private var contentLength: [UInt8]?
+    private(set) var contentLengthConflict: String?
 
     init() {}
 
@@ -25,6 +28,8 @@ package struct ResponseHeaders: Sendable {
         if raw.starts(with: Self.statusPrefix) {
             lines.removeAll(keepingCapacity: true)
             hasRetryAfter = false
+            contentLength = nil
+            contentLengthConflict = nil
             return
         }
         if lines.isEmpty { lines.reserveCapacity(512) }
@@ -34,6 +39,16 @@ package struct ResponseHeaders: Sendable {
             zip(raw, Self.retryAfter).allSatisfy({ $0 | 0x20 == $1 })
         {
             hasRetryAfter = true
+        }
+        if end > Self.contentLengthName.count, raw[Self.contentLengthName.count] == 0x3A,
+            zip(raw, Self.contentLengthName).allSatisfy({ $0 | 0x20 == $1 })
+        {
+            let value = Array(Self.trimmed(raw[(Self.contentLengthName.count + 1)..<end]).utf8)
+            if let first = contentLength, first != value, contentLengthConflict == nil {
+                contentLengthConflict = String(decoding: first, as: UTF8.self) + ", " + String(decoding: value, as: UTF8.self)
+            } else if contentLength == nil {
+                contentLength = value
+            }
         }
     }
 
@@ -86,6 +101,7 @@ package struct ResponseHeaders: Sendable {
 
     private static let statusPrefix = Array("HTTP/".utf8)
     private static let retryAfter = Array("retry-after".utf8)
+    private static let contentLengthName = Array("content-length".utf8)
 
     private static func trimmed(_ slice: Slice<UnsafeRawBufferPointer>) -> String {
         var lo = slice.startIndex

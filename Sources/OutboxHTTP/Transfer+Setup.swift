@@ -111,9 +111,8 @@ extension Transfer {
                 { data, size, count, user in
                     let n = size * count
                     let transfer = Unmanaged<Transfer>.fromOpaque(user!).takeUnretainedValue()
-                    transfer.keep(UnsafeRawBufferPointer(start: data, count: n))
-                    // Always accept everything: a short count is CURLE_WRITE_ERROR, read as a network failure.
-                    return n
+                    // A short count is CURLE_WRITE_ERROR: returned only on purpose (`stoppedReading`).
+                    return transfer.keep(UnsafeRawBufferPointer(start: data, count: n)) ? n : 0
                 }), "WRITEFUNCTION")
         try check(ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me), "WRITEDATA")
         // Every non-form body goes through the read callback, with a seek callback so
@@ -306,6 +305,12 @@ extension Transfer {
     /// Follows the status of each response and, at the end of a redirect's headers, asks the
     /// guard whether libcurl may follow it. False stops the transfer.
     func headerLineAllowed(_ line: UnsafeRawBufferPointer) -> Bool {
+        if let conflict = responseHeaders.contentLengthConflict, line.allSatisfy({ $0 == 0x0D || $0 == 0x0A }) {
+            // RFC 9112: a response with differing Content-Length values must be discarded.
+            malformedResponse = "malformed response: two different Content-Length values (\(conflict))"
+            stoppedReading = true
+            return false
+        }
         guard let redirectGuard else { return true }
         if line.starts(with: Array("HTTP/".utf8)) {
             // "HTTP/1.1 303 See Other": the number after the first space.

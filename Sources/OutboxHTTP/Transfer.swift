@@ -36,6 +36,13 @@ final class Transfer {
     var responseHeaders = ResponseHeaders()
     var body: [UInt8] = []
     var truncated = false
+    /// Body bytes past `maxResponseBytes`, read and dropped.
+    var discarded = 0
+    /// Set when the write callback stopped the transfer on purpose: the body outgrew what is
+    /// read and dropped, or the response's framing is invalid (`malformedResponse`).
+    var stoppedReading = false
+    /// Why the response was discarded as malformed (two different Content-Length values).
+    var malformedResponse: String?
     /// What the redirect guard needs: set when redirects are followed.
     var redirectGuard: RedirectGuard?
     /// The status of the response whose headers are arriving.
@@ -91,10 +98,21 @@ final class Transfer {
 
     // MARK: - Callbacks (curl thread)
 
-    func keep(_ chunk: UnsafeRawBufferPointer) {
+    /// Up to this much past the cap is read and dropped, so a reusable connection stays
+    /// reusable; beyond it the transfer stops, or an endless body would hold its slot forever.
+    static let discardAllowance = 1 << 20
+
+    /// Keeps what fits under the cap; false once the transfer should stop reading.
+    func keep(_ chunk: UnsafeRawBufferPointer) -> Bool {
         let room = maxResponseBytes - body.count
         if chunk.count > room { truncated = true }
         if room > 0 { body.append(contentsOf: chunk.prefix(room)) }
+        discarded += chunk.count - min(chunk.count, max(0, room))
+        if discarded > Self.discardAllowance {
+            stoppedReading = true
+            return false
+        }
+        return true
     }
 
     func read(into buffer: UnsafeMutablePointer<CChar>, capacity: Int) -> Int {
@@ -219,14 +237,24 @@ final class Transfer {
             result.failure = TransportFailure(.redirect, stoppedAtRedirect)
             return result
         }
-        if code == CURLE_OK { return result }
+        if let malformedResponse {
+            // Framing that cannot be trusted: the response is discarded, as if none came.
+            result.status = nil
+            result.failure = TransportFailure(.network, malformedResponse)
+            return result
+        }
+        // Stopped by the write callback past the cap: the response is complete enough (status,
+        // headers and the capped body), and `truncated` says the rest was dropped.
+        if code == CURLE_OK || (stoppedReading && code == CURLE_WRITE_ERROR) { return result }
         if let readFailure {
             result.failure = TransportFailure(.network, readFailure)
             return result
         }
         var redirects = 0
         _ = ccurl_getinfo_long(easy, CURLINFO_REDIRECT_COUNT, &redirects)
-        let afterRedirect = redirects > 0 || (300...399).contains(status)
+        // A malformed answer after a followed redirect fails the same way as a refused scheme:
+        // only a Location naming another scheme makes it a redirect problem.
+        let afterRedirect = (redirects > 0 || (300...399).contains(status)) && (code != CURLE_UNSUPPORTED_PROTOCOL || locationLeavesHTTP())
         let detail = String(cString: errorBuffer)
         var message = detail.isEmpty ? String(cString: ccurl_easy_strerror(code)) : detail
         if code == CURLE_READ_ERROR {
@@ -235,6 +263,19 @@ final class Transfer {
         }
         result.failure = TransportFailure(CurlFailure.kind(of: code, afterRedirect: afterRedirect), message)
         return result
+    }
+}
+
+extension Transfer {
+    /// Whether the last response's Location names a scheme other than http and https.
+    func locationLeavesHTTP() -> Bool {
+        guard let location = responseHeaders.value("location"), let colon = location.firstIndex(of: ":") else { return false }
+        let scheme = location[..<colon]
+        // RFC 3986: ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ); anything else is a relative path.
+        guard let first = scheme.first, first.isASCII, first.isLetter,
+            scheme.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == ".") })
+        else { return false }
+        return !["http", "https"].contains(scheme.lowercased())
     }
 }
 
@@ -267,8 +308,20 @@ struct RedirectGuard {
     /// followed; nil when it may be.
     func refusal(status: Int, location: String, currentURL: String) -> String? {
         guard (300...399).contains(status), !location.isEmpty else { return nil }
-        if [301, 302, 303].contains(status), !["GET", "HEAD"].contains(method), !methodChange {
-            return "HTTP \(status) would re-send \(method) as GET without its body; not followed (redirect_method_change: true allows it)"
+        // libcurl follows any 3xx with a Location; 300, 304, 305 and unknown codes name no
+        // one target to re-send a request to.
+        guard [301, 302, 303, 307, 308].contains(status) else {
+            return "HTTP \(status) is not a redirect outbox follows; not followed"
+        }
+        if [301, 302, 303].contains(status), !["GET", "HEAD"].contains(method) {
+            if !methodChange {
+                return
+                    "HTTP \(status) would re-send \(method) as GET without its body; not followed (redirect_method_change: true allows it)"
+            }
+            // libcurl turns only a POST into a GET: another verb would be re-sent as itself, empty.
+            if method != "POST" {
+                return "HTTP \(status) would re-send \(method) without its body; not followed (redirect_method_change applies to POST)"
+            }
         }
         if carriesCredentials, let target = Self.authority(location, relativeTo: currentURL),
             target != Self.authority(currentURL, relativeTo: currentURL)

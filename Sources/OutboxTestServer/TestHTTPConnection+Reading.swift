@@ -7,6 +7,8 @@ extension TestHTTPConnection {
         case head(RequestHead)
         case eof
         case bad(Int, String)
+        /// A TLS handshake arrived on this plain port.
+        case tls
     }
 
     /// Reads more bytes into the buffer; false on EOF or error.
@@ -42,6 +44,8 @@ extension TestHTTPConnection {
                 }
                 index += 1
             }
+            // 0x16: a TLS handshake record (an https:// URL on this port); no HTTP request starts so.
+            if end > start && buffer[start] == 0x16 { return .tls }
             scanned = max(start, end - 2)
             if end - start > Self.maxHeadSize { return .bad(431, "request head too large\n") }
             let before = start

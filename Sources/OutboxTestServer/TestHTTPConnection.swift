@@ -28,6 +28,10 @@ final class TestHTTPConnection {
             switch readHead() {
             case .eof:
                 return .close
+            case .tls:
+                // Reset at once, as a plain server's refusal would: the client sees a failed handshake.
+                core.log("TLS handshake on the plain port -> reset")
+                return .reset
             case .bad(let status, let message):
                 _ = sendResponseHead(
                     status: status, headers: [("Content-Type", "text/plain")], bodyLength: Int64(message.utf8.count), keepAlive: false)
@@ -71,6 +75,9 @@ final class TestHTTPConnection {
         var stopAfter: Int64?
         if let scripted, case .resetWhileReadingRequest(let afterBytes) = scripted.action {
             stopAfter = Int64(max(0, afterBytes))
+        } else if scripted == nil && !isControl {
+            // The one built-in route decided before the body is read: it cuts the body short.
+            stopAfter = BuiltinRoutes.resetMidRequestBytes(pathOnly)
         }
 
         if expectsContinue {
@@ -128,7 +135,10 @@ final class TestHTTPConnection {
         case .stallForever:
             stall()
             return .end(.close)
-        case .respond, .resetMidBody, .slowBody:
+        case .raw(let bytes):
+            _ = sendAll(bytes)
+            return .end(.close)
+        case .respond, .resetMidBody, .slowBody, .stallAfterHeaders, .endless:
             break
         }
 
@@ -139,12 +149,24 @@ final class TestHTTPConnection {
             asciiLowercased($0.0) == "connection" && asciiLowercased($0.1).contains("close")
         }
         let keepAlive = head.wantsKeepAlive && !response.closeConnection && !closeAsked
+        var headers = response.headers
+        if case .endless = response.action { headers.append(("Transfer-Encoding", "chunked")) }
         guard
             sendResponseHead(
-                status: status, headers: response.headers, bodyLength: statusForbidsBody ? nil : bodyLength,
+                status: status, headers: headers, bodyLength: statusForbidsBody ? nil : bodyLength,
                 keepAlive: keepAlive
             )
         else { return .end(.close) }
+        switch response.action {
+        case .stallAfterHeaders:
+            stall()
+            return .end(.close)
+        case .endless(let bytesPerChunk):
+            sendEndless(bytesPerChunk: bytesPerChunk)
+            return .end(.close)
+        default:
+            break
+        }
         let ending: ExchangeOutcome = keepAlive ? .keepAlive : .end(.close)
         if head.method == "HEAD" || bodyLength == 0 {
             if response.action == .resetMidBody { return .end(.reset) }
@@ -185,6 +207,9 @@ final class TestHTTPConnection {
         case .slowBody: return "\(response.status) slow body"
         case .resetWhileReadingRequest: return "reset"
         case .stallForever: return "stall"
+        case .stallAfterHeaders: return "\(response.status) headers, then stall"
+        case .endless: return "\(response.status) endless body"
+        case .raw(let bytes): return "\(bytes.count) raw bytes"
         }
     }
 
@@ -226,6 +251,22 @@ final class TestHTTPConnection {
                 let n = scratch.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
                 if n <= 0 { return }
             }
+        }
+    }
+
+    /// Chunks of the generated pattern until a send fails: the client hung up, or `stop()`
+    /// shut the socket down.
+    private func sendEndless(bytesPerChunk: Int) {
+        let size = min(max(1, bytesPerChunk), PatternBlock.length)
+        let chunkHead = Array((String(size, radix: 16) + "\r\n").utf8)
+        let chunkEnd = Array("\r\n".utf8)
+        var offset: Int64 = 0
+        while true {
+            guard sendAll(chunkHead),
+                PatternBlock.shared.withBytes(from: offset, count: size, { sendAll($0) }),
+                sendAll(chunkEnd)
+            else { return }
+            offset += Int64(size)
         }
     }
 

@@ -6,12 +6,28 @@
 /// - `/reset`: connection reset after the request. `/close`: clean close, no response.
 ///   `/stall`: no response until the client or server gives up.
 /// - `/echo`: 200 with JSON of the method, path, headers (lowercased names) and body.
-/// - `/bytes/{n}`: an n-byte generated body (`TestResponse.patternByte`).
+/// - `/bytes/{n}`: an n-byte generated body (`TestResponse.patternByte`), streamed from a
+///   63 KiB block (memory stays flat for any n).
 ///   `/reset-mid-body/{n}`: headers and n/2 of those bytes, then a reset.
 ///   `/slow/{n}[?chunk=B&interval_ms=M]`: n bytes sent B at a time (1024), M ms apart (100).
 /// - `/seq/{name}/{c1},{c2},...`: the k-th request for `name` gets c_k; the last repeats.
 /// - `/redirect/{n}`: 302 to `/redirect/{n-1}`; `/redirect/0` is 200.
-///   `/redirect-to?url=U`: 302 to the percent-decoded U.
+///   `/redirect-to?url=U[&code=C]`: C (any 300–399, default 302) to the percent-decoded U.
+///   Another host on the same server: `localhost` instead of `127.0.0.1` (libcurl compares
+///   host names as written); `TestHTTPServer(host: "127.0.0.2")` is another server.
+/// - Faults (`TestHTTPFaults.swift`):
+///   `/reset-mid-request/{n}`: reset once n request body bytes arrived (the whole body, if shorter).
+///   `/stall-after-headers[/{n}]`: 200 headers announcing n body bytes (1000), then silence.
+///   `/storm/{name}/{n}/{code}[?retry_after=V]`: the first n requests for `name` get `code`
+///   (with `Retry-After: V`), later ones 200.
+///   `/first/{name}/{n}/{rest}`: the first n requests answer as `/{rest}` would, later ones 200
+///   (`/first/a/1/malformed/garbage`).
+///   `/endless[?chunk=B]`: 200 with a chunked body that never ends (B-byte chunks, 16384).
+///   `/malformed/{name}`: raw bytes, then a close (`MalformedResponses.names`): `status-not-a-number`,
+///   `status-four-digits`, `garbage`, `version-9.9`, `status-line-only` (no CRLF),
+///   `header-no-colon`, `header-1mib`, `header-nul`, `obs-fold`, `headers-10000`,
+///   `length-shorter`, `length-longer`, `length-two` (two different values), `length-negative`.
+///   `/status/429?retry_after=V` passes any percent-encoded V through (`%20`, empty, `-1`).
 /// - `/put/...`: 201 with JSON `{stored, body_size, body_sha256}` and an `ETag`.
 /// - `/hold/{name}/{rest}`: waits at the hold `name` until released, then answers as
 ///   `/{rest}` would (`/hold/a/status/201`); `/hold/{name}` alone answers like any path.
@@ -79,7 +95,8 @@ enum BuiltinRoutes {
             return TestResponse(status: 302, headers: [("Location", "/redirect/\(n - 1)")])
         case ("redirect-to", 0):
             guard let url = query["url"], !url.isEmpty else { return badRoute("missing url") }
-            return TestResponse(status: 302, headers: [("Location", url)])
+            guard let code = Int(query["code"] ?? "302"), (300...399).contains(code) else { return badRoute("bad redirect code") }
+            return TestResponse(status: code, headers: [("Location", url)])
         case ("hold", _) where !rest.isEmpty && !rest[0].isEmpty:
             var inner = request
             inner.path = "/" + rest.dropFirst().joined(separator: "/") + (pieces.count > 1 ? "?" + pieces[1] : "")
@@ -103,6 +120,7 @@ enum BuiltinRoutes {
             core.state.withLock { $0.clear() }
             return .json(200, #"{"reset":true}"#)
         default:
+            if let fault = faultResponse(first: first, rest: rest, query: query, request: request, core: core) { return fault }
             if first == "put" && rest.count >= 1 {
                 return .json(
                     201,
@@ -123,7 +141,7 @@ enum BuiltinRoutes {
         "\"" + String(request.bodySHA256.prefix(32)) + "\""
     }
 
-    private static func badRoute(_ message: String) -> TestResponse {
+    static func badRoute(_ message: String) -> TestResponse {
         .json(400, #"{"error":\#(jsonString(message))}"#)
     }
 

@@ -97,7 +97,7 @@ extension Runner {
             let event = OutcomePayloads.attemptEvent(
                 entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
                 method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass,
-                at: Identifiers.nowMs())
+                at: now)
             emit(event)
             changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
         }

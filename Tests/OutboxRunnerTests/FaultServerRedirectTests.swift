@@ -1,0 +1,149 @@
+import Foundation
+import OutboxModel
+import TestSupport
+import Testing
+
+/// One redirect code and method, and whether the runner follows it.
+struct RedirectFault: Sendable, CustomTestStringConvertible {
+    var code: Int
+    var method: String
+    var methodChange = false
+    /// Followed to `/landing`, and how it arrives there (nil: not followed, error kind http).
+    var landsAs: String?
+    var testDescription: String {
+        "\(code) to a \(method)\(methodChange ? " with redirect_method_change" : "")"
+            + (landsAs.map { ": followed as \($0)" } ?? ": not followed")
+    }
+}
+
+extension FaultServerTests {
+    static let redirectFaults: [RedirectFault] = [
+        RedirectFault(code: 307, method: "POST", landsAs: "POST"), RedirectFault(code: 307, method: "PUT", landsAs: "PUT"),
+        RedirectFault(code: 308, method: "POST", landsAs: "POST"), RedirectFault(code: 308, method: "PUT", landsAs: "PUT"),
+        RedirectFault(code: 301, method: "POST"), RedirectFault(code: 302, method: "POST"), RedirectFault(code: 303, method: "POST"),
+        RedirectFault(code: 301, method: "PUT"), RedirectFault(code: 302, method: "PUT"), RedirectFault(code: 303, method: "PUT"),
+        RedirectFault(code: 301, method: "POST", methodChange: true, landsAs: "GET"),
+        RedirectFault(code: 302, method: "POST", methodChange: true, landsAs: "GET"),
+        RedirectFault(code: 303, method: "POST", methodChange: true, landsAs: "GET"),
+        // libcurl would re-send the PUT as a PUT without its body: not followed even so.
+        RedirectFault(code: 303, method: "PUT", methodChange: true), RedirectFault(code: 302, method: "PUT", methodChange: true),
+        RedirectFault(code: 300, method: "POST"), RedirectFault(code: 304, method: "POST"),
+        RedirectFault(code: 305, method: "POST"), RedirectFault(code: 399, method: "POST"),
+        RedirectFault(code: 300, method: "GET"), RedirectFault(code: 399, method: "GET"),
+    ]
+
+    /// PUT and POST bodies are never dropped: 307/308 arrive with the same method and body
+    /// (the hash the server recorded), a method change only when the definition allows it.
+    @Test(arguments: redirectFaults)
+    func aRedirectKeepsTheBodyOrIsNotFollowed(_ c: RedirectFault) async throws {
+        var request = "method: \(c.method)\nfollow_redirects: 2"
+        if c.methodChange { request += "\nredirect_method_change: true" }
+        let text =
+            c.method == "GET"
+            ? "key: t\nrequest:\n  method: GET\n  url: \"{{ vars.url }}\"\n  follow_redirects: 2\non_success: hooks/record.sh\non_error: hooks/record.sh\n"
+            : definition("t", request: request)
+        let p = try Project(config: faultConfig, definitions: ["t": text])
+        try await p.enqueue("t", path: "/redirect-to?url=%2Flanding&code=\(c.code)", id: "rd")
+        try await p.drain(failures: c.landsAs == nil ? 1 : 0)
+
+        let first = try #require(p.server.requests(path: "/redirect-to").first)
+        let landing = p.server.requests(path: "/landing")
+        let hook = try #require(p.deliveries("rd").first)
+        #expect(p.server.requests(path: "/redirect-to").count == 1, "never sent again")
+        if let method = c.landsAs {
+            #expect(hook.string("stdin.outcome") == "completed", "\(hook.serialized())")
+            #expect(landing.map(\.method) == [method])
+            if method == c.method {
+                #expect(landing.first?.bodySHA256 == first.bodySHA256)
+                #expect(landing.first?.bodySize == first.bodySize && first.bodySize > 0)
+            } else {
+                #expect(landing.first?.bodySize == 0)
+            }
+            #expect(try await p.list().isEmpty)
+        } else {
+            #expect(landing.isEmpty, "not followed")
+            #expect(hook.string("stdin.outcome") == "error")
+            #expect(hook.string("stdin.error.kind") == "http", "\(hook.serialized())")
+            #expect(hook.int("stdin.error.status") == Int64(c.code))
+            #expect(try await p.list().map { $0.string("state") } == ["error"])
+        }
+    }
+
+    /// A redirect to another scheme is refused (an http error); https is allowed, and a port
+    /// that speaks no TLS is a TLS failure, retried.
+    @Test(arguments: [
+        ("ftp", "ftp://127.0.0.1/x"), ("file", "file:///etc/passwd"), ("gopher", "gopher://127.0.0.1/1"),
+        ("scheme-relative ftp", "ftp:x"),
+    ])
+    func aRedirectToAnotherSchemeIsAnHTTPError(_ name: String, _ target: String) async throws {
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
+        let encoded = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        try await p.enqueue("t", path: "/redirect-to?code=307&url=\(encoded)", id: "sc")
+        try await p.drain(failures: 1)
+        let hook = try #require(p.deliveries("sc").first)
+        #expect(hook.string("stdin.outcome") == "error")
+        #expect(hook.string("stdin.error.kind") == "http", "\(hook.serialized())")
+        #expect(hook.string("stdin.response.body")?.contains("root:") != true)
+        #expect(p.server.requests(path: "/redirect-to").count == 1)
+        #expect(try await p.list().map { $0.string("state") } == ["error"])
+    }
+
+    /// A redirect that was followed to a malformed answer is a network failure like any
+    /// other malformed answer, not a refused redirect.
+    @Test func aFollowedRedirectToAMalformedAnswerIsRetried() async throws {
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
+        try await p.enqueue("t", path: "/redirect-to?code=307&url=%2Ffirst%2Fg%2F1%2Fmalformed%2Fgarbage", id: "mg")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
+        #expect(attempts.map { $0.string("outcome") ?? "" } == ["retry", "success"], "\(run.stdout)")
+        #expect(attempts.first?.string("error_kind") == "network")
+        #expect(p.server.requests(path: "/first/g/").count == 2)
+        #expect(p.deliveries("mg").first?.string("stdin.outcome") == "completed")
+    }
+
+    @Test func aRedirectToHTTPSOnAPlainPortIsATLSFailureAndRetried() async throws {
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
+        let plain = "https://127.0.0.1:\(p.server.port)/plain"
+        p.server.script("/to-https", [TestResponse(status: 307, headers: [("Location", plain)]), .json(200, "{}")])
+        try await p.enqueue("t", path: "/to-https", id: "tls")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
+        #expect(attempts.map { $0.string("outcome") ?? "" } == ["retry", "success"])
+        #expect(attempts.first?.string("error_kind") == "tls", "\(run.stdout)")
+        #expect(p.deliveries("tls").first?.string("stdin.outcome") == "completed")
+    }
+
+    /// Authorization, Cookie and redact_headers headers never reach another host: such a
+    /// redirect is not followed. "localhost" and 127.0.0.2 are other hosts than 127.0.0.1.
+    @Test(arguments: [
+        ("Authorization", "localhost"), ("Cookie", "localhost"), ("X-Api-Key", "localhost"),
+        ("Authorization", "127.0.0.2"), ("Cookie", "127.0.0.2"), ("X-Plain", "127.0.0.2"),
+    ])
+    func credentialsNeverReachAnotherHost(_ header: String, _ host: String) async throws {
+        let p = try Project(
+            config: faultConfig + "redact_headers: [X-Api-Key]\n",
+            definitions: ["t": definition("t", request: "follow_redirects: 2\nheaders:\n  \(header): secret-value")])
+        let other = host == "localhost" ? p.server : try TestHTTPServer(host: "127.0.0.2")
+        defer { if other !== p.server { other.stop() } }
+        let target = "http://\(host):\(other.port)/landing"
+        let encoded = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        try await p.enqueue("t", path: "/redirect-to?code=307&url=\(encoded)", id: "cr")
+        let credential = header != "X-Plain"
+        try await p.drain(failures: credential ? 1 : 0)
+
+        let arrived = other.requests(path: "/landing")
+        if credential {
+            #expect(!arrived.contains { $0.headers.contains { $0.1.contains("secret-value") } }, "the secret reached \(host)")
+        }
+        let hook = try #require(p.deliveries("cr").first)
+        if credential {
+            #expect(arrived.isEmpty)
+            #expect(hook.string("stdin.outcome") == "error")
+            #expect(hook.string("stdin.error.kind") == "http")
+            #expect(hook.string("stdin.error.message")?.contains("another host") == true, "\(hook.serialized())")
+        } else {
+            #expect(arrived.count == 1)
+            #expect(hook.string("stdin.outcome") == "completed")
+        }
+    }
+}

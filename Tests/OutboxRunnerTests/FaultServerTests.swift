@@ -1,0 +1,270 @@
+import Digest
+import Foundation
+import Glibc
+import OutboxModel
+import TestSupport
+import Testing
+
+/// A transfer that moves no byte for 2 s is stalled: long enough that a busy machine never
+/// stalls a healthy exchange, short enough for the stall faults.
+let faultConfig = fastConfig + "timeouts: { stall: { below: 1, for: 2s } }\n"
+
+/// One fault that the runner must retry: the first request meets it, the second gets a 200.
+struct RetriedFault: Sendable, CustomTestStringConvertible {
+    var name: String
+    /// The first answer (the second is a 200).
+    var fault: TestResponse
+    /// The first attempt's `error_kind` (nil: an HTTP status decided).
+    var kind: String?
+    /// The first attempt's `http_code`, when the fault gives one.
+    var status: Int? = nil
+    var testDescription: String { name }
+}
+
+/// One fault the runner must take as an answer in one attempt.
+struct AnsweredFault: Sendable, CustomTestStringConvertible {
+    var name: String
+    var path: String
+    var steps: [TestResponse]? = nil
+    var request = ""
+    var top = ""
+    var config = faultConfig
+    var outcome: String
+    var kind: String? = nil
+    var status: Int?
+    /// The `run --drain` exit status: 0, or 1 when the entry settled `error`.
+    var exit: Int32
+    /// Checks on the hook's stdin, by dotted path.
+    var expect: [String: JSON] = [:]
+    var testDescription: String { name }
+}
+
+@Suite struct FaultServerTests {
+    static func malformed(_ name: String) -> TestResponse { .raw(MalformedResponses.bytes(name)!) }
+
+    static let retriedFaults: [RetriedFault] = [
+        RetriedFault(name: "reset while the request body is read", fault: .resetWhileReadingRequest(afterBytes: 4), kind: "network"),
+        RetriedFault(name: "reset mid-response", fault: .resetMidBody(bodySize: 1 << 16), kind: "network", status: 200),
+        RetriedFault(name: "closed without a response", fault: .closeWithoutResponse, kind: "network"),
+        RetriedFault(name: "stall before any byte", fault: .stall, kind: "timeout"),
+        RetriedFault(name: "stall after the headers", fault: .stallAfterHeaders(), kind: "timeout", status: 200),
+        RetriedFault(name: "status line with a word for the code", fault: malformed("status-not-a-number"), kind: "network"),
+        RetriedFault(name: "status line with a four-digit code", fault: malformed("status-four-digits"), kind: "network"),
+        RetriedFault(name: "garbage bytes", fault: malformed("garbage"), kind: "network"),
+        RetriedFault(name: "HTTP/9.9", fault: malformed("version-9.9"), kind: "network"),
+        RetriedFault(name: "a status line only, no CRLF", fault: malformed("status-line-only"), kind: "network"),
+        RetriedFault(name: "a header line without a colon", fault: malformed("header-no-colon"), kind: "network", status: 200),
+        RetriedFault(name: "a header line of 1 MiB", fault: malformed("header-1mib"), kind: "network", status: 200),
+        RetriedFault(name: "a NUL byte in a header", fault: malformed("header-nul"), kind: "network", status: 200),
+        RetriedFault(name: "Content-Length longer than the body", fault: malformed("length-longer"), kind: "network", status: 200),
+        RetriedFault(name: "two different Content-Length headers", fault: malformed("length-two"), kind: "network"),
+        RetriedFault(name: "a negative Content-Length", fault: malformed("length-negative"), kind: "network", status: 200),
+        RetriedFault(
+            name: "a 1xx and then the close: no final response", fault: .raw("HTTP/1.1 199 Odd\r\nContent-Length: 0\r\n\r\n"),
+            kind: "network", status: 199),
+        RetriedFault(name: "503", fault: .status(503), kind: nil, status: 503),
+        RetriedFault(
+            name: "429 with an invalid Retry-After", fault: .status(429, headers: [("Retry-After", "abc")]), kind: nil, status: 429),
+    ]
+
+    @Test(arguments: retriedFaults)
+    func aFaultIsRetriedAndTheNextAnswerCompletes(_ c: RetriedFault) async throws {
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t")])
+        p.server.script("/f", [c.fault, .json(200, #"{"ok":true}"#)])
+        try await p.enqueue("t", path: "/f", id: "e1")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+
+        let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
+        #expect(attempts.map { $0.string("outcome") ?? "" } == ["retry", "success"], "\(run.stdout)")
+        let first = try #require(attempts.first)
+        #expect(first.string("error_kind") == c.kind, "\(first.serialized())")
+        if let status = c.status { #expect(first.int("http_code") == Int64(status), "\(first.serialized())") }
+        if c.kind != nil && c.status == nil { #expect(first.at("http_code") == .null, "\(first.serialized())") }
+        #expect(p.server.requests(path: "/f").count == 2)
+        let hook = try #require(p.deliveries("e1").first)
+        #expect(hook.string("stdin.outcome") == "completed")
+        #expect(hook.int("stdin.meta.attempts") == 2)
+        #expect(hook.int("stdin.response.status") == 200)
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func aStormOf503IsRetriedUntilItPasses() async throws {
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/storm/s/4/503", id: "st")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
+        #expect(attempts.map { $0.int("http_code") ?? 0 } == [503, 503, 503, 503, 200])
+        #expect(p.server.requests(path: "/storm/s/").count == 5)
+        #expect(p.deliveries("st").first?.int("stdin.meta.attempts") == 5)
+    }
+
+    @Test func aFileBodyCutOffMidRequestIsSentWholeTheNextTime() async throws {
+        let p = try Project(config: faultConfig, definitions: ["up": fileDefinition("up")])
+        let source = p.base + "/payload.bin"
+        let bytes = (0..<(1 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        try Data(bytes).write(to: URL(fileURLWithPath: source))
+        p.server.script("/put/cut", [.resetWhileReadingRequest(afterBytes: 64 * 1024), .json(201, "{}")])
+        let vars = JSON.object([("url", .string(p.url("/put/cut"))), ("path", .string(source))]).serialized()
+        #expect(try await p.outbox(["enqueue", "up", "--vars", vars, "--id", "cut"]).exitCode == 0)
+        try await p.drain(failures: 0)
+        let requests = p.server.requests(path: "/put/cut")
+        #expect(requests.count == 2)
+        #expect(requests.first?.completed == false)
+        #expect((requests.first?.bodySize ?? 0) < Int64(bytes.count))
+        #expect(requests.last?.completed == true)
+        #expect(requests.last?.bodySHA256 == SHA256.hex(bytes))
+        #expect(p.deliveries("cut").first?.string("stdin.outcome") == "completed")
+    }
+
+    // MARK: - Faults that are an answer
+
+    static let answeredFaults: [AnsweredFault] = [
+        AnsweredFault(
+            name: "obs-fold continuation lines are joined", path: "/malformed/obs-fold", outcome: "completed", status: 200, exit: 0,
+            expect: ["stdin.response.headers.x-folded": .string("first second"), "stdin.response.body": .string("ok")]),
+        AnsweredFault(
+            name: "10,000 headers are all kept", path: "/malformed/headers-10000", outcome: "completed", status: 200, exit: 0,
+            expect: ["stdin.response.headers.x-header-0": .string("0"), "stdin.response.headers.x-header-9999": .string("9999")]),
+        AnsweredFault(
+            name: "a Content-Length shorter than the body frames the body", path: "/malformed/length-shorter",
+            outcome: "completed", status: 200, exit: 0, expect: ["stdin.response.body": .string("ok")]),
+        AnsweredFault(
+            name: "a status above 599 is an http error", path: "/status/799", outcome: "error", kind: "http", status: 799, exit: 1),
+        AnsweredFault(
+            name: "an endless body over max_response_bytes with a parser: truncated", path: "/endless", top: "response: json",
+            config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "error", kind: "truncated", status: nil, exit: 0,
+            expect: ["stdin.response.status": .int(200), "stdin.response.body_truncated": .bool(true)]),
+        AnsweredFault(
+            name: "an endless raw body is kept up to max_response_bytes", path: "/endless",
+            config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "completed", status: 200, exit: 0,
+            expect: ["stdin.response.body_truncated": .bool(true)]),
+        AnsweredFault(
+            name: "a 10 MiB body with a parser: truncated", path: "/bytes/10485760", top: "response: json",
+            config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "error", kind: "truncated", status: nil, exit: 0,
+            expect: ["stdin.response.status": .int(200), "stdin.response.body_truncated": .bool(true)]),
+        AnsweredFault(
+            name: "a 10 MiB raw body is kept up to max_response_bytes", path: "/bytes/10485760",
+            config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "completed", status: 200, exit: 0,
+            expect: ["stdin.response.body_truncated": .bool(true)]),
+    ]
+
+    @Test(arguments: answeredFaults)
+    func aFaultThatIsAnAnswerSettlesInOneAttempt(_ c: AnsweredFault) async throws {
+        let p = try Project(config: c.config, definitions: ["t": definition("t", request: c.request, top: c.top)])
+        if let steps = c.steps { p.server.script(c.path, steps) }
+        try await p.enqueue("t", path: c.path, id: "a1")
+        try await p.drain(failures: c.exit)
+        try await expectSettled(p, "a1", c)
+    }
+
+    func expectSettled(_ p: Project, _ id: String, _ c: AnsweredFault, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let log = p.deliveries(id)
+        #expect(log.count == 1, sourceLocation: sourceLocation)
+        let hook = try #require(log.first, sourceLocation: sourceLocation)
+        #expect(hook.string("stdin.outcome") == c.outcome, "\(hook.serialized().prefix(2000))", sourceLocation: sourceLocation)
+        #expect(hook.int("stdin.meta.attempts") == 1, sourceLocation: sourceLocation)
+        #expect(hook.string("stdin.error.kind") == c.kind, "\(hook.serialized().prefix(2000))", sourceLocation: sourceLocation)
+        if let status = c.status {
+            let path = c.kind == "http" ? "stdin.error.status" : "stdin.response.status"
+            #expect(hook.int(path) == Int64(status), "\(hook.serialized().prefix(2000))", sourceLocation: sourceLocation)
+        }
+        for (path, value) in c.expect {
+            #expect(hook.at(path) == value, "\(path) in \(hook.serialized().prefix(2000))", sourceLocation: sourceLocation)
+        }
+        let rows = try await p.list()
+        if c.outcome == "completed" || c.kind == "truncated" || c.kind == "unknown" {
+            #expect(rows.isEmpty, "\(rows)", sourceLocation: sourceLocation)
+        } else {
+            #expect(rows.map { $0.string("state") } == ["error"], "\(rows)", sourceLocation: sourceLocation)
+        }
+    }
+
+    @Test func anEndlessBodyKeepsTheRunnersMemoryFlat() async throws {
+        let p = try Project(config: faultConfig + "max_response_bytes: 64KiB\n", definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/endless?chunk=65536", id: "big")
+        var peakKiB = 0
+        try await p.runUntil {
+            runner in
+            guard !p.deliveries("big").isEmpty else { return false }
+            peakKiB = runner.peakMemoryKiB ?? 0
+            return true
+        }
+        // Far more than the runner needs (a few MiB over its idle size), far less than
+        // what reading on would have kept.
+        #expect(peakKiB > 0 && peakKiB < 200 * 1024, "VmHWM \(peakKiB) KiB")
+        #expect(p.deliveries("big").first?.at("stdin.response.body_truncated") == .bool(true))
+    }
+
+    // MARK: - Retry-After
+
+    /// Backoff 100 ms doubling, no jitter: the time between an attempt and the next is exact.
+    static let retryAfterConfig = """
+        retry:
+          backoff: { base: 100ms, max: 2h, jitter: 0 }
+
+        """
+
+    @Test(arguments: [("delta-seconds", "3600")])
+    func aValidRetryAfterSchedulesTheNextAttemptThen(_ name: String, _ value: String) async throws {
+        let p = try Project(config: Self.retryAfterConfig, definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/429?retry_after=\(value)", id: "ra")
+        let run = try await p.drain(["--events", "-", "--horizon", "1s"], failures: 0)
+        let (at, next) = try lastAttemptAndNext(run, "ra")
+        #expect(next - at == 3_600_000)
+        #expect(p.server.requests(path: "/status/429").count == 1)
+        let row = try #require(try await p.list().first)
+        #expect(row.string("state") == "queued")
+        #expect(row.int("next_attempt_at") == next)
+    }
+
+    @Test func anHTTPDateRetryAfterSchedulesTheNextAttemptAtThatDate() async throws {
+        let p = try Project(config: Self.retryAfterConfig, definitions: ["t": definition("t")])
+        let date = Int64(time(nil)) + 3600
+        var tm = tm()
+        var seconds = time_t(date)
+        gmtime_r(&seconds, &tm)
+        var buffer = [CChar](repeating: 0, count: 64)
+        strftime(&buffer, buffer.count, "%a, %d %b %Y %H:%M:%S GMT", &tm)
+        let value = String(cString: buffer).addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        try await p.enqueue("t", path: "/status/429?retry_after=\(value)", id: "rd")
+        let run = try await p.drain(["--events", "-", "--horizon", "1s"], failures: 0)
+        let (_, next) = try lastAttemptAndNext(run, "rd")
+        // The date's second, rounded up to a whole second from the attempt.
+        #expect((date * 1000..<date * 1000 + 1000).contains(next), "next \(next), date \(date)")
+        #expect(p.server.requests(path: "/status/429").count == 1)
+    }
+
+    @Test func aRetryAfterBeyond64BitsWaitsTheBackoffMax() async throws {
+        let p = try Project(config: Self.retryAfterConfig, definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/429?retry_after=99999999999999999999999", id: "rh")
+        let run = try await p.drain(["--events", "-", "--horizon", "1s"], failures: 0)
+        let (at, next) = try lastAttemptAndNext(run, "rh")
+        #expect(next - at == 7_200_000)
+    }
+
+    /// An invalid value falls back to the backoff: the second failure waits 200 ms, where a
+    /// value read as 0 would wait the 100 ms floor.
+    @Test(arguments: ["abc", "-1", "", "1.5", "%20", "Sun, 06 Nov 1994 08:49:37 XYZ"])
+    func anInvalidRetryAfterFallsBackToTheBackoff(_ value: String) async throws {
+        let p = try Project(config: Self.retryAfterConfig, definitions: ["t": definition("t")])
+        let encoded = value == "%20" ? value : value.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        try await p.enqueue("t", path: "/storm/x/2/429?retry_after=\(encoded)", id: "ri")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
+        let states = run.jsonLines.filter {
+            $0.string("type") == "state" && $0.string("state") == "queued" && $0.at("next_attempt_at") != nil
+        }
+        #expect(attempts.map { $0.int("http_code") ?? 0 } == [429, 429, 200])
+        let waits = zip(attempts, states).map { ($1.int("next_attempt_at") ?? 0) - ($0.int("at") ?? 0) }
+        #expect(waits == [100, 200], "\(run.stdout)")
+        let recorded = p.server.requests(path: "/storm/x/").first?.path ?? ""
+        #expect(recorded.contains("retry_after="))
+    }
+
+    func lastAttemptAndNext(_ run: Finished, _ id: String) throws -> (Int64, Int64) {
+        let attempt = try #require(run.jsonLines.last { $0.string("type") == "attempt" && $0.string("id") == id })
+        let state = try #require(
+            run.jsonLines.last { $0.string("type") == "state" && $0.string("id") == id && $0.string("state") == "queued" })
+        return (try #require(attempt.int("at")), try #require(state.int("next_attempt_at")))
+    }
+}
