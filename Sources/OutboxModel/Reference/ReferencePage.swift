@@ -55,12 +55,14 @@ package enum ReferencePage {
         case let .integer(range): return "integer \(range.lowerBound)–\(range.upperBound)"
         case let .number(range): return "number \(shortNumber(range.lowerBound))–\(shortNumber(range.upperBound))"
         case .bool: return "boolean"
-        case let .enumeration(values): return "one of " + values.map { "`\($0)`" }.joined(separator: ", ")
+        case let .enumeration(values):
+            return values.count == 1 ? "`\(values[0])`" : "one of " + values.map { "`\($0)`" }.joined(separator: ", ")
         case let .list(item): return "list of \(plural(typeText(item)))"
         case let .mapping(mapping): return "mapping `\(mapping.path)`"
         case .headers: return "mapping of header names to templates"
         case .command: return "command"
         case .any: return "any value"
+        case let .nullable(.anyOf(options)): return typeText(.anyOf(options + [.enumeration(["null"])]))
         case let .nullable(item): return "\(typeText(item)) or `null`"
         case let .anyOf(options): return options.map(typeText).joined(separator: "; or ")
         }
