@@ -341,8 +341,8 @@ package enum CLI {
                 positionals: "bash|zsh", minPositionals: 1, maxPositionals: 1,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.completion(&i) }),
             CommandInfo(
-                path: ["schema"], summary: "print the JSON Schema of the config or of a definition, for editors",
-                positionals: "config|definition", minPositionals: 1, maxPositionals: 1,
+                path: ["schema"], summary: "print the JSON Schema of the config or of a definition (for editors), or the reference page",
+                positionals: "config|definition|reference", minPositionals: 1, maxPositionals: 1,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.schema(&i) }),
         ]
     }

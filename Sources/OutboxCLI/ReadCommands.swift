@@ -264,12 +264,13 @@ enum ReadCommands {
         return problems.isEmpty ? 0 : ErrorCode.storage.exitStatus
     }
 
-    /// A JSON Schema for editors (yaml-language-server); needs no project.
+    /// A JSON Schema for editors (yaml-language-server), or the reference page; needs no project.
     static func schema(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         switch i.args.positionals[0] {
         case "config": i.console.out(JSONSchemas.config().pretty())
         case "definition": i.console.out(JSONSchemas.definition().pretty())
-        case let other: throw .usage("schema takes config or definition, not \"\(other.prefix(40))\"")
+        case "reference": i.console.out(ReferencePage.markdown())
+        case let other: throw .usage("schema takes config, definition or reference, not \"\(other.prefix(40))\"")
         }
         return 0
     }

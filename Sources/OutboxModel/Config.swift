@@ -111,12 +111,6 @@ package struct Config: Sendable {
         Set(["authorization", "cookie", "proxy-authorization", "set-cookie"] + redactHeaders.map { $0.lowercased() })
     }
 
-    static let fieldNames = [
-        "root", "store", "definitions", "lifetime", "max_vars_bytes", "max_response_bytes", "retry",
-        "headers", "headers_command", "auth_refresh_command", "redact_headers", "events", "account",
-        "concurrency", "per_host", "part_concurrency", "hooks", "network", "timeouts", "tls", "plugins", "hosts",
-    ]
-
     /// Finds the config: `explicit` (from --config or OUTBOX_CONFIG), else
     /// `config/outbox.yaml` in `cwd` or a folder above it.
     package static func locate(explicit: String?, cwd: String) -> String? {
@@ -132,25 +126,26 @@ package struct Config: Sendable {
 
     /// Fields a service manager may set from the environment, above the file's value:
     /// where the queue lives and how hard it pushes.
-    static let environmentOverrides: [(variable: String, field: String, range: ClosedRange<Int>?)] = [
-        ("OUTBOX_STORE", "store", nil), ("OUTBOX_CONCURRENCY", "concurrency", 1...1024),
-        ("OUTBOX_PER_HOST", "per_host", 1...256), ("OUTBOX_PART_CONCURRENCY", "part_concurrency", 1...64),
+    package static let environmentOverrides: [(variable: String, field: String)] = [
+        ("OUTBOX_STORE", "store"), ("OUTBOX_CONCURRENCY", "concurrency"), ("OUTBOX_PER_HOST", "per_host"),
+        ("OUTBOX_PART_CONCURRENCY", "part_concurrency"),
     ]
 
     /// Loads and checks a config file, then applies the `OUTBOX_*` overrides found in
     /// `environment`. Errors are collected as diagnostics (E_CONFIG).
     package static func load(file: String, environment: [String: String] = [:]) throws(OutboxError) -> Config {
         var config = try parse(file: file)
-        for (variable, field, range) in environmentOverrides {
+        for (variable, field) in environmentOverrides {
             guard let text = environment[variable] else { continue }
-            guard let range else {
+            // The same range as the field in the file.
+            guard let range = ConfigFields.top[field].type.integerRange else {
                 guard !text.isEmpty, !text.utf8.contains(0) else {
                     throw OutboxError(.config, "\(variable) is empty: it names the store folder")
                 }
                 config.store = Paths.absolute(text, relativeTo: config.root)
                 continue
             }
-            guard let n = Int(text), range.contains(n) else {
+            guard let n = Int(text), range.contains(Int64(n)) else {
                 throw OutboxError(
                     .config,
                     "\(variable) (\(field)) must be a whole number from \(range.lowerBound) to \(range.upperBound), not \"\(text.prefix(20))\""
@@ -202,7 +197,7 @@ package struct Config: Sendable {
 
     private mutating func read(_ node: YAMLNode, reader: inout YAMLReader) {
         if case .scalar = node.kind, case .null? = node.scalar { return }
-        guard let f = reader.fields(node, allowed: Self.fieldNames, context: "the config") else { return }
+        guard let f = reader.fields(node, ConfigFields.top, context: "the config") else { return }
         if let r = reader.string(f["root"], "root") {
             root = Paths.absolute(r, relativeTo: Paths.dirname(reader.path))
         }
@@ -222,40 +217,46 @@ package struct Config: Sendable {
                 reader.error(n.mark, "redact_headers must be a list of header names")
             }
         }
-        if let n = f["events"], let e = reader.fields(n, allowed: ["command"], context: "events") {
+        if let n = f["events"], let e = reader.fields(n, ConfigFields.events, context: "events") {
             eventsCommand = reader.command(e["command"], "events.command")
         }
         if let n = f["account"], n.scalar != .null { account = reader.string(n, "account") }
-        if let v = reader.int(f["concurrency"], "concurrency", range: 1...1024) { concurrency = Int(v) }
-        if let v = reader.int(f["per_host"], "per_host", range: 1...256) { perHost = Int(v) }
-        if let v = reader.int(f["part_concurrency"], "part_concurrency", range: 1...64) { partConcurrency = Int(v) }
-        if let n = f["hooks"], let h = reader.fields(n, allowed: ["concurrency", "warn_after", "timeout"], context: "hooks") {
-            if let v = reader.int(h["concurrency"], "hooks.concurrency", range: 1...256) { hookConcurrency = Int(v) }
+        if let v = reader.int(f["concurrency"], "concurrency", range: ConfigFields.top.range("concurrency")) { concurrency = Int(v) }
+        if let v = reader.int(f["per_host"], "per_host", range: ConfigFields.top.range("per_host")) { perHost = Int(v) }
+        if let v = reader.int(f["part_concurrency"], "part_concurrency", range: ConfigFields.top.range("part_concurrency")) {
+            partConcurrency = Int(v)
+        }
+        if let n = f["hooks"], let h = reader.fields(n, ConfigFields.hooks, context: "hooks") {
+            if let v = reader.int(h["concurrency"], "hooks.concurrency", range: ConfigFields.hooks.range("concurrency")) {
+                hookConcurrency = Int(v)
+            }
             if let v = reader.duration(h["warn_after"], "hooks.warn_after") { hookWarnAfterMs = v }
             if let t = h["timeout"], t.scalar != .null { hookTimeoutMs = reader.duration(t, "hooks.timeout") }
         }
-        if let n = f["hosts"], let h = reader.fields(n, allowed: ["hold_after"], context: "hosts") {
-            if let v = reader.int(h["hold_after"], "hosts.hold_after", range: 0...1000) { hostHoldAfter = Int(v) }
+        if let n = f["hosts"], let h = reader.fields(n, ConfigFields.hosts, context: "hosts") {
+            if let v = reader.int(h["hold_after"], "hosts.hold_after", range: ConfigFields.hosts.range("hold_after")) {
+                hostHoldAfter = Int(v)
+            }
         }
-        if let n = f["plugins"], let pl = reader.fields(n, allowed: ["timeout"], context: "plugins") {
+        if let n = f["plugins"], let pl = reader.fields(n, ConfigFields.plugins, context: "plugins") {
             if let v = reader.duration(pl["timeout"], "plugins.timeout") { pluginTimeoutMs = max(1, v) }
         }
-        if let n = f["network"], let net = reader.fields(n, allowed: ["wifi_check", "wifi_interval"], context: "network") {
+        if let n = f["network"], let net = reader.fields(n, ConfigFields.network, context: "network") {
             if let v = reader.duration(net["wifi_interval"], "network.wifi_interval") { wifiIntervalMs = max(1, v) }
             if let w = net["wifi_check"], w.scalar != .string("builtin") {
                 wifiCheck = reader.command(w, "network.wifi_check")
             }
         }
-        if let n = f["timeouts"], let t = reader.fields(n, allowed: ["connect", "stall"], context: "timeouts") {
+        if let n = f["timeouts"], let t = reader.fields(n, ConfigFields.timeouts, context: "timeouts") {
             if let v = reader.duration(t["connect"], "timeouts.connect") { connectTimeoutMs = v }
-            if let s = t["stall"], let st = reader.fields(s, allowed: ["below", "for"], context: "timeouts.stall") {
+            if let s = t["stall"], let st = reader.fields(s, ConfigFields.stall, context: "timeouts.stall") {
                 if let v = reader.size(st["below"], "timeouts.stall.below") { stallBelowBytes = v }
                 if let v = reader.duration(st["for"], "timeouts.stall.for") { stallForMs = v }
             }
         }
-        if let n = f["tls"], let t = reader.fields(n, allowed: ["ca_file", "cert", "key"], context: "tls") {
+        if let n = f["tls"], let t = reader.fields(n, ConfigFields.tls, context: "tls") {
             var paths: [String: String] = [:]
-            for name in ["ca_file", "cert", "key"] {
+            for name in ConfigFields.tls.names {
                 if let c = t[name], c.scalar != .null, let path = reader.string(c, "tls.\(name)") {
                     paths[name] = Paths.absolute(path, relativeTo: root)
                 }
@@ -295,24 +296,27 @@ package struct Config: Sendable {
 extension RetryRules {
     /// Reads a `retry` section; each object given must be complete (no silent mix with defaults).
     static func read(_ node: YAMLNode, reader: inout YAMLReader, context: String, base: RetryRules) -> RetryRules? {
-        guard let f = reader.fields(node, allowed: ["backoff", "terminal_http"], context: context) else { return nil }
+        guard let f = reader.fields(node, ConfigFields.retry, context: context) else { return nil }
         var rules = base
-        if let b = f["backoff"], let bf = reader.fields(b, allowed: ["base", "max", "jitter"], context: "\(context).backoff") {
-            for name in ["base", "max", "jitter"] where bf[name] == nil {
+        if let b = f["backoff"], let bf = reader.fields(b, ConfigFields.backoff, context: "\(context).backoff") {
+            for name in ConfigFields.backoff.names where bf[name] == nil {
                 reader.error(b.mark, "\(context).backoff must give base, max and jitter (missing \(name))")
             }
             if let v = reader.duration(bf["base"], "\(context).backoff.base") { rules.backoff.baseMs = v }
             if let v = reader.duration(bf["max"], "\(context).backoff.max") { rules.backoff.maxMs = v }
-            if let v = reader.double(bf["jitter"], "\(context).backoff.jitter", range: 0...1) { rules.backoff.jitter = v }
+            if let v = reader.double(bf["jitter"], "\(context).backoff.jitter", range: ConfigFields.backoff.numberRange("jitter")) {
+                rules.backoff.jitter = v
+            }
         }
-        if let t = f["terminal_http"], let tf = reader.fields(t, allowed: ["exempt"], context: "\(context).terminal_http") {
+        if let t = f["terminal_http"], let tf = reader.fields(t, ConfigFields.terminalHTTP, context: "\(context).terminal_http") {
             guard let e = tf["exempt"] else {
                 reader.error(t.mark, "\(context).terminal_http must give exempt")
                 return rules
             }
             if case let .sequence(items) = e.kind {
                 rules.exempt = items.compactMap { item in
-                    reader.int(item, "\(context).terminal_http.exempt items", range: 400...499).map(Int.init)
+                    reader.int(item, "\(context).terminal_http.exempt items", range: ConfigFields.terminalHTTP.range("exempt")).map(
+                        Int.init)
                 }
             } else {
                 reader.error(e.mark, "\(context).terminal_http.exempt must be a list of 4xx status codes")

@@ -55,14 +55,6 @@ package struct Definition: Sendable {
     /// The hooks and plugins named in the file, with where (for `check`).
     package var commands: [CommandRef] = []
 
-    static let fieldNames = [
-        "key", "request", "response", "accept", "retry", "expires_in", "scope", "on_rejected",
-        "on_success", "on_error", "request_command", "then",
-    ]
-    static let requestFields = [
-        "method", "url", "headers", "data", "text", "form", "file", "parts", "content_type", "ownership",
-        "follow_redirects", "redirect_method_change", "wifi_only", "idempotency_key",
-    ]
     package static let bodyKinds = ["data", "text", "form", "file"]
     /// The usual HTTP methods, and WebDAV's MKCOL, COPY and MOVE (RFC 4918): a tree migrated into a
     /// WebDAV server that does not create parent collections needs MKCOL first.
@@ -170,7 +162,7 @@ extension Definition {
             reader.error(error.mark, error.message)
             return nil
         }
-        guard let f = reader.fields(root, allowed: fieldNames, context: "a definition") else { return nil }
+        guard let f = reader.fields(root, DefinitionFields.top, context: "a definition") else { return nil }
         guard let keyNode = f["key"] else {
             reader.error(root.mark, "a definition needs a key")
             return nil
@@ -197,7 +189,7 @@ extension Definition {
                 }
             case .mapping:
                 let before = reader.diagnostics.count
-                if let rf = reader.fields(r, allowed: ["command"], context: "response"),
+                if let rf = reader.fields(r, DefinitionFields.response, context: "response"),
                     let c = reader.command(rf["command"], "response.command")
                 {
                     d.response = .command(c)
@@ -216,10 +208,10 @@ extension Definition {
             d.scope = text
         }
         if let o = f["on_rejected"] {
+            let values = DefinitionFields.top.values("on_rejected")
             switch reader.string(o, "on_rejected") {
-            case "continue"?: d.cancelScopeOnError = false
-            case "cancel-scope"?: d.cancelScopeOnError = true
-            case let other?: reader.error(o.mark, "on_rejected must be continue or cancel-scope, not \"\(other)\"")
+            case let value? where values.contains(value): d.cancelScopeOnError = value == "cancel-scope"
+            case let other?: reader.error(o.mark, "on_rejected must be \(values.joined(separator: " or ")), not \"\(other)\"")
             case nil: break
             }
         }
@@ -236,21 +228,21 @@ extension Definition {
             return []
         }
         return items.compactMap { item in
-            guard let f = reader.fields(item, allowed: ["status", "body_includes"], context: "accept items") else { return nil }
+            guard let f = reader.fields(item, DefinitionFields.accept, context: "accept items") else { return nil }
             guard let s = f["status"] else {
                 reader.error(item.mark, "accept items need a status")
                 return nil
             }
-            guard let status = reader.int(s, "accept.status", range: 100...599) else { return nil }
+            guard let status = reader.int(s, "accept.status", range: DefinitionFields.accept.range("status")) else { return nil }
             return AcceptRule(status: Int(status), bodyIncludes: reader.string(f["body_includes"], "accept.body_includes"))
         }
     }
 
     static func readThen(_ node: YAMLNode, reader: inout YAMLReader) -> (JSON?, [(key: String, mark: Mark)]) {
-        guard let f = reader.fields(node, allowed: ["on_success", "on_error"], context: "then") else { return (nil, []) }
+        guard let f = reader.fields(node, DefinitionFields.then, context: "then") else { return (nil, []) }
         var out: [(String, JSON)] = []
         var keys: [(key: String, mark: Mark)] = []
-        for name in ["on_success", "on_error"] {
+        for name in DefinitionFields.then.names {
             guard let list = f[name] else { continue }
             guard case let .sequence(items) = list.kind else {
                 reader.error(list.mark, "then.\(name) must be a list of {key, vars?, id?, delay?}")
@@ -258,7 +250,7 @@ extension Definition {
             }
             var followUps: [JSON] = []
             for item in items {
-                guard let itemFields = reader.fields(item, allowed: ["key", "vars", "id", "delay"], context: "then.\(name) items") else {
+                guard let itemFields = reader.fields(item, DefinitionFields.followUp, context: "then.\(name) items") else {
                     continue
                 }
                 guard let keyNode = itemFields["key"] else {
@@ -299,7 +291,7 @@ extension Definition {
 
     /// Checks what can be seen before rendering, and keeps the section as a template tree.
     static func readRequest(_ node: YAMLNode, reader: inout YAMLReader) -> JSON? {
-        guard let f = reader.fields(node, allowed: requestFields, context: "request") else { return nil }
+        guard let f = reader.fields(node, DefinitionFields.request, context: "request") else { return nil }
         let before = reader.diagnostics.count
         let bodies = bodyKinds.filter { f[$0] != nil }
         if bodies.count > 1 {
@@ -323,12 +315,12 @@ extension Definition {
         }
         if let h = f["headers"] { _ = Config.readHeaders(h, reader: &reader, context: "request.headers") }
         if let o = f["ownership"], let value = reader.string(o, "request.ownership"),
-            !["copy", "move", "reference"].contains(value)
+            !DefinitionFields.request.values("ownership").contains(value)
         {
             reader.error(o.mark, "request.ownership must be copy, move or reference, not \"\(value)\"")
         }
         if let r = f["follow_redirects"], r.scalar.map({ if case .int = $0 { true } else { false } }) == true {
-            _ = reader.int(r, "request.follow_redirects", range: 0...50)
+            _ = reader.int(r, "request.follow_redirects", range: DefinitionFields.request.range("follow_redirects"))
         }
         for name in ["wifi_only", "idempotency_key", "redirect_method_change"] {
             if let n = f[name], case .scalar = n.kind, case .string(let s)? = n.scalar, !s.contains("{{") {
@@ -351,7 +343,7 @@ extension Definition {
             for item in items {
                 guard
                     let f = reader.fields(
-                        item, allowed: ["name", "value", "file", "filename", "content_type"], context: "request.form items")
+                        item, DefinitionFields.form, context: "request.form items")
                 else { continue }
                 if f["name"] == nil { reader.error(item.mark, "request.form items need a name") }
                 if (f["value"] == nil) == (f["file"] == nil) {
@@ -370,24 +362,24 @@ extension Definition {
             reader.error(node.mark, "request.parts must be {plan, url, headers?}, a list of {url, range}, or a template")
         case let .sequence(items):
             for item in items {
-                guard let f = reader.fields(item, allowed: ["url", "headers", "range"], context: "request.parts items") else { continue }
+                guard let f = reader.fields(item, DefinitionFields.partsItem, context: "request.parts items") else { continue }
                 if f["url"] == nil { reader.error(item.mark, "request.parts items need a url") }
                 guard let r = f["range"] else {
                     reader.error(item.mark, "request.parts items need a range {start, end}")
                     continue
                 }
-                if let rf = reader.fields(r, allowed: ["start", "end"], context: "request.parts range") {
+                if let rf = reader.fields(r, DefinitionFields.range, context: "request.parts range") {
                     if rf["start"] == nil || rf["end"] == nil { reader.error(r.mark, "a part range needs start and end") }
                 }
             }
         case .mapping:
-            guard let f = reader.fields(node, allowed: ["plan", "url", "headers"], context: "request.parts") else { return }
+            guard let f = reader.fields(node, DefinitionFields.partsPlan, context: "request.parts") else { return }
             if f["url"] == nil { reader.error(node.mark, "request.parts needs a url template") }
             if let h = f["headers"] { _ = Config.readHeaders(h, reader: &reader, context: "request.parts.headers") }
-            if let p = f["plan"], let pf = reader.fields(p, allowed: ["min", "max", "max_parts"], context: "request.parts.plan") {
+            if let p = f["plan"], let pf = reader.fields(p, DefinitionFields.plan, context: "request.parts.plan") {
                 let min = reader.size(pf["min"], "request.parts.plan.min")
                 let max = reader.size(pf["max"], "request.parts.plan.max")
-                _ = reader.int(pf["max_parts"], "request.parts.plan.max_parts", range: 1...1_000_000)
+                _ = reader.int(pf["max_parts"], "request.parts.plan.max_parts", range: DefinitionFields.plan.range("max_parts"))
                 if (min ?? ChunkPlan.defaultMin) > (max ?? ChunkPlan.defaultMax) {
                     reader.error(p.mark, "request.parts.plan: min is greater than max")
                 }

@@ -38,7 +38,7 @@ package enum RequestBuilder {
             throw .invalid("request must be an object, not \(tree.typeName)")
         }
         let descriptorFields = fromCommand ? ["accept", "retry", "expires_in"] : []
-        for (name, _) in members where !Definition.requestFields.contains(name) && !descriptorFields.contains(name) {
+        for (name, _) in members where !DefinitionFields.request.names.contains(name) && !descriptorFields.contains(name) {
             throw .invalid("request: unknown field \"\(name)\"")
         }
         var ctx = context(inputs)
@@ -251,7 +251,7 @@ package enum RequestBuilder {
         for (i, item) in items.enumerated() {
             let at = "request.form[\(i)]"
             guard case let .object(members) = item else { throw .invalid("\(at) must be an object") }
-            for (name, _) in members where !["name", "value", "file", "filename", "content_type"].contains(name) {
+            for (name, _) in members where !DefinitionFields.form.names.contains(name) {
                 throw .invalid("\(at): unknown field \"\(name)\"")
             }
             guard let name = item["name"]?.stringValue else { throw .invalid("\(at).name must be a string") }
@@ -299,7 +299,7 @@ package enum RequestBuilder {
             for (i, item) in items.enumerated() {
                 let at = "request.parts[\(i)]"
                 guard case let .object(members) = item else { throw .invalid("\(at) must be an object") }
-                for (name, _) in members where !["url", "headers", "range"].contains(name) {
+                for (name, _) in members where !DefinitionFields.partsItem.names.contains(name) {
                     throw .invalid("\(at): unknown field \"\(name)\"")
                 }
                 guard let u = item["url"]?.stringValue else { throw .invalid("\(at).url must be a string") }

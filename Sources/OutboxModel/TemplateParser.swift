@@ -69,8 +69,8 @@ struct TemplateSyntaxError: Error, Sendable {
 /// Turns template text into nodes in one linear pass over its UTF-8 bytes.
 enum TemplateParser {
     /// Roots a definition may name; a for-variable may not reuse them.
-    static let knownRoots: [String] = ["entry", "env", "file", "outcome", "part", "vars"]
-    static let filterList = "raw, path, json, xml, default(\"...\")"
+    static let knownRoots: [String] = TemplateVocabulary.roots.map(\.name)
+    static let filterList = TemplateVocabulary.filters.map(\.usage).joined(separator: ", ")
 
     private enum Token {
         case text(String)
@@ -253,14 +253,8 @@ enum TemplateParser {
     }
 
     private static func parseFilter(_ f: String, tag: String) throws(TemplateSyntaxError) -> TemplateFilter {
-        switch f {
-        case "raw": return .raw
-        case "path": return .path
-        case "json": return .json
-        case "xml": return .xml
-        case "": throw TemplateSyntaxError(message: "empty filter after \"|\" in {{ \(tag) }}")
-        default: break
-        }
+        if f.isEmpty { throw TemplateSyntaxError(message: "empty filter after \"|\" in {{ \(tag) }}") }
+        if let known = TemplateVocabulary.filters.first(where: { $0.name == f }), let filter = known.filter { return filter }
         let name = String(f.unicodeScalars.prefix { $0 == "_" || isASCIILetter($0) || isASCIIDigit($0) })
         guard name == "default" else {
             let shown = name.isEmpty ? f : name

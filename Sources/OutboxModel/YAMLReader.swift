@@ -24,9 +24,13 @@ struct YAMLReader {
         }.map(\.element)
     }
 
-    /// The members of a mapping node with unknown names reported; `context` names the
-    /// section in messages ("request", "retry.backoff").
-    mutating func fields(_ node: YAMLNode, allowed: [String], context: String) -> [String: YAMLNode]? {
+    /// The members of a mapping node with names the field table does not list reported;
+    /// `context` names the section in messages ("request", "retry.backoff").
+    mutating func fields(_ node: YAMLNode, _ mapping: FieldMapping, context: String) -> [String: YAMLNode]? {
+        fields(node, allowed: mapping.names, context: context)
+    }
+
+    private mutating func fields(_ node: YAMLNode, allowed: [String], context: String) -> [String: YAMLNode]? {
         guard case let .mapping(pairs) = node.kind else {
             error(node.mark, "\(context) must be a mapping, not \(Self.describe(node))")
             return nil

@@ -58,11 +58,7 @@ package struct RunSummary: Sendable {
     package var undeliveredIDs: [String] = []
 
     /// Bits of the exit status of `run --drain`, so cron and systemd see what failed.
-    package enum Failure: Int32, CaseIterable {
-        case settledError = 1
-        case awaitingAuth = 2
-        case hookFailed = 4
-    }
+    package typealias Failure = DrainFailure
 
     /// 0 when nothing failed in the run; otherwise the sum of the `Failure` bits.
     package var failureStatus: Int32 {

@@ -16,7 +16,16 @@ struct SchemaCommandTests {
         #expect(schema["additionalProperties"] == .bool(false))
     }
 
-    @Test(arguments: [["schema"], ["schema", "yaml"], ["schema", "config", "definition"]])
+    @Test func printsTheReferencePageWithoutAProject() throws {
+        let p = try TestProject(config: nil)
+        let r = p.run(["schema", "reference"])
+        #expect(r.status == 0, "\(r)")
+        #expect(r.out == ReferencePage.markdown() + "\n")
+        #expect(r.out.hasPrefix("# outbox reference\n"))
+        #expect(!p.storeExists)
+    }
+
+    @Test(arguments: [["schema"], ["schema", "yaml"], ["schema", "config", "definition"], ["schema", "reference", "config"]])
     func aBadKindIsAUsageError(_ arguments: [String]) throws {
         let p = try TestProject(config: nil)
         let r = p.run(arguments)

@@ -66,9 +66,148 @@ struct SchemaTests {
         }
     }
 
+    static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().path
+
+    /// The field names of every table in a reference page, by its heading.
+    static func referenceTables(_ markdown: String) -> [String: Set<String>] {
+        var out: [String: Set<String>] = [:]
+        var heading = ""
+        for line in markdown.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line.hasPrefix("### ") { heading = String(line.dropFirst(4)) }
+            guard line.hasPrefix("| `"), heading.hasPrefix("config: ") || heading.hasPrefix("definition: ") else { continue }
+            let name = line.dropFirst(3).prefix { $0 != "`" }
+            out[heading, default: []].insert(String(name))
+        }
+        return out
+    }
+
+    /// Every mapping the loader reads (checked against the schema above) has a table in the
+    /// reference with exactly its fields.
+    @Test(arguments: ["config", "definition"])
+    func everyMappingTheLoaderReadsIsInTheReference(_ kind: String) throws {
+        let tables = Self.referenceTables(ReferencePage.markdown()).filter { $0.key.hasPrefix(kind + ": ") }
+        let schema = kind == "config" ? JSONSchemas.config() : JSONSchemas.definition()
+        let mappings = JSONSchemas.mappings(schema)
+        #expect(tables.count >= (kind == "config" ? 12 : 10))
+        for (path, fields) in mappings {
+            #expect(tables.values.contains(fields), "\(kind) \(path.isEmpty ? "(top)" : path): no reference table lists \(fields.sorted())")
+        }
+        // And no table lists a mapping the schema (so the loader) does not have.
+        for (heading, fields) in tables {
+            #expect(mappings.values.contains(fields), "\(heading): \(fields.sorted())")
+        }
+        let top = try #require(tables["\(kind): top level"])
+        #expect(top == mappings[""])
+    }
+
+    @Test func theCommittedReferenceIsUpToDate() throws {
+        let committed = try String(contentsOfFile: Self.repositoryRoot + "/docs/reference.md", encoding: .utf8)
+        let generated = ReferencePage.markdown() + "\n"
+        let firstDifference = zip(committed.split(separator: "\n"), generated.split(separator: "\n")).enumerated()
+            .first { $0.element.0 != $0.element.1 }
+        #expect(
+            committed == generated,
+            """
+            docs/reference.md is out of date: run `outbox schema reference > docs/reference.md` \
+            (first difference at line \((firstDifference?.offset ?? 0) + 1): \(firstDifference.map { "\($0.element.0)" } ?? "length"))
+            """)
+    }
+
+    /// Every `OUTBOX_*` name in the sources, and every variable read with `getenv` or from an
+    /// environment dictionary, is listed in the reference.
+    @Test func everyEnvironmentVariableTheCodeReadsIsInTheReference() throws {
+        let reference = ReferencePage.markdown()
+        let sources = Self.repositoryRoot + "/Sources"
+        var names: Set<String> = []
+        let files = (FileManager.default.enumerator(atPath: sources)?.allObjects as? [String]) ?? []
+        for file in files where file.hasSuffix(".swift") && !file.hasPrefix("OutboxTestServer") {
+            let text = try String(contentsOfFile: sources + "/" + file, encoding: .utf8)
+            for pattern in [#"OUTBOX_[A-Z][A-Z_]*"#, #"getenv\("([A-Z_]+)"\)"#, #"environment\["([A-Z_]+)"\]"#] {
+                let regex = try NSRegularExpression(pattern: pattern)
+                for match in regex.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
+                    let range = match.numberOfRanges > 1 ? match.range(at: 1) : match.range
+                    names.insert(String(text[Range(range, in: text)!]))
+                }
+            }
+        }
+        #expect(names.isSuperset(of: ["OUTBOX_CONFIG", "OUTBOX_STORE", "OUTBOX_ID", "NOTIFY_SOCKET", "PATH"]), "\(names.sorted())")
+        for name in names.sorted() {
+            #expect(reference.contains("| `\(name)` |"), "\(name) is read by the code but not listed in the reference")
+        }
+    }
+
+    /// Writing a config field's documented default changes nothing the loader produces.
+    @Test func theConfigDefaultsInTheTableAreTheLoaders() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let empty = String(describing: try loadConfig("", in: folder).get())
+        var checked = 0
+        for mapping in ConfigFields.top.all {
+            for field in mapping.fields {
+                guard case let .value(value) = field.defaultValue else { continue }
+                let steps = mapping.path.split(separator: ".").map(String.init) + [field.name]
+                let yaml =
+                    steps.enumerated().map { String(repeating: "  ", count: $0.offset) + $0.element + ":" }
+                    .joined(separator: "\n") + " " + ReferencePage.yaml(value) + "\n"
+                let loaded = try loadConfig(yaml, in: folder)
+                #expect(try String(describing: loaded.get()) == empty, "\(yaml)")
+                checked += 1
+            }
+        }
+        #expect(checked >= 25)
+    }
+
+    /// The definition fields whose defaults the loader or the request builder applies.
+    @Test func theDefinitionDefaultsInTheTableAreTheLoaders() throws {
+        let base = "key: k\nrequest:\n  url: https://h.example/x\n  idempotency_key: false\n"
+        func described(_ yaml: String) throws -> String {
+            let (definition, diagnostics) = readDefinition(yaml)
+            let loaded = try #require(definition, "\(diagnostics)")
+            #expect(diagnostics.isEmpty, "\(diagnostics)")
+            let inputs = RenderInputs(id: "e1", vars: .null, environment: [:], cwd: "/work")
+            let request = try RequestBuilder.prepare(
+                request: try #require(loaded.request), definition: loaded, config: Config(root: "/project"), inputs: inputs)
+            var withoutRequest = loaded
+            withoutRequest.request = nil
+            return "\(withoutRequest)\n\(request)"
+        }
+        let plain = try described(base)
+        for name in ["response", "accept", "on_rejected"] {
+            guard case let .value(value) = DefinitionFields.top[name].defaultValue else { throw TestFailure("\(name) has no default") }
+            #expect(try described(base + "\(name): \(ReferencePage.yaml(value))\n") == plain, "\(name)")
+        }
+        for name in ["method", "headers", "follow_redirects", "redirect_method_change"] {
+            guard case let .value(value) = DefinitionFields.request[name].defaultValue else { throw TestFailure("\(name) has no default") }
+            #expect(try described(base + "  \(name): \(ReferencePage.yaml(value))\n") == plain, "request.\(name)")
+        }
+        let plan = DefinitionFields.plan
+        guard case let .value(min) = plan["min"].defaultValue, case let .value(max) = plan["max"].defaultValue,
+            case let .value(parts) = plan["max_parts"].defaultValue
+        else { throw TestFailure("the plan has no defaults") }
+        #expect(try Units.parseSize(min.stringValue ?? "") == ChunkPlan.defaultMin)
+        #expect(try Units.parseSize(max.stringValue ?? "") == ChunkPlan.defaultMax)
+        #expect(parts.int64Value == Int64(ChunkPlan.defaultMaxParts))
+    }
+
+    /// Each filter the reference lists parses as that filter, and the parser knows no other.
+    @Test func theTemplateFiltersAndRootsAreTheParsers() throws {
+        for filter in TemplateVocabulary.filters {
+            let usage = filter.filter == nil ? "\(filter.name)(\"x\")" : filter.name
+            #expect(Template.validate("{{ vars.a | \(usage) }}") == nil, "\(usage)")
+        }
+        let unknown = try #require(Template.validate("{{ vars.a | nope }}"))
+        #expect(unknown.contains("(filters: \(TemplateVocabulary.filters.map(\.usage).joined(separator: ", ")))"), "\(unknown)")
+        for root in TemplateVocabulary.roots {
+            #expect(Template.validate("{{ \(root.name).x }}") == nil, "\(root.name)")
+        }
+        let badRoot = try #require(Template.validate("{{ nope.x }}"))
+        #expect(badRoot.contains("(roots: \(TemplateVocabulary.roots.map(\.name).sorted().joined(separator: ", ")))"), "\(badRoot)")
+    }
+
     /// The repository's config and definitions, as JSON documents, by path.
     static func repositoryDocuments() throws -> [(String, JSON, schema: String)] {
-        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        let root = repositoryRoot
         var found: [(String, JSON, schema: String)] = []
         let all = (FileManager.default.enumerator(atPath: root)?.allObjects as? [String]) ?? []
         for relative in all.sorted() where relative.hasSuffix(".yaml") && !relative.hasPrefix(".build") {
@@ -107,6 +246,23 @@ struct SchemaTests {
             for kind, schema in schemas.items():
                 jsonschema.Draft202012Validator.check_schema(schema)
             bad = 0
+            examples = 0
+            def walk(node, where):
+                global bad, examples
+                if isinstance(node, dict):
+                    for value in node.get("examples", []) + ([node["default"]] if "default" in node else []):
+                        examples += 1
+                        for error in jsonschema.Draft202012Validator(node).iter_errors(value):
+                            bad += 1
+                            print(f"{where}: example or default {value!r}: {error.message}")
+                    for key, child in node.items():
+                        walk(child, f"{where}/{key}")
+                elif isinstance(node, list):
+                    for i, child in enumerate(node):
+                        walk(child, f"{where}/{i}")
+            for kind, schema in schemas.items():
+                walk(schema, kind)
+            print(f"checked {examples} examples and defaults")
             for path, kind, doc in json.load(open(sys.argv[3])):
                 for error in jsonschema.Draft202012Validator(schemas[kind]).iter_errors(doc):
                     bad += 1
@@ -125,5 +281,6 @@ struct SchemaTests {
         process.waitUntilExit()
         #expect(process.terminationStatus == 0, "\(text)")
         #expect(text.contains("checked \(documents.count) documents"), "\(text)")
+        #expect(text.range(of: #"checked [1-9][0-9]+ examples and defaults"#, options: .regularExpression) != nil, "\(text)")
     }
 }

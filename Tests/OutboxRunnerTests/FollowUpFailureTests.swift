@@ -32,6 +32,11 @@ struct FollowUpFailureTests {
         #expect(errors.first?["index"] == .int(1))
         #expect(errors.first?["key"] == .string("receipt"))
         #expect(errors.first?["message"]?.stringValue?.contains("bad id with spaces o1") == true)
+        // The reference lists every field of them.
+        let documented = Set(PayloadFields.hookInput.map(\.path))
+        for field in errors.first?.objectValue?.map(\.0) ?? [] {
+            #expect(documented.contains("follow_up_errors.\(field)"), "follow_up_errors.\(field)")
+        }
     }
 }
 

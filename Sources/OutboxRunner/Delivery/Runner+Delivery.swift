@@ -52,11 +52,10 @@ extension Runner {
         meta.set("deliveries", .int64(deliveries))
         payload.set("meta", meta)
         var env = environment
-        env["OUTBOX_ID"] = outcome.entryID
-        env["OUTBOX_KEY"] = outcome.key
-        env["OUTBOX_OUTCOME"] = outcome.outcome.rawValue
-        env["OUTBOX_DELIVERIES"] = String(deliveries)
-        env["OUTBOX_GENERATION"] = String(outcome.generation)
+        let values = HookEnvironment.Values(
+            id: outcome.entryID, key: outcome.key, outcome: outcome.outcome.rawValue, deliveries: deliveries,
+            generation: outcome.generation)
+        for variable in HookEnvironment.variables { env[variable.name] = variable.value(values) }
         return ProcessSpec(
             command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
             workingDirectory: config.root, outputCap: hookOutputCap,

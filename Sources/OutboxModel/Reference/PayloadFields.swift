@@ -1,0 +1,149 @@
+/// One field of a JSON document outbox writes for others (a hook's stdin, an event line,
+/// the run's summary): its dotted path, when it is there, and what it holds.
+package struct PayloadField: Sendable {
+    package let path: String
+    package let when: String
+    package let meaning: String
+
+    init(_ path: String, _ when: String, _ meaning: String) {
+        self.path = path
+        self.when = when
+        self.meaning = meaning
+    }
+}
+
+/// The fields of the documents hooks, plugins and event readers get. The runner's tests
+/// run real payloads and fail on a field missing here.
+package enum PayloadFields {
+    /// Objects whose own keys are data (vars, headers), not fields.
+    package static let openObjects: Set<String> = ["vars", "data", "response.headers", "parts.headers"]
+
+    package static let hookInput: [PayloadField] = [
+        PayloadField("outcome", "always", "`completed` or `error`"),
+        PayloadField("id", "always", "the entry's id"),
+        PayloadField("key", "always", "the definition key"),
+        PayloadField("vars", "always", "the entry's vars (`null` when none)"),
+        PayloadField("meta", "always", "about the outcome and its delivery:"),
+        PayloadField("meta.at", "always", "when the outcome was made (epoch ms)"),
+        PayloadField("meta.attempts", "always", "attempts made in this generation"),
+        PayloadField(
+            "meta.request_id", "always", "the `X-Request-Id` of the last attempt (`\"\"` when there was none; `null` for a scope cancel)"),
+        PayloadField("meta.idempotency_key", "always", "the entry's `Idempotency-Key`, or `null`"),
+        PayloadField("meta.generation", "always", "the entry's generation (grows when a same-id enqueue starts a new one)"),
+        PayloadField("meta.header_generation", "not for scope cancels", "how many `headers update` patches the entry has seen"),
+        PayloadField("meta.parent", "not for scope cancels", "the id of the entry whose outcome enqueued this one, or `null`"),
+        PayloadField("meta.deliveries", "always", "this delivery's number, as `OUTBOX_DELIVERIES`"),
+        PayloadField("response", "an HTTP response came back", "the final response:"),
+        PayloadField("response.status", "an HTTP response came back", "the final status"),
+        PayloadField("response.headers", "an HTTP response came back", "the response headers, names lowercase, repeats joined with `, `"),
+        PayloadField("response.body", "an HTTP response came back", "the body up to `max_response_bytes`: text, or base64"),
+        PayloadField("response.body_encoding", "the body is not UTF-8", "`base64`"),
+        PayloadField("response.body_truncated", "an HTTP response came back", "true when the body was over `max_response_bytes`"),
+        PayloadField("data", "always", "the parsed response (`response: json` or a parser), else `null`"),
+        PayloadField("parts", "a chunked upload completed", "every part, in order"),
+        PayloadField("parts.index", "a chunked upload completed", "the part's 0-based index"),
+        PayloadField("parts.status", "a chunked upload completed", "the status that accepted the part"),
+        PayloadField("parts.headers", "a chunked upload completed", "the part's response headers, names lowercase (S3's `etag`)"),
+        PayloadField("error", "`error` outcomes", "what went wrong:"),
+        PayloadField("error.kind", "`error` outcomes", "one of the error kinds below"),
+        PayloadField("error.message", "`error` outcomes", "what happened, in words"),
+        PayloadField("error.status", "`error` outcomes", "the HTTP status, or `null`"),
+        PayloadField("error.part_index", "a refused part", "the part's 0-based index"),
+        PayloadField("error.body", "`http` errors with a response", "the first 64 KiB of the response body"),
+        PayloadField("error.body_encoding", "that body is not UTF-8", "`base64`"),
+        PayloadField("reason", "scope cancels", "`scope`"),
+        PayloadField(
+            "follow_up_errors", "a `then` follow-up could not be built",
+            "none of the outcome's follow-ups was enqueued; one item per failure"),
+        PayloadField("follow_up_errors.index", "as above", "the follow-up's index in its list"),
+        PayloadField("follow_up_errors.key", "as above", "its key as written"),
+        PayloadField("follow_up_errors.message", "as above", "why it could not be built"),
+    ]
+
+    package static let stateEvent: [PayloadField] = [
+        PayloadField("type", "always", "`state`"),
+        PayloadField("id", "always", "the entry"),
+        PayloadField("key", "always", "its key"),
+        PayloadField("vars", "always", "its vars"),
+        PayloadField("state", "always", "the new state"),
+        PayloadField("reason", "always", "why (`HTTP 503`, `auth`, `expired`, `other-account`, `user`, `paused`, ...), or `null`"),
+        PayloadField("bytes_sent", "always", "body bytes sent (accepted, for parts)"),
+        PayloadField("total_bytes", "always", "the body's size"),
+        PayloadField("attempts", "always", "attempts so far in this generation"),
+        PayloadField("created_at", "always", "epoch ms"),
+        PayloadField("updated_at", "always", "epoch ms"),
+        PayloadField("next_attempt_at", "always", "epoch ms of the next attempt, or `null`"),
+        PayloadField("generation", "always", "the entry's generation"),
+        PayloadField("parent", "always", "the id of the entry that enqueued it, or `null`"),
+    ]
+
+    package static let progressEvent: [PayloadField] = [
+        PayloadField("type", "always", "`progress`"),
+        PayloadField("id", "always", "the entry"),
+        PayloadField("bytes_sent", "always", "accepted parts plus what parts in flight have sent"),
+        PayloadField("bytes_accepted", "always", "bytes of accepted parts (0 for a whole-body request)"),
+        PayloadField("total_bytes", "always", "the body's size"),
+    ]
+
+    package static let attemptEvent: [PayloadField] = [
+        PayloadField("type", "always", "`attempt`"),
+        PayloadField("id", "always", "the entry"),
+        PayloadField("key", "always", "its key"),
+        PayloadField("request_id", "always", "the attempt's `X-Request-Id`"),
+        PayloadField("attempt", "always", "the entry's attempt number"),
+        PayloadField("url", "always", "the URL, any query string replaced by `?[redacted]`"),
+        PayloadField("method", "always", "the method"),
+        PayloadField("part_index", "always", "the part's index, or `null`"),
+        PayloadField("outcome", "always", "`success`, `retry`, `awaiting-auth` or `error`"),
+        PayloadField("http_code", "always", "the final status, or `null` when no response came back"),
+        PayloadField("body", "always", "the first 4 KiB of the response body"),
+        PayloadField("body_encoding", "the body is not UTF-8", "`base64`"),
+        PayloadField(
+            "error_kind", "always",
+            "the transfer's failure (\(TransportFailure.Kind.allCases.map { "`\($0.rawValue)`" }.joined(separator: ", "))), else `null`"),
+        PayloadField("error_message", "always", "libcurl's message, or `null`"),
+        PayloadField("at", "always", "epoch ms"),
+    ]
+
+    package static let runSummary: [PayloadField] = [
+        PayloadField("attempts", "always", "HTTP attempts made"),
+        PayloadField("completed", "always", "entries settled `completed`"),
+        PayloadField("errors", "always", "entries settled `error`"),
+        PayloadField("retried", "always", "attempts that were retried"),
+        PayloadField("awaiting_auth", "always", "entries parked for credentials"),
+        PayloadField("cancelled", "always", "entries dropped for another account, or cancelled while running"),
+        PayloadField("delivered", "always", "hook deliveries acknowledged"),
+        PayloadField("delivery_failures", "always", "hook deliveries that failed"),
+        PayloadField("bytes_sent", "always", "request body bytes sent"),
+        PayloadField("elapsed_ms", "always", "the run's length"),
+        PayloadField("remaining", "always", "entries left that are not completed or cancelled"),
+        PayloadField("failed", "always", "the entries behind `failure_status`:"),
+        PayloadField("failed.error", "always", "ids of entries that settled `error` in the run (at most 1000)"),
+        PayloadField("failed.awaiting_auth", "always", "ids of entries left `awaiting-auth` (at most 1000)"),
+        PayloadField("failed.hook_failures", "always", "ids whose hook failed and whose outcome is unacknowledged (at most 1000)"),
+        PayloadField("failure_status", "always", "the exit status of `run --drain`: the sum of the bits below"),
+    ]
+}
+
+/// The variables a hook gets besides the runner's environment; the runner sets exactly these.
+package enum HookEnvironment {
+    package struct Values: Sendable {
+        package var id: String
+        package var key: String
+        package var outcome: String
+        package var deliveries: Int64
+        package var generation: Int64
+
+        package init(id: String, key: String, outcome: String, deliveries: Int64, generation: Int64) {
+            (self.id, self.key, self.outcome, self.deliveries, self.generation) = (id, key, outcome, deliveries, generation)
+        }
+    }
+
+    package static let variables: [(name: String, meaning: String, value: @Sendable (Values) -> String)] = [
+        ("OUTBOX_ID", "the entry id", { $0.id }),
+        ("OUTBOX_KEY", "the definition key", { $0.key }),
+        ("OUTBOX_OUTCOME", "`completed` or `error`", { $0.outcome }),
+        ("OUTBOX_DELIVERIES", "this delivery's number: 1 the first time, then 2, 3, ...", { String($0.deliveries) }),
+        ("OUTBOX_GENERATION", "the entry's generation the outcome belongs to", { String($0.generation) }),
+    ]
+}
