@@ -261,6 +261,7 @@ package final class Runner {
         let batch = changes
         changes.removeAll()
         let applied = try store.apply(batch, by: lease, now: now)
+        if batch.contains(where: { if case .markRunning = $0 { true } else { false } }) { Fault.point("run.claimed") }
         reportSettles(fencedOut: applied.fencedOut)
         // What was committed can make entries due (follow-ups, requeues) and outcomes deliverable.
         readAhead.exhausted = false

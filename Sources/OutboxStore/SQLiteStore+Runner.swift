@@ -101,6 +101,9 @@ extension SQLiteStore {
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(followUps)
+        let settles = changes.contains { if case .settle = $0 { true } else { false } }
+        if !followUps.isEmpty { Fault.point("followup.staged") }
+        if settles { Fault.point("settle.before-commit") }
         var remove: [String] = []
         // Follow-ups are enqueued only with a settle that applied: a settle fenced out (its
         // entry was cancelled or replaced meanwhile) leaves no half of its chain behind.
@@ -140,6 +143,10 @@ extension SQLiteStore {
             dropReturns()
             throw error
         }
+        if !kept.isEmpty { Fault.point("followup.committed") }
+        if settles { Fault.point("settle.committed") }
+        if changes.contains(where: { if case .cancelScope = $0 { true } else { false } }) { Fault.point("scope.cancelled") }
+        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.recorded") }
         staging.afterCommit(keptStaged.bodies)
         for s in dropped { staging.rollback(s) }
         moves.end(staged.ticket)
@@ -355,6 +362,7 @@ extension SQLiteStore {
             dropReturns()
             throw error
         }
+        Fault.point("ack.committed")
         staging.afterCommit(staged.bodies)
         moves.end(staged.ticket)
         finishForget(remove)

@@ -25,6 +25,7 @@ extension Runner {
                 continue
             }
             let deliveries = try store.beginDelivery(seq: outcome.seq)
+            Fault.point("hook.counted")
             var spec = Self.hookSpec(hook, outcome: outcome, deliveries: deliveries, config: config, environment: environment)
             let mailbox = self.mailbox
             let seq = outcome.seq
@@ -110,6 +111,7 @@ extension Runner {
             delivery.failedIDs.insert(entryID)
             return
         }
+        Fault.point("hook.before-ack")
         try store.acknowledge(seq: seq, followUps: followUps, now: now)
         summary.delivered += 1
         // An acknowledgement can make entries due (a hold released, follow-ups enqueued).

@@ -35,6 +35,7 @@ extension Runner {
             try finished(flight, result: result)
         case let .hookStarted(seq, pid, start):
             try store.recordHookProcess(seq: seq, pgid: pid, startTime: start)
+            Fault.point("hook.running")
         case let .hookSlow(seq, pid):
             log(
                 "outbox: the hook for \(delivery.hooksRunning[seq] ?? "?") (pid \(pid)) runs longer than \(Units.formatDuration(ms: config.hookWarnAfterMs)); waiting for it",
