@@ -348,7 +348,8 @@ extension SQLiteStore {
                     ) { $0.int(0) } ?? 0
                 if let e = try entry(id: o.entryID) {
                     if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
-                        remove += try forget(e, returnMovedFile: false)
+                        // A scope's cancel is a cancel: a moved file that was never sent goes back.
+                        remove += try forget(e, returnMovedFile: true)
                     } else if e.waitsForDelivery {
                         try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
                     }
