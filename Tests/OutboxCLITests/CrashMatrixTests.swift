@@ -166,7 +166,7 @@ struct CrashMatrixTests {
                 ("file.move", [try world.file("move-1", size: 5000, ownership: "move")]),
                 ("file.reference", [try world.file("reference-1", size: 4000, ownership: "reference")]),
                 ("chunked", [try world.chunked("chunked-1", parts: 4)]),
-                ("chain", [try world.chain("chain-1")]),
+                ("chain", [try world.chain("chain-1"), try world.chain("chain-2", ownership: "move")]),
                 ("scoped", try world.scope("group-1", behind: 2)),
             ]
         case .bigFile:
@@ -224,7 +224,7 @@ struct CrashSoakTests {
             ("file.copy", try (1...40).map { try world.file("copy-\($0)", size: 1000 + random.below(30_000), ownership: "copy") }),
             ("file.reference", try (1...10).map { try world.file("ref-\($0)", size: 1000 + random.below(30_000), ownership: "reference") }),
             ("chunked", try (1...3).map { try world.chunked("chunked-\($0)", parts: 4) }),
-            ("chain", try (1...10).map { try world.chain("chain-\($0)") }),
+            ("chain", try (1...10).map { try world.chain("chain-\($0)", ownership: $0 % 2 == 0 ? "move" : "copy") }),
             ("scoped", try world.scope("group-1", behind: 4) + world.scope("group-2", behind: 4)),
         ]
         for (key, lines) in batches {
@@ -256,5 +256,64 @@ struct CrashSoakTests {
         let final = try await world.project.outbox(["run", "--drain"], timeout: 120)
         #expect(final.exitCode & ~1 == 0, "the last drain: \(final)")
         try world.verify()
+    }
+}
+
+/// What each fault point leaves on disk, checked right after the kill: the point was
+/// reached where it claims to be, and what the store says is durable really is.
+extension CrashWorld {
+    /// User files, before any command opens the store (which settles move journals).
+    static func filesAtKill(_ point: String, _ world: CrashWorld) throws {
+        let back = (1...3).filter { world.project.exists("data/cancel-\($0).bin") }.count
+        switch point {
+        case "cancel.journaled": #expect(back == 0, "the cancel did not commit: every file still in the store")
+        case "cancel.committed": #expect(back == 0, "committed, and no file put back yet")
+        case "forget.returned:2": #expect(back == 2, "two of three files put back, then the kill")
+        case "enqueue.moved:2": #expect((1...3).filter { !world.project.exists("data/move-\($0).bin") }.count == 2, "two files moved in")
+        default: break
+        }
+    }
+
+    /// The store and the server, once every connection of the dead process ended.
+    static func storeAtKill(_ point: String, _ world: CrashWorld) throws {
+        let rows = try world.listRows()
+        let settled = rows.values.filter { ["completed", "error", "cancelled"].contains($0) }
+        let log = world.hookLog
+        switch point {
+        case "enqueue.copied", "enqueue.moved:2", "enqueue.staged":
+            #expect(rows.isEmpty, "nothing committed: \(rows)")
+        case "enqueue.committed":
+            #expect(rows.count == 3, "the batch committed: \(rows)")
+        case "run.claimed":
+            #expect(rows.values.contains("running"), "the claim committed: \(rows)")
+            #expect(settled.isEmpty && log.isEmpty, "and nothing more: \(rows)")
+        case "send.mid-body":
+            #expect(world.server.requests.contains { !$0.completed && $0.bodySize > 0 }, "the server saw half a body")
+        case "part.recorded:2":
+            let parts = try world.show("chunked-1")["parts"]?.arrayValue ?? []
+            #expect(parts.filter { $0["accepted"]?.boolValue == true }.count >= 2, "two parts recorded: \(parts)")
+        case "settle.before-commit", "hook.counted":
+            #expect(log.isEmpty, "no hook ran: \(log)")
+            if point == "settle.before-commit" { #expect(settled.isEmpty, "no settle committed: \(rows)") }
+        case "settle.committed":
+            #expect(!settled.isEmpty && log.isEmpty, "a settle committed, no hook ran: \(rows)")
+        case "followup.staged":
+            #expect(!rows.keys.contains { $0.hasSuffix("-next") }, "no follow-up committed: \(rows)")
+        case "followup.committed":
+            #expect(rows.keys.contains { $0.hasSuffix("-next") }, "a follow-up committed: \(rows)")
+        case "scope.cancelled":
+            #expect(rows["group-1-0"] == "error" && rows["group-1-1"] == "cancelled" && rows["group-1-2"] == "cancelled", "\(rows)")
+        case "hook.before-ack":
+            #expect(!log.isEmpty, "a hook ran")
+            #expect(log.allSatisfy { rows[$0.id] != nil }, "no outcome acknowledged yet: \(log)")
+        case "ack.committed":
+            #expect(log.contains { rows[$0.id] == nil }, "an acknowledged entry was forgotten: \(log)")
+        case "cancel.journaled":
+            #expect(rows.count == 3, "the cancel rolled back: \(rows)")
+        case "cancel.committed", "forget.returned:2":
+            #expect(rows.isEmpty, "the cancel committed: \(rows)")
+        default:
+            break
+        }
     }
 }

@@ -98,7 +98,7 @@ final class CrashWorld: @unchecked Sendable {
           data: { n: 1 }
         then:
           on_success:
-            - key: file.copy
+            - key: "file.{{ vars.ownership }}"
               id: "{{ entry.id }}-next"
               vars: { path: "{{ vars.path }}" }
 
@@ -220,12 +220,12 @@ final class CrashWorld: @unchecked Sendable {
         return #"{"id": "\#(id)", "vars": {"path": "\#(file.relative)"}}"#
     }
 
-    /// A POST whose success enqueues `ID-next`, a copied file, in the settle's transaction.
-    func chain(_ id: String) throws -> String {
-        let file = try userFile("\(id)-next.bin", size: 3000, ownership: "copy")
+    /// A POST whose success enqueues `ID-next`, a file of this ownership, in the settle's transaction.
+    func chain(_ id: String, ownership: String = "copy") throws -> String {
+        let file = try userFile("\(id)-next.bin", size: 3000, ownership: ownership)
         plan(Planned(id: id, ending: .completed, targets: [("/e/\(id)", nil)]))
         plan(Planned(id: "\(id)-next", ending: .completed, file: file, targets: [("/put/f/\(id)-next", file.sha)]))
-        return #"{"id": "\#(id)", "vars": {"path": "\#(file.relative)"}}"#
+        return #"{"id": "\#(id)", "vars": {"path": "\#(file.relative)", "ownership": "\#(ownership)"}}"#
     }
 
     /// A scope whose first entry is refused (422): the moved files behind it are cancelled
@@ -259,7 +259,10 @@ final class CrashWorld: @unchecked Sendable {
         #expect(
             result.exitCode == -9, "\(arguments.joined(separator: " ")) must die by SIGKILL at \(point): \(result)",
             sourceLocation: sourceLocation)
+        // Files first: any command that opens the store settles the move journals.
+        try Self.filesAtKill(point, self)
         try await noteKill()
+        try Self.storeAtKill(point, self)
     }
 
     /// Records what the store had made durable at a kill, once the server has read all
