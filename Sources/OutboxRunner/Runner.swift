@@ -188,10 +188,14 @@ package final class Runner {
             if !shutdown.isStopping {
                 try refreshAuthIfNeeded(now: now)
                 try claim(now: now)
+                // A part's slot goes to the next part only once its acceptance is durable, so
+                // a kill sends again at most the parts in flight.
+                if changes.contains(where: \.acceptsPart) { try flush(now: now) }
                 try pumpParts(now: now)
-                if delivery.isDue(mono: mono) { try deliver(now: now) }
             }
             try flush(now: now)
+            // Hooks start after the commit: a kill while they start loses none of this turn's results.
+            if !shutdown.isStopping && delivery.isDue(mono: mono) { try deliver(now: now) }
 
             if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && delivery.hooksRunning.isEmpty {
                 let due = try store.dueTimes(deliverableKeys: Set(definitions.definitions.keys))
@@ -275,6 +279,11 @@ package final class Runner {
 }
 
 extension RunnerChange {
+    var acceptsPart: Bool {
+        if case .partAccepted = self { return true }
+        return false
+    }
+
     /// Whether applying the change adds entries (`then` follow-ups), which may replace queued ones.
     var insertsEntries: Bool {
         if case let .settle(settlement) = self { return !settlement.followUps.isEmpty }

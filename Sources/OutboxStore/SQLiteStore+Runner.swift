@@ -104,6 +104,7 @@ extension SQLiteStore {
         let settles = changes.contains { if case .settle = $0 { true } else { false } }
         if !followUps.isEmpty { Fault.point("followup.staged") }
         if settles { Fault.point("settle.before-commit") }
+        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.accepted") }
         var remove: [String] = []
         // Follow-ups are enqueued only with a settle that applied: a settle fenced out (its
         // entry was cancelled or replaced meanwhile) leaves no half of its chain behind.

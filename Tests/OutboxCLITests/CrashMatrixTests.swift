@@ -58,6 +58,7 @@ struct CrashRow: Sendable, CustomTestStringConvertible {
         CrashRow("run.claimed", .run(.mixed)),
         CrashRow("send.mid-body", .run(.bigFile)),
         CrashRow("send.mid-body", .run(.chunked)),
+        CrashRow("part.accepted", .run(.chunked)),
         CrashRow("part.accepted:2", .run(.chunked)),
         CrashRow("part.recorded:2", .run(.chunked)),
         CrashRow("settle.before-commit", .run(.mixed)),

@@ -52,6 +52,9 @@ final class CrashWorld: @unchecked Sendable {
     private(set) var planned: [String: Planned] = [:]
     private(set) var kills: [KillSnapshot] = []
 
+    /// The default `part_concurrency` (the project's config does not set it).
+    static let partConcurrency = 3
+
     static let common = """
         retry:
           backoff: { base: 20ms, max: 100ms, jitter: 0.2 }
@@ -415,6 +418,18 @@ final class CrashWorld: @unchecked Sendable {
             let end = k + 1 < kills.count ? kills[k + 1].recordCount : records.count
             let again = records[min(kill.recordCount, end)..<end].filter { kill.settled.contains($0.path) }.map(\.path)
             #expect(again.isEmpty, "settled before kill \(k + 1), received again: \(again)", sourceLocation: sourceLocation)
+        }
+        // Whatever the store says: a kill sends again at most the parts one upload has in flight.
+        for (k, kill) in kills.enumerated() {
+            let start = k == 0 ? 0 : kills[k - 1].recordCount
+            let before = Set(records[start..<kill.recordCount].filter(\.completed).map(\.path))
+            let after = Set(records[kill.recordCount...].filter(\.completed).map(\.path))
+            for entry in planned.values where entry.targets.count > 1 {
+                let again = entry.targets.map(\.path).filter { before.contains($0) && after.contains($0) }
+                #expect(
+                    again.count <= Self.partConcurrency, "\(entry.id): parts sent again after kill \(k + 1): \(again)",
+                    sourceLocation: sourceLocation)
+            }
         }
         for entry in planned.values {
             for (path, _) in entry.targets {

@@ -90,7 +90,6 @@ extension Runner {
                 return
             }
             // Durable the moment it is classified: flushed in this turn's transaction.
-            Fault.point("part.accepted")
             recordPartAccepted(&job, position: position, result: result)
         }
         flights.partJobs[entry.id] = job
