@@ -101,6 +101,10 @@ struct CrashMatrixTests {
             let statuses = try await enqueue(workload, into: world)
             if workload == .blockingHooks { world.project.touch("block-first-delivery") }
             try await world.runKilled(["run", "--drain"], at: row.point)
+            if workload == .blockingHooks {
+                // The hook spawned before the kill blocks and outlives its runner.
+                await eventually("the first hook blocks") { !world.blockedHooksAlive.isEmpty }
+            }
             world.project.remove("block-first-delivery")
             try await drain(world, status: statuses)
             #expect(world.blockedHooksAlive.isEmpty, "hooks left by the dead runner are stopped: \(world.blockedHooksAlive)")

@@ -132,14 +132,15 @@ final class CrashWorld: @unchecked Sendable {
     }
 
     /// One line per delivery; with `block-first-delivery` present a first delivery never
-    /// ends by itself, so a runner dies while its hook runs and the next one must stop it.
+    /// ends by itself, so a runner dies while its hook runs and the next one must stop it
+    /// (its output goes nowhere: a write to the dead runner's pipe would end it by SIGPIPE).
     static let hook = """
         #!/bin/sh
         cat > /dev/null
         echo "$OUTBOX_ID $OUTBOX_GENERATION $OUTBOX_OUTCOME $OUTBOX_DELIVERIES" >> hook.log
         if [ -e block-first-delivery ] && [ "$OUTBOX_DELIVERIES" = 1 ]; then
           echo $$ >> blocked-hooks
-          exec tail -f /dev/null
+          exec tail -f /dev/null > /dev/null 2>&1
         fi
 
         """
