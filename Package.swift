@@ -46,6 +46,6 @@ let package = Package(
         .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxRunnerTests", dependencies: ["OutboxRunner", "TestSupport", "Digest"], swiftSettings: strict),
-        .testTarget(name: "OutboxCLITests", dependencies: ["OutboxCLI", "OutboxModel", "OutboxStore", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "OutboxCLITests", dependencies: ["OutboxCLI", "OutboxModel", "OutboxStore", "TestSupport", "Digest"], swiftSettings: strict),
     ]
 )

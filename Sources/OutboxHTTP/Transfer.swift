@@ -143,6 +143,8 @@ final class Transfer {
                     readFailure = "file: \(path) shrank while it was being sent"
                     return Int(CURL_READFUNC_ABORT)
                 }
+                // Half the body is on its way: a crash test's moment for "mid-upload".
+                if readPosition < length / 2 && readPosition + Int64(got) >= length / 2 { Fault.point("send.mid-body") }
                 readPosition += Int64(got)
                 return got
             }

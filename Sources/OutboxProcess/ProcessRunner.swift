@@ -15,15 +15,36 @@ package enum ProcessRunner {
     /// Runs to completion, blocking the calling thread (call it from a dedicated thread,
     /// never the Swift cooperative pool).
     package static func run(_ spec: ProcessSpec) throws(ProcessSpawnError) -> ProcessResult {
+        let started = try start(spec)
+        spec.onStart?(started.pid, started.startTime)
+        return finish(started)
+    }
+
+    /// A process spawned by `start`, run to completion by `finish`.
+    package struct Started: @unchecked Sendable {
+        fileprivate let child: csystem_child
+        fileprivate let spec: ProcessSpec
+        fileprivate let spawnedAt: Int64
+        /// Its pid, which is also its process group.
+        package var pid: Int32 { child.pid }
+        /// Its start time (clock ticks since boot); 0 when it has exited already.
+        package let startTime: UInt64
+    }
+
+    /// Spawns without waiting, so the caller can record the process group before doing
+    /// anything else; `finish` (on a thread of its own) feeds and reaps it.
+    package static func start(_ spec: ProcessSpec) throws(ProcessSpawnError) -> Started {
+        let child = try spawn(spec, inheritOutput: false)
+        return Started(child: child, spec: spec, spawnedAt: csystem_proc_now_ms(), startTime: startTime(of: child.pid) ?? 0)
+    }
+
+    /// Writes stdin, reads stdout and stderr, enforces the timeouts and reaps the process.
+    /// Blocks the calling thread.
+    package static func finish(_ started: Started) -> ProcessResult {
         // Even if main forgot ignoreSIGPIPE, a hook that stops reading must not kill us.
         let sigpipeWasBlocked = csystem_proc_block_sigpipe()
         defer { csystem_proc_restore_sigpipe(sigpipeWasBlocked) }
-        let child = try spawn(spec, inheritOutput: false)
-        let spawnedAt = csystem_proc_now_ms()
-        if let onStart = spec.onStart {
-            onStart(child.pid, startTime(of: child.pid) ?? 0)
-        }
-        var session = ChildSession(child: child, spec: spec, spawnedAt: spawnedAt)
+        var session = ChildSession(child: started.child, spec: started.spec, spawnedAt: started.spawnedAt)
         return session.runToCompletion()
     }
 

@@ -192,10 +192,14 @@ package final class Runner {
             if !shutdown.isStopping {
                 try refreshAuthIfNeeded(now: now)
                 try claim(now: now)
+                // A part's slot goes to the next part only once its acceptance is durable, so
+                // a kill sends again at most the parts in flight.
+                if changes.contains(where: \.acceptsPart) { try flush(now: now) }
                 try pumpParts(now: now)
-                if delivery.isDue(mono: mono) { try deliver(now: now) }
             }
             try flush(now: now)
+            // Hooks start after the commit: a kill while they start loses none of this turn's results.
+            if !shutdown.isStopping && delivery.isDue(mono: mono) { try deliver(now: now) }
 
             if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && delivery.hooksRunning.isEmpty {
                 let due = try store.dueTimes(deliverableKeys: Set(definitions.definitions.keys))
@@ -267,6 +271,7 @@ package final class Runner {
         let batch = changes
         changes.removeAll()
         let applied = try store.apply(batch, by: lease, now: now)
+        if batch.contains(where: { if case .markRunning = $0 { true } else { false } }) { Fault.point("run.claimed") }
         reportSettles(fencedOut: applied.fencedOut)
         // What was committed can make entries due (follow-ups, requeues) and outcomes deliverable.
         readAhead.exhausted = false
@@ -280,6 +285,11 @@ package final class Runner {
 }
 
 extension RunnerChange {
+    var acceptsPart: Bool {
+        if case .partAccepted = self { return true }
+        return false
+    }
+
     /// Whether applying the change adds entries (`then` follow-ups), which may replace queued ones.
     var insertsEntries: Bool {
         if case let .settle(settlement) = self { return !settlement.followUps.isEmpty }

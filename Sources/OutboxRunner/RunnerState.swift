@@ -6,7 +6,6 @@ import OutboxProcess
 enum RunnerEvent: Sendable {
     case transferDone(token: UInt64, result: HTTPResult)
     case progress(token: UInt64, sent: Int64)
-    case hookStarted(seq: Int64, pid: Int32, start: UInt64)
     case hookDone(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>)
     case hookSlow(seq: Int64, pid: Int32)
 }

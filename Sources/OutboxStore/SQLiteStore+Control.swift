@@ -38,6 +38,7 @@ extension SQLiteStore {
             if !Paths.exists(source), MoveJournal.putBack(file, at: source) {
                 // A copy across filesystems is a new file: it gets the mode and times it had.
                 if let identity { Self.restoreModeAndTime(source, identity) }
+                Fault.point("forget.returned")
                 continue
             }
             let returned = Paths.join(folder, "returned")
@@ -92,6 +93,7 @@ extension SQLiteStore {
                     toRemove += try forget(e, returnMovedFile: true)
                 }
                 try journalReturns()
+                Fault.point("cancel.journaled")
                 return entries.map(\.id)
             }
         } catch {
@@ -156,6 +158,7 @@ extension SQLiteStore {
                             .text(HeaderRules.json(HeaderRules.merge(part.headers, patch)).serialized()), .int(e.seq), .int(part.index),
                         ])
                 }
+                Fault.point("headers.mid-update")
             }
             return generation
         }

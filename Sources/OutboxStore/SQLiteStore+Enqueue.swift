@@ -27,6 +27,7 @@ extension SQLiteStore {
             dropReturns()
             throw error
         }
+        Fault.point("enqueue.committed")
         staging.afterCommit(staged.bodies)
         moves.end(staged.ticket)
         // Replaced bodies go; a replaced moved file goes back to its source path.

@@ -101,6 +101,10 @@ extension SQLiteStore {
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(followUps)
+        let settles = changes.contains { if case .settle = $0 { true } else { false } }
+        if !followUps.isEmpty { Fault.point("followup.staged") }
+        if settles { Fault.point("settle.before-commit") }
+        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.accepted") }
         var remove: [String] = []
         // Follow-ups are enqueued only with a settle that applied: a settle fenced out (its
         // entry was cancelled or replaced meanwhile) leaves no half of its chain behind.
@@ -140,6 +144,10 @@ extension SQLiteStore {
             dropReturns()
             throw error
         }
+        if !kept.isEmpty { Fault.point("followup.committed") }
+        if settles { Fault.point("settle.committed") }
+        if changes.contains(where: { if case .cancelScope = $0 { true } else { false } }) { Fault.point("scope.cancelled") }
+        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.recorded") }
         staging.afterCommit(keptStaged.bodies)
         for s in dropped { staging.rollback(s) }
         moves.end(staged.ticket)
@@ -344,7 +352,8 @@ extension SQLiteStore {
                     ) { $0.int(0) } ?? 0
                 if let e = try entry(id: o.entryID) {
                     if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
-                        remove += try forget(e, returnMovedFile: false)
+                        // A scope's cancel is a cancel: a moved file that was never sent goes back.
+                        remove += try forget(e, returnMovedFile: true)
                     } else if e.waitsForDelivery {
                         try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
                     }
@@ -358,6 +367,7 @@ extension SQLiteStore {
             dropReturns()
             throw error
         }
+        Fault.point("ack.committed")
         staging.afterCommit(staged.bodies)
         moves.end(staged.ticket)
         finishForget(remove)

@@ -98,6 +98,7 @@ struct Staging {
                     let final = path(internalID, "body")
                     try copyFile(identity.path, to: final)
                     staged.created.append(final)
+                    Fault.point("enqueue.copied")
                     staged.file = final
                 case .move:
                     let final = path(internalID, "body")

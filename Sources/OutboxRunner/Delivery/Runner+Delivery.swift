@@ -25,20 +25,24 @@ extension Runner {
                 continue
             }
             let deliveries = try store.beginDelivery(seq: outcome.seq)
+            Fault.point("hook.counted")
             var spec = Self.hookSpec(hook, outcome: outcome, deliveries: deliveries, config: config, environment: environment)
             let mailbox = self.mailbox
             let seq = outcome.seq
-            spec.onStart = { pid, start in mailbox.post(.hookStarted(seq: seq, pid: pid, start: start)) }
             spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
             delivery.hooksRunning[seq] = outcome.entryID
-            let finalSpec = spec
-            Threads.detach {
-                do throws(ProcessSpawnError) {
-                    mailbox.post(.hookDone(seq: seq, result: .success(try ProcessRunner.run(finalSpec))))
-                } catch {
-                    mailbox.post(.hookDone(seq: seq, result: .failure(error)))
-                }
+            // Spawned here and its process group recorded before anything else: a runner
+            // killed later never leaves a hook that the next runner does not stop.
+            let started: ProcessRunner.Started
+            do throws(ProcessSpawnError) {
+                started = try ProcessRunner.start(spec)
+            } catch {
+                mailbox.post(.hookDone(seq: seq, result: .failure(error)))
+                continue
             }
+            try store.recordHookProcess(seq: seq, pgid: started.pid, startTime: started.startTime)
+            Fault.point("hook.running")
+            Threads.detach { mailbox.post(.hookDone(seq: seq, result: .success(ProcessRunner.finish(started)))) }
         }
     }
 
@@ -109,6 +113,7 @@ extension Runner {
             delivery.failedIDs.insert(entryID)
             return
         }
+        Fault.point("hook.before-ack")
         try store.acknowledge(seq: seq, followUps: followUps, now: now)
         summary.delivered += 1
         // An acknowledgement can make entries due (a hold released, follow-ups enqueued).

@@ -33,8 +33,6 @@ extension Runner {
                 flights.slots.hostLoad[flight.host, default: 1] -= 1
             }
             try finished(flight, result: result)
-        case let .hookStarted(seq, pid, start):
-            try store.recordHookProcess(seq: seq, pgid: pid, startTime: start)
         case let .hookSlow(seq, pid):
             log(
                 "outbox: the hook for \(delivery.hooksRunning[seq] ?? "?") (pid \(pid)) runs longer than \(Units.formatDuration(ms: config.hookWarnAfterMs)); waiting for it",
