@@ -132,7 +132,7 @@ package struct Config: Sendable {
 
     /// Fields a service manager may set from the environment, above the file's value:
     /// where the queue lives and how hard it pushes.
-    static let environmentOverrides: [(variable: String, field: String, range: ClosedRange<Int>?)] = [
+    package static let environmentOverrides: [(variable: String, field: String, range: ClosedRange<Int>?)] = [
         ("OUTBOX_STORE", "store", nil), ("OUTBOX_CONCURRENCY", "concurrency", 1...1024),
         ("OUTBOX_PER_HOST", "per_host", 1...256), ("OUTBOX_PART_CONCURRENCY", "part_concurrency", 1...64),
     ]
