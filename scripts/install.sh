@@ -62,10 +62,10 @@ cd "$(dirname "$0")/.."
 source .ci/setup
 
 echo "building outbox ($configuration)" >&2
-flags=(-c "$configuration" --product outbox)
-# The package links the Swift runtime into outbox already; the flag says so for a release.
-if [ "$configuration" = release ]; then flags+=(--static-swift-stdlib); fi
-swift build "${flags[@]}" >&2
+# Package.swift links the Swift runtime into outbox (-static-stdlib), checked with ldd below.
+# --static-swift-stdlib would say it again but changes every module's flags, so each build
+# after `.ci/demo`'s (and the other way round) would start from scratch.
+swift build -c "$configuration" --product outbox >&2
 built="$(swift build -c "$configuration" --show-bin-path)/outbox"
 [ -x "$built" ] || fail "the build did not produce $built"
 

@@ -122,31 +122,44 @@ struct CompletionTable {
               "$bin" completion --list "$1" "${config[@]}" 2>/dev/null
             }
             _outbox_reply() {
-              # the lines on stdin that start with $1 (read as data: keys may hold any character)
-              local line
-              while IFS= read -r line; do [[ $line == "$1"* ]] && COMPREPLY+=("$line"); done
+              # the lines on stdin that start with $1, read as data (keys may hold any character);
+              # readline replaces only what follows the word's last :, so that much is left out
+              local line trim=""
+              [[ $1 == *:* && $COMP_WORDBREAKS == *:* ]] && trim=${1%:*}:
+              while IFS= read -r line; do [[ $line == "$1"* ]] && COMPREPLY+=("${line#"$trim"}"); done
             }
             _outbox() {
-              local cur=${COMP_WORDS[COMP_CWORD]} prev="" cmd="" word i opts=""
-              local bin=${COMP_WORDS[0]}
-              local -a config=()
+              local cur prev="" cmd="" word i cword opts=""
+              local -a words=() config=()
+              # bash splits a word at each : (ids may hold one): glue the pieces back together
+              for ((i = 0; i <= COMP_CWORD; i++)); do
+                word=${COMP_WORDS[i]}
+                if ((i > 0)) && [[ $word == ":" || ${COMP_WORDS[i-1]} == ":" ]]; then
+                  words[${#words[@]}-1]+=$word
+                else
+                  words+=("$word")
+                fi
+              done
+              cword=$((${#words[@]} - 1))
+              cur=${words[cword]}
+              local bin=${words[0]}
               COMPREPLY=()
-              ((COMP_CWORD > 0)) && prev=${COMP_WORDS[COMP_CWORD-1]}
+              ((cword > 0)) && prev=${words[cword-1]}
               # --name=value arrives as three words: --name, =, value
               if [[ $cur == "=" ]]; then
                 cur=""
-              elif [[ $prev == "=" ]] && ((COMP_CWORD > 1)); then
-                prev=${COMP_WORDS[COMP_CWORD-2]}
+              elif [[ $prev == "=" ]] && ((cword > 1)); then
+                prev=${words[cword-2]}
               fi
               [[ $bin == "~/"* ]] && bin=$HOME/${bin#"~/"}
               command -v -- "$bin" >/dev/null 2>&1 || bin=outbox
-              for ((i = 1; i < COMP_CWORD; i++)); do
-                word=${COMP_WORDS[i]}
+              for ((i = 1; i < cword; i++)); do
+                word=${words[i]}
                 case $word in
                   --config)
-                    [[ ${COMP_WORDS[i+1]} == "=" ]] && ((i++))
+                    [[ ${words[i+1]} == "=" ]] && ((i++))
                     ((i++))
-                    ((i < COMP_CWORD)) && config=(--config "${COMP_WORDS[i]}") ;;
+                    ((i < cword)) && config=(--config "${words[i]}") ;;
                   -*|=) ;;
                   *)
                     if [[ -z $cmd ]]; then

@@ -19,6 +19,7 @@ struct CompletionTests {
         try p.enqueue("note", vars: #"{"n": 1}"#, id: "first-1")
         try p.enqueue("note", vars: #"{"n": 2}"#, id: "second-2")
         try p.enqueue("plain", vars: "{}", id: "plain-3")
+        try p.enqueue("plain", vars: "{}", id: "job:7")
         for shell in ["bash", "zsh", "fish"] {
             let r = p.run(["completion", shell])
             guard r.status == 0 else { throw CLITestFailure("completion \(shell): \(r)") }
@@ -47,7 +48,7 @@ struct CompletionTests {
     }
 
     static let keys = ["dynamic", "file.copy", "note", "plain", "upload"]
-    static let ids = ["first-1", "plain-3", "second-2"]
+    static let ids = ["first-1", "job:7", "plain-3", "second-2"]
 
     @Test(arguments: ["bash", "zsh", "fish"])
     func everyCommandAndItsOptionsAreOffered(_ shell: String) throws {
@@ -77,6 +78,11 @@ struct CompletionTests {
         let cases: [(words: [String], expected: [String])] = [
             (["outbox", "show", ""], Self.ids),
             (["outbox", "explain", "s"], ["second-2"]),
+            // Bash splits job:7 at the colon, and readline replaces only the part after it.
+            (["outbox", "show", "jo"], ["job:7"]),
+            (["outbox", "show", "job", ":", ""], ["7"]),
+            (["outbox", "cancel", "job", ":", "7"], ["7"]),
+            (["outbox", "list", "--id", "job", ":", ""], ["7"]),
             (["outbox", "cancel", "first-1", ""], Self.ids),
             (["outbox", "retry", ""], Self.ids),
             (["outbox", "list", "--id", ""], Self.ids),
@@ -160,11 +166,20 @@ struct CompletionTests {
         #expect(!logFiles.contains(where: p.exists), "no process has the store open")
         let ids = p.run(["completion", "--list", "ids"])
         // Newest first.
-        #expect(ids.status == 0 && ids.lines == ["plain-3", "second-2", "first-1"], "\(ids)")
+        #expect(ids.status == 0 && ids.lines == ["job:7", "plain-3", "second-2", "first-1"], "\(ids)")
         // Read as a file: no -wal or -shm made (they would belong to whoever pressed tab).
         #expect(!logFiles.contains(where: p.exists))
         #expect(p.run(["completion", "--list", "files"]).status == ErrorCode.usage.exitStatus)
         #expect(!p.run(["completion", "--help"]).stdout.contains("--list"))
+    }
+
+    @Test func listReadsAStoreWhosePathNeedsEscaping() throws {
+        // The store is opened through a file: URI, where ?, # and % mean something.
+        let p = try CLIProject(config: CLIProject.config + "store: \"odd ?#%20 folder/.outbox\"\n")
+        try p.enqueue("plain", vars: "{}", id: "odd-1")
+        #expect(p.exists("odd ?#%20 folder/.outbox/outbox.db"))
+        let ids = p.run(["completion", "--list", "ids"])
+        #expect(ids.status == 0 && ids.lines == ["odd-1"], "\(ids)")
     }
 
     @Test func listReadsAStoreARunnerHasOpen() async throws {
