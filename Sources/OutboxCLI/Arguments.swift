@@ -42,7 +42,7 @@ struct CommandInfo {
     func help() -> String {
         var lines = [
             "outbox \(name) — \(summary)", "",
-            "Usage: outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.isEmpty ? "" : " [options]")",
+            "Usage: outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.allSatisfy(\.hidden) ? "" : " [options]")",
         ]
         if !details.isEmpty { lines += ["", details] }
         let all = (options + CLI.globalOptions).filter { !$0.hidden }
