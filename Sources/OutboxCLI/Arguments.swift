@@ -1,5 +1,16 @@
 import OutboxModel
 
+/// What a shell completes for a value: the project's definition keys, its entry ids, fixed
+/// words, or (`files`) whatever the shell offers by default.
+enum ValueCompletion: Equatable {
+    case files
+    case keys
+    case ids
+    case words([String])
+    /// Nothing to offer (a command that takes no argument, a size, a header line).
+    case nothing
+}
+
 /// A flag or option a command accepts.
 struct OptionSpec {
     var name: String
@@ -7,6 +18,10 @@ struct OptionSpec {
     var valueName: String?
     var help: String
     var repeatable = false
+    /// What the shell completes for its value.
+    var completes: ValueCompletion = .files
+    /// Left out of help, the manual and completion (for the completion scripts' own calls).
+    var hidden = false
 }
 
 /// One command of the tree: drives both parsing and `--help`.
@@ -18,6 +33,8 @@ struct CommandInfo {
     var maxPositionals = 0
     var options: [OptionSpec] = []
     var details: String = ""
+    /// What the shell completes for the positionals.
+    var completes: ValueCompletion = .nothing
     var handler: @Sendable (inout Invocation) throws(OutboxError) -> Int32
 
     var name: String { path.joined(separator: " ") }
@@ -25,10 +42,10 @@ struct CommandInfo {
     func help() -> String {
         var lines = [
             "outbox \(name) — \(summary)", "",
-            "Usage: outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.isEmpty ? "" : " [options]")",
+            "Usage: outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.allSatisfy(\.hidden) ? "" : " [options]")",
         ]
         if !details.isEmpty { lines += ["", details] }
-        let all = options + CLI.globalOptions
+        let all = (options + CLI.globalOptions).filter { !$0.hidden }
         lines += ["", "Options:"]
         let width = all.map { optionLabel($0).count }.max() ?? 0
         for option in all {
@@ -38,7 +55,7 @@ struct CommandInfo {
         return lines.joined(separator: "\n")
     }
 
-    private func optionLabel(_ o: OptionSpec) -> String {
+    func optionLabel(_ o: OptionSpec) -> String {
         "--\(o.name)" + (o.valueName.map { " \($0)" } ?? "")
     }
 }

@@ -228,7 +228,8 @@ package enum CLI {
                 path: ["render"], summary: "print the request enqueue would persist (secrets redacted)",
                 positionals: "KEY", minPositionals: 1, maxPositionals: 1,
                 options: [
-                    EnqueueCommand.varsOption, OptionSpec(name: "id", valueName: "ID", help: "the entry id to render with"),
+                    EnqueueCommand.varsOption,
+                    OptionSpec(name: "id", valueName: "ID", help: "the entry id to render with", completes: .ids),
                     OptionSpec(
                         name: "plugins", valueName: nil, help: "run request_command and headers_command too (they may have side effects)"),
                     json,
@@ -237,11 +238,12 @@ package enum CLI {
                     Writes nothing. Plugins can have side effects (a presigned upload, a token fetched), so
                     render runs request_command and headers_command only with --plugins, and says which it skipped.
                     """,
+                completes: .keys,
                 handler: { (i: inout Invocation) throws(OutboxError) in try EnqueueCommand.render(&i) }),
             CommandInfo(
                 path: ["enqueue"], summary: "persist one entry (or a JSONL file of entries) and print its id",
                 positionals: "KEY", minPositionals: 1, maxPositionals: 1, options: EnqueueCommand.options,
-                details: EnqueueCommand.details,
+                details: EnqueueCommand.details, completes: .keys,
                 handler: { (i: inout Invocation) throws(OutboxError) in try EnqueueCommand.run(&i) }),
             CommandInfo(
                 path: ["run"], summary: "send queued entries and deliver outcomes to hooks",
@@ -250,37 +252,39 @@ package enum CLI {
             CommandInfo(
                 path: ["list"], summary: "list entries",
                 options: [
-                    OptionSpec(name: "key", valueName: "K", help: "only this key"),
-                    OptionSpec(name: "id", valueName: "ID", help: "only this id"),
+                    OptionSpec(name: "key", valueName: "K", help: "only this key", completes: .keys),
+                    OptionSpec(name: "id", valueName: "ID", help: "only this id", completes: .ids),
                     OptionSpec(
                         name: "state", valueName: "S",
-                        help: "only this state (queued, running, paused, awaiting-auth, completed, error, cancelled)"),
+                        help: "only this state (queued, running, paused, awaiting-auth, completed, error, cancelled)",
+                        completes: .words(EntryState.allCases.map(\.rawValue))),
                     json,
                 ],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.list(&i) }),
             CommandInfo(
                 path: ["show"], summary: "one entry in full, with its parts, outcomes and last attempts",
-                positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json],
+                positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json], completes: .ids,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.show(&i) }),
             CommandInfo(
                 path: ["cancel"], summary: "cancel entries (live ones settle cancelled; settled ones are forgotten)",
                 positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,
                 options: [
-                    OptionSpec(name: "key", valueName: "K", help: "every entry of this key"),
+                    OptionSpec(name: "key", valueName: "K", help: "every entry of this key", completes: .keys),
                     OptionSpec(name: "all", valueName: nil, help: "every entry"), json,
                 ],
+                completes: .ids,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.cancel(&i) }),
             CommandInfo(
                 path: ["simulate"],
                 summary: "run a definition's accept rules, parser and hook on a made-up response (no network, no store)",
                 positionals: "KEY", minPositionals: 1, maxPositionals: 1, options: SimulateCommand.options,
-                details: SimulateCommand.details,
+                details: SimulateCommand.details, completes: .keys,
                 handler: { (i: inout Invocation) throws(OutboxError) in try SimulateCommand.run(&i) }),
             CommandInfo(
                 path: ["retry"], summary: "send entries again now: backoff reset, error entries reopened",
                 positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,
                 options: [
-                    OptionSpec(name: "key", valueName: "K", help: "queued, awaiting-auth and error entries of this key"),
+                    OptionSpec(name: "key", valueName: "K", help: "queued, awaiting-auth and error entries of this key", completes: .keys),
                     OptionSpec(name: "errors", valueName: nil, help: "every error entry"), json,
                 ],
                 details: """
@@ -288,14 +292,17 @@ package enum CLI {
                     same-body enqueue would. Running and settled entries, and unknown ids, are left as
                     they are. A running `outbox run` sees the change within 100 ms.
                     """,
+                completes: .ids,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.retry(&i) }),
             CommandInfo(
                 path: ["pause"], summary: "pause the whole queue, or some keys",
-                options: [OptionSpec(name: "key", valueName: "K", help: "pause this key (repeatable)", repeatable: true)],
+                options: [OptionSpec(name: "key", valueName: "K", help: "pause this key (repeatable)", repeatable: true, completes: .keys)],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: true) }),
             CommandInfo(
                 path: ["resume"], summary: "resume the whole queue, or some keys",
-                options: [OptionSpec(name: "key", valueName: "K", help: "resume this key (repeatable)", repeatable: true)],
+                options: [
+                    OptionSpec(name: "key", valueName: "K", help: "resume this key (repeatable)", repeatable: true, completes: .keys)
+                ],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: false) }),
             CommandInfo(
                 path: ["headers", "update"], summary: "merge headers into every entry and resume awaiting-auth ones",
@@ -303,15 +310,15 @@ package enum CLI {
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.headersUpdate(&i) }),
             CommandInfo(
                 path: ["wifi-only"], summary: "hold entries until the device is on Wi-Fi (on|off)",
-                positionals: "on|off", minPositionals: 1, maxPositionals: 1,
+                positionals: "on|off", minPositionals: 1, maxPositionals: 1, completes: .words(["on", "off"]),
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.wifiOnly(&i) }),
             CommandInfo(
                 path: ["chunk-plan"], summary: "print how a file of SIZE is cut into parts",
                 positionals: "SIZE", minPositionals: 1, maxPositionals: 1,
                 options: [
-                    OptionSpec(name: "min", valueName: "M", help: "smallest part (default 8MiB)"),
-                    OptionSpec(name: "max", valueName: "M", help: "largest part (default 20MiB)"),
-                    OptionSpec(name: "max-parts", valueName: "N", help: "most parts (default 10000)"), json,
+                    OptionSpec(name: "min", valueName: "M", help: "smallest part (default 8MiB)", completes: .nothing),
+                    OptionSpec(name: "max", valueName: "M", help: "largest part (default 20MiB)", completes: .nothing),
+                    OptionSpec(name: "max-parts", valueName: "N", help: "most parts (default 10000)", completes: .nothing), json,
                 ],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.chunkPlan(&i) }),
             CommandInfo(
@@ -325,7 +332,7 @@ package enum CLI {
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.stats(&i) }),
             CommandInfo(
                 path: ["explain"], summary: "why an entry is not running right now",
-                positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json],
+                positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json], completes: .ids,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.explain(&i) }),
             CommandInfo(
                 path: ["audit"], summary: "check the store's invariants",
@@ -338,11 +345,16 @@ package enum CLI {
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.audit(&i) }),
             CommandInfo(
                 path: ["completion"], summary: "print a shell completion script (bash|zsh|fish)",
-                positionals: "bash|zsh", minPositionals: 1, maxPositionals: 1,
-                handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.completion(&i) }),
+                positionals: "bash|zsh|fish", minPositionals: 0, maxPositionals: 1, options: [CompletionCommand.listOption],
+                completes: .words(CompletionCommand.shells),
+                handler: { (i: inout Invocation) throws(OutboxError) in try CompletionCommand.run(&i) }),
+            CommandInfo(
+                path: ["man"], summary: "print the manual page outbox(1) as roff (man -l <(outbox man))",
+                handler: { (i: inout Invocation) throws(OutboxError) in try ManualPage.run(&i) }),
             CommandInfo(
                 path: ["schema"], summary: "print the JSON Schema of the config or of a definition (for editors), or the reference page",
                 positionals: "config|definition|reference", minPositionals: 1, maxPositionals: 1,
+                completes: .words(["config", "definition", "reference"]),
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.schema(&i) }),
         ]
     }

@@ -7,15 +7,17 @@ enum EnqueueCommand {
     static let varsOption = OptionSpec(name: "vars", valueName: "J|@FILE|-", help: "the entry's vars: JSON text, @file, or - for stdin")
     static let options: [OptionSpec] = [
         varsOption,
-        OptionSpec(name: "id", valueName: "ID", help: "the entry id (default: a new UUID); same id again resumes or replaces"),
+        OptionSpec(
+            name: "id", valueName: "ID", help: "the entry id (default: a new UUID); same id again resumes or replaces",
+            completes: .ids),
         OptionSpec(
             name: "from", valueName: "FILE.jsonl",
             help: "one entry per line: {\"vars\", \"id\"?, \"delay\"?, \"not_before\"?}; all or nothing; - reads stdin"),
         EnqueueDirectory.option,
         EnqueueDirectory.idTemplateOption,
-        OptionSpec(name: "delay", valueName: "D", help: "hold the entry for a duration (10m, 2h)"),
-        OptionSpec(name: "not-before", valueName: "T", help: "hold the entry until a time (RFC 3339 or epoch ms)"),
-        OptionSpec(name: "expires-at", valueName: "T", help: "give up at this time instead of now + expires_in"),
+        OptionSpec(name: "delay", valueName: "D", help: "hold the entry for a duration (10m, 2h)", completes: .nothing),
+        OptionSpec(name: "not-before", valueName: "T", help: "hold the entry until a time (RFC 3339 or epoch ms)", completes: .nothing),
+        OptionSpec(name: "expires-at", valueName: "T", help: "give up at this time instead of now + expires_in", completes: .nothing),
         CLI.json,
     ]
     static let details = """

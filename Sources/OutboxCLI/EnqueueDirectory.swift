@@ -17,7 +17,7 @@ enum EnqueueDirectory {
         help: "one entry per file under DIR (vars: path, relative_path, name, size); all or nothing")
     static let idTemplateOption = OptionSpec(
         name: "id-template", valueName: "T",
-        help: "with --from-dir: each entry's id, a template over its vars (default: a new UUID)")
+        help: "with --from-dir: each entry's id, a template over its vars (default: a new UUID)", completes: .nothing)
 
     /// A regular file found under the folder.
     struct FoundFile: Equatable {

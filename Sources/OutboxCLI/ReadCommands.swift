@@ -1,7 +1,7 @@
 import OutboxModel
 import OutboxStore
 
-/// Commands that only read: list, show, chunk-plan, stats, explain, audit, completion.
+/// Commands that only read: list, show, chunk-plan, stats, explain, audit, schema.
 enum ReadCommands {
     /// The state a person sees: a queued entry held by a queue or key pause shows `paused`.
     static func displayState(_ e: Entry, control: QueueControl) -> String {
@@ -274,74 +274,4 @@ enum ReadCommands {
         }
         return 0
     }
-
-    static func completion(_ i: inout Invocation) throws(OutboxError) -> Int32 {
-        let names = Set(CLI.commands.map { $0.path[0] }).sorted()
-        // Each command's options, from the same table that parses them.
-        var options: [String: [OptionSpec]] = [:]
-        for command in CLI.commands { options[command.path[0], default: []] += command.options + CLI.globalOptions }
-        func optionWords(_ name: String) -> String { (options[name] ?? []).map { "--" + $0.name }.joined(separator: " ") }
-        switch i.args.positionals[0] {
-        case "bash":
-            let cases = names.map { "    \($0)) opts=\"\(optionWords($0))\" ;;" }.joined(separator: "\n")
-            i.console.out(
-                """
-                _outbox() {
-                  local cur=${COMP_WORDS[COMP_CWORD]} opts=""
-                  if [ "$COMP_CWORD" -eq 1 ]; then
-                    COMPREPLY=($(compgen -W "\(names.joined(separator: " "))" -- "$cur"))
-                    return
-                  fi
-                  case "${COMP_WORDS[1]}" in
-                \(cases)
-                  esac
-                  if [[ "$cur" == -* ]]; then
-                    COMPREPLY=($(compgen -W "$opts" -- "$cur"))
-                  else
-                    COMPREPLY=($(compgen -f -- "$cur"))
-                  fi
-                }
-                complete -F _outbox outbox
-                """)
-        case "zsh":
-            let cases = names.map { "    \($0)) compadd -- \(optionWords($0)) ;;" }.joined(separator: "\n")
-            i.console.out(
-                """
-                #compdef outbox
-                _outbox() {
-                  if (( CURRENT == 2 )); then
-                    compadd \(names.joined(separator: " "))
-                  elif [[ $PREFIX == -* ]]; then
-                    case $words[2] in
-                \(cases)
-                    esac
-                  else
-                    _files
-                  fi
-                }
-                compdef _outbox outbox
-                """)
-        case "fish":
-            var lines = ["complete -c outbox -f"]
-            for command in CLI.commands where command.path.count == 1 {
-                lines.append("complete -c outbox -n __fish_use_subcommand -a \(command.path[0]) -d '\(command.summary.replacingQuotes())'")
-            }
-            for name in names {
-                for option in options[name] ?? [] {
-                    lines.append(
-                        "complete -c outbox -n '__fish_seen_subcommand_from \(name)' -l \(option.name) -d '\(option.help.replacingQuotes())'"
-                    )
-                }
-            }
-            i.console.out(lines.joined(separator: "\n"))
-        default:
-            throw .usage("completion takes bash, zsh or fish")
-        }
-        return 0
-    }
-}
-
-extension String {
-    /// Safe inside single quotes in a shell script.
-    fileprivate func replacingQuotes() -> String { split(separator: "'", omittingEmptySubsequences: false).joined(separator: "’") }
 }

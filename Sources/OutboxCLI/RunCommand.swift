@@ -7,20 +7,31 @@ import Synchronization
 enum RunCommand {
     static let options: [OptionSpec] = [
         OptionSpec(name: "drain", valueName: nil, help: "return when nothing is due within the horizon (for cron and timers)"),
-        OptionSpec(name: "horizon", valueName: "D", help: "with --drain: how far ahead counts as due (default 10s)"),
-        OptionSpec(name: "max-time", valueName: "D", help: "stop after this long, as on SIGTERM"),
-        OptionSpec(name: "grace", valueName: "D", help: "on stop, how long attempts in flight may finish (default 30s)"),
-        OptionSpec(name: "events", valueName: "-", help: "write state, progress and attempt events as JSON lines to stdout"),
-        OptionSpec(name: "progress", valueName: "auto|always|never", help: "the live display on a terminal (default auto)"),
-        OptionSpec(name: "concurrency", valueName: "N", help: "entries in flight at once, 1-1024 (default: the config's concurrency)"),
-        OptionSpec(name: "per-host", valueName: "N", help: "requests in flight to one host, 1-256 (default: the config's per_host)"),
+        OptionSpec(name: "horizon", valueName: "D", help: "with --drain: how far ahead counts as due (default 10s)", completes: .nothing),
+        OptionSpec(name: "max-time", valueName: "D", help: "stop after this long, as on SIGTERM", completes: .nothing),
+        OptionSpec(
+            name: "grace", valueName: "D", help: "on stop, how long attempts in flight may finish (default 30s)", completes: .nothing),
+        OptionSpec(
+            name: "events", valueName: "-", help: "write state, progress and attempt events as JSON lines to stdout",
+            completes: .words(["-"])),
+        OptionSpec(
+            name: "progress", valueName: "auto|always|never", help: "the live display on a terminal (default auto)",
+            completes: .words(["auto", "always", "never"])),
+        OptionSpec(
+            name: "concurrency", valueName: "N", help: "entries in flight at once, 1-1024 (default: the config's concurrency)",
+            completes: .nothing),
+        OptionSpec(
+            name: "per-host", valueName: "N", help: "requests in flight to one host, 1-256 (default: the config's per_host)",
+            completes: .nothing),
         OptionSpec(
             name: "part-concurrency", valueName: "N",
-            help: "parts of one chunked entry in flight, 1-64 (default: the config's part_concurrency)"),
+            help: "parts of one chunked entry in flight, 1-64 (default: the config's part_concurrency)", completes: .nothing),
         OptionSpec(
             name: "metrics-listen", valueName: "ADDR",
-            help: "serve GET /metrics (Prometheus) on [HOST:]PORT, 127.0.0.1 unless HOST names an address"),
-        OptionSpec(name: "log-format", valueName: "text|json", help: "log lines on stderr as text (default) or one JSON object a line"),
+            help: "serve GET /metrics (Prometheus) on [HOST:]PORT, 127.0.0.1 unless HOST names an address", completes: .nothing),
+        OptionSpec(
+            name: "log-format", valueName: "text|json", help: "log lines on stderr as text (default) or one JSON object a line",
+            completes: .words(["text", "json"])),
         OptionSpec(name: "quiet", valueName: nil, help: "log only warnings and errors"),
         OptionSpec(name: "verbose", valueName: nil, help: "log debug lines too (also -v)"),
         CLI.json,

@@ -9,10 +9,11 @@ import OutboxStore
 enum SimulateCommand {
     static let options: [OptionSpec] = [
         EnqueueCommand.varsOption,
-        OptionSpec(name: "id", valueName: "ID", help: "the entry id the hook sees (default simulate-1)"),
-        OptionSpec(name: "status", valueName: "N", help: "the response's HTTP status, 100-599 (required)"),
-        OptionSpec(name: "header", valueName: "'Name: value'", help: "a response header (repeatable)", repeatable: true),
-        OptionSpec(name: "body", valueName: "B", help: "the response body"),
+        OptionSpec(name: "id", valueName: "ID", help: "the entry id the hook sees (default simulate-1)", completes: .ids),
+        OptionSpec(name: "status", valueName: "N", help: "the response's HTTP status, 100-599 (required)", completes: .nothing),
+        OptionSpec(
+            name: "header", valueName: "'Name: value'", help: "a response header (repeatable)", repeatable: true, completes: .nothing),
+        OptionSpec(name: "body", valueName: "B", help: "the response body", completes: .nothing),
         OptionSpec(name: "body-file", valueName: "F", help: "the response body, from a file"),
         OptionSpec(name: "plugins", valueName: nil, help: "run request_command and headers_command to render the request"),
         CLI.json,

@@ -51,24 +51,30 @@ final class SQLiteConnection: @unchecked Sendable {
     private var transactionDepth = 0
     let path: String
 
-    /// `readOnly`: for a store on a read-only file system or in a folder the user may not
-    /// write, where SQLite cannot make the WAL's shared-memory file: the database is opened
-    /// as immutable when no write-ahead log exists (nobody can be writing it), else read-only.
-    init(path: String, readOnly: Bool = false) throws(OutboxError) {
+    /// How a connection opens its database.
+    enum Access {
+        case readWrite
+        /// Queries only; nothing is changed, not even the journal mode.
+        case readOnly
+        /// Queries only, on a file no process has open: SQLite then creates no -wal or -shm
+        /// beside it, which could be another user's files (a root shell completing in a project).
+        case readOnlyUnopened
+    }
+
+    /// Opens the database at `path`, waiting at most `busyTimeoutMs` for a lock.
+    init(path: String, access: Access = .readWrite, busyTimeoutMs: Int32 = 10_000) throws(OutboxError) {
         self.path = path
         var handle: OpaquePointer?
-        var flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
-        var name = path
-        if readOnly {
-            flags = SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
-            let escaped = path.utf8.map { b -> String in
-                let c = Character(Unicode.Scalar(b))
-                return b < 0x80 && (c.isLetter || c.isNumber || "/-_.~".contains(c))
-                    ? String(c) : "%" + String(b, radix: 16, uppercase: true).leftPadded(to: 2)
-            }.joined()
-            name = "file:\(escaped)" + (access(path + "-wal", F_OK) == 0 ? "?mode=ro" : "?immutable=1")
+        let rc: Int32
+        switch access {
+        case .readWrite:
+            rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nil)
+        case .readOnly:
+            rc = sqlite3_open_v2(path, &handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, nil)
+        case .readOnlyUnopened:
+            let uri = "file:" + Self.uriEncoded(path) + "?immutable=1"
+            rc = sqlite3_open_v2(uri, &handle, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nil)
         }
-        let rc = sqlite3_open_v2(name, &handle, flags, nil)
         guard rc == SQLITE_OK, let handle else {
             let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
             if let handle { sqlite3_close_v2(handle) }
@@ -76,14 +82,30 @@ final class SQLiteConnection: @unchecked Sendable {
         }
         db = handle
         sqlite3_extended_result_codes(db, 1)
-        sqlite3_busy_timeout(db, 10_000)
-        if readOnly { return }
+        sqlite3_busy_timeout(db, busyTimeoutMs)
+        if access != .readWrite { return }
         let mode = try scalarText("PRAGMA journal_mode=WAL")
         guard mode.lowercased() == "wal" else {
             throw .storage("the store database \(path) refused WAL mode (got \(mode))")
         }
         try execute("PRAGMA synchronous=FULL")
         try execute("PRAGMA foreign_keys=ON")
+    }
+
+    /// A path as a `file:` URI's path: bytes other than unreserved ones and `/` percent-encoded.
+    static func uriEncoded(_ path: String) -> String {
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        for byte in path.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "/"):
+                out.append(byte)
+            default:
+                out += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     deinit {
@@ -242,8 +264,4 @@ final class SQLiteConnection: @unchecked Sendable {
     func checkpoint() {
         _ = try? execute("PRAGMA wal_checkpoint(TRUNCATE)")
     }
-}
-
-extension String {
-    fileprivate func leftPadded(to width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
 }

@@ -33,7 +33,7 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         let path = Paths.join(folder, "outbox.db")
         if Self.isReadOnly(folder) && Paths.exists(path) {
             // Reading commands still answer; a write fails as SQLite refuses it (E_STORAGE).
-            db = try SQLiteConnection(path: path, readOnly: true)
+            db = try SQLiteConnection(path: path, access: Paths.exists(path + "-wal") ? .readOnly : .readOnlyUnopened)
             readOnly = true
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
             if let missing = Schema.migrations.first(where: { !applied.contains($0.name) }) {

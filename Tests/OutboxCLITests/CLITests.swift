@@ -15,6 +15,7 @@ struct CLIBasicsTests {
     static let commandPaths: [[String]] = [
         ["init"], ["check"], ["render"], ["enqueue"], ["run"], ["list"], ["show"], ["cancel"], ["pause"], ["resume"],
         ["headers", "update"], ["wifi-only"], ["chunk-plan"], ["stats"], ["explain"], ["audit"], ["completion"],
+        ["man"],
     ]
 
     @Test(arguments: commandPaths)

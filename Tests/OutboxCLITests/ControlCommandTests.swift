@@ -495,30 +495,6 @@ struct SimulateTests {
     }
 }
 
-/// Completion scripts for bash, zsh and fish, from the command table.
-struct CompletionTests {
-    @Test(arguments: ["bash", "zsh", "fish"])
-    func everyCommandAndItsOptionsAreOffered(_ shell: String) throws {
-        let p = try CLIProject()
-        let r = p.run("completion", shell)
-        #expect(r.status == 0, "\(r)")
-        for word in ["enqueue", "simulate", "retry", "--from", "--log-format"] {
-            #expect(r.out.contains(shell == "fish" && word.hasPrefix("--") ? "-l \(word.dropFirst(2))" : word), "\(shell): \(word)")
-        }
-        if shell == "bash" {
-            let script = try p.write("completion.bash", r.out)
-            #expect(try runProcess("/bin/bash", ["-n", script]).exitCode == 0, "the bash script parses")
-        }
-    }
-
-    @Test func anUnknownShellIsAUsageError() throws {
-        let p = try CLIProject()
-        let r = p.run("completion", "tcsh")
-        #expect(r.status == 64)
-        #expect(r.err.contains("completion takes bash, zsh or fish"))
-    }
-}
-
 /// `stats`: paused entries count as paused; `--prometheus --output FILE` is written whole.
 struct StatsTests {
     @Test func pausedEntriesAreCountedAsPaused() throws {

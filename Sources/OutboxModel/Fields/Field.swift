@@ -25,7 +25,7 @@ package indirect enum FieldType: Sendable {
     case anyOf([FieldType])
 
     /// The integer range of this type, also inside a list, `null` or an alternative.
-    var integerRange: ClosedRange<Int64>? {
+    package var integerRange: ClosedRange<Int64>? {
         switch self {
         case let .integer(range): return range
         case let .list(item), let .nullable(item): return item.integerRange
