@@ -167,6 +167,7 @@ package final class Runner {
             try noticeOtherWriters()
             // Results of the last wait become changes, committed with this turn's claims.
             for event in events { try handle(event) }
+            try acknowledgeFinished(now: Identifiers.nowMs())
             let now = Identifiers.nowMs()
             let mono = Identifiers.monotonicMs()
             options.notifier?.pingIfDue(monotonicMs: mono)

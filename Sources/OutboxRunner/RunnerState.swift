@@ -104,6 +104,8 @@ struct ReadAhead {
 struct DeliveryState {
     /// Outcome seq → entry id of the hooks running.
     var hooksRunning: [Int64: String] = [:]
+    /// Hooks that exited 0 this turn, acknowledged together (they stay in `hooksRunning` until then).
+    var finished: [(seq: Int64, followUps: [NewEntry])] = []
     /// Whether outcomes may have become deliverable since the last look.
     var due = true
     /// Entries whose hook failed in this run (reported if still unacknowledged at the end).

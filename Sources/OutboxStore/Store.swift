@@ -101,12 +101,16 @@ package protocol Store: AnyObject {
     func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?) throws(OutboxError) -> [OutcomeRecord]
     /// Counts a delivery before its hook starts; returns the new count.
     func beginDelivery(seq: Int64) throws(OutboxError) -> Int64
+    /// Counts a delivery of each outcome before their hooks start; returns the new counts by seq.
+    func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64]
     /// Records a running hook's process group, so a later runner can stop it.
     func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError)
     func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)]
     /// Acknowledges an outcome, applies the hook's enqueues, and forgets a completed or
     /// cancelled entry of that generation, all in one transaction.
     func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError)
+    /// Acknowledges several outcomes, each as `acknowledge(seq:followUps:now:)` does.
+    func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError)
     func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError)
 }
 
@@ -188,7 +192,29 @@ package struct PendingTotals: Sendable, Equatable {
     }
 }
 
+/// A hook's exit 0 for an outcome, with the entries its enqueue lines asked for.
+package struct Acknowledgement: Sendable {
+    package var seq: Int64
+    package var followUps: [NewEntry]
+
+    package init(seq: Int64, followUps: [NewEntry]) {
+        self.seq = seq
+        self.followUps = followUps
+    }
+}
+
 extension Store {
+    /// One commit per outcome; a store that can group them does it in one transaction.
+    package func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
+        var counts: [Int64: Int64] = [:]
+        for seq in seqs { counts[seq] = try beginDelivery(seq: seq) }
+        return counts
+    }
+
+    package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) {
+        for a in batch { try acknowledge(seq: a.seq, followUps: a.followUps, now: now) }
+    }
+
     /// Applies changes as the only runner of the store (no lease to check).
     @discardableResult
     package func apply(_ changes: [RunnerChange], now: Int64) throws(OutboxError) -> AppliedChanges {

@@ -15,18 +15,21 @@ extension Runner {
         let keys = Set(definitions.definitions.keys)
         let busy = Set(delivery.hooksRunning.values)
         let room = config.hookConcurrency - delivery.hooksRunning.count
+        var starting: [(outcome: OutcomeRecord, hook: CommandSpec)] = []
         for outcome in try store.deliverableOutcomes(now: now, keys: keys, excludingIDs: busy, limit: room) {
-            guard delivery.hooksRunning.count < config.hookConcurrency else { break }
             guard let definition = definitions.definitions[outcome.key] else { continue }
-            let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError
-            guard let hook else {
+            guard let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError else {
                 // The definition present now has no hook for this outcome: nothing to wait for.
                 try store.acknowledge(seq: outcome.seq, followUps: [], now: now)
                 continue
             }
-            let deliveries = try store.beginDelivery(seq: outcome.seq)
-            Fault.point("hook.counted")
-            var spec = Self.hookSpec(hook, outcome: outcome, deliveries: deliveries, config: config, environment: environment)
+            starting.append((outcome, hook))
+        }
+        // Every delivery is counted before its hook starts, all of this turn's in one commit.
+        let counts = try store.beginDeliveries(seqs: starting.map(\.outcome.seq))
+        Fault.point("hook.counted")
+        for (outcome, hook) in starting {
+            var spec = Self.hookSpec(hook, outcome: outcome, deliveries: counts[outcome.seq] ?? 1, config: config, environment: environment)
             let mailbox = self.mailbox
             let seq = outcome.seq
             spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
@@ -44,6 +47,21 @@ extension Runner {
             Fault.point("hook.running")
             Threads.detach { mailbox.post(.hookDone(seq: seq, result: .success(ProcessRunner.finish(started)))) }
         }
+    }
+
+    /// Commits the acknowledgements of the hooks that exited 0 since the last turn, in one
+    /// transaction; their outcomes stay out of `deliver` (still running) until it commits.
+    func acknowledgeFinished(now: Int64) throws(OutboxError) {
+        guard !delivery.finished.isEmpty else { return }
+        let batch = delivery.finished
+        Fault.point("hook.before-ack")
+        try store.acknowledge(batch.map { Acknowledgement(seq: $0.seq, followUps: $0.followUps) }, now: now)
+        delivery.finished.removeAll()
+        for item in batch { delivery.hooksRunning[item.seq] = nil }
+        summary.delivered += batch.count
+        // An acknowledgement can make entries due (a hold released, follow-ups enqueued).
+        readAhead.exhausted = false
+        if batch.contains(where: { !$0.followUps.isEmpty }) { readAhead.discard() }
     }
 
     /// How a hook is started for an outcome: its payload on stdin with `meta.deliveries`, the
@@ -113,12 +131,9 @@ extension Runner {
             delivery.failedIDs.insert(entryID)
             return
         }
-        Fault.point("hook.before-ack")
-        try store.acknowledge(seq: seq, followUps: followUps, now: now)
-        summary.delivered += 1
-        // An acknowledgement can make entries due (a hold released, follow-ups enqueued).
-        readAhead.exhausted = false
-        if !followUps.isEmpty { readAhead.discard() }
+        // Acknowledged with the others that ended this turn; until then it counts as running.
+        delivery.hooksRunning[seq] = entryID
+        delivery.finished.append((seq, followUps))
     }
 
     /// Lines `{"enqueue": {"key", "vars", "id"?, "delay"?}}` printed by a hook; other lines are

@@ -175,5 +175,45 @@ extension StoreConformance {
             #expect(try c.pendingJournal() == ["n g1 error pending", "t g1 error pending"])
             #expect(try c.get("t").state == .error)
         }
+
+        // Deliveries of several outcomes are counted together, each its own count.
+        @Test(arguments: StoreUnderTest.all)
+        func deliveriesAreCountedInABatch(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.bring("x", to: .completed)
+            try c.bring("y", to: .error)
+            let x = try c.pending("x").seq
+            let y = try c.pending("y").seq
+            _ = try c.store.beginDelivery(seq: x)
+            #expect(try c.store.beginDeliveries(seqs: [x, y]) == [x: 2, y: 1])
+            #expect(try c.store.beginDeliveries(seqs: []) == [:])
+        }
+
+        // Acknowledgements in one batch: each as alone, follow-ups of all of them enqueued;
+        // a batch whose follow-up cannot be staged acknowledges none.
+        @Test(arguments: StoreUnderTest.all)
+        func acknowledgementsInABatchAreAllOrNothing(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.bring("x", to: .completed)
+            try c.bring("y", to: .error)
+            try c.bring("z", to: .completed)
+            let (x, y, z) = (try c.pending("x").seq, try c.pending("y").seq, try c.pending("z").seq)
+            let gone = try c.userFile("gone.txt", "g")
+            let broken = try c.entry("fz", "copy", #"{"path": "\#(gone)"}"#, parent: "z")
+            try FileManager.default.removeItem(atPath: gone)
+            #expect(throws: OutboxError.self) {
+                try c.store.acknowledge([Acknowledgement(seq: x, followUps: []), Acknowledgement(seq: z, followUps: [broken])], now: t0 + 1)
+            }
+            #expect(try c.pendingJournal() == ["x g1 completed pending", "y g1 error pending", "z g1 completed pending"])
+            try c.store.acknowledge(
+                [
+                    Acknowledgement(seq: x, followUps: [try c.entry("fx", parent: "x")]),
+                    Acknowledgement(seq: y, followUps: [try c.entry("fy", parent: "y")]),
+                ], now: t0 + 2)
+            #expect(try c.pendingJournal() == ["z g1 completed pending"])
+            #expect(try c.store.entry(id: "x") == nil, "a completed entry is forgotten at its acknowledgement")
+            #expect(try c.get("y").state == .error)
+            #expect(try c.ids() == ["y", "z", "fx", "fy"])
+        }
     }
 }

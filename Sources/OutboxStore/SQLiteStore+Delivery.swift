@@ -1,0 +1,136 @@
+import OutboxModel
+
+/// Hook delivery: which outcomes are due, counting deliveries, recording hook processes,
+/// and acknowledging (with the hooks' enqueues) or postponing them.
+extension SQLiteStore {
+    /// Outcomes to deliver now: the oldest unacknowledged one of each id, due, for keys that
+    /// have a definition.
+    /// At most `limit` outcomes (all when nil). Due time and keys are filtered in SQL so that
+    /// starting one hook parses a few payloads, not every pending one.
+    package func deliverableOutcomes(
+        now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?
+    ) throws(OutboxError) -> [OutcomeRecord] {
+        let keyList = JSON.array(keys.sorted().map { .string($0) }).serialized()
+        let rows = try db.query(
+            """
+            SELECT \(Self.outcomeColumns) FROM outcomes o
+            WHERE acknowledged = 0 AND COALESCE(next_delivery_at, 0) <= ?
+              AND key IN (SELECT value FROM json_each(?))
+              AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
+            ORDER BY seq LIMIT ?
+            """, [.int(now), .text(keyList), .int(limit.map { $0 + excludingIDs.count } ?? -1)], Self.outcome)
+        let open = rows.filter { !excludingIDs.contains($0.entryID) }
+        return limit.map { Array(open.prefix($0)) } ?? open
+    }
+
+    /// Counts a delivery before its hook starts (so a crash mid-hook is seen as a delivery), returning the new count.
+    package func beginDelivery(seq: Int64) throws(OutboxError) -> Int64 {
+        try beginDeliveries(seqs: [seq])[seq] ?? 0
+    }
+
+    /// Counts a delivery of each outcome in one transaction: the hooks a turn starts cost one commit.
+    package func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
+        guard !seqs.isEmpty else { return [:] }
+        return try db.transaction { () throws(OutboxError) -> [Int64: Int64] in
+            var counts: [Int64: Int64] = [:]
+            for seq in seqs {
+                try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
+                counts[seq] = try db.queryOne("SELECT deliveries FROM outcomes WHERE seq = ?", [.int(seq)]) { $0.int(0) } ?? 0
+            }
+            return counts
+        }
+    }
+
+    /// Records a hook's process group so a later runner can stop it before redelivering.
+    /// Not fsynced: it is needed after a crash of the runner, when the machine (and the
+    /// page cache holding the record) stayed up; after a power loss the hook is gone too.
+    package func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError) {
+        try db.transactionWithoutSync { () throws(OutboxError) in
+            try db.run(
+                "UPDATE outcomes SET hook_pgid = ?, hook_start = ? WHERE seq = ?", [.int(Int64(pgid)), .int(Int64(startTime)), .int(seq)])
+        }
+    }
+
+    /// Hook processes recorded by earlier runners for outcomes still unacknowledged.
+    package func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)] {
+        try db.query("SELECT hook_pgid, hook_start FROM outcomes WHERE acknowledged = 0 AND hook_pgid IS NOT NULL") {
+            (pgid: Int32($0.int(0)), startTime: UInt64($0.int(1)))
+        }
+    }
+
+    /// Acknowledges outcomes (hook exit 0), applies their hooks' enqueues, and forgets each
+    /// completed or cancelled entry of that generation, all in one transaction: hooks that
+    /// ended together cost one commit. An older generation's acknowledgement never forgets a
+    /// newer generation.
+    package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) {
+        guard !batch.isEmpty else { return }
+        let lock = stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
+        let followUps = batch.flatMap(\.followUps)
+        let staged = try stageBatch(followUps)
+        var remove: [String] = []
+        do throws(OutboxError) {
+            try db.transaction { () throws(OutboxError) in
+                for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now) }
+                if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
+                try journalReturns()
+            }
+        } catch {
+            for s in staged.bodies { staging.rollback(s) }
+            moves.end(staged.ticket)
+            dropReturns()
+            throw error
+        }
+        Fault.point("ack.committed")
+        staging.afterCommit(staged.bodies)
+        moves.end(staged.ticket)
+        finishForget(remove)
+    }
+
+    package func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
+        try acknowledge([Acknowledgement(seq: seq, followUps: followUps)], now: now)
+    }
+
+    /// One acknowledgement inside the caller's transaction; returns the files to remove.
+    private func acknowledgeOne(_ seq: Int64, now: Int64) throws(OutboxError) -> [String] {
+        guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome),
+            !o.acknowledged
+        else { return [] }
+        try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
+        try addCounters([CounterIncrement(.hookDeliveries, [("key", o.key)], by: 1)])
+        // A later outcome of the same generation (an error entry reopened and then
+        // completed) is still owed: forgetting now would drop it.
+        let owed =
+            try db.queryOne(
+                "SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
+                [.text(o.entryID)]
+            ) { $0.int(0) } ?? 0
+        guard let e = try entry(id: o.entryID) else { return [] }
+        if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
+            // A scope's cancel is a cancel: a moved file that was never sent goes back.
+            return try forget(e, returnMovedFile: true)
+        } else if e.waitsForDelivery {
+            try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
+        }
+        return []
+    }
+
+    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            try db.run(
+                "UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL WHERE seq = ?",
+                [.int(nextDeliveryAt), .text(reason), .int(seq)])
+            try countDelivery(outcomeSeq: seq, .hookFailures)
+        }
+    }
+
+    /// Marks outcomes whose key has no definition (shown as unhandled-key; never dropped).
+    package func markUnhandled(keys: Set<String>) throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            for o in try unacknowledgedOutcomes() where !keys.contains(o.key) && o.reason != "unhandled-key" {
+                try db.run("UPDATE outcomes SET reason = 'unhandled-key' WHERE seq = ?", [.int(o.seq)])
+            }
+        }
+    }
+
+}
