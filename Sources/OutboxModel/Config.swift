@@ -165,11 +165,7 @@ package struct Config: Sendable {
             throw .fileMissing("cannot read the config file \(file): \(Paths.errnoMessage())")
         }
         if let offset = Paths.invalidUTF8Offset(bytes) {
-            throw OutboxError(
-                .config, "1 error",
-                diagnostics: [
-                    Diagnostic(path: file, line: 1, column: 1, message: "the file is not valid UTF-8 (at byte \(offset + 1))")
-                ])
+            throw OutboxError(.config, "1 error", diagnostics: [Diagnostic.invalidUTF8(path: file, bytes: bytes, offset: offset)])
         }
         let text = String(decoding: bytes, as: UTF8.self)
         let folder = Paths.dirname(file)
@@ -277,12 +273,19 @@ package struct Config: Sendable {
             return []
         }
         var out: [(String, String)] = []
+        // Names compare without case, so a second spelling would silently replace the first.
+        var seen: [String: (name: String, line: Int)] = [:]
         for pair in pairs {
             guard let name = reader.string(pair.key, "header names in \(context)") else { continue }
             if let problem = HeaderRules.nameProblem(name) {
                 reader.error(pair.key.mark, "\(context): \(problem)")
                 continue
             }
+            if let first = seen[name.lowercased()] {
+                reader.error(pair.key.mark, "\(context): header \(name) is given twice (also as \(first.name) on line \(first.line))")
+                continue
+            }
+            seen[name.lowercased()] = (name, pair.key.mark.line)
             guard let value = reader.string(pair.value, "\(context).\(name)") else { continue }
             if let problem = Template.validate(value) {
                 reader.error(pair.value.mark, "\(context).\(name): \(problem)")
