@@ -122,7 +122,7 @@ enum EnqueueCommand {
     /// With `truncating`, the first `limit` bytes instead of an error.
     static func readFile(_ path: String, limit: Int, what: String, truncating: Bool = false) throws(OutboxError) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw .fileMissing("\(what): cannot read \(path)") }
+        guard fd >= 0 else { throw .fileMissing("\(what): cannot read \(path): \(Paths.errnoMessage())") }
         defer { close(fd) }
         var out: [UInt8] = []
         while true {
@@ -150,7 +150,7 @@ enum EnqueueCommand {
             reader = LineReader(maxLineBytes: maxLine) { n in console.stdinChunk(n) }
         } else {
             fd = open(absolute, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw .fileMissing("--from: cannot read \(absolute)") }
+            guard fd >= 0 else { throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage())") }
             reader = LineReader(fd: fd, maxLineBytes: maxLine)
         }
         defer { if fd >= 0 { close(fd) } }

@@ -30,6 +30,8 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         let bodies = Paths.join(folder, "bodies")
         staging = Staging(bodiesDir: bodies)
         moves = MoveJournal(folder: Paths.join(folder, "moves"))
+        // Made with the store, so an enqueue that moves a file and then fails leaves no new folder.
+        try Self.makeFolder(moves.folder)
         let path = Paths.join(folder, "outbox.db")
         if Self.isReadOnly(folder) && Paths.exists(path) {
             // Reading commands still answer; a write fails as SQLite refuses it (E_STORAGE).
@@ -46,6 +48,12 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         try Self.makeFolder(folder)
         try Self.makeFolder(bodies)
         if !Paths.exists(path) {
+            // The database is made before any body is staged: bodies without it mean it was lost.
+            if let staged = Paths.list(bodies), !staged.isEmpty {
+                throw .storage(
+                    "the store database \(path) is missing but \(bodies) holds \(staged.count) staged file\(staged.count == 1 ? "" : "s"): "
+                        + "the store is damaged; put outbox.db back, or move the store folder away to start an empty one")
+            }
             try Self.createDatabase(at: path)
         } else if FileInfo.stat(path)?.size == 0 && (FileInfo.stat(path + "-wal")?.size ?? 0) == 0 {
             // A store is created whole (below), so an empty database is damage, not a new store.
@@ -132,6 +140,10 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         try db.transaction { () throws(OutboxError) in
             try db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
+            // A newer outbox's store may mean things this version would get wrong: never touch it.
+            if let unknown = applied.subtracting(Schema.migrations.map(\.name)).sorted().first {
+                throw .storage("the store database \(db.path) was changed by a newer outbox (migration \(unknown)); use that version")
+            }
             for migration in Schema.migrations where !applied.contains(migration.name) {
                 try db.execute(migration.sql)
                 try db.run("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", [.text(migration.name), .int(Identifiers.nowMs())])
