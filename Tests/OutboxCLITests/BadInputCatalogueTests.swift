@@ -92,7 +92,8 @@ final class BadInputProject: @unchecked Sendable {
         for file in BadInputCatalogue.fixtureFiles { try project.write(file.path, file.text) }
         try Data(count: 100_000).write(to: URL(fileURLWithPath: project.path("seed.bin")))
         try expectOK(try await project.outbox(["enqueue", "note", "--id", "seed", "--vars", #"{"n": 1}"#]), "seed")
-        try expectOK(try await project.outbox(["enqueue", "file.copy", "--id", "seed-file", "--vars", #"{"path": "seed.bin"}"#]), "seed-file")
+        try expectOK(
+            try await project.outbox(["enqueue", "file.copy", "--id", "seed-file", "--vars", #"{"path": "seed.bin"}"#]), "seed-file")
         for action in c.setup { try await apply(action) }
         if asNobody {
             try expectOK(try runProcess("/bin/chown", ["-R", "nobody:nogroup", project.base]), "chown")
@@ -118,7 +119,8 @@ final class BadInputProject: @unchecked Sendable {
         case "zeros":
             try Data(count: Int(try arg(1)) ?? 0).write(to: URL(fileURLWithPath: project.path(try arg(0))))
         case "random":
-            try Data((0..<(Int(try arg(1)) ?? 0)).map { _ in UInt8.random(in: 0...255) }).write(to: URL(fileURLWithPath: project.path(try arg(0))))
+            try Data((0..<(Int(try arg(1)) ?? 0)).map { _ in UInt8.random(in: 0...255) }).write(
+                to: URL(fileURLWithPath: project.path(try arg(0))))
         case "chmod":
             guard chmod(project.path(try arg(1)), mode_t(try arg(0), radix: 8) ?? 0) == 0 else { throw FixtureError("chmod \(args)") }
         case "mkdir": try fm.createDirectory(atPath: project.path(try arg(0)), withIntermediateDirectories: true)
@@ -142,7 +144,8 @@ final class BadInputProject: @unchecked Sendable {
     func holdRunner() async throws {
         try expectOK(try await project.outbox(["cancel", "--all"]), "cancel")
         environment["HOLD_URL"] = try project.startServer().baseURL
-        try expectOK(try await project.outbox(["enqueue", "held", "--id", "held", "--vars", #"{"v": 1}"#], environment: environment), "held")
+        try expectOK(
+            try await project.outbox(["enqueue", "held", "--id", "held", "--vars", #"{"v": 1}"#], environment: environment), "held")
         runner = try project.start(["run"], environment: environment)
         guard await project.server.waitForHeld("h") else { throw FixtureError("the runner's request never reached the server") }
     }
