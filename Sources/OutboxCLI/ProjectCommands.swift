@@ -78,6 +78,13 @@ enum InitCommand {
         for (path, _, _) in files where Paths.exists(Paths.join(i.cwd, path)) {
             throw .invalid("\(Paths.join(i.cwd, path)) exists already; init writes nothing over existing files")
         }
+        // Checked before any is made, so a file in the way leaves no half scaffold behind.
+        for folder in ["config", "definitions", "hooks"] {
+            let path = Paths.join(i.cwd, folder)
+            if Paths.exists(path), !Paths.isDirectory(path) {
+                throw .invalid("\(path) exists and is not a folder; init writes nothing over existing files")
+            }
+        }
         for folder in ["config", "definitions", "hooks"] {
             let path = Paths.join(i.cwd, folder)
             if !Paths.isDirectory(path), mkdir(path, 0o755) != 0 {

@@ -194,8 +194,12 @@ package struct Config: Sendable {
     private mutating func read(_ node: YAMLNode, reader: inout YAMLReader) {
         if case .scalar = node.kind, case .null? = node.scalar { return }
         guard let f = reader.fields(node, ConfigFields.top, context: "the config") else { return }
-        if let r = reader.string(f["root"], "root") {
+        if let r = reader.string(f["root"], "root"), let mark = f["root"]?.mark {
             root = Paths.absolute(r, relativeTo: Paths.dirname(reader.path))
+            // A typo here would quietly start a new store (and find no definitions) in a new folder.
+            if !Paths.isDirectory(root) {
+                reader.error(mark, "root: \(root) \(Paths.exists(root) ? "is not a folder" : "does not exist")")
+            }
         }
         store = Paths.absolute(reader.string(f["store"], "store") ?? ".outbox", relativeTo: root)
         definitions = Paths.absolute(reader.string(f["definitions"], "definitions") ?? "definitions", relativeTo: root)

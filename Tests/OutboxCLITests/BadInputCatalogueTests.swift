@@ -24,7 +24,7 @@ struct BadInputCatalogueTests {
     func badInputFailsPreciselyAndChangesNothing(_ c: BadInputCase) async throws {
         let p = try await BadInputProject(c)
         // Each step waits on child processes: on threads of their own, not the test pool's.
-        let (before, r, after) = try await offload { (try p.snapshot(), try p.outbox(c.command), try p.snapshot()) }
+        let (before, r, after) = try await offload { (try p.snapshot(), try p.outbox(c.command, in: p.cwd), try p.snapshot()) }
         await p.finish()
 
         #expect(r.exitCode >= 0 && r.exitCode < 128 && !r.timedOut, "crashed: \(r)")
@@ -80,6 +80,8 @@ final class BadInputProject: @unchecked Sendable {
     let c: BadInputCase
     var environment: [String: String] = [:]
     var stdin = ""
+    /// The command's folder, under the root.
+    var cwd: String?
     var asNobody = false
     var runner: RunningProcess?
 
@@ -132,6 +134,7 @@ final class BadInputProject: @unchecked Sendable {
             let pair = try arg(0).split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
             environment[pair[0]] = pair.count > 1 ? pair[1] : ""
         case "stdin": stdin = String(decoding: BadInputCatalogue.unescape(try arg(0)), as: UTF8.self)
+        case "cd": cwd = project.path(try arg(0))
         case "as-nobody":
             guard Self.runuser != nil else { throw FixtureError("runuser is missing: the permission cases cannot run") }
             asNobody = true
@@ -163,20 +166,22 @@ final class BadInputProject: @unchecked Sendable {
     }
 
     /// Runs a program in the project with the case's environment and stdin, as `nobody` when asked.
-    func runTool(_ executable: String, _ arguments: [String]) throws -> CommandResult {
+    func runTool(_ executable: String, _ arguments: [String], in folder: String? = nil) throws -> CommandResult {
         let env = project.processEnvironment(environment)
         if asNobody, let runuser = Self.runuser {
             let pairs = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
             let child = try RunningProcess(
                 executable: runuser, arguments: ["-u", "nobody", "--", "/usr/bin/env", "-i"] + pairs + [executable] + arguments,
-                cwd: root, environment: env, stdin: stdin)
+                cwd: folder ?? root, environment: env, stdin: stdin)
             return child.waitBlocking(timeout: 120)
         }
-        return try RunningProcess(executable: executable, arguments: arguments, cwd: root, environment: env, stdin: stdin)
+        return try RunningProcess(executable: executable, arguments: arguments, cwd: folder ?? root, environment: env, stdin: stdin)
             .waitBlocking(timeout: 120)
     }
 
-    func outbox(_ arguments: [String]) throws -> CommandResult { try runTool(project.executable, arguments) }
+    func outbox(_ arguments: [String], in folder: String? = nil) throws -> CommandResult {
+        try runTool(project.executable, arguments, in: folder)
+    }
 
     /// Every file of the project (mode, size, content), then the listed rows and the
     /// database's dump: the files come first, so a change made by the reads below shows too.
