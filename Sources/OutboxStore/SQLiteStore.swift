@@ -30,14 +30,13 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         let bodies = Paths.join(folder, "bodies")
         staging = Staging(bodiesDir: bodies)
         moves = MoveJournal(folder: Paths.join(folder, "moves"))
-        // Made with the store, so an enqueue that moves a file and then fails leaves no new folder.
-        try Self.makeFolder(moves.folder)
         let path = Paths.join(folder, "outbox.db")
         if Self.isReadOnly(folder) && Paths.exists(path) {
             // Reading commands still answer; a write fails as SQLite refuses it (E_STORAGE).
             db = try SQLiteConnection(path: path, access: Paths.exists(path + "-wal") ? .readOnly : .readOnlyUnopened)
             readOnly = true
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
+            try Self.refuseNewer(applied, path: path)
             if let missing = Schema.migrations.first(where: { !applied.contains($0.name) }) {
                 throw .storage(
                     "the store \(folder) is read-only and older than this outbox (it lacks \(missing.name)); open it once where it may be written"
@@ -47,6 +46,8 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         }
         try Self.makeFolder(folder)
         try Self.makeFolder(bodies)
+        // Made with the store, so an enqueue that moves a file and then fails leaves no new folder.
+        try Self.makeFolder(moves.folder)
         if !Paths.exists(path) {
             // The database is made before any body is staged: bodies without it mean it was lost.
             if let staged = Paths.list(bodies), !staged.isEmpty {
@@ -134,16 +135,20 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         _ = csystem_fsync_dir(parent)
     }
 
+    /// A newer outbox's store may mean things this version would get wrong: never touch it.
+    static func refuseNewer(_ applied: Set<String>, path: String) throws(OutboxError) {
+        if let unknown = applied.subtracting(Schema.migrations.map(\.name)).sorted().first {
+            throw .storage("the store database \(path) was changed by a newer outbox (migration \(unknown)); use that version")
+        }
+    }
+
     /// Applies the migrations not yet recorded, inside one write transaction (two enqueues
     /// may open a new store at once).
     static func migrate(_ db: SQLiteConnection) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             try db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
-            // A newer outbox's store may mean things this version would get wrong: never touch it.
-            if let unknown = applied.subtracting(Schema.migrations.map(\.name)).sorted().first {
-                throw .storage("the store database \(db.path) was changed by a newer outbox (migration \(unknown)); use that version")
-            }
+            try refuseNewer(applied, path: db.path)
             for migration in Schema.migrations where !applied.contains(migration.name) {
                 try db.execute(migration.sql)
                 try db.run("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", [.text(migration.name), .int(Identifiers.nowMs())])
