@@ -122,7 +122,7 @@ enum EnqueueCommand {
     /// With `truncating`, the first `limit` bytes instead of an error.
     static func readFile(_ path: String, limit: Int, what: String, truncating: Bool = false) throws(OutboxError) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw .fileMissing("\(what): cannot read \(path)") }
+        guard fd >= 0 else { throw .fileMissing("\(what): cannot read \(path): \(Paths.errnoMessage())") }
         defer { close(fd) }
         var out: [UInt8] = []
         while true {
@@ -138,6 +138,14 @@ enum EnqueueCommand {
         }
     }
 
+    /// The user's file a body sends, and who owns it after enqueue.
+    static func sourceFile(_ body: PreparedBody) -> (String, Ownership)? {
+        switch body {
+        case let .file(file, ownership), let .parts(file, ownership, _): return (file.path, ownership)
+        default: return nil
+        }
+    }
+
     static func enqueueFile(_ i: inout Invocation, key: String, path: String, now: Int64) throws(OutboxError) -> Int32 {
         // `--from -` reads the lines from stdin (a pipeline: find, jq, ...), one at a time:
         // memory grows with the entries, never with an endless line.
@@ -150,7 +158,7 @@ enum EnqueueCommand {
             reader = LineReader(maxLineBytes: maxLine) { n in console.stdinChunk(n) }
         } else {
             fd = open(absolute, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw .fileMissing("--from: cannot read \(absolute)") }
+            guard fd >= 0 else { throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage())") }
             reader = LineReader(fd: fd, maxLineBytes: maxLine)
         }
         defer { if fd >= 0 { close(fd) } }
@@ -160,6 +168,7 @@ enum EnqueueCommand {
         let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
         var entries: [NewEntry] = []
         var seen: [String: Int] = [:]
+        var movedBy: [String: Int] = [:]
         var lineNumber = 0
         while true {
             let next: [UInt8]?
@@ -204,6 +213,11 @@ enum EnqueueCommand {
                         notBefore: hold, expiresAt: expiresAt, movedFiles: try movedFiles(project, id: id)))
             } catch {
                 throw OutboxError(error.code, error.message.hasPrefix(at) ? error.message : "\(at): \(error.message)")
+            }
+            // A file is moved into the store once: a later line naming it would find it gone.
+            if let (file, ownership) = sourceFile(entries[entries.count - 1].prepared.body) {
+                if let first = movedBy[file] { throw .invalid("\(at): request.file \(file) is moved by line \(first) already") }
+                if ownership == .move { movedBy[file] = lineNumber }
             }
         }
         let results = try project.store().enqueue(entries, now: now)

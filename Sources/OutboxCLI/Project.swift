@@ -38,12 +38,22 @@ final class Project {
         return store
     }
 
+    /// Why the definitions folder cannot hold definitions (missing, or not a folder); nil when it can.
+    var definitionsFolderProblem: String? {
+        let folder = config.definitions
+        if Paths.isDirectory(folder) { return nil }
+        return "the definitions folder \(folder) \(Paths.exists(folder) ? "is not a folder" : "does not exist")"
+    }
+
     /// The definition of a key: E_CONFIG when its file has errors, E_INVALID when unknown.
     func definition(_ key: String) throws(OutboxError) -> Definition {
         let set = definitions
         if let d = set.definitions[key] { return d }
         if let problems = set.brokenKeys[key] {
             throw OutboxError(.config, "the definition of \(key) has errors", diagnostics: problems)
+        }
+        if let problem = definitionsFolderProblem {
+            throw OutboxError(.config, "no definition has key \"\(key)\": \(problem)")
         }
         let unreadable = set.diagnostics.filter { d in !set.brokenKeys.values.contains { $0.contains(d) } }
         if !unreadable.isEmpty {

@@ -6,6 +6,8 @@ import OutboxStore
 enum CheckCommand {
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let project = try i.project()
+        // An empty folder is a project without definitions; a missing one is a wrong `definitions:`.
+        if let problem = project.definitionsFolderProblem { throw OutboxError(.config, problem) }
         let set = project.definitions
         // A hook or plugin whose program is missing would fail at every delivery (exit 127).
         let searchPath = i.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
@@ -75,6 +77,13 @@ enum InitCommand {
         ]
         for (path, _, _) in files where Paths.exists(Paths.join(i.cwd, path)) {
             throw .invalid("\(Paths.join(i.cwd, path)) exists already; init writes nothing over existing files")
+        }
+        // Checked before any is made, so a file in the way leaves no half scaffold behind.
+        for folder in ["config", "definitions", "hooks"] {
+            let path = Paths.join(i.cwd, folder)
+            if Paths.exists(path), !Paths.isDirectory(path) {
+                throw .invalid("\(path) exists and is not a folder; init writes nothing over existing files")
+            }
         }
         for folder in ["config", "definitions", "hooks"] {
             let path = Paths.join(i.cwd, folder)
@@ -177,7 +186,7 @@ enum ControlCommands {
 
     static func wifiOnly(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let value = i.args.positionals[0]
-        guard value == "on" || value == "off" else { throw .usage("wifi-only takes on or off") }
+        guard value == "on" || value == "off" else { throw .usage("wifi-only takes on or off, not \"\(value.prefix(40))\"") }
         try i.project().store().setWifiOnly(value == "on")
         i.console.err("wifi-only \(value)")
         return 0

@@ -58,7 +58,9 @@ enum RunCommand {
         if let events, events != "-" { throw .usage("--events takes - (stdout); use events.command in the config for a plugin") }
         if events != nil && i.json { throw .usage("--json cannot be combined with --events -") }
         if let p = i.args.value("progress") {
-            guard let mode = ProgressMode(rawValue: p) else { throw .usage("--progress takes auto, always or never") }
+            guard let mode = ProgressMode(rawValue: p) else {
+                throw .usage("--progress takes auto, always or never, not \"\(p.prefix(40))\"")
+            }
             options.progress = mode
         }
         options.stderrIsTerminal = i.console.stderrIsTerminal

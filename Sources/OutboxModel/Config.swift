@@ -165,11 +165,7 @@ package struct Config: Sendable {
             throw .fileMissing("cannot read the config file \(file): \(Paths.errnoMessage())")
         }
         if let offset = Paths.invalidUTF8Offset(bytes) {
-            throw OutboxError(
-                .config, "1 error",
-                diagnostics: [
-                    Diagnostic(path: file, line: 1, column: 1, message: "the file is not valid UTF-8 (at byte \(offset + 1))")
-                ])
+            throw OutboxError(.config, "1 error", diagnostics: [Diagnostic.invalidUTF8(path: file, bytes: bytes, offset: offset)])
         }
         let text = String(decoding: bytes, as: UTF8.self)
         let folder = Paths.dirname(file)
@@ -198,8 +194,12 @@ package struct Config: Sendable {
     private mutating func read(_ node: YAMLNode, reader: inout YAMLReader) {
         if case .scalar = node.kind, case .null? = node.scalar { return }
         guard let f = reader.fields(node, ConfigFields.top, context: "the config") else { return }
-        if let r = reader.string(f["root"], "root") {
+        if let r = reader.string(f["root"], "root"), let mark = f["root"]?.mark {
             root = Paths.absolute(r, relativeTo: Paths.dirname(reader.path))
+            // A typo here would quietly start a new store (and find no definitions) in a new folder.
+            if !Paths.isDirectory(root) {
+                reader.error(mark, "root: \(root) \(Paths.exists(root) ? "is not a folder" : "does not exist")")
+            }
         }
         store = Paths.absolute(reader.string(f["store"], "store") ?? ".outbox", relativeTo: root)
         definitions = Paths.absolute(reader.string(f["definitions"], "definitions") ?? "definitions", relativeTo: root)
@@ -277,12 +277,19 @@ package struct Config: Sendable {
             return []
         }
         var out: [(String, String)] = []
+        // Names compare without case, so a second spelling would silently replace the first.
+        var seen: [String: (name: String, line: Int)] = [:]
         for pair in pairs {
             guard let name = reader.string(pair.key, "header names in \(context)") else { continue }
             if let problem = HeaderRules.nameProblem(name) {
                 reader.error(pair.key.mark, "\(context): \(problem)")
                 continue
             }
+            if let first = seen[name.lowercased()] {
+                reader.error(pair.key.mark, "\(context): header \(name) is given twice (also as \(first.name) on line \(first.line))")
+                continue
+            }
+            seen[name.lowercased()] = (name, pair.key.mark.line)
             guard let value = reader.string(pair.value, "\(context).\(name)") else { continue }
             if let problem = Template.validate(value) {
                 reader.error(pair.value.mark, "\(context).\(name): \(problem)")

@@ -84,8 +84,7 @@ package struct DefinitionSet: Sendable {
             // A definition file that cannot be read is an error, not a file to skip: its key
             // would otherwise vanish without a word (a dangling link, mode 000, a folder).
             if let bytes = Paths.readBytes(path), let offset = Paths.invalidUTF8Offset(bytes) {
-                set.diagnostics.append(
-                    Diagnostic(path: path, line: 1, column: 1, message: "the file is not valid UTF-8 (at byte \(offset + 1))"))
+                set.diagnostics.append(Diagnostic.invalidUTF8(path: path, bytes: bytes, offset: offset))
                 if let key = Definition.peekKey(text: String(decoding: bytes, as: UTF8.self)) {
                     set.brokenKeys[key, default: []].append(set.diagnostics.last!)
                 }

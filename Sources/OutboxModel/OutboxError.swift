@@ -55,6 +55,16 @@ package struct Diagnostic: Sendable, Equatable {
         self.message = message
     }
 
+    /// A file's first byte that is not UTF-8, at its line and column (the bytes before it decode).
+    package static func invalidUTF8(path: String, bytes: [UInt8], offset: Int) -> Diagnostic {
+        let before = bytes[..<offset]
+        let lineStart = before.lastIndex(of: 0x0A).map { $0 + 1 } ?? 0
+        let column = String(decoding: bytes[lineStart..<offset], as: UTF8.self).unicodeScalars.count + 1
+        return Diagnostic(
+            path: path, line: before.filter { $0 == 0x0A }.count + 1, column: column,
+            message: "the file is not valid UTF-8 (at byte \(offset + 1))")
+    }
+
     /// `path:line:col: error: message`, then the source line and a caret under the column.
     package func rendered(source: String?) -> String {
         var out = "\(path):\(line):\(column): error: \(message)"

@@ -102,6 +102,14 @@ package enum Paths {
         readBytes(path).map { String(decoding: $0, as: UTF8.self) }
     }
 
+    /// Why a file cannot be opened for reading (the errno text); nil when it can.
+    package static func readProblem(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return errnoMessage() }
+        close(fd)
+        return nil
+    }
+
     /// The byte offset of the first byte that is not valid UTF-8, or nil when all of it is
     /// (text from outside is refused, never silently repaired).
     package static func invalidUTF8Offset(_ bytes: some Collection<UInt8>) -> Int? {

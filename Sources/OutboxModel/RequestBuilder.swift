@@ -48,7 +48,9 @@ package enum RequestBuilder {
         if let fileTemplate = tree["file"] {
             let rendered = try Template.renderTree(fileTemplate, context: ctx, field: "request.file")
             guard let path = rendered.stringValue, !path.isEmpty else {
-                throw .invalid("request.file must be a file path, not \(rendered.typeName)")
+                throw .invalid(
+                    rendered == .string("") ? "request.file is an empty path" : "request.file must be a file path, not \(rendered.typeName)"
+                )
             }
             let absolute = Paths.absolute(path, relativeTo: inputs.cwd)
             let identity: FileIdentity
@@ -108,6 +110,12 @@ package enum RequestBuilder {
             }
             ownership = parsed
         }
+        // A copied or referenced file is read, not renamed: one this user cannot read fails now, not at its first attempt.
+        if let file = fileIdentity, (ownership ?? (tree["parts"] == nil ? .copy : .move)) != .move, Paths.exists(file.path),
+            let problem = Paths.readProblem(file.path)
+        {
+            throw .fileMissing("request.file: cannot read \(file.path): \(problem)")
+        }
 
         var contentType: String?
         var body = PreparedBody.none
@@ -154,7 +162,7 @@ package enum RequestBuilder {
         var followRedirects = 0
         if let f = try field("follow_redirects") {
             guard let n = f.int64Value, (0...50).contains(n) else {
-                throw .invalid("request.follow_redirects must be a whole number from 0 to 50")
+                throw .invalid("request.follow_redirects must be a whole number from 0 to 50, not \(f.serialized().prefix(40))")
             }
             followRedirects = Int(n)
         }
@@ -267,7 +275,9 @@ package enum RequestBuilder {
                 }
             case let (nil, f?):
                 guard let path = f.stringValue else { throw .invalid("\(at).file must be a path") }
-                field.file = try statFile(Paths.absolute(path, relativeTo: inputs.cwd), field: "\(at).file")
+                let absolute = Paths.absolute(path, relativeTo: inputs.cwd)
+                field.file = try statFile(absolute, field: "\(at).file")
+                if let problem = Paths.readProblem(absolute) { throw .fileMissing("\(at).file: cannot read \(absolute): \(problem)") }
             default:
                 throw .invalid("\(at) needs exactly one of value or file")
             }

@@ -68,7 +68,8 @@ package enum URLCheck {
             guard !digits.isEmpty, digits.count <= 5, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
                 let port = Int(String(decoding: digits, as: UTF8.self)), (1...65535).contains(port)
             else {
-                throw .invalid("\(field): the port must be a number from 1 to 65535")
+                throw .invalid(
+                    "\(field): the port must be a number from 1 to 65535, not \"\(String(decoding: digits.prefix(12), as: UTF8.self))\"")
             }
         }
 

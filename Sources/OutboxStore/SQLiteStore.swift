@@ -36,6 +36,7 @@ package final class SQLiteStore: Store, @unchecked Sendable {
             db = try SQLiteConnection(path: path, access: Paths.exists(path + "-wal") ? .readOnly : .readOnlyUnopened)
             readOnly = true
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
+            try Self.refuseNewer(applied, path: path)
             if let missing = Schema.migrations.first(where: { !applied.contains($0.name) }) {
                 throw .storage(
                     "the store \(folder) is read-only and older than this outbox (it lacks \(missing.name)); open it once where it may be written"
@@ -45,7 +46,15 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         }
         try Self.makeFolder(folder)
         try Self.makeFolder(bodies)
+        // Made with the store, so an enqueue that moves a file and then fails leaves no new folder.
+        try Self.makeFolder(moves.folder)
         if !Paths.exists(path) {
+            // The database is made before any body is staged: bodies without it mean it was lost.
+            if let staged = Paths.list(bodies), !staged.isEmpty {
+                throw .storage(
+                    "the store database \(path) is missing but \(bodies) holds \(staged.count) staged file\(staged.count == 1 ? "" : "s"): "
+                        + "the store is damaged; put outbox.db back, or move the store folder away to start an empty one")
+            }
             try Self.createDatabase(at: path)
         } else if FileInfo.stat(path)?.size == 0 && (FileInfo.stat(path + "-wal")?.size ?? 0) == 0 {
             // A store is created whole (below), so an empty database is damage, not a new store.
@@ -126,12 +135,20 @@ package final class SQLiteStore: Store, @unchecked Sendable {
         _ = csystem_fsync_dir(parent)
     }
 
+    /// A newer outbox's store may mean things this version would get wrong: never touch it.
+    static func refuseNewer(_ applied: Set<String>, path: String) throws(OutboxError) {
+        if let unknown = applied.subtracting(Schema.migrations.map(\.name)).sorted().first {
+            throw .storage("the store database \(path) was changed by a newer outbox (migration \(unknown)); use that version")
+        }
+    }
+
     /// Applies the migrations not yet recorded, inside one write transaction (two enqueues
     /// may open a new store at once).
     static func migrate(_ db: SQLiteConnection) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             try db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
+            try refuseNewer(applied, path: db.path)
             for migration in Schema.migrations where !applied.contains(migration.name) {
                 try db.execute(migration.sql)
                 try db.run("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", [.text(migration.name), .int(Identifiers.nowMs())])

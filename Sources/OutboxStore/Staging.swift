@@ -10,8 +10,8 @@ struct StagedBody {
     var totalBytes: Int64 = 0
     /// Files this staging created inside the store (removed on rollback).
     var created: [String] = []
-    /// (store path, user's source path) of files moved in (moved back on rollback).
-    var movedIn: [(String, String)] = []
+    /// (store path, user's source path, its mode) of files moved in (moved back on rollback).
+    var movedIn: [(String, String, mode_t)] = []
     /// Sources copied across filesystems for a `move`: removed only after the commit.
     var removeAfterCommit: [String] = []
 }
@@ -46,6 +46,10 @@ struct Staging {
         let rc = csystem_copy_file(source, temp)
         guard rc == 0 else {
             if -rc == ENOENT { throw .fileMissing("no such file \(source)") }
+            // A source this process can open points at the other end: the store's folder.
+            if Paths.readProblem(source) == nil {
+                throw .storage("cannot write into the store folder \(Paths.dirname(final)): \(Paths.errnoMessage(-rc))")
+            }
             throw .storage("cannot copy \(source) into the store: \(Paths.errnoMessage(-rc))")
         }
         guard rename(temp, final) == 0 else {
@@ -111,7 +115,7 @@ struct Staging {
                     }
                     if rename(identity.path, final) == 0 {
                         Fault.point("enqueue.moved")
-                        staged.movedIn.append((final, identity.path))
+                        staged.movedIn.append((final, identity.path, st.st_mode & 0o7777))
                         // A moved file keeps the user's mode; the store's files are 0600 (they hold tokens).
                         chmod(final, 0o600)
                     } else if errno == EXDEV {
@@ -139,14 +143,15 @@ struct Staging {
         let rc = csystem_fsync_dir(bodiesDir)
         guard rc == 0 else { throw .storage("cannot fsync \(bodiesDir): \(Paths.errnoMessage(-rc))") }
         var sources = Set<String>()
-        for s in staged { for (_, source) in s.movedIn { sources.insert(Paths.dirname(source)) } }
+        for s in staged { for (_, source, _) in s.movedIn { sources.insert(Paths.dirname(source)) } }
         for dir in sources { _ = csystem_fsync_dir(dir) }
     }
 
     /// Undoes a staging: created files removed, moved files put back where they were.
     func rollback(_ staged: StagedBody) {
         for file in staged.created { unlink(file) }
-        for (final, source) in staged.movedIn { rename(final, source) }
+        // Back with the mode it had: the store made it 0600 when it moved in.
+        for (final, source, mode) in staged.movedIn where rename(final, source) == 0 { chmod(source, mode) }
     }
 
     func afterCommit(_ staged: [StagedBody]) {

@@ -202,7 +202,7 @@ struct CLIEnqueueTests {
         #expect(rows.map { $0["vars"]?["n"] } == [.string("from-file"), .string("from-stdin")])
         let missing = p.run("enqueue", "note", "--vars", "@nope.json")
         #expect(missing.status == 66)
-        #expect(missing.err == "outbox: E_FILE_MISSING: --vars: cannot read \(p.root)/nope.json\n")
+        #expect(missing.err == "outbox: E_FILE_MISSING: --vars: cannot read \(p.root)/nope.json: No such file or directory\n")
     }
 
     @Test func listJSONRowsHaveExactlyTheContractFields() throws {
@@ -471,7 +471,7 @@ struct CLIEnqueueTests {
         let p = try CLIProject()
         let r = p.run("enqueue", "note", "--from", "none.jsonl")
         #expect(r.status == 66)
-        #expect(r.err == "outbox: E_FILE_MISSING: --from: cannot read \(p.root)/none.jsonl\n")
+        #expect(r.err == "outbox: E_FILE_MISSING: --from: cannot read \(p.root)/none.jsonl: No such file or directory\n")
         let mixed = p.run("enqueue", "note", "--from", "none.jsonl", "--vars", "{}")
         #expect(mixed.status == 64)
     }

@@ -558,11 +558,11 @@ struct HostileFileTests {
         #expect(FileManager.default.createFile(atPath: file, contents: Data(Self.bad)))
         let r = p.run("check")
         #expect(r.status == 78, "\(r)")
-        #expect(r.err.contains("\(file):1:1: error: the file is not valid UTF-8 (at byte 8)"), "\(r.err)")
+        #expect(r.err.contains("\(file):2:1: error: the file is not valid UTF-8 (at byte 8)"), "\(r.err)")
         #expect(FileManager.default.createFile(atPath: p.root + "/config/outbox.yaml", contents: Data(Self.bad)))
         let config = p.run("list")
         #expect(config.status == 78, "\(config)")
-        #expect(config.err.contains("outbox.yaml:1:1: error: the file is not valid UTF-8"), "\(config.err)")
+        #expect(config.err.contains("outbox.yaml:2:1: error: the file is not valid UTF-8"), "\(config.err)")
     }
 
     @Test func varsAndLinesThatAreNotUTF8AreInvalid() throws {

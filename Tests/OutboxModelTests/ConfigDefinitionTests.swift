@@ -136,6 +136,9 @@ struct ConfigTests {
         let folder = try ModelTempFolder()
         defer { folder.remove() }
         let file = try folder.write("etc/outbox.yaml", "root: ../project\nstore: q\n")
+        // The root must be a folder that exists.
+        #expect(throws: OutboxError.self) { try Config.load(file: file) }
+        try FileManager.default.createDirectory(atPath: folder.path + "/project", withIntermediateDirectories: true)
         let config = try Config.load(file: file)
         #expect(config.root == folder.path + "/project")
         #expect(config.store == folder.path + "/project/q")

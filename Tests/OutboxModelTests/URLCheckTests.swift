@@ -96,17 +96,17 @@ struct URLCheckTests {
         Reject(
             "backslash host trick", "https://h.example\\@evil/", #"u: the user info before "@" contains "\", which must be percent-encoded"#
         ),
-        Reject("port zero", "https://h.example:0/", "u: the port must be a number from 1 to 65535"),
-        Reject("port too big", "https://h.example:65536/", "u: the port must be a number from 1 to 65535"),
-        Reject("empty port", "https://h.example:/", "u: the port must be a number from 1 to 65535"),
-        Reject("port with letters", "https://h.example:80a/", "u: the port must be a number from 1 to 65535"),
+        Reject("port zero", "https://h.example:0/", #"u: the port must be a number from 1 to 65535, not "0""#),
+        Reject("port too big", "https://h.example:65536/", #"u: the port must be a number from 1 to 65535, not "65536""#),
+        Reject("empty port", "https://h.example:/", #"u: the port must be a number from 1 to 65535, not """#),
+        Reject("port with letters", "https://h.example:80a/", #"u: the port must be a number from 1 to 65535, not "80a""#),
         Reject("IPv6 unclosed", "http://[::1/", #"u: the IPv6 host has no closing "]""#),
         Reject("IPv6 bad digits", "http://[zz::1]/", "u: the host is not a valid IPv6 address in [...]"),
         Reject("IPv6 too many groups", "http://[1:2:3:4:5:6:7:8:9]/", "u: the host is not a valid IPv6 address in [...]"),
         Reject("IPv6 two double colons", "http://[1::2::3]/", "u: the host is not a valid IPv6 address in [...]"),
         Reject("IPv6 empty", "http://[]/", "u: the host is not a valid IPv6 address in [...]"),
         Reject("IPv6 text after bracket", "http://[::1]x/", #"u: unexpected text after the IPv6 host's "]""#),
-        Reject("IPv6 bad port", "http://[::1]:0/", "u: the port must be a number from 1 to 65535"),
+        Reject("IPv6 bad port", "http://[::1]:0/", #"u: the port must be a number from 1 to 65535, not "0""#),
     ]
 
     @Test(arguments: rejected)

@@ -1,0 +1,235 @@
+import Foundation
+import OutboxModel
+import TestSupport
+import Testing
+
+/// Every row of docs/bad-input.md against the built binary: the exit status, the code, the
+/// culprit on the one error line, no crash, and a project and store exactly as they were.
+struct BadInputCatalogueTests {
+    static let areas: Set = ["yaml", "definition", "config", "vars", "template", "headers", "url", "file", "units", "cli", "store"]
+
+    @Test func theCatalogueIsOneTableOfAtLeast80CasesOverEveryArea() throws {
+        let cases = BadInputCatalogue.cases
+        #expect(cases.count >= 80, "\(cases.count) cases")
+        #expect(Set(cases.map(\.id)).count == cases.count, "ids repeat")
+        #expect(Set(cases.map(\.area)) == Self.areas)
+        for c in cases {
+            #expect(!c.command.isEmpty && !c.names.isEmpty, "\(c.id) needs a command and a text the message names")
+            #expect(ErrorCode(rawValue: c.code)?.exitStatus == c.exit, "\(c.id): \(c.code) does not exit \(c.exit)")
+        }
+        #expect(BadInputCatalogue.fixtureFiles.count >= 8)
+    }
+
+    @Test(arguments: BadInputCatalogue.cases)
+    func badInputFailsPreciselyAndChangesNothing(_ c: BadInputCase) async throws {
+        let p = try await BadInputProject(c)
+        // Each step waits on child processes: on threads of their own, not the test pool's.
+        let (before, r, after) = try await offload { (try p.snapshot(), try p.outbox(c.command, in: p.cwd), try p.snapshot()) }
+        await p.finish()
+
+        #expect(r.exitCode >= 0 && r.exitCode < 128 && !r.timedOut, "crashed: \(r)")
+        #expect(r.exitCode == c.exit, "exit: \(r)")
+        if c.command.contains("--json") {
+            #expect(r.stderr.isEmpty, "with --json stderr stays empty: \(r)")
+            let doc = try JSON.parse(r.stdout)
+            #expect(doc["error"]?["code"]?.stringValue == c.code, "\(r)")
+            let message = doc["error"]?["message"]?.stringValue ?? ""
+            for text in c.names { #expect(message.contains(text), "the message does not name \(text): \(r)") }
+        } else {
+            #expect(r.stdout.isEmpty, "stdout: \(r)")
+            checkErrorLines(r.stderr, c)
+        }
+        if before != after {
+            let gone = before.filter { !after.contains($0) }, new = after.filter { !before.contains($0) }
+            Issue.record("the project changed:\n- \(gone.joined(separator: "\n- "))\n+ \(new.joined(separator: "\n+ "))")
+        }
+    }
+
+    /// One `outbox: CODE: message` line, or compiler-style blocks then `outbox: E_CONFIG: N errors`.
+    func checkErrorLines(_ stderr: String, _ c: BadInputCase) {
+        var lines = stderr.components(separatedBy: "\n")
+        guard lines.last == "" else {
+            Issue.record("stderr does not end with a newline: \(stderr)")
+            return
+        }
+        lines.removeLast()
+        let last = lines.last ?? ""
+        #expect(last.hasPrefix("outbox: \(c.code): "), "the last line is not the error: \(stderr)")
+        var blocks = 0
+        var i = 0
+        while i < lines.count - 1 {
+            guard lines[i].range(of: #"^.+:[0-9]+:[0-9]+: error: "#, options: .regularExpression) != nil else {
+                Issue.record("line \(i + 1) of stderr is neither an error nor its source: \(stderr)")
+                return
+            }
+            blocks += 1
+            let caret = i + 2 < lines.count ? lines[i + 2] : ""
+            i += caret.range(of: #"^[ \t]*\^$"#, options: .regularExpression) != nil ? 3 : 1
+        }
+        if blocks > 0 {
+            #expect(c.code == "E_CONFIG" && last == "outbox: E_CONFIG: \(blocks) error\(blocks == 1 ? "" : "s")", "\(stderr)")
+        }
+        for text in c.names { #expect(stderr.contains(text), "stderr does not name \(text): \(stderr)") }
+    }
+}
+
+/// A fresh project for one case: `outbox init`, the page's fixture definitions, the two
+/// seed entries, then the case's setup actions.
+final class BadInputProject: @unchecked Sendable {
+    let project: TestProject
+    let c: BadInputCase
+    var environment: [String: String] = [:]
+    var stdin = ""
+    /// The command's folder, under the root.
+    var cwd: String?
+    var asNobody = false
+    var runner: RunningProcess?
+
+    var root: String { project.root }
+
+    init(_ c: BadInputCase) async throws {
+        self.c = c
+        project = try TestProject(config: nil, name: "badinput-\(c.id)")
+        try expectOK(try await project.outbox(["init"]), "init")
+        for file in BadInputCatalogue.fixtureFiles { try project.write(file.path, file.text) }
+        try Data(count: 100_000).write(to: URL(fileURLWithPath: project.path("seed.bin")))
+        try expectOK(try await project.outbox(["enqueue", "note", "--id", "seed", "--vars", #"{"n": 1}"#]), "seed")
+        try expectOK(
+            try await project.outbox(["enqueue", "file.copy", "--id", "seed-file", "--vars", #"{"path": "seed.bin"}"#]), "seed-file")
+        for action in c.setup { try await apply(action) }
+        if asNobody {
+            try expectOK(try runProcess("/bin/chown", ["-R", "nobody:nogroup", project.base]), "chown")
+        }
+    }
+
+    func expectOK(_ r: CommandResult, _ what: String) throws {
+        guard r.exitCode == 0 else { throw FixtureError("\(c.id): \(what) failed: \(r)") }
+    }
+
+    func apply(_ action: [String]) async throws {
+        let args = Array(action.dropFirst())
+        func arg(_ i: Int) throws -> String {
+            guard i < args.count else { throw FixtureError("\(c.id): \(action.joined(separator: " ")) needs more words") }
+            return args[i]
+        }
+        let fm = FileManager.default
+        switch action.first ?? "" {
+        case "write":
+            let path = project.path(try arg(0))
+            try fm.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try BadInputCatalogue.unescape(try arg(1)).write(to: URL(fileURLWithPath: path))
+        case "zeros":
+            try Data(count: Int(try arg(1)) ?? 0).write(to: URL(fileURLWithPath: project.path(try arg(0))))
+        case "random":
+            try Data((0..<(Int(try arg(1)) ?? 0)).map { _ in UInt8.random(in: 0...255) }).write(
+                to: URL(fileURLWithPath: project.path(try arg(0))))
+        case "chmod":
+            guard chmod(project.path(try arg(1)), mode_t(try arg(0), radix: 8) ?? 0) == 0 else { throw FixtureError("chmod \(args)") }
+        case "mkdir": try fm.createDirectory(atPath: project.path(try arg(0)), withIntermediateDirectories: true)
+        case "rm": try fm.removeItem(atPath: project.path(try arg(0)))
+        case "fifo": guard mkfifo(project.path(try arg(0)), 0o644) == 0 else { throw FixtureError("mkfifo \(args)") }
+        case "symlink": try fm.createSymbolicLink(atPath: project.path(try arg(1)), withDestinationPath: try arg(0))
+        case "sql": _ = try project.sqlite(try arg(0))
+        case "env":
+            let pair = try arg(0).split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
+            environment[pair[0]] = pair.count > 1 ? pair[1] : ""
+        case "stdin": stdin = String(decoding: BadInputCatalogue.unescape(try arg(0)), as: UTF8.self)
+        case "cd": cwd = project.path(try arg(0))
+        case "as-nobody":
+            guard Self.runuser != nil else { throw FixtureError("runuser is missing: the permission cases cannot run") }
+            asNobody = true
+        case "hold-runner": try await holdRunner()
+        default: throw FixtureError("\(c.id): unknown setup action \(action.joined(separator: " "))")
+        }
+    }
+
+    /// A runner that holds the store while the test server holds its one request.
+    func holdRunner() async throws {
+        try expectOK(try await project.outbox(["cancel", "--all"]), "cancel")
+        environment["HOLD_URL"] = try project.startServer().baseURL
+        try expectOK(
+            try await project.outbox(["enqueue", "held", "--id", "held", "--vars", #"{"v": 1}"#], environment: environment), "held")
+        runner = try project.start(["run"], environment: environment)
+        guard await project.server.waitForHeld("h") else { throw FixtureError("the runner's request never reached the server") }
+    }
+
+    /// Lets the held request go and stops the runner.
+    func finish() async {
+        guard let runner else { return }
+        _ = project.server.release("h")
+        runner.signal(SIGTERM)
+        _ = await runner.wait(timeout: 60)
+    }
+
+    static let runuser: String? = ["/usr/sbin/runuser", "/sbin/runuser", "/usr/bin/runuser"].first {
+        FileManager.default.isExecutableFile(atPath: $0)
+    }
+
+    /// Runs a program in the project with the case's environment and stdin, as `nobody` when asked.
+    func runTool(_ executable: String, _ arguments: [String], in folder: String? = nil) throws -> CommandResult {
+        let env = project.processEnvironment(environment)
+        if asNobody, let runuser = Self.runuser {
+            let pairs = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+            let child = try RunningProcess(
+                executable: runuser, arguments: ["-u", "nobody", "--", "/usr/bin/env", "-i"] + pairs + [executable] + arguments,
+                cwd: folder ?? root, environment: env, stdin: stdin)
+            return child.waitBlocking(timeout: 120)
+        }
+        return try RunningProcess(executable: executable, arguments: arguments, cwd: folder ?? root, environment: env, stdin: stdin)
+            .waitBlocking(timeout: 120)
+    }
+
+    func outbox(_ arguments: [String], in folder: String? = nil) throws -> CommandResult {
+        try runTool(project.executable, arguments, in: folder)
+    }
+
+    /// Every file of the project (mode, size, content), then the listed rows and the
+    /// database's dump: the files come first, so a change made by the reads below shows too.
+    func snapshot() throws -> [String] {
+        var lines: [String] = []
+        walk(root, "", into: &lines)
+        let list = try outbox(["list", "--json"])
+        lines.append("list \(list.exitCode): \(list.stdout)\(list.stderr)")
+        let db = project.path(".outbox/outbox.db")
+        if let size = (try? FileManager.default.attributesOfItem(atPath: db))?[.size] as? Int, size > 0 {
+            guard FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") else { throw FixtureError("sqlite3 is missing") }
+            let dump = try runTool("/usr/bin/sqlite3", [db, ".dump"])
+            lines.append(dump.exitCode == 0 ? dump.stdout : "no dump (\(dump.stderr)); bytes \(Self.digest(db))")
+        }
+        return lines
+    }
+
+    /// One line a file: path, type, mode, and for regular files size and a digest of the bytes.
+    func walk(_ folder: String, _ prefix: String, into lines: inout [String]) {
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted()
+        for name in names where !name.hasSuffix("outbox.db-wal") && !name.hasSuffix("outbox.db-shm") {
+            let full = folder + "/" + name, rel = prefix + name
+            var st = stat()
+            guard lstat(full, &st) == 0 else { continue }
+            let mode = String(st.st_mode & 0o7777, radix: 8)
+            switch st.st_mode & S_IFMT {
+            case S_IFDIR:
+                lines.append("\(rel)/ \(mode)")
+                walk(full, rel + "/", into: &lines)
+            case S_IFREG:
+                // The database's bytes move on a read (checkpoints): its dump stands for it.
+                lines.append(name == "outbox.db" ? "\(rel) \(mode)" : "\(rel) \(mode) \(st.st_size) \(Self.digest(full))")
+            case S_IFLNK:
+                lines.append("\(rel) -> \((try? FileManager.default.destinationOfSymbolicLink(atPath: full)) ?? "?")")
+            default:
+                lines.append("\(rel) special \(mode)")
+            }
+        }
+    }
+
+    /// FNV-1a over a file's bytes: enough to see that it changed.
+    static func digest(_ path: String) -> String {
+        guard let data = FileManager.default.contents(atPath: path) else { return "unreadable" }
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in data {
+            hash ^= UInt64(byte)
+            hash = hash &* 0x100_0000_01b3
+        }
+        return String(hash, radix: 16)
+    }
+}
