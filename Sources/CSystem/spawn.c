@@ -50,6 +50,68 @@ static int set_nonblocking(int fd) {
     return 0;
 }
 
+/* Defined only in a -sanitize=thread build: there glibc's posix_spawn (a clone sharing the
+   address space) corrupts ThreadSanitizer's own state, so the child is forked instead. */
+extern void __tsan_init(void) __attribute__((weak));
+
+/* fork + exec with what posix_spawn's attributes and file actions do below; the child calls
+   only async-signal-safe functions, and an exec failure comes back through a pipe. */
+static int spawn_forked(const char *path, char *const argv[], char *const envp[], const char *cwd, int in_fd,
+                        int out_fd, int err_fd, const int *reset, size_t nreset, int reset_policy, pid_t *pid_out) {
+    int report[2];
+    int rc = make_pipe(report);
+    if (rc != 0) return rc;
+    pid_t pid = fork();
+    if (pid < 0) {
+        rc = -errno;
+        close(report[0]);
+        close(report[1]);
+        return rc;
+    }
+    if (pid == 0) {
+        int e = 0;
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        for (size_t i = 0; i < nreset; i++) sigaction(reset[i], &dfl, NULL);
+        sigset_t empty;
+        sigemptyset(&empty);
+        sigprocmask(SIG_SETMASK, &empty, NULL);
+        if (setpgid(0, 0) != 0) e = errno;
+        if (!e && reset_policy) {
+            struct sched_param normal = {.sched_priority = 0};
+            if (sched_setscheduler(0, SCHED_OTHER, &normal) != 0) e = errno;
+        }
+        if (!e && dup2(in_fd, 0) < 0) e = errno;
+        if (!e && out_fd >= 0 && dup2(out_fd, 1) < 0) e = errno;
+        if (!e && err_fd >= 0 && dup2(err_fd, 2) < 0) e = errno;
+        if (!e && cwd != NULL && chdir(cwd) != 0) e = errno;
+        if (!e) {
+            /* Everything from 3 is closed but the report pipe, which exec closes. */
+            if (report[1] > 3) syscall(SYS_close_range, 3, report[1] - 1, 0);
+            syscall(SYS_close_range, report[1] + 1, ~0U, 0);
+            execve(path, argv, envp);
+            e = errno;
+        }
+        ssize_t ignored = write(report[1], &e, sizeof e);
+        (void)ignored;
+        _exit(127);
+    }
+    close(report[1]);
+    int e = 0;
+    ssize_t n;
+    do {
+        n = read(report[0], &e, sizeof e);
+    } while (n < 0 && errno == EINTR);
+    close(report[0]);
+    if (n == (ssize_t)sizeof e) {
+        waitpid(pid, NULL, 0);
+        return -e;
+    }
+    *pid_out = pid;
+    return 0;
+}
+
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out) {
     return csystem_spawn_ex(path, argv, envp, cwd, 0, out);
@@ -112,8 +174,14 @@ int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], c
     if ((rc = -posix_spawnattr_setsigdefault(&attr, &defaults)) != 0) goto fail;
 
     pid_t pid;
-    /* glibc's posix_spawn (clone with CLONE_VFORK) reports chdir and exec failures here. */
-    if ((rc = -posix_spawn(&pid, path, &actions, &attr, argv, envp)) != 0) goto fail;
+    if (&__tsan_init != NULL) {
+        rc = spawn_forked(path, argv, envp, cwd, in_pipe[0], inherit_output ? -1 : out_pipe[1],
+                          inherit_output ? -1 : err_pipe[1], reset, sizeof reset / sizeof reset[0], reset_policy, &pid);
+        if (rc != 0) goto fail;
+    } else if ((rc = -posix_spawn(&pid, path, &actions, &attr, argv, envp)) != 0) {
+        /* glibc's posix_spawn (clone with CLONE_VFORK) reports chdir and exec failures here. */
+        goto fail;
+    }
 
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attr);

@@ -13,7 +13,7 @@ import Testing
         // A failing delivery is due again within the horizon: drain would not return.
         try await p.runUntil { _ in p.deliveries("d1").count >= 3 }
         let failed = p.deliveries("d1")
-        #expect(failed.count >= 3, "redelivered within the run: \(failed)")
+        try #require(failed.count >= 3, "redelivered within the run: \(failed)")
         #expect(failed.map { $0.int("env.deliveries") ?? 0 } == (1...Int64(failed.count)).map { $0 })
         #expect(failed.map { $0.int("stdin.meta.deliveries") ?? 0 } == (1...Int64(failed.count)).map { $0 })
         #expect(failed.allSatisfy { $0.string("stdin.outcome") == "completed" })

@@ -202,7 +202,8 @@ extension StoreConformance {
             let broken = try c.entry("fz", "copy", #"{"path": "\#(gone)"}"#, parent: "z")
             try FileManager.default.removeItem(atPath: gone)
             #expect(throws: OutboxError.self) {
-                try c.store.acknowledge([Acknowledgement(seq: x, followUps: []), Acknowledgement(seq: z, followUps: [broken])], now: t0 + 1)
+                try c.store.acknowledge(
+                    [Acknowledgement(seq: x, followUps: []), Acknowledgement(seq: z, followUps: [broken])], now: t0 + 1)
             }
             #expect(try c.pendingJournal() == ["x g1 completed pending", "y g1 error pending", "z g1 completed pending"])
             try c.store.acknowledge(
