@@ -49,3 +49,12 @@ let package = Package(
         .testTarget(name: "OutboxCLITests", dependencies: ["OutboxCLI", "OutboxModel", "OutboxStore", "TestSupport"], swiftSettings: strict),
     ]
 )
+
+// libFuzzer targets (Tests/Fuzz): in the manifest only when `.ci/fuzz` builds them, with
+// `-sanitize=fuzzer,address` into their own scratch path, so the normal build never sees them.
+if Context.environment["OUTBOX_FUZZ"] == "1" {
+    package.targets.append(
+        .executableTarget(
+            name: "outbox-fuzz", dependencies: ["OutboxModel", "OutboxHTTP", "YAML"], path: "Tests/Fuzz",
+            exclude: ["corpus"], swiftSettings: strict))
+}
