@@ -31,7 +31,7 @@ package struct ResponseHeaders: Sendable {
         lines.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[0..<end]))
         lines.append(0x0A)
         if end > Self.retryAfter.count, raw[Self.retryAfter.count] == 0x3A,
-            zip(raw, Self.retryAfter).allSatisfy({ $0 | 0x20 == $1 })
+            zip(raw, Self.retryAfter).allSatisfy({ $0 == $1 || (0x41...0x5A).contains($0) && $0 | 0x20 == $1 })
         {
             hasRetryAfter = true
         }

@@ -27,4 +27,13 @@ import Testing
         #expect(headers.value("a") == "1, 3 more")
         #expect(headers.value("b") == "2")
     }
+
+    @Test(arguments: [("Retry-After: 5", true), ("RETRY-AFTER: 5", true), ("Retry\rAfter: 5", false), ("retry-after: 5", true)])
+    func onlyARetryAfterFieldCountsAsOne(_ line: String, _ has: Bool) {
+        // Folding every byte with 0x20 made a CR stand for the "-" of the name.
+        var headers = ResponseHeaders()
+        headers.consume(line)
+        #expect(headers.hasRetryAfter == has)
+        #expect((headers.value("retry-after") != nil) == has)
+    }
 }
