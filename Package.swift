@@ -41,7 +41,7 @@ let package = Package(
 
         .target(name: "TestSupport", dependencies: ["CSystem", "OutboxModel", "OutboxTestServer"], path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(name: "YAMLTests", dependencies: ["YAML"], swiftSettings: strict),
-        .testTarget(name: "OutboxModelTests", dependencies: ["OutboxModel", "Digest"], swiftSettings: strict),
+        .testTarget(name: "OutboxModelTests", dependencies: ["OutboxModel", "Digest"], exclude: ["Fixtures"], swiftSettings: strict),
         .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "OutboxModel", "TestSupport"], swiftSettings: strict),
@@ -49,3 +49,12 @@ let package = Package(
         .testTarget(name: "OutboxCLITests", dependencies: ["OutboxCLI", "OutboxModel", "OutboxStore", "TestSupport", "Digest"], swiftSettings: strict),
     ]
 )
+
+// libFuzzer targets (Tests/Fuzz): in the manifest only when `.ci/fuzz` builds them, with
+// `-sanitize=fuzzer,address` into their own scratch path, so the normal build never sees them.
+if Context.environment["OUTBOX_FUZZ"] == "1" {
+    package.targets.append(
+        .executableTarget(
+            name: "outbox-fuzz", dependencies: ["OutboxModel", "OutboxHTTP", "YAML"], path: "Tests/Fuzz",
+            exclude: ["corpus"], swiftSettings: strict))
+}

@@ -36,7 +36,7 @@ package struct ResponseHeaders: Sendable {
         lines.append(contentsOf: UnsafeRawBufferPointer(rebasing: raw[0..<end]))
         lines.append(0x0A)
         if end > Self.retryAfter.count, raw[Self.retryAfter.count] == 0x3A,
-            zip(raw, Self.retryAfter).allSatisfy({ $0 | 0x20 == $1 })
+            zip(raw, Self.retryAfter).allSatisfy({ $0 == $1 || (0x41...0x5A).contains($0) && $0 | 0x20 == $1 })
         {
             hasRetryAfter = true
         }
@@ -59,34 +59,40 @@ package struct ResponseHeaders: Sendable {
     }
 
     /// Names lowercased, in order of first appearance; repeats joined with ", ", folded
-    /// continuation lines joined with a space; lines without a colon skipped.
+    /// continuation lines joined with a space to the field of the line they follow; lines
+    /// without a colon skipped, with their continuations.
     package var fields: [(name: String, value: String)] {
         var fields: [(name: String, value: String)] = []
         var index: [String: Int] = [:]
         lines.withUnsafeBytes { all in
             var start = 0
+            // The field the previous line wrote to, which a folded line continues.
+            var previous: Int?
             while start < all.count {
                 var end = start
                 while all[end] != 0x0A { end += 1 }
                 let line = UnsafeRawBufferPointer(rebasing: all[start..<end])
                 start = end + 1
+                // Lines built from fields may hold line breaks of their own, so empty ones occur.
+                guard !line.isEmpty else { previous = nil; continue }
                 if line[0] == 0x20 || line[0] == 0x09 {
                     // Obsolete line folding: the line continues the previous value.
-                    guard !fields.isEmpty else { continue }
+                    guard let at = previous else { continue }
                     let more = Self.trimmed(line[...])
                     if !more.isEmpty {
-                        let last = fields.count - 1
-                        fields[last].value += (fields[last].value.isEmpty ? "" : " ") + more
+                        fields[at].value += (fields[at].value.isEmpty || fields[at].value.hasSuffix(", ") ? "" : " ") + more
                     }
                     continue
                 }
-                guard let colon = line.firstIndex(of: 0x3A) else { continue }
+                guard let colon = line.firstIndex(of: 0x3A) else { previous = nil; continue }
                 let name = asciiLowercased(String(decoding: UnsafeRawBufferPointer(rebasing: line[0..<colon]), as: UTF8.self))
                 let value = Self.trimmed(line[(colon + 1)...])
                 if let at = index[name] {
                     fields[at].value += ", " + value
+                    previous = at
                 } else {
                     index[name] = fields.count
+                    previous = fields.count
                     fields.append((name: name, value: value))
                 }
             }
