@@ -31,7 +31,7 @@ let package = Package(
         .target(name: "OutboxCLI", dependencies: ["OutboxModel", "OutboxStore", "OutboxEnqueue", "OutboxRunner", "OutboxProcess", "YAML", "CSystem"], swiftSettings: strict),
         // The Swift runtime linked in: each command starts 2-4 ms sooner (no symbol lookups
         // across the runtime's shared libraries), which every shell script and timer pays.
-        .executableTarget(name: "outbox", dependencies: ["OutboxCLI"], swiftSettings: strict,
+        .executableTarget(name: "outbox", dependencies: ["OutboxCLI", "OutboxModel"], swiftSettings: strict,
                           linkerSettings: [.unsafeFlags(["-static-stdlib"], .when(platforms: [.linux]))]),
 
         // A scriptable loopback HTTP server for tests, the demo and benchmarks.

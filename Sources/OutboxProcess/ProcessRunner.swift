@@ -186,12 +186,18 @@ final class CStringArray {
     private var pointers: [UnsafeMutablePointer<CChar>?]
 
     init(_ strings: [String]) {
-        pointers = strings.map { strdup($0) }
+        // Allocated and freed by Swift, one allocator for both (no strdup/free pairing).
+        pointers = strings.map { string in
+            let bytes = string.utf8CString
+            let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count)
+            bytes.withUnsafeBufferPointer { pointer.initialize(from: $0.baseAddress!, count: bytes.count) }
+            return pointer
+        }
         pointers.append(nil)
     }
 
     deinit {
-        for pointer in pointers { free(pointer) }
+        for pointer in pointers { pointer?.deallocate() }
     }
 
     func withPointers<R>(_ body: (UnsafePointer<UnsafeMutablePointer<CChar>?>) -> R) -> R {

@@ -11,6 +11,16 @@ final class ServerCore: Sendable {
     let logRequests: Bool
     let hashBodies: Bool
     private let listenFD: Int32
+
+    /// Connections the kernel has accepted that the server has not taken yet (TCP_INFO's
+    /// unacked count is a listening socket's accept queue), so a test can wait until every
+    /// connection a dead client opened has been read.
+    var pendingAccepts: Int {
+        var info = tcp_info()
+        var length = socklen_t(MemoryLayout<tcp_info>.size)
+        guard getsockopt(listenFD, Int32(IPPROTO_TCP), TCP_INFO, &info, &length) == 0 else { return 0 }
+        return Int(info.tcpi_unacked)
+    }
     /// Written once by `stop()` and never drained: every wait polls it to end early.
     let wakeRead: Int32
     private let wakeWrite: Int32

@@ -80,7 +80,8 @@ package final class TestHTTPServer: Sendable {
 
     /// Connections still open: a client killed mid-request is recorded only once its
     /// connection has ended, so crash tests wait for zero before reading `requests`.
-    package var openConnections: Int { core.state.withLock { $0.connections.values.filter { !$0.done }.count } }
+    /// Connections being served, and those still waiting in the listen queue.
+    package var openConnections: Int { core.pendingAccepts + core.state.withLock { $0.connections.values.filter { !$0.done }.count } }
 
     /// Requests that carried `Expect: 100-continue` since start or the last `reset()`.
     package var expectContinueCount: Int { core.state.withLock { $0.expectContinueCount } }

@@ -1,7 +1,9 @@
 import Glibc
 import OutboxCLI
+import OutboxModel
 
 signal(SIGPIPE, SIG_IGN)
+Fault.arm()
 var environment: [String: String] = [:]
 var pointer = environ
 while let entry = pointer.pointee {
