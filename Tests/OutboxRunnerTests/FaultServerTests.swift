@@ -7,7 +7,7 @@ import Testing
 
 /// A transfer that moves no byte for 2 s is stalled: long enough that a busy machine never
 /// stalls a healthy exchange, short enough for the stall faults.
-let faultConfig = fastConfig + "timeouts: { stall: { below: 1, for: 2s } }\n"
+let faultConfig = fastConfigWith(stallFor: "2s", below: "1")
 
 /// One fault that the runner must retry: the first request meets it, the second gets a 200.
 struct RetriedFault: Sendable, CustomTestStringConvertible {

@@ -8,12 +8,19 @@ import Testing
 // real `outbox` binary as a child process, and an in-process TestHTTPServer on port 0.
 
 /// Small backoffs so retries and redeliveries take milliseconds; hook redelivery uses them too.
-let fastConfig = """
+let fastConfig = fastConfigWith(stallFor: "30m")
+
+/// The same with the stall timeout given: long by default, so a request a test holds on the
+/// server is never given up however slow the machine (a sanitizer build) makes the test.
+func fastConfigWith(stallFor: String, below: String = "1KiB") -> String {
+    """
     retry:
       backoff: { base: 50ms, max: 200ms, jitter: 0 }
       terminal_http: { exempt: [404] }
+    timeouts: { stall: { below: \(below), for: \(stallFor) } }
 
     """
+}
 
 /// Appends one JSON line per delivery: the OUTBOX_* environment and the stdin payload.
 /// Exits 1 while `hooks/fail` exists.
