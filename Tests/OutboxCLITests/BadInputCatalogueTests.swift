@@ -165,13 +165,31 @@ final class BadInputProject: @unchecked Sendable {
         FileManager.default.isExecutableFile(atPath: $0)
     }
 
+    /// A copy of the built binary that `nobody` may run: the build folder may sit under a home
+    /// folder only root can enter (a clone in /root).
+    static let binaryForNobody: Result<String, FixtureError> = {
+        let folder = "/tmp/outbox-nobody-\(getpid())"
+        let copy = folder + "/outbox"
+        do {
+            try? FileManager.default.removeItem(atPath: folder)
+            try FileManager.default.createDirectory(
+                atPath: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
+            try FileManager.default.copyItem(atPath: builtExecutable("outbox"), toPath: copy)
+            try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: copy)
+            return .success(copy)
+        } catch {
+            return .failure(FixtureError("cannot copy outbox to \(copy) for nobody: \(error)"))
+        }
+    }()
+
     /// Runs a program in the project with the case's environment and stdin, as `nobody` when asked.
     func runTool(_ executable: String, _ arguments: [String], in folder: String? = nil) throws -> CommandResult {
         let env = project.processEnvironment(environment)
         if asNobody, let runuser = Self.runuser {
             let pairs = env.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+            let program = executable == project.executable ? try Self.binaryForNobody.get() : executable
             let child = try RunningProcess(
-                executable: runuser, arguments: ["-u", "nobody", "--", "/usr/bin/env", "-i"] + pairs + [executable] + arguments,
+                executable: runuser, arguments: ["-u", "nobody", "--", "/usr/bin/env", "-i"] + pairs + [program] + arguments,
                 cwd: folder ?? root, environment: env, stdin: stdin)
             return child.waitBlocking(timeout: 120)
         }
