@@ -139,8 +139,11 @@ package final class TestHTTPServer: Sendable {
         await waitAsync(timeoutMs: timeoutMs) { ($0.holds[name]?.waiting.count ?? 0) >= count }
     }
 
+    /// Deadlines stretch by `OUTBOX_TEST_TIME_SCALE` (sanitizer runs are many times slower).
+    static let timeScale: Int = max(1, Int(getenv("OUTBOX_TEST_TIME_SCALE").map { String(cString: $0) } ?? "") ?? 1)
+
     private func waitBlocking(timeoutMs: Int, _ done: (ServerState) -> Bool) -> Bool {
-        let deadline = monotonicMs() + Int64(timeoutMs)
+        let deadline = monotonicMs() + Int64(timeoutMs * Self.timeScale)
         while true {
             if core.state.withLock({ done($0) }) { return true }
             if monotonicMs() >= deadline { return false }
@@ -149,7 +152,7 @@ package final class TestHTTPServer: Sendable {
     }
 
     private func waitAsync(timeoutMs: Int, _ done: (ServerState) -> Bool) async -> Bool {
-        let deadline = monotonicMs() + Int64(timeoutMs)
+        let deadline = monotonicMs() + Int64(timeoutMs * Self.timeScale)
         while true {
             if core.state.withLock({ done($0) }) { return true }
             // Checked once more after the deadline: a starved caller still sees the truth.

@@ -5,12 +5,20 @@ import Testing
 /// naming `what` and returns false. Waiting is never an assertion on speed: the deadline is
 /// generous, and the condition is checked once more after it (a starved caller still sees
 /// the truth).
+/// How much longer than usual every test deadline is: `OUTBOX_TEST_TIME_SCALE` (1 when
+/// unset), set by the sanitizer runs of `.ci/extended`, where everything runs many times slower.
+package let testTimeScale: Double = {
+    let value = Double(ProcessInfo.processInfo.environment["OUTBOX_TEST_TIME_SCALE"] ?? "") ?? 1
+    return max(1, value)
+}()
+
 @discardableResult
 package func eventually(
     _ what: @autoclosure () -> String = "the condition", timeout: Double = 30,
     sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () async throws -> Bool
 ) async rethrows -> Bool {
+    let timeout = timeout * testTimeScale
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
         if try await condition() { return true }
