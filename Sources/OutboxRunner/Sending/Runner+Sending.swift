@@ -52,6 +52,7 @@ extension Runner {
         // A referenced file is checked again when the curl thread opens it: a standby request
         // may start well after its claim checked the file.
         if part == nil { request.expectedFile = Self.expectedFile(entry) }
+        if let target = entry.request.s3 { signS3(&request, target: target) }
         let token = flights.nextToken
         flights.nextToken += 1
         let attempt = (flights.running[entry.id]?.attempts ?? entry.attempts) + 1
