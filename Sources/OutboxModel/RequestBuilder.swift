@@ -142,6 +142,7 @@ package enum RequestBuilder {
             }
             contentType = "application/octet-stream"
         }
+        if s3 != nil, let file = fileIdentity { try checkS3Size(file) }
         if tree["parts"] == nil && url == nil {
             throw .invalid("request needs a url")
         }

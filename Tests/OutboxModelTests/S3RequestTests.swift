@@ -161,6 +161,29 @@ import Testing
         #expect(bad.contains { $0.message.contains("unknown field \"colour\"") })
     }
 
+    @Test func aFileOverFiveGiBIsRefused() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let path = try folder.write("big.bin", "")
+        // Sparse: no disk is used.
+        #expect(truncate(path, off_t(5 << 30) + 1) == 0)
+        let yaml = "key: k\nrequest:\n  s3: {bucket: b12, key: k, region: us-east-1}\n  file: big.bin\n"
+        let (definition, _) = readDefinition(yaml)
+        let d = try #require(definition)
+        let inputs = RenderInputs(id: "e1", vars: .null, environment: [:], cwd: folder.path)
+        #expect(throws: OutboxError.self) {
+            try RequestBuilder.prepare(request: d.request!, definition: d, config: Config(root: "/p"), inputs: inputs)
+        }
+        do throws(OutboxError) {
+            _ = try RequestBuilder.prepare(request: d.request!, definition: d, config: Config(root: "/p"), inputs: inputs)
+        } catch {
+            #expect(error.code == .invalid)
+            #expect(error.message.contains("has 5368709121 bytes; an s3 request puts at most 5 GiB"))
+        }
+        #expect(truncate(path, off_t(5 << 30)) == 0)
+        #expect(try RequestBuilder.prepare(request: d.request!, definition: d, config: Config(root: "/p"), inputs: inputs).s3 != nil)
+    }
+
     // MARK: Credentials
 
     @Test func environmentCredentialsWin() throws {

@@ -130,6 +130,38 @@ private func allBytes(under folder: String) -> Data {
         }
     }
 
+    @Test func theExampleDefinitionPutsATreeWithoutPython() async throws {
+        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
+            Issue.record("moto's S3 server is needed: \(reason)")
+            return
+        }
+        let moto = try await MotoServer()
+        #expect(try await check(["mb", moto.endpoint, "example"]).exitCode == 0)
+        let sandbox = try OutboxSandbox()
+        for folder in ["config", "definitions"] {
+            try? FileManager.default.removeItem(atPath: sandbox.path(folder))
+            try FileManager.default.copyItem(atPath: S3MigrationExampleTests.example + "/" + folder, toPath: sandbox.path(folder))
+        }
+        let files: [(relative: String, size: Int)] = [("a.txt", 1024), ("2026/11/cam 1.mp4", 3 << 20), ("2026/empty", 0)]
+        for (n, file) in files.enumerated() {
+            try PartFiles.make(sandbox.path("data/" + file.relative), size: file.size, seed: UInt64(n + 40))
+        }
+        let env = [
+            "AWS_ENDPOINT_URL": moto.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "S3_BUCKET": "example",
+        ]
+        let enqueue = try await sandbox.outbox(
+            ["enqueue", "s3.put", "--from-dir", "data", "--vars", #"{"prefix": "captures/"}"#], environment: env)
+        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        let run = try await sandbox.outbox(["run", "--drain"], environment: env)
+        #expect(run.status == 0, "\(run.stderr)")
+        for file in files {
+            let local = try PartFiles.sha(sandbox.path("data/" + file.relative), 0, Int64(file.size))
+            let remote = try await check(["get", moto.endpoint, "example", "captures/" + file.relative])
+            #expect(
+                remote.stdoutText.hasPrefix("\(local) \(file.size) "), "captures/\(file.relative): \(remote.stdoutText)\(remote.stderr)")
+        }
+    }
+
     @Test func withoutCredentialsNothingIsSentAndTheEntryWaits() async throws {
         let sandbox = try OutboxSandbox()
         try sandbox.define("s3-put", Self.definition(endpoint: sandbox.server.baseURL, bucket: "cred-bucket"))

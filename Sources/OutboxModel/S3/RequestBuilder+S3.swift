@@ -3,6 +3,14 @@ extension RequestBuilder {
     /// Fields of `request` an `s3` request cannot have: it is always a PUT of its object's URL.
     static let s3Excludes = ["method", "url", "parts", "data", "text", "form"]
 
+    /// S3's limit for one PutObject.
+    package static let s3MaxPutBytes: Int64 = 5 << 30
+
+    static func checkS3Size(_ file: FileIdentity) throws(OutboxError) {
+        guard file.size > s3MaxPutBytes else { return }
+        throw .invalid("request.file: \(file.path) has \(file.size) bytes; an s3 request puts at most 5 GiB (one PutObject)")
+    }
+
     /// Renders `request.s3`; returns the target and the content type it names, if any.
     static func renderS3(_ tree: JSON, request: JSON, ctx: TemplateContext) throws(OutboxError) -> (S3Target, String?) {
         guard case let .object(members) = tree else { throw .invalid("request.s3 must be an object, not \(tree.typeName)") }
