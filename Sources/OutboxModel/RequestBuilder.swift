@@ -73,7 +73,7 @@ package enum RequestBuilder {
         }
 
         // An s3 request is a PUT of its file to the object's URL, signed when it is sent.
-        var s3: (target: S3Target, contentType: String?)?
+        var s3: S3Rendered?
         if let t = tree["s3"] { s3 = try renderS3(t, request: tree, ctx: ctx) }
         let methodValue = s3 != nil ? JSON.string("PUT") : try field("method") ?? .string("POST")
         guard let methodText = methodValue.stringValue, Definition.methods.contains(methodText.uppercased()) else {
@@ -142,7 +142,7 @@ package enum RequestBuilder {
             }
             contentType = "application/octet-stream"
         }
-        if s3 != nil, let file = fileIdentity { try checkS3Size(file) }
+        if let s3, let file = fileIdentity, let parts = try s3Parts(s3, file: file) { body = .parts(file, ownership ?? .copy, parts) }
         if tree["parts"] == nil && url == nil {
             throw .invalid("request needs a url")
         }

@@ -161,27 +161,77 @@ import Testing
         #expect(bad.contains { $0.message.contains("unknown field \"colour\"") })
     }
 
-    @Test func aFileOverFiveGiBIsRefused() throws {
+    @Test func aFileOverFiveTiBIsRefused() throws {
         let folder = try ModelTempFolder()
         defer { folder.remove() }
         let path = try folder.write("big.bin", "")
         // Sparse: no disk is used.
-        #expect(truncate(path, off_t(5 << 30) + 1) == 0)
+        #expect(truncate(path, off_t(5 << 40) + 1) == 0)
         let yaml = "key: k\nrequest:\n  s3: {bucket: b12, key: k, region: us-east-1}\n  file: big.bin\n"
-        let (definition, _) = readDefinition(yaml)
-        let d = try #require(definition)
+        let d = try #require(readDefinition(yaml).0)
         let inputs = RenderInputs(id: "e1", vars: .null, environment: [:], cwd: folder.path)
-        #expect(throws: OutboxError.self) {
-            try RequestBuilder.prepare(request: d.request!, definition: d, config: Config(root: "/p"), inputs: inputs)
-        }
         do throws(OutboxError) {
             _ = try RequestBuilder.prepare(request: d.request!, definition: d, config: Config(root: "/p"), inputs: inputs)
+            Issue.record("a file over 5 TiB was accepted")
         } catch {
             #expect(error.code == .invalid)
-            #expect(error.message.contains("has 5368709121 bytes; an s3 request puts at most 5 GiB"))
+            #expect(error.message.contains("has 5497558138881 bytes; an S3 object holds at most 5 TiB"), "\(error.message)")
         }
-        #expect(truncate(path, off_t(5 << 30)) == 0)
-        #expect(try RequestBuilder.prepare(request: d.request!, definition: d, config: Config(root: "/p"), inputs: inputs).s3 != nil)
+    }
+
+    struct PlanCase: Sendable, CustomTestStringConvertible {
+        var name: String
+        var size: Int64
+        var s3Extra: String
+        var parts: [Int64]  // part sizes; empty: one PutObject
+        var testDescription: String { name }
+    }
+
+    @Test(arguments: [
+        PlanCase(name: "at the default threshold: one PutObject", size: 64 << 20, s3Extra: "", parts: []),
+        PlanCase(
+            name: "one byte over: 16 MiB parts, the byte joins the last", size: (64 << 20) + 1, s3Extra: "",
+            parts: [16 << 20, 16 << 20, 16 << 20, (16 << 20) + 1]),
+        PlanCase(
+            name: "a small threshold and part size", size: 12 << 20, s3Extra: ", multipart_threshold: 5MiB, part_size: 5MiB",
+            parts: [5 << 20, 7 << 20]),
+        PlanCase(
+            name: "10,000 parts at most: parts grow", size: 100 << 30, s3Extra: ", part_size: 5MiB",
+            parts: Array(repeating: 11 << 20, count: 9308) + [12 << 20]),
+    ])
+    func multipartPlans(_ c: PlanCase) throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let path = try folder.write("f.bin", "")
+        #expect(truncate(path, off_t(c.size)) == 0)
+        let yaml = "key: k\nrequest:\n  s3: {bucket: b12, key: a/k, region: us-east-1\(c.s3Extra)}\n  file: f.bin\n"
+        let (definition, diagnostics) = readDefinition(yaml)
+        let d = try #require(definition, "\(diagnostics.map(\.message))")
+        let p = try RequestBuilder.prepare(
+            request: d.request!, definition: d, config: Config(root: "/p"),
+            inputs: RenderInputs(id: "e", vars: .null, environment: [:], cwd: folder.path))
+        switch p.body {
+        case .file(_, let ownership):
+            #expect(c.parts.isEmpty)
+            #expect(ownership == .copy)
+        case .parts(_, let ownership, let parts):
+            #expect(ownership == .copy, "an s3 upload copies its file by default, as a whole-file one does")
+            #expect(parts.map(\.range.count) == c.parts)
+            #expect(parts.map(\.url) == parts.indices.map { "https://b12.s3.us-east-1.amazonaws.com/a/k?partNumber=\($0 + 1)" })
+        default:
+            Issue.record("unexpected body \(p.body.kind)")
+        }
+    }
+
+    @Test func aPartSizeOutsideS3sLimitsIsRefused() throws {
+        for extra in [", part_size: 1MiB", ", multipart_threshold: 6GiB", ", part_size: lots"] {
+            switch try Self.render("{bucket: b12, key: k, region: us-east-1\(extra)}") {
+            case .success: Issue.record("rendered with \(extra)")
+            case .failure(let error):
+                #expect(
+                    error.message.contains("must be a size from 5MiB to 5GiB") || error.message.contains("part_size:"), "\(error.message)")
+            }
+        }
     }
 
     // MARK: Credentials

@@ -2,7 +2,7 @@
 """Test helper for outbox's s3 requests, run with the test venv's python.
 
   s3_check.py mb ENDPOINT BUCKET          create a bucket (moto)
-  s3_check.py get ENDPOINT BUCKET KEY     print the object's SHA-256, size, Content-Type, storage class
+  s3_check.py get ENDPOINT BUCKET KEY     print the object's SHA-256, size, Content-Type, storage class, ETag
   s3_check.py verify RECORD.json          recompute a recorded request's SigV4 Authorization
                                           with botocore's signer; exit 1 when it differs
 """
@@ -73,7 +73,10 @@ def main(argv):
     if argv[1] == "get":
         answer = client(argv[2]).get_object(Bucket=argv[3], Key=argv[4])
         body = answer["Body"].read()
-        print(hashlib.sha256(body).hexdigest(), len(body), answer.get("ContentType", ""), answer.get("StorageClass", "STANDARD"))
+        print(
+            hashlib.sha256(body).hexdigest(), len(body), answer.get("ContentType", ""),
+            answer.get("StorageClass", "STANDARD"), answer.get("ETag", ""),
+        )
         return 0
     if argv[1] == "verify":
         with open(argv[2]) as record:

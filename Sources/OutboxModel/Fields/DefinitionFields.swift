@@ -112,6 +112,12 @@ package enum DefinitionFields {
             Field(
                 "content_type", .template("a media type"), .value("application/octet-stream"), example: "video/mp4",
                 "the object's `Content-Type`"),
+            Field(
+                "multipart_threshold", .anyOf([.size, template]), .value("64MiB"), example: "100MiB",
+                "a bigger file is a multipart upload (5MiB to 5GiB)"),
+            Field(
+                "part_size", .anyOf([.size, template]), .value("16MiB"), example: "64MiB",
+                "the size of a multipart upload's parts but the last (5MiB to 5GiB; grown to fit 10,000 parts)"),
         ])
 
     static let response = FieldMapping(

@@ -3,16 +3,39 @@ extension RequestBuilder {
     /// Fields of `request` an `s3` request cannot have: it is always a PUT of its object's URL.
     static let s3Excludes = ["method", "url", "parts", "data", "text", "form"]
 
-    /// S3's limit for one PutObject.
-    package static let s3MaxPutBytes: Int64 = 5 << 30
+    /// S3's limits: parts of 5 MiB (but the last) to 5 GiB, at most 10,000, objects up to 5 TiB.
+    package static let s3MinPart: Int64 = 5 << 20
+    package static let s3MaxPart: Int64 = 5 << 30
+    package static let s3MaxObject: Int64 = 5 << 40
+    package static let s3DefaultThreshold: Int64 = 64 << 20
+    package static let s3DefaultPartSize: Int64 = 16 << 20
 
-    static func checkS3Size(_ file: FileIdentity) throws(OutboxError) {
-        guard file.size > s3MaxPutBytes else { return }
-        throw .invalid("request.file: \(file.path) has \(file.size) bytes; an s3 request puts at most 5 GiB (one PutObject)")
+    /// A file over the threshold is a multipart upload: its parts, each `?partNumber=N` of the
+    /// object (the upload id is added when it is sent); nil for one PutObject.
+    static func s3Parts(_ s3: S3Rendered, file: FileIdentity) throws(OutboxError) -> [PreparedPart]? {
+        // The threshold is at most 5 GiB, S3's limit for one PutObject.
+        guard file.size > s3.threshold else { return nil }
+        guard file.size <= s3MaxObject else {
+            throw .invalid("request.file: \(file.path) has \(file.size) bytes; an S3 object holds at most 5 TiB")
+        }
+        let ranges = try ChunkPlan.plan(size: file.size, min: s3MinPart, max: s3.partSize, maxParts: 10_000)
+        if let largest = ranges.map(\.count).max(), largest > s3MaxPart {
+            throw .invalid("request.file: \(file.path) needs parts of \(largest) bytes, over S3's 5 GiB")
+        }
+        let url = s3.target.objectURL
+        return ranges.enumerated().map { PreparedPart(range: $1, url: "\(url)?partNumber=\($0 + 1)", headers: []) }
     }
 
-    /// Renders `request.s3`; returns the target and the content type it names, if any.
-    static func renderS3(_ tree: JSON, request: JSON, ctx: TemplateContext) throws(OutboxError) -> (S3Target, String?) {
+    /// What `request.s3` renders to.
+    struct S3Rendered {
+        var target: S3Target
+        var contentType: String?
+        var threshold: Int64
+        var partSize: Int64
+    }
+
+    /// Renders `request.s3`.
+    static func renderS3(_ tree: JSON, request: JSON, ctx: TemplateContext) throws(OutboxError) -> S3Rendered {
         guard case let .object(members) = tree else { throw .invalid("request.s3 must be an object, not \(tree.typeName)") }
         for (name, _) in members where !DefinitionFields.s3.names.contains(name) {
             throw .invalid("request.s3: unknown field \"\(name)\"")
@@ -87,9 +110,25 @@ extension RequestBuilder {
             if let problem = HeaderRules.valueProblem(c) { throw .invalid("request.s3.content_type: \(problem)") }
             contentType = c
         }
+        func size(_ name: String, _ fallback: Int64, _ range: ClosedRange<Int64>) throws(OutboxError) -> Int64 {
+            guard let t = tree[name] else { return fallback }
+            var value = t
+            if case let .string(s) = t { value = try Template.render(s, context: ctx, mode: .value, field: "request.s3.\(name)") }
+            var n = value.int64Value
+            if n == nil, let s = value.stringValue {
+                do { n = try Units.parseSize(s) } catch { throw .invalid("request.s3.\(name): \(error.message)") }
+            }
+            guard let n, range.contains(n) else {
+                throw .invalid("request.s3.\(name) must be a size from 5MiB to 5GiB, not \(value.serialized().prefix(40))")
+            }
+            return n
+        }
         let target = S3Target(
             bucket: bucket, key: key, region: region, endpoint: endpoint, pathStyle: pathStyle, storageClass: storageClass)
         _ = try URLCheck.validate(target.objectURL, field: "request.s3 (the object URL)")
-        return (target, contentType)
+        return S3Rendered(
+            target: target, contentType: contentType,
+            threshold: try size("multipart_threshold", s3DefaultThreshold, s3MinPart...s3MaxPart),
+            partSize: try size("part_size", s3DefaultPartSize, s3MinPart...s3MaxPart))
     }
 }

@@ -17,10 +17,13 @@ extension Runner {
                 }
                 continue
             }
+            if s3StepBeforeParts(entry, job: job) { continue }
             let decision = scheduler.nextParts(
                 of: entry, parts: job.parts, inFlight: job.inFlight, hostLoad: flights.slots.hostLoad,
                 now: now, stop: partStop(entry, now: now), heldHosts: hostHealth.held, payloadProblem: { payloadProblem(entry) })
             switch decision {
+            case .complete where entry.request.s3 != nil:
+                startS3Step(.complete, entry: entry, target: entry.request.s3!)
             case .complete:
                 flights.partJobs[id] = nil
                 settleParts(entry, job: job)

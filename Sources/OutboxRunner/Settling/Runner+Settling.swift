@@ -75,6 +75,7 @@ extension Runner {
 
     func settle(_ entry: Entry, payload: JSON, outcome: Outcome, state: EntryState, reason: String?) {
         flights.running[entry.id] = nil
+        if outcome == .error { abortS3Upload(entry) }
         let definition = definitions.definitions[entry.key]
         let hook = outcome == .completed ? definition?.onSuccess : definition?.onError
         // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.
