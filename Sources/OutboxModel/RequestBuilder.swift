@@ -142,7 +142,7 @@ package enum RequestBuilder {
             }
             contentType = "application/octet-stream"
         }
-        if let s3, let file = fileIdentity, let parts = try s3Parts(s3, file: file) { body = .parts(file, ownership ?? .copy, parts) }
+        if let s3, let file = fileIdentity { (body, headers) = try s3Body(s3, file: file, ownership: ownership, headers: headers) }
         if tree["parts"] == nil && url == nil {
             throw .invalid("request needs a url")
         }

@@ -1,3 +1,4 @@
+import Digest
 import Foundation
 import Testing
 import TestSupport
@@ -7,7 +8,9 @@ import TestSupport
 // around a SIGKILL, a Complete that a crash interrupted, and the abort of a failed entry.
 
 @Suite struct S3MultipartTests {
-    static func definition(endpoint: String, bucket: String, key: String = "{{ vars.relative_path | path }}") -> String {
+    static func definition(
+        endpoint: String, bucket: String, key: String = "{{ vars.relative_path | path }}", extra: String = ""
+    ) -> String {
         """
         key: s3.put
         request:
@@ -22,6 +25,7 @@ import TestSupport
           file: "{{ vars.path }}"
         retry:
           backoff: { base: 100ms, max: 1s, jitter: 0 }
+        \(extra)
         """
     }
 
@@ -35,7 +39,9 @@ import TestSupport
         let moto = try await MotoServer()
         #expect(try await s3CheckTool(["mb", moto.endpoint, "multi"]).exitCode == 0)
         let sandbox = try OutboxSandbox()
-        try sandbox.define("s3-put", Self.definition(endpoint: moto.endpoint, bucket: "multi"))
+        // The hook keeps each outcome: it carries the object's ETag and checksum.
+        try sandbox.define(
+            "s3-put", Self.definition(endpoint: moto.endpoint, bucket: "multi", extra: #"on_success: "cat > outcome-$OUTBOX_ID.json""#))
         // 12 MiB: parts of 5 and 7 MiB (a last piece under 5 MiB joins the part before it); 130 MiB: 26 parts.
         let files: [(relative: String, size: Int, parts: Int)] = [
             ("m12.bin", 12 << 20, 2), ("d/m130.bin", 130 << 20, 26), ("s.bin", 4 << 20, 0),
@@ -44,7 +50,7 @@ import TestSupport
             let path = sandbox.path("data/" + file.relative)
             try await offload { try PartFiles.make(path, size: file.size, seed: UInt64(n + 21)) }
         }
-        #expect(try await sandbox.outbox(["enqueue", "s3.put", "--from-dir", "data"]).status == 0)
+        #expect(try await sandbox.outbox(["enqueue", "s3.put", "--from-dir", "data", "--id-template", "{{ vars.name }}"]).status == 0)
         let run = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
         #expect(run.status == 0, "\(run.stderr)")
         #expect(try await sandbox.list().isEmpty)
@@ -60,6 +66,27 @@ import TestSupport
                 #expect(etag.hasSuffix("-\(file.parts)\""), "\(file.relative): a multipart ETag, \(etag)")
             } else {
                 #expect(!etag.contains("-"), "\(file.relative): one PutObject, \(etag)")
+            }
+            // The outcome: S3's ETag, and the SHA-256 checksum (for parts, of their checksums).
+            let name = (file.relative as NSString).lastPathComponent
+            let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome-\(name).json"))?["s3"] as? [String: Any], "\(name)")
+            #expect(outcome["etag"] as? String == String(etag), "\(name)")
+            let plan =
+                file.parts == 0
+                ? [Int64(file.size)]
+                : Array(repeating: Int64(5 << 20), count: file.parts - 1) + [Int64(file.size) - Int64(file.parts - 1) * (5 << 20)]
+            var start: Int64 = 0
+            var digests: [UInt8] = []
+            for size in plan {
+                digests += Array(Data(base64Encoded: base64OfHex(try PartFiles.sha(path, start, start + size)))!)
+                start += size
+            }
+            let expected = file.parts == 0 ? base64OfHex(local) : base64OfHex(SHA256.hex(digests)) + "-\(file.parts)"
+            #expect(outcome["checksum_sha256"] as? String == expected, "\(name)")
+            if file.parts > 0 {
+                // moto keeps the checksum of checksums of a multipart object (it checks none on the way in).
+                let head = try await s3CheckTool(["head", moto.endpoint, "multi", file.relative])
+                #expect(head.stdoutText.hasPrefix(String(expected.prefix { $0 != "-" }) + " "), "\(name): \(head.stdoutText)\(head.stderr)")
             }
         }
     }
@@ -113,6 +140,8 @@ import TestSupport
         #expect(Self.partNumbers(server).sorted() == [1, 2, 3, 3, 4, 5])
         for request in server.requests where request.method == "PUT" {
             #expect(request.path.contains("&uploadId=up%2F1%2Bx"), "\(request.path)")
+            #expect(request.header("x-amz-checksum-sha256") == base64OfHex(request.bodySHA256), "\(request.path): the part's checksum")
+            #expect(request.header("x-amz-storage-class") == nil)
         }
         let sizes: [Int64] = [5, 5, 5, 5, 8].map { $0 << 20 }
         var start: Int64 = 0
@@ -128,10 +157,13 @@ import TestSupport
         let numbers = xml.components(separatedBy: "<PartNumber>").dropFirst().map { $0.prefix { $0 != "<" } }
         #expect(numbers == ["1", "2", "3", "4", "5"], "\(xml)")
         #expect(!xml.contains("<ETag></ETag>"), "every part's ETag: \(xml)")
+        #expect(xml.components(separatedBy: "<ChecksumSHA256>").count == 6, "every part's checksum: \(xml)")
         #expect(!server.requests.contains { $0.method == "DELETE" })
 
         // The create, a part and the complete, with their queries, are signed as botocore signs them.
         let create = try #require(server.requests.first { $0.path.hasSuffix("?uploads=") })
+        #expect(create.header("x-amz-checksum-algorithm") == "SHA256")
+        #expect(create.header("x-amz-storage-class") == "STANDARD_IA")
         let part = try #require(server.requests.first { $0.path.contains("?partNumber=4&") })
         for request in [create, part, complete] {
             let record: [String: Any] = [

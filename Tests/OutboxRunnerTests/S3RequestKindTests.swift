@@ -33,6 +33,17 @@ private func allBytes(under folder: String) -> Data {
     return out
 }
 
+/// Base64 of the bytes a hex digest spells (S3's checksum headers).
+func base64OfHex(_ hex: String) -> String {
+    var bytes: [UInt8] = []
+    var i = hex.startIndex
+    while i < hex.endIndex, let j = hex.index(i, offsetBy: 2, limitedBy: hex.endIndex) {
+        bytes.append(UInt8(hex[i..<j], radix: 16) ?? 0)
+        i = j
+    }
+    return Data(bytes).base64EncodedString()
+}
+
 @Suite struct S3RequestKindTests {
     static func definition(endpoint: String, bucket: String) -> String {
         """
@@ -66,6 +77,7 @@ private func allBytes(under folder: String) -> Data {
             #expect(request.header("x-amz-content-sha256") == "UNSIGNED-PAYLOAD")
             #expect(request.header("x-amz-security-token") == credentials["AWS_SESSION_TOKEN"])
             #expect(request.header("x-amz-storage-class") == "STANDARD_IA")
+            #expect(request.header("x-amz-checksum-sha256") == base64OfHex(request.bodySHA256), "the checksum of what was sent")
             let authorization = try #require(request.header("authorization"))
             #expect(authorization.hasPrefix("AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/"))
             #expect(authorization.contains("/eu-west-3/s3/aws4_request, SignedHeaders="))

@@ -2,6 +2,7 @@
 """Test helper for outbox's s3 requests, run with the test venv's python.
 
   s3_check.py mb ENDPOINT BUCKET          create a bucket (moto)
+  s3_check.py head ENDPOINT BUCKET KEY    print the object's SHA-256 checksum (as S3 keeps it) and ETag
   s3_check.py get ENDPOINT BUCKET KEY     print the object's SHA-256, size, Content-Type, storage class, ETag
   s3_check.py verify RECORD.json          recompute a recorded request's SigV4 Authorization
                                           with botocore's signer; exit 1 when it differs
@@ -77,6 +78,10 @@ def main(argv):
             hashlib.sha256(body).hexdigest(), len(body), answer.get("ContentType", ""),
             answer.get("StorageClass", "STANDARD"), answer.get("ETag", ""),
         )
+        return 0
+    if argv[1] == "head":
+        answer = client(argv[2]).head_object(Bucket=argv[3], Key=argv[4], ChecksumMode="ENABLED")
+        print(answer.get("ChecksumSHA256", ""), answer.get("ETag", ""))
         return 0
     if argv[1] == "verify":
         with open(argv[2]) as record:

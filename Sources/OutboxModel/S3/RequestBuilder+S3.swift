@@ -13,8 +13,7 @@ extension RequestBuilder {
     /// A file over the threshold is a multipart upload: its parts, each `?partNumber=N` of the
     /// object (the upload id is added when it is sent); nil for one PutObject.
     static func s3Parts(_ s3: S3Rendered, file: FileIdentity) throws(OutboxError) -> [PreparedPart]? {
-        // The threshold is at most 5 GiB, S3's limit for one PutObject.
-        guard file.size > s3.threshold else { return nil }
+        if file.size <= s3.threshold { return nil }
         guard file.size <= s3MaxObject else {
             throw .invalid("request.file: \(file.path) has \(file.size) bytes; an S3 object holds at most 5 TiB")
         }
@@ -23,7 +22,28 @@ extension RequestBuilder {
             throw .invalid("request.file: \(file.path) needs parts of \(largest) bytes, over S3's 5 GiB")
         }
         let url = s3.target.objectURL
-        return ranges.enumerated().map { PreparedPart(range: $1, url: "\(url)?partNumber=\($0 + 1)", headers: []) }
+        var parts: [PreparedPart] = []
+        for (i, range) in ranges.enumerated() {
+            let sum = try S3Checksum.sha256Base64(path: file.path, range: range)
+            parts.append(PreparedPart(range: range, url: "\(url)?partNumber=\(i + 1)", headers: [HeaderPair(S3Checksum.header, sum)]))
+        }
+        return parts
+    }
+
+    /// The body of an s3 request: one PutObject (its checksum a header) up to the threshold
+    /// (at most 5 GiB, S3's limit for one PutObject), parts over it. A file is checksummed at
+    /// enqueue, so `move` (whose same-id enqueue may name a file already gone) is refused.
+    static func s3Body(
+        _ s3: S3Rendered, file: FileIdentity, ownership: Ownership?, headers: [(String, String)]
+    ) throws(OutboxError) -> (PreparedBody, [(String, String)]) {
+        if ownership == .move {
+            throw .invalid(
+                "request.ownership: an s3 request cannot move its file into the store (it is checksummed at enqueue); give copy or reference"
+            )
+        }
+        if let parts = try s3Parts(s3, file: file) { return (.parts(file, ownership ?? .copy, parts), headers) }
+        let sum = try S3Checksum.sha256Base64(path: file.path, range: ByteRange(start: 0, end: file.size))
+        return (.file(file, ownership ?? .copy), HeaderRules.merge(headers, [(S3Checksum.header, sum)]))
     }
 
     /// What `request.s3` renders to.

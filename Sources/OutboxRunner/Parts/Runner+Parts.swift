@@ -134,12 +134,14 @@ extension Runner {
         }
     }
 
-    func settleParts(_ claimed: Entry, job: PartJob) {
+    func settleParts(_ claimed: Entry, job: PartJob, result: HTTPResult? = nil) {
         var entry = flights.running[claimed.id] ?? claimed
         entry.bytesSent = entry.totalBytes
         changes.append(.progress(entryID: entry.id, bytesSent: entry.totalBytes))
         flights.running[entry.id] = nil
-        settleSuccess(entry, result: nil, parts: OutcomePayloads.parts(job.parts), requestID: entry.lastRequestID ?? "")
+        settleSuccess(
+            entry, result: result, parts: OutcomePayloads.parts(job.parts), requestID: entry.lastRequestID ?? "",
+            s3Parts: entry.request.s3 != nil ? job.parts : nil)
     }
 
     /// Marks a part accepted in memory and queues the durable change.

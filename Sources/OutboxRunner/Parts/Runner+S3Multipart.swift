@@ -32,8 +32,10 @@ extension Runner {
         var body = HTTPBody.none
         switch step {
         case .create:
-            // The storage class and content type are the upload's, given when it starts.
+            // The storage class and content type are the upload's, given when it starts, and
+            // the parts' checksums are SHA-256.
             headers = baseHeaders(entry, requestID: requestID)
+            headers.append((name: "x-amz-checksum-algorithm", value: "SHA256"))
             url += "?uploads="
         case .complete:
             url += "?uploadId=\(encodedID)"
@@ -76,7 +78,11 @@ extension Runner {
         var xml = "<CompleteMultipartUpload>"
         for part in parts.sorted(by: { $0.index < $1.index }) {
             let etag = part.responseHeaders?["etag"]?.stringValue ?? ""
-            xml += "<Part><PartNumber>\(part.index + 1)</PartNumber><ETag>\(xmlEscaped(etag))</ETag></Part>"
+            xml += "<Part><PartNumber>\(part.index + 1)</PartNumber><ETag>\(xmlEscaped(etag))</ETag>"
+            if let sum = part.headers.first(where: { $0.0.lowercased() == S3Checksum.header })?.1 {
+                xml += "<ChecksumSHA256>\(xmlEscaped(sum))</ChecksumSHA256>"
+            }
+            xml += "</Part>"
         }
         return xml + "</CompleteMultipartUpload>"
     }
@@ -148,13 +154,13 @@ extension Runner {
             flights.partJobs[entry.id]?.s3UploadID = uploadID
         case (.complete, .success):
             flights.partJobs[entry.id] = nil
-            settleParts(entry, job: job)
+            settleParts(entry, job: job, result: result)
         case (.head, .success):
             let etag = result.header("etag") ?? ""
             let size = result.header("content-length").flatMap { Int64($0) }
             if etag.hasSuffix("-\(job.parts.count)\"") && size == entry.totalBytes {
                 flights.partJobs[entry.id] = nil
-                settleParts(entry, job: job)
+                settleParts(entry, job: job, result: result)
             } else {
                 failStep(
                     entry, "the multipart upload is gone and the object is not its result", result: result, requestID: flight.requestID)
@@ -191,6 +197,28 @@ extension Runner {
         flights.running[entry.id] = nil
         let error = OutcomePayloads.error(.http, message, status: result.status, body: result.body)
         settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: requestID)
+    }
+
+    /// The `s3` object of a success outcome: the object's ETag and SHA-256 checksum, as S3
+    /// answered them, else as outbox sent them (for parts, S3's checksum of their checksums).
+    static func s3Outcome(_ entry: Entry, result: HTTPResult?, parts: [StoredPart]?) -> JSON {
+        let etag = result?.header("etag") ?? result.flatMap { xmlElement("ETag", in: $0.body) }.map(xmlUnescaped)
+        var checksum = result?.header(S3Checksum.header) ?? result.flatMap { xmlElement("ChecksumSHA256", in: $0.body) }
+        if checksum == nil, let parts {
+            let sums = parts.sorted { $0.index < $1.index }.compactMap { p in p.headers.first { $0.0.lowercased() == S3Checksum.header }?.1
+            }
+            if sums.count == parts.count { checksum = S3Checksum.composite(sums) }
+        }
+        if checksum == nil { checksum = HeaderRules.value(entry.request.headers, S3Checksum.header) }
+        return .object([
+            ("bucket", .string(entry.request.s3?.bucket ?? "")), ("key", .string(entry.request.s3?.key ?? "")),
+            ("etag", .optionalString(etag)), ("checksum_sha256", .optionalString(checksum)),
+            ("parts", parts.map { .int($0.count) } ?? .int(0)),
+        ])
+    }
+
+    static func xmlUnescaped(_ s: String) -> String {
+        s.replacing("&quot;", with: "\"").replacing("&lt;", with: "<").replacing("&gt;", with: ">").replacing("&amp;", with: "&")
     }
 
     /// An s3 entry settling error aborts its multipart upload, so its parts do not linger.
