@@ -17,7 +17,7 @@ extension RequestBuilder {
         guard file.size <= s3MaxObject else {
             throw .invalid("request.file: \(file.path) has \(file.size) bytes; an S3 object holds at most 5 TiB")
         }
-        let ranges = try ChunkPlan.plan(size: file.size, min: s3MinPart, max: s3.partSize, maxParts: 10_000)
+        let ranges = try s3Ranges(size: file.size, partSize: s3.partSize)
         if let largest = ranges.map(\.count).max(), largest > s3MaxPart {
             throw .invalid("request.file: \(file.path) needs parts of \(largest) bytes, over S3's 5 GiB")
         }
@@ -44,6 +44,12 @@ extension RequestBuilder {
         if let parts = try s3Parts(s3, file: file) { return (.parts(file, ownership ?? .copy, parts), headers) }
         let sum = try S3Checksum.sha256Base64(path: file.path, range: ByteRange(start: 0, end: file.size))
         return (.file(file, ownership ?? .copy), HeaderRules.merge(headers, [(S3Checksum.header, sum)]))
+    }
+
+    /// The parts of a multipart upload: `partSize` each (grown to fit 10,000), a last piece
+    /// under 5 MiB joined to the part before it.
+    package static func s3Ranges(size: Int64, partSize: Int64) throws(OutboxError) -> [ByteRange] {
+        try ChunkPlan.plan(size: size, min: s3MinPart, max: partSize, maxParts: 10_000)
     }
 
     /// What `request.s3` renders to.
