@@ -122,6 +122,12 @@ CURLcode ccurl_setopt_off_t(CURL *easy, CURLoption option, curl_off_t value) {
 CURLcode ccurl_setopt_str(CURL *easy, CURLoption option, const char *value) {
     return p_easy_setopt(easy, option, value);
 }
+CURLcode ccurl_setopt_aws_sigv4(CURL *easy, const char *provider, const char *key_id, const char *secret) {
+    CURLcode rc = p_easy_setopt(easy, CURLOPT_AWS_SIGV4, provider);
+    if (rc == CURLE_OK) rc = p_easy_setopt(easy, CURLOPT_USERNAME, key_id);
+    if (rc == CURLE_OK) rc = p_easy_setopt(easy, CURLOPT_PASSWORD, secret);
+    return rc;
+}
 CURLcode ccurl_setopt_ptr(CURL *easy, CURLoption option, void *value) {
     return p_easy_setopt(easy, option, value);
 }

@@ -296,13 +296,15 @@ enum EnqueueCommand {
                 ),
             ])
         }
-        let document = JSON.object([
+        var document = JSON.object([
             ("key", .string(key)), ("method", .string(p.method)), ("url", .optionalString(p.url.map(URLCheck.redactingPassword))),
             ("headers", HeaderRules.json(headers)), ("body_kind", .string(p.body.kind.rawValue)), ("body", body),
             ("expires_in_ms", .int64(p.expiresInMs)), ("scope", .optionalString(p.scope)),
             ("follow_redirects", .int(p.followRedirects)), ("response", p.response.json),
             ("skipped", .array(skipped.map { .string($0) })),
         ])
+        // The object only: its credentials are read, and its signature made, by the runner.
+        if let s3 = p.s3 { document.set("s3", s3.json) }
         i.console.out(i.json ? document.serialized() : document.pretty())
         return 0
     }

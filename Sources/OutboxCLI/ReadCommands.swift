@@ -64,6 +64,7 @@ enum ReadCommands {
             ("body_kind", .string(e.request.bodyKind.rawValue)), ("response", e.request.response.json),
             ("follow_redirects", .int(e.request.followRedirects)),
         ])
+        if let s3 = e.request.s3 { request.set("s3", s3.json) }
         if let file = e.request.file {
             request.set(
                 "file",

@@ -79,6 +79,12 @@ package struct HTTPRequest: Sendable {
     /// Header names (lowercase) never sent to another host: a redirect to another host of a
     /// request carrying one is not followed (the transfer stops with a `.redirect` failure).
     package var credentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
+    /// Signs the request with AWS Signature V4 (libcurl computes `Authorization` from the
+    /// method, path, query and every header given here, at the moment it sends).
+    package var awsSigV4: AWSSigV4?
+    /// Why the request cannot be sent (no credentials to sign it): the transfer fails with
+    /// this, and nothing is sent.
+    package var refusal: TransportFailure?
 
     /// Creates a request; defaults fit one outbox attempt.
     package init(
@@ -163,4 +169,18 @@ func asciiLowercased(_ s: String) -> String {
         bytes[i] += 0x20
     }
     return String(decoding: bytes, as: UTF8.self)
+}
+
+/// What libcurl needs to sign a request with AWS Signature V4; lives only for one attempt.
+package struct AWSSigV4: Sendable {
+    /// "aws:amz:REGION:SERVICE".
+    package var provider: String
+    package var accessKeyID: String
+    package var secretAccessKey: String
+
+    package init(provider: String, accessKeyID: String, secretAccessKey: String) {
+        self.provider = provider
+        self.accessKeyID = accessKeyID
+        self.secretAccessKey = secretAccessKey
+    }
 }

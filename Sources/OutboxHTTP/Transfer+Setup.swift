@@ -146,6 +146,14 @@ extension Transfer {
             try check(ccurl_setopt_long(easy, CURLOPT_NOPROGRESS, 0), "NOPROGRESS")
         }
 
+        if let sign = request.awsSigV4 {
+            let rc = ccurl_setopt_aws_sigv4(easy, sign.provider, sign.accessKeyID, sign.secretAccessKey)
+            try check(rc, "AWS_SIGV4")
+            // libcurl 7.88 signs every header of the list, an empty `Expect:` too, which is
+            // then not sent: the server could not check the signature. Its own unsigned
+            // `Expect: 100-continue` goes instead, without waiting for the interim answer.
+            try check(ccurl_setopt_long(easy, CURLOPT_EXPECT_100_TIMEOUT_MS, 1), "EXPECT_100_TIMEOUT_MS")
+        }
         let method = asciiUppercased(request.method)
         try configureMethod(method, body: request.body, easy: easy)
         try configureHeaders(request, method: method, easy: easy)
@@ -269,9 +277,11 @@ extension Transfer {
             }
         }
         // No 100-continue round trip: curl would ask on every PUT, and some servers stall 1 s.
-        if !sawExpect { list = ccurl_slist_append(list, "Expect:") }
+        // A signed request carries no empty header (see `configure`).
+        let signed = request.awsSigV4 != nil
+        if !sawExpect && !signed { list = ccurl_slist_append(list, "Expect:") }
         // POST=1 would otherwise add Content-Type: application/x-www-form-urlencoded.
-        if !sawContentType && !isForm { list = ccurl_slist_append(list, "Content-Type:") }
+        if !sawContentType && !isForm && !signed { list = ccurl_slist_append(list, "Content-Type:") }
         headerList = list
         try check(ccurl_setopt_slist(easy, CURLOPT_HTTPHEADER, list), "HTTPHEADER")
     }

@@ -74,6 +74,7 @@ final class Transfer {
         errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE))
         easy = ccurl_easy_init()
         guard easy != nil else { throw TransferSetupError(kind: .network, message: "curl_easy_init failed") }
+        if let refusal = request.refusal { throw TransferSetupError(kind: refusal.kind, message: refusal.message) }
         try openSource(request.body, expected: request.expectedFile)
         try configure(request)
     }

@@ -46,6 +46,8 @@ package struct TransportFailure: Error, Sendable, Equatable {
         case file
         /// Stopped by outbox itself (shutdown, cancel, pause): not a result of the attempt.
         case aborted
+        /// No credentials to sign the request with (an `s3` request): nothing was sent.
+        case credentials
     }
 
     package var kind: Kind
@@ -98,6 +100,8 @@ package enum AttemptClassifier {
             case .tls: return .retry(reason: "tls: \(m)")
             case .redirect: return .terminal(reason: "redirect: \(m)")
             case .aborted: return .retry(reason: "aborted: \(m)")
+            // Like a refused signature: parked until credentials are given and it is retried.
+            case .credentials: return .awaitingAuth
             }
         }
         guard let status else { return .retry(reason: "network: no response") }

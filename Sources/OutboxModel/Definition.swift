@@ -306,7 +306,9 @@ extension Definition {
                 reader.error(f[body]!.mark, "a GET request cannot have a body (request.\(body))")
             }
         }
-        if f["url"] == nil && f["parts"] == nil {
+        if let s = f["s3"] {
+            checkS3(s, request: f, reader: &reader)
+        } else if f["url"] == nil && f["parts"] == nil {
             reader.error(node.mark, "request needs a url")
         }
         if let u = f["url"], let url = reader.string(u, "request.url"), !url.contains("{{") {

@@ -105,6 +105,8 @@ package struct PreparedRequest: Sendable {
     package var idempotencyKey: String?
     /// True when the key came from an explicit `Idempotency-Key` header, not minted here.
     package var idempotencyKeyIsExplicit = false
+    /// The object of an `s3` request, whose credentials are read and signature made at send time.
+    package var s3: S3Target?
 
     /// SHA-256 of the canonical body (method, URL, kind, sorted JSON, text, form, parts, file
     /// identities): equal hashes mean "the same body" for the same-id rule.
@@ -150,6 +152,8 @@ package struct PreparedRequest: Sendable {
                         })
                 ))
         }
+        // The region changes the signature, not the URL; absent otherwise, so older hashes stay equal.
+        if let s3 { canon.append(("s3_region", .string(s3.region))) }
         return SHA256.hex(Array(JSON.object(canon).serialized(sortedKeys: true).utf8))
     }
 }

@@ -72,14 +72,17 @@ package enum RequestBuilder {
             return try Template.renderTree(t, context: ctx, field: "request.\(name)")
         }
 
-        let methodValue = try field("method") ?? .string("POST")
+        // An s3 request is a PUT of its file to the object's URL, signed when it is sent.
+        var s3: S3Rendered?
+        if let t = tree["s3"] { s3 = try renderS3(t, request: tree, ctx: ctx) }
+        let methodValue = s3 != nil ? JSON.string("PUT") : try field("method") ?? .string("POST")
         guard let methodText = methodValue.stringValue, Definition.methods.contains(methodText.uppercased()) else {
             throw .invalid(
                 "request.method must be one of \(Definition.methods.joined(separator: ", ")), not \(methodValue.serialized().prefix(40))")
         }
         let method = methodText.uppercased()
 
-        var url: String?
+        var url = s3?.target.objectURL
         if let u = try field("url", mode: .url) {
             guard let s = u.stringValue else { throw .invalid("request.url must be a string, not \(u.typeName)") }
             url = try URLCheck.validate(s, field: "request.url")
@@ -90,6 +93,7 @@ package enum RequestBuilder {
         if let h = tree["headers"] {
             headers = HeaderRules.merge(headers, try renderHeaders(h, ctx: ctx, field: "request.headers"))
         }
+        if let storageClass = s3?.target.storageClass { headers = HeaderRules.merge(headers, [("x-amz-storage-class", storageClass)]) }
 
         let present = Definition.bodyKinds.filter { tree[$0] != nil }
         if present.count > 1 {
@@ -138,11 +142,12 @@ package enum RequestBuilder {
             }
             contentType = "application/octet-stream"
         }
+        if let s3, let file = fileIdentity { (body, headers) = try s3Body(s3, file: file, ownership: ownership, headers: headers) }
         if tree["parts"] == nil && url == nil {
             throw .invalid("request needs a url")
         }
 
-        var explicitContentType: String?
+        var explicitContentType = s3?.contentType
         if let ct = try field("content_type") {
             guard let s = ct.stringValue else { throw .invalid("request.content_type must be a string") }
             if let problem = HeaderRules.valueProblem(s) { throw .invalid("request.content_type: \(problem)") }
@@ -218,6 +223,7 @@ package enum RequestBuilder {
             wifiOnly: wifiOnly, idempotencyKey: idempotencyKey)
         prepared.idempotencyKeyIsExplicit = idempotencyKey != nil && !minted
         prepared.redirectMethodChange = redirectMethodChange
+        prepared.s3 = s3?.target
         return prepared
     }
 

@@ -23,6 +23,8 @@ struct Flight {
     var sent: Int64 = 0
     /// Waiting on the curl thread for a slot (see `Scheduler`).
     var standby = false
+    /// A step of an s3 multipart upload (not a part).
+    var s3Step: S3Step?
 }
 
 /// A chunked entry while it runs: its parts and which are in flight.
@@ -35,6 +37,9 @@ struct PartJob {
     /// Set when the entry stopped (settled, parked, rescheduled): no part starts again, and
     /// the job is dropped once the parts in flight have returned.
     var failed = false
+    /// An s3 entry's multipart upload, once created; and its step in flight.
+    var s3UploadID: String?
+    var s3Step: S3Step?
 
     /// Bytes of the parts accepted so far.
     var acceptedBytes: Int64 { parts.reduce(Int64(0)) { $0 + ($1.accepted ? $1.range.count : 0) } }

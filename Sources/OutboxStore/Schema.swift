@@ -144,5 +144,18 @@ enum Schema {
             ) WITHOUT ROWID;
             """
         ),
+        // The multipart upload of an s3 entry, recorded before its first part is sent. Parts
+        // deleted (a cancel, a replaced body) forget it: a new body starts a new upload.
+        (
+            "006-s3-uploads",
+            """
+            CREATE TABLE s3_uploads (
+                entry_seq INTEGER PRIMARY KEY REFERENCES entries (seq) ON DELETE CASCADE,
+                upload_id TEXT NOT NULL
+            );
+            CREATE TRIGGER s3_uploads_parts_deleted AFTER DELETE ON parts WHEN old.idx = 0
+            BEGIN DELETE FROM s3_uploads WHERE entry_seq = old.entry_seq; END;
+            """
+        ),
     ]
 }

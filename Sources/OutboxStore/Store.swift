@@ -61,6 +61,11 @@ package protocol Store: AnyObject {
     /// and `stats`; the runner sets them as they change.
     func heldHosts() throws(OutboxError) -> [String]
     func setHeldHosts(_ hosts: [String]) throws(OutboxError)
+    /// The multipart upload an s3 entry started, if any.
+    func s3UploadID(entrySeq: Int64) throws(OutboxError) -> String?
+    /// Records (or with nil forgets) an s3 entry's multipart upload, committed at once: an
+    /// upload is recorded before any of its parts is sent.
+    func setS3UploadID(entrySeq: Int64, _ uploadID: String?) throws(OutboxError)
     /// Changes whenever another process commits; a runner polls it to notice new work.
     func dataVersion() throws(OutboxError) -> Int64
 

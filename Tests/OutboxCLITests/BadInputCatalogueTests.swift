@@ -6,7 +6,7 @@ import Testing
 /// Every row of docs/bad-input.md against the built binary: the exit status, the code, the
 /// culprit on the one error line, no crash, and a project and store exactly as they were.
 struct BadInputCatalogueTests {
-    static let areas: Set = ["yaml", "definition", "config", "vars", "template", "headers", "url", "file", "units", "cli", "store"]
+    static let areas: Set = ["yaml", "definition", "config", "vars", "template", "headers", "url", "file", "units", "cli", "store", "s3"]
 
     @Test func theCatalogueIsOneTableOfAtLeast80CasesOverEveryArea() throws {
         let cases = BadInputCatalogue.cases

@@ -114,7 +114,7 @@ struct CLIBasicsTests {
         #expect(r.out.isEmpty)
         #expect(
             r.err == """
-                \(a):4:3: error: unknown field "methd" in request (known fields: method, url, headers, data, text, form, file, parts, content_type, ownership, follow_redirects, redirect_method_change, wifi_only, idempotency_key)
+                \(a):4:3: error: unknown field "methd" in request (known fields: method, url, headers, data, text, form, file, parts, content_type, ownership, follow_redirects, redirect_method_change, wifi_only, idempotency_key, s3)
                   methd: PUT
                   ^
                 \(a):5:13: error: expires_in: bad duration "3 weeks" (use 500ms, 30s, 10m, 2h or 14d)

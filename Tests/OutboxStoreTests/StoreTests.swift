@@ -69,7 +69,10 @@ struct StoreOpeningTests {
         let f = try StoreFixture()
         let first = try f.sqlite("SELECT name || '|' || applied_at FROM migrations ORDER BY name;")
         let names = first.split(separator: "\n").map { String($0.split(separator: "|")[0]) }
-        #expect(names == ["001-entries", "002-queue-order", "003-queued-partial-index", "004-parts-without-cascade", "005-counters"])
+        #expect(
+            names == [
+                "001-entries", "002-queue-order", "003-queued-partial-index", "004-parts-without-cascade", "005-counters", "006-s3-uploads",
+            ])
         try f.enqueue("keep", "note", #"{"n": 1}"#)
         _ = try SQLiteStore(folder: f.storeFolder)
         _ = try SQLiteStore(folder: f.storeFolder)

@@ -36,6 +36,10 @@ CURLcode ccurl_setopt_str(CURL *easy, CURLoption option, const char *value);
 CURLcode ccurl_setopt_ptr(CURL *easy, CURLoption option, void *value);
 CURLcode ccurl_setopt_slist(CURL *easy, CURLoption option, struct curl_slist *list);
 CURLcode ccurl_setopt_mime(CURL *easy, curl_mime *mime); /* CURLOPT_MIMEPOST */
+/* AWS Signature V4: CURLOPT_AWS_SIGV4 ("aws:amz:REGION:SERVICE") with the key id and secret
+   as CURLOPT_USERNAME / CURLOPT_PASSWORD (USERPWD's "user:password" split at the first
+   colon, without building that string). */
+CURLcode ccurl_setopt_aws_sigv4(CURL *easy, const char *provider, const char *key_id, const char *secret);
 /* WRITEFUNCTION or HEADERFUNCTION (same signature). */
 CURLcode ccurl_setopt_write_function(CURL *easy, CURLoption option, curl_write_callback fn);
 CURLcode ccurl_setopt_read_function(CURL *easy, curl_read_callback fn);

@@ -37,6 +37,8 @@ package struct StoredRequest: Sendable {
     package var redirectMethodChange = false
     package var wifiOnly: Bool?
     package var cancelScopeOnError: Bool
+    /// The object of an `s3` request: signed with the runner's credentials at each attempt.
+    package var s3: S3Target?
 
     package var json: JSON {
         var members: [(String, JSON)] = [
@@ -73,6 +75,7 @@ package struct StoredRequest: Sendable {
             ("wifi_only", wifiOnly.map { .bool($0) } ?? .null), ("cancel_scope_on_error", .bool(cancelScopeOnError)),
         ]
         if redirectMethodChange { members.append(("redirect_method_change", .bool(true))) }
+        if let s3 { members.append(("s3", s3.json)) }
         return .object(members)
     }
 
@@ -127,6 +130,7 @@ package struct StoredRequest: Sendable {
         cancelScopeOnError = cancel
         // Added later: rows written before it have none, and meant false.
         redirectMethodChange = json["redirect_method_change"]?.boolValue ?? false
+        if let target = json["s3"] { s3 = try S3Target(json: target) }
     }
 
     package init(prepared p: PreparedRequest, form: [StoredFormField]) {
@@ -150,6 +154,7 @@ package struct StoredRequest: Sendable {
         redirectMethodChange = p.redirectMethodChange
         wifiOnly = p.wifiOnly
         cancelScopeOnError = p.cancelScopeOnError
+        s3 = p.s3
     }
 }
 

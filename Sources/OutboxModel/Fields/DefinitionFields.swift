@@ -86,6 +86,38 @@ package enum DefinitionFields {
             Field(
                 "idempotency_key", .anyOf([.bool, template]), .described("`true`, except for GET"), example: false,
                 "mint an `Idempotency-Key` at enqueue, sent with every attempt"),
+            Field(
+                "s3", .mapping(s3), .none,
+                example: ["bucket": "{{ env.S3_BUCKET }}", "key": "captures/{{ vars.relative_path | path }}", "region": "eu-west-3"],
+                "a PUT of `file` to an S3 object, signed (SigV4) when sent; no `method`, `url`, `parts` or other body"),
+        ])
+
+    static let s3 = FieldMapping(
+        "request.s3", "An S3 object; every string is a template. Credentials are read by the runner at each attempt, never stored.",
+        [
+            Field("bucket", .template("a bucket name"), .required, example: "my-archive", "the bucket"),
+            Field(
+                "key", .template("an object key"), .required, example: "captures/{{ vars.relative_path | path }}",
+                "the object key, taken as rendered (not percent-encoded); no `.` or `..` segments"),
+            Field("region", .template("a region name"), .required, example: "eu-west-3", "the region the request is signed for"),
+            Field(
+                "endpoint", .template("scheme://host[:port]"), .described("`https://s3.REGION.amazonaws.com`"),
+                example: "{{ env.AWS_ENDPOINT_URL | default(\"\") }}", "an S3-compatible server; an empty value means the default"),
+            Field(
+                "path_style", .anyOf([.bool, template]), .described("`false`, `true` when the endpoint is an IP address or localhost"),
+                example: true, "`ENDPOINT/BUCKET/KEY` instead of `BUCKET.HOST/KEY`"),
+            Field(
+                "storage_class", .template("a storage class"), .none, example: "STANDARD_IA",
+                "sent as `x-amz-storage-class`"),
+            Field(
+                "content_type", .template("a media type"), .value("application/octet-stream"), example: "video/mp4",
+                "the object's `Content-Type`"),
+            Field(
+                "multipart_threshold", .anyOf([.size, template]), .value("64MiB"), example: "100MiB",
+                "a bigger file is a multipart upload (5MiB to 5GiB)"),
+            Field(
+                "part_size", .anyOf([.size, template]), .value("16MiB"), example: "64MiB",
+                "the size of a multipart upload's parts but the last (5MiB to 5GiB; grown to fit 10,000 parts)"),
         ])
 
     static let response = FieldMapping(

@@ -152,7 +152,9 @@ extension Runner {
             flights.running[entry.id] = entry
             emitState(entry, state: .running, reason: nil)
             if entry.isChunked {
-                flights.partJobs[entry.id] = PartJob(parts: try store.parts(entrySeq: entry.seq), entry: entry)
+                var job = PartJob(parts: try store.parts(entrySeq: entry.seq), entry: entry)
+                if entry.request.s3 != nil { job.s3UploadID = try store.s3UploadID(entrySeq: entry.seq) }
+                flights.partJobs[entry.id] = job
             } else {
                 startTransfer(entry, part: nil, host: host, standby: isStandby)
             }

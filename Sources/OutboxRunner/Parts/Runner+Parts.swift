@@ -17,10 +17,13 @@ extension Runner {
                 }
                 continue
             }
+            if s3StepBeforeParts(entry, job: job) { continue }
             let decision = scheduler.nextParts(
                 of: entry, parts: job.parts, inFlight: job.inFlight, hostLoad: flights.slots.hostLoad,
                 now: now, stop: partStop(entry, now: now), heldHosts: hostHealth.held, payloadProblem: { payloadProblem(entry) })
             switch decision {
+            case .complete where entry.request.s3 != nil:
+                startS3Step(.complete, entry: entry, target: entry.request.s3!)
             case .complete:
                 flights.partJobs[id] = nil
                 settleParts(entry, job: job)
@@ -131,12 +134,14 @@ extension Runner {
         }
     }
 
-    func settleParts(_ claimed: Entry, job: PartJob) {
+    func settleParts(_ claimed: Entry, job: PartJob, result: HTTPResult? = nil) {
         var entry = flights.running[claimed.id] ?? claimed
         entry.bytesSent = entry.totalBytes
         changes.append(.progress(entryID: entry.id, bytesSent: entry.totalBytes))
         flights.running[entry.id] = nil
-        settleSuccess(entry, result: nil, parts: OutcomePayloads.parts(job.parts), requestID: entry.lastRequestID ?? "")
+        settleSuccess(
+            entry, result: result, parts: OutcomePayloads.parts(job.parts), requestID: entry.lastRequestID ?? "",
+            s3Parts: entry.request.s3 != nil ? job.parts : nil)
     }
 
     /// Marks a part accepted in memory and queues the durable change.

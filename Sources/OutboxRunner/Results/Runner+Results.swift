@@ -45,6 +45,10 @@ extension Runner {
     func finished(_ flight: Flight, result: HTTPResult) throws(OutboxError) {
         // (A withdrawn entry's request may have started just before the abort reached the
         // curl thread; then it settles as usual, and the settle finds no row to change.)
+        if let step = flight.s3Step {
+            try s3StepFinished(flight, step: step, result: result)
+            return
+        }
         let withdrawal = flight.partIndex == nil ? flights.withdrawn.removeValue(forKey: flight.entryID) : nil
         guard var entry = flights.running[flight.entryID] else {
             // A part still in flight when its entry settled: keep an acceptance, nothing more.

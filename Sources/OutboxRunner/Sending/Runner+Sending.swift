@@ -36,6 +36,11 @@ extension Runner {
         var url = entry.request.url ?? ""
         if let part {
             url = part.url
+            if entry.request.s3 != nil, let uploadID = flights.partJobs[entry.id]?.s3UploadID {
+                // The upload id is known only once the upload started; parts carry no storage class.
+                url += "&uploadId=\(URLCheck.encodeComponent(uploadID))"
+                headers.removeAll { $0.name.lowercased() == "x-amz-storage-class" }
+            }
             for (name, value) in part.headers {
                 headers.removeAll { $0.name.lowercased() == name.lowercased() }
                 headers.append((name: name, value: value))
@@ -52,6 +57,7 @@ extension Runner {
         // A referenced file is checked again when the curl thread opens it: a standby request
         // may start well after its claim checked the file.
         if part == nil { request.expectedFile = Self.expectedFile(entry) }
+        if let target = entry.request.s3 { signS3(&request, target: target) }
         let token = flights.nextToken
         flights.nextToken += 1
         let attempt = (flights.running[entry.id]?.attempts ?? entry.attempts) + 1

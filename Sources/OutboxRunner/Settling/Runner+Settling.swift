@@ -18,11 +18,12 @@ extension Runner {
     /// The number of attempts the outcome reports: the runner's count when it holds the entry.
     func attempts(of entry: Entry) -> Int64 { flights.running[entry.id]?.attempts ?? entry.attempts }
 
-    func settleSuccess(_ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String) {
-        let built = OutcomePayloads.success(
+    func settleSuccess(_ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String, s3Parts: [StoredPart]? = nil) {
+        var built = OutcomePayloads.success(
             entry, result: result, parts: parts, attempts: attempts(of: entry), requestID: requestID, at: Identifiers.nowMs(),
             maxResponseBytes: config.maxResponseBytes,
             parse: { Runner.parse($0, mode: $1, vars: $2, config: config, environment: environment) })
+        if entry.request.s3 != nil { built.payload.set("s3", Self.s3Outcome(entry, result: result, parts: s3Parts)) }
         settle(entry, payload: built.payload, outcome: built.outcome, state: .completed, reason: built.reason)
     }
 
@@ -75,6 +76,7 @@ extension Runner {
 
     func settle(_ entry: Entry, payload: JSON, outcome: Outcome, state: EntryState, reason: String?) {
         flights.running[entry.id] = nil
+        if outcome == .error { abortS3Upload(entry) }
         let definition = definitions.definitions[entry.key]
         let hook = outcome == .completed ? definition?.onSuccess : definition?.onError
         // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.

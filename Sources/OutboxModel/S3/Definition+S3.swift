@@ -1,0 +1,34 @@
+import YAML
+
+extension Definition {
+    /// Checks what can be seen of `request.s3` before rendering: its fields, the ones it
+    /// needs, and the request fields it cannot be given with.
+    static func checkS3(_ node: YAMLNode, request f: [String: YAMLNode], reader: inout YAMLReader) {
+        guard let s = reader.fields(node, DefinitionFields.s3, context: "request.s3") else { return }
+        for field in DefinitionFields.s3.fields where field.isRequired && s[field.name] == nil {
+            reader.error(node.mark, "request.s3 needs \(field.name)")
+        }
+        for name in RequestBuilder.s3Excludes {
+            guard let other = f[name] else { continue }
+            reader.error(
+                other.mark, "request.\(name) cannot be given with request.s3: an s3 request is a PUT of its file to the object's URL")
+        }
+        if f["file"] == nil { reader.error(node.mark, "request.s3 needs request.file (the object's bytes)") }
+        if let c = s["content_type"], f["content_type"] != nil {
+            reader.error(c.mark, "give the content type once: request.content_type or request.s3.content_type")
+        }
+        if let p = s["path_style"], case .string(let text)? = p.scalar, !text.contains("{{") {
+            _ = reader.bool(p, "request.s3.path_style")
+        }
+        for name in ["bucket", "region", "storage_class"] {
+            guard let n = s[name], case .string(let text)? = n.scalar, !text.contains("{{") else { continue }
+            let problem =
+                switch name {
+                case "bucket": S3Rules.bucketProblem(text)
+                case "region": S3Rules.regionProblem(text)
+                default: S3Rules.storageClassProblem(text)
+                }
+            if let problem { reader.error(n.mark, problem) }
+        }
+    }
+}

@@ -1,0 +1,25 @@
+import OutboxHTTP
+import OutboxModel
+
+/// Signing an `s3` request at the moment it is sent, with the runner's credentials.
+extension Runner {
+    /// libcurl 7.88 takes the payload hash from this header and computes none for a body it
+    /// streams; S3 accepts UNSIGNED-PAYLOAD, so no pass over the file precedes the send.
+    static let s3PayloadHash = "UNSIGNED-PAYLOAD"
+
+    /// Adds the signature options and S3's headers, or a refusal when no credentials are found.
+    func signS3(_ request: inout HTTPRequest, target: S3Target) {
+        switch S3Credentials.resolve(environment: environment) {
+        case let .success(credentials):
+            request.headers.append((name: "x-amz-content-sha256", value: Self.s3PayloadHash))
+            if let token = credentials.sessionToken { request.headers.append((name: "x-amz-security-token", value: token)) }
+            request.awsSigV4 = AWSSigV4(
+                provider: target.signingProvider, accessKeyID: credentials.accessKeyID,
+                secretAccessKey: credentials.secretAccessKey)
+            // A signed request never follows a redirect to another host with its token.
+            request.credentialHeaders.insert("x-amz-security-token")
+        case let .failure(missing):
+            request.refusal = TransportFailure(.credentials, missing.message)
+        }
+    }
+}

@@ -1,0 +1,222 @@
+import Digest
+import Foundation
+import Testing
+import TestSupport
+
+// s3 multipart uploads run by outbox itself: against moto for the bytes, and against the
+// in-repo test server (standing in for S3, with answers held on demand) for what was sent
+// around a SIGKILL, a Complete that a crash interrupted, and the abort of a failed entry.
+
+@Suite struct S3MultipartTests {
+    static func definition(
+        endpoint: String, bucket: String, key: String = "{{ vars.relative_path | path }}", extra: String = ""
+    ) -> String {
+        """
+        key: s3.put
+        request:
+          s3:
+            bucket: \(bucket)
+            key: "\(key)"
+            region: us-east-1
+            endpoint: "\(endpoint)"
+            storage_class: STANDARD_IA
+            multipart_threshold: 5MiB
+            part_size: 5MiB
+          file: "{{ vars.path }}"
+        retry:
+          backoff: { base: 100ms, max: 1s, jitter: 0 }
+        \(extra)
+        """
+    }
+
+    static let testingCredentials = ["AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"]
+
+    @Test func bigFilesAreMultipartUploadsByteForByte() async throws {
+        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
+            Issue.record("moto's S3 server is needed: \(reason)")
+            return
+        }
+        let moto = try await MotoServer()
+        #expect(try await s3CheckTool(["mb", moto.endpoint, "multi"]).exitCode == 0)
+        let sandbox = try OutboxSandbox()
+        // The hook keeps each outcome: it carries the object's ETag and checksum.
+        try sandbox.define(
+            "s3-put", Self.definition(endpoint: moto.endpoint, bucket: "multi", extra: #"on_success: "cat > outcome-$OUTBOX_ID.json""#))
+        // 12 MiB: parts of 5 and 7 MiB (a last piece under 5 MiB joins the part before it); 130 MiB: 26 parts.
+        let files: [(relative: String, size: Int, parts: Int)] = [
+            ("m12.bin", 12 << 20, 2), ("d/m130.bin", 130 << 20, 26), ("s.bin", 4 << 20, 0),
+        ]
+        for (n, file) in files.enumerated() {
+            let path = sandbox.path("data/" + file.relative)
+            try await offload { try PartFiles.make(path, size: file.size, seed: UInt64(n + 21)) }
+        }
+        #expect(try await sandbox.outbox(["enqueue", "s3.put", "--from-dir", "data", "--id-template", "{{ vars.name }}"]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(try await sandbox.list().isEmpty)
+        for file in files {
+            let path = sandbox.path("data/" + file.relative)
+            let local = try await offload { try PartFiles.sha(path, 0, Int64(file.size)) }
+            let remote = try await s3CheckTool(["get", moto.endpoint, "multi", file.relative])
+            #expect(
+                remote.stdoutText.hasPrefix("\(local) \(file.size) application/octet-stream STANDARD_IA "),
+                "\(file.relative): \(remote.stdoutText)\(remote.stderr)")
+            let etag = remote.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines).split(separator: " ").last ?? ""
+            if file.parts > 0 {
+                #expect(etag.hasSuffix("-\(file.parts)\""), "\(file.relative): a multipart ETag, \(etag)")
+            } else {
+                #expect(!etag.contains("-"), "\(file.relative): one PutObject, \(etag)")
+            }
+            // The outcome: S3's ETag, and the SHA-256 checksum (for parts, of their checksums).
+            let name = (file.relative as NSString).lastPathComponent
+            let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome-\(name).json"))?["s3"] as? [String: Any], "\(name)")
+            #expect(outcome["etag"] as? String == String(etag), "\(name)")
+            let plan =
+                file.parts == 0
+                ? [Int64(file.size)]
+                : Array(repeating: Int64(5 << 20), count: file.parts - 1) + [Int64(file.size) - Int64(file.parts - 1) * (5 << 20)]
+            var start: Int64 = 0
+            var digests: [UInt8] = []
+            for size in plan {
+                digests += Array(Data(base64Encoded: base64OfHex(try PartFiles.sha(path, start, start + size)))!)
+                start += size
+            }
+            let expected = file.parts == 0 ? base64OfHex(local) : base64OfHex(SHA256.hex(digests)) + "-\(file.parts)"
+            #expect(outcome["checksum_sha256"] as? String == expected, "\(name)")
+            if file.parts > 0 {
+                // moto keeps the checksum of checksums of a multipart object (it checks none on the way in).
+                let head = try await s3CheckTool(["head", moto.endpoint, "multi", file.relative])
+                #expect(head.stdoutText.hasPrefix(String(expected.prefix { $0 != "-" }) + " "), "\(name): \(head.stdoutText)\(head.stderr)")
+            }
+        }
+    }
+
+    /// A sandbox whose definition puts `big.bin` (28 MiB: parts of 5, 5, 5, 5 and 8 MiB) into
+    /// the test server, one part at a time, which answers as S3 would.
+    static func stage() async throws -> OutboxSandbox {
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        try sandbox.define("s3-put", Self.definition(endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin"))
+        try PartFiles.make(sandbox.path("data/big.bin"), size: 28 << 20, seed: 9)
+        let server = sandbox.server
+        server.script(
+            "/crash/big.bin?uploads=",
+            [.status(200, body: "<InitiateMultipartUploadResult><UploadId>up/1+x</UploadId></InitiateMultipartUploadResult>")])
+        server.script(
+            "/crash/big.bin?uploadId=",
+            [.status(200, body: "<CompleteMultipartUploadResult><ETag>\"whole-5\"</ETag></CompleteMultipartUploadResult>")])
+        #expect(
+            try await sandbox.outbox([
+                "enqueue", "s3.put", "--id", "big", "--vars", #"{"path": "data/big.bin", "relative_path": "big.bin"}"#,
+            ]).status == 0)
+        return sandbox
+    }
+
+    static func partNumbers(_ server: TestHTTPServer) -> [Int] {
+        server.requests.filter { $0.method == "PUT" }.compactMap { request in
+            request.path.split(separator: "?").last?.split(separator: "&").first { $0.hasPrefix("partNumber=") }
+                .flatMap { Int($0.dropFirst("partNumber=".count)) }
+        }
+    }
+
+    @Test func aKilledRunnerResumesWithoutSendingAcceptedPartsAgain() async throws {
+        let sandbox = try await Self.stage()
+        let server = sandbox.server
+        server.script("/crash/big.bin?partNumber=3&", [TestResponse.status(200, headers: [("ETag", "\"p3\"")]).held("p3")])
+        let runner = try sandbox.start(["run"], environment: Self.testingCredentials)
+        try await eventually("part 3 is held with parts 1 and 2 accepted") {
+            server.heldCount("p3") == 1 && (try? sandbox.sqlite("SELECT count(*) FROM parts WHERE accepted = 1"))?.hasPrefix("2") == true
+        }
+        #expect(try sandbox.sqlite("SELECT upload_id FROM s3_uploads") == "up/1+x\n", "the upload id is recorded before the parts")
+        runner.signal(SIGKILL)
+        _ = await runner.wait()
+        server.script("/crash/big.bin?partNumber=3&", [])
+        _ = server.release("p3")
+
+        let second = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(try await sandbox.list().isEmpty)
+        #expect(server.requests.filter { $0.path.hasSuffix("?uploads=") }.count == 1, "one upload, resumed")
+        // Parts 1 and 2 were accepted before the kill: never sent again. Part 3 was in flight.
+        #expect(Self.partNumbers(server).sorted() == [1, 2, 3, 3, 4, 5])
+        for request in server.requests where request.method == "PUT" {
+            #expect(request.path.contains("&uploadId=up%2F1%2Bx"), "\(request.path)")
+            #expect(request.header("x-amz-checksum-sha256") == base64OfHex(request.bodySHA256), "\(request.path): the part's checksum")
+            #expect(request.header("x-amz-storage-class") == nil)
+        }
+        let sizes: [Int64] = [5, 5, 5, 5, 8].map { $0 << 20 }
+        var start: Int64 = 0
+        for (n, size) in sizes.enumerated() {
+            let last = server.requests.last { $0.path.contains("?partNumber=\(n + 1)&") }
+            #expect(last?.bodySHA256 == (try PartFiles.sha(sandbox.path("data/big.bin"), start, start + size)), "part \(n + 1)")
+            start += size
+        }
+        let complete = try #require(server.requests.first { $0.method == "POST" && $0.path.contains("?uploadId=") })
+        #expect(complete.path == "/crash/big.bin?uploadId=up%2F1%2Bx")
+        let xml = complete.bodyText ?? ""
+        #expect(xml.hasPrefix("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>"))
+        let numbers = xml.components(separatedBy: "<PartNumber>").dropFirst().map { $0.prefix { $0 != "<" } }
+        #expect(numbers == ["1", "2", "3", "4", "5"], "\(xml)")
+        #expect(!xml.contains("<ETag></ETag>"), "every part's ETag: \(xml)")
+        #expect(xml.components(separatedBy: "<ChecksumSHA256>").count == 6, "every part's checksum: \(xml)")
+        #expect(!server.requests.contains { $0.method == "DELETE" })
+
+        // The create, a part and the complete, with their queries, are signed as botocore signs them.
+        let create = try #require(server.requests.first { $0.path.hasSuffix("?uploads=") })
+        #expect(create.header("x-amz-checksum-algorithm") == "SHA256")
+        #expect(create.header("x-amz-storage-class") == "STANDARD_IA")
+        let part = try #require(server.requests.first { $0.path.contains("?partNumber=4&") })
+        for request in [create, part, complete] {
+            let record: [String: Any] = [
+                "method": request.method, "target": request.path, "headers": request.headers.map { [$0.0, $0.1] },
+                "access_key": "testing", "secret_key": "testing", "region": "us-east-1",
+            ]
+            let verified = try await s3CheckTool(["verify"], stdin: try S3RequestKindTests.json(record))
+            #expect(
+                verified.exitCode == 0 && verified.stdoutText.hasPrefix("match: "),
+                "\(request.path): \(verified.stdoutText)\(verified.stderr)")
+        }
+    }
+
+    @Test func aCompleteInterruptedByACrashIsRecognisedByTheObject() async throws {
+        let sandbox = try await Self.stage()
+        let server = sandbox.server
+        server.script(
+            "/crash/big.bin?uploadId=",
+            [
+                TestResponse.status(200, body: "<CompleteMultipartUploadResult><ETag>\"whole-5\"</ETag></CompleteMultipartUploadResult>")
+                    .held("complete")
+            ])
+        let runner = try sandbox.start(["run"], environment: Self.testingCredentials)
+        try await eventually("the Complete is held") { server.heldCount("complete") == 1 }
+        runner.signal(SIGKILL)
+        _ = await runner.wait()
+        _ = server.release("complete")
+        // S3 completed it: the upload is gone, and the object is its result.
+        server.script(
+            "/crash/big.bin?uploadId=",
+            [.status(404, body: "<Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>")])
+        server.script("/crash/big.bin", [.status(200, headers: [("ETag", "\"whole-5\""), ("Content-Length", String(28 << 20))])])
+
+        let second = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(second.status == 0, "\(second.stderr)")
+        #expect(try await sandbox.list().isEmpty)
+        #expect(Self.partNumbers(server).sorted() == [1, 2, 3, 4, 5], "no part sent twice")
+        #expect(server.requests.filter { $0.method == "HEAD" }.count == 1)
+        #expect(!server.requests.contains { $0.method == "DELETE" })
+    }
+
+    @Test func anEntryThatSettlesErrorAbortsItsUpload() async throws {
+        let sandbox = try await Self.stage()
+        let server = sandbox.server
+        server.script("/crash/big.bin?partNumber=2&", [.status(400, body: "<Error><Code>InvalidPart</Code></Error>")])
+        server.script("/crash/big.bin?uploadId=", [.status(204)])
+        let run = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(run.status == 1, "an entry settled error: \(run.stderr)")
+        let shown = try #require(try await sandbox.show("big"))
+        #expect(shown["state"] as? String == "error")
+        #expect(await eventually("the upload is aborted") { server.requests.contains { $0.method == "DELETE" } })
+        let abort = try #require(server.requests.first { $0.method == "DELETE" })
+        #expect(abort.path == "/crash/big.bin?uploadId=up%2F1%2Bx")
+        #expect(abort.header("authorization")?.hasPrefix("AWS4-HMAC-SHA256 Credential=testing/") == true)
+    }
+}
