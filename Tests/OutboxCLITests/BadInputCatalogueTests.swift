@@ -5,7 +5,9 @@ import Testing
 
 /// Every row of docs/bad-input.md against the built binary: the exit status, the code, the
 /// culprit on the one error line, no crash, and a project and store exactly as they were.
-struct BadInputCatalogueTests {
+/// One case at a time: hundreds at once, each starting several processes, would starve the
+/// other suites' tests of the machine (and of their deadlines).
+@Suite(.serialized) struct BadInputCatalogueTests {
     static let areas: Set = ["yaml", "definition", "config", "vars", "template", "headers", "url", "file", "units", "cli", "store", "s3"]
 
     @Test func theCatalogueIsOneTableOfAtLeast80CasesOverEveryArea() throws {

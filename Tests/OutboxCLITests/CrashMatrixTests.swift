@@ -80,8 +80,9 @@ struct CrashRow: Sendable, CustomTestStringConvertible {
 /// A process SIGKILLed at each named fault point, then run again to the end, loses
 /// nothing: every entry ends as it should, every outcome reaches its hook and is
 /// acknowledged once, every user file is at its source path or arrived whole, nothing the
-/// store had settled reaches the server again, and `audit` passes.
-struct CrashMatrixTests {
+/// store had settled reaches the server again, and `audit` passes. One row at a time, as
+/// for the bad-input catalogue: each starts and kills several processes.
+@Suite(.serialized) struct CrashMatrixTests {
     @Test(arguments: CrashRow.all)
     func aKillAtAFaultPointLosesNothing(_ row: CrashRow) async throws {
         let world = try await CrashWorld.make()
