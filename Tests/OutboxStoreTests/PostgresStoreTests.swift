@@ -97,7 +97,8 @@ struct PostgresStoreTests {
     // A data body (and any bytes) round-trips through bytea unchanged.
     @Test func bytesRoundTrip() throws {
         let cluster = try PostgresCluster.shared()
-        let store = try PostgresStore(url: try PostgresURL(cluster.url(schema: PostgresCluster.uniqueSchema("bytes"))), folder: Self.folder())
+        let store = try PostgresStore(
+            url: try PostgresURL(cluster.url(schema: PostgresCluster.uniqueSchema("bytes"))), folder: Self.folder())
         let bytes = (0..<1024).map { UInt8($0 % 256) }
         let back = try store.db.queryOne("SELECT ?::bytea", [.blob(bytes)]) { $0.blob(0) }
         #expect(back == bytes)

@@ -10,7 +10,8 @@ package enum ConfigFields {
                 "the project root, relative to the config file's folder; hooks and plugins run in it"),
             Field(
                 "store", path, .value(".outbox"), example: "/var/lib/outbox",
-                "the store folder (`outbox.db` and staged bodies), created 0700"),
+                "the store folder (`outbox.db` and staged bodies), created 0700; or a PostgreSQL schema, "
+                    + "`postgres://user:password@host:port/db?schema=NAME` (file bodies are then staged in `.outbox`)"),
             Field("definitions", path, .value("definitions"), example: "requests", "the folder of definition files"),
             Field("lifetime", .duration, .value("14d"), example: "30d", "the `expires_in` of definitions that give none"),
             Field(

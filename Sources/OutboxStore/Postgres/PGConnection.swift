@@ -4,25 +4,26 @@ import OutboxModel
 
 /// A row of a PostgreSQL result, read by column index; results come in text format.
 struct PGRow {
+    fileprivate let pq: LibPQ
     fileprivate let result: OpaquePointer
     fileprivate let row: Int32
 
-    func isNull(_ i: Int32) -> Bool { PQgetisnull(result, row, i) != 0 }
+    func isNull(_ i: Int32) -> Bool { pq.getisnull(result, row, i) != 0 }
     func int(_ i: Int32) -> Int64 {
-        guard let p = PQgetvalue(result, row, i) else { return 0 }
+        guard let p = pq.getvalue(result, row, i) else { return 0 }
         return strtoll(p, nil, 10)
     }
     func optionalInt(_ i: Int32) -> Int64? { isNull(i) ? nil : int(i) }
     func text(_ i: Int32) -> String {
-        guard let p = PQgetvalue(result, row, i) else { return "" }
+        guard let p = pq.getvalue(result, row, i) else { return "" }
         return String(cString: p)
     }
     func optionalText(_ i: Int32) -> String? { isNull(i) ? nil : text(i) }
     /// The column's UTF-8 bytes, valid only inside `body` (no String is made).
     func withText<T>(_ i: Int32, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
-        guard let p = PQgetvalue(result, row, i) else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
-        return p.withMemoryRebound(to: UInt8.self, capacity: Int(PQgetlength(result, row, i))) {
-            body(UnsafeBufferPointer(start: $0, count: Int(PQgetlength(result, row, i))))
+        guard let p = pq.getvalue(result, row, i) else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
+        return p.withMemoryRebound(to: UInt8.self, capacity: Int(pq.getlength(result, row, i))) {
+            body(UnsafeBufferPointer(start: $0, count: Int(pq.getlength(result, row, i))))
         }
     }
     /// A bytea column: text results spell it `\x` and two hex digits a byte.
@@ -54,6 +55,7 @@ struct PGRow {
 /// One libpq connection, confined to the thread that uses it; statements prepared once per
 /// SQL text. SQL is written with `?` placeholders, numbered for PostgreSQL here.
 final class PGConnection: @unchecked Sendable {
+    private let pq: LibPQ
     private let conn: OpaquePointer
     private var statements: [String: String] = [:]
     private var transactionDepth = 0
@@ -64,16 +66,18 @@ final class PGConnection: @unchecked Sendable {
     /// fails (the password never appears in it).
     init(uri: String, name: String) throws(OutboxError) {
         self.name = name
-        guard let c = PQconnectdb(uri) else { throw .storage("cannot connect to the PostgreSQL store \(name): out of memory") }
-        guard PQstatus(c) == CONNECTION_OK else {
-            let message = Self.trimmed(PQerrorMessage(c))
-            PQfinish(c)
+        let pq = try LibPQ.get()
+        self.pq = pq
+        guard let c = pq.connectdb(uri) else { throw .storage("cannot connect to the PostgreSQL store \(name): out of memory") }
+        guard pq.status(c) == CONNECTION_OK else {
+            let message = Self.trimmed(pq.errorMessage(c))
+            pq.finish(c)
             throw .storage("cannot connect to the PostgreSQL store \(name): \(message)")
         }
         conn = c
     }
 
-    deinit { PQfinish(conn) }
+    deinit { pq.finish(conn) }
 
     private static func trimmed(_ p: UnsafePointer<CChar>?) -> String {
         guard let p else { return "unknown error" }
@@ -84,16 +88,16 @@ final class PGConnection: @unchecked Sendable {
     }
 
     private func failure(_ result: OpaquePointer?, _ context: String) -> OutboxError {
-        let message = result.flatMap { PQresultErrorMessage($0) }.map { Self.trimmed($0) } ?? Self.trimmed(PQerrorMessage(conn))
-        let text = message.isEmpty ? Self.trimmed(PQerrorMessage(conn)) : message
+        let message = result.flatMap { pq.resultErrorMessage($0) }.map { Self.trimmed($0) } ?? Self.trimmed(pq.errorMessage(conn))
+        let text = message.isEmpty ? Self.trimmed(pq.errorMessage(conn)) : message
         return .storage("\(context): \(text) (\(name))")
     }
 
     /// Runs SQL without parameters (several statements allowed): migrations, BEGIN, LISTEN.
     func execute(_ sql: String) throws(OutboxError) {
-        let result = PQexec(conn, sql)
-        defer { PQclear(result) }
-        let status = result.map { PQresultStatus($0) } ?? PGRES_FATAL_ERROR
+        let result = pq.exec(conn, sql)
+        defer { pq.clear(result) }
+        let status = result.map { pq.resultStatus($0) } ?? PGRES_FATAL_ERROR
         guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY else {
             throw failure(result, "the store refused a statement")
         }
@@ -124,9 +128,9 @@ final class PGConnection: @unchecked Sendable {
     private func prepared(_ sql: String, count: Int) throws(OutboxError) -> String {
         if let name = statements[sql] { return name }
         let name = "s\(statements.count)"
-        let result = PQprepare(conn, name, Self.numbered(sql), 0, nil)
-        defer { PQclear(result) }
-        guard let result, PQresultStatus(result) == PGRES_COMMAND_OK else { throw failure(result, "cannot prepare a statement") }
+        let result = pq.prepare(conn, name, Self.numbered(sql), 0, nil)
+        defer { pq.clear(result) }
+        guard let result, pq.resultStatus(result) == PGRES_COMMAND_OK else { throw failure(result, "cannot prepare a statement") }
         statements[sql] = name
         return name
     }
@@ -151,12 +155,12 @@ final class PGConnection: @unchecked Sendable {
             }
         }
         let result = withPointers(buffers) { pointers in
-            PQexecPrepared(conn, statement, Int32(values.count), pointers, lengths, formats, 0)
+            pq.execPrepared(conn, statement, Int32(values.count), pointers, lengths, formats, 0)
         }
-        let status = result.map { PQresultStatus($0) } ?? PGRES_FATAL_ERROR
+        let status = result.map { pq.resultStatus($0) } ?? PGRES_FATAL_ERROR
         guard let result, status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK else {
             let error = failure(result, "the store refused a statement")
-            PQclear(result)
+            pq.clear(result)
             throw error
         }
         return result
@@ -180,17 +184,17 @@ final class PGConnection: @unchecked Sendable {
     @discardableResult
     func run(_ sql: String, _ values: [SQLValue] = []) throws(OutboxError) -> Int {
         let result = try exec(sql, values)
-        defer { PQclear(result) }
-        return Int(String(cString: PQcmdTuples(result))) ?? 0
+        defer { pq.clear(result) }
+        return pq.cmdTuples(result).flatMap { Int(String(cString: $0)) } ?? 0
     }
 
     func query<T>(_ sql: String, _ values: [SQLValue] = [], _ map: (PGRow) throws(OutboxError) -> T) throws(OutboxError) -> [T] {
         let result = try exec(sql, values)
-        defer { PQclear(result) }
+        defer { pq.clear(result) }
         var rows: [T] = []
-        let n = PQntuples(result)
+        let n = pq.ntuples(result)
         rows.reserveCapacity(Int(n))
-        for i in 0..<n { rows.append(try map(PGRow(result: result, row: i))) }
+        for i in 0..<n { rows.append(try map(PGRow(pq: pq, result: result, row: i))) }
         return rows
     }
 
