@@ -104,3 +104,49 @@ struct PostgresStoreTests {
         #expect(back == bytes)
     }
 }
+
+/// File bodies stay on the host that staged them: runners elsewhere do not see them as due
+/// nor claim them, unless the staging folder is shared by every host.
+struct PostgresHostTests {
+    static let t0: Int64 = 1_800_000_000_000
+
+    /// A project folder with a `copy` definition (a staged file) and a `note` (a data body).
+    static func entries(root: String) throws -> [NewEntry] {
+        try FileManager.default.createDirectory(atPath: root + "/definitions", withIntermediateDirectories: true)
+        try "key: copy\nrequest:\n  method: PUT\n  url: https://x.example/f\n  file: \"{{ vars.path }}\"\n"
+            .write(toFile: root + "/definitions/copy.yaml", atomically: false, encoding: .utf8)
+        try "key: note\nrequest:\n  url: https://x.example/n\n  data:\n    n: 1\n"
+            .write(toFile: root + "/definitions/note.yaml", atomically: false, encoding: .utf8)
+        try "a file".write(toFile: root + "/doc.txt", atomically: false, encoding: .utf8)
+        let definitions = DefinitionSet.load(folder: root + "/definitions")
+        let config = Config(root: root)
+        return try [("file", "copy", #"{"path": "doc.txt"}"#), ("data", "note", "{}")].map { id, key, vars in
+            let definition = try #require(definitions.definitions[key])
+            let inputs = RenderInputs(id: id, vars: try JSON.parse(vars), environment: [:], cwd: root)
+            let prepared = try RequestBuilder.prepare(
+                request: try #require(definition.request), definition: definition, config: config, inputs: inputs)
+            return NewEntry(id: id, key: key, vars: try JSON.parse(vars), prepared: prepared)
+        }
+    }
+
+    @Test func aFileBodyIsClaimedOnlyOnItsHost() throws {
+        let cluster = try PostgresCluster.shared()
+        let url = try PostgresURL(cluster.url(schema: PostgresCluster.uniqueSchema("hosts")))
+        let base = PostgresStoreTests.folder()
+        let here = try PostgresStore(url: url, folder: base + "/a", host: "host-a")
+        let there = try PostgresStore(url: url, folder: base + "/b", host: "host-b")
+        let shared = try PostgresStore(url: url, folder: base + "/a", host: "host-c", sharedStaging: true)
+        _ = try here.enqueue(try Self.entries(root: base + "/project"), now: Self.t0)
+        #expect(try here.dueEntries(now: Self.t0, limit: 10, excluding: []).map(\.id) == ["file", "data"])
+        #expect(try there.dueEntries(now: Self.t0, limit: 10, excluding: []).map(\.id) == ["data"])
+        #expect(try shared.dueEntries(now: Self.t0, limit: 10, excluding: []).map(\.id) == ["file", "data"])
+        // A claim from the other host takes the data entry only.
+        let seqs = try here.list(ListFilter()).map(\.seq)
+        try there.apply([.markRunning(entrySeqs: seqs, lease: Lease(owner: "b", durationMs: 60_000))], now: Self.t0)
+        #expect(try here.entry(id: "file")?.state == .queued)
+        #expect(try here.entry(id: "data")?.state == .running)
+        // Both hosts audit the shared schema clean.
+        #expect(try there.audit() == [])
+        #expect(try here.audit() == [])
+    }
+}
