@@ -48,7 +48,7 @@ final class Project {
 
     static func openStore(_ config: Config) throws(OutboxError) -> any Store {
         if Config.isServerStore(config.store) {
-            return try PostgresStore(url: try PostgresURL(config.store), folder: config.stagingFolder)
+            return try PostgresStore(url: try PostgresURL(config.store), folder: config.stagingFolder, sharedStaging: config.stagingShared)
         }
         return try SQLiteStore(folder: config.store)
     }

@@ -134,9 +134,15 @@ package struct Config: Sendable {
         text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
     }
 
-    /// Where file bodies are staged: the store folder, or `.outbox` in the root when the
-    /// store is a server (file bodies stay on the host that enqueued them).
-    package var stagingFolder: String { Self.isServerStore(store) ? Paths.join(root, ".outbox") : store }
+    /// Where file bodies are staged: the store folder, or with a server store `staging.path`
+    /// (default `.outbox` in the root).
+    package var stagingFolder: String {
+        Self.isServerStore(store) ? stagingPath ?? Paths.join(root, ".outbox") : store
+    }
+    /// `staging.path`, absolute.
+    package var stagingPath: String?
+    /// `staging.shared`: every host sees the staging folder at the same path.
+    package var stagingShared = false
 
     /// Fields a service manager may set from the environment, above the file's value:
     /// where the queue lives and how hard it pushes.
@@ -251,6 +257,12 @@ package struct Config: Sendable {
             if let v = reader.int(h["hold_after"], "hosts.hold_after", range: ConfigFields.hosts.range("hold_after")) {
                 hostHoldAfter = Int(v)
             }
+        }
+        if let n = f["staging"], let st = reader.fields(n, ConfigFields.staging, context: "staging") {
+            if let c = st["path"], c.scalar != .null, let path = reader.string(c, "staging.path") {
+                stagingPath = Paths.absolute(path, relativeTo: root)
+            }
+            if let v = reader.bool(st["shared"], "staging.shared") { stagingShared = v }
         }
         if let n = f["plugins"], let pl = reader.fields(n, ConfigFields.plugins, context: "plugins") {
             if let v = reader.duration(pl["timeout"], "plugins.timeout") { pluginTimeoutMs = max(1, v) }

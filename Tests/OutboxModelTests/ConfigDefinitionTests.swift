@@ -146,6 +146,24 @@ struct ConfigTests {
         #expect(fromEnvironment.store == "postgresql://u@h/db")
         let plain = try Config.load(file: file, environment: ["OUTBOX_STORE": "q"])
         #expect(plain.stagingFolder == folder.path + "/q")
+        #expect(!config.stagingShared)
+    }
+
+    // `staging` names the folder of file bodies for a server store, and whether all hosts share it.
+    @Test func stagingIsReadForAServerStore() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let file = try folder.write(
+            "config/outbox.yaml", "store: postgres://u@h/db\nstaging:\n  path: shared/bodies\n  shared: true\n")
+        let config = try Config.load(file: file)
+        #expect(config.stagingFolder == folder.path + "/shared/bodies")
+        #expect(config.stagingShared)
+        // A folder store stages in itself, whatever `staging` says.
+        let local = try Config.load(file: file, environment: ["OUTBOX_STORE": "q"])
+        #expect(local.stagingFolder == folder.path + "/q")
+        let bad = try folder.write("config/bad.yaml", "staging:\n  shared: maybe\n")
+        let error = #expect(throws: OutboxError.self) { try Config.load(file: bad) }
+        #expect(error?.code == .config)
     }
 
     @Test func rootMovesTheProjectAndRelativePaths() throws {
