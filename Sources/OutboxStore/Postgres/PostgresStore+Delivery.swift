@@ -27,9 +27,19 @@ extension PostgresStore {
 
     /// Counts a delivery before its hook starts (so a crash mid-hook is seen as a delivery), returning the new count.
     package func beginDelivery(seq: Int64) throws(OutboxError) -> Int64 {
-        try db.transaction(lock: lockKey) { () throws(OutboxError) -> Int64 in
-            try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
-            return try db.queryOne("SELECT deliveries FROM outcomes WHERE seq = ?", [.int(seq)]) { $0.int(0) } ?? 0
+        try beginDeliveries(seqs: [seq])[seq] ?? 0
+    }
+
+    /// Counts a delivery of each outcome in one transaction: the hooks a turn starts cost one commit.
+    package func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
+        guard !seqs.isEmpty else { return [:] }
+        return try db.transaction(lock: lockKey) { () throws(OutboxError) -> [Int64: Int64] in
+            var counts: [Int64: Int64] = [:]
+            for seq in seqs {
+                try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
+                counts[seq] = try db.queryOne("SELECT deliveries FROM outcomes WHERE seq = ?", [.int(seq)]) { $0.int(0) } ?? 0
+            }
+            return counts
         }
     }
 
@@ -52,36 +62,20 @@ extension PostgresStore {
         }
     }
 
-    /// Acknowledges an outcome (hook exit 0), applies the hook's enqueues, and forgets a
-    /// completed or cancelled entry of that generation, all in one transaction. An older
-    /// generation's acknowledgement never forgets a newer generation.
-    package func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
+    /// Acknowledges outcomes (hook exit 0), applies their hooks' enqueues, and forgets each
+    /// completed or cancelled entry of that generation, all in one transaction: hooks that
+    /// ended together cost one commit. An older generation's acknowledgement never forgets a
+    /// newer generation.
+    package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) {
+        guard !batch.isEmpty else { return }
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
+        let followUps = batch.flatMap(\.followUps)
         let staged = try stageBatch(followUps)
         var remove: [String] = []
         do throws(OutboxError) {
             try db.transaction(lock: lockKey) { () throws(OutboxError) in
-                guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome) else {
-                    return
-                }
-                try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
-                try addCounters([CounterIncrement(.hookDeliveries, [("key", o.key)], by: 1)])
-                // A later outcome of the same generation (an error entry reopened and then
-                // completed) is still owed: forgetting now would drop it.
-                let owed =
-                    try db.queryOne(
-                        "SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
-                        [.text(o.entryID)]
-                    ) { $0.int(0) } ?? 0
-                if let e = try entry(id: o.entryID) {
-                    if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
-                        // A scope's cancel is a cancel: a moved file that was never sent goes back.
-                        remove += try forget(e, returnMovedFile: true)
-                    } else if e.waitsForDelivery {
-                        try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
-                    }
-                }
+                for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now) }
                 if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
                 try journalReturns()
             }
@@ -95,6 +89,34 @@ extension PostgresStore {
         staging.afterCommit(staged.bodies)
         moves.end(staged.ticket)
         finishForget(remove)
+    }
+
+    package func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
+        try acknowledge([Acknowledgement(seq: seq, followUps: followUps)], now: now)
+    }
+
+    /// One acknowledgement inside the caller's transaction; returns the files to remove.
+    private func acknowledgeOne(_ seq: Int64, now: Int64) throws(OutboxError) -> [String] {
+        guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome),
+            !o.acknowledged
+        else { return [] }
+        try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
+        try addCounters([CounterIncrement(.hookDeliveries, [("key", o.key)], by: 1)])
+        // A later outcome of the same generation (an error entry reopened and then
+        // completed) is still owed: forgetting now would drop it.
+        let owed =
+            try db.queryOne(
+                "SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
+                [.text(o.entryID)]
+            ) { $0.int(0) } ?? 0
+        guard let e = try entry(id: o.entryID) else { return [] }
+        if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
+            // A scope's cancel is a cancel: a moved file that was never sent goes back.
+            return try forget(e, returnMovedFile: true)
+        } else if e.waitsForDelivery {
+            try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
+        }
+        return []
     }
 
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
