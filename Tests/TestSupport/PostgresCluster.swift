@@ -1,3 +1,4 @@
+import CSystem
 import Foundation
 
 /// A throwaway PostgreSQL 15 cluster for the tests: made by `initdb` in a temp folder,
@@ -77,32 +78,31 @@ package final class PostgresCluster: Sendable {
     }
 
     /// Runs a PostgreSQL program (as the postgres user when we are root); throws with its
-    /// output. posix_spawn and waitpid on the calling thread: Foundation's Process waits
-    /// through the cooperative pool, which the tests waiting for this cluster occupy.
+    /// output. Spawned with only fds 0-2 inherited (the server outlives this call and must
+    /// not hold other tests' sockets open), and waited for on the calling thread: Foundation's
+    /// Process waits through the cooperative pool, which the tests waiting for this cluster occupy.
     private static func run(_ program: String, _ arguments: [String], asRoot: Bool) throws {
-        let argv = asRoot ? ["/usr/sbin/runuser", "-u", "postgres", "--", program] + arguments : [program] + arguments
+        let command = asRoot ? ["/usr/sbin/runuser", "-u", "postgres", "--", program] + arguments : [program] + arguments
         let output = "/tmp/outbox-pg-out-\(getpid())-\(UUID().uuidString.prefix(8))"
         defer { unlink(output) }
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_TRUNC, 0o644)
-        posix_spawn_file_actions_adddup2(&actions, 1, 2)
+        // The shell sends the program's output to a file, then becomes the program.
+        let argv = ["/bin/sh", "-c", "exec \"$0\" \"$@\" > \(output) 2>&1 < /dev/null"] + command
         let environment = ["PATH=/usr/bin:/bin", "LANG=C.UTF-8", "LC_ALL=C.UTF-8"]
-        var cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
-        var cEnv: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
+        let cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        let cEnv: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
         defer { for p in cArgs + cEnv { free(p) } }
-        var pid: pid_t = 0
-        let rc = posix_spawn(&pid, argv[0], &actions, nil, &cArgs, &cEnv)
-        guard rc == 0 else { throw ClusterFailure("cannot start \(argv[0]): errno \(rc)") }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
-        let exited = status & 0x7f == 0
-        let code = (status >> 8) & 0xff
-        guard exited && code == 0 else {
+        var child = csystem_child()
+        let rc = csystem_spawn_ex("/bin/sh", cArgs, cEnv, nil, 1, &child)
+        guard rc == 0 else { throw ClusterFailure("cannot start \(command[0]): errno \(-rc)") }
+        if child.stdin_fd >= 0 { close(child.stdin_fd) }
+        if child.pidfd >= 0 { close(child.pidfd) }
+        var code: Int32 = -1
+        var signal: Int32 = -1
+        _ = csystem_proc_wait(child.pid, 0, &code, &signal)
+        guard code == 0 else {
             let text = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
-            throw ClusterFailure("\(program) \(arguments.joined(separator: " ")) failed (status \(status)): \(text.suffix(800))")
+            throw ClusterFailure(
+                "\(program) \(arguments.joined(separator: " ")) failed (exit \(code), signal \(signal)): \(text.suffix(800))")
         }
     }
 
