@@ -14,6 +14,8 @@ let package = Package(
         // C modules: typed wrappers for what Swift cannot call (variadic setopt, macros).
         .systemLibrary(name: "CSQLite", path: "Sources/CSQLite"),
         .systemLibrary(name: "CYAML", path: "Sources/CYAML"),
+        // libpq (libpq-dev) for the PostgreSQL store.
+        .systemLibrary(name: "CLibPQ", path: "Sources/CLibPQ", providers: [.apt(["libpq-dev"])]),
         // libcurl is loaded with dlopen only by `outbox run`, so enqueue starts fast.
         .target(name: "CCurl", path: "Sources/CCurl"),
         .target(name: "CSystem", path: "Sources/CSystem"),
@@ -23,7 +25,7 @@ let package = Package(
         .target(name: "YAML", dependencies: ["CYAML"], swiftSettings: strict),
         .target(name: "OutboxModel", dependencies: ["YAML", "Digest", "CSystem"], swiftSettings: strict),
         .target(name: "OutboxProcess", dependencies: ["CSystem"], swiftSettings: strict),
-        .target(name: "OutboxStore", dependencies: ["OutboxModel", "CSQLite", "CSystem"], swiftSettings: strict),
+        .target(name: "OutboxStore", dependencies: ["OutboxModel", "CSQLite", "CLibPQ", "CSystem"], swiftSettings: strict),
         .target(name: "OutboxHTTP", dependencies: ["OutboxModel", "CCurl"], swiftSettings: strict),
         // The enqueue rules (vars checks, plugins, templates): shared by `enqueue` and the runner's follow-ups.
         .target(name: "OutboxEnqueue", dependencies: ["OutboxModel", "OutboxProcess"], swiftSettings: strict),

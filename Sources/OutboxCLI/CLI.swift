@@ -309,6 +309,13 @@ package enum CLI {
                 positionals: "'Name: value'…", minPositionals: 1, maxPositionals: Int.max,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.headersUpdate(&i) }),
             CommandInfo(
+                path: ["store", "copy"], summary: "copy the stopped store into an empty one (SQLite <-> PostgreSQL)",
+                options: [
+                    OptionSpec(name: "to", valueName: "URL", help: "the target: a postgres:// URL or a store folder"),
+                    json,
+                ],
+                handler: { (i: inout Invocation) throws(OutboxError) in try StoreCopyCommand.run(&i) }),
+            CommandInfo(
                 path: ["wifi-only"], summary: "hold entries until the device is on Wi-Fi (on|off)",
                 positionals: "on|off", minPositionals: 1, maxPositionals: 1, completes: .words(["on", "off"]),
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.wifiOnly(&i) }),

@@ -66,7 +66,7 @@ enum EnqueueCommand {
     /// same-id enqueue naming that path still finds it (nothing for a new id).
     static func movedFiles(_ project: Project, id: String?) throws(OutboxError) -> [String: FileIdentity] {
         // Only an existing store can hold one; a bad input must not create the store.
-        guard let id, Paths.exists(Paths.join(project.config.store, "outbox.db")),
+        guard let id, project.storeExists,
             let existing = try project.store().entry(id: id), existing.request.ownership == .move,
             let file = existing.request.file, existing.bodyFile != nil
         else { return [:] }

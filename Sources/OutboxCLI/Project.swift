@@ -30,10 +30,11 @@ final class Project {
         return set
     }
 
-    /// The project's store: the embedded SQLite store in `config.store`.
+    /// The project's store: the embedded SQLite store in the folder `config.store`, or a
+    /// PostgreSQL schema when it is a `postgres://` URL.
     func store() throws(OutboxError) -> any Store {
         if let openedStore { return openedStore }
-        let store = try SQLiteStore(folder: config.store)
+        let store = try Self.openStore(config)
         openedStore = store
         return store
     }
@@ -43,6 +44,19 @@ final class Project {
         let folder = config.definitions
         if Paths.isDirectory(folder) { return nil }
         return "the definitions folder \(folder) \(Paths.exists(folder) ? "is not a folder" : "does not exist")"
+    }
+
+    static func openStore(_ config: Config) throws(OutboxError) -> any Store {
+        if Config.isServerStore(config.store) {
+            return try PostgresStore(url: try PostgresURL(config.store), folder: config.stagingFolder, sharedStaging: config.stagingShared)
+        }
+        return try SQLiteStore(folder: config.store)
+    }
+
+    /// Whether the store exists already (a bad input must not create one); a server's
+    /// schema is made by its first open, so it counts as there.
+    var storeExists: Bool {
+        Config.isServerStore(config.store) || Paths.exists(Paths.join(config.store, "outbox.db"))
     }
 
     /// The definition of a key: E_CONFIG when its file has errors, E_INVALID when unknown.

@@ -94,7 +94,7 @@ enum RunCommand {
             write: { console.err($0) })
         let metrics = try metricsAddress.map { (address) throws(OutboxError) in
             try MetricsListener(
-                address: address, contentType: Statistics.prometheusContentType, render: metricsPage(storeFolder: config.store))
+                address: address, contentType: Statistics.prometheusContentType, render: metricsPage(config: config))
         }
         defer { metrics?.stop() }
         if let metrics { logger.log(.info, "outbox: metrics at \(metrics.url)") }
@@ -122,12 +122,12 @@ enum RunCommand {
 
 /// The metrics page, read from the store through a connection of the listener's own thread
 /// (opened at the first request), so scrapes never wait for the runner.
-private func metricsPage(storeFolder: String) -> @Sendable () -> (status: Int, body: String) {
-    final class Connection: @unchecked Sendable { var store: SQLiteStore? }
+private func metricsPage(config: Config) -> @Sendable () -> (status: Int, body: String) {
+    final class Connection: @unchecked Sendable { var store: (any Store)? }
     let connection = Connection()
     return {
         do throws(OutboxError) {
-            if connection.store == nil { connection.store = try SQLiteStore(folder: storeFolder) }
+            if connection.store == nil { connection.store = try Project.openStore(config) }
             return (200, try Statistics.read(from: connection.store!, now: Identifiers.nowMs()).prometheus)
         } catch {
             return (500, "\(error.code.rawValue): \(error.message)\n")

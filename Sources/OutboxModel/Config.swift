@@ -124,6 +124,26 @@ package struct Config: Sendable {
         }
     }
 
+    /// A store folder made absolute; a server URL (`postgres://...`) is kept as written.
+    package static func storeLocation(_ text: String, root: String) -> String {
+        isServerStore(text) ? text : Paths.absolute(text, relativeTo: root)
+    }
+
+    /// Whether `store` names a PostgreSQL server rather than a folder.
+    package static func isServerStore(_ text: String) -> Bool {
+        text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
+    }
+
+    /// Where file bodies are staged: the store folder, or with a server store `staging.path`
+    /// (default `.outbox` in the root).
+    package var stagingFolder: String {
+        Self.isServerStore(store) ? stagingPath ?? Paths.join(root, ".outbox") : store
+    }
+    /// `staging.path`, absolute.
+    package var stagingPath: String?
+    /// `staging.shared`: every host sees the staging folder at the same path.
+    package var stagingShared = false
+
     /// Fields a service manager may set from the environment, above the file's value:
     /// where the queue lives and how hard it pushes.
     package static let environmentOverrides: [(variable: String, field: String)] = [
@@ -142,7 +162,7 @@ package struct Config: Sendable {
                 guard !text.isEmpty, !text.utf8.contains(0) else {
                     throw OutboxError(.config, "\(variable) is empty: it names the store folder")
                 }
-                config.store = Paths.absolute(text, relativeTo: config.root)
+                config.store = storeLocation(text, root: config.root)
                 continue
             }
             guard let n = Int(text), range.contains(Int64(n)) else {
@@ -201,7 +221,7 @@ package struct Config: Sendable {
                 reader.error(mark, "root: \(root) \(Paths.exists(root) ? "is not a folder" : "does not exist")")
             }
         }
-        store = Paths.absolute(reader.string(f["store"], "store") ?? ".outbox", relativeTo: root)
+        store = Self.storeLocation(reader.string(f["store"], "store") ?? ".outbox", root: root)
         definitions = Paths.absolute(reader.string(f["definitions"], "definitions") ?? "definitions", relativeTo: root)
         if let v = reader.duration(f["lifetime"], "lifetime") { lifetimeMs = v }
         if let v = reader.size(f["max_vars_bytes"], "max_vars_bytes") { maxVarsBytes = v }
@@ -237,6 +257,12 @@ package struct Config: Sendable {
             if let v = reader.int(h["hold_after"], "hosts.hold_after", range: ConfigFields.hosts.range("hold_after")) {
                 hostHoldAfter = Int(v)
             }
+        }
+        if let n = f["staging"], let st = reader.fields(n, ConfigFields.staging, context: "staging") {
+            if let c = st["path"], c.scalar != .null, let path = reader.string(c, "staging.path") {
+                stagingPath = Paths.absolute(path, relativeTo: root)
+            }
+            if let v = reader.bool(st["shared"], "staging.shared") { stagingShared = v }
         }
         if let n = f["plugins"], let pl = reader.fields(n, ConfigFields.plugins, context: "plugins") {
             if let v = reader.duration(pl["timeout"], "plugins.timeout") { pluginTimeoutMs = max(1, v) }

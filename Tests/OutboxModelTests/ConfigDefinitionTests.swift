@@ -132,6 +132,40 @@ struct ConfigTests {
         #expect((plain.store, plain.concurrency, plain.perHost) == (folder.path + "/q", 8, 2))
     }
 
+    // A PostgreSQL URL is kept as written (from the file or OUTBOX_STORE), and file bodies
+    // are then staged in the root's .outbox; a folder store stages in itself.
+    @Test func aPostgresStoreURLIsKeptAsWritten() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let url = "postgres://u:p@db.example:5432/app?schema=proj"
+        let file = try folder.write("config/outbox.yaml", "store: \"\(url)\"\n")
+        let config = try Config.load(file: file)
+        #expect(config.store == url)
+        #expect(config.stagingFolder == folder.path + "/.outbox")
+        let fromEnvironment = try Config.load(file: file, environment: ["OUTBOX_STORE": "postgresql://u@h/db"])
+        #expect(fromEnvironment.store == "postgresql://u@h/db")
+        let plain = try Config.load(file: file, environment: ["OUTBOX_STORE": "q"])
+        #expect(plain.stagingFolder == folder.path + "/q")
+        #expect(!config.stagingShared)
+    }
+
+    // `staging` names the folder of file bodies for a server store, and whether all hosts share it.
+    @Test func stagingIsReadForAServerStore() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let file = try folder.write(
+            "config/outbox.yaml", "store: postgres://u@h/db\nstaging:\n  path: shared/bodies\n  shared: true\n")
+        let config = try Config.load(file: file)
+        #expect(config.stagingFolder == folder.path + "/shared/bodies")
+        #expect(config.stagingShared)
+        // A folder store stages in itself, whatever `staging` says.
+        let local = try Config.load(file: file, environment: ["OUTBOX_STORE": "q"])
+        #expect(local.stagingFolder == folder.path + "/q")
+        let bad = try folder.write("config/bad.yaml", "staging:\n  shared: maybe\n")
+        let error = #expect(throws: OutboxError.self) { try Config.load(file: bad) }
+        #expect(error?.code == .config)
+    }
+
     @Test func rootMovesTheProjectAndRelativePaths() throws {
         let folder = try ModelTempFolder()
         defer { folder.remove() }

@@ -10,7 +10,8 @@ package enum ConfigFields {
                 "the project root, relative to the config file's folder; hooks and plugins run in it"),
             Field(
                 "store", path, .value(".outbox"), example: "/var/lib/outbox",
-                "the store folder (`outbox.db` and staged bodies), created 0700"),
+                "the store folder (`outbox.db` and staged bodies), created 0700; or a PostgreSQL schema, "
+                    + "`postgres://user:password@host:port/db?schema=NAME` (file bodies are then staged in `.outbox`)"),
             Field("definitions", path, .value("definitions"), example: "requests", "the folder of definition files"),
             Field("lifetime", .duration, .value("14d"), example: "30d", "the `expires_in` of definitions that give none"),
             Field(
@@ -59,6 +60,21 @@ package enum ConfigFields {
                 "certificates; verification is always on"),
             Field("plugins", .mapping(plugins), .value(["timeout": "30s"]), example: ["timeout": "1m"], "how long plugins may run"),
             Field("hosts", .mapping(hosts), .value(["hold_after": 5]), example: ["hold_after": 0], "holding a host that does not answer"),
+            Field(
+                "staging", .mapping(staging), .value(["path": nil, "shared": false]), example: ["path": "/mnt/outbox", "shared": true],
+                "where file bodies are staged with a PostgreSQL store"),
+        ])
+
+    static let staging = FieldMapping(
+        "staging", "File bodies with a PostgreSQL store (a folder store stages in itself).",
+        [
+            Field(
+                "path", .nullable(path), .described("`.outbox` in the project root"), example: "/mnt/outbox",
+                "the folder of staged file bodies"),
+            Field(
+                "shared", .bool, .value(false), example: true,
+                "whether every host sees `path` at the same place, so any runner may send a file body; otherwise only a runner on the host that enqueued it"
+            ),
         ])
 
     /// Shared by the config and definitions: each object given must be complete.

@@ -2,12 +2,15 @@ import Foundation
 import OutboxModel
 import OutboxStore
 import Testing
+import TestSupport
 
 /// The store implementations the conformance suite runs against. Every conformance test
 /// takes `StoreUnderTest.all` as its arguments, so a new implementation is one more case
 /// here (how to make an empty store, how to open it again, how to remove it).
 enum StoreUnderTest: String, Sendable, CaseIterable, CustomTestStringConvertible {
     case sqlite
+    /// A schema of its own on the test process's throwaway PostgreSQL cluster.
+    case postgres
 
     static let all: [StoreUnderTest] = allCases
 
@@ -19,6 +22,7 @@ enum StoreUnderTest: String, Sendable, CaseIterable, CustomTestStringConvertible
     var sharedByRunners: Bool {
         switch self {
         case .sqlite: return false
+        case .postgres: return true
         }
     }
 
@@ -26,9 +30,12 @@ enum StoreUnderTest: String, Sendable, CaseIterable, CustomTestStringConvertible
     func make() throws -> StoreInstance { try StoreInstance(self) }
 
     /// Where a store lives inside the instance's temp folder.
-    fileprivate func location(in folder: String) -> String {
+    fileprivate func location(in folder: String) throws -> String {
         switch self {
         case .sqlite: return folder + "/store"
+        case .postgres:
+            // The URL, then the local folder of staged file bodies.
+            return try PostgresCluster.shared().url(schema: PostgresCluster.uniqueSchema("conformance")) + "\n" + folder + "/staging"
         }
     }
 
@@ -36,10 +43,14 @@ enum StoreUnderTest: String, Sendable, CaseIterable, CustomTestStringConvertible
     fileprivate func open(_ location: String) throws -> any Store {
         switch self {
         case .sqlite: return try SQLiteStore(folder: location)
+        case .postgres:
+            let parts = location.split(separator: "\n").map(String.init)
+            return try PostgresStore(url: try PostgresURL(parts[0]), folder: parts[1])
         }
     }
 
-    /// Removes what `open` made outside the temp folder (nothing, for SQLite).
+    /// Removes what `open` made outside the temp folder (nothing: a PostgreSQL schema goes
+    /// with the throwaway cluster at the end of the test process).
     fileprivate func destroy(_ location: String) {}
 }
 
@@ -58,7 +69,7 @@ final class StoreInstance {
             FileManager.default.temporaryDirectory
             .appendingPathComponent("outbox-conformance-\(kind.rawValue)-\(UUID().uuidString.prefix(12))").path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        location = kind.location(in: folder)
+        location = try kind.location(in: folder)
         store = try kind.open(location)
     }
 

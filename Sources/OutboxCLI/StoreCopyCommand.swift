@@ -1,0 +1,30 @@
+import OutboxModel
+import OutboxStore
+
+/// `outbox store copy --to URL|FOLDER`: the project's stopped store into an empty one.
+enum StoreCopyCommand {
+    static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        guard let to = i.args.value("to"), !to.isEmpty else { throw .usage("store copy needs --to URL (postgres://...) or a store folder") }
+        let project = try i.project()
+        var targetConfig = project.config
+        targetConfig.store = Config.storeLocation(to, root: project.config.root)
+        guard targetConfig.store != project.config.store else {
+            throw .usage("store copy: --to names the project's own store")
+        }
+        // A folder target is SQLite's: it must not exist yet with a database of its own.
+        let name = Config.isServerStore(to) ? try PostgresURL(to).redacted : targetConfig.store
+        let source = try project.store()
+        let target = try Project.openStore(targetConfig)
+        let summary = try StoreCopy.copy(from: source, to: target, targetName: name)
+        if i.json {
+            i.console.out(
+                JSON.object([
+                    ("entries", .int64(Int64(summary.entries))), ("outcomes", .int64(Int64(summary.outcomes))),
+                    ("files", .int64(Int64(summary.files))), ("to", .string(name)),
+                ]).serialized())
+        } else {
+            i.console.err("copied \(summary.entries) entries, \(summary.outcomes) outcomes and \(summary.files) staged files to \(name)")
+        }
+        return 0
+    }
+}

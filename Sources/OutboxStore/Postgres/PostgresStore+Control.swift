@@ -1,0 +1,319 @@
+import CSystem
+import Glibc
+import OutboxModel
+
+extension PostgresStore {
+    /// Forgets an entry: its row, parts, attempts, outcomes and staged bytes. A file moved
+    /// into the store and never sent completely goes back to its source path: outbox never
+    /// destroys the user's only copy.
+    /// Must run inside a transaction; returns files to remove after the commit.
+    func forget(_ e: Entry, returnMovedFile: Bool, rowDeleted: Bool = false) throws(OutboxError) -> [String] {
+        if !rowDeleted { try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)]) }
+        try deleteParts(of: e)
+        try db.run("DELETE FROM attempts WHERE entry_id = ?", [.text(e.id)])
+        try db.run("DELETE FROM outcomes WHERE entry_id = ? AND generation <= ?", [.text(e.id), .int(e.generation)])
+        var files = e.request.form.compactMap(\.stagedFile)
+        if let file = e.bodyFile, file.hasPrefix(staging.bodiesDir + "/") {
+            if returnMovedFile, e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path {
+                returns.append((file, source, e.request.file))
+            } else {
+                files.append(file)
+            }
+        }
+        return files
+    }
+
+    /// Parts live and die with their entry row (no cascade: see migration 004).
+    func deleteParts(of e: Entry) throws(OutboxError) {
+        if e.isChunked { try db.run("DELETE FROM parts WHERE entry_seq = ?", [.int(e.seq)]) }
+    }
+
+    /// Removes staged files after a commit, and puts moved files back.
+    func finishForget(_ files: [String]) {
+        for file in files + obsoleteFiles { staging.discard(file) }
+        obsoleteFiles.removeAll()
+        for (file, source, identity) in returns {
+            // The store keeps its files 0600; the user's file gets its own mode back.
+            if let mode = identity?.mode { chmod(file, mode_t(mode)) }
+            if !Paths.exists(source), MoveJournal.putBack(file, at: source) {
+                // A copy across filesystems is a new file: it gets the mode and times it had.
+                if let identity { SQLiteStore.restoreModeAndTime(source, identity) }
+                Fault.point("forget.returned")
+                continue
+            }
+            let returned = Paths.join(folder, "returned")
+            try? SQLiteStore.makeFolder(returned)
+            let target = Paths.join(returned, Paths.basename(source))
+            let finalTarget = Paths.exists(target) ? "\(target).\(Identifiers.uuid().prefix(8))" : target
+            if rename(file, finalTarget) == 0 {
+                FileIO.log("outbox: \(source) exists, so the file moved into the store was kept as \(finalTarget)")
+            }
+        }
+        returns.removeAll()
+        moves.end(returnsTicket)
+        returnsTicket = nil
+    }
+
+    /// Writes down the moved files this transaction will put back after its commit, so that
+    /// a crash between the commit and the renames back strands none of them. Called at the
+    /// end of every transaction that may forget an entry holding a moved file.
+    func journalReturns() throws(OutboxError) {
+        guard !returns.isEmpty, returnsTicket == nil else { return }
+        returnsTicket = try moves.begin(returns.map { MoveJournal.Move(staged: $0.file, source: $0.source) })
+    }
+
+    /// Forgets the returns of a transaction that rolled back: the files stay where they are.
+    func dropReturns() {
+        returns.removeAll()
+        moves.end(returnsTicket)
+        returnsTicket = nil
+    }
+
+    /// `outbox cancel`: live entries settle cancelled and are forgotten; settled ones are
+    /// forgotten with their unacknowledged outcomes. Unknown ids are not errors.
+    package func cancel(ids: [String]?, key: String?, now: Int64) throws(OutboxError) -> [String] {
+        var toRemove: [String] = []
+        let cancelled: [String]
+        do throws(OutboxError) {
+            cancelled = try db.transaction(lock: lockKey) { () throws(OutboxError) -> [String] in
+                var entries: [Entry] = []
+                if let ids {
+                    for id in ids { if let e = try entry(id: id) { entries.append(e) } }
+                } else {
+                    entries = try list(ListFilter(key: key))
+                }
+                for e in entries {
+                    toRemove += try forget(e, returnMovedFile: true)
+                }
+                try journalReturns()
+                Fault.point("cancel.journaled")
+                return entries.map(\.id)
+            }
+        } catch {
+            dropReturns()
+            throw error
+        }
+        Fault.point("cancel.committed")
+        finishForget(toRemove)
+        return cancelled
+    }
+
+    /// `outbox retry`: entries due now, backoff reset (see `Store.retry`). An expired entry
+    /// gets its lifetime again from now, or it would expire again at once.
+    package func retry(ids: [String]?, key: String?, errors: Bool, now: Int64) throws(OutboxError) -> [String] {
+        try db.transaction(lock: lockKey) { () throws(OutboxError) -> [String] in
+            var entries: [Entry] = []
+            if let ids {
+                for id in ids { if let e = try entry(id: id) { entries.append(e) } }
+            } else if let key {
+                entries = try list(ListFilter(key: key))
+            } else if errors {
+                entries = try list(ListFilter(state: EntryState.error.rawValue))
+            }
+            var retried: [String] = []
+            for e in entries where [.queued, .awaitingAuth, .error].contains(e.state) {
+                var expiresAt = e.expiresAt
+                if let expiry = e.expiresAt, expiry <= now { expiresAt = now + max(0, expiry - e.createdAt) }
+                try db.run(
+                    """
+                    UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, expires_at = ?, updated_at = ?
+                    WHERE seq = ? AND generation = ?
+                    """, [.int(now), .optional(expiresAt), .int(now), .int(e.seq), .int(e.generation)])
+                retried.append(e.id)
+            }
+            return retried
+        }
+    }
+
+    /// `outbox headers update`: merges a patch into every entry (and its parts), bumps the
+    /// header generation and resumes awaiting-auth entries. Returns the new generation.
+    package func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
+        try db.transaction(lock: lockKey) { () throws(OutboxError) -> Int64 in
+            let generation = (Int64(try setting(SQLiteStore.headerGenerationSetting) ?? "0") ?? 0) + 1
+            try setSetting(SQLiteStore.headerGenerationSetting, String(generation))
+            let existing = HeaderRules.from(json: try setting("header_patch").flatMap { try? JSON.parse($0) })
+            try setSetting("header_patch", HeaderRules.json(HeaderRules.merge(existing, patch)).serialized())
+            for e in try list(ListFilter()) {
+                var request = e.request
+                request.headers = HeaderRules.merge(request.headers, patch)
+                try db.run(
+                    """
+                    UPDATE entries SET request = ?, header_generation = ?, updated_at = ?,
+                      state = CASE WHEN state = 'awaiting-auth' THEN 'queued' ELSE state END,
+                      reason = CASE WHEN state = 'awaiting-auth' THEN '\(headersUpdatedReason)' ELSE reason END,
+                      next_attempt_at = CASE WHEN state = 'awaiting-auth' THEN ? ELSE next_attempt_at END
+                    WHERE seq = ?
+                    """, [.text(request.json.serialized()), .int(generation), .int(now), .int(now), .int(e.seq)])
+                for part in try parts(entrySeq: e.seq) {
+                    try db.run(
+                        "UPDATE parts SET headers = ? WHERE entry_seq = ? AND idx = ?",
+                        [
+                            .text(HeaderRules.json(HeaderRules.merge(part.headers, patch)).serialized()), .int(e.seq), .int(part.index),
+                        ])
+                }
+                Fault.point("headers.mid-update")
+            }
+            return generation
+        }
+    }
+
+    /// `list --json` rows written as JSON text straight from the columns, without parsing
+    /// the stored request or vars (vars are kept as compact JSON), so 100,000 rows stream
+    /// in well under a second. `displayState` maps a stored state to the one shown.
+    package func writeListRows(
+        _ filter: ListFilter, displayState: (String, String) -> String,
+        _ write: (String) -> Void
+    ) throws(OutboxError) {
+        var sql = """
+            SELECT id, key, vars, state, reason, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
+              generation, parent FROM entries WHERE 1=1
+            """
+        var values: [SQLValue] = []
+        if let key = filter.key { sql += " AND key = ?"; values.append(.text(key)) }
+        if let id = filter.id { sql += " AND id = ?"; values.append(.text(id)) }
+        if let state = filter.state { sql += " AND state = ?"; values.append(.text(state == "paused" ? "queued" : state)) }
+        sql += " ORDER BY seq"
+        // Built as bytes straight from SQLite's column buffers: no String per column.
+        var out: [UInt8] = []
+        out.reserveCapacity(1 << 17)
+        var first = true
+        var written = 0
+        func literal(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
+        func string(_ r: PGRow, _ i: Int32) {
+            if r.isNull(i) { literal("null") } else { r.withText(i) { JSON.appendString(utf8: $0, to: &out) } }
+        }
+        func number(_ r: PGRow, _ i: Int32) {
+            if r.isNull(i) { literal("null") } else { SQLiteStore.appendDecimal(r.int(i), to: &out) }
+        }
+        try db.forEach(sql, values) { r throws(OutboxError) in
+            let key = r.text(1)
+            let state = displayState(r.text(3), key)
+            if let wanted = filter.state, wanted != state { return }
+            // The limit counts the rows written, after the displayed-state filter.
+            if let limit = filter.limit, written >= limit { return }
+            written += 1
+            literal(first ? "{\"id\":" : ",{\"id\":")
+            first = false
+            string(r, 0)
+            literal(",\"key\":")
+            string(r, 1)
+            literal(",\"vars\":")
+            r.withText(2) { out.append(contentsOf: $0) }  // stored as compact JSON
+            literal(",\"state\":")
+            JSON.appendString(state, to: &out)
+            literal(",\"reason\":")
+            string(r, 4)
+            literal(",\"bytes_sent\":")
+            number(r, 5)
+            literal(",\"total_bytes\":")
+            number(r, 6)
+            literal(",\"attempts\":")
+            number(r, 7)
+            literal(",\"created_at\":")
+            number(r, 8)
+            literal(",\"updated_at\":")
+            number(r, 9)
+            literal(",\"next_attempt_at\":")
+            number(r, 10)
+            literal(",\"generation\":")
+            number(r, 11)
+            literal(",\"parent\":")
+            string(r, 12)
+            literal("}")
+            if out.count >= 1 << 16 {
+                write(String(decoding: out, as: UTF8.self))
+                out.removeAll(keepingCapacity: true)
+            }
+        }
+        write(String(decoding: out, as: UTF8.self))
+    }
+
+    /// Counts of entries by state, and of outcomes not yet acknowledged.
+    package func counts() throws(OutboxError) -> StoreCounts {
+        var states: [EntryState: Int64] = [:]
+        var byKey: [String: [EntryState: Int64]] = [:]
+        let rows = try db.query("SELECT key, state, COUNT(*) FROM entries GROUP BY key, state", []) { ($0.text(0), $0.text(1), $0.int(2)) }
+        for (key, name, n) in rows {
+            guard let state = EntryState(rawValue: name) else {
+                throw .storage("the store is damaged: entries in unknown state \"\(name)\"")
+            }
+            states[state, default: 0] += n
+            byKey[key, default: [:]][state] = n
+        }
+        let pending = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE acknowledged = 0") { $0.int(0) } ?? 0
+        let oldest = try db.queryOne("SELECT MIN(created_at) FROM entries WHERE state = 'queued'") { $0.isNull(0) ? nil : $0.int(0) } ?? nil
+        return StoreCounts(states: states, pendingOutcomes: pending, oldestQueuedAt: oldest, byKey: byKey)
+    }
+
+    /// Problems with the store's invariants (empty when all hold), for `outbox audit`.
+    package func audit() throws(OutboxError) -> [String] {
+        var problems: [String] = []
+        // Files another host staged are on its disk: that host's audit checks them.
+        let elsewhere = sharedStaging ? [] : Set(try db.query("SELECT id FROM entries WHERE body_host <> ?", [.text(host)]) { $0.text(0) })
+        for e in try list(ListFilter()) {
+            if let file = e.bodyFile, !elsewhere.contains(e.id), !Paths.exists(file) {
+                problems.append("\(e.id): staged body \(file) is missing")
+            }
+            for f in e.request.form.compactMap(\.stagedFile) where !elsewhere.contains(e.id) && !Paths.exists(f) {
+                problems.append("\(e.id): staged form file \(f) is missing")
+            }
+            if e.isChunked {
+                let parts = try self.parts(entrySeq: e.seq)
+                if let problem = ChunkPlan.tilingProblem(parts.map(\.range), size: e.totalBytes) {
+                    problems.append("\(e.id): parts do not tile the file: \(problem)")
+                }
+            }
+            if e.state == .completed || e.state == .cancelled {
+                let pending =
+                    try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0", [.text(e.id)]) { $0.int(0) }
+                    ?? 0
+                if pending == 0 { problems.append("\(e.id): \(e.state.rawValue) but has no outcome awaiting acknowledgement") }
+            }
+        }
+        let orphans = try db.queryOne("SELECT COUNT(*) FROM parts WHERE entry_seq NOT IN (SELECT seq FROM entries)") { $0.int(0) } ?? 0
+        if orphans > 0 { problems.append(orphans == 1 ? "1 part belongs to no entry" : "\(orphans) parts belong to no entry") }
+        let known = Set(try list(ListFilter()).flatMap(\.body.files))
+        for name in Paths.list(staging.bodiesDir) ?? [] {
+            let path = Paths.join(staging.bodiesDir, name)
+            if name.contains(".tmp-") { continue }
+            if !known.contains(path) { problems.append("orphan staged file \(path)") }
+        }
+        return problems
+    }
+}
+
+extension PostgresStore {
+    /// Held shared by every process while it stages bodies and commits them; `cleanOrphans`
+    /// needs it alone, so it never takes the files of an enqueue in progress for orphans.
+    final class StagingLock {
+        private var fd: Int32
+        init(fd: Int32) { self.fd = fd }
+        deinit { if fd >= 0 { close(fd) } }
+    }
+
+    func stagingLock(exclusive: Bool) -> StagingLock? {
+        let fd = open(Paths.join(folder, "staging.lock"), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return nil }
+        let operation = exclusive ? LOCK_EX | LOCK_NB : LOCK_SH
+        while flock(fd, operation) != 0 {
+            if errno == EINTR { continue }
+            close(fd)
+            return nil
+        }
+        return StagingLock(fd: fd)
+    }
+
+    package func cleanOrphans() throws(OutboxError) -> [String] {
+        guard let lock = stagingLock(exclusive: true) else { return [] }
+        defer { withExtendedLifetime(lock) {} }
+        let known = Set(try list(ListFilter()).flatMap(\.body.files))
+        var removed: [String] = []
+        for name in Paths.list(staging.bodiesDir) ?? [] {
+            let path = Paths.join(staging.bodiesDir, name)
+            guard !known.contains(path) else { continue }
+            if unlink(path) == 0 { removed.append(path) }
+        }
+        if !removed.isEmpty { _ = csystem_fsync_dir(staging.bodiesDir) }
+        return removed
+    }
+}

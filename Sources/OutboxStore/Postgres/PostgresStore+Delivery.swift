@@ -1,0 +1,203 @@
+import Glibc
+import OutboxModel
+
+/// Hook delivery, the counters and the runner lock of the PostgreSQL store.
+extension PostgresStore {
+    // MARK: Delivery
+
+    /// Outcomes to deliver now: the oldest unacknowledged one of each id, due, for keys that
+    /// have a definition.
+    /// At most `limit` outcomes (all when nil). Due time and keys are filtered in SQL so that
+    /// starting one hook parses a few payloads, not every pending one.
+    package func deliverableOutcomes(
+        now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?
+    ) throws(OutboxError) -> [OutcomeRecord] {
+        let keyList = JSON.array(keys.sorted().map { .string($0) }).serialized()
+        let rows = try db.query(
+            """
+            SELECT \(Self.outcomeColumns) FROM outcomes o
+            WHERE acknowledged = 0 AND COALESCE(next_delivery_at, 0) <= ?
+              AND key IN (SELECT jsonb_array_elements_text(?::jsonb))
+              AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
+            ORDER BY seq LIMIT ?
+            """, [.int(now), .text(keyList), .optional(limit.map { Int64($0 + excludingIDs.count) })], Self.outcome)
+        let open = rows.filter { !excludingIDs.contains($0.entryID) }
+        return limit.map { Array(open.prefix($0)) } ?? open
+    }
+
+    /// Counts a delivery before its hook starts (so a crash mid-hook is seen as a delivery), returning the new count.
+    package func beginDelivery(seq: Int64) throws(OutboxError) -> Int64 {
+        try beginDeliveries(seqs: [seq])[seq] ?? 0
+    }
+
+    /// Counts a delivery of each outcome in one transaction: the hooks a turn starts cost one commit.
+    package func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
+        guard !seqs.isEmpty else { return [:] }
+        return try db.transaction(lock: lockKey) { () throws(OutboxError) -> [Int64: Int64] in
+            var counts: [Int64: Int64] = [:]
+            for seq in seqs {
+                try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
+                counts[seq] = try db.queryOne("SELECT deliveries FROM outcomes WHERE seq = ?", [.int(seq)]) { $0.int(0) } ?? 0
+            }
+            return counts
+        }
+    }
+
+    /// Records a hook's process group, and the host it runs on, so a later runner on this
+    /// host can stop it before redelivering.
+    package func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError) {
+        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+            try db.run(
+                "UPDATE outcomes SET hook_pgid = ?, hook_start = ?, hook_host = ? WHERE seq = ?",
+                [.int(Int64(pgid)), .int(Int64(startTime)), .text(host), .int(seq)])
+        }
+    }
+
+    /// Hook processes recorded by earlier runners on this host for outcomes still unacknowledged.
+    package func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)] {
+        try db.query(
+            "SELECT hook_pgid, hook_start FROM outcomes WHERE acknowledged = 0 AND hook_pgid IS NOT NULL AND hook_host = ?", [.text(host)]
+        ) {
+            (pgid: Int32($0.int(0)), startTime: UInt64($0.int(1)))
+        }
+    }
+
+    /// Acknowledges outcomes (hook exit 0), applies their hooks' enqueues, and forgets each
+    /// completed or cancelled entry of that generation, all in one transaction: hooks that
+    /// ended together cost one commit. An older generation's acknowledgement never forgets a
+    /// newer generation.
+    package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) {
+        guard !batch.isEmpty else { return }
+        let lock = stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
+        let followUps = batch.flatMap(\.followUps)
+        let staged = try stageBatch(followUps)
+        var remove: [String] = []
+        do throws(OutboxError) {
+            try db.transaction(lock: lockKey) { () throws(OutboxError) in
+                for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now) }
+                if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
+                try journalReturns()
+            }
+        } catch {
+            for s in staged.bodies { staging.rollback(s) }
+            moves.end(staged.ticket)
+            dropReturns()
+            throw error
+        }
+        Fault.point("ack.committed")
+        staging.afterCommit(staged.bodies)
+        moves.end(staged.ticket)
+        finishForget(remove)
+    }
+
+    package func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
+        try acknowledge([Acknowledgement(seq: seq, followUps: followUps)], now: now)
+    }
+
+    /// One acknowledgement inside the caller's transaction; returns the files to remove.
+    private func acknowledgeOne(_ seq: Int64, now: Int64) throws(OutboxError) -> [String] {
+        guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome),
+            !o.acknowledged
+        else { return [] }
+        try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
+        try addCounters([CounterIncrement(.hookDeliveries, [("key", o.key)], by: 1)])
+        // A later outcome of the same generation (an error entry reopened and then
+        // completed) is still owed: forgetting now would drop it.
+        let owed =
+            try db.queryOne(
+                "SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
+                [.text(o.entryID)]
+            ) { $0.int(0) } ?? 0
+        guard let e = try entry(id: o.entryID) else { return [] }
+        if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
+            // A scope's cancel is a cancel: a moved file that was never sent goes back.
+            return try forget(e, returnMovedFile: true)
+        } else if e.waitsForDelivery {
+            try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
+        }
+        return []
+    }
+
+    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
+        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+            try db.run(
+                "UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL WHERE seq = ?",
+                [.int(nextDeliveryAt), .text(reason), .int(seq)])
+            try countDelivery(outcomeSeq: seq, .hookFailures)
+        }
+    }
+
+    /// Adds to counter series inside the caller's transaction.
+    func addCounters(_ increments: [CounterIncrement]) throws(OutboxError) {
+        for increment in increments where increment.by != 0 {
+            try db.run(
+                """
+                INSERT INTO counters (name, labels, value) VALUES (?, ?, ?)
+                ON CONFLICT (name, labels) DO UPDATE SET value = counters.value + excluded.value
+                """, [.text(increment.counter.rawValue), .text(increment.labelText), .int(increment.by)])
+        }
+    }
+
+    /// Counts one hook run of an outcome by its key: acknowledged or failed.
+    func countDelivery(outcomeSeq seq: Int64, _ counter: Counter) throws(OutboxError) {
+        guard let key = try db.queryOne("SELECT key FROM outcomes WHERE seq = ?", [.int(seq)], { $0.text(0) }) else { return }
+        try addCounters([CounterIncrement(counter, [("key", key)], by: 1)])
+    }
+
+    package func counters() throws(OutboxError) -> [CounterSample] {
+        try db.query("SELECT name, labels, value FROM counters ORDER BY name, labels") { row throws(OutboxError) -> CounterSample? in
+            // A series this version does not know (written by a newer one) is left out.
+            guard let counter = Counter(rawValue: row.text(0)) else { return nil }
+            var labels: [String: String] = [:]
+            let text = row.text(1)
+            guard let object = (try? JSON.parse(text))?.objectValue else {
+                throw .storage("the counter \(counter.rawValue) has labels that are not a JSON object: \(text.prefix(80))")
+            }
+            for (name, value) in object { labels[name] = value.stringValue ?? "" }
+            return CounterSample(counter: counter, labels: labels, value: row.int(2))
+        }.compactMap { $0 }
+    }
+    /// Counts and bytes of the entries not yet settled, and how much of them is accepted.
+    package func pendingTotals() throws(OutboxError) -> PendingTotals {
+        let live = "('queued', 'running', 'awaiting-auth')"
+        let (count, bytes) =
+            try db.queryOne(
+                "SELECT COUNT(*), COALESCE(SUM(total_bytes), 0) FROM entries WHERE state IN \(live)"
+            ) { ($0.int(0), $0.int(1)) } ?? (0, 0)
+        let accepted =
+            try db.queryOne(
+                """
+                SELECT COALESCE(SUM(p."end" - p.start), 0) FROM parts p JOIN entries e ON e.seq = p.entry_seq
+                WHERE p.accepted = 1 AND e.state IN \(live)
+                """
+            ) { $0.int(0) } ?? 0
+        return PendingTotals(entries: Int(count), bytes: bytes, acceptedBytes: accepted)
+    }
+
+    /// Takes the schema's runner lock: a session lock the server drops with the connection,
+    /// so a killed runner never leaves it taken. E_RUNNING (exit 75) while another holds it.
+    package func lockForRunner() throws(OutboxError) -> RunnerLock {
+        guard try db.tryLock(key: lockKey) else {
+            throw .running("another runner holds the store \(url.redacted)")
+        }
+        holdsRunnerLock = true
+        return PostgresRunnerLock(store: self)
+    }
+}
+
+/// The runner lock of a PostgreSQL schema, released with `release()` or its connection.
+final class PostgresRunnerLock: RunnerLock {
+    private var store: PostgresStore?
+
+    init(store: PostgresStore) { self.store = store }
+
+    func release() {
+        guard let store else { return }
+        store.db.unlock(key: store.lockKey)
+        store.holdsRunnerLock = false
+        self.store = nil
+    }
+
+    deinit { release() }
+}

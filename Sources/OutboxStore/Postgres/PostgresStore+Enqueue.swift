@@ -1,0 +1,257 @@
+import CSystem
+import Glibc
+import OutboxModel
+
+/// Enqueue on PostgreSQL: bodies staged first, then the same-id rules and inserts in one transaction.
+extension PostgresStore {
+    /// Enqueues a batch in one transaction, applying the same-id rules to each entry.
+    /// Bodies are staged before the transaction; on any failure every staged file is removed
+    /// (or moved back) and nothing is committed.
+    package func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        // Shared with other enqueues; keeps orphan cleaning away from files not yet committed.
+        let lock = stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
+        let staged = try stageBatch(batch)
+        Fault.point("enqueue.staged")
+        let results: [EnqueueResult]
+        do throws(OutboxError) {
+            results = try db.transaction(lock: lockKey) { () throws(OutboxError) -> [EnqueueResult] in
+                let results = try applyBatch(batch, staged: staged, now: now)
+                try journalReturns()
+                return results
+            }
+        } catch {
+            for s in staged.bodies { staging.rollback(s) }
+            moves.end(staged.ticket)
+            obsoleteFiles.removeAll()
+            dropReturns()
+            throw error
+        }
+        Fault.point("enqueue.committed")
+        staging.afterCommit(staged.bodies)
+        moves.end(staged.ticket)
+        // Replaced bodies go; a replaced moved file goes back to its source path.
+        finishForget([])
+        return results
+    }
+
+    struct StagedBatch {
+        var bodies: [StagedBody] = []
+        var internals: [String] = []
+        /// The journal of the files this batch moves in, until its commit or rollback.
+        var ticket: MoveJournal.Ticket?
+    }
+
+    /// Stages every body of a batch outside the write lock (copies can be long). An entry
+    /// whose id already holds the same body stages nothing: its bytes are kept.
+    func stageBatch(_ batch: [NewEntry]) throws(OutboxError) -> StagedBatch {
+        var ids = Set<String>()
+        for entry in batch where !ids.insert(entry.id).inserted {
+            throw .invalid("the id \"\(entry.id)\" appears twice in one batch")
+        }
+        // One read transaction for every lookup (not one per entry), ended before any file
+        // is copied so that a long copy does not hold the WAL back.
+        let stored = try db.read { () throws(OutboxError) -> [Entry?] in
+            var stored: [Entry?] = []
+            for entry in batch { stored.append(entry.idWasMinted ? nil : try self.entry(id: entry.id)) }
+            return stored
+        }
+        var staged = StagedBatch()
+        staged.internals = batch.map { _ in Identifiers.uuid() }
+        // The files this batch will move in, written down before the first rename.
+        let moving = zip(batch, staged.internals).compactMap { entry, internalID -> MoveJournal.Move? in
+            switch entry.prepared.body {
+            case let .file(identity, .move), let .parts(identity, .move, _):
+                return MoveJournal.Move(staged: staging.path(internalID, "body"), source: identity.path)
+            default:
+                return nil
+            }
+        }
+        staged.ticket = try moves.begin(moving)
+        do throws(OutboxError) {
+            for ((entry, existing), internalID) in zip(zip(batch, stored), staged.internals) {
+                // Only these decisions keep the stored body; every other one needs the new bytes.
+                if let existing, [.resume, .redeliver, .reopen].contains(try decide(existing, entry.prepared.bodyHash)) {
+                    staged.bodies.append(StagedBody())
+                    continue
+                }
+                // A replace naming the same source path reuses the bytes already moved in.
+                if let existing, let reused = SQLiteStore.reusableMovedBody(existing, for: entry.prepared.body) {
+                    staged.bodies.append(reused)
+                    continue
+                }
+                staged.bodies.append(try staging.stage(entry.prepared.body, internalID: internalID))
+            }
+            try staging.syncFolders(staged.bodies)
+        } catch {
+            for s in staged.bodies { staging.rollback(s) }
+            moves.end(staged.ticket)
+            throw error
+        }
+        return staged
+    }
+
+    /// The `headers update` state every new row records: read once per batch, as nothing
+    /// else writes it while the batch holds the write lock.
+    struct HeaderSettings {
+        var generation: Int64
+        var patch: JSON?
+    }
+
+    /// Writes a staged batch; must run inside a transaction.
+    func applyBatch(_ batch: [NewEntry], staged: StagedBatch, now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        var results: [EnqueueResult] = []
+        let headers = HeaderSettings(
+            generation: Int64(try setting(SQLiteStore.headerGenerationSetting) ?? "0") ?? 0,
+            patch: try setting("header_patch").flatMap { try? JSON.parse($0) })
+        for (i, entry) in batch.enumerated() {
+            let (result, dropped) = try apply(entry, staged: staged.bodies[i], internalID: staged.internals[i], headers: headers, now: now)
+            results.append(result)
+            obsoleteFiles += dropped.compactMap { $0 }
+        }
+        return results
+    }
+
+    func hasPendingOutcome(_ id: String, generation: Int64) throws(OutboxError) -> Bool {
+        try db.queryOne(
+            "SELECT 1 FROM outcomes WHERE entry_id = ? AND generation = ? AND acknowledged = 0",
+            [.text(id), .int(generation)]
+        ) { _ in true } ?? false
+    }
+
+    func decide(_ e: Entry, _ newBodyHash: String) throws(OutboxError) -> SameIdDecision {
+        SameIdRule.decide(
+            existing: ExistingEntry(
+                state: e.state, bodyHash: e.bodyHash,
+                outcomeAcknowledged: !(try hasPendingOutcome(e.id, generation: e.generation))),
+            newBodyHash: newBodyHash)
+    }
+
+    /// Headers as stored: `headers update` patches rank above every other source
+    /// (docs/definitions.md, headers).
+    func patched(_ headers: [(String, String)], _ settings: HeaderSettings) -> [(String, String)] {
+        guard let patch = settings.patch else { return headers }
+        return HeaderRules.merge(headers, HeaderRules.from(json: patch))
+    }
+
+    /// One entry's same-id decision and write; returns staged files made obsolete.
+    func apply(
+        _ new: NewEntry, staged: StagedBody, internalID: String, headers: HeaderSettings,
+        now: Int64
+    ) throws(OutboxError) -> (EnqueueResult, [String?]) {
+        let existing = new.idWasMinted ? nil : try entry(id: new.id)
+        // Hashed once: the canonical form of a body is not cheap to build.
+        let bodyHash = new.prepared.bodyHash
+        let decision = try existing.map { e throws(OutboxError) in try decide(e, bodyHash) } ?? .create
+        let p = new.prepared
+        let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
+        let request = StoredRequest(prepared: p, form: staged.form).json.serialized()
+        let varsText = new.vars.serialized()
+        switch decision {
+        case .rejectRunning:
+            throw .running("entry \(new.id) is being sent now and the new body differs; try again when it settles")
+        case .create:
+            // A settled row whose outcome was acknowledged counts as forgotten: drop it first.
+            let old = try existing.map { e throws(OutboxError) in try forget(e, returnMovedFile: false) } ?? []
+            try insert(
+                new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
+                headers: headers, expiresAt: expiresAt, generation: 1, now: now)
+            return (EnqueueResult(id: new.id, decision: decision), old)
+        case .resume, .redeliver, .reopen:
+            guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
+            // Same body: new headers, vars and expiry; bytes and accepted parts are kept.
+            var stored = e.request
+            stored.headers = patched(p.headers, headers)
+            let newState = decision == .reopen ? "queued" : e.state.rawValue
+            // The entry keeps its Idempotency-Key for life (retries and replays share it) unless
+            // a header gives one explicitly.
+            let explicitKey = p.idempotencyKeyIsExplicit ? p.idempotencyKey : nil
+            let headerGeneration = headers.generation
+            try db.run(
+                """
+                UPDATE entries SET vars = ?, request = ?, expires_at = ?, idempotency_key = COALESCE(?, idempotency_key, ?),
+                  header_generation = ?,
+                  state = ?, reason = CASE WHEN ?::text = 'queued' AND state != 'queued' THEN NULL ELSE reason END,
+                  attempts = CASE WHEN ?::int = 1 THEN 0 ELSE attempts END, next_attempt_at = CASE WHEN ?::int = 1 THEN ? ELSE next_attempt_at END,
+                  not_before = COALESCE(?, not_before), updated_at = ?
+                WHERE id = ?
+                """,
+                [
+                    .text(varsText), .text(stored.json.serialized()), .int(expiresAt), .optional(explicitKey),
+                    .optional(p.idempotencyKey), .int(headerGeneration), .text(newState), .text(newState),
+                    .bool(decision == .reopen), .bool(decision == .reopen),
+                    .int(now), .optional(new.notBefore), .int(now), .text(new.id),
+                ])
+            return (EnqueueResult(id: new.id, decision: decision), [])
+        case .replace, .newGeneration, .replaceAfterDelivery:
+            guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
+            let generation = decision == .replace && !e.state.isSettled ? e.generation : e.generation + 1
+            // A cancelled generation's outcome is still delivered (its hook may clean up):
+            // outcomes are acknowledged per generation, never by a later enqueue.
+            try db.run("DELETE FROM entries WHERE seq = ?", [.int(e.seq)])
+            try deleteParts(of: e)
+            try insert(
+                new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
+                headers: headers, expiresAt: expiresAt, generation: generation, now: now,
+                waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
+            // Form files are staged per entry and never reused, so the old ones always go.
+            var old: [String?] = e.request.form.map(\.stagedFile)
+            if let file = e.bodyFile, file != staged.file {
+                if e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path,
+                    file.hasPrefix(staging.bodiesDir + "/")
+                {
+                    // Like a cancel, a replace never destroys the user's only copy.
+                    returns.append((file, source, e.request.file))
+                } else {
+                    old.append(file)
+                }
+            }
+            return (EnqueueResult(id: new.id, decision: decision), old)
+        }
+    }
+
+    func insert(
+        _ new: NewEntry, vars: String, bodyHash: String, staged: StagedBody, internalID: String, request: String,
+        headers: HeaderSettings, expiresAt: Int64, generation: Int64, now: Int64, waits: Bool = false,
+        createdAt: Int64? = nil
+    ) throws(OutboxError) {
+        let p = new.prepared
+        let headerGeneration = headers.generation
+        // `headers update` patches rank above every other header source, also for entries enqueued after it.
+        var request = request
+        if headers.patch != nil {
+            var stored = try StoredRequest(json: try SQLiteStore.storedJSON(request, what: "stored request"))
+            stored.headers = patched(stored.headers, headers)
+            request = stored.json.serialized()
+        }
+        // A body on this host's disk (a staged or referenced file, form files) is claimed here only.
+        let bodyHost = staged.file != nil || staged.form.contains(where: { $0.stagedFile != nil }) ? host : nil
+        let seq =
+            try db.queryOne(
+                """
+                INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_host, body_hash,
+                  total_bytes, idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at,
+                  not_before, next_attempt_at, waits_for_delivery)
+                VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                RETURNING seq
+                """,
+                [
+                    .text(new.id), .text(internalID), .text(new.key), .text(vars), .int(generation), .text(request),
+                    staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .optional(bodyHost), .text(bodyHash),
+                    .int(staged.totalBytes), .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope),
+                    .optional(new.parent), .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt),
+                    .optional(new.notBefore), .optional(new.notBefore), .bool(waits),
+                ]
+            ) { $0.int(0) } ?? 0
+        if case let .parts(_, _, parts) = p.body {
+            for (i, part) in parts.enumerated() {
+                try db.run(
+                    "INSERT INTO parts (entry_seq, idx, start, \"end\", url, headers) VALUES (?, ?, ?, ?, ?, ?)",
+                    [
+                        .int(seq), .int(i), .int(part.range.start), .int(part.range.end), .text(part.url),
+                        .text(HeaderRules.json(part.headers.map { ($0.name, $0.value) }).serialized()),
+                    ])
+            }
+        }
+    }
+}

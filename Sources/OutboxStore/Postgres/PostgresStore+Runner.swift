@@ -1,0 +1,350 @@
+import OutboxModel
+
+extension PostgresStore {
+    /// The database time for a time of this host's clock.
+    func databaseTime(_ now: Int64) -> Int64 { now + clockOffset }
+
+    /// Puts back in the queue the running entries whose lease ended (by the database's
+    /// clock), keeping accepted parts; never the caller's own. A caller that holds the
+    /// runner lock is the schema's only runner, so every other lease is a dead runner's.
+    package func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int {
+        try db.transaction(lock: lockKey) { () throws(OutboxError) -> Int in
+            try db.run(
+                """
+                UPDATE entries SET state = 'queued', lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = ?
+                WHERE state = 'running' AND (lease_owner IS NULL OR lease_owner <> ?)
+                  AND (?::int = 1 OR COALESCE(lease_until, 0) < ?)
+                """, [.int(now), .text(lease.owner), .bool(holdsRunnerLock), .int(databaseTime(now))])
+        }
+    }
+
+    package func releaseHolds(now: Int64, reasons: [HoldReason]) throws(OutboxError) {
+        let held = JSON.array(reasons.map { .string($0.rawValue) }).serialized()
+        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+            try db.run(
+                """
+                UPDATE entries SET next_attempt_at = ?, reason = NULL, updated_at = ?
+                WHERE state = 'queued' AND reason IN (SELECT jsonb_array_elements_text(?::jsonb))
+                """, [.int(now), .int(now), .text(held)])
+        }
+    }
+
+    /// Entries whose body is on this host's disk, or anywhere when the staging is shared.
+    var onThisHost: String { "(body_host IS NULL OR body_host = ? OR ?::int = 1)" }
+    var onThisHostValues: [SQLValue] { [.text(host), .bool(sharedStaging)] }
+
+    /// Queued entries that may start now, in enqueue order, honouring pauses, holds, scopes
+    /// and where file bodies are.
+    package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
+        if try setting(SQLiteStore.queuePausedSetting) == "1" { return [] }
+        let excluded = JSON.array(excluding.map { .string($0) }).serialized()
+        return try db.query(
+            """
+            SELECT \(Self.entryColumns) FROM entries e
+            WHERE state = 'queued' AND waits_for_delivery = 0
+              AND key NOT IN (SELECT key FROM paused_keys)
+              AND id NOT IN (SELECT jsonb_array_elements_text(?::jsonb))
+              AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
+              AND (not_before IS NULL OR not_before <= ?)
+              AND \(onThisHost)
+              AND (scope IS NULL OR NOT EXISTS (
+                SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
+                  AND o.state IN ('queued', 'running', 'awaiting-auth')))
+            ORDER BY seq LIMIT ?
+            """, [.text(excluded), .int(now), .int(now)] + onThisHostValues + [.int(limit)], entryFromRow)
+    }
+
+    package func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
+        guard !seqs.isEmpty else { return [:] }
+        let list = JSON.array(seqs.map { .int64($0) }).serialized()
+        let rows = try db.query(
+            """
+            SELECT seq, generation FROM entries
+            WHERE seq IN (SELECT jsonb_array_elements_text(?::jsonb)::bigint) AND state = 'running'
+            """, [.text(list)]
+        ) { ($0.int(0), $0.int(1)) }
+        return Dictionary(rows, uniquingKeysWith: { first, _ in first })
+    }
+
+    package func dueTimes(deliverableKeys: Set<String>) throws(OutboxError) -> DueTimes {
+        var any: [Int64] = []
+        var fresh: [Int64] = []
+        if try setting(SQLiteStore.queuePausedSetting) != "1" {
+            let paused = try pausedKeys()
+            let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
+            let rows = try db.query(
+                """
+                SELECT key, GREATEST(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)), attempts FROM entries
+                WHERE state = 'queued' AND waits_for_delivery = 0 AND \(onThisHost)
+                  AND (reason IS NULL OR reason NOT IN (SELECT jsonb_array_elements_text(?::jsonb)))
+                """, onThisHostValues + [.text(held)]
+            ) { ($0.text(0), $0.int(1), $0.int(2)) }
+            for (key, due, attempts) in rows where !paused.contains(key) {
+                any.append(due)
+                if attempts == 0 { fresh.append(due) }
+            }
+        }
+        let outcomes = try db.query("SELECT key, COALESCE(next_delivery_at, 0), deliveries FROM outcomes WHERE acknowledged = 0") {
+            ($0.text(0), $0.int(1), $0.int(2))
+        }
+        for (key, due, deliveries) in outcomes where deliverableKeys.contains(key) {
+            any.append(due)
+            if deliveries == 0 { fresh.append(due) }
+        }
+        return DueTimes(any: any.min(), fresh: fresh.min())
+    }
+
+    /// The condition that makes a runner's change apply only while its claim holds: same
+    /// owner and the token of this object's claim (nothing without a lease).
+    func fence(_ id: String, _ lease: Lease?) -> (sql: String, values: [SQLValue]) {
+        guard let lease else { return ("", []) }
+        if let token = claimTokens[id] {
+            return (" AND lease_owner = ? AND lease_token = ?", [.text(lease.owner), .text(token)])
+        }
+        return (" AND lease_owner = ?", [.text(lease.owner)])
+    }
+
+    /// Applies a runner's changes in one transaction; with a lease, each change to an entry
+    /// applies only while this runner's claim on it holds (fencing).
+    @discardableResult
+    package func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) -> AppliedChanges {
+        let followUps = changes.flatMap { change -> [NewEntry] in
+            if case let .settle(s) = change { return s.followUps }
+            return []
+        }
+        let lock = stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
+        let staged = try stageBatch(followUps)
+        let settles = changes.contains { if case .settle = $0 { true } else { false } }
+        if !followUps.isEmpty { Fault.point("followup.staged") }
+        if settles { Fault.point("settle.before-commit") }
+        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.accepted") }
+        var remove: [String] = []
+        var kept: [NewEntry] = []
+        var keptStaged = StagedBatch()
+        var dropped: [StagedBody] = []
+        var result = AppliedChanges()
+        let tokensBefore = claimTokens
+        do throws(OutboxError) {
+            try db.transaction(lock: lockKey) { () throws(OutboxError) in
+                var offset = 0
+                for change in changes {
+                    guard case let .settle(settlement) = change else {
+                        remove += try apply(change, lease: lease, now: now)
+                        continue
+                    }
+                    let (files, applied) = try settle(settlement, lease: lease, now: now)
+                    remove += files
+                    let range = offset..<(offset + settlement.followUps.count)
+                    offset = range.upperBound
+                    if applied {
+                        kept += followUps[range]
+                        keptStaged.bodies += staged.bodies[range]
+                        keptStaged.internals += staged.internals[range]
+                    } else {
+                        dropped += staged.bodies[range]
+                        result.fencedOut.insert(settlement.entryID)
+                    }
+                }
+                if !kept.isEmpty {
+                    _ = try applyBatch(kept, staged: keptStaged, now: now)
+                }
+                try journalReturns()
+            }
+        } catch {
+            claimTokens = tokensBefore
+            for s in staged.bodies { staging.rollback(s) }
+            moves.end(staged.ticket)
+            dropReturns()
+            throw error
+        }
+        if !kept.isEmpty { Fault.point("followup.committed") }
+        if settles { Fault.point("settle.committed") }
+        if changes.contains(where: { if case .cancelScope = $0 { true } else { false } }) { Fault.point("scope.cancelled") }
+        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.recorded") }
+        staging.afterCommit(keptStaged.bodies)
+        for s in dropped { staging.rollback(s) }
+        moves.end(staged.ticket)
+        finishForget(remove)
+        return result
+    }
+
+    /// Claims: rows another runner is claiming are skipped, not waited for; each claim
+    /// writes a fresh token and the lease's end by the database clock.
+    private func claim(_ seqs: [Int64], _ lease: Lease, now: Int64) throws(OutboxError) {
+        let token = Identifiers.uuid()
+        let list = JSON.array(seqs.map { .int64($0) }).serialized()
+        let claimed = try db.query(
+            """
+            UPDATE entries SET state = 'running', lease_owner = ?, lease_token = ?, lease_until = ?, updated_at = ?
+            WHERE seq IN (
+              SELECT seq FROM entries WHERE seq IN (SELECT jsonb_array_elements_text(?::jsonb)::bigint)
+                AND state = 'queued' AND \(onThisHost)
+              FOR UPDATE SKIP LOCKED)
+            RETURNING id
+            """,
+            [.text(lease.owner), .text(token), .int(databaseTime(now) + lease.durationMs), .int(now), .text(list)] + onThisHostValues
+        ) { $0.text(0) }
+        for id in claimed { claimTokens[id] = token }
+    }
+
+    /// The id of an entry by seq, for changes that name an entry by seq.
+    private func entryID(seq: Int64) throws(OutboxError) -> String? {
+        try db.queryOne("SELECT id FROM entries WHERE seq = ?", [.int(seq)]) { $0.text(0) }
+    }
+
+    private func apply(_ change: RunnerChange, lease: Lease?, now: Int64) throws(OutboxError) -> [String] {
+        switch change {
+        case let .markRunning(seqs, claimLease):
+            try claim(seqs, claimLease, now: now)
+        case let .attempt(id, generation, at, payload, requestID):
+            let f = fence(id, lease)
+            let changed = try db.run(
+                "UPDATE entries SET attempts = attempts + 1, last_request_id = ?, updated_at = ? WHERE id = ? AND generation = ?\(f.sql)",
+                [.text(requestID), .int(now), .text(id), .int(generation)] + f.values)
+            guard changed == 1 else { return [] }
+            try db.run(
+                "INSERT INTO attempts (entry_id, generation, at, payload) VALUES (?, ?, ?, ?)",
+                [.text(id), .int(generation), .int(at), .text(payload.serialized())])
+            try db.run(
+                """
+                DELETE FROM attempts WHERE entry_id = ? AND seq NOT IN (
+                  SELECT seq FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 20)
+                """, [.text(id), .text(id)])
+        case let .reschedule(id, next, reason):
+            let f = fence(id, lease)
+            try db.run(
+                """
+                UPDATE entries SET state = 'queued', next_attempt_at = ?, reason = ?, lease_owner = NULL, lease_token = NULL,
+                  lease_until = NULL, updated_at = ?
+                WHERE id = ? AND state = 'running'\(f.sql)
+                """, [.int(next), .optional(reason), .int(now), .text(id)] + f.values)
+            claimTokens[id] = nil
+        case let .hold(id, until, reason):
+            try db.run(
+                "UPDATE entries SET next_attempt_at = ?, reason = ?, updated_at = ? WHERE id = ? AND state = 'queued'",
+                [.int(until), .text(reason.rawValue), .int(now), .text(id)])
+        case let .park(id):
+            let f = fence(id, lease)
+            try db.run(
+                """
+                UPDATE entries SET state = 'awaiting-auth', reason = 'auth', lease_owner = NULL, lease_token = NULL,
+                  lease_until = NULL, updated_at = ?
+                WHERE id = ? AND state = 'running'\(f.sql)
+                """, [.int(now), .text(id)] + f.values)
+            claimTokens[id] = nil
+        case let .requeue(id):
+            let f = fence(id, lease)
+            try db.run(
+                """
+                UPDATE entries SET state = 'queued', lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = ?
+                WHERE id = ? AND state = 'running'\(f.sql)
+                """, [.int(now), .text(id)] + f.values)
+            claimTokens[id] = nil
+        case let .progress(id, sent):
+            let f = fence(id, lease)
+            try db.run("UPDATE entries SET bytes_sent = ? WHERE id = ?\(f.sql)", [.int(sent), .text(id)] + f.values)
+        case let .partAccepted(seq, index, status, headers):
+            guard let id = try entryID(seq: seq) else { return [] }
+            let f = fence(id, lease)
+            try db.run(
+                """
+                UPDATE parts SET accepted = 1, status = ?, response_headers = ?, attempts = attempts + 1
+                WHERE entry_seq = ? AND idx = ? AND EXISTS (SELECT 1 FROM entries WHERE seq = ?\(f.sql))
+                """, [.int(status), .text(headers.serialized()), .int(seq), .int(index), .int(seq)] + f.values)
+        case let .partRetry(seq, index, next):
+            guard let id = try entryID(seq: seq) else { return [] }
+            let f = fence(id, lease)
+            try db.run(
+                """
+                UPDATE parts SET attempts = attempts + 1, next_attempt_at = ?
+                WHERE entry_seq = ? AND idx = ? AND EXISTS (SELECT 1 FROM entries WHERE seq = ?\(f.sql))
+                """, [.int(next), .int(seq), .int(index), .int(seq)] + f.values)
+        case let .settle(s):
+            return try settle(s, lease: lease, now: now).files
+        case let .cancelScope(scope, afterSeq, payloadFor):
+            let behind = try db.query(
+                """
+                SELECT \(Self.entryColumns) FROM entries WHERE scope = ? AND seq > ? AND state IN ('queued', 'awaiting-auth')
+                ORDER BY seq
+                """, [.text(scope), .int(afterSeq)], entryFromRow)
+            var files: [String] = []
+            for e in behind {
+                let (payload, hookExists) = payloadFor(e)
+                // Entries behind the failed one are nobody's claim: not fenced.
+                files += try settle(
+                    Settlement(
+                        entryID: e.id, generation: e.generation, state: .cancelled, reason: "scope",
+                        outcome: .error, payload: payload, hookExists: hookExists), lease: nil, now: now
+                ).files
+            }
+            return files
+        case let .drop(id, reason):
+            guard let e = try entry(id: id) else { return [] }
+            try db.run(
+                """
+                INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
+                VALUES (?, ?, ?, 'error', '{}', 1, ?, ?)
+                """,
+                [.text(e.id), .text(e.key), .int(e.generation), .text(reason), .int(now)])
+            claimTokens[id] = nil
+            return try forget(e, returnMovedFile: true)
+        case let .count(increments):
+            try addCounters(increments)
+        }
+        return []
+    }
+
+    /// Settles an entry and journals its outcome (see the SQLite store: the same rules),
+    /// applied only while the runner's claim holds.
+    private func settle(_ s: Settlement, lease: Lease?, now: Int64) throws(OutboxError) -> (files: [String], applied: Bool) {
+        let e: Entry
+        if let snapshot = s.snapshot {
+            e = snapshot
+        } else {
+            guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return ([], false) }
+            e = stored
+        }
+        let f = fence(s.entryID, lease)
+        defer { claimTokens[s.entryID] = nil }
+        if !s.hookExists && (s.state == .completed || s.state == .cancelled) {
+            guard
+                try db.run("DELETE FROM entries WHERE seq = ? AND generation = ?\(f.sql)", [.int(e.seq), .int(s.generation)] + f.values)
+                    == 1
+            else {
+                return ([], false)
+            }
+            var settled = e
+            settled.state = s.state
+            return (try forget(settled, returnMovedFile: s.state == .cancelled, rowDeleted: true), true)
+        }
+        let changed = try db.run(
+            """
+            UPDATE entries SET state = ?, reason = ?, lease_owner = NULL, lease_token = NULL, lease_until = NULL,
+              next_attempt_at = NULL, updated_at = ?
+            WHERE seq = ? AND generation = ?\(f.sql)
+            """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq), .int(s.generation)] + f.values)
+        guard changed == 1 else { return ([], false) }
+        try db.run(
+            """
+            INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                .text(e.id), .text(e.key), .int(e.generation), .text(s.outcome.rawValue), .text(s.payload.serialized()),
+                .bool(!s.hookExists), .optional(s.reason), .int(now),
+            ])
+        return ([], true)
+    }
+
+    package func markUnhandled(keys: Set<String>) throws(OutboxError) {
+        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+            for o in try unacknowledgedOutcomes() where !keys.contains(o.key) && o.reason != "unhandled-key" {
+                try db.run("UPDATE outcomes SET reason = 'unhandled-key' WHERE seq = ?", [.int(o.seq)])
+            }
+        }
+    }
+
+    /// Nothing to fold back: the server keeps its own log.
+    package func checkpoint() {}
+}

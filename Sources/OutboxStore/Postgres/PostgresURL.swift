@@ -1,0 +1,68 @@
+import OutboxModel
+
+/// A `store: postgres://user:password@host:port/db?schema=NAME` value: the libpq URI to
+/// connect with, the schema that keeps one project's tables apart, and the URL as messages
+/// may show it (without the password).
+package struct PostgresURL: Sendable, Equatable {
+    /// What libpq is given: the URL without `schema`, with a connect timeout by default.
+    package var connectionURI: String
+    package var schema: String
+    /// The URL with its password replaced by `***`.
+    package var redacted: String
+
+    /// Whether a store value names a PostgreSQL server rather than a folder.
+    package static func isPostgres(_ text: String) -> Bool {
+        text.hasPrefix("postgres://") || text.hasPrefix("postgresql://")
+    }
+
+    /// Parses a store URL; E_CONFIG naming what is wrong (never the password).
+    package init(_ text: String) throws(OutboxError) {
+        guard Self.isPostgres(text), let colon = text.firstIndex(of: ":") else {
+            throw OutboxError(.config, "store: \"\(text.prefix(40))\" is not a postgres:// URL")
+        }
+        let scheme = String(text[..<colon])
+        var rest = String(text.dropFirst(scheme.count + 3))
+        var query: [(String, String)] = []
+        if let q = rest.firstIndex(of: "?") {
+            for item in rest[rest.index(after: q)...].split(separator: "&") where !item.isEmpty {
+                let pair = item.split(separator: "=", maxSplits: 1).map(String.init)
+                query.append((pair[0], pair.count > 1 ? pair[1] : ""))
+            }
+            rest = String(rest[..<q])
+        }
+        // The password sits between the user's ':' and the last '@' of the authority.
+        let authorityEnd = rest.firstIndex(of: "/") ?? rest.endIndex
+        var shown = rest
+        if let at = rest[..<authorityEnd].lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") {
+            shown = String(rest[...colon]) + "***" + String(rest[at...])
+        }
+        let schema = query.first { $0.0 == "schema" }?.1 ?? "outbox"
+        guard Self.isIdentifier(schema) else {
+            throw OutboxError(
+                .config, "store: schema \"\(schema.prefix(70))\" must be 1 to 63 lowercase letters, digits or _ (not starting with a digit)"
+            )
+        }
+        self.schema = schema
+        var kept = query.filter { $0.0 != "schema" }
+        if !kept.contains(where: { $0.0 == "connect_timeout" }) { kept.append(("connect_timeout", "10")) }
+        if !kept.contains(where: { $0.0 == "application_name" }) { kept.append(("application_name", "outbox")) }
+        connectionURI = "\(scheme)://\(rest)?" + kept.map { "\($0.0)=\($0.1)" }.joined(separator: "&")
+        redacted = "\(scheme)://\(shown)?schema=\(schema)"
+    }
+
+    static func isIdentifier(_ text: String) -> Bool {
+        let bytes = Array(text.utf8)
+        guard (1...63).contains(bytes.count), !(UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[0]) else { return false }
+        return bytes.allSatisfy { b in
+            (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
+                || b == UInt8(ascii: "_")
+        }
+    }
+
+    /// A stable number for the schema: the key of the advisory locks that serialize its writers.
+    var lockKey: Int32 {
+        var hash: UInt32 = 2_166_136_261
+        for b in schema.utf8 { hash = (hash ^ UInt32(b)) &* 16_777_619 }
+        return Int32(bitPattern: hash)
+    }
+}

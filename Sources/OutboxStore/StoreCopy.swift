@@ -1,0 +1,206 @@
+import CSystem
+import Glibc
+import OutboxModel
+
+/// The tables a store keeps, row by row, in the same columns in SQLite and PostgreSQL:
+/// what `outbox store copy` moves from one to the other.
+enum StoreTables {
+    enum Kind { case int, text, blob }
+
+    static let tables: [(name: String, columns: [(String, Kind)])] = [
+        (
+            "entries",
+            [
+                ("seq", .int), ("id", .text), ("internal", .text), ("key", .text), ("vars", .text), ("state", .text),
+                ("reason", .text), ("generation", .int), ("request", .text), ("body", .blob), ("body_file", .text),
+                ("body_hash", .text), ("total_bytes", .int), ("bytes_sent", .int), ("attempts", .int), ("idempotency_key", .text),
+                ("account", .text), ("scope", .text), ("parent", .text), ("header_generation", .int), ("created_at", .int),
+                ("updated_at", .int), ("expires_at", .int), ("not_before", .int), ("next_attempt_at", .int), ("lease_owner", .text),
+                ("lease_until", .int), ("last_request_id", .text), ("waits_for_delivery", .int),
+            ]
+        ),
+        (
+            "parts",
+            [
+                ("entry_seq", .int), ("idx", .int), ("start", .int), ("\"end\"", .int), ("url", .text), ("headers", .text),
+                ("accepted", .int), ("status", .int), ("response_headers", .text), ("attempts", .int), ("next_attempt_at", .int),
+            ]
+        ),
+        (
+            "outcomes",
+            [
+                ("seq", .int), ("entry_id", .text), ("key", .text), ("generation", .int), ("outcome", .text), ("payload", .text),
+                ("deliveries", .int), ("acknowledged", .int), ("next_delivery_at", .int), ("reason", .text), ("hook_pgid", .int),
+                ("hook_start", .int), ("created_at", .int),
+            ]
+        ),
+        ("attempts", [("seq", .int), ("entry_id", .text), ("generation", .int), ("at", .int), ("payload", .text)]),
+        ("settings", [("name", .text), ("value", .text)]),
+        ("paused_keys", [("key", .text)]),
+        ("counters", [("name", .text), ("labels", .text), ("value", .int)]),
+    ]
+
+    static func value(_ kind: Kind, isNull: Bool, int: () -> Int64, text: () -> String, blob: () -> [UInt8]?) -> SQLValue {
+        if isNull { return .null }
+        switch kind {
+        case .int: return .int(int())
+        case .text: return .text(text())
+        case .blob: return blob().map { .blob($0) } ?? .null
+        }
+    }
+
+    static func insertSQL(_ table: String, _ columns: [(String, Kind)]) -> String {
+        "INSERT INTO \(table) (\(columns.map(\.0).joined(separator: ", "))) VALUES (\(columns.map { _ in "?" }.joined(separator: ", ")))"
+    }
+
+    static func selectSQL(_ table: String, _ columns: [(String, Kind)]) -> String {
+        "SELECT \(columns.map(\.0).joined(separator: ", ")) FROM \(table)"
+    }
+}
+
+/// A store whose tables can be read and written whole (both implementations).
+protocol CopyableStore: Store {
+    /// Where this store stages file bodies.
+    var bodiesFolder: String { get }
+    func exportRows(_ table: String, _ columns: [(String, StoreTables.Kind)]) throws(OutboxError) -> [[SQLValue]]
+    /// Writes every table in one transaction (the store was empty).
+    func importTables(_ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])]) throws(OutboxError)
+}
+
+/// `outbox store copy`: a stopped store into an empty one, SQLite and PostgreSQL either way.
+package enum StoreCopy {
+    /// What a copy moved.
+    package struct Summary: Sendable, Equatable {
+        package var entries: Int
+        package var outcomes: Int
+        package var files: Int
+    }
+
+    /// Copies every entry, part, outcome, attempt, setting, paused key and counter of
+    /// `source` into `target`, which must hold no entry and no outcome. Both are locked as a
+    /// runner would lock them, so neither may be running. Staged files go into the target's
+    /// staging folder when it is another one.
+    package static func copy(from source: any Store, to target: any Store, targetName: String) throws(OutboxError) -> Summary {
+        guard let from = source as? any CopyableStore, let to = target as? any CopyableStore else {
+            throw .invalid("store copy: this store cannot be copied")
+        }
+        let sourceLock = try source.lockForRunner()
+        defer { sourceLock.release() }
+        let targetLock = try target.lockForRunner()
+        defer { targetLock.release() }
+        let counts = try target.counts()
+        let existing = counts.states.values.reduce(0, +)
+        guard existing == 0, counts.pendingOutcomes == 0, try target.unacknowledgedOutcomes().isEmpty,
+            try to.exportRows("outcomes", [("seq", .int)]).isEmpty
+        else {
+            throw .invalid("store copy: \(targetName) is not empty (\(existing) entries); copy into an empty store")
+        }
+        var tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])] = []
+        for (name, columns) in StoreTables.tables {
+            tables.append((name, columns, try from.exportRows(name, columns)))
+        }
+        // Staged files move to the target's folder; paths in rows follow them.
+        let oldPrefix = from.bodiesFolder + "/"
+        let newPrefix = to.bodiesFolder + "/"
+        var copied: [String] = []
+        if oldPrefix != newPrefix {
+            try SQLiteStore.makeFolder(to.bodiesFolder)
+            for name in Paths.list(from.bodiesFolder) ?? [] where !name.contains(".tmp-") {
+                let rc = csystem_copy_file(oldPrefix + name, newPrefix + name)
+                guard rc == 0 else {
+                    for file in copied { unlink(file) }
+                    throw .storage("store copy: cannot copy \(oldPrefix + name): \(Paths.errnoMessage(-rc))")
+                }
+                copied.append(newPrefix + name)
+            }
+            _ = csystem_fsync_dir(to.bodiesFolder)
+            // Entries are the first table: their request (form files) and body_file name staged paths.
+            let columns = tables[0].columns.map(\.0)
+            if let request = columns.firstIndex(of: "request"), let file = columns.firstIndex(of: "body_file") {
+                for r in tables[0].rows.indices {
+                    if case let .text(text) = tables[0].rows[r][request] {
+                        tables[0].rows[r][request] = .text(text.replacingPrefixPaths(oldPrefix, newPrefix))
+                    }
+                    if case let .text(path) = tables[0].rows[r][file], path.hasPrefix(oldPrefix) {
+                        tables[0].rows[r][file] = .text(newPrefix + path.dropFirst(oldPrefix.count))
+                    }
+                }
+            }
+        }
+        do throws(OutboxError) {
+            try to.importTables(tables)
+        } catch {
+            for file in copied { unlink(file) }
+            throw error
+        }
+        return Summary(entries: tables[0].rows.count, outcomes: tables[2].rows.count, files: copied.count)
+    }
+}
+
+extension String {
+    /// Replaces every occurrence of `old` with `new` (staged paths inside a stored request).
+    fileprivate func replacingPrefixPaths(_ old: String, _ new: String) -> String {
+        guard !old.isEmpty else { return self }
+        var out = ""
+        var rest = Substring(self)
+        while let i = rest.firstRange(of: old) {
+            out += rest[..<i.lowerBound]
+            out += new
+            rest = rest[i.upperBound...]
+        }
+        return out + rest
+    }
+}
+
+extension SQLiteStore: CopyableStore {
+    var bodiesFolder: String { staging.bodiesDir }
+
+    func exportRows(_ table: String, _ columns: [(String, StoreTables.Kind)]) throws(OutboxError) -> [[SQLValue]] {
+        try db.query(StoreTables.selectSQL(table, columns)) { r in
+            columns.enumerated().map { i, column in
+                let c = Int32(i)
+                return StoreTables.value(column.1, isNull: r.isNull(c), int: { r.int(c) }, text: { r.text(c) }, blob: { r.blob(c) })
+            }
+        }
+    }
+
+    func importTables(_ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])]) throws(OutboxError) {
+        try db.transaction { () throws(OutboxError) in
+            for table in tables {
+                let sql = StoreTables.insertSQL(table.name, table.columns)
+                for row in table.rows { try db.run(sql, row) }
+            }
+        }
+    }
+}
+
+extension PostgresStore: CopyableStore {
+    var bodiesFolder: String { staging.bodiesDir }
+
+    func exportRows(_ table: String, _ columns: [(String, StoreTables.Kind)]) throws(OutboxError) -> [[SQLValue]] {
+        try db.query(StoreTables.selectSQL(table, columns)) { r in
+            columns.enumerated().map { i, column in
+                let c = Int32(i)
+                return StoreTables.value(column.1, isNull: r.isNull(c), int: { r.int(c) }, text: { r.text(c) }, blob: { r.blob(c) })
+            }
+        }
+    }
+
+    /// Rows keep their numbers; the identity sequences then continue after them, and
+    /// entries whose body is on this host's disk record it.
+    func importTables(_ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])]) throws(OutboxError) {
+        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+            for table in tables {
+                let sql = StoreTables.insertSQL(table.name, table.columns)
+                for row in table.rows { try db.run(sql, row) }
+            }
+            for table in ["entries", "outcomes", "attempts"] {
+                try db.execute(
+                    "SELECT setval(pg_get_serial_sequence('\(table)', 'seq'), COALESCE((SELECT MAX(seq) FROM \(table)), 0) + 1, false)")
+            }
+            for e in try list(ListFilter()) where !e.body.files.isEmpty {
+                try db.run("UPDATE entries SET body_host = ? WHERE seq = ?", [.text(host), .int(e.seq)])
+            }
+        }
+    }
+}

@@ -1,0 +1,110 @@
+import Foundation
+import OutboxModel
+import Testing
+import TestSupport
+
+/// The built `outbox` on a PostgreSQL store (`OUTBOX_STORE=postgres://...`), against the
+/// throwaway cluster and the in-repo HTTP server: every command works as on SQLite.
+struct PostgresCLITests {
+    static func project() throws -> (TestProject, String) {
+        let cluster = try PostgresCluster.shared()
+        let p = try TestProject(
+            config: "",
+            definitions: [
+                "note": """
+                key: note
+                request:
+                  url: "{{ env.SERVER | raw }}/notes/{{ vars.n }}"
+                  data:
+                    n: "{{ vars.n }}"
+                """,
+                "upload": """
+                key: upload
+                request:
+                  method: PUT
+                  url: "{{ env.SERVER | raw }}/files/{{ vars.name }}"
+                  file: "{{ vars.path }}"
+                """,
+            ])
+        let url = cluster.url(schema: PostgresCluster.uniqueSchema("cli"))
+        p.environment["OUTBOX_STORE"] = url
+        p.environment["SERVER"] = p.server.baseURL
+        return (p, url)
+    }
+
+    // enqueue, run --drain, list, show, cancel, stats and audit, all on the server's schema;
+    // no SQLite database is made, and the file body is staged in the local .outbox folder.
+    @Test func everyCommandWorksOnAPostgresStore() async throws {
+        let (p, _) = try Self.project()
+        let enqueue = try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "a"])
+        #expect(enqueue.exitCode == 0, "\(enqueue)")
+        #expect(enqueue.stdout == "a\n")
+        try p.write("doc.bin", String(repeating: "x", count: 100_000))
+        let file = try await p.outbox(["enqueue", "upload", "--vars", #"{"name": "doc", "path": "doc.bin"}"#, "--id", "f"])
+        #expect(file.exitCode == 0, "\(file)")
+        let later = try await p.outbox(["enqueue", "note", "--vars", #"{"n": 3}"#, "--id", "later", "--delay", "1h"])
+        #expect(later.exitCode == 0, "\(later)")
+        #expect((try FileManager.default.contentsOfDirectory(atPath: p.path(".outbox/bodies"))).count == 1)
+
+        let drain = try await p.outbox(["run", "--drain", "--json"])
+        #expect(drain.exitCode == 0, "\(drain)")
+        #expect(p.server.requests(path: "/notes/1").count == 1)
+        #expect(p.server.requests(path: "/files/doc").map(\.bodySize) == [100_000])
+
+        let list = try await p.outbox(["list", "--json"])
+        #expect(list.exitCode == 0, "\(list)")
+        let rows = try JSON.parse(list.stdout).arrayValue ?? []
+        #expect(rows.map { $0["id"] } == [.string("later")])
+        #expect(rows.map { $0["state"] } == [.string("queued")])
+        let show = try await p.outbox(["show", "later", "--json"])
+        #expect(show.exitCode == 0, "\(show)")
+        #expect(try JSON.parse(show.stdout)["state"] == .string("queued"))
+        let stats = try await p.outbox(["stats", "--json"])
+        #expect(stats.exitCode == 0, "\(stats)")
+        #expect(try JSON.parse(stats.stdout)["entries"]?["queued"] == .int64(1))
+        let audit = try await p.outbox(["audit"])
+        #expect(audit.exitCode == 0, "\(audit)")
+
+        let cancel = try await p.outbox(["cancel", "later"])
+        #expect(cancel.exitCode == 0, "\(cancel)")
+        let empty = try await p.outbox(["list", "--json"])
+        #expect(try JSON.parse(empty.stdout).arrayValue?.isEmpty == true)
+        #expect(!p.exists(".outbox/outbox.db"))
+        #expect((try FileManager.default.contentsOfDirectory(atPath: p.path(".outbox/bodies"))).isEmpty)
+    }
+
+    // While a runner holds the schema, a second one exits 75 naming the store without its password.
+    @Test func aSecondRunnerOnTheSchemaIsRefused() async throws {
+        let (p, _) = try Self.project()
+        try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])
+        p.server.script("/notes/1", [.hold("first")])
+        let first = try p.start(["run"])
+        #expect(await p.server.waitForHeld("first"))
+        let second = try await p.outbox(["run", "--drain"])
+        #expect(second.exitCode == 75, "\(second)")
+        #expect(second.stderr.contains("another runner holds the store postgres://outbox:***@127.0.0.1"))
+        #expect(!second.stderr.contains(PostgresCluster.password))
+        _ = p.server.release("first")
+        first.signal(SIGTERM)
+        #expect(await first.wait().exitCode == 0)
+    }
+
+    // A wrong password is E_STORAGE (74) with the server's message and without the password.
+    @Test func aWrongPasswordExits74() async throws {
+        let (p, _) = try Self.project()
+        let cluster = try PostgresCluster.shared()
+        let bad = cluster.url(schema: "cli_wrong", password: "wrong-secret-7")
+        let r = try await p.outbox(["list"], environment: ["OUTBOX_STORE": bad])
+        #expect(r.exitCode == 74, "\(r)")
+        #expect(r.stderr.contains("password authentication failed"))
+        #expect(!r.stderr.contains("wrong-secret-7"))
+    }
+
+    // A bad schema name in the URL is a config error (78) naming it.
+    @Test func aBadSchemaExits78() async throws {
+        let (p, _) = try Self.project()
+        let r = try await p.outbox(["list"], environment: ["OUTBOX_STORE": "postgres://u@127.0.0.1:1/db?schema=Bad-Name"])
+        #expect(r.exitCode == 78, "\(r)")
+        #expect(r.stderr.contains("schema \"Bad-Name\""))
+    }
+}

@@ -1,0 +1,118 @@
+import Foundation
+import OutboxModel
+import Testing
+import TestSupport
+
+/// `outbox store copy`: a stopped SQLite store into an empty PostgreSQL schema and back,
+/// checked by what `list --json` and `show --json` print on each side.
+struct StoreCopyTests {
+    static func project() throws -> TestProject {
+        let p = try TestProject(
+            config: "",
+            definitions: [
+                "note": """
+                key: note
+                request:
+                  url: "{{ env.SERVER | raw }}/notes/{{ vars.n }}"
+                  data:
+                    n: "{{ vars.n }}"
+                """,
+                "refused": """
+                key: refused
+                request:
+                  url: "{{ env.SERVER | raw }}/status/422"
+                  data:
+                    n: 1
+                on_error: hooks/fail.sh
+                """,
+                "upload": """
+                key: upload
+                request:
+                  method: PUT
+                  url: "{{ env.SERVER | raw }}/files/{{ vars.name }}"
+                  file: "{{ vars.path }}"
+                """,
+            ])
+        try p.writeHook("fail.sh", "#!/bin/sh\nexit 1\n")
+        p.environment["SERVER"] = p.server.baseURL
+        return p
+    }
+
+    /// Every row of `list --json` and the `show --json` of each, as one text.
+    static func snapshot(_ p: TestProject, store: String? = nil) async throws -> String {
+        let environment = store.map { ["OUTBOX_STORE": $0] } ?? [:]
+        let list = try await p.outbox(["list", "--json"], environment: environment)
+        #expect(list.exitCode == 0, "\(list)")
+        var text = list.stdout
+        for row in try JSON.parse(list.stdout).arrayValue ?? [] {
+            guard let id = row["id"]?.stringValue else { continue }
+            let show = try await p.outbox(["show", id, "--json"], environment: environment)
+            #expect(show.exitCode == 0, "\(show)")
+            text += show.stdout
+        }
+        return text
+    }
+
+    @Test func aStoreIsCopiedToPostgresAndBack() async throws {
+        let p = try Self.project()
+        let cluster = try PostgresCluster.shared()
+        let url = cluster.url(schema: PostgresCluster.uniqueSchema("copy"))
+        try p.write("doc.bin", String(repeating: "d", count: 70_000))
+        for (args, id) in [
+            (["note", "--vars", #"{"n": 1}"#], "sent"), (["note", "--vars", #"{"n": 2}"#, "--delay", "1h"], "later"),
+            (["refused"], "bad"), (["upload", "--vars", #"{"name": "doc", "path": "doc.bin"}"#], "file"),
+        ] {
+            let r = try await p.outbox(["enqueue"] + args + ["--id", id])
+            #expect(r.exitCode == 0, "\(r)")
+        }
+        #expect(try await p.outbox(["pause", "--key", "upload"]).exitCode == 0)
+        // The refused entry settles error and its hook fails: its outcome stays owed.
+        let drain = try await p.outbox(["run", "--drain"])
+        #expect(drain.exitCode == 5, "\(drain)")
+        let sqlite = try await Self.snapshot(p)
+        #expect(sqlite.contains("\"later\"") && sqlite.contains("\"bad\"") && sqlite.contains("\"file\""))
+
+        let copy = try await p.outbox(["store", "copy", "--to", url, "--json"])
+        #expect(copy.exitCode == 0, "\(copy)")
+        #expect(try JSON.parse(copy.stdout)["entries"] == .int64(3))
+        #expect(try await Self.snapshot(p, store: url) == sqlite)
+        #expect(try await p.outbox(["audit"], environment: ["OUTBOX_STORE": url]).exitCode == 0)
+
+        // A schema that holds entries is not a target: refused, and left as it was.
+        let again = try await p.outbox(["store", "copy", "--to", url])
+        #expect(again.exitCode == 65, "\(again)")
+        #expect(again.stderr.contains("is not empty (3 entries)"))
+        #expect(again.stderr.contains("postgres://outbox:***@"))
+        #expect(try await Self.snapshot(p, store: url) == sqlite)
+
+        // Back into a new SQLite store in another folder: the staged file is copied along.
+        let back = try await p.outbox(["store", "copy", "--to", "copied"], environment: ["OUTBOX_STORE": url])
+        #expect(back.exitCode == 0, "\(back)")
+        #expect(try await Self.snapshot(p, store: "copied") == sqlite)
+        #expect((try FileManager.default.contentsOfDirectory(atPath: p.path("copied/bodies"))).count == 1)
+        #expect(try await p.outbox(["audit"], environment: ["OUTBOX_STORE": "copied"]).exitCode == 0)
+
+        // The copy runs: resumed, the paused upload is sent from the copied store.
+        #expect(try await p.outbox(["resume", "--key", "upload"], environment: ["OUTBOX_STORE": "copied"]).exitCode == 0)
+        let run = try await p.outbox(["run", "--drain"], environment: ["OUTBOX_STORE": "copied"])
+        #expect(run.exitCode == 4, "\(run)")
+        #expect(p.server.requests(path: "/files/doc").map(\.bodySize) == [70_000])
+    }
+
+    // While a runner holds the source, nothing is copied (exit 75).
+    @Test func aRunningStoreIsNotCopied() async throws {
+        let p = try Self.project()
+        let url = try PostgresCluster.shared().url(schema: PostgresCluster.uniqueSchema("copy"))
+        try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])
+        p.server.script("/notes/1", [.hold("held")])
+        let runner = try p.start(["run"])
+        #expect(await p.server.waitForHeld("held"))
+        let copy = try await p.outbox(["store", "copy", "--to", url])
+        #expect(copy.exitCode == 75, "\(copy)")
+        _ = p.server.release("held")
+        runner.signal(SIGTERM)
+        #expect(await runner.wait().exitCode == 0)
+        let empty = try await p.outbox(["list", "--json"], environment: ["OUTBOX_STORE": url])
+        #expect(empty.stdout == "[]\n")
+    }
+}
