@@ -116,5 +116,23 @@ enum PostgresSchema {
                 FOR EACH STATEMENT EXECUTE FUNCTION bump_data_version();
             """
         ),
+        // The upload id of an s3 multipart upload, journaled before its first part; gone
+        // with the entry or with its parts.
+        (
+            "003-s3-uploads",
+            """
+            CREATE TABLE s3_uploads (
+                entry_seq BIGINT PRIMARY KEY REFERENCES entries (seq) ON DELETE CASCADE,
+                upload_id TEXT NOT NULL
+            );
+            CREATE FUNCTION forget_s3_upload() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF old.idx = 0 THEN DELETE FROM s3_uploads WHERE entry_seq = old.entry_seq; END IF;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER s3_uploads_parts_deleted AFTER DELETE ON parts
+                FOR EACH ROW EXECUTE FUNCTION forget_s3_upload();
+            """
+        ),
     ]
 }
