@@ -115,7 +115,9 @@ extension Project {
     func aSettleTheCancelBeatIsReportedAsTheCancel(_ report: RunReport) async throws {
         // The parser tells the test it runs, then waits until the test lets it answer.
         let parser = "#!/bin/sh\ncat > /dev/null\ntouch parsing\nwhile [ ! -e parse-go ]; do sleep 0.01; done\necho '{}'\n"
+        // The parser may wait as long as the test takes to cancel, however busy the machine.
         let p = try Project(
+            config: fastConfig + "plugins: { timeout: 30m }\n",
             definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")],
             hooks: ["parse.sh": parser])
         defer { p.touch("parse-go") }

@@ -63,7 +63,7 @@ package final class PostgresStore: Store, @unchecked Sendable {
     static func hostName() -> String {
         var buffer = [CChar](repeating: 0, count: 256)
         guard gethostname(&buffer, buffer.count - 1) == 0 else { return "localhost" }
-        return String(cString: buffer)
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Creates the schema and applies the migrations it lacks under the schema's lock (two
