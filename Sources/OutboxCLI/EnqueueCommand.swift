@@ -261,7 +261,7 @@ enum EnqueueCommand {
             return 0
         }
         let p = entry.prepared
-        let redact = try i.project().config.redactedHeaderNames
+        let redact = try i.project().config.redactedHeaderNames.union(p.secretHeaders)
         var headers = HeaderRules.redacted(p.headers, names: redact)
         if let k = p.idempotencyKey { headers.append(("Idempotency-Key", k)) }
         var body: JSON = .null
@@ -322,7 +322,19 @@ extension String {
 
 /// Times on the command line: epoch milliseconds, or RFC 3339 (`2026-11-30T08:00:00Z`).
 enum TimeText {
+    /// 9999-12-31T23:59:59.999Z: later times (and times before 1970) are typing mistakes, and
+    /// bounding them keeps every difference with now exact.
+    static let latestMs: Int64 = 253_402_300_799_999
+
     static func parse(_ text: String, field: String) throws(OutboxError) -> Int64 {
+        let ms = try parseUnbounded(text, field: field)
+        guard (0...latestMs).contains(ms) else {
+            throw .invalid("\(field): \"\(text.prefix(40))\" is out of range (from 1970 to the end of year 9999)")
+        }
+        return ms
+    }
+
+    private static func parseUnbounded(_ text: String, field: String) throws(OutboxError) -> Int64 {
         if let ms = Int64(text) { return ms }
         let b = Array(text.utf8)
         func num(_ from: Int, _ count: Int) -> Int64? {

@@ -57,7 +57,7 @@ enum ReadCommands {
 
     static func showJSON(_ e: Entry, store: any Store, config: Config) throws(OutboxError) -> JSON {
         var doc = e.listJSON(displayState: displayState(e, control: try store.control()))
-        let redact = config.redactedHeaderNames
+        let redact = config.redactedHeaderNames.union(e.request.secretHeaders)
         var request: JSON = .object([
             ("method", .string(e.request.method)), ("url", .optionalString(e.request.url.map(URLCheck.redactingPassword))),
             ("headers", HeaderRules.json(HeaderRules.redacted(e.request.headers, names: redact))),

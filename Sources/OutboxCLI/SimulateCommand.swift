@@ -40,7 +40,10 @@ enum SimulateCommand {
             }
             let name = String(text[..<colon]).trimmingSpaces
             if name.isEmpty { throw .usage("--header has no name: \"\(text.prefix(40))\"") }
-            headers.append((name: name.lowercased(), value: String(text[text.index(after: colon)...]).trimmingSpaces))
+            let value = String(text[text.index(after: colon)...]).trimmingSpaces
+            // A line break would end the header where a server's would: refuse it, never cut.
+            if let problem = HeaderRules.valueProblem(text) { throw .usage("--header: \(problem)") }
+            headers.append((name: name.lowercased(), value: value))
         }
         if i.args.value("body") != nil && i.args.value("body-file") != nil { throw .usage("give --body or --body-file, not both") }
         let project = try i.project()

@@ -22,6 +22,19 @@ package enum HeaderRules {
     }
 
     /// Why a header value cannot be sent (CR, LF or NUL would split or cut the header), or nil.
+    /// Lowercased names of the headers whose values are secrets whatever their names: those a
+    /// template renders from the environment, and those headers_command gave.
+    package static func secretNames(config: Config, commandHeaders: [(String, String)], request: JSON?) -> Set<String> {
+        var names = Set(commandHeaders.map { $0.0.lowercased() })
+        for (name, template) in config.headers where Template.readsEnvironment(template) { names.insert(name.lowercased()) }
+        if case let .object(members)? = request {
+            for (name, value) in members {
+                if case let .string(template) = value, Template.readsEnvironment(template) { names.insert(name.lowercased()) }
+            }
+        }
+        return names
+    }
+
     package static func valueProblem(_ value: String) -> String? {
         for byte in value.utf8 where byte == 0x0D || byte == 0x0A || byte == 0x00 {
             return "header value contains CR, LF or NUL"

@@ -101,6 +101,9 @@ package struct PreparedRequest: Sendable {
     package var followRedirects: Int
     /// Follow a 301/302/303 of a request other than GET/HEAD as a GET without its body.
     package var redirectMethodChange = false
+    /// Headers never printed, lowercased: those rendered from the environment or given by
+    /// headers_command, whatever their names.
+    package var secretHeaders: Set<String> = []
     package var wifiOnly: Bool?
     package var idempotencyKey: String?
     /// True when the key came from an explicit `Idempotency-Key` header, not minted here.

@@ -94,6 +94,7 @@ package enum RequestBuilder {
             headers = HeaderRules.merge(headers, try renderHeaders(h, ctx: ctx, field: "request.headers"))
         }
         if let storageClass = s3?.target.storageClass { headers = HeaderRules.merge(headers, [("x-amz-storage-class", storageClass)]) }
+        let secretHeaders = HeaderRules.secretNames(config: config, commandHeaders: inputs.commandHeaders, request: tree["headers"])
 
         let present = Definition.bodyKinds.filter { tree[$0] != nil }
         if present.count > 1 {
@@ -223,6 +224,7 @@ package enum RequestBuilder {
             wifiOnly: wifiOnly, idempotencyKey: idempotencyKey)
         prepared.idempotencyKeyIsExplicit = idempotencyKey != nil && !minted
         prepared.redirectMethodChange = redirectMethodChange
+        prepared.secretHeaders = secretHeaders
         prepared.s3 = s3?.target
         return prepared
     }

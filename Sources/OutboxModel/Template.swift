@@ -104,6 +104,11 @@ package enum Template {
         return out
     }
 
+    /// Whether a template reads the environment: its rendered value is treated as a secret.
+    package static func readsEnvironment(_ template: String) -> Bool {
+        paths(in: template).contains { $0 == "env" || $0.hasPrefix("env.") || $0.hasPrefix("env[") }
+    }
+
     private static func unknownRoot(in nodes: [TemplateNode], scope: Set<String>) -> String? {
         for node in nodes {
             switch node {

@@ -325,6 +325,25 @@ struct CLIEnqueueTests {
         #expect(try r.json()["headers"]?["X-Api-Key"] == .string("[redacted]"))
     }
 
+    /// Headers rendered from the environment or given by headers_command are secrets whatever
+    /// their names: show and render print them redacted; the other headers stay readable.
+    @Test func environmentAndCommandHeadersAreRedacted() throws {
+        let p = try CLIProject(
+            config: "headers:\n  X-Service: '{{ env.SERVICE_KEY }}'\n  X-Static: visible\n"
+                + "headers_command: [/bin/echo, '{\"X-Session\": \"s-secret-77\"}']\n")
+        p.environment = ["SERVICE_KEY": "k-secret-42"]
+        try p.enqueue("plain", vars: "{}", id: "e1")
+        for args in [["show", "e1", "--json"], ["show", "e1"], ["render", "plain", "--json"]] {
+            let r = p.run(args)
+            #expect(r.status == 0, "\(args): \(r)")
+            #expect(!r.out.contains("k-secret-42") && !r.out.contains("s-secret-77"), "\(args): \(r.out)")
+        }
+        let headers = try p.run("show", "e1", "--json").json()["request"]?["headers"]
+        #expect(headers?["X-Service"] == .string("[redacted]"))
+        #expect(headers?["X-Session"] == .string("[redacted]"))
+        #expect(headers?["X-Static"] == .string("visible"))
+    }
+
     struct PlanCase: Sendable, CustomTestStringConvertible {
         let args: [String]
         let count: Int

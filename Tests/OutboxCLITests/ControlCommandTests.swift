@@ -402,7 +402,8 @@ struct RenderPluginTests {
         let asked = p.run("render", "cmd", "--plugins", "--json")
         #expect(asked.status == 0, "\(asked)")
         #expect(try asked.json()["url"] == .string("https://x.example/c"))
-        #expect(try asked.json()["headers"]?["X-From-Plugin"] == .string("yes"))
+        // A header from headers_command is present, and redacted like every plugin credential.
+        #expect(try asked.json()["headers"]?["X-From-Plugin"] == .string("[redacted]"))
         #expect(try asked.json()["skipped"] == .array([]))
         #expect(try p.read("plugins/ran.log") == "ran\nran\n")
         #expect(!p.storeExists, "render writes nothing")
@@ -490,6 +491,17 @@ struct SimulateTests {
         let p = try Self.project()
         let r = p.run(["simulate", "sim", "--vars", #"{"n": 1}"#] + arguments)
         #expect(r.status == 64, "\(r)")
+        #expect(!p.storeExists)
+        #expect(!p.exists("hooks/in-error.json") && !p.exists("hooks/in-completed.json"))
+    }
+
+    /// A header with a line break is refused whole, never cut where the break is.
+    @Test(arguments: ["X-A: one\r\nX-B: two", "X-A: one\ntwo", "X-A\n: one", "X-A: one\u{0}"])
+    func aHeaderWithALineBreakIsAUsageError(_ header: String) throws {
+        let p = try Self.project()
+        let r = p.run(["simulate", "sim", "--vars", #"{"n": 1}"#, "--status", "200", "--header", header])
+        #expect(r.status == 64, "\(r)")
+        #expect(r.err.contains("E_USAGE: --header: header value contains CR, LF or NUL"), "\(r.err)")
         #expect(!p.storeExists)
         #expect(!p.exists("hooks/in-error.json") && !p.exists("hooks/in-completed.json"))
     }

@@ -146,4 +146,22 @@ extension FaultServerTests {
             #expect(hook.string("stdin.outcome") == "completed")
         }
     }
+
+    /// A header rendered from the environment is a credential whatever its name: a redirect
+    /// to another host that would carry it is not followed.
+    @Test func environmentHeadersNeverReachAnotherHost() async throws {
+        let p = try Project(
+            config: faultConfig,
+            definitions: ["t": definition("t", request: "follow_redirects: 2\nheaders:\n  X-Env-Key: \"{{ env.SERVICE_KEY }}\"")])
+        p.environment = ["SERVICE_KEY": "env-secret-value"]
+        let target = "http://localhost:\(p.server.port)/landing"
+        let encoded = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        try await p.enqueue("t", path: "/redirect-to?code=307&url=\(encoded)", id: "ev")
+        try await p.drain(failures: 1)
+        let sent = try #require(p.server.requests(path: "/redirect-to").first)
+        #expect(sent.headers.contains { $0.0.lowercased() == "x-env-key" && $0.1 == "env-secret-value" })
+        #expect(p.server.requests(path: "/landing").isEmpty)
+        let hook = try #require(p.deliveries("ev").first)
+        #expect(hook.string("stdin.error.message")?.contains("another host") == true, "\(hook.serialized())")
+    }
 }

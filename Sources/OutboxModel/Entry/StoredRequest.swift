@@ -35,6 +35,8 @@ package struct StoredRequest: Sendable {
     package var response: ResponseMode
     package var followRedirects: Int
     package var redirectMethodChange = false
+    /// Header names (lowercased) redacted wherever the request is shown, as `PreparedRequest`'s.
+    package var secretHeaders: Set<String> = []
     package var wifiOnly: Bool?
     package var cancelScopeOnError: Bool
     /// The object of an `s3` request: signed with the runner's credentials at each attempt.
@@ -75,6 +77,7 @@ package struct StoredRequest: Sendable {
             ("wifi_only", wifiOnly.map { .bool($0) } ?? .null), ("cancel_scope_on_error", .bool(cancelScopeOnError)),
         ]
         if redirectMethodChange { members.append(("redirect_method_change", .bool(true))) }
+        if !secretHeaders.isEmpty { members.append(("secret_headers", .array(secretHeaders.sorted().map { .string($0) }))) }
         if let s3 { members.append(("s3", s3.json)) }
         return .object(members)
     }
@@ -130,6 +133,13 @@ package struct StoredRequest: Sendable {
         cancelScopeOnError = cancel
         // Added later: rows written before it have none, and meant false.
         redirectMethodChange = json["redirect_method_change"]?.boolValue ?? false
+        // Also added later; rows without it name none.
+        if let names = json["secret_headers"] {
+            guard let list = names.arrayValue?.compactMap(\.stringValue), list.count == names.arrayValue?.count else {
+                throw fields.damage("secret_headers", "not a list of header names")
+            }
+            secretHeaders = Set(list)
+        }
         if let target = json["s3"] { s3 = try S3Target(json: target) }
     }
 
@@ -152,6 +162,7 @@ package struct StoredRequest: Sendable {
         response = p.response
         followRedirects = p.followRedirects
         redirectMethodChange = p.redirectMethodChange
+        secretHeaders = p.secretHeaders
         wifiOnly = p.wifiOnly
         cancelScopeOnError = p.cancelScopeOnError
         s3 = p.s3

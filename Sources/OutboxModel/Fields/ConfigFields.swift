@@ -36,7 +36,8 @@ package enum ConfigFields {
                 "a plugin run while entries wait `awaiting-auth`: prints a header patch"),
             Field(
                 "redact_headers", .list(.string("a header name")), .value([]), example: ["X-Api-Key"],
-                "more headers never printed (`Authorization`, `Cookie`, `Proxy-Authorization`, `Set-Cookie` always are)"),
+                "more headers never printed (`Authorization`, `Cookie`, `Proxy-Authorization`, `Set-Cookie`, headers rendered from `env` and headers from `headers_command` always are)"
+            ),
             Field(
                 "events", .mapping(events), .value(["command": nil]), example: ["command": "hooks/events.sh"],
                 "where event lines go besides `run --events -`"),

@@ -53,7 +53,8 @@ extension Runner {
             maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(outboxVersion)")
         (request.clientCert, request.clientKey) = (config.clientCert, config.clientKey)
         request.redirectMethodChange = entry.request.redirectMethodChange
-        request.credentialHeaders = request.credentialHeaders.union(config.redactedHeaderNames.map { $0.lowercased() })
+        request.credentialHeaders.formUnion(config.redactedHeaderNames)
+        request.credentialHeaders.formUnion(entry.request.secretHeaders)
         // A referenced file is checked again when the curl thread opens it: a standby request
         // may start well after its claim checked the file.
         if part == nil { request.expectedFile = Self.expectedFile(entry) }
