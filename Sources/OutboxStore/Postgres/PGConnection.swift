@@ -75,6 +75,8 @@ final class PGConnection: @unchecked Sendable {
             throw .storage("cannot connect to the PostgreSQL store \(name): \(message)")
         }
         conn = c
+        // The server's notices ("schema already exists, skipping") are not the user's business.
+        try execute("SET client_min_messages TO warning")
     }
 
     deinit { pq.finish(conn) }
