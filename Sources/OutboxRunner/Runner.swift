@@ -45,6 +45,8 @@ package final class Runner {
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
     var settledUnhandled = false
     var lastAuthRefresh: Int64 = -60_000
+    /// When this runner next renews its leases (monotonic ms); the first turn does it at once.
+    var nextLeaseTick: Int64 = 0
     /// The Wi-Fi check's last answer, shared by every wifi-only entry.
     var wifiGate: WifiGate
     /// Hosts held after connection failures.
@@ -72,7 +74,7 @@ package final class Runner {
         self.options = options
         self.emit = emit
         self.logger = logger
-        lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))")
+        lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))", durationMs: config.leaseMs)
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         hostHealth = HostHealth(holdAfter: config.hostHoldAfter)
         scheduler = Scheduler(
@@ -167,6 +169,7 @@ package final class Runner {
             try noticeOtherWriters()
             // Results of the last wait become changes, committed with this turn's claims.
             for event in events { try handle(event) }
+            try keepLeases()
             try acknowledgeFinished(now: Identifiers.nowMs())
             let now = Identifiers.nowMs()
             let mono = Identifiers.monotonicMs()

@@ -25,10 +25,11 @@ extension Runner {
             }
             starting.append((outcome, hook))
         }
-        // Every delivery is counted before its hook starts, all of this turn's in one commit.
-        let counts = try store.beginDeliveries(seqs: starting.map(\.outcome.seq))
+        // Every delivery is counted (and, on a store several runners share, claimed) before
+        // its hook starts, all of this turn's in one commit; one another runner holds waits.
+        let counts = try store.claimDeliveries(seqs: starting.map(\.outcome.seq), lease: lease)
         Fault.point("hook.counted")
-        for (outcome, hook) in starting {
+        for (outcome, hook) in starting where counts[outcome.seq] != nil {
             var spec = Self.hookSpec(hook, outcome: outcome, deliveries: counts[outcome.seq] ?? 1, config: config, environment: environment)
             let mailbox = self.mailbox
             let seq = outcome.seq

@@ -243,6 +243,20 @@ final class PGConnection: @unchecked Sendable {
         }
     }
 
+    /// Reads what the server sent meanwhile and counts the notifications among it (those of
+    /// `LISTEN`); a broken connection is E_STORAGE.
+    func takeNotifications() throws(OutboxError) -> Int {
+        guard pq.consumeInput(conn) == 1 else {
+            throw .storage("lost the connection to the PostgreSQL store: \(Self.trimmed(pq.errorMessage(conn))) (\(name))")
+        }
+        var count = 0
+        while let notification = pq.notifies(conn) {
+            count += 1
+            pq.freemem(UnsafeMutableRawPointer(notification))
+        }
+        return count
+    }
+
     /// Whether the session advisory lock `(class, key)` could be taken now; it is held
     /// until `unlock` or the end of the connection (a killed process drops it).
     func tryLock(key: Int32) throws(OutboxError) -> Bool {
