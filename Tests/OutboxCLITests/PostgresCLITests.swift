@@ -84,7 +84,7 @@ struct PostgresCLITests {
         #expect(second.exitCode == 0, "\(second)")
         #expect(p.server.requests(path: "/notes/1").count == 1)
         _ = p.server.release("first")
-        await eventually("the first runner settles the entry") {
+        try await eventually("the first runner settles the entry") {
             try JSON.parse(try await p.outbox(["list", "--json"]).stdout).arrayValue?.isEmpty == true
         }
         first.signal(SIGTERM)

@@ -13,11 +13,10 @@ extension Runner {
         guard mono >= nextLeaseTick else { return }
         nextLeaseTick = mono + max(lease.durationMs / 3, 1)
         for id in try store.renewLeases(lease).sorted() {
-            guard let entry = flights.running[id] else { continue }
             log(
                 "outbox: lost the lease on \(id) (another runner may send it); its transfer is stopped and its result not recorded",
                 level: .warn, fields: [("id", .string(id))])
-            stopLost(entry)
+            if let entry = flights.running[id] { stopLost(entry) }
         }
         let requeued = try store.requeueAbandoned(lease: lease, now: Identifiers.nowMs())
         if requeued > 0 {
