@@ -47,6 +47,9 @@ package final class Runner {
     var lastAuthRefresh: Int64 = -60_000
     /// When this runner next renews its leases (monotonic ms); the first turn does it at once.
     var nextLeaseTick: Int64 = 0
+    /// Set when another runner took entries or deliveries this turn chose: the next turn
+    /// comes soon instead of after the usual wait.
+    var contended = false
     /// The Wi-Fi check's last answer, shared by every wifi-only entry.
     var wifiGate: WifiGate
     /// Hosts held after connection failures.
@@ -214,7 +217,8 @@ package final class Runner {
 
             // Sleep until an event, or 50 ms to notice enqueues from other processes: SQLite
             // has no cross-process notification, so the runner polls its data_version.
-            events = mailbox.take(timeoutMs: 50)
+            events = mailbox.take(timeoutMs: contended ? 5 : 50)
+            contended = false
         }
         progressDisplay?.finish()
         if !shutdown.isStopping { options.notifier?.send("STOPPING=1") }

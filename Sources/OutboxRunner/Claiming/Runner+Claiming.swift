@@ -184,6 +184,7 @@ extension Runner {
                 flights.slots.hostLoad[host, default: 1] -= 1
             }
         }
+        if kept.count < chosen.count { contended = true }
         return kept
     }
 

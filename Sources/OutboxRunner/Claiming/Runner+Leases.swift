@@ -42,4 +42,3 @@ extension Runner {
         for flight in flying { http?.cancel(flight.transferID) }
     }
 }
-

@@ -50,7 +50,10 @@ extension PostgresStore {
                   FOR UPDATE OF e SKIP LOCKED)
                 RETURNING \(Self.entryColumns)
                 """,
-                [.text(lease.owner), .text(token), .int(databaseTime(now) + lease.durationMs), .int(now), .text(wanted), .int(now), .int(now)]
+                [
+                    .text(lease.owner), .text(token), .int(databaseTime(now) + lease.durationMs), .int(now), .text(wanted), .int(now),
+                    .int(now),
+                ]
                     + onThisHostValues, entryFromRow)
         }
         for entry in claimed {
