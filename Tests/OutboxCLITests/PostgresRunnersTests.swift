@@ -88,7 +88,8 @@ struct PostgresRunnersTests {
         #expect(await second.wait().exitCode == 0)
         #expect(Self.hookLines(p).sorted() == ["e-1", "e-2", "e-3"])
         #expect(p.server.requests(path: "/notes/").count == 6)
-        #expect(second.stderrSoFar.contains("lease ran out back in the queue"), "\(second.stderrSoFar)")
+        // At its start (the lease already over) or at a later renewal tick.
+        #expect(second.stderrSoFar.contains("back in the queue"), "\(second.stderrSoFar)")
         _ = p.server.release("killed")
     }
 

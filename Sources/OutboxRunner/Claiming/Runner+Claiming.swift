@@ -66,6 +66,12 @@ extension Runner {
         for entry in held {
             if current[entry.seq] != entry.generation {
                 guard flights.withdrawn[entry.id] == nil, flights.partJobs[entry.id]?.failed != true else { continue }
+                if store.sharesRunners, try store.entry(id: entry.id)?.generation == entry.generation {
+                    // Not cancelled: its lease ran out and another runner requeued or took it
+                    // (the next renewal says so in the log).
+                    stopLost(entry)
+                    continue
+                }
                 reportCancelled(entry)
                 if entry.isChunked {
                     stopParts(entry.id)
