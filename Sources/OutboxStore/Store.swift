@@ -77,6 +77,9 @@ package protocol Store: AnyObject {
     /// Makes the caller the store's runner, or fails with E_RUNNING naming the holder (a
     /// store that shares runners admits every caller).
     func lockForRunner() throws(OutboxError) -> RunnerLock
+    /// Holds the store so that no runner runs while the caller works (a store copy); E_RUNNING
+    /// while one does.
+    func lockExclusively() throws(OutboxError) -> RunnerLock
     /// Claims queued entries for `lease` in a commit of its own and returns the ones it got,
     /// as they are now in the store: another runner may have taken, rescheduled or replaced
     /// some, and an entry whose scope has a running or an older queued entry is left.
@@ -236,6 +239,9 @@ extension Store {
 
     /// The only runner of a store claims with the turn's other changes (`markRunning`).
     package var sharesRunners: Bool { false }
+
+    /// The runner lock already admits one holder.
+    package func lockExclusively() throws(OutboxError) -> RunnerLock { try lockForRunner() }
 
     /// Claims at once; every entry is the only runner's to take.
     package func claim(_ entries: [Entry], lease: Lease, now: Int64) throws(OutboxError) -> [Entry] {

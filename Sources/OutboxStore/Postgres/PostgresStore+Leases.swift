@@ -5,11 +5,23 @@ import OutboxModel
 extension PostgresStore {
     package var sharesRunners: Bool { true }
 
-    /// Every runner is admitted: claims, leases and fencing keep them apart. The returned
-    /// lock listens for the schema's wake-ups while the runner runs.
+    /// Every runner is admitted: claims, leases and fencing keep them apart. Each holds the
+    /// schema's runner lock shared (a store copy takes it alone) and listens for wake-ups.
     package func lockForRunner() throws(OutboxError) -> RunnerLock {
+        guard try db.tryLock(key: lockKey, shared: true) else {
+            throw .running("a store copy holds the store \(url.redacted)")
+        }
         try listen()
-        return PostgresRunnerLock(store: self)
+        return PostgresRunnerLock(store: self, shared: true)
+    }
+
+    /// The schema's runner lock alone, for a store copy: E_RUNNING (exit 75) while any runner
+    /// runs. A session lock the server drops with the connection.
+    package func lockExclusively() throws(OutboxError) -> RunnerLock {
+        guard try db.tryLock(key: lockKey) else {
+            throw .running("a runner holds the store \(url.redacted)")
+        }
+        return PostgresRunnerLock(store: self, shared: false)
     }
 
     /// Puts back in the queue the running entries whose lease ended by the database's
@@ -132,17 +144,24 @@ extension PostgresStore {
     }
 }
 
-/// What a runner holds on a PostgreSQL schema: nothing exclusive, only its subscription
-/// to wake-ups, dropped with `release()` or the connection.
+/// The runner lock of a PostgreSQL schema, shared by runners (with their subscription to
+/// wake-ups) or held alone by a store copy; released with `release()` or the connection.
 final class PostgresRunnerLock: RunnerLock {
     private var store: PostgresStore?
+    private let shared: Bool
 
-    init(store: PostgresStore) { self.store = store }
+    init(store: PostgresStore, shared: Bool) {
+        self.store = store
+        self.shared = shared
+    }
 
     func release() {
         guard let store else { return }
-        try? store.db.execute("UNLISTEN *")
-        store.listening = false
+        if shared {
+            try? store.db.execute("UNLISTEN *")
+            store.listening = false
+        }
+        store.db.unlock(key: store.lockKey, shared: shared)
         self.store = nil
     }
 

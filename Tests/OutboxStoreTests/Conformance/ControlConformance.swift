@@ -106,8 +106,18 @@ extension StoreConformance {
             #expect(c.store.sharesRunners)
             let first = try c.store.lockForRunner()
             let second = try other.lockForRunner()
+            // A store copy is refused while any runner runs, and keeps runners out while it copies.
+            let copier = try c.instance.another()
+            let busy = #expect(throws: OutboxError.self) { _ = try copier.lockExclusively() }
+            #expect(busy?.code == .running)
             first.release()
+            #expect(throws: OutboxError.self) { _ = try copier.lockExclusively() }
             second.release()
+            let copy = try copier.lockExclusively()
+            let refused = #expect(throws: OutboxError.self) { _ = try c.store.lockForRunner() }
+            #expect(refused?.code == .running)
+            copy.release()
+            try c.store.lockForRunner().release()
         }
     }
 
