@@ -216,7 +216,8 @@ package final class Runner {
             progressDisplay?.draw(summary: summary, flights: flights.byToken.count, running: flights.running.count)
 
             // Sleep until an event, or 50 ms to notice enqueues from other processes: SQLite
-            // has no cross-process notification, so the runner polls its data_version.
+            // has no cross-process notification, so the runner polls its data_version (on
+            // PostgreSQL the poll reads the schema's notifications first).
             events = mailbox.take(timeoutMs: contended ? 5 : 50)
             contended = false
         }
