@@ -87,6 +87,8 @@ package struct Config: Sendable {
     /// Consecutive connection failures (no HTTP answer) after which a host is held: one
     /// probe request at a time until it answers. 0 never holds a host.
     package var hostHoldAfter = 5
+    /// How long a runner's claim lasts on a store several runners share, unless renewed.
+    package var leaseMs: Int64 = 30_000
     /// How long a plugin (request_command, headers_command, auth_refresh_command, a response
     /// parser, the Wi-Fi check) may run before it is stopped and counted as failed.
     package var pluginTimeoutMs: Int64 = 30_000
@@ -263,6 +265,10 @@ package struct Config: Sendable {
                 stagingPath = Paths.absolute(path, relativeTo: root)
             }
             if let v = reader.bool(st["shared"], "staging.shared") { stagingShared = v }
+        }
+        if let n = f["lease"], let v = reader.duration(n, "lease") {
+            // Renewed every third of it: shorter would renew faster than a busy runner turns.
+            if v < 1_000 { reader.error(n.mark, "lease must be at least 1s, not \(Units.formatDuration(ms: v))") } else { leaseMs = v }
         }
         if let n = f["plugins"], let pl = reader.fields(n, ConfigFields.plugins, context: "plugins") {
             if let v = reader.duration(pl["timeout"], "plugins.timeout") { pluginTimeoutMs = max(1, v) }

@@ -45,6 +45,11 @@ package final class Runner {
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
     var settledUnhandled = false
     var lastAuthRefresh: Int64 = -60_000
+    /// When this runner next renews its leases (monotonic ms); the first turn does it at once.
+    var nextLeaseTick: Int64 = 0
+    /// Set when another runner took entries or deliveries this turn chose: the next turn
+    /// comes soon instead of after the usual wait.
+    var contended = false
     /// The Wi-Fi check's last answer, shared by every wifi-only entry.
     var wifiGate: WifiGate
     /// Hosts held after connection failures.
@@ -72,7 +77,7 @@ package final class Runner {
         self.options = options
         self.emit = emit
         self.logger = logger
-        lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))")
+        lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))", durationMs: config.leaseMs)
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         hostHealth = HostHealth(holdAfter: config.hostHoldAfter)
         scheduler = Scheduler(
@@ -167,6 +172,7 @@ package final class Runner {
             try noticeOtherWriters()
             // Results of the last wait become changes, committed with this turn's claims.
             for event in events { try handle(event) }
+            try keepLeases()
             try acknowledgeFinished(now: Identifiers.nowMs())
             let now = Identifiers.nowMs()
             let mono = Identifiers.monotonicMs()
@@ -210,8 +216,10 @@ package final class Runner {
             progressDisplay?.draw(summary: summary, flights: flights.byToken.count, running: flights.running.count)
 
             // Sleep until an event, or 50 ms to notice enqueues from other processes: SQLite
-            // has no cross-process notification, so the runner polls its data_version.
-            events = mailbox.take(timeoutMs: 50)
+            // has no cross-process notification, so the runner polls its data_version (on
+            // PostgreSQL the poll reads the schema's notifications first).
+            events = mailbox.take(timeoutMs: contended ? 5 : 50)
+            contended = false
         }
         progressDisplay?.finish()
         if !shutdown.isStopping { options.notifier?.send("STOPPING=1") }

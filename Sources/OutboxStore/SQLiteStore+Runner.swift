@@ -4,7 +4,7 @@ extension SQLiteStore {
     /// Puts entries left `running` by a runner that is gone back in the queue, keeping
     /// accepted parts. The SQLite store has one runner at a time (the lock file), so every
     /// running entry is stale when a runner starts (it writes no lease; stores from before
-    /// may hold one); the PostgreSQL store will compare lease expiry.
+    /// may hold one); the PostgreSQL store compares lease ends instead.
     package func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int {
         try db.transaction { () throws(OutboxError) -> Int in
             try db.run(

@@ -71,8 +71,25 @@ package protocol Store: AnyObject {
 
     // MARK: The runner
 
-    /// Makes the caller the store's runner, or fails with E_RUNNING naming the holder.
+    /// Whether several runners may run on this store at once. Such a store admits every
+    /// runner, and a runner commits each claim (`claim`) before it starts any transfer.
+    var sharesRunners: Bool { get }
+    /// Makes the caller the store's runner, or fails with E_RUNNING naming the holder (a
+    /// store that shares runners admits every caller).
     func lockForRunner() throws(OutboxError) -> RunnerLock
+    /// Holds the store so that no runner runs while the caller works (a store copy); E_RUNNING
+    /// while one does.
+    func lockExclusively() throws(OutboxError) -> RunnerLock
+    /// Claims queued entries for `lease` in a commit of its own and returns the ones it got,
+    /// as they are now in the store: another runner may have taken, rescheduled or replaced
+    /// some, and an entry whose scope has a running or an older queued entry is left.
+    func claim(_ entries: [Entry], lease: Lease, now: Int64) throws(OutboxError) -> [Entry]
+    /// Extends the lease of every entry and hook delivery this runner holds, in one commit;
+    /// returns the ids of entries whose claim is gone (requeued or taken by another runner).
+    func renewLeases(_ lease: Lease) throws(OutboxError) -> Set<String>
+    /// Claims hook deliveries for `lease` and counts them, in one commit; returns the new
+    /// counts of the ones it got (another runner may hold a delivery's lease).
+    func claimDeliveries(seqs: [Int64], lease: Lease) throws(OutboxError) -> [Int64: Int64]
     /// Puts entries left running by runners that are gone back in the queue, keeping
     /// accepted parts. Returns how many.
     func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int
@@ -132,7 +149,7 @@ package struct Lease: Sendable, Equatable {
     /// How long a claim lasts without renewal.
     package var durationMs: Int64
 
-    package init(owner: String, durationMs: Int64 = 300_000) {
+    package init(owner: String, durationMs: Int64 = 30_000) {
         self.owner = owner
         self.durationMs = durationMs
     }
@@ -218,6 +235,26 @@ extension Store {
 
     package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) {
         for a in batch { try acknowledge(seq: a.seq, followUps: a.followUps, now: now) }
+    }
+
+    /// The only runner of a store claims with the turn's other changes (`markRunning`).
+    package var sharesRunners: Bool { false }
+
+    /// The runner lock already admits one holder.
+    package func lockExclusively() throws(OutboxError) -> RunnerLock { try lockForRunner() }
+
+    /// Claims at once; every entry is the only runner's to take.
+    package func claim(_ entries: [Entry], lease: Lease, now: Int64) throws(OutboxError) -> [Entry] {
+        try apply([.markRunning(entrySeqs: entries.map(\.seq), lease: lease)], by: nil, now: now)
+        return entries
+    }
+
+    /// Nothing expires under the only runner.
+    package func renewLeases(_ lease: Lease) throws(OutboxError) -> Set<String> { [] }
+
+    /// Every delivery is the only runner's.
+    package func claimDeliveries(seqs: [Int64], lease: Lease) throws(OutboxError) -> [Int64: Int64] {
+        try beginDeliveries(seqs: seqs)
     }
 
     /// Applies changes as the only runner of the store (no lease to check).

@@ -77,16 +77,16 @@ package enum StoreCopy {
     }
 
     /// Copies every entry, part, outcome, attempt, setting, paused key and counter of
-    /// `source` into `target`, which must hold no entry and no outcome. Both are locked as a
-    /// runner would lock them, so neither may be running. Staged files go into the target's
+    /// `source` into `target`, which must hold no entry and no outcome. Both are held alone
+    /// (`lockExclusively`), so no runner runs on either meanwhile. Staged files go into the target's
     /// staging folder when it is another one.
     package static func copy(from source: any Store, to target: any Store, targetName: String) throws(OutboxError) -> Summary {
         guard let from = source as? any CopyableStore, let to = target as? any CopyableStore else {
             throw .invalid("store copy: this store cannot be copied")
         }
-        let sourceLock = try source.lockForRunner()
+        let sourceLock = try source.lockExclusively()
         defer { sourceLock.release() }
-        let targetLock = try target.lockForRunner()
+        let targetLock = try target.lockExclusively()
         defer { targetLock.release() }
         let counts = try target.counts()
         let existing = counts.states.values.reduce(0, +)

@@ -115,4 +115,22 @@ struct StoreCopyTests {
         let empty = try await p.outbox(["list", "--json"], environment: ["OUTBOX_STORE": url])
         #expect(empty.stdout == "[]\n")
     }
+
+    // A PostgreSQL schema with a runner on it is not copied either (exit 75), though runners share it.
+    @Test func aRunningPostgresStoreIsNotCopied() async throws {
+        let p = try Self.project()
+        let url = try PostgresCluster.shared().url(schema: PostgresCluster.uniqueSchema("copy"))
+        p.environment["OUTBOX_STORE"] = url
+        try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])
+        p.server.script("/notes/1", [.hold("held")])
+        let runner = try p.start(["run"])
+        #expect(await p.server.waitForHeld("held"))
+        let copy = try await p.outbox(["store", "copy", "--to", "copied"])
+        #expect(copy.exitCode == 75, "\(copy)")
+        #expect(copy.stderr.contains("a runner holds the store"), "\(copy)")
+        _ = p.server.release("held")
+        runner.signal(SIGTERM)
+        #expect(await runner.wait().exitCode == 0)
+        #expect(p.server.requests(path: "/notes/1").count == 1)
+    }
 }

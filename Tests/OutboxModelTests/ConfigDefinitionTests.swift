@@ -166,6 +166,18 @@ struct ConfigTests {
         #expect(error?.code == .config)
     }
 
+    // `lease` is a duration of at least a second, 30 s when left out; a shorter one names the field and its value.
+    @Test func leaseIsADurationOfAtLeastASecond() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        #expect(try Config.load(file: try folder.write("config/outbox.yaml", "")).leaseMs == 30_000)
+        #expect(try Config.load(file: try folder.write("config/outbox.yaml", "lease: 2m\n")).leaseMs == 120_000)
+        let short = try folder.write("config/short.yaml", "lease: 500ms\n")
+        let error = #expect(throws: OutboxError.self) { try Config.load(file: short) }
+        #expect(error?.code == .config)
+        #expect(error?.diagnostics.map(\.message) == ["lease must be at least 1s, not 500ms"])
+    }
+
     @Test func rootMovesTheProjectAndRelativePaths() throws {
         let folder = try ModelTempFolder()
         defer { folder.remove() }

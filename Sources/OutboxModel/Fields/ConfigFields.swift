@@ -64,6 +64,10 @@ package enum ConfigFields {
             Field(
                 "staging", .mapping(staging), .value(["path": nil, "shared": false]), example: ["path": "/mnt/outbox", "shared": true],
                 "where file bodies are staged with a PostgreSQL store"),
+            Field(
+                "lease", .duration, .value("30s"), example: "1m",
+                "on a PostgreSQL store, how long a runner's claim on an entry or a hook delivery lasts unless renewed "
+                    + "(every third of it); another runner takes over once it runs out. At least 1s"),
         ])
 
     static let staging = FieldMapping(

@@ -66,6 +66,12 @@ extension Runner {
         for entry in held {
             if current[entry.seq] != entry.generation {
                 guard flights.withdrawn[entry.id] == nil, flights.partJobs[entry.id]?.failed != true else { continue }
+                if store.sharesRunners, try store.entry(id: entry.id)?.generation == entry.generation {
+                    // Not cancelled: its lease ran out and another runner requeued or took it
+                    // (the next renewal says so in the log).
+                    stopLost(entry)
+                    continue
+                }
                 reportCancelled(entry)
                 if entry.isChunked {
                     stopParts(entry.id)
@@ -143,9 +149,13 @@ extension Runner {
         }
         readAhead.dropLeavers(taken: plan.taken, held: plan.held)
         guard !claimed.isEmpty else { return }
-        // Committed with this turn's other changes: a crash before the commit leaves them
-        // queued, after it `running`, and either way the next runner sends them again.
-        changes.append(.markRunning(entrySeqs: claimed.map(\.entry.seq), lease: lease))
+        if store.sharesRunners {
+            claimed = try commitClaims(claimed, now: now)
+        } else {
+            // Committed with this turn's other changes: a crash before the commit leaves them
+            // queued, after it `running`, and either way the next runner sends them again.
+            changes.append(.markRunning(entrySeqs: claimed.map(\.entry.seq), lease: lease))
+        }
         for (claimedEntry, host, isStandby) in claimed {
             var entry = claimedEntry
             entry.state = .running
@@ -159,6 +169,29 @@ extension Runner {
                 startTransfer(entry, part: nil, host: host, standby: isStandby)
             }
         }
+    }
+
+    /// On a store several runners share, the claim commits before any transfer starts: only
+    /// the entries it got go on (as the store has them now); the slots the scheduler gave
+    /// the others are handed back.
+    func commitClaims(
+        _ chosen: [(entry: Entry, host: String, standby: Bool)], now: Int64
+    ) throws(OutboxError) -> [(entry: Entry, host: String, standby: Bool)] {
+        let got = try store.claim(chosen.map(\.entry), lease: lease, now: now)
+        Fault.point("run.claimed")
+        let fresh = Dictionary(got.map { ($0.seq, $0) }, uniquingKeysWith: { first, _ in first })
+        var kept: [(entry: Entry, host: String, standby: Bool)] = []
+        for (entry, host, standby) in chosen {
+            if let current = fresh[entry.seq] {
+                kept.append((current, host, standby))
+            } else if standby {
+                flights.slots.hostStandby[host, default: 1] -= 1
+            } else if !entry.isChunked {
+                flights.slots.hostLoad[host, default: 1] -= 1
+            }
+        }
+        if kept.count < chosen.count { contended = true }
+        return kept
     }
 
     /// Free slots go first to standby transfers, oldest first, within per_host.

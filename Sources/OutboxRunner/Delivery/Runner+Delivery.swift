@@ -16,7 +16,14 @@ extension Runner {
         let busy = Set(delivery.hooksRunning.values)
         let room = config.hookConcurrency - delivery.hooksRunning.count
         var starting: [(outcome: OutcomeRecord, hook: CommandSpec)] = []
-        for outcome in try store.deliverableOutcomes(now: now, keys: keys, excludingIDs: busy, limit: room) {
+        var candidates = try store.deliverableOutcomes(
+            now: now, keys: keys, excludingIDs: busy, limit: store.sharesRunners ? room * 8 : room)
+        if store.sharesRunners {
+            // Runners that all took the oldest outcomes would mostly claim the same ones:
+            // each takes a random few of them (order holds per id, not across ids).
+            candidates = Array(candidates.shuffled().prefix(room))
+        }
+        for outcome in candidates {
             guard let definition = definitions.definitions[outcome.key] else { continue }
             guard let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError else {
                 // The definition present now has no hook for this outcome: nothing to wait for.
@@ -25,10 +32,15 @@ extension Runner {
             }
             starting.append((outcome, hook))
         }
-        // Every delivery is counted before its hook starts, all of this turn's in one commit.
-        let counts = try store.beginDeliveries(seqs: starting.map(\.outcome.seq))
+        // Every delivery is counted (and, on a store several runners share, claimed) before
+        // its hook starts, all of this turn's in one commit; one another runner holds waits.
+        let counts = try store.claimDeliveries(seqs: starting.map(\.outcome.seq), lease: lease)
         Fault.point("hook.counted")
-        for (outcome, hook) in starting {
+        if counts.count < starting.count {
+            contended = true
+            delivery.due = true
+        }
+        for (outcome, hook) in starting where counts[outcome.seq] != nil {
             var spec = Self.hookSpec(hook, outcome: outcome, deliveries: counts[outcome.seq] ?? 1, config: config, environment: environment)
             let mailbox = self.mailbox
             let seq = outcome.seq

@@ -24,6 +24,9 @@ struct LibPQ: @unchecked Sendable {
     let getisnull: @convention(c) (OpaquePointer?, Int32, Int32) -> Int32
     let getvalue: @convention(c) (OpaquePointer?, Int32, Int32) -> UnsafeMutablePointer<CChar>?
     let getlength: @convention(c) (OpaquePointer?, Int32, Int32) -> Int32
+    let consumeInput: @convention(c) (OpaquePointer?) -> Int32
+    let notifies: @convention(c) (OpaquePointer?) -> UnsafeMutablePointer<PGnotify>?
+    let freemem: @convention(c) (UnsafeMutableRawPointer?) -> Void
 
     /// The library of this process, loaded once; E_STORAGE when it cannot be.
     static func get() throws(OutboxError) -> LibPQ { try loaded.get() }
@@ -66,7 +69,10 @@ struct LibPQ: @unchecked Sendable {
             let ntuples = symbol("PQntuples", (@convention(c) (OpaquePointer?) -> Int32).self),
             let getisnull = symbol("PQgetisnull", (@convention(c) (OpaquePointer?, Int32, Int32) -> Int32).self),
             let getvalue = symbol("PQgetvalue", (@convention(c) (OpaquePointer?, Int32, Int32) -> UnsafeMutablePointer<CChar>?).self),
-            let getlength = symbol("PQgetlength", (@convention(c) (OpaquePointer?, Int32, Int32) -> Int32).self)
+            let getlength = symbol("PQgetlength", (@convention(c) (OpaquePointer?, Int32, Int32) -> Int32).self),
+            let consumeInput = symbol("PQconsumeInput", (@convention(c) (OpaquePointer?) -> Int32).self),
+            let notifies = symbol("PQnotifies", (@convention(c) (OpaquePointer?) -> UnsafeMutablePointer<PGnotify>?).self),
+            let freemem = symbol("PQfreemem", (@convention(c) (UnsafeMutableRawPointer?) -> Void).self)
         else {
             return .failure(.storage("libpq.so.5 lacks \(missing.joined(separator: ", "))"))
         }
@@ -74,6 +80,7 @@ struct LibPQ: @unchecked Sendable {
             LibPQ(
                 connectdb: connectdb, status: status, errorMessage: errorMessage, finish: finish, exec: exec, prepare: prepare,
                 execPrepared: execPrepared, resultStatus: resultStatus, resultErrorMessage: resultErrorMessage, clear: clear,
-                cmdTuples: cmdTuples, ntuples: ntuples, getisnull: getisnull, getvalue: getvalue, getlength: getlength))
+                cmdTuples: cmdTuples, ntuples: ntuples, getisnull: getisnull, getvalue: getvalue, getlength: getlength,
+                consumeInput: consumeInput, notifies: notifies, freemem: freemem))
     }
 }

@@ -245,13 +245,29 @@ final class PGConnection: @unchecked Sendable {
         }
     }
 
-    /// Whether the session advisory lock `(class, key)` could be taken now; it is held
-    /// until `unlock` or the end of the connection (a killed process drops it).
-    func tryLock(key: Int32) throws(OutboxError) -> Bool {
-        try queryOne("SELECT pg_try_advisory_lock(7361201, ?::int)", [.int(Int64(key))]) { $0.text(0) == "t" } ?? false
+    /// Reads what the server sent meanwhile and counts the notifications among it (those of
+    /// `LISTEN`); a broken connection is E_STORAGE.
+    func takeNotifications() throws(OutboxError) -> Int {
+        guard pq.consumeInput(conn) == 1 else {
+            throw .storage("lost the connection to the PostgreSQL store: \(Self.trimmed(pq.errorMessage(conn))) (\(name))")
+        }
+        var count = 0
+        while let notification = pq.notifies(conn) {
+            count += 1
+            pq.freemem(UnsafeMutableRawPointer(notification))
+        }
+        return count
     }
 
-    func unlock(key: Int32) {
-        _ = try? run("SELECT pg_advisory_unlock(7361201, ?::int)", [.int(Int64(key))])
+    /// Whether the session advisory lock `(class, key)` could be taken now; it is held
+    /// until `unlock` or the end of the connection (a killed process drops it).
+    func tryLock(key: Int32, shared: Bool = false) throws(OutboxError) -> Bool {
+        let function = shared ? "pg_try_advisory_lock_shared" : "pg_try_advisory_lock"
+        return try queryOne("SELECT \(function)(7361201, ?::int)", [.int(Int64(key))]) { $0.text(0) == "t" } ?? false
+    }
+
+    func unlock(key: Int32, shared: Bool = false) {
+        let function = shared ? "pg_advisory_unlock_shared" : "pg_advisory_unlock"
+        _ = try? run("SELECT \(function)(7361201, ?::int)", [.int(Int64(key))])
     }
 }

@@ -134,5 +134,20 @@ enum PostgresSchema {
                 FOR EACH ROW EXECUTE FUNCTION forget_s3_upload();
             """
         ),
+        // Hook deliveries are leased like claims (one runner delivers an outcome at a time,
+        // an expired delivery may be taken over), and every change wakes the schema's
+        // listening runners.
+        (
+            "004-delivery-leases",
+            """
+            ALTER TABLE outcomes ADD COLUMN delivery_owner TEXT, ADD COLUMN delivery_until BIGINT;
+            CREATE OR REPLACE FUNCTION bump_data_version() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                UPDATE data_version SET version = version + 1 WHERE one = 1;
+                PERFORM pg_notify('outbox_' || TG_TABLE_SCHEMA, '');
+                RETURN NULL;
+            END $$;
+            """
+        ),
     ]
 }

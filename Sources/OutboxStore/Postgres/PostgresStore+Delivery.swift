@@ -16,11 +16,12 @@ extension PostgresStore {
         let rows = try db.query(
             """
             SELECT \(Self.outcomeColumns) FROM outcomes o
-            WHERE acknowledged = 0 AND COALESCE(next_delivery_at, 0) <= ?
+            WHERE acknowledged = 0 AND COALESCE(next_delivery_at, 0) <= ? AND COALESCE(delivery_until, 0) < ?
               AND key IN (SELECT jsonb_array_elements_text(?::jsonb))
               AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
             ORDER BY seq LIMIT ?
-            """, [.int(now), .text(keyList), .optional(limit.map { Int64($0 + excludingIDs.count) })], Self.outcome)
+            """, [.int(now), .int(databaseTime(now)), .text(keyList), .optional(limit.map { Int64($0 + excludingIDs.count) })], Self.outcome
+        )
         let open = rows.filter { !excludingIDs.contains($0.entryID) }
         return limit.map { Array(open.prefix($0)) } ?? open
     }
@@ -53,10 +54,14 @@ extension PostgresStore {
         }
     }
 
-    /// Hook processes recorded by earlier runners on this host for outcomes still unacknowledged.
+    /// Hook processes recorded by earlier runners on this host for outcomes still
+    /// unacknowledged, whose delivery lease ran out (a live runner's hooks are its own).
     package func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)] {
         try db.query(
-            "SELECT hook_pgid, hook_start FROM outcomes WHERE acknowledged = 0 AND hook_pgid IS NOT NULL AND hook_host = ?", [.text(host)]
+            """
+            SELECT hook_pgid, hook_start FROM outcomes
+            WHERE acknowledged = 0 AND hook_pgid IS NOT NULL AND hook_host = ? AND COALESCE(delivery_until, 0) < ?
+            """, [.text(host), .int(databaseTime(Identifiers.nowMs()))]
         ) {
             (pgid: Int32($0.int(0)), startTime: UInt64($0.int(1)))
         }
@@ -100,7 +105,17 @@ extension PostgresStore {
         guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome),
             !o.acknowledged
         else { return [] }
-        try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
+        // A runner whose delivery lease another runner took over acknowledges nothing.
+        let fence = deliveryFence(seq)
+        deliveryClaims.remove(seq)
+        guard
+            try db.run(
+                """
+                UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL, delivery_owner = NULL,
+                  delivery_until = NULL
+                WHERE seq = ? AND acknowledged = 0\(fence.sql)
+                """, [.int(seq)] + fence.values) == 1
+        else { return [] }
         try addCounters([CounterIncrement(.hookDeliveries, [("key", o.key)], by: 1)])
         // A later outcome of the same generation (an error entry reopened and then
         // completed) is still owed: forgetting now would drop it.
@@ -120,11 +135,15 @@ extension PostgresStore {
     }
 
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
+        let fence = deliveryFence(seq)
+        deliveryClaims.remove(seq)
         try db.transaction(lock: lockKey) { () throws(OutboxError) in
-            try db.run(
-                "UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL WHERE seq = ?",
-                [.int(nextDeliveryAt), .text(reason), .int(seq)])
-            try countDelivery(outcomeSeq: seq, .hookFailures)
+            let changed = try db.run(
+                """
+                UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL, delivery_owner = NULL, delivery_until = NULL
+                WHERE seq = ?\(fence.sql)
+                """, [.int(nextDeliveryAt), .text(reason), .int(seq)] + fence.values)
+            if changed == 1 { try countDelivery(outcomeSeq: seq, .hookFailures) }
         }
     }
 
@@ -174,30 +193,4 @@ extension PostgresStore {
             ) { $0.int(0) } ?? 0
         return PendingTotals(entries: Int(count), bytes: bytes, acceptedBytes: accepted)
     }
-
-    /// Takes the schema's runner lock: a session lock the server drops with the connection,
-    /// so a killed runner never leaves it taken. E_RUNNING (exit 75) while another holds it.
-    package func lockForRunner() throws(OutboxError) -> RunnerLock {
-        guard try db.tryLock(key: lockKey) else {
-            throw .running("another runner holds the store \(url.redacted)")
-        }
-        holdsRunnerLock = true
-        return PostgresRunnerLock(store: self)
-    }
-}
-
-/// The runner lock of a PostgreSQL schema, released with `release()` or its connection.
-final class PostgresRunnerLock: RunnerLock {
-    private var store: PostgresStore?
-
-    init(store: PostgresStore) { self.store = store }
-
-    func release() {
-        guard let store else { return }
-        store.db.unlock(key: store.lockKey)
-        store.holdsRunnerLock = false
-        self.store = nil
-    }
-
-    deinit { release() }
 }

@@ -4,20 +4,6 @@ extension PostgresStore {
     /// The database time for a time of this host's clock.
     func databaseTime(_ now: Int64) -> Int64 { now + clockOffset }
 
-    /// Puts back in the queue the running entries whose lease ended (by the database's
-    /// clock), keeping accepted parts; never the caller's own. A caller that holds the
-    /// runner lock is the schema's only runner, so every other lease is a dead runner's.
-    package func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int {
-        try db.transaction(lock: lockKey) { () throws(OutboxError) -> Int in
-            try db.run(
-                """
-                UPDATE entries SET state = 'queued', lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = ?
-                WHERE state = 'running' AND (lease_owner IS NULL OR lease_owner <> ?)
-                  AND (?::int = 1 OR COALESCE(lease_until, 0) < ?)
-                """, [.int(now), .text(lease.owner), .bool(holdsRunnerLock), .int(databaseTime(now))])
-        }
-    }
-
     package func releaseHolds(now: Int64, reasons: [HoldReason]) throws(OutboxError) {
         let held = JSON.array(reasons.map { .string($0.rawValue) }).serialized()
         try db.transaction(lock: lockKey) { () throws(OutboxError) in
@@ -95,13 +81,14 @@ extension PostgresStore {
     }
 
     /// The condition that makes a runner's change apply only while its claim holds: same
-    /// owner and the token of this object's claim (nothing without a lease).
+    /// owner and the token of this object's claim (nothing without a lease). An entry it
+    /// never claimed (expired or its file gone while queued) changes only while unclaimed.
     func fence(_ id: String, _ lease: Lease?) -> (sql: String, values: [SQLValue]) {
         guard let lease else { return ("", []) }
         if let token = claimTokens[id] {
             return (" AND lease_owner = ? AND lease_token = ?", [.text(lease.owner), .text(token)])
         }
-        return (" AND lease_owner = ?", [.text(lease.owner)])
+        return (" AND (lease_owner = ? OR (state = 'queued' AND lease_owner IS NULL))", [.text(lease.owner)])
     }
 
     /// Applies a runner's changes in one transaction; with a lease, each change to an entry
@@ -185,7 +172,10 @@ extension PostgresStore {
             """,
             [.text(lease.owner), .text(token), .int(databaseTime(now) + lease.durationMs), .int(now), .text(list)] + onThisHostValues
         ) { $0.text(0) }
-        for id in claimed { claimTokens[id] = token }
+        for id in claimed {
+            claimTokens[id] = token
+            lostClaims.remove(id)
+        }
     }
 
     /// The id of an entry by seq, for changes that name an entry by seq.

@@ -28,8 +28,15 @@ package final class PostgresStore: Store, @unchecked Sendable {
     let clockOffset: Int64
     /// The token of each claim this store object made, by entry id: later changes match it.
     var claimTokens: [String: String] = [:]
-    /// Set while this object holds the runner lock of the schema.
-    var holdsRunnerLock = false
+    /// Entries whose claim a renewal found gone: changes to them stay fenced out.
+    var lostClaims: Set<String> = []
+    /// The runner whose hook deliveries this object claimed, and the outcomes it holds.
+    var deliveryOwner: String?
+    var deliveryClaims: Set<Int64> = []
+    /// Set while a runner listens for the schema's wake-ups on this connection.
+    var listening = false
+    /// The data version last read, and when (monotonic ms).
+    var knownVersion: (version: Int64, readAt: Int64)?
 
     var lockKey: Int32 { url.lockKey }
 
@@ -255,7 +262,15 @@ package final class PostgresStore: Store, @unchecked Sendable {
         }
     }
 
+    /// While a runner listens, the version is read again only after a wake-up, or once a
+    /// second in case one was missed; otherwise at every call.
     package func dataVersion() throws(OutboxError) -> Int64 {
-        try db.queryOne("SELECT version FROM data_version WHERE one = 1") { $0.int(0) } ?? 0
+        let mono = Identifiers.monotonicMs()
+        if listening, try db.takeNotifications() == 0, let known = knownVersion, mono - known.readAt < 1_000 {
+            return known.version
+        }
+        let version = try db.queryOne("SELECT version FROM data_version WHERE one = 1") { $0.int(0) } ?? 0
+        knownVersion = (version, mono)
+        return version
     }
 }

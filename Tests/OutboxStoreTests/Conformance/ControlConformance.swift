@@ -81,12 +81,13 @@ extension StoreConformance {
         }
     }
 
-    /// The runner lock: one runner per store.
+    /// The runner lock: one runner per store, or any number on a store runners share.
     struct RunnerLocks {
         // A second runner is refused with E_RUNNING while the first holds the lock, and let in after release.
-        @Test(arguments: StoreUnderTest.all)
+        @Test(arguments: StoreUnderTest.all.filter { !$0.sharedByRunners })
         func oneRunnerHoldsTheLock(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
+            #expect(!c.store.sharesRunners)
             let other = try c.instance.another()
             let lock = try c.store.lockForRunner()
             let error = #expect(throws: OutboxError.self) { _ = try other.lockForRunner() }
@@ -95,6 +96,28 @@ extension StoreConformance {
             let second = try other.lockForRunner()
             #expect(throws: OutboxError.self) { _ = try c.store.lockForRunner() }
             second.release()
+        }
+
+        // A store several runners share admits each of them, and says so.
+        @Test(arguments: StoreUnderTest.all.filter(\.sharedByRunners))
+        func everyRunnerIsAdmitted(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let other = try c.instance.another()
+            #expect(c.store.sharesRunners)
+            let first = try c.store.lockForRunner()
+            let second = try other.lockForRunner()
+            // A store copy is refused while any runner runs, and keeps runners out while it copies.
+            let copier = try c.instance.another()
+            let busy = #expect(throws: OutboxError.self) { _ = try copier.lockExclusively() }
+            #expect(busy?.code == .running)
+            first.release()
+            #expect(throws: OutboxError.self) { _ = try copier.lockExclusively() }
+            second.release()
+            let copy = try copier.lockExclusively()
+            let refused = #expect(throws: OutboxError.self) { _ = try c.store.lockForRunner() }
+            #expect(refused?.code == .running)
+            copy.release()
+            try c.store.lockForRunner().release()
         }
     }
 

@@ -1,0 +1,44 @@
+import OutboxModel
+import OutboxStore
+
+/// Leases on a store several runners share: this runner's claims are renewed every third
+/// of the lease, and any runner puts back the entries of runners whose lease ran out.
+extension Runner {
+    /// Renews this runner's leases and requeues expired ones when a third of the lease has
+    /// passed since the last time (by the monotonic clock). An entry whose renewal fails is
+    /// another runner's now: it is stopped here and its result is never recorded.
+    func keepLeases() throws(OutboxError) {
+        guard store.sharesRunners else { return }
+        let mono = Identifiers.monotonicMs()
+        guard mono >= nextLeaseTick else { return }
+        nextLeaseTick = mono + max(lease.durationMs / 3, 1)
+        for id in try store.renewLeases(lease).sorted() {
+            log(
+                "outbox: lost the lease on \(id) (another runner may send it); its transfer is stopped and its result not recorded",
+                level: .warn, fields: [("id", .string(id))])
+            if let entry = flights.running[id] { stopLost(entry) }
+        }
+        let requeued = try store.requeueAbandoned(lease: lease, now: Identifiers.nowMs())
+        if requeued > 0 {
+            log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") whose runner's lease ran out back in the queue")
+            readAhead.discard()
+        }
+    }
+
+    /// Stops an entry whose claim is gone: its transfers or parts are aborted and their
+    /// results dropped, as for an entry another process cancelled, without reporting one.
+    func stopLost(_ entry: Entry) {
+        if entry.isChunked {
+            stopParts(entry.id)
+            releaseStoppedParts(entry.id)
+            return
+        }
+        let flying = flights.byToken.values.filter { $0.entryID == entry.id }
+        guard !flying.isEmpty else {
+            flights.running[entry.id] = nil
+            return
+        }
+        flights.withdrawn[entry.id] = false
+        for flight in flying { http?.cancel(flight.transferID) }
+    }
+}

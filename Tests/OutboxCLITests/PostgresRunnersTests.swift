@@ -1,0 +1,140 @@
+import Foundation
+import OutboxModel
+import OutboxTestServer
+import Testing
+import TestSupport
+
+/// Several `outbox run` processes on one PostgreSQL schema, on the throwaway cluster and the
+/// in-repo HTTP server: each entry is sent and delivered once, a killed or stopped runner's
+/// work is taken over once its lease runs out, and its late result changes nothing.
+@Suite(.serialized)
+struct PostgresRunnersTests {
+    /// A project on a schema of its own whose `note` hook appends a line to `hook.log` (the
+    /// entry id, or with `payload` the outcome's whole JSON).
+    static func project(lease: String, payload: Bool = false) throws -> TestProject {
+        let cluster = try PostgresCluster.shared()
+        let p = try TestProject(
+            config: "lease: \(lease)\n",
+            definitions: [
+                "note": """
+                key: note
+                request:
+                  url: "{{ env.SERVER | raw }}/notes/{{ vars.n }}"
+                  data:
+                    n: "{{ vars.n }}"
+                response: json
+                on_success: hooks/log.sh
+                """
+            ])
+        let line = payload ? #"{ cat; echo; }"# : #"echo "$OUTBOX_ID""#
+        try p.writeHook("log.sh", "#!/bin/sh\n\(line) >> '\(p.path("hook.log"))'\n")
+        p.environment["OUTBOX_STORE"] = cluster.url(schema: PostgresCluster.uniqueSchema("runners"))
+        p.environment["SERVER"] = p.server.baseURL
+        return p
+    }
+
+    static func enqueue(_ p: TestProject, _ numbers: ClosedRange<Int>) async throws {
+        let lines = numbers.map { #"{"vars": {"n": \#($0)}, "id": "e-\#($0)"}"# }.joined(separator: "\n") + "\n"
+        let r = try await p.outbox(["enqueue", "note", "--from", "-"], stdin: lines)
+        #expect(r.exitCode == 0, "\(r)")
+    }
+
+    static func hookLines(_ p: TestProject) -> [String] {
+        (p.read("hook.log") ?? "").split(separator: "\n").map(String.init)
+    }
+
+    static func storeIsEmpty(_ p: TestProject) async throws -> Bool {
+        let list = try await p.outbox(["list", "--json"])
+        guard list.exitCode == 0 else { return false }
+        return try JSON.parse(list.stdout).arrayValue?.isEmpty == true
+    }
+
+    // Four drains on one queue of 5,000: every request reaches the server once, every hook
+    // runs once, and nothing is left in the store.
+    @Test func fourRunnersSendEveryEntryOnce() async throws {
+        let p = try Self.project(lease: "10s")
+        let count = 5_000
+        try await Self.enqueue(p, 1...count)
+        let runners = try (0..<4).map { _ in try p.start(["run", "--drain"]) }
+        for runner in runners {
+            let result = await runner.wait(timeout: 900)
+            #expect(result.exitCode == 0 && !result.timedOut, "\(result)")
+        }
+        let paths = p.server.requests(path: "/notes/").map(\.path)
+        #expect(paths.count == count)
+        #expect(Set(paths).count == count)
+        let delivered = Self.hookLines(p)
+        #expect(delivered.count == count)
+        #expect(Set(delivered) == Set((1...count).map { "e-\($0)" }))
+        #expect(try await Self.storeIsEmpty(p))
+    }
+
+    // A runner killed with requests in flight: once its lease runs out another runner sends
+    // them again and each completes once in the store.
+    @Test func aKilledRunnersEntriesAreTakenOverAfterItsLease() async throws {
+        let p = try Self.project(lease: "2s")
+        p.server.script("/notes/", [.hold("killed"), .hold("killed"), .hold("killed"), .json(200, "{}")])
+        try await Self.enqueue(p, 1...3)
+        let first = try p.start(["run"])
+        #expect(await p.server.waitForHeld("killed", count: 3))
+        first.signal(SIGKILL)
+        _ = await first.wait()
+        let second = try p.start(["run"])
+        await eventually("the second runner completes and delivers the three entries") {
+            Self.hookLines(p).count >= 3
+        }
+        try await eventually("the store is empty") { try await Self.storeIsEmpty(p) }
+        second.signal(SIGTERM)
+        #expect(await second.wait().exitCode == 0)
+        #expect(Self.hookLines(p).sorted() == ["e-1", "e-2", "e-3"])
+        #expect(p.server.requests(path: "/notes/").count == 6)
+        // At its start (the lease already over) or at a later renewal tick.
+        #expect(second.stderrSoFar.contains("back in the queue"), "\(second.stderrSoFar)")
+        _ = p.server.release("killed")
+    }
+
+    // A runner stopped past its lease while its request is held: another takes the entry and
+    // completes it; resumed and answered, the first records nothing (one outcome, the second's).
+    @Test func aStoppedRunnersLateResultIsRefused() async throws {
+        let p = try Self.project(lease: "2s", payload: true)
+        p.server.script("/notes/", [.hold("stopped"), .json(200, #"{"by": "second"}"#)])
+        try await Self.enqueue(p, 1...1)
+        let first = try p.start(["run"])
+        #expect(await p.server.waitForHeld("stopped"))
+        first.signal(SIGSTOP)
+        let second = try p.start(["run"])
+        await eventually("the second runner completes and delivers the entry") { !Self.hookLines(p).isEmpty }
+        try await eventually("the store is empty") { try await Self.storeIsEmpty(p) }
+        second.signal(SIGTERM)
+        #expect(await second.wait().exitCode == 0)
+
+        first.signal(SIGCONT)
+        _ = p.server.release("stopped")
+        await eventually("the first runner notices it lost its lease") { first.stderrSoFar.contains("lost the lease on e-1") }
+        first.signal(SIGTERM)
+        let late = await first.wait()
+        #expect(late.exitCode == 0, "\(late)")
+        let outcomes = Self.hookLines(p)
+        #expect(outcomes.count == 1)
+        let outcome = try JSON.parse(outcomes.first ?? "")
+        #expect(outcome["id"] == .string("e-1"))
+        #expect(outcome["data"]?["by"] == .string("second"))
+        let requests = p.server.requests(path: "/notes/1")
+        #expect(requests.count == 2)
+        #expect(try await Self.storeIsEmpty(p))
+    }
+
+    // An idle runner starts an entry another process enqueues while it waits.
+    @Test func anIdleRunnerStartsANewEntry() async throws {
+        let p = try Self.project(lease: "30s")
+        let runner = try p.start(["run"])
+        try await Self.enqueue(p, 1...1)
+        await eventually("the first entry is sent") { p.server.requests(path: "/notes/1").count == 1 }
+        try await Self.enqueue(p, 2...2)
+        await eventually("the entry enqueued while the runner waited is sent") { p.server.requests(path: "/notes/2").count == 1 }
+        await eventually("both are delivered") { Self.hookLines(p).count == 2 }
+        runner.signal(SIGTERM)
+        #expect(await runner.wait().exitCode == 0)
+        #expect(Self.hookLines(p) == ["e-1", "e-2"])
+    }
+}
