@@ -137,6 +137,7 @@ class Contender:
         self.walls = []
         self.rss = []
         self.moto_cpu = []
+        self.enqueue_walls = []
         self.failed = None
         moto.bucket("mb", bucket)
 
@@ -167,7 +168,9 @@ class Contender:
     def note(self):
         if self.failed:
             return f"{self.name}: failed: {self.failed}"
-        return f"{self.name}: rounds {', '.join(f'{w:.2f}' for w in self.walls)} s, moto CPU {B.median(self.moto_cpu):.1f} s"
+        enqueue = f" (enqueue {B.median(self.enqueue_walls):.2f} s)" if self.enqueue_walls else ""
+        return (f"{self.name}: rounds {', '.join(f'{w:.2f}' for w in self.walls)} s{enqueue}, "
+                f"moto CPU {B.median(self.moto_cpu):.1f} s")
 
 
 def outbox_project(work, name, moto, bucket):
@@ -188,10 +191,11 @@ request:
     return project
 
 
-def outbox_upload(project, source):
+def outbox_upload(project, source, contender):
     """`enqueue --from-dir` + `run --drain`: (wall seconds of both, peak RSS of the larger)."""
     def upload():
         e = B.must(project.run("enqueue", "bench.s3", "--from-dir", source), "outbox enqueue")
+        contender.enqueue_walls.append(e.wall)
         r = project.run("run", "--drain", "--json", stdout_name="summary.json", timeout=3600)
         B.must(r, "outbox run --drain")
         summary = json.loads(r.stdout() or "{}")
@@ -226,7 +230,7 @@ def many_files(work, moto):
     project = outbox_project(work, "many-project", moto, "ob-many")
     aws_argv = ["aws", "--endpoint-url", moto.endpoint, "s3", "cp", "--recursive", "--only-show-errors", source,
                 "s3://aws-many/"]
-    contenders = [("outbox", lambda: ob.play(outbox_upload(project, source))),
+    contenders = [("outbox", lambda: ob.play(outbox_upload(project, source, ob))),
                   ("aws", lambda: aws.play(command_upload(aws_argv, "aws s3 cp")))]
     rclone = None
     if RCLONE_ROUNDS > 0 and B.ensure_tool("rclone", "rclone"):
@@ -265,7 +269,7 @@ def big_file(work, moto):
     aws = Contender("aws s3 cp", moto, "aws-big", expected)
     project = outbox_project(work, "big-project", moto, "ob-big")
     aws_argv = ["aws", "--endpoint-url", moto.endpoint, "s3", "cp", "--only-show-errors", source, "s3://aws-big/big.bin"]
-    contenders = [("outbox", lambda: ob.play(outbox_upload(project, folder))),
+    contenders = [("outbox", lambda: ob.play(outbox_upload(project, folder, ob))),
                   ("aws", lambda: aws.play(command_upload(aws_argv, "aws s3 cp")))]
     rounds(contenders, BIG_ROUNDS)
     shutil.rmtree(folder, ignore_errors=True)
