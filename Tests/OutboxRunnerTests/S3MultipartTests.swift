@@ -127,14 +127,15 @@ import TestSupport
     }
 
     /// Holds part 3 with parts 1 and 2 accepted, runs `beforeKill`, SIGKILLs the runner and
-    /// resumes with a second run. Returns how many requests the server had at the kill.
+    /// resumes with a second run (with the config `resumeConfig`, when given). Returns how many
+    /// requests the server had at the kill.
     static func killWhilePart3IsInFlight(
-        _ sandbox: OutboxSandbox, beforeKill: () async throws -> Void = {}
+        _ sandbox: OutboxSandbox, resumeConfig: String? = nil, beforeKill: () async throws -> Void = {}
     ) async throws -> Int {
         let server = sandbox.server
         server.script("/crash/big.bin?partNumber=3&", [TestResponse.status(200, headers: [("ETag", "\"p3\"")]).held("p3")])
         let runner = try sandbox.start(["run"], environment: Self.testingCredentials)
-        try await eventually("part 3 is held with parts 1 and 2 accepted") {
+        await eventually("part 3 is held with parts 1 and 2 accepted") {
             server.heldCount("p3") == 1 && (try? sandbox.sqlite("SELECT count(*) FROM parts WHERE accepted = 1"))?.hasPrefix("2") == true
         }
         #expect(try sandbox.sqlite("SELECT upload_id FROM s3_uploads") == "up/1+x\n", "the upload id is recorded before the parts")
@@ -144,8 +145,9 @@ import TestSupport
         server.script("/crash/big.bin?partNumber=3&", [])
         _ = server.release("p3")
         // A killed client's request is recorded once its connection has ended.
-        try await eventually("the killed runner's connections are closed") { server.openConnections == 0 }
+        await eventually("the killed runner's connections are closed") { server.openConnections == 0 }
         let atKill = server.requests.count
+        if let resumeConfig { try sandbox.writeConfig(resumeConfig) }
 
         let second = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
         #expect(second.status == 0, "\(second.stderr)")
@@ -216,9 +218,11 @@ import TestSupport
     @Test func aPartInFlightMayBeSentAgainButAcceptedPartsNever() async throws {
         let sandbox = try await Self.stage(config: "timeouts: { stall: { below: 1KiB, for: 1s } }\n")
         let server = sandbox.server
-        let atKill = try await Self.killWhilePart3IsInFlight(sandbox) {
-            try await eventually("part 3 given up after a stall and sent again") {
-                server.heldCount("p3") == 1 && Self.partNumbers(server.requests[...]).filter { $0 == 3 }.count == 2
+        // The second run has the default stall timeout: only the first one is made to give up.
+        let atKill = try await Self.killWhilePart3IsInFlight(sandbox, resumeConfig: "part_concurrency: 1\n") {
+            // At least once more: on a busy machine it may have stalled again before this looks.
+            await eventually("part 3 given up after a stall and sent again") {
+                server.heldCount("p3") == 1 && Self.partNumbers(server.requests[...]).filter { $0 == 3 }.count >= 2
             }
             let attempts = try #require(try await sandbox.show("big"))["attempts_log"] as? [[String: Any]] ?? []
             #expect(
@@ -226,7 +230,8 @@ import TestSupport
                 "the re-send followed a stall timeout: \(attempts)")
         }
         Self.expectAcceptedPartsNeverSentAgain(server, atKill: atKill)
-        #expect(Self.partNumbers(server).sorted() == [1, 2, 3, 3, 3, 4, 5])
+        let all = Self.partNumbers(server)
+        #expect(all.filter { $0 == 3 }.count >= 3 && all.filter { $0 != 3 }.sorted() == [1, 2, 4, 5], "\(all)")
     }
 
     @Test func aCompleteInterruptedByACrashIsRecognisedByTheObject() async throws {
