@@ -21,7 +21,9 @@ let package = Package(
         .target(name: "CSystem", path: "Sources/CSystem"),
 
         // SHA-256 of bodies; optimised even in debug builds, since tests hash gigabytes.
-        .target(name: "Digest", swiftSettings: strict + [.unsafeFlags(["-O"])]),
+        // CDigest: the SHA-NI instructions, 4-5 times the pure Swift rounds on CPUs that have them.
+        .target(name: "CDigest", path: "Sources/CDigest", cSettings: [.unsafeFlags(["-O2"])]),
+        .target(name: "Digest", dependencies: ["CDigest"], swiftSettings: strict + [.unsafeFlags(["-O"])]),
         .target(name: "YAML", dependencies: ["CYAML"], swiftSettings: strict),
         .target(name: "OutboxModel", dependencies: ["YAML", "Digest", "CSystem"], swiftSettings: strict),
         .target(name: "OutboxProcess", dependencies: ["CSystem"], swiftSettings: strict),

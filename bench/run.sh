@@ -1,11 +1,11 @@
 #!/bin/sh
 # Runs the outbox benchmarks and prints a summary table; see bench/README.md.
-# Usage: bench/run.sh [enqueue|post|hooks|upload|pg ...]   (no name: all of them)
+# Usage: bench/run.sh [enqueue|post|hooks|upload|s3|pg ...]   (no name: all of them)
 # OUTBOX=path uses that binary; otherwise .build/release/outbox is built first
 # (BENCH_NO_BUILD=1 skips the build).
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
-all="enqueue post hooks upload pg"
+all="enqueue post hooks upload s3 pg"
 names=${*:-$all}
 for name in $names; do
     case " $all " in

@@ -1,5 +1,12 @@
-/// SHA-256 (FIPS 180-4) in pure Swift: body identity for the same-id rule needs no crypto library.
+import CDigest
+
+/// SHA-256 (FIPS 180-4): body identity for the same-id rule needs no crypto library. Whole
+/// blocks go through the CPU's SHA instructions where it has them (1.2-1.4 GB/s of CPU here,
+/// against 0.25 GB/s for the Swift rounds, which every other CPU uses).
 package enum SHA256 {
+    /// Whether this CPU has the SHA extensions, asked once.
+    package static let hardware = cdigest_sha256_hardware() != 0
+
     /// The lowercase hex SHA-256 of `bytes`.
     package static func hex(_ bytes: [UInt8]) -> String {
         var hasher = Hasher()
@@ -16,9 +23,11 @@ package enum SHA256 {
         /// Bytes of an incomplete block, waiting for more input.
         private var pending: [UInt8] = []
         private var totalBytes: UInt64 = 0
+        private let hardware: Bool
 
-        /// A hasher at the initial state.
-        package init() {
+        /// A hasher at the initial state; `portable` keeps to the Swift rounds (tests compare both).
+        package init(portable: Bool = false) {
+            hardware = SHA256.hardware && !portable
             pending.reserveCapacity(64)
         }
 
@@ -33,13 +42,14 @@ package enum SHA256 {
                 offset = take
                 if pending.count < 64 { return }
                 let block = pending
-                block.withUnsafeBytes { compress($0.baseAddress!) }
+                block.withUnsafeBytes { compress($0.baseAddress!, blocks: 1) }
                 pending.removeAll(keepingCapacity: true)
             }
             // Whole blocks straight from the caller's memory: no copy.
-            while bytes.count - offset >= 64 {
-                compress(bytes.baseAddress! + offset)
-                offset += 64
+            let blocks = (bytes.count - offset) / 64
+            if blocks > 0 {
+                compress(bytes.baseAddress! + offset, blocks: blocks)
+                offset += blocks * 64
             }
             if offset < bytes.count {
                 pending.append(contentsOf: bytes[offset...])
@@ -75,6 +85,19 @@ package enum SHA256 {
                 }
             }
             return String(decoding: out, as: UTF8.self)
+        }
+
+        private mutating func compress(_ start: UnsafeRawPointer, blocks: Int) {
+            guard hardware else {
+                for n in 0..<blocks { compress(start + n * 64) }
+                return
+            }
+            var state = (h0, h1, h2, h3, h4, h5, h6, h7)
+            withUnsafeMutableBytes(of: &state) { raw in
+                cdigest_sha256_blocks(
+                    raw.baseAddress!.assumingMemoryBound(to: UInt32.self), start.assumingMemoryBound(to: UInt8.self), blocks)
+            }
+            (h0, h1, h2, h3, h4, h5, h6, h7) = state
         }
 
         private mutating func compress(_ block: UnsafeRawPointer) {

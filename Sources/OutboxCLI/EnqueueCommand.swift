@@ -15,6 +15,7 @@ enum EnqueueCommand {
             help: "one entry per line: {\"vars\", \"id\"?, \"delay\"?, \"not_before\"?}; all or nothing; - reads stdin"),
         EnqueueDirectory.option,
         EnqueueDirectory.idTemplateOption,
+        skipExistingOption,
         OptionSpec(name: "delay", valueName: "D", help: "hold the entry for a duration (10m, 2h)", completes: .nothing),
         OptionSpec(name: "not-before", valueName: "T", help: "hold the entry until a time (RFC 3339 or epoch ms)", completes: .nothing),
         OptionSpec(name: "expires-at", valueName: "T", help: "give up at this time instead of now + expires_in", completes: .nothing),
@@ -25,7 +26,22 @@ enum EnqueueCommand {
         file of a `file` body may be deleted afterwards (unless ownership is reference).
         --from-dir enqueues one entry per regular file under DIR (hidden files included, symbolic
         links skipped), with vars path, relative_path, name and size over the --vars object.
+        --skip-existing (s3 requests only) has the runner HEAD each object before its upload and
+        complete the entry without one when the object has the same size and SHA-256 checksum.
         """
+
+    static let skipExistingOption = OptionSpec(
+        name: "skip-existing", valueName: nil,
+        help: "s3 requests only: HEAD each object when sent; one of the same size and checksum is not uploaded again")
+
+    /// `--skip-existing` on an entry of KEY: an s3 request HEADs its object first; any other is refused.
+    static func skipExisting(_ entry: inout NewEntry, key: String, _ i: Invocation) throws(OutboxError) {
+        guard i.args.flag("skip-existing") else { return }
+        guard entry.prepared.s3 != nil else {
+            throw .invalid("--skip-existing applies to s3 requests only; the request of \(key) has no request.s3")
+        }
+        entry.prepared.s3?.skipExisting = true
+    }
 
     static func factory(_ project: Project, _ i: Invocation) -> EntryFactory {
         EntryFactory(config: project.config, environment: i.environment, cwd: i.cwd) { (key: String) throws(OutboxError) in
@@ -106,9 +122,10 @@ enum EnqueueCommand {
             names: ("--delay", "--not-before"))
         let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
         let project = try i.project()
-        let entry = try factory(project, i).make(
+        var entry = try factory(project, i).make(
             key: key, vars: vars, id: i.args.value("id"), notBefore: notBefore, expiresAt: expiresAt,
             movedFiles: try movedFiles(project, id: i.args.value("id")))
+        try skipExisting(&entry, key: key, i)
         let results = try project.store().enqueue([entry], now: now)
         if i.json {
             i.console.out(JSON.object([("id", .string(results[0].id))]).serialized())
@@ -207,10 +224,11 @@ enum EnqueueCommand {
             if delay != nil && notBefore != nil { throw .invalid("\(at): give delay or not_before, not both") }
             do {
                 let hold = try holdUntil(delay: delay, notBefore: notBefore, now: now, names: ("delay", "not_before"))
-                entries.append(
-                    try factory.make(
-                        definition: definition, vars: object["vars"] ?? .null, id: id,
-                        notBefore: hold, expiresAt: expiresAt, movedFiles: try movedFiles(project, id: id)))
+                var entry = try factory.make(
+                    definition: definition, vars: object["vars"] ?? .null, id: id,
+                    notBefore: hold, expiresAt: expiresAt, movedFiles: try movedFiles(project, id: id))
+                try skipExisting(&entry, key: key, i)
+                entries.append(entry)
             } catch {
                 throw OutboxError(error.code, error.message.hasPrefix(at) ? error.message : "\(at): \(error.message)")
             }

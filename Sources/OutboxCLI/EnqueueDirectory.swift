@@ -120,10 +120,11 @@ enum EnqueueDirectory {
                     seen[text] = file.relativePath
                     id = text
                 }
-                entries.append(
-                    try factory.make(
-                        definition: definition, vars: vars, id: id, notBefore: hold, expiresAt: expiresAt,
-                        movedFiles: try EnqueueCommand.movedFiles(project, id: id)))
+                var entry = try factory.make(
+                    definition: definition, vars: vars, id: id, notBefore: hold, expiresAt: expiresAt,
+                    movedFiles: try EnqueueCommand.movedFiles(project, id: id))
+                try EnqueueCommand.skipExisting(&entry, key: key, i)
+                entries.append(entry)
             } catch {
                 throw OutboxError(error.code, "\(file.path): \(error.message)")
             }

@@ -42,6 +42,8 @@ package struct RunSummary: Sendable {
     package var completed = 0
     package var errors = 0
     package var retried = 0
+    /// Entries completed without an upload: their object was already there (`skip_existing`).
+    package var skipped = 0
     package var parked = 0
     package var cancelled = 0
     package var delivered = 0
@@ -69,7 +71,7 @@ package struct RunSummary: Sendable {
     package var json: JSON {
         .object([
             ("attempts", .int(attempts)), ("completed", .int(completed)), ("errors", .int(errors)), ("retried", .int(retried)),
-            ("awaiting_auth", .int(parked)), ("cancelled", .int(cancelled)), ("delivered", .int(delivered)),
+            ("skipped", .int(skipped)), ("awaiting_auth", .int(parked)), ("cancelled", .int(cancelled)), ("delivered", .int(delivered)),
             ("delivery_failures", .int(deliveryFailures)), ("bytes_sent", .int64(bytesSent)), ("elapsed_ms", .int64(elapsedMs)),
             ("remaining", .int(remaining)),
             (
@@ -85,7 +87,7 @@ package struct RunSummary: Sendable {
     }
 
     package var line: String {
-        "outbox: \(completed) completed, \(errors) error, \(retried) retried, \(parked) awaiting-auth, \(delivered) delivered"
+        "outbox: \(completed) completed\(skipped > 0 ? " (\(skipped) skipped)" : ""), \(errors) error, \(retried) retried, \(parked) awaiting-auth, \(delivered) delivered"
             + (deliveryFailures > 0 ? " (\(deliveryFailures) hook failures)" : "")
             + ", \(remaining) left, \(attempts) attempts in \(Units.formatDuration(ms: elapsedMs))"
     }

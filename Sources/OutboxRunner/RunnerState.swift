@@ -25,6 +25,8 @@ struct Flight {
     var standby = false
     /// A step of an s3 multipart upload (not a part).
     var s3Step: S3Step?
+    /// The HEAD of a `skip_existing` object, before its upload.
+    var s3ExistingHead = false
 }
 
 /// A chunked entry while it runs: its parts and which are in flight.
@@ -40,6 +42,8 @@ struct PartJob {
     /// An s3 entry's multipart upload, once created; and its step in flight.
     var s3UploadID: String?
     var s3Step: S3Step?
+    /// The HEAD of a `skip_existing` object found it missing or different: upload it.
+    var s3Checked = false
 
     /// Bytes of the parts accepted so far.
     var acceptedBytes: Int64 { parts.reduce(Int64(0)) { $0 + ($1.accepted ? $1.range.count : 0) } }

@@ -37,7 +37,8 @@
 ///   `{released, held}`. `/_control/held/{name}`: JSON `{held}`, the requests waiting there.
 /// - Neither `/_stats`, `/_reset` nor `/_control/...` is recorded or scriptable.
 /// - Anything else, any method: 200 JSON `{method, path, body_size, body_sha256}` with an
-///   `ETag` (so PUT/POST elsewhere are recorded and answered 200).
+///   `ETag` (so PUT/POST elsewhere are recorded and answered 200), except that a body whose
+///   SHA-256 is not its `x-amz-checksum-sha256` is refused as S3 does (400 `BadDigest`).
 enum BuiltinRoutes {
     static func response(for request: RecordedRequest, core: ServerCore) -> TestResponse {
         let pieces = request.path.split(separator: "?", maxSplits: 1, omittingEmptySubsequences: false)
@@ -128,6 +129,7 @@ enum BuiltinRoutes {
                     headers: [("ETag", etag(request))]
                 )
             }
+            if let refusal = S3DigestCheck.refusal(request) { return refusal }
             return .json(
                 200,
                 #"{"method":\#(jsonString(request.method)),"path":\#(jsonString(request.path)),"body_size":\#(request.bodySize),"body_sha256":"\#(request.bodySHA256)"}"#,

@@ -1,3 +1,4 @@
+import Foundation
 import OutboxModel
 import Digest
 import Testing
@@ -61,5 +62,33 @@ struct SHA256Tests {
     @Test func allByteValues() {
         let input = (0..<1024).map { UInt8($0 % 256) }
         #expect(SHA256.hex(input) == "785b0751fc2c53dc14a4ce3d800e69ef9ce1009eb327ccf458afe09c242c26c9")
+    }
+}
+
+/// The CPU's SHA instructions and the Swift rounds give the same digests, fed whole or in pieces.
+@Suite struct SHA256HardwareTests {
+    @Test func bothPathsAgree() {
+        var generator = SystemRandomNumberGenerator()
+        for length in [0, 1, 55, 56, 63, 64, 65, 127, 128, 129, 1000, 4096, 65_537, 1 << 20] {
+            let input = (0..<length).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            var portable = SHA256.Hasher(portable: true)
+            portable.update(input)
+            let expected = portable.finalizeHex()
+            #expect(SHA256.hex(input) == expected, "\(length) bytes")
+            var pieces = SHA256.Hasher()
+            var fed = 0
+            while fed < length {
+                let n = min(Int.random(in: 1...300, using: &generator), length - fed)
+                pieces.update(Array(input[fed..<(fed + n)]))
+                fed += n
+            }
+            #expect(pieces.finalizeHex() == expected, "\(length) bytes in pieces")
+        }
+    }
+
+    @Test func theHardwarePathIsTakenWhereTheCPUHasIt() throws {
+        let flags = try String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)
+        let hasSHA = flags.split(separator: "\n").first { $0.hasPrefix("flags") }?.split(separator: " ").contains("sha_ni") ?? false
+        #expect(SHA256.hardware == hasSHA, "/proc/cpuinfo says sha_ni: \(hasSHA)")
     }
 }

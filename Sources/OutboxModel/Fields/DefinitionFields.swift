@@ -118,6 +118,9 @@ package enum DefinitionFields {
             Field(
                 "part_size", .anyOf([.size, template]), .value("16MiB"), example: "64MiB",
                 "the size of a multipart upload's parts but the last (5MiB to 5GiB; grown to fit 10,000 parts)"),
+            Field(
+                "skip_existing", .anyOf([.bool, template]), .value(false), example: true,
+                "HEAD the object first; one of the same size and SHA-256 checksum completes the entry without an upload"),
         ])
 
     static let response = FieldMapping(

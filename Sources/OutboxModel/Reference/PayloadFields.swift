@@ -110,6 +110,7 @@ package enum PayloadFields {
         PayloadField("completed", "always", "entries settled `completed`"),
         PayloadField("errors", "always", "entries settled `error`"),
         PayloadField("retried", "always", "attempts that were retried"),
+        PayloadField("skipped", "always", "entries completed without an upload: their S3 object was already there (`skip_existing`)"),
         PayloadField("awaiting_auth", "always", "entries parked for credentials"),
         PayloadField("cancelled", "always", "entries dropped for another account, or cancelled while running"),
         PayloadField("delivered", "always", "hook deliveries acknowledged"),

@@ -17,8 +17,9 @@ extension Definition {
         if let c = s["content_type"], f["content_type"] != nil {
             reader.error(c.mark, "give the content type once: request.content_type or request.s3.content_type")
         }
-        if let p = s["path_style"], case .string(let text)? = p.scalar, !text.contains("{{") {
-            _ = reader.bool(p, "request.s3.path_style")
+        for name in ["path_style", "skip_existing"] {
+            guard let p = s[name], case .string(let text)? = p.scalar, !text.contains("{{") else { continue }
+            _ = reader.bool(p, "request.s3.\(name)")
         }
         for name in ["bucket", "region", "storage_class"] {
             guard let n = s[name], case .string(let text)? = n.scalar, !text.contains("{{") else { continue }

@@ -43,7 +43,10 @@ extension RequestBuilder {
         }
         if let parts = try s3Parts(s3, file: file) { return (.parts(file, ownership ?? .copy, parts), headers) }
         let sum = try S3Checksum.sha256Base64(path: file.path, range: ByteRange(start: 0, end: file.size))
-        return (.file(file, ownership ?? .copy), HeaderRules.merge(headers, [(S3Checksum.header, sum)]))
+        // The algorithm's name too, as AWS's SDKs send it: servers that keep a checksum only
+        // when it is named (moto) then answer it to a HEAD, which `skip_existing` compares.
+        let checksum = [(S3Checksum.header, sum), (S3Checksum.algorithmHeader, "SHA256")]
+        return (.file(file, ownership ?? .copy), HeaderRules.merge(headers, checksum))
     }
 
     /// The parts of a multipart upload: `partSize` each (grown to fit 10,000), a last piece
@@ -104,18 +107,19 @@ extension RequestBuilder {
         if let given = try text("endpoint", required: false), !given.isEmpty {
             (endpoint, literalHost) = try S3Rules.endpoint(given)
         }
-        var pathStyle = literalHost
-        if let p = tree["path_style"] {
+        func flag(_ name: String) throws(OutboxError) -> Bool? {
+            guard let p = tree[name] else { return nil }
             var value = p
-            if case let .string(s) = p { value = try Template.render(s, context: ctx, mode: .value, field: "request.s3.path_style") }
+            if case let .string(s) = p { value = try Template.render(s, context: ctx, mode: .value, field: "request.s3.\(name)") }
             switch value {
-            case .bool(let b): pathStyle = b
-            case .string("true"): pathStyle = true
-            case .string("false"): pathStyle = false
-            case .null: break
-            case let other: throw .invalid("request.s3.path_style must be true or false, not \(other.serialized().prefix(40))")
+            case .bool(let b): return b
+            case .string("true"): return true
+            case .string("false"): return false
+            case .null: return nil
+            case let other: throw .invalid("request.s3.\(name) must be true or false, not \(other.serialized().prefix(40))")
             }
         }
+        let pathStyle = try flag("path_style") ?? literalHost
         if !pathStyle && literalHost {
             throw .invalid(
                 "request.s3.path_style cannot be false with endpoint \(endpoint): an IP address or localhost has no bucket subdomains")
@@ -150,7 +154,8 @@ extension RequestBuilder {
             return n
         }
         let target = S3Target(
-            bucket: bucket, key: key, region: region, endpoint: endpoint, pathStyle: pathStyle, storageClass: storageClass)
+            bucket: bucket, key: key, region: region, endpoint: endpoint, pathStyle: pathStyle, storageClass: storageClass,
+            skipExisting: try flag("skip_existing") ?? false)
         _ = try URLCheck.validate(target.objectURL, field: "request.s3 (the object URL)")
         return S3Rendered(
             target: target, contentType: contentType,

@@ -5,6 +5,7 @@ import Glibc
 /// `x-amz-checksum-sha256`, which S3 checks against what it receives.
 package enum S3Checksum {
     package static let header = "x-amz-checksum-sha256"
+    package static let algorithmHeader = "x-amz-sdk-checksum-algorithm"
 
     /// Base64 of the SHA-256 of bytes `range` of the file, read from disk 1 MiB at a time.
     package static func sha256Base64(path: String, range: ByteRange) throws(OutboxError) -> String {

@@ -8,14 +8,20 @@ package struct S3Target: Sendable, Equatable {
     package var endpoint: String
     package var pathStyle: Bool
     package var storageClass: String?
+    /// HEAD the object before sending it, and settle without uploading when it is already there.
+    package var skipExisting: Bool
 
-    package init(bucket: String, key: String, region: String, endpoint: String, pathStyle: Bool, storageClass: String?) {
+    package init(
+        bucket: String, key: String, region: String, endpoint: String, pathStyle: Bool, storageClass: String?,
+        skipExisting: Bool = false
+    ) {
         self.bucket = bucket
         self.key = key
         self.region = region
         self.endpoint = endpoint
         self.pathStyle = pathStyle
         self.storageClass = storageClass
+        self.skipExisting = skipExisting
     }
 
     /// The endpoint used when none is given: AWS's regional one.
@@ -44,6 +50,7 @@ package struct S3Target: Sendable, Equatable {
             ("endpoint", .string(endpoint)), ("path_style", .bool(pathStyle)),
         ]
         if let storageClass { members.append(("storage_class", .string(storageClass))) }
+        if skipExisting { members.append(("skip_existing", .bool(true))) }
         return .object(members)
     }
 
@@ -57,6 +64,11 @@ package struct S3Target: Sendable, Equatable {
         guard let pathStyle = json["path_style"]?.boolValue else { throw fields.damage("s3.path_style", "not a boolean") }
         self.pathStyle = pathStyle
         storageClass = try fields.optionalString("storage_class")
+        // Rows written before the option have no such field: they always upload.
+        guard let skipExisting = (json["skip_existing"] ?? .bool(false)).boolValue else {
+            throw fields.damage("s3.skip_existing", "not a boolean")
+        }
+        self.skipExisting = skipExisting
     }
 }
 

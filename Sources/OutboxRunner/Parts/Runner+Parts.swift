@@ -125,7 +125,8 @@ extension Runner {
             let status = result.status.map(String.init) ?? "none"
             let what =
                 "part \(index + 1) of \(job.parts.count) (index \(index), bytes \(part.range.start)-\(max(part.range.start, part.range.end - 1)))"
-            let message = result.failure.map { "\(what) failed: \($0.message)" } ?? "\(what) was refused with status \(status)"
+            let refusal = Self.s3Refusal(entry, body: result.body).map { ": \($0)" } ?? ""
+            let message = result.failure.map { "\(what) failed: \($0.message)" } ?? "\(what) was refused with status \(status)\(refusal)"
             let error = OutcomePayloads.error(.http, message, status: result.status, partIndex: index, body: result.body)
             settleWithError(
                 entry, error: error, response: result, state: .error, reason: "http",

@@ -85,6 +85,7 @@ extension Runner {
             settleError(entry, kind: .file, message: failure.message, state: .error, reason: "file")
             return
         }
+        if flight.s3ExistingHead, s3ExistingHeadFinished(entry, flight: flight, result: result, now: now) { return }
         let klass = AttemptClassifier.classify(
             status: result.status, failure: result.failure, body: result.body,
             accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
@@ -141,7 +142,8 @@ extension Runner {
             authRefused(entry, now: now)
         case let .terminal(reason):
             // The reason names the failure: "HTTP 404", "redirect: too many redirects".
-            let error = OutcomePayloads.error(.http, reason, status: result.status, body: result.body)
+            let message = Self.s3Refusal(entry, body: result.body).map { "\(reason): \($0)" } ?? reason
+            let error = OutcomePayloads.error(.http, message, status: result.status, body: result.body)
             settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: flight.requestID)
         }
     }

@@ -7,6 +7,14 @@ extension Runner {
     /// streams; S3 accepts UNSIGNED-PAYLOAD, so no pass over the file precedes the send.
     static let s3PayloadHash = "UNSIGNED-PAYLOAD"
 
+    /// S3's own words for a refusal (`S3 BadDigest: The SHA256 you specified did not match the
+    /// calculated checksum.`), so the error names what S3 found wrong; nil for other requests.
+    static func s3Refusal(_ entry: Entry, body: [UInt8]) -> String? {
+        guard entry.request.s3 != nil, let code = xmlElement("Code", in: body) else { return nil }
+        let message = xmlElement("Message", in: body).map { ": \(xmlUnescaped($0))" } ?? ""
+        return "S3 \(code)\(message)"
+    }
+
     /// Adds the signature options and S3's headers, or a refusal when no credentials are found.
     func signS3(_ request: inout HTTPRequest, target: S3Target) {
         switch S3Credentials.resolve(environment: environment) {

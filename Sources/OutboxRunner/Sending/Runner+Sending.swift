@@ -30,7 +30,10 @@ extension Runner {
         }
     }
 
-    func startTransfer(_ entry: Entry, part: StoredPart?, host: String, standby isStandby: Bool = false) {
+    /// `probed`: the HEAD of a `skip_existing` object found it missing, so this is the upload
+    /// of the same attempt.
+    func startTransfer(_ entry: Entry, part: StoredPart?, host: String, standby isStandby: Bool = false, probed: Bool = false) {
+        let headFirst = part == nil && !probed && entry.request.s3?.skipExisting == true
         let requestID = Identifiers.uuid(using: &requestIDs)
         var headers = baseHeaders(entry, requestID: requestID)
         var url = entry.request.url ?? ""
@@ -58,14 +61,16 @@ extension Runner {
         // A referenced file is checked again when the curl thread opens it: a standby request
         // may start well after its claim checked the file.
         if part == nil { request.expectedFile = Self.expectedFile(entry) }
+        if headFirst { s3ExistingHead(&request) }
         if let target = entry.request.s3 { signS3(&request, target: target) }
         let token = flights.nextToken
         flights.nextToken += 1
-        let attempt = (flights.running[entry.id]?.attempts ?? entry.attempts) + 1
+        let attempt = (flights.running[entry.id]?.attempts ?? entry.attempts) + (probed ? 0 : 1)
         flights.running[entry.id]?.attempts = attempt
         var flight = Flight(
             entryID: entry.id, partIndex: part?.index, requestID: requestID, host: host, url: url,
-            method: entry.request.method, attempt: attempt, standby: isStandby)
+            method: request.method, attempt: attempt, standby: isStandby)
+        flight.s3ExistingHead = headFirst
         if part != nil { flights.slots.hostLoad[host, default: 0] += 1 }
         let mailbox = self.mailbox
         // Progress only feeds events and the display: with neither, curl is not asked for it

@@ -18,13 +18,19 @@ extension Runner {
     /// The number of attempts the outcome reports: the runner's count when it holds the entry.
     func attempts(of entry: Entry) -> Int64 { flights.running[entry.id]?.attempts ?? entry.attempts }
 
-    func settleSuccess(_ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String, s3Parts: [StoredPart]? = nil) {
+    func settleSuccess(
+        _ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String, s3Parts: [StoredPart]? = nil, skipped: Bool = false
+    ) {
         var built = OutcomePayloads.success(
             entry, result: result, parts: parts, attempts: attempts(of: entry), requestID: requestID, at: Identifiers.nowMs(),
             maxResponseBytes: config.maxResponseBytes,
             parse: { Runner.parse($0, mode: $1, vars: $2, config: config, environment: environment) })
-        if entry.request.s3 != nil { built.payload.set("s3", Self.s3Outcome(entry, result: result, parts: s3Parts)) }
-        settle(entry, payload: built.payload, outcome: built.outcome, state: .completed, reason: built.reason)
+        if entry.request.s3 != nil {
+            built.payload.set("s3", Self.s3Outcome(entry, result: result, parts: s3Parts, skipped: skipped))
+        }
+        // A skipped upload's state event and the run's summary say so.
+        let reason = built.reason ?? (skipped && built.outcome == .completed ? "skipped" : nil)
+        settle(entry, payload: built.payload, outcome: built.outcome, state: .completed, reason: reason)
     }
 
     /// Reads a response body as the definition's `response` says.
@@ -122,6 +128,7 @@ extension Runner {
             // A completed entry whose response could not be parsed still counts as completed.
             if state == .completed {
                 summary.completed += 1
+                if reason == "skipped" { summary.skipped += 1 }
             } else {
                 summary.errors += 1
                 if state == .error { summary.erroredIDs.append(entry.id) }
