@@ -64,7 +64,7 @@ request:
 """)
                 before = children_cpu()
                 e = B.must(project.run("enqueue", "bench.put", "--from", lines), "enqueue --from")
-                r, failure = P.drain(project, nginx, COUNT)
+                r, failure = P.drain(project, nginx, COUNT, status="201")
                 if failure:
                     raise B.BenchFailure(f"{name}: {failure}")
                 spent = children_cpu() - before

@@ -47,15 +47,16 @@ def curl_argv(config):
     return ["curl", "--parallel", "--parallel-max", str(CONCURRENCY), "-s", "-K", config]
 
 
-def drain(project, nginx, count):
-    """`run --drain` (timed) of `count` enqueued entries; returns (measured, None) or (None, failure)."""
+def drain(project, nginx, count, status="204"):
+    """`run --drain` (timed) of `count` enqueued entries, each answered `status`; returns
+    (measured, None) or (None, failure)."""
     before = nginx.requests_logged()
     r = project.run("run", "--drain", "--json", stdout_name="summary.json")
     if r.rc != 0:
         return None, f"outbox run --drain exited {r.rc}: {r.stderr()[-300:]}"
     summary = json.loads(r.stdout() or "{}")
     codes = nginx.status_counts(before)
-    if summary.get("completed") != count or codes.get("204") != count:
+    if summary.get("completed") != count or codes.get(status) != count:
         return None, f"outbox completed {summary.get('completed')} (nginx saw {codes}), expected {count}"
     return r, None
 

@@ -328,11 +328,12 @@ request:
                 rclone_failed = True
             else:
                 rclone_s.append(q.wall)
-        B.log(f"upload many round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not outbox.failed else float('nan'):.2f} s, "
+        B.log(f"upload {tag} round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not outbox.failed else float('nan'):.2f} s, "
               f"curl {curl_s[-1]:.2f} s (no Expect {curl_ne_s[-1]:.2f} s), rclone {rclone_s[-1] if round_ < len(rclone_s) and not rclone_failed else float('nan'):.2f} s")
     outbox_value = None if outbox.failed else mib_per_s(total, B.median(outbox_s))
-    note = outbox.failed or (f"medians of {rounds} (outbox {min(outbox_s):.2f}–{max(outbox_s):.2f} s, curl "
-                             f"{min(curl_s):.2f}–{max(curl_s):.2f} s), rclone of {len(rclone_s)}; {detail}")
+    note = outbox.failed or (f"medians of {rounds}: outbox {count / B.median(outbox_s):,.0f} files/s "
+                             f"({min(outbox_s):.2f}–{max(outbox_s):.2f} s), curl {count / B.median(curl_s):,.0f} files/s "
+                             f"({min(curl_s):.2f}–{max(curl_s):.2f} s); rclone of {len(rclone_s)}; {detail}")
     curl_value = mib_per_s(total, B.median(curl_s))
     rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl --parallel-max 16 -T", curl_value,
                       higher_is_better=True, target=f"ratio ≤ {target}",
