@@ -84,9 +84,42 @@ package struct CounterTally: Sendable {
         var labels: [CounterIncrement.Label]
     }
 
+    /// Attempts summed by key until `take`: an attempt costs one lookup by its key here
+    /// instead of five label sorts and hashes (about 16,000 instructions per small request).
+    private var attemptsByKey: [String: AttemptSums] = [:]
+    /// Attempts per duration bucket (the last one is +Inf), and their summed microseconds.
+    private var bucketCounts: [Int64] = []
+    private var durationSum: Int64 = 0
+
+    private struct AttemptSums {
+        var results: [(result: String, count: Int64)] = []
+        var sent: Int64 = 0
+        var accepted: Int64 = 0
+    }
+
     package init() {}
 
-    package var isEmpty: Bool { totals.isEmpty }
+    package var isEmpty: Bool { totals.isEmpty && attemptsByKey.isEmpty && bucketCounts.isEmpty }
+
+    /// One attempt of an entry of `key`: its result (success, retry, auth, error), the body
+    /// bytes it sent, whether they were accepted, and its duration; the same series as
+    /// `add` and `observeDuration` would write.
+    package mutating func addAttempt(key: String, result: String, sentBytes: Int64, accepted: Bool, durationMicroseconds: Int64) {
+        var sums = attemptsByKey.removeValue(forKey: key) ?? AttemptSums()
+        if let i = sums.results.firstIndex(where: { $0.result == result }) {
+            sums.results[i].count += 1
+        } else {
+            sums.results.append((result, 1))
+        }
+        sums.sent += sentBytes
+        if accepted { sums.accepted += sentBytes }
+        attemptsByKey[key] = sums
+        let us = max(0, durationMicroseconds)
+        if bucketCounts.isEmpty { bucketCounts = Array(repeating: 0, count: Counter.durationBuckets.count + 1) }
+        let seconds = Double(us) / 1_000_000
+        bucketCounts[Counter.durationBuckets.firstIndex(where: { seconds <= $0 }) ?? Counter.durationBuckets.count] += 1
+        durationSum += us
+    }
 
     package mutating func add(_ counter: Counter, _ labels: [(String, String)], by: Int64) {
         guard by != 0 else { return }
@@ -103,6 +136,19 @@ package struct CounterTally: Sendable {
 
     /// The summed increments, emptying the tally.
     package mutating func take() -> [CounterIncrement] {
+        for (key, sums) in attemptsByKey {
+            for (result, count) in sums.results { add(.attempts, [("key", key), ("result", result)], by: count) }
+            add(.sentBytes, [("key", key)], by: sums.sent)
+            add(.acceptedBytes, [("key", key)], by: sums.accepted)
+        }
+        for (i, count) in bucketCounts.enumerated() where count > 0 {
+            let label = i < Counter.durationBuckets.count ? Counter.formatBound(Counter.durationBuckets[i]) : "+Inf"
+            add(.durationBucket, [("le", label)], by: count)
+        }
+        if !bucketCounts.isEmpty { add(.durationMicroseconds, [], by: durationSum) }
+        attemptsByKey.removeAll()
+        bucketCounts.removeAll()
+        durationSum = 0
         defer { totals.removeAll() }
         return totals.map { key, by in
             var increment = CounterIncrement(key.counter, [], by: by)

@@ -341,13 +341,15 @@ extension SQLiteStore {
     package func cleanOrphans() throws(OutboxError) -> [String] {
         guard let lock = stagingLock(exclusive: true) else { return [] }
         defer { withExtendedLifetime(lock) {} }
-        let known = Set(try list(ListFilter()).flatMap(\.body.files))
+        // Every run starts here: the staged files come first, and the rows are read only as far
+        // as they can own one (parsing every entry made a run's start grow with the queue).
+        var candidates = Set((Paths.list(staging.bodiesDir) ?? []).map { Paths.join(staging.bodiesDir, $0) })
+        guard !candidates.isEmpty else { return [] }
+        candidates.subtract(try db.query("SELECT body_file FROM entries WHERE body_file IS NOT NULL") { $0.text(0) })
+        // Form fields' staged files live in the stored request.
+        if !candidates.isEmpty { candidates.subtract(try list(ListFilter()).flatMap(\.body.files)) }
         var removed: [String] = []
-        for name in Paths.list(staging.bodiesDir) ?? [] {
-            let path = Paths.join(staging.bodiesDir, name)
-            guard !known.contains(path) else { continue }
-            if unlink(path) == 0 { removed.append(path) }
-        }
+        for path in candidates.sorted() where unlink(path) == 0 { removed.append(path) }
         if !removed.isEmpty { _ = csystem_fsync_dir(staging.bodiesDir) }
         return removed
     }

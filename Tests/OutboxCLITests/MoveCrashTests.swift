@@ -98,4 +98,42 @@ struct OrphanTests {
         #expect(p.run("audit", "--fix").status == 0)
         #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).count == 1)
     }
+
+    // The clean-up reads body files from their column and form files from the stored
+    // request: a stray file beside both kinds is the only one removed, by `audit --fix`
+    // and by a runner's start alike.
+    @Test(arguments: [["audit", "--fix"], ["run", "--drain", "--max-time", "30s"]])
+    func onlyTheStrayFileGoesBesideBodiesAndFormFiles(_ command: [String]) async throws {
+        let p = try CLIProject()
+        _ = try p.write(
+            "definitions/cp.yaml",
+            """
+            key: cp
+            request: { method: PUT, url: "http://127.0.0.1:9/a", file: "{{ vars.path }}", ownership: copy }
+            """)
+        _ = try p.write(
+            "definitions/fm.yaml",
+            """
+            key: fm
+            request:
+              method: POST
+              url: "http://127.0.0.1:9/f"
+              form:
+                - { name: photo, file: "{{ vars.path }}" }
+            """)
+        _ = try p.write("data/a.bin", String(repeating: "a", count: 5_000))
+        _ = try p.write("data/b.bin", String(repeating: "b", count: 5_000))
+        #expect(p.run("enqueue", "cp", "--vars", #"{"path": "data/a.bin"}"#, "--delay", "1h").status == 0)
+        #expect(p.run("enqueue", "fm", "--vars", #"{"path": "data/b.bin"}"#, "--delay", "1h").status == 0)
+        let bodies = p.storeFolder + "/bodies"
+        let owned = Set(try FileManager.default.contentsOfDirectory(atPath: bodies))
+        #expect(owned.count == 2, "\(owned)")
+        let stray = bodies + "/stray-left-by-a-killed-enqueue"
+        #expect(FileManager.default.createFile(atPath: stray, contents: Data("x".utf8)))
+        let result = p.run(command)
+        #expect(result.status == 0, "\(result)")
+        #expect(result.err.contains("removed \(stray)"), "\(result.err)")
+        #expect(Set(try FileManager.default.contentsOfDirectory(atPath: bodies)) == owned)
+        #expect(p.run("audit").status == 0)
+    }
 }

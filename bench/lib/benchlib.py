@@ -373,7 +373,7 @@ class Row:
     """One comparison: outbox's figure, the peer's figure from the same run, and the verdict."""
 
     def __init__(self, bench, case, unit, outbox, peer_name, peer, higher_is_better=False,
-                 target=None, target_ok=None, rss_kib=None, rss_target_mib=None, note=""):
+                 target=None, target_ok=None, rss_kib=None, rss_target_mib=None, note="", peer_text=None):
         self.bench = bench
         self.case = case
         self.unit = unit
@@ -386,6 +386,8 @@ class Row:
         self.rss_kib = rss_kib
         self.rss_target_mib = rss_target_mib
         self.note = note
+        # Shown instead of "failed" when the peer has no figure (say "timeout").
+        self.peer_text = peer_text
 
     def ratio(self):
         """outbox's cost over the peer's for the same work: > 1 means outbox is slower."""
@@ -411,7 +413,7 @@ class Row:
             "peer_name": self.peer_name, "peer": self.peer, "ratio": self.ratio(),
             "higher_is_better": self.higher_is_better, "target": self.target, "target_ok": self.target_ok,
             "rss_kib": self.rss_kib, "rss_target_mib": self.rss_target_mib, "verdict": self.verdict(),
-            "note": self.note,
+            "note": self.note, "peer_text": self.peer_text,
         }
 
 
@@ -442,7 +444,7 @@ def table(rows):
             rss += f" (≤ {r['rss_target_mib']} MiB)"
         body.append([
             r["bench"], r["case"], fmt_value(r["outbox"], r["unit"]), r["peer_name"],
-            fmt_value(r["peer"], r["unit"]), "-" if ratio is None else f"{ratio:.2f}x",
+            r.get("peer_text") or fmt_value(r["peer"], r["unit"]), "-" if ratio is None else f"{ratio:.2f}x",
             rss, r["target"] or "-", r["verdict"],
         ])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
@@ -482,3 +484,7 @@ def machine_line():
     except OSError:
         pass
     return f"{cpus} cores, {model}".strip(", ")
+
+
+def clear_folder(path):
+    shutil.rmtree(path, ignore_errors=True)

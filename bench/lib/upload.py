@@ -8,6 +8,8 @@
 3. A SIGKILL mid-upload, then a second run: the bytes the server received twice, for
    outbox (case 1's parts), `curl -T` and `rclone copy`, each killed once the server holds
    KILL_AT of the file.
+4. SMALL_COUNT files of SMALL_SIZE (default 10,000 × 4 KiB): case 2's contenders, where the
+   cost per entry dominates (not run by default: UPLOAD_CASES=small).
 
 outbox's figure includes its enqueue. When outbox fails (say chunked uploads are not
 there yet), its row says "failed" and the peers are still measured.
@@ -15,7 +17,8 @@ Environment: UPLOAD_SIZE (bytes, default 2 GiB), FILE_COUNT (1000), ROUNDS (roun
 1, default 9; figures are medians), MANY_ROUNDS (rounds of case 2, default 15: one takes
 about a second per contender, and its medians need more of them on a noisy machine),
 RCLONE_ROUNDS (how many of those rounds include rclone, default 2: it takes 20 times
-longer and is shown, not judged), KILL_AT (case 3, default 0.4), SINK (a tmpfs folder,
+longer and is shown, not judged), SMALL_COUNT, SMALL_SIZE, SMALL_ROUNDS (case 4, default
+10,000 files of 4 KiB, 9 rounds), RCLONE_TIMEOUT (case 4's bound on rclone, default 120 s), KILL_AT (case 3, default 0.4), SINK (a tmpfs folder,
 default /dev/shm), BENCH_TMP (where source files go, default /tmp), OUTBOX_MAX_TIME (bound
 on each `run --drain`, default 20m), UPLOAD_CASES (default "many,big,resume"; name some of
 them to run only those).
@@ -43,6 +46,10 @@ ROUNDS = int(os.environ.get("ROUNDS", "9"))
 MANY_ROUNDS = int(os.environ.get("MANY_ROUNDS", "15"))
 RCLONE_ROUNDS = int(os.environ.get("RCLONE_ROUNDS", "2"))
 KILL_AT = float(os.environ.get("KILL_AT", "0.4"))
+SMALL_COUNT = int(os.environ.get("SMALL_COUNT", "10000"))
+SMALL_SIZE = int(os.environ.get("SMALL_SIZE", "4096"))
+SMALL_ROUNDS = int(os.environ.get("SMALL_ROUNDS", "9"))
+RCLONE_TIMEOUT = int(os.environ.get("RCLONE_TIMEOUT", "120"))
 
 
 def make_file(path, size, seed):
@@ -213,14 +220,41 @@ def big_file(work, nginx, dav):
 
 def many_files(work, nginx, dav):
     """Case 2: FILE_COUNT files of 1 MiB, whole-file PUTs, vs curl --parallel and rclone copy."""
-    src = work.join("many")
+    return whole_files(work, nginx, dav, "many", FILE_COUNT, MIB, f"{FILE_COUNT:,} files × 1 MiB, 16 in flight",
+                       MANY_ROUNDS, target=1.3)
+
+
+def small_files(work, nginx, dav):
+    """Case 4: SMALL_COUNT files of SMALL_SIZE (4 KiB), the runner's cost per entry: the same
+    contenders as case 2, rclone bounded by RCLONE_TIMEOUT."""
+    size_text = f"{SMALL_SIZE // 1024} KiB" if SMALL_SIZE % 1024 == 0 else f"{SMALL_SIZE} B"
+    return whole_files(work, nginx, dav, "small", SMALL_COUNT, SMALL_SIZE,
+                       f"{SMALL_COUNT:,} files × {size_text}, 16 in flight", SMALL_ROUNDS, target=1.1,
+                       rclone_timeout=RCLONE_TIMEOUT)
+
+
+def write_small(path, size, seed):
+    """One file of `size` random bytes, stamped so that no two files match."""
+    data = bytearray(os.urandom(size))
+    stamp = f"{seed:09d}".encode()[:size]
+    data[:len(stamp)] = stamp
+    with open(path, "wb") as fh:
+        fh.write(data)
+
+
+def whole_files(work, nginx, dav, tag, count, size, case, rounds, target, rclone_timeout=None):
+    """`count` files of `size` as whole-file PUTs: outbox's enqueue --from + drain against
+    curl --parallel (as is, and without Expect), and rclone copy in the first rounds."""
+    src = work.join(tag)
     os.makedirs(src)
-    names = [f"f{i:05d}.bin" for i in range(FILE_COUNT)]
+    names = [f"f{i:05d}.bin" for i in range(count)]
     for i, name in enumerate(names):
-        make_file(os.path.join(src, name), MIB, i)
+        if size >= MIB:
+            make_file(os.path.join(src, name), size, i)
+        else:
+            write_small(os.path.join(src, name), size, i)
     os.sync()
-    total = FILE_COUNT * MIB
-    case = f"{FILE_COUNT:,} files × 1 MiB, 16 in flight"
+    total = count * size
     rows = []
 
     definition = f"""key: bench.put
@@ -230,13 +264,13 @@ request:
   file: "{{{{ vars.path }}}}"
   ownership: reference
 """
-    lines = B.write_jsonl(work.join("many.jsonl"), FILE_COUNT,
+    lines = B.write_jsonl(work.join(f"{tag}.jsonl"), count,
                           lambda i: {"vars": {"path": os.path.join(src, names[i]), "name": names[i]}})
     # curl sends `Expect: 100-continue` with every PUT and waits for the 100; outbox never
     # does (a round trip per request, and a 1 s stall on servers that ignore it). The second
     # config sends outbox's request shape, to show what that choice costs the server.
-    config = work.join("curl-many.conf")
-    config_no_expect = work.join("curl-many-no-expect.conf")
+    config = work.join(f"curl-{tag}.conf")
+    config_no_expect = work.join(f"curl-{tag}-no-expect.conf")
     for path, extra in ((config, ""), (config_no_expect, 'header = "Expect:"\n')):
         with open(path, "w") as fh:
             for i, name in enumerate(names):
@@ -250,18 +284,18 @@ request:
     rclone_env = dict(os.environ, RCLONE_CONFIG=rclone_conf)
     outbox_s, curl_s, curl_ne_s, rclone_s, rss, rclone_failed, detail = [], [], [], [], [], False, ""
     warm_up(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", config], os.path.join(dav, "dav", "cu"), total,
-            work.join("curl-many.err"))
+            work.join(f"curl-{tag}.err"))
     outbox = OutboxRounds(dav)
 
     def outbox_round(round_):
         # enqueue --from + drain, in a fresh project
         nonlocal detail
-        project = B.Project(work.join(f"many-{round_}"), "concurrency: 16\nper_host: 16\n")
+        project = B.Project(work.join(f"{tag}-{round_}"), "concurrency: 16\nper_host: 16\n")
         project.write("definitions/put.yaml", definition)
         e = B.must(project.run("enqueue", "bench.put", "--from", lines), "outbox enqueue --from")
         r, summary = outbox_drain(project, "whole-file PUTs")
         got, files = sink_bytes(outbox.sink)
-        if summary.get("completed") != FILE_COUNT or got != total:
+        if summary.get("completed") != count or got != total:
             raise B.BenchFailure(f"summary {summary}; sink holds {got} bytes in {files} files, expected {total}")
         outbox_s.append(e.wall + r.wall)
         rss.append(max(e.rss_kib or 0, r.rss_kib or 0))
@@ -271,40 +305,48 @@ request:
         # curl --parallel, as is and with outbox's request shape (no Expect)
         def run(round_):
             p = curl_into_sink(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", conf],
-                               os.path.join(dav, "dav", "cu"), total, "curl --parallel -T", work.join("curl-many.err"))
+                               os.path.join(dav, "dav", "cu"), total, "curl --parallel -T", work.join(f"curl-{tag}.err"))
             times.append(p.wall)
         return run
 
-    for round_ in range(MANY_ROUNDS):
+    for round_ in range(rounds):
         play_round([lambda n: outbox.play(outbox_round, n), curl_round(config, curl_s), curl_round(config_no_expect, curl_ne_s)],
                    round_)
         # rclone copy to a :webdav: remote; last, as it takes 20 times longer
         if have_rclone and not rclone_failed and round_ < RCLONE_ROUNDS:
             os.sync()
-            q = B.measure(["rclone", "copy", "--transfers", "16", "--webdav-url", nginx.url("/dav/rc/"), src, ":webdav:"],
-                          env=rclone_env, stderr_path=work.join("rclone.err"))
+            bound = ["timeout", str(rclone_timeout)] if rclone_timeout else []
+            q = B.measure([*bound, "rclone", "copy", "--transfers", "16", "--webdav-url", nginx.url("/dav/rc/"), src,
+                           ":webdav:"], env=rclone_env, stderr_path=work.join("rclone.err"))
             got, files = sink_bytes(os.path.join(dav, "dav", "rc"))
             clear(os.path.join(dav, "dav", "rc"))
-            if q.rc != 0 or got != total:
+            if rclone_timeout and q.rc == 124:
+                B.log(f"upload: rclone hit the {rclone_timeout} s limit ({files} of {count} files arrived)")
+                rclone_failed = "timeout"
+            elif q.rc != 0 or got != total:
                 B.log(f"upload: rclone failed (exit {q.rc}, {got} bytes in sink): {q.stderr()[-300:]}")
                 rclone_failed = True
             else:
                 rclone_s.append(q.wall)
-        B.log(f"upload many round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not outbox.failed else float('nan'):.2f} s, "
+        B.log(f"upload {tag} round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not outbox.failed else float('nan'):.2f} s, "
               f"curl {curl_s[-1]:.2f} s (no Expect {curl_ne_s[-1]:.2f} s), rclone {rclone_s[-1] if round_ < len(rclone_s) and not rclone_failed else float('nan'):.2f} s")
     outbox_value = None if outbox.failed else mib_per_s(total, B.median(outbox_s))
-    note = outbox.failed or f"medians of {MANY_ROUNDS}, rclone of {len(rclone_s)}; {detail}"
+    note = outbox.failed or (f"medians of {rounds}: outbox {count / B.median(outbox_s):,.0f} files/s "
+                             f"({min(outbox_s):.2f}–{max(outbox_s):.2f} s), curl {count / B.median(curl_s):,.0f} files/s "
+                             f"({min(curl_s):.2f}–{max(curl_s):.2f} s); rclone of {len(rclone_s)}; {detail}")
     curl_value = mib_per_s(total, B.median(curl_s))
     rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl --parallel-max 16 -T", curl_value,
-                      higher_is_better=True, target="ratio ≤ 1.3",
-                      target_ok=None if outbox_value is None else curl_value / outbox_value <= 1.3,
+                      higher_is_better=True, target=f"ratio ≤ {target}",
+                      target_ok=None if outbox_value is None else curl_value / outbox_value <= target,
                       rss_kib=max(rss) if rss else None, note=note))
     rows.append(B.Row("upload", case, "MiB/s", outbox_value, "same, with -H 'Expect:' (outbox's requests)",
                       mib_per_s(total, B.median(curl_ne_s)), higher_is_better=True, rss_kib=max(rss) if rss else None))
     if have_rclone:
         rclone_value = None if rclone_failed or not rclone_s else mib_per_s(total, B.median(rclone_s))
-        rows.append(B.Row("upload", case, "MiB/s", outbox_value, "rclone copy --transfers 16", rclone_value,
-                          higher_is_better=True, rss_kib=max(rss) if rss else None))
+        limit = f" (timeout {rclone_timeout} s)" if rclone_timeout else ""
+        rows.append(B.Row("upload", case, "MiB/s", outbox_value, f"rclone copy --transfers 16{limit}", rclone_value,
+                          higher_is_better=True, rss_kib=max(rss) if rss else None,
+                          peer_text="timeout" if rclone_failed == "timeout" else None))
     shutil.rmtree(src, ignore_errors=True)
     return rows
 
@@ -420,7 +462,8 @@ def main():
     with B.WorkDir("upload") as work, B.WorkDir("upload-sink", base=SINK_BASE) as sink:
         with B.Nginx(work.join("nginx"), dav_root=sink.path) as nginx:
             cases = os.environ.get("UPLOAD_CASES", "many,big,resume").split(",")
-            for part in [p for p in (many_files, big_file, resume_after_kill) if p.__name__.split("_")[0] in cases]:
+            for part in [p for p in (many_files, small_files, big_file, resume_after_kill)
+                         if p.__name__.split("_")[0] in cases]:
                 try:
                     rows += part(work, nginx, sink.path)
                 except B.BenchFailure as err:

@@ -150,18 +150,17 @@ extension Runner {
 
     /// Adds an attempt to the store's counters, committed with the attempt's own changes.
     func countAttempt(_ entry: Entry, klass: AttemptOutcomeClass, result: HTTPResult) {
-        let key = [("key", entry.key)]
         let outcome: String
+        var accepted = false
         switch klass {
-        case .success: outcome = "success"
+        case .success: (outcome, accepted) = ("success", true)
         case .retry: outcome = "retry"
         case .awaitingAuth: outcome = "auth"
         case .terminal: outcome = "error"
         }
-        counters.add(.attempts, key + [("result", outcome)], by: 1)
-        counters.add(.sentBytes, key, by: result.bytesSent)
-        if case .success = klass { counters.add(.acceptedBytes, key, by: result.bytesSent) }
-        counters.observeDuration(microseconds: result.durationMicroseconds)
+        counters.addAttempt(
+            key: entry.key, result: outcome, sentBytes: result.bytesSent, accepted: accepted,
+            durationMicroseconds: result.durationMicroseconds)
     }
 
     /// A 401/403: parks the entry, unless it was sent with headers older than the latest
