@@ -56,8 +56,11 @@ extension Runner {
             maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(outboxVersion)")
         (request.clientCert, request.clientKey) = (config.clientCert, config.clientKey)
         request.redirectMethodChange = entry.request.redirectMethodChange
-        request.credentialHeaders.formUnion(config.redactedHeaderNames)
-        request.credentialHeaders.formUnion(entry.request.secretHeaders)
+        if entry.request.followRedirects > 0 {
+            // Only a redirect to another host looks at them: the set is built for those alone.
+            request.credentialHeaders.formUnion(config.redactedHeaderNames)
+            request.credentialHeaders.formUnion(entry.request.secretHeaders)
+        }
         // A referenced file is checked again when the curl thread opens it: a standby request
         // may start well after its claim checked the file.
         if part == nil { request.expectedFile = Self.expectedFile(entry) }
