@@ -233,6 +233,10 @@ enum ReadCommands {
         if e.state == .queued, try store.heldHosts().contains(host) {
             reasons.append("its host \(host) is held after connection failures: one request at a time probes it until it answers")
         }
+        if !e.state.isSettled, let holder = try store.bodyHostElsewhere(entryID: e.id) {
+            reasons.append(
+                "its file body is staged on host \(holder): only a runner there sends it (or share the folder: staging: {path, shared: true})")
+        }
         if project.definitions.definitions[e.key] == nil {
             reasons.append("no definition has its key \(e.key): its outcome will wait (unhandled-key)")
         }

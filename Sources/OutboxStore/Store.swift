@@ -68,6 +68,9 @@ package protocol Store: AnyObject {
     func setS3UploadID(entrySeq: Int64, _ uploadID: String?) throws(OutboxError)
     /// Changes whenever another process commits; a runner polls it to notice new work.
     func dataVersion() throws(OutboxError) -> Int64
+    /// The host whose runners alone may send this entry's staged file body, when that is
+    /// not this host (a store shared by hosts without a shared staging folder); nil otherwise.
+    func bodyHostElsewhere(entryID: String) throws(OutboxError) -> String?
 
     // MARK: The runner
 
@@ -248,6 +251,9 @@ extension Store {
         try apply([.markRunning(entrySeqs: entries.map(\.seq), lease: lease)], by: nil, now: now)
         return entries
     }
+
+    /// A store on one host stages every body where its runner is.
+    package func bodyHostElsewhere(entryID: String) throws(OutboxError) -> String? { nil }
 
     /// Nothing expires under the only runner.
     package func renewLeases(_ lease: Lease) throws(OutboxError) -> Set<String> { [] }

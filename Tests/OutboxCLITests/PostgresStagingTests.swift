@@ -1,0 +1,96 @@
+import Foundation
+import OutboxModel
+import OutboxTestServer
+import Testing
+import TestSupport
+
+/// File bodies on a PostgreSQL store shared by hosts: runners under other host names (each in
+/// a UTS namespace of its own, so `gethostname` really differs) send a staged body only when
+/// the staging folder is declared shared; a chunked upload whose runner dies goes on from
+/// another host without sending accepted parts again.
+@Suite(.serialized)
+struct PostgresStagingTests {
+    static let partSize = 64 * 1024
+
+    /// A project on a schema of its own whose `upload` definition PUTs a file in 64 KiB parts,
+    /// one part at a time, staged under `shared-staging`.
+    static func project(shared: Bool) throws -> TestProject {
+        let cluster = try PostgresCluster.shared()
+        let p = try TestProject(
+            config: """
+                lease: 2s
+                part_concurrency: 1
+                staging: { path: shared-staging, shared: \(shared) }
+
+                """,
+            definitions: [
+                "upload": """
+                key: upload
+                request:
+                  method: PUT
+                  file: "{{ vars.path }}"
+                  parts:
+                    plan: { min: 64KiB, max: 64KiB }
+                    url: "{{ env.SERVER | raw }}/put/big/part-{{ part.number }}"
+                """
+            ])
+        p.environment["OUTBOX_STORE"] = cluster.url(schema: PostgresCluster.uniqueSchema("staging"))
+        p.environment["SERVER"] = p.server.baseURL
+        try Data((0..<(5 * partSize)).map { UInt8(truncatingIfNeeded: $0 &* 7) }).write(to: URL(fileURLWithPath: p.path("big.bin")))
+        return p
+    }
+
+    /// `outbox ARGS` started on the host `host`: a new UTS namespace whose host name is set
+    /// before outbox starts (as root, or as this user mapped to root in a user namespace).
+    static func start(_ p: TestProject, host: String, _ arguments: [String]) throws -> RunningProcess {
+        let namespaces = getuid() == 0 ? ["--uts"] : ["--user", "--map-root-user", "--uts"]
+        return try RunningProcess(
+            executable: "/usr/bin/unshare",
+            arguments: namespaces + ["/bin/sh", "-c", #"hostname "$0" && shift && exec "$@""#, host, "sh", p.executable] + arguments,
+            cwd: p.root, environment: p.processEnvironment())
+    }
+
+    static func requests(_ p: TestProject, part: Int) -> Int { p.server.requests(path: "/put/big/part-\(part)").count }
+
+    @Test func aChunkedUploadGoesOnFromAnotherHostWithoutSendingAcceptedPartsAgain() async throws {
+        let p = try Self.project(shared: true)
+        p.server.script("/put/big/part-3", [.hold("dies"), .json(200, "{}")])
+        let enqueued = await try Self.start(p, host: "host-a", ["enqueue", "upload", "--id", "big", "--vars", #"{"path": "big.bin"}"#])
+            .wait()
+        #expect(enqueued.exitCode == 0, "\(enqueued)")
+        let first = try Self.start(p, host: "host-a", ["run"])
+        #expect(await p.server.waitForHeld("dies"))
+        #expect(Self.requests(p, part: 1) == 1 && Self.requests(p, part: 2) == 1)
+        first.signal(SIGKILL)
+        _ = await first.wait()
+
+        // The other host takes the entry once the dead runner's lease is over, and sends from part 3.
+        let second = try Self.start(p, host: "host-b", ["run", "--drain"])
+        let drained = await second.wait()
+        #expect(drained.exitCode == 0, "\(drained)")
+        #expect((1...5).map { Self.requests(p, part: $0) } == [1, 1, 2, 1, 1])
+        let sent = try (1...5).flatMap { part in try #require(p.server.requests(path: "/put/big/part-\(part)").last).body }
+        #expect(sent == Array(try Data(contentsOf: URL(fileURLWithPath: p.path("big.bin")))))
+        #expect(drained.stderr.contains("back in the queue"), "\(drained.stderr)")
+        let list = try await p.outbox(["list", "--json"])
+        #expect(try JSON.parse(list.stdout).arrayValue?.isEmpty == true, "\(list)")
+        _ = p.server.release("dies")
+    }
+
+    @Test func withoutASharedFolderOnlyTheEnqueuingHostSendsTheBody() async throws {
+        let p = try Self.project(shared: false)
+        let enqueued = await try Self.start(p, host: "host-a", ["enqueue", "upload", "--id", "big", "--vars", #"{"path": "big.bin"}"#])
+            .wait()
+        #expect(enqueued.exitCode == 0, "\(enqueued)")
+        let explained = await try Self.start(p, host: "host-b", ["explain", "big"]).wait()
+        #expect(explained.stdout.contains("its file body is staged on host host-a"), "\(explained)")
+
+        // A drain on the other host leaves it queued and sends nothing.
+        let elsewhere = await try Self.start(p, host: "host-b", ["run", "--drain"]).wait()
+        #expect(elsewhere.exitCode == 1, "\(elsewhere)")
+        #expect(p.server.requests(path: "/put/big/").isEmpty)
+        let here = await try Self.start(p, host: "host-a", ["run", "--drain"]).wait()
+        #expect(here.exitCode == 0, "\(here)")
+        #expect((1...5).map { Self.requests(p, part: $0) } == [1, 1, 1, 1, 1])
+    }
+}
