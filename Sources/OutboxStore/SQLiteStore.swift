@@ -61,6 +61,7 @@ package final class SQLiteStore: Store, @unchecked Sendable {
             throw .storage("the store database \(path) is empty: it is damaged, not new; move it away to start an empty store")
         }
         db = try SQLiteConnection(path: path)
+        db.keepLogOnClose()
         try Self.migrate(db)
         // A command killed while moving a user's file leaves a journal: settle it now.
         for line in try moves.recover(owned: { staged throws(OutboxError) in
