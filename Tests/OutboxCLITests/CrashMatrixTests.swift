@@ -168,9 +168,11 @@ struct CrashRow: Sendable, CustomTestStringConvertible {
     @Test func aKillBetweenABatchedCountAndItsAcknowledgementRedeliversTheBatch() async throws {
         let world = try await CrashWorld.make()
         let config = try #require(world.project.read("config/outbox.yaml"))
-        #expect(config.contains("hooks: { concurrency: 4"), "the config outbox init writes")
-        try world.project.write(
-            "config/outbox.yaml", config.replacingOccurrences(of: "hooks: { concurrency: 4", with: "hooks: { concurrency: 8"))
+        let lines = config.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.hasPrefix("hooks:") ? "hooks: { concurrency: 8, warn_after: 30s }" : String(line)
+        }
+        #expect(lines.contains("hooks: { concurrency: 8, warn_after: 30s }"), "the config outbox init writes sets hooks: \(config)")
+        try world.project.write("config/outbox.yaml", lines.joined(separator: "\n"))
         let ids = (1...12).map { "batch-\($0)" }
         #expect(try await world.project.outbox(world.batch("post", ids.map { world.post($0) })).exitCode == 0)
         // Sent while their definition is away: the outcomes wait, unhandled, so the next
