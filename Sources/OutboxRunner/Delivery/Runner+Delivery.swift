@@ -29,7 +29,12 @@ extension Runner {
                 starting.append((outcome, hook))
             }
         }
-        guard !starting.isEmpty else { return try acknowledgeFinished(now: now) }
+        guard !starting.isEmpty else {
+            guard !delivery.finished.isEmpty else { return }
+            try acknowledgeFinished(now: now)
+            // The next outcome of an id just acknowledged may go now, not at the next look.
+            return try deliver(now: now)
+        }
         // Every delivery is counted before its hook starts, all of this turn's in one commit
         // with the acknowledgements of the hooks that ended.
         if !delivery.finished.isEmpty { Fault.point("hook.before-ack") }
@@ -91,6 +96,7 @@ extension Runner {
         delivery.finished.removeAll()
         for item in batch { delivery.hooksRunning[item.seq] = nil }
         summary.delivered += batch.count
+        delivery.due = true
         // An acknowledgement can make entries due (a hold released, follow-ups enqueued).
         readAhead.exhausted = false
         if batch.contains(where: { !$0.followUps.isEmpty }) { readAhead.discard() }
