@@ -9,4 +9,8 @@ static inline int csqlite_bind_text(sqlite3_stmt *s, int i, const char *v, int n
 static inline int csqlite_bind_blob(sqlite3_stmt *s, int i, const void *v, int n) {
     return sqlite3_bind_blob(s, i, v, n, SQLITE_TRANSIENT);
 }
+/* sqlite3_db_config is variadic, which Swift cannot call. */
+static inline int csqlite_no_checkpoint_on_close(sqlite3 *db, int on) {
+    return sqlite3_db_config(db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, on, (int *)0);
+}
 #endif

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -376,4 +377,21 @@ int csystem_proc_is_directory(const char *path) {
 int csystem_sched_batch_self(int batch) {
     struct sched_param param = {.sched_priority = 0};
     return sched_setscheduler(0, batch ? SCHED_BATCH : SCHED_OTHER, &param) == 0 ? 0 : -errno;
+}
+
+int csystem_proc_eventfd(void) {
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    return fd >= 0 ? fd : -errno;
+}
+
+void csystem_proc_eventfd_signal(int fd) {
+    uint64_t one = 1;
+    ssize_t ignored = write(fd, &one, sizeof one);
+    (void)ignored;
+}
+
+void csystem_proc_eventfd_drain(int fd) {
+    uint64_t count;
+    ssize_t ignored = read(fd, &count, sizeof count);
+    (void)ignored;
 }

@@ -62,6 +62,9 @@ struct ChildSession {
     var exitStatus: Int32?
     var signal: Int32?
     var exited = false
+    var drainUntil: Int64 = 0
+    /// Reaped and every fd closed: `result` is final.
+    var finished = false
 
     init(child: csystem_child, spec: ProcessSpec, spawnedAt start: Int64) {
         pid = child.pid
@@ -73,78 +76,108 @@ struct ChildSession {
         self.spec = spec
         if let warn = spec.warnAfterMs, spec.onWarn != nil { warnAt = start + Int64(max(0, warn)) }
         if let timeout = spec.timeoutMs { timeoutAt = start + Int64(max(0, timeout)) }
+        if input.isEmpty { closeStdin() }
     }
 
+    /// Runs the child to its end on the calling thread, which blocks until then.
     mutating func runToCompletion() -> ProcessResult {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
         defer { buffer.deallocate() }
-        if input.isEmpty { closeStdin() }
-
-        var drainUntil: Int64 = 0
+        var fds: [pollfd] = []
         while true {
             let now = csystem_proc_now_ms()
-            if exited {
-                if !stdout.isOpen && !stderr.isOpen { break }
-                if now >= drainUntil {
-                    // One last non-blocking read of what is already buffered, then give up.
-                    stdout.readAvailable(into: buffer)
-                    stderr.readAvailable(into: buffer)
-                    break
-                }
-            } else {
-                fireTimers(now: now)
-            }
-
-            var fds: [pollfd] = []
-            var stdinSlot = -1, stdoutSlot = -1, stderrSlot = -1, pidSlot = -1
-            if stdinFD >= 0 {
-                stdinSlot = fds.count
-                fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0))
-            }
-            if stdout.isOpen {
-                stdoutSlot = fds.count
-                fds.append(pollfd(fd: stdout.fd, events: Int16(POLLIN), revents: 0))
-            }
-            if stderr.isOpen {
-                stderrSlot = fds.count
-                fds.append(pollfd(fd: stderr.fd, events: Int16(POLLIN), revents: 0))
-            }
-            if !exited && pidfd >= 0 {
-                pidSlot = fds.count
-                fds.append(pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0))
-            }
-
-            let timeout = pollTimeout(now: now, drainUntil: drainUntil)
+            advance(now: now, buffer: buffer)
+            if finished { break }
+            fds.removeAll(keepingCapacity: true)
+            let slots = appendPollFDs(to: &fds)
             let ready = fds.withUnsafeMutableBufferPointer {
-                csystem_proc_poll($0.baseAddress, UInt($0.count), timeout)
+                csystem_proc_poll($0.baseAddress, UInt($0.count), pollTimeout(now: now))
             }
             if ready < 0 { continue }  // EINTR: recompute timers
-
-            if stdinSlot >= 0 && fds[stdinSlot].revents != 0 { writeStdin() }
-            if stdoutSlot >= 0 && fds[stdoutSlot].revents != 0 { stdout.readAvailable(into: buffer) }
-            if stderrSlot >= 0 && fds[stderrSlot].revents != 0 { stderr.readAvailable(into: buffer) }
-            let leaderExited: Bool
-            if pidSlot >= 0 {
-                leaderExited = fds[pidSlot].revents != 0
-            } else if !exited {
-                // No pidfd (old kernel): poll the child's state on each short tick.
-                leaderExited = true
-            } else {
-                leaderExited = false
-            }
-            if leaderExited && reap(blocking: pidSlot >= 0) {
-                exited = true
-                closeStdin()
-                drainUntil = csystem_proc_now_ms() + ProcessRunner.drainMs
-            }
+            handle(fds, slots: slots, buffer: buffer)
         }
+        return result
+    }
 
+    /// Where a session's fds sit in a poll array (-1: not polled).
+    struct Slots {
+        var stdin = -1
+        var stdout = -1
+        var stderr = -1
+        var pid = -1
+    }
+
+    /// Before each poll: fires due timers, and ends the session once the child is reaped and
+    /// its pipes are at EOF or their drain time is over.
+    mutating func advance(now: Int64, buffer: UnsafeMutableRawBufferPointer) {
+        guard !finished else { return }
+        if exited {
+            if !stdout.isOpen && !stderr.isOpen {
+                finish()
+            } else if now >= drainUntil {
+                // One last non-blocking read of what is already buffered, then give up.
+                stdout.readAvailable(into: buffer)
+                stderr.readAvailable(into: buffer)
+                finish()
+            }
+        } else {
+            fireTimers(now: now)
+        }
+    }
+
+    /// Adds the fds this session waits on to `fds`.
+    func appendPollFDs(to fds: inout [pollfd]) -> Slots {
+        var slots = Slots()
+        if stdinFD >= 0 {
+            slots.stdin = fds.count
+            fds.append(pollfd(fd: stdinFD, events: Int16(POLLOUT), revents: 0))
+        }
+        if stdout.isOpen {
+            slots.stdout = fds.count
+            fds.append(pollfd(fd: stdout.fd, events: Int16(POLLIN), revents: 0))
+        }
+        if stderr.isOpen {
+            slots.stderr = fds.count
+            fds.append(pollfd(fd: stderr.fd, events: Int16(POLLIN), revents: 0))
+        }
+        if !exited && pidfd >= 0 {
+            slots.pid = fds.count
+            fds.append(pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0))
+        }
+        return slots
+    }
+
+    /// After a poll: writes stdin, reads output, and reaps the child when its pidfd says it exited.
+    mutating func handle(_ fds: [pollfd], slots: Slots, buffer: UnsafeMutableRawBufferPointer) {
+        if slots.stdin >= 0 && fds[slots.stdin].revents != 0 { writeStdin() }
+        if slots.stdout >= 0 && fds[slots.stdout].revents != 0 { stdout.readAvailable(into: buffer) }
+        if slots.stderr >= 0 && fds[slots.stderr].revents != 0 { stderr.readAvailable(into: buffer) }
+        let leaderExited: Bool
+        if slots.pid >= 0 {
+            leaderExited = fds[slots.pid].revents != 0
+        } else {
+            // No pidfd (old kernel): poll the child's state on each short tick.
+            leaderExited = !exited
+        }
+        if leaderExited && reap(blocking: slots.pid >= 0) {
+            exited = true
+            closeStdin()
+            drainUntil = csystem_proc_now_ms() + ProcessRunner.drainMs
+        }
+    }
+
+    /// Closes every fd; the result is final.
+    mutating func finish() {
         stdout.close()
         stderr.close()
         closeStdin()
         csystem_proc_close(pidfd)
         pidfd = -1
-        return ProcessResult(
+        finished = true
+    }
+
+    var result: ProcessResult {
+        ProcessResult(
             pid: pid, exitStatus: exitStatus, signal: signal, timedOut: timedOut,
             stdout: stdout.bytes, stdoutTruncated: stdout.truncated,
             stderr: stderr.bytes, stderrTruncated: stderr.truncated)
@@ -167,7 +200,7 @@ struct ChildSession {
         }
     }
 
-    func pollTimeout(now: Int64, drainUntil: Int64) -> Int32 {
+    func pollTimeout(now: Int64) -> Int32 {
         var next: Int64? = nil
         if exited {
             next = drainUntil

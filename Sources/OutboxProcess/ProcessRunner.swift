@@ -22,9 +22,9 @@ package enum ProcessRunner {
 
     /// A process spawned by `start`, run to completion by `finish`.
     package struct Started: @unchecked Sendable {
-        fileprivate let child: csystem_child
-        fileprivate let spec: ProcessSpec
-        fileprivate let spawnedAt: Int64
+        let child: csystem_child
+        let spec: ProcessSpec
+        let spawnedAt: Int64
         /// Its pid, which is also its process group.
         package var pid: Int32 { child.pid }
         /// Its start time (clock ticks since boot); 0 when it has exited already.

@@ -149,6 +149,7 @@ package final class Runner {
             throw .storage("cannot load libcurl: \(error)")
         }
         defer { http?.shutdown() }
+        defer { delivery.reactor?.stop() }
         // The curl thread (started above, with the normal policy) moves the bytes; this thread
         // keeps the books. As SCHED_BATCH it does not preempt the curl thread each time a
         // transfer ends: it runs when a core is free or its share comes, and settles what
@@ -173,7 +174,9 @@ package final class Runner {
             // Results of the last wait become changes, committed with this turn's claims.
             for event in events { try handle(event) }
             try keepLeases()
-            try acknowledgeFinished(now: Identifiers.nowMs())
+            // Follow-ups a hook asked for are enqueued before this turn's claims; other
+            // acknowledgements wait to share the commit that counts the next deliveries.
+            if delivery.finished.contains(where: { !$0.followUps.isEmpty }) { try acknowledgeFinished(now: Identifiers.nowMs()) }
             let now = Identifiers.nowMs()
             let mono = Identifiers.monotonicMs()
             options.notifier?.pingIfDue(monotonicMs: mono)
@@ -207,6 +210,7 @@ package final class Runner {
             try flush(now: now)
             // Hooks start after the commit: a kill while they start loses none of this turn's results.
             if !shutdown.isStopping && delivery.isDue(mono: mono) { try deliver(now: now) }
+            try acknowledgeFinished(now: now)
 
             if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && delivery.hooksRunning.isEmpty {
                 let due = try store.dueTimes(deliverableKeys: Set(definitions.definitions.keys))

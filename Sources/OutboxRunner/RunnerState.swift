@@ -120,6 +120,8 @@ struct DeliveryState {
     /// Entries whose hook failed in this run (reported if still unacknowledged at the end).
     var failedIDs: Set<String> = []
     var lastCheck: Int64 = 0
+    /// Runs the hooks' processes, made with the first.
+    var reactor: ProcessReactor?
 
     /// Whether to look for deliverable outcomes now: when something changed, or every
     /// 50 ms (retries of failed deliveries come due with time).

@@ -31,14 +31,19 @@ extension SQLiteStore {
     /// Counts a delivery of each outcome in one transaction: the hooks a turn starts cost one commit.
     package func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
         guard !seqs.isEmpty else { return [:] }
-        return try db.transaction { () throws(OutboxError) -> [Int64: Int64] in
-            var counts: [Int64: Int64] = [:]
-            for seq in seqs {
-                try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
-                counts[seq] = try db.queryOne("SELECT deliveries FROM outcomes WHERE seq = ?", [.int(seq)]) { $0.int(0) } ?? 0
-            }
-            return counts
+        return try db.transaction { () throws(OutboxError) -> [Int64: Int64] in try countDeliveries(seqs) }
+    }
+
+    /// Inside the caller's transaction: one more delivery of each outcome, and the new counts.
+    private func countDeliveries(_ seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
+        var counts: [Int64: Int64] = [:]
+        for seq in seqs {
+            counts[seq] =
+                try db.queryOne(
+                    "UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ? RETURNING deliveries", [.int(seq)]
+                ) { $0.int(0) } ?? 0
         }
+        return counts
     }
 
     /// Records a hook's process group so a later runner can stop it before redelivering.
@@ -48,6 +53,17 @@ extension SQLiteStore {
         try db.transactionWithoutSync { () throws(OutboxError) in
             try db.run(
                 "UPDATE outcomes SET hook_pgid = ?, hook_start = ? WHERE seq = ?", [.int(Int64(pgid)), .int(Int64(startTime)), .int(seq)])
+        }
+    }
+
+    package func recordHookProcesses(_ processes: [HookProcess]) throws(OutboxError) {
+        guard !processes.isEmpty else { return }
+        try db.transactionWithoutSync { () throws(OutboxError) in
+            for p in processes {
+                try db.run(
+                    "UPDATE outcomes SET hook_pgid = ?, hook_start = ? WHERE seq = ?",
+                    [.int(Int64(p.pgid)), .int(Int64(p.startTime)), .int(p.seq)])
+            }
         }
     }
 
@@ -63,17 +79,23 @@ extension SQLiteStore {
     /// ended together cost one commit. An older generation's acknowledgement never forgets a
     /// newer generation.
     package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) {
-        guard !batch.isEmpty else { return }
+        _ = try acknowledge(batch, thenBegin: [], now: now)
+    }
+
+    package func acknowledge(_ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64) throws(OutboxError) -> [Int64: Int64] {
+        if batch.isEmpty { return try beginDeliveries(seqs: begin) }
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
         let followUps = batch.flatMap(\.followUps)
         let staged = try stageBatch(followUps)
         var remove: [String] = []
+        var counts: [Int64: Int64] = [:]
         do throws(OutboxError) {
             try db.transaction { () throws(OutboxError) in
                 for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now) }
                 if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
                 try journalReturns()
+                counts = try countDeliveries(begin)
             }
         } catch {
             for s in staged.bodies { staging.rollback(s) }
@@ -85,6 +107,7 @@ extension SQLiteStore {
         staging.afterCommit(staged.bodies)
         moves.end(staged.ticket)
         finishForget(remove)
+        return counts
     }
 
     package func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {

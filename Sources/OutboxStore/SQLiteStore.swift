@@ -56,11 +56,13 @@ package final class SQLiteStore: Store, @unchecked Sendable {
                         + "the store is damaged; put outbox.db back, or move the store folder away to start an empty one")
             }
             try Self.createDatabase(at: path)
-        } else if FileInfo.stat(path)?.size == 0 && (FileInfo.stat(path + "-wal")?.size ?? 0) == 0 {
-            // A store is created whole (below), so an empty database is damage, not a new store.
+        } else if FileInfo.stat(path)?.size == 0 {
+            // A store is created whole (below), so an empty database is damage, not a new store,
+            // even beside a log: the log the last command left holds only the pages it changed.
             throw .storage("the store database \(path) is empty: it is damaged, not new; move it away to start an empty store")
         }
         db = try SQLiteConnection(path: path)
+        db.keepLogOnClose()
         try Self.migrate(db)
         // A command killed while moving a user's file leaves a journal: settle it now.
         for line in try moves.recover(owned: { staged throws(OutboxError) in

@@ -130,12 +130,17 @@ package protocol Store: AnyObject {
     func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64]
     /// Records a running hook's process group, so a later runner can stop it.
     func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError)
+    /// Records the process groups of several running hooks at once.
+    func recordHookProcesses(_ processes: [HookProcess]) throws(OutboxError)
     func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)]
     /// Acknowledges an outcome, applies the hook's enqueues, and forgets a completed or
     /// cancelled entry of that generation, all in one transaction.
     func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError)
     /// Acknowledges several outcomes, each as `acknowledge(seq:followUps:now:)` does.
     func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError)
+    /// Acknowledges `batch` and counts a delivery of each of `begin`, returning the new
+    /// counts by seq: the hooks that ended and those about to start share one commit.
+    func acknowledge(_ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64) throws(OutboxError) -> [Int64: Int64]
     func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError)
 }
 
@@ -228,7 +233,31 @@ package struct Acknowledgement: Sendable {
     }
 }
 
+/// A hook process started for an outcome: its process group and its start time.
+package struct HookProcess: Sendable {
+    package var seq: Int64
+    package var pgid: Int32
+    package var startTime: UInt64
+
+    package init(seq: Int64, pgid: Int32, startTime: UInt64) {
+        self.seq = seq
+        self.pgid = pgid
+        self.startTime = startTime
+    }
+}
+
 extension Store {
+    /// One write per hook; a store that can group them does it in one transaction.
+    package func recordHookProcesses(_ processes: [HookProcess]) throws(OutboxError) {
+        for p in processes { try recordHookProcess(seq: p.seq, pgid: p.pgid, startTime: p.startTime) }
+    }
+
+    /// Two commits; a store that can group them does it in one transaction.
+    package func acknowledge(_ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64) throws(OutboxError) -> [Int64: Int64] {
+        try acknowledge(batch, now: now)
+        return try beginDeliveries(seqs: begin)
+    }
+
     /// One commit per outcome; a store that can group them does it in one transaction.
     package func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
         var counts: [Int64: Int64] = [:]

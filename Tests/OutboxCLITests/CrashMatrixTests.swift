@@ -161,6 +161,53 @@ struct CrashRow: Sendable, CustomTestStringConvertible {
         }
     }
 
+    /// Hooks are counted in one commit and acknowledged in one: a runner killed after the
+    /// batch was counted and some of its hooks ran, before the commit that acknowledges them,
+    /// leaves the whole batch counted and unacknowledged, and the next runner delivers every
+    /// outcome again with the next delivery number, each exactly once more.
+    @Test func aKillBetweenABatchedCountAndItsAcknowledgementRedeliversTheBatch() async throws {
+        let world = try await CrashWorld.make()
+        let config = try #require(world.project.read("config/outbox.yaml"))
+        let lines = config.split(separator: "\n", omittingEmptySubsequences: false).map { line in
+            line.hasPrefix("hooks:") ? "hooks: { concurrency: 8, warn_after: 30s }" : String(line)
+        }
+        #expect(lines.contains("hooks: { concurrency: 8, warn_after: 30s }"), "the config outbox init writes sets hooks: \(config)")
+        try world.project.write("config/outbox.yaml", lines.joined(separator: "\n"))
+        let ids = (1...12).map { "batch-\($0)" }
+        #expect(try await world.project.outbox(world.batch("post", ids.map { world.post($0) })).exitCode == 0)
+        // Sent while their definition is away: the outcomes wait, unhandled, so the next
+        // runner finds all twelve deliverable at its first look.
+        let definition = world.project.path("definitions/post.yaml")
+        try FileManager.default.moveItem(atPath: definition, toPath: definition + ".away")
+        let sent = try await world.project.outbox(["run", "--drain"], timeout: 120)
+        #expect(sent.exitCode == 0, "the sending run: \(sent)")
+        #expect(world.hookLog.isEmpty, "no hook without a definition: \(world.hookLog)")
+        try FileManager.default.moveItem(atPath: definition + ".away", toPath: definition)
+
+        try await world.runKilled(["run", "--drain"], at: "hook.before-ack")
+        let counted = try ids.filter { try world.show($0)["outcomes"]?.arrayValue?.first?["deliveries"]?.int64Value == 1 }
+        #expect(counted.count == 8, "one commit counted a delivery for each of the 8 hook slots: \(counted)")
+        let ran = world.hookLog
+        #expect(!ran.isEmpty && ran.allSatisfy { $0.delivery == 1 && counted.contains($0.id) }, "hooks of the batch ran: \(ran)")
+        for id in ids {
+            let outcomes = try world.show(id)["outcomes"]?.arrayValue ?? []
+            #expect(outcomes.count == 1 && outcomes[0]["acknowledged"]?.boolValue == false, "\(id) is not acknowledged: \(outcomes)")
+        }
+
+        try await drain(world, status: [0])
+        try world.verify()
+        let log = world.hookLog
+        for id in ids {
+            let numbers = log.filter { $0.id == id }.map(\.delivery)
+            if counted.contains(id) {
+                // Counted before the kill: delivered again as delivery 2, whether or not its hook had run.
+                #expect(numbers.last == 2 && numbers.filter { $0 != 1 } == [2], "\(id): deliveries \(numbers)")
+            } else {
+                #expect(numbers == [1], "\(id): deliveries \(numbers)")
+            }
+        }
+    }
+
     /// Enqueues a workload; returns the exit statuses its last drain may end with.
     func enqueue(_ workload: CrashRow.Workload, into world: CrashWorld) async throws -> Set<Int32> {
         var batches: [(String, [String])] = []

@@ -83,4 +83,11 @@ int csystem_proc_is_executable(const char *path);
 /* 1 when path is a directory, 0 otherwise (errno-free). */
 int csystem_proc_is_directory(const char *path);
 
+/* A non-blocking, close-on-exec eventfd for waking a poll; the fd or -errno. */
+int csystem_proc_eventfd(void);
+/* Makes the eventfd readable. */
+void csystem_proc_eventfd_signal(int fd);
+/* Reads the eventfd back to unreadable. */
+void csystem_proc_eventfd_drain(int fd);
+
 #endif

@@ -10,44 +10,65 @@ extension Runner {
     package static let hookOutputCap = 1 << 20
 
     /// Starts hooks for due outcomes: one at a time per id, in order; `hooks.concurrency` at once.
+    /// The hooks that exited 0 since the last turn are acknowledged in the same commit that
+    /// counts the deliveries about to start.
     func deliver(now: Int64) throws(OutboxError) {
-        guard delivery.hooksRunning.count < config.hookConcurrency else { return }
-        let keys = Set(definitions.definitions.keys)
-        let busy = Set(delivery.hooksRunning.values)
-        let room = config.hookConcurrency - delivery.hooksRunning.count
+        // Hooks that ended wait for the commit below, but no longer hold a slot.
+        let room = config.hookConcurrency - delivery.hooksRunning.count + delivery.finished.count
         var starting: [(outcome: OutcomeRecord, hook: CommandSpec)] = []
-        var candidates = try store.deliverableOutcomes(
-            now: now, keys: keys, excludingIDs: busy, limit: store.sharesRunners ? room * 8 : room)
-        if store.sharesRunners {
-            // Runners that all took the oldest outcomes would mostly claim the same ones:
-            // each takes a random few of them (order holds per id, not across ids).
-            candidates = Array(candidates.shuffled().prefix(room))
-        }
-        for outcome in candidates {
-            guard let definition = definitions.definitions[outcome.key] else { continue }
-            guard let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError else {
-                // The definition present now has no hook for this outcome: nothing to wait for.
-                try store.acknowledge(seq: outcome.seq, followUps: [], now: now)
-                continue
+        if room > 0 {
+            let keys = Set(definitions.definitions.keys)
+            let busy = Set(delivery.hooksRunning.values)
+            var candidates = try store.deliverableOutcomes(
+                now: now, keys: keys, excludingIDs: busy, limit: store.sharesRunners ? room * 8 : room)
+            if store.sharesRunners {
+                // Runners that all took the oldest outcomes would mostly claim the same ones:
+                // each takes a random few of them (order holds per id, not across ids).
+                candidates = Array(candidates.shuffled().prefix(room))
             }
-            starting.append((outcome, hook))
+            for outcome in candidates {
+                guard let definition = definitions.definitions[outcome.key] else { continue }
+                guard let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError else {
+                    // The definition present now has no hook for this outcome: nothing to wait for.
+                    try store.acknowledge(seq: outcome.seq, followUps: [], now: now)
+                    continue
+                }
+                starting.append((outcome, hook))
+            }
         }
-        // Every delivery is counted (and, on a store several runners share, claimed) before
-        // its hook starts, all of this turn's in one commit; one another runner holds waits.
-        let counts = try store.claimDeliveries(seqs: starting.map(\.outcome.seq), lease: lease)
+        guard !starting.isEmpty else {
+            guard !delivery.finished.isEmpty else { return }
+            try acknowledgeFinished(now: now)
+            // The next outcome of an id just acknowledged may go now, not at the next look.
+            return try deliver(now: now)
+        }
+        // Every delivery is counted before its hook starts, all of this turn's in one commit.
+        let seqs = starting.map(\.outcome.seq)
+        let counts: [Int64: Int64]
+        if store.sharesRunners {
+            // Claimed under this runner's lease too (another runner may hold some): the
+            // acknowledgements commit first, on their own.
+            try acknowledgeFinished(now: now)
+            counts = try store.claimDeliveries(seqs: seqs, lease: lease)
+        } else {
+            // The only runner counts them with the acknowledgements of the hooks that ended.
+            if !delivery.finished.isEmpty { Fault.point("hook.before-ack") }
+            counts = try store.acknowledge(acknowledgements, thenBegin: seqs, now: now)
+            acknowledged()
+        }
         Fault.point("hook.counted")
         if counts.count < starting.count {
             contended = true
             delivery.due = true
         }
+        let reactor = hookReactor()
+        var processes: [HookProcess] = []
         for (outcome, hook) in starting where counts[outcome.seq] != nil {
             var spec = Self.hookSpec(hook, outcome: outcome, deliveries: counts[outcome.seq] ?? 1, config: config, environment: environment)
             let mailbox = self.mailbox
             let seq = outcome.seq
             spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
             delivery.hooksRunning[seq] = outcome.entryID
-            // Spawned here and its process group recorded before anything else: a runner
-            // killed later never leaves a hook that the next runner does not stop.
             let started: ProcessRunner.Started
             do throws(ProcessSpawnError) {
                 started = try ProcessRunner.start(spec)
@@ -55,22 +76,47 @@ extension Runner {
                 mailbox.post(.hookDone(seq: seq, result: .failure(error)))
                 continue
             }
-            try store.recordHookProcess(seq: seq, pgid: started.pid, startTime: started.startTime)
-            Fault.point("hook.running")
-            Threads.detach { mailbox.post(.hookDone(seq: seq, result: .success(ProcessRunner.finish(started)))) }
+            processes.append(HookProcess(seq: seq, pgid: started.pid, startTime: started.startTime))
+            if let reactor {
+                reactor.add(started) { result in mailbox.post(.hookDone(seq: seq, result: .success(result))) }
+            } else {
+                Threads.detach { mailbox.post(.hookDone(seq: seq, result: .success(ProcessRunner.finish(started)))) }
+            }
         }
+        // The turn's process groups are recorded before anything else: a runner killed later
+        // never leaves a hook that the next runner does not stop.
+        try store.recordHookProcesses(processes)
+        if !processes.isEmpty { Fault.point("hook.running") }
+    }
+
+    /// The thread that feeds, watches and reaps this run's hooks; nil when the process is
+    /// out of fds, and each hook then gets a thread of its own.
+    func hookReactor() -> ProcessReactor? {
+        if delivery.reactor == nil { delivery.reactor = try? ProcessReactor() }
+        return delivery.reactor
     }
 
     /// Commits the acknowledgements of the hooks that exited 0 since the last turn, in one
     /// transaction; their outcomes stay out of `deliver` (still running) until it commits.
     func acknowledgeFinished(now: Int64) throws(OutboxError) {
         guard !delivery.finished.isEmpty else { return }
-        let batch = delivery.finished
         Fault.point("hook.before-ack")
-        try store.acknowledge(batch.map { Acknowledgement(seq: $0.seq, followUps: $0.followUps) }, now: now)
+        try store.acknowledge(acknowledgements, now: now)
+        acknowledged()
+    }
+
+    private var acknowledgements: [Acknowledgement] {
+        delivery.finished.map { Acknowledgement(seq: $0.seq, followUps: $0.followUps) }
+    }
+
+    /// After the acknowledgements of `delivery.finished` committed.
+    private func acknowledged() {
+        let batch = delivery.finished
+        guard !batch.isEmpty else { return }
         delivery.finished.removeAll()
         for item in batch { delivery.hooksRunning[item.seq] = nil }
         summary.delivered += batch.count
+        delivery.due = true
         // An acknowledgement can make entries due (a hold released, follow-ups enqueued).
         readAhead.exhausted = false
         if batch.contains(where: { !$0.followUps.isEmpty }) { readAhead.discard() }
