@@ -235,7 +235,8 @@ enum ReadCommands {
         }
         if !e.state.isSettled, let holder = try store.bodyHostElsewhere(entryID: e.id) {
             reasons.append(
-                "its file body is staged on host \(holder): only a runner there sends it (or share the folder: staging: {path, shared: true})")
+                "its file body is staged on host \(holder): only a runner there sends it (or share the folder: staging: {path, shared: true})"
+            )
         }
         if project.definitions.definitions[e.key] == nil {
             reasons.append("no definition has its key \(e.key): its outcome will wait (unhandled-key)")
