@@ -189,6 +189,7 @@ extension PostgresStore: CopyableStore {
     /// Rows keep their numbers; the identity sequences then continue after them, and
     /// entries whose body is on this host's disk record it.
     func importTables(_ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])]) throws(OutboxError) {
+        // One writer at a time: the rows keep their numbers, as if enqueued in one go.
         try db.transaction(lock: lockKey) { () throws(OutboxError) in
             for table in tables {
                 let sql = StoreTables.insertSQL(table.name, table.columns)

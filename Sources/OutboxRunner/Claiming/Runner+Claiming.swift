@@ -190,7 +190,11 @@ extension Runner {
                 flights.slots.hostLoad[host, default: 1] -= 1
             }
         }
-        if kept.count < chosen.count { contended = true }
+        if kept.count < chosen.count {
+            // Other runners took some: what was read ahead is theirs too, so it is read again.
+            contended = true
+            readAhead.discard()
+        }
         return kept
     }
 

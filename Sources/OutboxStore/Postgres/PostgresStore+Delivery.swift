@@ -34,7 +34,7 @@ extension PostgresStore {
     /// Counts a delivery of each outcome in one transaction: the hooks a turn starts cost one commit.
     package func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
         guard !seqs.isEmpty else { return [:] }
-        return try db.transaction(lock: lockKey) { () throws(OutboxError) -> [Int64: Int64] in
+        return try db.quietTransaction { () throws(OutboxError) -> [Int64: Int64] in
             var counts: [Int64: Int64] = [:]
             for seq in seqs {
                 try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
@@ -47,7 +47,7 @@ extension PostgresStore {
     /// Records a hook's process group, and the host it runs on, so a later runner on this
     /// host can stop it before redelivering.
     package func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError) {
-        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+        try db.quietTransaction { () throws(OutboxError) in
             try db.run(
                 "UPDATE outcomes SET hook_pgid = ?, hook_start = ?, hook_host = ? WHERE seq = ?",
                 [.int(Int64(pgid)), .int(Int64(startTime)), .text(host), .int(seq)])
@@ -79,11 +79,14 @@ extension PostgresStore {
         let staged = try stageBatch(followUps)
         var remove: [String] = []
         do throws(OutboxError) {
-            try db.transaction(lock: lockKey) { () throws(OutboxError) in
+            // Follow-ups are enqueued under the same-id rules (one writer at a time); the rest
+            // is fenced by the delivery lease and the outcome's row.
+            func body() throws(OutboxError) {
                 for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now) }
                 if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
                 try journalReturns()
             }
+            if followUps.isEmpty { try db.quietTransaction(body) } else { try db.transaction(lock: lockKey, body) }
         } catch {
             for s in staged.bodies { staging.rollback(s) }
             moves.end(staged.ticket)
@@ -137,7 +140,7 @@ extension PostgresStore {
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
         let fence = deliveryFence(seq)
         deliveryClaims.remove(seq)
-        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+        try db.quietTransaction { () throws(OutboxError) in
             let changed = try db.run(
                 """
                 UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL, delivery_owner = NULL, delivery_until = NULL

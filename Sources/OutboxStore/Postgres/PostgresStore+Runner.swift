@@ -6,12 +6,13 @@ extension PostgresStore {
 
     package func releaseHolds(now: Int64, reasons: [HoldReason]) throws(OutboxError) {
         let held = JSON.array(reasons.map { .string($0.rawValue) }).serialized()
-        try db.transaction(lock: lockKey) { () throws(OutboxError) in
-            try db.run(
+        try db.quietTransaction { () throws(OutboxError) in
+            let released = try db.run(
                 """
                 UPDATE entries SET next_attempt_at = ?, reason = NULL, updated_at = ?
                 WHERE state = 'queued' AND reason IN (SELECT jsonb_array_elements_text(?::jsonb))
                 """, [.int(now), .int(now), .text(held)])
+            if released > 0 { try wakeRunners() }
         }
     }
 
@@ -113,7 +114,9 @@ extension PostgresStore {
         var result = AppliedChanges()
         let tokensBefore = claimTokens
         do throws(OutboxError) {
-            try db.transaction(lock: lockKey) { () throws(OutboxError) in
+            // Follow-ups are enqueued under the same-id rules (one writer at a time); the rest
+            // is fenced by generations and this runner's lease tokens.
+            func body() throws(OutboxError) {
                 var offset = 0
                 for change in changes {
                     guard case let .settle(settlement) = change else {
@@ -138,6 +141,7 @@ extension PostgresStore {
                 }
                 try journalReturns()
             }
+            if followUps.isEmpty { try db.quietTransaction(body) } else { try db.transaction(lock: lockKey, body) }
         } catch {
             claimTokens = tokensBefore
             for s in staged.bodies { staging.rollback(s) }
@@ -189,18 +193,18 @@ extension PostgresStore {
             try claim(seqs, claimLease, now: now)
         case let .attempt(id, generation, at, payload, requestID):
             let f = fence(id, lease)
-            let changed = try db.run(
-                "UPDATE entries SET attempts = attempts + 1, last_request_id = ?, updated_at = ? WHERE id = ? AND generation = ?\(f.sql)",
-                [.text(requestID), .int(now), .text(id), .int(generation)] + f.values)
-            guard changed == 1 else { return [] }
-            try db.run(
-                "INSERT INTO attempts (entry_id, generation, at, payload) VALUES (?, ?, ?, ?)",
-                [.text(id), .int(generation), .int(at), .text(payload.serialized())])
+            // One round trip; the trim does not see the new row, so it keeps 19 older ones.
             try db.run(
                 """
-                DELETE FROM attempts WHERE entry_id = ? AND seq NOT IN (
-                  SELECT seq FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 20)
-                """, [.text(id), .text(id)])
+                WITH u AS (
+                    UPDATE entries SET attempts = attempts + 1, last_request_id = ?, updated_at = ?
+                    WHERE id = ? AND generation = ?\(f.sql) RETURNING id),
+                  i AS (INSERT INTO attempts (entry_id, generation, at, payload) SELECT id, ?::bigint, ?::bigint, ?::text FROM u)
+                DELETE FROM attempts WHERE entry_id IN (SELECT id FROM u) AND seq NOT IN (
+                  SELECT seq FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 19)
+                """,
+                [.text(requestID), .int(now), .text(id), .int(generation)] + f.values
+                    + [.int(generation), .int(at), .text(payload.serialized()), .text(id)])
         case let .reschedule(id, next, reason):
             let f = fence(id, lease)
             try db.run(
@@ -298,15 +302,21 @@ extension PostgresStore {
         let f = fence(s.entryID, lease)
         defer { claimTokens[s.entryID] = nil }
         if !s.hookExists && (s.state == .completed || s.state == .cancelled) {
-            guard
-                try db.run("DELETE FROM entries WHERE seq = ? AND generation = ?\(f.sql)", [.int(e.seq), .int(s.generation)] + f.values)
-                    == 1
-            else {
-                return ([], false)
-            }
+            // One round trip: the row, its attempts, outcomes and parts go in one statement.
+            let deleted =
+                try db.queryOne(
+                    """
+                    WITH d AS (DELETE FROM entries WHERE seq = ? AND generation = ?\(f.sql) RETURNING id, seq),
+                      a AS (DELETE FROM attempts WHERE entry_id IN (SELECT id FROM d)),
+                      o AS (DELETE FROM outcomes WHERE entry_id IN (SELECT id FROM d) AND generation <= ?),
+                      p AS (DELETE FROM parts WHERE entry_seq IN (SELECT seq FROM d))
+                    SELECT COUNT(*) FROM d
+                    """, [.int(e.seq), .int(s.generation)] + f.values + [.int(s.generation)]
+                ) { $0.int(0) } ?? 0
+            guard deleted == 1 else { return ([], false) }
             var settled = e
             settled.state = s.state
-            return (try forget(settled, returnMovedFile: s.state == .cancelled, rowDeleted: true), true)
+            return (forgottenFiles(settled, returnMovedFile: s.state == .cancelled), true)
         }
         let changed = try db.run(
             """
@@ -328,7 +338,7 @@ extension PostgresStore {
     }
 
     package func markUnhandled(keys: Set<String>) throws(OutboxError) {
-        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+        try db.quietTransaction { () throws(OutboxError) in
             for o in try unacknowledgedOutcomes() where !keys.contains(o.key) && o.reason != "unhandled-key" {
                 try db.run("UPDATE outcomes SET reason = 'unhandled-key' WHERE seq = ?", [.int(o.seq)])
             }
