@@ -118,12 +118,20 @@ extension PostgresStore {
             // is fenced by generations and this runner's lease tokens.
             func body() throws(OutboxError) {
                 var offset = 0
+                var forgotten: Set<Int64>?
                 for change in changes {
                     guard case let .settle(settlement) = change else {
                         remove += try apply(change, lease: lease, now: now)
                         continue
                     }
-                    let (files, applied) = try settle(settlement, lease: lease, now: now)
+                    let (files, applied): ([String], Bool)
+                    if Self.forgetsAtOnce(settlement) {
+                        // The turn's entries settled without a hook go in one statement, at the first of them.
+                        if forgotten == nil { forgotten = try forgetSettled(changes, lease: lease) }
+                        (files, applied) = settledForgotten(settlement, &forgotten)
+                    } else {
+                        (files, applied) = try settle(settlement, lease: lease, now: now)
+                    }
                     remove += files
                     let range = offset..<(offset + settlement.followUps.count)
                     offset = range.upperBound
