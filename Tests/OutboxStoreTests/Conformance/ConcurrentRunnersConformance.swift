@@ -60,6 +60,27 @@ extension StoreConformance {
             #expect(try c.store.dataVersion() != seen)
         }
 
+        // A turn's settles without a hook are forgotten together, each fenced by its own claim: those another runner took stay.
+        @Test(arguments: shared)
+        func settlesWithoutAHookAreFencedEachByItsClaim(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            for id in ["x", "y", "z"] { try c.enqueue(id) }
+            let first = try c.store.claim([try c.get("x"), try c.get("y")], lease: runnerA, now: t0)
+            // The renewal runs on this host's clock: the requeue looks past that lease's end.
+            #expect(try c.store.renewLeases(runnerA) == [])
+            let other = try c.instance.another()
+            let later = Int64(Date().timeIntervalSince1970 * 1000) + runnerA.durationMs + 1
+            #expect(try other.requeueAbandoned(lease: runnerB, now: later) == 2)
+            #expect(try other.claim([try c.get("y")], lease: runnerB, now: t0).map(\.id) == ["y"])
+            let z = try c.store.claim([try c.get("z")], lease: runnerA, now: t0)
+            let applied = try c.store.apply(
+                (first + z).map { .settle(c.settlement($0, .completed, .completed, hook: false)) }, by: runnerA, now: t0)
+            #expect(applied.fencedOut == ["x", "y"])
+            #expect(try c.ids() == ["x", "y"])
+            #expect(try c.get("x").state == .queued)
+            #expect(try c.get("y").state == .running)
+        }
+
         /// One runner's loop: read, claim, check no scope runs two entries, settle; until the
         /// queue is empty (or a deadline that fails the test).
         private static func drain(_ store: any Store, lease: Lease, _ log: ClaimLog, _ settle: SettlementMaker) -> String? {
