@@ -54,7 +54,9 @@ enum StoreTables {
     }
 
     static func selectSQL(_ table: String, _ columns: [(String, Kind)]) -> String {
-        "SELECT \(columns.map(\.0).joined(separator: ", ")) FROM \(table)"
+        // A PostgreSQL series may be kept in several rows (one per writer): a copy takes their sum.
+        if table == "counters" { return "SELECT name, labels, SUM(value) FROM counters GROUP BY name, labels" }
+        return "SELECT \(columns.map(\.0).joined(separator: ", ")) FROM \(table)"
     }
 }
 

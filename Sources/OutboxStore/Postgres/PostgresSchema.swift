@@ -164,5 +164,15 @@ enum PostgresSchema {
             END $$;
             """
         ),
+        // A counter series is kept in a row per writing connection, summed when read: every
+        // runner's commit would otherwise wait for the others' on the same rows.
+        (
+            "006-counter-shards",
+            """
+            ALTER TABLE counters ADD COLUMN shard INTEGER NOT NULL DEFAULT 0;
+            ALTER TABLE counters DROP CONSTRAINT counters_pkey;
+            ALTER TABLE counters ADD PRIMARY KEY (name, labels, shard);
+            """
+        ),
     ]
 }

@@ -151,14 +151,26 @@ extension PostgresStore {
     }
 
     /// Adds to counter series inside the caller's transaction.
+    /// One statement, into this connection's rows of each series (in a fixed order, so two
+    /// writers that share a row never wait for each other in a cycle).
     func addCounters(_ increments: [CounterIncrement]) throws(OutboxError) {
+        var sums: [String: [String: Int64]] = [:]
         for increment in increments where increment.by != 0 {
-            try db.run(
-                """
-                INSERT INTO counters (name, labels, value) VALUES (?, ?, ?)
-                ON CONFLICT (name, labels) DO UPDATE SET value = counters.value + excluded.value
-                """, [.text(increment.counter.rawValue), .text(increment.labelText), .int(increment.by)])
+            sums[increment.counter.rawValue, default: [:]][increment.labelText, default: 0] += increment.by
         }
+        guard !sums.isEmpty else { return }
+        var rows: [JSON] = []
+        for name in sums.keys.sorted() {
+            for (labels, by) in sums[name, default: [:]].sorted(by: { $0.key < $1.key }) {
+                rows.append(.array([.string(name), .string(labels), .int64(by)]))
+            }
+        }
+        try db.run(
+            """
+            INSERT INTO counters (name, labels, shard, value)
+            SELECT x->>0, x->>1, pg_backend_pid() % 64, (x->>2)::bigint FROM jsonb_array_elements(?::jsonb) x
+            ON CONFLICT (name, labels, shard) DO UPDATE SET value = counters.value + excluded.value
+            """, [.text(JSON.array(rows).serialized())])
     }
 
     /// Counts one hook run of an outcome by its key: acknowledged or failed.
@@ -168,7 +180,8 @@ extension PostgresStore {
     }
 
     package func counters() throws(OutboxError) -> [CounterSample] {
-        try db.query("SELECT name, labels, value FROM counters ORDER BY name, labels") { row throws(OutboxError) -> CounterSample? in
+        try db.query("SELECT name, labels, SUM(value) FROM counters GROUP BY name, labels ORDER BY name, labels") {
+            row throws(OutboxError) -> CounterSample? in
             // A series this version does not know (written by a newer one) is left out.
             guard let counter = Counter(rawValue: row.text(0)) else { return nil }
             var labels: [String: String] = [:]
