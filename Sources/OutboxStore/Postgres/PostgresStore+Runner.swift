@@ -23,12 +23,11 @@ extension PostgresStore {
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds, scopes
     /// and where file bodies are.
     package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
-        if try setting(SQLiteStore.queuePausedSetting) == "1" { return [] }
         let excluded = JSON.array(excluding.map { .string($0) }).serialized()
         return try db.query(
             """
             SELECT \(Self.entryColumns) FROM entries e
-            WHERE state = 'queued' AND waits_for_delivery = 0
+            WHERE state = 'queued' AND waits_for_delivery = 0 AND NOT \(queuePaused)
               AND key NOT IN (SELECT key FROM paused_keys)
               AND id NOT IN (SELECT jsonb_array_elements_text(?::jsonb))
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
@@ -53,32 +52,30 @@ extension PostgresStore {
         return Dictionary(rows, uniquingKeysWith: { first, _ in first })
     }
 
+    /// Whether the whole queue is paused, as a condition of the statement that reads it.
+    private var queuePaused: String {
+        "EXISTS (SELECT 1 FROM settings WHERE name = '\(SQLiteStore.queuePausedSetting)' AND value = '1')"
+    }
+
+    /// The earliest times, reduced by the server: a drain asks this whenever its runner is
+    /// idle, and the queue may hold many thousands of entries.
     package func dueTimes(deliverableKeys: Set<String>) throws(OutboxError) -> DueTimes {
-        var any: [Int64] = []
-        var fresh: [Int64] = []
-        if try setting(SQLiteStore.queuePausedSetting) != "1" {
-            let paused = try pausedKeys()
-            let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
-            let rows = try db.query(
-                """
-                SELECT key, GREATEST(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)), attempts FROM entries
-                WHERE state = 'queued' AND waits_for_delivery = 0 AND \(onThisHost)
+        let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
+        let keys = JSON.array(deliverableKeys.sorted().map { .string($0) }).serialized()
+        let row = try db.queryOne(
+            """
+            WITH due AS (
+                SELECT GREATEST(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)) AS at, attempts = 0 AS fresh FROM entries
+                WHERE state = 'queued' AND waits_for_delivery = 0 AND \(onThisHost) AND NOT \(queuePaused)
+                  AND key NOT IN (SELECT key FROM paused_keys)
                   AND (reason IS NULL OR reason NOT IN (SELECT jsonb_array_elements_text(?::jsonb)))
-                """, onThisHostValues + [.text(held)]
-            ) { ($0.text(0), $0.int(1), $0.int(2)) }
-            for (key, due, attempts) in rows where !paused.contains(key) {
-                any.append(due)
-                if attempts == 0 { fresh.append(due) }
-            }
-        }
-        let outcomes = try db.query("SELECT key, COALESCE(next_delivery_at, 0), deliveries FROM outcomes WHERE acknowledged = 0") {
-            ($0.text(0), $0.int(1), $0.int(2))
-        }
-        for (key, due, deliveries) in outcomes where deliverableKeys.contains(key) {
-            any.append(due)
-            if deliveries == 0 { fresh.append(due) }
-        }
-        return DueTimes(any: any.min(), fresh: fresh.min())
+                UNION ALL
+                SELECT COALESCE(next_delivery_at, 0), deliveries = 0 FROM outcomes
+                WHERE acknowledged = 0 AND key IN (SELECT jsonb_array_elements_text(?::jsonb)))
+            SELECT MIN(at), MIN(at) FILTER (WHERE fresh) FROM due
+            """, onThisHostValues + [.text(held), .text(keys)]
+        ) { ($0.optionalInt(0), $0.optionalInt(1)) }
+        return DueTimes(any: row?.0, fresh: row?.1)
     }
 
     /// The condition that makes a runner's change apply only while its claim holds: same
