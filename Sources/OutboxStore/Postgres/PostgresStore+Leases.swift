@@ -56,15 +56,17 @@ extension PostgresStore {
         guard !entries.isEmpty else { return [] }
         let token = Identifiers.uuid()
         let wanted = JSON.array(entries.map { .array([.int64($0.seq), .int64($0.generation)]) }).serialized()
+        // The seqs again as an array: the planner then reaches the rows by key, not by a scan.
+        let seqs = "{" + entries.map { String($0.seq) }.joined(separator: ",") + "}"
         let claimed = try db.quietTransaction { () throws(OutboxError) -> [Entry] in
             try db.query(
                 """
                 UPDATE entries SET state = 'running', lease_owner = ?, lease_token = ?, lease_until = ?, updated_at = ?
-                WHERE seq IN (
+                WHERE seq = ANY (?::bigint[]) AND seq IN (
                   SELECT e.seq FROM entries e
                   JOIN (SELECT (w->>0)::bigint AS seq, (w->>1)::bigint AS generation FROM jsonb_array_elements(?::jsonb) w) x
                     ON x.seq = e.seq AND x.generation = e.generation
-                  WHERE e.state = 'queued' AND e.waits_for_delivery = 0
+                  WHERE e.seq = ANY (?::bigint[]) AND e.state = 'queued' AND e.waits_for_delivery = 0
                     AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= ?) AND (e.not_before IS NULL OR e.not_before <= ?)
                     AND \(onThisHost)
                     AND (e.scope IS NULL OR NOT EXISTS (
@@ -74,8 +76,8 @@ extension PostgresStore {
                 RETURNING \(Self.entryColumns)
                 """,
                 [
-                    .text(lease.owner), .text(token), .int(databaseTime(now) + lease.durationMs), .int(now), .text(wanted), .int(now),
-                    .int(now),
+                    .text(lease.owner), .text(token), .int(databaseTime(now) + lease.durationMs), .int(now), .text(seqs), .text(wanted),
+                    .text(seqs), .int(now), .int(now),
                 ]
                     + onThisHostValues, entryFromRow)
         }

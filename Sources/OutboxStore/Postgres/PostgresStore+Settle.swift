@@ -17,6 +17,8 @@ extension PostgresStore {
             let token: JSON = lease == nil ? .null : claimTokens[s.entryID].map { .string($0) } ?? .null
             return .array([.int64(e.seq), .int64(s.generation), token])
         }
+        // The seqs again as an array: the planner then reaches the rows by key, not by a scan.
+        let seqs = "{" + wanted.compactMap { $0.arrayValue?.first?.int64Value.map(String.init) }.joined(separator: ",") + "}"
         // The fence of `fence(_:_:)`, per row: the claim's token, or unclaimed and queued.
         let fence =
             lease == nil
@@ -30,13 +32,13 @@ extension PostgresStore {
             WITH w AS (
                 SELECT (x->>0)::bigint AS seq, (x->>1)::bigint AS generation, x->>2 AS token FROM jsonb_array_elements(?::jsonb) x),
               d AS (
-                DELETE FROM entries e USING w WHERE e.seq = w.seq AND e.generation = w.generation\(fence)
+                DELETE FROM entries e USING w WHERE e.seq = ANY (?::bigint[]) AND e.seq = w.seq AND e.generation = w.generation\(fence)
                 RETURNING e.id, e.seq, e.generation),
               a AS (DELETE FROM attempts WHERE entry_id IN (SELECT id FROM d)),
               o AS (DELETE FROM outcomes t USING d WHERE t.entry_id = d.id AND t.generation <= d.generation),
               p AS (DELETE FROM parts WHERE entry_seq IN (SELECT seq FROM d))
             SELECT seq FROM d
-            """, [.text(JSON.array(wanted).serialized())] + (lease.map { [.text($0.owner), .text($0.owner)] } ?? [])
+            """, [.text(JSON.array(wanted).serialized()), .text(seqs)] + (lease.map { [.text($0.owner), .text($0.owner)] } ?? [])
         ) { $0.int(0) }
         return Set(rows)
     }
