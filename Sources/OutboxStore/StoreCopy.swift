@@ -54,7 +54,9 @@ enum StoreTables {
     }
 
     static func selectSQL(_ table: String, _ columns: [(String, Kind)]) -> String {
-        "SELECT \(columns.map(\.0).joined(separator: ", ")) FROM \(table)"
+        // A PostgreSQL series may be kept in several rows (one per writer): a copy takes their sum.
+        if table == "counters" { return "SELECT name, labels, SUM(value) FROM counters GROUP BY name, labels" }
+        return "SELECT \(columns.map(\.0).joined(separator: ", ")) FROM \(table)"
     }
 }
 
@@ -189,6 +191,7 @@ extension PostgresStore: CopyableStore {
     /// Rows keep their numbers; the identity sequences then continue after them, and
     /// entries whose body is on this host's disk record it.
     func importTables(_ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])]) throws(OutboxError) {
+        // One writer at a time: the rows keep their numbers, as if enqueued in one go.
         try db.transaction(lock: lockKey) { () throws(OutboxError) in
             for table in tables {
                 let sql = StoreTables.insertSQL(table.name, table.columns)

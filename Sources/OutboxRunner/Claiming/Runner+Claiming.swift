@@ -97,9 +97,13 @@ extension Runner {
         let want = max(capacity + 2, min(256, config.concurrency * 4))
         var excluded = Set(flights.running.keys)
         for entry in readAhead.ready { excluded.insert(entry.id) }
-        let more = try store.dueEntries(now: now, limit: want, excluding: excluded)
-        readAhead.exhausted = more.count < want
-        readAhead.ready += more
+        // Runners that all took the oldest entries would mostly claim the same ones: on a
+        // shared store each reads a wider window and takes it in its own random order (a
+        // scope has one due entry at a time, so its order holds; overall order roughly).
+        let window = store.sharesRunners ? want * 4 : want
+        let more = try store.dueEntries(now: now, limit: window, excluding: excluded)
+        readAhead.exhausted = more.count < window
+        readAhead.ready += store.sharesRunners ? more.shuffled() : more
     }
 
     /// Claims due entries: into free slots first, then as standby transfers that the curl

@@ -59,6 +59,8 @@ final class PGConnection: @unchecked Sendable {
     private let conn: OpaquePointer
     private var statements: [String: String] = [:]
     private var transactionDepth = 0
+    /// Whether the open transaction holds the schema's lock (and so wakes runners).
+    private var locked = false
     /// The server as messages name it: the URL without its password.
     let name: String
 
@@ -221,14 +223,39 @@ final class PGConnection: @unchecked Sendable {
     }
 
     /// Runs `body` in one transaction that first takes `lock` (an advisory lock held to
-    /// the commit); rolls back on a throw and keeps the first error.
+    /// the commit), for changes that need one writer at a time; its commit wakes the
+    /// schema's runners. Rolls back on a throw and keeps the first error.
     @discardableResult
     func transaction<T>(lock: Int32, _ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
+        // One round trip: the lock is taken by the statement that opens the transaction.
+        let take = "SELECT pg_advisory_xact_lock(7361200, \(lock))"
+        // Inside a quiet transaction: the lock is taken now and the commit wakes runners.
+        if transactionDepth > 0, !locked {
+            try execute("\(take); SET LOCAL outbox.quiet = 'off'")
+            locked = true
+        }
+        return try transaction(opening: "BEGIN; \(take)", locked: true, body)
+    }
+
+    /// Runs `body` in one transaction without the schema's lock, for a runner's own work that
+    /// row locks, generations and lease tokens keep safe; its commit wakes no runner (the
+    /// triggers skip the data version and notification), so runners do not serialize on them.
+    @discardableResult
+    func quietTransaction<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
+        try transaction(opening: "BEGIN; SET LOCAL outbox.quiet = 'on'", locked: false, body)
+    }
+
+    private func transaction<T>(opening: String, locked: Bool, _ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
         if transactionDepth > 0 { return try body() }
-        try run("BEGIN")
+        do throws(OutboxError) {
+            try execute(opening)
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+        self.locked = locked
         transactionDepth += 1
         do throws(OutboxError) {
-            try run("SELECT pg_advisory_xact_lock(7361200, ?::int)", [.int(Int64(lock))])
             let result = try body()
             transactionDepth -= 1
             do throws(OutboxError) {

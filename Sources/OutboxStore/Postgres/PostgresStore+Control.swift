@@ -12,6 +12,12 @@ extension PostgresStore {
         try deleteParts(of: e)
         try db.run("DELETE FROM attempts WHERE entry_id = ?", [.text(e.id)])
         try db.run("DELETE FROM outcomes WHERE entry_id = ? AND generation <= ?", [.text(e.id), .int(e.generation)])
+        return forgottenFiles(e, returnMovedFile: returnMovedFile)
+    }
+
+    /// The staged files of a forgotten entry to remove after the commit; a moved file that
+    /// was never sent is queued to go back instead.
+    func forgottenFiles(_ e: Entry, returnMovedFile: Bool) -> [String] {
         var files = e.request.form.compactMap(\.stagedFile)
         if let file = e.bodyFile, file.hasPrefix(staging.bodiesDir + "/") {
             if returnMovedFile, e.request.ownership == .move, e.state != .completed, let source = e.request.file?.path {
@@ -75,6 +81,7 @@ extension PostgresStore {
         var toRemove: [String] = []
         let cancelled: [String]
         do throws(OutboxError) {
+            // One writer at a time: an enqueue of the same id must not slip between the read and the delete.
             cancelled = try db.transaction(lock: lockKey) { () throws(OutboxError) -> [String] in
                 var entries: [Entry] = []
                 if let ids {
@@ -101,6 +108,7 @@ extension PostgresStore {
     /// `outbox retry`: entries due now, backoff reset (see `Store.retry`). An expired entry
     /// gets its lifetime again from now, or it would expire again at once.
     package func retry(ids: [String]?, key: String?, errors: Bool, now: Int64) throws(OutboxError) -> [String] {
+        // One writer at a time: the entries are read, then written by generation, as the same-id rules do.
         try db.transaction(lock: lockKey) { () throws(OutboxError) -> [String] in
             var entries: [Entry] = []
             if let ids {
@@ -128,6 +136,7 @@ extension PostgresStore {
     /// `outbox headers update`: merges a patch into every entry (and its parts), bumps the
     /// header generation and resumes awaiting-auth entries. Returns the new generation.
     package func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
+        // One writer at a time: the header generation is read and bumped, and every entry rewritten.
         try db.transaction(lock: lockKey) { () throws(OutboxError) -> Int64 in
             let generation = (Int64(try setting(SQLiteStore.headerGenerationSetting) ?? "0") ?? 0) + 1
             try setSetting(SQLiteStore.headerGenerationSetting, String(generation))

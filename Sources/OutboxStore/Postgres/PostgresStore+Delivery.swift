@@ -12,6 +12,8 @@ extension PostgresStore {
     package func deliverableOutcomes(
         now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?
     ) throws(OutboxError) -> [OutcomeRecord] {
+        // No key has a hook: nothing to read (a runner asks at every turn).
+        guard !keys.isEmpty else { return [] }
         let keyList = JSON.array(keys.sorted().map { .string($0) }).serialized()
         let rows = try db.query(
             """
@@ -34,7 +36,7 @@ extension PostgresStore {
     /// Counts a delivery of each outcome in one transaction: the hooks a turn starts cost one commit.
     package func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
         guard !seqs.isEmpty else { return [:] }
-        return try db.transaction(lock: lockKey) { () throws(OutboxError) -> [Int64: Int64] in
+        return try db.quietTransaction { () throws(OutboxError) -> [Int64: Int64] in
             var counts: [Int64: Int64] = [:]
             for seq in seqs {
                 try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
@@ -47,7 +49,7 @@ extension PostgresStore {
     /// Records a hook's process group, and the host it runs on, so a later runner on this
     /// host can stop it before redelivering.
     package func recordHookProcess(seq: Int64, pgid: Int32, startTime: UInt64) throws(OutboxError) {
-        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+        try db.quietTransaction { () throws(OutboxError) in
             try db.run(
                 "UPDATE outcomes SET hook_pgid = ?, hook_start = ?, hook_host = ? WHERE seq = ?",
                 [.int(Int64(pgid)), .int(Int64(startTime)), .text(host), .int(seq)])
@@ -79,11 +81,14 @@ extension PostgresStore {
         let staged = try stageBatch(followUps)
         var remove: [String] = []
         do throws(OutboxError) {
-            try db.transaction(lock: lockKey) { () throws(OutboxError) in
+            // Follow-ups are enqueued under the same-id rules (one writer at a time); the rest
+            // is fenced by the delivery lease and the outcome's row.
+            func body() throws(OutboxError) {
                 for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now) }
                 if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
                 try journalReturns()
             }
+            if followUps.isEmpty { try db.quietTransaction(body) } else { try db.transaction(lock: lockKey, body) }
         } catch {
             for s in staged.bodies { staging.rollback(s) }
             moves.end(staged.ticket)
@@ -137,7 +142,7 @@ extension PostgresStore {
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
         let fence = deliveryFence(seq)
         deliveryClaims.remove(seq)
-        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+        try db.quietTransaction { () throws(OutboxError) in
             let changed = try db.run(
                 """
                 UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL, delivery_owner = NULL, delivery_until = NULL
@@ -148,14 +153,26 @@ extension PostgresStore {
     }
 
     /// Adds to counter series inside the caller's transaction.
+    /// One statement, into this connection's rows of each series (in a fixed order, so two
+    /// writers that share a row never wait for each other in a cycle).
     func addCounters(_ increments: [CounterIncrement]) throws(OutboxError) {
+        var sums: [String: [String: Int64]] = [:]
         for increment in increments where increment.by != 0 {
-            try db.run(
-                """
-                INSERT INTO counters (name, labels, value) VALUES (?, ?, ?)
-                ON CONFLICT (name, labels) DO UPDATE SET value = counters.value + excluded.value
-                """, [.text(increment.counter.rawValue), .text(increment.labelText), .int(increment.by)])
+            sums[increment.counter.rawValue, default: [:]][increment.labelText, default: 0] += increment.by
         }
+        guard !sums.isEmpty else { return }
+        var rows: [JSON] = []
+        for name in sums.keys.sorted() {
+            for (labels, by) in sums[name, default: [:]].sorted(by: { $0.key < $1.key }) {
+                rows.append(.array([.string(name), .string(labels), .int64(by)]))
+            }
+        }
+        try db.run(
+            """
+            INSERT INTO counters (name, labels, shard, value)
+            SELECT x->>0, x->>1, pg_backend_pid() % 64, (x->>2)::bigint FROM jsonb_array_elements(?::jsonb) x
+            ON CONFLICT (name, labels, shard) DO UPDATE SET value = counters.value + excluded.value
+            """, [.text(JSON.array(rows).serialized())])
     }
 
     /// Counts one hook run of an outcome by its key: acknowledged or failed.
@@ -165,7 +182,8 @@ extension PostgresStore {
     }
 
     package func counters() throws(OutboxError) -> [CounterSample] {
-        try db.query("SELECT name, labels, value FROM counters ORDER BY name, labels") { row throws(OutboxError) -> CounterSample? in
+        try db.query("SELECT name, labels, SUM(value) FROM counters GROUP BY name, labels ORDER BY name, labels") {
+            row throws(OutboxError) -> CounterSample? in
             // A series this version does not know (written by a newer one) is left out.
             guard let counter = Counter(rawValue: row.text(0)) else { return nil }
             var labels: [String: String] = [:]

@@ -15,6 +15,7 @@ extension PostgresStore {
         Fault.point("enqueue.staged")
         let results: [EnqueueResult]
         do throws(OutboxError) {
+            // One writer at a time: the same-id rules read the live entry of an id, then replace it.
             results = try db.transaction(lock: lockKey) { () throws(OutboxError) -> [EnqueueResult] in
                 let results = try applyBatch(batch, staged: staged, now: now)
                 try journalReturns()

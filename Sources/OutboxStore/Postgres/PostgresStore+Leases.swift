@@ -26,14 +26,25 @@ extension PostgresStore {
 
     /// Puts back in the queue the running entries whose lease ended by the database's
     /// clock, keeping accepted parts; never the caller's own (it renews those).
+    /// Every runner runs it every third of a lease: it wakes the others only when it
+    /// requeued something.
     package func requeueAbandoned(lease: Lease, now: Int64) throws(OutboxError) -> Int {
-        try db.transaction(lock: lockKey) { () throws(OutboxError) -> Int in
-            try db.run(
+        try db.quietTransaction { () throws(OutboxError) -> Int in
+            let requeued = try db.run(
                 """
                 UPDATE entries SET state = 'queued', lease_owner = NULL, lease_token = NULL, lease_until = NULL, updated_at = ?
                 WHERE state = 'running' AND (lease_owner IS NULL OR lease_owner <> ?) AND COALESCE(lease_until, 0) < ?
                 """, [.int(now), .text(lease.owner), .int(databaseTime(now))])
+            if requeued > 0 { try wakeRunners() }
+            return requeued
         }
+    }
+
+    /// Bumps the data version and notifies the schema's runners from a quiet transaction
+    /// whose change they should see (work that became due).
+    func wakeRunners() throws(OutboxError) {
+        try db.run("UPDATE data_version SET version = version + 1 WHERE one = 1")
+        try db.run("SELECT pg_notify(?, '')", [.text("outbox_\(url.schema)")])
     }
 
     /// Claims in a commit of its own: rows another runner is claiming are skipped, not
@@ -45,15 +56,17 @@ extension PostgresStore {
         guard !entries.isEmpty else { return [] }
         let token = Identifiers.uuid()
         let wanted = JSON.array(entries.map { .array([.int64($0.seq), .int64($0.generation)]) }).serialized()
-        let claimed = try db.transaction(lock: lockKey) { () throws(OutboxError) -> [Entry] in
+        // The seqs again as an array: the planner then reaches the rows by key, not by a scan.
+        let seqs = "{" + entries.map { String($0.seq) }.joined(separator: ",") + "}"
+        let claimed = try db.quietTransaction { () throws(OutboxError) -> [Entry] in
             try db.query(
                 """
                 UPDATE entries SET state = 'running', lease_owner = ?, lease_token = ?, lease_until = ?, updated_at = ?
-                WHERE seq IN (
+                WHERE seq = ANY (?::bigint[]) AND seq IN (
                   SELECT e.seq FROM entries e
                   JOIN (SELECT (w->>0)::bigint AS seq, (w->>1)::bigint AS generation FROM jsonb_array_elements(?::jsonb) w) x
                     ON x.seq = e.seq AND x.generation = e.generation
-                  WHERE e.state = 'queued' AND e.waits_for_delivery = 0
+                  WHERE e.seq = ANY (?::bigint[]) AND e.state = 'queued' AND e.waits_for_delivery = 0
                     AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= ?) AND (e.not_before IS NULL OR e.not_before <= ?)
                     AND \(onThisHost)
                     AND (e.scope IS NULL OR NOT EXISTS (
@@ -63,8 +76,8 @@ extension PostgresStore {
                 RETURNING \(Self.entryColumns)
                 """,
                 [
-                    .text(lease.owner), .text(token), .int(databaseTime(now) + lease.durationMs), .int(now), .text(wanted), .int(now),
-                    .int(now),
+                    .text(lease.owner), .text(token), .int(databaseTime(now) + lease.durationMs), .int(now), .text(seqs), .text(wanted),
+                    .text(seqs), .int(now), .int(now),
                 ]
                     + onThisHostValues, entryFromRow)
         }
@@ -83,7 +96,7 @@ extension PostgresStore {
         guard !held.isEmpty || !deliveryClaims.isEmpty else { return [] }
         let until = databaseTime(Identifiers.nowMs()) + lease.durationMs
         let pairs = JSON.array(held.map { .array([.string($0.key), .string($0.value)]) }).serialized()
-        let renewed = try db.transaction(lock: lockKey) { () throws(OutboxError) -> Set<String> in
+        let renewed = try db.quietTransaction { () throws(OutboxError) -> Set<String> in
             var renewed: Set<String> = []
             if !held.isEmpty {
                 renewed = Set(
@@ -114,7 +127,7 @@ extension PostgresStore {
         guard !seqs.isEmpty else { return [:] }
         let list = JSON.array(seqs.map { .int64($0) }).serialized()
         let now = databaseTime(Identifiers.nowMs())
-        let rows = try db.transaction(lock: lockKey) { () throws(OutboxError) -> [(Int64, Int64)] in
+        let rows = try db.quietTransaction { () throws(OutboxError) -> [(Int64, Int64)] in
             try db.query(
                 """
                 UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL, delivery_owner = ?, delivery_until = ?

@@ -6,12 +6,13 @@ extension PostgresStore {
 
     package func releaseHolds(now: Int64, reasons: [HoldReason]) throws(OutboxError) {
         let held = JSON.array(reasons.map { .string($0.rawValue) }).serialized()
-        try db.transaction(lock: lockKey) { () throws(OutboxError) in
-            try db.run(
+        try db.quietTransaction { () throws(OutboxError) in
+            let released = try db.run(
                 """
                 UPDATE entries SET next_attempt_at = ?, reason = NULL, updated_at = ?
                 WHERE state = 'queued' AND reason IN (SELECT jsonb_array_elements_text(?::jsonb))
                 """, [.int(now), .int(now), .text(held)])
+            if released > 0 { try wakeRunners() }
         }
     }
 
@@ -22,12 +23,11 @@ extension PostgresStore {
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds, scopes
     /// and where file bodies are.
     package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
-        if try setting(SQLiteStore.queuePausedSetting) == "1" { return [] }
         let excluded = JSON.array(excluding.map { .string($0) }).serialized()
         return try db.query(
             """
             SELECT \(Self.entryColumns) FROM entries e
-            WHERE state = 'queued' AND waits_for_delivery = 0
+            WHERE state = 'queued' AND waits_for_delivery = 0 AND NOT \(queuePaused)
               AND key NOT IN (SELECT key FROM paused_keys)
               AND id NOT IN (SELECT jsonb_array_elements_text(?::jsonb))
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
@@ -52,32 +52,30 @@ extension PostgresStore {
         return Dictionary(rows, uniquingKeysWith: { first, _ in first })
     }
 
+    /// Whether the whole queue is paused, as a condition of the statement that reads it.
+    private var queuePaused: String {
+        "EXISTS (SELECT 1 FROM settings WHERE name = '\(SQLiteStore.queuePausedSetting)' AND value = '1')"
+    }
+
+    /// The earliest times, reduced by the server: a drain asks this whenever its runner is
+    /// idle, and the queue may hold many thousands of entries.
     package func dueTimes(deliverableKeys: Set<String>) throws(OutboxError) -> DueTimes {
-        var any: [Int64] = []
-        var fresh: [Int64] = []
-        if try setting(SQLiteStore.queuePausedSetting) != "1" {
-            let paused = try pausedKeys()
-            let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
-            let rows = try db.query(
-                """
-                SELECT key, GREATEST(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)), attempts FROM entries
-                WHERE state = 'queued' AND waits_for_delivery = 0 AND \(onThisHost)
+        let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
+        let keys = JSON.array(deliverableKeys.sorted().map { .string($0) }).serialized()
+        let row = try db.queryOne(
+            """
+            WITH due AS (
+                SELECT GREATEST(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)) AS at, attempts = 0 AS fresh FROM entries
+                WHERE state = 'queued' AND waits_for_delivery = 0 AND \(onThisHost) AND NOT \(queuePaused)
+                  AND key NOT IN (SELECT key FROM paused_keys)
                   AND (reason IS NULL OR reason NOT IN (SELECT jsonb_array_elements_text(?::jsonb)))
-                """, onThisHostValues + [.text(held)]
-            ) { ($0.text(0), $0.int(1), $0.int(2)) }
-            for (key, due, attempts) in rows where !paused.contains(key) {
-                any.append(due)
-                if attempts == 0 { fresh.append(due) }
-            }
-        }
-        let outcomes = try db.query("SELECT key, COALESCE(next_delivery_at, 0), deliveries FROM outcomes WHERE acknowledged = 0") {
-            ($0.text(0), $0.int(1), $0.int(2))
-        }
-        for (key, due, deliveries) in outcomes where deliverableKeys.contains(key) {
-            any.append(due)
-            if deliveries == 0 { fresh.append(due) }
-        }
-        return DueTimes(any: any.min(), fresh: fresh.min())
+                UNION ALL
+                SELECT COALESCE(next_delivery_at, 0), deliveries = 0 FROM outcomes
+                WHERE acknowledged = 0 AND key IN (SELECT jsonb_array_elements_text(?::jsonb)))
+            SELECT MIN(at), MIN(at) FILTER (WHERE fresh) FROM due
+            """, onThisHostValues + [.text(held), .text(keys)]
+        ) { ($0.optionalInt(0), $0.optionalInt(1)) }
+        return DueTimes(any: row?.0, fresh: row?.1)
     }
 
     /// The condition that makes a runner's change apply only while its claim holds: same
@@ -113,14 +111,24 @@ extension PostgresStore {
         var result = AppliedChanges()
         let tokensBefore = claimTokens
         do throws(OutboxError) {
-            try db.transaction(lock: lockKey) { () throws(OutboxError) in
+            // Follow-ups are enqueued under the same-id rules (one writer at a time); the rest
+            // is fenced by generations and this runner's lease tokens.
+            func body() throws(OutboxError) {
                 var offset = 0
+                var forgotten: Set<Int64>?
                 for change in changes {
                     guard case let .settle(settlement) = change else {
                         remove += try apply(change, lease: lease, now: now)
                         continue
                     }
-                    let (files, applied) = try settle(settlement, lease: lease, now: now)
+                    let (files, applied): ([String], Bool)
+                    if Self.forgetsAtOnce(settlement) {
+                        // The turn's entries settled without a hook go in one statement, at the first of them.
+                        if forgotten == nil { forgotten = try forgetSettled(changes, lease: lease) }
+                        (files, applied) = settledForgotten(settlement, &forgotten)
+                    } else {
+                        (files, applied) = try settle(settlement, lease: lease, now: now)
+                    }
                     remove += files
                     let range = offset..<(offset + settlement.followUps.count)
                     offset = range.upperBound
@@ -138,6 +146,7 @@ extension PostgresStore {
                 }
                 try journalReturns()
             }
+            if followUps.isEmpty { try db.quietTransaction(body) } else { try db.transaction(lock: lockKey, body) }
         } catch {
             claimTokens = tokensBefore
             for s in staged.bodies { staging.rollback(s) }
@@ -189,18 +198,18 @@ extension PostgresStore {
             try claim(seqs, claimLease, now: now)
         case let .attempt(id, generation, at, payload, requestID):
             let f = fence(id, lease)
-            let changed = try db.run(
-                "UPDATE entries SET attempts = attempts + 1, last_request_id = ?, updated_at = ? WHERE id = ? AND generation = ?\(f.sql)",
-                [.text(requestID), .int(now), .text(id), .int(generation)] + f.values)
-            guard changed == 1 else { return [] }
-            try db.run(
-                "INSERT INTO attempts (entry_id, generation, at, payload) VALUES (?, ?, ?, ?)",
-                [.text(id), .int(generation), .int(at), .text(payload.serialized())])
+            // One round trip; the trim does not see the new row, so it keeps 19 older ones.
             try db.run(
                 """
-                DELETE FROM attempts WHERE entry_id = ? AND seq NOT IN (
-                  SELECT seq FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 20)
-                """, [.text(id), .text(id)])
+                WITH u AS (
+                    UPDATE entries SET attempts = attempts + 1, last_request_id = ?, updated_at = ?
+                    WHERE id = ? AND generation = ?\(f.sql) RETURNING id),
+                  i AS (INSERT INTO attempts (entry_id, generation, at, payload) SELECT id, ?::bigint, ?::bigint, ?::text FROM u)
+                DELETE FROM attempts WHERE entry_id IN (SELECT id FROM u) AND seq NOT IN (
+                  SELECT seq FROM attempts WHERE entry_id = ? ORDER BY seq DESC LIMIT 19)
+                """,
+                [.text(requestID), .int(now), .text(id), .int(generation)] + f.values
+                    + [.int(generation), .int(at), .text(payload.serialized()), .text(id)])
         case let .reschedule(id, next, reason):
             let f = fence(id, lease)
             try db.run(
@@ -298,15 +307,21 @@ extension PostgresStore {
         let f = fence(s.entryID, lease)
         defer { claimTokens[s.entryID] = nil }
         if !s.hookExists && (s.state == .completed || s.state == .cancelled) {
-            guard
-                try db.run("DELETE FROM entries WHERE seq = ? AND generation = ?\(f.sql)", [.int(e.seq), .int(s.generation)] + f.values)
-                    == 1
-            else {
-                return ([], false)
-            }
+            // One round trip: the row, its attempts, outcomes and parts go in one statement.
+            let deleted =
+                try db.queryOne(
+                    """
+                    WITH d AS (DELETE FROM entries WHERE seq = ? AND generation = ?\(f.sql) RETURNING id, seq),
+                      a AS (DELETE FROM attempts WHERE entry_id IN (SELECT id FROM d)),
+                      o AS (DELETE FROM outcomes WHERE entry_id IN (SELECT id FROM d) AND generation <= ?),
+                      p AS (DELETE FROM parts WHERE entry_seq IN (SELECT seq FROM d))
+                    SELECT COUNT(*) FROM d
+                    """, [.int(e.seq), .int(s.generation)] + f.values + [.int(s.generation)]
+                ) { $0.int(0) } ?? 0
+            guard deleted == 1 else { return ([], false) }
             var settled = e
             settled.state = s.state
-            return (try forget(settled, returnMovedFile: s.state == .cancelled, rowDeleted: true), true)
+            return (forgottenFiles(settled, returnMovedFile: s.state == .cancelled), true)
         }
         let changed = try db.run(
             """
@@ -328,7 +343,7 @@ extension PostgresStore {
     }
 
     package func markUnhandled(keys: Set<String>) throws(OutboxError) {
-        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+        try db.quietTransaction { () throws(OutboxError) in
             for o in try unacknowledgedOutcomes() where !keys.contains(o.key) && o.reason != "unhandled-key" {
                 try db.run("UPDATE outcomes SET reason = 'unhandled-key' WHERE seq = ?", [.int(o.seq)])
             }

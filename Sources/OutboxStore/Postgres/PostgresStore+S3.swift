@@ -7,7 +7,8 @@ extension PostgresStore {
     }
 
     package func setS3UploadID(entrySeq: Int64, _ uploadID: String?) throws(OutboxError) {
-        try db.transaction(lock: lockKey) { () throws(OutboxError) in
+        // The entry is this runner's claim: its row, not the schema, is the unit of change.
+        try db.quietTransaction { () throws(OutboxError) in
             if let uploadID {
                 _ = try db.run(
                     "INSERT INTO s3_uploads (entry_seq, upload_id) VALUES (?, ?) ON CONFLICT (entry_seq) DO UPDATE SET upload_id = excluded.upload_id",

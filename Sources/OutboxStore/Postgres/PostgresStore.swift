@@ -233,6 +233,7 @@ package final class PostgresStore: Store, @unchecked Sendable {
     }
 
     func setSetting(_ name: String, _ value: String?) throws(OutboxError) {
+        // Read, then written: one writer at a time, and the commit wakes the runners.
         try db.transaction(lock: lockKey) { () throws(OutboxError) in
             // Unchanged: no write, so runners polling the data version are not woken for nothing.
             guard try setting(name) != value else { return }
@@ -251,6 +252,7 @@ package final class PostgresStore: Store, @unchecked Sendable {
     }
 
     package func setPaused(keys: [String], paused: Bool) throws(OutboxError) {
+        // A pause is the runners' business: the locked commit wakes them.
         try db.transaction(lock: lockKey) { () throws(OutboxError) in
             for key in keys {
                 if paused {
