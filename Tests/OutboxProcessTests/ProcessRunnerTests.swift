@@ -467,13 +467,15 @@ struct StaleGroupTests {
         let started = Box<(Int32, UInt64)?>(nil)
         var spec = shell("exec sleep 600", in: folder)
         spec.onStart = { pid, time in started.update { $0 = (pid, time) } }
-        async let running = runOffPool(spec)
+        let running = BackgroundRun(spec)
+        // A failed expectation below must not leave the child sleeping for 10 minutes.
+        defer { if let (pid, _) = started.value { kill(-pid, SIGKILL) } }
         await eventually("the child to start") { started.value != nil }
         let (pid, startTime) = try #require(started.value)
         #expect(ProcessRunner.killStaleGroup(pgid: pid, startTime: startTime + 1) == false)
         #expect(isDead(pid) == false)
         #expect(ProcessRunner.killStaleGroup(pgid: pid, startTime: startTime) == true)
-        let result = try await running
+        let result = try await running.result()
         #expect(result.signal == SIGKILL)
         #expect(result.pid == pid)
     }

@@ -2,6 +2,7 @@ import OutboxModel
 import Foundation
 import OutboxProcess
 import Synchronization
+import Testing
 import TestSupport
 
 /// Runs a spec on a fresh thread, as callers must (run blocks); `prepare` and `after` run on
@@ -97,4 +98,29 @@ func threadSignalMasks() -> [String: UInt64] {
 /// Bit for signal `number` in a /proc signal mask.
 func bit(_ number: Int32) -> UInt64 {
     1 << UInt64(number - 1)
+}
+
+/// A process run to its end on a thread started at once, while the test goes on: an
+/// `async let` would start it only when a thread of the cooperative pool is free, which on
+/// a busy 2-core machine can take longer than any deadline of the test.
+final class BackgroundRun: Sendable {
+    private let outcome = Box<Result<ProcessResult, ProcessSpawnError>?>(nil)
+
+    init(_ spec: ProcessSpec) {
+        ProcessRunner.ignoreSIGPIPE()
+        let outcome = self.outcome
+        let thread = Thread {
+            let result: Result<ProcessResult, ProcessSpawnError>
+            do throws(ProcessSpawnError) { result = .success(try ProcessRunner.run(spec)) } catch { result = .failure(error) }
+            outcome.update { $0 = result }
+        }
+        thread.start()
+    }
+
+    /// The process's result, once it ended.
+    func result() async throws -> ProcessResult {
+        await eventually("the process to end") { outcome.value != nil }
+        guard let result = outcome.value else { throw ProcessSpawnError(message: "the process did not end") }
+        return try result.get()
+    }
 }
