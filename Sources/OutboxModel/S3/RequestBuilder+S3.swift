@@ -22,10 +22,12 @@ extension RequestBuilder {
             throw .invalid("request.file: \(file.path) needs parts of \(largest) bytes, over S3's 5 GiB")
         }
         let url = s3.target.objectURL
-        let sums = try S3Checksum.sha256Base64(path: file.path, ranges: ranges)
-        return zip(ranges, sums).enumerated().map { i, part in
-            PreparedPart(range: part.0, url: "\(url)?partNumber=\(i + 1)", headers: [HeaderPair(S3Checksum.header, part.1)])
+        var parts: [PreparedPart] = []
+        for (i, range) in ranges.enumerated() {
+            let sum = try S3Checksum.sha256Base64(path: file.path, range: range)
+            parts.append(PreparedPart(range: range, url: "\(url)?partNumber=\(i + 1)", headers: [HeaderPair(S3Checksum.header, sum)]))
         }
+        return parts
     }
 
     /// The body of an s3 request: one PutObject (its checksum a header) up to the threshold

@@ -26,46 +26,6 @@ package enum S3Checksum {
         return base64(bytes(hex: hasher.finalizeHex()))
     }
 
-    /// The checksums of several ranges of the file (a big object's parts), hashed on every
-    /// core at once: enqueue reads the file once either way, and waits less. Plain threads,
-    /// not Dispatch: the thread sanitizer's runs must see every lock.
-    package static func sha256Base64(path: String, ranges: [ByteRange]) throws(OutboxError) -> [String] {
-        let sums = Locked([Result<String, OutboxError>?](repeating: nil, count: ranges.count))
-        let next = Locked(0)
-        let work: @Sendable () -> Void = {
-            while true {
-                let i = next.withLock { n -> Int in
-                    defer { n += 1 }
-                    return n
-                }
-                guard i < ranges.count else { return }
-                let sum: Result<String, OutboxError>
-                do throws(OutboxError) { sum = .success(try sha256Base64(path: path, range: ranges[i])) } catch { sum = .failure(error) }
-                sums.withLock { $0[i] = sum }
-            }
-        }
-        let helpers = min(max(0, sysconf(Int32(_SC_NPROCESSORS_ONLN)) - 1), ranges.count - 1, 7)
-        // The first part is hashed here, before any thread starts: it makes the lazy globals
-        // of hashing (the CPU check, the tables), as the thread sanitizer cannot see the
-        // runtime's once.
-        if let first = ranges.first {
-            let sum: Result<String, OutboxError>
-            do throws(OutboxError) { sum = .success(try sha256Base64(path: path, range: first)) } catch { sum = .failure(error) }
-            sums.withLock { $0[0] = sum }
-            next.withLock { $0 = 1 }
-        }
-        var threads: [pthread_t] = []
-        for _ in 0..<max(0, helpers) {
-            if case let .success(thread) = Threads.start(detached: false, work) { threads.append(thread) }
-        }
-        work()
-        for thread in threads { pthread_join(thread, nil) }
-        return try sums.withLock { $0 }.map { sum throws(OutboxError) in
-            guard let sum else { throw .invalid("request.file: \(path) was not checksummed") }
-            return try sum.get()
-        }
-    }
-
     /// S3's checksum of a multipart object: the SHA-256 of the parts' digests, `-` the part count.
     package static func composite(_ partSums: [String]) -> String? {
         var digests: [UInt8] = []
