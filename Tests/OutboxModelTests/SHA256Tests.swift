@@ -1,5 +1,5 @@
 import Foundation
-import OutboxModel
+@testable import OutboxModel
 import Digest
 import Testing
 
@@ -90,5 +90,49 @@ struct SHA256Tests {
         let flags = try String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8)
         let hasSHA = flags.split(separator: "\n").first { $0.hasPrefix("flags") }?.split(separator: " ").contains("sha_ni") ?? false
         #expect(SHA256.hardware == hasSHA, "/proc/cpuinfo says sha_ni: \(hasSHA)")
+    }
+}
+
+/// Parts of a file hashed on threads in C give the digests the Swift hasher gives each part.
+@Suite struct SHA256FileRangesTests {
+    @Test func everyPartMatchesTheSwiftHasher() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<(3 << 20) + 77).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        let path = folder.path + "/data"
+        try Data(bytes).write(to: URL(fileURLWithPath: path))
+        // Empty, under a block, exactly a block, across the 1 MiB read buffer, the whole file.
+        let bounds: [(Int, Int)] = [(0, 0), (5, 60), (64, 128), (1000, (1 << 20) + 1001), ((1 << 20) - 3, (2 << 20) + 55), (0, bytes.count)]
+        let ranges = bounds.map { ByteRange(start: Int64($0.0), end: Int64($0.1)) }
+        let sums = try S3Checksum.sha256Base64(path: path, ranges: ranges)
+        #expect(sums.count == bounds.count)
+        for ((start, end), sum) in zip(bounds, sums) {
+            let expected = S3Checksum.base64(S3Checksum.bytes(hex: SHA256.hex(Array(bytes[start..<end]))))
+            #expect(sum == expected, "bytes \(start)..<\(end)")
+        }
+        // Many parts, more than threads: each still lands at its own index.
+        let many = (0..<40).map { (i: Int) -> ByteRange in
+            let start = Int64(i) * 70_001
+            return ByteRange(start: start, end: start + 65_536 + Int64(i))
+        }
+        let manySums = try S3Checksum.sha256Base64(path: path, ranges: many)
+        for (range, sum) in zip(many, manySums) {
+            let expected = try S3Checksum.sha256Base64(path: path, range: range)
+            #expect(sum == expected, "\(range)")
+        }
+    }
+
+    @Test func aPartPastTheEndOfTheFileIsAnError() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let path = try folder.write("short", String(repeating: "x", count: 1000))
+        do throws(OutboxError) {
+            _ = try S3Checksum.sha256Base64(path: path, ranges: [ByteRange(start: 0, end: 500), ByteRange(start: 500, end: 2000)])
+            Issue.record("a file shorter than its parts was checksummed")
+        } catch {
+            #expect(error.code == .invalid)
+            #expect(error.message.contains(path))
+        }
     }
 }

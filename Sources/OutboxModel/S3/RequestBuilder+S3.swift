@@ -22,9 +22,9 @@ extension RequestBuilder {
             throw .invalid("request.file: \(file.path) needs parts of \(largest) bytes, over S3's 5 GiB")
         }
         let url = s3.target.objectURL
+        let sums = try S3Checksum.sha256Base64(path: file.path, ranges: ranges)
         var parts: [PreparedPart] = []
-        for (i, range) in ranges.enumerated() {
-            let sum = try S3Checksum.sha256Base64(path: file.path, range: range)
+        for (i, (range, sum)) in zip(ranges, sums).enumerated() {
             parts.append(PreparedPart(range: range, url: "\(url)?partNumber=\(i + 1)", headers: [HeaderPair(S3Checksum.header, sum)]))
         }
         return parts
