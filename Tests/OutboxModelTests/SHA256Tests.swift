@@ -103,7 +103,9 @@ struct SHA256Tests {
         let path = folder.path + "/data"
         try Data(bytes).write(to: URL(fileURLWithPath: path))
         // Empty, under a block, exactly a block, across the 1 MiB read buffer, the whole file.
-        let bounds: [(Int, Int)] = [(0, 0), (5, 60), (64, 128), (1000, (1 << 20) + 1001), ((1 << 20) - 3, (2 << 20) + 55), (0, bytes.count)]
+        let bounds: [(Int, Int)] = [
+            (0, 0), (5, 60), (64, 128), (1000, (1 << 20) + 1001), ((1 << 20) - 3, (2 << 20) + 55), (0, bytes.count),
+        ]
         let ranges = bounds.map { ByteRange(start: Int64($0.0), end: Int64($0.1)) }
         let sums = try S3Checksum.sha256Base64(path: path, ranges: ranges)
         #expect(sums.count == bounds.count)

@@ -225,7 +225,9 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
         gmtime_r(&seconds, &tm)
         var buffer = [CChar](repeating: 0, count: 64)
         strftime(&buffer, buffer.count, "%a, %d %b %Y %H:%M:%S GMT", &tm)
-        let value = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self).addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        let value =
+            String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self).addingPercentEncoding(
+                withAllowedCharacters: .alphanumerics) ?? ""
         try await p.enqueue("t", path: "/status/429?retry_after=\(value)", id: "rd")
         let run = try await p.drain(["--events", "-", "--horizon", "1s"], failures: 0)
         let (_, next) = try lastAttemptAndNext(run, "rd")
