@@ -41,6 +41,9 @@ struct PayloadReferenceTests {
             entry, result: response, parts: parts, attempts: 2, requestID: "r", at: at, maxResponseBytes: 1024,
             parse: { _, _, _ in .success(.null) }
         ).payload
+        // An s3 entry's success adds what S3 answered about the object.
+        var stored = completed
+        stored.set("s3", Runner.s3Outcome(entry, result: response, parts: nil))
         let refused = OutcomePayloads.failed(
             entry, error: OutcomePayloads.error(.http, "HTTP 422", status: 422, partIndex: 3, body: binary),
             response: HTTPResult(status: 422, body: binary), attempts: 1, requestID: "r", at: at)
@@ -48,7 +51,7 @@ struct PayloadReferenceTests {
             entry, error: OutcomePayloads.error(.expired, "expired"), response: nil, attempts: 4, requestID: "", at: at)
         let cancelled = OutcomePayloads.cancelledByScope(Sample.entry("e2", scope: "s"), failed: "e1", scope: "s", at: at)
         // The hook's stdin adds `meta.deliveries` to the journaled payload.
-        return try [completed, refused, expired, cancelled].map { payload in
+        return try [completed, stored, refused, expired, cancelled].map { payload in
             let record = OutcomeRecord(
                 seq: 1, entryID: "e1", key: "notes.create", generation: 1, outcome: .completed, payload: payload, deliveries: 0,
                 acknowledged: false, nextDeliveryAt: nil, reason: nil, hookPgid: nil, hookStart: nil, createdAt: at)
