@@ -86,6 +86,10 @@ import Testing
         let other = try Self.render(#"{bucket: b12, key: "a/b", region: eu-west-1, endpoint: "https://s3.eu-west-3.amazonaws.com"}"#).get()
         #expect(other.url == p.url)
         #expect(other.bodyHash != p.bodyHash)
+        // So does `skip_existing`: the same object asked to be skipped is another request.
+        var skipping = p
+        skipping.s3?.skipExisting = true
+        #expect(skipping.bodyHash != p.bodyHash)
     }
 
     struct BadCase: Sendable, CustomTestStringConvertible {

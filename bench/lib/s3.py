@@ -289,7 +289,8 @@ def big_file(work, moto):
 
 def main():
     if shutil.which("aws") is None:
-        raise B.BenchFailure("the aws CLI is missing (pip install awscli)")
+        B.log("s3: the aws CLI is missing; install it (pip install awscli) and run again")
+        sys.exit(2)
     rows = []
     os.environ.update(CREDENTIALS)  # for outbox's runner, which reads them when it signs
     with B.WorkDir("s3") as work, Moto(work.path) as moto:
