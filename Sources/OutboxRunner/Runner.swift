@@ -156,6 +156,15 @@ package final class Runner {
         // ended meanwhile in one commit. Hooks and plugins it starts get the normal policy.
         _ = csystem_sched_batch_self(1)
         defer { _ = csystem_sched_batch_self(0) }
+        // A store on a server reconnects when the server goes away, keeping this run's work,
+        // until a stop request or --max-time: then the run ends with the storage error.
+        let maxTimeEnd = options.maxTimeMs.map { started + $0 }
+        store.reconnectWhenDropped(
+            ReconnectPolicy(
+                giveUp: { [stopRequests = options.stopRequests] in
+                    stopRequests() > 0 || maxTimeEnd.map { Identifiers.monotonicMs() >= $0 } ?? false
+                },
+                log: { [logger] line in logger.log(.warn, line) }))
         try recoverFromEarlierRunners()
         if options.progress == .always || (options.progress == .auto && options.stderrIsTerminal) {
             progressDisplay = ProgressDisplay(

@@ -77,6 +77,9 @@ package protocol Store: AnyObject {
     /// Whether several runners may run on this store at once. Such a store admits every
     /// runner, and a runner commits each claim (`claim`) before it starts any transfer.
     var sharesRunners: Bool { get }
+    /// A runner's store reconnects when its server drops the connection, and runs the
+    /// statement or transaction that failed again, until `policy` gives up.
+    func reconnectWhenDropped(_ policy: ReconnectPolicy)
     /// Makes the caller the store's runner, or fails with E_RUNNING naming the holder (a
     /// store that shares runners admits every caller).
     func lockForRunner() throws(OutboxError) -> RunnerLock
@@ -271,6 +274,9 @@ extension Store {
 
     /// The only runner of a store claims with the turn's other changes (`markRunning`).
     package var sharesRunners: Bool { false }
+
+    /// An embedded store has no connection to lose.
+    package func reconnectWhenDropped(_ policy: ReconnectPolicy) {}
 
     /// The runner lock already admits one holder.
     package func lockExclusively() throws(OutboxError) -> RunnerLock { try lockForRunner() }

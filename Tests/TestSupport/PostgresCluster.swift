@@ -13,6 +13,8 @@ package final class PostgresCluster: Sendable {
 
     package let folder: String
     package let port: Int
+    private let data: String
+    private let asRoot: Bool
 
     /// The cluster of this test process, started at first use; a failure to start is
     /// reported by every test that needs it (never skipped).
@@ -24,6 +26,25 @@ package final class PostgresCluster: Sendable {
     }
 
     private static let started: Result<PostgresCluster, any Error> = Result { try PostgresCluster() }
+
+    /// A cluster of the caller's own, for a test that stops and starts its server.
+    package static func makePrivate() throws -> PostgresCluster { try PostgresCluster() }
+
+    /// Stops the server (`-m fast`: it ends every session, as a restart by an operator does).
+    package func stop() throws {
+        try Self.run(Self.binaries + "/pg_ctl", ["-D", data, "-m", "fast", "-w", "stop"], asRoot: asRoot)
+    }
+
+    /// Starts the stopped server again on its port.
+    package func start() throws {
+        try Self.run(
+            Self.binaries + "/pg_ctl",
+            ["-D", data, "-l", folder + "/server.log", "-w", "-t", "60", "start", "-o", Self.options(port, folder)], asRoot: asRoot)
+    }
+
+    private static func options(_ port: Int, _ base: String) -> String {
+        "-p \(port) -k \(base) -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off"
+    }
 
     /// A URL for a schema of its own (created by the store on first open).
     package func url(schema: String, password: String = PostgresCluster.password) -> String {
@@ -44,10 +65,12 @@ package final class PostgresCluster: Sendable {
         try FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         folder = base
         let data = base + "/data"
+        self.data = data
         let passwordFile = base + "/pwfile"
         try Self.password.write(toFile: passwordFile, atomically: false, encoding: .utf8)
         // The server refuses to run as root: the folder goes to the postgres user.
         let asRoot = getuid() == 0
+        self.asRoot = asRoot
         if asRoot { try Self.run("/bin/chown", ["-R", "postgres:postgres", base], asRoot: false) }
         try Self.run(
             initdb,
@@ -62,8 +85,7 @@ package final class PostgresCluster: Sendable {
                 try Self.run(
                     Self.binaries + "/pg_ctl",
                     [
-                        "-D", data, "-l", base + "/server.log", "-w", "-t", "60", "start", "-o",
-                        "-p \(port) -k \(base) -c listen_addresses=127.0.0.1 -c max_connections=400 -c fsync=off",
+                        "-D", data, "-l", base + "/server.log", "-w", "-t", "60", "start", "-o", Self.options(port, base),
                     ], asRoot: asRoot)
                 self.port = port
                 Self.stopAtExit(data: data, base: base, asRoot: asRoot)
@@ -126,17 +148,24 @@ package final class PostgresCluster: Sendable {
     private static let exitState = ExitState()
 
     private final class ExitState: @unchecked Sendable {
-        var command: (data: String, base: String, asRoot: Bool)?
+        let lock = NSLock()
+        var clusters: [(data: String, base: String, asRoot: Bool)] = []
     }
 
-    /// Stops the server and removes its folder when the test process exits.
+    /// Stops the servers and removes their folders when the test process exits.
     private static func stopAtExit(data: String, base: String, asRoot: Bool) {
-        exitState.command = (data, base, asRoot)
-        atexit {
-            guard let (data, base, asRoot) = PostgresCluster.exitState.command else { return }
-            try? PostgresCluster.run(PostgresCluster.binaries + "/pg_ctl", ["-D", data, "-m", "immediate", "-w", "stop"], asRoot: asRoot)
-            try? FileManager.default.removeItem(atPath: base)
+        exitState.lock.lock()
+        defer { exitState.lock.unlock() }
+        if exitState.clusters.isEmpty {
+            atexit {
+                for (data, base, asRoot) in PostgresCluster.exitState.clusters {
+                    try? PostgresCluster.run(
+                        PostgresCluster.binaries + "/pg_ctl", ["-D", data, "-m", "immediate", "-w", "stop"], asRoot: asRoot)
+                    try? FileManager.default.removeItem(atPath: base)
+                }
+            }
         }
+        exitState.clusters.append((data, base, asRoot))
     }
 }
 

@@ -9,6 +9,7 @@ struct LibPQ: @unchecked Sendable {
     let status: @convention(c) (OpaquePointer?) -> ConnStatusType
     let errorMessage: @convention(c) (OpaquePointer?) -> UnsafeMutablePointer<CChar>?
     let finish: @convention(c) (OpaquePointer?) -> Void
+    let reset: @convention(c) (OpaquePointer?) -> Void
     let exec: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?) -> OpaquePointer?
     let prepare: @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, UnsafePointer<CChar>?, Int32, UnsafePointer<Oid>?) -> OpaquePointer?
     let execPrepared:
@@ -50,6 +51,7 @@ struct LibPQ: @unchecked Sendable {
             let status = symbol("PQstatus", (@convention(c) (OpaquePointer?) -> ConnStatusType).self),
             let errorMessage = symbol("PQerrorMessage", (@convention(c) (OpaquePointer?) -> UnsafeMutablePointer<CChar>?).self),
             let finish = symbol("PQfinish", (@convention(c) (OpaquePointer?) -> Void).self),
+            let reset = symbol("PQreset", (@convention(c) (OpaquePointer?) -> Void).self),
             let exec = symbol("PQexec", (@convention(c) (OpaquePointer?, UnsafePointer<CChar>?) -> OpaquePointer?).self),
             let prepare = symbol(
                 "PQprepare",
@@ -78,7 +80,8 @@ struct LibPQ: @unchecked Sendable {
         }
         return .success(
             LibPQ(
-                connectdb: connectdb, status: status, errorMessage: errorMessage, finish: finish, exec: exec, prepare: prepare,
+                connectdb: connectdb, status: status, errorMessage: errorMessage, finish: finish, reset: reset, exec: exec,
+                prepare: prepare,
                 execPrepared: execPrepared, resultStatus: resultStatus, resultErrorMessage: resultErrorMessage, clear: clear,
                 cmdTuples: cmdTuples, ntuples: ntuples, getisnull: getisnull, getvalue: getvalue, getlength: getlength,
                 consumeInput: consumeInput, notifies: notifies, freemem: freemem))

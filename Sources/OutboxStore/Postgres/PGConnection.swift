@@ -63,6 +63,14 @@ final class PGConnection: @unchecked Sendable {
     private var locked = false
     /// The server as messages name it: the URL without its password.
     let name: String
+    /// What a dropped connection does: nil fails the statement (commands); a runner's
+    /// reconnects and runs the statement or transaction again from its start.
+    var reconnect: ReconnectPolicy?
+    /// Clears what a transaction's body built besides its SQL, before it runs again.
+    var beforeRetry: (() -> Void)?
+    /// Session settings (search path, LISTEN) and session locks, set again after a reconnect.
+    private var session: [(name: String, sql: String)] = []
+    private var sessionLocks: [(key: Int32, shared: Bool)] = []
 
     /// Connects with a libpq connection URI; E_STORAGE with the server's message when that
     /// fails (the password never appears in it).
@@ -78,7 +86,7 @@ final class PGConnection: @unchecked Sendable {
         }
         conn = c
         // The server's notices ("schema already exists, skipping") are not the user's business.
-        try execute("SET client_min_messages TO warning")
+        try setSession("notices", "SET client_min_messages TO warning")
     }
 
     deinit { pq.finish(conn) }
@@ -99,6 +107,19 @@ final class PGConnection: @unchecked Sendable {
 
     /// Runs SQL without parameters (several statements allowed): migrations, BEGIN, LISTEN.
     func execute(_ sql: String) throws(OutboxError) {
+        if transactionDepth > 0 { return try executeOnce(sql) }
+        try retrying { () throws(OutboxError) in try executeOnce(sql) }
+    }
+
+    /// Runs `sql` now and again on every new connection of this session (nil forgets `name`).
+    func setSession(_ name: String, _ sql: String?) throws(OutboxError) {
+        session.removeAll { $0.name == name }
+        guard let sql else { return }
+        try execute(sql)
+        session.append((name, sql))
+    }
+
+    private func executeOnce(_ sql: String) throws(OutboxError) {
         let result = pq.exec(conn, sql)
         defer { pq.clear(result) }
         let status = result.map { pq.resultStatus($0) } ?? PGRES_FATAL_ERROR
@@ -141,6 +162,11 @@ final class PGConnection: @unchecked Sendable {
 
     /// Executes a prepared statement; the caller clears the result.
     private func exec(_ sql: String, _ values: [SQLValue]) throws(OutboxError) -> OpaquePointer {
+        if transactionDepth > 0 { return try execOnce(sql, values) }
+        return try retrying { () throws(OutboxError) in try execOnce(sql, values) }
+    }
+
+    private func execOnce(_ sql: String, _ values: [SQLValue]) throws(OutboxError) -> OpaquePointer {
         let statement = try prepared(sql, count: values.count)
         // Text parameters, except bodies, sent as binary bytes (no escaping).
         var buffers: [[CChar]?] = []
@@ -213,13 +239,15 @@ final class PGConnection: @unchecked Sendable {
     /// Runs `body` in one read-only snapshot, so that many reads agree with each other.
     func read<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
         if transactionDepth > 0 { return try body() }
-        try run("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        transactionDepth += 1
-        defer {
-            transactionDepth -= 1
-            try? execute("COMMIT")
+        return try retrying { () throws(OutboxError) -> T in
+            try executeOnce("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            transactionDepth += 1
+            defer {
+                transactionDepth -= 1
+                try? executeOnce("COMMIT")
+            }
+            return try body()
         }
-        return try body()
     }
 
     /// Runs `body` in one transaction that first takes `lock` (an advisory lock held to
@@ -247,10 +275,14 @@ final class PGConnection: @unchecked Sendable {
 
     private func transaction<T>(opening: String, locked: Bool, _ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
         if transactionDepth > 0 { return try body() }
+        return try retrying { () throws(OutboxError) -> T in try transactionOnce(opening: opening, locked: locked, body) }
+    }
+
+    private func transactionOnce<T>(opening: String, locked: Bool, _ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
         do throws(OutboxError) {
-            try execute(opening)
+            try executeOnce(opening)
         } catch {
-            try? execute("ROLLBACK")
+            try? executeOnce("ROLLBACK")
             throw error
         }
         self.locked = locked
@@ -259,15 +291,15 @@ final class PGConnection: @unchecked Sendable {
             let result = try body()
             transactionDepth -= 1
             do throws(OutboxError) {
-                try run("COMMIT")
+                try executeOnce("COMMIT")
             } catch {
-                try? execute("ROLLBACK")
+                try? executeOnce("ROLLBACK")
                 throw error
             }
             return result
         } catch {
             if transactionDepth > 0 { transactionDepth -= 1 }
-            try? execute("ROLLBACK")
+            try? executeOnce("ROLLBACK")
             throw error
         }
     }
@@ -276,7 +308,10 @@ final class PGConnection: @unchecked Sendable {
     /// `LISTEN`); a broken connection is E_STORAGE.
     func takeNotifications() throws(OutboxError) -> Int {
         guard pq.consumeInput(conn) == 1 else {
-            throw .storage("lost the connection to the PostgreSQL store: \(Self.trimmed(pq.errorMessage(conn))) (\(name))")
+            let error = OutboxError.storage("lost the connection to the PostgreSQL store: \(Self.trimmed(pq.errorMessage(conn))) (\(name))")
+            guard transactionDepth == 0, let policy = reconnect else { throw error }
+            try connectAgain(after: error, policy)
+            return 1  // what changed meanwhile is unknown: read it all again
         }
         var count = 0
         while let notification = pq.notifies(conn) {
@@ -290,11 +325,78 @@ final class PGConnection: @unchecked Sendable {
     /// until `unlock` or the end of the connection (a killed process drops it).
     func tryLock(key: Int32, shared: Bool = false) throws(OutboxError) -> Bool {
         let function = shared ? "pg_try_advisory_lock_shared" : "pg_try_advisory_lock"
-        return try queryOne("SELECT \(function)(7361201, ?::int)", [.int(Int64(key))]) { $0.text(0) == "t" } ?? false
+        let taken = try queryOne("SELECT \(function)(7361201, ?::int)", [.int(Int64(key))]) { $0.text(0) == "t" } ?? false
+        if taken { sessionLocks.append((key, shared)) }
+        return taken
     }
 
     func unlock(key: Int32, shared: Bool = false) {
+        if let i = sessionLocks.firstIndex(where: { $0.key == key && $0.shared == shared }) { sessionLocks.remove(at: i) }
         let function = shared ? "pg_advisory_unlock_shared" : "pg_advisory_unlock"
         _ = try? run("SELECT \(function)(7361201, ?::int)", [.int(Int64(key))])
+    }
+
+    // MARK: A dropped connection
+
+    /// Runs `attempt`; when it failed because the server dropped the connection and a
+    /// reconnect policy is set, reconnects and runs it again from its start.
+    private func retrying<T>(_ attempt: () throws(OutboxError) -> T) throws(OutboxError) -> T {
+        while true {
+            do throws(OutboxError) {
+                return try attempt()
+            } catch {
+                guard transactionDepth == 0, let policy = reconnect, pq.status(conn) != CONNECTION_OK else { throw error }
+                try connectAgain(after: error, policy)
+                beforeRetry?()
+            }
+        }
+    }
+
+    /// Connects again (every 0.1 s, backing off to 5 s) and restores the session, until
+    /// that works or the policy gives up (then `error` is thrown). A commit whose answer was
+    /// lost is run again: what it changed is fenced by lease tokens and same-id rules.
+    private func connectAgain(after error: OutboxError, _ policy: ReconnectPolicy) throws(OutboxError) {
+        policy.log("outbox: \(error.message); reconnecting (work in flight goes on)")
+        var delayMs = 100
+        while true {
+            var waited = 0
+            while waited < delayMs {
+                if policy.giveUp() { throw error }
+                usleep(50_000)
+                waited += 50
+            }
+            pq.reset(conn)
+            statements.removeAll()
+            if pq.status(conn) == CONNECTION_OK {
+                do throws(OutboxError) {
+                    for (_, sql) in session { try executeOnce(sql) }
+                    for lock in sessionLocks {
+                        let function = lock.shared ? "pg_try_advisory_lock_shared" : "pg_try_advisory_lock"
+                        let result = try execOnce("SELECT \(function)(7361201, ?::int)", [.int(Int64(lock.key))])
+                        defer { pq.clear(result) }
+                        guard pq.getvalue(result, 0, 0).map({ String(cString: $0) }) == "t" else {
+                            throw OutboxError.running("the store \(name) was locked by a store copy while this runner was away")
+                        }
+                    }
+                    policy.log("outbox: connected again to the PostgreSQL store \(name)")
+                    return
+                } catch  where error.code == .running {
+                    throw error
+                } catch {}
+            }
+            delayMs = min(delayMs * 2, 5_000)
+        }
+    }
+}
+
+/// How a runner's connection behaves when the server drops it: it reconnects until
+/// `giveUp` says stop (a stop request), logging through `log`.
+package struct ReconnectPolicy: Sendable {
+    package var giveUp: @Sendable () -> Bool
+    package var log: @Sendable (String) -> Void
+
+    package init(giveUp: @escaping @Sendable () -> Bool, log: @escaping @Sendable (String) -> Void) {
+        self.giveUp = giveUp
+        self.log = log
     }
 }

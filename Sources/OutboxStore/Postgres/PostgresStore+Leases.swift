@@ -149,10 +149,21 @@ extension PostgresStore {
         return (" AND delivery_owner = ?", [.text(owner)])
     }
 
+    package func reconnectWhenDropped(_ policy: ReconnectPolicy) {
+        db.reconnect = policy
+        // A transaction run again builds its file lists again. Returns it journaled stay in
+        // the move journal (its commit may have happened): the next store open settles them.
+        db.beforeRetry = { [unowned self] in
+            obsoleteFiles.removeAll()
+            returns.removeAll()
+            returnsTicket = nil
+        }
+    }
+
     /// Subscribes this connection to the schema's wake-ups (every commit that changes the
     /// queue notifies them).
     func listen() throws(OutboxError) {
-        try db.execute("LISTEN \"outbox_\(url.schema)\"")
+        try db.setSession("listen", "LISTEN \"outbox_\(url.schema)\"")
         listening = true
     }
 }
@@ -172,6 +183,7 @@ final class PostgresRunnerLock: RunnerLock {
         guard let store else { return }
         if shared {
             try? store.db.execute("UNLISTEN *")
+            try? store.db.setSession("listen", nil)
             store.listening = false
         }
         store.db.unlock(key: store.lockKey, shared: shared)

@@ -53,7 +53,7 @@ package final class PostgresStore: Store, @unchecked Sendable {
         staging = Staging(bodiesDir: bodies)
         moves = MoveJournal(folder: Paths.join(folder, "moves"))
         db = try PGConnection(uri: url.connectionURI, name: url.redacted)
-        try db.execute("SET search_path TO \"\(url.schema)\"")
+        try db.setSession("schema", "SET search_path TO \"\(url.schema)\"")
         try Self.migrate(db, url: url)
         clockOffset = try Self.measureClockOffset(db)
         try SQLiteStore.makeFolder(folder)

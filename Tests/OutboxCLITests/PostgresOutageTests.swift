@@ -1,0 +1,61 @@
+import Foundation
+import OutboxModel
+import OutboxTestServer
+import Testing
+import TestSupport
+
+/// A runner whose PostgreSQL server goes away mid-run (stopped by `pg_ctl`, a cluster of the
+/// test's own): it keeps its requests in flight, reconnects once the server is back, and
+/// settles them there without sending anything again; asked to stop while the server is
+/// away, it ends with E_STORAGE instead of waiting on.
+@Suite(.serialized)
+struct PostgresOutageTests {
+    @Test func aRunnerKeepsItsWorkWhileTheServerIsAway() async throws {
+        let cluster = try PostgresCluster.makePrivate()
+        let p = try TestProject(
+            definitions: [
+                "note": """
+                key: note
+                request:
+                  url: "{{ env.SERVER | raw }}/notes/{{ vars.n }}"
+                  data: { n: "{{ vars.n }}" }
+                on_success: hooks/log.sh
+                """
+            ])
+        try p.writeHook("log.sh", "#!/bin/sh\necho \"$OUTBOX_ID\" >> '\(p.path("hook.log"))'\n")
+        p.environment["OUTBOX_STORE"] = cluster.url(schema: "outage")
+        p.environment["SERVER"] = p.server.baseURL
+        p.server.script("/notes/", [.hold("away"), .hold("away")])
+        let lines = #"{"vars": {"n": 1}, "id": "e-1"}"# + "\n" + #"{"vars": {"n": 2}, "id": "e-2"}"# + "\n"
+        let enqueued = try await p.outbox(["enqueue", "note", "--from", "-"], stdin: lines)
+        #expect(enqueued.exitCode == 0, "\(enqueued)")
+
+        let runner = try p.start(["run"])
+        #expect(await p.server.waitForHeld("away", count: 2))
+        try cluster.stop()
+        await eventually("the runner notices the server is gone") { runner.stderrSoFar.contains("reconnecting") }
+        // The answers arrive while the store cannot take them.
+        #expect(p.server.release("away") == 2)
+        let refused = try await p.outbox(["list", "--json"])
+        #expect(refused.exitCode == 74, "a command fails at once while the server is away: \(refused)")
+        #expect(refused.stdout.contains("\"E_STORAGE\""), "\(refused)")
+        try cluster.start()
+        await eventually("the runner is connected again") { runner.stderrSoFar.contains("connected again") }
+        await eventually("both outcomes are delivered") { (p.read("hook.log") ?? "").split(separator: "\n").count == 2 }
+        let list = try await p.outbox(["list", "--json"])
+        #expect(list.exitCode == 0, "\(list)")
+        #expect(try JSON.parse(list.stdout).arrayValue?.isEmpty == true, "\(list.stdout)")
+        #expect(p.server.requests(path: "/notes/").count == 2, "nothing was sent again")
+        #expect((p.read("hook.log") ?? "").split(separator: "\n").sorted() == ["e-1", "e-2"])
+
+        // Away again, and asked to stop: the runner gives up waiting and says why.
+        try cluster.stop()
+        await eventually("the runner notices again") {
+            runner.stderrSoFar.components(separatedBy: "reconnecting").count == 3
+        }
+        runner.signal(SIGTERM)
+        let ended = await runner.wait(timeout: 120)
+        #expect(ended.exitCode == 74 && !ended.timedOut, "\(ended)")
+        #expect(ended.stderr.contains("E_STORAGE"), "\(ended.stderr)")
+    }
+}
