@@ -30,6 +30,7 @@ struct PostgresStoreTests {
         #expect(url.redacted == c.redacted)
         #expect(!url.connectionURI.contains("schema="))
         #expect(url.connectionURI.contains("connect_timeout=10"))
+        #expect(url.connectionURI.contains("keepalives_idle=10") && url.connectionURI.contains("tcp_user_timeout=30000"))
     }
 
     // A schema that is not a plain lowercase identifier is a config error naming it.

@@ -46,6 +46,14 @@ package struct PostgresURL: Sendable, Equatable {
         var kept = query.filter { $0.0 != "schema" }
         if !kept.contains(where: { $0.0 == "connect_timeout" }) { kept.append(("connect_timeout", "10")) }
         if !kept.contains(where: { $0.0 == "application_name" }) { kept.append(("application_name", "outbox")) }
+        // A server that vanished without closing the connection (a cut link, a dead host) is
+        // noticed within about half a minute instead of a statement waiting for ever.
+        for (name, value) in [
+            ("keepalives_idle", "10"), ("keepalives_interval", "5"), ("keepalives_count", "3"), ("tcp_user_timeout", "30000"),
+        ]
+        where !kept.contains(where: { $0.0 == name }) {
+            kept.append((name, value))
+        }
         connectionURI = "\(scheme)://\(rest)?" + kept.map { "\($0.0)=\($0.1)" }.joined(separator: "&")
         redacted = "\(scheme)://\(shown)?schema=\(schema)"
     }
