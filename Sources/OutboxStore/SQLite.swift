@@ -16,18 +16,16 @@ enum SQLValue: Sendable {
 }
 
 /// A row of a result, read by column index while the statement is positioned on it.
-struct SQLRow {
+struct SQLRow: SQLRowReading {
     fileprivate let statement: OpaquePointer
 
     func isNull(_ i: Int32) -> Bool { sqlite3_column_type(statement, i) == SQLITE_NULL }
     func int(_ i: Int32) -> Int64 { sqlite3_column_int64(statement, i) }
-    func optionalInt(_ i: Int32) -> Int64? { isNull(i) ? nil : int(i) }
     func text(_ i: Int32) -> String {
         guard let p = sqlite3_column_text(statement, i) else { return "" }
         let n = Int(sqlite3_column_bytes(statement, i))
         return String(decoding: UnsafeBufferPointer(start: p, count: n), as: UTF8.self)
     }
-    func optionalText(_ i: Int32) -> String? { isNull(i) ? nil : text(i) }
     /// The column's UTF-8 bytes, valid only inside `body` (no String is made).
     func withText<T>(_ i: Int32, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
         guard let p = sqlite3_column_text(statement, i) else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
@@ -45,7 +43,7 @@ struct SQLRow {
 ///
 /// Opened in WAL mode with `synchronous=FULL` (per connection: set on every open) and a busy timeout,
 /// so several `enqueue` processes and one runner share a store safely.
-final class SQLiteConnection: @unchecked Sendable {
+final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
     private let db: OpaquePointer
     private var statements: [String: OpaquePointer] = [:]
     private var transactionDepth = 0

@@ -56,7 +56,7 @@ struct PostgresStagingTests {
     @Test func aChunkedUploadGoesOnFromAnotherHostWithoutSendingAcceptedPartsAgain() async throws {
         let p = try Self.project(shared: true)
         p.server.script("/put/big/part-3", [.hold("dies"), .json(200, "{}")])
-        let enqueued = await try Self.start(p, host: "host-a", ["enqueue", "upload", "--id", "big", "--vars", #"{"path": "big.bin"}"#])
+        let enqueued = try await Self.start(p, host: "host-a", ["enqueue", "upload", "--id", "big", "--vars", #"{"path": "big.bin"}"#])
             .wait()
         #expect(enqueued.exitCode == 0, "\(enqueued)")
         let first = try Self.start(p, host: "host-a", ["run"])
@@ -84,19 +84,19 @@ struct PostgresStagingTests {
 
     @Test func withoutASharedFolderOnlyTheEnqueuingHostSendsTheBody() async throws {
         let p = try Self.project(shared: false)
-        let enqueued = await try Self.start(p, host: "host-a", ["enqueue", "upload", "--id", "big", "--vars", #"{"path": "big.bin"}"#])
+        let enqueued = try await Self.start(p, host: "host-a", ["enqueue", "upload", "--id", "big", "--vars", #"{"path": "big.bin"}"#])
             .wait()
         #expect(enqueued.exitCode == 0, "\(enqueued)")
-        let explained = await try Self.start(p, host: "host-b", ["explain", "big"]).wait()
+        let explained = try await Self.start(p, host: "host-b", ["explain", "big"]).wait()
         #expect(explained.stdout.contains("its file body is staged on host host-a"), "\(explained)")
 
         // A drain on the other host leaves it queued and sends nothing.
-        let elsewhere = await try Self.start(p, host: "host-b", ["run", "--drain"]).wait()
+        let elsewhere = try await Self.start(p, host: "host-b", ["run", "--drain"]).wait()
         #expect(!elsewhere.timedOut, "\(elsewhere)")
         #expect(p.server.requests(path: "/put/big/").isEmpty)
         let listed = try await p.outbox(["list", "--json"])
         #expect(try JSON.parse(listed.stdout).arrayValue?.first?["state"] == .string("queued"), "\(listed)")
-        let here = await try Self.start(p, host: "host-a", ["run", "--drain"]).wait()
+        let here = try await Self.start(p, host: "host-a", ["run", "--drain"]).wait()
         #expect(here.exitCode == 0, "\(here)")
         #expect((1...5).map { Self.requests(p, part: $0) } == [1, 1, 1, 1, 1])
     }

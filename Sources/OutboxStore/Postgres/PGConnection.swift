@@ -3,7 +3,7 @@ import Glibc
 import OutboxModel
 
 /// A row of a PostgreSQL result, read by column index; results come in text format.
-struct PGRow {
+struct PGRow: SQLRowReading {
     fileprivate let pq: LibPQ
     fileprivate let result: OpaquePointer
     fileprivate let row: Int32
@@ -13,12 +13,10 @@ struct PGRow {
         guard let p = pq.getvalue(result, row, i) else { return 0 }
         return strtoll(p, nil, 10)
     }
-    func optionalInt(_ i: Int32) -> Int64? { isNull(i) ? nil : int(i) }
     func text(_ i: Int32) -> String {
         guard let p = pq.getvalue(result, row, i) else { return "" }
         return String(cString: p)
     }
-    func optionalText(_ i: Int32) -> String? { isNull(i) ? nil : text(i) }
     /// The column's UTF-8 bytes, valid only inside `body` (no String is made).
     func withText<T>(_ i: Int32, _ body: (UnsafeBufferPointer<UInt8>) -> T) -> T {
         guard let p = pq.getvalue(result, row, i) else { return body(UnsafeBufferPointer(start: nil, count: 0)) }
@@ -54,7 +52,7 @@ struct PGRow {
 
 /// One libpq connection, confined to the thread that uses it; statements prepared once per
 /// SQL text. SQL is written with `?` placeholders, numbered for PostgreSQL here.
-final class PGConnection: @unchecked Sendable {
+final class PGConnection: SQLDatabase, @unchecked Sendable {
     private let pq: LibPQ
     private let conn: OpaquePointer
     private var statements: [String: String] = [:]

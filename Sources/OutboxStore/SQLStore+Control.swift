@@ -2,7 +2,8 @@ import CSystem
 import Glibc
 import OutboxModel
 
-extension PostgresStore {
+/// Cancel, retry, headers, list rows, counts, audit and orphans: the same on both stores.
+extension SQLStore {
     /// Forgets an entry: its row, parts, attempts, outcomes and staged bytes. A file moved
     /// into the store and never sent completely goes back to its source path: outbox never
     /// destroys the user's only copy.
@@ -43,7 +44,7 @@ extension PostgresStore {
             if let mode = identity?.mode { chmod(file, mode_t(mode)) }
             if !Paths.exists(source), MoveJournal.putBack(file, at: source) {
                 // A copy across filesystems is a new file: it gets the mode and times it had.
-                if let identity { SQLiteStore.restoreModeAndTime(source, identity) }
+                if let identity { Self.restoreModeAndTime(source, identity) }
                 Fault.point("forget.returned")
                 continue
             }
@@ -75,6 +76,13 @@ extension PostgresStore {
         returnsTicket = nil
     }
 
+    static func restoreModeAndTime(_ path: String, _ identity: FileIdentity) {
+        if let mode = identity.mode { chmod(path, mode_t(mode)) }
+        let time = timespec(tv_sec: Int(identity.mtimeNs / 1_000_000_000), tv_nsec: Int(identity.mtimeNs % 1_000_000_000))
+        var times = [time, time]
+        _ = utimensat(AT_FDCWD, path, &times, 0)
+    }
+
     /// `outbox cancel`: live entries settle cancelled and are forgotten; settled ones are
     /// forgotten with their unacknowledged outcomes. Unknown ids are not errors.
     package func cancel(ids: [String]?, key: String?, now: Int64) throws(OutboxError) -> [String] {
@@ -82,7 +90,7 @@ extension PostgresStore {
         let cancelled: [String]
         do throws(OutboxError) {
             // One writer at a time: an enqueue of the same id must not slip between the read and the delete.
-            cancelled = try db.transaction(lock: lockKey) { () throws(OutboxError) -> [String] in
+            cancelled = try writing { () throws(OutboxError) -> [String] in
                 var entries: [Entry] = []
                 if let ids {
                     for id in ids { if let e = try entry(id: id) { entries.append(e) } }
@@ -109,7 +117,7 @@ extension PostgresStore {
     /// gets its lifetime again from now, or it would expire again at once.
     package func retry(ids: [String]?, key: String?, errors: Bool, now: Int64) throws(OutboxError) -> [String] {
         // One writer at a time: the entries are read, then written by generation, as the same-id rules do.
-        try db.transaction(lock: lockKey) { () throws(OutboxError) -> [String] in
+        try writing { () throws(OutboxError) -> [String] in
             var entries: [Entry] = []
             if let ids {
                 for id in ids { if let e = try entry(id: id) { entries.append(e) } }
@@ -137,9 +145,9 @@ extension PostgresStore {
     /// header generation and resumes awaiting-auth entries. Returns the new generation.
     package func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
         // One writer at a time: the header generation is read and bumped, and every entry rewritten.
-        try db.transaction(lock: lockKey) { () throws(OutboxError) -> Int64 in
-            let generation = (Int64(try setting(SQLiteStore.headerGenerationSetting) ?? "0") ?? 0) + 1
-            try setSetting(SQLiteStore.headerGenerationSetting, String(generation))
+        try writing { () throws(OutboxError) -> Int64 in
+            let generation = (Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0) + 1
+            try setSetting(Self.headerGenerationSetting, String(generation))
             let existing = HeaderRules.from(json: try setting("header_patch").flatMap { try? JSON.parse($0) })
             try setSetting("header_patch", HeaderRules.json(HeaderRules.merge(existing, patch)).serialized())
             for e in try list(ListFilter()) {
@@ -188,11 +196,11 @@ extension PostgresStore {
         var first = true
         var written = 0
         func literal(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
-        func string(_ r: PGRow, _ i: Int32) {
+        func string(_ r: Database.Row, _ i: Int32) {
             if r.isNull(i) { literal("null") } else { r.withText(i) { JSON.appendString(utf8: $0, to: &out) } }
         }
-        func number(_ r: PGRow, _ i: Int32) {
-            if r.isNull(i) { literal("null") } else { SQLiteStore.appendDecimal(r.int(i), to: &out) }
+        func number(_ r: Database.Row, _ i: Int32) {
+            if r.isNull(i) { literal("null") } else { Self.appendDecimal(r.int(i), to: &out) }
         }
         try db.forEach(sql, values) { r throws(OutboxError) in
             let key = r.text(1)
@@ -237,6 +245,27 @@ extension PostgresStore {
         write(String(decoding: out, as: UTF8.self))
     }
 
+    /// Appends the decimal digits of `value`.
+    static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = value.magnitude
+        var digits:
+            (
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
+            ) =
+                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            repeat {
+                buffer[19 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            out.append(contentsOf: buffer[(20 - count)...])
+        }
+    }
+
     /// Counts of entries by state, and of outcomes not yet acknowledged.
     package func counts() throws(OutboxError) -> StoreCounts {
         var states: [EntryState: Int64] = [:]
@@ -256,9 +285,8 @@ extension PostgresStore {
 
     /// Problems with the store's invariants (empty when all hold), for `outbox audit`.
     package func audit() throws(OutboxError) -> [String] {
-        var problems: [String] = []
-        // Files another host staged are on its disk: that host's audit checks them.
-        let elsewhere = sharedStaging ? [] : Set(try db.query("SELECT id FROM entries WHERE body_host <> ?", [.text(host)]) { $0.text(0) })
+        var problems = try databaseProblems()
+        let elsewhere = try entriesStagedElsewhere()
         for e in try list(ListFilter()) {
             if let file = e.bodyFile, !elsewhere.contains(e.id), !Paths.exists(file) {
                 problems.append("\(e.id): staged body \(file) is missing")
@@ -291,15 +319,22 @@ extension PostgresStore {
     }
 }
 
-extension PostgresStore {
-    /// Held shared by every process while it stages bodies and commits them; `cleanOrphans`
-    /// needs it alone, so it never takes the files of an enqueue in progress for orphans.
-    final class StagingLock {
-        private var fd: Int32
-        init(fd: Int32) { self.fd = fd }
-        deinit { if fd >= 0 { close(fd) } }
+enum FileIO {
+    static func log(_ line: String) {
+        let text = line + "\n"
+        _ = text.withCString { write(2, $0, strlen($0)) }
     }
+}
 
+/// Held shared by every process while it stages bodies and commits them; `cleanOrphans`
+/// needs it alone, so it never takes the files of an enqueue in progress for orphans.
+final class StagingLock {
+    private var fd: Int32
+    init(fd: Int32) { self.fd = fd }
+    deinit { if fd >= 0 { close(fd) } }
+}
+
+extension SQLStore {
     func stagingLock(exclusive: Bool) -> StagingLock? {
         let fd = open(Paths.join(folder, "staging.lock"), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return nil }
@@ -315,13 +350,15 @@ extension PostgresStore {
     package func cleanOrphans() throws(OutboxError) -> [String] {
         guard let lock = stagingLock(exclusive: true) else { return [] }
         defer { withExtendedLifetime(lock) {} }
-        let known = Set(try list(ListFilter()).flatMap(\.body.files))
+        // Every run starts here: the staged files come first, and the rows are read only as far
+        // as they can own one (parsing every entry made a run's start grow with the queue).
+        var candidates = Set((Paths.list(staging.bodiesDir) ?? []).map { Paths.join(staging.bodiesDir, $0) })
+        guard !candidates.isEmpty else { return [] }
+        candidates.subtract(try db.query("SELECT body_file FROM entries WHERE body_file IS NOT NULL") { $0.text(0) })
+        // Form fields' staged files live in the stored request.
+        if !candidates.isEmpty { candidates.subtract(try list(ListFilter()).flatMap(\.body.files)) }
         var removed: [String] = []
-        for name in Paths.list(staging.bodiesDir) ?? [] {
-            let path = Paths.join(staging.bodiesDir, name)
-            guard !known.contains(path) else { continue }
-            if unlink(path) == 0 { removed.append(path) }
-        }
+        for path in candidates.sorted() where unlink(path) == 0 { removed.append(path) }
         if !removed.isEmpty { _ = csystem_fsync_dir(staging.bodiesDir) }
         return removed
     }
