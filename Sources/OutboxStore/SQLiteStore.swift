@@ -170,4 +170,6 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
 
     /// One host: every staged file is on this disk.
     func entriesStagedElsewhere() throws(OutboxError) -> Set<String> { [] }
+
+    func entryColumnsOfThisStore(_ staged: StagedBody) -> [(column: String, value: SQLValue)] { [] }
 }

@@ -113,6 +113,12 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
         return Set(try db.query("SELECT id FROM entries WHERE body_host <> ?", [.text(host)]) { $0.text(0) })
     }
 
+    /// A body on this host's disk (a staged or referenced file, form files) is claimed here only.
+    func entryColumnsOfThisStore(_ staged: StagedBody) -> [(column: String, value: SQLValue)] {
+        let onThisHost = staged.file != nil || staged.form.contains(where: { $0.stagedFile != nil })
+        return [("body_host", .optional(onThisHost ? host : nil))]
+    }
+
     /// While a runner listens, the version is read again only after a wake-up, or once a
     /// second in case one was missed; otherwise at every call.
     package func dataVersion() throws(OutboxError) -> Int64 {

@@ -2,8 +2,9 @@ import CSystem
 import Glibc
 import OutboxModel
 
-/// Enqueue: staging bodies outside the write lock, then the same-id rules and inserts in one transaction.
-extension SQLiteStore {
+/// Enqueue on both stores: bodies staged outside the write lock, then the same-id rules and
+/// inserts in one transaction.
+extension SQLStore {
     /// Enqueues a batch in one transaction, applying the same-id rules to each entry.
     /// Bodies are staged before the transaction; on any failure every staged file is removed
     /// (or moved back) and nothing is committed.
@@ -15,7 +16,8 @@ extension SQLiteStore {
         Fault.point("enqueue.staged")
         let results: [EnqueueResult]
         do throws(OutboxError) {
-            results = try db.transaction { () throws(OutboxError) -> [EnqueueResult] in
+            // One writer at a time: the same-id rules read the live entry of an id, then replace it.
+            results = try writing { () throws(OutboxError) -> [EnqueueResult] in
                 let results = try applyBatch(batch, staged: staged, now: now)
                 try journalReturns()
                 return results
@@ -33,13 +35,6 @@ extension SQLiteStore {
         // Replaced bodies go; a replaced moved file goes back to its source path.
         finishForget([])
         return results
-    }
-
-    struct StagedBatch {
-        var bodies: [StagedBody] = []
-        var internals: [String] = []
-        /// The journal of the files this batch moves in, until its commit or rollback.
-        var ticket: MoveJournal.Ticket?
     }
 
     /// Stages every body of a batch outside the write lock (copies can be long). An entry
@@ -106,13 +101,6 @@ extension SQLiteStore {
         reused.file = staged
         reused.totalBytes = identity.size
         return reused
-    }
-
-    /// The `headers update` state every new row records: read once per batch, as nothing
-    /// else writes it while the batch holds the write lock.
-    struct HeaderSettings {
-        var generation: Int64
-        var patch: JSON?
     }
 
     /// Writes a staged batch; must run inside a transaction.
@@ -188,8 +176,9 @@ extension SQLiteStore {
                 """
                 UPDATE entries SET vars = ?, request = ?, expires_at = ?, idempotency_key = COALESCE(?, idempotency_key, ?),
                   header_generation = ?,
-                  state = ?, reason = CASE WHEN ? = 'queued' AND state != 'queued' THEN NULL ELSE reason END,
-                  attempts = CASE WHEN ? THEN 0 ELSE attempts END, next_attempt_at = CASE WHEN ? THEN ? ELSE next_attempt_at END,
+                  state = ?, reason = CASE WHEN CAST(? AS TEXT) = 'queued' AND state != 'queued' THEN NULL ELSE reason END,
+                  attempts = CASE WHEN CAST(? AS INTEGER) = 1 THEN 0 ELSE attempts END,
+                  next_attempt_at = CASE WHEN CAST(? AS INTEGER) = 1 THEN ? ELSE next_attempt_at END,
                   not_before = COALESCE(?, not_before), updated_at = ?
                 WHERE id = ?
                 """,
@@ -241,25 +230,28 @@ extension SQLiteStore {
             stored.headers = patched(stored.headers, headers)
             request = stored.json.serialized()
         }
-        try db.run(
-            """
-            INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_hash, total_bytes,
-              idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
-              next_attempt_at, waits_for_delivery)
-            VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """,
-            [
-                .text(new.id), .text(internalID), .text(new.key), .text(vars), .int(generation), .text(request),
-                staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
-                .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
-                .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
-                .optional(new.notBefore), .bool(waits),
-            ])
-        let seq = db.lastInsertRowID
+        let extra = entryColumnsOfThisStore(staged)
+        let seq =
+            try db.queryOne(
+                """
+                INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_hash, total_bytes,
+                  idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
+                  next_attempt_at, waits_for_delivery\(extra.map { ", " + $0.column }.joined()))
+                VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?\(String(repeating: ", ?", count: extra.count)))
+                RETURNING seq
+                """,
+                [
+                    .text(new.id), .text(internalID), .text(new.key), .text(vars), .int(generation), .text(request),
+                    staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
+                    .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
+                    .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
+                    .optional(new.notBefore), .bool(waits),
+                ] + extra.map(\.value)
+            ) { $0.int(0) } ?? 0
         if case let .parts(_, _, parts) = p.body {
             for (i, part) in parts.enumerated() {
                 try db.run(
-                    "INSERT INTO parts (entry_seq, idx, start, end, url, headers) VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO parts (entry_seq, idx, start, \"end\", url, headers) VALUES (?, ?, ?, ?, ?, ?)",
                     [
                         .int(seq), .int(i), .int(part.range.start), .int(part.range.end), .text(part.url),
                         .text(HeaderRules.json(part.headers.map { ($0.name, $0.value) }).serialized()),
@@ -267,4 +259,19 @@ extension SQLiteStore {
             }
         }
     }
+}
+
+/// The bodies of an enqueue batch, staged before its transaction.
+struct StagedBatch {
+    var bodies: [StagedBody] = []
+    var internals: [String] = []
+    /// The journal of the files this batch moves in, until its commit or rollback.
+    var ticket: MoveJournal.Ticket?
+}
+
+/// The `headers update` state every new row records: read once per batch, as nothing
+/// else writes it while the batch holds the write lock.
+struct HeaderSettings {
+    var generation: Int64
+    var patch: JSON?
 }
