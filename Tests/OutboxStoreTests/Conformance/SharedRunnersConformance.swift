@@ -2,6 +2,7 @@ import Foundation
 import OutboxModel
 import OutboxStore
 import Testing
+import TestSupport
 
 extension StoreConformance {
     /// Claims committed before a transfer starts, leases renewed and lost, and leased hook
@@ -117,7 +118,7 @@ extension StoreConformance {
 
         /// Claims the delivery for runner B once runner A's one-millisecond lease has ended.
         private func waitForExpiry(_ store: any Store, _ seq: Int64) throws -> Bool {
-            let deadline = Date().addingTimeInterval(10)
+            let deadline = Date().addingTimeInterval(10 * testTimeScale)
             while Date() < deadline {
                 if try store.claimDeliveries(seqs: [seq], lease: runnerB)[seq] != nil { return true }
                 usleep(2_000)
