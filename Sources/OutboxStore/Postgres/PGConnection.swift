@@ -53,10 +53,10 @@ struct PGRow: SQLRowReading {
 /// One libpq connection, confined to the thread that uses it; statements prepared once per
 /// SQL text. SQL is written with `?` placeholders, numbered for PostgreSQL here.
 final class PGConnection: SQLDatabase, @unchecked Sendable {
-    private let pq: LibPQ
-    private let conn: OpaquePointer
-    private var statements: [String: String] = [:]
-    private var transactionDepth = 0
+    let pq: LibPQ
+    let conn: OpaquePointer
+    var statements: [String: String] = [:]
+    var transactionDepth = 0
     /// Whether the open transaction holds the schema's lock (and so wakes runners).
     private var locked = false
     /// The server as messages name it: the URL without its password.
@@ -67,8 +67,8 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
     /// Clears what a transaction's body built besides its SQL, before it runs again.
     var beforeRetry: (() -> Void)?
     /// Session settings (search path, LISTEN) and session locks, set again after a reconnect.
-    private var session: [(name: String, sql: String)] = []
-    private var sessionLocks: [(key: Int32, shared: Bool)] = []
+    var session: [(name: String, sql: String)] = []
+    var sessionLocks: [(key: Int32, shared: Bool)] = []
 
     /// Connects with a libpq connection URI; E_STORAGE with the server's message when that
     /// fails (the password never appears in it).
@@ -117,7 +117,7 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
         session.append((name, sql))
     }
 
-    private func executeOnce(_ sql: String) throws(OutboxError) {
+    func executeOnce(_ sql: String) throws(OutboxError) {
         let result = pq.exec(conn, sql)
         defer { pq.clear(result) }
         let status = result.map { pq.resultStatus($0) } ?? PGRES_FATAL_ERROR
@@ -164,7 +164,7 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
         return try retrying { () throws(OutboxError) in try execOnce(sql, values) }
     }
 
-    private func execOnce(_ sql: String, _ values: [SQLValue]) throws(OutboxError) -> OpaquePointer {
+    func execOnce(_ sql: String, _ values: [SQLValue]) throws(OutboxError) -> OpaquePointer {
         let statement = try prepared(sql, count: values.count)
         // Text parameters, except bodies, sent as binary bytes (no escaping).
         var buffers: [[CChar]?] = []
@@ -291,6 +291,8 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
             do throws(OutboxError) {
                 try executeOnce("COMMIT")
             } catch {
+                // The COMMIT left and no answer came back: it may have happened or not.
+                if pq.status(conn) != CONNECTION_OK { throw commitUnknown(error) }
                 try? executeOnce("ROLLBACK")
                 throw error
             }
@@ -332,69 +334,5 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
         if let i = sessionLocks.firstIndex(where: { $0.key == key && $0.shared == shared }) { sessionLocks.remove(at: i) }
         let function = shared ? "pg_advisory_unlock_shared" : "pg_advisory_unlock"
         _ = try? run("SELECT \(function)(7361201, ?::int)", [.int(Int64(key))])
-    }
-
-    // MARK: A dropped connection
-
-    /// Runs `attempt`; when it failed because the server dropped the connection and a
-    /// reconnect policy is set, reconnects and runs it again from its start.
-    private func retrying<T>(_ attempt: () throws(OutboxError) -> T) throws(OutboxError) -> T {
-        while true {
-            do throws(OutboxError) {
-                return try attempt()
-            } catch {
-                guard transactionDepth == 0, let policy = reconnect, pq.status(conn) != CONNECTION_OK else { throw error }
-                try connectAgain(after: error, policy)
-                beforeRetry?()
-            }
-        }
-    }
-
-    /// Connects again (every 0.1 s, backing off to 5 s) and restores the session, until
-    /// that works or the policy gives up (then `error` is thrown). A commit whose answer was
-    /// lost is run again: what it changed is fenced by lease tokens and same-id rules.
-    private func connectAgain(after error: OutboxError, _ policy: ReconnectPolicy) throws(OutboxError) {
-        policy.log("outbox: \(error.message); reconnecting (work in flight goes on)")
-        var delayMs = 100
-        while true {
-            var waited = 0
-            while waited < delayMs {
-                if policy.giveUp() { throw error }
-                usleep(50_000)
-                waited += 50
-            }
-            pq.reset(conn)
-            statements.removeAll()
-            if pq.status(conn) == CONNECTION_OK {
-                do throws(OutboxError) {
-                    for (_, sql) in session { try executeOnce(sql) }
-                    for lock in sessionLocks {
-                        let function = lock.shared ? "pg_try_advisory_lock_shared" : "pg_try_advisory_lock"
-                        let result = try execOnce("SELECT \(function)(7361201, ?::int)", [.int(Int64(lock.key))])
-                        defer { pq.clear(result) }
-                        guard pq.getvalue(result, 0, 0).map({ String(cString: $0) }) == "t" else {
-                            throw OutboxError.running("the store \(name) was locked by a store copy while this runner was away")
-                        }
-                    }
-                    policy.log("outbox: connected again to the PostgreSQL store \(name)")
-                    return
-                } catch  where error.code == .running {
-                    throw error
-                } catch {}
-            }
-            delayMs = min(delayMs * 2, 5_000)
-        }
-    }
-}
-
-/// How a runner's connection behaves when the server drops it: it reconnects until
-/// `giveUp` says stop (a stop request), logging through `log`.
-package struct ReconnectPolicy: Sendable {
-    package var giveUp: @Sendable () -> Bool
-    package var log: @Sendable (String) -> Void
-
-    package init(giveUp: @escaping @Sendable () -> Bool, log: @escaping @Sendable (String) -> Void) {
-        self.giveUp = giveUp
-        self.log = log
     }
 }

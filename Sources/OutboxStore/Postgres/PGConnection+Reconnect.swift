@@ -1,0 +1,80 @@
+import CLibPQ
+import Glibc
+import OutboxModel
+
+/// A connection the server dropped: a runner's reconnects, restores its session and runs
+/// again what surely rolled back.
+extension PGConnection {
+    /// Runs `attempt`; when it failed because the server dropped the connection and a
+    /// reconnect policy is set, reconnects and runs it again from its start.
+    func retrying<T>(_ attempt: () throws(OutboxError) -> T) throws(OutboxError) -> T {
+        while true {
+            do throws(OutboxError) {
+                return try attempt()
+            } catch {
+                guard transactionDepth == 0, let policy = reconnect, pq.status(conn) != CONNECTION_OK,
+                    !error.message.hasPrefix(Self.unknownCommit)
+                else { throw error }
+                try connectAgain(after: error, policy)
+                beforeRetry?()
+            }
+        }
+    }
+
+    static let unknownCommit = "lost the connection to the PostgreSQL store while a commit was on its way"
+
+    /// A transaction is run again only when it surely rolled back: a claim that committed
+    /// unseen would hold its entries under this runner's lease without sending them.
+    func commitUnknown(_ error: OutboxError) -> OutboxError {
+        .storage(
+            "\(Self.unknownCommit), so whether it happened is unknown: stopping rather than guessing; "
+                + "what this process held goes back to the queue when its leases run out (\(error.message))")
+    }
+
+    /// Connects again (every 0.1 s, backing off to 5 s) and restores the session, until
+    /// that works or the policy gives up (then `error` is thrown).
+    func connectAgain(after error: OutboxError, _ policy: ReconnectPolicy) throws(OutboxError) {
+        policy.log("outbox: \(error.message); reconnecting (work in flight goes on)")
+        var delayMs = 100
+        while true {
+            var waited = 0
+            while waited < delayMs {
+                if policy.giveUp() { throw error }
+                usleep(50_000)
+                waited += 50
+            }
+            pq.reset(conn)
+            statements.removeAll()
+            if pq.status(conn) == CONNECTION_OK {
+                do throws(OutboxError) {
+                    for (_, sql) in session { try executeOnce(sql) }
+                    for lock in sessionLocks {
+                        let function = lock.shared ? "pg_try_advisory_lock_shared" : "pg_try_advisory_lock"
+                        let result = try execOnce("SELECT \(function)(7361201, ?::int)", [.int(Int64(lock.key))])
+                        defer { pq.clear(result) }
+                        guard pq.getvalue(result, 0, 0).map({ String(cString: $0) }) == "t" else {
+                            throw OutboxError.running("the store \(name) was locked by a store copy while this runner was away")
+                        }
+                    }
+                    policy.log("outbox: connected again to the PostgreSQL store \(name)")
+                    return
+                } catch  where error.code == .running {
+                    throw error
+                } catch {}
+            }
+            delayMs = min(delayMs * 2, 5_000)
+        }
+    }
+}
+
+/// How a runner's connection behaves when the server drops it: it reconnects until
+/// `giveUp` says stop (a stop request), logging through `log`.
+package struct ReconnectPolicy: Sendable {
+    package var giveUp: @Sendable () -> Bool
+    package var log: @Sendable (String) -> Void
+
+    package init(giveUp: @escaping @Sendable () -> Bool, log: @escaping @Sendable (String) -> Void) {
+        self.giveUp = giveUp
+        self.log = log
+    }
+}
