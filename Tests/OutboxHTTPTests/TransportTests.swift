@@ -5,6 +5,7 @@ import Glibc
 import OutboxModel
 import OutboxTestServer
 import Testing
+import TestSupport
 @testable import OutboxHTTP
 
 // Most tests run against the in-repo TestHTTPServer (in process, port 0), which records
@@ -217,18 +218,13 @@ private final class HTTPSServer: @unchecked Sendable {
 
 /// Writes a fresh self-signed EC certificate and its key (PEM) with openssl.
 func selfSignedCertificate(_ certificate: String, key: String, name: String, extra: [String] = []) throws {
-    let openssl = Process()
-    openssl.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
-    openssl.arguments =
+    let made = try runProcess(
+        "/usr/bin/openssl",
         [
             "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
             "-keyout", key, "-out", certificate, "-days", "2", "-subj", "/CN=\(name)",
-        ] + extra
-    openssl.standardOutput = FileHandle.nullDevice
-    openssl.standardError = FileHandle.nullDevice
-    try openssl.run()
-    openssl.waitUntilExit()
-    guard openssl.terminationStatus == 0 else { throw TestFailure("openssl req failed") }
+        ] + extra)
+    guard made.exitCode == 0 else { throw TestFailure("openssl req failed: \(made.stderr)") }
 }
 
 // MARK: - Requests on the wire
@@ -1000,14 +996,7 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
     @Test func curlIsLoadedAtRunTimeNotLinked() throws {
         #expect(HTTPClient.curlVersion.hasPrefix("libcurl/7."))
         // The test binary links OutboxHTTP like `outbox` does: libcurl must not be NEEDED.
-        let readelf = Process()
-        readelf.executableURL = URL(fileURLWithPath: "/usr/bin/readelf")
-        readelf.arguments = ["-d", "/proc/self/exe"]
-        let out = Pipe()
-        readelf.standardOutput = out
-        try readelf.run()
-        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        readelf.waitUntilExit()
+        let text = try runProcess("/usr/bin/readelf", ["-d", "/proc/self/exe"]).stdout
         #expect(text.contains("(NEEDED)"))
         #expect(!text.contains("libcurl"))
     }

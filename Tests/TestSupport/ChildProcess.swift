@@ -1,4 +1,6 @@
+import CSystem
 import Foundation
+import OutboxModel
 
 /// The environment every child of a test gets: nothing from the test process's own, so a
 /// developer's or CI's variables (OUTBOX_CONFIG, proxies, locale) cannot change a result.
@@ -9,39 +11,62 @@ package func scrubbedEnvironment(home: String, tmp: String) -> [String: String] 
 /// A child process started by a test. Its stdout and stderr go to files, so no pipe can fill
 /// up whatever it prints, and stdin comes from a file (or /dev/null). Killed with SIGKILL if
 /// it still runs when the last reference goes away.
+///
+/// Started with the project's own spawn (only fds 0-2 inherited, a process group of its own),
+/// not Foundation's `Process`: its `run` reads past a buffer while it scans /proc/self/fd and
+/// crashed the test process with SIGSEGV when many fds were open (a busy run of the suite).
 package final class RunningProcess: @unchecked Sendable {
-    package let process: Process
+    package let pid: Int32
     /// Holds the stdin, stdout and stderr files.
     private let files: TemporaryFolder
+    /// The exit, once reaped: the code, or minus the signal that ended it.
+    private let exit = Locked<Int32?>(nil)
 
     /// Starts `executable ARGS` in `cwd` with exactly `environment`.
     package init(executable: String, arguments: [String], cwd: String, environment: [String: String], stdin: String? = nil) throws {
-        files = TemporaryFolder(prefix: "io")
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        process.currentDirectoryURL = URL(fileURLWithPath: cwd)
-        process.environment = environment
+        let files = TemporaryFolder(prefix: "io")
+        self.files = files
+        let input = try stdin.map { try files.write("stdin", $0) } ?? "/dev/null"
         let out = try files.write("stdout", Data()), err = try files.write("stderr", Data())
-        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: out))
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: err))
-        if let stdin {
-            process.standardInput = try FileHandle(forReadingFrom: URL(fileURLWithPath: try files.write("stdin", stdin)))
-        } else {
-            process.standardInput = FileHandle.nullDevice
-        }
-        try process.run()
+        // The shell points 0-2 at the files, then becomes the program (same pid); the paths
+        // are its arguments, so the program's environment is exactly `environment`.
+        let script = #"i=$1 o=$2 e=$3; shift 3; exec "$@" < "$i" > "$o" 2> "$e""#
+        let argv = ["/bin/sh", "-c", script, "sh", input, out, err, executable] + arguments
+        let cArgs: [UnsafeMutablePointer<CChar>?] = argv.map { strdup($0) } + [nil]
+        let cEnv: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { for p in cArgs + cEnv { free(p) } }
+        var child = csystem_child()
+        let rc = csystem_spawn_ex("/bin/sh", cArgs, cEnv, cwd, 1, &child)
+        guard rc == 0 else { throw SpawnFailure(description: "cannot start \(executable): errno \(-rc)") }
+        if child.stdin_fd >= 0 { close(child.stdin_fd) }
+        if child.pidfd >= 0 { close(child.pidfd) }
+        pid = child.pid
     }
 
     deinit {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+        if isRunning {
+            kill(pid, SIGKILL)
+            reap(blocking: true)
         }
     }
 
-    package var pid: Int32 { process.processIdentifier }
-    package var isRunning: Bool { process.isRunning }
+    /// Reaps the child if it ended (or waits for it); true once it is reaped.
+    @discardableResult
+    private func reap(blocking: Bool) -> Bool {
+        exit.withLock { status in
+            if status != nil { return true }
+            var code: Int32 = -1
+            var signal: Int32 = -1
+            guard csystem_proc_wait(pid, blocking ? 0 : 1, &code, &signal) == 1 else { return false }
+            status = signal > 0 ? -signal : code
+            return true
+        }
+    }
+
+    package var isRunning: Bool { !reap(blocking: false) }
+
+    /// Whether a signal ended it (nil while it runs).
+    package var killedBySignal: Bool? { reap(blocking: false) ? (exit.withLock { $0 } ?? 0) < 0 : nil }
 
     /// What it printed to stdout so far.
     package var stdoutSoFar: String { (try? String(contentsOfFile: files.path("stdout"), encoding: .utf8)) ?? "" }
@@ -49,7 +74,7 @@ package final class RunningProcess: @unchecked Sendable {
     package var stderrSoFar: String { (try? String(contentsOfFile: files.path("stderr"), encoding: .utf8)) ?? "" }
 
     /// Sends a signal (SIGKILL for crash tests, SIGTERM to stop).
-    package func signal(_ number: Int32) { kill(process.processIdentifier, number) }
+    package func signal(_ number: Int32) { if isRunning { kill(pid, number) } }
 
     /// The peak resident memory so far in KiB (`VmHWM`), nil once the process is gone.
     package var peakMemoryKiB: Int? {
@@ -72,19 +97,24 @@ package final class RunningProcess: @unchecked Sendable {
     package func waitBlocking(timeout: Double = 300) -> CommandResult {
         let deadline = Date().addingTimeInterval(timeout)
         var late = false
-        while process.isRunning {
+        while isRunning {
             if Date() > deadline {
                 late = true
-                kill(process.processIdentifier, SIGKILL)
+                kill(pid, SIGKILL)
                 break
             }
             usleep(5000)
         }
-        process.waitUntilExit()
-        let status = process.terminationReason == .uncaughtSignal ? -process.terminationStatus : process.terminationStatus
+        reap(blocking: true)
+        let status = exit.withLock { $0 } ?? -1
         let stdout = FileManager.default.contents(atPath: files.path("stdout")) ?? Data()
         return CommandResult(exitCode: status, stdoutBytes: [UInt8](stdout), stderr: stderrSoFar, timedOut: late)
     }
+}
+
+/// A child that could not be started.
+package struct SpawnFailure: Error, CustomStringConvertible {
+    package var description: String
 }
 
 /// Runs `executable ARGS` to completion on the calling thread (for synchronous tests and
