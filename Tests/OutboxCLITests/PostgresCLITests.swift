@@ -6,10 +6,10 @@ import TestSupport
 /// The built `outbox` on a PostgreSQL store (`OUTBOX_STORE=postgres://...`), against the
 /// throwaway cluster and the in-repo HTTP server: every command works as on SQLite.
 struct PostgresCLITests {
-    static func project() throws -> (TestProject, String) {
+    static func project(config: String = "") throws -> (TestProject, String) {
         let cluster = try PostgresCluster.shared()
         let p = try TestProject(
-            config: "",
+            config: config,
             definitions: [
                 "note": """
                 key: note
@@ -74,8 +74,10 @@ struct PostgresCLITests {
     }
 
     // A second runner on the schema is admitted: it leaves the entry the first holds alone.
+    // (A lease and a stall limit far longer than the test: on a busy machine the held request
+    // must not be given up and sent again, nor its lease run out; that is not what is tested.)
     @Test func aSecondRunnerOnTheSchemaRunsBesideTheFirst() async throws {
-        let (p, _) = try Self.project()
+        let (p, _) = try Self.project(config: "lease: 1h\ntimeouts:\n  stall:\n    for: 1h\n")
         try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])
         p.server.script("/notes/1", [.hold("first")])
         let first = try p.start(["run"])

@@ -6,9 +6,9 @@ import TestSupport
 /// `outbox store copy`: a stopped SQLite store into an empty PostgreSQL schema and back,
 /// checked by what `list --json` and `show --json` print on each side.
 struct StoreCopyTests {
-    static func project() throws -> TestProject {
+    static func project(config: String = "") throws -> TestProject {
         let p = try TestProject(
-            config: "",
+            config: config,
             definitions: [
                 "note": """
                 key: note
@@ -118,7 +118,8 @@ struct StoreCopyTests {
 
     // A PostgreSQL schema with a runner on it is not copied either (exit 75), though runners share it.
     @Test func aRunningPostgresStoreIsNotCopied() async throws {
-        let p = try Self.project()
+        // The held request must outlive a slow `store copy` on a busy machine: no stall limit.
+        let p = try Self.project(config: "lease: 1h\ntimeouts:\n  stall:\n    for: 1h\n")
         let url = try PostgresCluster.shared().url(schema: PostgresCluster.uniqueSchema("copy"))
         p.environment["OUTBOX_STORE"] = url
         try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])
