@@ -12,7 +12,10 @@ import TestSupport
 struct PostgresOutageTests {
     @Test func aRunnerKeepsItsWorkWhileTheServerIsAway() async throws {
         let cluster = try PostgresCluster.makePrivate()
+        // No stall limit and a long lease: held across a stop and start of the server, which
+        // are slow under a sanitizer, the requests must not be given up and sent again.
         let p = try TestProject(
+            config: "lease: 1h\ntimeouts:\n  stall:\n    for: 1h\n",
             definitions: [
                 "note": """
                 key: note
