@@ -17,10 +17,13 @@ struct PostgresStagingTests {
     static func project(shared: Bool) throws -> TestProject {
         let cluster = try PostgresCluster.shared()
         let p = try TestProject(
+            // No stall limit: a held part stays held until its runner is killed, however slowly
+            // the test gets to see it (a sanitizer run), instead of being given up after 60 s.
             config: """
                 lease: 2s
                 part_concurrency: 1
                 staging: { path: shared-staging, shared: \(shared) }
+                timeouts: { stall: { for: 1h } }
 
                 """,
             definitions: [
