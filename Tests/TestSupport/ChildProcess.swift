@@ -86,7 +86,8 @@ package final class RunningProcess: @unchecked Sendable {
     }
 
     /// Waits for the exit on a thread of its own (never holding one of the cooperative pool's);
-    /// SIGKILL after `timeout` seconds, so a hung child fails its test instead of hanging the run.
+    /// SIGKILL after `timeout` seconds (stretched by `OUTBOX_TEST_TIME_SCALE`), so a hung child
+    /// fails its test instead of hanging the run.
     package func wait(timeout: Double = 300) async -> CommandResult {
         await withCheckedContinuation { continuation in
             Thread { [self] in continuation.resume(returning: waitBlocking(timeout: timeout)) }.start()
@@ -95,7 +96,7 @@ package final class RunningProcess: @unchecked Sendable {
 
     /// `wait` for callers on a thread of their own.
     package func waitBlocking(timeout: Double = 300) -> CommandResult {
-        let deadline = Date().addingTimeInterval(timeout)
+        let deadline = Date().addingTimeInterval(timeout * testTimeScale)
         var late = false
         while isRunning {
             if Date() > deadline {
