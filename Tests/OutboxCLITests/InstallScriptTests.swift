@@ -5,7 +5,9 @@ import Testing
 
 /// `scripts/install.sh` builds outbox and installs the binary, the manual page and the three
 /// completion scripts under a prefix, and nothing else. The tests install the debug build,
-/// which the test run has built already (the release build is `.ci/extended`'s).
+/// which the test run has built already (the release build is `.ci/extended`'s). One at a
+/// time: two `swift build`s in one build folder fail on its locked database.
+@Suite(.serialized)
 struct InstallScriptTests {
     /// The repository (#filePath is Tests/OutboxCLITests/InstallScriptTests.swift).
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
