@@ -616,7 +616,8 @@ func partsDefinition(
         let server = try TestHTTPServer()
         // Part 40 is held: whenever the kill comes, however slow the test, the upload is not over.
         server.script("/put/big/40", [.hold("part40")])
-        let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")
+        // No stall limit: the held part stays one request until the kill, however slow the machine.
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 3\ntimeouts: { stall: { for: 1h } }\n")
         try sandbox.define("up", partsDefinition(server, min: "8MiB", max: "16MiB"))
         let file = sandbox.path("big.bin")
         try Self.makeStampedFile(file)
