@@ -135,7 +135,9 @@ import TestSupport
         let server = sandbox.server
         server.script("/crash/big.bin?partNumber=3&", [TestResponse.status(200, headers: [("ETag", "\"p3\"")]).held("p3")])
         let runner = try sandbox.start(["run"], environment: Self.testingCredentials)
-        await eventually("part 3 is held with parts 1 and 2 accepted") {
+        // A long wait: with a 1 s stall limit on a loaded machine, part 3 is given up and held
+        // again over and over, and this looks between those times.
+        await eventually("part 3 is held with parts 1 and 2 accepted", timeout: 120) {
             server.heldCount("p3") == 1 && (try? sandbox.sqlite("SELECT count(*) FROM parts WHERE accepted = 1"))?.hasPrefix("2") == true
         }
         #expect(try sandbox.sqlite("SELECT upload_id FROM s3_uploads") == "up/1+x\n", "the upload id is recorded before the parts")
@@ -221,7 +223,7 @@ import TestSupport
         // The second run has the default stall timeout: only the first one is made to give up.
         let atKill = try await Self.killWhilePart3IsInFlight(sandbox, resumeConfig: "part_concurrency: 1\n") {
             // At least once more: on a busy machine it may have stalled again before this looks.
-            await eventually("part 3 given up after a stall and sent again") {
+            await eventually("part 3 given up after a stall and sent again", timeout: 120) {
                 server.heldCount("p3") == 1 && Self.partNumbers(server.requests[...]).filter { $0 == 3 }.count >= 2
             }
             let attempts = try #require(try await sandbox.show("big"))["attempts_log"] as? [[String: Any]] ?? []
