@@ -76,7 +76,9 @@ import Testing
         try await p.enqueue("t", path: "/hold/a", id: "a")
         try await p.enqueue("t", path: "/status/200", id: "b")
         try await p.enqueue("t", path: "/status/200", id: "c")
-        let runner = try p.start(["run", "--grace", "20s", "--events", "-", "--progress", "always"])
+        // A long grace: the test ends the attempt itself, and a loaded machine may take longer
+        // than 20 s to show the stop's turn (the grace then cut "a" off and it was sent again).
+        let runner = try p.start(["run", "--grace", "10m", "--events", "-", "--progress", "always"])
         #expect(await p.server.waitForHeld("a"))
         runner.signal(SIGTERM)
         // The live display redraws below a log line at the end of that line's turn: drawn
