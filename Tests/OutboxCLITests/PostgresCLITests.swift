@@ -77,7 +77,7 @@ struct PostgresCLITests {
     // (A lease and a stall limit far longer than the test: on a busy machine the held request
     // must not be given up and sent again, nor its lease run out; that is not what is tested.)
     @Test func aSecondRunnerOnTheSchemaRunsBesideTheFirst() async throws {
-        let (p, _) = try Self.project(config: "lease: 1h\ntimeouts:\n  stall:\n    for: 1h\n")
+        let (p, _) = try Self.project(config: heldRequestConfig)
         try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])
         p.server.script("/notes/1", [.hold("first")])
         let first = try p.start(["run"])

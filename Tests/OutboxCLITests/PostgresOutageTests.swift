@@ -15,7 +15,7 @@ struct PostgresOutageTests {
         // No stall limit and a long lease: held across a stop and start of the server, which
         // are slow under a sanitizer, the requests must not be given up and sent again.
         let p = try TestProject(
-            config: "lease: 1h\ntimeouts:\n  stall:\n    for: 1h\n",
+            config: heldRequestConfig,
             definitions: [
                 "note": """
                 key: note

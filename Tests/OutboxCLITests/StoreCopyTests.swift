@@ -119,7 +119,7 @@ struct StoreCopyTests {
     // A PostgreSQL schema with a runner on it is not copied either (exit 75), though runners share it.
     @Test func aRunningPostgresStoreIsNotCopied() async throws {
         // The held request must outlive a slow `store copy` on a busy machine: no stall limit.
-        let p = try Self.project(config: "lease: 1h\ntimeouts:\n  stall:\n    for: 1h\n")
+        let p = try Self.project(config: heldRequestConfig)
         let url = try PostgresCluster.shared().url(schema: PostgresCluster.uniqueSchema("copy"))
         p.environment["OUTBOX_STORE"] = url
         try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])

@@ -40,3 +40,7 @@ package func offload<T: Sendable>(_ work: @escaping @Sendable () throws -> T) as
         thread.start()
     }
 }
+
+/// Config for a test that holds a request on the server while it looks at something slow:
+/// neither the stall limit nor the lease gives the request up first, however busy the machine.
+package let heldRequestConfig = "lease: 1h\ntimeouts:\n  stall:\n    for: 1h\n"
