@@ -1,4 +1,5 @@
 import OutboxModel
+import OutboxProcess
 
 /// Renders definitions into entries ready to enqueue: vars checks, plugins, templates.
 ///
@@ -12,6 +13,8 @@ package struct EntryFactory {
     /// The `env` root, built once: sorting the environment for every entry of a 100,000-line
     /// `--from` file cost a fifth of the enqueue.
     let environmentJSON: JSON
+    /// Kept beating while a plugin runs (the runner's leases), on the thread that made it.
+    package var heartbeat: Heartbeat?
 
     package init(
         config: Config, environment: [String: String], cwd: String,
@@ -72,7 +75,7 @@ package struct EntryFactory {
         if let command = config.headersCommand {
             let answer = try Plugin.runJSON(
                 command, input: .object([("key", .string(def.key)), ("vars", vars)]),
-                name: "headers_command", config: config, environment: environment)
+                name: "headers_command", config: config, environment: environment, heartbeat: heartbeat)
             guard case .object = answer else { throw .invalid("headers_command must print a JSON object of headers") }
             inputs.commandHeaders = HeaderRules.from(json: answer)
         }
@@ -80,7 +83,7 @@ package struct EntryFactory {
         if let command = def.requestCommand {
             let descriptor = try Plugin.runJSON(
                 command, input: .object([("vars", vars), ("entry", .object([("id", .string(entryID))]))]),
-                name: "request_command", config: config, environment: environment)
+                name: "request_command", config: config, environment: environment, heartbeat: heartbeat)
             // The answer is data: only its part.* tags are rendered, per part.
             let (tree, literals) = PluginAnswer.literalized(descriptor)
             var literalInputs = inputs

@@ -14,12 +14,13 @@ extension ProcessCommand {
 package enum Plugin {
     package static func runJSON(
         _ command: CommandSpec, input: JSON, name: String, config: Config,
-        environment: [String: String]
+        environment: [String: String], heartbeat: Heartbeat? = nil
     ) throws(OutboxError) -> JSON {
-        let spec = ProcessSpec(
+        var spec = ProcessSpec(
             command: ProcessCommand(command), stdin: Array(input.serialized().utf8),
             environment: environment, workingDirectory: config.root, outputCap: 16 << 20,
             timeoutMs: Int(config.pluginTimeoutMs))
+        spec.heartbeat = heartbeat
         let result: ProcessResult
         do {
             result = try ProcessRunner.run(spec)

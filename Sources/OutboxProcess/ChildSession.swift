@@ -84,14 +84,23 @@ struct ChildSession {
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
         defer { buffer.deallocate() }
         var fds: [pollfd] = []
+        let heartbeat = spec.heartbeat.flatMap { $0.isOnOwnerThread ? $0 : nil }
+        var beatAt = csystem_proc_now_ms() + (heartbeat?.everyMs ?? 0)
         while true {
-            let now = csystem_proc_now_ms()
+            var now = csystem_proc_now_ms()
+            if let heartbeat, now >= beatAt {
+                heartbeat.beat()
+                now = csystem_proc_now_ms()
+                beatAt = now + heartbeat.everyMs
+            }
             advance(now: now, buffer: buffer)
             if finished { break }
             fds.removeAll(keepingCapacity: true)
             let slots = appendPollFDs(to: &fds)
+            var timeout = pollTimeout(now: now)
+            if heartbeat != nil { timeout = Int32(clamping: min(timeout < 0 ? Int64.max : Int64(timeout), max(0, beatAt - now))) }
             let ready = fds.withUnsafeMutableBufferPointer {
-                csystem_proc_poll($0.baseAddress, UInt($0.count), pollTimeout(now: now))
+                csystem_proc_poll($0.baseAddress, UInt($0.count), timeout)
             }
             if ready < 0 { continue }  // EINTR: recompute timers
             handle(fds, slots: slots, buffer: buffer)

@@ -1,3 +1,5 @@
+import Glibc
+
 /// What to run: a `/bin/sh -c` string, or a program with its arguments (no shell involved).
 package enum ProcessCommand: Sendable, Equatable {
     /// Run with `/bin/sh -c`; a missing program shows up as exit status 127 from the shell.
@@ -28,6 +30,8 @@ package struct ProcessSpec: Sendable {
     /// Called right after the spawn with the pid (= process-group id) and its start time,
     /// so the caller can record them durably before waiting.
     package var onStart: (@Sendable (_ pid: Int32, _ startTime: UInt64) -> Void)?
+    /// Called while a blocking run waits for the process, on the thread that made it.
+    package var heartbeat: Heartbeat?
 
     /// Creates a spec; callbacks are set afterwards.
     package init(
@@ -44,7 +48,24 @@ package struct ProcessSpec: Sendable {
         self.warnAfterMs = warnAfterMs
         self.onWarn = nil
         self.onStart = nil
+        self.heartbeat = nil
     }
+}
+
+/// Work a thread keeps doing while it waits for a process it runs (the runner renews its
+/// leases while a plugin runs). It beats only on the thread that made it: a spec passed to
+/// another thread waits without it.
+package struct Heartbeat: @unchecked Sendable {
+    let everyMs: Int64
+    let beat: () -> Void
+    private let owner = pthread_self()
+
+    package init(everyMs: Int64, beat: @escaping () -> Void) {
+        self.everyMs = max(1, everyMs)
+        self.beat = beat
+    }
+
+    var isOnOwnerThread: Bool { pthread_equal(owner, pthread_self()) != 0 }
 }
 
 /// How a process ended and what it printed.

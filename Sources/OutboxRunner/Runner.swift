@@ -47,6 +47,8 @@ package final class Runner {
     var lastAuthRefresh: Int64 = -60_000
     /// When this runner next renews its leases (monotonic ms); the first turn does it at once.
     var nextLeaseTick: Int64 = 0
+    /// Entries whose lease renewal failed while a plugin ran, stopped at the next turn.
+    var lostWhileWaiting: Set<String> = []
     /// Set when another runner took entries or deliveries this turn chose: the next turn
     /// comes soon instead of after the usual wait.
     var contended = false
@@ -124,6 +126,7 @@ package final class Runner {
         config = newConfig
         definitions = newDefinitions
         factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: factory.cwd)
+        factory.heartbeat = pluginHeartbeat()
         scheduler = Scheduler(
             limits: SchedulerLimits(
                 concurrency: config.concurrency, perHost: config.perHost,
@@ -166,6 +169,7 @@ package final class Runner {
                 },
                 log: { [logger] line in logger.log(.warn, line) }))
         try recoverFromEarlierRunners()
+        factory.heartbeat = pluginHeartbeat()
         if options.progress == .always || (options.progress == .auto && options.stderrIsTerminal) {
             progressDisplay = ProgressDisplay(
                 write: { text in _ = text.withCString { write(2, $0, strlen($0)) } },

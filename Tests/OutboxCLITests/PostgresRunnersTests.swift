@@ -11,7 +11,8 @@ import TestSupport
 struct PostgresRunnersTests {
     /// A project on a schema of its own whose `note` hook appends a line to `hook.log` (the
     /// entry id, or with `payload` the outcome's whole JSON).
-    static func project(lease: String, payload: Bool = false) throws -> TestProject {
+    /// `response` is the definition's (YAML, on one line).
+    static func project(lease: String, payload: Bool = false, response: String = "json") throws -> TestProject {
         let cluster = try PostgresCluster.shared()
         let p = try TestProject(
             config: "lease: \(lease)\n",
@@ -22,7 +23,7 @@ struct PostgresRunnersTests {
                   url: "{{ env.SERVER | raw }}/notes/{{ vars.n }}"
                   data:
                     n: "{{ vars.n }}"
-                response: json
+                response: \(response)
                 on_success: hooks/log.sh
                 """
             ])
@@ -122,6 +123,35 @@ struct PostgresRunnersTests {
         let requests = p.server.requests(path: "/notes/1")
         #expect(requests.count == 2)
         #expect(try await Self.storeIsEmpty(p))
+    }
+
+    // A response parser that runs for three leases blocks the runner's turn, not its
+    // leases: the second runner, checking for expired leases all along, takes nothing, and
+    // the entry is sent once.
+    @Test func aSlowResponseParserKeepsItsRunnersLeases() async throws {
+        let lease = 3.0
+        let p = try Self.project(lease: "\(Int(lease))s", response: "{ command: hooks/parse.sh }")
+        try p.writeHook(
+            "parse.sh",
+            "#!/bin/sh\ntouch '\(p.path("parser.started"))'\nwhile [ ! -e '\(p.path("parser.release"))' ]; do sleep 0.05; done\necho '{}'\n"
+        )
+        try await Self.enqueue(p, 1...1)
+        let first = try p.start(["run"])
+        await eventually("the response parser starts") { FileManager.default.fileExists(atPath: p.path("parser.started")) }
+        let parserStarted = Date()
+        let second = try p.start(["run"])
+        await eventually("three leases pass while the parser runs", timeout: 120) {
+            Date().timeIntervalSince(parserStarted) >= 3 * lease
+        }
+        _ = try p.write("parser.release", "")
+        await eventually("the entry is delivered") { !Self.hookLines(p).isEmpty }
+        for runner in [first, second] { runner.signal(SIGTERM) }
+        #expect(await first.wait().exitCode == 0)
+        #expect(await second.wait().exitCode == 0)
+        #expect(p.server.requests(path: "/notes/1").count == 1)
+        #expect(Self.hookLines(p) == ["e-1"])
+        #expect(!first.stderrSoFar.contains("lost the lease"), "\(first.stderrSoFar)")
+        #expect(!second.stderrSoFar.contains("back in the queue"), "\(second.stderrSoFar)")
     }
 
     // An idle runner starts an entry another process enqueues while it waits.

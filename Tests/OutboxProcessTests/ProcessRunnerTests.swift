@@ -544,3 +544,39 @@ struct SchedulingTests {
         #expect(result.exitStatus == 0)
     }
 }
+
+/// A heartbeat is the caller's work while it waits for a process it runs (the runner renews
+/// its leases while a plugin runs).
+struct HeartbeatTests {
+    final class Count: @unchecked Sendable { var beats = 0 }
+
+    // The child waits for a file that the third beat writes: the beats come while it runs.
+    @Test func beatsWhileTheProcessRuns() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let release = folder.path + "/release"
+        let (result, beats) = try await offload { () throws -> (ProcessResult, Int) in
+            let count = Count()
+            var spec = shell("while [ ! -e release ]; do sleep 0.01; done", in: folder)
+            spec.heartbeat = Heartbeat(everyMs: 5) {
+                count.beats += 1
+                if count.beats == 3 { FileManager.default.createFile(atPath: release, contents: nil) }
+            }
+            return (try ProcessRunner.run(spec), count.beats)
+        }
+        #expect(result.succeeded)
+        #expect(beats >= 3)
+    }
+
+    // Made on this thread and run on another, it never beats: what it touches is this thread's.
+    @Test func aHeartbeatMadeOnAnotherThreadDoesNotBeat() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let count = Count()
+        var spec = shell("sleep 0.3", in: folder)
+        spec.heartbeat = Heartbeat(everyMs: 1) { count.beats += 1 }
+        let result = try await runOffPool(spec)
+        #expect(result.succeeded)
+        #expect(count.beats == 0)
+    }
+}

@@ -15,7 +15,9 @@ extension Runner {
         let input = JSON.object([("entries", .array(parked.map { .object([("id", .string($0.id)), ("key", .string($0.key))]) }))])
         let patch: JSON
         do {
-            patch = try Plugin.runJSON(command, input: input, name: "auth_refresh_command", config: config, environment: environment)
+            patch = try Plugin.runJSON(
+                command, input: input, name: "auth_refresh_command", config: config, environment: environment,
+                heartbeat: pluginHeartbeat())
         } catch {
             log("outbox: \(error.message); \(parked.count) entr\(parked.count == 1 ? "y stays" : "ies stay") awaiting-auth", level: .warn)
             return

@@ -220,9 +220,10 @@ extension Runner {
     /// The built-in Wi-Fi check: a wireless interface that is up, or the configured plugin.
     func onWifi() -> Bool {
         if let command = config.wifiCheck {
-            let spec = ProcessSpec(
+            var spec = ProcessSpec(
                 command: ProcessCommand(command), environment: environment, workingDirectory: config.root,
                 timeoutMs: Int(config.pluginTimeoutMs))
+            spec.heartbeat = pluginHeartbeat()
             return (try? ProcessRunner.run(spec))?.succeeded ?? false
         }
         for name in Paths.list("/sys/class/net") ?? [] where Paths.isDirectory("/sys/class/net/\(name)/wireless") {

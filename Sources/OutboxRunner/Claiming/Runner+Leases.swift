@@ -1,4 +1,5 @@
 import OutboxModel
+import OutboxProcess
 import OutboxStore
 
 /// Leases on a store several runners share: this runner's claims are renewed every third
@@ -9,19 +10,38 @@ extension Runner {
     /// another runner's now: it is stopped here and its result is never recorded.
     func keepLeases() throws(OutboxError) {
         guard store.sharesRunners else { return }
+        var lost = lostWhileWaiting
+        lostWhileWaiting = []
         let mono = Identifiers.monotonicMs()
-        guard mono >= nextLeaseTick else { return }
-        nextLeaseTick = mono + max(lease.durationMs / 3, 1)
-        for id in try store.renewLeases(lease).sorted() {
+        if mono >= nextLeaseTick {
+            nextLeaseTick = mono + max(lease.durationMs / 3, 1)
+            lost.formUnion(try store.renewLeases(lease))
+            let requeued = try store.requeueAbandoned(lease: lease, now: Identifiers.nowMs())
+            if requeued > 0 {
+                log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") whose runner's lease ran out back in the queue")
+                readAhead.discard()
+            }
+        }
+        for id in lost.sorted() {
             log(
                 "outbox: lost the lease on \(id) (another runner may send it); its transfer is stopped and its result not recorded",
                 level: .warn, fields: [("id", .string(id))])
             if let entry = flights.running[id] { stopLost(entry) }
         }
-        let requeued = try store.requeueAbandoned(lease: lease, now: Identifiers.nowMs())
-        if requeued > 0 {
-            log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") whose runner's lease ran out back in the queue")
-            readAhead.discard()
+    }
+
+    /// What the control thread keeps doing while it waits for a plugin (a response parser, a
+    /// Wi-Fi check, an auth refresh, a follow-up's headers command): renewing its leases, so
+    /// that a plugin slower than the lease does not hand this runner's entries to another
+    /// runner. Nothing else is touched mid-turn: lost entries are stopped at the next turn.
+    /// Nil on a store with one runner. Made on the control thread, it beats only there.
+    func pluginHeartbeat() -> Heartbeat? {
+        guard store.sharesRunners else { return nil }
+        return Heartbeat(everyMs: max(lease.durationMs / 6, 1)) { [unowned self] in
+            let mono = Identifiers.monotonicMs()
+            guard mono >= nextLeaseTick, let lost = try? store.renewLeases(lease) else { return }
+            nextLeaseTick = mono + max(lease.durationMs / 3, 1)
+            lostWhileWaiting.formUnion(lost)
         }
     }
 

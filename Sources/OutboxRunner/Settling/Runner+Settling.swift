@@ -1,6 +1,7 @@
 import OutboxEnqueue
 import OutboxHTTP
 import OutboxModel
+import OutboxProcess
 import OutboxStore
 
 /// Settling: an entry's generation ends (completed, error, cancelled); its outcome is
@@ -24,7 +25,7 @@ extension Runner {
         var built = OutcomePayloads.success(
             entry, result: result, parts: parts, attempts: attempts(of: entry), requestID: requestID, at: Identifiers.nowMs(),
             maxResponseBytes: config.maxResponseBytes,
-            parse: { Runner.parse($0, mode: $1, vars: $2, config: config, environment: environment) })
+            parse: { Runner.parse($0, mode: $1, vars: $2, config: config, environment: environment, heartbeat: pluginHeartbeat()) })
         if entry.request.s3 != nil {
             built.payload.set("s3", Self.s3Outcome(entry, result: result, parts: s3Parts, skipped: skipped))
         }
@@ -35,7 +36,8 @@ extension Runner {
 
     /// Reads a response body as the definition's `response` says.
     package static func parse(
-        _ body: [UInt8], mode: ResponseMode, vars: JSON, config: Config, environment: [String: String]
+        _ body: [UInt8], mode: ResponseMode, vars: JSON, config: Config, environment: [String: String],
+        heartbeat: Heartbeat? = nil
     )
         -> Result<JSON, OutboxError>
     {
@@ -50,7 +52,9 @@ extension Runner {
             bodyJSON(body, into: &input, field: "raw")
             do {
                 return .success(
-                    try Plugin.runJSON(command, input: input, name: "the response parser", config: config, environment: environment))
+                    try Plugin.runJSON(
+                        command, input: input, name: "the response parser", config: config, environment: environment,
+                        heartbeat: heartbeat))
             } catch {
                 return .failure(error)
             }
