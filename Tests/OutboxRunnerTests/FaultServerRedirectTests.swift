@@ -3,10 +3,6 @@ import OutboxModel
 import TestSupport
 import Testing
 
-/// Every server of these cases answers at once: no stall limit that a busy machine could
-/// outlast before the answer (a 2 s one once classed the TLS failure a timeout).
-let redirectConfig = fastConfigWith(stallFor: "10m", below: "1")
-
 /// One redirect code and method, and whether the runner follows it.
 struct RedirectFault: Sendable, CustomTestStringConvertible {
     var code: Int
@@ -46,7 +42,7 @@ extension FaultServerTests {
             c.method == "GET"
             ? "key: t\nrequest:\n  method: GET\n  url: \"{{ vars.url }}\"\n  follow_redirects: 2\non_success: hooks/record.sh\non_error: hooks/record.sh\n"
             : definition("t", request: request)
-        let p = try Project(config: redirectConfig, definitions: ["t": text])
+        let p = try Project(config: faultConfig, definitions: ["t": text])
         try await p.enqueue("t", path: "/redirect-to?url=%2Flanding&code=\(c.code)", id: "rd")
         try await p.drain(failures: c.landsAs == nil ? 1 : 0)
 
@@ -80,7 +76,7 @@ extension FaultServerTests {
         ("scheme-relative ftp", "ftp:x"),
     ])
     func aRedirectToAnotherSchemeIsAnHTTPError(_ name: String, _ target: String) async throws {
-        let p = try Project(config: redirectConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
         let encoded = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
         try await p.enqueue("t", path: "/redirect-to?code=307&url=\(encoded)", id: "sc")
         try await p.drain(failures: 1)
@@ -95,7 +91,7 @@ extension FaultServerTests {
     /// A redirect that was followed to a malformed answer is a network failure like any
     /// other malformed answer, not a refused redirect.
     @Test func aFollowedRedirectToAMalformedAnswerIsRetried() async throws {
-        let p = try Project(config: redirectConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
         try await p.enqueue("t", path: "/redirect-to?code=307&url=%2Ffirst%2Fg%2F1%2Fmalformed%2Fgarbage", id: "mg")
         let run = try await p.drain(["--events", "-"], failures: 0)
         let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
@@ -106,7 +102,7 @@ extension FaultServerTests {
     }
 
     @Test func aRedirectToHTTPSOnAPlainPortIsATLSFailureAndRetried() async throws {
-        let p = try Project(config: redirectConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
         let plain = "https://127.0.0.1:\(p.server.port)/plain"
         p.server.script("/to-https", [TestResponse(status: 307, headers: [("Location", plain)]), .json(200, "{}")])
         try await p.enqueue("t", path: "/to-https", id: "tls")
@@ -125,7 +121,7 @@ extension FaultServerTests {
     ])
     func credentialsNeverReachAnotherHost(_ header: String, _ host: String) async throws {
         let p = try Project(
-            config: redirectConfig + "redact_headers: [X-Api-Key]\n",
+            config: faultConfig + "redact_headers: [X-Api-Key]\n",
             definitions: ["t": definition("t", request: "follow_redirects: 2\nheaders:\n  \(header): secret-value")])
         let other = host == "localhost" ? p.server : try TestHTTPServer(host: "127.0.0.2")
         defer { if other !== p.server { other.stop() } }
@@ -155,7 +151,7 @@ extension FaultServerTests {
     /// to another host that would carry it is not followed.
     @Test func environmentHeadersNeverReachAnotherHost() async throws {
         let p = try Project(
-            config: redirectConfig,
+            config: faultConfig,
             definitions: ["t": definition("t", request: "follow_redirects: 2\nheaders:\n  X-Env-Key: \"{{ env.SERVICE_KEY }}\"")])
         p.environment = ["SERVICE_KEY": "env-secret-value"]
         let target = "http://localhost:\(p.server.port)/landing"
