@@ -98,7 +98,10 @@ struct ChildSession {
             fds.removeAll(keepingCapacity: true)
             let slots = appendPollFDs(to: &fds)
             var timeout = pollTimeout(now: now)
-            if heartbeat != nil { timeout = Int32(clamping: min(timeout < 0 ? Int64.max : Int64(timeout), max(0, beatAt - now))) }
+            if heartbeat != nil {
+                let untilBeat = Int32(clamping: max(0, beatAt - now))
+                timeout = timeout < 0 ? untilBeat : min(timeout, untilBeat)
+            }
             let ready = fds.withUnsafeMutableBufferPointer {
                 csystem_proc_poll($0.baseAddress, UInt($0.count), timeout)
             }

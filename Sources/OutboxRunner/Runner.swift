@@ -47,8 +47,8 @@ package final class Runner {
     var lastAuthRefresh: Int64 = -60_000
     /// When this runner next renews its leases (monotonic ms); the first turn does it at once.
     var nextLeaseTick: Int64 = 0
-    /// Entries whose lease renewal failed while a plugin ran, stopped at the next turn.
-    var lostWhileWaiting: Set<String> = []
+    /// Entries whose lease renewal failed, stopped by the turn's `keepLeases`.
+    var leasesLost: Set<String> = []
     /// Set when another runner took entries or deliveries this turn chose: the next turn
     /// comes soon instead of after the usual wait.
     var contended = false

@@ -10,24 +10,31 @@ extension Runner {
     /// another runner's now: it is stopped here and its result is never recorded.
     func keepLeases() throws(OutboxError) {
         guard store.sharesRunners else { return }
-        var lost = lostWhileWaiting
-        lostWhileWaiting = []
-        let mono = Identifiers.monotonicMs()
-        if mono >= nextLeaseTick {
-            nextLeaseTick = mono + max(lease.durationMs / 3, 1)
-            lost.formUnion(try store.renewLeases(lease))
+        if try renewLeasesIfDue() {
             let requeued = try store.requeueAbandoned(lease: lease, now: Identifiers.nowMs())
             if requeued > 0 {
                 log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") whose runner's lease ran out back in the queue")
                 readAhead.discard()
             }
         }
+        let lost = leasesLost
+        leasesLost = []
         for id in lost.sorted() {
             log(
                 "outbox: lost the lease on \(id) (another runner may send it); its transfer is stopped and its result not recorded",
                 level: .warn, fields: [("id", .string(id))])
             if let entry = flights.running[id] { stopLost(entry) }
         }
+    }
+
+    /// Renews every claim of this runner once a third of the lease has passed since the last
+    /// renewal; entries whose renewal failed join `leasesLost`. Returns whether it renewed.
+    func renewLeasesIfDue() throws(OutboxError) -> Bool {
+        let mono = Identifiers.monotonicMs()
+        guard mono >= nextLeaseTick else { return false }
+        leasesLost.formUnion(try store.renewLeases(lease))
+        nextLeaseTick = mono + max(lease.durationMs / 3, 1)
+        return true
     }
 
     /// What the control thread keeps doing while it waits for a plugin (a response parser, a
@@ -37,12 +44,7 @@ extension Runner {
     /// Nil on a store with one runner. Made on the control thread, it beats only there.
     func pluginHeartbeat() -> Heartbeat? {
         guard store.sharesRunners else { return nil }
-        return Heartbeat(everyMs: max(lease.durationMs / 6, 1)) { [unowned self] in
-            let mono = Identifiers.monotonicMs()
-            guard mono >= nextLeaseTick, let lost = try? store.renewLeases(lease) else { return }
-            nextLeaseTick = mono + max(lease.durationMs / 3, 1)
-            lostWhileWaiting.formUnion(lost)
-        }
+        return Heartbeat(everyMs: max(lease.durationMs / 6, 1)) { [unowned self] in _ = try? renewLeasesIfDue() }
     }
 
     /// Stops an entry whose claim is gone: its transfers or parts are aborted and their
