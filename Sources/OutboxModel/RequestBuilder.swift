@@ -45,6 +45,8 @@ package enum RequestBuilder {
 
         // The file comes first: its size and name are template roots of everything else.
         var fileIdentity: FileIdentity?
+        // False for a file enqueue moved into the store earlier, whose source path is gone.
+        var fileIsAtItsPath = false
         if let fileTemplate = tree["file"] {
             let rendered = try Template.renderTree(fileTemplate, context: ctx, field: "request.file")
             guard let path = rendered.stringValue, !path.isEmpty else {
@@ -58,6 +60,7 @@ package enum RequestBuilder {
                 identity = moved
             } else {
                 identity = try statFile(absolute, field: "request.file")
+                fileIsAtItsPath = true
             }
             fileIdentity = identity
             ctx.roots["file"] = .object([
@@ -116,7 +119,7 @@ package enum RequestBuilder {
             ownership = parsed
         }
         // A copied or referenced file is read, not renamed: one this user cannot read fails now, not at its first attempt.
-        if let file = fileIdentity, (ownership ?? (tree["parts"] == nil ? .copy : .move)) != .move, Paths.exists(file.path),
+        if let file = fileIdentity, fileIsAtItsPath, (ownership ?? (tree["parts"] == nil ? .copy : .move)) != .move,
             let problem = Paths.readProblem(file.path)
         {
             throw .fileMissing("request.file: cannot read \(file.path): \(problem)")
