@@ -133,7 +133,7 @@ package enum CLI {
             return words.isEmpty ? ErrorCode.usage.exitStatus : 0
         }
         guard let (command, consumed) = match(words) else {
-            console.err("outbox: E_USAGE: unknown command \"\(words[0].prefix(40))\" (see outbox --help)")
+            console.err("outbox: E_USAGE: unknown command \"\(TerminalText.visible(String(words[0].prefix(40))))\" (see outbox --help)")
             return ErrorCode.usage.exitStatus
         }
         words.removeFirst(consumed)
@@ -181,7 +181,7 @@ package enum CLI {
                 JSON.object([("error", .object([("code", .string(error.code.rawValue)), ("message", .string(error.message))]))])
                     .serialized())
         } else {
-            console.err("outbox: \(error.code.rawValue): \(error.message)")
+            console.err("outbox: \(error.code.rawValue): \(TerminalText.visible(error.message))")
         }
     }
 

@@ -45,7 +45,8 @@ enum ReadCommands {
         return 0
     }
 
-    static func formatTable(_ rows: [[String]]) -> String {
+    static func formatTable(_ rawRows: [[String]]) -> String {
+        let rows = rawRows.map { $0.map(TerminalText.visible) }
         var widths = [Int](repeating: 0, count: rows[0].count)
         for row in rows { for (c, cell) in row.enumerated() { widths[c] = max(widths[c], cell.count) } }
         return rows.map { row in
@@ -249,7 +250,7 @@ enum ReadCommands {
                     ("reasons", .array(reasons.map { .string($0) })),
                 ]).serialized())
         } else {
-            i.console.out(reasons.map { "- " + $0 }.joined(separator: "\n"))
+            i.console.out(reasons.map { "- " + TerminalText.visible($0) }.joined(separator: "\n"))
         }
         return 0
     }

@@ -65,9 +65,10 @@ package struct Diagnostic: Sendable, Equatable {
             message: "the file is not valid UTF-8 (at byte \(offset + 1))")
     }
 
-    /// `path:line:col: error: message`, then the source line and a caret under the column.
+    /// `path:line:col: error: message`, then the source line (around the column when it is
+    /// long, control characters shown as escapes) and a caret under the column.
     package func rendered(source: String?) -> String {
-        var out = "\(path):\(line):\(column): error: \(message)"
+        var out = TerminalText.visible("\(path):\(line):\(column): error: \(message)")
         if let source, line >= 1 {
             var current = 1
             // Split on the byte: in a String "\r\n" is one Character and never equals "\n".
@@ -75,8 +76,10 @@ package struct Diagnostic: Sendable, Equatable {
                 if current == line {
                     let text = String(decoding: bytes, as: UTF8.self)
                     let lineText = text.utf8.last == 0x0D ? String(decoding: bytes.dropLast(), as: UTF8.self) : text
-                    let caretPad = String(lineText.prefix(max(0, column - 1)).map { $0 == "\t" ? "\t" : " " })
-                    out += "\n" + lineText + "\n" + caretPad + "^"
+                    let escapedColumn = TerminalText.visible(String(lineText.prefix(max(0, column - 1)))).count + 1
+                    let shown = TerminalText.excerpt(TerminalText.visible(lineText), column: escapedColumn)
+                    let caretPad = String(shown.text.prefix(shown.column - 1).map { $0 == "\t" ? "\t" : " " })
+                    out += "\n" + shown.text + "\n" + caretPad + "^"
                     break
                 }
                 current += 1

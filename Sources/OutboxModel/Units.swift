@@ -171,25 +171,3 @@ extension Units {
             "\(year)-\(two(month))-\(two(day))T\(two(secondOfDay / 3600)):\(two(secondOfDay / 60 % 60)):\(two(secondOfDay % 60)).\(milli)Z"
     }
 }
-
-/// Text from outside (a hook's stderr) made safe for a log line: control characters (ESC
-/// sequences that would move a terminal's cursor or change its colours) are shown escaped.
-package enum LogText {
-    package static func escaped(_ text: Substring) -> String {
-        var out = ""
-        for scalar in text.unicodeScalars {
-            if scalar.value < 0x20 && scalar != "\t" || scalar.value == 0x7F || (0x80...0x9F).contains(scalar.value) {
-                out += "\\x" + String(scalar.value, radix: 16, uppercase: false).leftPadded(to: 2)
-            } else {
-                out.unicodeScalars.append(scalar)
-            }
-        }
-        return out
-    }
-}
-
-extension String {
-    fileprivate func leftPadded(to width: Int) -> String {
-        count >= width ? self : String(repeating: "0", count: width - count) + self
-    }
-}

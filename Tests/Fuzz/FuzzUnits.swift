@@ -1,7 +1,8 @@
 @testable import OutboxModel
 
 /// Duration and size parsing: any text parses or throws E_INVALID; a parsed duration is
-/// within 0...100 years and a size is not negative, and both print.
+/// within 0...100 years and a size is not negative, and both print. Any text shown on a
+/// terminal keeps no escape character, and its excerpt's column stays within it.
 enum FuzzUnits {
     static func run(_ input: UnsafeBufferPointer<UInt8>) {
         let text = String(decoding: input, as: UTF8.self)
@@ -20,6 +21,9 @@ enum FuzzUnits {
         } catch {
             if error.code != .invalid { fatalError("parseSize threw \(error.code)") }
         }
-        _ = LogText.escaped(text[...])
+        let shown = TerminalText.visible(text)
+        if shown.unicodeScalars.contains(where: { $0.value == 0x1B }) { fatalError("an escape character got through") }
+        let cut = TerminalText.excerpt(shown, column: text.count / 2 + 1, width: 40)
+        if cut.column < 1 || cut.column > cut.text.count + 1 { fatalError("excerpt column \(cut.column) is outside \(cut.text.count)") }
     }
 }

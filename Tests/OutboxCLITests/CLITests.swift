@@ -702,6 +702,22 @@ struct CLIBadInputTests {
         #expect(p.run("enqueue", "plain", "--id", "ok").out == "ok\n")
     }
 
+    @Test func textFromHostileFilesReachesTheTerminalAsEscapes() throws {
+        let p = try CLIProject()
+        // YAML's own escapes: raw control characters in a file are refused before this.
+        try p.write("definitions/esc.yaml", "key: esc\nrequest:\n  url: http://x.example/\n  \"a\\e]0;owned\\ab\": 1\n")
+        let check = p.run("check")
+        #expect(check.status == 78)
+        #expect(!check.err.contains("\u{1B}") && !check.err.contains("\u{07}"), "\(check.err)")
+        #expect(check.err.contains("unknown field \"a\\x1b]0;owned\\x07b\""), "\(check.err)")
+        try FileManager.default.removeItem(atPath: p.path("definitions/esc.yaml"))
+
+        let unknown = p.run("enqueue", "k\u{1B}[2J", "--vars", "{}")
+        #expect(unknown.status == 65)
+        #expect(!unknown.err.contains("\u{1B}") && unknown.err.contains("k\\x1b[2J"), "\(unknown.err)")
+        #expect(try p.rows().isEmpty)
+    }
+
     @Test func anUnwritableStoreIsAStorageError() throws {
         // Tests may run as root, which ignores permission bits: a store path under a regular
         // file fails with ENOTDIR.

@@ -335,7 +335,7 @@ struct HostileInputTests {
         ("c1 \u{9B}31m", "c1 \\x9b31m"),
     ])
     func controlCharactersFromAHookAreEscapedInTheLog(_ raw: String, logged: String) {
-        #expect(LogText.escaped(Substring(raw)) == logged)
+        #expect(TerminalText.visible(raw) == logged)
     }
 
     @Test(arguments: [

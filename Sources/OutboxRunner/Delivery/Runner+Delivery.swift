@@ -156,7 +156,7 @@ extension Runner {
             let stderr = String(decoding: process.stderr, as: UTF8.self).trimmingSpaces
             if !stderr.isEmpty {
                 for line in stderr.split(separator: "\n").prefix(20) {
-                    log("hook \(entryID): \(LogText.escaped(line))", fields: [("id", .string(entryID))])
+                    log("hook \(entryID): \(TerminalText.visible(String(line)))", fields: [("id", .string(entryID))])
                 }
             }
             if process.timedOut {

@@ -36,7 +36,7 @@ package struct Logger: Sendable {
         let time = Units.rfc3339(ms: clock())
         switch format {
         case .text:
-            write("\(time) \(level.rawValue.padding(5)) \(message)")
+            write("\(time) \(level.rawValue.padding(5)) \(TerminalText.visible(message))")
         case .json:
             write(
                 JSON.object([("time", .string(time)), ("level", .string(level.rawValue)), ("message", .string(message))] + fields)

@@ -1,0 +1,40 @@
+import OutboxModel
+import Testing
+
+struct TerminalTextTests {
+    @Test func controlCharactersAreShownNotActedOn() {
+        #expect(TerminalText.visible("plain text, é and 名") == "plain text, é and 名")
+        #expect(TerminalText.visible("a\tb\nc") == "a\tb\nc")
+        #expect(TerminalText.visible("red\u{1B}[31mtext\u{07}") == "red\\x1b[31mtext\\x07")
+        #expect(TerminalText.visible("\r\u{0}\u{7F}\u{9B}") == "\\x0d\\x00\\x7f\\x9b")
+        #expect(TerminalText.visible("abc\u{202E}def\u{2066}") == "abc\\u{202e}def\\u{2066}")
+    }
+
+    @Test func aLongLineIsCutAroundTheColumn() {
+        let line = String(repeating: "a", count: 500) + "X" + String(repeating: "b", count: 500)
+        let shown = TerminalText.excerpt(line, column: 501, width: 40)
+        #expect(shown.text == "…" + String(repeating: "a", count: 20) + "X" + String(repeating: "b", count: 19) + "…")
+        #expect(Array(shown.text)[shown.column - 1] == "X")
+        let start = TerminalText.excerpt(line, column: 1, width: 40)
+        #expect(start.text == String(repeating: "a", count: 40) + "…")
+        #expect(start.column == 1)
+        let end = TerminalText.excerpt(line, column: 1002, width: 40)
+        #expect(end.text == "…" + String(repeating: "b", count: 40))
+        #expect(end.column == 42)
+        #expect(TerminalText.excerpt("short", column: 3).text == "short")
+    }
+
+    @Test func aDiagnosticShowsALongOrHostileLineSafely() {
+        let long = "x: " + String(repeating: "[", count: 100_000)
+        let rendered = Diagnostic(path: "d.yaml", line: 2, column: 1004, message: "nesting deeper than 1000 levels")
+            .rendered(source: "key: k\n" + long).split(separator: "\n").map(String.init)
+        #expect(rendered.count == 3)
+        #expect(rendered[1].count <= 122)
+        #expect(rendered[2].count == rendered[1].prefix(while: { $0 != "[" }).count + 60 + 1)
+
+        let hostile = Diagnostic(path: "d.yaml", line: 1, column: 10, message: "unknown field \"a\u{1B}[2Jb\"")
+            .rendered(source: "\u{1B}[2J\u{1B}[H: 1\n")
+        let expected = "d.yaml:1:10: error: unknown field \"a\\x1b[2Jb\"\n\\x1b[2J\\x1b[H: 1\n"
+        #expect(hostile == expected + String(repeating: " ", count: 15) + "^")
+    }
+}
