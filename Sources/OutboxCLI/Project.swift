@@ -18,7 +18,7 @@ final class Project {
             throw OutboxError(.config, "no config/outbox.yaml in \(cwd) or any folder above it (run `outbox init`, or pass --config FILE)")
         }
         if explicitConfig != nil, !Paths.isRegularFile(file) {
-            throw .fileMissing("no config file at \(file)")
+            throw .fileMissing(Paths.exists(file) ? "the config file \(file) is not a regular file" : "no config file at \(file)")
         }
         return Project(config: try Config.load(file: file, environment: environment), environment: environment)
     }
