@@ -1,8 +1,8 @@
 /// Text from outside (a definition's bytes, a server's reason phrase, vars) on its way to a
 /// terminal or a text log: control characters are shown as escapes, never acted on.
 package enum TerminalText {
-    /// `s` with every control character but newline and tab (C0, DEL, C1) written as `\xHH`,
-    /// and the bidirectional overrides as `\u{HHHH}`: a hostile file or server cannot move
+    /// `s` with every control character but newline and tab (C0, DEL, C1) written as `\xhh`,
+    /// and the bidirectional overrides as `\u{hhhh}`: a hostile file or server cannot move
     /// the cursor, recolour the screen, or make the text read differently from its bytes.
     package static func visible(_ s: String) -> String {
         guard s.unicodeScalars.contains(where: needsEscape) else { return s }
