@@ -59,8 +59,16 @@ int csystem_write_file(const char *path, const void *bytes, size_t count) {
 }
 
 int csystem_copy_file(const char *src, const char *dst) {
-    int in = open(src, O_RDONLY | O_CLOEXEC);
+    /* Non-blocking, and only a regular file: a FIFO or device put in the source's place
+       fails here instead of hanging the copy or reading forever. */
+    int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (in < 0) return -errno;
+    struct stat info;
+    int checked = fstat(in, &info) != 0 ? -errno : S_ISREG(info.st_mode) ? 0 : -EINVAL;
+    if (checked != 0) {
+        close(in);
+        return checked;
+    }
     int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0) {
         int e = errno;

@@ -14,7 +14,8 @@ extension Transfer {
             guard offset >= 0, length >= 0 else {
                 throw TransferSetupError(kind: .network, message: "file: invalid range \(offset)+\(length) of \(path)")
             }
-            let fd = open(path, O_RDONLY | O_CLOEXEC)
+            // Non-blocking: a FIFO swapped in for the file fails the check below instead of hanging the open.
+            let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
             guard fd >= 0 else {
                 if expected != nil, errno == ENOENT { throw TransferSetupError(kind: .file, message: FileIdentity.missing(path)) }
                 throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: cannot open \(path): \(errnoText())")

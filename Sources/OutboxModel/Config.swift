@@ -184,7 +184,7 @@ package struct Config: Sendable {
 
     private static func parse(file: String) throws(OutboxError) -> Config {
         guard let bytes = Paths.readBytes(file) else {
-            throw .fileMissing("cannot read the config file \(file): \(Paths.errnoMessage())")
+            throw .fileMissing("cannot read the config file \(file): \(Paths.readFailure())")
         }
         if let offset = Paths.invalidUTF8Offset(bytes) {
             throw OutboxError(.config, "1 error", diagnostics: [Diagnostic.invalidUTF8(path: file, bytes: bytes, offset: offset)])

@@ -83,18 +83,19 @@ package struct DefinitionSet: Sendable {
             let path = Paths.join(folder, name)
             // A definition file that cannot be read is an error, not a file to skip: its key
             // would otherwise vanish without a word (a dangling link, mode 000, a folder).
-            if let bytes = Paths.readBytes(path), let offset = Paths.invalidUTF8Offset(bytes) {
+            guard let bytes = Paths.readBytes(path) else {
+                set.diagnostics.append(
+                    Diagnostic(path: path, line: 1, column: 1, message: "cannot read this definition file: \(Paths.readFailure())"))
+                continue
+            }
+            if let offset = Paths.invalidUTF8Offset(bytes) {
                 set.diagnostics.append(Diagnostic.invalidUTF8(path: path, bytes: bytes, offset: offset))
                 if let key = Definition.peekKey(text: String(decoding: bytes, as: UTF8.self)) {
                     set.brokenKeys[key, default: []].append(set.diagnostics.last!)
                 }
                 continue
             }
-            guard Paths.isRegularFile(path), let text = Paths.readText(path) else {
-                let why = Paths.exists(path) && !Paths.isRegularFile(path) ? "it is not a regular file" : Paths.errnoMessage()
-                set.diagnostics.append(Diagnostic(path: path, line: 1, column: 1, message: "cannot read this definition file: \(why)"))
-                continue
-            }
+            let text = String(decoding: bytes, as: UTF8.self)
             set.fileCount += 1
             set.sources[path] = text
             var reader = YAMLReader(path: path)

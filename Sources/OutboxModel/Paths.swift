@@ -79,23 +79,49 @@ package enum Paths {
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG
     }
 
-    /// Reads a whole (small) file; nil when it cannot be opened.
+    /// The most `readBytes` reads: config, definitions and credentials are small.
+    package static let smallFileLimit = 16 << 20
+
+    /// Reads a whole small regular file; nil (with `errno` set) when it cannot be opened, is
+    /// not a regular file (EINVAL; a folder EISDIR) or is over `smallFileLimit` (EFBIG). A
+    /// FIFO or a device put where a file belongs neither blocks the open nor reads forever.
     package static func readBytes(_ path: String) -> [UInt8]? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
         guard fd >= 0 else { return nil }
-        defer { close(fd) }
+        let result = readSmall(fd)
+        close(fd)
+        // Set after the close, which must not overwrite the reason.
+        if case let .failure(failure) = result { errno = failure.code }
+        return try? result.get()
+    }
+
+    private static func readSmall(_ fd: Int32) -> Result<[UInt8], Errno> {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { return .failure(Errno(code: errno)) }
+        guard (info.st_mode & S_IFMT) == S_IFREG else { return .failure(Errno(code: (info.st_mode & S_IFMT) == S_IFDIR ? EISDIR : EINVAL)) }
+        guard info.st_size <= smallFileLimit else { return .failure(Errno(code: EFBIG)) }
         var out: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
         while true {
+            // A file that grows while it is read is cut off at the limit too.
+            guard out.count <= smallFileLimit else { return .failure(Errno(code: EFBIG)) }
             let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if n < 0 {
                 if errno == EINTR { continue }
-                return nil
+                return .failure(Errno(code: errno))
             }
-            if n == 0 { break }
+            if n == 0 { return .success(out) }
             out.append(contentsOf: chunk[0..<n])
         }
-        return out
+    }
+
+    /// Why `readBytes` returned nil, in words.
+    package static func readFailure(_ code: Int32 = errno) -> String {
+        switch code {
+        case EINVAL, EISDIR: return "it is not a regular file"
+        case EFBIG: return "it is over \(Units.formatBytes(Int64(smallFileLimit)))"
+        default: return errnoMessage(code)
+        }
     }
 
     package static func readText(_ path: String) -> String? {

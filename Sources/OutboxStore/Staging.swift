@@ -46,6 +46,7 @@ struct Staging {
         let rc = csystem_copy_file(source, temp)
         guard rc == 0 else {
             if -rc == ENOENT { throw .fileMissing("no such file \(source)") }
+            if -rc == EINVAL { throw .invalid("\(source) is not a regular file (any more)") }
             // A source this process can open points at the other end: the store's folder.
             if Paths.readProblem(source) == nil {
                 throw .storage("cannot write into the store folder \(Paths.dirname(final)): \(Paths.errnoMessage(-rc))")

@@ -468,6 +468,20 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
         }
     }
 
+    // A named pipe where the body file was (swapped in after the runner's own check) must
+    // not block the transfer thread in open(2), waiting for a writer that never comes.
+    @Test func aFIFOInPlaceOfTheBodyFileFailsWithoutBlocking() async throws {
+        try await withFixture { server, client, folder in
+            let fifo = folder.path + "/swapped.bin"
+            #expect(mkfifo(fifo, 0o600) == 0)
+            let result = await send(
+                client, HTTPRequest(url: server.url("/x"), method: "PUT", body: .file(path: fifo, offset: 0, length: 10)))
+            #expect(result.status == nil)
+            #expect(result.failure?.message == "file: \(fifo) is not a regular file")
+            #expect(server.requests.isEmpty)
+        }
+    }
+
     @Test func fileThatShrinksDuringUploadFailsAsFile() async throws {
         try await withFixture { server, client, folder in
             let path = folder.sparseFile("shrinks.bin", size: 64 << 20)

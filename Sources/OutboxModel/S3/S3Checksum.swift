@@ -9,7 +9,7 @@ package enum S3Checksum {
 
     /// Base64 of the SHA-256 of bytes `range` of the file, read from disk 1 MiB at a time.
     package static func sha256Base64(path: String, range: ByteRange) throws(OutboxError) -> String {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)  // a FIFO put in its place must not hang the enqueue
         guard fd >= 0 else { throw .fileMissing("request.file: cannot read \(path) to checksum it: \(Paths.errnoMessage())") }
         defer { close(fd) }
         var hasher = SHA256.Hasher()
@@ -29,7 +29,7 @@ package enum S3Checksum {
     /// Base64 SHA-256 of each part `ranges` of the file: on all CPUs at once where the CPU has
     /// SHA instructions (a 1 GiB object's parts are hashed before its entry is committed).
     package static func sha256Base64(path: String, ranges: [ByteRange]) throws(OutboxError) -> [String] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)  // a FIFO put in its place must not hang the enqueue
         guard fd >= 0 else { throw .fileMissing("request.file: cannot read \(path) to checksum it: \(Paths.errnoMessage())") }
         defer { close(fd) }
         switch SHA256.digests(fd: fd, ranges: ranges.map { ($0.start, $0.end) }) {
