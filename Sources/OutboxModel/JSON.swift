@@ -183,13 +183,19 @@ extension JSON {
     }
 
     /// Appends UTF-8 text as a JSON string literal: `"` `\\` and control characters
-    /// escaped (short forms where JSON has them), everything else copied as is.
+    /// escaped (short forms where JSON has them), and so are DEL, the C1 controls and the
+    /// bidirectional overrides (JSON allows it; a terminal showing the text then cannot act
+    /// on them); everything else copied as is.
     package static func appendString(utf8 text: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var start = 0
-        for (i, byte) in text.enumerated() where byte < 0x20 || byte == 0x22 || byte == 0x5C {
+        for (i, byte) in text.enumerated() where byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F || byte == 0xC2 || byte == 0xE2
+        {
+            guard i >= start else { continue }
+            let length = escapedLength(text, at: i)
+            guard length > 0 else { continue }
             out.append(contentsOf: UnsafeBufferPointer(rebasing: text[start..<i]))
-            start = i + 1
+            start = i + length
             switch byte {
             case 0x22: out += [0x5C, 0x22]
             case 0x5C: out += [0x5C, 0x5C]
@@ -199,12 +205,30 @@ extension JSON {
             case 0x08: out += [0x5C, UInt8(ascii: "b")]
             case 0x0C: out += [0x5C, UInt8(ascii: "f")]
             default:
+                var scalar = UInt32(byte)
+                if length == 2 { scalar = UInt32(text[i + 1]) }
+                if length == 3 { scalar = 0x2000 | UInt32(text[i + 1] & 0x3F) << 6 | UInt32(text[i + 2] & 0x3F) }
                 let digits = Array("0123456789abcdef".utf8)
-                out += [0x5C, UInt8(ascii: "u"), 0x30, 0x30, digits[Int(byte >> 4)], digits[Int(byte & 0x0F)]]
+                out += [0x5C, UInt8(ascii: "u")]
+                for shift in stride(from: 12, through: 0, by: -4) { out.append(digits[Int(scalar >> UInt32(shift) & 0xF)]) }
             }
         }
         out.append(contentsOf: UnsafeBufferPointer(rebasing: text[start...]))
         out.append(UInt8(ascii: "\""))
+    }
+
+    /// How many bytes at `i` one escape replaces: 1 for an ASCII byte that needs one, 2 for a
+    /// C1 control (C2 80–9F), 3 for a bidirectional override (U+202A–202E, U+2066–2069), 0
+    /// for a lead byte of anything else.
+    private static func escapedLength(_ text: UnsafeBufferPointer<UInt8>, at i: Int) -> Int {
+        switch text[i] {
+        case 0xC2: return i + 1 < text.count && (0x80...0x9F).contains(text[i + 1]) ? 2 : 0
+        case 0xE2:
+            guard i + 2 < text.count else { return 0 }
+            let (b1, b2) = (text[i + 1], text[i + 2])
+            return b1 == 0x80 && (0xAA...0xAE).contains(b2) || b1 == 0x81 && (0xA6...0xA9).contains(b2) ? 3 : 0
+        default: return 1
+        }
     }
 }
 

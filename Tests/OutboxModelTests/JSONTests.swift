@@ -53,6 +53,21 @@ struct JSONTests {
         #expect(try JSON.parse(#"{"k\u00e9": "日本", "plain": "é"}"#) == .object([("ké", .string("日本")), ("plain", .string("é"))]))
     }
 
+    /// What a terminal could act on leaves as an escape, and reads back as the same string:
+    /// DEL, C1 controls, bidirectional overrides; other non-ASCII text stays as it is.
+    @Test func terminalControlsAreEscapedAndReadBack() throws {
+        let text = "a\u{7F}b\u{85}c\u{9B}31m\u{202E}evil\u{2066}é日\u{A0}\u{2026}\u{2028}€"
+        let written = JSON.string(text).serialized()
+        #expect(written == #""a\u007fb\u0085c\u009b31m\u202eevil\u2066é日\#u{A0}\#u{2026}\#u{2028}€""#)
+        #expect(try JSON.parse(written).stringValue == text)
+        // A lead byte cut off at the very end is copied, not read past.
+        for raw: [UInt8] in [[0x78, 0xC2], [0x78, 0xE2, 0x80]] {
+            var out: [UInt8] = []
+            raw.withUnsafeBufferPointer { JSON.appendString(utf8: $0, to: &out) }
+            #expect(out == [0x22] + raw + [0x22])
+        }
+    }
+
     /// Bad strings fail with what is wrong and where (1-based byte offset), whether or not
     /// the string holds an escape.
     @Test(
