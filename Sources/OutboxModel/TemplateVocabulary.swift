@@ -15,6 +15,20 @@ enum TemplateVocabulary {
         let effect: String
     }
 
+    /// Whether `text` holds `{{` then a root and a dot (`{{ vars.id }}`): a template where
+    /// none is rendered (a hook's command) is a mistake worth a word.
+    static func mentionsARoot(_ text: String) -> Bool {
+        var rest = Substring(text)
+        while let open = rest.firstRange(of: "{{") {
+            rest = rest[open.upperBound...]
+            let name = rest.drop { $0 == " " }.prefix { $0.isLetter || $0 == "_" }
+            if roots.contains(where: { $0.name == name }), rest.drop(while: { $0 == " " }).dropFirst(name.count).first == "." {
+                return true
+            }
+        }
+        return false
+    }
+
     static let roots: [Root] = [
         Root(name: "vars", holds: "the entry's vars (a JSON object, or `null` when none were given)", where_: "everywhere"),
         Root(name: "entry", holds: "`entry.id`: the entry's id (given or minted)", where_: "everywhere (empty in `--id-template`)"),

@@ -241,6 +241,15 @@ package struct CommandRef: Sendable, Equatable {
     /// Why the program cannot run (missing, not executable, not found in `searchPath`), or nil.
     /// A program with a `/` resolves against `root`; one without is looked up in `searchPath`.
     package func problem(root: String, searchPath: String) -> String? {
+        let words: [String]
+        switch command {
+        case let .argv(argv): words = argv
+        case let .shell(line): words = [line]
+        }
+        if let templated = words.first(where: TemplateVocabulary.mentionsARoot) {
+            let advice = "a command gets vars on stdin and in OUTBOX_* variables"
+            return "\(field): \"\(templated.prefix(60))\" is run as written, not rendered: \(advice)"
+        }
         guard let program, !program.isEmpty else { return nil }
         if program.contains("/") {
             let full = program.hasPrefix("/") ? program : Paths.join(root, program)

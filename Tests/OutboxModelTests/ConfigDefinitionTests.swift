@@ -525,6 +525,16 @@ struct DefinitionTests {
         #expect(d?.request?["method"] == .string("{{ vars.m }}"))
     }
 
+    @Test func aTemplateInACommandIsSpottedAndLiteralBracesAreNot() {
+        #expect(TemplateVocabulary.mentionsARoot("{{ vars.id }}"))
+        #expect(TemplateVocabulary.mentionsARoot("x.sh --to={{outcome.data.url}}"))
+        #expect(TemplateVocabulary.mentionsARoot("a {{ x }} then {{  env.HOME | raw }}"))
+        #expect(!TemplateVocabulary.mentionsARoot("printf '{{}}'"))
+        #expect(!TemplateVocabulary.mentionsARoot("gotmpl '{{ .Name }}'"))
+        #expect(!TemplateVocabulary.mentionsARoot("{{ variables.x }} {{ vars }}"))
+        #expect(!TemplateVocabulary.mentionsARoot("{{"))
+    }
+
     @Test func renderedDiagnosticPointsAtTheColumn() {
         let source = "key: k\nrequest:\n  url: https://x.example/\n  methd: PUT\n"
         let d = Diagnostic(path: "definitions/k.yaml", line: 4, column: 3, message: "unknown field \"methd\" in request")
