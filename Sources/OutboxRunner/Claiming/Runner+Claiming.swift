@@ -164,6 +164,11 @@ extension Runner {
             var entry = claimedEntry
             entry.state = .running
             flights.running[entry.id] = entry
+            // Queued again by a header update that committed after this turn's look at other
+            // writers: the next look finds it running, so its queued event is said here.
+            if claimedEntry.reason == headersUpdatedReason, claimedEntry.headerGeneration > control.headerGeneration {
+                emitState(claimedEntry, state: .queued, reason: headersUpdatedReason)
+            }
             emitState(entry, state: .running, reason: nil)
             if entry.isChunked {
                 var job = PartJob(parts: try store.parts(entrySeq: entry.seq), entry: entry)
