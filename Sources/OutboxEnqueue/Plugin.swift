@@ -21,11 +21,15 @@ package enum Plugin {
             environment: environment, workingDirectory: config.root, outputCap: 16 << 20,
             timeoutMs: Int(config.pluginTimeoutMs))
         spec.heartbeat = heartbeat
+        spec.stopWhenStdoutOverflows = true
         let result: ProcessResult
         do {
             result = try ProcessRunner.run(spec)
         } catch {
             throw .invalid("\(name) could not start: \(error.message)")
+        }
+        if result.stdoutTruncated {
+            throw .invalid("\(name) printed more than \(Units.formatBytes(Int64(spec.outputCap))) and was stopped")
         }
         if result.timedOut {
             throw .invalid("\(name) ran past plugins.timeout (\(Units.formatDuration(ms: config.pluginTimeoutMs))) and was stopped")

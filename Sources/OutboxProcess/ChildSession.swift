@@ -59,6 +59,8 @@ struct ChildSession {
     var timeoutAt: Int64?
     var killAt: Int64?
     var timedOut = false
+    /// Stopped because stdout passed its cap (`stopWhenStdoutOverflows`).
+    var stoppedForOutput = false
     var exitStatus: Int32?
     var signal: Int32?
     var exited = false
@@ -162,7 +164,14 @@ struct ChildSession {
     /// After a poll: writes stdin, reads output, and reaps the child when its pidfd says it exited.
     mutating func handle(_ fds: [pollfd], slots: Slots, buffer: UnsafeMutableRawBufferPointer) {
         if slots.stdin >= 0 && fds[slots.stdin].revents != 0 { writeStdin() }
-        if slots.stdout >= 0 && fds[slots.stdout].revents != 0 { stdout.readAvailable(into: buffer) }
+        if slots.stdout >= 0 && fds[slots.stdout].revents != 0 {
+            stdout.readAvailable(into: buffer)
+            if spec.stopWhenStdoutOverflows, stdout.truncated, !stoppedForOutput, !exited {
+                stoppedForOutput = true
+                signalGroup(SIGTERM)
+                killAt = csystem_proc_now_ms() + ProcessRunner.killGraceMs
+            }
+        }
         if slots.stderr >= 0 && fds[slots.stderr].revents != 0 { stderr.readAvailable(into: buffer) }
         let leaderExited: Bool
         if slots.pid >= 0 {
@@ -236,7 +245,7 @@ struct ChildSession {
 
     /// waitpid on this pid only (`waitpid(-1)` would steal other children). True once reaped.
     mutating func reap(blocking: Bool) -> Bool {
-        if timedOut && blocking {
+        if (timedOut || stoppedForOutput) && blocking {
             // Finish off group members that ignored SIGTERM while the zombie leader still
             // pins the group id.
             _ = csystem_proc_killpg(pid, SIGKILL)

@@ -21,6 +21,9 @@ package struct ProcessSpec: Sendable {
     package var workingDirectory: String
     /// Bytes kept per output stream; the rest is read and discarded, and flagged truncated.
     package var outputCap: Int
+    /// Stops the process group (as at its timeout) once stdout passes `outputCap`: for a
+    /// plugin, whose answer is then unusable, rather than wait for it to end or time out.
+    package var stopWhenStdoutOverflows = false
     /// After this long the whole process group gets SIGTERM, then SIGKILL 2 s later.
     package var timeoutMs: Int?
     /// After this long `onWarn` is called once; the process keeps running.

@@ -476,6 +476,19 @@ struct SimulateTests {
         #expect(p.exists("hooks/in-\(outcome).json"))
     }
 
+    /// A parser that prints without end is stopped once its output passes the cap, not left
+    /// to run until plugins.timeout (5 min here: reaching it fails the test rather than hang it).
+    @Test func aParserPrintingWithoutEndIsStoppedAtTheCap() throws {
+        let p = try Self.project()
+        try p.write("config/outbox.yaml", "plugins: { timeout: 5m }\n")
+        try p.write(
+            "definitions/loud.yaml", "key: loud\nrequest: { url: \"https://x.example/\" }\nresponse: { command: [\"/usr/bin/yes\"] }\n")
+        let r = p.run("simulate", "loud", "--status", "200", "--body", "{}", "--json")
+        #expect(r.status == 0, "\(r)")
+        let error = try r.json()["outcome"]?["error"]
+        #expect(error?["message"] == .string("the response parser printed more than 16 MiB and was stopped"), "\(r.out.prefix(600))")
+    }
+
     @Test(arguments: [("503", "retry"), ("401", "awaiting-auth")])
     func aRetryOrAParkRunsNoHook(_ status: String, klass: String) throws {
         let p = try Self.project()

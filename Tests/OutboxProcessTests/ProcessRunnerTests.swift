@@ -149,6 +149,21 @@ struct OutputCapTests {
         #expect(result.exitStatus == 0)
     }
 
+    /// Asked to, a run stops a child whose stdout passes the cap (a plugin's answer is then
+    /// lost anyway); the timeout is only a net, and reaching it fails the test.
+    @Test func aChildPastItsStdoutCapIsStoppedWhenAsked() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("exec yes", in: folder, cap: 1 << 20)
+        spec.stopWhenStdoutOverflows = true
+        spec.timeoutMs = 300_000
+        let result = try await runOffPool(spec)
+        #expect(result.timedOut == false)
+        #expect(result.stdoutTruncated)
+        #expect(result.stdout.count == 1 << 20)
+        #expect(result.signal == SIGTERM)
+    }
+
     /// Completion is decided by the child's exit, not by pipe EOF: the run returns while
     /// the background child that holds stdout still runs (it runs until the test says so).
     @Test func backgroundChildHoldingStdoutDoesNotHangTheRun() async throws {
