@@ -168,8 +168,7 @@ struct ChildSession {
             stdout.readAvailable(into: buffer)
             if spec.stopWhenStdoutOverflows, stdout.truncated, !stoppedForOutput, !exited {
                 stoppedForOutput = true
-                signalGroup(SIGTERM)
-                killAt = csystem_proc_now_ms() + ProcessRunner.killGraceMs
+                stopGroup(now: csystem_proc_now_ms())
             }
         }
         if slots.stderr >= 0 && fds[slots.stderr].revents != 0 { stderr.readAvailable(into: buffer) }
@@ -212,8 +211,7 @@ struct ChildSession {
         if let at = timeoutAt, now >= at {
             timeoutAt = nil
             timedOut = true
-            signalGroup(SIGTERM)
-            killAt = now + ProcessRunner.killGraceMs
+            stopGroup(now: now)
         }
         if let at = killAt, now >= at {
             killAt = nil
@@ -233,6 +231,12 @@ struct ChildSession {
         var wait: Int64 = next.map { max(0, $0 - now) } ?? -1
         if !exited && pidfd < 0 { wait = wait < 0 ? 20 : min(wait, 20) }
         return Int32(clamping: wait)
+    }
+
+    /// SIGTERM to the group now, SIGKILL after the grace period.
+    mutating func stopGroup(now: Int64) {
+        signalGroup(SIGTERM)
+        killAt = now + ProcessRunner.killGraceMs
     }
 
     /// The child is not reaped yet, so its pid (= pgid) cannot have been reused.
