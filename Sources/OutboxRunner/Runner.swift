@@ -156,9 +156,10 @@ package final class Runner {
         // The curl thread (started above, with the normal policy) moves the bytes; this thread
         // keeps the books. As SCHED_BATCH it does not preempt the curl thread each time a
         // transfer ends: it runs when a core is free or its share comes, and settles what
-        // ended meanwhile in one commit. Hooks and plugins it starts get the normal policy.
-        _ = csystem_sched_batch_self(1)
-        defer { _ = csystem_sched_batch_self(0) }
+        // ended meanwhile in one commit. Hooks and plugins it starts get the normal policy, and
+        // so does this thread while hooks run (it starts the next ones as others end).
+        followHooksWithPolicy()
+        defer { if delivery.batchPolicy { _ = csystem_sched_batch_self(0) } }
         // A store on a server reconnects when the server goes away, keeping this run's work,
         // until a stop request or --max-time: then the run ends with the storage error.
         let maxTimeEnd = options.maxTimeMs.map { started + $0 }
@@ -231,6 +232,7 @@ package final class Runner {
                 if Scheduler.drainIsOver(due: due, now: now, horizonEnd: horizonEnd), try !authRefreshDue(now: now) { break }
             }
             progressDisplay?.draw(summary: summary, flights: flights.byToken.count, running: flights.running.count)
+            followHooksWithPolicy()
 
             // Sleep until an event, or 50 ms to notice enqueues from other processes: SQLite
             // has no cross-process notification, so the runner polls its data_version (on

@@ -122,6 +122,8 @@ struct DeliveryState {
     var lastCheck: Int64 = 0
     /// Runs the hooks' processes, made with the first.
     var reactor: ProcessReactor?
+    /// Whether the control thread runs as SCHED_BATCH now (it does while no hook runs).
+    var batchPolicy = false
 
     /// Whether to look for deliverable outcomes now: when something changed, or every
     /// 50 ms (retries of failed deliveries come due with time).

@@ -244,8 +244,9 @@ import Testing
     }
 
     /// The control thread of `outbox run` runs as SCHED_BATCH (policy 3, field 41 of a task's
-    /// stat); the curl thread, and the hooks the runner starts, keep the normal policy (0).
-    @Test func hooksRunWithTheNormalPolicyWhileTheControlThreadIsBatch() async throws {
+    /// stat) while no hook runs, and with the normal policy (0) while hooks run; the curl
+    /// thread and the hooks keep the normal policy.
+    @Test func theControlThreadIsBatchOnlyWhileNoHookRuns() async throws {
         let hook = #"""
             #!/bin/sh
             cat > /dev/null
@@ -260,12 +261,32 @@ import Testing
         let p = try Project(
             definitions: ["t": definition("t", top: "on_success: hooks/policy.sh", hooks: false)],
             hooks: ["policy.sh": hook])
-        try await p.enqueue("t", path: "/status/200", id: "s1")
-        _ = try await p.drain()
+        try await p.enqueue("t", path: "/hold/policy", id: "s1")
+        let run = try p.start(["run", "--drain"])
+        // While the request is held no hook runs.
+        #expect(await p.server.waitForHeld("policy"))
+        let sending = try Self.schedulingPolicies(of: run.pid)
+        p.server.release("policy")
+        let finished = await run.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(sending == "0 3 ", "policies of the runner's threads while it sends: \(sending)")
         let own = try String(contentsOfFile: p.root + "/hooks/own.policy", encoding: .utf8)
         let runner = try String(contentsOfFile: p.root + "/hooks/runner.policies", encoding: .utf8)
         #expect(own == "0\n")
         #expect(try String(contentsOfFile: p.root + "/hooks/runner.comm", encoding: .utf8) == "outbox\n")
-        #expect(runner == "0 3 ", "policies of the runner's threads: \(runner)")
+        #expect(runner == "0 ", "policies of the runner's threads while a hook runs: \(runner)")
+    }
+
+    /// The distinct scheduling policies of a process's threads, sorted, each followed by a space.
+    static func schedulingPolicies(of pid: Int32) throws -> String {
+        let tasks = try FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")
+        var policies = Set<String>()
+        for task in tasks {
+            let stat = try String(contentsOfFile: "/proc/\(pid)/task/\(task)/stat", encoding: .utf8)
+            // Fields after the parenthesised name start at field 3.
+            let fields = stat[try #require(stat.range(of: ")", options: .backwards)).upperBound...].split(separator: " ")
+            policies.insert(String(fields[38]))
+        }
+        return policies.sorted().map { $0 + " " }.joined()
     }
 }

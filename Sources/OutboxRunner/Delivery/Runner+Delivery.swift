@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 import OutboxEnqueue
 import OutboxModel
@@ -87,6 +88,15 @@ extension Runner {
         // never leaves a hook that the next runner does not stop.
         try store.recordHookProcesses(processes)
         if !processes.isEmpty { Fault.point("hook.running") }
+    }
+
+    /// While hooks run, this thread takes the normal policy: as SCHED_BATCH it waited for a
+    /// core at each wake-up behind the hooks it had started, and the next ones started late.
+    func followHooksWithPolicy() {
+        let batch = delivery.hooksRunning.isEmpty
+        guard batch != delivery.batchPolicy else { return }
+        _ = csystem_sched_batch_self(batch ? 1 : 0)
+        delivery.batchPolicy = batch
     }
 
     /// The thread that feeds, watches and reaps this run's hooks; nil when the process is
