@@ -96,8 +96,6 @@ package final class ProcessReactor: @unchecked Sendable {
     private func loop() {
         // A hook that stops reading its stdin must not kill the runner; this thread never unblocks it.
         _ = csystem_proc_block_sigpipe()
-        // Made by a SCHED_BATCH thread, it would wait for a core behind the hooks it reaps.
-        _ = csystem_sched_batch_self(0)
         let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: 65536, alignment: 16)
         defer { buffer.deallocate() }
         var sessions: [(session: ChildSession, done: @Sendable (ProcessResult) -> Void)] = []

@@ -62,6 +62,8 @@ extension Runner {
             contended = true
             delivery.due = true
         }
+        // Before the first spawn, so the reactor thread made with it and the hooks see the normal policy.
+        followHooksWithPolicy(starting: true)
         let reactor = hookReactor()
         var processes: [HookProcess] = []
         for (outcome, hook) in starting where counts[outcome.seq] != nil {
@@ -92,8 +94,8 @@ extension Runner {
 
     /// While hooks run, this thread takes the normal policy: as SCHED_BATCH it waited for a
     /// core at each wake-up behind the hooks it had started, and the next ones started late.
-    func followHooksWithPolicy() {
-        let batch = delivery.hooksRunning.isEmpty
+    func followHooksWithPolicy(starting: Bool = false) {
+        let batch = delivery.hooksRunning.isEmpty && !starting
         guard batch != delivery.batchPolicy else { return }
         _ = csystem_sched_batch_self(batch ? 1 : 0)
         delivery.batchPolicy = batch
