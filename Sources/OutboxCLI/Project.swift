@@ -15,6 +15,9 @@ final class Project {
 
     static func load(explicitConfig: String?, cwd: String, environment: [String: String]) throws(OutboxError) -> Project {
         guard let file = Config.locate(explicit: explicitConfig, cwd: cwd) else {
+            if let odd = Config.unreadableCandidate(cwd: cwd) {
+                throw OutboxError(.config, "\(odd) is not a regular file, and no folder above holds a config/outbox.yaml")
+            }
             throw OutboxError(.config, "no config/outbox.yaml in \(cwd) or any folder above it (run `outbox init`, or pass --config FILE)")
         }
         if explicitConfig != nil, !Paths.isRegularFile(file) {

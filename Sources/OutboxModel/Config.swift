@@ -126,6 +126,18 @@ package struct Config: Sendable {
         }
     }
 
+    /// The nearest `config/outbox.yaml` from `cwd` up that exists but is no regular file (a
+    /// folder, a FIFO): when `locate` finds none, the error names it rather than nothing.
+    package static func unreadableCandidate(cwd: String) -> String? {
+        var dir = Paths.normalize(cwd)
+        while true {
+            let candidate = Paths.join(dir, "config/outbox.yaml")
+            if Paths.exists(candidate) && !Paths.isRegularFile(candidate) { return candidate }
+            if dir == "/" { return nil }
+            dir = Paths.dirname(dir)
+        }
+    }
+
     /// A store folder made absolute; a server URL (`postgres://...`) is kept as written.
     package static func storeLocation(_ text: String, root: String) -> String {
         isServerStore(text) ? text : Paths.absolute(text, relativeTo: root)
