@@ -15,13 +15,13 @@ final class Project {
 
     static func load(explicitConfig: String?, cwd: String, environment: [String: String]) throws(OutboxError) -> Project {
         guard let file = Config.locate(explicit: explicitConfig, cwd: cwd) else {
-            if let odd = Config.unreadableCandidate(cwd: cwd) {
-                throw OutboxError(.config, "\(odd) is not a regular file, and no folder above holds a config/outbox.yaml")
-            }
             throw OutboxError(.config, "no config/outbox.yaml in \(cwd) or any folder above it (run `outbox init`, or pass --config FILE)")
         }
-        if explicitConfig != nil, !Paths.isRegularFile(file) {
-            throw .fileMissing(Paths.exists(file) ? "the config file \(file) is not a regular file" : "no config file at \(file)")
+        if !Paths.isRegularFile(file) {
+            guard explicitConfig == nil else {
+                throw .fileMissing(Paths.exists(file) ? "the config file \(file) is not a regular file" : "no config file at \(file)")
+            }
+            throw OutboxError(.config, "\(file) is not a regular file: a project's config/outbox.yaml must be one")
         }
         return Project(config: try Config.load(file: file, environment: environment), environment: environment)
     }

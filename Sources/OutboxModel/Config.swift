@@ -120,19 +120,9 @@ package struct Config: Sendable {
         var dir = Paths.normalize(cwd)
         while true {
             let candidate = Paths.join(dir, "config/outbox.yaml")
-            if Paths.isRegularFile(candidate) { return candidate }
-            if dir == "/" { return nil }
-            dir = Paths.dirname(dir)
-        }
-    }
-
-    /// The nearest `config/outbox.yaml` from `cwd` up that exists but is no regular file (a
-    /// folder, a FIFO): when `locate` finds none, the error names it rather than nothing.
-    package static func unreadableCandidate(cwd: String) -> String? {
-        var dir = Paths.normalize(cwd)
-        while true {
-            let candidate = Paths.join(dir, "config/outbox.yaml")
-            if Paths.exists(candidate) && !Paths.isRegularFile(candidate) { return candidate }
+            // The nearest one that exists, even a folder or a FIFO: the caller refuses it
+            // rather than a project further up being used without a word.
+            if Paths.exists(candidate) { return candidate }
             if dir == "/" { return nil }
             dir = Paths.dirname(dir)
         }
