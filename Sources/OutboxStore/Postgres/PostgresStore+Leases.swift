@@ -122,7 +122,9 @@ extension PostgresStore {
     }
 
     /// Claims deliveries no other runner holds (or whose delivery lease ran out) and counts
-    /// them, in one commit; the acknowledgement is then fenced on this runner.
+    /// them, in one commit; the acknowledgement is then fenced on this runner. Rows another
+    /// runner is changing right now are skipped, not waited for: two runners claiming
+    /// overlapping sets in different orders deadlocked (the caller looks again soon).
     package func claimDeliveries(seqs: [Int64], lease: Lease) throws(OutboxError) -> [Int64: Int64] {
         guard !seqs.isEmpty else { return [:] }
         let list = JSON.array(seqs.map { .int64($0) }).serialized()
@@ -131,8 +133,11 @@ extension PostgresStore {
             try db.query(
                 """
                 UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL, delivery_owner = ?, delivery_until = ?
-                WHERE seq IN (SELECT jsonb_array_elements_text(?::jsonb)::bigint) AND acknowledged = 0
-                  AND (delivery_owner IS NULL OR delivery_owner = ? OR COALESCE(delivery_until, 0) < ?)
+                WHERE seq IN (
+                  SELECT seq FROM outcomes
+                  WHERE seq IN (SELECT jsonb_array_elements_text(?::jsonb)::bigint) AND acknowledged = 0
+                    AND (delivery_owner IS NULL OR delivery_owner = ? OR COALESCE(delivery_until, 0) < ?)
+                  ORDER BY seq FOR UPDATE SKIP LOCKED)
                 RETURNING seq, deliveries
                 """, [.text(lease.owner), .int(now + lease.durationMs), .text(list), .text(lease.owner), .int(now)]
             ) { ($0.int(0), $0.int(1)) }
