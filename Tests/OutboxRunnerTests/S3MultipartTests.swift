@@ -136,9 +136,10 @@ import TestSupport
         server.script("/crash/big.bin?partNumber=3&", [TestResponse.status(200, headers: [("ETag", "\"p3\"")]).held("p3")])
         let runner = try sandbox.start(["run"], environment: Self.testingCredentials)
         // A long wait: with a 1 s stall limit on a loaded machine, part 3 is given up and held
-        // again over and over, and this looks between those times.
+        // again over and over, and this looks between those times. A given-up request stays
+        // held at the server until released, so more than one may be held by then.
         await eventually("part 3 is held with parts 1 and 2 accepted", timeout: 120) {
-            server.heldCount("p3") == 1 && (try? sandbox.sqlite("SELECT count(*) FROM parts WHERE accepted = 1"))?.hasPrefix("2") == true
+            server.heldCount("p3") >= 1 && (try? sandbox.sqlite("SELECT count(*) FROM parts WHERE accepted = 1"))?.hasPrefix("2") == true
         }
         #expect(try sandbox.sqlite("SELECT upload_id FROM s3_uploads") == "up/1+x\n", "the upload id is recorded before the parts")
         try await beforeKill()
