@@ -46,7 +46,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["CSystem", "OutboxModel", "OutboxTestServer"], path: "Tests/TestSupport", swiftSettings: strict),
         .testTarget(name: "YAMLTests", dependencies: ["YAML"], swiftSettings: strict),
         .testTarget(name: "OutboxModelTests", dependencies: ["OutboxModel", "Digest"], exclude: ["Fixtures"], swiftSettings: strict),
-        .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess", "TestSupport"], swiftSettings: strict),
+        .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess", "CSystem", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxRunnerTests", dependencies: ["OutboxRunner", "TestSupport", "Digest"], swiftSettings: strict),

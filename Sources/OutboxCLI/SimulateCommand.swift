@@ -93,7 +93,8 @@ enum SimulateCommand {
         }
         let ran: ProcessResult
         do {
-            ran = try ProcessRunner.run(Runner.hookSpec(hook, outcome: record, deliveries: 1, config: config, environment: i.environment))
+            ran = try ProcessRunner.run(
+                Runner.hookSpec(hook, outcome: record, deliveries: 1, config: config, environment: EncodedEnvironment(i.environment)))
         } catch {
             throw .invalid("the hook could not start: \(error.message)")
         }

@@ -1,7 +1,7 @@
 import CSystem
 import Glibc
 
-/// Runs hook and plugin processes: posix_spawn in their own process group, one poll loop
+/// Runs hook and plugin processes: vfork + exec in their own process group, one poll loop
 /// over stdin, stdout, stderr and a pidfd.
 package enum ProcessRunner {
     /// Grace period between SIGTERM and SIGKILL when a timeout fires.
@@ -35,7 +35,9 @@ package enum ProcessRunner {
     /// anything else; `finish` (on a thread of its own) feeds and reaps it.
     package static func start(_ spec: ProcessSpec) throws(ProcessSpawnError) -> Started {
         let child = try spawn(spec, inheritOutput: false)
-        return Started(child: child, spec: spec, spawnedAt: csystem_proc_now_ms(), startTime: startTime(of: child.pid) ?? 0)
+        // /proc is read only when a clock tick passed during the spawn.
+        let start = child.start_time != 0 ? child.start_time : startTime(of: child.pid) ?? 0
+        return Started(child: child, spec: spec, spawnedAt: csystem_proc_now_ms(), startTime: start)
     }
 
     /// Writes stdin, reads stdout and stderr, enforces the timeouts and reaps the process.
@@ -59,12 +61,11 @@ package enum ProcessRunner {
                 message: "cannot start \(arguments[0]): working directory \(spec.workingDirectory) is not a folder")
         }
         let argv = CStringArray(arguments)
-        let envp = CStringArray(spec.environment.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" })
         var child = csystem_child()
         var rc: Int32 = 0
         for attempt in 0..<5 {
             rc = argv.withPointers { argvPointer in
-                envp.withPointers { envpPointer in
+                spec.environment.withPointers { envpPointer in
                     csystem_spawn_ex(path, argvPointer, envpPointer, spec.workingDirectory, inheritOutput ? 1 : 0, &child)
                 }
             }
@@ -161,17 +162,12 @@ package enum ProcessRunner {
     }
 
     /// C strings end at NUL, and `=` in a name would split differently in the child.
-    static func checkStrings(arguments: [String], environment: [String: String]) throws(ProcessSpawnError) {
+    static func checkStrings(arguments: [String], environment: ProcessEnvironment) throws(ProcessSpawnError) {
         if arguments.contains(where: { $0.utf8.contains(0) }) {
             throw ProcessSpawnError(message: "cannot start \(arguments[0]): an argument contains a NUL byte")
         }
-        for (key, value) in environment {
-            if key.isEmpty || key.utf8.contains(UInt8(ascii: "=")) || key.utf8.contains(0) {
-                throw ProcessSpawnError(message: "cannot start \(arguments[0]): invalid environment variable name '\(key)'")
-            }
-            if value.utf8.contains(0) {
-                throw ProcessSpawnError(message: "cannot start \(arguments[0]): environment variable \(key) contains a NUL byte")
-            }
+        if let problem = environment.problem {
+            throw ProcessSpawnError(message: "cannot start \(arguments[0]): \(problem)")
         }
     }
 
@@ -182,18 +178,19 @@ package enum ProcessRunner {
 }
 
 /// A NULL-terminated array of strdup'ed C strings, freed on deinit.
-final class CStringArray {
-    private var pointers: [UnsafeMutablePointer<CChar>?]
+/// Never changed after init, so it can be shared between threads.
+final class CStringArray: @unchecked Sendable {
+    private let pointers: [UnsafeMutablePointer<CChar>?]
 
     init(_ strings: [String]) {
         // Allocated and freed by Swift, one allocator for both (no strdup/free pairing).
-        pointers = strings.map { string in
-            let bytes = string.utf8CString
-            let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count)
-            bytes.withUnsafeBufferPointer { pointer.initialize(from: $0.baseAddress!, count: bytes.count) }
-            return pointer
-        }
-        pointers.append(nil)
+        pointers =
+            strings.map { string in
+                let bytes = string.utf8CString
+                let pointer = UnsafeMutablePointer<CChar>.allocate(capacity: bytes.count)
+                bytes.withUnsafeBufferPointer { pointer.initialize(from: $0.baseAddress!, count: bytes.count) }
+                return pointer
+            } + [nil]
     }
 
     deinit {

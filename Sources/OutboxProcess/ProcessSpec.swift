@@ -16,7 +16,7 @@ package struct ProcessSpec: Sendable {
     /// Bytes written to the child's stdin; then stdin is closed.
     package var stdin: [UInt8]
     /// The complete environment of the child (nothing is inherited implicitly).
-    package var environment: [String: String]
+    package var environment: ProcessEnvironment
     /// The child's working directory.
     package var workingDirectory: String
     /// Bytes kept per output stream; the rest is read and discarded, and flagged truncated.
@@ -39,6 +39,17 @@ package struct ProcessSpec: Sendable {
     /// Creates a spec; callbacks are set afterwards.
     package init(
         command: ProcessCommand, stdin: [UInt8] = [], environment: [String: String],
+        workingDirectory: String, outputCap: Int = 65536, timeoutMs: Int? = nil,
+        warnAfterMs: Int? = nil
+    ) {
+        self.init(
+            command: command, stdin: stdin, environment: ProcessEnvironment(environment), workingDirectory: workingDirectory,
+            outputCap: outputCap, timeoutMs: timeoutMs, warnAfterMs: warnAfterMs)
+    }
+
+    /// Creates a spec whose environment shares an already encoded base.
+    package init(
+        command: ProcessCommand, stdin: [UInt8] = [], environment: ProcessEnvironment,
         workingDirectory: String, outputCap: Int = 65536, timeoutMs: Int? = nil,
         warnAfterMs: Int? = nil
     ) {

@@ -19,6 +19,8 @@ package final class Runner {
     var definitions: DefinitionSet
     let store: any Store
     let environment: [String: String]
+    /// `environment` checked and encoded once for every hook of the run.
+    let hookEnvironment: EncodedEnvironment
     let options: RunOptions
     var factory: EntryFactory
     var scheduler: Scheduler
@@ -76,6 +78,7 @@ package final class Runner {
         self.definitions = definitions
         self.store = store
         self.environment = environment
+        hookEnvironment = EncodedEnvironment(environment)
         self.options = options
         self.emit = emit
         self.logger = logger

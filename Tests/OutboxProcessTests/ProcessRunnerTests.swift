@@ -1,3 +1,4 @@
+import CSystem
 import OutboxModel
 import Foundation
 import OutboxProcess
@@ -274,6 +275,45 @@ struct ChildSetupTests {
         spec.environment = ["A=B": "c"]
         await #expect(throws: ProcessSpawnError.self) { try await runOffPool(spec) }
     }
+
+    /// A run's hooks share one encoded base; the variables set for one hook replace the
+    /// base's of the same name, and the child sees them all in name order.
+    @Test func variablesSetOverASharedBaseReachTheChildInOrder() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let base = EncodedEnvironment(["PATH": "/usr/bin:/bin", "A": "1", "OUTBOX_ID": "old", "Z": "26"])
+        var spec = shell("", in: folder)
+        spec.command = .argv(["/usr/bin/env"])
+        spec.environment = ProcessEnvironment(base: base, setting: ["OUTBOX_ID": "e1", "B": "2", "ZZ": "last"])
+        let result = try await runOffPool(spec)
+        #expect(text(result.stdout) == "A=1\nB=2\nOUTBOX_ID=e1\nPATH=/usr/bin:/bin\nZ=26\nZZ=last\n")
+        #expect(spec.environment["OUTBOX_ID"] == "e1")
+        #expect(spec.environment["A"] == "1")
+        // The base is untouched for the next hook.
+        spec.environment = ProcessEnvironment(base: base, setting: [:])
+        let plain = try await runOffPool(spec)
+        #expect(text(plain.stdout) == "A=1\nOUTBOX_ID=old\nPATH=/usr/bin:/bin\nZ=26\n")
+    }
+
+    @Test(
+        arguments: [
+            (["A=B": "c"], [:], "invalid environment variable name 'A=B'"),
+            (["A": "c\0d"], [:], "environment variable A contains a NUL byte"),
+            (["A": "c"], ["": "x"], "invalid environment variable name ''"),
+            (["A": "c"], ["B": "x\0"], "environment variable B contains a NUL byte"),
+        ] as [([String: String], [String: String], String)])
+    func aBadVariableInTheBaseOrSetOverItIsNamed(
+        _ base: [String: String], _ set: [String: String], _ message: String
+    )
+        async throws
+    {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("true", in: folder)
+        spec.environment = ProcessEnvironment(base: EncodedEnvironment(base), setting: set)
+        let error = await #expect(throws: ProcessSpawnError.self) { try await runOffPool(spec) }
+        #expect(error?.message == "cannot start sh: \(message)")
+    }
 }
 
 struct TimerTests {
@@ -377,6 +417,33 @@ struct TimerTests {
         #expect(seen.value.first == "\(result.pid)")
         #expect(seen.value.dropFirst().first == seen.value.last)
     }
+
+    /// The spawn reads the child's start time from the boot clock when no tick passed while
+    /// it ran; that value must be exactly the one /proc gives (a later runner compares them).
+    @Test func aStartTimeTakenFromTheClockIsTheOneProcGives() throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("true"), nil]
+        let envp: [UnsafeMutablePointer<CChar>?] = [nil]
+        defer { for p in argv { free(p) } }
+        var fromClock = 0
+        var spawns = 0
+        // Most spawns take far less than a tick (10 ms); a busy machine only needs more of them.
+        while fromClock < 50 && spawns < 20_000 {
+            spawns += 1
+            var child = csystem_child()
+            #expect(csystem_spawn("/bin/true", argv, envp, folder.path, &child) == 0)
+            let proc = procStatFields(child.pid).flatMap { UInt64($0[19]) }
+            var code: Int32 = 0
+            var signal: Int32 = 0
+            _ = csystem_proc_wait(child.pid, 0, &code, &signal)
+            for fd in [child.pidfd, child.stdin_fd, child.stdout_fd, child.stderr_fd] { csystem_proc_close(fd) }
+            guard child.start_time != 0 else { continue }
+            fromClock += 1
+            #expect(child.start_time == proc, "spawn \(spawns)")
+        }
+        #expect(fromClock == 50)
+    }
 }
 
 struct ArgvTests {
@@ -404,7 +471,7 @@ struct ArgvTests {
         let folder = TempFolder()
         defer { folder.cleanup() }
         var spec = shell("", in: folder)
-        spec.environment = c.environment
+        spec.environment = ProcessEnvironment(c.environment)
         spec.command = .argv(["printf", "%s", "found"])
         let result = try await runOffPool(spec)
         #expect(text(result.stdout) == "found")

@@ -5,19 +5,23 @@
 #include <poll.h>
 #include <sys/types.h>
 
-/* A spawned child: its pid (also its process-group id), a pidfd (-1 if the kernel has none)
-   and the parent ends of its stdin/stdout/stderr pipes (O_CLOEXEC | O_NONBLOCK). */
+/* A spawned child: its pid (also its process-group id), a pidfd (-1 if the kernel has none),
+   the parent ends of its stdin/stdout/stderr pipes (O_CLOEXEC | O_NONBLOCK), and its start
+   time as /proc/PID/stat gives it (clock ticks since boot) when the clock alone tells it,
+   else 0. */
 typedef struct csystem_child {
     int pid;
     int pidfd;
     int stdin_fd;
     int stdout_fd;
     int stderr_fd;
+    uint64_t start_time;
 } csystem_child;
 
-/* posix_spawn of path with argv/envp (NULL-terminated) in cwd (NULL = inherit): own process
-   group, empty signal mask, default PIPE/TERM/INT/CHLD/HUP/QUIT, only fds 0-2 inherited,
-   the normal scheduling policy (SCHED_OTHER) when the spawning thread has another.
+/* vfork + exec of path with argv/envp (NULL-terminated) in cwd (NULL = inherit): own process
+   group, empty signal mask, default PIPE/TERM/INT/CHLD/HUP/QUIT and every handled signal,
+   only fds 0-2 inherited, the normal scheduling policy (SCHED_OTHER) when the spawning
+   thread has another.
    0 or -errno (exec and chdir failures included). */
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out);

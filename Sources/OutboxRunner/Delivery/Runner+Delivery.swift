@@ -67,7 +67,8 @@ extension Runner {
         let reactor = hookReactor()
         var processes: [HookProcess] = []
         for (outcome, hook) in starting where counts[outcome.seq] != nil {
-            var spec = Self.hookSpec(hook, outcome: outcome, deliveries: counts[outcome.seq] ?? 1, config: config, environment: environment)
+            var spec = Self.hookSpec(
+                hook, outcome: outcome, deliveries: counts[outcome.seq] ?? 1, config: config, environment: hookEnvironment)
             let mailbox = self.mailbox
             let seq = outcome.seq
             spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
@@ -137,17 +138,18 @@ extension Runner {
     /// How a hook is started for an outcome: its payload on stdin with `meta.deliveries`, the
     /// `OUTBOX_*` variables, the project root as its folder, the output cap and the timeouts.
     package static func hookSpec(
-        _ hook: CommandSpec, outcome: OutcomeRecord, deliveries: Int64, config: Config, environment: [String: String]
+        _ hook: CommandSpec, outcome: OutcomeRecord, deliveries: Int64, config: Config, environment: EncodedEnvironment
     ) -> ProcessSpec {
         var payload = outcome.payload
         var meta = payload["meta"] ?? .object([])
         meta.set("deliveries", .int64(deliveries))
         payload.set("meta", meta)
-        var env = environment
         let values = HookEnvironment.Values(
             id: outcome.entryID, key: outcome.key, outcome: outcome.outcome.rawValue, deliveries: deliveries,
             generation: outcome.generation)
-        for variable in HookEnvironment.variables { env[variable.name] = variable.value(values) }
+        var set: [String: String] = [:]
+        for variable in HookEnvironment.variables { set[variable.name] = variable.value(values) }
+        let env = ProcessEnvironment(base: environment, setting: set)
         return ProcessSpec(
             command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
             workingDirectory: config.root, outputCap: hookOutputCap,

@@ -1,5 +1,6 @@
 import OutboxHTTP
 import OutboxModel
+import OutboxProcess
 @testable import OutboxRunner
 import Testing
 
@@ -55,7 +56,8 @@ struct PayloadReferenceTests {
             let record = OutcomeRecord(
                 seq: 1, entryID: "e1", key: "notes.create", generation: 1, outcome: .completed, payload: payload, deliveries: 0,
                 acknowledged: false, nextDeliveryAt: nil, reason: nil, hookPgid: nil, hookStart: nil, createdAt: at)
-            let spec = Runner.hookSpec(.shell("true"), outcome: record, deliveries: 2, config: Config(root: "/p"), environment: [:])
+            let spec = Runner.hookSpec(
+                .shell("true"), outcome: record, deliveries: 2, config: Config(root: "/p"), environment: EncodedEnvironment([:]))
             return try JSON.parse(String(decoding: spec.stdin, as: UTF8.self))
         }
     }
@@ -75,8 +77,9 @@ struct PayloadReferenceTests {
         let record = OutcomeRecord(
             seq: 1, entryID: "e1", key: "k", generation: 3, outcome: .error, payload: .object([]), deliveries: 0,
             acknowledged: false, nextDeliveryAt: nil, reason: nil, hookPgid: nil, hookStart: nil, createdAt: Self.at)
-        let spec = Runner.hookSpec(.shell("true"), outcome: record, deliveries: 2, config: Config(root: "/p"), environment: ["HOME": "/h"])
-        #expect(Set(spec.environment.keys) == Set(HookEnvironment.variables.map(\.name) + ["HOME"]))
+        let spec = Runner.hookSpec(
+            .shell("true"), outcome: record, deliveries: 2, config: Config(root: "/p"), environment: EncodedEnvironment(["HOME": "/h"]))
+        #expect(Set(spec.environment.variables.keys) == Set(HookEnvironment.variables.map(\.name) + ["HOME"]))
         #expect(spec.environment["OUTBOX_ID"] == "e1")
         #expect(spec.environment["OUTBOX_KEY"] == "k")
         #expect(spec.environment["OUTBOX_OUTCOME"] == "error")
