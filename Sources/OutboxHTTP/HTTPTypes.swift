@@ -123,6 +123,9 @@ package struct HTTPResult: Sendable {
     package var failure: TransportFailure?
     /// Seconds from a `Retry-After` header (either form); nil when absent.
     package var retryAfterSeconds: Int64?
+    /// The time (epoch ms) a `Retry-After` HTTP-date names, so the next attempt is set from
+    /// it rather than from the seconds counted when the header arrived.
+    package var retryAfterDate: Int64?
     /// Request body bytes uploaded (includes a transport-level re-send).
     package var bytesSent: Int64
     /// How long the transfer took, from its start to its end (curl's total time).

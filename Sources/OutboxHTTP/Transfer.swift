@@ -228,7 +228,9 @@ final class Transfer {
         if responseHeaders.hasRetryAfter, let value = responseHeaders.value("retry-after") {
             // Read here, not by curl, which takes "abc" or "-1" as 0: an invalid value is
             // ignored (the entry's own backoff applies), not a retry storm.
-            result.retryAfterSeconds = Backoff.parseRetryAfter(value, now: Identifiers.nowMs())
+            let now = Identifiers.nowMs()
+            result.retryAfterSeconds = Backoff.parseRetryAfter(value, now: now)
+            result.retryAfterDate = Backoff.retryAfterDate(value, now: now)
         }
         guard let code else {
             result.failure = TransportFailure(abortKind, abortMessage)

@@ -46,11 +46,14 @@ package enum Backoff {
     /// A Retry-After replaces the computed backoff (clamped to [0, maxMs], no jitter: the
     /// server said when). A time past `expiresAt` becomes `expiresAt`, so the expiry
     /// check settles the entry then instead of it waiting beyond its life.
+    /// `retryAfterDate` (epoch ms, from an HTTP-date) wins over `retryAfterSeconds`: the wait
+    /// is measured from `now`, so time spent between the response and this call is not added.
     package static func nextAttemptAt(
-        now: Int64, failures: Int, policy: BackoffPolicy, retryAfterSeconds: Int64?, expiresAt: Int64?, random: Double
+        now: Int64, failures: Int, policy: BackoffPolicy, retryAfterSeconds: Int64?, retryAfterDate: Int64? = nil,
+        expiresAt: Int64?, random: Double
     ) -> Int64 {
         let wait: Int64
-        if let seconds = retryAfterSeconds {
+        if let seconds = retryAfterDate.map({ secondsUntil($0, from: now) }) ?? retryAfterSeconds {
             let (ms, overflow) = Swift.max(0, seconds).multipliedReportingOverflow(by: 1000)
             // Floored at the base: "Retry-After: 0" from a struggling server is no reason to hammer it.
             wait = Swift.min(Swift.max(overflow ? Int64.max : ms, policy.baseMs), Swift.max(0, policy.maxMs))
@@ -69,10 +72,7 @@ package enum Backoff {
     /// (`Sunday, 06-Nov-94 08:49:37 GMT`) or asctime (`Sun Nov  6 08:49:37 1994`); a date
     /// in the past gives 0; a partial second rounds up. `now` is epoch ms.
     package static func parseRetryAfter(_ value: String, now: Int64) -> Int64? {
-        var bytes = Array(value.utf8)
-        while let last = bytes.last, last == 0x20 || last == 0x09 { bytes.removeLast() }
-        let lead = bytes.prefix { $0 == 0x20 || $0 == 0x09 }.count
-        bytes.removeFirst(lead)
+        let bytes = trimmedBlanks(value)
         guard !bytes.isEmpty else { return nil }
         if bytes.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) {
             var seconds: Int64 = 0
@@ -85,9 +85,33 @@ package enum Backoff {
             }
             return seconds
         }
+        guard let dateMs = retryAfterDate(value, now: now) else { return nil }
+        // A date beyond 64-bit milliseconds.
+        if dateMs == Int64.max { return Int64.max / 1000 }
+        return secondsUntil(dateMs, from: now)
+    }
+
+    /// The time (epoch ms) a `Retry-After` HTTP-date names (Int64.max or .min beyond 64 bits);
+    /// nil for delta-seconds or an unreadable value.
+    package static func retryAfterDate(_ value: String, now: Int64) -> Int64? {
+        let bytes = trimmedBlanks(value)
+        guard !bytes.isEmpty, !bytes.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return nil }
         guard let epochSeconds = RetryAfterDate.parse(String(decoding: bytes, as: UTF8.self), now: now) else { return nil }
         let (dateMs, overflow) = epochSeconds.multipliedReportingOverflow(by: 1000)
-        if overflow { return epochSeconds > 0 ? Int64.max / 1000 : 0 }
+        if overflow { return epochSeconds > 0 ? Int64.max : Int64.min }
+        return dateMs
+    }
+
+    /// The header value without leading and trailing spaces and tabs.
+    private static func trimmedBlanks(_ value: String) -> ArraySlice<UInt8> {
+        let bytes = Array(value.utf8)
+        let start = bytes.firstIndex { $0 != 0x20 && $0 != 0x09 } ?? bytes.count
+        let end = bytes.lastIndex { $0 != 0x20 && $0 != 0x09 }.map { $0 + 1 } ?? start
+        return bytes[start..<max(start, end)]
+    }
+
+    /// Whole seconds from `now` to `dateMs`, a partial second rounded up; 0 for the past.
+    static func secondsUntil(_ dateMs: Int64, from now: Int64) -> Int64 {
         let diff = dateMs.subtractingReportingOverflow(now)
         if diff.overflow { return now < 0 ? Int64.max / 1000 : 0 }
         if diff.partialValue <= 0 { return 0 }

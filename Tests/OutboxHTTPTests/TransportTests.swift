@@ -644,6 +644,9 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
             // take a second of rounding.
             let earliest = Int64(120 - (answered - scripted) - 1)
             #expect((earliest...121).contains(date.retryAfterSeconds ?? -1))
+            // And the date itself, for the runner to count from when it settles.
+            #expect((Int64(scripted + 120) * 1000...Int64(answered + 120) * 1000).contains(date.retryAfterDate ?? -1))
+            #expect(seconds.retryAfterDate == nil)
         }
     }
 

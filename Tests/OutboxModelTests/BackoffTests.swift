@@ -100,6 +100,18 @@ struct BackoffTests {
         #expect(at == c.expected)
     }
 
+    /// An HTTP-date is counted from the time of the call, not from when the header arrived:
+    /// seconds counted then (3,601 here, the header read 999.5 s earlier) are ignored, and the
+    /// next attempt falls in the date's second however long the settle took.
+    @Test(arguments: [Int64(6_400_000), 6_400_500, 6_400_999, 9_999_999, 10_000_000, 12_000_000])
+    func anHTTPDateIsCountedFromTheCall(now: Int64) {
+        let date: Int64 = 10_000_000
+        let at = Backoff.nextAttemptAt(
+            now: now, failures: 1, policy: BackoffPolicy(baseMs: 0, maxMs: 7_200_000), retryAfterSeconds: 3_601,
+            retryAfterDate: date, expiresAt: nil, random: 0)
+        #expect(at >= max(date, now) && at < max(date, now) + 1000, "at \(at)")
+    }
+
     /// Sun, 06 Nov 1994 08:49:37 GMT, in epoch ms.
     static let rfcExampleMs: Int64 = 784_111_777_000
     /// 2025-06-15T16:26:40Z, for two-digit years.

@@ -110,7 +110,8 @@ extension Runner {
             job.parts[position].attempts += 1
             let next = Backoff.nextAttemptAt(
                 now: now, failures: job.parts[position].attempts, policy: entry.request.retry.backoff,
-                retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
+                retryAfterSeconds: result.retryAfterSeconds,
+                retryAfterDate: result.retryAfterDate, expiresAt: entry.expiresAt,
                 random: Double.random(in: 0..<1))
             job.parts[position].nextAttemptAt = next
             changes.append(.partRetry(entrySeq: entry.seq, index: index, nextAttemptAt: next))

@@ -191,7 +191,8 @@ extension Runner {
             flights.running[entry.id] = nil
             let next = Backoff.nextAttemptAt(
                 now: now, failures: Int(entry.attempts) + 1, policy: entry.request.retry.backoff,
-                retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt, random: Double.random(in: 0..<1))
+                retryAfterSeconds: result.retryAfterSeconds,
+                retryAfterDate: result.retryAfterDate, expiresAt: entry.expiresAt, random: Double.random(in: 0..<1))
             changes.append(.reschedule(entryID: entry.id, nextAttemptAt: next, reason: reason))
             emitState(entry, state: .queued, reason: reason)
             summary.retried += 1

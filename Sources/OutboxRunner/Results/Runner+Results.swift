@@ -132,7 +132,8 @@ extension Runner {
         case let .retry(reason):
             let next = Backoff.nextAttemptAt(
                 now: now, failures: Int(entry.attempts), policy: entry.request.retry.backoff,
-                retryAfterSeconds: result.retryAfterSeconds, expiresAt: entry.expiresAt,
+                retryAfterSeconds: result.retryAfterSeconds,
+                retryAfterDate: result.retryAfterDate, expiresAt: entry.expiresAt,
                 random: Double.random(in: 0..<1))
             changes.append(.reschedule(entryID: entry.id, nextAttemptAt: next, reason: reason))
             entry.nextAttemptAt = next
