@@ -164,6 +164,9 @@ static int __attribute__((noinline)) spawn_vforked(const char *path, char *const
     return 0;
 }
 
+static int spawn_child(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                       int inherit_output, const void *input, ssize_t input_len, csystem_child *out);
+
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out) {
     return csystem_spawn_ex(path, argv, envp, cwd, 0, out);
@@ -171,6 +174,17 @@ int csystem_spawn(const char *path, char *const argv[], char *const envp[], cons
 
 int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], const char *cwd,
                      int inherit_output, csystem_child *out) {
+    return spawn_child(path, argv, envp, cwd, inherit_output, NULL, -1, out);
+}
+
+int csystem_spawn_with_input(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                             const void *input, size_t input_len, csystem_child *out) {
+    return spawn_child(path, argv, envp, cwd, 0, input, (ssize_t)input_len, out);
+}
+
+/* input_len < 0: the caller feeds stdin; else input is all of it. */
+static int spawn_child(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                       int inherit_output, const void *input, ssize_t input_len, csystem_child *out) {
     int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
     int rc;
 
@@ -178,10 +192,22 @@ int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], c
     out->pidfd = -1;
     out->stdin_fd = out->stdout_fd = out->stderr_fd = -1;
     out->start_time = 0;
+    out->stdin_written = 0;
 
     if ((rc = make_pipe(in_pipe)) != 0) goto fail;
     if (!inherit_output && (rc = make_pipe(out_pipe)) != 0) goto fail;
     if (!inherit_output && (rc = make_pipe(err_pipe)) != 0) goto fail;
+    if ((rc = set_nonblocking(in_pipe[1])) != 0) goto fail;
+    /* The input goes into the pipe before the child starts, as far as the pipe holds it
+       (64 KiB unless the system is short of pipe memory): most children then get all of
+       it and its end at once, and nobody has to watch their stdin. */
+    if (input_len > 0) {
+        ssize_t n;
+        do {
+            n = write(in_pipe[1], input, (size_t)input_len);
+        } while (n < 0 && errno == EINTR);
+        if (n > 0) out->stdin_written = (size_t)n;
+    }
 
     /* Hooks and plugins may be spawned while the runner's thread runs as SCHED_BATCH: the
        child gets the normal policy back. Only then is the policy set, so a sandbox that
@@ -215,10 +241,13 @@ int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], c
        has already exited. */
     long pidfd = syscall(SYS_pidfd_open, pid, 0);
     out->pidfd = pidfd >= 0 ? (int)pidfd : -1;
-    out->stdin_fd = in_pipe[1];
+    if (input_len >= 0 && out->stdin_written == (size_t)input_len) {
+        close(in_pipe[1]);
+    } else {
+        out->stdin_fd = in_pipe[1];
+    }
     out->stdout_fd = out_pipe[0];
     out->stderr_fd = err_pipe[0];
-    set_nonblocking(out->stdin_fd);
     if (!inherit_output) {
         set_nonblocking(out->stdout_fd);
         set_nonblocking(out->stderr_fd);

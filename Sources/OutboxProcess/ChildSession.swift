@@ -73,6 +73,8 @@ struct ChildSession {
         pidfd = child.pidfd
         stdinFD = child.stdin_fd
         input = spec.stdin
+        // The spawn wrote what the pipe held (and closed it when that was all).
+        inputOffset = min(Int(child.stdin_written), input.count)
         stdout = CappedOutput(fd: child.stdout_fd, cap: spec.outputCap)
         stderr = CappedOutput(fd: child.stderr_fd, cap: spec.outputCap)
         self.spec = spec

@@ -56,17 +56,19 @@ package enum ProcessRunner {
     static func spawn(_ spec: ProcessSpec, inheritOutput: Bool) throws(ProcessSpawnError) -> csystem_child {
         let (path, arguments) = try resolve(spec)
         try checkStrings(arguments: arguments, environment: spec.environment)
-        guard csystem_proc_is_directory(spec.workingDirectory) == 1 else {
-            throw ProcessSpawnError(
-                message: "cannot start \(arguments[0]): working directory \(spec.workingDirectory) is not a folder")
-        }
         let argv = CStringArray(arguments)
         var child = csystem_child()
         var rc: Int32 = 0
         for attempt in 0..<5 {
             rc = argv.withPointers { argvPointer in
                 spec.environment.withPointers { envpPointer in
-                    csystem_spawn_ex(path, argvPointer, envpPointer, spec.workingDirectory, inheritOutput ? 1 : 0, &child)
+                    if inheritOutput {
+                        return csystem_spawn_ex(path, argvPointer, envpPointer, spec.workingDirectory, 1, &child)
+                    }
+                    return spec.stdin.withUnsafeBytes { input in
+                        csystem_spawn_with_input(
+                            path, argvPointer, envpPointer, spec.workingDirectory, input.baseAddress, input.count, &child)
+                    }
                 }
             }
             // A script written just now can still be open for writing in another thread's
@@ -75,6 +77,11 @@ package enum ProcessRunner {
             usleep(UInt32(10_000 << attempt))
         }
         guard rc == 0 else {
+            // Looked at only now: the child's chdir fails the spawn when the folder is missing.
+            guard csystem_proc_is_directory(spec.workingDirectory) == 1 else {
+                throw ProcessSpawnError(
+                    message: "cannot start \(arguments[0]): working directory \(spec.workingDirectory) is not a folder")
+            }
             throw ProcessSpawnError(message: "cannot start \(path): \(errorText(-rc))")
         }
         return child

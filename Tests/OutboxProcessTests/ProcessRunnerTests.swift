@@ -444,6 +444,28 @@ struct TimerTests {
         }
         #expect(fromClock == 50)
     }
+
+    /// Input the pipe holds is written before the child starts and its stdin is closed then:
+    /// nothing is left to feed. A larger input is left to the caller from where it stopped.
+    @Test(arguments: [(100, true), (1 << 20, false)])
+    func inputThePipeHoldsIsWrittenAtTheSpawn(size: Int, complete: Bool) throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let argv: [UnsafeMutablePointer<CChar>?] = [strdup("true"), nil]
+        let envp: [UnsafeMutablePointer<CChar>?] = [nil]
+        defer { for p in argv { free(p) } }
+        let input = [UInt8](repeating: 0x78, count: size)
+        var child = csystem_child()
+        let rc = input.withUnsafeBytes { csystem_spawn_with_input("/bin/true", argv, envp, folder.path, $0.baseAddress, $0.count, &child) }
+        #expect(rc == 0)
+        var code: Int32 = 0
+        var signal: Int32 = 0
+        _ = csystem_proc_wait(child.pid, 0, &code, &signal)
+        for fd in [child.pidfd, child.stdin_fd, child.stdout_fd, child.stderr_fd] { csystem_proc_close(fd) }
+        #expect((child.stdin_fd < 0) == complete)
+        #expect((child.stdin_written == size) == complete)
+        #expect(child.stdin_written > 0)
+    }
 }
 
 struct ArgvTests {

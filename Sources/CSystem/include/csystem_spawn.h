@@ -16,6 +16,8 @@ typedef struct csystem_child {
     int stdout_fd;
     int stderr_fd;
     uint64_t start_time;
+    /* Bytes of the input already in the stdin pipe (csystem_spawn_with_input). */
+    size_t stdin_written;
 } csystem_child;
 
 /* vfork + exec of path with argv/envp (NULL-terminated) in cwd (NULL = inherit): own process
@@ -29,6 +31,10 @@ int csystem_spawn(const char *path, char *const argv[], char *const envp[], cons
    stdout_fd and stderr_fd are -1). */
 int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], const char *cwd,
                      int inherit_output, csystem_child *out);
+/* csystem_spawn with all of the child's input known: as much as the pipe holds is written
+   before the child starts (stdin_written), and stdin_fd is -1 (closed) when that is all. */
+int csystem_spawn_with_input(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                             const void *input, size_t input_len, csystem_child *out);
 
 /* Moves the calling thread to SCHED_BATCH (batch != 0: it no longer preempts other threads
    when it wakes up, and gets its share of the CPU as before) or back to SCHED_OTHER.
