@@ -38,10 +38,9 @@ static int make_pipe(int fds[2]) {
     return rc;
 }
 
+/* For a pipe end made here: no other status flag is set, so none needs reading first. */
 static int set_nonblocking(int fd) {
-    int flags = fcntl(fd, F_GETFL);
-    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0) return -errno;
-    return 0;
+    return fcntl(fd, F_SETFL, O_NONBLOCK) == 0 ? 0 : -errno;
 }
 
 /* CLOCK_BOOTTIME in clock ticks, as the kernel counts a process's start time; -1 when a
