@@ -45,7 +45,7 @@ enum InitCommand {
         retry:
           backoff: { base: 1s, max: 2h, jitter: 0.2 }
           terminal_http: { exempt: [404] }
-        hooks: { concurrency: 16, warn_after: 30s }
+        hooks: { concurrency: 32, warn_after: 30s }
 
         """
     static let definition = """

@@ -76,7 +76,7 @@ package struct Config: Sendable {
     package var concurrency = 16
     package var perHost = 4
     package var partConcurrency = 3
-    package var hookConcurrency = 16
+    package var hookConcurrency = 32
     package var hookWarnAfterMs: Int64 = 30_000
     package var hookTimeoutMs: Int64?
     /// nil means the built-in check.

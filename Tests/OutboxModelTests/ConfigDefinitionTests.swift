@@ -28,7 +28,7 @@ struct ConfigTests {
         #expect(config.concurrency == 16)
         #expect(config.perHost == 4)
         #expect(config.partConcurrency == 3)
-        #expect(config.hookConcurrency == 16)
+        #expect(config.hookConcurrency == 32)
         #expect(config.hookWarnAfterMs == 30_000)
         #expect(config.hookTimeoutMs == nil)
         #expect(config.wifiCheck == nil)

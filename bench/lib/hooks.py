@@ -28,7 +28,7 @@ import benchlib as B  # noqa: E402
 COUNT = int(os.environ.get("HOOK_COUNT", "5000"))
 ROUNDS = int(os.environ.get("ROUNDS", "5"))
 HOOK_CONCURRENCY = os.environ.get("HOOK_CONCURRENCY")
-DEFAULT_HOOK_CONCURRENCY = 16  # the config default (hooks.concurrency, docs/config.md)
+DEFAULT_HOOK_CONCURRENCY = 32  # the config default (hooks.concurrency, docs/config.md)
 ARGV_TARGET = 2000
 
 VARIANTS = [

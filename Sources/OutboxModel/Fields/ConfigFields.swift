@@ -48,7 +48,7 @@ package enum ConfigFields {
             Field("per_host", .integer(1...256), .value(4), example: 8, "requests in flight to one host and port"),
             Field("part_concurrency", .integer(1...64), .value(3), example: 4, "parts of one chunked entry in flight"),
             Field(
-                "hooks", .mapping(hooks), .value(["concurrency": 16, "warn_after": "30s", "timeout": nil]), example: ["timeout": "10m"],
+                "hooks", .mapping(hooks), .value(["concurrency": 32, "warn_after": "30s", "timeout": nil]), example: ["timeout": "10m"],
                 "how hooks run"),
             Field(
                 "network", .mapping(network), .value(["wifi_check": "builtin", "wifi_interval": "30s"]),
@@ -119,7 +119,7 @@ package enum ConfigFields {
     static let hooks = FieldMapping(
         "hooks", "How hooks run.",
         [
-            Field("concurrency", .integer(1...256), .value(16), example: 4, "hooks running at once"),
+            Field("concurrency", .integer(1...256), .value(32), example: 4, "hooks running at once"),
             Field("warn_after", .duration, .value("30s"), example: "2m", "a hook running longer is logged (and still waited for)"),
             Field(
                 "timeout", .nullable(.duration), .none, example: "10m",
