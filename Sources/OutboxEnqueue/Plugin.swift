@@ -17,7 +17,7 @@ package enum Plugin {
         environment: [String: String], heartbeat: Heartbeat? = nil
     ) throws(OutboxError) -> JSON {
         var spec = ProcessSpec(
-            command: ProcessCommand(command), stdin: Array(input.serialized().utf8),
+            command: ProcessCommand(command), stdin: input.serializedBytes(),
             environment: environment, workingDirectory: config.root, outputCap: 16 << 20,
             timeoutMs: Int(config.pluginTimeoutMs))
         spec.heartbeat = heartbeat

@@ -107,10 +107,15 @@ extension JSON {
     /// Compact JSON text. With `sortedKeys`, object members are ordered by key
     /// (UTF-8 byte order), which gives the canonical form used for hashing.
     package func serialized(sortedKeys: Bool = false) -> String {
+        String(decoding: serializedBytes(sortedKeys: sortedKeys), as: UTF8.self)
+    }
+
+    /// `serialized` as UTF-8 bytes, for a body, a hash or a child's stdin (no String between).
+    package func serializedBytes(sortedKeys: Bool = false) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(128)
         write(to: &out, sortedKeys: sortedKeys)
-        return String(decoding: out, as: UTF8.self)
+        return out
     }
 
     /// JSON text indented by two spaces, for people.

@@ -158,7 +158,7 @@ package struct PreparedRequest: Sendable {
         // The region changes the signature, not the URL; absent otherwise, so older hashes stay equal.
         if let s3 { canon.append(("s3_region", .string(s3.region))) }
         if s3?.skipExisting == true { canon.append(("s3_skip_existing", .bool(true))) }
-        return SHA256.hex(Array(JSON.object(canon).serialized(sortedKeys: true).utf8))
+        return SHA256.hex(JSON.object(canon).serializedBytes(sortedKeys: true))
     }
 }
 

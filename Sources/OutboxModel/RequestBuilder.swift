@@ -128,7 +128,7 @@ package enum RequestBuilder {
         var contentType: String?
         var body = PreparedBody.none
         if let data = try field("data") {
-            body = .bytes(Array(data.serialized().utf8), kind: .data)
+            body = .bytes(data.serializedBytes(), kind: .data)
             contentType = "application/json"
         } else if let t = tree["text"] {
             guard case let .string(template) = t else { throw .invalid("request.text must be a string template") }

@@ -151,7 +151,7 @@ extension Runner {
         for variable in HookEnvironment.variables { set[variable.name] = variable.value(values) }
         let env = ProcessEnvironment(base: environment, setting: set)
         return ProcessSpec(
-            command: ProcessCommand(hook), stdin: Array(payload.serialized().utf8), environment: env,
+            command: ProcessCommand(hook), stdin: payload.serializedBytes(), environment: env,
             workingDirectory: config.root, outputCap: hookOutputCap,
             timeoutMs: config.hookTimeoutMs.map { Int($0) }, warnAfterMs: Int(config.hookWarnAfterMs))
     }
