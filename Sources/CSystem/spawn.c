@@ -43,9 +43,7 @@ static int set_nonblocking(int fd) {
     return fcntl(fd, F_SETFL, O_NONBLOCK) == 0 ? 0 : -errno;
 }
 
-/* CLOCK_BOOTTIME in clock ticks, as the kernel counts a process's start time; -1 when a
-   tick is not a whole number of nanoseconds (then only /proc can tell). */
-static int64_t boot_ticks(void) {
+int64_t csystem_boot_ticks(void) {
     static long hz;
     if (hz == 0) hz = sysconf(_SC_CLK_TCK);
     if (hz <= 0 || 1000000000L % hz != 0) return -1;
@@ -218,7 +216,7 @@ static int spawn_child(const char *path, char *const argv[], char *const envp[],
 
     /* The child's start time is read from the clock the kernel stamps it with: when no tick
        boundary passed during the spawn, it is that tick, and /proc need not be read. */
-    int64_t ticks_before = boot_ticks();
+    int64_t ticks_before = csystem_boot_ticks();
     pid_t pid;
     if (&__tsan_init != NULL) {
         rc = spawn_forked(path, argv, envp, cwd, in_pipe[0], child_out, child_err, reset_policy, &pid);
@@ -226,7 +224,7 @@ static int spawn_child(const char *path, char *const argv[], char *const envp[],
         rc = spawn_vforked(path, argv, envp, cwd, in_pipe[0], child_out, child_err, reset_policy, &pid);
     }
     if (rc != 0) goto fail;
-    int64_t ticks_after = boot_ticks();
+    int64_t ticks_after = csystem_boot_ticks();
     out->start_time = ticks_before >= 0 && ticks_before == ticks_after ? (uint64_t)ticks_before : 0;
 
     close(in_pipe[0]);

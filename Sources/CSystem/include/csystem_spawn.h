@@ -36,6 +36,10 @@ int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], c
 int csystem_spawn_with_input(const char *path, char *const argv[], char *const envp[], const char *cwd,
                              const void *input, size_t input_len, csystem_child *out);
 
+/* CLOCK_BOOTTIME in clock ticks, as the kernel counts a process's start time; -1 when a
+   tick is not a whole number of nanoseconds (then only /proc can tell). */
+int64_t csystem_boot_ticks(void);
+
 /* Moves the calling thread to SCHED_BATCH (batch != 0: it no longer preempts other threads
    when it wakes up, and gets its share of the CPU as before) or back to SCHED_OTHER.
    0 or -errno. */
