@@ -73,14 +73,13 @@ struct ChildSession {
         pidfd = child.pidfd
         stdinFD = child.stdin_fd
         input = spec.stdin
-        // The spawn wrote what the pipe held (and closed it when that was all).
+        // The spawn wrote what the pipe held, and closed it when that was all (an empty input too).
         inputOffset = min(Int(child.stdin_written), input.count)
         stdout = CappedOutput(fd: child.stdout_fd, cap: spec.outputCap)
         stderr = CappedOutput(fd: child.stderr_fd, cap: spec.outputCap)
         self.spec = spec
         if let warn = spec.warnAfterMs, spec.onWarn != nil { warnAt = start + Int64(max(0, warn)) }
         if let timeout = spec.timeoutMs { timeoutAt = start + Int64(max(0, timeout)) }
-        if input.isEmpty { closeStdin() }
     }
 
     /// Runs the child to its end on the calling thread, which blocks until then.
