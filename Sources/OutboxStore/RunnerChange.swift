@@ -28,6 +28,10 @@ package struct Settlement: Sendable {
         self.hookExists = hookExists
         self.followUps = followUps
     }
+
+    /// With no hook to read its outcome, a completed or cancelled entry is forgotten as it
+    /// settles: its row, attempts and outcomes go in the same transaction.
+    package var forgetsEntry: Bool { !hookExists && (state == .completed || state == .cancelled) }
 }
 
 /// One change the runner makes; several are applied in one transaction when they coincide.
@@ -59,6 +63,28 @@ package enum HoldReason: String, Sendable, CaseIterable {
     case wifi = "waiting for Wi-Fi"
     case account = "waiting for its account"
     case host = "waiting for its host to answer"
+}
+
+/// One generation of an entry id.
+private struct Generation: Hashable {
+    let id: String
+    let generation: Int64
+}
+
+extension [RunnerChange] {
+    /// The batch without the attempt records of entries a settle in it forgets: they would
+    /// be written and deleted in the same transaction (three statements and their pages).
+    package func sparingForgottenAttempts() -> [RunnerChange] {
+        var forgotten: Set<Generation> = []
+        for change in self {
+            if case let .settle(s) = change, s.forgetsEntry { forgotten.insert(Generation(id: s.entryID, generation: s.generation)) }
+        }
+        guard !forgotten.isEmpty else { return self }
+        return filter { change in
+            guard case let .attempt(id, generation, _, _, _) = change else { return true }
+            return !forgotten.contains(Generation(id: id, generation: generation))
+        }
+    }
 }
 
 /// What `apply` did that its caller cannot know in advance.

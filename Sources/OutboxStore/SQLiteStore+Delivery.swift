@@ -92,7 +92,10 @@ extension SQLiteStore {
         var counts: [Int64: Int64] = [:]
         do throws(OutboxError) {
             try db.transaction { () throws(OutboxError) in
-                for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now) }
+                // Counted per key once for the batch, not one counter write per hook.
+                var tally = CounterTally()
+                for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now, tally: &tally) }
+                try addCounters(tally.take())
                 if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
                 try journalReturns()
                 counts = try countDeliveries(begin)
@@ -115,12 +118,15 @@ extension SQLiteStore {
     }
 
     /// One acknowledgement inside the caller's transaction; returns the files to remove.
-    private func acknowledgeOne(_ seq: Int64, now: Int64) throws(OutboxError) -> [String] {
-        guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome),
-            !o.acknowledged
+    private func acknowledgeOne(_ seq: Int64, now: Int64, tally: inout CounterTally) throws(OutboxError) -> [String] {
+        // Only what the acknowledgement needs: the payload is not read (nor parsed).
+        guard
+            let o = try db.queryOne(
+                "SELECT entry_id, key, generation FROM outcomes WHERE seq = ? AND acknowledged = 0", [.int(seq)],
+                { (entryID: $0.text(0), key: $0.text(1), generation: $0.int(2)) })
         else { return [] }
         try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
-        try addCounters([CounterIncrement(.hookDeliveries, [("key", o.key)], by: 1)])
+        tally.add(.hookDeliveries, [("key", o.key)], by: 1)
         // A later outcome of the same generation (an error entry reopened and then
         // completed) is still owed: forgetting now would drop it.
         let owed =

@@ -253,7 +253,7 @@ extension SQLiteStore {
             guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return ([], false) }
             e = stored
         }
-        if !s.hookExists && (s.state == .completed || s.state == .cancelled) {
+        if s.forgetsEntry {
             // Nothing will read the outcome: the entry is forgotten at once, and an outcome
             // acknowledged as it settles would be deleted as it is written, so none is.
             guard try db.run("DELETE FROM entries WHERE seq = ? AND generation = ?", [.int(e.seq), .int(s.generation)]) == 1 else {

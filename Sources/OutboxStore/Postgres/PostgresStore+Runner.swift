@@ -306,7 +306,7 @@ extension PostgresStore {
         }
         let f = fence(s.entryID, lease)
         defer { claimTokens[s.entryID] = nil }
-        if !s.hookExists && (s.state == .completed || s.state == .cancelled) {
+        if s.forgetsEntry {
             // One round trip: the row, its attempts, outcomes and parts go in one statement.
             let deleted =
                 try db.queryOne(

@@ -6,7 +6,7 @@ extension PostgresStore {
     /// A settlement that forgets its entry at once (no outcome waits for a hook), with the
     /// entry as the runner holds it.
     static func forgetsAtOnce(_ s: Settlement) -> Bool {
-        s.snapshot != nil && !s.hookExists && (s.state == .completed || s.state == .cancelled)
+        s.snapshot != nil && s.forgetsEntry
     }
 
     /// Deletes every such entry of `changes` whose generation (and this runner's claim on it,

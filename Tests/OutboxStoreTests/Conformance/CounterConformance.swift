@@ -81,5 +81,25 @@ extension StoreConformance {
                     "outbox_hook_deliveries_total{key=text}": 1,
                 ])
         }
+
+        // Hooks that ended together are counted by key in their one commit; an outcome named
+        // twice, or already acknowledged, counts once.
+        @Test(arguments: StoreUnderTest.all)
+        func aBatchOfAcknowledgementsCountsEachDeliveryOnce(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.bring("x", to: .completed)
+            try c.bring("y", to: .completed)
+            try c.bring("t", "text", #"{"t": "x"}"#, to: .error)
+            let (x, y, t) = (try c.pending("x").seq, try c.pending("y").seq, try c.pending("t").seq)
+            try c.store.acknowledge(seq: y, followUps: [], now: t0)
+            try c.store.acknowledge(
+                [x, y, t, x].map { Acknowledgement(seq: $0, followUps: []) }, now: t0 + 1)
+            #expect(
+                try values(c.instance.another()) == [
+                    "outbox_hook_deliveries_total{key=note}": 2,
+                    "outbox_hook_deliveries_total{key=text}": 1,
+                ])
+            #expect(try c.store.unacknowledgedOutcomes().isEmpty)
+        }
     }
 }
