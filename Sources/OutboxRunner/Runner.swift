@@ -299,7 +299,7 @@ package final class Runner {
         // The counters of this turn's attempts commit with the changes they count.
         if !counters.isEmpty { changes.append(.count(counters.take())) }
         guard !changes.isEmpty else { return }
-        let batch = changes.sparingForgottenAttempts()
+        let batch = changes
         changes.removeAll()
         let applied = try store.apply(batch, by: lease, now: now)
         if batch.contains(where: { if case .markRunning = $0 { true } else { false } }) { Fault.point("run.claimed") }

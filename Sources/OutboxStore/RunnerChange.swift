@@ -74,6 +74,8 @@ private struct Generation: Hashable {
 extension [RunnerChange] {
     /// The batch without the attempt records of entries a settle in it forgets: they would
     /// be written and deleted in the same transaction (three statements and their pages).
+    /// Only for a store one runner holds: on a shared one a settle can be fenced out by a
+    /// runner that took the entry over, and the attempt then stays in its history.
     package func sparingForgottenAttempts() -> [RunnerChange] {
         var forgotten: Set<Generation> = []
         for change in self {

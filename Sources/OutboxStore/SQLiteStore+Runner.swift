@@ -93,7 +93,10 @@ extension SQLiteStore {
     /// The lease is not compared: one runner holds an SQLite store at a time (the lock file),
     /// and each change is fenced by the entry's state and generation instead.
     @discardableResult
-    package func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) -> AppliedChanges {
+    package func apply(_ batch: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) -> AppliedChanges {
+        // No other runner can take an entry from under a settle here, so one that forgets its
+        // entry always applies, and the attempt it follows needs no record.
+        let changes = batch.sparingForgottenAttempts()
         let followUps = changes.flatMap { change -> [NewEntry] in
             if case let .settle(s) = change { return s.followUps }
             return []
