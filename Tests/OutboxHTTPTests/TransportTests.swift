@@ -916,17 +916,23 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
 @Suite struct TransportLoopTests {
     @Test func sequentialRequestsReuseOneConnection() async throws {
         try await withFixture { server, client, _ in
+            var spans: [(start: ContinuousClock.Instant, end: ContinuousClock.Instant)] = []
             for i in 0..<20 {
+                let start = ContinuousClock.now
                 let result = await send(
                     client,
                     HTTPRequest(
                         url: server.url("/seq?i=\(i)"), method: i % 2 == 0 ? "GET" : "POST",
                         body: i % 2 == 0 ? .none : .bytes(pattern(100))))
+                spans.append((start, .now))
                 #expect(result.status == 200)
             }
+            // libcurl closes a connection idle for 118 s: only where a run starved of CPU may
+            // have left it that long between two requests may a new one open.
+            let mayHaveAged = (1..<spans.count).filter { spans[$0].end - spans[$0 - 1].start > .seconds(110) }.count
             #expect(server.requests.count == 20)
-            #expect(Set(server.requests.map(\.connectionID)) == [1])
-            #expect(server.connectionsAccepted == 1)
+            #expect((1...(1 + mayHaveAged)).contains(server.connectionsAccepted))
+            #expect(Set(server.requests.map(\.connectionID)).count == server.connectionsAccepted)
         }
     }
 
