@@ -94,8 +94,9 @@ extension SQLiteStore {
     /// and each change is fenced by the entry's state and generation instead.
     @discardableResult
     package func apply(_ batch: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) -> AppliedChanges {
-        // No other runner can take an entry from under a settle here, so one that forgets its
-        // entry always applies, and the attempt it follows needs no record.
+        // No other runner can take an entry from under a settle here: a settle that forgets its
+        // entry is fenced out only by a cancel or a same-id replace, and then the attempt of
+        // the request it sent belongs to no row either, so it needs no record.
         let changes = batch.sparingForgottenAttempts()
         let followUps = changes.flatMap { change -> [NewEntry] in
             if case let .settle(s) = change { return s.followUps }
