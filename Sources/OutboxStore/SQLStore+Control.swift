@@ -91,6 +91,8 @@ extension SQLStore {
         do throws(OutboxError) {
             // One writer at a time: an enqueue of the same id must not slip between the read and the delete.
             cancelled = try writing { () throws(OutboxError) -> [String] in
+                // A transaction cut before its commit runs again whole.
+                toRemove = []
                 var entries: [Entry] = []
                 if let ids {
                     for id in ids { if let e = try entry(id: id) { entries.append(e) } }

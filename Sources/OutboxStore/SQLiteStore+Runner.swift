@@ -98,65 +98,11 @@ extension SQLiteStore {
         // entry is fenced out only by a cancel or a same-id replace, and then the attempt of
         // the request it sent belongs to no row either, so it needs no record.
         let changes = batch.sparingForgottenAttempts()
-        let followUps = changes.flatMap { change -> [NewEntry] in
-            if case let .settle(s) = change { return s.followUps }
-            return []
-        }
-        let lock = stagingLock(exclusive: false)
-        defer { withExtendedLifetime(lock) {} }
-        let staged = try stageBatch(followUps)
-        let settles = changes.contains { if case .settle = $0 { true } else { false } }
-        if !followUps.isEmpty { Fault.point("followup.staged") }
-        if settles { Fault.point("settle.before-commit") }
-        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.accepted") }
-        var remove: [String] = []
-        // Follow-ups are enqueued only with a settle that applied: a settle fenced out (its
-        // entry was cancelled or replaced meanwhile) leaves no half of its chain behind.
-        var kept: [NewEntry] = []
-        var keptStaged = StagedBatch()
-        var dropped: [StagedBody] = []
-        var result = AppliedChanges()
-        do throws(OutboxError) {
-            try db.transaction { () throws(OutboxError) in
-                var offset = 0
-                for change in changes {
-                    guard case let .settle(settlement) = change else {
-                        remove += try apply(change, now: now)
-                        continue
-                    }
-                    let (files, applied) = try settle(settlement, now: now)
-                    remove += files
-                    let range = offset..<(offset + settlement.followUps.count)
-                    offset = range.upperBound
-                    if applied {
-                        kept += followUps[range]
-                        keptStaged.bodies += staged.bodies[range]
-                        keptStaged.internals += staged.internals[range]
-                    } else {
-                        dropped += staged.bodies[range]
-                        result.fencedOut.insert(settlement.entryID)
-                    }
-                }
-                if !kept.isEmpty {
-                    _ = try applyBatch(kept, staged: keptStaged, now: now)
-                }
-                try journalReturns()
-            }
-        } catch {
-            for s in staged.bodies { staging.rollback(s) }
-            moves.end(staged.ticket)
-            dropReturns()
-            throw error
-        }
-        if !kept.isEmpty { Fault.point("followup.committed") }
-        if settles { Fault.point("settle.committed") }
-        if changes.contains(where: { if case .cancelScope = $0 { true } else { false } }) { Fault.point("scope.cancelled") }
-        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.recorded") }
-        staging.afterCommit(keptStaged.bodies)
-        for s in dropped { staging.rollback(s) }
-        moves.end(staged.ticket)
-        finishForget(remove)
-        return result
+        return try applyInFrame(
+            changes, now: now,
+            transaction: { _, body throws(OutboxError) in try db.transaction(body) },
+            settle: { [self] s throws(OutboxError) in try settle(s, now: now) },
+            other: { [self] change throws(OutboxError) in try apply(change, now: now) })
     }
 
     private func apply(_ change: RunnerChange, now: Int64) throws(OutboxError) -> [String] {

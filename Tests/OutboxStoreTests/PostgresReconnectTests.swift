@@ -68,4 +68,73 @@ struct PostgresReconnectTests {
         #expect(runs == 1)
         #expect(try Self.count(killer, table, 2) == 0)
     }
+    /// Makes the next row inserted into `table` end its own session, once (a sequence is
+    /// not rolled back, so the transaction run again inserts freely).
+    static func cutAtNextInsert(into table: String, _ store: PostgresStore) throws(OutboxError) {
+        try store.db.execute(
+            """
+            CREATE SEQUENCE cut_once;
+            CREATE FUNCTION cut_once() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+              IF nextval('cut_once') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); END IF;
+              RETURN NEW;
+            END $$;
+            CREATE TRIGGER cut_once BEFORE INSERT ON \(table) FOR EACH ROW EXECUTE FUNCTION cut_once();
+            """)
+    }
+
+    /// A store whose runner reconnects, and the lines it logs.
+    static func reconnecting(_ c: Conformance) throws -> (PostgresStore, Locked<[String]>) {
+        let store = try #require(c.store as? PostgresStore)
+        let logged = Locked<[String]>([])
+        store.reconnectWhenDropped(ReconnectPolicy(giveUp: { false }, log: { line in logged.withLock { $0.append(line) } }))
+        return (store, logged)
+    }
+
+    // A runner's batch cut after its settle chained a follow-up, at the follow-up's insert:
+    // the batch runs again whole on a new connection, and applies once (the follow-up is
+    // enqueued once, the settle counts once, nothing is reported fenced out).
+    @Test func aRunnerBatchCutBeforeItsCommitAppliesOnceOnANewConnection() throws {
+        let c = try Conformance(.postgres)
+        let (store, logged) = try Self.reconnecting(c)
+        try c.enqueue("x")
+        let held = try c.claim("x")[0]
+        var followUp = try c.entry("f-minted")
+        followUp.idWasMinted = true
+        try Self.cutAtNextInsert(into: "entries", store)
+        let applied = try store.apply(
+            [
+                .count([CounterIncrement(.attempts, [("key", "note"), ("result", "success")], by: 1)]),
+                .settle(c.settlement(held, .completed, .completed, followUps: [followUp])),
+            ], by: StoreConformance.runnerA, now: StoreConformance.t0)
+        #expect(applied.fencedOut.isEmpty)
+        #expect(logged.withLock { $0 }.contains { $0.contains("reconnecting") })
+        let other = try c.instance.another()
+        #expect(try other.list(ListFilter()).map(\.id).sorted() == ["f-minted", "x"])
+        #expect(try other.entry(id: "x")?.state == .completed)
+        #expect(try c.journal("x") == ["x g1 completed pending"])
+        #expect(try other.counters().filter { $0.counter == .attempts }.map(\.value) == [1])
+    }
+
+    // An acknowledgement cut at its count, and meanwhile another runner took the delivery
+    // over: the transaction run again is fenced as the first run was (by this runner's
+    // delivery claim), so it acknowledges nothing.
+    @Test func anAcknowledgementRunAgainKeepsItsDeliveryFence() throws {
+        let c = try Conformance(.postgres)
+        let (store, logged) = try Self.reconnecting(c)
+        try c.bring("a", to: .completed)
+        let seq = try #require(try store.unacknowledgedOutcomes().first?.seq)
+        #expect(try store.claimDeliveries(seqs: [seq], lease: StoreConformance.runnerA)[seq] == 1)
+        let other = try #require(try c.instance.another() as? PostgresStore)
+        let reconnected = store.db.beforeRetry
+        store.db.beforeRetry = {
+            reconnected?()
+            _ = try? other.db.run("UPDATE outcomes SET delivery_owner = 'runner-b' WHERE seq = ?", [.int(seq)])
+        }
+        try Self.cutAtNextInsert(into: "counters", store)
+        try store.acknowledge(seq: seq, followUps: [], now: StoreConformance.t0 + 1)
+        #expect(logged.withLock { $0 }.contains { $0.contains("reconnecting") })
+        #expect(try c.journal("a") == ["a g1 completed pending"])
+        #expect(try other.counters().filter { $0.counter == .hookDeliveries }.isEmpty)
+    }
 }

@@ -80,16 +80,21 @@ extension PostgresStore {
         let followUps = batch.flatMap(\.followUps)
         let staged = try stageBatch(followUps)
         var remove: [String] = []
+        // A transaction cut before its commit runs again whole, from the claims held before it.
+        let claimsBefore = deliveryClaims
         do throws(OutboxError) {
             // Follow-ups are enqueued under the same-id rules (one writer at a time); the rest
             // is fenced by the delivery lease and the outcome's row.
             func body() throws(OutboxError) {
+                remove = []
+                deliveryClaims = claimsBefore
                 for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now) }
                 if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
                 try journalReturns()
             }
             if followUps.isEmpty { try db.quietTransaction(body) } else { try db.transaction(lock: lockKey, body) }
         } catch {
+            deliveryClaims = claimsBefore
             for s in staged.bodies { staging.rollback(s) }
             moves.end(staged.ticket)
             dropReturns()

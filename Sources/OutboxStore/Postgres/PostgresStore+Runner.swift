@@ -93,76 +93,33 @@ extension PostgresStore {
     /// applies only while this runner's claim on it holds (fencing).
     @discardableResult
     package func apply(_ changes: [RunnerChange], by lease: Lease?, now: Int64) throws(OutboxError) -> AppliedChanges {
-        let followUps = changes.flatMap { change -> [NewEntry] in
-            if case let .settle(s) = change { return s.followUps }
-            return []
-        }
-        let lock = stagingLock(exclusive: false)
-        defer { withExtendedLifetime(lock) {} }
-        let staged = try stageBatch(followUps)
-        let settles = changes.contains { if case .settle = $0 { true } else { false } }
-        if !followUps.isEmpty { Fault.point("followup.staged") }
-        if settles { Fault.point("settle.before-commit") }
-        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.accepted") }
-        var remove: [String] = []
-        var kept: [NewEntry] = []
-        var keptStaged = StagedBatch()
-        var dropped: [StagedBody] = []
-        var result = AppliedChanges()
+        // The claims and settles of a transaction that does not commit did not happen.
         let tokensBefore = claimTokens
+        var forgotten: Set<Int64>?
         do throws(OutboxError) {
-            // Follow-ups are enqueued under the same-id rules (one writer at a time); the rest
-            // is fenced by generations and this runner's lease tokens.
-            func body() throws(OutboxError) {
-                var offset = 0
-                var forgotten: Set<Int64>?
-                for change in changes {
-                    guard case let .settle(settlement) = change else {
-                        remove += try apply(change, lease: lease, now: now)
-                        continue
+            return try applyInFrame(
+                changes, now: now,
+                transaction: { enqueues, body throws(OutboxError) in
+                    // Follow-ups are enqueued under the same-id rules (one writer at a time); the
+                    // rest is fenced by generations and this runner's lease tokens.
+                    func run() throws(OutboxError) {
+                        claimTokens = tokensBefore
+                        forgotten = nil
+                        try body()
                     }
-                    let (files, applied): ([String], Bool)
-                    if Self.forgetsAtOnce(settlement) {
-                        // The turn's entries settled without a hook go in one statement, at the first of them.
-                        if forgotten == nil { forgotten = try forgetSettled(changes, lease: lease) }
-                        (files, applied) = settledForgotten(settlement, &forgotten)
-                    } else {
-                        (files, applied) = try settle(settlement, lease: lease, now: now)
-                    }
-                    remove += files
-                    let range = offset..<(offset + settlement.followUps.count)
-                    offset = range.upperBound
-                    if applied {
-                        kept += followUps[range]
-                        keptStaged.bodies += staged.bodies[range]
-                        keptStaged.internals += staged.internals[range]
-                    } else {
-                        dropped += staged.bodies[range]
-                        result.fencedOut.insert(settlement.entryID)
-                    }
-                }
-                if !kept.isEmpty {
-                    _ = try applyBatch(kept, staged: keptStaged, now: now)
-                }
-                try journalReturns()
-            }
-            if followUps.isEmpty { try db.quietTransaction(body) } else { try db.transaction(lock: lockKey, body) }
+                    if enqueues { try db.transaction(lock: lockKey, run) } else { try db.quietTransaction(run) }
+                },
+                settle: { [self] s throws(OutboxError) in
+                    guard Self.forgetsAtOnce(s) else { return try settle(s, lease: lease, now: now) }
+                    // The turn's entries settled without a hook go in one statement, at the first of them.
+                    if forgotten == nil { forgotten = try forgetSettled(changes, lease: lease) }
+                    return settledForgotten(s, &forgotten)
+                },
+                other: { [self] change throws(OutboxError) in try apply(change, lease: lease, now: now) })
         } catch {
             claimTokens = tokensBefore
-            for s in staged.bodies { staging.rollback(s) }
-            moves.end(staged.ticket)
-            dropReturns()
             throw error
         }
-        if !kept.isEmpty { Fault.point("followup.committed") }
-        if settles { Fault.point("settle.committed") }
-        if changes.contains(where: { if case .cancelScope = $0 { true } else { false } }) { Fault.point("scope.cancelled") }
-        if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.recorded") }
-        staging.afterCommit(keptStaged.bodies)
-        for s in dropped { staging.rollback(s) }
-        moves.end(staged.ticket)
-        finishForget(remove)
-        return result
     }
 
     /// Claims: rows another runner is claiming are skipped, not waited for; each claim
