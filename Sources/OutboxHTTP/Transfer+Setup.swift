@@ -83,6 +83,10 @@ extension Transfer {
         try check(ccurl_setopt_long(easy, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
         try check(ccurl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, request.connectTimeoutMs)), "CONNECTTIMEOUT_MS")
         try check(ccurl_setopt_str(easy, CURLOPT_USERAGENT, request.userAgent), "USERAGENT")
+        // Every encoding libcurl decodes is offered, and a compressed answer is decoded: less to
+        // carry on a slow link, and a parser sees the JSON even from a server that compresses
+        // unasked. The response cap counts decoded bytes, so a small bomb stops at it.
+        try check(ccurl_setopt_str(easy, CURLOPT_ACCEPT_ENCODING, ""), "ACCEPT_ENCODING")
         if request.followRedirects > 0 {
             try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 1), "FOLLOWLOCATION")
             try check(ccurl_setopt_long(easy, CURLOPT_MAXREDIRS, request.followRedirects), "MAXREDIRS")

@@ -45,6 +45,26 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
 @Suite struct FaultServerTests {
     static func malformed(_ name: String) -> TestResponse { .raw(MalformedResponses.bytes(name)!) }
 
+    /// A 200 whose body is these gzip bytes (base64), sent with `Content-Encoding: gzip`.
+    static func gzipped(_ base64: String) -> TestResponse {
+        TestResponse(
+            status: 200, headers: [("Content-Type", "application/json"), ("Content-Encoding", "gzip")],
+            body: Array(Data(base64Encoded: base64)!))
+    }
+
+    /// 256 KiB of zeros, gzipped (Python's `gzip.compress(bytes(262144), mtime=0)`).
+    static let gzippedZeros =
+        "H4sIAAAAAAACA+3BMQEAAADCoPVP7W0HoAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA3gAi6g7iAAAEAA=="
+
+    // The request offers the encodings it can decode.
+    @Test func aRequestOffersCompressedAnswers() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/204", id: "a1")
+        try await p.drain()
+        let offered = try #require(p.server.requests(path: "/status/204").first?.header("accept-encoding"))
+        #expect(offered.contains("gzip"), "\(offered)")
+    }
+
     static let retriedFaults: [RetriedFault] = [
         RetriedFault(name: "reset while the request body is read", fault: .resetWhileReadingRequest(afterBytes: 4), kind: "network"),
         RetriedFault(name: "reset mid-response", fault: .resetMidBody(bodySize: 1 << 16), kind: "network", status: 200),
@@ -143,6 +163,17 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
             expect: ["stdin.response.body_truncated": .bool(true)]),
         AnsweredFault(
             name: "a 10 MiB body with a parser: truncated", path: "/bytes/10485760", top: "response: json",
+            config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "error", kind: "truncated", status: nil, exit: 0,
+            expect: ["stdin.response.status": .int(200), "stdin.response.body_truncated": .bool(true)]),
+        AnsweredFault(
+            name: "a gzip-encoded JSON body is decoded and parsed", path: "/gzip",
+            steps: [gzipped(#"H4sIAAAAAAACA6tWylOyUqoyVKoFAFH6qmoKAAAA"#)], top: "response: json",
+            outcome: "completed", status: 200, exit: 0,
+            expect: ["stdin.data.n": .string("z1"), "stdin.response.body": .string(#"{"n":"z1"}"#)]),
+        AnsweredFault(
+            // 289 bytes that decode to 256 KiB of zeros: the cap counts what they decode to.
+            name: "a compressed body that decodes past max_response_bytes: truncated", path: "/gzip-zeros",
+            steps: [gzipped(gzippedZeros)], top: "response: json",
             config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "error", kind: "truncated", status: nil, exit: 0,
             expect: ["stdin.response.status": .int(200), "stdin.response.body_truncated": .bool(true)]),
         AnsweredFault(
