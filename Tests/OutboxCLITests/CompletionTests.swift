@@ -190,7 +190,7 @@ struct CompletionTests {
         #expect(p.run(["enqueue", "plain", "--vars", "{}", "--id", "later-2", "--delay", "1h"]).status == 0)
         #expect(p.run(["cancel", "later-1"]).status == 0)
         let runner = try p.start(["run"])
-        try await eventually("the runner holds the store") { p.exists(".outbox/outbox.db-wal") }
+        await eventually("the runner holds the store") { p.exists(".outbox/outbox.db-wal") }
         let ids = try await p.outbox(["completion", "--list", "ids"])
         #expect(ids.exitCode == 0 && ids.stderr.isEmpty, "\(ids)")
         #expect(ids.lines.contains("later-2"), "\(ids)")

@@ -405,7 +405,7 @@ struct RenderPluginTests {
         // A header from headers_command is present, and redacted like every plugin credential.
         #expect(try asked.json()["headers"]?["X-From-Plugin"] == .string("[redacted]"))
         #expect(try asked.json()["skipped"] == .array([]))
-        #expect(try p.read("plugins/ran.log") == "ran\nran\n")
+        #expect(p.read("plugins/ran.log") == "ran\nran\n")
         #expect(!p.storeExists, "render writes nothing")
     }
 }
@@ -415,7 +415,7 @@ struct GlobalOptionTests {
     @Test func configAndJSONBeforeTheCommand() throws {
         let p = try CLIProject()
         let id = try p.enqueue("plain", vars: "{}")
-        let other = try TemporaryFolder(prefix: "elsewhere")
+        let other = TemporaryFolder(prefix: "elsewhere")
         let config = p.root + "/config/outbox.yaml"
         for args in [
             ["--config", config, "list", "--json"], ["--config=\(config)", "--json", "list"], ["list", "--json", "--config", config],

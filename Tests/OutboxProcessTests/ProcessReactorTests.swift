@@ -50,7 +50,7 @@ struct ProcessReactorTests {
         try start(shell("while [ ! -e go ]; do sleep 0.01; done; echo done", in: folder), on: reactor, index: 1, into: results)
         await eventually("the stuck child is stopped") { results.value[0] != nil }
         #expect(results.value[1] == nil, "the other child still runs")
-        FileManager.default.createFile(atPath: folder.path + "/go", contents: nil)
+        _ = FileManager.default.createFile(atPath: folder.path + "/go", contents: nil)
         await eventually("the other child ends") { results.value[1] != nil }
         let first = try #require(results.value[0])
         let second = try #require(results.value[1])

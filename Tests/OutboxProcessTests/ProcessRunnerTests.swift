@@ -662,7 +662,7 @@ struct HeartbeatTests {
             var spec = shell("while [ ! -e release ]; do sleep 0.01; done", in: folder)
             spec.heartbeat = Heartbeat(everyMs: 5) {
                 count.beats += 1
-                if count.beats == 3 { FileManager.default.createFile(atPath: release, contents: nil) }
+                if count.beats == 3 { _ = FileManager.default.createFile(atPath: release, contents: nil) }
             }
             return (try ProcessRunner.run(spec), count.beats)
         }

@@ -249,7 +249,7 @@ import TestSupport
                     .held("complete")
             ])
         let runner = try sandbox.start(["run"], environment: Self.testingCredentials)
-        try await eventually("the Complete is held") { server.heldCount("complete") == 1 }
+        await eventually("the Complete is held") { server.heldCount("complete") == 1 }
         runner.signal(SIGKILL)
         _ = await runner.wait()
         _ = server.release("complete")

@@ -27,8 +27,9 @@ open class TestProject: @unchecked Sendable {
 
     /// Creates the project: `config/outbox.yaml` with `config` (none when nil) and
     /// `definitions/KEY.yaml` for each of `definitions`. `name` (the calling test, by default)
-    /// names the folder.
-    package init(config: String? = "", definitions: [String: String] = [:], name: String = #function) throws {
+    /// names the folder. Public, not package: a subclass in another module of an open class
+    /// whose initializer it cannot see gets a synthesized one that calls itself (a warning).
+    public init(config: String? = "", definitions: [String: String] = [:], name: String = #function) throws {
         folder = TemporaryFolder(prefix: name)
         base = folder.path
         root = base + "/project"
