@@ -17,9 +17,15 @@ struct PostgresReconnectTests {
         let killer = try PGConnection(uri: url.connectionURI, name: url.redacted)
         let table = PostgresCluster.uniqueSchema("cut")
         try db.execute("CREATE TABLE \(table) (n INT)")
-        let logged = Locked<[String]>([])
-        db.reconnect = ReconnectPolicy(giveUp: { false }, log: { line in logged.withLock { $0.append(line) } })
+        let (policy, logged) = loggingPolicy()
+        db.reconnect = policy
         return (db, killer, table, logged)
+    }
+
+    /// A runner's policy (it never gives up), and the lines it logs.
+    static func loggingPolicy() -> (ReconnectPolicy, Locked<[String]>) {
+        let logged = Locked<[String]>([])
+        return (ReconnectPolicy(giveUp: { false }, log: { line in logged.withLock { $0.append(line) } }), logged)
     }
 
     static func cut(_ db: PGConnection, by killer: PGConnection) throws(OutboxError) {
@@ -68,6 +74,7 @@ struct PostgresReconnectTests {
         #expect(runs == 1)
         #expect(try Self.count(killer, table, 2) == 0)
     }
+
     /// Makes the next row inserted into `table` end its own session, once (a sequence is
     /// not rolled back, so the transaction run again inserts freely).
     static func cutAtNextInsert(into table: String, _ store: PostgresStore) throws(OutboxError) {
@@ -86,8 +93,8 @@ struct PostgresReconnectTests {
     /// A store whose runner reconnects, and the lines it logs.
     static func reconnecting(_ c: Conformance) throws -> (PostgresStore, Locked<[String]>) {
         let store = try #require(c.store as? PostgresStore)
-        let logged = Locked<[String]>([])
-        store.reconnectWhenDropped(ReconnectPolicy(giveUp: { false }, log: { line in logged.withLock { $0.append(line) } }))
+        let (policy, logged) = loggingPolicy()
+        store.reconnectWhenDropped(policy)
         return (store, logged)
     }
 
