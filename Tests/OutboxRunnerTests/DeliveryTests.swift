@@ -176,6 +176,39 @@ import Testing
         #expect(try await p.list().isEmpty, "both outcomes acknowledged: the completed entry is forgotten")
     }
 
+    /// 24 held outcomes start in one turn, on several spawning threads: each hook's exit
+    /// status settles its own outcome (odd ids fail their first delivery, even ids never).
+    @Test func hooksStartedTogetherEachSettleTheirOwnOutcome() async throws {
+        let hook = #"""
+            #!/bin/sh
+            cat > /dev/null
+            echo "$OUTBOX_ID $OUTBOX_DELIVERIES" >> hooks/turn.log
+            case "$OUTBOX_ID" in *[13579]) [ "$OUTBOX_DELIVERIES" = 1 ] && exit 1;; esac
+            exit 0
+
+            """#
+        let p = try Project(
+            definitions: ["t": definition("t", top: "on_success: hooks/turn.sh", hooks: false)], hooks: ["turn.sh": hook])
+        let ids = (0..<24).map { "h\($0)" }
+        for id in ids { try await p.enqueue("t", path: "/status/200", id: id) }
+        let saved = try String(contentsOfFile: p.root + "/definitions/t.yaml", encoding: .utf8)
+        p.remove("definitions/t.yaml")
+        try await p.drain()
+        try saved.write(toFile: p.root + "/definitions/t.yaml", atomically: true, encoding: .utf8)
+
+        try await p.drain()
+        let log = try String(contentsOfFile: p.root + "/hooks/turn.log", encoding: .utf8)
+        var deliveries: [String: [String]] = [:]
+        for line in log.split(separator: "\n") {
+            let fields = line.split(separator: " ").map(String.init)
+            deliveries[fields[0], default: []].append(fields[1])
+        }
+        for (index, id) in ids.enumerated() {
+            #expect(deliveries[id] == (index % 2 == 1 ? ["1", "2"] : ["1"]), "\(id): \(deliveries[id] ?? [])")
+        }
+        #expect(try await p.list().isEmpty, "every outcome acknowledged")
+    }
+
     @Test func outcomeWithoutHookIsAcknowledgedAsItSettles() async throws {
         let p = try Project(definitions: ["quiet": definition("quiet", hooks: false)])
         try await p.enqueue("quiet", path: "/status/200", id: "ok")
