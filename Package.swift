@@ -49,7 +49,7 @@ let package = Package(
         .testTarget(name: "OutboxProcessTests", dependencies: ["OutboxProcess", "CSystem", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxStoreTests", dependencies: ["OutboxStore", "OutboxModel", "TestSupport"], swiftSettings: strict),
         .testTarget(name: "OutboxHTTPTests", dependencies: ["OutboxHTTP", "OutboxModel", "TestSupport"], swiftSettings: strict),
-        .testTarget(name: "OutboxRunnerTests", dependencies: ["OutboxRunner", "TestSupport", "Digest"], swiftSettings: strict),
+        .testTarget(name: "OutboxRunnerTests", dependencies: ["OutboxRunner", "OutboxProcess", "TestSupport", "Digest"], swiftSettings: strict),
         .testTarget(name: "OutboxCLITests", dependencies: ["OutboxCLI", "OutboxModel", "OutboxStore", "TestSupport", "Digest"], swiftSettings: strict),
     ]
 )

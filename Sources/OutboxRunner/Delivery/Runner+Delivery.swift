@@ -105,7 +105,7 @@ extension Runner {
 
     /// Starts a turn's hooks on several threads: a vfork parent waits until its child has
     /// exec'd, and meanwhile another thread starts the next one. Results follow `specs`.
-    static func startHooks(_ specs: [ProcessSpec]) -> [Result<ProcessRunner.Started, ProcessSpawnError>] {
+    package static func startHooks(_ specs: [ProcessSpec]) -> [Result<ProcessRunner.Started, ProcessSpawnError>] {
         let results = Locked([Result<ProcessRunner.Started, ProcessSpawnError>?](repeating: nil, count: specs.count))
         let next = Locked(0)
         let work: @Sendable () -> Void = {
@@ -123,7 +123,7 @@ extension Runner {
             }
         }
         // One helper per core (measured: 3 threads on 2 cores beat 2); with one spawn, or no thread, this one does all.
-        let helpers = (0..<min(spawnHelpers, specs.count - 1)).compactMap { _ in
+        let helpers = (0..<min(spawnHelpers, max(0, specs.count - 1))).compactMap { _ in
             try? Threads.start(detached: false, work).get()
         }
         work()
