@@ -5,8 +5,10 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -52,6 +54,15 @@ int64_t csystem_boot_ticks(void) {
     return ((int64_t)ts.tv_sec * 1000000000L + ts.tv_nsec) / (1000000000L / hz);
 }
 
+/* The umask before csystem_restrict_umask first ran; -1 until then. */
+static _Atomic int inherited_umask = -1;
+
+void csystem_restrict_umask(void) {
+    int before = (int)umask(077);
+    int unset = -1;
+    atomic_compare_exchange_strong(&inherited_umask, &unset, before);
+}
+
 /* Defined only in a -sanitize=thread build: there a child sharing the address space (vfork)
    corrupts ThreadSanitizer's own state, so the child is forked instead. */
 extern void __tsan_init(void) __attribute__((weak));
@@ -81,6 +92,9 @@ static int child_exec(const char *path, char *const argv[], char *const envp[], 
         sigaction(sig, &dfl, NULL);
     }
     if (setpgid(0, 0) != 0) return errno;
+    /* A hook creates its files as the user's own programs do, not 0600 like the store's. */
+    int mask = atomic_load(&inherited_umask);
+    if (mask >= 0) umask((mode_t)mask);
     if (reset_policy) {
         struct sched_param normal = {.sched_priority = 0};
         if (sched_setscheduler(0, SCHED_OTHER, &normal) != 0) return errno;

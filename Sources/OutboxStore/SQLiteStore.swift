@@ -25,7 +25,7 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     /// Opens (creating if needed) the store in `folder`. E_STORAGE when that is impossible.
     package init(folder: String) throws(OutboxError) {
         self.folder = folder
-        umask(0o077)
+        csystem_restrict_umask()
         try Self.checkStoreFolder(folder)
         let bodies = Paths.join(folder, "bodies")
         staging = Staging(bodiesDir: bodies)

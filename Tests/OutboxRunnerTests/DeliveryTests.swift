@@ -209,6 +209,33 @@ import Testing
         #expect(try await p.list().isEmpty, "every outcome acknowledged")
     }
 
+    /// The store is private (0600 files), but a hook creates its files with the umask the
+    /// runner was started with, as the user's other programs do.
+    @Test func aHookGetsTheUmaskTheRunnerStartedWith() async throws {
+        let hook = #"""
+            #!/bin/sh
+            cat > /dev/null
+            umask > hooks/umask.txt
+            : > hooks/made.txt
+            exit 0
+
+            """#
+        let p = try Project(
+            definitions: ["t": definition("t", top: "on_success: hooks/umask.sh", hooks: false)], hooks: ["umask.sh": hook])
+        try await p.enqueue("t", path: "/status/200", id: "m1")
+        let run = try runProcess(
+            "/bin/sh", ["-c", "umask 027 && exec \"$0\" run --drain", p.executable], cwd: p.root,
+            environment: p.processEnvironment())
+        #expect(run.exitCode == 0, "\(run.description)")
+        #expect(try String(contentsOfFile: p.root + "/hooks/umask.txt", encoding: .utf8) == "0027\n")
+        var made = stat()
+        try #require(stat(p.root + "/hooks/made.txt", &made) == 0)
+        #expect(made.st_mode & 0o777 == 0o640)
+        var database = stat()
+        try #require(stat(p.root + "/.outbox/outbox.db", &database) == 0)
+        #expect(database.st_mode & 0o777 == 0o600, "the store stays private")
+    }
+
     @Test func outcomeWithoutHookIsAcknowledgedAsItSettles() async throws {
         let p = try Project(definitions: ["quiet": definition("quiet", hooks: false)])
         try await p.enqueue("quiet", path: "/status/200", id: "ok")

@@ -23,7 +23,7 @@ typedef struct csystem_child {
 /* vfork + exec of path with argv/envp (NULL-terminated) in cwd (NULL = inherit): own process
    group, empty signal mask, default PIPE/TERM/INT/CHLD/HUP/QUIT and every handled signal,
    only fds 0-2 inherited, the normal scheduling policy (SCHED_OTHER) when the spawning
-   thread has another.
+   thread has another, and the umask the process had before csystem_restrict_umask.
    0 or -errno (exec and chdir failures included). */
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out);
@@ -35,6 +35,10 @@ int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], c
    before the child starts (stdin_written), and stdin_fd is -1 (closed) when that is all. */
 int csystem_spawn_with_input(const char *path, char *const argv[], char *const envp[], const char *cwd,
                              const void *input, size_t input_len, csystem_child *out);
+
+/* Sets this process's umask to 077 (the store's files are the user's alone) and remembers
+   the umask it had before the first call: every child spawned later gets that one back. */
+void csystem_restrict_umask(void);
 
 /* CLOCK_BOOTTIME in clock ticks, as the kernel counts a process's start time; -1 when a
    tick is not a whole number of nanoseconds (then only /proc can tell). */

@@ -47,7 +47,7 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
         self.folder = folder
         self.host = host ?? Self.hostName()
         self.sharedStaging = sharedStaging
-        umask(0o077)
+        csystem_restrict_umask()
         try SQLiteStore.checkStoreFolder(folder)
         let bodies = Paths.join(folder, "bodies")
         staging = Staging(bodiesDir: bodies)
