@@ -11,14 +11,17 @@ package final class Console: @unchecked Sendable {
     package let stderrIsTerminal: Bool
     /// Up to n bytes of stdin; empty at its end; nil when it cannot be read.
     private let readIn: (Int) -> [UInt8]?
+    /// Why output written to stdout was lost (a full disk, a closed descriptor), or nil.
+    private let lostOutput: () -> String?
 
     package init(
         out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdinChunks: @escaping (Int) -> [UInt8]?,
-        stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false
+        stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false, lostOutput: @escaping () -> String? = { nil }
     ) {
         writeOut = out
         writeErr = err
         readIn = stdinChunks
+        self.lostOutput = lostOutput
         self.stdoutIsTerminal = stdoutIsTerminal
         self.stderrIsTerminal = stderrIsTerminal
     }
@@ -43,11 +46,16 @@ package final class Console: @unchecked Sendable {
 
     /// The process's own stdin, stdout and stderr.
     package static func standard() -> Console {
-        Console(
-            out: { text in FileIO.writeAll(1, text) },
+        // A reader that stopped early (`| head`) is not a failure; anything else losing output is.
+        let failure = Locked<Int32?>(nil)
+        return Console(
+            out: { text in
+                if let code = FileIO.writeAll(1, text), code != EPIPE { failure.withLock { $0 = $0 ?? code } }
+            },
             err: { text in FileIO.writeAll(2, text) },
             stdinChunks: { n in LineReader.readChunk(fd: 0, n) },
-            stdoutIsTerminal: isatty(1) == 1, stderrIsTerminal: isatty(2) == 1)
+            stdoutIsTerminal: isatty(1) == 1, stderrIsTerminal: isatty(2) == 1,
+            lostOutput: { failure.withLock { $0 }.map { Errno(code: $0).description } })
     }
 
     package func out(_ line: String) { writeOut(line + "\n") }
@@ -57,6 +65,8 @@ package final class Console: @unchecked Sendable {
     package func rawErr(_ text: String) { writeErr(text) }
     /// Up to n bytes of stdin (empty at its end, nil when it cannot be read).
     package func stdinChunk(_ n: Int) -> [UInt8]? { readIn(n) }
+    /// Why output to stdout was lost, or nil.
+    package var outputLost: String? { lostOutput() }
 
     /// All of stdin, refusing (E_INVALID naming `what`) more than `limit` bytes before reading them.
     package func readStdin(limit: Int, what: String) throws(OutboxError) -> [UInt8] {
@@ -73,15 +83,20 @@ package final class Console: @unchecked Sendable {
 }
 
 enum FileIO {
-    static func writeAll(_ fd: Int32, _ text: String) {
+    /// Writes all of `text`; the errno of a write that failed, or nil.
+    @discardableResult
+    static func writeAll(_ fd: Int32, _ text: String) -> Int32? {
         var bytes = Array(text.utf8)
         var offset = 0
         while offset < bytes.count {
             let n = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 { if errno == EINTR { continue }; return }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return errno
+            }
             offset += n
         }
-        bytes.removeAll()
+        return nil
     }
 }
 
@@ -108,7 +123,16 @@ package enum CLI {
     ]
 
     /// Runs one call and returns the process exit status. All error printing happens here.
+    /// Output lost on the way to stdout fails the call (E_STORAGE): a script must not take
+    /// a cut-off `list --json` for the whole of it.
     package static func run(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
+        let status = runCommand(arguments: arguments, environment: environment, cwd: cwd, console: console)
+        guard let lost = console.outputLost else { return status }
+        console.err("outbox: \(ErrorCode.storage.rawValue): the command ran, but what it wrote to stdout was lost: \(lost)")
+        return status == 0 ? ErrorCode.storage.exitStatus : status
+    }
+
+    static func runCommand(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
         // Global options may come before the command too (`outbox --config F list`): they are
         // read as if written right after it.
         var lifted: [String] = []

@@ -3,6 +3,11 @@ import OutboxCLI
 import OutboxModel
 
 signal(SIGPIPE, SIG_IGN)
+// A closed stdin, stdout or stderr is held by /dev/null read-only, so no file opened later
+// takes its number (output meant for the terminal would land in it); writes there still fail.
+for fd: Int32 in 0...2 where fcntl(fd, F_GETFD) < 0 && errno == EBADF {
+    _ = open("/dev/null", O_RDONLY)
+}
 Fault.arm()
 var environment: [String: String] = [:]
 var pointer = environ

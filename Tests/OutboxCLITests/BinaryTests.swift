@@ -34,6 +34,35 @@ struct BinaryTests {
         #expect(!p.storeExists)
     }
 
+    /// Output that never reached stdout fails the call (74), so a script does not take a
+    /// cut-off `list --json` for all of it; a reader that stopped early (`| head`) does not.
+    @Test func outputLostOnTheWayToStdoutFailsTheCall() async throws {
+        let p = try CLIProject()
+        // 200 entries of 1 KiB vars: `list --json` is more than a pipe holds, so `head` stops it.
+        _ = try p.write("definitions/pad.yaml", "key: pad\nrequest:\n  url: https://x.example/\n")
+        let pad = String(repeating: "x", count: 1024)
+        _ = try p.write("pad.jsonl", (0..<200).map { "{\"vars\": {\"n\": \($0), \"pad\": \"\(pad)\"}}\n" }.joined())
+        #expect(try await p.outbox(["enqueue", "pad", "--from", "pad.jsonl"]).status == 0)
+        func shell(_ line: String) throws -> CommandResult {
+            try runProcess("/bin/sh", ["-c", line, p.executable], cwd: p.root, environment: p.processEnvironment())
+        }
+        let full = try shell(#"exec "$0" list --json > /dev/full"#)
+        #expect(full.exitCode == 74)
+        #expect(full.stderr == "outbox: E_STORAGE: the command ran, but what it wrote to stdout was lost: No space left on device\n")
+        let closed = try shell(#"exec "$0" list >&-"#)
+        #expect(closed.exitCode == 74)
+        #expect(closed.stderr.hasSuffix("was lost: Bad file descriptor\n"), "\(closed.stderr)")
+        let version = try shell(#"exec "$0" --version > /dev/full"#)
+        #expect(version.exitCode == 74)
+        // outbox's own status is written to a file: the pipeline's is head's.
+        let piped = try shell(#"("$0" list --json 2> err.txt; echo $? > piped.txt) | head -c 10 > /dev/null"#)
+        #expect(piped.exitCode == 0)
+        #expect(try String(contentsOfFile: p.root + "/piped.txt", encoding: .utf8) == "0\n")
+        #expect(try String(contentsOfFile: p.root + "/err.txt", encoding: .utf8) == "")
+        let rows = try await p.outbox(["list", "--json"])
+        #expect(try JSON.parse(rows.out).arrayValue?.count == 200, "nothing changed")
+    }
+
     @Test func withJSONTheErrorDocumentGoesToStdout() async throws {
         let p = try CLIProject()
         let r = try await p.outbox(["enqueue", "plain", "--id", "a b", "--json"])
