@@ -91,17 +91,25 @@ enum InitCommand {
                 throw .storage("cannot create \(path): \(Paths.errnoMessage())")
             }
         }
+        // All three files or none: one cut short (a full disk) would trip `check` later, and
+        // one left whole would make the next `init` refuse.
+        var created: [String] = []
         for (path, text, mode) in files {
             let full = Paths.join(i.cwd, path)
             let fd = open(full, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
-            guard fd >= 0 else { throw .storage("cannot write \(full): \(Paths.errnoMessage())") }
+            if fd >= 0 { created.append(full) }
             let bytes = Array(text.utf8)
-            _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            fchmod(fd, mode)
-            fsync(fd)
-            close(fd)
-            i.console.err("created \(path)")
+            let complete =
+                fd >= 0 && bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) } == bytes.count
+                && fchmod(fd, mode) == 0 && fsync(fd) == 0
+            let problem = complete ? nil : Paths.errnoMessage()
+            if fd >= 0 { close(fd) }
+            if let problem {
+                for file in created { unlink(file) }
+                throw .storage("cannot write \(full): \(problem)")
+            }
         }
+        for (path, _, _) in files { i.console.err("created \(path)") }
         i.console.err("next: outbox check; outbox enqueue example.ping --vars '{\"message\":\"hi\"}'; outbox run --drain")
         return 0
     }

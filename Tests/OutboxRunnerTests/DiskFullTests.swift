@@ -191,4 +191,21 @@ import Testing
         #expect(p.server.requests.isEmpty, "nothing was sent from a store that cannot record it")
         #expect(try await p.states() == ["a": "queued"])
     }
+
+    /// `init` in a folder on a full disk: E_STORAGE, and no file it began is left cut short.
+    @Test func initOnAFullDiskLeavesNoEmptyFiles() async throws {
+        let (p, disk) = try Self.project(bytes: 1 << 20, definitions: [:])
+        disk.fill()
+        let folder = disk.path + "/project"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let r = try await p.outbox(["init"], cwd: folder)
+        #expect(r.exitCode == 74 && Self.isDiskFull(r.stderr), "\(r.stderr)")
+        for file in ["config/outbox.yaml", "definitions/example-ping.yaml", "hooks/example-done.sh"] {
+            #expect(!FileManager.default.fileExists(atPath: folder + "/" + file), "\(file) left behind")
+        }
+        disk.free()
+        let again = try await p.outbox(["init"], cwd: folder)
+        #expect(again.exitCode == 0, "\(again.stderr)")
+        #expect(try await p.outbox(["check"], cwd: folder).exitCode == 0)
+    }
 }
