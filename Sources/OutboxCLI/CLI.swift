@@ -113,7 +113,8 @@ struct Invocation {
         // An empty name would be taken for the folder it is resolved in.
         if args.value("config")?.isEmpty == true { throw .usage("--config needs a file name") }
         if args.value("config") == nil, environment["OUTBOX_CONFIG"]?.isEmpty == true {
-            throw OutboxError(.config, "OUTBOX_CONFIG is empty: it names the config file (unset it to find config/outbox.yaml here or above)")
+            throw OutboxError(
+                .config, "OUTBOX_CONFIG is empty: it names the config file (unset it to find config/outbox.yaml here or above)")
         }
         return try Project.load(explicitConfig: args.value("config") ?? environment["OUTBOX_CONFIG"], cwd: cwd, environment: environment)
     }
