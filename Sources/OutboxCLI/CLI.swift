@@ -134,8 +134,12 @@ package enum CLI {
     package static func run(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
         let status = runCommand(arguments: arguments, environment: environment, cwd: cwd, console: console)
         guard let lost = console.outputLost else { return status }
+        guard status == 0 else {
+            console.err("outbox: \(ErrorCode.storage.rawValue): what the command wrote to stdout was lost too: \(lost)")
+            return status
+        }
         console.err("outbox: \(ErrorCode.storage.rawValue): the command ran, but what it wrote to stdout was lost: \(lost)")
-        return status == 0 ? ErrorCode.storage.exitStatus : status
+        return ErrorCode.storage.exitStatus
     }
 
     static func runCommand(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {

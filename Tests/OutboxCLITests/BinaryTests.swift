@@ -54,6 +54,10 @@ struct BinaryTests {
         #expect(closed.stderr.hasSuffix("was lost: Bad file descriptor\n"), "\(closed.stderr)")
         let version = try shell(#"exec "$0" --version > /dev/full"#)
         #expect(version.exitCode == 74)
+        // A call that failed keeps its own status; its JSON error document was lost as well.
+        let failed = try shell(#"exec "$0" show no-such-id --json > /dev/full"#)
+        #expect(failed.exitCode == 65)
+        #expect(failed.stderr == "outbox: E_STORAGE: what the command wrote to stdout was lost too: No space left on device\n")
         // outbox's own status is written to a file: the pipeline's is head's.
         let piped = try shell(#"("$0" list --json 2> err.txt; echo $? > piped.txt) | head -c 10 > /dev/null"#)
         #expect(piped.exitCode == 0)
