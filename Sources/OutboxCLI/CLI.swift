@@ -111,12 +111,14 @@ struct Invocation {
     /// Loads the project: config (found upward from cwd, or --config / OUTBOX_CONFIG).
     func project() throws(OutboxError) -> Project {
         // An empty name would be taken for the folder it is resolved in.
-        if args.value("config")?.isEmpty == true { throw .usage("--config needs a file name") }
-        if args.value("config") == nil, environment["OUTBOX_CONFIG"]?.isEmpty == true {
+        let given = args.value("config")
+        let fromEnvironment = environment["OUTBOX_CONFIG"]
+        if given?.isEmpty == true { throw .usage("--config needs a file name") }
+        if given == nil, fromEnvironment?.isEmpty == true {
             throw OutboxError(
                 .config, "OUTBOX_CONFIG is empty: it names the config file (unset it to find config/outbox.yaml here or above)")
         }
-        return try Project.load(explicitConfig: args.value("config") ?? environment["OUTBOX_CONFIG"], cwd: cwd, environment: environment)
+        return try Project.load(explicitConfig: given ?? fromEnvironment, cwd: cwd, environment: environment)
     }
 }
 

@@ -66,12 +66,12 @@ extension Runner {
         followHooksWithPolicy(starting: true)
         let reactor = hookReactor()
         var processes: [HookProcess] = []
+        let mailbox = self.mailbox
         var specs: [ProcessSpec] = []
         var spawning: [Int64] = []
         for (outcome, hook) in starting where counts[outcome.seq] != nil {
             var spec = Self.hookSpec(
                 hook, outcome: outcome, deliveries: counts[outcome.seq] ?? 1, config: config, environment: hookEnvironment)
-            let mailbox = self.mailbox
             let seq = outcome.seq
             spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
             delivery.hooksRunning[seq] = outcome.entryID
@@ -87,7 +87,6 @@ extension Runner {
                 continue
             }
             processes.append(HookProcess(seq: seq, pgid: started.pid, startTime: started.startTime))
-            let mailbox = self.mailbox
             if let reactor {
                 reactor.add(started) { result in mailbox.post(.hookDone(seq: seq, result: .success(result))) }
             } else {
