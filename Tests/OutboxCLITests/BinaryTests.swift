@@ -67,6 +67,26 @@ struct BinaryTests {
         #expect(try JSON.parse(rows.out).arrayValue?.count == 200, "nothing changed")
     }
 
+    /// A runner whose events cannot be written says so at the first lost line, not only when
+    /// the run ends, and its deliveries go on.
+    @Test func eventsLostOnTheWayToStdoutAreReportedAtOnce() async throws {
+        let server = try TestHTTPServer()
+        let p = try CLIProject()
+        _ = try p.write("definitions/ping.yaml", "key: ping\nrequest:\n  url: \(server.baseURL)/status/200\n")
+        #expect(try await p.outbox(["enqueue", "ping", "--id", "p1"]).status == 0)
+        let run = try runProcess(
+            "/bin/sh", ["-c", #"exec "$0" run --drain --events - > /dev/full"#, p.executable], cwd: p.root,
+            environment: p.processEnvironment())
+        #expect(run.exitCode == 74)
+        let lines = run.stderr.split(separator: "\n").map(String.init)
+        let warning = lines.firstIndex { $0.contains("events to stdout are being lost (No space left on device)") }
+        let summary = lines.firstIndex { $0.contains("1 completed") }
+        #expect(warning != nil && summary != nil && warning! < summary!, "\(run.stderr)")
+        #expect(lines.filter { $0.contains("are being lost") }.count == 1)
+        #expect(lines.last == "outbox: E_STORAGE: the command ran, but what it wrote to stdout was lost: No space left on device")
+        #expect(server.requests(path: "/status/200").count == 1)
+    }
+
     @Test func withJSONTheErrorDocumentGoesToStdout() async throws {
         let p = try CLIProject()
         let r = try await p.outbox(["enqueue", "plain", "--id", "a b", "--json"])

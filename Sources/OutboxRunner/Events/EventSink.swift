@@ -7,14 +7,18 @@ import OutboxProcess
 /// and logged at the end) rather than stalling the runner.
 package final class EventSink {
     let write: ((String) -> Void)?
+    let console: (any EventConsole)?
     let log: (String) -> Void
     var plugin: StreamingChild?
+    /// Set once lost stdout has been reported, so a long run says it once, at once.
+    var reportedLostOutput = false
 
     package init(
         console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
         log: @escaping (String) -> Void
     ) {
         write = console.map { c in { c.out($0) } }
+        self.console = console
         self.log = log
         if let command {
             do {
@@ -34,6 +38,10 @@ package final class EventSink {
         let line = event.serialized()
         write?(line)
         plugin?.send(line: line)
+        if !reportedLostOutput, let lost = console?.outputLost {
+            reportedLostOutput = true
+            log("outbox: events to stdout are being lost (\(lost)); the run goes on and will end with E_STORAGE")
+        }
     }
 
     /// Closes the plugin's stdin and gives it 2 s to finish before its group is killed.
@@ -50,4 +58,6 @@ package final class EventSink {
 /// Something that prints lines on stdout (the CLI's console).
 package protocol EventConsole: AnyObject {
     func out(_ line: String)
+    /// Why lines written to stdout were lost (a full disk), or nil.
+    var outputLost: String? { get }
 }
