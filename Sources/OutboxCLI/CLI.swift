@@ -128,6 +128,8 @@ package enum CLI {
     static let globalOptions: [OptionSpec] = [
         OptionSpec(name: "config", valueName: "FILE", help: "the config file (default: config/outbox.yaml here or above; OUTBOX_CONFIG)"),
         OptionSpec(name: "help", valueName: nil, help: "show this help"),
+        // Global: a command that prints nothing of its own still reports its errors as JSON.
+        OptionSpec(name: "json", valueName: nil, help: "print JSON on stdout (errors too)", hidden: true),
     ]
 
     /// Runs one call and returns the process exit status. All error printing happens here.
@@ -160,21 +162,40 @@ package enum CLI {
             console.out("outbox \(outboxVersion)")
             return 0
         }
-        if words.isEmpty || words.first == "--help" || words.first == "-h" || words.first == "help" {
+        let wantsJSON = arguments.contains("--json")
+        if words.first == "--help" || words.first == "-h" || words.first == "help" {
             if words.count > 1, let command = match(Array(words.dropFirst())) {
                 console.out(command.0.help())
             } else {
-                console.out(overview())
+                console.out(overview(group: words.count > 1 ? words[1] : nil))
             }
-            return words.isEmpty ? ErrorCode.usage.exitStatus : 0
+            return 0
         }
         guard let (command, consumed) = match(words) else {
-            console.err("outbox: E_USAGE: unknown command \"\(TerminalText.visible(String(words[0].prefix(40))))\" (see outbox --help)")
+            // A group alone (`outbox headers`) lists its commands; `--help` after it too.
+            if let group = words.first, commands.contains(where: { $0.path.count > 1 && $0.path[0] == group }) {
+                if words.dropFirst().contains(where: { $0 == "--help" || $0 == "-h" }) {
+                    console.out(overview(group: group))
+                    return 0
+                }
+                let names = commands.filter { $0.path[0] == group }.map { "outbox " + $0.name }
+                report(.usage("\(group) needs a command: \(names.joined(separator: ", "))"), json: wantsJSON, console: console)
+                return ErrorCode.usage.exitStatus
+            }
+            let message =
+                if let first = words.first {
+                    first.hasPrefix("-")
+                        ? "unknown option \(TerminalText.visible(String(first.prefix(40)))) before the command (see outbox --help)"
+                        : "unknown command \"\(TerminalText.visible(String(first.prefix(40))))\" (see outbox --help)"
+                } else {
+                    "no command given (see outbox --help)"
+                }
+            if words.isEmpty && !wantsJSON { console.out(overview()) }
+            report(.usage(message), json: wantsJSON, console: console)
             return ErrorCode.usage.exitStatus
         }
         words.removeFirst(consumed)
         words.insert(contentsOf: lifted, at: 0)
-        let wantsJSON = words.contains("--json")
         do {
             let parsed = try ArgumentParser.parse(words, command: command)
             if parsed.flag("help") {
@@ -234,7 +255,8 @@ package enum CLI {
         return best
     }
 
-    static func overview() -> String {
+    /// The list of commands; of one group's (`headers`, `store`) when named.
+    static func overview(group: String? = nil) -> String {
         var lines = [
             "outbox \(outboxVersion) — a durable queue of outbound HTTP requests",
             "",
@@ -242,8 +264,10 @@ package enum CLI {
             "",
             "Commands:",
         ]
-        let width = commands.map(\.name.count).max() ?? 0
-        for command in commands {
+        let inGroup = commands.filter { group == nil || $0.path[0] == group }
+        let shown = inGroup.isEmpty ? commands : inGroup
+        let width = shown.map(\.name.count).max() ?? 0
+        for command in shown {
             lines.append("  " + command.name + String(repeating: " ", count: width - command.name.count + 2) + command.summary)
         }
         lines += ["", "Exit codes: 0 ok, 64 usage, 65 invalid input, 66 file missing, 74 storage, 75 running/held, 78 config."]

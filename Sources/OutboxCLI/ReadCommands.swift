@@ -161,15 +161,19 @@ enum ReadCommands {
 
     static func stats(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         if i.args.value("output") != nil && !i.args.flag("prometheus") { throw .usage("--output goes with --prometheus") }
+        if i.json && i.args.flag("prometheus") { throw .usage("--prometheus and --json are two formats; give one") }
         let stats = try Statistics.read(from: try i.project().store(), now: Identifiers.nowMs())
         if i.args.flag("prometheus") {
             if let output = i.args.value("output") {
                 // For node_exporter's textfile collector: it must never read half a file.
-                let path = Paths.absolute(output, relativeTo: i.cwd)
+                // Through a link to the file it names; a device or FIFO is never replaced by a file.
+                let path = Paths.resolved(Paths.absolute(output, relativeTo: i.cwd))
                 guard Paths.isDirectory(Paths.dirname(path)) else {
                     throw .storage("--output: the folder \(Paths.dirname(path)) does not exist")
                 }
-                try Paths.writeAtomically(Array(stats.prometheus.utf8), to: path)
+                let existing = FileInfo.stat(path)
+                if let existing, !existing.isRegular { throw .invalid("--output: \(path) exists and is not a regular file") }
+                try Paths.writeAtomically(Array(stats.prometheus.utf8), to: path, mode: existing.map { .init($0.mode) } ?? 0o644)
             } else {
                 i.console.write(stats.prometheus)
             }

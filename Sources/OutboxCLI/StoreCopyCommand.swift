@@ -8,8 +8,12 @@ enum StoreCopyCommand {
         let project = try i.project()
         var targetConfig = project.config
         targetConfig.store = Config.storeLocation(to, root: project.config.root)
-        guard targetConfig.store != project.config.store else {
-            throw .usage("store copy: --to names the project's own store")
+        if !Config.isServerStore(to), !Config.isServerStore(project.config.store) {
+            // A copy into the store itself (or a folder in it) would fill the source with its own copy.
+            let (target, own) = (Paths.resolved(targetConfig.store), Paths.resolved(project.config.store))
+            guard target != own, !Paths.isInside(target, own), !Paths.isInside(own, target) else {
+                throw .usage("store copy: --to \(to) is the project's own store, or a folder inside or around it")
+            }
         }
         // A folder target is SQLite's: it must not exist yet with a database of its own.
         let name = Config.isServerStore(to) ? try PostgresURL(to).redacted : targetConfig.store

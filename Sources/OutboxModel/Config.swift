@@ -218,15 +218,18 @@ package struct Config: Sendable {
     private mutating func read(_ node: YAMLNode, reader: inout YAMLReader) {
         if case .scalar = node.kind, case .null? = node.scalar { return }
         guard let f = reader.fields(node, ConfigFields.top, context: "the config") else { return }
-        if let r = reader.string(f["root"], "root"), let mark = f["root"]?.mark {
-            root = Paths.absolute(r, relativeTo: Paths.dirname(reader.path))
+        if let r = reader.path(f["root"], "root", relativeTo: Paths.dirname(reader.path)), let mark = f["root"]?.mark {
+            root = r
             // A typo here would quietly start a new store (and find no definitions) in a new folder.
             if !Paths.isDirectory(root) {
                 reader.error(mark, "root: \(root) \(Paths.exists(root) ? "is not a folder" : "does not exist")")
             }
         }
-        store = Self.storeLocation(reader.string(f["store"], "store") ?? ".outbox", root: root)
-        definitions = Paths.absolute(reader.string(f["definitions"], "definitions") ?? "definitions", relativeTo: root)
+        store = Paths.join(root, ".outbox")
+        if let n = f["store"], let text = reader.string(n, "store") {
+            store = Self.isServerStore(text) ? text : reader.path(n, "store", relativeTo: root) ?? store
+        }
+        definitions = reader.path(f["definitions"], "definitions", relativeTo: root) ?? Paths.join(root, "definitions")
         if let v = reader.duration(f["lifetime"], "lifetime") { lifetimeMs = v }
         if let v = reader.size(f["max_vars_bytes"], "max_vars_bytes") { maxVarsBytes = v }
         if let v = reader.size(f["max_response_bytes"], "max_response_bytes") { maxResponseBytes = v }
@@ -263,9 +266,7 @@ package struct Config: Sendable {
             }
         }
         if let n = f["staging"], let st = reader.fields(n, ConfigFields.staging, context: "staging") {
-            if let c = st["path"], c.scalar != .null, let path = reader.string(c, "staging.path") {
-                stagingPath = Paths.absolute(path, relativeTo: root)
-            }
+            if let c = st["path"], c.scalar != .null { stagingPath = reader.path(c, "staging.path", relativeTo: root) }
             if let v = reader.bool(st["shared"], "staging.shared") { stagingShared = v }
         }
         if let n = f["lease"], let v = reader.duration(n, "lease") {
@@ -291,8 +292,14 @@ package struct Config: Sendable {
         if let n = f["tls"], let t = reader.fields(n, ConfigFields.tls, context: "tls") {
             var paths: [String: String] = [:]
             for name in ConfigFields.tls.names {
-                if let c = t[name], c.scalar != .null, let path = reader.string(c, "tls.\(name)") {
-                    paths[name] = Paths.absolute(path, relativeTo: root)
+                // A file that cannot be read would fail every attempt, one by one, at run time.
+                if let c = t[name], c.scalar != .null, let path = reader.path(c, "tls.\(name)", relativeTo: root) {
+                    if let problem = Paths.readProblem(path) {
+                        reader.error(c.mark, "tls.\(name): cannot read \(path): \(problem)")
+                    } else if !Paths.isRegularFile(path) {
+                        reader.error(c.mark, "tls.\(name): \(path) is not a file")
+                    }
+                    paths[name] = path
                 }
             }
             caFile = paths["ca_file"]

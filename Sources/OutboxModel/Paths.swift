@@ -57,6 +57,23 @@ package enum Paths {
         } ?? false
     }
 
+    /// The path with the links of its existing part resolved (`realpath` of the deepest
+    /// folder that exists, the rest appended), so two spellings of one place compare equal.
+    package static func resolved(_ path: String) -> String {
+        let normal = normalize(path)
+        if let real = realpath(normal, nil) {
+            defer { free(real) }
+            return String(cString: real)
+        }
+        if normal == "/" { return normal }
+        return join(resolved(dirname(normal)), basename(normal))
+    }
+
+    /// Whether `path` lies below `folder` (both absolute and normalised).
+    package static func isInside(_ path: String, _ folder: String) -> Bool {
+        path.hasPrefix(folder == "/" ? "/" : folder + "/") && path != folder
+    }
+
     package static func currentDirectory() -> String {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
         guard getcwd(&buffer, buffer.count) != nil else { return "/" }

@@ -77,6 +77,21 @@ struct YAMLReader {
         }
     }
 
+    /// A path, made absolute against `base`: an empty one or one starting with `~` (no shell
+    /// expands it here) would quietly name the project root or a folder called `~`.
+    mutating func path(_ node: YAMLNode?, _ field: String, relativeTo base: String) -> String? {
+        guard let node, let text = string(node, field) else { return nil }
+        if text.isEmpty || text.utf8.contains(0) {
+            error(node.mark, "\(field) is empty: give a path")
+            return nil
+        }
+        if text.hasPrefix("~") {
+            error(node.mark, "\(field): \"\(text.prefix(40))\" starts with ~, which is not expanded here; give the full path")
+            return nil
+        }
+        return Paths.absolute(text, relativeTo: base)
+    }
+
     /// A string that may also be written as a number in YAML (for example an id).
     mutating func int(_ node: YAMLNode?, _ field: String, range: ClosedRange<Int64> = 0...Int64.max) -> Int64? {
         guard let node else { return nil }

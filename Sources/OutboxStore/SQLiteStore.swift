@@ -119,11 +119,27 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         if (st.st_mode & S_IFMT) == S_IFLNK {
             throw .storage("the store folder \(path) is a symbolic link; give the real folder as store: in the config")
         }
+        if (st.st_mode & S_IFMT) == S_IFDIR, let names = Paths.list(path), !names.contains("outbox.db"), !names.contains("bodies") {
+            // A folder of someone else's files would be tightened to 0700 and filled with ours.
+            let foreign = names.filter { !Self.storeNames.contains($0) && !$0.hasPrefix("outbox.db.new-") }.sorted()
+            if !foreign.isEmpty {
+                throw OutboxError(
+                    .config,
+                    "the store folder \(path) holds files outbox did not make (\(foreign.prefix(3).joined(separator: ", "))"
+                        + "\(foreign.count > 3 ? ", ..." : "")); give store: a new or empty folder of its own")
+            }
+        }
         if (st.st_mode & S_IFMT) == S_IFDIR, st.st_mode & 0o077 != 0, st.st_uid == getuid() {
             chmod(path, 0o700)
             FileIO.log("outbox: the store folder \(path) was open to others (mode \(String(st.st_mode & 0o777, radix: 8))); it is 0700 now")
         }
     }
+
+    /// What a store folder may hold before its database or bodies exist (a crash between
+    /// the two, a file system's own folder).
+    static let storeNames: Set<String> = [
+        "outbox.db-wal", "outbox.db-shm", "moves", "returned", "runner.lock", "staging.lock", "lost+found",
+    ]
 
     static func makeFolder(_ path: String) throws(OutboxError) {
         if Paths.isDirectory(path) { return }

@@ -118,4 +118,40 @@ struct BinaryTests {
         #expect(version.status == 0)
         #expect(version.out == "outbox 0.1.0\n")
     }
+
+    /// `--json` is global: every command takes it, before or after its name, and a usage
+    /// error then comes as the JSON document too.
+    @Test func jsonIsAcceptedByEveryCommand() async throws {
+        let p = try CLIProject()
+        let writing = [["pause"], ["resume"], ["wifi-only", "off"], ["headers", "update", "X-A: 1"], ["schema", "config"]]
+        for command in writing {
+            #expect(try await p.outbox(["--json"] + command).status == 0, "\(command)")
+            #expect(try await p.outbox(command + ["--json"]).status == 0, "\(command)")
+        }
+        for words in [["--json", "frob"], ["frob", "--json"], ["headers", "--json"], ["--json"]] {
+            let r = try await p.outbox(words)
+            #expect(r.status == 64, "\(words)")
+            #expect(r.err.isEmpty, "\(words): \(r.err)")
+            #expect(try JSON.parse(r.out)["error"]?["code"] == .string("E_USAGE"), "\(words): \(r.out)")
+        }
+    }
+
+    /// A group (`headers`, `store`) has help of its own; a call without a command or with an
+    /// option before it says what is wrong in the usual one line.
+    @Test func groupsAndMissingCommandsAreExplained() async throws {
+        let p = try CLIProject()
+        let help = try await p.outbox(["headers", "--help"])
+        #expect(help.status == 0)
+        #expect(help.out.contains("  headers update  "))
+        #expect(!help.out.contains("  enqueue"))
+        let bare = try await p.outbox(["store"])
+        #expect(bare.status == 64)
+        #expect(bare.err == "outbox: E_USAGE: store needs a command: outbox store copy\n")
+        let none = try await p.outbox([])
+        #expect(none.status == 64)
+        #expect(none.out.contains("Commands:"))
+        #expect(none.err == "outbox: E_USAGE: no command given (see outbox --help)\n")
+        let option = try await p.outbox(["--frob"])
+        #expect(option.err == "outbox: E_USAGE: unknown option --frob before the command (see outbox --help)\n")
+    }
 }

@@ -557,6 +557,23 @@ struct StatsTests {
         #expect(p.run("stats", "--output", "x.prom").status == 64, "--output goes with --prometheus")
     }
 
+    /// A link is written through, a file keeps its mode, and a device is never replaced.
+    @Test func prometheusOutputRespectsWhatIsThere() throws {
+        let p = try CLIProject()
+        let fm = FileManager.default
+        _ = try p.write("metrics/real.prom", "old\n", mode: 0o640)
+        try fm.createSymbolicLink(atPath: p.root + "/metrics/link.prom", withDestinationPath: "real.prom")
+        #expect(p.run("stats", "--prometheus", "--output", "metrics/link.prom").status == 0)
+        #expect(try fm.destinationOfSymbolicLink(atPath: p.root + "/metrics/link.prom") == "real.prom")
+        #expect(p.read("metrics/real.prom")?.contains("outbox_entries{state=\"queued\"} 0\n") == true)
+        #expect((try fm.attributesOfItem(atPath: p.root + "/metrics/real.prom")[.posixPermissions] as? Int) == 0o640)
+        #expect(mknod(p.root + "/metrics/null", S_IFCHR | 0o666, 259) == 0, "/dev/null's numbers, 1:3")
+        let device = p.run("stats", "--prometheus", "--output", "metrics/null")
+        #expect(device.status == 65)
+        #expect(device.err == "outbox: E_INVALID: --output: \(p.root)/metrics/null exists and is not a regular file\n")
+        #expect((try fm.attributesOfItem(atPath: p.root + "/metrics/null")[.type] as? FileAttributeType) == .typeCharacterSpecial)
+    }
+
     @Test func theOldestQueuedAgeIsAlwaysThere() throws {
         let p = try CLIProject()
         #expect(p.run("stats", "--prometheus").out.contains("\noutbox_oldest_queued_age_seconds 0.000\n"))

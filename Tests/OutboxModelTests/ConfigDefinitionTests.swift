@@ -77,6 +77,7 @@ struct ConfigTests {
             hosts: { hold_after: 3 }
 
             """
+        for pem in ["ca", "client", "client-key"] { _ = try folder.write("certs/\(pem).pem", "-\n") }
         let config = try loadConfig(text, in: folder).get()
         let root = folder.path
         #expect(config.root == root)
@@ -257,8 +258,17 @@ struct ConfigTests {
             name: "hosts.hold_after out of range", yaml: "hosts: { hold_after: -1 }\n", line: 1, column: 22,
             message: "hosts.hold_after must be between 0 and 1000, not -1"),
         BadCase(
-            name: "a client certificate without its key", yaml: "tls: { cert: client.pem }\n", line: 1, column: 6,
+            name: "a client certificate without its key", yaml: "tls: { cert: config/outbox.yaml }\n", line: 1, column: 6,
             message: "tls.cert and tls.key go together: give both or neither"),
+        BadCase(
+            name: "a CA file that is not there", yaml: "tls: { ca_file: nowhere.pem }\n", line: 1, column: 17,
+            message: "tls.ca_file: cannot read "),
+        BadCase(name: "a CA file that is a folder", yaml: "tls: { ca_file: config }\n", line: 1, column: 17, message: "tls.ca_file: "),
+        BadCase(name: "an empty store path", yaml: "store: ''\n", line: 1, column: 8, message: "store is empty: give a path"),
+        BadCase(
+            name: "a store path with ~", yaml: "store: ~/queue\n", line: 1, column: 8,
+            message: "store: \"~/queue\" starts with ~, which is not expanded here"),
+        BadCase(name: "an empty definitions path", yaml: "definitions: ''\n", line: 1, column: 14, message: "definitions is empty"),
         BadCase(
             name: "unknown field in hosts", yaml: "hosts: { hold: 3 }\n", line: 1, column: 10,
             message: "unknown field \"hold\" in hosts"),
