@@ -146,6 +146,25 @@ package enum CLI {
         return ErrorCode.storage.exitStatus
     }
 
+    /// Runs a call given as the bytes of its arguments: one that is not UTF-8 is refused
+    /// (E_INVALID, naming its option), never repaired into other text or another file name.
+    package static func run(rawArguments: [[UInt8]], environment: [String: String], cwd: String, console: Console) -> Int32 {
+        let arguments = rawArguments.map { String(decoding: $0, as: UTF8.self) }
+        for (n, bytes) in rawArguments.enumerated() {
+            guard let offset = Paths.invalidUTF8Offset(bytes) else { continue }
+            let word = arguments[n]
+            let option =
+                word.hasPrefix("--") && word.contains("=")
+                ? String(word.prefix { $0 != "=" })
+                : n > 0 && arguments[n - 1].hasPrefix("--") ? arguments[n - 1] : "argument \(n + 1)"
+            let error = OutboxError.invalid(
+                "\(option) is not valid UTF-8 (at byte \(offset + 1)): outbox takes text and file names in UTF-8")
+            report(error, json: arguments.contains("--json"), console: console)
+            return error.code.exitStatus
+        }
+        return run(arguments: arguments, environment: environment, cwd: cwd, console: console)
+    }
+
     static func runCommand(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
         // Global options may come before the command too (`outbox --config F list`): they are
         // read as if written right after it.

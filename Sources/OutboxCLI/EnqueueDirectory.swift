@@ -47,8 +47,14 @@ enum EnqueueDirectory {
         var folders: [String] = [""]
         while let relativeFolder = folders.popLast() {
             let folder = relativeFolder.isEmpty ? root : Paths.join(root, relativeFolder)
-            guard let names = Paths.list(folder) else {
+            guard let (names, notUTF8) = Paths.listNames(folder) else {
                 throw .invalid("--from-dir: cannot read the folder \(folder): \(Paths.errnoMessage())")
+            }
+            // Refused rather than skipped: the batch must not quietly leave a file behind.
+            if let bad = notUTF8.first {
+                throw .invalid(
+                    "--from-dir: the name \(Paths.join(folder, bad)) is not valid UTF-8 (\(notUTF8.count) such name\(notUTF8.count == 1 ? "" : "s") in that folder); rename it"
+                )
             }
             for name in names {
                 let relative = relativeFolder.isEmpty ? name : relativeFolder + "/" + name

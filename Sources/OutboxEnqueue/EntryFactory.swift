@@ -76,8 +76,7 @@ package struct EntryFactory {
             let answer = try Plugin.runJSON(
                 command, input: .object([("key", .string(def.key)), ("vars", vars)]),
                 name: "headers_command", config: config, environment: environment, heartbeat: heartbeat)
-            guard case .object = answer else { throw .invalid("headers_command must print a JSON object of headers") }
-            inputs.commandHeaders = HeaderRules.from(json: answer)
+            inputs.commandHeaders = try HeaderRules.fromPlugin(answer, plugin: "headers_command")
         }
         let prepared: PreparedRequest
         if let command = def.requestCommand {

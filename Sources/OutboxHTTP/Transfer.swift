@@ -328,12 +328,23 @@ struct RedirectGuard {
                 return "HTTP \(status) would re-send \(method) without its body; not followed (redirect_method_change applies to POST)"
             }
         }
+        if let scheme = Self.scheme(of: location), scheme != "http", scheme != "https" {
+            return "HTTP \(status) to a URL of scheme \(scheme); only http and https are followed"
+        }
         if carriesCredentials, let target = Self.authority(location, relativeTo: currentURL),
             target != Self.authority(currentURL, relativeTo: currentURL)
         {
             return "HTTP \(status) to another host (\(target)) would carry credential headers; not followed"
         }
         return nil
+    }
+
+    /// The scheme of an absolute URL, lowercased; nil for a relative reference.
+    static func scheme(of url: String) -> String? {
+        guard let colon = url.firstIndex(of: ":"), let first = url.first, first.isASCII, first.isLetter else { return nil }
+        let name = url[..<colon]
+        guard name.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) }) else { return nil }
+        return name.lowercased()
     }
 
     /// `host:port` (lowercased, the scheme's port filled in) of a URL, or of a Location

@@ -21,7 +21,6 @@ package enum HeaderRules {
         return nil
     }
 
-    /// Why a header value cannot be sent (CR, LF or NUL would split or cut the header), or nil.
     /// Lowercased names of the headers whose values are secrets whatever their names: those a
     /// template renders from the environment, and those headers_command gave.
     package static func secretNames(config: Config, commandHeaders: [(String, String)], request: JSON?) -> Set<String> {
@@ -35,9 +34,14 @@ package enum HeaderRules {
         return names
     }
 
+    /// Why a header value cannot be sent (CR, LF or NUL would split or cut the header; other
+    /// control characters are not allowed in a field value), or nil.
     package static func valueProblem(_ value: String) -> String? {
         for byte in value.utf8 where byte == 0x0D || byte == 0x0A || byte == 0x00 {
             return "header value contains CR, LF or NUL"
+        }
+        for byte in value.utf8 where (byte < 0x20 && byte != 0x09) || byte == 0x7F {
+            return "header value contains the control character 0x\(String(byte, radix: 16, uppercase: true))"
         }
         return nil
     }
@@ -76,6 +80,28 @@ package enum HeaderRules {
 
     package static func json(_ headers: [(String, String)]) -> JSON {
         .object(headers.map { ($0.0, .string($0.1)) })
+    }
+
+    /// The headers a plugin printed: an object of names to strings, each a header that can
+    /// be sent, no name twice (in any case); anything else is refused, naming the plugin.
+    package static func fromPlugin(_ answer: JSON, plugin: String) throws(OutboxError) -> [(String, String)] {
+        guard case let .object(members) = answer else {
+            throw .invalid("\(plugin) must print a JSON object of headers, not \(answer.typeName)")
+        }
+        var seen: Set<String> = []
+        var headers: [(String, String)] = []
+        for (name, value) in members {
+            guard let text = value.stringValue else {
+                throw .invalid("\(plugin): header \(name.prefix(64)) must be a string, not \(value.typeName)")
+            }
+            if let problem = nameProblem(name) { throw .invalid("\(plugin): \(problem)") }
+            if let problem = valueProblem(text) { throw .invalid("\(plugin): header \(name): \(problem)") }
+            guard seen.insert(name.lowercased()).inserted else {
+                throw .invalid("\(plugin): header \(name) is given twice (names are compared without regard to case)")
+            }
+            headers.append((name, text))
+        }
+        return headers
     }
 
     package static func from(json: JSON?) -> [(String, String)] {

@@ -169,18 +169,31 @@ package enum Paths {
         }
     }
 
-    /// Names in a folder (no `.`/`..`), sorted; nil when it cannot be read.
+    /// Names in a folder (no `.`/`..`), sorted; nil when it cannot be read. A name that is
+    /// not UTF-8 comes with `\xHH` for its bad bytes, so it names no file: see `listNames`.
     package static func list(_ path: String) -> [String]? {
+        listNames(path).map { ($0.names + $0.notUTF8).sorted() }
+    }
+
+    /// The names in a folder, with those that are not valid UTF-8 apart (shown with `\xHH`
+    /// for each byte outside ASCII): a repaired name would name another file, or none.
+    package static func listNames(_ path: String) -> (names: [String], notUTF8: [String])? {
         guard let dir = opendir(path) else { return nil }
         defer { closedir(dir) }
         var names: [String] = []
+        var notUTF8: [String] = []
         while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            let bytes = withUnsafePointer(to: entry.pointee.d_name) {
+                $0.withMemoryRebound(to: UInt8.self, capacity: 256) { Array(UnsafeBufferPointer(start: $0, count: strlen($0))) }
+            }
+            guard let name = String(validating: bytes, as: UTF8.self) else {
+                notUTF8.append(
+                    bytes.map { $0 < 0x80 ? String(UnicodeScalar($0)) : "\\x" + String($0, radix: 16, uppercase: true) }.joined())
+                continue
             }
             if name != "." && name != ".." { names.append(name) }
         }
-        return names.sorted()
+        return (names.sorted(), notUTF8.sorted())
     }
 
     package static func errnoMessage(_ code: Int32 = errno) -> String {

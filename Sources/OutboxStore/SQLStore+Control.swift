@@ -290,7 +290,8 @@ extension SQLStore {
         var problems = try databaseProblems()
         let elsewhere = try entriesStagedElsewhere()
         for e in try list(ListFilter()) {
-            if let file = e.bodyFile, !elsewhere.contains(e.id), !Paths.exists(file) {
+            // A referenced file is the user's, not the store's: its going away is an error of that entry (kind file).
+            if let file = e.bodyFile, e.request.ownership != .reference, !elsewhere.contains(e.id), !Paths.exists(file) {
                 problems.append("\(e.id): staged body \(file) is missing")
             }
             for f in e.request.form.compactMap(\.stagedFile) where !elsewhere.contains(e.id) && !Paths.exists(f) {

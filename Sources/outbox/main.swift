@@ -18,7 +18,12 @@ while let entry = pointer.pointee {
     }
     pointer += 1
 }
+// The bytes as given: `CommandLine.arguments` would quietly repair what is not UTF-8.
+let arguments = (1..<Int(CommandLine.argc)).map { n in
+    CommandLine.unsafeArgv[n].map {
+        Array(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: strlen($0)))
+    } ?? []
+}
 let status = CLI.run(
-    arguments: Array(CommandLine.arguments.dropFirst()), environment: environment,
-    cwd: currentDirectory(), console: Console.standard())
+    rawArguments: arguments, environment: environment, cwd: currentDirectory(), console: Console.standard())
 exit(status)

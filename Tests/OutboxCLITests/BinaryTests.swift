@@ -119,6 +119,25 @@ struct BinaryTests {
         #expect(version.out == "outbox 0.1.0\n")
     }
 
+    /// Arguments that are not UTF-8 are refused, naming the option, never repaired into
+    /// other text or another file's name; the store is untouched.
+    @Test func argumentsThatAreNotUTF8AreRefused() async throws {
+        let p = try CLIProject()
+        func shell(_ line: String) throws -> CommandResult {
+            try runProcess("/bin/sh", ["-c", line, p.executable], cwd: p.root, environment: p.processEnvironment())
+        }
+        let vars = try shell(#"exec "$0" enqueue note --vars "$(printf '{"n": "a\377b"}')""#)
+        #expect(vars.exitCode == 65)
+        #expect(vars.stderr == "outbox: E_INVALID: --vars is not valid UTF-8 (at byte 9): outbox takes text and file names in UTF-8\n")
+        let inline = try shell(#"exec "$0" enqueue note "--vars=$(printf '{"n": "a\377b"}')" --json"#)
+        #expect(inline.exitCode == 65)
+        #expect(inline.stdout.contains(#""message":"--vars is not valid UTF-8 (at byte 16)"#), "\(inline.stdout)")
+        let header = try shell(#"exec "$0" headers update "$(printf 'X-A: a\377b')""#)
+        #expect(header.exitCode == 65)
+        #expect(header.stderr.hasPrefix("outbox: E_INVALID: argument 3 is not valid UTF-8 (at byte 7)"))
+        #expect(!p.storeExists)
+    }
+
     /// `--json` is global: every command takes it, before or after its name, and a usage
     /// error then comes as the JSON document too.
     @Test func jsonIsAcceptedByEveryCommand() async throws {

@@ -756,4 +756,20 @@ struct CLIAuditTests {
         #expect(json["problems"] == .array([.string("c: staged body \(staged) is missing"), .string("1 part belongs to no entry")]))
         #expect(try p.sqlite("SELECT id FROM entries ORDER BY seq;") == "c\nn\n")
     }
+
+    /// A referenced file is the user's: its going away is that entry's error (kind file) at
+    /// its next attempt, not damage to the store.
+    @Test func aReferencedFileThatWentAwayIsNotStoreDamage() throws {
+        let p = try CLIProject()
+        try p.write(
+            "definitions/ref.yaml",
+            "key: file.ref\nrequest:\n  method: PUT\n  url: https://files.example.com/in\n  file: \"{{ vars.path }}\"\n  ownership: reference\n"
+        )
+        try p.write("in/r.bin", String(repeating: "r", count: 100))
+        try p.enqueue("file.ref", vars: #"{"path": "in/r.bin"}"#, id: "r")
+        try FileManager.default.removeItem(atPath: p.root + "/in/r.bin")
+        let audit = p.run("audit")
+        #expect(audit.status == 0, "\(audit.out)")
+        #expect(audit.out == "ok: the store's invariants hold\n")
+    }
 }

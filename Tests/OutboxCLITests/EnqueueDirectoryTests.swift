@@ -144,6 +144,28 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         #expect(try await DirTree.rows(sandbox).isEmpty)
     }
 
+    /// A name that is not UTF-8 cannot be named in JSON: the batch is refused naming it
+    /// (bad bytes as \\xHH), rather than sending a repaired name or leaving the file behind.
+    @Test func aFileNameThatIsNotUTF8IsRefusedByName() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
+        try DirTree.file(sandbox.path("tree"), "ok.txt", "a")
+        try FileManager.default.createDirectory(atPath: sandbox.path("tree/sub"), withIntermediateDirectories: true)
+        let name: [UInt8] = Array(sandbox.path("tree/sub/b").utf8) + [0xFF] + Array("d.txt".utf8) + [0]
+        let fd = name.withUnsafeBufferPointer {
+            open(UnsafeRawPointer($0.baseAddress!).assumingMemoryBound(to: CChar.self), O_CREAT | O_WRONLY, 0o644)
+        }
+        #expect(fd >= 0)
+        close(fd)
+        let run = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree"])
+        #expect(run.status == 65)
+        #expect(
+            run.stderr
+                == "outbox: E_INVALID: --from-dir: the name \(sandbox.path("tree/sub"))/b\\xFFd.txt is not valid UTF-8 (1 such name in that folder); rename it\n"
+        )
+        #expect(try await DirTree.rows(sandbox).isEmpty)
+    }
+
     @Test func emptyFolderEnqueuesNothing() async throws {
         let sandbox = try OutboxSandbox()
         try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))

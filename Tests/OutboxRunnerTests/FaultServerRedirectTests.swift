@@ -83,6 +83,8 @@ extension FaultServerTests {
         let hook = try #require(p.deliveries("sc").first)
         #expect(hook.string("stdin.outcome") == "error")
         #expect(hook.string("stdin.error.kind") == "http", "\(hook.serialized())")
+        let scheme = String(target.prefix { $0 != ":" })
+        #expect(hook.string("stdin.error.message") == "redirect: HTTP 307 to a URL of scheme \(scheme); only http and https are followed")
         #expect(hook.string("stdin.response.body")?.contains("root:") != true)
         #expect(p.server.requests(path: "/redirect-to").count == 1)
         #expect(try await p.list().map { $0.string("state") } == ["error"])

@@ -22,16 +22,16 @@ extension Runner {
             log("outbox: \(error.message); \(parked.count) entr\(parked.count == 1 ? "y stays" : "ies stay") awaiting-auth", level: .warn)
             return
         }
-        let headers = HeaderRules.from(json: patch)
-        guard case .object = patch, !headers.isEmpty else {
-            log("outbox: auth_refresh_command printed no headers; entries stay awaiting-auth", level: .warn)
+        let headers: [(String, String)]
+        do {
+            headers = try HeaderRules.fromPlugin(patch, plugin: "auth_refresh_command")
+        } catch {
+            log("outbox: \(error.message); entries stay awaiting-auth", level: .warn)
             return
         }
-        for (name, value) in headers {
-            if let problem = HeaderRules.nameProblem(name) ?? HeaderRules.valueProblem(value) {
-                log("outbox: auth_refresh_command: \(problem); entries stay awaiting-auth", level: .warn)
-                return
-            }
+        guard !headers.isEmpty else {
+            log("outbox: auth_refresh_command printed no headers; entries stay awaiting-auth", level: .warn)
+            return
         }
         let generation = try store.updateHeaders(headers, now: now)
         control.headerGeneration = generation
