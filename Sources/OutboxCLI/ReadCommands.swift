@@ -203,7 +203,15 @@ enum ReadCommands {
         let now = Identifiers.nowMs()
         var reasons: [String] = []
         switch e.state {
-        case .running: reasons.append("it is running now")
+        case .running:
+            // A SIGKILLed runner leaves its entries running until the next runner requeues them.
+            if let sqlite = store as? SQLiteStore, sqlite.runnerHolderPID() == nil {
+                reasons.append(
+                    "it was running when its runner stopped (killed or crashed); the next `outbox run` puts it back in the queue, keeping accepted parts"
+                )
+            } else {
+                reasons.append("it is running now")
+            }
         case .awaitingAuth: reasons.append("the server answered 401/403; it waits for `outbox headers update`")
         case .completed, .cancelled: reasons.append("it is \(e.state.rawValue); its outcome waits for its hook to exit 0")
         case .error: reasons.append("it settled error (\(e.reason ?? "see outbox show")); it stays until cancelled or enqueued again")

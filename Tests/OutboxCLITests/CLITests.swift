@@ -757,6 +757,23 @@ struct CLIAuditTests {
         #expect(try p.sqlite("SELECT id FROM entries ORDER BY seq;") == "c\nn\n")
     }
 
+    /// `explain` of a running entry tells a live runner from one that was killed, reading the
+    /// kernel's lock table (it never takes the runner lock itself).
+    @Test func explainTellsALiveRunnerFromAKilledOne() async throws {
+        let p = try CLIProject()
+        try p.write("definitions/held.yaml", "key: held\nrequest:\n  url: \(p.url("/hold/x/status/200"))\n")
+        try p.enqueue("held", vars: "{}", id: "h")
+        let runner = try p.start(["run"])
+        #expect(await p.server.waitForHeld("x"))
+        #expect(p.run("explain", "h").out == "- it is running now\n")
+        runner.signal(SIGKILL)
+        _ = await runner.wait(timeout: 60)
+        let after = p.run("explain", "h")
+        #expect(after.out.hasPrefix("- it was running when its runner stopped (killed or crashed)"), "\(after.out)")
+        #expect(try String(contentsOfFile: p.storeFolder + "/runner.lock", encoding: .utf8).contains("since 20"))
+        _ = p.server.release("x")
+    }
+
     /// A referenced file is the user's: its going away is that entry's error (kind file) at
     /// its next attempt, not damage to the store.
     @Test func aReferencedFileThatWentAwayIsNotStoreDamage() throws {
