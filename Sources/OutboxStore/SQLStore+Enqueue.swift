@@ -199,7 +199,8 @@ extension SQLStore {
             try insert(
                 new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
                 headers: headers, expiresAt: expiresAt, generation: generation, now: now,
-                waits: decision == .replaceAfterDelivery, createdAt: e.createdAt)
+                // A replace of an entry that still waits for its old outcome's delivery waits too.
+                waits: decision == .replaceAfterDelivery || e.waitsForDelivery, createdAt: e.createdAt)
             // Form files are staged per entry and never reused, so the old ones always go.
             var old: [String?] = e.request.form.map(\.stagedFile)
             if let file = e.bodyFile, file != staged.file {

@@ -67,10 +67,14 @@ extension SQLiteStore {
         if try setting(Self.queuePausedSetting) != "1" {
             let paused = try pausedKeys()
             let held = JSON.array(HoldReason.allCases.map { .string($0.rawValue) }).serialized()
+            // An entry behind an unsettled one of its scope is not due: what is due is the one ahead.
             let rows = try db.query(
                 """
-                SELECT key, MAX(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)), attempts FROM entries
+                SELECT key, MAX(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)), attempts FROM entries e
                 WHERE state = 'queued' AND waits_for_delivery = 0 AND (reason IS NULL OR reason NOT IN (SELECT value FROM json_each(?)))
+                  AND (scope IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
+                      AND o.state IN ('queued', 'running', 'awaiting-auth')))
                 """, [.text(held)]
             ) { ($0.text(0), $0.int(1), $0.int(2)) }
             for (key, due, attempts) in rows where !paused.contains(key) {
@@ -78,7 +82,13 @@ extension SQLiteStore {
                 if attempts == 0 { fresh.append(due) }
             }
         }
-        let outcomes = try db.query("SELECT key, COALESCE(next_delivery_at, 0), deliveries FROM outcomes WHERE acknowledged = 0") {
+        // Outcomes of one id go in order: only the oldest unacknowledged one of each can be due.
+        let outcomes = try db.query(
+            """
+            SELECT key, COALESCE(next_delivery_at, 0), deliveries FROM outcomes o WHERE acknowledged = 0
+              AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
+            """
+        ) {
             ($0.text(0), $0.int(1), $0.int(2))
         }
         for (key, due, deliveries) in outcomes where deliverableKeys.contains(key) {

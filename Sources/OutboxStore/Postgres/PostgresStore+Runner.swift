@@ -65,13 +65,17 @@ extension PostgresStore {
         let row = try db.queryOne(
             """
             WITH due AS (
-                SELECT GREATEST(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)) AS at, attempts = 0 AS fresh FROM entries
+                SELECT GREATEST(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)) AS at, attempts = 0 AS fresh FROM entries e
                 WHERE state = 'queued' AND waits_for_delivery = 0 AND \(onThisHost) AND NOT \(queuePaused)
                   AND key NOT IN (SELECT key FROM paused_keys)
                   AND (reason IS NULL OR reason NOT IN (SELECT jsonb_array_elements_text(?::jsonb)))
+                  AND (scope IS NULL OR NOT EXISTS (
+                    SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
+                      AND o.state IN ('queued', 'running', 'awaiting-auth')))
                 UNION ALL
-                SELECT COALESCE(next_delivery_at, 0), deliveries = 0 FROM outcomes
-                WHERE acknowledged = 0 AND key IN (SELECT jsonb_array_elements_text(?::jsonb)))
+                SELECT COALESCE(next_delivery_at, 0), deliveries = 0 FROM outcomes o
+                WHERE acknowledged = 0 AND key IN (SELECT jsonb_array_elements_text(?::jsonb))
+                  AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0))
             SELECT MIN(at), MIN(at) FILTER (WHERE fresh) FROM due
             """, onThisHostValues + [.text(held), .text(keys)]
         ) { ($0.optionalInt(0), $0.optionalInt(1)) }
