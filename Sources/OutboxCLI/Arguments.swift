@@ -103,6 +103,7 @@ enum ArgumentParser {
             }
             if spec.valueName == nil {
                 if inlineValue != nil { throw .usage("--\(name) takes no value") }
+                if !spec.repeatable, name != "help", parsed.options[name] != nil { throw .usage("--\(name) is given twice") }
                 parsed.options[name, default: []].append("")
                 continue
             }

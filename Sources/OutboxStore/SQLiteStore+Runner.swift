@@ -153,7 +153,7 @@ extension SQLiteStore {
                 [.int(until), .text(reason.rawValue), .int(now), .text(id)])
         case let .park(id):
             try db.run(
-                "UPDATE entries SET state = 'awaiting-auth', reason = 'auth', lease_owner = NULL, updated_at = ? WHERE id = ? AND state = 'running'",
+                "UPDATE entries SET state = 'awaiting-auth', reason = 'auth', next_attempt_at = NULL, lease_owner = NULL, updated_at = ? WHERE id = ? AND state = 'running'",
                 [.int(now), .text(id)])
         case let .requeue(id):
             try db.run(

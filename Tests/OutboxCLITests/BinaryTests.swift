@@ -155,6 +155,15 @@ struct BinaryTests {
         }
     }
 
+    /// A flag, like an option, is given once.
+    @Test func aFlagGivenTwiceIsAUsageError() async throws {
+        let p = try CLIProject()
+        let r = try await p.outbox(["run", "--drain", "--drain"])
+        #expect(r.status == 64)
+        #expect(r.err == "outbox: E_USAGE: --drain is given twice\n")
+        #expect(try await p.outbox(["list", "--json", "--json"]).status == 64)
+    }
+
     /// A group (`headers`, `store`) has help of its own; a call without a command or with an
     /// option before it says what is wrong in the usual one line.
     @Test func groupsAndMissingCommandsAreExplained() async throws {

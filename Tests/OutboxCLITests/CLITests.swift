@@ -278,8 +278,8 @@ struct CLIEnqueueTests {
         #expect(
             doc["request"]?["headers"]
                 == .object([
-                    ("Authorization", .string("[redacted]")), ("X-Client", .string("outbox-tests")), ("X-Note", .string("hi")),
-                    ("Content-Type", .string("application/json")),
+                    ("authorization", .string("[redacted]")), ("x-client", .string("outbox-tests")), ("x-note", .string("hi")),
+                    ("content-type", .string("application/json")),
                 ]))
         #expect(isUUID(doc["idempotency_key"]?.stringValue, version: "4"))
         #expect(doc["outcomes"] == .array([]))
@@ -339,9 +339,9 @@ struct CLIEnqueueTests {
             #expect(!r.out.contains("k-secret-42") && !r.out.contains("s-secret-77"), "\(args): \(r.out)")
         }
         let headers = try p.run("show", "e1", "--json").json()["request"]?["headers"]
-        #expect(headers?["X-Service"] == .string("[redacted]"))
-        #expect(headers?["X-Session"] == .string("[redacted]"))
-        #expect(headers?["X-Static"] == .string("visible"))
+        #expect(headers?["x-service"] == .string("[redacted]"))
+        #expect(headers?["x-session"] == .string("[redacted]"))
+        #expect(headers?["x-static"] == .string("visible"))
     }
 
     struct PlanCase: Sendable, CustomTestStringConvertible {
@@ -505,7 +505,7 @@ struct CLIEnqueueTests {
         #expect(try p.rows().count == 1)
         #expect(resumed["generation"] == .number("1"))
         #expect(resumed["vars"]?["note"] == .string("second"))
-        #expect(resumed["request"]?["headers"]?["X-Note"] == .string("second"))
+        #expect(resumed["request"]?["headers"]?["x-note"] == .string("second"))
         #expect(resumed["request"]?["url"] == .string("https://api.example.com/notes/1"))
         #expect(resumed["idempotency_key"] == first["idempotency_key"])
         #expect(resumed["created_at"] == first["created_at"])

@@ -278,6 +278,28 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// An enqueue line with a field outbox does not know (a misspelt `id`) is invalid: taken
+    /// as it is, every redelivery would enqueue the follow-up again under a fresh id.
+    @Test func anEnqueueLineWithAnUnknownFieldIsNotAcknowledged() async throws {
+        let hook = #"""
+            #!/bin/sh
+            cat > /dev/null
+            echo '{"enqueue": {"key": "parent", "idd": "child", "vars": {"url": "http://127.0.0.1:9/", "tag": "c"}}}'
+            echo "$OUTBOX_DELIVERIES" >> hooks/bad.log
+            exit 0
+
+            """#
+        let p = try Project(
+            definitions: ["parent": definition("parent", top: "on_success: hooks/bad.sh", hooks: false)],
+            hooks: ["bad.sh": hook])
+        try await p.enqueue("parent", path: "/status/200", id: "p3")
+        let run = try await p.runUntil { _ in
+            ((try? String(contentsOfFile: p.root + "/hooks/bad.log", encoding: .utf8)) ?? "").hasPrefix("1\n2\n")
+        }
+        #expect(run.stderr.contains(#"enqueue has an unknown field "idd" (known: key, vars, id, delay)"#), "\(run.stderr)")
+        #expect(try await p.list().map { $0.string("id") ?? "" } == ["p3"], "nothing enqueued")
+    }
+
     @Test func anInvalidEnqueueLineIsNotAcknowledged() async throws {
         let hook = #"""
             #!/bin/sh

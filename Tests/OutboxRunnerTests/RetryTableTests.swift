@@ -220,6 +220,21 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         #expect(p.hookLog.isEmpty)
     }
 
+    /// A parked entry has no next attempt: it waits for `headers update`, also when it is
+    /// parked a second time after one.
+    @Test func aParkedEntryShowsNoNextAttempt() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/auth2", [.status(403), .status(403)])
+        try await p.enqueue("t", path: "/auth2", id: "a2")
+        try await p.drain(failures: 2)
+        #expect(try await p.outbox(["headers", "update", "Authorization: Bearer y"]).exitCode == 0)
+        try await p.drain(failures: 2)
+        let row = try #require(try await p.list().first)
+        #expect(p.server.requests(path: "/auth2").count == 2)
+        #expect(row.string("state") == "awaiting-auth")
+        #expect(row["next_attempt_at"] == .null)
+    }
+
     @Test(arguments: [401, 403])
     func authFailureParksUntilHeadersUpdate(_ status: Int) async throws {
         let p = try Project(definitions: ["t": definition("t")])

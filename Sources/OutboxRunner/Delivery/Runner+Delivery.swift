@@ -255,9 +255,18 @@ extension Runner {
             let json: JSON
             do { json = try JSON.parse(text) } catch { throw .invalid("not JSON: \(error)") }
             guard let request = json["enqueue"] else { continue }
+            guard case let .object(fields) = request else { throw .invalid("enqueue must be an object, not \(request.typeName)") }
+            // A misspelt `id` would enqueue under a fresh id at every redelivery.
+            if let unknown = fields.map(\.0).first(where: { !["key", "vars", "id", "delay"].contains($0) }) {
+                throw .invalid("enqueue has an unknown field \"\(unknown.prefix(40))\" (known: key, vars, id, delay)")
+            }
             guard let key = request["key"]?.stringValue else { throw .invalid("enqueue needs a key") }
+            if let id = request["id"], id.stringValue == nil { throw .invalid("enqueue id must be a string, not \(id.typeName)") }
             var notBefore: Int64?
-            if let delay = request["delay"]?.stringValue {
+            if let delayValue = request["delay"] {
+                guard let delay = delayValue.stringValue else {
+                    throw .invalid("delay must be a duration string, not \(delayValue.typeName)")
+                }
                 do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch {
                     throw .invalid("delay: \(error.message)")
                 }

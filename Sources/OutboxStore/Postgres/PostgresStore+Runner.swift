@@ -188,7 +188,7 @@ extension PostgresStore {
             let f = fence(id, lease)
             try db.run(
                 """
-                UPDATE entries SET state = 'awaiting-auth', reason = 'auth', lease_owner = NULL, lease_token = NULL,
+                UPDATE entries SET state = 'awaiting-auth', reason = 'auth', next_attempt_at = NULL, lease_owner = NULL, lease_token = NULL,
                   lease_until = NULL, updated_at = ?
                 WHERE id = ? AND state = 'running'\(f.sql)
                 """, [.int(now), .text(id)] + f.values)
