@@ -17,6 +17,16 @@ extension SQLStore {
         """
     }
 
+    package func currentVars(seqs: [Int64]) throws(OutboxError) -> [Int64: JSON] {
+        var vars: [Int64: JSON] = [:]
+        // One row each: a runner holds at most its concurrency, and asks only after another process wrote.
+        for seq in seqs {
+            guard let text = try db.queryOne("SELECT vars FROM entries WHERE seq = ?", [.int(seq)], { $0.text(0) }) else { continue }
+            vars[seq] = try Self.storedJSON(text, what: "vars of an entry")
+        }
+        return vars
+    }
+
     /// Entries of one definition usually share their stored request text: parsed once.
     func storedRequest(_ text: String) throws(OutboxError) -> StoredRequest {
         if let cached = requestCache[text] { return cached }

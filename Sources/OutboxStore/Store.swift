@@ -109,6 +109,9 @@ package protocol Store: AnyObject {
     /// For each of these entries still running, its generation (absent: cancelled,
     /// replaced or settled by someone else).
     func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64]
+    /// The vars of these entries as stored now (a same-body enqueue of a running entry
+    /// replaces them), by seq; absent when the row is gone.
+    func currentVars(seqs: [Int64]) throws(OutboxError) -> [Int64: JSON]
     /// When something becomes due: an attempt, a hold, or a hook delivery for one of
     /// `deliverableKeys`. Paused and held (`HoldReason`) entries do not count.
     func dueTimes(deliverableKeys: Set<String>) throws(OutboxError) -> DueTimes

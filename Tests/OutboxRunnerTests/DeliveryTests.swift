@@ -278,6 +278,27 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A same-body enqueue of a running entry gives it new vars: the hook sees those, not
+    /// the ones the runner read when it claimed the entry.
+    @Test func aHookSeesTheVarsOfASameBodyEnqueueWhileItsEntryRan() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        let url = p.url("/hold/wr/status/200")
+        func vars(_ note: String) -> String {
+            JSON.object([("url", .string(url)), ("tag", .string("a")), ("note", .string(note))]).serialized()
+        }
+        #expect(try await p.outbox(["enqueue", "t", "--id", "wr", "--vars", vars("old")]).exitCode == 0)
+        let runner = try p.start(["run"])
+        #expect(await p.server.waitForHeld("wr"))
+        #expect(try await p.outbox(["enqueue", "t", "--id", "wr", "--vars", vars("new")]).exitCode == 0)
+        // The enqueue committed before the release, and a runner reads other processes'
+        // commits before it handles the results of a turn: the order is a fact, not a race.
+        _ = p.server.release("wr")
+        try await eventually("the hook ran") { !p.deliveries("wr").isEmpty }
+        runner.signal(SIGTERM)
+        _ = await runner.wait()
+        #expect(p.deliveries("wr").first?.string("stdin.vars.note") == "new")
+    }
+
     /// An enqueue line with a field outbox does not know (a misspelt `id`) is invalid: taken
     /// as it is, every redelivery would enqueue the follow-up again under a fresh id.
     @Test func anEnqueueLineWithAnUnknownFieldIsNotAcknowledged() async throws {

@@ -59,6 +59,11 @@ extension Runner {
         guard !flights.running.isEmpty else { return }
         let held = Array(flights.running.values)
         let current = try store.runningGenerations(seqs: held.map(\.seq))
+        // A same-body enqueue of a running entry gives it new vars: its outcome and follow-ups use them.
+        let vars = try store.currentVars(seqs: held.filter { current[$0.seq] == $0.generation }.map(\.seq))
+        for entry in held where vars[entry.seq].map({ $0 != entry.vars }) == true {
+            flights.running[entry.id]?.vars = vars[entry.seq]!
+        }
         let standbyByEntry = Dictionary(
             flights.standby.compactMap { transferID, token in
                 flights.byToken[token].map { ($0.entryID, transferID) }

@@ -83,6 +83,8 @@ extension StoreConformance {
             #expect(e.state == .running)
             #expect(HeaderRules.value(e.request.headers, "X-Version") == "b")
             #expect(try c.store.runningGenerations(seqs: [running.seq]) == [running.seq: 1])
+            // The runner holding it reads the new vars for its outcome.
+            #expect(try c.store.currentVars(seqs: [running.seq, 999_999]) == [running.seq: try JSON.parse(#"{"n": 1, "hv": "b"}"#)])
         }
 
         // Same body on an entry awaiting auth: it keeps waiting (only a headers update resumes it).
