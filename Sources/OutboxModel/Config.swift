@@ -205,6 +205,7 @@ package struct Config: Sendable {
         var config = Config(root: defaultRoot)
         config.file = file
         if let node {
+            reader.refuseUnknownTags(node)
             config.read(node, reader: &reader)
         }
         config.commands = reader.commands

@@ -162,6 +162,7 @@ extension Definition {
             reader.error(error.mark, error.message)
             return nil
         }
+        reader.refuseUnknownTags(root)
         guard let f = reader.fields(root, DefinitionFields.top, context: "a definition") else { return nil }
         guard let keyNode = f["key"] else {
             reader.error(root.mark, "a definition needs a key")

@@ -17,6 +17,23 @@ struct YAMLReader {
         diagnostics.append(Diagnostic(path: path, line: mark.line, column: mark.column, message: message))
     }
 
+    /// Reports each tag outside the core schema's (`!!binary`, `!custom`): read as if it were
+    /// not there, it would quietly change what a value means.
+    mutating func refuseUnknownTags(_ root: YAMLNode) {
+        let known: Set<String> = ["!!str", "!!int", "!!float", "!!bool", "!!null", "!!map", "!!seq", "!"]
+        var stack = [root]
+        while let node = stack.popLast() {
+            if let tag = node.tag, !known.contains(tag) {
+                error(node.mark, "tag \(tag) is not supported (only !!str, !!int, !!float, !!bool, !!null, !!map and !!seq)")
+            }
+            switch node.kind {
+            case .scalar: break
+            case let .sequence(items): stack += items
+            case let .mapping(pairs): for pair in pairs { stack += [pair.key, pair.value] }
+            }
+        }
+    }
+
     /// The diagnostics by position in the file (checks run in code order, people read top down).
     var diagnosticsInSourceOrder: [Diagnostic] {
         diagnostics.enumerated().sorted { a, b in
