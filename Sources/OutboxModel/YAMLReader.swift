@@ -259,16 +259,27 @@ package struct CommandRef: Sendable, Equatable {
     package var mark: Mark
 
     /// The program a person would expect to run: the first argument, or for a shell
-    /// string its first word when that word is a path (`./hooks/x.sh arg`); nil for a
-    /// shell line whose first word is a builtin or a name looked up by the shell.
+    /// string its first word when that is a path (`./hooks/x.sh arg`) or a plain name the
+    /// shell looks up in PATH; nil when the first word is a builtin, a keyword, an
+    /// assignment or anything the shell expands.
     package var program: String? {
         switch command {
         case let .argv(argv): return argv.first
         case let .shell(line):
-            let first = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).first.map(String.init) ?? ""
-            return first.contains("/") ? first : nil
+            let first = line.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).first.map(String.init) ?? ""
+            if first.contains("/") { return first.contains(where: { "$`'\"*?[<>|;&(){}".contains($0) }) ? nil : first }
+            let plain = !first.isEmpty && first.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "-_.+".contains($0)) }
+            return plain && !Self.shellWords.contains(first) ? first : nil
         }
     }
+
+    /// Builtins and reserved words of a POSIX shell: found without PATH.
+    static let shellWords: Set<String> = [
+        ".", ":", "[", "alias", "bg", "break", "case", "cd", "command", "continue", "do", "done", "echo", "elif", "else",
+        "esac", "eval", "exec", "exit", "export", "false", "fc", "fg", "fi", "for", "getopts", "hash", "if", "in", "jobs",
+        "kill", "local", "printf", "pwd", "read", "readonly", "return", "set", "shift", "test", "then", "times", "trap",
+        "true", "type", "ulimit", "umask", "unalias", "unset", "until", "wait", "while",
+    ]
 
     /// Why the program cannot run (missing, not executable, not found in `searchPath`), or nil.
     /// A program with a `/` resolves against `root`; one without is looked up in `searchPath`.
