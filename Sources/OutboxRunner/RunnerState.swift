@@ -44,6 +44,9 @@ struct PartJob {
     var s3Step: S3Step?
     /// The HEAD of a `skip_existing` object found it missing or different: upload it.
     var s3Checked = false
+    /// The entry settled error with parts in flight: its upload is aborted once they have
+    /// returned, since S3 may still store a part that arrives after the abort.
+    var abortWhenIdle = false
 
     /// Bytes of the parts accepted so far.
     var acceptedBytes: Int64 { parts.reduce(Int64(0)) { $0 + ($1.accepted ? $1.range.count : 0) } }

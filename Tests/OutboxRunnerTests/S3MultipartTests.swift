@@ -93,8 +93,8 @@ import TestSupport
 
     /// A sandbox whose definition puts `big.bin` (28 MiB: parts of 5, 5, 5, 5 and 8 MiB) into
     /// the test server, one part at a time, which answers as S3 would.
-    static func stage(config: String = "", function: String = #function) async throws -> OutboxSandbox {
-        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n" + config, function: function)
+    static func stage(config: String = "", partConcurrency: Int = 1, function: String = #function) async throws -> OutboxSandbox {
+        let sandbox = try OutboxSandbox(config: "part_concurrency: \(partConcurrency)\n" + config, function: function)
         try sandbox.define("s3-put", Self.definition(endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin"))
         try PartFiles.make(sandbox.path("data/big.bin"), size: 28 << 20, seed: 9)
         let server = sandbox.server
@@ -265,6 +265,25 @@ import TestSupport
         #expect(Self.partNumbers(server).sorted() == [1, 2, 3, 4, 5], "no part sent twice")
         #expect(server.requests.filter { $0.method == "HEAD" }.count == 1)
         #expect(!server.requests.contains { $0.method == "DELETE" })
+    }
+
+    /// A part refused while another is in flight: the abort waits for that one, since S3
+    /// may still store a part that arrives after the abort.
+    @Test func theAbortWaitsForThePartsInFlight() async throws {
+        let sandbox = try await Self.stage(partConcurrency: 2)
+        let server = sandbox.server
+        server.script("/crash/big.bin?partNumber=1&", [TestResponse.status(200, headers: [("ETag", "\"p1\"")]).held("p1")])
+        server.script("/crash/big.bin?partNumber=2&", [.status(400, body: "<Error><Code>InvalidPart</Code></Error>")])
+        server.script("/crash/big.bin?uploadId=", [.status(204)])
+        let runner = try sandbox.start(["run", "--drain"], environment: Self.testingCredentials)
+        await eventually("part 1 is held") { server.heldCount("p1") == 1 }
+        await eventually("the entry settled error") { (try? await sandbox.show("big"))?["state"] as? String == "error" }
+        #expect(!server.requests.contains { $0.method == "DELETE" }, "no abort while part 1 is in flight")
+        _ = server.release("p1")
+        let run = await runner.wait()
+        #expect(run.exitCode == 1, "\(run.stderr)")
+        #expect(server.requests.filter { $0.method == "DELETE" }.map(\.path) == ["/crash/big.bin?uploadId=up%2F1%2Bx"])
+        #expect(Self.partNumbers(server).sorted() == [1, 2], "no part starts after the refusal")
     }
 
     @Test func anEntryThatSettlesErrorAbortsItsUpload() async throws {

@@ -122,7 +122,8 @@ extension Runner {
             authRefused(entry, now: now)
             releaseStoppedParts(entry.id)
         case .terminal:
-            stopParts(entry.id)
+            // An s3 upload's parts in flight finish, so the abort that follows comes after them.
+            stopParts(entry.id, cancelInFlight: entry.request.s3 == nil)
             let status = result.status.map(String.init) ?? "none"
             let what =
                 "part \(index + 1) of \(job.parts.count) (index \(index), bytes \(part.range.start)-\(max(part.range.start, part.range.end - 1)))"
@@ -160,10 +161,12 @@ extension Runner {
         changes.append(.progress(entryID: job.entry.id, bytesSent: job.acceptedBytes))
     }
 
-    /// Stops a chunked entry's parts: none starts again, and those in flight are aborted.
-    func stopParts(_ id: String) {
+    /// Stops a chunked entry's parts: none starts again, and those in flight are aborted
+    /// (or, with `cancelInFlight` false, left to finish).
+    func stopParts(_ id: String, cancelInFlight: Bool = true) {
         guard flights.partJobs[id] != nil else { return }
         flights.partJobs[id]?.failed = true
+        guard cancelInFlight else { return }
         for flight in flights.byToken.values where flight.entryID == id {
             http?.cancel(flight.transferID)
         }
@@ -172,8 +175,16 @@ extension Runner {
     /// Drops a stopped job once nothing of it is in flight, freeing its entry's slot.
     func releaseStoppedParts(_ id: String) {
         guard let job = flights.partJobs[id], job.failed, job.inFlight.isEmpty else { return }
-        flights.partJobs[id] = nil
+        dropIdleJob(job)
         flights.running[id] = nil
+    }
+
+    /// Forgets a job with no part in flight; an upload whose abort waited for them is aborted now.
+    func dropIdleJob(_ job: PartJob) {
+        flights.partJobs[job.entry.id] = nil
+        if job.abortWhenIdle, let target = job.entry.request.s3, let uploadID = job.s3UploadID {
+            startS3Step(.abort, entry: job.entry, target: target, uploadID: uploadID)
+        }
     }
 
     /// A part that returns after its entry settled: an acceptance is still recorded, so a
@@ -188,6 +199,6 @@ extension Runner {
                 accept: job.entry.request.accept, exempt: Set(job.entry.request.retry.exempt))
             if case .success = klass { recordPartAccepted(&job, position: position, result: result) }
         }
-        flights.partJobs[flight.entryID] = job.inFlight.isEmpty ? nil : job
+        if job.inFlight.isEmpty { dropIdleJob(job) } else { flights.partJobs[flight.entryID] = job }
     }
 }

@@ -245,11 +245,17 @@ extension Runner {
         s.replacing("&quot;", with: "\"").replacing("&lt;", with: "<").replacing("&gt;", with: ">").replacing("&amp;", with: "&")
     }
 
-    /// An s3 entry settling error aborts its multipart upload, so its parts do not linger.
+    /// An s3 entry settling error aborts its multipart upload, so its parts do not linger:
+    /// at once, or when its parts in flight have returned.
     func abortS3Upload(_ entry: Entry) {
         guard let target = entry.request.s3, entry.isChunked,
             let uploadID = flights.partJobs[entry.id]?.s3UploadID ?? (try? store.s3UploadID(entrySeq: entry.seq)) ?? nil
         else { return }
+        if let job = flights.partJobs[entry.id], !job.inFlight.isEmpty {
+            flights.partJobs[entry.id]?.s3UploadID = uploadID
+            flights.partJobs[entry.id]?.abortWhenIdle = true
+            return
+        }
         startS3Step(.abort, entry: entry, target: target, uploadID: uploadID)
     }
 }
