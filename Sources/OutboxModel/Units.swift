@@ -138,8 +138,13 @@ package enum Units {
             switch scalar {
             case "\"": shown += "\\\""
             case "\\": shown += "\\\\"
+            // Escaped as in JSON, which is how the value was most likely given.
+            case "\n": shown += "\\n"
+            case "\t": shown += "\\t"
+            case "\r": shown += "\\r"
             case _ where scalar.value < 0x20 || scalar.value == 0x7F:
-                shown += "\\u{" + String(scalar.value, radix: 16) + "}"
+                let hex = String(scalar.value, radix: 16)
+                shown += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
             default: shown.unicodeScalars.append(scalar)
             }
             count += 1
