@@ -276,6 +276,8 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         let run = await runner.wait()
         #expect(run.exitCode == 0, "\(run.description)")
         #expect(!run.jsonLines.contains { $0.string("state") == "awaiting-auth" }, "never parked")
+        let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
+        #expect(attempts.map { $0.string("outcome") } == ["retry", "success"], "the 401 is reported as what it led to")
         let requests = p.server.requests(path: "/stale")
         #expect(requests.count == 2)
         #expect(requests.last?.header("Authorization") == "Bearer new")

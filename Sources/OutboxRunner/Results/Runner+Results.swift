@@ -97,9 +97,13 @@ extension Runner {
             forgottenAtOnce = true
         }
         if !forgottenAtOnce {
+            // A 401/403 to headers older than the last update is sent again at once, not parked.
+            let reported =
+                klass == .awaitingAuth && entry.headerGeneration < control.headerGeneration
+                ? AttemptOutcomeClass.retry(reason: "headers were updated since it was sent") : klass
             let event = OutcomePayloads.attemptEvent(
                 entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
-                method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass,
+                method: flight.method, partIndex: flight.partIndex, result: result, outcome: reported,
                 at: now)
             emit(event)
             changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
