@@ -293,7 +293,7 @@ import Testing
         // The enqueue committed before the release, and a runner reads other processes'
         // commits before it handles the results of a turn: the order is a fact, not a race.
         _ = p.server.release("wr")
-        try await eventually("the hook ran") { !p.deliveries("wr").isEmpty }
+        await eventually("the hook ran") { !p.deliveries("wr").isEmpty }
         runner.signal(SIGTERM)
         _ = await runner.wait()
         #expect(p.deliveries("wr").first?.string("stdin.vars.note") == "new")
