@@ -197,8 +197,10 @@ enum EnqueueCommand {
                 case let .readFailed(code): throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage(code))")
                 }
             }
-            guard let line = next else { break }
+            guard var line = next else { break }
             lineNumber = reader.lineNumber
+            // A byte order mark some editors write first is not content.
+            if lineNumber == 1, line.starts(with: [0xEF, 0xBB, 0xBF]) { line.removeFirst(3) }
             if let offset = Paths.invalidUTF8Offset(line) {
                 throw .invalid("\(absolute):\(lineNumber): the line is not valid UTF-8 (at byte \(offset + 1))")
             }

@@ -16,6 +16,7 @@ enum ReadCommands {
         if let state = i.args.value("state"), EntryState(rawValue: state) == nil {
             throw .usage("--state must be one of \(EntryState.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(state)\"")
         }
+        try ControlCommands.checkKeys(i.args.values("key"))
         let store = try i.project().store()
         let control = try store.control()
         if i.json {

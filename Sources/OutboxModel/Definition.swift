@@ -30,7 +30,7 @@ package struct Definition: Sendable {
     /// Why `key` cannot name a definition (empty, spaces or control characters), or nil.
     package static func keyProblem(_ key: String) -> String? {
         if key.isEmpty || key.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
-            return "key must be a non-empty name without spaces"
+            return "key must be a non-empty name without spaces or control characters"
         }
         return nil
     }

@@ -437,6 +437,14 @@ struct CLIEnqueueTests {
         #expect(try p.snapshot() == before)
     }
 
+    /// A byte order mark before the first line (some editors write one) is not content.
+    @Test func aByteOrderMarkBeforeTheFirstLineIsSkipped() throws {
+        let p = try CLIProject()
+        let r = p.run(["enqueue", "note", "--from", "-"], stdin: "\u{FEFF}" + #"{"vars": {"n": 1}, "id": "b1"}"# + "\n")
+        #expect(r.status == 0, "\(r)")
+        #expect(r.out == "b1\n")
+    }
+
     struct BadLineCase: Sendable, CustomTestStringConvertible {
         let name: String
         let lines: [String]
