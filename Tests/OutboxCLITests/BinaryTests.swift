@@ -161,7 +161,8 @@ struct BinaryTests {
         let r = try await p.outbox(["run", "--drain", "--drain"])
         #expect(r.status == 64)
         #expect(r.err == "outbox: E_USAGE: --drain is given twice\n")
-        #expect(try await p.outbox(["list", "--json", "--json"]).status == 64)
+        #expect(try await p.outbox(["list", "--quiet"]).status == 64, "not an option of list")
+        #expect(try await p.outbox(["--json", "list", "--json"]).status == 0, "a global flag before and after")
     }
 
     /// A group (`headers`, `store`) has help of its own; a call without a command or with an
