@@ -73,6 +73,11 @@ extension Project {
         let finished = await runner.wait(timeout: 60)
         #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
         expectReportedCancelled(finished, "c", as: report)
+        if report == .events {
+            // The request was sent: it is an attempt, one that outbox stopped.
+            let attempts = finished.jsonLines.filter { $0.string("type") == "attempt" }
+            #expect(attempts.map { $0.string("outcome") } == ["aborted"], "\(finished.stdout)")
+        }
         #expect(p.server.requests(path: "/hold/c").count == 1)
         #expect(p.hookLog.isEmpty, "a cancelled entry runs no hook")
         #expect(try await p.list().isEmpty)

@@ -311,6 +311,34 @@ func partsDefinition(
         #expect(server.requests(path: "/put/te/4").isEmpty)
     }
 
+    /// A part stopped because another was refused counts as an attempt: the hook, `show`
+    /// and the attempt events agree on how many requests were sent.
+    @Test func aPartStoppedByARefusalCountsAsAnAttempt() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/ab/1", [TestResponse.status(200).held("p1")])
+        server.script("/put/ab/2", [TestResponse.status(422, body: "no").held("p2")])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\n")
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        try PartFiles.make(sandbox.path("f.bin"), size: 3 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "ab", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let runner = try sandbox.start(["run", "--drain", "--events", "-"])
+        await eventually("both parts are on the server") { server.heldCount("p1") == 1 && server.heldCount("p2") == 1 }
+        _ = server.release("p2")
+        let run = await runner.wait()
+        _ = server.release("p1")
+        #expect(run.exitCode == 1, "\(run.stderr)")
+        let attempts = run.stdout.split(separator: "\n").compactMap { try? JSON.parse(String($0)) }.filter {
+            $0["type"] == .string("attempt")
+        }
+        #expect(attempts.map { $0["part_index"]?.int64Value ?? -1 }.sorted() == [0, 1])
+        #expect(attempts.first { $0["part_index"] == .int(0) }?["outcome"] == .string("aborted"))
+        #expect(attempts.first { $0["part_index"] == .int(1) }?["outcome"] == .string("error"))
+        let error = try #require(PartFiles.readJSON(sandbox.path("error.json")))
+        #expect((error["meta"] as? [String: Any])?["attempts"] as? Int == 2)
+        #expect(try await sandbox.show("ab")?["attempts"] as? Int == 2)
+        #expect(server.requests(path: "/put/ab/3").isEmpty)
+    }
+
     @Test func unauthorizedPartParksTheEntryUntilHeadersUpdate() async throws {
         let server = try TestHTTPServer()
         server.script("/put/au/2", [.status(401), .json(201, "{}", headers: [("ETag", "\"after-auth\"")])])

@@ -103,7 +103,7 @@ package enum PayloadFields {
         PayloadField("url", "always", "the URL, any query string replaced by `?[redacted]`"),
         PayloadField("method", "always", "the method"),
         PayloadField("part_index", "always", "the part's index, or `null`"),
-        PayloadField("outcome", "always", "`success`, `retry`, `awaiting-auth` or `error`"),
+        PayloadField("outcome", "always", "`success`, `retry`, `awaiting-auth`, `error`, or `aborted` (sent, then stopped by outbox)"),
         PayloadField("http_code", "always", "the final status, or `null` when no response came back"),
         PayloadField("body", "always", "the first 4 KiB of the response body"),
         PayloadField("body_encoding", "the body is not UTF-8", "`base64`"),

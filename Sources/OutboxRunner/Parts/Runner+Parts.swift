@@ -191,6 +191,7 @@ extension Runner {
     /// reopened entry never sends that part again.
     func partReturnedAfterSettle(_ flight: Flight, result: HTTPResult) {
         guard let index = flight.partIndex, var job = flights.partJobs[flight.entryID] else { return }
+        recordLateAttempt(job.entry, flight: flight, result: result, now: Identifiers.nowMs())
         job.inFlight.remove(index)
         job.sentByPart[index] = nil
         if result.failure == nil, let position = job.parts.firstIndex(where: { $0.index == index }), !job.parts[position].accepted {

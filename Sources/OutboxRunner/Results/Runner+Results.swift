@@ -60,12 +60,15 @@ extension Runner {
         if withdrawal == false {
             // Cancelled by another process while in flight: the cancel was recorded first and
             // wins, whatever came back (it was reported when it was noticed).
+            recordLateAttempt(entry, flight: flight, result: result, now: now)
             flights.running[entry.id] = nil
             return
         }
         if result.failure?.kind == .aborted {
             // Stopped by us (grace over, or withdrawn): not an attempt result; the entry goes
             // back to the queue when the run ends, or now if it was paused, or is dropped.
+            // The request was sent all the same, so it counts and is reported as an attempt.
+            recordLateAttempt(entry, flight: flight, result: result, now: now)
             if let requeue = withdrawal {
                 flights.running[entry.id] = nil
                 if requeue { changes.append(.requeue(entryID: entry.id)) }
@@ -154,6 +157,24 @@ extension Runner {
     }
 
     /// Adds an attempt to the store's counters, committed with the attempt's own changes.
+    /// An attempt whose entry stopped or settled while it was in flight (aborted by us, or a
+    /// part that finished after its entry settled): it is counted, logged and reported like
+    /// any other, `outcome` `aborted` when we stopped it.
+    func recordLateAttempt(_ entry: Entry, flight: Flight, result: HTTPResult, now: Int64) {
+        // A standby request withdrawn before it started was never sent.
+        guard !flight.standby else { return }
+        let klass = AttemptClassifier.classify(
+            status: result.status, failure: result.failure, body: result.body,
+            accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
+        var event = OutcomePayloads.attemptEvent(
+            entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
+            method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass, at: now)
+        if result.failure?.kind == .aborted { event.set("outcome", .string("aborted")) }
+        countAttempt(entry, klass: klass, result: result)
+        emit(event)
+        changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
+    }
+
     func countAttempt(_ entry: Entry, klass: AttemptOutcomeClass, result: HTTPResult) {
         let outcome: String
         var accepted = false
