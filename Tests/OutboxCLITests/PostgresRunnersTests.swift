@@ -94,6 +94,35 @@ struct PostgresRunnersTests {
         _ = p.server.release("killed")
     }
 
+    // A runner killed while its hook runs: a runner that was already running takes the
+    // delivery over once its lease is out, and stops the orphaned hook first, so two
+    // deliveries of one outcome never overlap.
+    @Test func aLiveRunnerStopsAKilledRunnersHookBeforeDeliveringAgain() async throws {
+        let p = try Self.project(lease: "2s")
+        let log = p.path("hook.log")
+        try p.writeHook(
+            "log.sh",
+            "#!/bin/sh\necho \"start $OUTBOX_DELIVERIES $$\" >> '\(log)'\n"
+                + "while [ ! -e '\(p.path("release"))' ]; do sleep 0.05; done\necho \"end $OUTBOX_DELIVERIES\" >> '\(log)'\n")
+        try await Self.enqueue(p, 1...1)
+        let first = try p.start(["run"])
+        await eventually("the first delivery started") { Self.hookLines(p).first?.hasPrefix("start 1 ") == true }
+        let second = try p.start(["run"])
+        first.signal(SIGKILL)
+        _ = await first.wait()
+        await eventually("the second runner delivers again") { Self.hookLines(p).contains { $0.hasPrefix("start 2 ") } }
+        // The first hook is gone (or a zombie) by the time the second starts.
+        let orphan = Self.hookLines(p).first.flatMap { $0.split(separator: " ").last }.map(String.init) ?? ""
+        let stat = (try? String(contentsOfFile: "/proc/\(orphan)/stat", encoding: .utf8)) ?? ""
+        #expect(stat.isEmpty || stat.contains(") Z "), "the orphaned hook \(orphan) still runs: \(stat)")
+        _ = try p.write("release", "")
+        await eventually("the second delivery ends") { Self.hookLines(p).contains("end 2") }
+        try await eventually("the outcome is acknowledged") { try await Self.storeIsEmpty(p) }
+        second.signal(SIGTERM)
+        #expect(await second.wait().exitCode == 0)
+        #expect(!Self.hookLines(p).contains("end 1"), "\(Self.hookLines(p))")
+    }
+
     // A runner stopped past its lease while its request is held: another takes the entry and
     // completes it; resumed and answered, the first records nothing (one outcome, the second's).
     @Test func aStoppedRunnersLateResultIsRefused() async throws {
