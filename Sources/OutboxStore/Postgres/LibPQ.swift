@@ -28,6 +28,12 @@ struct LibPQ: @unchecked Sendable {
     let consumeInput: @convention(c) (OpaquePointer?) -> Int32
     let notifies: @convention(c) (OpaquePointer?) -> UnsafeMutablePointer<PGnotify>?
     let freemem: @convention(c) (UnsafeMutableRawPointer?) -> Void
+    /// Replaces libpq's notice printer, which writes raw lines ("FATAL: terminating
+    /// connection ...") on stderr, outside the log's format.
+    let setNoticeProcessor:
+        @convention(c) (
+            OpaquePointer?, (@convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?) -> Void)?, UnsafeMutableRawPointer?
+        ) -> (@convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?) -> Void)?
 
     /// The library of this process, loaded once; E_STORAGE when it cannot be.
     static func get() throws(OutboxError) -> LibPQ { try loaded.get() }
@@ -74,7 +80,12 @@ struct LibPQ: @unchecked Sendable {
             let getlength = symbol("PQgetlength", (@convention(c) (OpaquePointer?, Int32, Int32) -> Int32).self),
             let consumeInput = symbol("PQconsumeInput", (@convention(c) (OpaquePointer?) -> Int32).self),
             let notifies = symbol("PQnotifies", (@convention(c) (OpaquePointer?) -> UnsafeMutablePointer<PGnotify>?).self),
-            let freemem = symbol("PQfreemem", (@convention(c) (UnsafeMutableRawPointer?) -> Void).self)
+            let freemem = symbol("PQfreemem", (@convention(c) (UnsafeMutableRawPointer?) -> Void).self),
+            let setNoticeProcessor = symbol(
+                "PQsetNoticeProcessor",
+                (@convention(c) (
+                    OpaquePointer?, (@convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?) -> Void)?, UnsafeMutableRawPointer?
+                ) -> (@convention(c) (UnsafeMutableRawPointer?, UnsafePointer<CChar>?) -> Void)?).self)
         else {
             return .failure(.storage("libpq.so.5 lacks \(missing.joined(separator: ", "))"))
         }
@@ -84,6 +95,6 @@ struct LibPQ: @unchecked Sendable {
                 prepare: prepare,
                 execPrepared: execPrepared, resultStatus: resultStatus, resultErrorMessage: resultErrorMessage, clear: clear,
                 cmdTuples: cmdTuples, ntuples: ntuples, getisnull: getisnull, getvalue: getvalue, getlength: getlength,
-                consumeInput: consumeInput, notifies: notifies, freemem: freemem))
+                consumeInput: consumeInput, notifies: notifies, freemem: freemem, setNoticeProcessor: setNoticeProcessor))
     }
 }

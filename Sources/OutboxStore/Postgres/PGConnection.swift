@@ -83,6 +83,8 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
             throw .storage("cannot connect to the PostgreSQL store \(name): \(message)")
         }
         conn = c
+        // A connection the server ends says so in the error outbox reports when it reconnects.
+        _ = pq.setNoticeProcessor(c, { _, _ in }, nil)
         // The server's notices ("schema already exists, skipping") are not the user's business.
         try setSession("notices", "SET client_min_messages TO warning")
     }
