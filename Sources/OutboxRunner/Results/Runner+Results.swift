@@ -156,7 +156,6 @@ extension Runner {
         }
     }
 
-    /// Adds an attempt to the store's counters, committed with the attempt's own changes.
     /// An attempt whose entry stopped or settled while it was in flight (aborted by us, or a
     /// part that finished after its entry settled): it is counted, logged and reported like
     /// any other, `outcome` `aborted` when we stopped it.
@@ -175,6 +174,7 @@ extension Runner {
         changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
     }
 
+    /// Adds an attempt to the store's counters, committed with the attempt's own changes.
     func countAttempt(_ entry: Entry, klass: AttemptOutcomeClass, result: HTTPResult) {
         let outcome: String
         var accepted = false
