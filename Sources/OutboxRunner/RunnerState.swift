@@ -21,8 +21,9 @@ struct Flight {
     var method: String
     var attempt: Int64
     var sent: Int64 = 0
-    /// Waiting on the curl thread for a slot (see `Scheduler`).
+    /// Waiting on the curl thread for a slot (see `Scheduler`), since when (monotonic ms).
     var standby = false
+    var standbySince: Int64 = 0
     /// A step of an s3 multipart upload (not a part).
     var s3Step: S3Step?
     /// The HEAD of a `skip_existing` object, before its upload.

@@ -94,6 +94,34 @@ struct PostgresRunnersTests {
         _ = p.server.release("killed")
     }
 
+    // A runner whose only slot is held by a slow request gives its standby claim back after a
+    // second, so an idle runner sends that entry instead of waiting behind the slow one.
+    @Test func aStandbyClaimGoesBackToTheQueueForAnIdleRunner() async throws {
+        let p = try Self.project(lease: "30s")
+        p.server.script("/notes/1", [.hold("slow")])
+        defer { _ = p.server.release("slow") }
+        try await Self.enqueue(p, 1...1)
+        let busy = try p.start(["run"], environment: ["OUTBOX_CONCURRENCY": "1"])
+        #expect(await p.server.waitForHeld("slow"))
+        try await Self.enqueue(p, 2...2)
+        // Claimed by the busy runner, as its standby: no other runner exists yet.
+        try await eventually("the busy runner claims e-2 as standby") {
+            let rows = try JSON.parse(try await p.outbox(["list", "--json", "--id", "e-2"]).stdout)
+            return rows.arrayValue?.first?["state"] == .string("running")
+        }
+        #expect(p.server.requests(path: "/notes/2").isEmpty)
+        let idle = try p.start(["run"])
+        await eventually("the idle runner sends e-2") { !p.server.requests(path: "/notes/2").isEmpty }
+        #expect(p.server.heldCount("slow") == 1, "while the busy runner's slot is still held")
+        await eventually("e-2 is delivered") { Self.hookLines(p) == ["e-2"] }
+        _ = p.server.release("slow")
+        await eventually("e-1 is delivered") { Self.hookLines(p).count == 2 }
+        for runner in [busy, idle] { runner.signal(SIGTERM) }
+        #expect(await busy.wait().exitCode == 0)
+        #expect(await idle.wait().exitCode == 0)
+        #expect(p.server.requests(path: "/notes/").count == 2, "each sent once")
+    }
+
     // A runner killed while its hook runs: a runner that was already running takes the
     // delivery over once its lease is out, and stops the orphaned hook first, so two
     // deliveries of one outcome never overlap.

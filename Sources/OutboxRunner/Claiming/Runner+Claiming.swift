@@ -116,6 +116,7 @@ extension Runner {
     /// request is followed at once, without a round trip through this thread.
     func claim(now: Int64) throws(OutboxError) {
         promoteStandby()
+        returnStaleStandby()
         var slots = flights.currentSlots
         let capacity = 2 * config.concurrency - slots.entriesInFlight - slots.standby
         guard capacity > 0 else { return }
@@ -126,6 +127,7 @@ extension Runner {
         checks.wifiRecheckAt = wifiGate.nextCheck(now: now)
         checks.heldHosts = hostHealth.held
         checks.payloadProblem = { [self] in payloadProblem($0) }
+        checks.standbyAllowed = Identifiers.monotonicMs() >= standbyHeldUntil
         let plan = scheduler.claims(readAhead.ready, slots: &slots, checks: checks)
         flights.slots.hostLoad = slots.hostLoad
         flights.slots.hostStandby = slots.hostStandby
@@ -218,6 +220,25 @@ extension Runner {
             http?.promote(transferID)
         }
     }
+
+    /// On a store several runners share, a standby claim that waited a second for this
+    /// runner's busy slots goes back to the queue for an idle runner, and this one claims
+    /// no standby for a second (it would take the same entries again).
+    func returnStaleStandby() {
+        guard store.sharesRunners, !flights.standby.isEmpty else { return }
+        let mono = Identifiers.monotonicMs()
+        for (transferID, token) in flights.standby {
+            guard let flight = flights.byToken[token], mono - flight.standbySince >= Self.standbyWaitMs,
+                flights.withdrawn[flight.entryID] == nil
+            else { continue }
+            flights.withdrawn[flight.entryID] = true
+            http?.cancel(transferID)
+            standbyHeldUntil = mono + Self.standbyWaitMs
+            if let entry = flights.running[flight.entryID] { emitState(entry, state: .queued, reason: "returned") }
+        }
+    }
+
+    static let standbyWaitMs: Int64 = 1_000
 
     /// A standby transfer started (promoted here, or by the curl thread in a slot that freed).
     func standbyStarted(_ transferID: UInt64) {

@@ -40,6 +40,8 @@ struct ClaimChecks {
     var heldHosts: [String: Int64] = [:]
     /// Why the entry's bytes cannot be sent (a staged file gone, a referenced file changed), or nil.
     var payloadProblem: (Entry) -> String? = { _ in nil }
+    /// Whether entries may be claimed as standby transfers (besides free slots).
+    var standbyAllowed = true
 }
 
 /// What happens to one entry read ahead of its claim.
@@ -131,7 +133,7 @@ struct Scheduler {
     func claims(_ ready: ArraySlice<Entry>, slots: inout SlotState, checks: ClaimChecks) -> ClaimPlan {
         var plan = ClaimPlan()
         var free = limits.concurrency - slots.entriesInFlight
-        var standbyFree = limits.concurrency - slots.standby
+        var standbyFree = checks.standbyAllowed ? limits.concurrency - slots.standby : 0
         let capacity = free + standbyFree
         guard capacity > 0 else { return plan }
         var wifi: Bool?

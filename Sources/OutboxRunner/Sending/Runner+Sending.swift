@@ -73,6 +73,7 @@ extension Runner {
         var flight = Flight(
             entryID: entry.id, partIndex: part?.index, requestID: requestID, host: host, url: url,
             method: request.method, attempt: attempt, standby: isStandby)
+        if isStandby { flight.standbySince = Identifiers.monotonicMs() }
         flight.s3ExistingHead = headFirst
         if part != nil { flights.slots.hostLoad[host, default: 0] += 1 }
         let mailbox = self.mailbox
