@@ -12,10 +12,10 @@ struct PostgresRunnersTests {
     /// A project on a schema of its own whose `note` hook appends a line to `hook.log` (the
     /// entry id, or with `payload` the outcome's whole JSON).
     /// `response` is the definition's (YAML, on one line).
-    static func project(lease: String, payload: Bool = false, response: String = "json") throws -> TestProject {
+    static func project(lease: String, payload: Bool = false, response: String = "json", config: String = "") throws -> TestProject {
         let cluster = try PostgresCluster.shared()
         let p = try TestProject(
-            config: "lease: \(lease)\n",
+            config: "lease: \(lease)\n" + config,
             definitions: [
                 "note": """
                 key: note
@@ -97,7 +97,8 @@ struct PostgresRunnersTests {
     // A runner whose only slot is held by a slow request gives its standby claim back after a
     // second, so an idle runner sends that entry instead of waiting behind the slow one.
     @Test func aStandbyClaimGoesBackToTheQueueForAnIdleRunner() async throws {
-        let p = try Self.project(lease: "30s")
+        // The held request is never given up as stalled, however long a loaded machine takes.
+        let p = try Self.project(lease: "30s", config: "timeouts: { stall: { for: 30m } }\n")
         p.server.script("/notes/1", [.hold("slow")])
         defer { _ = p.server.release("slow") }
         try await Self.enqueue(p, 1...1)
@@ -105,13 +106,13 @@ struct PostgresRunnersTests {
         #expect(await p.server.waitForHeld("slow"))
         try await Self.enqueue(p, 2...2)
         // Claimed by the busy runner, as its standby: no other runner exists yet.
-        try await eventually("the busy runner claims e-2 as standby") {
+        try await eventually("the busy runner claims e-2 as standby", timeout: 120) {
             let rows = try JSON.parse(try await p.outbox(["list", "--json", "--id", "e-2"]).stdout)
             return rows.arrayValue?.first?["state"] == .string("running")
         }
         #expect(p.server.requests(path: "/notes/2").isEmpty)
         let idle = try p.start(["run"])
-        await eventually("the idle runner sends e-2") { !p.server.requests(path: "/notes/2").isEmpty }
+        await eventually("the idle runner sends e-2", timeout: 120) { !p.server.requests(path: "/notes/2").isEmpty }
         #expect(p.server.heldCount("slow") == 1, "while the busy runner's slot is still held")
         await eventually("e-2 is delivered") { Self.hookLines(p) == ["e-2"] }
         _ = p.server.release("slow")

@@ -270,14 +270,17 @@ import TestSupport
     /// A part refused while another is in flight: the abort waits for that one, since S3
     /// may still store a part that arrives after the abort.
     @Test func theAbortWaitsForThePartsInFlight() async throws {
-        let sandbox = try await Self.stage(partConcurrency: 2)
+        // A held part is never given up as stalled, however long a loaded machine takes here.
+        let sandbox = try await Self.stage(config: "timeouts: { stall: { for: 30m } }\n", partConcurrency: 2)
         let server = sandbox.server
         server.script("/crash/big.bin?partNumber=1&", [TestResponse.status(200, headers: [("ETag", "\"p1\"")]).held("p1")])
         server.script("/crash/big.bin?partNumber=2&", [.status(400, body: "<Error><Code>InvalidPart</Code></Error>")])
         server.script("/crash/big.bin?uploadId=", [.status(204)])
         let runner = try sandbox.start(["run", "--drain"], environment: Self.testingCredentials)
-        await eventually("part 1 is held") { server.heldCount("p1") == 1 }
-        await eventually("the entry settled error") { (try? await sandbox.show("big"))?["state"] as? String == "error" }
+        await eventually("part 1 is held", timeout: 120) { server.heldCount("p1") == 1 }
+        await eventually("the entry settled error", timeout: 120) {
+            (try? await sandbox.show("big"))?["state"] as? String == "error"
+        }
         #expect(!server.requests.contains { $0.method == "DELETE" }, "no abort while part 1 is in flight")
         _ = server.release("p1")
         let run = await runner.wait()

@@ -12,7 +12,7 @@ extension Runner {
             guard let entry = flights.running[id], !job.failed else {
                 // A stopped entry's job lives until its parts in flight have returned.
                 if job.inFlight.isEmpty {
-                    flights.partJobs[id] = nil
+                    dropIdleJob(job)
                     if job.failed { flights.running[id] = nil }
                 }
                 continue
