@@ -60,6 +60,8 @@ struct PostgresOutageTests {
         let ended = await runner.wait(timeout: 120)
         #expect(ended.exitCode == 74 && !ended.timedOut, "\(ended)")
         #expect(ended.stderr.contains("E_STORAGE"), "\(ended.stderr)")
+        // One "reconnecting" per loss: stopping while away announces no more.
+        #expect(ended.stderr.components(separatedBy: "reconnecting").count == 3, "\(ended.stderr)")
         // Every line is the runner's own, in the log's format: libpq prints nothing of its own.
         let foreign = ended.stderr.split(separator: "\n").filter { !$0.hasPrefix("20") && !$0.hasPrefix("outbox: ") }
         #expect(foreign.isEmpty, "\(foreign)")

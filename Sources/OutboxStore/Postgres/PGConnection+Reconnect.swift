@@ -34,6 +34,8 @@ extension PGConnection {
     /// Connects again (every 0.1 s, backing off to 5 s) and restores the session, until
     /// that works or the policy gives up (then `error` is thrown).
     func connectAgain(after error: OutboxError, _ policy: ReconnectPolicy) throws(OutboxError) {
+        // A runner stopping while the server is away does not announce a reconnect per statement.
+        if policy.giveUp() { throw error }
         policy.log("outbox: \(error.message); reconnecting (work in flight goes on)")
         var delayMs = 100
         while true {
