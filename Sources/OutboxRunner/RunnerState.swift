@@ -117,6 +117,8 @@ struct ReadAhead {
 struct DeliveryState {
     /// Outcome seq → entry id of the hooks running.
     var hooksRunning: [Int64: String] = [:]
+    /// The process groups of the hooks whose processes have not ended yet, by outcome seq.
+    var groups: [Int64: (pgid: Int32, startTime: UInt64)] = [:]
     /// Hooks that exited 0 this turn, acknowledged together (they stay in `hooksRunning` until then).
     var finished: [(seq: Int64, followUps: [NewEntry])] = []
     /// Whether outcomes may have become deliverable since the last look.

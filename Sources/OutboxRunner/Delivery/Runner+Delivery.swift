@@ -94,6 +94,7 @@ extension Runner {
                 continue
             }
             processes.append(HookProcess(seq: seq, pgid: started.pid, startTime: started.startTime))
+            delivery.groups[seq] = (started.pid, started.startTime)
             if let reactor {
                 reactor.add(started) { result in mailbox.post(.hookDone(seq: seq, result: .success(result))) }
             } else {
@@ -201,6 +202,7 @@ extension Runner {
     }
 
     func hookFinished(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>) throws(OutboxError) {
+        delivery.groups[seq] = nil
         guard let entryID = delivery.hooksRunning.removeValue(forKey: seq) else { return }
         // A hook slot is free, and the next outcome of this id may go.
         delivery.due = true
