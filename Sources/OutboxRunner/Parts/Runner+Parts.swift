@@ -195,10 +195,7 @@ extension Runner {
         job.inFlight.remove(index)
         job.sentByPart[index] = nil
         if result.failure == nil, let position = job.parts.firstIndex(where: { $0.index == index }), !job.parts[position].accepted {
-            let klass = AttemptClassifier.classify(
-                status: result.status, failure: nil, body: result.body,
-                accept: job.entry.request.accept, exempt: Set(job.entry.request.retry.exempt))
-            if case .success = klass { recordPartAccepted(&job, position: position, result: result) }
+            if case .success = Self.classify(result, for: job.entry) { recordPartAccepted(&job, position: position, result: result) }
         }
         if job.inFlight.isEmpty { dropIdleJob(job) } else { flights.partJobs[flight.entryID] = job }
     }

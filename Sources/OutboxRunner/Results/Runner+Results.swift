@@ -89,9 +89,7 @@ extension Runner {
             return
         }
         if flight.s3ExistingHead, s3ExistingHeadFinished(entry, flight: flight, result: result, now: now) { return }
-        let klass = AttemptClassifier.classify(
-            status: result.status, failure: result.failure, body: result.body,
-            accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
+        let klass = Self.classify(result, for: entry)
         countAttempt(entry, klass: klass, result: result)
         // A whole request that succeeds with nothing to deliver is forgotten in this very
         // transaction: its attempt log and progress would be deleted as they are written.
@@ -162,9 +160,7 @@ extension Runner {
     func recordLateAttempt(_ entry: Entry, flight: Flight, result: HTTPResult, now: Int64) {
         // A standby request withdrawn before it started was never sent.
         guard !flight.standby else { return }
-        let klass = AttemptClassifier.classify(
-            status: result.status, failure: result.failure, body: result.body,
-            accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
+        let klass = Self.classify(result, for: entry)
         var event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
             method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass, at: now)
@@ -172,6 +168,13 @@ extension Runner {
         countAttempt(entry, klass: klass, result: result)
         emit(event)
         changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
+    }
+
+    /// What an attempt's result means for its entry, by the entry's accept and retry rules.
+    static func classify(_ result: HTTPResult, for entry: Entry) -> AttemptOutcomeClass {
+        AttemptClassifier.classify(
+            status: result.status, failure: result.failure, body: result.body,
+            accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
     }
 
     /// Adds an attempt to the store's counters, committed with the attempt's own changes.
