@@ -32,6 +32,11 @@ static CURLcode (*p_mime_data)(curl_mimepart *, const char *, size_t);
 static CURLcode (*p_mime_filedata)(curl_mimepart *, const char *);
 static CURLcode (*p_mime_filename)(curl_mimepart *, const char *);
 static CURLcode (*p_mime_type)(curl_mimepart *, const char *);
+static CURLU *(*p_url)(void);
+static void (*p_url_cleanup)(CURLU *);
+static CURLUcode (*p_url_set)(CURLU *, CURLUPart, const char *, unsigned int);
+static CURLUcode (*p_url_get)(const CURLU *, CURLUPart, char **, unsigned int);
+static void (*p_free)(void *);
 
 static pthread_mutex_t load_lock = PTHREAD_MUTEX_INITIALIZER;
 static int load_state; /* 0 not tried, 1 loaded, -1 failed */
@@ -82,6 +87,11 @@ static int load_locked(void) {
     RESOLVE(p_mime_filedata, "curl_mime_filedata");
     RESOLVE(p_mime_filename, "curl_mime_filename");
     RESOLVE(p_mime_type, "curl_mime_type");
+    RESOLVE(p_url, "curl_url");                     /* 7.62+ */
+    RESOLVE(p_url_cleanup, "curl_url_cleanup");
+    RESOLVE(p_url_set, "curl_url_set");
+    RESOLVE(p_url_get, "curl_url_get");
+    RESOLVE(p_free, "curl_free");
     /* Once per process, before any transfer (curl_global_init is not thread-safe). The
        library stays loaded. */
     CURLcode rc = p_global_init(CURL_GLOBAL_DEFAULT);
@@ -223,4 +233,26 @@ CURLcode ccurl_mime_filename(curl_mimepart *part, const char *filename) {
 }
 CURLcode ccurl_mime_type(curl_mimepart *part, const char *type) {
     return p_mime_type(part, type);
+}
+
+int ccurl_redirect_origin(const char *base, const char *location, char *out, size_t size) {
+    CURLU *url = p_url();
+    if (!url) return -1;
+    char *scheme = NULL, *host = NULL, *port = NULL;
+    /* The flags libcurl's own redirect resolution uses, so both read the Location alike. */
+    unsigned int flags = CURLU_NON_SUPPORT_SCHEME | CURLU_URLENCODE | CURLU_ALLOW_SPACE;
+    int rc = -1;
+    if (p_url_set(url, CURLUPART_URL, base, CURLU_NON_SUPPORT_SCHEME) == CURLUE_OK &&
+        p_url_set(url, CURLUPART_URL, location, flags) == CURLUE_OK &&
+        p_url_get(url, CURLUPART_SCHEME, &scheme, 0) == CURLUE_OK &&
+        p_url_get(url, CURLUPART_HOST, &host, 0) == CURLUE_OK &&
+        p_url_get(url, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) == CURLUE_OK) {
+        int n = snprintf(out, size, "%s://%s:%s", scheme, host, port);
+        rc = n >= 0 && (size_t)n < size ? 0 : -1;
+    }
+    p_free(scheme);
+    p_free(host);
+    p_free(port);
+    p_url_cleanup(url);
+    return rc;
 }

@@ -40,7 +40,8 @@ package enum Plugin {
             throw .invalid("\(name) \(how)\(firstLine.isEmpty ? "" : ": \(firstLine.prefix(200))")")
         }
         do {
-            return try JSON.parse(String(decoding: result.stdout, as: UTF8.self))
+            var stdout = result.stdout
+            return try JSON.parse(bytes: &stdout)
         } catch {
             throw .invalid("\(name) printed invalid JSON: \(error)")
         }

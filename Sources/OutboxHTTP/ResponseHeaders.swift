@@ -12,6 +12,9 @@ package struct ResponseHeaders: Sendable {
     /// The first Content-Length value, as sent, and both values once a later one differs.
     private var contentLength: [UInt8]?
     private(set) var contentLengthConflict: String?
+    /// Whether the blank line that ends the last response's headers arrived (a connection
+    /// closed inside the headers leaves it false).
+    private(set) var ended = false
 
     init() {}
 
@@ -24,8 +27,12 @@ package struct ResponseHeaders: Sendable {
     mutating func consume(_ raw: UnsafeRawBufferPointer) {
         var end = raw.count
         while end > 0, raw[end - 1] == 0x0A || raw[end - 1] == 0x0D { end -= 1 }
-        if end == 0 { return }
+        if end == 0 {
+            ended = true
+            return
+        }
         if raw.starts(with: Self.statusPrefix) {
+            ended = false
             lines.removeAll(keepingCapacity: true)
             hasRetryAfter = false
             contentLength = nil

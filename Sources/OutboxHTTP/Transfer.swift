@@ -248,6 +248,12 @@ final class Transfer {
             result.failure = TransportFailure(.network, malformedResponse)
             return result
         }
+        if code == CURLE_OK, result.status != nil, !responseHeaders.ended {
+            // libcurl takes a connection closed inside the headers for a complete response.
+            result.status = nil
+            result.failure = TransportFailure(.network, "the connection closed before the response's headers ended")
+            return result
+        }
         // Stopped by the write callback past the cap: the response is complete enough (status,
         // headers and the capped body), and `truncated` says the rest was dropped.
         if code == CURLE_OK || (stoppedReading && code == CURLE_WRITE_ERROR) { return result }
@@ -331,10 +337,19 @@ struct RedirectGuard {
         if let scheme = Self.scheme(of: location), scheme != "http", scheme != "https" {
             return "HTTP \(status) to a URL of scheme \(scheme); only http and https are followed"
         }
-        if carriesCredentials, let target = Self.authority(location, relativeTo: currentURL),
-            target != Self.authority(currentURL, relativeTo: currentURL)
-        {
-            return "HTTP \(status) to another host (\(target)) would carry credential headers; not followed"
+        // libcurl's own parser says where the redirect leads: a hand-made reading of
+        // `http:/host` or `\\host` could name the current host where libcurl goes elsewhere.
+        let target = Self.origin(location, relativeTo: currentURL)
+        if let target, !target.hasPrefix("http://"), !target.hasPrefix("https://") {
+            return "HTTP \(status) to a URL of another scheme (\(target)); only http and https are followed"
+        }
+        if carriesCredentials {
+            guard let target, let current = Self.origin(currentURL, relativeTo: currentURL) else {
+                return "HTTP \(status) to a Location libcurl cannot read; not followed"
+            }
+            if target != current {
+                return "HTTP \(status) to another host (\(target)) would carry credential headers; not followed"
+            }
         }
         return nil
     }
@@ -347,23 +362,11 @@ struct RedirectGuard {
         return name.lowercased()
     }
 
-    /// `host:port` (lowercased, the scheme's port filled in) of a URL, or of a Location
-    /// relative to `base`.
-    static func authority(_ url: String, relativeTo base: String) -> String? {
-        var text = Substring(url)
-        var scheme = base.lowercased().hasPrefix("https:") ? "https" : "http"
-        if let range = text.firstRange(of: "://") {
-            scheme = text[..<range.lowerBound].lowercased()
-            text = text[range.upperBound...]
-        } else if text.hasPrefix("//") {
-            text = text.dropFirst(2)
-        } else {
-            return authority(base, relativeTo: base)
-        }
-        var host = text.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-        if let at = host.lastIndex(of: "@") { host = host[host.index(after: at)...] }
-        var name = host.lowercased()
-        if !name.contains(":") || name.hasSuffix("]") { name += scheme == "https" ? ":443" : ":80" }
-        return name
+    /// `scheme://host:port` (lowercased, the scheme's port filled in) of a Location
+    /// resolved against `base` as libcurl resolves it; nil when libcurl cannot read it.
+    static func origin(_ location: String, relativeTo base: String) -> String? {
+        var out = [CChar](repeating: 0, count: 1024)
+        guard ccurl_redirect_origin(base, location, &out, out.count) == 0 else { return nil }
+        return String(cString: out).lowercased()
     }
 }

@@ -21,7 +21,7 @@ extension SQLStore {
         }
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
-        let staged = try stageBatch(followUps)
+        let staged = try stageBatch(followUps, repeatsAllowed: true)
         let settles = changes.contains { if case .settle = $0 { true } else { false } }
         if !followUps.isEmpty { Fault.point("followup.staged") }
         if settles { Fault.point("settle.before-commit") }
@@ -55,6 +55,12 @@ extension SQLStore {
                         dropped += staged.bodies[range]
                         result.fencedOut.insert(settlement.entryID)
                     }
+                }
+                // Two settles' `then` may name the same id: the last of an id is the one enqueued.
+                for position in kept.supersededPositions.sorted(by: >) {
+                    kept.remove(at: position)
+                    dropped.append(keptStaged.bodies.remove(at: position))
+                    keptStaged.internals.remove(at: position)
                 }
                 if !kept.isEmpty {
                     _ = try applyBatch(kept, staged: keptStaged, now: now)

@@ -39,9 +39,10 @@ extension SQLStore {
 
     /// Stages every body of a batch outside the write lock (copies can be long). An entry
     /// whose id already holds the same body stages nothing: its bytes are kept.
-    func stageBatch(_ batch: [NewEntry]) throws(OutboxError) -> StagedBatch {
+    /// `repeatsAllowed`: an id may come again (follow-ups, of which the caller keeps the last).
+    func stageBatch(_ batch: [NewEntry], repeatsAllowed: Bool = false) throws(OutboxError) -> StagedBatch {
         var ids = Set<String>()
-        for entry in batch where !ids.insert(entry.id).inserted {
+        for entry in batch where !repeatsAllowed && !ids.insert(entry.id).inserted {
             throw .invalid("the id \"\(entry.id)\" appears twice in one batch")
         }
         // One read transaction for every lookup (not one per entry), ended before any file

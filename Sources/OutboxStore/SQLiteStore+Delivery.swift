@@ -86,7 +86,8 @@ extension SQLiteStore {
         if batch.isEmpty { return try beginDeliveries(seqs: begin) }
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
-        let followUps = batch.flatMap(\.followUps)
+        // Two hooks (or one) may print the same id: the last line of an id is the one enqueued.
+        let followUps = batch.flatMap(\.followUps).lastOfEachID
         let staged = try stageBatch(followUps)
         var remove: [String] = []
         var counts: [Int64: Int64] = [:]

@@ -278,6 +278,42 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// Follow-ups of one commit may name one id more than once (a `then` with a fixed id
+    /// after several settles, hooks that print the same id, one hook printing it twice):
+    /// they are enqueued as if one after another, so the last stays, and the run goes on.
+    @Test func followUpsThatRepeatAnIdAreEnqueuedOnce() async throws {
+        let hook = #"""
+            #!/bin/sh
+            cat > /dev/null
+            url=$(cat hooks/child-url)
+            printf '{"enqueue": {"key": "child", "id": "shared", "vars": {"url": "%s", "tag": "a"}}}\n' "$url"
+            printf '{"enqueue": {"key": "child", "id": "shared", "vars": {"url": "%s", "tag": "b"}}}\n' "$url"
+            exit 0
+
+            """#
+        let parent = definition(
+            "parent",
+            top: """
+                on_success: hooks/spawn.sh
+                then:
+                  on_success:
+                    - key: child
+                      id: nightly
+                      vars: { url: "{{ vars.url }}", tag: "n" }
+                """, hooks: false)
+        let p = try Project(definitions: ["parent": parent, "child": definition("child")], hooks: ["spawn.sh": hook])
+        try p.url("/child").write(toFile: p.root + "/hooks/child-url", atomically: true, encoding: .utf8)
+        for n in 1...10 { try await p.enqueue("parent", path: "/status/200", id: "p\(n)") }
+        let run = try await p.drain(["--json"])
+        #expect(run.json?.int("failure_status") == 0, "\(run.stderr)")
+        #expect(try await p.list().isEmpty, "every parent acknowledged, every child sent")
+        #expect(p.deliveries("nightly").first?.string("stdin.outcome") == "completed")
+        let shared = try #require(p.deliveries("shared").first)
+        #expect(shared.string("stdin.vars.tag") == "b", "the later line of one hook wins")
+        // The parents and each sending of `nightly` (whose vars carry the parent's URL).
+        #expect(p.server.requests(path: "/status/200").count == 10 + p.deliveries("nightly").count, "no parent was sent twice")
+    }
+
     /// A same-body enqueue of a running entry gives it new vars: the hook sees those, not
     /// the ones the runner read when it claimed the entry.
     @Test func aHookSeesTheVarsOfASameBodyEnqueueWhileItsEntryRan() async throws {

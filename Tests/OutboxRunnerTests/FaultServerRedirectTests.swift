@@ -149,6 +149,24 @@ extension FaultServerTests {
         }
     }
 
+    /// Locations that a hand-made reading takes for a path on this host while libcurl goes to
+    /// the host they name: the credential still stays home.
+    @Test(arguments: ["http:/", "HTTP:/", "http:///", "http:\\\\"])
+    func oddlyWrittenLocationsNeverCarryCredentialsToAnotherHost(_ prefix: String) async throws {
+        let p = try Project(
+            config: faultConfig + "redact_headers: [X-Api-Key]\n",
+            definitions: ["t": definition("t", request: "follow_redirects: 2\nheaders:\n  X-Api-Key: secret-value")])
+        let other = try TestHTTPServer(host: "127.0.0.2")
+        defer { other.stop() }
+        let target = "\(prefix)127.0.0.2:\(other.port)/landing"
+        let encoded = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        try await p.enqueue("t", path: "/redirect-to?code=302&url=\(encoded)", id: "odd")
+        try await p.drain(failures: 1)
+        #expect(other.requests(path: "/landing").isEmpty, "the secret reached 127.0.0.2 through \(target)")
+        let hook = try #require(p.deliveries("odd").first)
+        #expect(hook.string("stdin.outcome") == "error", "\(hook.serialized())")
+    }
+
     /// A header rendered from the environment is a credential whatever its name: a redirect
     /// to another host that would carry it is not followed.
     @Test func environmentHeadersNeverReachAnotherHost() async throws {

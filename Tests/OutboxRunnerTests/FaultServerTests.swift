@@ -76,6 +76,8 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
         RetriedFault(name: "garbage bytes", fault: malformed("garbage"), kind: "network"),
         RetriedFault(name: "HTTP/9.9", fault: malformed("version-9.9"), kind: "network"),
         RetriedFault(name: "a status line only, no CRLF", fault: malformed("status-line-only"), kind: "network"),
+        RetriedFault(name: "the close inside the headers", fault: .raw("HTTP/1.1 201 Created\r\nContent-Type: app"), kind: "network"),
+        RetriedFault(name: "a status line and the close", fault: .raw("HTTP/1.1 201 Created\r\n"), kind: "network"),
         RetriedFault(name: "a header line without a colon", fault: malformed("header-no-colon"), kind: "network", status: 200),
         RetriedFault(name: "a header line of 1 MiB", fault: malformed("header-1mib"), kind: "network", status: 200),
         RetriedFault(name: "a NUL byte in a header", fault: malformed("header-nul"), kind: "network", status: 200),

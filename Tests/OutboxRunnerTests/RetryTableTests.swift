@@ -63,6 +63,10 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
             steps: [.status(200, body: "this is not json")], top: "response: json",
             outcome: "error", kind: "unknown", stateAfter: nil),
         SettleCase(
+            name: "JSON whose string is not UTF-8 with response json: unknown, not repaired", path: "/notutf8",
+            steps: [TestResponse(status: 200, headers: [("Content-Type", "application/json")], body: Array(#"{"s": ""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8))],
+            top: "response: json", outcome: "error", kind: "unknown", stateAfter: nil),
+        SettleCase(
             name: "a parser plugin that exits non-zero: unknown, entry completed", path: "/status/200",
             top: "response:\n  command: \"cat > /dev/null; exit 3\"",
             outcome: "error", kind: "unknown", stateAfter: nil),

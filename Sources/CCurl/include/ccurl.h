@@ -77,6 +77,11 @@ CURLcode ccurl_mime_filedata(curl_mimepart *part, const char *path);
 CURLcode ccurl_mime_filename(curl_mimepart *part, const char *filename);
 CURLcode ccurl_mime_type(curl_mimepart *part, const char *type);
 
+/* Where a redirect to `location` from `base` leads, resolved by libcurl's URL parser (the
+   one its redirects use): "scheme://host:port" with the scheme's port filled in, written
+   to `out`. Returns 0, or -1 when libcurl cannot read either URL. */
+int ccurl_redirect_origin(const char *base, const char *location, char *out, size_t size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -43,6 +43,22 @@ package struct NewEntry: Sendable {
     }
 }
 
+extension [NewEntry] {
+    /// Positions of entries that a later entry of the same id replaces. Follow-ups of one
+    /// transaction are enqueued as if one after another, so of one id only the last stays.
+    package var supersededPositions: Set<Int> {
+        var last: [String: Int] = [:]
+        for (position, entry) in enumerated() { last[entry.id] = position }
+        return Set(indices.filter { last[self[$0].id] != $0 })
+    }
+
+    /// The entries without those a later entry of the same id replaces.
+    package var lastOfEachID: [NewEntry] {
+        let superseded = supersededPositions
+        return superseded.isEmpty ? self : enumerated().filter { !superseded.contains($0.offset) }.map(\.element)
+    }
+}
+
 /// What an enqueue did with one entry.
 package struct EnqueueResult: Sendable, Equatable {
     package var id: String

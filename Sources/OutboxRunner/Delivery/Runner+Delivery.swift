@@ -262,7 +262,9 @@ extension Runner {
             let text = String(decoding: line, as: UTF8.self).trimmingSpaces
             guard text.hasPrefix("{"), text.contains("\"enqueue\"") else { continue }
             let json: JSON
-            do { json = try JSON.parse(text) } catch { throw .invalid("not JSON: \(error)") }
+            // Parsed as printed: a line that is not UTF-8 is refused, not repaired.
+            var bytes = Array(line)
+            do { json = try JSON.parse(bytes: &bytes) } catch { throw .invalid("not JSON: \(error)") }
             guard let request = json["enqueue"] else { continue }
             guard case let .object(fields) = request else { throw .invalid("enqueue must be an object, not \(request.typeName)") }
             // A misspelt `id` would enqueue under a fresh id at every redelivery.

@@ -44,9 +44,12 @@ extension Runner {
         switch mode {
         case .raw: return .success(.null)
         case .json:
-            let text = String(decoding: body, as: UTF8.self)
-            if text.trimmingSpaces.isEmpty { return .success(.null) }
-            do { return .success(try JSON.parse(text)) } catch { return .failure(.invalid("the response is not valid JSON: \(error)")) }
+            if body.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0A || $0 == 0x0D }) { return .success(.null) }
+            // Parsed as the bytes came: text that is not UTF-8 is refused, not repaired.
+            var bytes = body
+            do { return .success(try JSON.parse(bytes: &bytes)) } catch {
+                return .failure(.invalid("the response is not valid JSON: \(error)"))
+            }
         case let .command(command):
             var input: JSON = .object([("vars", vars)])
             bodyJSON(body, into: &input, field: "raw")

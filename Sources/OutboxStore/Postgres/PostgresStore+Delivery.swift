@@ -77,7 +77,8 @@ extension PostgresStore {
         guard !batch.isEmpty else { return }
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
-        let followUps = batch.flatMap(\.followUps)
+        // Two hooks (or one) may print the same id: the last line of an id is the one enqueued.
+        let followUps = batch.flatMap(\.followUps).lastOfEachID
         let staged = try stageBatch(followUps)
         var remove: [String] = []
         // A transaction cut before its commit runs again whole, from the claims held before it.
