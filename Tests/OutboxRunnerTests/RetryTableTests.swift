@@ -64,7 +64,11 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
             outcome: "error", kind: "unknown", stateAfter: nil),
         SettleCase(
             name: "JSON whose string is not UTF-8 with response json: unknown, not repaired", path: "/notutf8",
-            steps: [TestResponse(status: 200, headers: [("Content-Type", "application/json")], body: Array(#"{"s": ""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8))],
+            steps: [
+                TestResponse(
+                    status: 200, headers: [("Content-Type", "application/json")],
+                    body: Array(#"{"s": ""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8))
+            ],
             top: "response: json", outcome: "error", kind: "unknown", stateAfter: nil),
         SettleCase(
             name: "a parser plugin that exits non-zero: unknown, entry completed", path: "/status/200",
