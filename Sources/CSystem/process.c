@@ -34,6 +34,20 @@ int csystem_proc_wait(int pid, int nohang, int *exit_code, int *term_signal) {
     return 1;
 }
 
+int csystem_proc_peek_exit(int pid, int *exit_code, int *term_signal) {
+    siginfo_t info;
+    memset(&info, 0, sizeof info);
+    int r;
+    do {
+        r = waitid(P_PID, (id_t)pid, &info, WEXITED | WNOHANG | WNOWAIT);
+    } while (r < 0 && errno == EINTR);
+    if (r < 0) return -errno;
+    if (info.si_pid == 0) return 0;
+    *exit_code = info.si_code == CLD_EXITED ? info.si_status : -1;
+    *term_signal = info.si_code == CLD_EXITED ? -1 : info.si_status;
+    return 1;
+}
+
 int csystem_proc_killpg(int pgid, int sig) {
     if (pgid <= 1) return -EINVAL; /* killpg(0 or 1) would hit our own group or everything */
     return killpg(pgid, sig) == 0 ? 0 : -errno;

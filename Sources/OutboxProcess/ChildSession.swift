@@ -255,6 +255,12 @@ struct ChildSession {
             // pins the group id.
             _ = csystem_proc_killpg(pid, SIGKILL)
         }
+        if spec.stopGroupWhenLeaderFails {
+            var code: Int32 = 0
+            var sig: Int32 = -1
+            // Peeked before the reap: the zombie leader still pins the group id.
+            if csystem_proc_peek_exit(pid, &code, &sig) == 1, code != 0 || sig >= 0 { _ = csystem_proc_killpg(pid, SIGKILL) }
+        }
         var code: Int32 = -1
         var sig: Int32 = -1
         let rc = csystem_proc_wait(pid, blocking ? 0 : 1, &code, &sig)

@@ -24,6 +24,9 @@ package struct ProcessSpec: Sendable {
     /// Stops the process group (as at its timeout) once stdout passes `outputCap`: for a
     /// plugin, whose answer is then unusable, rather than wait for it to end or time out.
     package var stopWhenStdoutOverflows = false
+    /// Stops what is left of the process group when the leader fails (non-zero exit or a
+    /// signal): for a hook, whose outcome is delivered again and must not overlap it.
+    package var stopGroupWhenLeaderFails = false
     /// After this long the whole process group gets SIGTERM, then SIGKILL 2 s later.
     package var timeoutMs: Int?
     /// After this long `onWarn` is called once; the process keeps running.

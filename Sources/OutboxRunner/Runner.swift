@@ -248,8 +248,11 @@ package final class Runner {
         progressDisplay?.finish()
         // Stopped past its grace: a hook still running is stopped too, not left to finish unseen
         // (its outcome stays unacknowledged and is delivered again by the next run).
-        for (pgid, start) in delivery.groups.values where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
+        for (seq, (pgid, start)) in delivery.groups where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) at the end of the grace; its outcome is delivered again", level: .warn)
+            // A failed delivery: the run's exit status says an outcome is still unacknowledged.
+            summary.deliveryFailures += 1
+            if let entryID = delivery.hooksRunning[seq] { delivery.failedIDs.insert(entryID) }
         }
         if !shutdown.isStopping { options.notifier?.send("STOPPING=1") }
         // Entries we hold go back in the queue, keeping accepted parts.

@@ -370,6 +370,36 @@ import Testing
         #expect(show.string("outcomes.0.reason")?.contains(reason) == true)
     }
 
+    /// A hook that failed (here killed by a signal) leaves nothing of its process group
+    /// running: its outcome is delivered again, and two deliveries must not overlap.
+    @Test func aFailedHooksProcessGroupIsStoppedBeforeItsOutcomeIsDeliveredAgain() async throws {
+        let hook = #"""
+            #!/bin/sh
+            cat > /dev/null
+            if [ "$OUTBOX_DELIVERIES" = 1 ]; then
+              sleep 600 &
+              echo $! > hooks/child
+              kill -9 $$
+            fi
+            echo "delivery $OUTBOX_DELIVERIES" >> hooks/log
+            exit 0
+
+            """#
+        let p = try Project(
+            config: fastConfig, definitions: ["t": definition("t", top: "on_success: hooks/die.sh", hooks: false)],
+            hooks: ["die.sh": hook])
+        try await p.enqueue("t", path: "/status/200", id: "k1")
+        let run = try await p.drain(failures: 0)
+        // The script died by SIGKILL; its `sh -c` parent reports that as exit 137.
+        #expect(run.stderr.contains("the hook exited 137 for k1 (delivery 1)"), "\(run.stderr)")
+        #expect(p.read("hooks/log") == "delivery 2\n")
+        let child = (p.read("hooks/child") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(!child.isEmpty)
+        // Killed before the redelivery (a zombie until its reaper, init, collects it).
+        let stat = (try? String(contentsOfFile: "/proc/\(child)/stat", encoding: .utf8)) ?? ""
+        #expect(stat.isEmpty || stat.contains(") Z "), "the first delivery's child \(child) still runs: \(stat)")
+    }
+
     /// The control thread of `outbox run` runs as SCHED_BATCH (policy 3, field 41 of a task's
     /// stat) while no hook runs, and with the normal policy (0) while hooks run; the curl
     /// thread and the hooks keep the normal policy.

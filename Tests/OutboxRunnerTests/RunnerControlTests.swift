@@ -73,15 +73,17 @@ import Testing
 
     /// A hook still running when the grace ends is stopped with the runner, not left to
     /// finish unseen; its outcome stays unacknowledged for the next run.
-    @Test func aHookStillRunningAtTheEndOfTheGraceIsStopped() async throws {
+    /// A drain stopped that way says so in its exit status: an outcome is left unacknowledged.
+    @Test(arguments: [false, true])
+    func aHookStillRunningAtTheEndOfTheGraceIsStopped(drain: Bool) async throws {
         let hook = "#!/bin/sh\ncat > /dev/null\necho $$ > hooks/pid\nwhile [ ! -e hooks/never ]; do sleep 0.05; done\n"
         let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/wait.sh", hooks: false)], hooks: ["wait.sh": hook])
         try await p.enqueue("t", path: "/status/200", id: "w")
-        let runner = try p.start(["run", "--grace", "1s"])
+        let runner = try p.start(["run", "--grace", "1s"] + (drain ? ["--drain"] : []))
         await eventually("the hook runs") { (p.read("hooks/pid") ?? "").hasSuffix("\n") }
         runner.signal(SIGTERM)
         let finished = await runner.wait()
-        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(finished.exitCode == (drain ? 4 : 0), "\(finished.description)")
         #expect(finished.stderr.contains("at the end of the grace"), "\(finished.stderr)")
         let pid = (p.read("hooks/pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
         let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""

@@ -52,6 +52,9 @@ int csystem_sched_batch_self(int batch);
 /* Reaps exactly this pid (never -1). Blocks unless nohang. Returns 1 when reaped (state in
    exit_code or term_signal, the other -1), 0 when nohang and still running, or -errno. */
 int csystem_proc_wait(int pid, int nohang, int *exit_code, int *term_signal);
+/* How `pid` ended, leaving it a zombie (WNOWAIT): 1 when it has exited, 0 when not yet,
+   or -errno. */
+int csystem_proc_peek_exit(int pid, int *exit_code, int *term_signal);
 
 /* killpg(pgid, sig); 0 or -errno. */
 int csystem_proc_killpg(int pgid, int sig);

@@ -195,10 +195,12 @@ extension Runner {
         var set: [String: String] = [:]
         for variable in HookEnvironment.variables { set[variable.name] = variable.value(values) }
         let env = ProcessEnvironment(base: environment, setting: set)
-        return ProcessSpec(
+        var spec = ProcessSpec(
             command: ProcessCommand(hook), stdin: payload.serializedBytes(), environment: env,
             workingDirectory: config.root, outputCap: hookOutputCap,
             timeoutMs: config.hookTimeoutMs.map { Int($0) }, warnAfterMs: Int(config.hookWarnAfterMs))
+        spec.stopGroupWhenLeaderFails = true
+        return spec
     }
 
     func hookFinished(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>) throws(OutboxError) {
