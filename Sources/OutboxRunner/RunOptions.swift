@@ -87,7 +87,8 @@ package struct RunSummary: Sendable {
     }
 
     package var line: String {
-        "outbox: \(completed) completed\(skipped > 0 ? " (\(skipped) skipped)" : ""), \(errors) error, \(retried) retried, \(parked) awaiting-auth, \(delivered) delivered"
+        "outbox: \(completed) completed\(skipped > 0 ? " (\(skipped) skipped)" : ""), \(errors) error, \(retried) retried, \(parked) awaiting-auth"
+            + (cancelled > 0 ? ", \(cancelled) cancelled" : "") + ", \(delivered) delivered"
             + (deliveryFailures > 0 ? " (\(deliveryFailures) hook failures)" : "")
             + ", \(remaining) left, \(attempts) attempts in \(Units.formatDuration(ms: elapsedMs))"
     }

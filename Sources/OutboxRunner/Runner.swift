@@ -314,6 +314,10 @@ package final class Runner {
         let applied = try store.apply(batch, by: lease, now: now)
         if batch.contains(where: { if case .markRunning = $0 { true } else { false } }) { Fault.point("run.claimed") }
         reportSettles(fencedOut: applied.fencedOut)
+        for entry in applied.scopeCancelled {
+            emitState(entry, state: .cancelled, reason: "scope")
+            summary.cancelled += 1
+        }
         // What was committed can make entries due (follow-ups, requeues) and outcomes deliverable.
         readAhead.exhausted = false
         delivery.due = true

@@ -90,10 +90,12 @@ extension [RunnerChange] {
 }
 
 /// What `apply` did that its caller cannot know in advance.
-package struct AppliedChanges: Sendable, Equatable {
+package struct AppliedChanges: Sendable {
     /// Entries whose settle changed nothing: another process cancelled or replaced them
     /// first, so their outcome is not journaled and their follow-ups not enqueued.
     package var fencedOut: Set<String> = []
+    /// Entries a `cancelScope` settled cancelled, as they were before it.
+    package var scopeCancelled: [Entry] = []
 
     package init(fencedOut: Set<String> = []) { self.fencedOut = fencedOut }
 }

@@ -6,15 +6,36 @@ import OutboxModel
 extension SQLStore {
     /// Applies `changes` in one transaction that `transaction` runs (told whether follow-ups
     /// are enqueued in it); a settle goes through `settle`, every other change through
-    /// `other`, each returning the files to remove after the commit. The body builds its
+    /// `other` (the entries behind a scope's failed one through `settleUnclaimed`), each
+    /// returning the files to remove after the commit. The body builds its
     /// lists afresh each time it runs: a transaction cut before its commit runs again whole.
     func applyInFrame(
         _ changes: [RunnerChange], now: Int64,
         transaction: (_ enqueues: Bool, () throws(OutboxError) -> Void) throws(OutboxError) -> Void,
         // Escaping only to be called inside `transaction`'s body.
         settle: @escaping (Settlement) throws(OutboxError) -> (files: [String], applied: Bool),
+        settleUnclaimed: @escaping (Settlement) throws(OutboxError) -> [String],
         other: @escaping (RunnerChange) throws(OutboxError) -> [String]
     ) throws(OutboxError) -> AppliedChanges {
+        func otherChange(_ change: RunnerChange, into result: inout AppliedChanges) throws(OutboxError) -> [String] {
+            guard case let .cancelScope(scope, afterSeq, payloadFor) = change else { return try other(change) }
+            // The entries behind the failed one in its scope settle cancelled, each with its outcome.
+            let behind = try db.query(
+                """
+                SELECT \(Self.entryColumns) FROM entries WHERE scope = ? AND seq > ? AND state IN ('queued', 'awaiting-auth')
+                ORDER BY seq
+                """, [.text(scope), .int(afterSeq)], entryFromRow)
+            var files: [String] = []
+            for e in behind {
+                let (payload, hookExists) = payloadFor(e)
+                files += try settleUnclaimed(
+                    Settlement(
+                        entryID: e.id, generation: e.generation, state: .cancelled, reason: "scope",
+                        outcome: .error, payload: payload, hookExists: hookExists))
+            }
+            result.scopeCancelled += behind
+            return files
+        }
         let followUps = changes.flatMap { change -> [NewEntry] in
             if case let .settle(s) = change { return s.followUps }
             return []
@@ -40,7 +61,7 @@ extension SQLStore {
                 var offset = 0
                 for change in changes {
                     guard case let .settle(settlement) = change else {
-                        remove += try other(change)
+                        remove += try otherChange(change, into: &result)
                         continue
                     }
                     let (files, applied) = try settle(settlement)

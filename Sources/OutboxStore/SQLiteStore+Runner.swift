@@ -112,6 +112,7 @@ extension SQLiteStore {
             changes, now: now,
             transaction: { _, body throws(OutboxError) in try db.transaction(body) },
             settle: { [self] s throws(OutboxError) in try settle(s, now: now) },
+            settleUnclaimed: { [self] s throws(OutboxError) in try settle(s, now: now).files },
             other: { [self] change throws(OutboxError) in try apply(change, now: now) })
     }
 
@@ -171,22 +172,8 @@ extension SQLiteStore {
                 [.int(next), .int(seq), .int(index)])
         case let .settle(s):
             return try settle(s, now: now).files
-        case let .cancelScope(scope, afterSeq, payloadFor):
-            let behind = try db.query(
-                """
-                SELECT \(Self.entryColumns) FROM entries WHERE scope = ? AND seq > ? AND state IN ('queued', 'awaiting-auth')
-                ORDER BY seq
-                """, [.text(scope), .int(afterSeq)], entryFromRow)
-            var files: [String] = []
-            for e in behind {
-                let (payload, hookExists) = payloadFor(e)
-                files += try settle(
-                    Settlement(
-                        entryID: e.id, generation: e.generation, state: .cancelled, reason: "scope",
-                        outcome: .error, payload: payload, hookExists: hookExists), now: now
-                ).files
-            }
-            return files
+        case .cancelScope:
+            return []  // applyInFrame settles those, to report the entries
         case let .drop(id, reason):
             guard let e = try entry(id: id) else { return [] }
             try db.run(

@@ -504,8 +504,12 @@ import Testing
         // Another scope is not affected.
         let other = JSON.object([("url", .string(p.url("/status/200"))), ("tag", .string("x")), ("job", .string("j2"))]).serialized()
         #expect(try await p.outbox(["enqueue", "step", "--vars", other, "--id", "x1"]).exitCode == 0)
-        try await p.drain()
+        let run = try await p.drain(["--events", "-"])
 
+        // Each cancelled entry has its state event, and the run counts it.
+        let cancelled = run.jsonLines.filter { $0.string("type") == "state" && $0.string("state") == "cancelled" }
+        #expect(cancelled.map { "\($0.string("id") ?? "") \($0.string("reason") ?? "")" } == ["s2 scope", "s3 scope"])
+        #expect(run.stderr.contains("2 cancelled"), "\(run.stderr)")
         #expect(p.server.requests(path: "/status/422").count == 1)
         #expect(p.server.requests(path: "/status/200").count == 1, "only the other scope's entry is sent")
         let first = try #require(p.deliveries("s1").first)

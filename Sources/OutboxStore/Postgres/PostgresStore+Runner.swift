@@ -119,6 +119,8 @@ extension PostgresStore {
                     if forgotten == nil { forgotten = try forgetSettled(changes, lease: lease) }
                     return settledForgotten(s, &forgotten)
                 },
+                // Entries behind a failed one in its scope are nobody's claim: not fenced.
+                settleUnclaimed: { [self] s throws(OutboxError) in try settle(s, lease: nil, now: now).files },
                 other: { [self] change throws(OutboxError) in try apply(change, lease: lease, now: now) })
         } catch {
             claimTokens = tokensBefore
@@ -222,23 +224,8 @@ extension PostgresStore {
                 """, [.int(next), .int(seq), .int(index), .int(seq)] + f.values)
         case let .settle(s):
             return try settle(s, lease: lease, now: now).files
-        case let .cancelScope(scope, afterSeq, payloadFor):
-            let behind = try db.query(
-                """
-                SELECT \(Self.entryColumns) FROM entries WHERE scope = ? AND seq > ? AND state IN ('queued', 'awaiting-auth')
-                ORDER BY seq
-                """, [.text(scope), .int(afterSeq)], entryFromRow)
-            var files: [String] = []
-            for e in behind {
-                let (payload, hookExists) = payloadFor(e)
-                // Entries behind the failed one are nobody's claim: not fenced.
-                files += try settle(
-                    Settlement(
-                        entryID: e.id, generation: e.generation, state: .cancelled, reason: "scope",
-                        outcome: .error, payload: payload, hookExists: hookExists), lease: nil, now: now
-                ).files
-            }
-            return files
+        case .cancelScope:
+            return []  // applyInFrame settles those, to report the entries
         case let .drop(id, reason):
             guard let e = try entry(id: id) else { return [] }
             try db.run(
