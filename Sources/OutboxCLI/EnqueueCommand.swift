@@ -71,11 +71,11 @@ enum EnqueueCommand {
         } else {
             source = text
         }
-        do {
-            return try JSON.parse(source)
-        } catch {
-            throw .invalid("--vars is not valid JSON: \(error)")
-        }
+        let vars: JSON
+        do { vars = try JSON.parse(source) } catch { throw .invalid("--vars is not valid JSON: \(error)") }
+        // Given, vars are an object (leave --vars out for none).
+        if vars == .null { throw .invalid("--vars must be a JSON object, not null") }
+        return vars
     }
 
     /// The file an existing entry of this id moved into the store, by its source path, so a

@@ -259,7 +259,7 @@ enum ReadCommands {
         if i.json {
             i.console.out(
                 JSON.object([
-                    ("id", .string(e.id)), ("state", .string(e.state.rawValue)),
+                    ("id", .string(e.id)), ("state", .string(displayState(e, control: control))),
                     ("reasons", .array(reasons.map { .string($0) })),
                 ]).serialized())
         } else {

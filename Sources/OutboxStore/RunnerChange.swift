@@ -60,7 +60,7 @@ package enum RunnerChange: Sendable {
 /// Why a queued entry waits that no retry or pause explains. A drain does not wait for
 /// held entries: like a pause, only something outside the run releases them.
 package enum HoldReason: String, Sendable, CaseIterable {
-    case wifi = "waiting for Wi-Fi"
+    case wifi = "wifi"
     case account = "waiting for its account"
     case host = "waiting for its host to answer"
 }

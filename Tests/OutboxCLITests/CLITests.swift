@@ -782,6 +782,18 @@ struct CLIAuditTests {
         _ = p.server.release("x")
     }
 
+    /// `explain --json` gives the state `list` and `show` give: a queued entry of a paused
+    /// key is `paused`.
+    @Test func explainShowsAPausedEntryAsPaused() throws {
+        let p = try CLIProject()
+        try p.write("definitions/k.yaml", "key: k\nrequest:\n  url: http://127.0.0.1:9/x\n")
+        try p.enqueue("k", vars: "{}", id: "w")
+        #expect(p.run("pause", "--key", "k").status == 0)
+        let explained = try p.run("explain", "w", "--json").json()
+        #expect(explained["state"] == .string("paused"))
+        #expect(try p.run("list", "--json").json().arrayValue?.first?["state"] == .string("paused"))
+    }
+
     /// A referenced file is the user's: its going away is that entry's error (kind file) at
     /// its next attempt, not damage to the store.
     @Test func aReferencedFileThatWentAwayIsNotStoreDamage() throws {

@@ -486,7 +486,10 @@ struct SimulateTests {
         let r = p.run("simulate", "loud", "--status", "200", "--body", "{}", "--json")
         #expect(r.status == 0, "\(r)")
         let error = try r.json()["outcome"]?["error"]
-        #expect(error?["message"] == .string("the response parser printed more than 16 MiB and was stopped"), "\(r.out.prefix(600))")
+        // The parser is named by its command.
+        #expect(
+            error?["message"] == .string(#"the response parser ["/usr/bin/yes"] printed more than 16 MiB and was stopped"#),
+            "\(r.out.prefix(600))")
     }
 
     @Test(arguments: [("503", "retry"), ("401", "awaiting-auth")])

@@ -47,7 +47,7 @@ extension Project {
             definitions: ["t": definition("t")], hooks: ["wifi.sh": wifiCheckScript])
         #expect(try await p.outbox(["wifi-only", "on"]).exitCode == 0)
         func heldForWifi() async throws -> Int {
-            try await p.list().filter { $0.string("state") == "queued" && $0.string("reason") == "waiting for Wi-Fi" }.count
+            try await p.list().filter { $0.string("state") == "queued" && $0.string("reason") == "wifi" }.count
         }
         for i in 0..<4 { try await p.enqueue("t", path: "/status/200?w\(i)", id: "w\(i)") }
         let runner = try p.start(["run"])
@@ -98,10 +98,10 @@ extension Project {
         var row: JSON?
         try await eventually("the upload to wait for Wi-Fi, or part 2 to start") {
             row = try await p.row("wf")
-            return row?.string("reason") == "waiting for Wi-Fi" || p.server.requests(path: "/put/wf/").count > 1
+            return row?.string("reason") == "wifi" || p.server.requests(path: "/put/wf/").count > 1
         }
         #expect(row?.string("state") == "queued")
-        #expect(row?.string("reason") == "waiting for Wi-Fi")
+        #expect(row?.string("reason") == "wifi")
         #expect(p.server.requests(path: "/put/wf/").map(\.path) == ["/put/wf/1"], "no part starts off Wi-Fi")
         #expect(try await p.acceptedParts("wf") == [true, false, false])
         let checks = p.wifiChecks.count
@@ -117,7 +117,7 @@ extension Project {
         let counts = Dictionary(grouping: p.server.requests(path: "/put/wf/"), by: { PartFiles.partNumber($0.path) ?? 0 })
             .mapValues(\.count)
         #expect(counts == [1: 1, 2: 1, 3: 1])
-        #expect(finished.states(of: "wf").contains { $0.string("state") == "queued" && $0.string("reason") == "waiting for Wi-Fi" })
+        #expect(finished.states(of: "wf").contains { $0.string("state") == "queued" && $0.string("reason") == "wifi" })
         #expect(PartFiles.readJSON(p.path("outcome.json"))?["outcome"] as? String == "completed")
     }
 
