@@ -56,7 +56,8 @@ extension Runner {
             do {
                 return .success(
                     try Plugin.runJSON(
-                        command, input: input, name: "the response parser \(command.json.serialized().prefix(120))", config: config, environment: environment,
+                        command, input: input, name: "the response parser \(command.json.serialized().prefix(120))", config: config,
+                        environment: environment,
                         heartbeat: heartbeat))
             } catch {
                 return .failure(error)
