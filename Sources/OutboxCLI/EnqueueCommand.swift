@@ -281,8 +281,12 @@ enum EnqueueCommand {
             return 0
         }
         let p = entry.prepared
-        let redact = try i.project().config.redactedHeaderNames.union(p.secretHeaders)
-        var headers = HeaderRules.redacted(p.headers, names: redact)
+        let project = try i.project()
+        let redact = project.config.redactedHeaderNames.union(p.secretHeaders)
+        // `headers update` patches rank above every other source, as enqueue stores them
+        // (only an existing store holds any; render never creates one).
+        let patch = project.storeExists ? try project.store().headerPatch() : []
+        var headers = HeaderRules.redacted(HeaderRules.merge(p.headers, patch), names: redact)
         if let k = p.idempotencyKey { headers.append(("Idempotency-Key", k)) }
         var body: JSON = .null
         switch p.body {

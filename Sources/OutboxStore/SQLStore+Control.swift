@@ -143,6 +143,10 @@ extension SQLStore {
         }
     }
 
+    package func headerPatch() throws(OutboxError) -> [(String, String)] {
+        HeaderRules.from(json: try setting("header_patch").flatMap { try? JSON.parse($0) })
+    }
+
     /// `outbox headers update`: merges a patch into every entry (and its parts), bumps the
     /// header generation and resumes awaiting-auth entries. Returns the new generation.
     package func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
@@ -150,8 +154,7 @@ extension SQLStore {
         try writing { () throws(OutboxError) -> Int64 in
             let generation = (Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0) + 1
             try setSetting(Self.headerGenerationSetting, String(generation))
-            let existing = HeaderRules.from(json: try setting("header_patch").flatMap { try? JSON.parse($0) })
-            try setSetting("header_patch", HeaderRules.json(HeaderRules.merge(existing, patch)).serialized())
+            try setSetting("header_patch", HeaderRules.json(HeaderRules.merge(try headerPatch(), patch)).serialized())
             for e in try list(ListFilter()) {
                 var request = e.request
                 request.headers = HeaderRules.merge(request.headers, patch)

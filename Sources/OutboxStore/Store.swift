@@ -57,6 +57,8 @@ package protocol Store: AnyObject {
     /// awaiting-auth entries (reason `headersUpdatedReason` until their next attempt).
     /// Returns the new generation.
     func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64
+    /// What every `headers update` so far merged: applied to each entry enqueued after it.
+    func headerPatch() throws(OutboxError) -> [(String, String)]
     /// Hosts the runner holds after connection failures (one probe at a time), for `explain`
     /// and `stats`; the runner sets them as they change.
     func heldHosts() throws(OutboxError) -> [String]

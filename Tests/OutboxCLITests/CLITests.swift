@@ -317,6 +317,18 @@ struct CLIEnqueueTests {
         #expect(bad.err.contains("{{ vars.n }} does not resolve"))
     }
 
+    /// `render` shows the request enqueue would store: `headers update` patches included.
+    @Test func renderShowsHeaderPatches() throws {
+        let p = try CLIProject()
+        try p.enqueue("plain", vars: "{}", id: "x")
+        #expect(p.run("headers", "update", "X-Patched: yes").status == 0)
+        let doc = try p.run(["render", "note", "--vars", #"{"n": 5}"#, "--json"], environment: ["API_TOKEN": "t"]).json()
+        #expect(doc["headers"]?["X-Patched"] == .string("yes"), "\(doc.serialized())")
+        #expect(p.run(["enqueue", "note", "--vars", #"{"n": 5}"#, "--id", "n5"], environment: ["API_TOKEN": "t"]).status == 0)
+        let shown = try p.run("show", "n5", "--json").json()
+        #expect(shown["request"]?["headers"]?["x-patched"] == .string("yes"))
+    }
+
     @Test func renderRedactsConfiguredHeaders() throws {
         let p = try CLIProject(config: "headers:\n  X-Api-Key: '{{ env.KEY }}'\nredact_headers: [x-api-key]\n")
         let r = p.run(["render", "plain", "--json"], environment: ["KEY": "k-secret"])
