@@ -15,15 +15,20 @@ extension Transfer {
                 throw TransferSetupError(kind: .network, message: "file: invalid range \(offset)+\(length) of \(path)")
             }
             // Non-blocking: a FIFO swapped in for the file fails the check below instead of hanging the open.
-            let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+            // A staged body is the store's own regular file: a link put in its place is not followed.
+            let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | (expected == nil ? O_NOFOLLOW : 0))
             guard fd >= 0 else {
                 if expected != nil, errno == ENOENT { throw TransferSetupError(kind: .file, message: FileIdentity.missing(path)) }
+                if expected == nil, errno == ELOOP {
+                    throw TransferSetupError(kind: .file, message: "file: the staged body \(path) was replaced by a symbolic link")
+                }
+                // Out of fds or memory passes: tried again later.
                 throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: cannot open \(path): \(errnoText())")
             }
             var info = stat()
             guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
                 Glibc.close(fd)
-                throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: \(path) is not a regular file")
+                throw TransferSetupError(kind: .file, message: "file: \(path) is not a regular file")
             }
             let mtimeNs = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
             if let expected, !expected.matches(size: Int64(info.st_size), mtimeNs: mtimeNs, inode: UInt64(info.st_ino)) {
@@ -32,8 +37,9 @@ extension Transfer {
             }
             guard Int64(info.st_size) >= offset + length else {
                 Glibc.close(fd)
+                // The bytes enqueued are gone: sending again cannot bring them back.
                 throw TransferSetupError(
-                    kind: .network,
+                    kind: .file,
                     message: "file: \(path) has \(info.st_size) bytes, needs \(offset + length)")
             }
             source = .file(fd: fd, offset: offset, length: length, path: path)

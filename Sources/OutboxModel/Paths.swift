@@ -91,6 +91,17 @@ package enum Paths {
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR
     }
 
+    /// What is wrong with a file the store made (a body it staged), read without following
+    /// a link: nil when it is a regular file of `size` bytes (any size when nil).
+    package static func stagedFileProblem(_ path: String, size: Int64?) -> String? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return errnoMessage() }
+        if (st.st_mode & S_IFMT) == S_IFLNK { return "is a symbolic link, not the file the store staged" }
+        if (st.st_mode & S_IFMT) != S_IFREG { return "is not a regular file" }
+        if let size, Int64(st.st_size) != size { return "has \(st.st_size) bytes, not the \(size) enqueued" }
+        return nil
+    }
+
     package static func isRegularFile(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG

@@ -294,8 +294,12 @@ extension SQLStore {
         let elsewhere = try entriesStagedElsewhere()
         for e in try list(ListFilter()) {
             // A referenced file is the user's, not the store's: its going away is an error of that entry (kind file).
-            if let file = e.bodyFile, e.request.ownership != .reference, !elsewhere.contains(e.id), !Paths.exists(file) {
-                problems.append("\(e.id): staged body \(file) is missing")
+            if let file = e.bodyFile, e.request.ownership != .reference, !elsewhere.contains(e.id) {
+                if !Paths.exists(file) {
+                    problems.append("\(e.id): staged body \(file) is missing")
+                } else if let problem = Paths.stagedFileProblem(file, size: e.request.file?.size) {
+                    problems.append("\(e.id): staged body \(file) \(problem)")
+                }
             }
             for f in e.request.form.compactMap(\.stagedFile) where !elsewhere.contains(e.id) && !Paths.exists(f) {
                 problems.append("\(e.id): staged form file \(f) is missing")

@@ -754,6 +754,26 @@ struct CLIBadInputTests {
 }
 
 struct CLIAuditTests {
+    /// A staged body cut short, or replaced by a link, is damage `audit` names.
+    @Test(arguments: ["truncated", "link"])
+    func auditNamesADamagedStagedBody(_ damage: String) throws {
+        let p = try CLIProject()
+        try p.write("in/a.bin", String(repeating: "a", count: 100))
+        try p.write("in/b.bin", String(repeating: "b", count: 100))
+        try p.enqueue("file.copy", vars: #"{"path": "in/a.bin"}"#, id: "c")
+        let staged = try p.sqlite("SELECT body_file FROM entries WHERE id = 'c';").trimmingCharacters(in: .newlines)
+        if damage == "truncated" {
+            #expect(truncate(staged, 10) == 0)
+        } else {
+            try FileManager.default.removeItem(atPath: staged)
+            #expect(symlink(p.path("in/b.bin"), staged) == 0)
+        }
+        let audit = p.run("audit")
+        #expect(audit.status == 74)
+        let problem = damage == "truncated" ? "has 10 bytes, not the 100 enqueued" : "is a symbolic link, not the file the store staged"
+        #expect(audit.out.contains("c: staged body \(staged) \(problem)") || audit.err.contains(problem), "\(audit)")
+    }
+
     /// `audit` passes on a sound store, then names each broken invariant and exits 74:
     /// a staged body gone from disk, and a part whose entry is gone.
     @Test func auditNamesEachBrokenInvariantAndExits74() throws {

@@ -455,8 +455,18 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
                 HTTPRequest(
                     url: server.url("/x"), method: "PUT",
                     body: .file(path: short, offset: 2, length: 10)))
-            #expect(tooShort.failure?.kind == .network)
+            // The bytes enqueued are gone: an error of the entry (kind file), not a network retry.
+            #expect(tooShort.failure?.kind == .file)
             #expect(tooShort.failure?.message == "file: \(short) has 5 bytes, needs 12")
+
+            // A staged body is never read through a link put in its place.
+            let elsewhere = try folder.file("elsewhere.bin", pattern(12))
+            let link = folder.path + "/link.bin"
+            #expect(symlink(elsewhere, link) == 0)
+            let linked = await send(
+                client, HTTPRequest(url: server.url("/x"), method: "PUT", body: .file(path: link, offset: 0, length: 12)))
+            #expect(linked.failure?.kind == .file)
+            #expect(linked.failure?.message == "file: the staged body \(link) was replaced by a symbolic link")
 
             let form = await send(
                 client,
@@ -477,6 +487,7 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
             let result = await send(
                 client, HTTPRequest(url: server.url("/x"), method: "PUT", body: .file(path: fifo, offset: 0, length: 10)))
             #expect(result.status == nil)
+            #expect(result.failure?.kind == .file)
             #expect(result.failure?.message == "file: \(fifo) is not a regular file")
             #expect(server.requests.isEmpty)
         }

@@ -293,6 +293,29 @@ import Testing
         #expect(p.deliveries("same").first?.string("stdin.outcome") == "completed")
     }
 
+    /// A staged body cut short or replaced by a link settles error kind `file` at once: its
+    /// bytes are gone, so it is neither retried as a network failure nor read through the link.
+    @Test(arguments: ["truncated", "link"])
+    func aDamagedStagedBodySettlesErrorKindFile(_ damage: String) async throws {
+        let p = try Project(config: fastConfig, definitions: ["f": fileDefinition("f")])
+        try Data(repeating: 0x61, count: 4096).write(to: URL(fileURLWithPath: p.base + "/a.bin"))
+        try Data(repeating: 0x62, count: 4096).write(to: URL(fileURLWithPath: p.base + "/b.bin"))
+        let vars = JSON.object([("url", .string(p.url("/status/200"))), ("path", .string(p.base + "/a.bin"))]).serialized()
+        #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", "d"]).exitCode == 0)
+        let staged = try p.sqlite("SELECT body_file FROM entries WHERE id = 'd'").trimmingCharacters(in: .whitespacesAndNewlines)
+        if damage == "truncated" {
+            #expect(truncate(staged, 100) == 0)
+        } else {
+            try FileManager.default.removeItem(atPath: staged)
+            #expect(symlink(p.base + "/b.bin", staged) == 0)
+        }
+        try await p.drain(failures: 1)
+        #expect(p.server.requests.isEmpty, "nothing was sent")
+        let hook = try #require(p.deliveries("d").first)
+        #expect(hook.string("stdin.outcome") == "error")
+        #expect(hook.string("stdin.error.kind") == "file", "\(hook.serialized())")
+    }
+
     @Test func graceOverStopsTheAttemptAndRequeuesTheEntry() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         // Never released: only the grace deadline can end the attempt.
