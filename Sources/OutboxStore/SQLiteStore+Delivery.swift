@@ -145,11 +145,14 @@ extension SQLiteStore {
         return []
     }
 
-    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
+    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             try db.run(
-                "UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL WHERE seq = ?",
-                [.int(nextDeliveryAt), .text(reason), .int(seq)])
+                """
+                UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL,
+                  deliveries = CASE WHEN ? = 1 THEN deliveries ELSE MAX(deliveries - 1, 0) END
+                WHERE seq = ?
+                """, [.int(nextDeliveryAt), .text(reason), .int(hookStarted ? 1 : 0), .int(seq)])
             try countDelivery(outcomeSeq: seq, .hookFailures)
         }
     }

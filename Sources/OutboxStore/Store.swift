@@ -149,7 +149,15 @@ package protocol Store: AnyObject {
     /// Acknowledges `batch` and counts a delivery of each of `begin`, returning the new
     /// counts by seq: the hooks that ended and those about to start share one commit.
     func acknowledge(_ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64) throws(OutboxError) -> [Int64: Int64]
-    func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError)
+    /// A failed delivery; `hookStarted` false takes back the delivery counted before its
+    /// hook could not start (`deliveries` counts those that reached a hook).
+    func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError)
+}
+
+extension Store {
+    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
+        try deliveryFailed(seq: seq, nextDeliveryAt: nextDeliveryAt, reason: reason, hookStarted: true)
+    }
 }
 
 /// What a runner holds while it runs; released by `release()` or when it is freed.

@@ -243,7 +243,10 @@ extension Runner {
             let outcome = try store.outcomes(entryID: entryID).first { $0.seq == seq }
             let deliveries = Int(outcome?.deliveries ?? 1)
             let delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
-            try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure)
+            // A hook that could not start was not delivered to: its count is taken back.
+            var started = true
+            if case .failure = result { started = false }
+            try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure, hookStarted: started)
             log(
                 "outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))",
                 level: .warn, fields: [("id", .string(entryID))])

@@ -145,15 +145,16 @@ extension PostgresStore {
         return []
     }
 
-    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
+    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError) {
         let fence = deliveryFence(seq)
         deliveryClaims.remove(seq)
         try db.quietTransaction { () throws(OutboxError) in
             let changed = try db.run(
                 """
-                UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL, delivery_owner = NULL, delivery_until = NULL
+                UPDATE outcomes SET next_delivery_at = ?, reason = ?, hook_pgid = NULL, delivery_owner = NULL, delivery_until = NULL,
+                  deliveries = CASE WHEN ? = 1 THEN deliveries ELSE GREATEST(deliveries - 1, 0) END
                 WHERE seq = ?\(fence.sql)
-                """, [.int(nextDeliveryAt), .text(reason), .int(seq)] + fence.values)
+                """, [.int(nextDeliveryAt), .text(reason), .int(hookStarted ? 1 : 0), .int(seq)] + fence.values)
             if changed == 1 { try countDelivery(outcomeSeq: seq, .hookFailures) }
         }
     }

@@ -75,6 +75,18 @@ extension StoreConformance {
             #expect(try deliverable(c, at: t0 + 5_000) == ["x g1 completed pending"])
         }
 
+        // A hook that could not start reached no one: the delivery counted for it is taken back.
+        @Test(arguments: StoreUnderTest.all)
+        func aHookThatCouldNotStartIsNotCountedDelivered(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.bring("x", to: .completed)
+            let seq = try c.pending("x").seq
+            _ = try c.store.beginDelivery(seq: seq)
+            try c.store.deliveryFailed(seq: seq, nextDeliveryAt: t0 + 5_000, reason: "the hook could not start", hookStarted: false)
+            #expect(try c.pending("x").deliveries == 0)
+            #expect(try c.store.beginDelivery(seq: seq) == 1)
+        }
+
         // A running hook's process group is recorded for a later runner, and dropped once acknowledged.
         @Test(arguments: StoreUnderTest.all)
         func hookProcessesAreRecordedUntilAcknowledged(_ sut: StoreUnderTest) throws {
