@@ -231,14 +231,16 @@ package enum CLI {
 
     static func report(_ error: OutboxError, json: Bool, console: Console) {
         if !error.diagnostics.isEmpty {
-            var sources: [String: String] = [:]
-            for d in error.diagnostics {
-                if sources[d.path] == nil { sources[d.path] = Paths.readText(d.path) ?? "" }
-                console.err(d.rendered(source: sources[d.path]))
-            }
             let n = error.diagnostics.count
-            console.err("outbox: E_CONFIG: \(n) error\(n == 1 ? "" : "s")")
-            if json {
+            // With --json the document alone reports them: one format at a time.
+            if !json {
+                var sources: [String: String] = [:]
+                for d in error.diagnostics {
+                    if sources[d.path] == nil { sources[d.path] = Paths.readText(d.path) ?? "" }
+                    console.err(d.rendered(source: sources[d.path]))
+                }
+                console.err("outbox: E_CONFIG: \(n) error\(n == 1 ? "" : "s")")
+            } else {
                 console.out(
                     JSON.object([
                         (

@@ -132,6 +132,7 @@ struct CLIBasicsTests {
         #expect(doc["error"]?["code"] == .string("E_CONFIG"))
         #expect(doc["error"]?["message"] == .string("3 errors"))
         #expect(doc["error"]?["diagnostics"]?.arrayValue?.map { $0["line"]?.int64Value } == [4, 5, 3])
+        #expect(json.err.isEmpty, "with --json only the document: \(json.err)")
         // The other keys still work.
         #expect(p.run("enqueue", "plain").status == 0)
     }
