@@ -176,7 +176,8 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
         while true {
             let rc = sqlite3_step(statement)
             if rc == SQLITE_DONE { break }
-            guard rc == SQLITE_ROW else { throw failure("cannot read the store") }
+            // An INSERT ... RETURNING reads rows too: say which the failure was.
+            guard rc == SQLITE_ROW else { throw failure(sqlite3_stmt_readonly(statement) != 0 ? "cannot read the store" : "cannot write to the store") }
             rows.append(try map(SQLRow(statement: statement)))
         }
         return rows

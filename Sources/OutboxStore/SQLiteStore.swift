@@ -85,19 +85,25 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     /// it meanwhile, theirs is kept (a link never replaces a file).
     static func createDatabase(at path: String) throws(OutboxError) {
         let temp = "\(path).new-\(getpid())"
-        for leftover in [temp, temp + "-wal", temp + "-shm"] { unlink(leftover) }
+        removeAbandonedTemporaries(beside: path)
+        func removeTemporary() { for file in [temp, temp + "-wal", temp + "-shm"] { unlink(file) } }
+        removeTemporary()
         // Pre-created 0600, so the database and its -wal/-shm never exist with a wider mode.
         let fd = open(temp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .storage("cannot create \(temp): \(Paths.errnoMessage())") }
         close(fd)
-        do {
+        do throws(OutboxError) {
             let connection = try SQLiteConnection(path: temp)
             try migrate(connection)
             // The last connection to close folds the log back and removes it.
+        } catch {
+            removeTemporary()
+            throw error
         }
         guard !Paths.exists(temp + "-wal") else {
-            unlink(temp)
-            throw .storage("cannot create \(path): its write-ahead log was not folded back")
+            removeTemporary()
+            // SQLite keeps the log when it cannot fold it back: most often a full disk.
+            throw .storage("cannot create \(path): its write-ahead log was not folded back (is the disk full?)")
         }
         let fileFD = open(temp, O_RDONLY | O_CLOEXEC)
         if fileFD >= 0 {
@@ -109,6 +115,16 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         unlink(temp)
         guard linked else { throw .storage("cannot create \(path): \(Paths.errnoMessage(linkError))") }
         _ = csystem_fsync_dir(Paths.dirname(path))
+    }
+
+    /// `outbox.db.new-PID` files (and their -wal/-shm) of creating processes that are gone.
+    static func removeAbandonedTemporaries(beside path: String) {
+        let prefix = Paths.basename(path) + ".new-"
+        for name in Paths.list(Paths.dirname(path)) ?? [] where name.hasPrefix(prefix) {
+            let digits = name.dropFirst(prefix.count).prefix { $0.isASCII && $0.isNumber }
+            guard let pid = Int32(digits), pid > 0, kill(pid, 0) != 0, errno == ESRCH else { continue }
+            unlink(Paths.join(Paths.dirname(path), name))
+        }
     }
 
     /// The store holds tokens and bodies: a link (it could point anywhere) is refused, and a

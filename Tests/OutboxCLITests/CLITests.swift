@@ -739,6 +739,20 @@ struct CLIBadInputTests {
         #expect(try p.rows().isEmpty)
     }
 
+    /// A process that died while it created the database left `outbox.db.new-PID` and its
+    /// log behind: the next creation removes them.
+    @Test func theTemporariesOfADeadCreatorAreRemoved() throws {
+        let p = try CLIProject()
+        let done = try Process.run(URL(fileURLWithPath: "/bin/true"), arguments: [])
+        done.waitUntilExit()
+        try FileManager.default.createDirectory(atPath: p.storeFolder, withIntermediateDirectories: true)
+        let left = ["", "-wal", "-shm"].map { p.storeFolder + "/outbox.db.new-\(done.processIdentifier)" + $0 }
+        for file in left { try p.write(String(file.dropFirst(p.root.count + 1)), "left by a dead process") }
+        try p.enqueue("plain", vars: "{}", id: "a")
+        for file in left { #expect(!FileManager.default.fileExists(atPath: file), "\(file) is still there") }
+        #expect(p.run("audit").status == 0)
+    }
+
     @Test func anUnwritableStoreIsAStorageError() throws {
         // Tests may run as root, which ignores permission bits: a store path under a regular
         // file fails with ENOTDIR.
