@@ -177,7 +177,9 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
             let rc = sqlite3_step(statement)
             if rc == SQLITE_DONE { break }
             // An INSERT ... RETURNING reads rows too: say which the failure was.
-            guard rc == SQLITE_ROW else { throw failure(sqlite3_stmt_readonly(statement) != 0 ? "cannot read the store" : "cannot write to the store") }
+            guard rc == SQLITE_ROW else {
+                throw failure(sqlite3_stmt_readonly(statement) != 0 ? "cannot read the store" : "cannot write to the store")
+            }
             rows.append(try map(SQLRow(statement: statement)))
         }
         return rows
