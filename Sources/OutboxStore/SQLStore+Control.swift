@@ -42,18 +42,24 @@ extension SQLStore {
         for (file, source, identity) in returns {
             // The store keeps its files 0600; the user's file gets its own mode back.
             if let mode = identity?.mode { chmod(file, mode_t(mode)) }
-            if !Paths.exists(source), MoveJournal.putBack(file, at: source) {
-                // A copy across filesystems is a new file: it gets the mode and times it had.
-                if let identity { Self.restoreModeAndTime(source, identity) }
-                Fault.point("forget.returned")
-                continue
+            let sourceTaken = Paths.exists(source)
+            var putBackError = ""
+            if !sourceTaken {
+                if MoveJournal.putBack(file, at: source) {
+                    // A copy across filesystems is a new file: it gets the mode and times it had.
+                    if let identity { Self.restoreModeAndTime(source, identity) }
+                    Fault.point("forget.returned")
+                    continue
+                }
+                putBackError = Paths.errnoMessage()
             }
             let returned = Paths.join(folder, "returned")
             try? SQLiteStore.makeFolder(returned)
             let target = Paths.join(returned, Paths.basename(source))
             let finalTarget = Paths.exists(target) ? "\(target).\(Identifiers.uuid().prefix(8))" : target
             if rename(file, finalTarget) == 0 {
-                FileIO.log("outbox: \(source) exists, so the file moved into the store was kept as \(finalTarget)")
+                let why = sourceTaken ? "\(source) exists" : "it could not be put back at \(source) (\(putBackError))"
+                FileIO.log("outbox: \(why), so the file moved into the store was kept as \(finalTarget)")
             }
         }
         returns.removeAll()

@@ -169,6 +169,9 @@ struct Staging {
     /// Removes a staged file when its entry is forgotten; never the user's referenced file.
     func discard(_ path: String?) {
         guard let path, path.hasPrefix(bodiesDir + "/") else { return }
-        unlink(path)
+        // A body left behind is not lost data, but audit would call it an orphan: say why.
+        if unlink(path) != 0, errno != ENOENT {
+            FileIO.log("outbox: cannot remove \(path): \(Paths.errnoMessage()); `outbox audit --fix` removes it later")
+        }
     }
 }
