@@ -328,7 +328,14 @@ extension SQLStore {
         let known = Set(try list(ListFilter()).flatMap(\.body.files))
         for name in Paths.list(staging.bodiesDir) ?? [] {
             let path = Paths.join(staging.bodiesDir, name)
-            if name.contains(".tmp-") { continue }
+            if let marker = name.firstRange(of: ".tmp-") {
+                // Another process's copy in progress, unless that process is gone.
+                let pid = Int32(name[marker.upperBound...].prefix { $0.isASCII && $0.isNumber }) ?? 0
+                if pid > 0, kill(pid, 0) != 0, errno == ESRCH {
+                    problems.append("temporary file \(path) left by process \(pid), which is gone (audit --fix removes it)")
+                }
+                continue
+            }
             if !known.contains(path) { problems.append("orphan staged file \(path)") }
         }
         return problems

@@ -769,6 +769,24 @@ struct CLIBadInputTests {
 }
 
 struct CLIAuditTests {
+    /// A temporary copy left by a killed enqueue is named by `audit` and removed by `--fix`;
+    /// one of a live process (a copy in progress) is not.
+    @Test func auditNamesTemporaryFilesOfDeadProcesses() throws {
+        let p = try CLIProject()
+        try p.enqueue("plain", vars: "{}", id: "a")
+        let done = try Process.run(URL(fileURLWithPath: "/bin/true"), arguments: [])
+        done.waitUntilExit()
+        let dead = p.storeFolder + "/bodies/x.body.tmp-\(done.processIdentifier)-7"
+        let live = p.storeFolder + "/bodies/y.body.tmp-\(getpid())-7"
+        for file in [dead, live] { #expect(FileManager.default.createFile(atPath: file, contents: Data("part".utf8))) }
+        let audit = p.run("audit")
+        #expect(audit.status == 74)
+        #expect(audit.out.contains("temporary file \(dead) left by process \(done.processIdentifier)"), "\(audit)")
+        #expect(!audit.out.contains(live), "\(audit)")
+        #expect(p.run("audit", "--fix").status == 0)
+        #expect(!FileManager.default.fileExists(atPath: dead))
+    }
+
     /// A staged body cut short, or replaced by a link, is damage `audit` names.
     @Test(arguments: ["truncated", "link"])
     func auditNamesADamagedStagedBody(_ damage: String) throws {
