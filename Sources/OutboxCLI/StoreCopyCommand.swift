@@ -18,8 +18,8 @@ enum StoreCopyCommand {
         // A folder target is SQLite's: it must not exist yet with a database of its own.
         let name = Config.isServerStore(to) ? try PostgresURL(to).redacted : targetConfig.store
         let source = try project.store()
-        let target = try Project.openStore(targetConfig)
-        let summary = try StoreCopy.copy(from: source, to: target, targetName: name)
+        let summary = try StoreCopy.copy(
+            from: source, to: { () throws(OutboxError) in try Project.openStore(targetConfig) }, targetName: name)
         if i.json {
             i.console.out(
                 JSON.object([

@@ -82,12 +82,17 @@ package enum StoreCopy {
     /// `source` into `target`, which must hold no entry and no outcome. Both are held alone
     /// (`lockExclusively`), so no runner runs on either meanwhile. Staged files go into the target's
     /// staging folder when it is another one.
-    package static func copy(from source: any Store, to target: any Store, targetName: String) throws(OutboxError) -> Summary {
+    /// The target is opened (and so created) only once the source is held: a copy refused
+    /// because a runner holds the source leaves nothing behind.
+    package static func copy(
+        from source: any Store, to openTarget: () throws(OutboxError) -> any Store, targetName: String
+    ) throws(OutboxError) -> Summary {
+        let sourceLock = try source.lockExclusively()
+        defer { sourceLock.release() }
+        let target = try openTarget()
         guard let from = source as? any CopyableStore, let to = target as? any CopyableStore else {
             throw .invalid("store copy: this store cannot be copied")
         }
-        let sourceLock = try source.lockExclusively()
-        defer { sourceLock.release() }
         let targetLock = try target.lockExclusively()
         defer { targetLock.release() }
         let counts = try target.counts()

@@ -109,6 +109,11 @@ struct StoreCopyTests {
         #expect(await p.server.waitForHeld("held"))
         let copy = try await p.outbox(["store", "copy", "--to", url])
         #expect(copy.exitCode == 75, "\(copy)")
+        // Refused before the target is made: a folder target is not created either.
+        let folder = p.root + "/copy-target"
+        let toFolder = try await p.outbox(["store", "copy", "--to", folder])
+        #expect(toFolder.exitCode == 75, "\(toFolder)")
+        #expect(!FileManager.default.fileExists(atPath: folder))
         _ = p.server.release("held")
         runner.signal(SIGTERM)
         #expect(await runner.wait().exitCode == 0)
