@@ -22,6 +22,7 @@ package enum Plugin {
             timeoutMs: Int(config.pluginTimeoutMs))
         spec.heartbeat = heartbeat
         spec.stopWhenStdoutOverflows = true
+        spec.stopGroupWhenLeaderExits = true
         let result: ProcessResult
         do {
             result = try ProcessRunner.run(spec)

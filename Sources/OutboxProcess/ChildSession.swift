@@ -255,11 +255,13 @@ struct ChildSession {
             // pins the group id.
             _ = csystem_proc_killpg(pid, SIGKILL)
         }
-        if spec.stopGroupWhenLeaderFails {
+        if spec.stopGroupWhenLeaderFails || spec.stopGroupWhenLeaderExits {
             var code: Int32 = 0
             var sig: Int32 = -1
             // Peeked before the reap: the zombie leader still pins the group id.
-            if csystem_proc_peek_exit(pid, &code, &sig) == 1, code != 0 || sig >= 0 { _ = csystem_proc_killpg(pid, SIGKILL) }
+            if csystem_proc_peek_exit(pid, &code, &sig) == 1, spec.stopGroupWhenLeaderExits || code != 0 || sig >= 0 {
+                _ = csystem_proc_killpg(pid, SIGKILL)
+            }
         }
         var code: Int32 = -1
         var sig: Int32 = -1

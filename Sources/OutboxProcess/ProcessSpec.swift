@@ -27,6 +27,9 @@ package struct ProcessSpec: Sendable {
     /// Stops what is left of the process group when the leader fails (non-zero exit or a
     /// signal): for a hook, whose outcome is delivered again and must not overlap it.
     package var stopGroupWhenLeaderFails = false
+    /// Stops what is left of the process group whenever the leader ends: for a plugin, whose
+    /// answer is complete then (a background child it left would outlive the run).
+    package var stopGroupWhenLeaderExits = false
     /// After this long the whole process group gets SIGTERM, then SIGKILL 2 s later.
     package var timeoutMs: Int?
     /// After this long `onWarn` is called once; the process keeps running.

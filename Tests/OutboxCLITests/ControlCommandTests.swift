@@ -476,6 +476,21 @@ struct SimulateTests {
         #expect(p.exists("hooks/in-\(outcome).json"))
     }
 
+    /// A plugin's background children end with it: its answer is complete when it exits, and
+    /// a child left running would outlive the run.
+    @Test func aPluginsBackgroundChildIsStoppedWhenItExits() throws {
+        let p = try Self.project()
+        try p.write(
+            "definitions/bg.yaml",
+            "key: bg\nrequest: { url: \"https://x.example/\" }\nresponse: { command: \"sleep 600 & echo $! > bg.pid; cat > /dev/null; echo '{}'\" }\n")
+        let r = p.run("simulate", "bg", "--status", "200", "--body", "{}", "--json")
+        #expect(r.status == 0, "\(r)")
+        let pid = (try? String(contentsOfFile: p.path("bg.pid"), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
+        #expect(!pid.isEmpty)
+        let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
+        #expect(stat.isEmpty || stat.contains(") Z "), "the plugin's child \(pid) still runs: \(stat)")
+    }
+
     /// A parser that prints without end is stopped once its output passes the cap, not left
     /// to run until plugins.timeout (5 min here: reaching it fails the test rather than hang it).
     @Test func aParserPrintingWithoutEndIsStoppedAtTheCap() throws {
