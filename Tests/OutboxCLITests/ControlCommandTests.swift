@@ -482,7 +482,8 @@ struct SimulateTests {
         let p = try Self.project()
         try p.write(
             "definitions/bg.yaml",
-            "key: bg\nrequest: { url: \"https://x.example/\" }\nresponse: { command: \"sleep 600 & echo $! > bg.pid; cat > /dev/null; echo '{}'\" }\n")
+            "key: bg\nrequest: { url: \"https://x.example/\" }\nresponse: { command: \"sleep 600 & echo $! > bg.pid; cat > /dev/null; echo '{}'\" }\n"
+        )
         let r = p.run("simulate", "bg", "--status", "200", "--body", "{}", "--json")
         #expect(r.status == 0, "\(r)")
         let pid = (try? String(contentsOfFile: p.path("bg.pid"), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
