@@ -13,4 +13,16 @@ struct LogTextTests {
         #expect(run.stderr.contains("before\\x1b[2J\\x1b]0;owned\\x07after"), "\(run.stderr)")
         #expect(!run.stderr.unicodeScalars.contains { $0.value == 0x1B || $0.value == 0x07 }, "\(run.stderr)")
     }
+
+    /// A hook's stderr line of 1 MiB reaches the log cut at 4 KiB: a log line stays a line.
+    @Test func aLongHookStderrLineIsCut() async throws {
+        let p = try Project(config: fastConfig, definitions: ["t": definition("t", hooks: false) + "on_success: hooks/long.sh\n"])
+        try p.writeHook("long.sh", "#!/bin/sh\nhead -c 1048576 /dev/zero | tr '\\0' x >&2\necho >&2\n")
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.outbox(["run", "--drain"])
+        #expect(run.exitCode == 0, "\(run.stderr.prefix(500))")
+        let line = try #require(run.stderr.split(separator: "\n").first { $0.contains("hook a: ") })
+        #expect(line.hasSuffix(String(repeating: "x", count: 100) + " [...]"))
+        #expect(line.utf8.count < 4096 + 200, "\(line.utf8.count) bytes")
+    }
 }

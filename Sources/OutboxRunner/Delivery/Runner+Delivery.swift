@@ -218,7 +218,9 @@ extension Runner {
             let stderr = String(decoding: process.stderr, as: UTF8.self).trimmingSpaces
             if !stderr.isEmpty {
                 for line in stderr.split(separator: "\n").prefix(20) {
-                    log("hook \(entryID): \(TerminalText.visible(String(line)))", fields: [("id", .string(entryID))])
+                    // A log line stays a line: past 4 KiB the rest of it is left out.
+                    let shown = line.utf8.count > 4096 ? String(decoding: line.utf8.prefix(4096), as: UTF8.self) + " [...]" : String(line)
+                    log("hook \(entryID): \(TerminalText.visible(shown))", fields: [("id", .string(entryID))])
                 }
             }
             if process.timedOut {
