@@ -18,6 +18,8 @@ enum StoreCopyCommand {
         // A folder target is SQLite's: it must not exist yet with a database of its own.
         let name = Config.isServerStore(to) ? try PostgresURL(to).redacted : targetConfig.store
         let source = try project.store()
+        // A target folder that cannot be a store is refused before the source is locked.
+        if !Config.isServerStore(to) { try SQLiteStore.checkStoreFolder(targetConfig.store) }
         let summary = try StoreCopy.copy(
             from: source, to: { () throws(OutboxError) in try Project.openStore(targetConfig) }, targetName: name)
         if i.json {

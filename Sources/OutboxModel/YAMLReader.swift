@@ -281,6 +281,30 @@ package struct CommandRef: Sendable, Equatable {
         "true", "type", "ulimit", "umask", "unalias", "unset", "until", "wait", "while",
     ]
 
+    /// Why the kernel would refuse to start an executable file: a `#!` line whose interpreter
+    /// is missing (a CRLF line end makes it `sh\r`), or, run without a shell, a file that is
+    /// neither a program nor a script.
+    func startProblem(_ path: String) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var head = [UInt8](repeating: 0, count: 256)
+        let n = read(fd, &head, head.count)
+        guard n > 0 else { return nil }
+        let bytes = head[0..<n]
+        guard bytes.starts(with: Array("#!".utf8)) else {
+            if case .argv = command, !bytes.starts(with: [0x7F, 0x45, 0x4C, 0x46]) {
+                return "has no #! line and is not a program: run without a shell it cannot start (add #!/bin/sh)"
+            }
+            return nil
+        }
+        let line = bytes.dropFirst(2).prefix { $0 != 0x0A }
+        if line.contains(0x0D) { return "has a CRLF line end on its #! line: the interpreter would be looked up with a CR in its name" }
+        let text = String(decoding: line, as: UTF8.self).trimmingSpaces
+        guard let interpreter = text.split(separator: " ").first.map(String.init), interpreter.hasPrefix("/") else { return nil }
+        return Paths.isRegularFile(interpreter) ? nil : "names the interpreter \(interpreter), which does not exist"
+    }
+
     /// Why the program cannot run (missing, not executable, not found in `searchPath`), or nil.
     /// A program with a `/` resolves against `root`; one without is looked up in `searchPath`.
     package func problem(root: String, searchPath: String) -> String? {
@@ -298,7 +322,7 @@ package struct CommandRef: Sendable, Equatable {
             let full = program.hasPrefix("/") ? program : Paths.join(root, program)
             guard Paths.exists(full) else { return "\(field): \(program) does not exist" }
             guard Paths.isRegularFile(full), access(full, X_OK) == 0 else { return "\(field): \(program) is not an executable file" }
-            return nil
+            return startProblem(full).map { "\(field): \(program) \($0)" }
         }
         for folder in searchPath.split(separator: ":") where !folder.isEmpty {
             let candidate = Paths.join(String(folder), program)

@@ -129,7 +129,7 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
 
     /// The store holds tokens and bodies: a link (it could point anywhere) is refused, and a
     /// folder others may read is tightened to 0700, with a word on stderr.
-    static func checkStoreFolder(_ path: String) throws(OutboxError) {
+    package static func checkStoreFolder(_ path: String) throws(OutboxError) {
         var st = stat()
         guard lstat(path, &st) == 0 else { return }
         if (st.st_mode & S_IFMT) == S_IFLNK {

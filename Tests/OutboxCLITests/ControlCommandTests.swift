@@ -47,10 +47,16 @@ struct ControlCommandTests {
         ("on_success: [hooks/not-executable.sh]", "on_success: hooks/not-executable.sh is not an executable file"),
         ("on_error: \"hooks/missing.sh --flag\"", "on_error: hooks/missing.sh does not exist"),
         ("on_success: [no-such-program-anywhere]", "on_success: no-such-program-anywhere is not found in PATH"),
+        ("on_success: hooks/crlf.sh", "on_success: hooks/crlf.sh has a CRLF line end on its #! line"),
+        ("on_success: [hooks/no-shebang.sh]", "on_success: hooks/no-shebang.sh has no #! line and is not a program"),
+        ("on_error: hooks/no-interpreter.sh", "on_error: hooks/no-interpreter.sh names the interpreter /bin/no-such-shell"),
     ])
     func checkRefusesAHookWhoseProgramCannotRun(line: String, message: String) throws {
         let p = try CLIProject()
         _ = try p.write("hooks/not-executable.sh", "#!/bin/sh\nexit 0\n", mode: 0o644)
+        _ = try p.write("hooks/crlf.sh", "#!/bin/sh\r\nexit 0\r\n", mode: 0o755)
+        _ = try p.write("hooks/no-shebang.sh", "exit 0\n", mode: 0o755)
+        _ = try p.write("hooks/no-interpreter.sh", "#!/bin/no-such-shell\nexit 0\n", mode: 0o755)
         let file = try p.write("definitions/hooked.yaml", "key: hooked\nrequest: { url: \"https://x.example/\" }\n\(line)\n")
         let r = p.run("check")
         #expect(r.status == 78, "\(r)")
