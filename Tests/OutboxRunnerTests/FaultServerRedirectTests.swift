@@ -160,7 +160,7 @@ extension FaultServerTests {
         defer { other.stop() }
         let target = "\(prefix)127.0.0.2:\(other.port)/landing"
         let encoded = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
-        try await p.enqueue("t", path: "/redirect-to?code=302&url=\(encoded)", id: "odd")
+        try await p.enqueue("t", path: "/redirect-to?code=307&url=\(encoded)", id: "odd")
         try await p.drain(failures: 1)
         #expect(other.requests(path: "/landing").isEmpty, "the secret reached 127.0.0.2 through \(target)")
         let hook = try #require(p.deliveries("odd").first)
