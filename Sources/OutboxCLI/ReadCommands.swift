@@ -36,11 +36,13 @@ enum ReadCommands {
         }
         var table = [["ID", "KEY", "STATE", "ATTEMPTS", "PROGRESS", "NEXT", "UPDATED"]]
         let now = Identifiers.nowMs()
+        let unhandled = try store.unhandledKeyEntryIDs()
         for (e, state) in rows {
+            let reason = unhandled.contains(e.id) ? "unhandled-key" : e.reason
             let progress = e.totalBytes > 0 ? "\(Units.formatBytes(e.bytesSent))/\(Units.formatBytes(e.totalBytes))" : "-"
             let next = e.nextAttemptAt.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
             let updated = Units.formatDuration(ms: max(0, now - e.updatedAt)) + " ago"
-            table.append([e.id, e.key, state + (e.reason.map { " (\($0))" } ?? ""), String(e.attempts), progress, next, updated])
+            table.append([e.id, e.key, state + (reason.map { " (\($0))" } ?? ""), String(e.attempts), progress, next, updated])
         }
         i.console.out(formatTable(table))
         return 0

@@ -188,6 +188,11 @@ extension SQLStore {
     /// `list --json` rows written as JSON text straight from the columns, without parsing
     /// the stored request or vars (vars are kept as compact JSON), so 100,000 rows stream
     /// in well under a second. `displayState` maps a stored state to the one shown.
+    /// Entries with an outcome that waits because no definition has its key.
+    package func unhandledKeyEntryIDs() throws(OutboxError) -> Set<String> {
+        Set(try unacknowledgedOutcomes().filter { $0.reason == "unhandled-key" }.map(\.entryID))
+    }
+
     package func writeListRows(
         _ filter: ListFilter, displayState: (String, String) -> String,
         _ write: (String) -> Void
@@ -213,6 +218,8 @@ extension SQLStore {
         func number(_ r: Database.Row, _ i: Int32) {
             if r.isNull(i) { literal("null") } else { Self.appendDecimal(r.int(i), to: &out) }
         }
+        // An outcome no definition handles shows on its entry's row (the entry's own reason is its settle's).
+        let unhandled = try unhandledKeyEntryIDs()
         try db.forEach(sql, values) { r throws(OutboxError) in
             let key = r.text(1)
             let state = displayState(r.text(3), key)
@@ -230,7 +237,7 @@ extension SQLStore {
             literal(",\"state\":")
             JSON.appendString(state, to: &out)
             literal(",\"reason\":")
-            string(r, 4)
+            if !unhandled.isEmpty, unhandled.contains(r.text(0)) { literal("\"unhandled-key\"") } else { string(r, 4) }
             literal(",\"bytes_sent\":")
             number(r, 5)
             literal(",\"total_bytes\":")

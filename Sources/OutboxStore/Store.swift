@@ -27,6 +27,8 @@ package protocol Store: AnyObject {
     func attempts(entryID: String) throws(OutboxError) -> [JSON]
     func outcomes(entryID: String) throws(OutboxError) -> [OutcomeRecord]
     func unacknowledgedOutcomes() throws(OutboxError) -> [OutcomeRecord]
+    /// Entries with an outcome that waits because no definition has its key (unhandled-key).
+    func unhandledKeyEntryIDs() throws(OutboxError) -> Set<String>
     func counts() throws(OutboxError) -> StoreCounts
     func pendingTotals() throws(OutboxError) -> PendingTotals
     /// The cumulative counters (attempts, bytes, hook deliveries, durations) since the
