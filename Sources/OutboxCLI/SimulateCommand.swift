@@ -103,7 +103,7 @@ enum SimulateCommand {
         if i.json {
             i.console.out(
                 JSON.object([
-                    ("class", .string(klass.name)), ("outcome", payload), ("hook_exit", .int(Int(exit))),
+                    ("class", .string(klass.name)), ("outcome", Runner.hookPayload(payload, deliveries: 1)), ("hook_exit", .int(Int(exit))),
                     ("hook_stdout", .string(String(decoding: ran.stdout, as: UTF8.self))),
                     ("hook_stderr", .string(String(decoding: ran.stderr, as: UTF8.self))),
                     ("follow_ups", .array(followUps.map { .string($0) })),

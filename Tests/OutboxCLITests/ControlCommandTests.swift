@@ -480,6 +480,8 @@ struct SimulateTests {
         #expect(doc["outcome"]?["outcome"] == .string(outcome))
         #expect(doc["hook_exit"] == .int(3))
         #expect(p.exists("hooks/in-\(outcome).json"))
+        // The outcome shown is what the hook read.
+        #expect(doc["outcome"] == (try JSON.parse(try #require(p.read("hooks/in-\(outcome).json")))))
     }
 
     /// A plugin's background children end with it: its answer is complete when it exits, and

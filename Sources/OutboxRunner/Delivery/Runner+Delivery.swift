@@ -180,15 +180,21 @@ extension Runner {
         if batch.contains(where: { !$0.followUps.isEmpty }) { readAhead.discard() }
     }
 
+    /// What a hook reads on stdin: the journaled outcome with `meta.deliveries`.
+    package static func hookPayload(_ outcome: JSON, deliveries: Int64) -> JSON {
+        var payload = outcome
+        var meta = payload["meta"] ?? .object([])
+        meta.set("deliveries", .int64(deliveries))
+        payload.set("meta", meta)
+        return payload
+    }
+
     /// How a hook is started for an outcome: its payload on stdin with `meta.deliveries`, the
     /// `OUTBOX_*` variables, the project root as its folder, the output cap and the timeouts.
     package static func hookSpec(
         _ hook: CommandSpec, outcome: OutcomeRecord, deliveries: Int64, config: Config, environment: EncodedEnvironment
     ) -> ProcessSpec {
-        var payload = outcome.payload
-        var meta = payload["meta"] ?? .object([])
-        meta.set("deliveries", .int64(deliveries))
-        payload.set("meta", meta)
+        let payload = hookPayload(outcome.payload, deliveries: deliveries)
         let values = HookEnvironment.Values(
             id: outcome.entryID, key: outcome.key, outcome: outcome.outcome.rawValue, deliveries: deliveries,
             generation: outcome.generation)
