@@ -287,6 +287,7 @@ package final class Runner {
         try store.releaseHolds(now: Identifiers.nowMs(), reasons: HoldReason.allCases)
         for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) left by an earlier runner", level: .warn)
+            delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
         }
         for path in try store.cleanOrphans() {
             log("outbox: removed \(path): a staged body no entry owns (left by a process that was killed)", level: .warn)

@@ -119,6 +119,9 @@ struct DeliveryState {
     var hooksRunning: [Int64: String] = [:]
     /// The process groups of the hooks whose processes have not ended yet, by outcome seq.
     var groups: [Int64: (pgid: Int32, startTime: UInt64)] = [:]
+    /// Groups of earlier runners' hooks this runner stopped (a killed leader may linger as a
+    /// zombie until it is reaped, and is not stopped, nor reported, twice).
+    var stoppedEarlierGroups: Set<String> = []  // "pgid:start time": a number alone may be reused
     /// Hooks that exited 0 this turn, acknowledged together (they stay in `hooksRunning` until then).
     var finished: [(seq: Int64, followUps: [NewEntry])] = []
     /// Whether outcomes may have become deliverable since the last look.

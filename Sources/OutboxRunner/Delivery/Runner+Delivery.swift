@@ -40,8 +40,10 @@ extension Runner {
         // A recorded process group on an outcome due again is a hook whose runner died (on
         // a shared store, while this one ran): it is stopped before the outcome goes again.
         if starting.contains(where: { $0.outcome.hookPgid != nil }) {
-            for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
+            for (pgid, start) in try store.recordedHookProcesses()
+            where !delivery.stoppedEarlierGroups.contains("\(pgid):\(start)") && ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
                 log("outbox: stopped hook process group \(pgid) left by a runner that stopped", level: .warn)
+                delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
             }
         }
         guard !starting.isEmpty else {
