@@ -94,7 +94,8 @@ import Testing
 
         let second = try await p.drain()
         #expect(second.stderr.contains("stopped hook process group \(hookGroup) "), "\(second.stderr)")
-        #expect(second.stderr.components(separatedBy: "stopped hook process group").count == 2, "stopped and reported once: \(second.stderr)")
+        #expect(
+            second.stderr.components(separatedBy: "stopped hook process group").count == 2, "stopped and reported once: \(second.stderr)")
         await eventually("the stale hook group to be stopped") { isDead(hookPID) }
         let deliveries = try String(contentsOfFile: p.root + "/hooks/deliveries.log", encoding: .utf8)
         #expect(deliveries == "1\n2\n")

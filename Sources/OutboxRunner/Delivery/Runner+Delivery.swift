@@ -41,7 +41,8 @@ extension Runner {
         // a shared store, while this one ran): it is stopped before the outcome goes again.
         if starting.contains(where: { $0.outcome.hookPgid != nil }) {
             for (pgid, start) in try store.recordedHookProcesses()
-            where !delivery.stoppedEarlierGroups.contains("\(pgid):\(start)") && ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
+            where !delivery.stoppedEarlierGroups.contains("\(pgid):\(start)") && ProcessRunner.killStaleGroup(pgid: pgid, startTime: start)
+            {
                 log("outbox: stopped hook process group \(pgid) left by a runner that stopped", level: .warn)
                 delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
             }
