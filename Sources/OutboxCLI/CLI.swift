@@ -3,103 +3,6 @@ import OutboxModel
 import OutboxRunner
 import OutboxStore
 
-/// Where a call's output goes; tests pass buffers, `main` passes the process's streams.
-package final class Console: @unchecked Sendable {
-    private let writeOut: (String) -> Void
-    private let writeErr: (String) -> Void
-    package let stdoutIsTerminal: Bool
-    package let stderrIsTerminal: Bool
-    /// Up to n bytes of stdin; empty at its end; nil when it cannot be read.
-    private let readIn: (Int) -> [UInt8]?
-    /// Why output written to stdout was lost (a full disk, a closed descriptor), or nil.
-    private let lostOutput: () -> String?
-
-    package init(
-        out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdinChunks: @escaping (Int) -> [UInt8]?,
-        stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false, lostOutput: @escaping () -> String? = { nil }
-    ) {
-        writeOut = out
-        writeErr = err
-        readIn = stdinChunks
-        self.lostOutput = lostOutput
-        self.stdoutIsTerminal = stdoutIsTerminal
-        self.stderrIsTerminal = stderrIsTerminal
-    }
-
-    /// A console whose stdin is one buffer (tests).
-    package convenience init(
-        out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdin: @escaping () -> [UInt8],
-        stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false
-    ) {
-        final class Cursor: @unchecked Sendable { var bytes: [UInt8]?; var offset = 0 }
-        let cursor = Cursor()
-        self.init(
-            out: out, err: err,
-            stdinChunks: { n in
-                if cursor.bytes == nil { cursor.bytes = stdin() }
-                let bytes = cursor.bytes ?? []
-                let end = min(bytes.count, cursor.offset + n)
-                defer { cursor.offset = end }
-                return Array(bytes[cursor.offset..<end])
-            }, stdoutIsTerminal: stdoutIsTerminal, stderrIsTerminal: stderrIsTerminal)
-    }
-
-    /// The process's own stdin, stdout and stderr.
-    package static func standard() -> Console {
-        // A reader that stopped early (`| head`) is not a failure; anything else losing output is.
-        let failure = Locked<Int32?>(nil)
-        return Console(
-            out: { text in
-                if let code = FileIO.writeAll(1, text), code != EPIPE { failure.withLock { $0 = $0 ?? code } }
-            },
-            err: { text in FileIO.writeAll(2, text) },
-            stdinChunks: { n in LineReader.readChunk(fd: 0, n) },
-            stdoutIsTerminal: isatty(1) == 1, stderrIsTerminal: isatty(2) == 1,
-            lostOutput: { failure.withLock { $0 }.map { Errno(code: $0).description } })
-    }
-
-    package func out(_ line: String) { writeOut(line + "\n") }
-    /// Writes text as is (for streaming a large document in pieces).
-    package func write(_ text: String) { writeOut(text) }
-    package func err(_ line: String) { writeErr(line + "\n") }
-    package func rawErr(_ text: String) { writeErr(text) }
-    /// Up to n bytes of stdin (empty at its end, nil when it cannot be read).
-    package func stdinChunk(_ n: Int) -> [UInt8]? { readIn(n) }
-    /// Why output to stdout was lost, or nil.
-    package var outputLost: String? { lostOutput() }
-
-    /// All of stdin, refusing (E_INVALID naming `what`) more than `limit` bytes before reading them.
-    package func readStdin(limit: Int, what: String) throws(OutboxError) -> [UInt8] {
-        var out: [UInt8] = []
-        while true {
-            guard let chunk = readIn(min(65_536, limit + 1 - out.count)) else {
-                throw .invalid("\(what): cannot read stdin: \(Paths.errnoMessage())")
-            }
-            if chunk.isEmpty { return out }
-            out += chunk
-            if out.count > limit { throw .invalid("\(what): stdin is over \(Units.formatBytes(Int64(limit)))") }
-        }
-    }
-}
-
-enum FileIO {
-    /// Writes all of `text`; the errno of a write that failed, or nil.
-    @discardableResult
-    static func writeAll(_ fd: Int32, _ text: String) -> Int32? {
-        var bytes = Array(text.utf8)
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return errno
-            }
-            offset += n
-        }
-        return nil
-    }
-}
-
 /// One call of a command: its arguments, environment, folder and console.
 struct Invocation {
     var args: ParsedArguments
@@ -227,44 +130,6 @@ package enum CLI {
             report(error, json: wantsJSON, console: console)
             return error.code.exitStatus
         }
-    }
-
-    static func report(_ error: OutboxError, json: Bool, console: Console) {
-        if !error.diagnostics.isEmpty {
-            let n = error.diagnostics.count
-            // With --json the document alone reports them: one format at a time.
-            if !json {
-                var sources: [String: String] = [:]
-                for d in error.diagnostics {
-                    if sources[d.path] == nil { sources[d.path] = Paths.readText(d.path) ?? "" }
-                    console.err(d.rendered(source: sources[d.path]))
-                }
-                console.err("outbox: E_CONFIG: \(n) error\(n == 1 ? "" : "s")")
-            } else {
-                console.out(
-                    JSON.object([
-                        (
-                            "error",
-                            .object([
-                                ("code", .string(error.code.rawValue)), ("message", .string("\(n) error\(n == 1 ? "" : "s")")),
-                                ("diagnostics", .array(error.diagnostics.map(diagnosticJSON))),
-                            ])
-                        )
-                    ]).serialized())
-            }
-            return
-        }
-        if json {
-            console.out(
-                JSON.object([("error", .object([("code", .string(error.code.rawValue)), ("message", .string(error.message))]))])
-                    .serialized())
-        } else {
-            console.err("outbox: \(error.code.rawValue): \(TerminalText.visible(error.message))")
-        }
-    }
-
-    static func diagnosticJSON(_ d: Diagnostic) -> JSON {
-        .object([("file", .string(d.path)), ("line", .int(d.line)), ("column", .int(d.column)), ("message", .string(d.message))])
     }
 
     /// The longest command path that matches the first words.
@@ -450,5 +315,3 @@ package enum CLI {
 
 /// The process's working directory (for `main`).
 package func currentDirectory() -> String { Paths.currentDirectory() }
-
-extension Console: EventConsole {}
