@@ -25,14 +25,26 @@ int csystem_fsync_path(const char *path) {
 }
 
 int csystem_lock_file(const char *path) {
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    if (fd < 0) return -errno;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
+    for (int tries = 0; tries < 8; tries++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) return -errno;
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            return -e;
+        }
+        if (csystem_lock_is_named(fd, path)) return fd;
+        /* Removed or replaced between our open and our lock: a lock on a file the path no
+           longer names keeps nobody out, so take the one it names now. */
         close(fd);
-        return -e;
     }
-    return fd;
+    return -ESTALE;
+}
+
+int csystem_lock_is_named(int fd, const char *path) {
+    struct stat held, named;
+    if (fstat(fd, &held) != 0 || stat(path, &named) != 0) return 0;
+    return held.st_dev == named.st_dev && held.st_ino == named.st_ino;
 }
 
 static int write_all(int fd, const char *p, size_t n) {

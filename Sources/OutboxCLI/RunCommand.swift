@@ -109,6 +109,7 @@ enum RunCommand {
             config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: i.cwd,
             options: options, emit: { sink.send($0) }, logger: logger)
         runner.eventsEnabled = events != nil || config.eventsCommand != nil
+        runner.runnerLock = lock
         let summary = try runner.run()
         if i.json {
             console.out(summary.json.serialized())

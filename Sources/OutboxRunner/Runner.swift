@@ -53,6 +53,9 @@ package final class Runner {
     var nextLeaseTick: Int64 = 0
     /// Entries whose lease renewal failed, stopped by the turn's `keepLeases`.
     var leasesLost: Set<String> = []
+    /// The store's runner lock, looked at once a second (`keepRunnerLock`).
+    package var runnerLock: (any RunnerLock)?
+    var nextLockCheck: Int64 = 0
     /// Set when another runner took entries or deliveries this turn chose: the next turn
     /// comes soon instead of after the usual wait.
     var contended = false
@@ -193,6 +196,7 @@ package final class Runner {
             // Results of the last wait become changes, committed with this turn's claims.
             for event in events { try handle(event) }
             try keepLeases()
+            try keepRunnerLock()
             // Follow-ups a hook asked for are enqueued before this turn's claims; other
             // acknowledgements wait to share the commit that counts the next deliveries.
             if delivery.finished.contains(where: { !$0.followUps.isEmpty }) { try acknowledgeFinished(now: Identifiers.nowMs()) }

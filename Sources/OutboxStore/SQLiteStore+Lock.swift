@@ -5,9 +5,31 @@ import OutboxModel
 /// The lock file that makes one process the runner of an SQLite store. The kernel drops
 /// it when the process dies, so a SIGKILLed runner never leaves the store locked.
 final class SQLiteRunnerLock: RunnerLock {
+    private let path: String
     private var fd: Int32
 
-    init(fd: Int32) { self.fd = fd }
+    init(path: String, fd: Int32) {
+        self.path = path
+        self.fd = fd
+    }
+
+    /// A lock file someone removed (a cleaner of old files in /tmp, a hand) keeps no second
+    /// runner out: the lock is taken again on the file the path names now, or, when a runner
+    /// started meanwhile holds that one, this runner must stop.
+    func keep() throws(OutboxError) -> Bool {
+        guard fd >= 0, csystem_lock_is_named(fd, path) == 0 else { return false }
+        let taken = csystem_lock_file(path)
+        if taken == -EWOULDBLOCK || taken == -EAGAIN {
+            let holder = Paths.readText(path)?.trimmingSpaces ?? ""
+            let who = holder.isEmpty ? "" : " (\(holder))"
+            throw .running("\(path) was removed and another runner took the store\(who); this runner stops")
+        }
+        guard taken >= 0 else { throw .storage("cannot lock \(path) again after it was removed: \(Paths.errnoMessage(-taken))") }
+        close(fd)
+        fd = taken
+        SQLiteRunnerLock.writeHolder(fd)
+        return true
+    }
 
     func release() {
         guard fd >= 0 else { return }
@@ -16,6 +38,13 @@ final class SQLiteRunnerLock: RunnerLock {
     }
 
     deinit { release() }
+
+    /// Who holds the lock, for the message of a runner that finds it taken.
+    static func writeHolder(_ fd: Int32) {
+        ftruncate(fd, 0)
+        let text = "pid \(getpid()) since \(Units.rfc3339(ms: Identifiers.nowMs()))\n"
+        _ = text.withCString { pwrite(fd, $0, strlen($0), 0) }
+    }
 }
 
 extension SQLiteStore {
@@ -29,10 +58,8 @@ extension SQLiteStore {
             throw .running("another runner holds the store \(folder)\(holder.isEmpty ? "" : " (\(holder))")")
         }
         guard fd >= 0 else { throw .storage("cannot lock \(path): \(Paths.errnoMessage(-fd))") }
-        ftruncate(fd, 0)
-        let text = "pid \(getpid()) since \(Units.rfc3339(ms: Identifiers.nowMs()))\n"
-        _ = text.withCString { pwrite(fd, $0, strlen($0), 0) }
-        return SQLiteRunnerLock(fd: fd)
+        SQLiteRunnerLock.writeHolder(fd)
+        return SQLiteRunnerLock(path: path, fd: fd)
     }
 
     /// The process holding the runner lock, read from the kernel's lock table without taking

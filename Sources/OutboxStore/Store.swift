@@ -165,6 +165,13 @@ extension Store {
 /// What a runner holds while it runs; released by `release()` or when it is freed.
 package protocol RunnerLock: AnyObject {
     func release()
+    /// Checks the lock is still this runner's, taking it again if it can; true when it had to.
+    /// Throws E_RUNNING when another runner has the store now.
+    func keep() throws(OutboxError) -> Bool
+}
+
+extension RunnerLock {
+    package func keep() throws(OutboxError) -> Bool { false }
 }
 
 /// Who holds claimed entries, and until when. A store shared by several runners writes

@@ -178,6 +178,7 @@ final class BadInputProject: @unchecked Sendable {
                 atPath: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
             try FileManager.default.copyItem(atPath: builtExecutable("outbox"), toPath: copy)
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: copy)
+            atexit { try? FileManager.default.removeItem(atPath: "/tmp/outbox-nobody-\(getpid())") }
             return .success(copy)
         } catch {
             return .failure(FixtureError("cannot copy outbox to \(copy) for nobody: \(error)"))

@@ -12,15 +12,20 @@ import Testing
     /// A tmpfs of `bytes` mounted at a new folder; unmounted when freed.
     final class SmallDisk {
         let path: String
+        private let folder: String
 
         init(in folder: String, bytes: Int) throws {
+            self.folder = folder
             path = folder + "/disk"
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
             let r = try TestHTTPCurl.runExecutable("/bin/mount", ["-t", "tmpfs", "-o", "size=\(bytes)", "tmpfs", path])
             guard r.exitCode == 0 else { throw FixtureError("cannot mount a tmpfs at \(path) (these tests need root): \(r.stderr)") }
         }
 
-        deinit { _ = try? TestHTTPCurl.runExecutable("/bin/umount", ["-l", path]) }
+        deinit {
+            _ = try? TestHTTPCurl.runExecutable("/bin/umount", ["-l", path])
+            try? FileManager.default.removeItem(atPath: folder)
+        }
 
         /// Writes a filler file until the disk is full.
         func fill() {

@@ -41,8 +41,9 @@ struct PostgresStoreTests {
         #expect(error?.message.contains("schema") == true)
     }
 
-    static func folder() -> String {
-        FileManager.default.temporaryDirectory.appendingPathComponent("outbox-pg-\(UUID().uuidString.prefix(12))").path
+    /// A store folder inside the test cluster's, which goes with it when the tests end.
+    static func folder() throws -> String {
+        try PostgresCluster.shared().folder + "/stores/\(UUID().uuidString.prefix(12))"
     }
 
     // A wrong password is E_STORAGE with the server's message, and the password is not in it.
@@ -133,7 +134,7 @@ struct PostgresHostTests {
     @Test func aFileBodyIsClaimedOnlyOnItsHost() throws {
         let cluster = try PostgresCluster.shared()
         let url = try PostgresURL(cluster.url(schema: PostgresCluster.uniqueSchema("hosts")))
-        let base = PostgresStoreTests.folder()
+        let base = try PostgresStoreTests.folder()
         let here = try PostgresStore(url: url, folder: base + "/a", host: "host-a")
         let there = try PostgresStore(url: url, folder: base + "/b", host: "host-b")
         let shared = try PostgresStore(url: url, folder: base + "/a", host: "host-c", sharedStaging: true)

@@ -6,8 +6,11 @@
 /* fsync of a folder (an O_DIRECTORY open); 0 or -errno. */
 int csystem_fsync_dir(const char *path);
 /* Try to take an exclusive flock on path (created 0600, O_CLOEXEC). Returns the fd, or -errno
-   (-EWOULDBLOCK when another process holds it). The lock lives as long as the fd. */
+   (-EWOULDBLOCK when another process holds it). The lock lives as long as the fd; the file
+   locked is always the one path names when it returns. */
 int csystem_lock_file(const char *path);
+/* 1 when path still names the file open as fd (a lock file nobody removed or replaced). */
+int csystem_lock_is_named(int fd, const char *path);
 /* Copies src to dst (created O_EXCL 0600) with copy_file_range, falling back to read/write;
    fsyncs dst. 0 or -errno. */
 int csystem_copy_file(const char *src, const char *dst);

@@ -27,6 +27,17 @@ extension Runner {
         }
     }
 
+    /// Looks once a second whether the runner lock is still this runner's (its file can be
+    /// removed from outside); taken again, it is logged; taken by another runner, this run ends.
+    func keepRunnerLock() throws(OutboxError) {
+        let mono = Identifiers.monotonicMs()
+        guard let runnerLock, mono >= nextLockCheck else { return }
+        nextLockCheck = mono + 1_000
+        if try runnerLock.keep() {
+            log("outbox: the store's runner.lock was removed; this runner locked it again", level: .warn)
+        }
+    }
+
     /// Renews every claim of this runner once a third of the lease has passed since the last
     /// renewal; entries whose renewal failed join `leasesLost`. Returns whether it renewed.
     func renewLeasesIfDue() throws(OutboxError) -> Bool {
