@@ -113,10 +113,16 @@ package enum StoreCopy {
         if oldPrefix != newPrefix {
             try SQLiteStore.makeFolder(to.bodiesFolder)
             for name in Paths.list(from.bodiesFolder) ?? [] where !name.contains(".tmp-") {
-                let rc = csystem_copy_file(oldPrefix + name, newPrefix + name)
+                // Through a temporary name: a file a killed copy left under this name (the target
+                // holds no entry, so none owns it) is replaced, never appended to or refused.
+                let temp = newPrefix + name + ".tmp-\(getpid())-copy"
+                unlink(temp)
+                var rc = csystem_copy_file(oldPrefix + name, temp)
+                if rc == 0, rename(temp, newPrefix + name) != 0 { rc = -errno }
                 guard rc == 0 else {
+                    unlink(temp)
                     for file in copied { unlink(file) }
-                    throw .storage("store copy: cannot copy \(oldPrefix + name): \(Paths.errnoMessage(-rc))")
+                    throw .storage("store copy: cannot copy \(oldPrefix + name) into \(to.bodiesFolder): \(Paths.errnoMessage(-rc))")
                 }
                 copied.append(newPrefix + name)
             }

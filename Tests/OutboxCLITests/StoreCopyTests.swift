@@ -99,6 +99,23 @@ struct StoreCopyTests {
         #expect(p.server.requests(path: "/files/doc").map(\.bodySize) == [70_000])
     }
 
+    // A copy killed after it staged files but before it committed leaves them in the target;
+    // the next copy into that folder replaces them.
+    @Test func aCopyIntoTheLeftoversOfAKilledCopyReplacesThem() async throws {
+        let p = try Self.project()
+        let body = String(repeating: "b", count: 70_000)
+        try p.write("doc.bin", body)
+        #expect(try await p.outbox(["enqueue", "upload", "--vars", #"{"name": "doc", "path": "doc.bin"}"#, "--id", "f"]).exitCode == 0)
+        let staged = try #require(try FileManager.default.contentsOfDirectory(atPath: p.path(".outbox/bodies")).first)
+        #expect(try await p.outbox(["list"], environment: ["OUTBOX_STORE": "copied"]).exitCode == 0)
+        try p.write("copied/bodies/" + staged, "half a copy")
+        let copy = try await p.outbox(["store", "copy", "--to", "copied"])
+        #expect(copy.exitCode == 0, "\(copy)")
+        #expect(p.read("copied/bodies/" + staged) == body)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: p.path("copied/bodies")) == [staged])
+        #expect(try await p.outbox(["audit"], environment: ["OUTBOX_STORE": "copied"]).exitCode == 0)
+    }
+
     // While a runner holds the source, nothing is copied (exit 75).
     @Test func aRunningStoreIsNotCopied() async throws {
         let p = try Self.project()
