@@ -53,6 +53,8 @@ package final class Runner {
     var nextLeaseTick: Int64 = 0
     /// Entries whose lease renewal failed, stopped by the turn's `keepLeases`.
     var leasesLost: Set<String> = []
+    /// A drain's horizon: retries and delays due after it are not claimed in this run.
+    var drainHorizon: Int64?
     /// The store's runner lock, looked at once a second (`keepRunnerLock`).
     package var runnerLock: (any RunnerLock)?
     var nextLockCheck: Int64 = 0
@@ -188,6 +190,7 @@ package final class Runner {
         var shutdown = Shutdown(startedAt: started, graceMs: options.graceMs, maxTimeMs: options.maxTimeMs)
         // A drain's horizon is fixed now: retries and delays cannot push it on forever.
         let horizonEnd = Identifiers.nowMs() + options.horizonMs
+        if options.drain { drainHorizon = horizonEnd }
         var events: [RunnerEvent] = []
         while true {
             // Results are judged against what other processes committed before they came

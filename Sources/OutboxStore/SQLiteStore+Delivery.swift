@@ -8,17 +8,17 @@ extension SQLiteStore {
     /// At most `limit` outcomes (all when nil). Due time and keys are filtered in SQL so that
     /// starting one hook parses a few payloads, not every pending one.
     package func deliverableOutcomes(
-        now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?
+        now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?, horizon: Int64?
     ) throws(OutboxError) -> [OutcomeRecord] {
         let keyList = JSON.array(keys.sorted().map { .string($0) }).serialized()
         let rows = try db.query(
             """
             SELECT \(Self.outcomeColumns) FROM outcomes o
-            WHERE acknowledged = 0 AND COALESCE(next_delivery_at, 0) <= ?
+            WHERE acknowledged = 0 AND COALESCE(next_delivery_at, 0) <= ? AND (deliveries = 0 OR COALESCE(next_delivery_at, 0) <= ?)
               AND key IN (SELECT value FROM json_each(?))
               AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
             ORDER BY seq LIMIT ?
-            """, [.int(now), .text(keyList), .int(limit.map { $0 + excludingIDs.count } ?? -1)], Self.outcome)
+            """, [.int(now), .int(horizon ?? .max), .text(keyList), .int(limit.map { $0 + excludingIDs.count } ?? -1)], Self.outcome)
         let open = rows.filter { !excludingIDs.contains($0.entryID) }
         return limit.map { Array(open.prefix($0)) } ?? open
     }

@@ -26,7 +26,7 @@ extension SQLiteStore {
     }
 
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
-    package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
+    package func dueEntries(now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?) throws(OutboxError) -> [Entry] {
         if try setting(Self.queuePausedSetting) == "1" { return [] }
         // Paused keys and `excluding` (entries the runner holds, or whose changes are not
         // committed yet) are filtered here, so the LIMIT reads no more rows than it returns:
@@ -40,11 +40,13 @@ extension SQLiteStore {
               AND id NOT IN (SELECT value FROM json_each(?))
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
               AND (not_before IS NULL OR not_before <= ?)
+              AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?) AND (not_before IS NULL OR not_before <= ?)
               AND (scope IS NULL OR NOT EXISTS (
                 SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
                   AND o.state IN ('queued', 'running', 'awaiting-auth')))
             ORDER BY seq LIMIT ?
-            """, [.text(excluded), .int(now), .int(now), .int(limit)], entryFromRow)
+            """, [.text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max), .int(limit)],
+            entryFromRow)
     }
 
     /// The generation of each of these entries that is still `running` (absent: cancelled,

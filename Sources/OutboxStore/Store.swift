@@ -108,8 +108,9 @@ package protocol Store: AnyObject {
     /// and a held host's entries are looked at again when its probe ends.
     func releaseHolds(now: Int64, reasons: [HoldReason]) throws(OutboxError)
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and
-    /// scopes; `excluding` are ids the runner holds or has read already.
-    func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry]
+    /// scopes; `excluding` are ids the runner holds or has read already. A drain's `horizon`
+    /// leaves out retries and delays due after it: they wait for the next run.
+    func dueEntries(now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?) throws(OutboxError) -> [Entry]
     /// For each of these entries still running, its generation (absent: cancelled,
     /// replaced or settled by someone else).
     func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64]
@@ -132,8 +133,11 @@ package protocol Store: AnyObject {
 
     // MARK: Hook delivery
 
-    /// The oldest unacknowledged outcome of each id, due now, for `keys`, at most `limit`.
-    func deliverableOutcomes(now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?) throws(OutboxError) -> [OutcomeRecord]
+    /// The oldest unacknowledged outcome of each id, due now, for `keys`, at most `limit`. A
+    /// drain's `horizon` leaves out deliveries due again after it (a hook that keeps failing).
+    func deliverableOutcomes(
+        now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?, horizon: Int64?
+    ) throws(OutboxError) -> [OutcomeRecord]
     /// Counts a delivery before its hook starts; returns the new count.
     func beginDelivery(seq: Int64) throws(OutboxError) -> Int64
     /// Counts a delivery of each outcome before their hooks start; returns the new counts by seq.
@@ -168,6 +172,20 @@ package protocol RunnerLock: AnyObject {
     /// Checks the lock is still this runner's, taking it again if it can; true when it had to.
     /// Throws E_RUNNING when another runner has the store now.
     func keep() throws(OutboxError) -> Bool
+}
+
+extension Store {
+    /// Due entries outside a drain.
+    package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
+        try dueEntries(now: now, limit: limit, excluding: excluding, horizon: nil)
+    }
+
+    /// Deliverable outcomes outside a drain.
+    package func deliverableOutcomes(
+        now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?
+    ) throws(OutboxError) -> [OutcomeRecord] {
+        try deliverableOutcomes(now: now, keys: keys, excludingIDs: excludingIDs, limit: limit, horizon: nil)
+    }
 }
 
 extension RunnerLock {

@@ -38,6 +38,30 @@ struct DrainEndsTests {
         #expect(p.server.requests(path: "/behind/").isEmpty)
     }
 
+    /// While another request is in flight past the horizon, a failing entry is not retried
+    /// and a failing hook not run again once their next turn falls after the horizon.
+    /// Backoffs of 50, 100, 200, 200... ms allow at most 7 attempts within 1 s on any machine.
+    @Test func noRetryOrRedeliveryDuePastTheHorizonWhileARequestIsInFlight() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        _ = try p.write("hooks/fail", "")
+        p.server.script("/slow", [.hold("slow")])
+        try await p.enqueue("t", path: "/slow", id: "slow")
+        try await p.enqueue("t", path: "/status/404", id: "missing")
+        try await p.enqueue("t", path: "/status/200", id: "done")
+        let runner = try p.start(["run", "--drain", "--horizon", "1s"])
+        #expect(await p.server.waitForHeld("slow"))
+        await eventually("the first hook to fail") { !p.deliveries("done").isEmpty }
+        // Time for retries the horizon forbids; what is asserted holds however slow the machine.
+        try await Task.sleep(for: .seconds(4))
+        _ = p.server.release("slow")
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 4, "\(finished.description)")
+        let attempts = p.server.requests(path: "/status/404").count
+        #expect((1...7).contains(attempts), "\(attempts) attempts")
+        #expect((1...7).contains(p.deliveries("done").count), "\(p.deliveries("done").count) deliveries")
+        #expect(try await p.states()["missing"] == "queued")
+    }
+
     /// A second replace of a completed entry whose outcome is not acknowledged still waits
     /// for that outcome: the new body is sent only after the old outcome's hook exits 0.
     @Test func aSecondReplaceStillWaitsForTheOldOutcome() async throws {

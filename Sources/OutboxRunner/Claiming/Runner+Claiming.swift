@@ -106,7 +106,7 @@ extension Runner {
         // shared store each reads a wider window and takes it in its own random order (a
         // scope has one due entry at a time, so its order holds; overall order roughly).
         let window = store.sharesRunners ? want * 4 : want
-        let more = try store.dueEntries(now: now, limit: window, excluding: excluded)
+        let more = try store.dueEntries(now: now, limit: window, excluding: excluded, horizon: drainHorizon)
         readAhead.exhausted = more.count < window
         readAhead.ready += store.sharesRunners ? more.shuffled() : more
     }

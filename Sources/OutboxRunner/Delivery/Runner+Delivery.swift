@@ -21,7 +21,7 @@ extension Runner {
             let keys = Set(definitions.definitions.keys)
             let busy = Set(delivery.hooksRunning.values)
             var candidates = try store.deliverableOutcomes(
-                now: now, keys: keys, excludingIDs: busy, limit: store.sharesRunners ? room * 8 : room)
+                now: now, keys: keys, excludingIDs: busy, limit: store.sharesRunners ? room * 8 : room, horizon: drainHorizon)
             if store.sharesRunners {
                 // Runners that all took the oldest outcomes would mostly claim the same ones:
                 // each takes a random few of them (order holds per id, not across ids).

@@ -10,7 +10,7 @@ extension PostgresStore {
     /// At most `limit` outcomes (all when nil). Due time and keys are filtered in SQL so that
     /// starting one hook parses a few payloads, not every pending one.
     package func deliverableOutcomes(
-        now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?
+        now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?, horizon: Int64?
     ) throws(OutboxError) -> [OutcomeRecord] {
         // No key has a hook: nothing to read (a runner asks at every turn).
         guard !keys.isEmpty else { return [] }
@@ -19,10 +19,11 @@ extension PostgresStore {
             """
             SELECT \(Self.outcomeColumns) FROM outcomes o
             WHERE acknowledged = 0 AND COALESCE(next_delivery_at, 0) <= ? AND COALESCE(delivery_until, 0) < ?
+              AND (deliveries = 0 OR COALESCE(next_delivery_at, 0) <= ?)
               AND key IN (SELECT jsonb_array_elements_text(?::jsonb))
               AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
             ORDER BY seq LIMIT ?
-            """, [.int(now), .int(databaseTime(now)), .text(keyList), .optional(limit.map { Int64($0 + excludingIDs.count) })], Self.outcome
+            """, [.int(now), .int(databaseTime(now)), .int(horizon ?? .max), .text(keyList), .optional(limit.map { Int64($0 + excludingIDs.count) })], Self.outcome
         )
         let open = rows.filter { !excludingIDs.contains($0.entryID) }
         return limit.map { Array(open.prefix($0)) } ?? open

@@ -22,7 +22,7 @@ extension PostgresStore {
 
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds, scopes
     /// and where file bodies are.
-    package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
+    package func dueEntries(now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?) throws(OutboxError) -> [Entry] {
         let excluded = JSON.array(excluding.map { .string($0) }).serialized()
         return try db.query(
             """
@@ -32,12 +32,14 @@ extension PostgresStore {
               AND id NOT IN (SELECT jsonb_array_elements_text(?::jsonb))
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
               AND (not_before IS NULL OR not_before <= ?)
+              AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?) AND (not_before IS NULL OR not_before <= ?)
               AND \(onThisHost)
               AND (scope IS NULL OR NOT EXISTS (
                 SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
                   AND o.state IN ('queued', 'running', 'awaiting-auth')))
             ORDER BY seq LIMIT ?
-            """, [.text(excluded), .int(now), .int(now)] + onThisHostValues + [.int(limit)], entryFromRow)
+            """, [.text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max)] + onThisHostValues
+                + [.int(limit)], entryFromRow)
     }
 
     package func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
