@@ -96,6 +96,9 @@ package struct AppliedChanges: Sendable {
     package var fencedOut: Set<String> = []
     /// Entries a `cancelScope` settled cancelled, as they were before it.
     package var scopeCancelled: [Entry] = []
+    /// Settled entries whose follow-ups were not enqueued, with why: one names an entry being
+    /// sent now with another body (their outcomes carry `follow_up_errors`).
+    package var followUpConflicts: [String: String] = [:]
 
     package init(fencedOut: Set<String> = []) { self.fencedOut = fencedOut }
 }

@@ -48,16 +48,13 @@ extension SQLStore {
         if settles { Fault.point("settle.before-commit") }
         if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.accepted") }
         var remove: [String] = []
-        var keptStaged = StagedBatch()
-        var dropped: [StagedBody] = []
+        var selection = FollowUpSelection(all: followUps, staged: staged)
         var result = AppliedChanges()
-        var anyKept = false
         do throws(OutboxError) {
             try transaction(!followUps.isEmpty) { () throws(OutboxError) in
-                (remove, keptStaged, dropped, result) = ([], StagedBatch(), [], AppliedChanges())
+                (remove, selection, result) = ([], FollowUpSelection(all: followUps, staged: staged), AppliedChanges())
                 // Follow-ups are enqueued only with a settle that applied: a settle fenced out
                 // (its entry was cancelled, replaced or taken meanwhile) leaves no half of its chain.
-                var kept: [NewEntry] = []
                 var offset = 0
                 for change in changes {
                     guard case let .settle(settlement) = change else {
@@ -68,25 +65,19 @@ extension SQLStore {
                     remove += files
                     let range = offset..<(offset + settlement.followUps.count)
                     offset = range.upperBound
-                    if applied {
-                        kept += followUps[range]
-                        keptStaged.bodies += staged.bodies[range]
-                        keptStaged.internals += staged.internals[range]
-                    } else {
-                        dropped += staged.bodies[range]
+                    if !applied {
+                        selection.drop(range)
                         result.fencedOut.insert(settlement.entryID)
+                    } else if let conflict = try runningConflict(settlement.followUps) {
+                        // Not half a chain, and not a runner stopped: the outcome says why.
+                        selection.drop(range)
+                        result.followUpConflicts[settlement.entryID] = conflict.message
+                        try journalFollowUpError(settlement, conflict)
+                    } else {
+                        selection.keep(range)
                     }
                 }
-                // Two settles' `then` may name the same id: the last of an id is the one enqueued.
-                for position in kept.supersededPositions.sorted(by: >) {
-                    kept.remove(at: position)
-                    dropped.append(keptStaged.bodies.remove(at: position))
-                    keptStaged.internals.remove(at: position)
-                }
-                if !kept.isEmpty {
-                    _ = try applyBatch(kept, staged: keptStaged, now: now)
-                }
-                anyKept = !kept.isEmpty
+                try selection.apply { (kept, keptStaged) throws(OutboxError) in _ = try applyBatch(kept, staged: keptStaged, now: now) }
                 try journalReturns()
             }
         } catch {
@@ -95,14 +86,73 @@ extension SQLStore {
             dropReturns()
             throw error
         }
-        if anyKept { Fault.point("followup.committed") }
+        if !selection.kept.isEmpty { Fault.point("followup.committed") }
         if settles { Fault.point("settle.committed") }
         if changes.contains(where: { if case .cancelScope = $0 { true } else { false } }) { Fault.point("scope.cancelled") }
         if changes.contains(where: { if case .partAccepted = $0 { true } else { false } }) { Fault.point("part.recorded") }
-        staging.afterCommit(keptStaged.bodies)
-        for s in dropped { staging.rollback(s) }
+        staging.afterCommit(selection.keptStaged.bodies)
+        for s in selection.dropped { staging.rollback(s) }
         moves.end(staged.ticket)
         finishForget(remove)
         return result
+    }
+
+    /// The first follow-up that names an entry being sent now with another body: the
+    /// same-id rules refuse it (an `enqueue` would exit 75), so its chain cannot be applied.
+    func runningConflict(_ followUps: [NewEntry]) throws(OutboxError) -> (index: Int, key: String, message: String)? {
+        for (index, followUp) in followUps.enumerated() where !followUp.idWasMinted {
+            guard let e = try entry(id: followUp.id), e.state == .running,
+                try decide(e, followUp.prepared.bodyHash) == .rejectRunning
+            else { continue }
+            return (index, followUp.key, "entry \(followUp.id) is being sent now and the new body differs")
+        }
+        return nil
+    }
+
+    /// Adds `follow_up_errors` to the outcome a settle just journaled.
+    func journalFollowUpError(_ settlement: Settlement, _ conflict: (index: Int, key: String, message: String)) throws(OutboxError) {
+        var payload = settlement.payload
+        payload.set(
+            "follow_up_errors",
+            .array([.object([("index", .int(conflict.index)), ("key", .string(conflict.key)), ("message", .string(conflict.message))])]))
+        try db.run(
+            """
+            UPDATE outcomes SET payload = ?
+            WHERE seq = (SELECT MAX(seq) FROM outcomes WHERE entry_id = ? AND generation = ?) AND acknowledged = 0
+            """, [.text(payload.serialized()), .text(settlement.entryID), .int(settlement.generation)])
+    }
+}
+
+/// Which of a batch's staged follow-ups are enqueued: those of the settles or
+/// acknowledgements that applied, and of one id only the last (as if applied one after
+/// another); the rest are dropped and their staged bodies rolled back after the commit.
+struct FollowUpSelection {
+    let all: [NewEntry]
+    let staged: StagedBatch
+    private(set) var kept: [NewEntry] = []
+    private(set) var keptStaged = StagedBatch()
+    private(set) var dropped: [StagedBody] = []
+
+    init(all: [NewEntry], staged: StagedBatch) {
+        self.all = all
+        self.staged = staged
+    }
+
+    mutating func keep(_ range: Range<Int>) {
+        kept += all[range]
+        keptStaged.bodies += staged.bodies[range]
+        keptStaged.internals += staged.internals[range]
+    }
+
+    mutating func drop(_ range: Range<Int>) { dropped += staged.bodies[range] }
+
+    /// Leaves out follow-ups a later one of the same id replaces, then writes the rest.
+    mutating func apply(_ write: ([NewEntry], StagedBatch) throws(OutboxError) -> Void) throws(OutboxError) {
+        for position in kept.supersededPositions.sorted(by: >) {
+            kept.remove(at: position)
+            dropped.append(keptStaged.bodies.remove(at: position))
+            keptStaged.internals.remove(at: position)
+        }
+        if !kept.isEmpty { try write(kept, keptStaged) }
     }
 }

@@ -78,26 +78,43 @@ extension SQLiteStore {
     /// completed or cancelled entry of that generation, all in one transaction: hooks that
     /// ended together cost one commit. An older generation's acknowledgement never forgets a
     /// newer generation.
-    package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) {
-        _ = try acknowledge(batch, thenBegin: [], now: now)
+    @discardableResult
+    package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) -> [Int64: String] {
+        try acknowledge(batch, thenBegin: [], now: now).refused
     }
 
-    package func acknowledge(_ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64) throws(OutboxError) -> [Int64: Int64] {
-        if batch.isEmpty { return try beginDeliveries(seqs: begin) }
+    package func acknowledge(
+        _ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64
+    ) throws(OutboxError) -> (counts: [Int64: Int64], refused: [Int64: String]) {
+        if batch.isEmpty { return (try beginDeliveries(seqs: begin), [:]) }
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
-        // Two hooks (or one) may print the same id: the last line of an id is the one enqueued.
-        let followUps = batch.flatMap(\.followUps).lastOfEachID
-        let staged = try stageBatch(followUps)
+        let followUps = batch.flatMap(\.followUps)
+        let staged = try stageBatch(followUps, repeatsAllowed: true)
         var remove: [String] = []
         var counts: [Int64: Int64] = [:]
+        var refused: [Int64: String] = [:]
+        var selection = FollowUpSelection(all: followUps, staged: staged)
         do throws(OutboxError) {
             try db.transaction { () throws(OutboxError) in
+                (remove, refused, selection) = ([], [:], FollowUpSelection(all: followUps, staged: staged))
                 // Counted per key once for the batch, not one counter write per hook.
                 var tally = CounterTally()
-                for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now, tally: &tally) }
+                var offset = 0
+                for acknowledgement in batch {
+                    let range = offset..<(offset + acknowledgement.followUps.count)
+                    offset = range.upperBound
+                    if let conflict = try runningConflict(acknowledgement.followUps) {
+                        refused[acknowledgement.seq] = conflict.message
+                        selection.drop(range)
+                        continue
+                    }
+                    let (files, acknowledged) = try acknowledgeOne(acknowledgement.seq, now: now, tally: &tally)
+                    remove += files
+                    if acknowledged { selection.keep(range) } else { selection.drop(range) }
+                }
                 try addCounters(tally.take())
-                if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
+                try selection.apply { (kept, keptStaged) throws(OutboxError) in _ = try applyBatch(kept, staged: keptStaged, now: now) }
                 try journalReturns()
                 counts = try countDeliveries(begin)
             }
@@ -108,24 +125,26 @@ extension SQLiteStore {
             throw error
         }
         Fault.point("ack.committed")
-        staging.afterCommit(staged.bodies)
+        staging.afterCommit(selection.keptStaged.bodies)
+        for s in selection.dropped { staging.rollback(s) }
         moves.end(staged.ticket)
         finishForget(remove)
-        return counts
+        return (counts, refused)
     }
 
     package func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
         try acknowledge([Acknowledgement(seq: seq, followUps: followUps)], now: now)
     }
 
-    /// One acknowledgement inside the caller's transaction; returns the files to remove.
-    private func acknowledgeOne(_ seq: Int64, now: Int64, tally: inout CounterTally) throws(OutboxError) -> [String] {
+    /// One acknowledgement inside the caller's transaction; returns the files to remove, and
+    /// whether the outcome was there to acknowledge.
+    private func acknowledgeOne(_ seq: Int64, now: Int64, tally: inout CounterTally) throws(OutboxError) -> ([String], Bool) {
         // Only what the acknowledgement needs: the payload is not read (nor parsed).
         guard
             let o = try db.queryOne(
                 "SELECT entry_id, key, generation FROM outcomes WHERE seq = ? AND acknowledged = 0", [.int(seq)],
                 { (entryID: $0.text(0), key: $0.text(1), generation: $0.int(2)) })
-        else { return [] }
+        else { return ([], false) }
         try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
         tally.add(.hookDeliveries, [("key", o.key)], by: 1)
         // A later outcome of the same generation (an error entry reopened and then
@@ -135,14 +154,14 @@ extension SQLiteStore {
                 "SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
                 [.text(o.entryID)]
             ) { $0.int(0) } ?? 0
-        guard let e = try entry(id: o.entryID) else { return [] }
+        guard let e = try entry(id: o.entryID) else { return ([], true) }
         if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
             // A scope's cancel is a cancel: a moved file that was never sent goes back.
-            return try forget(e, returnMovedFile: true)
+            return (try forget(e, returnMovedFile: true), true)
         } else if e.waitsForDelivery {
             try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
         }
-        return []
+        return ([], true)
     }
 
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError) {

@@ -150,11 +150,18 @@ package protocol Store: AnyObject {
     /// Acknowledges an outcome, applies the hook's enqueues, and forgets a completed or
     /// cancelled entry of that generation, all in one transaction.
     func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError)
-    /// Acknowledges several outcomes, each as `acknowledge(seq:followUps:now:)` does.
-    func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError)
+    /// Acknowledges several outcomes, each as `acknowledge(seq:followUps:now:)` does. Returns
+    /// those refused, by seq, with why: enqueue lines naming an entry being sent now with
+    /// another body (the same-id rules refuse them), so nothing of that hook is applied.
+    /// An outcome forgotten meanwhile (its entry cancelled) applies none of its lines either.
+    @discardableResult
+    func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) -> [Int64: String]
     /// Acknowledges `batch` and counts a delivery of each of `begin`, returning the new
-    /// counts by seq: the hooks that ended and those about to start share one commit.
-    func acknowledge(_ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64) throws(OutboxError) -> [Int64: Int64]
+    /// counts by seq (and the refused acknowledgements): the hooks that ended and those
+    /// about to start share one commit.
+    func acknowledge(
+        _ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64
+    ) throws(OutboxError) -> (counts: [Int64: Int64], refused: [Int64: String])
     /// A failed delivery; `hookStarted` false takes back the delivery counted before its
     /// hook could not start (`deliveries` counts those that reached a hook).
     func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError)
@@ -296,9 +303,11 @@ extension Store {
     }
 
     /// Two commits; a store that can group them does it in one transaction.
-    package func acknowledge(_ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64) throws(OutboxError) -> [Int64: Int64] {
-        try acknowledge(batch, now: now)
-        return try beginDeliveries(seqs: begin)
+    package func acknowledge(
+        _ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64
+    ) throws(OutboxError) -> (counts: [Int64: Int64], refused: [Int64: String]) {
+        let refused = try acknowledge(batch, now: now)
+        return (try beginDeliveries(seqs: begin), refused)
     }
 
     /// One commit per outcome; a store that can group them does it in one transaction.
@@ -308,9 +317,6 @@ extension Store {
         return counts
     }
 
-    package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) {
-        for a in batch { try acknowledge(seq: a.seq, followUps: a.followUps, now: now) }
-    }
 
     /// The only runner of a store claims with the turn's other changes (`markRunning`).
     package var sharesRunners: Bool { false }

@@ -64,8 +64,9 @@ extension Runner {
         } else {
             // The only runner counts them with the acknowledgements of the hooks that ended.
             if !delivery.finished.isEmpty { Fault.point("hook.before-ack") }
-            counts = try store.acknowledge(acknowledgements, thenBegin: seqs, now: now)
-            acknowledged()
+            let done = try store.acknowledge(acknowledgements, thenBegin: seqs, now: now)
+            counts = done.counts
+            try acknowledged(refused: done.refused, now: now)
         }
         Fault.point("hook.counted")
         if counts.count < starting.count {
@@ -162,21 +163,28 @@ extension Runner {
     func acknowledgeFinished(now: Int64) throws(OutboxError) {
         guard !delivery.finished.isEmpty else { return }
         Fault.point("hook.before-ack")
-        try store.acknowledge(acknowledgements, now: now)
-        acknowledged()
+        let refused = try store.acknowledge(acknowledgements, now: now)
+        try acknowledged(refused: refused, now: now)
     }
 
     private var acknowledgements: [Acknowledgement] {
         delivery.finished.map { Acknowledgement(seq: $0.seq, followUps: $0.followUps) }
     }
 
-    /// After the acknowledgements of `delivery.finished` committed.
-    private func acknowledged() {
+    /// After the acknowledgements of `delivery.finished` committed. One the store refused
+    /// (its enqueue lines name an entry being sent now with another body) is a failed
+    /// delivery: nothing of it was applied, and it is delivered again.
+    private func acknowledged(refused: [Int64: String], now: Int64) throws(OutboxError) {
         let batch = delivery.finished
         guard !batch.isEmpty else { return }
         delivery.finished.removeAll()
-        for item in batch { delivery.hooksRunning[item.seq] = nil }
-        summary.delivered += batch.count
+        for item in batch {
+            guard let entryID = delivery.hooksRunning.removeValue(forKey: item.seq) else { continue }
+            if let reason = refused[item.seq] {
+                try failDelivery(seq: item.seq, entryID: entryID, failure: "the hook's enqueue line was refused: \(reason)", now: now)
+            }
+        }
+        summary.delivered += batch.count - refused.count
         delivery.due = true
         // An acknowledgement can make entries due (a hold released, follow-ups enqueued).
         readAhead.exhausted = false
@@ -251,18 +259,10 @@ extension Runner {
             }
         }
         if let failure {
-            let outcome = try store.outcomes(entryID: entryID).first { $0.seq == seq }
-            let deliveries = Int(outcome?.deliveries ?? 1)
-            let delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
             // A hook that could not start was not delivered to: its count is taken back.
             var started = true
             if case .failure = result { started = false }
-            try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure, hookStarted: started)
-            log(
-                "outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))",
-                level: .warn, fields: [("id", .string(entryID))])
-            summary.deliveryFailures += 1
-            delivery.failedIDs.insert(entryID)
+            try failDelivery(seq: seq, entryID: entryID, failure: failure, hookStarted: started, now: now)
             return
         }
         // Acknowledged with the others that ended this turn; until then it counts as running.
@@ -270,13 +270,26 @@ extension Runner {
         delivery.finished.append((seq, followUps))
     }
 
+    /// A delivery that did not end in an acknowledgement: due again after a backoff.
+    func failDelivery(seq: Int64, entryID: String, failure: String, hookStarted: Bool = true, now: Int64) throws(OutboxError) {
+        let outcome = try store.outcomes(entryID: entryID).first { $0.seq == seq }
+        let deliveries = Int(outcome?.deliveries ?? 1)
+        let delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
+        try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure, hookStarted: hookStarted)
+        log(
+            "outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))",
+            level: .warn, fields: [("id", .string(entryID))])
+        summary.deliveryFailures += 1
+        delivery.failedIDs.insert(entryID)
+    }
+
     /// Lines `{"enqueue": {"key", "vars", "id"?, "delay"?}}` printed by a hook; other lines are
     /// ignored. Any invalid enqueue line fails the whole delivery (nothing is applied).
     func hookEnqueues(_ stdout: [UInt8], parent: String) throws(OutboxError) -> [NewEntry] {
         var entries: [NewEntry] = []
         for line in stdout.split(separator: UInt8(ascii: "\n")) {
-            let text = String(decoding: line, as: UTF8.self).trimmingSpaces
-            guard text.hasPrefix("{"), text.contains("\"enqueue\"") else { continue }
+            // Only a line that starts with `{` (as documented): an indented one is other output.
+            guard line.first == UInt8(ascii: "{"), String(decoding: line, as: UTF8.self).contains("\"enqueue\"") else { continue }
             let json: JSON
             // Parsed as printed: a line that is not UTF-8 is refused, not repaired.
             var bytes = Array(line)

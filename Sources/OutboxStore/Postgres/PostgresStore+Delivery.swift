@@ -74,24 +74,38 @@ extension PostgresStore {
     /// completed or cancelled entry of that generation, all in one transaction: hooks that
     /// ended together cost one commit. An older generation's acknowledgement never forgets a
     /// newer generation.
-    package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) {
-        guard !batch.isEmpty else { return }
+    @discardableResult
+    package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) -> [Int64: String] {
+        guard !batch.isEmpty else { return [:] }
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
-        // Two hooks (or one) may print the same id: the last line of an id is the one enqueued.
-        let followUps = batch.flatMap(\.followUps).lastOfEachID
-        let staged = try stageBatch(followUps)
+        let followUps = batch.flatMap(\.followUps)
+        let staged = try stageBatch(followUps, repeatsAllowed: true)
         var remove: [String] = []
+        var refused: [Int64: String] = [:]
+        var selection = FollowUpSelection(all: followUps, staged: staged)
         // A transaction cut before its commit runs again whole, from the claims held before it.
         let claimsBefore = deliveryClaims
         do throws(OutboxError) {
             // Follow-ups are enqueued under the same-id rules (one writer at a time); the rest
             // is fenced by the delivery lease and the outcome's row.
             func body() throws(OutboxError) {
-                remove = []
+                (remove, refused, selection) = ([], [:], FollowUpSelection(all: followUps, staged: staged))
                 deliveryClaims = claimsBefore
-                for acknowledgement in batch { remove += try acknowledgeOne(acknowledgement.seq, now: now) }
-                if !followUps.isEmpty { _ = try applyBatch(followUps, staged: staged, now: now) }
+                var offset = 0
+                for acknowledgement in batch {
+                    let range = offset..<(offset + acknowledgement.followUps.count)
+                    offset = range.upperBound
+                    if let conflict = try runningConflict(acknowledgement.followUps) {
+                        refused[acknowledgement.seq] = conflict.message
+                        selection.drop(range)
+                        continue
+                    }
+                    let (files, acknowledged) = try acknowledgeOne(acknowledgement.seq, now: now)
+                    remove += files
+                    if acknowledged { selection.keep(range) } else { selection.drop(range) }
+                }
+                try selection.apply { (kept, keptStaged) throws(OutboxError) in _ = try applyBatch(kept, staged: keptStaged, now: now) }
                 try journalReturns()
             }
             if followUps.isEmpty { try db.quietTransaction(body) } else { try db.transaction(lock: lockKey, body) }
@@ -103,20 +117,23 @@ extension PostgresStore {
             throw error
         }
         Fault.point("ack.committed")
-        staging.afterCommit(staged.bodies)
+        staging.afterCommit(selection.keptStaged.bodies)
+        for s in selection.dropped { staging.rollback(s) }
         moves.end(staged.ticket)
         finishForget(remove)
+        return refused
     }
 
     package func acknowledge(seq: Int64, followUps: [NewEntry], now: Int64) throws(OutboxError) {
         try acknowledge([Acknowledgement(seq: seq, followUps: followUps)], now: now)
     }
 
-    /// One acknowledgement inside the caller's transaction; returns the files to remove.
-    private func acknowledgeOne(_ seq: Int64, now: Int64) throws(OutboxError) -> [String] {
+    /// One acknowledgement inside the caller's transaction; returns the files to remove, and
+    /// whether the outcome was this runner's to acknowledge.
+    private func acknowledgeOne(_ seq: Int64, now: Int64) throws(OutboxError) -> ([String], Bool) {
         guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome),
             !o.acknowledged
-        else { return [] }
+        else { return ([], false) }
         // A runner whose delivery lease another runner took over acknowledges nothing.
         let fence = deliveryFence(seq)
         deliveryClaims.remove(seq)
@@ -127,7 +144,7 @@ extension PostgresStore {
                   delivery_until = NULL
                 WHERE seq = ? AND acknowledged = 0\(fence.sql)
                 """, [.int(seq)] + fence.values) == 1
-        else { return [] }
+        else { return ([], false) }
         try addCounters([CounterIncrement(.hookDeliveries, [("key", o.key)], by: 1)])
         // A later outcome of the same generation (an error entry reopened and then
         // completed) is still owed: forgetting now would drop it.
@@ -136,14 +153,14 @@ extension PostgresStore {
                 "SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
                 [.text(o.entryID)]
             ) { $0.int(0) } ?? 0
-        guard let e = try entry(id: o.entryID) else { return [] }
+        guard let e = try entry(id: o.entryID) else { return ([], true) }
         if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
             // A scope's cancel is a cancel: a moved file that was never sent goes back.
-            return try forget(e, returnMovedFile: true)
+            return (try forget(e, returnMovedFile: true), true)
         } else if e.waitsForDelivery {
             try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
         }
-        return []
+        return ([], true)
     }
 
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError) {

@@ -1,0 +1,99 @@
+import Foundation
+import OutboxModel
+import TestSupport
+import Testing
+
+/// Follow-ups (`then`, hook enqueue lines) that the same-id rules refuse, and lines of an
+/// outcome forgotten while its hook ran: the runner goes on, nothing half-applied.
+struct FollowUpConflictTests {
+    /// A hook that prints one enqueue line for `b` with id `id` and URL `url`, after waiting
+    /// (when `gate` is given) for that file to appear; `prefix` goes before the line.
+    static func lineHook(id: String, url: String, gate: String? = nil, prefix: String = "") -> String {
+        var script = "#!/bin/sh\ncat > /dev/null\n"
+        if let gate {
+            script += "touch hooks/started\ni=0\nwhile [ ! -e \(gate) ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\n"
+        }
+        script += "printf '%s\\n' '\(prefix){\"enqueue\": {\"key\": \"b\", \"id\": \"\(id)\", \"vars\": {\"url\": \"\(url)\", \"tag\": \"line\"}}}'\n"
+        return script
+    }
+
+    @Test func aThenFollowUpNamingAnEntryInFlightWithAnotherBodyIsJournaledAndTheRunGoesOn() async throws {
+        let a = definition(
+            "a",
+            top: """
+                then:
+                  on_success:
+                    - key: b
+                      id: "next"
+                      vars: { url: "{{ vars.next_url }}", tag: "from-then" }
+                """)
+        let p = try Project(definitions: ["a": a, "b": definition("b")])
+        p.server.script("/held/next", [.hold("next")])
+        try await p.enqueue("b", path: "/held/next", id: "next")
+        let vars = JSON.object([
+            ("url", .string(p.url("/first"))), ("tag", .string("a")), ("next_url", .string(p.url("/from-then"))),
+        ]).serialized()
+        #expect(try await p.outbox(["enqueue", "a", "--vars", vars, "--id", "first"]).exitCode == 0)
+        let runner = try p.start(["run", "--drain", "--horizon", "1h"])
+        #expect(await p.server.waitForHeld("next"))
+        await eventually("the first entry's hook") { !p.deliveries("first").isEmpty }
+        _ = p.server.release("next")
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        #expect(finished.stderr.contains("the follow-ups of first were not enqueued: entry next is being sent now and the new body differs"))
+        let errors = p.deliveries("first").first?["stdin"]?["follow_up_errors"]?.arrayValue ?? []
+        #expect(errors.count == 1)
+        #expect(errors.first?.string("key") == "b")
+        #expect(errors.first?.string("message")?.contains("being sent now") == true)
+        #expect(p.server.requests(path: "/from-then").isEmpty)
+        #expect(p.server.requests(path: "/held/next").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func aHookLineNamingAnEntryInFlightWithAnotherBodyIsDeliveredAgainAfterItSettles() async throws {
+        let h = definition("h", hooks: false) + "on_success: hooks/line.sh\n"
+        let p = try Project(definitions: ["h": h, "b": definition("b")])
+        try p.writeHook("line.sh", Self.lineHook(id: "nextb", url: p.url("/from-line")))
+        p.server.script("/held/nextb", [.hold("nextb")])
+        try await p.enqueue("b", path: "/held/nextb", id: "nextb")
+        try await p.enqueue("h", path: "/status/200", id: "parent")
+        let runner = try p.start(["run", "--drain", "--horizon", "1h"])
+        #expect(await p.server.waitForHeld("nextb"))
+        // The line is refused while nextb is in flight: the outcome is not acknowledged.
+        try await eventually("the line to be refused") { try await p.show("parent")?["outcomes"]?.arrayValue?.first?.string("reason") != nil }
+        #expect(p.server.requests(path: "/from-line").isEmpty)
+        _ = p.server.release("nextb")
+        let finished = await runner.wait()
+        #expect((0...7).contains(finished.exitCode), "\(finished.description)")
+        #expect(finished.stderr.contains("the hook's enqueue line was refused: entry nextb is being sent now and the new body differs"))
+        // Once nextb settled, the redelivery applied the line: nextb again, with the line's body.
+        #expect(p.server.requests(path: "/held/nextb").count == 1)
+        #expect(p.server.requests(path: "/from-line").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func linesOfAnOutcomeCancelledWhileItsHookRanAreNotApplied() async throws {
+        let h = definition("h", hooks: false) + "on_success: hooks/line.sh\n"
+        let p = try Project(definitions: ["h": h, "b": definition("b")])
+        try p.writeHook("line.sh", Self.lineHook(id: "late", url: p.url("/from-cancelled"), gate: "hooks/go"))
+        try await p.enqueue("h", path: "/status/200", id: "parent")
+        let runner = try p.start(["run", "--drain"])
+        await eventually("the hook to start") { p.exists("hooks/started") }
+        #expect(try await p.outbox(["cancel", "parent"]).exitCode == 0)
+        _ = try p.write("hooks/go", "")
+        let finished = await runner.wait()
+        #expect((0...7).contains(finished.exitCode), "\(finished.description)")
+        #expect(p.server.requests(path: "/from-cancelled").isEmpty)
+        #expect(try await p.list().isEmpty)
+    }
+
+    @Test func anIndentedLineIsNotAnEnqueueLine() async throws {
+        let h = definition("h", hooks: false) + "on_success: hooks/line.sh\n"
+        let p = try Project(definitions: ["h": h, "b": definition("b")])
+        try p.writeHook("line.sh", Self.lineHook(id: "indented", url: p.url("/from-indented"), prefix: "  "))
+        try await p.enqueue("h", path: "/status/200", id: "parent")
+        try await p.drain(failures: 0)
+        #expect(p.server.requests(path: "/from-indented").isEmpty)
+        #expect(try await p.list().isEmpty)
+    }
+}
