@@ -317,7 +317,6 @@ extension Store {
         return counts
     }
 
-
     /// The only runner of a store claims with the turn's other changes (`markRunning`).
     package var sharesRunners: Bool { false }
 

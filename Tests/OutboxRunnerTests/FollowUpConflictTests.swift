@@ -13,7 +13,8 @@ struct FollowUpConflictTests {
         if let gate {
             script += "touch hooks/started\ni=0\nwhile [ ! -e \(gate) ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\n"
         }
-        script += "printf '%s\\n' '\(prefix){\"enqueue\": {\"key\": \"b\", \"id\": \"\(id)\", \"vars\": {\"url\": \"\(url)\", \"tag\": \"line\"}}}'\n"
+        script +=
+            "printf '%s\\n' '\(prefix){\"enqueue\": {\"key\": \"b\", \"id\": \"\(id)\", \"vars\": {\"url\": \"\(url)\", \"tag\": \"line\"}}}'\n"
         return script
     }
 
@@ -40,7 +41,8 @@ struct FollowUpConflictTests {
         _ = p.server.release("next")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
-        #expect(finished.stderr.contains("the follow-ups of first were not enqueued: entry next is being sent now and the new body differs"))
+        #expect(
+            finished.stderr.contains("the follow-ups of first were not enqueued: entry next is being sent now and the new body differs"))
         let errors = p.deliveries("first").first?["stdin"]?["follow_up_errors"]?.arrayValue ?? []
         #expect(errors.count == 1)
         #expect(errors.first?.string("key") == "b")
@@ -60,7 +62,9 @@ struct FollowUpConflictTests {
         let runner = try p.start(["run", "--drain", "--horizon", "1h"])
         #expect(await p.server.waitForHeld("nextb"))
         // The line is refused while nextb is in flight: the outcome is not acknowledged.
-        try await eventually("the line to be refused") { try await p.show("parent")?["outcomes"]?.arrayValue?.first?.string("reason") != nil }
+        try await eventually("the line to be refused") {
+            try await p.show("parent")?["outcomes"]?.arrayValue?.first?.string("reason") != nil
+        }
         #expect(p.server.requests(path: "/from-line").isEmpty)
         _ = p.server.release("nextb")
         let finished = await runner.wait()

@@ -23,7 +23,11 @@ extension PostgresStore {
               AND key IN (SELECT jsonb_array_elements_text(?::jsonb))
               AND seq = (SELECT MIN(seq) FROM outcomes p WHERE p.entry_id = o.entry_id AND p.acknowledged = 0)
             ORDER BY seq LIMIT ?
-            """, [.int(now), .int(databaseTime(now)), .int(horizon ?? .max), .text(keyList), .optional(limit.map { Int64($0 + excludingIDs.count) })], Self.outcome
+            """,
+            [
+                .int(now), .int(databaseTime(now)), .int(horizon ?? .max), .text(keyList),
+                .optional(limit.map { Int64($0 + excludingIDs.count) }),
+            ], Self.outcome
         )
         let open = rows.filter { !excludingIDs.contains($0.entryID) }
         return limit.map { Array(open.prefix($0)) } ?? open

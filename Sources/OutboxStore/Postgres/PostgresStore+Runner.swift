@@ -38,7 +38,8 @@ extension PostgresStore {
                 SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
                   AND o.state IN ('queued', 'running', 'awaiting-auth')))
             ORDER BY seq LIMIT ?
-            """, [.text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max)] + onThisHostValues
+            """,
+            [.text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max)] + onThisHostValues
                 + [.int(limit)], entryFromRow)
     }
 
