@@ -292,6 +292,7 @@ package final class Runner {
             log("outbox: put \(requeued) entr\(requeued == 1 ? "y" : "ies") left running by an earlier runner back in the queue")
         }
         try store.releaseHolds(now: Identifiers.nowMs(), reasons: HoldReason.allCases)
+        try store.releaseDeliveryBackoffs(now: Identifiers.nowMs())
         for (pgid, start) in try store.recordedHookProcesses() where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) left by an earlier runner", level: .warn)
             delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")

@@ -25,6 +25,10 @@ extension SQLiteStore {
             """, [.int(now), .int(now), .text(held)])
     }
 
+    package func releaseDeliveryBackoffs(now: Int64) throws(OutboxError) {
+        try db.run("UPDATE outcomes SET next_delivery_at = ? WHERE acknowledged = 0 AND next_delivery_at > ?", [.int(now), .int(now)])
+    }
+
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
     package func dueEntries(now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?) throws(OutboxError) -> [Entry] {
         if try setting(Self.queuePausedSetting) == "1" { return [] }

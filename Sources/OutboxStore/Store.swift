@@ -107,6 +107,9 @@ package protocol Store: AnyObject {
     /// without their reason: a new runner judges its own Wi-Fi, account and hosts at once,
     /// and a held host's entries are looked at again when its probe ends.
     func releaseHolds(now: Int64, reasons: [HoldReason]) throws(OutboxError)
+    /// Outcomes whose hook failed in an earlier run are due now: a failed delivery is tried
+    /// again at the next run, its backoff holds only within a run.
+    func releaseDeliveryBackoffs(now: Int64) throws(OutboxError)
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and
     /// scopes; `excluding` are ids the runner holds or has read already. A drain's `horizon`
     /// leaves out retries and delays due after it: they wait for the next run.

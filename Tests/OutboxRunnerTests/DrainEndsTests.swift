@@ -62,6 +62,22 @@ struct DrainEndsTests {
         #expect(try await p.states()["missing"] == "queued")
     }
 
+    /// A hook that failed is delivered again by the next run, however long the backoff it
+    /// was given in the run before.
+    @Test func aFailedDeliveryIsTriedAgainAtTheNextRun() async throws {
+        let slow = "retry:\n  backoff: { base: 1h, max: 2h, jitter: 0 }\n"
+        let p = try Project(config: slow, definitions: ["t": definition("t")])
+        _ = try p.write("hooks/fail", "")
+        try await p.enqueue("t", path: "/status/200", id: "once")
+        try await p.drain(failures: 4)
+        #expect(p.deliveries("once").count == 1)
+        try FileManager.default.removeItem(atPath: p.path("hooks/fail"))
+        try await p.drain(failures: 0)
+        #expect(p.deliveries("once").map { $0.string("env.deliveries") } == ["1", "2"])
+        #expect(try await p.list().isEmpty)
+        #expect(p.server.requests(path: "/status/200").count == 1)
+    }
+
     /// A second replace of a completed entry whose outcome is not acknowledged still waits
     /// for that outcome: the new body is sent only after the old outcome's hook exits 0.
     @Test func aSecondReplaceStillWaitsForTheOldOutcome() async throws {

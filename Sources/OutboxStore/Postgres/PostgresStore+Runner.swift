@@ -16,6 +16,18 @@ extension PostgresStore {
         }
     }
 
+    /// Outcomes another runner is delivering now (their delivery lease runs) are left alone.
+    package func releaseDeliveryBackoffs(now: Int64) throws(OutboxError) {
+        try db.quietTransaction { () throws(OutboxError) in
+            let released = try db.run(
+                """
+                UPDATE outcomes SET next_delivery_at = ?
+                WHERE acknowledged = 0 AND next_delivery_at > ? AND COALESCE(delivery_until, 0) < ?
+                """, [.int(now), .int(now), .int(databaseTime(now))])
+            if released > 0 { try wakeRunners() }
+        }
+    }
+
     /// Entries whose body is on this host's disk, or anywhere when the staging is shared.
     var onThisHost: String { "(body_host IS NULL OR body_host = ? OR ?::int = 1)" }
     var onThisHostValues: [SQLValue] { [.text(host), .bool(sharedStaging)] }
