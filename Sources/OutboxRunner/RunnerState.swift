@@ -71,6 +71,9 @@ struct Flights {
     /// entry goes back to the queue (its key or the queue was paused), false when it is
     /// dropped (cancelled or replaced).
     var withdrawn: [String: Bool] = [:]
+    /// Failures in a row of an entry's S3 Create or Complete in this run: their backoff grows
+    /// with these, not with the entry's attempts (every part sent counts one).
+    var s3StepFailures: [String: Int] = [:]
     var nextToken: UInt64 = 1
 
     /// The slots as they stand: every held entry not waiting as standby holds one.

@@ -1,5 +1,6 @@
 import Digest
 import Foundation
+import OutboxModel
 import Testing
 import TestSupport
 
@@ -9,7 +10,8 @@ import TestSupport
 
 @Suite struct S3MultipartTests {
     static func definition(
-        endpoint: String, bucket: String, key: String = "{{ vars.relative_path | path }}", extra: String = ""
+        endpoint: String, bucket: String, key: String = "{{ vars.relative_path | path }}", extra: String = "",
+        backoffMax: String = "1s"
     ) -> String {
         """
         key: s3.put
@@ -24,7 +26,7 @@ import TestSupport
             part_size: 5MiB
           file: "{{ vars.path }}"
         retry:
-          backoff: { base: 100ms, max: 1s, jitter: 0 }
+          backoff: { base: 100ms, max: \(backoffMax), jitter: 0 }
         \(extra)
         """
     }
@@ -93,9 +95,12 @@ import TestSupport
 
     /// A sandbox whose definition puts `big.bin` (28 MiB: parts of 5, 5, 5, 5 and 8 MiB) into
     /// the test server, one part at a time, which answers as S3 would.
-    static func stage(config: String = "", partConcurrency: Int = 1, function: String = #function) async throws -> OutboxSandbox {
+    static func stage(
+        config: String = "", partConcurrency: Int = 1, backoffMax: String = "1s", function: String = #function
+    ) async throws -> OutboxSandbox {
         let sandbox = try OutboxSandbox(config: "part_concurrency: \(partConcurrency)\n" + config, function: function)
-        try sandbox.define("s3-put", Self.definition(endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin"))
+        try sandbox.define(
+            "s3-put", Self.definition(endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin", backoffMax: backoffMax))
         try PartFiles.make(sandbox.path("data/big.bin"), size: 28 << 20, seed: 9)
         let server = sandbox.server
         server.script(
@@ -265,6 +270,26 @@ import TestSupport
         #expect(Self.partNumbers(server).sorted() == [1, 2, 3, 4, 5], "no part sent twice")
         #expect(server.requests.filter { $0.method == "HEAD" }.count == 1)
         #expect(!server.requests.contains { $0.method == "DELETE" })
+    }
+
+    /// A Complete that fails is an attempt of its own (an event, a row of the attempt log),
+    /// and backs off as a first failure, not as one after every part the entry sent.
+    @Test func aFailedCompleteIsAnAttemptAndBacksOffAsAFirstFailure() async throws {
+        let sandbox = try await Self.stage(backoffMax: "2h")
+        sandbox.server.script("/crash/big.bin?uploadId=", [.status(500, body: "<Error><Code>InternalError</Code></Error>")])
+        let run = try await sandbox.outbox(["run", "--drain", "--horizon", "0s", "--events", "-"], environment: Self.testingCredentials)
+        #expect(run.status == 0, "\(run.stderr)")
+        let events = run.stdoutText.split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
+        // The query (with the upload id) is redacted in events: Create and Complete are the two POSTs.
+        let posts = events.filter { $0["type"]?.stringValue == "attempt" && $0["method"]?.stringValue == "POST" }
+        #expect(posts.map { $0["http_code"] } == [.int64(200), .int64(500)], "\(run.stderr)")
+        #expect(posts.map { $0["outcome"]?.stringValue } == ["success", "retry"])
+        let complete = posts.last
+        let show = try JSON.parse(try await sandbox.outbox(["show", "big", "--json"]).stdoutText)
+        let at = try #require(complete?["at"]?.int64Value)
+        #expect(show["next_attempt_at"] == .int64(at + 100), "100 ms after the first failure: \(show["next_attempt_at"] ?? .null)")
+        #expect(
+            show["attempts_log"]?.arrayValue?.contains { $0["method"]?.stringValue == "POST" && $0["http_code"] == .int64(500) } == true)
     }
 
     /// A part refused while another is in flight: the abort waits for that one, since S3

@@ -155,6 +155,14 @@ extension Runner {
             // S3 may answer 200 and put an error in the body: to be retried.
             klass = .retry(reason: "CompleteMultipartUpload answered 200 with \(Self.xmlElement("Code", in: result.body) ?? "no result")")
         }
+        // Create, Complete and the HEAD after a lost upload are attempts like the parts: in
+        // the events and the entry's attempt log.
+        let event = OutcomePayloads.attemptEvent(
+            entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url, method: flight.method,
+            partIndex: nil, result: result, outcome: klass, at: now)
+        countAttempt(entry, klass: klass, result: result)
+        emit(event)
+        changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
         if step == .complete, result.status == 404, body.contains("NoSuchUpload") {
             // Completed before a crash (or aborted elsewhere): the object says which.
             startS3Step(.head, entry: entry, target: entry.request.s3!)
@@ -163,6 +171,7 @@ extension Runner {
         entry.lastRequestID = flight.requestID
         switch (step, klass) {
         case (.create, .success):
+            flights.s3StepFailures[entry.id] = nil
             guard let uploadID = Self.xmlElement("UploadId", in: result.body), !uploadID.isEmpty else {
                 failStep(entry, "CreateMultipartUpload answered without an UploadId", result: result, requestID: flight.requestID)
                 return
@@ -171,6 +180,7 @@ extension Runner {
             try store.setS3UploadID(entrySeq: entry.seq, uploadID)
             flights.partJobs[entry.id]?.s3UploadID = uploadID
         case (.complete, .success):
+            flights.s3StepFailures[entry.id] = nil
             flights.partJobs[entry.id] = nil
             settleParts(entry, job: job, result: result)
         case (.head, .success):
@@ -189,8 +199,10 @@ extension Runner {
         case let (_, .retry(reason)):
             flights.partJobs[entry.id] = nil
             flights.running[entry.id] = nil
+            let failures = flights.s3StepFailures[entry.id, default: 0] + 1
+            flights.s3StepFailures[entry.id] = failures
             let next = Backoff.nextAttemptAt(
-                now: now, failures: Int(entry.attempts) + 1, policy: entry.request.retry.backoff,
+                now: now, failures: failures, policy: entry.request.retry.backoff,
                 retryAfterSeconds: result.retryAfterSeconds,
                 retryAfterDate: result.retryAfterDate, expiresAt: entry.expiresAt, random: Double.random(in: 0..<1))
             changes.append(.reschedule(entryID: entry.id, nextAttemptAt: next, reason: reason))
@@ -212,6 +224,7 @@ extension Runner {
     }
 
     private func failStep(_ entry: Entry, _ message: String, result: HTTPResult, requestID: String) {
+        flights.s3StepFailures[entry.id] = nil
         flights.partJobs[entry.id] = nil
         flights.running[entry.id] = nil
         let error = OutcomePayloads.error(.http, message, status: result.status, body: result.body)
