@@ -121,7 +121,8 @@ extension SQLStore {
         return cancelled
     }
 
-    /// `outbox retry`: entries due now, backoff reset (see `Store.retry`). An expired entry
+    /// `outbox retry`: entries due now, backoff reset and a `--delay` hold lifted (see
+    /// `Store.retry`). An expired entry
     /// gets its lifetime again from now, or it would expire again at once.
     package func retry(ids: [String]?, key: String?, errors: Bool, now: Int64) throws(OutboxError) -> [String] {
         // One writer at a time: the entries are read, then written by generation, as the same-id rules do.
@@ -140,7 +141,8 @@ extension SQLStore {
                 if let expiry = e.expiresAt, expiry <= now { expiresAt = now + max(0, expiry - e.createdAt) }
                 try db.run(
                     """
-                    UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, expires_at = ?, updated_at = ?
+                    UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, not_before = NULL,
+                      expires_at = ?, updated_at = ?
                     WHERE seq = ? AND generation = ?
                     """, [.int(now), .optional(expiresAt), .int(now), .int(e.seq), .int(e.generation)])
                 retried.append(e.id)

@@ -173,21 +173,27 @@ extension SQLStore {
             // a header gives one explicitly.
             let explicitKey = p.idempotencyKeyIsExplicit ? p.idempotencyKey : nil
             let headerGeneration = headers.generation
+            // A new hold shows as the next attempt, as on a fresh entry (the later of the two).
+            var next = e.nextAttemptAt
+            if decision == .reopen {
+                next = new.notBefore ?? now
+            } else if let notBefore = new.notBefore, e.state == .queued {
+                next = max(e.nextAttemptAt ?? 0, notBefore)
+            }
             try db.run(
                 """
                 UPDATE entries SET vars = ?, request = ?, expires_at = ?, idempotency_key = COALESCE(?, idempotency_key, ?),
                   header_generation = ?,
                   state = ?, reason = CASE WHEN CAST(? AS TEXT) = 'queued' AND state != 'queued' THEN NULL ELSE reason END,
                   attempts = CASE WHEN CAST(? AS INTEGER) = 1 THEN 0 ELSE attempts END,
-                  next_attempt_at = CASE WHEN CAST(? AS INTEGER) = 1 THEN ? ELSE next_attempt_at END,
+                  next_attempt_at = ?,
                   not_before = COALESCE(?, not_before), updated_at = ?
                 WHERE id = ?
                 """,
                 [
                     .text(varsText), .text(stored.json.serialized()), .int(expiresAt), .optional(explicitKey),
                     .optional(p.idempotencyKey), .int(headerGeneration), .text(newState), .text(newState),
-                    .bool(decision == .reopen), .bool(decision == .reopen),
-                    .int(now), .optional(new.notBefore), .int(now), .text(new.id),
+                    .bool(decision == .reopen), .optional(next), .optional(new.notBefore), .int(now), .text(new.id),
                 ])
             return (EnqueueResult(id: new.id, decision: decision), [])
         case .replace, .newGeneration, .replaceAfterDelivery:

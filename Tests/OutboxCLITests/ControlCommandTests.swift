@@ -111,6 +111,27 @@ struct ControlCommandTests {
         #expect((row["next_attempt_at"]?.int64Value ?? .max) <= Identifiers.nowMs())
     }
 
+    @Test func retryLiftsADelay() throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "plain", "--vars", "{}", "--id", "later", "--delay", "1h").status == 0)
+        #expect(p.run("retry", "later").status == 0)
+        let show = try p.run("show", "later", "--json").json()
+        #expect(show["not_before"] == .null)
+        #expect((show["next_attempt_at"]?.int64Value ?? .max) <= Identifiers.nowMs())
+        #expect(!p.run("explain", "later").out.contains("held until"))
+    }
+
+    @Test func aSameBodyEnqueueWithADelayShowsTheHoldAsTheNextAttempt() throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "plain", "--vars", "{}", "--id", "dq").status == 0)
+        let before = Identifiers.nowMs()
+        #expect(p.run("enqueue", "plain", "--vars", "{}", "--id", "dq", "--delay", "1h").status == 0)
+        let show = try p.run("show", "dq", "--json").json()
+        let notBefore = try #require(show["not_before"]?.int64Value)
+        #expect(notBefore >= before + 3_600_000)
+        #expect(show["next_attempt_at"] == .int64(notBefore))
+    }
+
     @Test(arguments: [[String](), ["a", "--errors"], ["--key", "k", "--errors"]])
     func retryTakesExactlyOneSelection(_ arguments: [String]) throws {
         let p = try CLIProject()
