@@ -45,7 +45,7 @@ struct CommandInfo {
             "Usage: outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.allSatisfy(\.hidden) ? "" : " [options]")",
         ]
         if !details.isEmpty { lines += ["", details] }
-        let all = (options + CLI.globalOptions).filter { !$0.hidden }
+        let all = visibleOptions
         lines += ["", "Options:"]
         let width = all.map { optionLabel($0).count }.max() ?? 0
         for option in all {
@@ -53,6 +53,13 @@ struct CommandInfo {
             lines.append("  " + label + String(repeating: " ", count: width - label.count + 2) + option.help)
         }
         return lines.joined(separator: "\n")
+    }
+
+    /// What help, completion and the manual offer: the command's options, then the global
+    /// ones it has no option of its own for (`--json` of the reading commands), none hidden.
+    var visibleOptions: [OptionSpec] {
+        let own = Set(options.map(\.name))
+        return (options + CLI.globalOptions.filter { !own.contains($0.name) }).filter { !$0.hidden }
     }
 
     func optionLabel(_ o: OptionSpec) -> String {

@@ -32,7 +32,7 @@ package enum CLI {
         OptionSpec(name: "config", valueName: "FILE", help: "the config file (default: config/outbox.yaml here or above; OUTBOX_CONFIG)"),
         OptionSpec(name: "help", valueName: nil, help: "show this help"),
         // Global: a command that prints nothing of its own still reports its errors as JSON.
-        OptionSpec(name: "json", valueName: nil, help: "print JSON on stdout (errors too)", hidden: true),
+        OptionSpec(name: "json", valueName: nil, help: "print JSON on stdout (errors too)"),
     ]
 
     /// Runs one call and returns the process exit status. All error printing happens here.
@@ -88,6 +88,11 @@ package enum CLI {
         if words.first == "--help" || words.first == "-h" || words.first == "help" {
             if words.count > 1, let command = match(Array(words.dropFirst())) {
                 console.out(command.0.help())
+            } else if words.count > 1, !commands.contains(where: { $0.path[0] == words[1] }) {
+                report(
+                    .usage("unknown command \"\(TerminalText.visible(String(words[1].prefix(40))))\" (see outbox --help)"),
+                    json: wantsJSON, console: console)
+                return ErrorCode.usage.exitStatus
             } else {
                 console.out(overview(group: words.count > 1 ? words[1] : nil))
             }

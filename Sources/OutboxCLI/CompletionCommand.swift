@@ -6,10 +6,10 @@ import OutboxStore
 /// come from the binary at completion time (`outbox completion --list keys|ids`).
 enum CompletionCommand {
     static let shells = ["bash", "zsh", "fish"]
-    /// The scripts' way back into the binary; not for people, so hidden.
+    /// The scripts' way back into the binary (also a quick list for people).
     static let listOption = OptionSpec(
         name: "list", valueName: "keys|ids", help: "print the project's definition keys or recent entry ids, one a line",
-        completes: .words(["keys", "ids"]), hidden: true)
+        completes: .words(["keys", "ids"]))
     /// Enough ids to find a recent one by its first letters, few enough to answer at once.
     static let idLimit = 1000
 
@@ -52,7 +52,7 @@ enum CompletionCommand {
 struct CompletionTable {
     let commands = CLI.commands
     /// Options offered before any command.
-    let topOptions = CLI.globalOptions.filter { !$0.hidden }.map { "--" + $0.name } + ["--json", "--version"]
+    let topOptions = CLI.globalOptions.filter { !$0.hidden }.map { "--" + $0.name } + ["--version"]
 
     /// First words of the commands, sorted, each once ("headers" for `headers update`).
     var firstWords: [String] { Set(commands.map { $0.path[0] }).sorted() }
@@ -64,7 +64,7 @@ struct CompletionTable {
         }
     }
 
-    func options(_ command: CommandInfo) -> [OptionSpec] { (command.options + CLI.globalOptions).filter { !$0.hidden } }
+    func options(_ command: CommandInfo) -> [OptionSpec] { command.visibleOptions }
 
     /// "command --option" for every option taking a value, by what completes it.
     func valuedOptions(where wanted: (ValueCompletion) -> Bool) -> [String] {

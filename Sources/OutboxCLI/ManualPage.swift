@@ -67,7 +67,7 @@ enum ManualPage {
         out.append(".SH GLOBAL OPTIONS")
         out.append("These work before the command or after it.")
         for option in CLI.globalOptions where !option.hidden { out += optionItem(option) }
-        out += optionItem(CLI.json) + [".TP", ".B \\-\\-version", "print the version and exit."]
+        out += [".TP", ".B \\-\\-version", "print the version and exit."]
         out += [
             ".SH EXIT STATUS",
             ".TP", ".B 0", "success; outbox run without \\-\\-drain exits 0 when it stops.",

@@ -21,6 +21,12 @@ enum CheckCommand {
         if !diagnostics.isEmpty {
             throw OutboxError(.config, "\(diagnostics.count) error\(diagnostics.count == 1 ? "" : "s")", diagnostics: diagnostics)
         }
+        // What every other command would refuse about the store, without opening it.
+        if Config.isServerStore(project.config.store) {
+            _ = try PostgresURL(project.config.store)
+        } else {
+            try SQLiteStore.checkStoreFolder(project.config.store)
+        }
         let n = set.definitions.count
         let summary = "ok: \(project.config.file ?? "defaults") and \(n) definition\(n == 1 ? "" : "s") in \(project.config.definitions)"
         if i.json {

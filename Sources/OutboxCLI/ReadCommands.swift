@@ -84,6 +84,8 @@ enum ReadCommands {
         doc.set("account", .optionalString(e.account))
         doc.set("header_generation", .int64(e.headerGeneration))
         doc.set("not_before", .optionalInt(e.notBefore))
+        // Every `show` has the same fields: an entry sent whole has no parts (null).
+        doc.set("parts", .null)
         if e.isChunked {
             doc.set(
                 "parts",

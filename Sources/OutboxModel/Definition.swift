@@ -317,7 +317,8 @@ extension Definition {
             do { _ = try URLCheck.validate(url, field: "request.url") } catch { reader.error(u.mark, error.message) }
         }
         if let h = f["headers"] { _ = Config.readHeaders(h, reader: &reader, context: "request.headers") }
-        if let o = f["ownership"], let value = reader.string(o, "request.ownership"),
+        // A template is judged once it renders, at enqueue (E_INVALID).
+        if let o = f["ownership"], let value = reader.string(o, "request.ownership"), !value.contains("{{"),
             !DefinitionFields.request.values("ownership").contains(value)
         {
             reader.error(o.mark, "request.ownership must be copy, move or reference, not \"\(value)\"")

@@ -35,7 +35,6 @@ struct ManualPageTests {
                 #expect(text.contains("--" + option.name), "\(command.name) --\(option.name)")
             }
         }
-        #expect(!text.contains("--list"), "a hidden option is in the page")
         for code in ErrorCode.allCases { #expect(text.contains("\(code.exitStatus)") && text.contains(code.rawValue), "\(code)") }
         for variable in ["OUTBOX_CONFIG"] + Config.environmentOverrides.map(\.variable) {
             #expect(text.contains(variable), "\(variable)")

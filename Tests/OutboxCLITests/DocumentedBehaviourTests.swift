@@ -1,0 +1,77 @@
+import Foundation
+import OutboxModel
+import Testing
+import TestSupport
+
+/// What the docs say the commands do, taken at their word: help, `show`'s fields, what
+/// `check` refuses, and the fields a definition may give as a template.
+struct DocumentedBehaviourTests {
+    @Test func helpOfAnUnknownCommandIsAUsageError() throws {
+        let p = try CLIProject()
+        let r = p.run("help", "nosuch")
+        #expect(r.status == 64, "\(r)")
+        #expect(r.err.contains("E_USAGE: unknown command \"nosuch\""))
+        #expect(p.run("help", "headers").status == 0, "a group lists its commands")
+    }
+
+    @Test(arguments: [["pause"], ["resume"], ["headers", "update"], ["wifi-only"], ["list"]])
+    func helpNamesJSON(_ command: [String]) throws {
+        let p = try CLIProject()
+        let r = p.run(command + ["--help"])
+        #expect(r.status == 0)
+        #expect(r.out.components(separatedBy: "--json").count == 2, "once: \(r.out)")
+    }
+
+    @Test func completionHelpNamesList() throws {
+        let r = try CLIProject().run("completion", "--help")
+        #expect(r.out.contains("--list keys|ids"), "\(r.out)")
+    }
+
+    @Test func showHasPartsForAnEntrySentWhole() throws {
+        let p = try CLIProject()
+        let id = try p.enqueue("plain", vars: "{}")
+        let show = try p.run("show", id, "--json").json()
+        #expect(show.objectValue?.contains { $0.0 == "parts" } == true)
+        #expect(show["parts"] == .null)
+    }
+
+    @Test func checkRefusesABadSchemaName() throws {
+        let p = try CLIProject(config: "store: postgres://u:p@127.0.0.1:1/db?schema=Bad-Name\n")
+        let r = p.run("check")
+        #expect(r.status == 78, "\(r)")
+        #expect(r.err.contains("schema"))
+    }
+
+    @Test func checkRefusesAStoreFolderOfSomeoneElsesFiles() throws {
+        let p = try CLIProject(config: "store: other\n")
+        try p.write("other/file.txt", "mine")
+        let r = p.run("check")
+        #expect(r.status == 78, "\(r)")
+        #expect(r.err.contains("holds files outbox did not make (file.txt)"))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: p.path("other")) == ["file.txt"])
+    }
+
+    @Test func ownershipMayBeATemplate() throws {
+        let p = try CLIProject()
+        try p.write(
+            "definitions/own.yaml",
+            """
+            key: own
+            request:
+              method: PUT
+              url: https://files.example.com/in
+              file: "{{ vars.path }}"
+              ownership: "{{ vars.own }}"
+
+            """)
+        try p.write("data.bin", "payload")
+        #expect(p.run("check").status == 0)
+        let id = try p.enqueue("own", vars: #"{"path": "data.bin", "own": "reference"}"#)
+        let show = try p.run("show", id, "--json").json()
+        #expect(show["request"]?["file"]?["ownership"] == .string("reference"))
+        let bad = p.run("enqueue", "own", "--vars", #"{"path": "data.bin", "own": "steal"}"#)
+        #expect(bad.status == 65, "\(bad)")
+        #expect(bad.err.contains("request.ownership must be copy, move or reference"))
+        #expect(try p.rows().count == 1)
+    }
+}
