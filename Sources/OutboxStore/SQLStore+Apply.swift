@@ -97,6 +97,31 @@ extension SQLStore {
         return result
     }
 
+    /// The acknowledgements of a batch, inside the caller's transaction: one whose enqueue
+    /// lines the same-id rules refuse is left unacknowledged (in `refused`, with why); the
+    /// lines of one not acknowledged (its outcome forgotten, or another runner's) are dropped.
+    /// Returns the files to remove after the commit.
+    func acknowledgeEach(
+        _ batch: [Acknowledgement], selection: inout FollowUpSelection, refused: inout [Int64: String],
+        _ acknowledgeOne: (Int64) throws(OutboxError) -> ([String], Bool)
+    ) throws(OutboxError) -> [String] {
+        var remove: [String] = []
+        var offset = 0
+        for acknowledgement in batch {
+            let range = offset..<(offset + acknowledgement.followUps.count)
+            offset = range.upperBound
+            if let conflict = try runningConflict(acknowledgement.followUps) {
+                refused[acknowledgement.seq] = conflict.message
+                selection.drop(range)
+                continue
+            }
+            let (files, acknowledged) = try acknowledgeOne(acknowledgement.seq)
+            remove += files
+            if acknowledged { selection.keep(range) } else { selection.drop(range) }
+        }
+        return remove
+    }
+
     /// The first follow-up that names an entry being sent now with another body: the
     /// same-id rules refuse it (an `enqueue` would exit 75), so its chain cannot be applied.
     func runningConflict(_ followUps: [NewEntry]) throws(OutboxError) -> (index: Int, key: String, message: String)? {

@@ -97,21 +97,11 @@ extension SQLiteStore {
         var selection = FollowUpSelection(all: followUps, staged: staged)
         do throws(OutboxError) {
             try db.transaction { () throws(OutboxError) in
-                (remove, refused, selection) = ([], [:], FollowUpSelection(all: followUps, staged: staged))
+                (refused, selection) = ([:], FollowUpSelection(all: followUps, staged: staged))
                 // Counted per key once for the batch, not one counter write per hook.
                 var tally = CounterTally()
-                var offset = 0
-                for acknowledgement in batch {
-                    let range = offset..<(offset + acknowledgement.followUps.count)
-                    offset = range.upperBound
-                    if let conflict = try runningConflict(acknowledgement.followUps) {
-                        refused[acknowledgement.seq] = conflict.message
-                        selection.drop(range)
-                        continue
-                    }
-                    let (files, acknowledged) = try acknowledgeOne(acknowledgement.seq, now: now, tally: &tally)
-                    remove += files
-                    if acknowledged { selection.keep(range) } else { selection.drop(range) }
+                remove = try acknowledgeEach(batch, selection: &selection, refused: &refused) { (seq) throws(OutboxError) in
+                    try acknowledgeOne(seq, now: now, tally: &tally)
                 }
                 try addCounters(tally.take())
                 try selection.apply { (kept, keptStaged) throws(OutboxError) in _ = try applyBatch(kept, staged: keptStaged, now: now) }

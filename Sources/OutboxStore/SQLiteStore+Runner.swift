@@ -44,7 +44,8 @@ extension SQLiteStore {
               AND id NOT IN (SELECT value FROM json_each(?))
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
               AND (not_before IS NULL OR not_before <= ?)
-              AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?) AND (not_before IS NULL OR not_before <= ?)
+              AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?)
+              AND (not_before IS NULL OR not_before <= ? OR not_before <= created_at)
               AND (scope IS NULL OR NOT EXISTS (
                 SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
                   AND o.state IN ('queued', 'running', 'awaiting-auth')))

@@ -112,7 +112,8 @@ package protocol Store: AnyObject {
     func releaseDeliveryBackoffs(now: Int64) throws(OutboxError)
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and
     /// scopes; `excluding` are ids the runner holds or has read already. A drain's `horizon`
-    /// leaves out retries and delays due after it: they wait for the next run.
+    /// leaves out retries and delays due after it: they wait for the next run (an entry made
+    /// due at once, as a follow-up with `delay: 0s`, is not delayed).
     func dueEntries(now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?) throws(OutboxError) -> [Entry]
     /// For each of these entries still running, its generation (absent: cancelled,
     /// replaced or settled by someone else).

@@ -87,7 +87,9 @@ enum ReferenceSections {
             let range = ConfigFields.top[field].type.integerRange.map { " (\($0.lowerBound)–\($0.upperBound))" } ?? ""
             rows.append([
                 "`\(variable)`", "every command that needs a project",
-                "overrides the config's `\(field)`\(range); the `run` flags win over it; a bad value is `E_CONFIG`",
+                // Only the limits have `run` flags; no flag names the store.
+                "overrides the config's `\(field)`\(range)"
+                    + (field == "store" ? " (no flag does)" : "; the `run` flags win over it") + "; a bad value is `E_CONFIG`",
             ])
         }
         rows += HookEnvironment.variables.map { ["`\($0.name)`", "set for hooks", $0.meaning] }

@@ -94,20 +94,10 @@ extension PostgresStore {
             // Follow-ups are enqueued under the same-id rules (one writer at a time); the rest
             // is fenced by the delivery lease and the outcome's row.
             func body() throws(OutboxError) {
-                (remove, refused, selection) = ([], [:], FollowUpSelection(all: followUps, staged: staged))
+                (refused, selection) = ([:], FollowUpSelection(all: followUps, staged: staged))
                 deliveryClaims = claimsBefore
-                var offset = 0
-                for acknowledgement in batch {
-                    let range = offset..<(offset + acknowledgement.followUps.count)
-                    offset = range.upperBound
-                    if let conflict = try runningConflict(acknowledgement.followUps) {
-                        refused[acknowledgement.seq] = conflict.message
-                        selection.drop(range)
-                        continue
-                    }
-                    let (files, acknowledged) = try acknowledgeOne(acknowledgement.seq, now: now)
-                    remove += files
-                    if acknowledged { selection.keep(range) } else { selection.drop(range) }
+                remove = try acknowledgeEach(batch, selection: &selection, refused: &refused) { (seq) throws(OutboxError) in
+                    try acknowledgeOne(seq, now: now)
                 }
                 try selection.apply { (kept, keptStaged) throws(OutboxError) in _ = try applyBatch(kept, staged: keptStaged, now: now) }
                 try journalReturns()

@@ -44,7 +44,8 @@ extension PostgresStore {
               AND id NOT IN (SELECT jsonb_array_elements_text(?::jsonb))
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
               AND (not_before IS NULL OR not_before <= ?)
-              AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?) AND (not_before IS NULL OR not_before <= ?)
+              AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?)
+              AND (not_before IS NULL OR not_before <= ? OR not_before <= created_at)
               AND \(onThisHost)
               AND (scope IS NULL OR NOT EXISTS (
                 SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq

@@ -107,20 +107,35 @@ extension StoreConformance {
             #expect(try c.dueIDs(at: t0 + 1) == ["f-1"])
         }
 
-        // An acknowledgement whose follow-ups fail applies nothing: the outcome is still owed.
+        // An acknowledgement whose follow-ups the same-id rules refuse applies nothing and is
+        // refused: the outcome is still owed. The others of its batch are acknowledged.
         @Test(arguments: StoreUnderTest.all)
-        func aFailedAcknowledgementAppliesNothing(_ sut: StoreUnderTest) throws {
+        func aRefusedAcknowledgementAppliesNothing(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
             try c.bring("x", to: .completed)
+            try c.bring("y", to: .completed)
             try c.bring("busy", to: .running)
             let followUps = [try c.entry("f-1", parent: "x"), try c.entry("busy", "note", #"{"n": 2}"#, parent: "x")]
-            let error = #expect(throws: OutboxError.self) {
-                try c.store.acknowledge(seq: try c.pending("x").seq, followUps: followUps, now: t0 + 1)
-            }
-            #expect(error?.code == .running)
+            let x = try c.pending("x").seq
+            let refused = try c.store.acknowledge(
+                [Acknowledgement(seq: x, followUps: followUps), Acknowledgement(seq: try c.pending("y").seq, followUps: [])], now: t0 + 1)
+            #expect(refused == [x: "entry busy is being sent now and the new body differs"])
             #expect(try c.get("x").state == .completed)
             #expect(try c.journal("x") == ["x g1 completed pending"])
+            #expect(try c.store.entry(id: "y") == nil)
             #expect(try c.ids() == ["x", "busy"])
+        }
+
+        // The lines of an outcome that is gone (its entry cancelled while the hook ran) are not applied.
+        @Test(arguments: StoreUnderTest.all)
+        func linesOfAForgottenOutcomeAreNotApplied(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.bring("x", to: .completed)
+            let seq = try c.pending("x").seq
+            #expect(try c.store.cancel(ids: ["x"], key: nil, now: t0 + 1) == ["x"])
+            let refused = try c.store.acknowledge([Acknowledgement(seq: seq, followUps: [try c.entry("f-1", parent: "x")])], now: t0 + 2)
+            #expect(refused.isEmpty)
+            #expect(try c.ids() == [])
         }
 
         // An error entry stays after its outcome is acknowledged (until cancel or a same-id enqueue).
