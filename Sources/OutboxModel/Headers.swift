@@ -22,11 +22,14 @@ package enum HeaderRules {
     }
 
     /// Lowercased names of the headers whose values are secrets whatever their names: those a
-    /// template renders from the environment, and those headers_command gave.
+    /// template renders from the environment (the request's, or its parts'), and those
+    /// headers_command gave.
     package static func secretNames(config: Config, commandHeaders: [(String, String)], request: JSON?) -> Set<String> {
         var names = Set(commandHeaders.map { $0.0.lowercased() })
         for (name, template) in config.headers where Template.readsEnvironment(template) { names.insert(name.lowercased()) }
-        if case let .object(members)? = request {
+        var written = [request?["headers"], request?["parts"]?["headers"]]
+        if case let .array(items)? = request?["parts"] { written += items.map { $0["headers"] } }
+        for case let .object(members)? in written {
             for (name, value) in members {
                 if case let .string(template) = value, Template.readsEnvironment(template) { names.insert(name.lowercased()) }
             }

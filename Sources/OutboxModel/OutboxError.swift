@@ -75,7 +75,7 @@ package struct Diagnostic: Sendable, Equatable {
             for bytes in source.utf8.split(separator: 0x0A, omittingEmptySubsequences: false) {
                 if current == line {
                     let text = String(decoding: bytes, as: UTF8.self)
-                    let lineText = text.utf8.last == 0x0D ? String(decoding: bytes.dropLast(), as: UTF8.self) : text
+                    let lineText = Self.secretValueHidden(text.utf8.last == 0x0D ? String(decoding: bytes.dropLast(), as: UTF8.self) : text)
                     let escapedColumn = TerminalText.visible(String(lineText.prefix(max(0, column - 1)))).count + 1
                     let shown = TerminalText.excerpt(TerminalText.visible(lineText), column: escapedColumn)
                     let caretPad = String(shown.text.prefix(shown.column - 1).map { $0 == "\t" ? "\t" : " " })
@@ -86,5 +86,15 @@ package struct Diagnostic: Sendable, Equatable {
             }
         }
         return out
+    }
+
+    /// A source line that gives a credential header (`Authorization: Bearer ...`) with its value
+    /// shown as `[redacted]`: the error print goes to terminals and logs, where secrets never go.
+    static func secretValueHidden(_ line: String) -> String {
+        let trimmed = line.drop { $0 == " " || $0 == "\t" || $0 == "-" }
+        guard let colon = trimmed.firstIndex(of: ":") else { return line }
+        let name = trimmed[..<colon].filter { $0 != "\"" && $0 != "'" }.lowercased()
+        guard ["authorization", "cookie", "proxy-authorization"].contains(name) else { return line }
+        return String(line[..<colon]) + ": [redacted]"
     }
 }

@@ -21,6 +21,18 @@ package struct FileIdentity: Sendable, Equatable {
         self.mode = mode
     }
 
+    /// The file at `path` as it is now: E_FILE_MISSING when it is not there, E_INVALID when it
+    /// is not a regular file; `field` names it in the message.
+    package static func of(_ path: String, field: String) throws(OutboxError) -> FileIdentity {
+        // The system reads a path up to its first NUL: it would name another file than the one given.
+        guard !path.utf8.contains(0) else { throw .invalid("\(field): the path contains a NUL character") }
+        guard let info = FileInfo.stat(path) else {
+            throw .fileMissing("\(field): no such file \(path)")
+        }
+        guard info.isRegular else { throw .invalid("\(field): \(path) is not a regular file") }
+        return FileIdentity(path: path, size: info.size, mtimeNs: info.mtimeNs, inode: info.inode, mode: info.mode)
+    }
+
     /// Whether a file found now is still this one (size, mtime and inode; `ownership: reference`).
     package func matches(size: Int64, mtimeNs: Int64, inode: UInt64) -> Bool {
         size == self.size && mtimeNs == self.mtimeNs && inode == self.inode

@@ -59,7 +59,7 @@ package enum RequestBuilder {
             if let moved = inputs.movedFiles[absolute], !Paths.exists(absolute) {
                 identity = moved
             } else {
-                identity = try statFile(absolute, field: "request.file")
+                identity = try FileIdentity.of(absolute, field: "request.file")
                 fileIsAtItsPath = true
             }
             fileIdentity = identity
@@ -97,7 +97,7 @@ package enum RequestBuilder {
             headers = HeaderRules.merge(headers, try renderHeaders(h, ctx: ctx, field: "request.headers"))
         }
         if let storageClass = s3?.target.storageClass { headers = HeaderRules.merge(headers, [("x-amz-storage-class", storageClass)]) }
-        let secretHeaders = HeaderRules.secretNames(config: config, commandHeaders: inputs.commandHeaders, request: tree["headers"])
+        let secretHeaders = HeaderRules.secretNames(config: config, commandHeaders: inputs.commandHeaders, request: tree)
 
         let present = Definition.bodyKinds.filter { tree[$0] != nil }
         if present.count > 1 {
@@ -232,14 +232,6 @@ package enum RequestBuilder {
         return prepared
     }
 
-    package static func statFile(_ path: String, field: String) throws(OutboxError) -> FileIdentity {
-        guard let info = FileInfo.stat(path) else {
-            throw .fileMissing("\(field): no such file \(path)")
-        }
-        guard info.isRegular else { throw .invalid("\(field): \(path) is not a regular file") }
-        return FileIdentity(path: path, size: info.size, mtimeNs: info.mtimeNs, inode: info.inode, mode: info.mode)
-    }
-
     static func renderHeaders(_ tree: JSON, ctx: TemplateContext, field: String) throws(OutboxError) -> [(String, String)] {
         guard case let .object(members) = tree else { throw .invalid("\(field) must be an object of header names to values") }
         var out: [(String, String)] = []
@@ -287,7 +279,7 @@ package enum RequestBuilder {
             case let (nil, f?):
                 guard let path = f.stringValue else { throw .invalid("\(at).file must be a path") }
                 let absolute = Paths.absolute(path, relativeTo: inputs.cwd)
-                field.file = try statFile(absolute, field: "\(at).file")
+                field.file = try FileIdentity.of(absolute, field: "\(at).file")
                 if let problem = Paths.readProblem(absolute) { throw .fileMissing("\(at).file: cannot read \(absolute): \(problem)") }
             default:
                 throw .invalid("\(at) needs exactly one of value or file")

@@ -119,14 +119,15 @@ package final class Runner {
                 newConfig.store = config.store
                 options.limits.apply(to: &newConfig)
             } catch {
-                for d in error.diagnostics { log(d.rendered(source: Paths.readText(d.path)), level: .error) }
+                // One line each in the log: the source line would be a second (and may hold a secret).
+                for d in error.diagnostics { log(d.rendered(source: nil), level: .error) }
                 log("outbox: reload: \(error.message) in \(file); the config in use is kept", level: .error)
                 return
             }
         }
         let newDefinitions = DefinitionSet.load(folder: newConfig.definitions)
         guard newDefinitions.diagnostics.isEmpty else {
-            for d in newDefinitions.diagnostics { log(d.rendered(source: newDefinitions.sources[d.path]), level: .error) }
+            for d in newDefinitions.diagnostics { log(d.rendered(source: nil), level: .error) }
             let n = newDefinitions.diagnostics.count
             log(
                 "outbox: reload: \(n) error\(n == 1 ? "" : "s") in the definitions; the config and definitions in use are kept",

@@ -51,6 +51,48 @@ struct DocumentedBehaviourTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: p.path("other")) == ["file.txt"])
     }
 
+    /// A parts header rendered from the environment is a secret like a request header:
+    /// redacted by render and show, and a credential for redirects to another host.
+    @Test func aPartsHeaderFromTheEnvironmentIsASecret() throws {
+        let p = try CLIProject()
+        try p.write(
+            "definitions/pr.yaml",
+            """
+            key: pr
+            request:
+              method: PUT
+              file: "{{ vars.path }}"
+              parts:
+                plan: { min: 1KiB, max: 2KiB }
+                url: "https://files.example.com/p{{ part.number }}"
+                headers:
+                  X-Token: "{{ env.TOKEN }}"
+
+            """)
+        try p.write("data.bin", String(repeating: "d", count: 3000))
+        p.environment["TOKEN"] = "PART-SECRET-9"
+        let vars = #"{"path": "data.bin"}"#
+        let render = p.run("render", "pr", "--vars", vars, "--json")
+        #expect(render.status == 0, "\(render)")
+        #expect(!render.out.contains("PART-SECRET-9"), "\(render.out)")
+        let id = try p.enqueue("pr", vars: vars)
+        for args in [["show", id, "--json"], ["show", id]] {
+            let r = p.run(args)
+            #expect(r.status == 0 && !r.out.contains("PART-SECRET-9"), "\(args): \(r.out)")
+        }
+        let stored = try p.sqlite("SELECT request FROM entries")
+        #expect(stored.contains("\"secret_headers\":[\"authorization\",\"x-token\"]"), "\(stored)")
+    }
+
+    /// A source line that gives a credential is shown with its value hidden in the error print.
+    @Test func anErrorOnACredentialLineHidesItsValue() throws {
+        let p = try CLIProject(config: "headers:\n  Authorization: \"Bearer LINE-SECRET-5 {{ vars.a\"\n")
+        let r = p.run("check")
+        #expect(r.status == 78, "\(r)")
+        #expect(r.err.contains("Authorization: [redacted]"), "\(r.err)")
+        #expect(!r.err.contains("LINE-SECRET-5"))
+    }
+
     @Test func ownershipMayBeATemplate() throws {
         let p = try CLIProject()
         try p.write(

@@ -23,6 +23,12 @@ struct ReloadTests {
         runner.signal(SIGHUP)
         await eventually("the refused reload logged") { runner.stderrSoFar.contains("the config and definitions in use are kept") }
         #expect(runner.stderrSoFar.contains("broken.yaml:3:3: error: unknown field \"methd\""), "\(runner.stderrSoFar)")
+        // One log line per error: the source line is not printed (it may hold a credential).
+        try FileManager.default.removeItem(atPath: p.path("definitions/broken.yaml"))
+        try p.writeConfig(fastConfig + "headers:\n  X-Key: \"RELOAD-SECRET-3 {{ vars.a\"\n")
+        runner.signal(SIGHUP)
+        await eventually("the refused config logged") { runner.stderrSoFar.contains("the config in use is kept") }
+        #expect(!runner.stderrSoFar.contains("RELOAD-SECRET-3"), "\(runner.stderrSoFar)")
 
         p.server.release("a")
         await eventually("the outcome delivered to the reloaded hook") { p.deliveries("a").count == 1 }

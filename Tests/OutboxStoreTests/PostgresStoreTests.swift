@@ -56,6 +56,16 @@ struct PostgresStoreTests {
         #expect(error?.message.contains("not-the-password-42") == false)
     }
 
+    // A URL libpq cannot read is quoted back by it whole: the password is taken out.
+    @Test(arguments: ["postgres://u:PGSECRET42@[bad/db", "postgres://u:PG%zzSECRET42@127.0.0.1:1/db", "postgres://u:PG%41SECRET42@[bad/db"])
+    func libpqsMessageNeverShowsThePassword(_ text: String) throws {
+        let url = try PostgresURL(text)
+        let error = #expect(throws: OutboxError.self) { try PostgresStore(url: url, folder: Self.folder()) }
+        #expect(error?.code == .storage)
+        #expect(error?.message.contains("SECRET42") == false, "\(error?.message ?? "")")
+        #expect(error?.message.contains("***") == true)
+    }
+
     // A server that is not there is E_STORAGE naming the store.
     @Test func aServerThatIsDownIsAStorageError() throws {
         let cluster = try PostgresCluster.shared()

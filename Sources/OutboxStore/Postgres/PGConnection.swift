@@ -72,13 +72,13 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
 
     /// Connects with a libpq connection URI; E_STORAGE with the server's message when that
     /// fails (the password never appears in it).
-    init(uri: String, name: String) throws(OutboxError) {
+    init(uri: String, name: String, scrub: (String) -> String = { $0 }) throws(OutboxError) {
         self.name = name
         let pq = try LibPQ.get()
         self.pq = pq
         guard let c = pq.connectdb(uri) else { throw .storage("cannot connect to the PostgreSQL store \(name): out of memory") }
         guard pq.status(c) == CONNECTION_OK else {
-            let message = Self.trimmed(pq.errorMessage(c))
+            let message = scrub(Self.trimmed(pq.errorMessage(c)))
             pq.finish(c)
             throw .storage("cannot connect to the PostgreSQL store \(name): \(message)")
         }

@@ -52,7 +52,7 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
         let bodies = Paths.join(folder, "bodies")
         staging = Staging(bodiesDir: bodies)
         moves = MoveJournal(folder: Paths.join(folder, "moves"))
-        db = try PGConnection(uri: url.connectionURI, name: url.redacted)
+        db = try PGConnection(uri: url.connectionURI, name: url.redacted, scrub: url.scrub)
         try db.setSession("schema", "SET search_path TO \"\(url.schema)\"")
         try Self.migrate(db, url: url)
         clockOffset = try Self.measureClockOffset(db)

@@ -9,6 +9,8 @@ package struct PostgresURL: Sendable, Equatable {
     package var schema: String
     /// The URL with its password replaced by `***`.
     package var redacted: String
+    /// The password as written (and percent-decoded), for `scrub`.
+    private var passwords: [String] = []
 
     /// Whether a store value names a PostgreSQL server rather than a folder.
     package static func isPostgres(_ text: String) -> Bool {
@@ -33,9 +35,13 @@ package struct PostgresURL: Sendable, Equatable {
         // The password sits between the user's ':' and the last '@' of the authority.
         let authorityEnd = rest.firstIndex(of: "/") ?? rest.endIndex
         var shown = rest
+        var secrets: [String] = []
         if let at = rest[..<authorityEnd].lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") {
             shown = String(rest[...colon]) + "***" + String(rest[at...])
+            secrets.append(String(rest[rest.index(after: colon)..<at]))
         }
+        secrets += query.filter { $0.0 == "password" }.map(\.1)
+        passwords = (secrets + secrets.map(Self.percentDecoded)).filter { !$0.isEmpty }
         let schema = query.first { $0.0 == "schema" }?.1 ?? "outbox"
         guard Self.isIdentifier(schema) else {
             throw OutboxError(
@@ -56,6 +62,39 @@ package struct PostgresURL: Sendable, Equatable {
         }
         connectionURI = "\(scheme)://\(rest)?" + kept.map { "\($0.0)=\($0.1)" }.joined(separator: "&")
         redacted = "\(scheme)://\(shown)?schema=\(schema)"
+    }
+
+    /// A message from libpq with the password taken out: a URL it cannot parse is quoted
+    /// back whole, the password in it.
+    package func scrub(_ message: String) -> String {
+        var text = message
+        for secret in passwords.sorted(by: { $0.count > $1.count }) { text = text.replacing(secret, with: "***") }
+        return text
+    }
+
+    /// `%XX` sequences as bytes; a bad one stays as written (libpq quotes it so).
+    static func percentDecoded(_ text: String) -> String {
+        func hex(_ b: UInt8) -> UInt8? {
+            switch b {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
+            case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): b - UInt8(ascii: "A") + 10
+            default: nil
+            }
+        }
+        let bytes = Array(text.utf8)
+        var out: [UInt8] = []
+        var i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let high = hex(bytes[i + 1]), let low = hex(bytes[i + 2]) {
+                out.append(high << 4 | low)
+                i += 3
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     static func isIdentifier(_ text: String) -> Bool {
