@@ -62,11 +62,11 @@ package enum PayloadFields {
         PayloadField("error.body_encoding", "that body is not UTF-8", "`base64`"),
         PayloadField("reason", "scope cancels", "`scope`"),
         PayloadField(
-            "follow_up_errors", "a `then` follow-up could not be built",
+            "follow_up_errors", "a `then` follow-up could not be built or applied",
             "none of the outcome's follow-ups was enqueued; one item per failure"),
         PayloadField("follow_up_errors.index", "as above", "the follow-up's index in its list"),
         PayloadField("follow_up_errors.key", "as above", "its key as written"),
-        PayloadField("follow_up_errors.message", "as above", "why it could not be built"),
+        PayloadField("follow_up_errors.message", "as above", "why it could not be built or applied"),
     ]
 
     package static let stateEvent: [PayloadField] = [
