@@ -179,7 +179,9 @@ package final class Runner {
                 giveUp: { [stopRequests = options.stopRequests] in
                     stopRequests() > 0 || maxTimeEnd.map { Identifiers.monotonicMs() >= $0 } ?? false
                 },
-                log: { [logger] line in logger.log(.warn, line) }))
+                log: { [logger] line in logger.log(.warn, line) },
+                // Tries close enough together that a server back within the lease is seen before it ends.
+                maxDelayMs: Int(min(5_000, max(100, lease.durationMs / 6)))))
         try recoverFromEarlierRunners()
         factory.heartbeat = pluginHeartbeat()
         if options.progress == .always || (options.progress == .auto && options.stderrIsTerminal) {

@@ -65,8 +65,12 @@ protocol CopyableStore: Store {
     /// Where this store stages file bodies.
     var bodiesFolder: String { get }
     func exportRows(_ table: String, _ columns: [(String, StoreTables.Kind)]) throws(OutboxError) -> [[SQLValue]]
-    /// Writes every table in one transaction (the store was empty).
-    func importTables(_ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])]) throws(OutboxError)
+    /// Writes every table in one transaction (the store was empty); `beforeCommit` may still
+    /// refuse it.
+    func importTables(
+        _ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])],
+        beforeCommit: () throws(OutboxError) -> Void
+    ) throws(OutboxError)
 }
 
 /// `outbox store copy`: a stopped store into an empty one, SQLite and PostgreSQL either way.
@@ -89,6 +93,9 @@ package enum StoreCopy {
     ) throws(OutboxError) -> Summary {
         let sourceLock = try source.lockExclusively()
         defer { sourceLock.release() }
+        // Commands that write are not held off by the lock: a change to the source while it is
+        // copied must not be left out of the copy unseen.
+        let sourceVersion = try source.dataVersion()
         let target = try openTarget()
         guard let from = source as? any CopyableStore, let to = target as? any CopyableStore else {
             throw .invalid("store copy: this store cannot be copied")
@@ -141,7 +148,13 @@ package enum StoreCopy {
             }
         }
         do throws(OutboxError) {
-            try to.importTables(tables)
+            try to.importTables(tables) { () throws(OutboxError) in
+                guard try source.dataVersion() == sourceVersion else {
+                    throw .running(
+                        "store copy: the source changed while it was copied (a command wrote to it); nothing was copied: copy again once nothing writes to it"
+                    )
+                }
+            }
         } catch {
             for file in copied { unlink(file) }
             throw error
@@ -177,12 +190,16 @@ extension SQLiteStore: CopyableStore {
         }
     }
 
-    func importTables(_ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])]) throws(OutboxError) {
+    func importTables(
+        _ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])],
+        beforeCommit: () throws(OutboxError) -> Void
+    ) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             for table in tables {
                 let sql = StoreTables.insertSQL(table.name, table.columns)
                 for row in table.rows { try db.run(sql, row) }
             }
+            try beforeCommit()
         }
     }
 }
@@ -201,7 +218,10 @@ extension PostgresStore: CopyableStore {
 
     /// Rows keep their numbers; the identity sequences then continue after them, and
     /// entries whose body is on this host's disk record it.
-    func importTables(_ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])]) throws(OutboxError) {
+    func importTables(
+        _ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])],
+        beforeCommit: () throws(OutboxError) -> Void
+    ) throws(OutboxError) {
         // One writer at a time: the rows keep their numbers, as if enqueued in one go.
         try db.transaction(lock: lockKey) { () throws(OutboxError) in
             for table in tables {
@@ -215,6 +235,7 @@ extension PostgresStore: CopyableStore {
             for e in try list(ListFilter()) where !e.body.files.isEmpty {
                 try db.run("UPDATE entries SET body_host = ? WHERE seq = ?", [.text(host), .int(e.seq)])
             }
+            try beforeCommit()
         }
     }
 }

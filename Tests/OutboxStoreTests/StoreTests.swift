@@ -602,3 +602,30 @@ struct StoreHeadersUpdateTests {
         #expect(old.headerGeneration == 1)
     }
 }
+
+/// `store copy` while a command writes to the source: the copy notices and commits nothing.
+struct StoreCopyWhileWrittenTests {
+    @Test func aSourceChangedDuringTheCopyLeavesTheTargetEmpty() throws {
+        let f = try StoreFixture()
+        _ = try f.enqueue("a", "note", #"{"n": 1}"#)
+        let targetFolder = f.root + "/copied"
+        let late = try f.entry("b", "note", #"{"n": 2}"#)
+        let error = #expect(throws: OutboxError.self) {
+            _ = try StoreCopy.copy(
+                from: f.store,
+                to: { () throws(OutboxError) -> any Store in
+                    // Another process's enqueue, after the copy took the source.
+                    _ = try SQLiteStore(folder: f.storeFolder).enqueue([late], now: 2_000)
+                    return try SQLiteStore(folder: targetFolder)
+                }, targetName: targetFolder)
+        }
+        #expect(error?.code == .running)
+        #expect(error?.message.contains("the source changed while it was copied") == true)
+        #expect(try SQLiteStore(folder: targetFolder).list(ListFilter()).isEmpty)
+        #expect(try f.store.list(ListFilter()).map(\.id).sorted() == ["a", "b"])
+        // Once nothing writes to it, the copy goes through.
+        let summary = try StoreCopy.copy(
+            from: f.store, to: { () throws(OutboxError) -> any Store in try SQLiteStore(folder: targetFolder) }, targetName: targetFolder)
+        #expect(summary.entries == 2)
+    }
+}

@@ -31,7 +31,7 @@ extension PGConnection {
                 + "what this process held goes back to the queue when its leases run out (\(error.message))")
     }
 
-    /// Connects again (every 0.1 s, backing off to 5 s) and restores the session, until
+    /// Connects again (every 0.1 s, backing off to the policy's longest wait) and restores the session, until
     /// that works or the policy gives up (then `error` is thrown).
     func connectAgain(after error: OutboxError, _ policy: ReconnectPolicy) throws(OutboxError) {
         // A runner stopping while the server is away does not announce a reconnect per statement.
@@ -64,7 +64,7 @@ extension PGConnection {
                     throw error
                 } catch {}
             }
-            delayMs = min(delayMs * 2, 5_000)
+            delayMs = min(delayMs * 2, max(policy.maxDelayMs, 100))
         }
     }
 }
@@ -74,9 +74,13 @@ extension PGConnection {
 package struct ReconnectPolicy: Sendable {
     package var giveUp: @Sendable () -> Bool
     package var log: @Sendable (String) -> Void
+    /// The longest wait between two tries: a runner keeps it well under its lease, so a server
+    /// back within the lease is found in time to renew.
+    package var maxDelayMs: Int
 
-    package init(giveUp: @escaping @Sendable () -> Bool, log: @escaping @Sendable (String) -> Void) {
+    package init(giveUp: @escaping @Sendable () -> Bool, log: @escaping @Sendable (String) -> Void, maxDelayMs: Int = 5_000) {
         self.giveUp = giveUp
         self.log = log
+        self.maxDelayMs = maxDelayMs
     }
 }
