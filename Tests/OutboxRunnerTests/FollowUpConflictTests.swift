@@ -18,6 +18,12 @@ struct FollowUpConflictTests {
         return script
     }
 
+    /// Key `h`, whose hook is `hooks/line.sh`, and key `b`, which its lines enqueue.
+    static func lineProject(function: String = #function) throws -> Project {
+        let h = definition("h", hooks: false) + "on_success: hooks/line.sh\n"
+        return try Project(definitions: ["h": h, "b": definition("b")], function: function)
+    }
+
     @Test func aThenFollowUpNamingAnEntryInFlightWithAnotherBodyIsJournaledAndTheRunGoesOn() async throws {
         let a = definition(
             "a",
@@ -53,8 +59,7 @@ struct FollowUpConflictTests {
     }
 
     @Test func aHookLineNamingAnEntryInFlightWithAnotherBodyIsDeliveredAgainAfterItSettles() async throws {
-        let h = definition("h", hooks: false) + "on_success: hooks/line.sh\n"
-        let p = try Project(definitions: ["h": h, "b": definition("b")])
+        let p = try Self.lineProject()
         try p.writeHook("line.sh", Self.lineHook(id: "nextb", url: p.url("/from-line")))
         p.server.script("/held/nextb", [.hold("nextb")])
         try await p.enqueue("b", path: "/held/nextb", id: "nextb")
@@ -77,8 +82,7 @@ struct FollowUpConflictTests {
     }
 
     @Test func linesOfAnOutcomeCancelledWhileItsHookRanAreNotApplied() async throws {
-        let h = definition("h", hooks: false) + "on_success: hooks/line.sh\n"
-        let p = try Project(definitions: ["h": h, "b": definition("b")])
+        let p = try Self.lineProject()
         try p.writeHook("line.sh", Self.lineHook(id: "late", url: p.url("/from-cancelled"), gate: "hooks/go"))
         try await p.enqueue("h", path: "/status/200", id: "parent")
         let runner = try p.start(["run", "--drain"])
@@ -92,8 +96,7 @@ struct FollowUpConflictTests {
     }
 
     @Test func anIndentedLineIsNotAnEnqueueLine() async throws {
-        let h = definition("h", hooks: false) + "on_success: hooks/line.sh\n"
-        let p = try Project(definitions: ["h": h, "b": definition("b")])
+        let p = try Self.lineProject()
         try p.writeHook("line.sh", Self.lineHook(id: "indented", url: p.url("/from-indented"), prefix: "  "))
         try await p.enqueue("h", path: "/status/200", id: "parent")
         try await p.drain(failures: 0)
