@@ -8,10 +8,10 @@ extension CLI {
             let n = error.diagnostics.count
             // With --json the document alone reports them: one format at a time.
             if !json {
-                var sources: [String: String] = [:]
+                var sources: [String: [Substring.UTF8View.SubSequence]] = [:]
                 for d in error.diagnostics {
-                    if sources[d.path] == nil { sources[d.path] = Paths.readText(d.path) ?? "" }
-                    console.err(d.rendered(source: sources[d.path]))
+                    if sources[d.path] == nil { sources[d.path] = Diagnostic.lines(Paths.readText(d.path) ?? "") }
+                    console.err(d.rendered(lines: sources[d.path]))
                 }
                 console.err("outbox: E_CONFIG: \(n) error\(n == 1 ? "" : "s")")
             } else {

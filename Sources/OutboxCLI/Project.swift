@@ -21,7 +21,8 @@ final class Project {
             guard explicitConfig == nil else {
                 throw .fileMissing(Paths.exists(file) ? "the config file \(file) is not a regular file" : "no config file at \(file)")
             }
-            throw OutboxError(.config, "\(file) is not a regular file: a project's config/outbox.yaml must be one")
+            let what = Paths.exists(file) ? "is not a regular file" : "is a link to nothing (or a loop of links)"
+            throw OutboxError(.config, "\(file) \(what): a project's config/outbox.yaml must be a regular file")
         }
         return Project(config: try Config.load(file: file, environment: environment), environment: environment)
     }

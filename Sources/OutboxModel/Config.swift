@@ -120,9 +120,9 @@ package struct Config: Sendable {
         var dir = Paths.normalize(cwd)
         while true {
             let candidate = Paths.join(dir, "config/outbox.yaml")
-            // The nearest one that exists, even a folder or a FIFO: the caller refuses it
-            // rather than a project further up being used without a word.
-            if Paths.exists(candidate) { return candidate }
+            // The nearest one that exists, even a folder, a FIFO or a broken link: the caller
+            // refuses it rather than a project further up being used without a word.
+            if Paths.entryExists(candidate) { return candidate }
             if dir == "/" { return nil }
             dir = Paths.dirname(dir)
         }
@@ -131,6 +131,18 @@ package struct Config: Sendable {
     /// A store folder made absolute; a server URL (`postgres://...`) is kept as written.
     package static func storeLocation(_ text: String, root: String) -> String {
         isServerStore(text) ? text : Paths.absolute(text, relativeTo: root)
+    }
+
+    /// Why a store value can be neither a folder nor a server: a `~` no shell expands here,
+    /// or a URL of another scheme (`POSTGRES://` would quietly be a folder of that name).
+    static func storeProblem(_ text: String) -> String? {
+        if text.hasPrefix("~") { return "\"\(text.prefix(40))\" starts with ~, which is not expanded here; give the full path" }
+        if !isServerStore(text), text.contains("://") {
+            // Only the scheme is quoted: the rest may hold a password.
+            let scheme = text.prefix { $0 != ":" }.prefix(20)
+            return "a \(scheme):// URL is not a store; a server store is postgres:// or postgresql:// (lowercase)"
+        }
+        return nil
     }
 
     /// Whether `store` names a PostgreSQL server rather than a folder.
@@ -166,6 +178,8 @@ package struct Config: Sendable {
                 guard !text.isEmpty, !text.utf8.contains(0) else {
                     throw OutboxError(.config, "\(variable) is empty: it names the store folder")
                 }
+                // The rules of `store:` in the file: no shell expands `~` here, and a URL is postgres's.
+                if let problem = storeProblem(text) { throw OutboxError(.config, "\(variable): \(problem)") }
                 config.store = storeLocation(text, root: config.root)
                 continue
             }
@@ -228,6 +242,7 @@ package struct Config: Sendable {
         }
         store = Paths.join(root, ".outbox")
         if let n = f["store"], let text = reader.string(n, "store") {
+            if !text.hasPrefix("~"), let problem = Self.storeProblem(text) { reader.error(n.mark, "store: \(problem)") }
             store = Self.isServerStore(text) ? text : reader.path(n, "store", relativeTo: root) ?? store
         }
         definitions = reader.path(f["definitions"], "definitions", relativeTo: root) ?? Paths.join(root, "definitions")

@@ -68,24 +68,29 @@ package struct Diagnostic: Sendable, Equatable {
     /// `path:line:col: error: message`, then the source line (around the column when it is
     /// long, control characters shown as escapes) and a caret under the column.
     package func rendered(source: String?) -> String {
+        rendered(lines: source.map(Self.lines))
+    }
+
+    /// The same with the source already split by `lines(_:)`: many errors of one file
+    /// split it once, not once each.
+    package func rendered(lines: [Substring.UTF8View.SubSequence]?) -> String {
         var out = TerminalText.visible("\(path):\(line):\(column): error: \(message)")
-        if let source, line >= 1 {
-            var current = 1
-            // Split on the byte: in a String "\r\n" is one Character and never equals "\n".
-            for bytes in source.utf8.split(separator: 0x0A, omittingEmptySubsequences: false) {
-                if current == line {
-                    let text = String(decoding: bytes, as: UTF8.self)
-                    let lineText = Self.secretValueHidden(text.utf8.last == 0x0D ? String(decoding: bytes.dropLast(), as: UTF8.self) : text)
-                    let escapedColumn = TerminalText.visible(String(lineText.prefix(max(0, column - 1)))).count + 1
-                    let shown = TerminalText.excerpt(TerminalText.visible(lineText), column: escapedColumn)
-                    let caretPad = String(shown.text.prefix(shown.column - 1).map { $0 == "\t" ? "\t" : " " })
-                    out += "\n" + shown.text + "\n" + caretPad + "^"
-                    break
-                }
-                current += 1
-            }
+        if let lines, line >= 1, line <= lines.count {
+            let bytes = lines[line - 1]
+            let text = String(decoding: bytes, as: UTF8.self)
+            let lineText = Self.secretValueHidden(text.utf8.last == 0x0D ? String(decoding: bytes.dropLast(), as: UTF8.self) : text)
+            let escapedColumn = TerminalText.visible(String(lineText.prefix(max(0, column - 1)))).count + 1
+            let shown = TerminalText.excerpt(TerminalText.visible(lineText), column: escapedColumn)
+            let caretPad = String(shown.text.prefix(shown.column - 1).map { $0 == "\t" ? "\t" : " " })
+            out += "\n" + shown.text + "\n" + caretPad + "^"
         }
         return out
+    }
+
+    /// A file's lines as bytes: split on the byte, since in a String "\r\n" is one Character
+    /// and never equals "\n".
+    package static func lines(_ source: String) -> [Substring.UTF8View.SubSequence] {
+        Substring(source).utf8.split(separator: 0x0A, omittingEmptySubsequences: false)
     }
 
     /// A source line that gives a credential header (`Authorization: Bearer ...`) with its value

@@ -86,6 +86,12 @@ package enum Paths {
         return stat(path, &st) == 0
     }
 
+    /// Whether anything is at `path`, a dangling or looping link included.
+    package static func entryExists(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0
+    }
+
     package static func isDirectory(_ path: String) -> Bool {
         var st = stat()
         return stat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFDIR

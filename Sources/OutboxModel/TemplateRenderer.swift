@@ -1,5 +1,7 @@
 /// Renders parsed template nodes against a context in one mode.
 struct TemplateRenderer {
+    /// The most a template may render to (a text body built by loops).
+    static let maxRenderedBytes = 16 << 20
     let mode: TemplateMode
     let field: String
 
@@ -104,6 +106,10 @@ struct TemplateRenderer {
                     inner[variable] = item
                     inner["loop"] = .object([("index", .int(i)), ("number", .int(i + 1))])
                     try append(body, roots: inner, to: &out, position: &position)
+                    // Nested loops multiply: a few hundred bytes of vars could render gigabytes.
+                    if out.utf8.count > Self.maxRenderedBytes {
+                        throw .invalid("\(field): \(tag) renders more than \(Self.maxRenderedBytes >> 20) MiB")
+                    }
                 }
             }
         }

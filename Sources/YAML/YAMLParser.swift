@@ -4,12 +4,15 @@ import CYAML
 ///
 /// Rules beyond libyaml: one document per text; duplicate keys, non-scalar keys and the
 /// YAML 1.1 merge key `<<` are errors; alias expansion is capped at
-/// `YAMLParser.maxAliasNodes` nodes; nesting is capped at `YAMLParser.maxDepth`.
+/// `YAMLParser.maxAliasNodes` nodes and `YAMLParser.maxAliasBytes` of text; nesting is capped
+/// at `YAMLParser.maxDepth`.
 /// An alias yields a copy of the anchored node whose top node carries the alias's mark,
 /// while the nodes inside keep the marks of where they were written.
 package enum YAMLParser {
     /// Total nodes that alias expansion may produce in one document.
     package static let maxAliasNodes = 10_000
+    /// As much text as a file may hold (16 MiB): aliases of a big scalar count by its size.
+    package static let maxAliasBytes = 16 << 20
     /// Deepest nesting of collections; deeper trees would risk the stack when freed.
     package static let maxDepth = 1_000
 
@@ -48,6 +51,7 @@ struct TreeBuilder {
         var keyStart = 0
         /// `produced` when the collection started, to size an anchored subtree.
         var producedAtStart = 0
+        var producedBytesAtStart = 0
         /// Height of the tallest child collection so far (aliases included).
         var childHeight = 0
         /// Key text → index in `keyTexts`, built once a mapping grows past `linearKeyLimit`.
@@ -62,6 +66,8 @@ struct TreeBuilder {
     private struct Anchored {
         var node: YAMLNode
         var nodeCount: Int
+        /// Scalar bytes in the node: an alias of a big scalar is as big as the scalar.
+        var byteCount: Int
         /// Collection levels in the node (0 for a scalar), so an alias cannot nest past `maxDepth`.
         var height: Int
     }
@@ -90,6 +96,9 @@ struct TreeBuilder {
     /// Nodes completed so far, alias copies counted by their full size.
     private var produced = 0
     private var aliasNodes = 0
+    /// Scalar bytes completed so far, and those that came from aliases.
+    private var producedBytes = 0
+    private var aliasBytes = 0
     private var documents = 0
 
     init(source: UnsafeBufferPointer<UInt8>) {
@@ -166,9 +175,12 @@ struct TreeBuilder {
             try Self.checkScalarTag(text, tag: tag, mark: mark)
         }
         produced += 1
+        producedBytes += info.length
         if expectsKey() { try checkKey(text, style: style, tag: tag, mark: mark) }
         let node = YAMLNode(kind: .scalar(text, style), mark: mark, tag: tag)
-        if let anchor = info.anchor { anchors[String(cString: anchor)] = Anchored(node: node, nodeCount: 1, height: 0) }
+        if let anchor = info.anchor {
+            anchors[String(cString: anchor)] = Anchored(node: node, nodeCount: 1, byteCount: info.length, height: 0)
+        }
         add(node)
     }
 
@@ -187,6 +199,7 @@ struct TreeBuilder {
         frame.valueStart = valueCount
         frame.keyStart = keyCount
         frame.producedAtStart = produced
+        frame.producedBytesAtStart = producedBytes
         if depth < parents.count {
             parents[depth] = current
         } else {
@@ -202,12 +215,17 @@ struct TreeBuilder {
         if let anchor = info.anchor { name = String(cString: anchor) }
         guard let anchored = anchors[name] else { throw missingAnchor(name, mark: mark) }
         aliasNodes += anchored.nodeCount
+        aliasBytes += anchored.byteCount
         if aliasNodes > YAMLParser.maxAliasNodes {
             throw YAMLError(mark: mark, message: "alias expansion exceeds \(YAMLParser.maxAliasNodes) nodes (alias bomb?)")
+        }
+        if aliasBytes > YAMLParser.maxAliasBytes {
+            throw YAMLError(mark: mark, message: "alias expansion exceeds \(YAMLParser.maxAliasBytes >> 20) MiB of text (alias bomb?)")
         }
         if depth + anchored.height > YAMLParser.maxDepth { throw Self.tooDeep(mark) }
         if anchored.height > current.childHeight { current.childHeight = anchored.height }
         produced += anchored.nodeCount
+        producedBytes += anchored.byteCount
         var node = anchored.node
         node.mark = mark
         if expectsKey() {
@@ -303,7 +321,9 @@ struct TreeBuilder {
         produced += 1
         let height = current.childHeight + 1
         if let anchor = current.anchor {
-            anchors[anchor] = Anchored(node: node, nodeCount: produced - current.producedAtStart, height: height)
+            anchors[anchor] = Anchored(
+                node: node, nodeCount: produced - current.producedAtStart, byteCount: producedBytes - current.producedBytesAtStart,
+                height: height)
         }
         depth -= 1
         current = parents[depth]

@@ -372,6 +372,17 @@ struct TemplateHostileInputTests {
         }
     }
 
+    @Test func nestedLoopsStopAtTheRenderCap() {
+        // 100³ × 1,000 bytes would be a gigabyte from a few hundred bytes of vars.
+        let ctx = TemplateContext(roots: ["vars": .object([("l", .array((0..<100).map { .int($0) }))])])
+        let body = String(repeating: "0123456789", count: 100)
+        let template = "{{ for a in vars.l }}{{ for b in vars.l }}{{ for c in vars.l }}\(body){{ end }}{{ end }}{{ end }}"
+        let error = #expect(throws: OutboxError.self) { try Template.render(template, context: ctx, mode: .text, field: "request.text") }
+        #expect(error?.code == .invalid)
+        #expect(error?.message.hasPrefix("request.text: {{ for") == true)
+        #expect(error?.message.hasSuffix("renders more than 16 MiB") == true, "\(error?.message ?? "")")
+    }
+
     @Test func eightThousandSubstitutionsRenderLinearly() throws {
         let ctx = TemplateContext(roots: [
             "vars": .object([("a", .string("x y")), ("list", .array(Array(repeating: .string("é"), count: 8_000)))])

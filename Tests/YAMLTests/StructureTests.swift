@@ -113,6 +113,15 @@ struct AnchorTests {
         #expect(try root.value("b").items().count == 9_999)
     }
 
+    @Test func capCountsTheTextOfAliasesToo() {
+        // Few nodes, one big scalar: a thousand copies of 1 MB would be a gigabyte.
+        let big = String(repeating: "x", count: 1_000_000)
+        let source = "a: &a \"\(big)\"\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: [*b, *b]\n"
+        let error = loadError(source)
+        #expect(error?.message == "alias expansion exceeds 16 MiB of text (alias bomb?)")
+        #expect(error?.mark.line == 3)
+    }
+
     @Test func capCountsNodesNotAliases() {
         let refs = Array(repeating: "*s", count: 10_001).joined(separator: ", ")
         let error = loadError("a: &s x\nb: [\(refs)]")
