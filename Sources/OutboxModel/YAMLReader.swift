@@ -86,8 +86,10 @@ struct YAMLReader {
         guard let node else { return nil }
         switch node.scalar {
         case let .string(s)?: return s
-        case let .int(s)?: return s
-        case let .float(s?)?: return s
+        case .int?, .float(_?)?:
+            // As written: a number where text goes keeps its digits (`01234` stays, `0x10` is not 16).
+            if case let .scalar(raw, _) = node.kind { return raw }
+            return nil
         default:
             error(node.mark, "\(field) must be a string, not \(Self.describe(node))")
             return nil

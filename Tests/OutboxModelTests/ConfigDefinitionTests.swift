@@ -133,6 +133,15 @@ struct ConfigTests {
         #expect((plain.store, plain.concurrency, plain.perHost) == (folder.path + "/q", 8, 2))
     }
 
+    // A number where text goes keeps its digits as written: a zip code, a hex-looking token.
+    @Test func numbersInTextFieldsKeepTheirDigits() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let file = try folder.write("config/outbox.yaml", "headers:\n  X-Zip: 01234\n  X-Hex: 0x10\n  X-Exp: 1e3\n")
+        let config = try Config.load(file: file)
+        #expect(config.headers.map(\.1) == ["01234", "0x10", "1e3"])
+    }
+
     // A PostgreSQL URL is kept as written (from the file or OUTBOX_STORE), and file bodies
     // are then staged in the root's .outbox; a folder store stages in itself.
     @Test func aPostgresStoreURLIsKeptAsWritten() throws {
