@@ -76,7 +76,11 @@ struct YAMLReader {
             switch node.scalar {
             case .null?: return "null"
             case .bool?: return "a boolean"
-            case .int?, .float?: return "a number"
+            case .int?: return "a number"
+            // What was written names it: "must be a whole number, not 16.0", "a number, not .nan".
+            case .float?:
+                if case let .scalar(raw, _) = node.kind { return String(raw.prefix(40)) }
+                return "a number"
             default: return "a string"
             }
         }

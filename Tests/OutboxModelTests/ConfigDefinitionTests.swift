@@ -142,6 +142,18 @@ struct ConfigTests {
         #expect(config.headers.map(\.1) == ["01234", "0x10", "1e3"])
     }
 
+    // A number of the wrong kind is named as written, not as "a number".
+    @Test func aNumberOfTheWrongKindIsNamedAsWritten() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        let file = try folder.write("config/outbox.yaml", "concurrency: 16.0\nretry:\n  backoff: { base: 1s, max: 2h, jitter: .nan }\n")
+        let error = #expect(throws: OutboxError.self) { try Config.load(file: file) }
+        #expect(
+            error?.diagnostics.map(\.message) == [
+                "concurrency must be a whole number, not 16.0", "retry.backoff.jitter must be a number, not .nan",
+            ])
+    }
+
     // A PostgreSQL URL is kept as written (from the file or OUTBOX_STORE), and file bodies
     // are then staged in the root's .outbox; a folder store stages in itself.
     @Test func aPostgresStoreURLIsKeptAsWritten() throws {
