@@ -350,6 +350,9 @@ package struct Config: Sendable {
             guard let value = reader.string(pair.value, "\(context).\(name)") else { continue }
             if let problem = Template.validate(value) {
                 reader.error(pair.value.mark, "\(context).\(name): \(problem)")
+            } else if !value.contains("{{"), let problem = HeaderRules.valueProblem(value) {
+                // Written into the file itself (not from vars): `check` can see it now.
+                reader.error(pair.value.mark, "\(context).\(name): \(problem)")
             }
             out.append((name, value))
         }

@@ -1,10 +1,17 @@
 /// Request URL checks done by hand: Foundation's `URL` silently re-encodes and decodes `%2F`
 /// (`URL(string:)` and `.path`), which would break presigned URLs and let bad input through.
 package enum URLCheck {
+    /// libcurl's limit on a string option (`CURL_MAX_INPUT_LENGTH`).
+    package static let maxLength = 8_000_000
+
     /// Validates an absolute request URL: scheme http or https only (case-insensitive), a non-empty host, no spaces / control characters / characters outside RFC 3986 (a `%` must start a valid %XX). Returns the URL unchanged (never re-encodes). Errors are E_INVALID naming `field` and the scheme or problem; never echo a full URL that may carry secrets in query strings: truncate to scheme+host.
     package static func validate(_ url: String, field: String) throws(OutboxError) -> String {
         let bytes = Array(url.utf8)
         guard !bytes.isEmpty else { throw .invalid("\(field): the URL is empty") }
+        // libcurl refuses a longer one at every attempt: it could only ever fail.
+        guard bytes.count <= maxLength else {
+            throw .invalid("\(field): the URL is \(bytes.count) bytes, over the \(maxLength) libcurl takes")
+        }
 
         // scheme = ALPHA *( ALPHA / DIGIT / "+" / "-" / "." ) ":"
         var i = 0

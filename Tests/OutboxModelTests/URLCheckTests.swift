@@ -116,6 +116,14 @@ struct URLCheckTests {
         }
     }
 
+    @Test func aURLLongerThanLibcurlTakesIsRefused() throws {
+        let longest = "http://h.example/" + String(repeating: "a", count: URLCheck.maxLength - 17)
+        #expect(try URLCheck.validate(longest, field: "u") == longest)
+        #expect(throws: OutboxError.invalid("u: the URL is 8000001 bytes, over the 8000000 libcurl takes")) {
+            try URLCheck.validate(longest + "a", field: "u")
+        }
+    }
+
     @Test func errorsNeverEchoQueryOrUserInfo() {
         let cases = [
             "https://h.example/x?token=SECRET value",
