@@ -127,15 +127,16 @@ package final class TestHTTPServer: Sendable {
         core.state.withLock { $0.holds[name]?.waiting.count ?? 0 }
     }
 
-    /// Waits until at least `count` requests wait at the hold `name`; false on timeout.
+    /// Waits until at least `count` requests wait at the hold `name`; false on timeout (long:
+    /// it returns as soon as they do, and a loaded machine can take a while to send them).
     @discardableResult
-    package func waitForHeld(_ name: String, count: Int = 1, timeoutMs: Int = 30_000) -> Bool {
+    package func waitForHeld(_ name: String, count: Int = 1, timeoutMs: Int = 120_000) -> Bool {
         waitBlocking(timeoutMs: timeoutMs) { ($0.holds[name]?.waiting.count ?? 0) >= count }
     }
 
     /// `waitForHeld` for async callers: polls without holding a thread of the pool.
     @discardableResult
-    package func waitForHeld(_ name: String, count: Int = 1, timeoutMs: Int = 30_000) async -> Bool {
+    package func waitForHeld(_ name: String, count: Int = 1, timeoutMs: Int = 120_000) async -> Bool {
         await waitAsync(timeoutMs: timeoutMs) { ($0.holds[name]?.waiting.count ?? 0) >= count }
     }
 

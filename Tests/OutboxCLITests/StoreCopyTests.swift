@@ -118,12 +118,13 @@ struct StoreCopyTests {
 
     // While a runner holds the source, nothing is copied (exit 75).
     @Test func aRunningStoreIsNotCopied() async throws {
-        let p = try Self.project()
+        // The held request must outlive slow commands on a busy machine: no stall limit, and a long wait.
+        let p = try Self.project(config: heldRequestConfig)
         let url = try PostgresCluster.shared().url(schema: PostgresCluster.uniqueSchema("copy"))
         try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])
         p.server.script("/notes/1", [.hold("held")])
         let runner = try p.start(["run"])
-        #expect(await p.server.waitForHeld("held"))
+        #expect(await p.server.waitForHeld("held", timeoutMs: 120_000))
         let copy = try await p.outbox(["store", "copy", "--to", url])
         #expect(copy.exitCode == 75, "\(copy)")
         // Refused before the target is made: a folder target is not created either.
@@ -147,7 +148,7 @@ struct StoreCopyTests {
         try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])
         p.server.script("/notes/1", [.hold("held")])
         let runner = try p.start(["run"])
-        #expect(await p.server.waitForHeld("held"))
+        #expect(await p.server.waitForHeld("held", timeoutMs: 120_000))
         let copy = try await p.outbox(["store", "copy", "--to", "copied"])
         #expect(copy.exitCode == 75, "\(copy)")
         #expect(copy.stderr.contains("a runner holds the store"), "\(copy)")
