@@ -48,11 +48,16 @@ struct DrainEndsTests {
         try await p.enqueue("t", path: "/slow", id: "slow")
         try await p.enqueue("t", path: "/status/404", id: "missing")
         try await p.enqueue("t", path: "/status/200", id: "done")
+        let started = nowMs()
         let runner = try p.start(["run", "--drain", "--horizon", "1s"])
         #expect(await p.server.waitForHeld("slow"))
         await eventually("the first hook to fail") { !p.deliveries("done").isEmpty }
-        // Time for retries the horizon forbids; what is asserted holds however slow the machine.
-        try await Task.sleep(for: .seconds(4))
+        // The fact to wait for: a retry of `missing` fell due after the horizon and its time
+        // has passed; a runner that claimed it would have sent it by now.
+        try await eventually("a retry due past the horizon", timeout: 120) {
+            guard let next = try await p.show("missing")?["next_attempt_at"]?.int64Value else { return false }
+            return next > started + 1_000 && nowMs() > next + 500
+        }
         _ = p.server.release("slow")
         let finished = await runner.wait()
         #expect(finished.exitCode == 4, "\(finished.description)")
