@@ -67,12 +67,13 @@ package final class Console: @unchecked Sendable {
     /// Why output to stdout was lost, or nil.
     package var outputLost: String? { lostOutput() }
 
-    /// All of stdin, refusing (E_INVALID naming `what`) more than `limit` bytes before reading them.
+    /// All of stdin, refusing (E_INVALID naming `what`) more than `limit` bytes before reading them;
+    /// stdin that cannot be read is E_FILE_MISSING, as for a file.
     package func readStdin(limit: Int, what: String) throws(OutboxError) -> [UInt8] {
         var out: [UInt8] = []
         while true {
             guard let chunk = readIn(min(65_536, limit + 1 - out.count)) else {
-                throw .invalid("\(what): cannot read stdin: \(Paths.errnoMessage())")
+                throw .fileMissing("\(what): cannot read stdin: \(Paths.errnoMessage())")
             }
             if chunk.isEmpty { return out }
             out += chunk

@@ -19,7 +19,9 @@ final class Project {
         }
         if !Paths.isRegularFile(file) {
             guard explicitConfig == nil else {
-                throw .fileMissing(Paths.exists(file) ? "the config file \(file) is not a regular file" : "no config file at \(file)")
+                if Paths.exists(file) { throw .fileMissing("the config file \(file) is not a regular file") }
+                if Paths.entryExists(file) { throw .fileMissing("the config file \(file) is a link to nothing (or a loop of links)") }
+                throw .fileMissing("no config file at \(file)")
             }
             let what = Paths.exists(file) ? "is not a regular file" : "is a link to nothing (or a loop of links)"
             throw OutboxError(.config, "\(file) \(what): a project's config/outbox.yaml must be a regular file")

@@ -53,11 +53,17 @@ package enum HeaderRules {
     /// spelling and position win.
     package static func merge(_ base: [(String, String)], _ overrides: [(String, String)]) -> [(String, String)] {
         var result = base
+        // The first header of each name, by index: a scan per override made thousands of headers quadratic.
+        var firstIndex: [String: Int] = [:]
+        for (index, header) in base.enumerated() where firstIndex[header.0.lowercased()] == nil {
+            firstIndex[header.0.lowercased()] = index
+        }
         for (name, value) in overrides {
             let lower = name.lowercased()
-            if let index = result.firstIndex(where: { $0.0.lowercased() == lower }) {
+            if let index = firstIndex[lower] {
                 result[index] = (name, value)
             } else {
+                firstIndex[lower] = result.count
                 result.append((name, value))
             }
         }
@@ -75,6 +81,45 @@ package enum HeaderRules {
     }
 
     package static let redactedMark = "[redacted]"
+
+    /// The values of secret headers as a response may echo them (an echo service, an error
+    /// page): each whole value, the credentials after an auth scheme ("Bearer abc" gives
+    /// "abc") and each cookie's value. Values under 6 bytes are left: they would mask ordinary text.
+    package static func secretValues(_ headers: [(String, String)], names: Set<String>) -> [[UInt8]] {
+        var values: Set<String> = []
+        for (name, value) in headers where names.contains(name.lowercased()) {
+            values.insert(value)
+            if let space = value.firstIndex(of: " ") { values.insert(String(value[value.index(after: space)...])) }
+            for pair in value.split(separator: ";") {
+                if let equals = pair.firstIndex(of: "=") { values.insert(String(pair[pair.index(after: equals)...])) }
+            }
+        }
+        // Longest first, so a whole value is masked before a piece of it.
+        return values.map { Array($0.utf8) }.filter { $0.count >= 6 }.sorted { $0.count > $1.count }
+    }
+
+    /// `bytes` with every occurrence of a secret value replaced by the redacted mark.
+    package static func redactingValues(_ bytes: [UInt8], _ secrets: [[UInt8]]) -> [UInt8] {
+        guard !secrets.isEmpty, !bytes.isEmpty else { return bytes }
+        var out: [UInt8] = []
+        var i = 0
+        var copiedTo = 0
+        outer: while i < bytes.count {
+            for secret in secrets where bytes[i] == secret[0] && bytes.count - i >= secret.count {
+                if bytes[i..<i + secret.count].elementsEqual(secret) {
+                    out += bytes[copiedTo..<i]
+                    out += redactedMark.utf8
+                    i += secret.count
+                    copiedTo = i
+                    continue outer
+                }
+            }
+            i += 1
+        }
+        if copiedTo == 0 { return bytes }
+        out += bytes[copiedTo...]
+        return out
+    }
 
     /// Headers with secret values replaced, for printing.
     package static func redacted(_ headers: [(String, String)], names: Set<String>) -> [(String, String)] {

@@ -82,6 +82,8 @@ final class BadInputProject: @unchecked Sendable {
     let c: BadInputCase
     var environment: [String: String] = [:]
     var stdin = ""
+    /// Set by `stdin-from`: the command reads that file or folder instead of `stdin`.
+    var stdinPath: String?
     /// The command's folder, under the root.
     var cwd: String?
     var asNobody = false
@@ -136,6 +138,7 @@ final class BadInputProject: @unchecked Sendable {
             let pair = try arg(0).split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
             environment[pair[0]] = pair.count > 1 ? pair[1] : ""
         case "stdin": stdin = String(decoding: BadInputCatalogue.unescape(try arg(0)), as: UTF8.self)
+        case "stdin-from": stdinPath = project.path(try arg(0))
         case "cd": cwd = project.path(try arg(0))
         case "as-nobody":
             guard Self.runuser != nil else { throw FixtureError("runuser is missing: the permission cases cannot run") }
@@ -193,11 +196,13 @@ final class BadInputProject: @unchecked Sendable {
             let program = executable == project.executable ? try Self.binaryForNobody.get() : executable
             let child = try RunningProcess(
                 executable: runuser, arguments: ["-u", "nobody", "--", "/usr/bin/env", "-i"] + pairs + [program] + arguments,
-                cwd: folder ?? root, environment: env, stdin: stdin)
+                cwd: folder ?? root, environment: env, stdin: stdin, stdinPath: stdinPath)
             return child.waitBlocking(timeout: 120)
         }
-        return try RunningProcess(executable: executable, arguments: arguments, cwd: folder ?? root, environment: env, stdin: stdin)
-            .waitBlocking(timeout: 120)
+        return try RunningProcess(
+            executable: executable, arguments: arguments, cwd: folder ?? root, environment: env, stdin: stdin, stdinPath: stdinPath
+        )
+        .waitBlocking(timeout: 120)
     }
 
     func outbox(_ arguments: [String], in folder: String? = nil) throws -> CommandResult {

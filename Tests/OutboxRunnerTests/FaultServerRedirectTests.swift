@@ -149,6 +149,25 @@ extension FaultServerTests {
         }
     }
 
+    /// A server that echoes the request answers with its credentials: the attempt event (the
+    /// same record `show` lists) masks them; the hook gets the body as the server sent it.
+    @Test func credentialsAServerEchoesAreMaskedInEvents() async throws {
+        let p = try Project(
+            config: faultConfig + "redact_headers: [X-Api-Key]\n",
+            definitions: [
+                "t": definition(
+                    "t", request: "headers:\n  Authorization: Bearer echo-secret-1\n  X-Api-Key: key-secret-2\n  X-Seen: plain-text-3")
+            ])
+        try await p.enqueue("t", path: "/echo", id: "ec")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempt = try #require(run.jsonLines.first { $0.string("type") == "attempt" }, "\(run.stdout)")
+        let shown = attempt.string("body") ?? ""
+        #expect(shown.contains("plain-text-3") && shown.contains("[redacted]"), "\(shown)")
+        #expect(!shown.contains("echo-secret-1") && !shown.contains("key-secret-2"), "\(shown)")
+        let delivered = try #require(p.deliveries("ec").first)
+        #expect(delivered.serialized().contains("echo-secret-1"), "the hook's data is the server's answer")
+    }
+
     /// Locations that a hand-made reading takes for a path on this host while libcurl goes to
     /// the host they name: the credential still stays home.
     @Test(arguments: ["http:/", "HTTP:/", "http:///", "http:\\\\"])

@@ -22,11 +22,15 @@ package final class RunningProcess: @unchecked Sendable {
     /// The exit, once reaped: the code, or minus the signal that ended it.
     private let exit = Locked<Int32?>(nil)
 
-    /// Starts `executable ARGS` in `cwd` with exactly `environment`.
-    package init(executable: String, arguments: [String], cwd: String, environment: [String: String], stdin: String? = nil) throws {
+    /// Starts `executable ARGS` in `cwd` with exactly `environment`; stdin is the text `stdin`,
+    /// or the file (or folder) at `stdinPath`, or else /dev/null.
+    package init(
+        executable: String, arguments: [String], cwd: String, environment: [String: String], stdin: String? = nil,
+        stdinPath: String? = nil
+    ) throws {
         let files = TemporaryFolder(prefix: "io")
         self.files = files
-        let input = try stdin.map { try files.write("stdin", $0) } ?? "/dev/null"
+        let input = try stdinPath ?? stdin.map { try files.write("stdin", $0) } ?? "/dev/null"
         let out = try files.write("stdout", Data()), err = try files.write("stderr", Data())
         // The shell points 0-2 at the files, then becomes the program (same pid); the paths
         // are its arguments, so the program's environment is exactly `environment`.

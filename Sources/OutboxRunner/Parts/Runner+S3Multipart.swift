@@ -159,7 +159,7 @@ extension Runner {
         // the events and the entry's attempt log.
         let event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url, method: flight.method,
-            partIndex: nil, result: result, outcome: klass, at: now)
+            partIndex: nil, result: result, outcome: klass, at: now, redacting: config.redactedHeaderNames)
         countAttempt(entry, klass: klass, result: result)
         emit(event)
         changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))

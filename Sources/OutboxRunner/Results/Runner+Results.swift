@@ -105,7 +105,7 @@ extension Runner {
             let event = OutcomePayloads.attemptEvent(
                 entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
                 method: flight.method, partIndex: flight.partIndex, result: result, outcome: reported,
-                at: now)
+                at: now, redacting: config.redactedHeaderNames)
             emit(event)
             changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
         }
@@ -163,7 +163,8 @@ extension Runner {
         let klass = Self.classify(result, for: entry)
         var event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
-            method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass, at: now)
+            method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass, at: now,
+            redacting: config.redactedHeaderNames)
         if result.failure?.kind == .aborted { event.set("outcome", .string("aborted")) }
         countAttempt(entry, klass: klass, result: result)
         emit(event)

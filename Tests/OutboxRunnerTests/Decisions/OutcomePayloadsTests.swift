@@ -60,17 +60,48 @@ struct OutcomePayloadsTests {
         #expect(OutcomePayloads.redactURL(url) == shown)
         let event = OutcomePayloads.attemptEvent(
             Sample.entry("e1"), requestID: "r", attempt: 2, url: url, method: "PUT", partIndex: nil,
-            result: HTTPResult(status: 503), outcome: .retry(reason: "HTTP 503"), at: Self.at)
+            result: HTTPResult(status: 503), outcome: .retry(reason: "HTTP 503"), at: Self.at, redacting: [])
         #expect(event["url"] == .string(shown))
         #expect(event["outcome"] == .string("retry"))
         #expect(event["http_code"] == .int(503))
+    }
+
+    @Test func anAttemptEventMasksSecretsTheServerEchoedBack() {
+        var entry = Sample.entry("e1")
+        entry.request.headers = [
+            ("Authorization", "Bearer tok-123456"), ("Cookie", "sid=cookie-value; lang=en"), ("X-Api-Key", "key-abcdef"),
+            ("X-Trace", "trace-visible"),
+        ]
+        entry.request.secretHeaders = ["x-api-key"]
+        let echoed =
+            #"{"authorization":"Bearer tok-123456","token":"tok-123456","sid":"cookie-value","lang":"en","#
+            + #""x-api-key":"key-abcdef","x-trace":"trace-visible"}"#
+        let event = OutcomePayloads.attemptEvent(
+            entry, requestID: "r", attempt: 1, url: "https://h/", method: "POST", partIndex: nil,
+            result: HTTPResult(status: 500, body: Array(echoed.utf8)), outcome: .retry(reason: "HTTP 500"), at: Self.at,
+            redacting: ["authorization", "cookie"])
+        #expect(
+            event["body"]
+                == .string(
+                    #"{"authorization":"[redacted]","token":"[redacted]","sid":"[redacted]","lang":"en","#
+                        + #""x-api-key":"[redacted]","x-trace":"trace-visible"}"#))
+    }
+
+    @Test func shortSecretValuesAreLeftSoOrdinaryTextStaysReadable() {
+        let secrets = HeaderRules.secretValues([("Authorization", "ab")], names: ["authorization"])
+        #expect(secrets.isEmpty)
+        #expect(HeaderRules.redactingValues(Array("ab ab".utf8), secrets) == Array("ab ab".utf8))
+        let long = HeaderRules.secretValues([("Authorization", "Basic Zm9vOmJhcg==")], names: ["authorization"])
+        #expect(
+            String(decoding: HeaderRules.redactingValues(Array("x Zm9vOmJhcg== y Basic Zm9vOmJhcg==".utf8), long), as: UTF8.self)
+                == "x [redacted] y [redacted]")
     }
 
     @Test func anAttemptEventNamesATransportFailure() {
         let result = HTTPResult(failure: TransportFailure(.timeout, "no bytes for 2s"))
         let event = OutcomePayloads.attemptEvent(
             Sample.entry("e1"), requestID: "r", attempt: 1, url: "https://h/", method: "GET",
-            partIndex: 4, result: result, outcome: .retry(reason: "timeout"), at: Self.at)
+            partIndex: 4, result: result, outcome: .retry(reason: "timeout"), at: Self.at, redacting: [])
         #expect(event["error_kind"] == .string("timeout"))
         #expect(event["error_message"] == .string("no bytes for 2s"))
         #expect(event["part_index"] == .int(4))
