@@ -214,8 +214,12 @@ enum ReadCommands {
                 reasons.append(
                     "it was running when its runner stopped (killed or crashed); the next `outbox run` puts it back in the queue, keeping accepted parts"
                 )
+            } else if let shared = store as? PostgresStore, try shared.leaseEnded(entryID: e.id, now: now) == true {
+                reasons.append(
+                    "its runner\(e.leaseOwner.map { " (\($0))" } ?? "") let its lease run out (stopped, killed or cut off from the database); a live runner puts it back in the queue, keeping accepted parts"
+                )
             } else {
-                reasons.append("it is running now")
+                reasons.append("it is running now\(e.leaseOwner.map { " on runner \($0)" } ?? "")")
             }
         case .awaitingAuth: reasons.append("the server answered 401/403; it waits for `outbox headers update`")
         case .completed, .cancelled: reasons.append("it is \(e.state.rawValue); its outcome waits for its hook to exit 0")

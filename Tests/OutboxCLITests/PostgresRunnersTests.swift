@@ -78,8 +78,14 @@ struct PostgresRunnersTests {
         try await Self.enqueue(p, 1...3)
         let first = try p.start(["run"])
         #expect(await p.server.waitForHeld("killed", count: 3))
+        let live = try await p.outbox(["explain", "e-1"])
+        #expect(live.stdout.contains("it is running now on runner"), "\(live)")
         first.signal(SIGKILL)
         _ = await first.wait()
+        // No runner is left to put it back: explain says why it still shows running.
+        try await eventually("explain sees the lease run out") {
+            try await p.outbox(["explain", "e-1"]).stdout.contains("let its lease run out")
+        }
         let second = try p.start(["run"])
         await eventually("the second runner completes and delivers the three entries") {
             Self.hookLines(p).count >= 3

@@ -40,6 +40,14 @@ extension PostgresStore {
         }
     }
 
+    /// Whether a running entry's lease has ended by the database's clock (its runner stopped
+    /// or lost the database); nil when the entry is not running.
+    package func leaseEnded(entryID: String, now: Int64) throws(OutboxError) -> Bool? {
+        try db.queryOne("SELECT COALESCE(lease_until, 0) FROM entries WHERE id = ? AND state = 'running'", [.text(entryID)]) {
+            $0.int(0) < databaseTime(now)
+        }
+    }
+
     /// Bumps the data version and notifies the schema's runners from a quiet transaction
     /// whose change they should see (work that became due).
     func wakeRunners() throws(OutboxError) {
