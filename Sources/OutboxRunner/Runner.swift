@@ -182,6 +182,7 @@ package final class Runner {
                 log: { [logger] line in logger.log(.warn, line) },
                 // Tries close enough together that a server back within the lease is seen before it ends.
                 maxDelayMs: Int(min(5_000, max(100, lease.durationMs / 6)))))
+        store.reportLockWaits { [logger] line in logger.log(.warn, line) }
         try recoverFromEarlierRunners()
         factory.heartbeat = pluginHeartbeat()
         if options.progress == .always || (options.progress == .auto && options.stderrIsTerminal) {

@@ -59,8 +59,13 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
         case readOnlyUnopened
     }
 
-    /// Opens the database at `path`, waiting at most `busyTimeoutMs` for a lock.
-    init(path: String, access: Access = .readWrite, busyTimeoutMs: Int32 = 10_000) throws(OutboxError) {
+    /// How long this connection waits for another process's lock, and who hears of a long wait.
+    let busyWait: SQLiteBusyWait
+
+    /// Opens the database at `path`, waiting at most `busyTimeoutMs` for a lock. Writers wait
+    /// long by default: another process's large batch holds the lock while it inserts.
+    init(path: String, access: Access = .readWrite, busyTimeoutMs: Int64 = 600_000) throws(OutboxError) {
+        busyWait = SQLiteBusyWait(limitMs: busyTimeoutMs)
         self.path = path
         var handle: OpaquePointer?
         let rc: Int32
@@ -80,7 +85,7 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
         }
         db = handle
         sqlite3_extended_result_codes(db, 1)
-        sqlite3_busy_timeout(db, busyTimeoutMs)
+        busyWait.install(on: handle)
         if access != .readWrite { return }
         let mode = try scalarText("PRAGMA journal_mode=WAL")
         guard mode.lowercased() == "wal" else {
@@ -117,7 +122,11 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
     }
 
     private func failure(_ context: String) -> OutboxError {
-        .storage("\(context): \(String(cString: sqlite3_errmsg(db))) (\(path))")
+        if sqlite3_errcode(db) == SQLITE_BUSY {
+            return .storage(
+                "\(context): another process held its lock for \(Units.formatDuration(ms: busyWait.limitMs)) (\(path))")
+        }
+        return .storage("\(context): \(String(cString: sqlite3_errmsg(db))) (\(path))")
     }
 
     func execute(_ sql: String) throws(OutboxError) {

@@ -48,6 +48,9 @@ final class SQLiteRunnerLock: RunnerLock {
 }
 
 extension SQLiteStore {
+    /// A runner's long waits for another process's write (a large batch enqueue) go to its log.
+    package func reportLockWaits(_ log: @escaping (String) -> Void) { db.busyWait.report = log }
+
     /// Takes the store's runner lock: E_RUNNING (exit 75) naming the holder when another
     /// runner has it.
     package func lockForRunner() throws(OutboxError) -> RunnerLock {

@@ -84,6 +84,8 @@ package protocol Store: AnyObject {
     /// A runner's store reconnects when its server drops the connection, and runs the
     /// statement or transaction that failed again, until `policy` gives up.
     func reconnectWhenDropped(_ policy: ReconnectPolicy)
+    /// Where a store that waits for another process's lock says, now and then, that it still waits.
+    func reportLockWaits(_ log: @escaping (String) -> Void)
     /// Makes the caller the store's runner, or fails with E_RUNNING naming the holder (a
     /// store that shares runners admits every caller).
     func lockForRunner() throws(OutboxError) -> RunnerLock

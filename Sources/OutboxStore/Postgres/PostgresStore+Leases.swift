@@ -162,6 +162,9 @@ extension PostgresStore {
         return (" AND delivery_owner = ?", [.text(owner)])
     }
 
+    /// The server queues lock waiters itself; a runner waits there for as long as it takes.
+    package func reportLockWaits(_ log: @escaping (String) -> Void) {}
+
     package func reconnectWhenDropped(_ policy: ReconnectPolicy) {
         db.reconnect = policy
         // A transaction run again builds its file lists again. Returns it journaled stay in

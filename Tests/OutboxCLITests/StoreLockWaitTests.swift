@@ -1,0 +1,63 @@
+import Foundation
+import OutboxModel
+import Testing
+import TestSupport
+
+/// Another process may hold the store's write lock for long: a batch enqueue of many lines
+/// holds it while it inserts. A runner that must commit meanwhile waits, says so in its
+/// log, and goes on once the lock is free, instead of stopping with its work in flight.
+struct StoreLockWaitTests {
+    @Test func aRunnerWaitsOutAnotherProcesssLongWrite() async throws {
+        let p = try TestProject(
+            config: heldRequestConfig,
+            definitions: [
+                "note": """
+                key: note
+                request:
+                  url: "{{ env.SERVER | raw }}/notes/{{ vars.n }}"
+                  data:
+                    n: "{{ vars.n }}"
+                """
+            ])
+        p.environment["SERVER"] = p.server.baseURL
+        try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "one"])
+        p.server.script("/notes/1", [.hold("held")])
+        let runner = try p.start(["run"])
+        #expect(await p.server.waitForHeld("held"))
+
+        // The sqlite3 shell takes the write lock and keeps it until told to commit.
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") else {
+            Issue.record("sqlite3 is missing: install the sqlite3 package")
+            return
+        }
+        let shell = Process()
+        shell.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        shell.arguments = [p.path(".outbox/outbox.db")]
+        let input = Pipe()
+        let output = Pipe()
+        shell.standardInput = input
+        shell.standardOutput = output
+        try shell.run()
+        input.fileHandleForWriting.write(Data(".timeout 600000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n".utf8))
+        let answer = output.fileHandleForReading.availableData
+        #expect(String(decoding: answer, as: UTF8.self).contains("locked"))
+
+        // The answer comes back; the runner's settle needs the lock, past the old 10 s limit.
+        _ = p.server.release("held")
+        try await eventually("the runner says it waits for the lock", timeout: 300) {
+            runner.stderrSoFar.contains("waiting for the store: another process has held its lock for")
+        }
+        #expect(runner.isRunning, "\(runner.stderrSoFar)")
+        input.fileHandleForWriting.write(Data("COMMIT;\n.quit\n".utf8))
+        try input.fileHandleForWriting.close()
+        shell.waitUntilExit()
+
+        try await eventually("the entry settles once the lock is free") {
+            try await p.outbox(["list", "--json"]).stdout == "[]\n"
+        }
+        runner.signal(SIGTERM)
+        let result = await runner.wait()
+        #expect(result.exitCode == 0, "\(result)")
+        #expect(p.server.requests(path: "/notes/1").count == 1)
+    }
+}
