@@ -69,9 +69,7 @@ package struct Config: Sendable {
     package var headers: [(String, String)] = []
     package var headersCommand: CommandSpec?
     package var authRefreshCommand: CommandSpec?
-    package var redactHeaders: [String] = [] {
-        didSet { redactedHeaderNames = Self.redactedNames(redactHeaders) }
-    }
+    package var redactHeaders: [String] = []
     package var eventsCommand: CommandSpec?
     /// Template of the account that enqueues.
     package var account: String?
@@ -111,11 +109,8 @@ package struct Config: Sendable {
     }
 
     /// Header names never printed, lowercased: the fixed ones plus `redact_headers`.
-    /// Kept with `redactHeaders` rather than computed: the runner reads it for every request.
-    package private(set) var redactedHeaderNames = redactedNames([])
-
-    static func redactedNames(_ extra: [String]) -> Set<String> {
-        Set(["authorization", "cookie", "proxy-authorization", "set-cookie"] + extra.map { $0.lowercased() })
+    package var redactedHeaderNames: Set<String> {
+        Set(["authorization", "cookie", "proxy-authorization", "set-cookie"] + redactHeaders.map { $0.lowercased() })
     }
 
     /// Finds the config: `explicit` (from --config or OUTBOX_CONFIG), else

@@ -274,7 +274,11 @@ extension Definition {
     static func checkTemplates(_ node: YAMLNode, field: String, skip: Set<String> = [], reader: inout YAMLReader) {
         switch node.kind {
         case .scalar:
-            if case let .string(s)? = node.scalar, let problem = Template.validate(s) {
+            // `part` renders in a parts plan alone: elsewhere in a request it can never resolve.
+            let roots =
+                field.hasPrefix("request.") && !field.hasPrefix("request.parts")
+                ? Template.allRoots.subtracting(["part"]) : Template.allRoots
+            if case let .string(s)? = node.scalar, let problem = Template.validate(s, roots: roots) {
                 reader.error(node.mark, "\(field): \(problem)")
             }
         case let .sequence(items):
@@ -331,6 +335,7 @@ extension Definition {
                 _ = reader.bool(n, "request.\(name)")
             }
         }
+        if let t = f["text"], t.scalar == nil { reader.error(t.mark, "request.text must be text (the body), not a list or mapping") }
         if let form = f["form"] { checkForm(form, reader: &reader) }
         if let parts = f["parts"] { checkParts(parts, reader: &reader) }
         guard let json = reader.json(node, "request") else { return nil }

@@ -82,15 +82,17 @@ package enum Template {
     ///
     /// Also rejects roots other than vars, entry, env, file, part, outcome (plus the loop
     /// variable and `loop` inside a for-block). Whether a root fits the field is the caller's check.
-    package static func validate(_ template: String) -> String? {
+    package static func validate(_ template: String, roots: Set<String> = allRoots) -> String? {
         let nodes: [TemplateNode]
         do {
             nodes = try TemplateParser.parse(template)
         } catch {
             return error.message
         }
-        return unknownRoot(in: nodes, scope: Set(TemplateParser.knownRoots))
+        return unknownRoot(in: nodes, scope: roots)
     }
+
+    package static let allRoots = Set(TemplateParser.knownRoots)
 
     /// Paths a template reads (e.g. ["vars.site_id", "env.API_TOKEN"]), for static checks.
     ///

@@ -207,6 +207,11 @@ struct YAMLReader {
                 error(node.mark, "\(field) is an empty command")
                 return nil
             }
+            // Arguments may be empty; the program's name may not (exec would fail at every run).
+            guard !argv[0].trimmingSpaces.isEmpty else {
+                error(items[0].mark, "\(field): the program name (the list's first item) is empty")
+                return nil
+            }
             commands.append(CommandRef(field: field, command: .argv(argv), path: path, mark: node.mark))
             return .argv(argv)
         case .mapping:
