@@ -8,18 +8,8 @@ import TestSupport
 /// log, and goes on once the lock is free, instead of stopping with its work in flight.
 struct StoreLockWaitTests {
     @Test func aRunnerWaitsOutAnotherProcesssLongWrite() async throws {
-        let p = try TestProject(
-            config: heldRequestConfig,
-            definitions: [
-                "note": """
-                key: note
-                request:
-                  url: "{{ env.SERVER | raw }}/notes/{{ vars.n }}"
-                  data:
-                    n: "{{ vars.n }}"
-                """
-            ])
-        p.environment["SERVER"] = p.server.baseURL
+        // The store-copy tests' project: `note` posts to the test server's /notes/N.
+        let p = try StoreCopyTests.project(config: heldRequestConfig)
         try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "one"])
         p.server.script("/notes/1", [.hold("held")])
         let runner = try p.start(["run"])
