@@ -298,7 +298,9 @@ package enum CLI {
                     json,
                     OptionSpec(
                         name: "fix", valueName: nil,
-                        help: "first remove staged bodies no entry owns (left by a killed process), when no enqueue is staging"),
+                        help:
+                            "first remove staged bodies no entry owns (left by a killed process), when no enqueue is staging, and make the store's files 0600 and folders 0700 again"
+                    ),
                 ],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.audit(&i) }),
             CommandInfo(

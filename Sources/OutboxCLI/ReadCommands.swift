@@ -280,6 +280,7 @@ enum ReadCommands {
         let store = try i.project().store()
         if i.args.flag("fix") {
             for path in try store.cleanOrphans() { i.console.err("outbox: removed \(path) (a staged body no entry owns)") }
+            for change in store.tightenModes() { i.console.err("outbox: \(change)") }
         }
         let problems = try store.audit()
         if i.json {

@@ -151,6 +151,32 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         }
     }
 
+    /// Folders and files of the store that others may read or write (made by hand, copied in
+    /// with `cp -r`, a umask that `chmod` later undid): the store keeps folders 0700 and
+    /// files 0600. With `fix`, each one this user owns is tightened. Returns what it found.
+    func looseModes(fix: Bool) -> [String] {
+        var found: [String] = []
+        var folders = [folder]
+        while let current = folders.popLast() {
+            for name in Paths.list(current) ?? [] {
+                let path = Paths.join(current, name)
+                var st = Glibc.stat()
+                guard lstat(path, &st) == 0, st.st_uid == getuid() else { continue }
+                let isFolder = (st.st_mode & S_IFMT) == S_IFDIR
+                if isFolder { folders.append(path) }
+                guard isFolder || (st.st_mode & S_IFMT) == S_IFREG, st.st_mode & 0o077 != 0 else { continue }
+                let wanted: mode_t = isFolder ? 0o700 : 0o600
+                let mode = String(st.st_mode & 0o777, radix: 8)
+                if fix, chmod(path, wanted) == 0 {
+                    found.append("\(path) was mode \(mode); it is \(String(wanted, radix: 8)) now")
+                } else {
+                    found.append("\(path) has mode \(mode): others may read it (audit --fix makes it \(String(wanted, radix: 8)))")
+                }
+            }
+        }
+        return found
+    }
+
     /// What a store folder may hold before its database or bodies exist (a crash between
     /// the two, a file system's own folder).
     static let storeNames: Set<String> = [
@@ -197,8 +223,11 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
 
     func databaseProblems() throws(OutboxError) -> [String] {
         let check = try db.query("PRAGMA integrity_check") { $0.text(0) }
-        return check == ["ok"] ? [] : check.map { "sqlite: \($0)" }
+        return (check == ["ok"] ? [] : check.map { "sqlite: \($0)" }) + looseModes(fix: false)
     }
+
+    /// `audit --fix`: the store's files and folders that others may read are tightened.
+    package func tightenModes() -> [String] { looseModes(fix: true) }
 
     /// One host: every staged file is on this disk.
     func entriesStagedElsewhere() throws(OutboxError) -> Set<String> { [] }

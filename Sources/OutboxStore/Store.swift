@@ -39,6 +39,9 @@ package protocol Store: AnyObject {
     /// Removes staged files no entry owns (left by a process killed while it staged), when
     /// no enqueue is staging right now; returns what it removed.
     func cleanOrphans() throws(OutboxError) -> [String]
+    /// Gives the store's files and folders that others may read back their private modes
+    /// (`audit --fix`); says what it changed.
+    func tightenModes() -> [String]
 
     // MARK: Control by other commands
 

@@ -2,6 +2,7 @@ import Foundation
 import OutboxCLI
 import OutboxModel
 import Testing
+import TestSupport
 
 /// A lowercase UUID of `version`: default entry ids are time-ordered (7), idempotency keys random (4).
 private func isUUID(_ s: String?, version: Character) -> Bool {
@@ -778,13 +779,34 @@ struct CLIAuditTests {
         done.waitUntilExit()
         let dead = p.storeFolder + "/bodies/x.body.tmp-\(done.processIdentifier)-7"
         let live = p.storeFolder + "/bodies/y.body.tmp-\(getpid())-7"
-        for file in [dead, live] { #expect(FileManager.default.createFile(atPath: file, contents: Data("part".utf8))) }
+        for file in [dead, live] {
+            #expect(FileManager.default.createFile(atPath: file, contents: Data("part".utf8), attributes: [.posixPermissions: 0o600]))
+        }
         let audit = p.run("audit")
         #expect(audit.status == 74)
         #expect(audit.out.contains("temporary file \(dead) left by process \(done.processIdentifier)"), "\(audit)")
         #expect(!audit.out.contains(live), "\(audit)")
         #expect(p.run("audit", "--fix").status == 0)
         #expect(!FileManager.default.fileExists(atPath: dead))
+    }
+
+    /// A store file or folder others may read (a hand's chmod, a copy made with another
+    /// umask) is named by `audit`; `--fix` makes files 0600 and folders 0700 again.
+    @Test func auditNamesAndFixesLooseModes() throws {
+        let p = try CLIProject()
+        try p.write("in/a.bin", "body")
+        try p.enqueue("file.copy", vars: #"{"path": "in/a.bin"}"#, id: "c")
+        let staged = try p.sqlite("SELECT body_file FROM entries WHERE id = 'c';").trimmingCharacters(in: .newlines)
+        #expect(p.run("audit").status == 0, "a store as outbox made it")
+        #expect(chmod(staged, 0o644) == 0 && chmod(p.storeFolder + "/bodies", 0o755) == 0)
+        let audit = p.run("audit")
+        #expect(audit.status == 74)
+        #expect(audit.out.contains("\(staged) has mode 644: others may read it (audit --fix makes it 600)"), "\(audit)")
+        #expect(audit.out.contains("\(p.storeFolder)/bodies has mode 755"), "\(audit)")
+        let fix = p.run("audit", "--fix")
+        #expect(fix.status == 0, "\(fix)")
+        #expect(fix.err.contains("\(staged) was mode 644; it is 600 now"), "\(fix)")
+        #expect(fileMode(staged) == 0o600 && fileMode(p.storeFolder + "/bodies") == 0o700)
     }
 
     /// A staged body cut short, or replaced by a link, is damage `audit` names.

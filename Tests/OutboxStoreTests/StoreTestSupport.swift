@@ -168,12 +168,6 @@ final class StoreFixture {
     }
 }
 
-func fileMode(_ path: String) -> Int? {
-    var st = stat()
-    guard stat(path, &st) == 0 else { return nil }
-    return Int(st.st_mode & 0o7777)
-}
-
 func fileText(_ path: String) -> String? {
     FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }
 }

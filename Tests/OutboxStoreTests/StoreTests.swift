@@ -1,6 +1,7 @@
 import Foundation
 import OutboxModel
 import Testing
+import TestSupport
 @testable import OutboxStore
 
 struct StoreOpeningTests {

@@ -40,3 +40,10 @@ package final class TemporaryFolder: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: path)
     }
 }
+
+/// The permission bits of the file or folder at `path` (links followed), or nil.
+package func fileMode(_ path: String) -> Int? {
+    var st = stat()
+    guard stat(path, &st) == 0 else { return nil }
+    return Int(st.st_mode & 0o7777)
+}

@@ -162,6 +162,9 @@ extension PostgresStore {
         return (" AND delivery_owner = ?", [.text(owner)])
     }
 
+    /// The database keeps its own files; a shared staging folder's modes are the sharers' choice.
+    package func tightenModes() -> [String] { [] }
+
     /// The server queues lock waiters itself; a runner waits there for as long as it takes.
     package func reportLockWaits(_ log: @escaping (String) -> Void) {}
 
