@@ -29,10 +29,12 @@ package enum ResponseMode: Sendable, Equatable {
 package struct Definition: Sendable {
     /// Why `key` cannot name a definition (empty, spaces or control characters), or nil.
     package static func keyProblem(_ key: String) -> String? {
-        if key.isEmpty || key.utf8.contains(where: { $0 <= 0x20 || $0 == 0x7F }) {
-            return "key must be a non-empty name without spaces or control characters"
+        // Unicode spaces and invisible characters too (NBSP, ZWSP): a key that looks like another is not one.
+        let unseen = { (c: Unicode.Scalar) in
+            c.value <= 0x20 || c.properties.isWhitespace || [.control, .format].contains(c.properties.generalCategory)
         }
-        return nil
+        guard key.isEmpty || key.unicodeScalars.contains(where: unseen) else { return nil }
+        return "key must be a non-empty name without spaces or control characters"
     }
 
     package var key: String
@@ -275,9 +277,8 @@ extension Definition {
         switch node.kind {
         case .scalar:
             // `part` renders in a parts plan alone: elsewhere in a request it can never resolve.
-            let roots =
-                field.hasPrefix("request.") && !field.hasPrefix("request.parts")
-                ? Template.allRoots.subtracting(["part"]) : Template.allRoots
+            let partless = field.hasPrefix("request.") && !field.hasPrefix("request.parts")
+            let roots = partless ? Template.allRoots.subtracting(["part"]) : Template.allRoots
             if case let .string(s)? = node.scalar, let problem = Template.validate(s, roots: roots) {
                 reader.error(node.mark, "\(field): \(problem)")
             }
