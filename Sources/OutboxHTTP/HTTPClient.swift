@@ -61,6 +61,12 @@ package final class HTTPClient: Sendable {
         engine.cancel(id)
     }
 
+    /// Takes back a standby transfer that has not started; its completion gets an `.aborted`
+    /// failure. One that started meanwhile is left to finish: it may have been sent already.
+    package func withdraw(_ id: UInt64) {
+        engine.withdraw(id)
+    }
+
     /// Aborts what is in flight, stops the thread and waits for it.
     package func shutdown() {
         engine.shutdown()
@@ -96,6 +102,7 @@ final class CurlEngine: @unchecked Sendable {
         var pending: [Job] = []
         var promotions: [UInt64] = []
         var cancels: [UInt64] = []
+        var withdrawals: [UInt64] = []
         var nextID: UInt64 = 0
         var stopping = false
         /// The multi handle is gone: no more wakeups.
@@ -164,6 +171,8 @@ final class CurlEngine: @unchecked Sendable {
 
     func cancel(_ id: UInt64) { request(id, into: \.cancels) }
 
+    func withdraw(_ id: UInt64) { request(id, into: \.withdrawals) }
+
     /// Queues a request about a transfer for the curl thread and wakes it.
     private func request(_ id: UInt64, into list: WritableKeyPath<Shared, [UInt64]>) {
         let multi = self.multi
@@ -199,13 +208,14 @@ final class CurlEngine: @unchecked Sendable {
     private func runLoop() {
         var running: Int32 = 0
         while true {
-            let (jobs, promotions, cancels, stopping) = shared.withLock { state in
+            let (jobs, promotions, cancels, withdrawals, stopping) = shared.withLock { state in
                 defer {
                     state.pending.removeAll()
                     state.promotions.removeAll()
                     state.cancels.removeAll()
+                    state.withdrawals.removeAll()
                 }
-                return (state.pending, state.promotions, state.cancels, state.stopping)
+                return (state.pending, state.promotions, state.cancels, state.withdrawals, state.stopping)
             }
             if stopping {
                 for job in jobs + standby {
@@ -225,6 +235,7 @@ final class CurlEngine: @unchecked Sendable {
                 if let index = standby.firstIndex(where: { $0.id == id }) { begin(standby.remove(at: index)) }
             }
             for id in cancels { abort(id, message: "cancelled by the runner") }
+            for id in withdrawals where standby.contains(where: { $0.id == id }) { abort(id, message: "withdrawn before it started") }
             added = false
             _ = ccurl_multi_perform(multi, &running)
             collectFinished()

@@ -215,7 +215,7 @@ package final class Runner {
             for action in shutdown.step(now: mono, stopRequests: options.stopRequests()) {
                 switch action {
                 case let .log(line): log(line)
-                case .abortStandby: for transferID in flights.standby.keys { http?.cancel(transferID) }
+                case .abortStandby: for transferID in flights.standby.keys { http?.withdraw(transferID) }
                 case .abortInFlight: for flight in flights.byToken.values { http?.cancel(flight.transferID) }
                 }
             }

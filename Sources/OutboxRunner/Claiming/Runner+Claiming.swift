@@ -87,7 +87,8 @@ extension Runner {
                 }
             } else if control.isPaused(key: entry.key), let transferID = standbyByEntry[entry.id] {
                 flights.withdrawn[entry.id] = true
-                http?.cancel(transferID)
+                // Only if it has not started: one the curl thread began meanwhile finishes and settles.
+                http?.withdraw(transferID)
             }
         }
     }
@@ -232,7 +233,7 @@ extension Runner {
                 flights.withdrawn[flight.entryID] == nil
             else { continue }
             flights.withdrawn[flight.entryID] = true
-            http?.cancel(transferID)
+            http?.withdraw(transferID)
             standbyHeldUntil = mono + Self.standbyWaitMs
             if let entry = flights.running[flight.entryID] { emitState(entry, state: .queued, reason: "returned") }
         }
