@@ -86,15 +86,19 @@ package enum CLI {
         }
         let wantsJSON = arguments.contains("--json")
         if words.first == "--help" || words.first == "-h" || words.first == "help" {
+            // `outbox help "store copy"`: a command named in one quoted word.
+            if words.count == 2, words[1].contains(" ") { words = [words[0]] + words[1].split(separator: " ").map(String.init) }
+            let named = words.dropFirst().filter { !$0.hasPrefix("-") }
             if words.count > 1, let command = match(Array(words.dropFirst())) {
                 console.out(command.0.help())
-            } else if words.count > 1, !commands.contains(where: { $0.path[0] == words[1] }) {
+            } else if named.count > 1 || named.first.map({ name in !commands.contains { $0.path[0] == name } }) == true {
                 report(
-                    .usage("unknown command \"\(TerminalText.visible(String(words[1].prefix(40))))\" (see outbox --help)"),
+                    .usage(
+                        "unknown command \"\(TerminalText.visible(String(named.joined(separator: " ").prefix(40))))\" (see outbox --help)"),
                     json: wantsJSON, console: console)
                 return ErrorCode.usage.exitStatus
             } else {
-                console.out(overview(group: words.count > 1 ? words[1] : nil))
+                console.out(overview(group: named.first))
             }
             return 0
         }

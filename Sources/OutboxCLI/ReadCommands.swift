@@ -26,25 +26,41 @@ enum ReadCommands {
             i.console.write("]\n")
             return 0
         }
-        var filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))
-        if filter.state == "paused" { filter.state = nil }
-        var rows = try store.list(filter).map { ($0, displayState($0, control: control)) }
-        if let wanted = i.args.value("state") { rows = rows.filter { $0.1 == wanted } }
-        if rows.isEmpty {
+        let filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))
+        let header = ["ID", "KEY", "STATE", "ATTEMPTS", "PROGRESS", "NEXT", "UPDATED"]
+        // A row is kept as one line of cells (not as an entry): a list of 300,000 stays small.
+        var lines: [String] = []
+        var widths = header.map(\.count)
+        let now = Identifiers.nowMs()
+        try store.forEachListRow(filter) { r in
+            let state = displayState(r.state, key: r.key, control: control)
+            if let wanted = filter.state, wanted != state { return }
+            let progress = r.totalBytes > 0 ? "\(Units.formatBytes(r.bytesSent))/\(Units.formatBytes(r.totalBytes))" : "-"
+            let next = r.nextAttemptAt.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
+            let updated = Units.formatDuration(ms: max(0, now - r.updatedAt)) + " ago"
+            let cells = [r.id, r.key, state + (r.reason.map { " (\($0))" } ?? ""), String(r.attempts), progress, next, updated]
+                .map(TerminalText.visible)
+            for (c, cell) in cells.enumerated() { widths[c] = max(widths[c], cell.count) }
+            lines.append(cells.joined(separator: "\u{1F}"))
+        }
+        if lines.isEmpty {
             i.console.err("no entries")
             return 0
         }
-        var table = [["ID", "KEY", "STATE", "ATTEMPTS", "PROGRESS", "NEXT", "UPDATED"]]
-        let now = Identifiers.nowMs()
-        let unhandled = try store.unhandledKeyEntryIDs()
-        for (e, state) in rows {
-            let reason = unhandled.contains(e.id) ? "unhandled-key" : e.reason
-            let progress = e.totalBytes > 0 ? "\(Units.formatBytes(e.bytesSent))/\(Units.formatBytes(e.totalBytes))" : "-"
-            let next = e.nextAttemptAt.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
-            let updated = Units.formatDuration(ms: max(0, now - e.updatedAt)) + " ago"
-            table.append([e.id, e.key, state + (reason.map { " (\($0))" } ?? ""), String(e.attempts), progress, next, updated])
+        func padded(_ cells: [Substring]) -> String {
+            cells.enumerated().map { c, cell in
+                c == cells.count - 1 ? String(cell) : cell + String(repeating: " ", count: widths[c] - cell.count)
+            }.joined(separator: "  ")
         }
-        i.console.out(formatTable(table))
+        var out = padded(header.map { Substring($0) }) + "\n"
+        for line in lines {
+            out += padded(line.split(separator: "\u{1F}", omittingEmptySubsequences: false)) + "\n"
+            if out.utf8.count >= 1 << 16 {
+                i.console.write(out)
+                out = ""
+            }
+        }
+        i.console.write(out)
         return 0
     }
 
@@ -229,14 +245,16 @@ enum ReadCommands {
         let control = try store.control()
         if control.queuePaused { reasons.append("the whole queue is paused (outbox resume)") }
         if control.pausedKeys.contains(e.key) { reasons.append("its key \(e.key) is paused (outbox resume --key \(e.key))") }
-        if let nb = e.notBefore, nb > now { reasons.append("it is held until \(nb) (in \(Units.formatDuration(ms: nb - now)))") }
+        if let nb = e.notBefore, nb > now {
+            reasons.append("it is held until \(Units.rfc3339(ms: nb)) (in \(Units.formatDuration(ms: nb - now)))")
+        }
         if let next = e.nextAttemptAt, next > now, e.attempts > 0 {
             reasons.append(
                 "it backs off after \(e.attempts) attempt\(e.attempts == 1 ? "" : "s"); next in \(Units.formatDuration(ms: next - now))")
         }
         if e.waitsForDelivery { reasons.append("it waits until the outcome of its previous generation is acknowledged") }
         if let scope = e.scope {
-            let ahead = try store.list(ListFilter()).filter { $0.scope == scope && $0.seq < e.seq && !$0.state.isSettled }
+            let ahead = try store.list(ListFilter(scope: scope)).filter { $0.seq < e.seq && !$0.state.isSettled }
             if let first = ahead.first { reasons.append("scope \(scope): \(first.id) runs first") }
         }
         let wifi = e.request.wifiOnly ?? control.wifiOnly
@@ -282,7 +300,7 @@ enum ReadCommands {
             for path in try store.cleanOrphans() { i.console.err("outbox: removed \(path) (a staged body no entry owns)") }
             for change in store.tightenModes() { i.console.err("outbox: \(change)") }
         }
-        let problems = try store.audit()
+        let problems = try store.audit(note: { i.console.err("outbox: \($0)") })
         if i.json {
             i.console.out(JSON.object([("ok", .bool(problems.isEmpty)), ("problems", .array(problems.map { .string($0) }))]).serialized())
         } else if problems.isEmpty {

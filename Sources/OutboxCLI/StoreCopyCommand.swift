@@ -19,7 +19,7 @@ enum StoreCopyCommand {
         let name = Config.isServerStore(to) ? try PostgresURL(to).redacted : targetConfig.store
         let source = try project.store()
         // A target folder that cannot be a store is refused before the source is locked.
-        if !Config.isServerStore(to) { try SQLiteStore.checkStoreFolder(targetConfig.store) }
+        if !Config.isServerStore(to) { try SQLiteStore.checkStoreFolder(targetConfig.store, option: "--to") }
         let summary = try StoreCopy.copy(
             from: source, to: { () throws(OutboxError) in try Project.openStore(targetConfig) }, targetName: name)
         if i.json {

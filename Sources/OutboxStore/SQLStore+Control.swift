@@ -197,10 +197,8 @@ extension SQLStore {
         Set(try unacknowledgedOutcomes().filter { $0.reason == "unhandled-key" }.map(\.entryID))
     }
 
-    package func writeListRows(
-        _ filter: ListFilter, displayState: (String, String) -> String,
-        _ write: (String) -> Void
-    ) throws(OutboxError) {
+    /// The columns of a `list` row, in queue order; a `paused` filter reads queued rows.
+    static func listQuery(_ filter: ListFilter) -> (String, [SQLValue]) {
         var sql = """
             SELECT id, key, vars, state, reason, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
               generation, parent FROM entries WHERE 1=1
@@ -208,8 +206,28 @@ extension SQLStore {
         var values: [SQLValue] = []
         if let key = filter.key { sql += " AND key = ?"; values.append(.text(key)) }
         if let id = filter.id { sql += " AND id = ?"; values.append(.text(id)) }
+        if let scope = filter.scope { sql += " AND scope = ?"; values.append(.text(scope)) }
         if let state = filter.state { sql += " AND state = ?"; values.append(.text(state == "paused" ? "queued" : state)) }
-        sql += " ORDER BY seq"
+        return (sql + " ORDER BY seq", values)
+    }
+
+    package func forEachListRow(_ filter: ListFilter, _ body: (ListRow) throws(OutboxError) -> Void) throws(OutboxError) {
+        let (sql, values) = Self.listQuery(filter)
+        let unhandled = try unhandledKeyEntryIDs()
+        try db.forEach(sql, values) { r throws(OutboxError) in
+            let id = r.text(0)
+            try body(
+                ListRow(
+                    id: id, key: r.text(1), state: r.text(3), reason: unhandled.contains(id) ? "unhandled-key" : r.optionalText(4),
+                    bytesSent: r.int(5), totalBytes: r.int(6), attempts: r.int(7), updatedAt: r.int(9), nextAttemptAt: r.optionalInt(10)))
+        }
+    }
+
+    package func writeListRows(
+        _ filter: ListFilter, displayState: (String, String) -> String,
+        _ write: (String) -> Void
+    ) throws(OutboxError) {
+        let (sql, values) = Self.listQuery(filter)
         // Built as bytes straight from SQLite's column buffers: no String per column.
         var out: [UInt8] = []
         out.reserveCapacity(1 << 17)
@@ -306,7 +324,7 @@ extension SQLStore {
     }
 
     /// Problems with the store's invariants (empty when all hold), for `outbox audit`.
-    package func audit() throws(OutboxError) -> [String] {
+    package func audit(note: (String) -> Void) throws(OutboxError) -> [String] {
         var problems = try databaseProblems()
         let elsewhere = try entriesStagedElsewhere()
         for e in try list(ListFilter()) {
@@ -336,6 +354,13 @@ extension SQLStore {
         }
         let orphans = try db.queryOne("SELECT COUNT(*) FROM parts WHERE entry_seq NOT IN (SELECT seq FROM entries)") { $0.int(0) } ?? 0
         if orphans > 0 { problems.append(orphans == 1 ? "1 part belongs to no entry" : "\(orphans) parts belong to no entry") }
+        // While an enqueue stages its bodies (it holds the lock shared) they are not in the
+        // table yet: they are not orphans, and no file can be judged until it commits.
+        guard let lock = stagingLock(exclusive: true) else {
+            note("an enqueue is staging bodies now: staged files not checked for orphans (run audit again after it)")
+            return problems
+        }
+        defer { withExtendedLifetime(lock) {} }
         let known = Set(try list(ListFilter()).flatMap(\.body.files))
         for name in Paths.list(staging.bodiesDir) ?? [] {
             let path = Paths.join(staging.bodiesDir, name)

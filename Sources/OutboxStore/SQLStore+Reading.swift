@@ -78,6 +78,7 @@ extension SQLStore {
         var values: [SQLValue] = []
         if let key = filter.key { sql += " AND key = ?"; values.append(.text(key)) }
         if let id = filter.id { sql += " AND id = ?"; values.append(.text(id)) }
+        if let scope = filter.scope { sql += " AND scope = ?"; values.append(.text(scope)) }
         if let state = filter.state, state != "paused" { sql += " AND state = ?"; values.append(.text(state)) }
         if filter.state == "paused" { sql += " AND state = 'queued'" }
         sql += " ORDER BY seq"

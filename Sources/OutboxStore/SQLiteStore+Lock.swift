@@ -40,9 +40,9 @@ final class SQLiteRunnerLock: RunnerLock {
     deinit { release() }
 
     /// Who holds the lock, for the message of a runner that finds it taken.
-    static func writeHolder(_ fd: Int32) {
+    static func writeHolder(_ fd: Int32, copying: Bool = false) {
         ftruncate(fd, 0)
-        let text = "pid \(getpid()) since \(Units.rfc3339(ms: Identifiers.nowMs()))\n"
+        let text = "pid \(getpid())\(copying ? " copying the store" : "") since \(Units.rfc3339(ms: Identifiers.nowMs()))\n"
         _ = text.withCString { pwrite(fd, $0, strlen($0), 0) }
     }
 }
@@ -53,15 +53,24 @@ extension SQLiteStore {
 
     /// Takes the store's runner lock: E_RUNNING (exit 75) naming the holder when another
     /// runner has it.
-    package func lockForRunner() throws(OutboxError) -> RunnerLock {
+    package func lockForRunner() throws(OutboxError) -> RunnerLock { try takeRunnerLock(copying: false) }
+
+    /// The runner lock already admits one holder.
+    package func lockExclusively() throws(OutboxError) -> RunnerLock { try takeRunnerLock(copying: true) }
+
+    /// The runner lock, taken by a runner or by `store copy` (which says so to whoever finds it taken).
+    func takeRunnerLock(copying: Bool) throws(OutboxError) -> RunnerLock {
         let path = Paths.join(folder, "runner.lock")
         let fd = csystem_lock_file(path)
         if fd == -EWOULDBLOCK || fd == -EAGAIN {
             let holder = Paths.readText(path)?.trimmingSpaces ?? ""
+            if holder.contains(" copying the store ") {
+                throw .running("a store copy holds the store \(folder) (\(holder)); run again once it has finished")
+            }
             throw .running("another runner holds the store \(folder)\(holder.isEmpty ? "" : " (\(holder))")")
         }
         guard fd >= 0 else { throw .storage("cannot lock \(path): \(Paths.errnoMessage(-fd))") }
-        SQLiteRunnerLock.writeHolder(fd)
+        SQLiteRunnerLock.writeHolder(fd, copying: copying)
         return SQLiteRunnerLock(path: path, fd: fd)
     }
 

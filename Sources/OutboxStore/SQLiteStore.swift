@@ -129,11 +129,12 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
 
     /// The store holds tokens and bodies: a link (it could point anywhere) is refused, and a
     /// folder others may read is tightened to 0700, with a word on stderr.
-    package static func checkStoreFolder(_ path: String) throws(OutboxError) {
+    /// `option` names where the folder was given (the config's `store:`, or `store copy --to`).
+    package static func checkStoreFolder(_ path: String, option: String = "store: in the config") throws(OutboxError) {
         var st = stat()
         guard lstat(path, &st) == 0 else { return }
         if (st.st_mode & S_IFMT) == S_IFLNK {
-            throw .storage("the store folder \(path) is a symbolic link; give the real folder as store: in the config")
+            throw .storage("the store folder \(path) is a symbolic link; give the real folder as \(option)")
         }
         if (st.st_mode & S_IFMT) == S_IFDIR, let names = Paths.list(path), !names.contains("outbox.db"), !names.contains("bodies") {
             // A folder of someone else's files would be tightened to 0700 and filled with ours.
@@ -142,7 +143,7 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
                 throw OutboxError(
                     .config,
                     "the store folder \(path) holds files outbox did not make (\(foreign.prefix(3).joined(separator: ", "))"
-                        + "\(foreign.count > 3 ? ", ..." : "")); give store: a new or empty folder of its own")
+                        + "\(foreign.count > 3 ? ", ..." : "")); give \(option) a new or empty folder of its own")
             }
         }
         if (st.st_mode & S_IFMT) == S_IFDIR, st.st_mode & 0o077 != 0, st.st_uid == getuid() {
@@ -205,6 +206,13 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     /// Applies the migrations not yet recorded, inside one write transaction (two enqueues
     /// may open a new store at once).
     static func migrate(_ db: SQLiteConnection) throws(OutboxError) {
+        // Up to date (every open but the first after an upgrade): a read, so a reading command
+        // never waits behind another process's write transaction.
+        if try db.queryOne("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'migrations'", { _ in true }) == true {
+            let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
+            try refuseNewer(applied, path: db.path)
+            if Schema.migrations.allSatisfy({ applied.contains($0.name) }) { return }
+        }
         try db.transaction { () throws(OutboxError) in
             try db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })

@@ -22,6 +22,8 @@ package protocol Store: AnyObject {
     func writeListRows(
         _ filter: ListFilter, displayState: (String, String) -> String,
         _ write: (String) -> Void) throws(OutboxError)
+    /// `list` rows in queue order, read without parsing each entry's stored request.
+    func forEachListRow(_ filter: ListFilter, _ body: (ListRow) throws(OutboxError) -> Void) throws(OutboxError)
     func parts(entrySeq: Int64) throws(OutboxError) -> [StoredPart]
     /// The last attempts of an entry (at most 20), oldest first.
     func attempts(entryID: String) throws(OutboxError) -> [JSON]
@@ -34,8 +36,9 @@ package protocol Store: AnyObject {
     /// The cumulative counters (attempts, bytes, hook deliveries, durations) since the
     /// store was created.
     func counters() throws(OutboxError) -> [CounterSample]
-    /// Problems with the store's invariants (empty when all hold).
-    func audit() throws(OutboxError) -> [String]
+    /// Problems with the store's invariants (empty when all hold); `note` hears of checks
+    /// that could not be made now.
+    func audit(note: (String) -> Void) throws(OutboxError) -> [String]
     /// Removes staged files no entry owns (left by a process killed while it staged), when
     /// no enqueue is staging right now; returns what it removed.
     func cleanOrphans() throws(OutboxError) -> [String]
@@ -177,6 +180,8 @@ package protocol Store: AnyObject {
 }
 
 extension Store {
+    package func audit() throws(OutboxError) -> [String] { try audit(note: { _ in }) }
+
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
         try deliveryFailed(seq: seq, nextDeliveryAt: nextDeliveryAt, reason: reason, hookStarted: true)
     }
@@ -331,9 +336,6 @@ extension Store {
 
     /// An embedded store has no connection to lose.
     package func reconnectWhenDropped(_ policy: ReconnectPolicy) {}
-
-    /// The runner lock already admits one holder.
-    package func lockExclusively() throws(OutboxError) -> RunnerLock { try lockForRunner() }
 
     /// Claims at once; every entry is the only runner's to take.
     package func claim(_ entries: [Entry], lease: Lease, now: Int64) throws(OutboxError) -> [Entry] {

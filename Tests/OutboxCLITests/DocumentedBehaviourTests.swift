@@ -12,6 +12,11 @@ struct DocumentedBehaviourTests {
         #expect(r.status == 64, "\(r)")
         #expect(r.err.contains("E_USAGE: unknown command \"nosuch\""))
         #expect(p.run("help", "headers").status == 0, "a group lists its commands")
+        // A two-word command quoted as one word is the same command.
+        let quoted = p.run("help", "store copy")
+        #expect(quoted.status == 0, "\(quoted)")
+        #expect(quoted.out == p.run("help", "store", "copy").out)
+        #expect(p.run("help", "store nosuch").status == 64)
     }
 
     @Test(arguments: [["pause"], ["resume"], ["headers", "update"], ["wifi-only"], ["list"]])

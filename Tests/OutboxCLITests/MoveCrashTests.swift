@@ -99,6 +99,33 @@ struct OrphanTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).count == 1)
     }
 
+    // An enqueue holds the staging lock shared from its first staged body to its commit:
+    // while it does, a body not yet in the table is no orphan, and audit does not say so.
+    @Test func auditLeavesTheFilesOfAnEnqueueStillStaging() async throws {
+        let p = try CLIProject()
+        _ = try p.write(
+            "definitions/cp.yaml",
+            """
+            key: cp
+            request: { method: PUT, url: "https://x.example/a", file: "{{ vars.path }}", ownership: copy }
+            """)
+        _ = try p.write("data/big.bin", String(repeating: "x", count: 100_000))
+        let killed = try await p.outbox(
+            ["enqueue", "cp", "--vars", #"{"path": "data/big.bin"}"#], environment: ["OUTBOX_FAULT": "enqueue.staged"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        // This test stands for the enqueue still staging that file.
+        let fd = open(p.storeFolder + "/staging.lock", O_RDWR)
+        #expect(fd >= 0 && flock(fd, LOCK_SH) == 0)
+        let during = p.run("audit")
+        #expect(during.status == 0, "\(during)")
+        #expect(during.err.contains("an enqueue is staging bodies now"), "\(during.err)")
+        #expect(!during.out.contains("orphan"), "\(during.out)")
+        close(fd)
+        let after = p.run("audit")
+        #expect(after.status == 74, "\(after)")
+        #expect(after.out.contains("orphan staged file"), "\(after.out)")
+    }
+
     // The clean-up reads body files from their column and form files from the stored
     // request: a stray file beside both kinds is the only one removed, by `audit --fix`
     // and by a runner's start alike.

@@ -1,5 +1,6 @@
 import Foundation
 import OutboxModel
+import OutboxStore
 import OutboxTestServer
 import Testing
 import TestSupport
@@ -142,6 +143,11 @@ struct PostgresRunnersTests {
         try await Self.enqueue(p, 1...1)
         let first = try p.start(["run"])
         await eventually("the first delivery started") { Self.hookLines(p).first?.hasPrefix("start 1 ") == true }
+        // Killed once it has recorded its hook's group (it records a turn's groups just after starting them).
+        await eventually("the first runner recorded its hook's group") {
+            let store = try? PostgresStore(url: PostgresURL(p.environment["OUTBOX_STORE"] ?? ""), folder: p.path(".outbox"))
+            return (try? store?.unacknowledgedOutcomes().first?.hookPgid) != nil
+        }
         let second = try p.start(["run"])
         first.signal(SIGKILL)
         _ = await first.wait()

@@ -50,4 +50,35 @@ struct StoreLockWaitTests {
         #expect(result.exitCode == 0, "\(result)")
         #expect(p.server.requests(path: "/notes/1").count == 1)
     }
+
+    /// Reading commands read: they answer while another process holds the write lock
+    /// (opening the store does not take it once its schema is current).
+    @Test func readingCommandsAnswerWhileAnotherProcessWrites() async throws {
+        let p = try StoreCopyTests.project()
+        try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "one"])
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") else {
+            Issue.record("sqlite3 is missing: install the sqlite3 package")
+            return
+        }
+        let shell = Process()
+        shell.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        shell.arguments = [p.path(".outbox/outbox.db")]
+        let input = Pipe()
+        let output = Pipe()
+        shell.standardInput = input
+        shell.standardOutput = output
+        try shell.run()
+        input.fileHandleForWriting.write(Data("BEGIN IMMEDIATE;\nSELECT 'locked';\n".utf8))
+        #expect(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).contains("locked"))
+
+        // Each would wait for the lock as long as the shell holds it (until the end of this test).
+        for command in [["stats"], ["stats", "--json"], ["list"], ["list", "--json"], ["show", "one"], ["explain", "one"], ["audit"]] {
+            let result = try await p.outbox(command, timeout: 60)
+            #expect(result.exitCode == 0, "\(command): \(result)")
+            #expect(!result.stderr.contains("waiting for the store"), "\(command): \(result.stderr)")
+        }
+        input.fileHandleForWriting.write(Data("ROLLBACK;\n.quit\n".utf8))
+        try input.fileHandleForWriting.close()
+        shell.waitUntilExit()
+    }
 }

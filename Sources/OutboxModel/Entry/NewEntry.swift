@@ -1,14 +1,38 @@
+/// What a text `list` shows of an entry; `state` as stored (a pause is shown by the caller).
+package struct ListRow: Sendable {
+    package var id: String
+    package var key: String
+    package var state: String
+    /// The entry's reason, or `unhandled-key` while an outcome waits for a definition.
+    package var reason: String?
+    package var bytesSent: Int64
+    package var totalBytes: Int64
+    package var attempts: Int64
+    package var updatedAt: Int64
+    package var nextAttemptAt: Int64?
+    package init(
+        id: String, key: String, state: String, reason: String?, bytesSent: Int64, totalBytes: Int64, attempts: Int64,
+        updatedAt: Int64, nextAttemptAt: Int64?
+    ) {
+        (self.id, self.key, self.state, self.reason) = (id, key, state, reason)
+        (self.bytesSent, self.totalBytes, self.attempts, self.updatedAt, self.nextAttemptAt) =
+            (bytesSent, totalBytes, attempts, updatedAt, nextAttemptAt)
+    }
+}
+
 /// Which entries `list` reads.
 package struct ListFilter: Sendable {
     package var key: String?
     package var id: String?
     package var state: String?
     package var limit: Int?
-    package init(key: String? = nil, id: String? = nil, state: String? = nil, limit: Int? = nil) {
+    package var scope: String?
+    package init(key: String? = nil, id: String? = nil, state: String? = nil, limit: Int? = nil, scope: String? = nil) {
         self.key = key
         self.id = id
         self.state = state
         self.limit = limit
+        self.scope = scope
     }
 }
 

@@ -96,6 +96,12 @@ extension StoreConformance {
             let second = try other.lockForRunner()
             #expect(throws: OutboxError.self) { _ = try c.store.lockForRunner() }
             second.release()
+            // A runner kept out by a store copy is told so, not that another runner runs.
+            let copying = try c.store.lockExclusively()
+            let refused = #expect(throws: OutboxError.self) { _ = try other.lockForRunner() }
+            #expect(refused?.code == .running)
+            #expect(refused?.message.contains("a store copy holds the store") == true, "\(String(describing: refused))")
+            copying.release()
         }
 
         // A store several runners share admits each of them, and says so.
