@@ -101,18 +101,21 @@ extension SQLStore {
             cancelled = try writing { () throws(OutboxError) -> [String] in
                 // A transaction cut before its commit runs again whole.
                 toRemove = []
-                var entries: [Entry] = []
-                if let ids {
-                    for id in ids { if let e = try entry(id: id) { entries.append(e) } }
-                } else {
-                    entries = try list(ListFilter(key: key))
+                var cancelled: [String] = []
+                func cancel(_ entries: [Entry]) throws(OutboxError) {
+                    for e in entries {
+                        toRemove += try forget(e, returnMovedFile: true)
+                        cancelled.append(e.id)
+                    }
                 }
-                for e in entries {
-                    toRemove += try forget(e, returnMovedFile: true)
+                if let ids {
+                    for id in ids { if let e = try entry(id: id) { try cancel([e]) } }
+                } else {
+                    try forEachChunk(ListFilter(key: key), cancel)
                 }
                 try journalReturns()
                 Fault.point("cancel.journaled")
-                return entries.map(\.id)
+                return cancelled
             }
         } catch {
             dropReturns()
@@ -129,25 +132,26 @@ extension SQLStore {
     package func retry(ids: [String]?, key: String?, errors: Bool, now: Int64) throws(OutboxError) -> [String] {
         // One writer at a time: the entries are read, then written by generation, as the same-id rules do.
         try writing { () throws(OutboxError) -> [String] in
-            var entries: [Entry] = []
-            if let ids {
-                for id in ids { if let e = try entry(id: id) { entries.append(e) } }
-            } else if let key {
-                entries = try list(ListFilter(key: key))
-            } else if errors {
-                entries = try list(ListFilter(state: EntryState.error.rawValue))
-            }
             var retried: [String] = []
-            for e in entries where [.queued, .awaitingAuth, .error].contains(e.state) {
-                var expiresAt = e.expiresAt
-                if let expiry = e.expiresAt, expiry <= now { expiresAt = now + max(0, expiry - e.createdAt) }
-                try db.run(
-                    """
-                    UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, not_before = NULL,
-                      expires_at = ?, updated_at = ?
-                    WHERE seq = ? AND generation = ?
-                    """, [.int(now), .optional(expiresAt), .int(now), .int(e.seq), .int(e.generation)])
-                retried.append(e.id)
+            func retry(_ entries: [Entry]) throws(OutboxError) {
+                for e in entries where [.queued, .awaitingAuth, .error].contains(e.state) {
+                    var expiresAt = e.expiresAt
+                    if let expiry = e.expiresAt, expiry <= now { expiresAt = now + max(0, expiry - e.createdAt) }
+                    try db.run(
+                        """
+                        UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, not_before = NULL,
+                          expires_at = ?, updated_at = ?
+                        WHERE seq = ? AND generation = ?
+                        """, [.int(now), .optional(expiresAt), .int(now), .int(e.seq), .int(e.generation)])
+                    retried.append(e.id)
+                }
+            }
+            if let ids {
+                for id in ids { if let e = try entry(id: id) { try retry([e]) } }
+            } else if let key {
+                try forEachChunk(ListFilter(key: key), retry)
+            } else if errors {
+                try forEachChunk(ListFilter(state: EntryState.error.rawValue), retry)
             }
             return retried
         }
@@ -165,7 +169,7 @@ extension SQLStore {
             let generation = (Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0) + 1
             try setSetting(Self.headerGenerationSetting, String(generation))
             try setSetting("header_patch", HeaderRules.json(HeaderRules.merge(try headerPatch(), patch)).serialized())
-            for e in try list(ListFilter()) {
+            func updateHeaders(of e: Entry) throws(OutboxError) {
                 var request = e.request
                 request.headers = HeaderRules.merge(request.headers, patch)
                 try db.run(
@@ -185,6 +189,7 @@ extension SQLStore {
                 }
                 Fault.point("headers.mid-update")
             }
+            try forEachChunk(ListFilter()) { entries throws(OutboxError) in for e in entries { try updateHeaders(of: e) } }
             return generation
         }
     }
@@ -327,7 +332,7 @@ extension SQLStore {
     package func audit(note: (String) -> Void) throws(OutboxError) -> [String] {
         var problems = try databaseProblems()
         let elsewhere = try entriesStagedElsewhere()
-        for e in try list(ListFilter()) {
+        func check(_ e: Entry) throws(OutboxError) {
             // A referenced file is the user's, not the store's: its going away is an error of that entry (kind file).
             if let file = e.bodyFile, e.request.ownership != .reference, !elsewhere.contains(e.id) {
                 if !Paths.exists(file) {
@@ -352,6 +357,9 @@ extension SQLStore {
                 if pending == 0 { problems.append("\(e.id): \(e.state.rawValue) but has no outcome awaiting acknowledgement") }
             }
         }
+        try db.read { () throws(OutboxError) in
+            try forEachChunk(ListFilter()) { entries throws(OutboxError) in for e in entries { try check(e) } }
+        }
         let orphans = try db.queryOne("SELECT COUNT(*) FROM parts WHERE entry_seq NOT IN (SELECT seq FROM entries)") { $0.int(0) } ?? 0
         if orphans > 0 { problems.append(orphans == 1 ? "1 part belongs to no entry" : "\(orphans) parts belong to no entry") }
         // While an enqueue stages its bodies (it holds the lock shared) they are not in the
@@ -361,7 +369,8 @@ extension SQLStore {
             return problems
         }
         defer { withExtendedLifetime(lock) {} }
-        let known = Set(try list(ListFilter()).flatMap(\.body.files))
+        var known = Set<String>()
+        try forEachChunk(ListFilter()) { entries in known.formUnion(entries.flatMap(\.body.files)) }
         for name in Paths.list(staging.bodiesDir) ?? [] {
             let path = Paths.join(staging.bodiesDir, name)
             if let marker = name.firstRange(of: ".tmp-") {
@@ -415,7 +424,7 @@ extension SQLStore {
         guard !candidates.isEmpty else { return [] }
         candidates.subtract(try db.query("SELECT body_file FROM entries WHERE body_file IS NOT NULL") { $0.text(0) })
         // Form fields' staged files live in the stored request.
-        if !candidates.isEmpty { candidates.subtract(try list(ListFilter()).flatMap(\.body.files)) }
+        if !candidates.isEmpty { try forEachChunk(ListFilter()) { entries in candidates.subtract(entries.flatMap(\.body.files)) } }
         var removed: [String] = []
         for path in candidates.sorted() where unlink(path) == 0 { removed.append(path) }
         if !removed.isEmpty { _ = csystem_fsync_dir(staging.bodiesDir) }

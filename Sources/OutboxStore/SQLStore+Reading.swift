@@ -74,6 +74,14 @@ extension SQLStore {
     }
 
     package func list(_ filter: ListFilter) throws(OutboxError) -> [Entry] {
+        var (sql, values) = Self.entriesQuery(filter)
+        sql += " ORDER BY seq"
+        if let limit = filter.limit { sql += " LIMIT \(limit)" }
+        return try db.query(sql, values, entryFromRow)
+    }
+
+    /// The entries `filter` names, without order or limit.
+    static func entriesQuery(_ filter: ListFilter) -> (String, [SQLValue]) {
         var sql = "SELECT \(Self.entryColumns) FROM entries WHERE 1=1"
         var values: [SQLValue] = []
         if let key = filter.key { sql += " AND key = ?"; values.append(.text(key)) }
@@ -81,9 +89,21 @@ extension SQLStore {
         if let scope = filter.scope { sql += " AND scope = ?"; values.append(.text(scope)) }
         if let state = filter.state, state != "paused" { sql += " AND state = ?"; values.append(.text(state)) }
         if filter.state == "paused" { sql += " AND state = 'queued'" }
-        sql += " ORDER BY seq"
-        if let limit = filter.limit { sql += " LIMIT \(limit)" }
-        return try db.query(sql, values, entryFromRow)
+        return (sql, values)
+    }
+
+    /// The entries `filter` names in queue order, a thousand at a time: a command over the
+    /// whole queue (cancel, retry, headers update, audit) holds one chunk, not 400,000
+    /// parsed entries. `body` may change or delete the rows it was given.
+    func forEachChunk(_ filter: ListFilter, _ body: ([Entry]) throws(OutboxError) -> Void) throws(OutboxError) {
+        let (sql, values) = Self.entriesQuery(filter)
+        var after = Int64.min
+        while true {
+            let chunk = try db.query(sql + " AND seq > ? ORDER BY seq LIMIT 1000", values + [.int(after)], entryFromRow)
+            guard let last = chunk.last else { return }
+            after = last.seq
+            try body(chunk)
+        }
     }
 
     package func parts(entrySeq: Int64) throws(OutboxError) -> [StoredPart] {

@@ -81,6 +81,27 @@ extension StoreConformance {
         }
     }
 
+    /// Commands over the whole queue read it a chunk at a time: every entry is reached, past
+    /// the chunk's size, and changed or forgotten once.
+    struct WholeQueue {
+        // 2,500 entries (chunks of 1,000): headers update, retry --key, audit and cancel --all reach each one.
+        @Test(arguments: StoreUnderTest.all)
+        func commandsOverTheWholeQueueReachEveryEntry(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let ids = (1...2_500).map { "w-\($0)" }
+            _ = try c.store.enqueue(try ids.map { id in try c.entry(id) }, now: StoreConformance.t0)
+            _ = try c.store.updateHeaders([("X-Patch", "p")], now: StoreConformance.t0 + 1)
+            let patched = try c.store.list(ListFilter()).filter { $0.request.headers.contains { $0 == ("X-Patch", "p") } }
+            #expect(patched.count == 2_500)
+            #expect(Set(try c.store.retry(ids: nil, key: "note", errors: false, now: StoreConformance.t0 + 2)) == Set(ids))
+            #expect(try c.store.audit() == [])
+            let cancelled = try c.store.cancel(ids: nil, key: nil, now: StoreConformance.t0 + 3)
+            #expect(cancelled.count == 2_500)
+            #expect(Set(cancelled) == Set(ids))
+            #expect(try c.store.list(ListFilter()).isEmpty)
+        }
+    }
+
     /// The runner lock: one runner per store, or any number on a store runners share.
     struct RunnerLocks {
         // A second runner is refused with E_RUNNING while the first holds the lock, and let in after release.
