@@ -125,6 +125,9 @@ struct DeliveryState {
     /// Groups of earlier runners' hooks this runner stopped (a killed leader may linger as a
     /// zombie until it is reaped, and is not stopped, nor reported, twice).
     var stoppedEarlierGroups: Set<String> = []  // "pgid:start time": a number alone may be reused
+    /// Outcomes this runner counted a delivery of, until acknowledged: any other one counted
+    /// before may have a hook of a dead runner running that no store row names.
+    var countedHere: Set<Int64> = []
     /// Hooks that exited 0 this turn, acknowledged together (they stay in `hooksRunning` until then).
     var finished: [(seq: Int64, followUps: [NewEntry])] = []
     /// Whether outcomes may have become deliverable since the last look.

@@ -103,6 +103,46 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    // Killed between starting the hook and recording its group: no row names the group, and
+    // the next runner finds the hook by its token and stops it before delivering again.
+    @Test func runnerKilledBeforeRecordingItsHookLeavesNoHookBesideTheNextDelivery() async throws {
+        let hook = #"""
+            #!/bin/sh
+            payload=$(cat)
+            printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
+            if [ "$OUTBOX_DELIVERIES" = 1 ]; then
+              echo $$ > hooks/hook.pid
+              sleep 600
+            fi
+            exit 0
+
+            """#
+        let p = try Project(
+            definitions: ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)],
+            hooks: ["slow.sh": hook])
+        try await p.enqueue("t", path: "/status/200", id: "crash")
+        let killed = try await p.outbox(["run"], environment: ["OUTBOX_FAULT": "hook.started"])
+        #expect(killed.exitCode == -SIGKILL, "\(killed)")
+        await eventually("the hook to start") { p.exists("hooks/hook.pid") }
+        let hookPID = try #require(
+            Int32(
+                try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8)
+                    .trimmingCharacters(in: .whitespacesAndNewlines)))
+        let hookGroup = getpgid(hookPID)
+        #expect(!isDead(hookPID), "the orphaned hook runs")
+        #expect(try p.sqlite("SELECT COALESCE(hook_pgid, 'none') FROM outcomes WHERE entry_id = 'crash'").contains("none"))
+
+        let second = try await p.drain()
+        #expect(
+            second.stderr.contains("stopped hook process group \(hookGroup) left by a runner that stopped before recording it"),
+            "\(second.stderr)")
+        await eventually("the unrecorded hook to be stopped") { isDead(hookPID) }
+        let deliveries = try String(contentsOfFile: p.root + "/hooks/deliveries.log", encoding: .utf8)
+        #expect(deliveries == "1\n2\n")
+        #expect(p.server.requests.count == 1, "the outcome is redelivered, the request is not sent again")
+        #expect(try await p.list().isEmpty)
+    }
+
     @Test func runnerKilledMidRequestLeavesTheEntryForTheNextRunner() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         // The first request is never answered: the runner is killed while it is in flight.

@@ -143,10 +143,24 @@ package enum HookEnvironment {
         package var outcome: String
         package var deliveries: Int64
         package var generation: Int64
+        /// `OUTBOX_HOOK_TOKEN`: the store and the outcome, see `token`.
+        package var token: String
 
-        package init(id: String, key: String, outcome: String, deliveries: Int64, generation: Int64) {
+        package init(id: String, key: String, outcome: String, deliveries: Int64, generation: Int64, token: String) {
             (self.id, self.key, self.outcome, self.deliveries, self.generation) = (id, key, outcome, deliveries, generation)
+            self.token = token
         }
+    }
+
+    package static let tokenName = "OUTBOX_HOOK_TOKEN"
+
+    /// Names an outcome of one store: a runner finds by it a hook whose runner died before
+    /// recording its process group (the store is named by a hash of its location: a URL may hold a password).
+    package static func token(store: String, outcomeSeq: Int64) -> String {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in store.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        let hex = String(hash, radix: 16)
+        return String(repeating: "0", count: 16 - hex.count) + hex + "-" + String(outcomeSeq)
     }
 
     package static let variables: [(name: String, meaning: String, value: @Sendable (Values) -> String)] = [
@@ -155,5 +169,10 @@ package enum HookEnvironment {
         ("OUTBOX_OUTCOME", "`completed` or `error`", { $0.outcome }),
         ("OUTBOX_DELIVERIES", "this delivery's number: 1 the first time, then 2, 3, ...", { String($0.deliveries) }),
         ("OUTBOX_GENERATION", "the entry's generation the outcome belongs to", { String($0.generation) }),
+        (
+            tokenName,
+            "the store and the outcome (same for each delivery of it): a runner that finds a hook left running by one that died stops it before delivering again",
+            { $0.token }
+        ),
     ]
 }

@@ -47,6 +47,16 @@ extension Runner {
                 delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
             }
         }
+        // Counted before, by a runner that died between starting its hook and recording the group.
+        let unrecorded = starting.filter {
+            $0.outcome.deliveries > 0 && $0.outcome.hookPgid == nil && !delivery.countedHere.contains($0.outcome.seq)
+        }
+        if !unrecorded.isEmpty {
+            let tokens = Set(unrecorded.map { HookEnvironment.token(store: config.store, outcomeSeq: $0.outcome.seq) })
+            for pgid in UnrecordedHooks.stopLeaders(withVariable: HookEnvironment.tokenName, in: tokens) {
+                log("outbox: stopped hook process group \(pgid) left by a runner that stopped before recording it", level: .warn)
+            }
+        }
         guard !starting.isEmpty else {
             guard !delivery.finished.isEmpty else { return }
             try acknowledgeFinished(now: now)
@@ -68,6 +78,7 @@ extension Runner {
             counts = done.counts
             try acknowledged(refused: done.refused, now: now)
         }
+        delivery.countedHere.formUnion(counts.keys)
         Fault.point("hook.counted")
         if counts.count < starting.count {
             contended = true
@@ -106,7 +117,8 @@ extension Runner {
             }
         }
         // The turn's process groups are recorded before anything else: a runner killed later
-        // never leaves a hook that the next runner does not stop.
+        // never leaves a hook that the next runner does not stop (killed before, see `unrecorded`).
+        if !processes.isEmpty { Fault.point("hook.started") }
         try store.recordHookProcesses(processes)
         if !processes.isEmpty { Fault.point("hook.running") }
     }
@@ -179,6 +191,7 @@ extension Runner {
         guard !batch.isEmpty else { return }
         delivery.finished.removeAll()
         for item in batch {
+            delivery.countedHere.remove(item.seq)
             guard let entryID = delivery.hooksRunning.removeValue(forKey: item.seq) else { continue }
             if let reason = refused[item.seq] {
                 try failDelivery(seq: item.seq, entryID: entryID, failure: "the hook's enqueue line was refused: \(reason)", now: now)
@@ -208,7 +221,7 @@ extension Runner {
         let payload = hookPayload(outcome.payload, deliveries: deliveries)
         let values = HookEnvironment.Values(
             id: outcome.entryID, key: outcome.key, outcome: outcome.outcome.rawValue, deliveries: deliveries,
-            generation: outcome.generation)
+            generation: outcome.generation, token: HookEnvironment.token(store: config.store, outcomeSeq: outcome.seq))
         var set: [String: String] = [:]
         for variable in HookEnvironment.variables { set[variable.name] = variable.value(values) }
         let env = ProcessEnvironment(base: environment, setting: set)
