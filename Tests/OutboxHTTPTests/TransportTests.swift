@@ -1162,6 +1162,49 @@ private func withStandbyFixture(perHost: Int = .max, _ body: (TestHTTPServer, HT
         }
     }
 
+    @Test func withdrawnStandbyThatHasNotStartedIsNeverSent() throws {
+        try withStandbyFixture { server, client, results in
+            let id = client.start(HTTPRequest(url: server.url("/never"), method: "GET"), host: "h", slot: true, standby: true) {
+                results.record("n", $0)
+            }
+            client.withdraw(id)
+            #expect(results.wait(for: ["n"]))
+            #expect(results["n"]?.failure?.kind == .aborted)
+            client.start(HTTPRequest(url: server.url("/after"), method: "GET"), host: "h", slot: true) { results.record("after", $0) }
+            #expect(results.wait(for: ["after"]))
+            #expect(server.requests.map(\.path) == ["/after"])
+        }
+    }
+
+    // The curl thread starts a standby transfer in a freed slot while the runner decides to
+    // withdraw it (a pause): that transfer may be on the wire, so it is left to finish and
+    // report. Aborting it sent the request and then queued its entry again: sent twice.
+    @Test func withdrawalOfAStandbyThatStartedLeavesItToFinish() throws {
+        try withStandbyFixture { server, client, results in
+            server.script("/slow", [.hold("slow")])
+            server.script("/next", [.hold("next")])
+            client.start(HTTPRequest(url: server.url("/slow"), method: "GET"), host: "h", slot: true) { results.record("a", $0) }
+            let b = client.start(HTTPRequest(url: server.url("/next"), method: "GET"), host: "h", slot: true, standby: true) {
+                results.record("b", $0)
+            }
+            #expect(server.waitForHeld("slow"))
+            server.release("slow")
+            // b starts in a's slot; the server holds it, so it is on the wire when withdrawn.
+            #expect(server.waitForHeld("next"))
+            #expect(results.wait(for: ["a"]))
+            #expect(results["a"]?.startedInPlace == b)
+            client.withdraw(b)
+            // The curl thread reads requests in order: once this one is done, it has seen the withdrawal.
+            client.start(HTTPRequest(url: server.url("/marker"), method: "GET")) { results.record("marker", $0) }
+            #expect(results.wait(for: ["marker"]))
+            #expect(results["b"] == nil, "b was ended by its withdrawal: \(String(describing: results["b"]))")
+            server.release("next")
+            #expect(results.wait(for: ["b"]))
+            #expect(results["b"]?.status == 200)
+            #expect(server.requests(path: "/next").count == 1)
+        }
+    }
+
     @Test func standbyWaitsWhileItsHostIsAtPerHost() throws {
         try withStandbyFixture(perHost: 1) { server, client, results in
             // /long holds host h until /short has ended, however long that takes.
