@@ -235,7 +235,9 @@ enum ReadCommands {
                     "its runner\(e.leaseOwner.map { " (\($0))" } ?? "") let its lease run out (stopped, killed or cut off from the database); a live runner puts it back in the queue, keeping accepted parts"
                 )
             } else {
-                reasons.append("it is running now\(e.leaseOwner.map { " on runner \($0)" } ?? "")")
+                reasons.append(
+                    "it is running now\(e.leaseOwner.map { " on runner \($0)" } ?? ""): sending, or ready to start the moment a request ends (a standby request)"
+                )
             }
         case .awaitingAuth: reasons.append("the server answered 401/403; it waits for `outbox headers update`")
         case .completed, .cancelled: reasons.append("it is \(e.state.rawValue); its outcome waits for its hook to exit 0")

@@ -860,7 +860,8 @@ struct CLIAuditTests {
         try p.enqueue("held", vars: "{}", id: "h")
         let runner = try p.start(["run"])
         #expect(await p.server.waitForHeld("x"))
-        #expect(p.run("explain", "h").out == "- it is running now\n")
+        #expect(
+            p.run("explain", "h").out == "- it is running now: sending, or ready to start the moment a request ends (a standby request)\n")
         runner.signal(SIGKILL)
         _ = await runner.wait(timeout: 60)
         let after = p.run("explain", "h")
