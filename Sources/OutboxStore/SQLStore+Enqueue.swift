@@ -243,32 +243,33 @@ extension SQLStore {
             request = stored.json.serialized()
         }
         let extra = entryColumnsOfThisStore(staged)
-        let seq =
-            try db.queryOne(
-                """
-                INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_hash, total_bytes,
-                  idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
-                  next_attempt_at, waits_for_delivery\(extra.map { ", " + $0.column }.joined()))
-                VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?\(String(repeating: ", ?", count: extra.count)))
-                RETURNING seq
-                """,
+        let sql = """
+            INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_hash, total_bytes,
+              idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
+              next_attempt_at, waits_for_delivery\(extra.map { ", " + $0.column }.joined()))
+            VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?\(String(repeating: ", ?", count: extra.count)))
+            """
+        let values: [SQLValue] =
+            [
+                .text(new.id), .text(internalID), .text(new.key), .text(vars), .int(generation), .text(request),
+                staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
+                .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
+                .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
+                .optional(new.notBefore), .bool(waits),
+            ] + extra.map(\.value)
+        guard case let .parts(_, _, parts) = p.body else {
+            // No RETURNING unless the parts need the seq: SQLite gathers returned rows in a temporary table.
+            try db.run(sql, values)
+            return
+        }
+        let seq = try db.queryOne(sql + " RETURNING seq", values) { $0.int(0) } ?? 0
+        for (i, part) in parts.enumerated() {
+            try db.run(
+                "INSERT INTO parts (entry_seq, idx, start, \"end\", url, headers) VALUES (?, ?, ?, ?, ?, ?)",
                 [
-                    .text(new.id), .text(internalID), .text(new.key), .text(vars), .int(generation), .text(request),
-                    staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
-                    .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
-                    .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
-                    .optional(new.notBefore), .bool(waits),
-                ] + extra.map(\.value)
-            ) { $0.int(0) } ?? 0
-        if case let .parts(_, _, parts) = p.body {
-            for (i, part) in parts.enumerated() {
-                try db.run(
-                    "INSERT INTO parts (entry_seq, idx, start, \"end\", url, headers) VALUES (?, ?, ?, ?, ?, ?)",
-                    [
-                        .int(seq), .int(i), .int(part.range.start), .int(part.range.end), .text(part.url),
-                        .text(HeaderRules.json(part.headers.map { ($0.name, $0.value) }).serialized()),
-                    ])
-            }
+                    .int(seq), .int(i), .int(part.range.start), .int(part.range.end), .text(part.url),
+                    .text(HeaderRules.json(part.headers.map { ($0.name, $0.value) }).serialized()),
+                ])
         }
     }
 }
