@@ -87,7 +87,7 @@ package enum CLI {
         let wantsJSON = arguments.contains("--json")
         if words.first == "--help" || words.first == "-h" || words.first == "help" {
             // `outbox help "store copy"`: a command named in one quoted word.
-            if words.count == 2, words[1].contains(" ") { words = [words[0]] + words[1].split(separator: " ").map(String.init) }
+            words = words.flatMap { word in word.contains(" ") ? word.split(separator: " ").map(String.init) : [word] }
             let named = words.dropFirst().filter { !$0.hasPrefix("-") }
             if words.count > 1, let command = match(Array(words.dropFirst())) {
                 console.out(command.0.help())

@@ -166,10 +166,19 @@ enum ControlCommands {
         let store = try i.project().store()
         if keys.isEmpty {
             try store.setQueuePaused(paused)
-            i.console.err(paused ? "paused the whole queue (outbox resume to undo)" : "resumed the whole queue")
+            if !i.json { i.console.err(paused ? "paused the whole queue (outbox resume to undo)" : "resumed the whole queue") }
         } else {
             try store.setPaused(keys: keys, paused: paused)
-            i.console.err("\(paused ? "paused" : "resumed") \(keys.joined(separator: ", "))")
+            if !i.json { i.console.err("\(paused ? "paused" : "resumed") \(keys.joined(separator: ", "))") }
+        }
+        if i.json {
+            // The state after the change: what holds entries now.
+            let control = try store.control()
+            i.console.out(
+                JSON.object([
+                    ("queue_paused", .bool(control.queuePaused)),
+                    ("paused_keys", .array(control.pausedKeys.sorted().map { .string($0) })),
+                ]).serialized())
         }
         return 0
     }
@@ -194,7 +203,12 @@ enum ControlCommands {
             patch.append((name, value))
         }
         let generation = try i.project().store().updateHeaders(patch, now: Identifiers.nowMs())
-        i.console.err("header generation \(generation): updated \(patch.map(\.0).joined(separator: ", "))")
+        if i.json {
+            i.console.out(
+                JSON.object([("header_generation", .int64(generation)), ("updated", .array(patch.map { .string($0.0) }))]).serialized())
+        } else {
+            i.console.err("header generation \(generation): updated \(patch.map(\.0).joined(separator: ", "))")
+        }
         return 0
     }
 
@@ -202,7 +216,11 @@ enum ControlCommands {
         let value = i.args.positionals[0]
         guard value == "on" || value == "off" else { throw .usage("wifi-only takes on or off, not \"\(value.prefix(40))\"") }
         try i.project().store().setWifiOnly(value == "on")
-        i.console.err("wifi-only \(value)")
+        if i.json {
+            i.console.out(JSON.object([("wifi_only", .bool(value == "on"))]).serialized())
+        } else {
+            i.console.err("wifi-only \(value)")
+        }
         return 0
     }
 }

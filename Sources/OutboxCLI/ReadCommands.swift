@@ -39,8 +39,8 @@ enum ReadCommands {
             let next = r.nextAttemptAt.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
             let updated = Units.formatDuration(ms: max(0, now - r.updatedAt)) + " ago"
             let cells = [r.id, r.key, state + (r.reason.map { " (\($0))" } ?? ""), String(r.attempts), progress, next, updated]
-                .map(TerminalText.visible)
-            for (c, cell) in cells.enumerated() { widths[c] = max(widths[c], cell.count) }
+                .map(TerminalText.cell)
+            for (c, cell) in cells.enumerated() { widths[c] = max(widths[c], TerminalText.displayWidth(cell)) }
             lines.append(cells.joined(separator: "\u{1F}"))
         }
         if lines.isEmpty {
@@ -49,7 +49,8 @@ enum ReadCommands {
         }
         func padded(_ cells: [Substring]) -> String {
             cells.enumerated().map { c, cell in
-                c == cells.count - 1 ? String(cell) : cell + String(repeating: " ", count: widths[c] - cell.count)
+                c == cells.count - 1
+                    ? String(cell) : cell + String(repeating: " ", count: widths[c] - TerminalText.displayWidth(String(cell)))
             }.joined(separator: "  ")
         }
         var out = padded(header.map { Substring($0) }) + "\n"
@@ -65,12 +66,12 @@ enum ReadCommands {
     }
 
     static func formatTable(_ rawRows: [[String]]) -> String {
-        let rows = rawRows.map { $0.map(TerminalText.visible) }
+        let rows = rawRows.map { $0.map(TerminalText.cell) }
         var widths = [Int](repeating: 0, count: rows[0].count)
-        for row in rows { for (c, cell) in row.enumerated() { widths[c] = max(widths[c], cell.count) } }
+        for row in rows { for (c, cell) in row.enumerated() { widths[c] = max(widths[c], TerminalText.displayWidth(cell)) } }
         return rows.map { row in
             row.enumerated().map { c, cell in
-                c == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[c] - cell.count)
+                c == row.count - 1 ? cell : cell + String(repeating: " ", count: widths[c] - TerminalText.displayWidth(cell))
             }.joined(separator: "  ")
         }.joined(separator: "\n")
     }

@@ -19,6 +19,29 @@ package enum TerminalText {
         return String(out)
     }
 
+    /// `visible`, with newline and tab escaped too: for one cell of a table, which a line
+    /// break would split over two rows.
+    package static func cell(_ s: String) -> String {
+        visible(s).replacingNewlinesAndTabs()
+    }
+
+    /// Columns `s` takes on a terminal: East Asian wide characters and emoji take two,
+    /// combining marks none; for aligning a table.
+    package static func displayWidth(_ s: String) -> Int {
+        var width = 0
+        for scalar in s.unicodeScalars {
+            switch scalar.value {
+            case 0x0300...0x036F, 0x200B...0x200F, 0xFE00...0xFE0F: break
+            case 0x1100...0x115F, 0x2E80...0x303E, 0x3041...0x33FF, 0x3400...0x4DBF, 0x4E00...0x9FFF, 0xA000...0xA4CF,
+                0xAC00...0xD7A3, 0xF900...0xFAFF, 0xFE30...0xFE4F, 0xFF00...0xFF60, 0xFFE0...0xFFE6, 0x1F300...0x1F64F,
+                0x1F900...0x1F9FF, 0x20000...0x3FFFD:
+                width += 2
+            default: width += 1
+            }
+        }
+        return width
+    }
+
     private static func needsEscape(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.value {
         case 0x0A, 0x09: return false
@@ -41,5 +64,20 @@ package enum TerminalText {
         let head = start > 0 ? "…" : ""
         let tail = end < characters.count ? "…" : ""
         return (head + String(characters[start..<end]) + tail, at - start + head.count + 1)
+    }
+}
+
+extension String {
+    fileprivate func replacingNewlinesAndTabs() -> String {
+        guard contains(where: { $0 == "\n" || $0 == "\t" || $0 == "\r\n" }) else { return self }
+        var out = ""
+        for scalar in unicodeScalars {
+            switch scalar {
+            case "\n": out += "\\x0a"
+            case "\t": out += "\\x09"
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out
     }
 }

@@ -40,7 +40,8 @@ extension SQLStore {
             if case let .settle(s) = change { return s.followUps }
             return []
         }
-        let lock = stagingLock(exclusive: false)
+        // Held only while follow-ups stage bodies (audit leaves those files alone meanwhile).
+        let lock = followUps.isEmpty ? nil : stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(followUps, repeatsAllowed: true)
         let settles = changes.contains { if case .settle = $0 { true } else { false } }

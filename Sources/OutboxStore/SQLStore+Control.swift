@@ -365,7 +365,9 @@ extension SQLStore {
         // While an enqueue stages its bodies (it holds the lock shared) they are not in the
         // table yet: they are not orphans, and no file can be judged until it commits.
         guard let lock = stagingLock(exclusive: true) else {
-            note("an enqueue is staging bodies now: staged files not checked for orphans (run audit again after it)")
+            note(
+                "an enqueue (or a runner's follow-up entries) is staging bodies now: staged files not checked for orphans (run audit again after it)"
+            )
             return problems
         }
         defer { withExtendedLifetime(lock) {} }

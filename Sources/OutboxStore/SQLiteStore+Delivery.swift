@@ -87,9 +87,10 @@ extension SQLiteStore {
         _ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64
     ) throws(OutboxError) -> (counts: [Int64: Int64], refused: [Int64: String]) {
         if batch.isEmpty { return (try beginDeliveries(seqs: begin), [:]) }
-        let lock = stagingLock(exclusive: false)
-        defer { withExtendedLifetime(lock) {} }
         let followUps = batch.flatMap(\.followUps)
+        // Held only while follow-ups stage bodies (audit leaves those files alone meanwhile).
+        let lock = followUps.isEmpty ? nil : stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(followUps, repeatsAllowed: true)
         var remove: [String] = []
         var counts: [Int64: Int64] = [:]

@@ -17,6 +17,7 @@ struct DocumentedBehaviourTests {
         #expect(quoted.status == 0, "\(quoted)")
         #expect(quoted.out == p.run("help", "store", "copy").out)
         #expect(p.run("help", "store nosuch").status == 64)
+        #expect(p.run("help", "store copy", "--json").status == 0)
     }
 
     @Test(arguments: [["pause"], ["resume"], ["headers", "update"], ["wifi-only"], ["list"]])
@@ -25,6 +26,25 @@ struct DocumentedBehaviourTests {
         let r = p.run(command + ["--help"])
         #expect(r.status == 0)
         #expect(r.out.components(separatedBy: "--json").count == 2, "once: \(r.out)")
+    }
+
+    // Commands that change state print one JSON document with --json, and nothing on stderr.
+    @Test func controlCommandsPrintJSON() throws {
+        let p = try CLIProject()
+        let cases: [([String], String)] = [
+            (["pause", "--json"], #"{"queue_paused":true,"paused_keys":[]}"#),
+            (["resume", "--json"], #"{"queue_paused":false,"paused_keys":[]}"#),
+            (["pause", "--key", "note", "--key", "a.b", "--json"], #"{"queue_paused":false,"paused_keys":["a.b","note"]}"#),
+            (["resume", "--key", "a.b", "--json"], #"{"queue_paused":false,"paused_keys":["note"]}"#),
+            (["wifi-only", "on", "--json"], #"{"wifi_only":true}"#),
+            (["headers", "update", "X-A: b", "X-C: d", "--json"], #"{"header_generation":1,"updated":["X-A","X-C"]}"#),
+        ]
+        for (command, json) in cases {
+            let r = p.run(command)
+            #expect(r.status == 0, "\(command): \(r)")
+            #expect(r.out == json + "\n", "\(command)")
+            #expect(r.err.isEmpty, "\(command): \(r.err)")
+        }
     }
 
     @Test func completionHelpNamesList() throws {

@@ -37,4 +37,13 @@ struct TerminalTextTests {
         let expected = "d.yaml:1:10: error: unknown field \"a\\x1b[2Jb\"\n\\x1b[2J\\x1b[H: 1\n"
         #expect(hostile == expected + String(repeating: " ", count: 15) + "^")
     }
+
+    // A table cell never breaks its row, and wide characters count as two columns.
+    @Test func aCellStaysOnOneLineAndWideCharactersCountTwice() {
+        #expect(TerminalText.cell("a\tb\nc\u{1B}") == "a\\x09b\\x0ac\\x1b")
+        #expect(TerminalText.cell("plain") == "plain")
+        #expect(TerminalText.displayWidth("注文.作成") == 9)
+        #expect(TerminalText.displayWidth("café.naïve") == 10)
+        #expect(TerminalText.displayWidth("e\u{301}") == 1)
+    }
 }

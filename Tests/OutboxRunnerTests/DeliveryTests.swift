@@ -143,6 +143,46 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    // A copy of a store (a backup restored beside it) records the live original's hook
+    // groups: the copy's runner leaves them alone, as they are not hooks of its store.
+    @Test func aCopiedStoresRunnerLeavesTheOriginalsHookRunning() async throws {
+        let hook = #"""
+            #!/bin/sh
+            payload=$(cat)
+            if [ "$OUTBOX_DELIVERIES" = 1 ]; then
+              echo $$ > hooks/hook.pid
+              while [ ! -e hooks/release ]; do sleep 0.05; done
+            fi
+            exit 0
+
+            """#
+        let definitions = ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)]
+        let original = try Project(definitions: definitions, hooks: ["slow.sh": hook])
+        try await original.enqueue("t", path: "/status/200", id: "held")
+        let runner = try original.start(["run"])
+        await eventually("the hook to start") { original.exists("hooks/hook.pid") }
+        let hookPID = try #require(
+            Int32(
+                try String(contentsOfFile: original.root + "/hooks/hook.pid", encoding: .utf8)
+                    .trimmingCharacters(in: .whitespacesAndNewlines)))
+        await eventually("the runner to record the hook's group") {
+            (try? original.sqlite("SELECT hook_pgid FROM outcomes WHERE entry_id = 'held'"))?
+                .trimmingCharacters(in: .whitespacesAndNewlines) == "\(getpgid(hookPID))"
+        }
+        let copy = try Project(definitions: definitions, hooks: ["slow.sh": hook])
+        try FileManager.default.createDirectory(atPath: copy.storeFolder, withIntermediateDirectories: true)
+        _ = try original.sqlite(".backup '\(copy.storeFolder)/outbox.db'")
+        let copied = try await copy.drain()
+        #expect(!copied.stderr.contains("stopped hook process group"), "\(copied.stderr)")
+        #expect(!isDead(hookPID), "the original's hook was stopped by the copy's runner")
+        _ = try original.write("hooks/release", "")
+        await eventually("the original's hook to end") { isDead(hookPID) }
+        runner.signal(SIGTERM)
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished)")
+        #expect(!finished.stderr.contains("killed by signal"), "\(finished.stderr)")
+    }
+
     @Test func runnerKilledMidRequestLeavesTheEntryForTheNextRunner() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         // The first request is never answered: the runner is killed while it is in flight.

@@ -157,10 +157,15 @@ package enum HookEnvironment {
     /// Names an outcome of one store: a runner finds by it a hook whose runner died before
     /// recording its process group (the store is named by a hash of its location: a URL may hold a password).
     package static func token(store: String, outcomeSeq: Int64) -> String {
+        tokenPrefix(store: store) + String(outcomeSeq)
+    }
+
+    /// What every token of one store starts with.
+    package static func tokenPrefix(store: String) -> String {
         var hash: UInt64 = 0xcbf2_9ce4_8422_2325
         for byte in store.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
         let hex = String(hash, radix: 16)
-        return String(repeating: "0", count: 16 - hex.count) + hex + "-" + String(outcomeSeq)
+        return String(repeating: "0", count: 16 - hex.count) + hex + "-"
     }
 
     package static let variables: [(name: String, meaning: String, value: @Sendable (Values) -> String)] = [

@@ -41,7 +41,8 @@ extension Runner {
         // a shared store, while this one ran): it is stopped before the outcome goes again.
         if starting.contains(where: { $0.outcome.hookPgid != nil }) {
             for (pgid, start) in try store.recordedHookProcesses()
-            where !delivery.stoppedEarlierGroups.contains("\(pgid):\(start)") && ProcessRunner.killStaleGroup(pgid: pgid, startTime: start)
+            where !delivery.stoppedEarlierGroups.contains("\(pgid):\(start)") && StaleHooks.isHook(pgid, ofStore: config.store)
+                && ProcessRunner.killStaleGroup(pgid: pgid, startTime: start)
             {
                 log("outbox: stopped hook process group \(pgid) left by a runner that stopped", level: .warn)
                 delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
@@ -53,7 +54,7 @@ extension Runner {
         }
         if !unrecorded.isEmpty {
             let tokens = Set(unrecorded.map { HookEnvironment.token(store: config.store, outcomeSeq: $0.outcome.seq) })
-            for pgid in UnrecordedHooks.stopLeaders(withVariable: HookEnvironment.tokenName, in: tokens) {
+            for pgid in StaleHooks.stopLeaders(withVariable: HookEnvironment.tokenName, in: tokens) {
                 log("outbox: stopped hook process group \(pgid) left by a runner that stopped before recording it", level: .warn)
             }
         }

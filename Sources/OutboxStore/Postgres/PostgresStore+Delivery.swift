@@ -81,9 +81,10 @@ extension PostgresStore {
     @discardableResult
     package func acknowledge(_ batch: [Acknowledgement], now: Int64) throws(OutboxError) -> [Int64: String] {
         guard !batch.isEmpty else { return [:] }
-        let lock = stagingLock(exclusive: false)
-        defer { withExtendedLifetime(lock) {} }
         let followUps = batch.flatMap(\.followUps)
+        // Held only while follow-ups stage bodies (audit leaves those files alone meanwhile).
+        let lock = followUps.isEmpty ? nil : stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(followUps, repeatsAllowed: true)
         var remove: [String] = []
         var refused: [Int64: String] = [:]

@@ -1,0 +1,46 @@
+import CSystem
+import Glibc
+import OutboxModel
+import OutboxProcess
+
+/// Hooks left running by a runner that died. Each hook carries its outcome's token
+/// (`OUTBOX_HOOK_TOKEN`): a recorded group is stopped only if its leader carries this store's
+/// token, and a runner killed between starting a hook and recording its group leaves a hook
+/// that is found by the token alone.
+enum StaleHooks {
+    /// Kills the groups whose leader (still running) was started with `name` set to one of
+    /// `values`. A process of another group carrying the variable (a background child of a hook
+    /// that exited) is left alone, as a recorded group whose leader exited is. Returns the groups.
+    static func stopLeaders(withVariable name: String, in values: Set<String>) -> [Int32] {
+        guard !values.isEmpty, let names = Paths.list("/proc") else { return [] }
+        var stopped: [Int32] = []
+        for entry in names {
+            // Only a group leader can be a hook as started; its environment is the one exec gave it.
+            guard let pid = Int32(entry), pid > 1, pid != getpid(), getpgid(pid) == pid,
+                let value = value(of: name, in: pid), values.contains(value)
+            else { continue }
+            var start: UInt64 = 0
+            var group: Int32 = 0
+            guard csystem_proc_stat(pid, &start, &group) == 0, ProcessRunner.killStaleGroup(pgid: pid, startTime: start) else {
+                continue
+            }
+            stopped.append(pid)
+        }
+        return stopped
+    }
+
+    /// Whether a recorded group's leader is a hook of this store: a copy of the store folder
+    /// (a backup restored beside the original) records the same groups, which are the
+    /// original runner's to stop.
+    static func isHook(_ pgid: Int32, ofStore store: String) -> Bool {
+        value(of: HookEnvironment.tokenName, in: pgid)?.hasPrefix(HookEnvironment.tokenPrefix(store: store)) == true
+    }
+
+    /// The value a process was started with for `name`; nil when it has none or cannot be read.
+    static func value(of name: String, in pid: Int32) -> String? {
+        guard let environ = Paths.readBytes("/proc/\(pid)/environ") else { return nil }
+        let prefix = Array((name + "=").utf8)
+        guard let variable = environ.split(separator: 0).first(where: { $0.starts(with: prefix) }) else { return nil }
+        return String(decoding: variable.dropFirst(prefix.count), as: UTF8.self)
+    }
+}
