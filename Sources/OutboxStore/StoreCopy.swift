@@ -109,6 +109,10 @@ package enum StoreCopy {
         else {
             throw .invalid("store copy: \(targetName) is not empty (\(existing) entries); copy into an empty store")
         }
+        // A store used before keeps settings, counters or attempts with no entry left: not empty either.
+        for (name, columns) in StoreTables.tables where try !to.exportRows(name, columns).isEmpty {
+            throw .invalid("store copy: \(targetName) is not empty (it holds \(name) of its own: it was used); copy into an empty store")
+        }
         var tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])] = []
         for (name, columns) in StoreTables.tables {
             tables.append((name, columns, try from.exportRows(name, columns)))

@@ -117,6 +117,18 @@ struct StoreCopyTests {
     }
 
     // While a runner holds the source, nothing is copied (exit 75).
+    // A store that was used and emptied (settings and counters left, no entry) is not a
+    // target either: the copy is refused whole, as one that holds entries is.
+    @Test func aUsedStoreWithNoEntryLeftIsNotATarget() async throws {
+        let p = try Self.project()
+        try await p.outbox(["pause", "--key", "note"])
+        let first = try await p.outbox(["store", "copy", "--to", "copy"])
+        #expect(first.exitCode == 0, "\(first)")
+        let again = try await p.outbox(["store", "copy", "--to", "copy"])
+        #expect(again.exitCode == 65, "\(again)")
+        #expect(again.stderr.contains("is not empty (it holds"), "\(again.stderr)")
+    }
+
     @Test func aRunningStoreIsNotCopied() async throws {
         // The held request must outlive slow commands on a busy machine: no stall limit, and a long wait.
         let p = try Self.project(config: heldRequestConfig)
