@@ -699,6 +699,13 @@ struct HostileFileTests {
         #expect(r.stderr.contains("was open to others (mode 777); it is 0700 now"), "\(r.stderr)")
         let mode = (try FileManager.default.attributesOfItem(atPath: p.storeFolder)[.posixPermissions] as? Int) ?? 0
         #expect(mode == 0o700)
+        // A folder its owner made read-only loses others' bits and stays read-only.
+        chmod(p.storeFolder, 0o555)
+        let listed = try await p.outbox(["list"])
+        #expect(listed.stderr.contains("was open to others (mode 555); it is 0500 now"), "\(listed.stderr)")
+        let after = (try FileManager.default.attributesOfItem(atPath: p.storeFolder)[.posixPermissions] as? Int) ?? 0
+        #expect(after == 0o500)
+        chmod(p.storeFolder, 0o700)
     }
 }
 
