@@ -72,7 +72,9 @@ struct MoveCrashTests {
 /// reports it, `audit --fix` and the next runner remove it, never the files of an enqueue
 /// still staging.
 struct OrphanTests {
-    @Test func anOrphanStagedByAKilledEnqueueIsCleaned() async throws {
+    /// A project whose `cp` definition copies data/big.bin in, and an enqueue of it killed
+    /// once the copy was staged: one staged file no entry owns.
+    static func projectWithAnOrphan() async throws -> CLIProject {
         let p = try CLIProject()
         _ = try p.write(
             "definitions/cp.yaml",
@@ -84,6 +86,11 @@ struct OrphanTests {
         let killed = try await p.outbox(
             ["enqueue", "cp", "--vars", #"{"path": "data/big.bin"}"#], environment: ["OUTBOX_FAULT": "enqueue.staged"])
         #expect(killed.exitCode == -9, "\(killed)")
+        return p
+    }
+
+    @Test func anOrphanStagedByAKilledEnqueueIsCleaned() async throws {
+        let p = try await Self.projectWithAnOrphan()
         let bodies = p.storeFolder + "/bodies"
         #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).count == 1, "the staged copy is left")
         let audit = p.run("audit")
@@ -102,17 +109,7 @@ struct OrphanTests {
     // An enqueue holds the staging lock shared from its first staged body to its commit:
     // while it does, a body not yet in the table is no orphan, and audit does not say so.
     @Test func auditLeavesTheFilesOfAnEnqueueStillStaging() async throws {
-        let p = try CLIProject()
-        _ = try p.write(
-            "definitions/cp.yaml",
-            """
-            key: cp
-            request: { method: PUT, url: "https://x.example/a", file: "{{ vars.path }}", ownership: copy }
-            """)
-        _ = try p.write("data/big.bin", String(repeating: "x", count: 100_000))
-        let killed = try await p.outbox(
-            ["enqueue", "cp", "--vars", #"{"path": "data/big.bin"}"#], environment: ["OUTBOX_FAULT": "enqueue.staged"])
-        #expect(killed.exitCode == -9, "\(killed)")
+        let p = try await Self.projectWithAnOrphan()
         // This test stands for the enqueue still staging that file.
         let fd = open(p.storeFolder + "/staging.lock", O_RDWR)
         #expect(fd >= 0 && flock(fd, LOCK_SH) == 0)

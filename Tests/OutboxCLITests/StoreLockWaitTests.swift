@@ -16,21 +16,7 @@ struct StoreLockWaitTests {
         #expect(await p.server.waitForHeld("held"))
 
         // The sqlite3 shell takes the write lock and keeps it until told to commit.
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") else {
-            Issue.record("sqlite3 is missing: install the sqlite3 package")
-            return
-        }
-        let shell = Process()
-        shell.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
-        shell.arguments = [p.path(".outbox/outbox.db")]
-        let input = Pipe()
-        let output = Pipe()
-        shell.standardInput = input
-        shell.standardOutput = output
-        try shell.run()
-        input.fileHandleForWriting.write(Data(".timeout 600000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n".utf8))
-        let answer = output.fileHandleForReading.availableData
-        #expect(String(decoding: answer, as: UTF8.self).contains("locked"))
+        guard let shell = try Self.holdWriteLock(p) else { return }
 
         // The answer comes back; the runner's settle needs the lock, past the old 10 s limit.
         _ = p.server.release("held")
@@ -38,9 +24,7 @@ struct StoreLockWaitTests {
             runner.stderrSoFar.contains("waiting for the store: another process has held its lock for")
         }
         #expect(runner.isRunning, "\(runner.stderrSoFar)")
-        input.fileHandleForWriting.write(Data("COMMIT;\n.quit\n".utf8))
-        try input.fileHandleForWriting.close()
-        shell.waitUntilExit()
+        try shell.end("COMMIT;")
 
         try await eventually("the entry settles once the lock is free") {
             try await p.outbox(["list", "--json"]).stdout == "[]\n"
@@ -56,20 +40,7 @@ struct StoreLockWaitTests {
     @Test func readingCommandsAnswerWhileAnotherProcessWrites() async throws {
         let p = try StoreCopyTests.project()
         try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "one"])
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") else {
-            Issue.record("sqlite3 is missing: install the sqlite3 package")
-            return
-        }
-        let shell = Process()
-        shell.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
-        shell.arguments = [p.path(".outbox/outbox.db")]
-        let input = Pipe()
-        let output = Pipe()
-        shell.standardInput = input
-        shell.standardOutput = output
-        try shell.run()
-        input.fileHandleForWriting.write(Data("BEGIN IMMEDIATE;\nSELECT 'locked';\n".utf8))
-        #expect(String(decoding: output.fileHandleForReading.availableData, as: UTF8.self).contains("locked"))
+        guard let shell = try Self.holdWriteLock(p) else { return }
 
         // Each would wait for the lock as long as the shell holds it (until the end of this test).
         for command in [["stats"], ["stats", "--json"], ["list"], ["list", "--json"], ["show", "one"], ["explain", "one"], ["audit"]] {
@@ -77,8 +48,37 @@ struct StoreLockWaitTests {
             #expect(result.exitCode == 0, "\(command): \(result)")
             #expect(!result.stderr.contains("waiting for the store"), "\(command): \(result.stderr)")
         }
-        input.fileHandleForWriting.write(Data("ROLLBACK;\n.quit\n".utf8))
-        try input.fileHandleForWriting.close()
-        shell.waitUntilExit()
+        try shell.end("ROLLBACK;")
+    }
+
+    /// A sqlite3 shell holding the store's write lock (`BEGIN IMMEDIATE`) until `end`; nil
+    /// (with an issue recorded) when sqlite3 is missing.
+    static func holdWriteLock(_ p: TestProject) throws -> LockHolder? {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/sqlite3") else {
+            Issue.record("sqlite3 is missing: install the sqlite3 package")
+            return nil
+        }
+        let holder = LockHolder()
+        holder.shell.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        holder.shell.arguments = [p.path(".outbox/outbox.db")]
+        holder.shell.standardInput = holder.input
+        holder.shell.standardOutput = holder.output
+        try holder.shell.run()
+        holder.input.fileHandleForWriting.write(Data(".timeout 600000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n".utf8))
+        #expect(String(decoding: holder.output.fileHandleForReading.availableData, as: UTF8.self).contains("locked"))
+        return holder
+    }
+
+    final class LockHolder {
+        let shell = Process()
+        let input = Pipe()
+        let output = Pipe()
+
+        /// Ends the transaction with `statement` and the shell with it.
+        func end(_ statement: String) throws {
+            input.fileHandleForWriting.write(Data("\(statement)\n.quit\n".utf8))
+            try input.fileHandleForWriting.close()
+            shell.waitUntilExit()
+        }
     }
 }

@@ -52,30 +52,40 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
-    @Test func runnerKilledBetweenJournalAndAcknowledgementRedeliversWithoutResending() async throws {
-        // The first delivery writes its pid and hangs (until the next runner stops its group,
-        // ten minutes at most); later ones record and succeed.
-        let hook = #"""
+    /// A project whose hook logs each delivery's number and, the first time, writes its pid
+    /// and runs `firstTime` (a wait the test ends); `id` is enqueued when given.
+    static func projectWithSlowHook(_ firstTime: String, id: String?, function: String = #function) async throws -> Project {
+        let hook = """
             #!/bin/sh
             payload=$(cat)
-            printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
+            printf '%s\\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
             if [ "$OUTBOX_DELIVERIES" = 1 ]; then
               echo $$ > hooks/hook.pid
-              sleep 600
+              \(firstTime)
             fi
             exit 0
 
-            """#
+            """
         let p = try Project(
-            definitions: ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)],
-            hooks: ["slow.sh": hook])
-        try await p.enqueue("t", path: "/status/200", id: "crash")
+            definitions: ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)], hooks: ["slow.sh": hook],
+            function: function)
+        if let id { try await p.enqueue("t", path: "/status/200", id: id) }
+        return p
+    }
+
+    /// The pid the slow hook's first delivery wrote.
+    static func hookPID(_ p: Project) throws -> Int32 {
+        try #require(
+            Int32(try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
+    }
+
+    @Test func runnerKilledBetweenJournalAndAcknowledgementRedeliversWithoutResending() async throws {
+        // The first delivery writes its pid and hangs (until the next runner stops its group,
+        // ten minutes at most); later ones record and succeed.
+        let p = try await Self.projectWithSlowHook("sleep 600", id: "crash")
         let runner = try p.start(["run"])
         await eventually("the hook to start") { p.exists("hooks/hook.pid") }
-        let hookPID = try #require(
-            Int32(
-                try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8)
-                    .trimmingCharacters(in: .whitespacesAndNewlines)))
+        let hookPID = try Self.hookPID(p)
         // The hook is the `sh -c` leader's child, in its group.
         let hookGroup = getpgid(hookPID)
         #expect(hookGroup > 1 && hookGroup != getpgrp())
@@ -106,28 +116,11 @@ import Testing
     // Killed between starting the hook and recording its group: no row names the group, and
     // the next runner finds the hook by its token and stops it before delivering again.
     @Test func runnerKilledBeforeRecordingItsHookLeavesNoHookBesideTheNextDelivery() async throws {
-        let hook = #"""
-            #!/bin/sh
-            payload=$(cat)
-            printf '%s\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
-            if [ "$OUTBOX_DELIVERIES" = 1 ]; then
-              echo $$ > hooks/hook.pid
-              sleep 600
-            fi
-            exit 0
-
-            """#
-        let p = try Project(
-            definitions: ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)],
-            hooks: ["slow.sh": hook])
-        try await p.enqueue("t", path: "/status/200", id: "crash")
+        let p = try await Self.projectWithSlowHook("sleep 600", id: "crash")
         let killed = try await p.outbox(["run"], environment: ["OUTBOX_FAULT": "hook.started"])
         #expect(killed.exitCode == -SIGKILL, "\(killed)")
         await eventually("the hook to start") { p.exists("hooks/hook.pid") }
-        let hookPID = try #require(
-            Int32(
-                try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8)
-                    .trimmingCharacters(in: .whitespacesAndNewlines)))
+        let hookPID = try Self.hookPID(p)
         let hookGroup = getpgid(hookPID)
         #expect(!isDead(hookPID), "the orphaned hook runs")
         #expect(try p.sqlite("SELECT COALESCE(hook_pgid, 'none') FROM outcomes WHERE entry_id = 'crash'").contains("none"))
@@ -146,30 +139,15 @@ import Testing
     // A copy of a store (a backup restored beside it) records the live original's hook
     // groups: the copy's runner leaves them alone, as they are not hooks of its store.
     @Test func aCopiedStoresRunnerLeavesTheOriginalsHookRunning() async throws {
-        let hook = #"""
-            #!/bin/sh
-            payload=$(cat)
-            if [ "$OUTBOX_DELIVERIES" = 1 ]; then
-              echo $$ > hooks/hook.pid
-              while [ ! -e hooks/release ]; do sleep 0.05; done
-            fi
-            exit 0
-
-            """#
-        let definitions = ["t": definition("t", top: "on_success: hooks/slow.sh", hooks: false)]
-        let original = try Project(definitions: definitions, hooks: ["slow.sh": hook])
-        try await original.enqueue("t", path: "/status/200", id: "held")
+        let original = try await Self.projectWithSlowHook("while [ ! -e hooks/release ]; do sleep 0.05; done", id: "held")
         let runner = try original.start(["run"])
         await eventually("the hook to start") { original.exists("hooks/hook.pid") }
-        let hookPID = try #require(
-            Int32(
-                try String(contentsOfFile: original.root + "/hooks/hook.pid", encoding: .utf8)
-                    .trimmingCharacters(in: .whitespacesAndNewlines)))
+        let hookPID = try Self.hookPID(original)
         await eventually("the runner to record the hook's group") {
             (try? original.sqlite("SELECT hook_pgid FROM outcomes WHERE entry_id = 'held'"))?
                 .trimmingCharacters(in: .whitespacesAndNewlines) == "\(getpgid(hookPID))"
         }
-        let copy = try Project(definitions: definitions, hooks: ["slow.sh": hook])
+        let copy = try await Self.projectWithSlowHook("true", id: nil)
         try FileManager.default.createDirectory(atPath: copy.storeFolder, withIntermediateDirectories: true)
         _ = try original.sqlite(".backup '\(copy.storeFolder)/outbox.db'")
         let copied = try await copy.drain()
