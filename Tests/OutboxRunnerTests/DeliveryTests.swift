@@ -73,6 +73,14 @@ import Testing
         return p
     }
 
+    /// The slow hook ran twice (the second delivery after a stop), and the request went once.
+    static func expectRedeliveredOnce(_ p: Project, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let deliveries = try String(contentsOfFile: p.root + "/hooks/deliveries.log", encoding: .utf8)
+        #expect(deliveries == "1\n2\n", sourceLocation: sourceLocation)
+        #expect(p.server.requests.count == 1, "the outcome is redelivered, the request is not sent again", sourceLocation: sourceLocation)
+        #expect(try await p.list().isEmpty, sourceLocation: sourceLocation)
+    }
+
     /// The pid the slow hook's first delivery wrote.
     static func hookPID(_ p: Project) throws -> Int32 {
         try #require(
@@ -107,10 +115,7 @@ import Testing
         #expect(
             second.stderr.components(separatedBy: "stopped hook process group").count == 2, "stopped and reported once: \(second.stderr)")
         await eventually("the stale hook group to be stopped") { isDead(hookPID) }
-        let deliveries = try String(contentsOfFile: p.root + "/hooks/deliveries.log", encoding: .utf8)
-        #expect(deliveries == "1\n2\n")
-        #expect(p.server.requests.count == 1, "the outcome is redelivered, the request is not sent again")
-        #expect(try await p.list().isEmpty)
+        try await Self.expectRedeliveredOnce(p)
     }
 
     // Killed between starting the hook and recording its group: no row names the group, and
@@ -130,10 +135,7 @@ import Testing
             second.stderr.contains("stopped hook process group \(hookGroup) left by a runner that stopped before recording it"),
             "\(second.stderr)")
         await eventually("the unrecorded hook to be stopped") { isDead(hookPID) }
-        let deliveries = try String(contentsOfFile: p.root + "/hooks/deliveries.log", encoding: .utf8)
-        #expect(deliveries == "1\n2\n")
-        #expect(p.server.requests.count == 1, "the outcome is redelivered, the request is not sent again")
-        #expect(try await p.list().isEmpty)
+        try await Self.expectRedeliveredOnce(p)
     }
 
     // A copy of a store (a backup restored beside it) records the live original's hook
