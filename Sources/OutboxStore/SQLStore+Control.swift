@@ -204,16 +204,12 @@ extension SQLStore {
 
     /// The columns of a `list` row, in queue order; a `paused` filter reads queued rows.
     static func listQuery(_ filter: ListFilter) -> (String, [SQLValue]) {
-        var sql = """
+        let (conditions, values) = filterConditions(filter)
+        let sql = """
             SELECT id, key, vars, state, reason, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
               generation, parent FROM entries WHERE 1=1
             """
-        var values: [SQLValue] = []
-        if let key = filter.key { sql += " AND key = ?"; values.append(.text(key)) }
-        if let id = filter.id { sql += " AND id = ?"; values.append(.text(id)) }
-        if let scope = filter.scope { sql += " AND scope = ?"; values.append(.text(scope)) }
-        if let state = filter.state { sql += " AND state = ?"; values.append(.text(state == "paused" ? "queued" : state)) }
-        return (sql + " ORDER BY seq", values)
+        return (sql + conditions + " ORDER BY seq", values)
     }
 
     package func forEachListRow(_ filter: ListFilter, _ body: (ListRow) throws(OutboxError) -> Void) throws(OutboxError) {

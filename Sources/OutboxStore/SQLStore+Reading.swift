@@ -82,13 +82,18 @@ extension SQLStore {
 
     /// The entries `filter` names, without order or limit.
     static func entriesQuery(_ filter: ListFilter) -> (String, [SQLValue]) {
-        var sql = "SELECT \(Self.entryColumns) FROM entries WHERE 1=1"
+        let (conditions, values) = filterConditions(filter)
+        return ("SELECT \(Self.entryColumns) FROM entries WHERE 1=1" + conditions, values)
+    }
+
+    /// The conditions `filter` puts on entries; a `paused` filter reads queued rows.
+    static func filterConditions(_ filter: ListFilter) -> (String, [SQLValue]) {
+        var sql = ""
         var values: [SQLValue] = []
         if let key = filter.key { sql += " AND key = ?"; values.append(.text(key)) }
         if let id = filter.id { sql += " AND id = ?"; values.append(.text(id)) }
         if let scope = filter.scope { sql += " AND scope = ?"; values.append(.text(scope)) }
-        if let state = filter.state, state != "paused" { sql += " AND state = ?"; values.append(.text(state)) }
-        if filter.state == "paused" { sql += " AND state = 'queued'" }
+        if let state = filter.state { sql += " AND state = ?"; values.append(.text(state == "paused" ? "queued" : state)) }
         return (sql, values)
     }
 
