@@ -30,6 +30,50 @@ extension JSON {
     }
 }
 
+extension JSON {
+    /// Where the values of the named members of a top-level object lie in `utf8`, found
+    /// without building any value (nil for a name that is absent); nil when the text is
+    /// not an object this scan can walk. It checks structure only: the caller parses what it uses.
+    package static func memberValueRanges(in utf8: UnsafeBufferPointer<UInt8>, named names: [String]) -> [Range<Int>?]? {
+        var reader = JSONReader(bytes: utf8)
+        let wanted = names.map { Array($0.utf8) }
+        var ranges = [Range<Int>?](repeating: nil, count: names.count)
+        do throws(JSONParseError) {
+            reader.skipSpace()
+            guard reader.index < utf8.count, utf8[reader.index] == UInt8(ascii: "{") else { return nil }
+            reader.index += 1
+            reader.skipSpace()
+            if reader.index < utf8.count, utf8[reader.index] == UInt8(ascii: "}") { return ranges }
+            while true {
+                reader.skipSpace()
+                guard reader.index < utf8.count, utf8[reader.index] == UInt8(ascii: "\"") else { return nil }
+                let keyStart = reader.index + 1
+                try reader.skipString()
+                let key = UnsafeBufferPointer(rebasing: utf8[keyStart..<reader.index - 1])
+                reader.skipSpace()
+                guard reader.index < utf8.count, utf8[reader.index] == UInt8(ascii: ":") else { return nil }
+                reader.index += 1
+                reader.skipSpace()
+                let valueStart = reader.index
+                try reader.skipValue(depth: 1)
+                if let n = wanted.firstIndex(where: { $0.elementsEqual(key) }) {
+                    guard ranges[n] == nil else { return nil }
+                    ranges[n] = valueStart..<reader.index
+                }
+                reader.skipSpace()
+                guard reader.index < utf8.count else { return nil }
+                if utf8[reader.index] == UInt8(ascii: ",") { reader.index += 1; continue }
+                guard utf8[reader.index] == UInt8(ascii: "}") else { return nil }
+                reader.index += 1
+                reader.skipSpace()
+                return reader.index == utf8.count ? ranges : nil
+            }
+        } catch {
+            return nil
+        }
+    }
+}
+
 private struct JSONReader {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
@@ -116,7 +160,63 @@ private struct JSONReader {
         }
     }
 
+    /// Walks over one value without building it.
+    mutating func skipValue(depth: Int) throws(JSONParseError) {
+        guard depth < Self.maxDepth else { throw fail("nesting deeper than \(Self.maxDepth)") }
+        guard index < bytes.count else { throw fail("unexpected end of JSON") }
+        let open = bytes[index]
+        switch open {
+        case UInt8(ascii: "{"), UInt8(ascii: "["):
+            let close = open == UInt8(ascii: "{") ? UInt8(ascii: "}") : UInt8(ascii: "]")
+            index += 1
+            skipSpace()
+            if index < bytes.count, bytes[index] == close { index += 1; return }
+            while true {
+                skipSpace()
+                if open == UInt8(ascii: "{") {
+                    guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected a string key") }
+                    try skipString()
+                    skipSpace()
+                    guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+                    index += 1
+                    skipSpace()
+                }
+                try skipValue(depth: depth + 1)
+                skipSpace()
+                guard index < bytes.count else { throw fail("unexpected end of JSON") }
+                if bytes[index] == UInt8(ascii: ",") { index += 1; continue }
+                guard bytes[index] == close else { throw fail("expected ',' or a closing bracket") }
+                index += 1
+                return
+            }
+        case UInt8(ascii: "\""): try skipString()
+        case UInt8(ascii: "t"): try expectWord("true")
+        case UInt8(ascii: "f"): try expectWord("false")
+        case UInt8(ascii: "n"): try expectWord("null")
+        case UInt8(ascii: "-"), UInt8(ascii: "0")...UInt8(ascii: "9"): _ = try scanNumber()
+        default: throw fail("unexpected character")
+        }
+    }
+
+    /// Walks over a string, its opening quote at `index`; escapes are stepped over, not decoded.
+    mutating func skipString() throws(JSONParseError) {
+        index += 1
+        while index < bytes.count {
+            switch bytes[index] {
+            case UInt8(ascii: "\""): index += 1; return
+            case UInt8(ascii: "\\"): index += 2
+            case ..<0x20: throw fail("control character in string")
+            default: index += 1
+            }
+        }
+        throw fail("unterminated string")
+    }
+
     mutating func readNumber() throws(JSONParseError) -> String {
+        String(decoding: bytes[try scanNumber()], as: UTF8.self)
+    }
+
+    mutating func scanNumber() throws(JSONParseError) -> Range<Int> {
         let start = index
         if bytes[index] == UInt8(ascii: "-") { index += 1 }
         func digits(_ r: inout JSONReader) -> Int {
@@ -139,7 +239,7 @@ private struct JSONReader {
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
             guard digits(&self) > 0 else { throw fail("incomplete number") }
         }
-        return String(decoding: bytes[start..<index], as: UTF8.self)
+        return start..<index
     }
 
     mutating func readHex4() throws(JSONParseError) -> UInt32 {

@@ -27,12 +27,17 @@ extension SQLStore {
         return vars
     }
 
-    /// Entries of one definition usually share their stored request text: parsed once.
+    /// Entries of one definition share their stored request but for URL and file: the rest
+    /// is parsed once.
     func storedRequest(_ text: String) throws(OutboxError) -> StoredRequest {
-        if let cached = requestCache[text] { return cached }
-        let request = try StoredRequest(json: try Self.storedJSON(text, what: "stored request"))
+        func parse() throws(OutboxError) -> StoredRequest {
+            try StoredRequest(json: try Self.storedJSON(text, what: "stored request"))
+        }
+        guard let cut = StoredRequestText(text) else { return try parse() }
+        if let parsed = requestCache[cut.shape] { return try cut.request(sharing: parsed) }
+        let request = try parse()
         if requestCache.count >= 256 { requestCache.removeAll(keepingCapacity: true) }
-        requestCache[text] = request
+        requestCache[cut.shape] = request
         return request
     }
 

@@ -88,7 +88,7 @@ package struct StoredRequest: Sendable {
         let fields = StoredFields(json, what: "stored request")
         guard json.objectValue != nil else { throw fields.damage("request", "not a JSON object") }
         method = try fields.string("method")
-        url = try fields.optionalString("url")
+        url = try Self.url(fields)
         headers = try fields.array("headers").map { pair throws(OutboxError) in
             guard let a = pair.arrayValue, a.count == 2, let n = a[0].stringValue, let v = a[1].stringValue else {
                 throw fields.damage("headers", "a header is not a [name, value] pair")
@@ -104,16 +104,7 @@ package struct StoredRequest: Sendable {
                 name: name, value: f["value"]?.stringValue, stagedFile: f["staged_file"]?.stringValue,
                 filename: f["filename"]?.stringValue, contentType: f["content_type"]?.stringValue)
         }
-        if let f = json["file"] {
-            guard let path = f["path"]?.stringValue, let size = f["size"]?.int64Value, let mtime = f["mtime_ns"]?.int64Value,
-                case let .number(inodeText)? = f["inode"], let inode = UInt64(inodeText)
-            else {
-                throw fields.damage("file", "the file identity is incomplete")
-            }
-            file = FileIdentity(
-                path: path, size: size, mtimeNs: mtime, inode: inode,
-                mode: f["mode"]?.int64Value.map { UInt32(truncatingIfNeeded: $0) })
-        }
+        file = try Self.file(fields)
         if let own = try fields.optionalString("ownership") {
             guard let ownership = Ownership(rawValue: own) else { throw fields.damage("ownership", "unknown ownership \"\(own)\"") }
             self.ownership = ownership
@@ -141,6 +132,21 @@ package struct StoredRequest: Sendable {
             secretHeaders = Set(list)
         }
         if let target = json["s3"] { s3 = try S3Target(json: target) }
+    }
+
+    static func url(_ fields: StoredFields) throws(OutboxError) -> String? {
+        try fields.optionalString("url")
+    }
+
+    static func file(_ fields: StoredFields) throws(OutboxError) -> FileIdentity? {
+        guard let f = fields.json["file"] else { return nil }
+        guard let path = f["path"]?.stringValue, let size = f["size"]?.int64Value, let mtime = f["mtime_ns"]?.int64Value,
+            case let .number(inodeText)? = f["inode"], let inode = UInt64(inodeText)
+        else {
+            throw fields.damage("file", "the file identity is incomplete")
+        }
+        return FileIdentity(
+            path: path, size: size, mtimeNs: mtime, inode: inode, mode: f["mode"]?.int64Value.map { UInt32(truncatingIfNeeded: $0) })
     }
 
     package init(prepared p: PreparedRequest, form: [StoredFormField]) {
