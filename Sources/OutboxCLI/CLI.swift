@@ -89,8 +89,10 @@ package enum CLI {
             // `outbox help "store copy"`: a command named in one quoted word.
             words = words.flatMap { word in word.contains(" ") ? word.split(separator: " ").map(String.init) : [word] }
             let named = words.dropFirst().filter { !$0.hasPrefix("-") }
-            if words.count > 1, let command = match(Array(words.dropFirst())) {
-                console.out(command.0.help())
+            let asked = Array(words.dropFirst())
+            // Every word must name the command: `help enqueue extra` is no command's help.
+            if let (command, consumed) = match(asked), !asked.dropFirst(consumed).contains(where: { !$0.hasPrefix("-") }) {
+                console.out(command.help())
             } else if named.count > 1 || named.first.map({ name in !commands.contains { $0.path[0] == name } }) == true {
                 report(
                     .usage(

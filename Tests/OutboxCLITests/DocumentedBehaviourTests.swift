@@ -18,6 +18,12 @@ struct DocumentedBehaviourTests {
         #expect(quoted.out == p.run("help", "store", "copy").out)
         #expect(p.run("help", "store nosuch").status == 64)
         #expect(p.run("help", "store copy", "--json").status == 0)
+        // A word past the command is not ignored: it names no command.
+        for words in [["store", "copy", "extra"], ["enqueue", "extra"]] {
+            let extra = p.run(["help"] + words)
+            #expect(extra.status == 64, "\(words): \(extra)")
+            #expect(extra.err.contains("unknown command \"\(words.joined(separator: " "))\""), "\(extra)")
+        }
     }
 
     @Test(arguments: [["pause"], ["resume"], ["headers", "update"], ["wifi-only"], ["list"]])
