@@ -7,37 +7,70 @@ import OutboxModel
 enum StoreTables {
     enum Kind { case int, text, blob }
 
-    static let tables: [(name: String, columns: [(String, Kind)])] = [
-        (
-            "entries",
-            [
-                ("seq", .int), ("id", .text), ("internal", .text), ("key", .text), ("vars", .text), ("state", .text),
-                ("reason", .text), ("generation", .int), ("request", .text), ("body", .blob), ("body_file", .text),
-                ("body_hash", .text), ("total_bytes", .int), ("bytes_sent", .int), ("attempts", .int), ("idempotency_key", .text),
-                ("account", .text), ("scope", .text), ("parent", .text), ("header_generation", .int), ("created_at", .int),
-                ("updated_at", .int), ("expires_at", .int), ("not_before", .int), ("next_attempt_at", .int), ("lease_owner", .text),
-                ("lease_until", .int), ("last_request_id", .text), ("waits_for_delivery", .int),
-            ]
-        ),
-        (
+    /// A table, its columns and the columns that order it (a copy reads it in that order, a
+    /// chunk at a time).
+    struct Table {
+        let name: String
+        let columns: [(String, Kind)]
+        let key: [String]
+        let insertSQL: String
+
+        init(_ name: String, _ columns: [(String, Kind)], key: [String]) {
+            self.name = name
+            self.columns = columns
+            self.key = key
+            let names = columns.map(\.0)
+            insertSQL = "INSERT INTO \(name) (\(names.joined(separator: ", "))) VALUES (\(names.map { _ in "?" }.joined(separator: ", ")))"
+        }
+
+        /// The rows after the key values `after` (all from the first when nil), at most `limit`.
+        /// A PostgreSQL counter may be kept in several rows (one per writer): a copy takes their sum.
+        func chunkSQL(after: Bool, limit: Int) -> String {
+            let order = key.joined(separator: ", ")
+            let condition = after ? " WHERE (\(order)) > (\(key.map { _ in "?" }.joined(separator: ", ")))" : ""
+            if name == "counters" {
+                return "SELECT name, labels, SUM(value) FROM counters\(condition) GROUP BY name, labels ORDER BY \(order) LIMIT \(limit)"
+            }
+            return "SELECT \(columns.map(\.0).joined(separator: ", ")) FROM \(name)\(condition) ORDER BY \(order) LIMIT \(limit)"
+        }
+
+        /// The key values of a row this table's chunk query returned.
+        func keyValues(_ row: [SQLValue]) -> [SQLValue] {
+            key.map { k in row[columns.firstIndex { $0.0 == k }!] }
+        }
+    }
+
+    static let entries = Table(
+        "entries",
+        [
+            ("seq", .int), ("id", .text), ("internal", .text), ("key", .text), ("vars", .text), ("state", .text),
+            ("reason", .text), ("generation", .int), ("request", .text), ("body", .blob), ("body_file", .text),
+            ("body_hash", .text), ("total_bytes", .int), ("bytes_sent", .int), ("attempts", .int), ("idempotency_key", .text),
+            ("account", .text), ("scope", .text), ("parent", .text), ("header_generation", .int), ("created_at", .int),
+            ("updated_at", .int), ("expires_at", .int), ("not_before", .int), ("next_attempt_at", .int), ("lease_owner", .text),
+            ("lease_until", .int), ("last_request_id", .text), ("waits_for_delivery", .int),
+        ], key: ["seq"])
+    static let outcomes = Table(
+        "outcomes",
+        [
+            ("seq", .int), ("entry_id", .text), ("key", .text), ("generation", .int), ("outcome", .text), ("payload", .text),
+            ("deliveries", .int), ("acknowledged", .int), ("next_delivery_at", .int), ("reason", .text), ("hook_pgid", .int),
+            ("hook_start", .int), ("created_at", .int),
+        ], key: ["seq"])
+
+    static let tables: [Table] = [
+        entries,
+        Table(
             "parts",
             [
                 ("entry_seq", .int), ("idx", .int), ("start", .int), ("\"end\"", .int), ("url", .text), ("headers", .text),
                 ("accepted", .int), ("status", .int), ("response_headers", .text), ("attempts", .int), ("next_attempt_at", .int),
-            ]
-        ),
-        (
-            "outcomes",
-            [
-                ("seq", .int), ("entry_id", .text), ("key", .text), ("generation", .int), ("outcome", .text), ("payload", .text),
-                ("deliveries", .int), ("acknowledged", .int), ("next_delivery_at", .int), ("reason", .text), ("hook_pgid", .int),
-                ("hook_start", .int), ("created_at", .int),
-            ]
-        ),
-        ("attempts", [("seq", .int), ("entry_id", .text), ("generation", .int), ("at", .int), ("payload", .text)]),
-        ("settings", [("name", .text), ("value", .text)]),
-        ("paused_keys", [("key", .text)]),
-        ("counters", [("name", .text), ("labels", .text), ("value", .int)]),
+            ], key: ["entry_seq", "idx"]),
+        outcomes,
+        Table("attempts", [("seq", .int), ("entry_id", .text), ("generation", .int), ("at", .int), ("payload", .text)], key: ["seq"]),
+        Table("settings", [("name", .text), ("value", .text)], key: ["name"]),
+        Table("paused_keys", [("key", .text)], key: ["key"]),
+        Table("counters", [("name", .text), ("labels", .text), ("value", .int)], key: ["name", "labels"]),
     ]
 
     static func value(_ kind: Kind, isNull: Bool, int: () -> Int64, text: () -> String, blob: () -> [UInt8]?) -> SQLValue {
@@ -48,29 +81,35 @@ enum StoreTables {
         case .blob: return blob().map { .blob($0) } ?? .null
         }
     }
-
-    static func insertSQL(_ table: String, _ columns: [(String, Kind)]) -> String {
-        "INSERT INTO \(table) (\(columns.map(\.0).joined(separator: ", "))) VALUES (\(columns.map { _ in "?" }.joined(separator: ", ")))"
-    }
-
-    static func selectSQL(_ table: String, _ columns: [(String, Kind)]) -> String {
-        // A PostgreSQL series may be kept in several rows (one per writer): a copy takes their sum.
-        if table == "counters" { return "SELECT name, labels, SUM(value) FROM counters GROUP BY name, labels" }
-        return "SELECT \(columns.map(\.0).joined(separator: ", ")) FROM \(table)"
-    }
 }
 
-/// A store whose tables can be read and written whole (both implementations).
+/// A store whose tables can be read a chunk at a time and written in one transaction (both
+/// implementations).
 protocol CopyableStore: Store {
     /// Where this store stages file bodies.
     var bodiesFolder: String { get }
-    func exportRows(_ table: String, _ columns: [(String, StoreTables.Kind)]) throws(OutboxError) -> [[SQLValue]]
-    /// Writes every table in one transaction (the store was empty); `beforeCommit` may still
-    /// refuse it.
-    func importTables(
-        _ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])],
+    /// At most `limit` rows of `table` in its key's order, those after the key values `after`.
+    func exportRows(_ table: StoreTables.Table, after: [SQLValue]?, limit: Int) throws(OutboxError) -> [[SQLValue]]
+    /// Writes, in one transaction, every row `produce` passes to its `insert` (the store was
+    /// empty); `beforeCommit` may still refuse it. `produce` runs again whole if the
+    /// transaction is retried.
+    func importRows(
+        _ produce: (_ insert: (StoreTables.Table, [SQLValue]) throws(OutboxError) -> Void) throws(OutboxError) -> Void,
         beforeCommit: () throws(OutboxError) -> Void
     ) throws(OutboxError)
+}
+
+extension CopyableStore {
+    /// Every row of `table`, 1,000 at a time: a copy holds one chunk, not the store.
+    func forEachRowChunk(_ table: StoreTables.Table, _ body: ([[SQLValue]]) throws(OutboxError) -> Void) throws(OutboxError) {
+        var after: [SQLValue]?
+        while true {
+            let rows = try exportRows(table, after: after, limit: 1_000)
+            guard let last = rows.last else { return }
+            after = table.keyValues(last)
+            try body(rows)
+        }
+    }
 }
 
 /// `outbox store copy`: a stopped store into an empty one, SQLite and PostgreSQL either way.
@@ -105,17 +144,14 @@ package enum StoreCopy {
         let counts = try target.counts()
         let existing = counts.states.values.reduce(0, +)
         guard existing == 0, counts.pendingOutcomes == 0, try target.unacknowledgedOutcomes().isEmpty,
-            try to.exportRows("outcomes", [("seq", .int)]).isEmpty
+            try to.exportRows(StoreTables.outcomes, after: nil, limit: 1).isEmpty
         else {
             throw .invalid("store copy: \(targetName) is not empty (\(existing) entries); copy into an empty store")
         }
         // A store used before keeps settings, counters or attempts with no entry left: not empty either.
-        for (name, columns) in StoreTables.tables where try !to.exportRows(name, columns).isEmpty {
-            throw .invalid("store copy: \(targetName) is not empty (it holds \(name) of its own: it was used); copy into an empty store")
-        }
-        var tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])] = []
-        for (name, columns) in StoreTables.tables {
-            tables.append((name, columns, try from.exportRows(name, columns)))
+        for table in StoreTables.tables where try !to.exportRows(table, after: nil, limit: 1).isEmpty {
+            throw .invalid(
+                "store copy: \(targetName) is not empty (it holds \(table.name) of its own: it was used); copy into an empty store")
         }
         // Staged files move to the target's folder; paths in rows follow them.
         let oldPrefix = from.bodiesFolder + "/"
@@ -138,32 +174,45 @@ package enum StoreCopy {
                 copied.append(newPrefix + name)
             }
             _ = csystem_fsync_dir(to.bodiesFolder)
-            // Entries are the first table: their request (form files) and body_file name staged paths.
-            let columns = tables[0].columns.map(\.0)
-            if let request = columns.firstIndex(of: "request"), let file = columns.firstIndex(of: "body_file") {
-                for r in tables[0].rows.indices {
-                    if case let .text(text) = tables[0].rows[r][request] {
-                        tables[0].rows[r][request] = .text(text.replacingPrefixPaths(oldPrefix, newPrefix))
-                    }
-                    if case let .text(path) = tables[0].rows[r][file], path.hasPrefix(oldPrefix) {
-                        tables[0].rows[r][file] = .text(newPrefix + path.dropFirst(oldPrefix.count))
-                    }
-                }
-            }
         }
-        do throws(OutboxError) {
-            try to.importTables(tables) { () throws(OutboxError) in
-                guard try source.dataVersion() == sourceVersion else {
-                    throw .running(
-                        "store copy: the source changed while it was copied (a command wrote to it); nothing was copied: copy again once nothing writes to it"
-                    )
-                }
+        // An entry's request (form files) and body_file name staged paths.
+        let columns = StoreTables.entries.columns.map(\.0)
+        let requestColumn = columns.firstIndex(of: "request")!
+        let fileColumn = columns.firstIndex(of: "body_file")!
+        func moved(_ row: [SQLValue]) -> [SQLValue] {
+            guard oldPrefix != newPrefix else { return row }
+            var row = row
+            if case let .text(text) = row[requestColumn] { row[requestColumn] = .text(text.replacingPrefixPaths(oldPrefix, newPrefix)) }
+            if case let .text(path) = row[fileColumn], path.hasPrefix(oldPrefix) {
+                row[fileColumn] = .text(newPrefix + path.dropFirst(oldPrefix.count))
             }
+            return row
+        }
+        var summary = Summary(entries: 0, outcomes: 0, files: copied.count)
+        do throws(OutboxError) {
+            try to.importRows(
+                { (insert) throws(OutboxError) in
+                    (summary.entries, summary.outcomes) = (0, 0)
+                    for table in StoreTables.tables {
+                        try from.forEachRowChunk(table) { (rows) throws(OutboxError) in
+                            for row in rows { try insert(table, table.name == "entries" ? moved(row) : row) }
+                            if table.name == "entries" { summary.entries += rows.count }
+                            if table.name == "outcomes" { summary.outcomes += rows.count }
+                        }
+                    }
+                },
+                beforeCommit: { () throws(OutboxError) in
+                    guard try source.dataVersion() == sourceVersion else {
+                        throw .running(
+                            "store copy: the source changed while it was copied (a command wrote to it); nothing was copied: copy again once nothing writes to it"
+                        )
+                    }
+                })
         } catch {
             for file in copied { unlink(file) }
             throw error
         }
-        return Summary(entries: tables[0].rows.count, outcomes: tables[2].rows.count, files: copied.count)
+        return summary
     }
 }
 
@@ -185,24 +234,21 @@ extension String {
 extension SQLiteStore: CopyableStore {
     var bodiesFolder: String { staging.bodiesDir }
 
-    func exportRows(_ table: String, _ columns: [(String, StoreTables.Kind)]) throws(OutboxError) -> [[SQLValue]] {
-        try db.query(StoreTables.selectSQL(table, columns)) { r in
-            columns.enumerated().map { i, column in
+    func exportRows(_ table: StoreTables.Table, after: [SQLValue]?, limit: Int) throws(OutboxError) -> [[SQLValue]] {
+        try db.query(table.chunkSQL(after: after != nil, limit: limit), after ?? []) { r in
+            table.columns.enumerated().map { i, column in
                 let c = Int32(i)
                 return StoreTables.value(column.1, isNull: r.isNull(c), int: { r.int(c) }, text: { r.text(c) }, blob: { r.blob(c) })
             }
         }
     }
 
-    func importTables(
-        _ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])],
+    func importRows(
+        _ produce: (_ insert: (StoreTables.Table, [SQLValue]) throws(OutboxError) -> Void) throws(OutboxError) -> Void,
         beforeCommit: () throws(OutboxError) -> Void
     ) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
-            for table in tables {
-                let sql = StoreTables.insertSQL(table.name, table.columns)
-                for row in table.rows { try db.run(sql, row) }
-            }
+            try produce { (table, row) throws(OutboxError) in _ = try db.run(table.insertSQL, row) }
             try beforeCommit()
         }
     }
@@ -211,9 +257,9 @@ extension SQLiteStore: CopyableStore {
 extension PostgresStore: CopyableStore {
     var bodiesFolder: String { staging.bodiesDir }
 
-    func exportRows(_ table: String, _ columns: [(String, StoreTables.Kind)]) throws(OutboxError) -> [[SQLValue]] {
-        try db.query(StoreTables.selectSQL(table, columns)) { r in
-            columns.enumerated().map { i, column in
+    func exportRows(_ table: StoreTables.Table, after: [SQLValue]?, limit: Int) throws(OutboxError) -> [[SQLValue]] {
+        try db.query(table.chunkSQL(after: after != nil, limit: limit), after ?? []) { r in
+            table.columns.enumerated().map { i, column in
                 let c = Int32(i)
                 return StoreTables.value(column.1, isNull: r.isNull(c), int: { r.int(c) }, text: { r.text(c) }, blob: { r.blob(c) })
             }
@@ -222,22 +268,21 @@ extension PostgresStore: CopyableStore {
 
     /// Rows keep their numbers; the identity sequences then continue after them, and
     /// entries whose body is on this host's disk record it.
-    func importTables(
-        _ tables: [(name: String, columns: [(String, StoreTables.Kind)], rows: [[SQLValue]])],
+    func importRows(
+        _ produce: (_ insert: (StoreTables.Table, [SQLValue]) throws(OutboxError) -> Void) throws(OutboxError) -> Void,
         beforeCommit: () throws(OutboxError) -> Void
     ) throws(OutboxError) {
         // One writer at a time: the rows keep their numbers, as if enqueued in one go.
         try db.transaction(lock: lockKey) { () throws(OutboxError) in
-            for table in tables {
-                let sql = StoreTables.insertSQL(table.name, table.columns)
-                for row in table.rows { try db.run(sql, row) }
-            }
+            try produce { (table, row) throws(OutboxError) in _ = try db.run(table.insertSQL, row) }
             for table in ["entries", "outcomes", "attempts"] {
                 try db.execute(
                     "SELECT setval(pg_get_serial_sequence('\(table)', 'seq'), COALESCE((SELECT MAX(seq) FROM \(table)), 0) + 1, false)")
             }
-            for e in try list(ListFilter()) where !e.body.files.isEmpty {
-                try db.run("UPDATE entries SET body_host = ? WHERE seq = ?", [.text(host), .int(e.seq)])
+            try forEachChunk(ListFilter()) { (chunk) throws(OutboxError) in
+                for e in chunk where !e.body.files.isEmpty {
+                    try db.run("UPDATE entries SET body_host = ? WHERE seq = ?", [.text(host), .int(e.seq)])
+                }
             }
             try beforeCommit()
         }
