@@ -2,7 +2,7 @@ import CSystem
 import Glibc
 import OutboxModel
 
-/// Cancel, retry, headers, list rows, counts, audit and orphans: the same on both stores.
+/// Cancel, retry, headers, counts, audit and orphans: the same on both stores.
 extension SQLStore {
     /// Forgets an entry: its row, parts, attempts, outcomes and staged bytes. A file moved
     /// into the store and never sent completely goes back to its source path: outbox never
@@ -191,119 +191,6 @@ extension SQLStore {
             }
             try forEachChunk(ListFilter()) { entries throws(OutboxError) in for e in entries { try updateHeaders(of: e) } }
             return generation
-        }
-    }
-
-    /// `list --json` rows written as JSON text straight from the columns, without parsing
-    /// the stored request or vars (vars are kept as compact JSON), so 100,000 rows stream
-    /// in well under a second. `displayState` maps a stored state to the one shown.
-    /// Entries with an outcome that waits because no definition has its key.
-    package func unhandledKeyEntryIDs() throws(OutboxError) -> Set<String> {
-        Set(try unacknowledgedOutcomes().filter { $0.reason == "unhandled-key" }.map(\.entryID))
-    }
-
-    /// The columns of a `list` row, in queue order; a `paused` filter reads queued rows.
-    static func listQuery(_ filter: ListFilter) -> (String, [SQLValue]) {
-        let (conditions, values) = filterConditions(filter)
-        let sql = """
-            SELECT id, key, vars, state, reason, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
-              generation, parent FROM entries WHERE 1=1
-            """
-        return (sql + conditions + " ORDER BY seq", values)
-    }
-
-    package func forEachListRow(_ filter: ListFilter, _ body: (ListRow) throws(OutboxError) -> Void) throws(OutboxError) {
-        let (sql, values) = Self.listQuery(filter)
-        let unhandled = try unhandledKeyEntryIDs()
-        try db.forEach(sql, values) { r throws(OutboxError) in
-            let id = r.text(0)
-            try body(
-                ListRow(
-                    id: id, key: r.text(1), state: r.text(3), reason: unhandled.contains(id) ? "unhandled-key" : r.optionalText(4),
-                    bytesSent: r.int(5), totalBytes: r.int(6), attempts: r.int(7), updatedAt: r.int(9), nextAttemptAt: r.optionalInt(10)))
-        }
-    }
-
-    package func writeListRows(
-        _ filter: ListFilter, displayState: (String, String) -> String,
-        _ write: (String) -> Void
-    ) throws(OutboxError) {
-        let (sql, values) = Self.listQuery(filter)
-        // Built as bytes straight from SQLite's column buffers: no String per column.
-        var out: [UInt8] = []
-        out.reserveCapacity(1 << 17)
-        var first = true
-        var written = 0
-        func literal(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
-        func string(_ r: Database.Row, _ i: Int32) {
-            if r.isNull(i) { literal("null") } else { r.withText(i) { JSON.appendString(utf8: $0, to: &out) } }
-        }
-        func number(_ r: Database.Row, _ i: Int32) {
-            if r.isNull(i) { literal("null") } else { Self.appendDecimal(r.int(i), to: &out) }
-        }
-        // An outcome no definition handles shows on its entry's row (the entry's own reason is its settle's).
-        let unhandled = try unhandledKeyEntryIDs()
-        try db.forEach(sql, values) { r throws(OutboxError) in
-            let key = r.text(1)
-            let state = displayState(r.text(3), key)
-            if let wanted = filter.state, wanted != state { return }
-            // The limit counts the rows written, after the displayed-state filter.
-            if let limit = filter.limit, written >= limit { return }
-            written += 1
-            literal(first ? "{\"id\":" : ",{\"id\":")
-            first = false
-            string(r, 0)
-            literal(",\"key\":")
-            string(r, 1)
-            literal(",\"vars\":")
-            r.withText(2) { out.append(contentsOf: $0) }  // stored as compact JSON
-            literal(",\"state\":")
-            JSON.appendString(state, to: &out)
-            literal(",\"reason\":")
-            if !unhandled.isEmpty, unhandled.contains(r.text(0)) { literal("\"unhandled-key\"") } else { string(r, 4) }
-            literal(",\"bytes_sent\":")
-            number(r, 5)
-            literal(",\"total_bytes\":")
-            number(r, 6)
-            literal(",\"attempts\":")
-            number(r, 7)
-            literal(",\"created_at\":")
-            number(r, 8)
-            literal(",\"updated_at\":")
-            number(r, 9)
-            literal(",\"next_attempt_at\":")
-            number(r, 10)
-            literal(",\"generation\":")
-            number(r, 11)
-            literal(",\"parent\":")
-            string(r, 12)
-            literal("}")
-            if out.count >= 1 << 16 {
-                write(String(decoding: out, as: UTF8.self))
-                out.removeAll(keepingCapacity: true)
-            }
-        }
-        write(String(decoding: out, as: UTF8.self))
-    }
-
-    /// Appends the decimal digits of `value`.
-    static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
-        if value < 0 { out.append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        var digits:
-            (
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
-            ) =
-                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            repeat {
-                buffer[19 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-                count += 1
-            } while magnitude > 0
-            out.append(contentsOf: buffer[(20 - count)...])
         }
     }
 
