@@ -314,6 +314,43 @@ import TestSupport
         #expect(Self.partNumbers(server).sorted() == [1, 2], "no part starts after the refusal")
     }
 
+    /// A referenced file that changes while parts are in flight settles the entry error;
+    /// the abort still comes only after the parts in flight have returned.
+    @Test func aFileChangedMidUploadIsAbortedAfterThePartsInFlight() async throws {
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\ntimeouts: { stall: { for: 30m } }\n")
+        let server = sandbox.server
+        let definition = Self.definition(endpoint: server.baseURL, bucket: "crash", key: "big.bin")
+            .replacingOccurrences(of: "  file: \"{{ vars.path }}\"", with: "  file: \"{{ vars.path }}\"\n  ownership: reference")
+        #expect(definition.contains("ownership: reference"))
+        try sandbox.define("s3-put", definition)
+        let file = sandbox.path("data/big.bin")
+        try PartFiles.make(file, size: 28 << 20, seed: 9)
+        server.script(
+            "/crash/big.bin?uploads=",
+            [.status(200, body: "<InitiateMultipartUploadResult><UploadId>up/1+x</UploadId></InitiateMultipartUploadResult>")])
+        server.script("/crash/big.bin?partNumber=1&", [TestResponse.status(200, headers: [("ETag", "\"p1\"")]).held("p1")])
+        server.script("/crash/big.bin?partNumber=2&", [TestResponse.status(200, headers: [("ETag", "\"p2\"")]).held("p2")])
+        server.script("/crash/big.bin?uploadId=", [.status(204)])
+        let enqueue = try await sandbox.outbox([
+            "enqueue", "s3.put", "--id", "big", "--vars", #"{"path": "data/big.bin", "relative_path": "big.bin"}"#,
+        ])
+        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        let runner = try sandbox.start(["run", "--drain"], environment: Self.testingCredentials)
+        await eventually("parts 1 and 2 are held", timeout: 120) { server.heldCount("p1") == 1 && server.heldCount("p2") == 1 }
+        try FileManager.default.setAttributes([.modificationDate: Date(timeIntervalSince1970: 1_000_000)], ofItemAtPath: file)
+        _ = server.release("p2")
+        await eventually("the entry settled error", timeout: 120) {
+            (try? await sandbox.show("big"))?["state"] as? String == "error"
+        }
+        #expect(!server.requests.contains { $0.method == "DELETE" }, "no abort while part 1 is in flight")
+        _ = server.release("p1")
+        let run = await runner.wait()
+        #expect(run.exitCode == 1, "\(run.stderr)")
+        #expect(server.requests.filter { $0.method == "DELETE" }.map(\.path) == ["/crash/big.bin?uploadId=up%2F1%2Bx"])
+        #expect(Self.partNumbers(server).sorted() == [1, 2], "no part starts after the change")
+        #expect((try await sandbox.show("big"))?["reason"] as? String == "file")
+    }
+
     @Test func anEntryThatSettlesErrorAbortsItsUpload() async throws {
         let sandbox = try await Self.stage()
         let server = sandbox.server

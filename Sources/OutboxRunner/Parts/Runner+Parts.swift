@@ -28,12 +28,12 @@ extension Runner {
                 flights.partJobs[id] = nil
                 settleParts(entry, job: job)
             case .expire:
-                stopParts(id)
+                stopParts(id, cancelInFlight: entry.request.s3 == nil)
                 settleError(
                     entry, kind: .expired, message: "the entry expired before all its parts were accepted",
                     state: .error, reason: "expired")
             case let .fileProblem(problem):
-                stopParts(id)
+                stopParts(id, cancelInFlight: entry.request.s3 == nil)
                 settleError(entry, kind: .file, message: problem, state: .error, reason: "file")
             case .stop(.paused):
                 // Accepted parts are kept; the rest is sent after `outbox resume`.
@@ -86,7 +86,7 @@ extension Runner {
             // bytes, so it is not accepted and the entry stops.
             if Self.expectedFile(entry) != nil, !job.failed, let problem = payloadProblem(entry) {
                 flights.partJobs[entry.id] = job
-                stopParts(entry.id)
+                stopParts(entry.id, cancelInFlight: entry.request.s3 == nil)
                 settleError(
                     entry, kind: .file, message: "\(problem), while part \(index + 1) was being sent", state: .error, reason: "file")
                 releaseStoppedParts(entry.id)
@@ -162,7 +162,8 @@ extension Runner {
     }
 
     /// Stops a chunked entry's parts: none starts again, and those in flight are aborted
-    /// (or, with `cancelInFlight` false, left to finish).
+    /// (or, with `cancelInFlight` false, left to finish). An s3 upload about to be aborted
+    /// lets them finish: S3 may still store a part whose bytes all arrived before the abort.
     func stopParts(_ id: String, cancelInFlight: Bool = true) {
         guard flights.partJobs[id] != nil else { return }
         flights.partJobs[id]?.failed = true
