@@ -15,6 +15,16 @@ struct MoveJournal {
     struct Move: Equatable {
         var staged: String
         var source: String
+        /// The mode and modification time the file had at its source, given back with it.
+        var mode: UInt32?
+        var mtimeNs: Int64?
+
+        init(staged: String, source: String, identity: FileIdentity?) {
+            self.staged = staged
+            self.source = source
+            mode = identity?.mode
+            mtimeNs = identity?.mtimeNs
+        }
     }
 
     /// A journal being written by this process: removed by `end` once its moves are settled.
@@ -40,7 +50,14 @@ struct MoveJournal {
         // Locked before it has content: a recovery elsewhere never takes it for a dead batch.
         let fd = csystem_lock_file(path)
         guard fd >= 0 else { throw .storage("cannot create the move journal \(path): \(Paths.errnoMessage(-fd))") }
-        let text = JSON.array(moves.map { .object([("staged", .string($0.staged)), ("source", .string($0.source))]) }).serialized()
+        let text = JSON.array(
+            moves.map { move in
+                var item = JSON.object([("staged", .string(move.staged)), ("source", .string(move.source))])
+                if let mode = move.mode { item.set("mode", .int64(Int64(mode))) }
+                if let mtime = move.mtimeNs { item.set("mtime_ns", .int64(mtime)) }
+                return item
+            }
+        ).serialized()
         var bytes = Array(text.utf8)
         var offset = 0
         while offset < bytes.count {
@@ -79,13 +96,19 @@ struct MoveJournal {
             defer { close(fd) }
             let moves = (Paths.readText(path).flatMap { try? JSON.parse($0) }?.arrayValue ?? []).compactMap { item -> Move? in
                 guard let staged = item["staged"]?.stringValue, let source = item["source"]?.stringValue else { return nil }
-                return Move(staged: staged, source: source)
+                var move = Move(staged: staged, source: source, identity: nil)
+                move.mode = item["mode"]?.int64Value.map { UInt32(truncatingIfNeeded: $0) }
+                move.mtimeNs = item["mtime_ns"]?.int64Value
+                return move
             }
-            for move in moves where Paths.exists(move.staged) {
-                guard try !owned(move.staged) else { continue }
+            // A copy back across filesystems that was cut short is never the user's file.
+            Self.removeDeadReturnCopies(of: moves.map(\.source))
+            for move in moves {
+                guard Paths.exists(move.staged), try !owned(move.staged) else { continue }
                 if !Paths.exists(move.source) {
                     if Self.putBack(move.staged, at: move.source) {
-                        done.append("put \(move.source) back (its move into the store did not complete)")
+                        Self.restore(move.source, mode: move.mode, mtimeNs: move.mtimeNs)
+                        done.append("put \(move.source) back (a process moving it was stopped before it finished)")
                     }
                 } else {
                     // The source is there: the staged file is a copy that was never recorded.
@@ -107,7 +130,7 @@ struct MoveJournal {
             return true
         }
         guard errno == EXDEV else { return false }
-        let temp = "\(source).outbox-return-\(getpid())"
+        let temp = "\(source)\(returnCopySuffix)\(getpid())"
         guard csystem_copy_file(file, temp) == 0 else { return false }
         guard rename(temp, source) == 0 else {
             unlink(temp)
@@ -116,5 +139,31 @@ struct MoveJournal {
         _ = csystem_fsync_dir(Paths.dirname(source))
         unlink(file)
         return true
+    }
+
+    static let returnCopySuffix = ".outbox-return-"
+
+    /// Removes the partial copies back to these source paths made by processes that are
+    /// gone (each folder listed once).
+    static func removeDeadReturnCopies(of sources: [String]) {
+        let wanted = Set(sources)
+        for folder in Set(sources.map(Paths.dirname)) {
+            for name in Paths.list(folder) ?? [] {
+                guard let cut = name.ranges(of: returnCopySuffix).last,
+                    wanted.contains(Paths.join(folder, String(name[..<cut.lowerBound]))),
+                    let pid = Int32(name[cut.upperBound...]), pid > 0, kill(pid, 0) != 0, errno == ESRCH
+                else { continue }
+                unlink(Paths.join(folder, name))
+            }
+        }
+    }
+
+    /// Gives a file put back at its source path the mode and modification time it had there.
+    static func restore(_ path: String, mode: UInt32?, mtimeNs: Int64?) {
+        if let mode { chmod(path, mode_t(mode)) }
+        guard let mtimeNs else { return }
+        let time = timespec(tv_sec: Int(mtimeNs / 1_000_000_000), tv_nsec: Int(mtimeNs % 1_000_000_000))
+        var times = [time, time]
+        _ = utimensat(AT_FDCWD, path, &times, 0)
     }
 }

@@ -47,7 +47,7 @@ extension SQLStore {
             if !sourceTaken {
                 if MoveJournal.putBack(file, at: source) {
                     // A copy across filesystems is a new file: it gets the mode and times it had.
-                    if let identity { Self.restoreModeAndTime(source, identity) }
+                    MoveJournal.restore(source, mode: identity?.mode, mtimeNs: identity?.mtimeNs)
                     Fault.point("forget.returned")
                     continue
                 }
@@ -74,7 +74,7 @@ extension SQLStore {
     /// end of every transaction that may forget an entry holding a moved file.
     func journalReturns() throws(OutboxError) {
         guard !returns.isEmpty, returnsTicket == nil else { return }
-        returnsTicket = try moves.begin(returns.map { MoveJournal.Move(staged: $0.file, source: $0.source) })
+        returnsTicket = try moves.begin(returns.map { MoveJournal.Move(staged: $0.file, source: $0.source, identity: $0.identity) })
     }
 
     /// Forgets the returns of a transaction that rolled back: the files stay where they are.
@@ -82,13 +82,6 @@ extension SQLStore {
         returns.removeAll()
         moves.end(returnsTicket)
         returnsTicket = nil
-    }
-
-    static func restoreModeAndTime(_ path: String, _ identity: FileIdentity) {
-        if let mode = identity.mode { chmod(path, mode_t(mode)) }
-        let time = timespec(tv_sec: Int(identity.mtimeNs / 1_000_000_000), tv_nsec: Int(identity.mtimeNs % 1_000_000_000))
-        var times = [time, time]
-        _ = utimensat(AT_FDCWD, path, &times, 0)
     }
 
     /// `outbox cancel`: live entries settle cancelled and are forgotten; settled ones are

@@ -61,7 +61,7 @@ extension SQLStore {
         let moving = zip(batch, staged.internals).compactMap { entry, internalID -> MoveJournal.Move? in
             switch entry.prepared.body {
             case let .file(identity, .move), let .parts(identity, .move, _):
-                return MoveJournal.Move(staged: staging.path(internalID, "body"), source: identity.path)
+                return MoveJournal.Move(staged: staging.path(internalID, "body"), source: identity.path, identity: identity)
             default:
                 return nil
             }

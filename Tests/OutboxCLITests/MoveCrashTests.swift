@@ -56,6 +56,9 @@ struct MoveCrashTests {
 
     @Test func aKillAfterCancelCommitsStrandsNoFile() async throws {
         let (p, files) = try Self.project()
+        // Each file gets back the mode it had, though the store keeps its files 0600.
+        let modes = Dictionary(uniqueKeysWithValues: files.keys.enumerated().map { n, path in (path, n % 2 == 0 ? 0o644 : 0o604) })
+        for (path, mode) in modes { try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: path) }
         let enqueued = try await p.outbox(["enqueue", "mv", "--from", "batch.jsonl"])
         #expect(enqueued.exitCode == 0, "\(enqueued)")
         #expect(files.keys.allSatisfy { !FileManager.default.fileExists(atPath: $0) }, "all moved in")
@@ -63,8 +66,19 @@ struct MoveCrashTests {
         #expect(killed.exitCode == -9, "\(killed)")
         // The entries are gone and no file is back yet: only the journal knows where they belong.
         #expect(files.keys.allSatisfy { !FileManager.default.fileExists(atPath: $0) })
+        // What a copy back across filesystems leaves when it is killed: gone with its process.
+        let first = p.path("data/f1.bin")
+        let deadCopy = try p.write("data/f1.bin.outbox-return-2147483000", "part of a copy")
+        let liveCopy = try p.write("data/f1.bin.outbox-return-\(getpid())", "a copy still being made")
         try Self.expectNothingStranded(p, files)
         #expect(files.keys.allSatisfy { FileManager.default.fileExists(atPath: $0) })
+        for (path, mode) in modes {
+            let now = try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int
+            #expect(now == mode, "\(path) is back with mode \(String(mode, radix: 8))")
+        }
+        #expect(!FileManager.default.fileExists(atPath: deadCopy), "the dead process's partial copy is removed")
+        #expect(FileManager.default.fileExists(atPath: liveCopy), "a live process's copy is left alone")
+        #expect(p.read("data/f1.bin") == files[first])
     }
 }
 
