@@ -261,9 +261,14 @@ package final class Runner {
         // (its outcome stays unacknowledged and is delivered again by the next run).
         for (seq, (pgid, start)) in delivery.groups where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) at the end of the grace; its outcome is delivered again", level: .warn)
-            // A failed delivery: the run's exit status says an outcome is still unacknowledged.
-            summary.deliveryFailures += 1
-            if let entryID = delivery.hooksRunning[seq] { delivery.failedIDs.insert(entryID) }
+            // A failed delivery, with its reason for `show`: the run's exit status says an outcome is still unacknowledged.
+            guard let entryID = delivery.hooksRunning[seq] else {
+                summary.deliveryFailures += 1
+                continue
+            }
+            try failDelivery(
+                seq: seq, entryID: entryID, failure: "the hook was still running at the end of the grace and was stopped",
+                now: Identifiers.nowMs())
         }
         if !shutdown.isStopping { options.notifier?.send("STOPPING=1") }
         // Entries we hold go back in the queue, keeping accepted parts.

@@ -90,6 +90,8 @@ import Testing
         #expect(stat.isEmpty || stat.contains(") Z "), "the hook \(pid) still runs: \(stat)")
         let outcomes = try #require(try await p.show("w")?["outcomes"]?.arrayValue)
         #expect(outcomes.first?["acknowledged"] == .bool(false))
+        // `show` says why, as for a hook that failed.
+        #expect(outcomes.first?["reason"] == .string("the hook was still running at the end of the grace and was stopped"))
     }
 
     @Test func sigtermLetsTheAttemptInFlightFinishAndLeavesTheRestQueued() async throws {
