@@ -211,7 +211,8 @@ final class Transfer {
         guard let easy else { return result }
         var status = 0
         _ = ccurl_getinfo_long(easy, CURLINFO_RESPONSE_CODE, &status)
-        result.status = status > 0 ? status : nil
+        // An interim answer (100 Continue) is no final status.
+        result.status = status >= 200 ? status : nil
         result.responseHeaders = responseHeaders
         result.body = body
         result.bodyTruncated = truncated
@@ -268,11 +269,18 @@ final class Transfer {
         let afterRedirect = (redirects > 0 || (300...399).contains(status)) && (code != CURLE_UNSUPPORTED_PROTOCOL || locationLeavesHTTP())
         let detail = String(cString: errorBuffer)
         var message = detail.isEmpty ? String(cString: ccurl_easy_strerror(code)) : detail
+        if code == CURLE_OUT_OF_MEMORY, status > 0 {
+            // What libcurl 7.88 answers to a header line past its limit, once a response began.
+            message = "a response header line is over libcurl's 100 KiB limit, or libcurl ran out of memory (\(message))"
+        }
         if code == CURLE_READ_ERROR {
             // Only curl's own reads of form files get here; ours abort with readFailure.
             message = "file: a form file could not be read: \(message)"
         }
-        result.failure = TransportFailure(CurlFailure.kind(of: code, afterRedirect: afterRedirect), message)
+        let kind = CurlFailure.kind(of: code, afterRedirect: afterRedirect)
+        // A redirect followed to a request that failed: the 3xx was not the final status, none came.
+        if redirects > 0, kind != .redirect, (300...399).contains(status) { result.status = nil }
+        result.failure = TransportFailure(kind, message)
         return result
     }
 }

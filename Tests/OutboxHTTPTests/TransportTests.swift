@@ -707,6 +707,26 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
         }
     }
 
+    /// `http_code` is the final status: neither an interim 100 nor the 3xx of a redirect
+    /// followed to a request that failed.
+    @Test func noFinalResponseIsNoStatus() async throws {
+        try await withFixture { server, client, _ in
+            server.script("/interim", [.raw("HTTP/1.1 100 Continue\r\n\r\n")])
+            let interim = await send(client, HTTPRequest(url: server.url("/interim"), method: "GET"))
+            #expect(interim.failure != nil)
+            #expect(interim.status == nil, "\(interim.status.map(String.init) ?? "nil")")
+            // https to this plain-HTTP server: the followed request gets no response.
+            let tls = server.url("/status/200").replacingOccurrences(of: "http://", with: "https://")
+            let target = tls.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+            let redirected = await send(
+                client, HTTPRequest(url: server.url("/redirect-to?code=307&url=\(target)"), method: "GET", followRedirects: 3))
+            #expect(redirected.failure != nil)
+            #expect(redirected.failure?.kind != .redirect, "\(redirected.failure.map { "\($0)" } ?? "")")
+            #expect(redirected.status == nil, "\(redirected.status.map(String.init) ?? "nil")")
+            #expect(server.requests.map(\.path).contains { $0.hasPrefix("/redirect-to") })
+        }
+    }
+
     @Test func redirectsFollowedUpToTheLimit() async throws {
         try await withFixture { server, client, _ in
             let result = await send(

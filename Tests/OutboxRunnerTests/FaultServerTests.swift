@@ -21,6 +21,8 @@ struct RetriedFault: Sendable, CustomTestStringConvertible {
     var kind: String?
     /// The first attempt's `http_code`, when the fault gives one.
     var status: Int? = nil
+    /// Words the first attempt's `error_message` holds.
+    var message: String? = nil
     var testDescription: String { name }
 }
 
@@ -79,14 +81,16 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
         RetriedFault(name: "the close inside the headers", fault: .raw("HTTP/1.1 201 Created\r\nContent-Type: app"), kind: "network"),
         RetriedFault(name: "a status line and the close", fault: .raw("HTTP/1.1 201 Created\r\n"), kind: "network"),
         RetriedFault(name: "a header line without a colon", fault: malformed("header-no-colon"), kind: "network", status: 200),
-        RetriedFault(name: "a header line of 1 MiB", fault: malformed("header-1mib"), kind: "network", status: 200),
+        RetriedFault(
+            name: "a header line of 1 MiB", fault: malformed("header-1mib"), kind: "network", status: 200,
+            message: "a response header line is over libcurl's 100 KiB limit"),
         RetriedFault(name: "a NUL byte in a header", fault: malformed("header-nul"), kind: "network", status: 200),
         RetriedFault(name: "Content-Length longer than the body", fault: malformed("length-longer"), kind: "network", status: 200),
         RetriedFault(name: "two different Content-Length headers", fault: malformed("length-two"), kind: "network"),
         RetriedFault(name: "a negative Content-Length", fault: malformed("length-negative"), kind: "network", status: 200),
         RetriedFault(
             name: "a 1xx and then the close: no final response", fault: .raw("HTTP/1.1 199 Odd\r\nContent-Length: 0\r\n\r\n"),
-            kind: "network", status: 199),
+            kind: "network"),
         RetriedFault(name: "503", fault: .status(503), kind: nil, status: 503),
         RetriedFault(
             name: "429 with an invalid Retry-After", fault: .status(429, headers: [("Retry-After", "abc")]), kind: nil, status: 429),
@@ -105,6 +109,7 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
         #expect(first.string("error_kind") == c.kind, "\(first.serialized())")
         if let status = c.status { #expect(first.int("http_code") == Int64(status), "\(first.serialized())") }
         if c.kind != nil && c.status == nil { #expect(first.at("http_code") == .null, "\(first.serialized())") }
+        if let message = c.message { #expect(first.string("error_message")?.contains(message) == true, "\(first.serialized())") }
         #expect(p.server.requests(path: "/f").count == 2)
         let hook = try #require(p.deliveries("e1").first)
         #expect(hook.string("stdin.outcome") == "completed")
