@@ -311,11 +311,17 @@ import Testing
             try FileManager.default.removeItem(atPath: staged)
             #expect(symlink(p.base + "/b.bin", staged) == 0)
         }
-        try await p.drain(failures: 1)
+        let run = try await p.drain(["--events", "-"], failures: 1)
         #expect(p.server.requests.isEmpty, "nothing was sent")
         let hook = try #require(p.deliveries("d").first)
         #expect(hook.string("stdin.outcome") == "error")
         #expect(hook.string("stdin.error.kind") == "file", "\(hook.serialized())")
+        // Nothing went out, so it was no attempt: not in the outcome, the events or the summary.
+        #expect(hook.int("stdin.meta.attempts") == 0, "\(hook.serialized())")
+        #expect(!run.jsonLines.contains { $0.string("type") == "attempt" }, "\(run.stdout)")
+        let settled = try #require(run.jsonLines.first { $0.string("type") == "state" && $0.string("state") == "error" })
+        #expect(settled.int("attempts") == 0, "\(settled.serialized())")
+        #expect(run.stderr.contains(" 0 attempts "), "\(run.stderr)")
     }
 
     @Test func graceOverStopsTheAttemptAndRequeuesTheEntry() async throws {

@@ -83,8 +83,11 @@ extension Runner {
         try noteHostHealth(flight.host, entry: entry, result: result)
         if let failure = result.failure, failure.kind == .file, flight.partIndex == nil {
             // The referenced file went missing or changed before its request started (it
-            // waited as a standby request): settled like the check at claim, nothing was sent.
+            // waited as a standby request), or the staged copy is damaged: settled like the
+            // check at claim. Nothing was sent, so it was no attempt.
             flights.running[entry.id] = nil
+            summary.attempts -= 1
+            entry.attempts = flight.attempt - 1
             settleError(entry, kind: .file, message: failure.message, state: .error, reason: "file")
             return
         }
