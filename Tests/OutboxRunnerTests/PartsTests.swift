@@ -429,6 +429,28 @@ func partsDefinition(
         #expect(FileManager.default.fileExists(atPath: file))
     }
 
+    /// A chunked entry cancelled by another process while a part is in flight: the runner's
+    /// state event counts the bytes of the parts already accepted.
+    @Test func aCancelMidUploadReportsTheBytesAccepted() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/can/2", [TestResponse.status(201).held("p2")])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy"))
+        try PartFiles.make(sandbox.path("f.bin"), size: 3 * 262_144)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "can", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let runner = try sandbox.start(["run", "--drain", "--events", "-"])
+        #expect(await server.waitForHeld("p2"))
+        #expect(try await sandbox.outbox(["cancel", "can"]).status == 0)
+        server.release("p2")
+        let run = await runner.wait()
+        #expect(run.status == 0, "\(run.stderr)")
+        let events = run.stdout.split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
+        let cancelled = try #require(
+            events.first { $0["type"] == .string("state") && $0["state"] == .string("cancelled") }, "\(run.stdout)")
+        #expect(cancelled["bytes_sent"] == .int64(262_144), "\(cancelled.serialized())")
+        #expect(cancelled["attempts"] == .int64(2), "\(cancelled.serialized())")
+    }
+
     @Test func requestCommandDescribesThePartsAtEnqueue() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()

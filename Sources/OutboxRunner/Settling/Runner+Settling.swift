@@ -156,7 +156,10 @@ extension Runner {
 
     /// An entry another process cancelled while this runner held it.
     func reportCancelled(_ entry: Entry) {
-        emitState(entry, state: .cancelled, reason: "user")
+        // As far as this runner got: its attempts, and the bytes of the parts accepted.
+        var shown = flights.running[entry.id] ?? entry
+        if let job = flights.partJobs[entry.id] { shown.bytesSent = job.acceptedBytes }
+        emitState(shown, state: .cancelled, reason: "user")
         summary.cancelled += 1
     }
 
