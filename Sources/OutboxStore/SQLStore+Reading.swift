@@ -30,15 +30,9 @@ extension SQLStore {
     /// Entries of one definition share their stored request but for URL and file: the rest
     /// is parsed once.
     func storedRequest(_ text: String) throws(OutboxError) -> StoredRequest {
-        func parse() throws(OutboxError) -> StoredRequest {
+        try requestCache.request(text) { (text) throws(OutboxError) in
             try StoredRequest(json: try Self.storedJSON(text, what: "stored request"))
         }
-        guard let cut = StoredRequestText(text) else { return try parse() }
-        if let parsed = requestCache[cut.shape] { return try cut.request(sharing: parsed) }
-        let request = try parse()
-        if requestCache.count >= 256 { requestCache.removeAll(keepingCapacity: true) }
-        requestCache[cut.shape] = request
-        return request
     }
 
     /// Parses a JSON column; a column that does not parse is damage, reported with the row's table.

@@ -48,7 +48,7 @@ protocol SQLStore: AnyObject {
     /// The journal of `returns`, written before the commit that forgets their entries.
     var returnsTicket: MoveJournal.Ticket? { get set }
     /// Stored requests parsed already, by their text (entries of a definition share it).
-    var requestCache: [StoredRequestText.Shape: StoredRequest] { get set }
+    var requestCache: StoredRequestCache { get set }
 
     /// Runs `body` in a transaction as the store's one writer: the same-id rules read, then write.
     func writing<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T

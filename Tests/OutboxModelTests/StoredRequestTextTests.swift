@@ -20,11 +20,44 @@ struct StoredRequestTextTests {
         let first = Self.text()
         let second = Self.text(url: "https://other/\"quoted\"/é", path: "/q \\ \"r\"")
         #expect(try Self.cut(first).shape == Self.cut(second).shape)
-        let parsed = try StoredRequest(json: JSON.parse(first))
+        let parsed = try Self.cut(first).parsed(StoredRequest(json: JSON.parse(first)))
         let shared = try Self.cut(second).request(sharing: parsed)
         #expect(shared.json == (try StoredRequest(json: JSON.parse(second))).json)
         #expect(shared.url == "https://other/\"quoted\"/é")
         #expect(shared.file?.path == "/q \\ \"r\"")
+    }
+
+    @Test func onlyAValueWhoseBytesDifferIsReadAgain() throws {
+        let first = Self.text()
+        let parsed = try Self.cut(first).parsed(StoredRequest(json: JSON.parse(first)))
+        #expect(try Self.cut(first).request(sharing: parsed).json == (try StoredRequest(json: JSON.parse(first))).json)
+        let otherFile = try Self.cut(Self.text(path: "/other")).request(sharing: parsed)
+        #expect(otherFile.file?.path == "/other" && otherFile.url == "https://h/x")
+        // Equal as Swift strings (é composed and decomposed), not as the bytes that are sent.
+        let composed = Self.text(url: "https://h/caf\u{E9}")
+        let sharedByComposed = try Self.cut(composed).parsed(StoredRequest(json: JSON.parse(composed)))
+        let decomposed = try Self.cut(Self.text(url: "https://h/cafe\u{301}")).request(sharing: sharedByComposed)
+        #expect(Array((decomposed.url ?? "").utf8) == Array("https://h/cafe\u{301}".utf8))
+    }
+
+    /// The cache gives each text its own request, parsing a shape once.
+    @Test func theCacheParsesEachShapeOnce() throws {
+        var cache = StoredRequestCache()
+        var parses = 0
+        func read(_ text: String) throws -> StoredRequest {
+            try cache.request(text) { (text) throws(OutboxError) in
+                parses += 1
+                do { return try StoredRequest(json: JSON.parse(text)) } catch { throw .storage("\(error)") }
+            }
+        }
+        let texts = [
+            Self.text(), Self.text(), Self.text(path: "/q"), Self.text(url: "https://h/caf\u{E9}"),
+            Self.text(url: "https://h/cafe\u{301}"), Self.text(), Self.text(header: "2"),
+        ]
+        for text in texts {
+            #expect(try read(text).json == (try StoredRequest(json: JSON.parse(text))).json, "\(text)")
+        }
+        #expect(parses == 2, "one parse per shape")
     }
 
     @Test func anyOtherDifferenceIsAnotherShape() throws {
@@ -37,7 +70,7 @@ struct StoredRequestTextTests {
     }
 
     @Test func aDamagedURLOrFileIsAStorageError() throws {
-        let parsed = try StoredRequest(json: JSON.parse(Self.text()))
+        let parsed = try Self.cut(Self.text()).parsed(StoredRequest(json: JSON.parse(Self.text())))
         let badURL = Self.text().replacingOccurrences(of: "\"url\":\"https://h/x\"", with: "\"url\":7")
         #expect(badURL != Self.text())
         #expect(throws: OutboxError(.storage, "the stored request is damaged: url: not a string")) {

@@ -1,3 +1,5 @@
+import Glibc
+
 /// A stored request's text cut where entries of one definition differ: the values of its
 /// `url` and `file`. What is left, the shape, is shared by all of them, so a request parsed
 /// once per shape serves each entry with only its own URL and file read again.
@@ -43,19 +45,76 @@ package struct StoredRequestText {
         (shape, url, file) = cut
     }
 
-    /// This text's request, from one parsed from a text of the same shape.
-    package func request(sharing parsed: StoredRequest) throws(OutboxError) -> StoredRequest {
+    /// A request parsed from a text, with the URL and file values it was read from.
+    package struct Parsed {
+        let request: StoredRequest
+        let url: String?
+        let file: String?
+    }
+
+    /// `request`, parsed from this text, kept for the texts of its shape.
+    package func parsed(_ request: StoredRequest) -> Parsed { Parsed(request: request, url: url, file: file) }
+
+    /// This text's request, from one parsed from a text of the same shape: only a URL or
+    /// file whose bytes differ is read (entries of one definition often share their URL).
+    package func request(sharing parsed: Parsed) throws(OutboxError) -> StoredRequest {
+        func differs(_ mine: String?, _ theirs: String?) -> String? {
+            guard let mine, let theirs, !mine.utf8.elementsEqual(theirs.utf8) else { return nil }
+            return mine
+        }
+        let newURL = differs(url, parsed.url)
+        let newFile = differs(file, parsed.file)
+        guard newURL != nil || newFile != nil else { return parsed.request }
         var members: [(String, JSON)] = []
         do throws(JSONParseError) {
-            if let url { members.append(("url", try JSON.parse(url))) }
-            if let file { members.append(("file", try JSON.parse(file))) }
+            if let newURL { members.append(("url", try JSON.parse(newURL))) }
+            if let newFile { members.append(("file", try JSON.parse(newFile))) }
         } catch {
             throw .storage("the stored request is damaged: \(error)")
         }
         let fields = StoredFields(.object(members), what: "stored request")
-        var request = parsed
-        if url != nil { request.url = try StoredRequest.url(fields) }
-        if file != nil { request.file = try StoredRequest.file(fields) }
+        var request = parsed.request
+        if newURL != nil { request.url = try StoredRequest.url(fields) }
+        if newFile != nil { request.file = try StoredRequest.file(fields) }
         return request
+    }
+}
+
+/// Parsed stored requests by shape, and the last text read: a queue of one definition with
+/// one URL (a webhook) repeats its text exactly, which is cheaper to see than to cut.
+package struct StoredRequestCache {
+    private var byShape: [StoredRequestText.Shape: StoredRequestText.Parsed] = [:]
+    private var last: (text: String, request: StoredRequest)?
+
+    package init() {}
+
+    /// The request of `text`; `parse` reads a text no cached one shares its shape with.
+    package mutating func request(
+        _ text: String, parse: (String) throws(OutboxError) -> StoredRequest
+    ) throws(OutboxError) -> StoredRequest {
+        if let last, Self.sameBytes(last.text, text) { return last.request }
+        let request: StoredRequest
+        if let cut = StoredRequestText(text) {
+            if let parsed = byShape[cut.shape] {
+                request = try cut.request(sharing: parsed)
+            } else {
+                request = try parse(text)
+                if byShape.count >= 256 { byShape.removeAll(keepingCapacity: true) }
+                byShape[cut.shape] = cut.parsed(request)
+            }
+        } else {
+            request = try parse(text)
+        }
+        last = (text, request)
+        return request
+    }
+
+    /// Byte for byte (String's == takes canonically equivalent texts as equal).
+    static func sameBytes(_ a: String, _ b: String) -> Bool {
+        var a = a
+        var b = b
+        return a.withUTF8 { x in
+            b.withUTF8 { y in x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) }
+        }
     }
 }
