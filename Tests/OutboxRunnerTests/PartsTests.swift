@@ -101,6 +101,20 @@ func partsDefinition(
 }
 
 @Suite(.serialized) struct PartsTests {
+    /// A test server answering as `script` says, and a sandbox with `config` whose `up`
+    /// definition sends f.bin (`parts` parts of 256 KiB, copied in) to it, enqueued as `id`.
+    static func enqueueParts(
+        id: String, parts: Int, config: String, script: [(String, TestResponse)]
+    ) async throws -> (TestHTTPServer, OutboxSandbox) {
+        let server = try TestHTTPServer()
+        for (path, response) in script { server.script(path, [response]) }
+        let sandbox = try OutboxSandbox(config: config)
+        try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy"))
+        try PartFiles.make(sandbox.path("f.bin"), size: parts * 262_144)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", id, "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        return (server, sandbox)
+    }
+
     @Test func chunkedUploadSendsEachPartOnceAndListsEveryETag() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")
@@ -172,14 +186,11 @@ func partsDefinition(
         Limits(partConcurrency: 1, perHost: 4, connections: 1),
     ])
     func partsInFlightStayWithinPartConcurrencyAndPerHost(_ limits: Limits) async throws {
-        let server = try TestHTTPServer()
         // Every part is held until the test lets it go, so the parts in flight at once are
         // counted, not guessed from timing.
-        server.script("/put/", [TestResponse.status(201).held("parts")])
-        let sandbox = try OutboxSandbox(config: "part_concurrency: \(limits.partConcurrency)\nper_host: \(limits.perHost)\n")
-        try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy"))
-        try PartFiles.make(sandbox.path("f.bin"), size: 6 * 262_144)
-        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "lim", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let (server, sandbox) = try await Self.enqueueParts(
+            id: "lim", parts: 6, config: "part_concurrency: \(limits.partConcurrency)\nper_host: \(limits.perHost)\n",
+            script: [("/put/", TestResponse.status(201).held("parts"))])
         let runner = try sandbox.start(["run", "--drain"])
         // One part at a time goes on; each time, as many parts as the limits allow are held.
         let limit = min(limits.partConcurrency, limits.perHost)
@@ -432,12 +443,8 @@ func partsDefinition(
     /// A chunked entry cancelled by another process while a part is in flight: the runner's
     /// state event counts the bytes of the parts already accepted.
     @Test func aCancelMidUploadReportsTheBytesAccepted() async throws {
-        let server = try TestHTTPServer()
-        server.script("/put/can/2", [TestResponse.status(201).held("p2")])
-        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
-        try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy"))
-        try PartFiles.make(sandbox.path("f.bin"), size: 3 * 262_144)
-        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "can", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let (server, sandbox) = try await Self.enqueueParts(
+            id: "can", parts: 3, config: "part_concurrency: 1\n", script: [("/put/can/2", TestResponse.status(201).held("p2"))])
         let runner = try sandbox.start(["run", "--drain", "--events", "-"])
         #expect(await server.waitForHeld("p2"))
         #expect(try await sandbox.outbox(["cancel", "can"]).status == 0)

@@ -151,8 +151,9 @@ extension Runner {
         var klass = AttemptClassifier.classify(
             status: result.status, failure: result.failure, body: result.body, accept: [], exempt: Set(entry.request.retry.exempt))
         let body = String(decoding: result.body, as: UTF8.self)
-        if step == .complete, case .success = klass, !body.contains("<CompleteMultipartUploadResult") {
-            // S3 may answer 200 and put an error in the body: to be retried.
+        // S3 may answer 200 and put an error in the body: to be retried. A result names the
+        // object's ETag (its root is CompleteMultipartUploadResult; ...Response on some S3-compatible servers).
+        if step == .complete, case .success = klass, body.contains("<Error>") || Self.xmlElement("ETag", in: result.body) == nil {
             klass = .retry(reason: "CompleteMultipartUpload answered 200 with \(Self.xmlElement("Code", in: result.body) ?? "no result")")
         }
         // Create, Complete and the HEAD after a lost upload are attempts like the parts: in
