@@ -28,6 +28,9 @@ struct Flight {
     var s3Step: S3Step?
     /// The HEAD of a `skip_existing` object, before its upload.
     var s3ExistingHead = false
+    /// The secret header values this request carried (part headers and S3 signatures
+    /// included): a response that echoes them shows `[redacted]` in events and `show`.
+    var secrets: [[UInt8]] = []
 }
 
 /// A chunked entry while it runs: its parts and which are in flight.

@@ -168,6 +168,19 @@ extension FaultServerTests {
         #expect(delivered.serialized().contains("echo-secret-1"), "the hook's data is the server's answer")
     }
 
+    /// The excerpt is cut at 4 KiB after it is masked: a secret across the cut shows no prefix.
+    @Test func aSecretAcrossTheExcerptsEndIsMaskedWhole() async throws {
+        let p = try Project(
+            config: faultConfig, definitions: ["t": definition("t", request: "headers:\n  Authorization: Bearer echo-secret-1")])
+        p.server.script("/cut", [.status(200, body: String(repeating: "x", count: 4083) + "Bearer echo-secret-1 and more")])
+        try await p.enqueue("t", path: "/cut", id: "cut")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempt = try #require(run.jsonLines.first { $0.string("type") == "attempt" }, "\(run.stdout)")
+        let shown = attempt.string("body") ?? ""
+        #expect(shown.hasPrefix(String(repeating: "x", count: 4083)), "\(shown.suffix(40))")
+        #expect(!shown.contains("echo-s"), "no piece of the secret: \(shown.suffix(40))")
+    }
+
     /// Locations that a hand-made reading takes for a path on this host while libcurl goes to
     /// the host they name: the credential still stays home.
     @Test(arguments: ["http:/", "HTTP:/", "http:///", "http:\\\\"])

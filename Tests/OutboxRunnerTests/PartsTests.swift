@@ -458,6 +458,24 @@ func partsDefinition(
         #expect(cancelled["attempts"] == .int64(2), "\(cancelled.serialized())")
     }
 
+    /// A part's own secret headers are masked in what a server echoes of them.
+    @Test func aPartsSecretHeaderIsMaskedInItsAttemptEvent() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/sec/", [TestResponse.status(201, body: "got Authorization: Bearer part-secret-77")])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        let definition = partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy")
+            .replacingOccurrences(of: "      Content-Range:", with: "      Authorization: \"Bearer part-secret-77\"\n      Content-Range:")
+        #expect(definition.contains("part-secret-77"))
+        try sandbox.define("up", definition)
+        try PartFiles.make(sandbox.path("f.bin"), size: 2 * 262_144)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "sec", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let attempts = run.stdout.split(separator: "\n").filter { $0.contains(#""type":"attempt""#) }
+        #expect(attempts.count == 2, "\(run.stdout)")
+        #expect(attempts.allSatisfy { $0.contains("[redacted]") && !$0.contains("part-secret-77") }, "\(attempts)")
+    }
+
     @Test func requestCommandDescribesThePartsAtEnqueue() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()

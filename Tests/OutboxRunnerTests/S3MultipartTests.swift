@@ -366,6 +366,31 @@ import TestSupport
         #expect(server.requests.filter { $0.method == "POST" && $0.path.contains("uploadId=") }.count == 2, "the error was retried once")
     }
 
+    /// The session token and the signature a server echoes are masked in the attempt events.
+    @Test func anEchoedSessionTokenAndSignatureAreMasked() async throws {
+        let sandbox = try await Self.stage()
+        let server = sandbox.server
+        server.script(
+            "/crash/big.bin?uploads=",
+            [
+                .status(
+                    200,
+                    body:
+                        "<InitiateMultipartUploadResult><UploadId>up/1+x</UploadId><Seen>session-token-55</Seen></InitiateMultipartUploadResult>"
+                )
+            ])
+        var environment = Self.testingCredentials
+        environment["AWS_SESSION_TOKEN"] = "session-token-55"
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"], environment: environment)
+        #expect(run.status == 0, "\(run.stderr)")
+        let create = try #require(server.requests.first { $0.path.hasSuffix("?uploads=") })
+        #expect(create.header("x-amz-security-token") == "session-token-55", "the token was sent")
+        let events = run.stdout.split(separator: "\n").filter { $0.contains(#""type":"attempt""#) }
+        #expect(events.contains { $0.contains("<Seen>[redacted]</Seen>") }, "\(run.stdout.prefix(2000))")
+        #expect(!run.stdout.contains("session-token-55"))
+        #expect(try await !sandbox.outbox(["show", "big", "--json"]).stdout.contains("session-token-55"))
+    }
+
     @Test func anEntryThatSettlesErrorAbortsItsUpload() async throws {
         let sandbox = try await Self.stage()
         let server = sandbox.server

@@ -108,7 +108,7 @@ extension Runner {
             let event = OutcomePayloads.attemptEvent(
                 entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
                 method: flight.method, partIndex: flight.partIndex, result: result, outcome: reported,
-                at: now, redacting: config.redactedHeaderNames)
+                at: now, secrets: flight.secrets)
             emit(event)
             changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
         }
@@ -167,7 +167,7 @@ extension Runner {
         var event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
             method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass, at: now,
-            redacting: config.redactedHeaderNames)
+            secrets: flight.secrets)
         if result.failure?.kind == .aborted { event.set("outcome", .string("aborted")) }
         countAttempt(entry, klass: klass, result: result)
         emit(event)

@@ -130,7 +130,7 @@ package enum OutcomePayloads {
     /// An `attempt` event: one HTTP exchange and what it meant.
     static func attemptEvent(
         _ entry: Entry, requestID: String, attempt: Int64, url: String, method: String, partIndex: Int?,
-        result: HTTPResult, outcome: AttemptOutcomeClass, at: Int64, redacting names: Set<String>
+        result: HTTPResult, outcome: AttemptOutcomeClass, at: Int64, secrets: [[UInt8]]
     ) -> JSON {
         var event: JSON = .object([
             ("type", .string("attempt")), ("id", .string(entry.id)), ("key", .string(entry.key)), ("request_id", .string(requestID)),
@@ -138,9 +138,11 @@ package enum OutcomePayloads {
             ("part_index", partIndex.map { .int($0) } ?? .null), ("outcome", .string(outcome.name)),
             ("http_code", result.status.map { .int($0) } ?? .null),
         ])
-        // Events and `show` print this excerpt: a server that echoes the request shows no credentials.
-        let secrets = HeaderRules.secretValues(entry.request.headers, names: names.union(entry.request.secretHeaders))
-        bodyJSON(HeaderRules.redactingValues(Array(result.body.prefix(4096)), secrets), into: &event)
+        // Events and `show` print this excerpt: a server that echoes the request shows no
+        // credentials. Redacted before it is cut, so no secret is cut into a visible prefix.
+        let longest = secrets.first?.count ?? 0
+        let excerpt = HeaderRules.redactingValues(Array(result.body.prefix(4096 + longest)), secrets)
+        bodyJSON(Array(excerpt.prefix(4096)), into: &event)
         event.set("error_kind", .optionalString(result.failure?.kind.rawValue))
         event.set("error_message", .optionalString(result.failure?.message))
         event.set("at", .int64(at))
