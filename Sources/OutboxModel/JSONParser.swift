@@ -6,10 +6,17 @@ package struct JSONParseError: Error, Sendable, Equatable, CustomStringConvertib
 }
 
 extension JSON {
+    /// How deep input may nest (vars, responses, plugin output).
+    package static let maxDepth = 512
+    /// How deep a document the store wrote may nest: it wraps input a few levels deeper (an
+    /// outcome holds the response and the vars, a follow-up's vars the outcome), and what the
+    /// store wrote must read back.
+    package static let storedMaxDepth = 1024
+
     /// Parses one JSON document (RFC 8259); trailing non-space text is an error.
-    package static func parse(_ text: String) throws(JSONParseError) -> JSON {
+    package static func parse(_ text: String, maxDepth: Int = maxDepth) throws(JSONParseError) -> JSON {
         var text = text
-        return try text.withUTF8 { utf8 in Result { () throws(JSONParseError) in try parse(utf8: utf8) } }.get()
+        return try text.withUTF8 { utf8 in Result { () throws(JSONParseError) in try parse(utf8: utf8, maxDepth: maxDepth) } }.get()
     }
 
     package static func parse(bytes: inout [UInt8]) throws(JSONParseError) -> JSON {
@@ -18,8 +25,8 @@ extension JSON {
 
     /// Parses UTF-8 text the caller keeps alive for the call (unchecked indexing: the
     /// reader tests every index against the count itself).
-    static func parse(utf8: UnsafeBufferPointer<UInt8>) throws(JSONParseError) -> JSON {
-        var parser = JSONReader(bytes: utf8)
+    static func parse(utf8: UnsafeBufferPointer<UInt8>, maxDepth: Int = maxDepth) throws(JSONParseError) -> JSON {
+        var parser = JSONReader(bytes: utf8, maxDepth: maxDepth)
         parser.skipSpace()
         let value = try parser.readValue(depth: 0)
         parser.skipSpace()
@@ -77,9 +84,12 @@ extension JSON {
 private struct JSONReader {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
-    static let maxDepth = 512
+    let maxDepth: Int
 
-    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+    init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int = JSON.maxDepth) {
+        self.bytes = bytes
+        self.maxDepth = maxDepth
+    }
 
     mutating func skipSpace() {
         while index < bytes.count, bytes[index] == 0x20 || bytes[index] == 0x0A || bytes[index] == 0x0D || bytes[index] == 0x09 {
@@ -90,7 +100,7 @@ private struct JSONReader {
     func fail(_ message: String) -> JSONParseError { JSONParseError(offset: index, message: message) }
 
     mutating func readValue(depth: Int) throws(JSONParseError) -> JSON {
-        guard depth < Self.maxDepth else { throw fail("nesting deeper than \(Self.maxDepth)") }
+        guard depth < maxDepth else { throw fail("nesting deeper than \(maxDepth)") }
         guard index < bytes.count else { throw fail("unexpected end of JSON") }
         switch bytes[index] {
         case UInt8(ascii: "{"): return try readObject(depth: depth)
@@ -162,7 +172,7 @@ private struct JSONReader {
 
     /// Walks over one value without building it.
     mutating func skipValue(depth: Int) throws(JSONParseError) {
-        guard depth < Self.maxDepth else { throw fail("nesting deeper than \(Self.maxDepth)") }
+        guard depth < maxDepth else { throw fail("nesting deeper than \(maxDepth)") }
         guard index < bytes.count else { throw fail("unexpected end of JSON") }
         let open = bytes[index]
         switch open {

@@ -37,7 +37,7 @@ extension SQLStore {
 
     /// Parses a JSON column; a column that does not parse is damage, reported with the row's table.
     static func storedJSON(_ text: String, what: String) throws(OutboxError) -> JSON {
-        do { return try JSON.parse(text) } catch { throw .storage("the \(what) is damaged: \(error)") }
+        do { return try JSON.parse(text, maxDepth: JSON.storedMaxDepth) } catch { throw .storage("the \(what) is damaged: \(error)") }
     }
 
     /// An entry from its row. A row that does not read back whole fails with E_STORAGE

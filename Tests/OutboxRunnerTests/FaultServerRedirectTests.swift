@@ -168,6 +168,20 @@ extension FaultServerTests {
         #expect(delivered.serialized().contains("echo-secret-1"), "the hook's data is the server's answer")
     }
 
+    /// A response nested as deep as input may nest is wrapped deeper in its outcome: the
+    /// store reads back what it wrote, and the queue goes on (it stopped every run with 74).
+    @Test func aResponseNestedToTheInputLimitIsDelivered() async throws {
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", top: "response: json")])
+        let deep = String(repeating: "[", count: 512) + String(repeating: "]", count: 512)
+        p.server.script("/deep", [.json(200, deep)])
+        try await p.enqueue("t", path: "/deep", id: "deep")
+        try await p.enqueue("t", path: "/status/200", id: "after")
+        // Exit 0: the outcome was read back and its hook acknowledged it (the list is empty).
+        try await p.drain(failures: 0)
+        #expect(p.deliveries("after").first?.string("stdin.outcome") == "completed")
+        #expect(try await p.list().isEmpty)
+    }
+
     /// The excerpt is cut at 4 KiB after it is masked: a secret across the cut shows no prefix.
     @Test func aSecretAcrossTheExcerptsEndIsMaskedWhole() async throws {
         let p = try Project(
