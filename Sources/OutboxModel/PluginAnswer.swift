@@ -19,6 +19,8 @@ package enum PluginAnswer {
         case let .string(text):
             // Read as values, never rendered: left as they are.
             if let first = path.first, ["accept", "retry", "expires_in"].contains(first) { return value }
+            // A parts plan's sizes too ("8MiB"): read as values.
+            if path.count > 2, path[0] == "parts", path[1] == "plan" { return value }
             if isPerPart(path) { return partsURL(text, literals: &literals) }
             return .string(reference(text, literals: &literals))
         case let .array(items):

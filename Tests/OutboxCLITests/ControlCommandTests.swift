@@ -188,6 +188,7 @@ struct PluginAnswerTests {
                 .object([
                     ("url", .string("https://h/{{ env.X }}/p/{{ part.number }}?s=1")),
                     ("headers", .object([("Range", .string("bytes={{ part.start }}-{{ part.last }}"))])),
+                    ("plan", .object([("min", .string("1KiB")), ("max", .string("8MiB"))])),
                 ])
             ),
             ("expires_in", .string("2h")),
@@ -197,6 +198,7 @@ struct PluginAnswerTests {
         #expect(tree["parts"]?["url"] == .string("{{ literal.1 | raw }}{{ literal.2 | raw }}{{ part.number }}{{ literal.3 | raw }}"))
         #expect(tree["parts"]?["headers"]?["Range"] == .string("{{ literal.4 | raw }}{{ part.start }}{{ literal.5 | raw }}{{ part.last }}"))
         #expect(tree["expires_in"] == .string("2h"))
+        #expect(tree["parts"]?["plan"] == .object([("min", .string("1KiB")), ("max", .string("8MiB"))]), "sizes are values")
         #expect(
             literals == .array(["https://h/{{ part.number }}", "https://h/{{", " env.X }}/p/", "?s=1", "bytes=", "-"].map { .string($0) }))
     }
