@@ -61,7 +61,8 @@ package final class StreamingChild {
     }
 
     /// Ends the child: writes what is buffered for up to `graceMs`, closes its stdin (its
-    /// end-of-input), waits up to `graceMs` for it to exit, then kills its process group.
+    /// end-of-input), waits up to `graceMs` for it to exit, then kills its process group
+    /// (whatever is left in it, also when the child exited).
     package func close(graceMs: Int64 = 2000) {
         guard !closed else { return }
         closed = true
@@ -92,6 +93,8 @@ package final class StreamingChild {
                 usleep(10_000)
             }
         }
+        // What it started in its group (a background process) does not outlive it.
+        _ = csystem_proc_killpg(pid, SIGKILL)
         if pidfd >= 0 { csystem_proc_close(pidfd) }
     }
 }

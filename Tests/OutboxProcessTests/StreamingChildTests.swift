@@ -37,6 +37,25 @@ struct StreamingChildTests {
         #expect(kill(child.pid, 0) == -1 && errno == ESRCH)
     }
 
+    /// A background process the child started is in its group: it goes at close, even when
+    /// the child itself exited at once.
+    @Test func whatTheChildLeftInItsGroupIsStoppedAtClose() async throws {
+        ProcessRunner.ignoreSIGPIPE()
+        let folder = TemporaryFolder()
+        let child = try StreamingChild.start(Self.spec("(exec sleep 300) & echo $! > bg; cat > /dev/null", in: folder))
+        child.send(line: "{}")
+        await eventually("the background pid is written") { (try? String(contentsOfFile: folder.path + "/bg", encoding: .utf8))?.hasSuffix("\n") == true }
+        let background = try #require(Int32((try String(contentsOfFile: folder.path + "/bg", encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines)))
+        child.close()
+        // Gone, or a zombie nobody reaps (this machine's init does not): not running.
+        await eventually("the background process is stopped") {
+            let stat = (try? String(contentsOfFile: "/proc/\(background)/stat", encoding: .utf8)) ?? ""
+            return stat.isEmpty || stat.contains(") Z ")
+        }
+        let stat = (try? String(contentsOfFile: "/proc/\(background)/stat", encoding: .utf8)) ?? ""
+        #expect(stat.isEmpty || stat.contains(") Z "), "still running: \(stat)")
+    }
+
     @Test func aChildThatExitsEarlyEndsTheFeedQuietly() throws {
         ProcessRunner.ignoreSIGPIPE()
         let folder = TemporaryFolder()
