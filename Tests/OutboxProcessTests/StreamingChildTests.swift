@@ -44,8 +44,11 @@ struct StreamingChildTests {
         let folder = TemporaryFolder()
         let child = try StreamingChild.start(Self.spec("(exec sleep 300) & echo $! > bg; cat > /dev/null", in: folder))
         child.send(line: "{}")
-        await eventually("the background pid is written") { (try? String(contentsOfFile: folder.path + "/bg", encoding: .utf8))?.hasSuffix("\n") == true }
-        let background = try #require(Int32((try String(contentsOfFile: folder.path + "/bg", encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines)))
+        await eventually("the background pid is written") {
+            (try? String(contentsOfFile: folder.path + "/bg", encoding: .utf8))?.hasSuffix("\n") == true
+        }
+        let background = try #require(
+            Int32((try String(contentsOfFile: folder.path + "/bg", encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines)))
         child.close()
         // Gone, or a zombie nobody reaps (this machine's init does not): not running.
         await eventually("the background process is stopped") {

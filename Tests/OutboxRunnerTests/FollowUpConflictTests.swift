@@ -11,7 +11,8 @@ struct FollowUpConflictTests {
     static func lineHook(id: String, url: String, gate: String? = nil, prefix: String = "") -> String {
         var script = "#!/bin/sh\ncat > /dev/null\n"
         if let gate {
-            script += "touch hooks/started\ni=0\nwhile [ ! -e \(gate) ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\n"
+            // The cap (20 min) only keeps a failed test from leaving the hook behind: the test opens the gate.
+            script += "touch hooks/started\ni=0\nwhile [ ! -e \(gate) ] && [ $i -lt 12000 ]; do sleep 0.1; i=$((i+1)); done\n"
         }
         script +=
             "printf '%s\\n' '\(prefix){\"enqueue\": {\"key\": \"b\", \"id\": \"\(id)\", \"vars\": {\"url\": \"\(url)\", \"tag\": \"line\"}}}'\n"
