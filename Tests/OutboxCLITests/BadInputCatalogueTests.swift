@@ -156,6 +156,11 @@ final class BadInputProject: @unchecked Sendable {
             try await project.outbox(["enqueue", "held", "--id", "held", "--vars", #"{"v": 1}"#], environment: environment), "held")
         runner = try project.start(["run"], environment: environment)
         guard await project.server.waitForHeld("h") else { throw FixtureError("the runner's request never reached the server") }
+        // The request may go out before the claim's commit: the case starts once the store says running.
+        let running = await eventually("the held entry shows running") {
+            ((try? await project.outbox(["list", "--json"]))?.stdout ?? "").contains(#""state":"running""#)
+        }
+        guard running else { throw FixtureError("the held entry never showed running") }
     }
 
     /// Lets the held request go and stops the runner.
