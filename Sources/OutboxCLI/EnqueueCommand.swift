@@ -282,10 +282,10 @@ enum EnqueueCommand {
         }
         let p = entry.prepared
         let project = try i.project()
-        let redact = project.config.redactedHeaderNames.union(p.secretHeaders)
         // `headers update` patches rank above every other source, as enqueue stores them
-        // (only an existing store holds any; render never creates one).
+        // (only an existing store holds any; render never creates one), and are secrets.
         let patch = project.storeExists ? try project.store().headerPatch() : []
+        let redact = project.config.redactedHeaderNames.union(p.secretHeaders).union(patch.map { $0.0.lowercased() })
         var headers = HeaderRules.redacted(HeaderRules.merge(p.headers, patch), names: redact)
         if let k = p.idempotencyKey { headers.append(("Idempotency-Key", k)) }
         var body: JSON = .null

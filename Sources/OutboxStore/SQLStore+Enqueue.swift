@@ -138,10 +138,12 @@ extension SQLStore {
     }
 
     /// Headers as stored: `headers update` patches rank above every other source
-    /// (docs/definitions.md, headers).
-    func patched(_ headers: [(String, String)], _ settings: HeaderSettings) -> [(String, String)] {
-        guard let patch = settings.patch else { return headers }
-        return HeaderRules.merge(headers, HeaderRules.from(json: patch))
+    /// (docs/definitions.md, headers), and their values are secrets, as headers_command's are.
+    func patch(_ stored: inout StoredRequest, _ settings: HeaderSettings) {
+        guard let json = settings.patch else { return }
+        let patch = HeaderRules.from(json: json)
+        stored.headers = HeaderRules.merge(stored.headers, patch)
+        stored.secretHeaders.formUnion(patch.map { $0.0.lowercased() })
     }
 
     /// One entry's same-id decision and write; returns staged files made obsolete.
@@ -171,7 +173,9 @@ extension SQLStore {
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
             // Same body: new headers, vars and expiry; bytes and accepted parts are kept.
             var stored = e.request
-            stored.headers = patched(p.headers, headers)
+            stored.headers = p.headers
+            stored.secretHeaders = p.secretHeaders
+            patch(&stored, headers)
             let newState = decision == .reopen ? "queued" : e.state.rawValue
             // The entry keeps its Idempotency-Key for life (retries and replays share it) unless
             // a header gives one explicitly.
@@ -239,7 +243,7 @@ extension SQLStore {
         var request = request
         if headers.patch != nil {
             var stored = try StoredRequest(json: try Self.storedJSON(request, what: "stored request"))
-            stored.headers = patched(stored.headers, headers)
+            patch(&stored, headers)
             request = stored.json.serialized()
         }
         let extra = entryColumnsOfThisStore(staged)

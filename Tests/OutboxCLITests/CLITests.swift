@@ -319,16 +319,22 @@ struct CLIEnqueueTests {
         #expect(bad.err.contains("{{ vars.n }} does not resolve"))
     }
 
-    /// `render` shows the request enqueue would store: `headers update` patches included.
+    /// `render` shows the request enqueue would store: `headers update` patches included, their
+    /// values redacted (a patch carries credentials), on entries enqueued before and after it.
     @Test func renderShowsHeaderPatches() throws {
         let p = try CLIProject()
         try p.enqueue("plain", vars: "{}", id: "x")
-        #expect(p.run("headers", "update", "X-Patched: yes").status == 0)
-        let doc = try p.run(["render", "note", "--vars", #"{"n": 5}"#, "--json"], environment: ["API_TOKEN": "t"]).json()
-        #expect(doc["headers"]?["X-Patched"] == .string("yes"), "\(doc.serialized())")
+        #expect(p.run("headers", "update", "X-Patched: patch-secret-1").status == 0)
+        let rendered = p.run(["render", "note", "--vars", #"{"n": 5}"#, "--json"], environment: ["API_TOKEN": "t"])
+        let doc = try rendered.json()
+        #expect(doc["headers"]?["X-Patched"] == .string("[redacted]"), "\(doc.serialized())")
         #expect(p.run(["enqueue", "note", "--vars", #"{"n": 5}"#, "--id", "n5"], environment: ["API_TOKEN": "t"]).status == 0)
-        let shown = try p.run("show", "n5", "--json").json()
-        #expect(shown["request"]?["headers"]?["x-patched"] == .string("yes"))
+        for id in ["x", "n5"] {
+            let shown = p.run("show", id, "--json")
+            #expect(try shown.json()["request"]?["headers"]?["x-patched"] == .string("[redacted]"), "\(shown.out)")
+            #expect(!shown.out.contains("patch-secret-1"))
+        }
+        #expect(!rendered.out.contains("patch-secret-1"))
     }
 
     @Test func renderRedactsConfiguredHeaders() throws {

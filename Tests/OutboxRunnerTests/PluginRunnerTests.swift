@@ -27,6 +27,23 @@ struct PluginRunnerTests {
         #expect(p.deliveries("a").first?.string("stdin.outcome") == "completed")
     }
 
+    /// Every header auth_refresh_command prints is a credential, whatever its name: `show`
+    /// prints it redacted, as it does headers_command's.
+    @Test func headersFromAnAuthRefreshAreRedacted() async throws {
+        let refresh = "#!/bin/sh\ncat > /dev/null\nprintf '{\"Authorization\": \"Bearer fresh-7\", \"X-Api-Key\": \"refresh-secret-8\"}'\n"
+        let p = try Project(
+            config: fastConfig + "auth_refresh_command: [hooks/refresh.sh]\n", definitions: ["t": definition("t")],
+            hooks: ["refresh.sh": refresh])
+        // Refused again after the refresh: the entry parks, and stays to be shown.
+        p.server.script("/auth", [.status(401)])
+        try await p.enqueue("t", path: "/auth", id: "a")
+        try await p.drain(failures: 2)
+        #expect(p.server.requests(path: "/auth").last?.header("x-api-key") == "refresh-secret-8", "sent as given")
+        let shown = try await p.outbox(["show", "a", "--json"])
+        #expect(shown.json?["request"]?["headers"]?["x-api-key"] == .string("[redacted]"), "\(shown.stdout)")
+        #expect(!shown.stdout.contains("refresh-secret-8") && !shown.stdout.contains("fresh-7"), "\(shown.stdout)")
+    }
+
     @Test func aSlowHookIsWarnedAboutAndWaitedFor() async throws {
         // Runs until the test lets it go, after the warning was seen.
         let slow = "#!/bin/sh\ncat > /dev/null\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\n"

@@ -22,6 +22,8 @@ extension StoreConformance {
                     Conformance.headerLines(e.request.headers) == Conformance.headerLines(HeaderRules.merge(before.request.headers, patch)))
                 #expect(e.headerGeneration == 1)
                 #expect(e.state == before.state)
+                // A patch carries credentials: its names join the entry's secrets, never printed.
+                #expect(e.request.secretHeaders.isSuperset(of: ["authorization", "x-version"]))
             }
             #expect(HeaderRules.value(try c.get("q").request.headers, "X-Version") == "patched")
         }
@@ -79,11 +81,13 @@ extension StoreConformance {
             #expect(HeaderRules.value(new.request.headers, "X-Token") == "t2")
             #expect(HeaderRules.value(new.request.headers, "X-Version") == "patched")
             #expect(new.headerGeneration == 1)
+            #expect(new.request.secretHeaders.isSuperset(of: ["x-token", "x-version"]))
             // A resume takes the definition's headers again, and the patch still ranks above them.
             #expect(try c.enqueue("old", "note", #"{"n": 1, "hv": "c"}"#, now: t0 + 3) == .resume)
             let old = try c.get("old")
             #expect(HeaderRules.value(old.request.headers, "X-Token") == "t2")
             #expect(HeaderRules.value(old.request.headers, "X-Version") == "patched")
+            #expect(old.request.secretHeaders.isSuperset(of: ["x-token", "x-version"]))
             #expect(old.headerGeneration == 1)
         }
     }
