@@ -103,8 +103,8 @@ static int child_exec(const char *path, char *const argv[], char *const envp[], 
        pipes, fds opened by libraries without O_CLOEXEC) is closed, so no hook (or its
        background child) keeps the runner lock held. */
     if (dup2(in_fd, 0) < 0) return errno;
-    if (out_fd >= 0 && dup2(out_fd, 1) < 0) return errno;
-    if (err_fd >= 0 && dup2(err_fd, 2) < 0) return errno;
+    if (dup2(out_fd, 1) < 0) return errno;
+    if (dup2(err_fd, 2) < 0) return errno;
     if (cwd != NULL && chdir(cwd) != 0) return errno;
     if (keep_fd > 3) syscall(SYS_close_range, 3, keep_fd - 1, 0);
     syscall(SYS_close_range, keep_fd >= 3 ? keep_fd + 1 : 3, ~0U, 0);
@@ -176,26 +176,21 @@ static int __attribute__((noinline)) spawn_vforked(const char *path, char *const
 }
 
 static int spawn_child(const char *path, char *const argv[], char *const envp[], const char *cwd,
-                       int inherit_output, const void *input, ssize_t input_len, csystem_child *out);
+                       const void *input, ssize_t input_len, csystem_child *out);
 
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out) {
-    return csystem_spawn_ex(path, argv, envp, cwd, 0, out);
-}
-
-int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], const char *cwd,
-                     int inherit_output, csystem_child *out) {
-    return spawn_child(path, argv, envp, cwd, inherit_output, NULL, -1, out);
+    return spawn_child(path, argv, envp, cwd, NULL, -1, out);
 }
 
 int csystem_spawn_with_input(const char *path, char *const argv[], char *const envp[], const char *cwd,
                              const void *input, size_t input_len, csystem_child *out) {
-    return spawn_child(path, argv, envp, cwd, 0, input, (ssize_t)input_len, out);
+    return spawn_child(path, argv, envp, cwd, input, (ssize_t)input_len, out);
 }
 
 /* input_len < 0: the caller feeds stdin; else input is all of it. */
 static int spawn_child(const char *path, char *const argv[], char *const envp[], const char *cwd,
-                       int inherit_output, const void *input, ssize_t input_len, csystem_child *out) {
+                       const void *input, ssize_t input_len, csystem_child *out) {
     int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
     int rc;
 
@@ -206,8 +201,8 @@ static int spawn_child(const char *path, char *const argv[], char *const envp[],
     out->stdin_written = 0;
 
     if ((rc = make_pipe(in_pipe)) != 0) goto fail;
-    if (!inherit_output && (rc = make_pipe(out_pipe)) != 0) goto fail;
-    if (!inherit_output && (rc = make_pipe(err_pipe)) != 0) goto fail;
+    if ((rc = make_pipe(out_pipe)) != 0) goto fail;
+    if ((rc = make_pipe(err_pipe)) != 0) goto fail;
     if ((rc = set_nonblocking(in_pipe[1])) != 0) goto fail;
     /* The input goes into the pipe before the child starts, as far as the pipe holds it
        (64 KiB unless the system is short of pipe memory): most children then get all of
@@ -226,26 +221,23 @@ static int spawn_child(const char *path, char *const argv[], char *const envp[],
        spawn. */
     int policy = sched_getscheduler(0);
     int reset_policy = policy >= 0 && (policy & ~SCHED_RESET_ON_FORK) != SCHED_OTHER;
-    int child_out = inherit_output ? -1 : out_pipe[1], child_err = inherit_output ? -1 : err_pipe[1];
 
     /* The child's start time is read from the clock the kernel stamps it with: when no tick
        boundary passed during the spawn, it is that tick, and /proc need not be read. */
     int64_t ticks_before = csystem_boot_ticks();
     pid_t pid;
     if (&__tsan_init != NULL) {
-        rc = spawn_forked(path, argv, envp, cwd, in_pipe[0], child_out, child_err, reset_policy, &pid);
+        rc = spawn_forked(path, argv, envp, cwd, in_pipe[0], out_pipe[1], err_pipe[1], reset_policy, &pid);
     } else {
-        rc = spawn_vforked(path, argv, envp, cwd, in_pipe[0], child_out, child_err, reset_policy, &pid);
+        rc = spawn_vforked(path, argv, envp, cwd, in_pipe[0], out_pipe[1], err_pipe[1], reset_policy, &pid);
     }
     if (rc != 0) goto fail;
     int64_t ticks_after = csystem_boot_ticks();
     out->start_time = ticks_before >= 0 && ticks_before == ticks_after ? (uint64_t)ticks_before : 0;
 
     close(in_pipe[0]);
-    if (!inherit_output) {
-        close(out_pipe[1]);
-        close(err_pipe[1]);
-    }
+    close(out_pipe[1]);
+    close(err_pipe[1]);
 
     out->pid = pid;
     /* The child is not reaped until we waitpid(pid), so this pidfd names it even if it
@@ -259,10 +251,8 @@ static int spawn_child(const char *path, char *const argv[], char *const envp[],
     }
     out->stdout_fd = out_pipe[0];
     out->stderr_fd = err_pipe[0];
-    if (!inherit_output) {
-        set_nonblocking(out->stdout_fd);
-        set_nonblocking(out->stderr_fd);
-    }
+    set_nonblocking(out->stdout_fd);
+    set_nonblocking(out->stderr_fd);
     return 0;
 
 fail:

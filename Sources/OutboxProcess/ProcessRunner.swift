@@ -34,7 +34,7 @@ package enum ProcessRunner {
     /// Spawns without waiting, so the caller can record the process group before doing
     /// anything else; `finish` (on a thread of its own) feeds and reaps it.
     package static func start(_ spec: ProcessSpec) throws(ProcessSpawnError) -> Started {
-        let child = try spawn(spec, inheritOutput: false)
+        let child = try spawn(spec)
         // /proc is read only when a clock tick passed during the spawn.
         let start = child.start_time != 0 ? child.start_time : startTime(of: child.pid) ?? 0
         return Started(child: child, spec: spec, spawnedAt: csystem_proc_now_ms(), startTime: start)
@@ -51,9 +51,9 @@ package enum ProcessRunner {
     }
 
     /// The one way outbox starts a process: in its own process group, with only fds 0-2,
-    /// default signal dispositions and the normal scheduling policy. With `inheritOutput`
-    /// the child writes to our stdout and stderr instead of pipes.
-    static func spawn(_ spec: ProcessSpec, inheritOutput: Bool) throws(ProcessSpawnError) -> csystem_child {
+    /// default signal dispositions and the normal scheduling policy, its output on two pipes.
+    /// With `feedsStdin` the caller writes its stdin for as long as it runs (`spec.stdin` unused).
+    static func spawn(_ spec: ProcessSpec, feedsStdin: Bool = false) throws(ProcessSpawnError) -> csystem_child {
         let (path, arguments) = try resolve(spec)
         try checkStrings(arguments: arguments, environment: spec.environment)
         let argv = CStringArray(arguments)
@@ -62,9 +62,7 @@ package enum ProcessRunner {
         for attempt in 0..<5 {
             rc = argv.withPointers { argvPointer in
                 spec.environment.withPointers { envpPointer in
-                    if inheritOutput {
-                        return csystem_spawn_ex(path, argvPointer, envpPointer, spec.workingDirectory, 1, &child)
-                    }
+                    if feedsStdin { return csystem_spawn(path, argvPointer, envpPointer, spec.workingDirectory, &child) }
                     return spec.stdin.withUnsafeBytes { input in
                         csystem_spawn_with_input(
                             path, argvPointer, envpPointer, spec.workingDirectory, input.baseAddress, input.count, &child)

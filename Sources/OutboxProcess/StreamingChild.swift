@@ -1,10 +1,11 @@
 import CSystem
 import Glibc
 
-/// A long-lived child fed lines on stdin for as long as we run (the events plugin). Its
-/// stdout and stderr are ours. Writing never blocks: what the pipe does not take at once
-/// waits in a buffer of at most `bufferCap` bytes, and a line that does not fit is dropped
-/// and counted, so a child that reads slowly, or not at all, never stalls the caller.
+/// A long-lived child fed lines on stdin for as long as we run (the events plugin). Writing
+/// never blocks: what the pipe does not take at once waits in a buffer of at most `bufferCap`
+/// bytes, and a line that does not fit is dropped and counted, so a child that reads slowly,
+/// or not at all, never stalls the caller. What it prints (stdout and stderr) is read, never
+/// passed through: our stdout may be a JSON document, and its bytes may be anything.
 package final class StreamingChild {
     package let pid: Int32
     private let pidfd: Int32
@@ -14,17 +15,36 @@ package final class StreamingChild {
     /// Lines dropped because the buffer was full or the child had stopped reading.
     package private(set) var dropped = 0
     private var closed = false
+    private var output: [OutputLines]
+    /// Lines read from its output and not yet taken.
+    private var printed: [String] = []
 
-    private init(child: csystem_child, bufferCap: Int) {
+    private init(child: csystem_child, bufferCap: Int, lineCap: Int) {
         pid = child.pid
         pidfd = child.pidfd
         stdinFD = child.stdin_fd
         self.bufferCap = bufferCap
+        output = [OutputLines(fd: child.stdout_fd, lineCap: lineCap), OutputLines(fd: child.stderr_fd, lineCap: lineCap)]
     }
 
-    /// Starts the command; `spec.stdin`, `outputCap` and the timeouts do not apply.
-    package static func start(_ spec: ProcessSpec, bufferCap: Int = 1 << 20) throws(ProcessSpawnError) -> StreamingChild {
-        StreamingChild(child: try ProcessRunner.spawn(spec, inheritOutput: true), bufferCap: bufferCap)
+    /// Starts the command; `spec.stdin`, `outputCap` and the timeouts do not apply. Lines it
+    /// prints longer than `lineCap` bytes are cut.
+    package static func start(
+        _ spec: ProcessSpec, bufferCap: Int = 1 << 20, lineCap: Int = 4096
+    ) throws(ProcessSpawnError) -> StreamingChild {
+        StreamingChild(child: try ProcessRunner.spawn(spec, feedsStdin: true), bufferCap: bufferCap, lineCap: lineCap)
+    }
+
+    /// The lines it printed since the last call, stdout's before stderr's; reading them keeps
+    /// a chatty child from blocking on a full pipe.
+    package func takeOutput() -> [String] {
+        readOutput()
+        defer { printed = [] }
+        return printed
+    }
+
+    private func readOutput() {
+        for i in output.indices { output[i].read(into: &printed) }
     }
 
     /// Queues one line (a newline is added) and writes what the pipe takes now.
@@ -87,6 +107,8 @@ package final class StreamingChild {
                 _ = csystem_proc_wait(pid, 0, &code, &signal)
                 break
             }
+            // Its output is read while it finishes, so a full pipe cannot hold it until the kill.
+            readOutput()
             if pidfd >= 0 {
                 _ = csystem_proc_poll_readable(pidfd, Int32(min(left, 100)))
             } else {
@@ -96,5 +118,8 @@ package final class StreamingChild {
         // What it started in its group (a background process) does not outlive it.
         _ = csystem_proc_killpg(pid, SIGKILL)
         if pidfd >= 0 { csystem_proc_close(pidfd) }
+        // What it printed last; a process that left its group may hold the pipes, so no waiting for their end.
+        readOutput()
+        for i in output.indices { output[i].close(into: &printed) }
     }
 }

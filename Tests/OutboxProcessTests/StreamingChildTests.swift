@@ -69,6 +69,19 @@ struct StreamingChildTests {
         #expect(child.dropped > 0)
     }
 
+    /// What the child prints comes back a line at a time: a line of exactly the cap whole, a
+    /// longer one cut there with its rest dropped (also when it ends the output), stdout's
+    /// lines before stderr's, and a last line without its newline when the output ends.
+    @Test func itsOutputComesBackInLinesCutAtTheCap() throws {
+        ProcessRunner.ignoreSIGPIPE()
+        let folder = TemporaryFolder()
+        let script = "printf 'one\\n%s\\n%s\\ntwo' abcd abcdefgh; printf 'err\\nxyzxyzxyz' >&2; cat > /dev/null"
+        let child = try StreamingChild.start(Self.spec(script, in: folder), lineCap: 4)
+        child.close()
+        #expect(child.takeOutput() == ["one", "abcd", "abcd [...]", "err", "xyzx [...]", "two"])
+        #expect(child.takeOutput() == [])
+    }
+
     @Test func aCommandThatCannotStartIsAnError() {
         let folder = TemporaryFolder()
         #expect(throws: ProcessSpawnError.self) {

@@ -40,9 +40,10 @@ package final class RunningProcess: @unchecked Sendable {
         let cEnv: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { for p in cArgs + cEnv { free(p) } }
         var child = csystem_child()
-        let rc = csystem_spawn_ex("/bin/sh", cArgs, cEnv, cwd, 1, &child)
+        let rc = csystem_spawn("/bin/sh", cArgs, cEnv, cwd, &child)
         guard rc == 0 else { throw SpawnFailure(description: "cannot start \(executable): errno \(-rc)") }
-        if child.stdin_fd >= 0 { close(child.stdin_fd) }
+        // The shell's own pipes are replaced by the files before the program starts.
+        for fd in [child.stdin_fd, child.stdout_fd, child.stderr_fd] where fd >= 0 { close(fd) }
         if child.pidfd >= 0 { close(child.pidfd) }
         pid = child.pid
     }

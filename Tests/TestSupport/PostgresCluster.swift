@@ -114,9 +114,10 @@ package final class PostgresCluster: Sendable {
         let cEnv: [UnsafeMutablePointer<CChar>?] = environment.map { strdup($0) } + [nil]
         defer { for p in cArgs + cEnv { free(p) } }
         var child = csystem_child()
-        let rc = csystem_spawn_ex("/bin/sh", cArgs, cEnv, nil, 1, &child)
+        let rc = csystem_spawn("/bin/sh", cArgs, cEnv, nil, &child)
         guard rc == 0 else { throw ClusterFailure("cannot start \(command[0]): errno \(-rc)") }
-        if child.stdin_fd >= 0 { close(child.stdin_fd) }
+        // The shell's own pipes are replaced by the file before the program starts.
+        for fd in [child.stdin_fd, child.stdout_fd, child.stderr_fd] where fd >= 0 { close(fd) }
         if child.pidfd >= 0 { close(child.pidfd) }
         var code: Int32 = -1
         var signal: Int32 = -1

@@ -27,10 +27,6 @@ typedef struct csystem_child {
    0 or -errno (exec and chdir failures included). */
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out);
-/* csystem_spawn; with inherit_output the child writes to our stdout and stderr (no pipes:
-   stdout_fd and stderr_fd are -1). */
-int csystem_spawn_ex(const char *path, char *const argv[], char *const envp[], const char *cwd,
-                     int inherit_output, csystem_child *out);
 /* csystem_spawn with all of the child's input known: as much as the pipe holds is written
    before the child starts (stdin_written), and stdin_fd is -1 (closed) when that is all. */
 int csystem_spawn_with_input(const char *path, char *const argv[], char *const envp[], const char *cwd,

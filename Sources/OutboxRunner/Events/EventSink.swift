@@ -12,6 +12,9 @@ package final class EventSink {
     var plugin: StreamingChild?
     /// Set once lost stdout has been reported, so a long run says it once, at once.
     var reportedLostOutput = false
+    /// Lines of the plugin's output logged so far; past `pluginLinesLogged` the rest is dropped.
+    var pluginLines = 0
+    static let pluginLinesLogged = 1000
 
     package init(
         console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
@@ -37,7 +40,10 @@ package final class EventSink {
         guard write != nil || plugin != nil else { return }
         let line = event.serialized()
         write?(line)
-        plugin?.send(line: line)
+        if let plugin {
+            plugin.send(line: line)
+            logPluginOutput(plugin.takeOutput())
+        }
         if !reportedLostOutput, let lost = console?.outputLost {
             reportedLostOutput = true
             log("outbox: events to stdout are being lost (\(lost)); the run goes on and will end with E_STORAGE")
@@ -48,10 +54,24 @@ package final class EventSink {
     package func close() {
         guard let plugin else { return }
         plugin.close()
+        logPluginOutput(plugin.takeOutput())
         if plugin.dropped > 0 {
             log("outbox: events.command did not keep up: \(plugin.dropped) event\(plugin.dropped == 1 ? " was" : "s were") dropped")
         }
         self.plugin = nil
+    }
+
+    /// The plugin's output goes to the log, never to stdout (where `run --json` prints its
+    /// document): a line each, control characters escaped, up to a number of lines a run.
+    func logPluginOutput(_ lines: [String]) {
+        for line in lines {
+            pluginLines += 1
+            if pluginLines <= Self.pluginLinesLogged {
+                log("events.command: \(TerminalText.visible(line))")
+            } else if pluginLines == Self.pluginLinesLogged + 1 {
+                log("events.command: printed more than \(Self.pluginLinesLogged) lines; the rest is not logged")
+            }
+        }
     }
 }
 

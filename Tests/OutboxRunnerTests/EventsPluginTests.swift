@@ -1,0 +1,43 @@
+import Foundation
+import OutboxModel
+import TestSupport
+import Testing
+
+/// `events.command` through a live runner: it gets the event lines, and what it prints goes
+/// to the log, escaped and cut, never to stdout.
+struct EventsPluginTests {
+    /// Keeps every line it reads, answers each on stdout, and prints a terminal escape and a
+    /// 10,000-byte line on stderr first.
+    static let plugin = #"""
+        #!/bin/sh
+        printf '\033[2Jcleared\n' >&2
+        head -c 10000 /dev/zero | tr '\0' y >&2
+        printf '\n' >&2
+        while IFS= read -r line; do
+          printf '%s\n' "$line" >> hooks/events.jsonl
+          echo "seen one"
+        done
+
+        """#
+
+    @Test func thePluginGetsTheEventsAndItsOutputIsLoggedNotPrinted() async throws {
+        let p = try Project(
+            config: fastConfig + "events: { command: hooks/events.sh }\n", definitions: ["t": definition("t")],
+            hooks: ["events.sh": Self.plugin])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.drain(["--json"], failures: 0)
+        // Stdout is the summary document alone.
+        let summary = try #require(run.json, "stdout: \(run.stdout)")
+        #expect(summary.int("completed") == 1)
+        #expect(!run.stdout.contains("seen one"))
+        // The plugin got the attempt of `a` (it was closed, and so finished, before the run ended).
+        let events = jsonLines(p.root + "/hooks/events.jsonl")
+        #expect(events.contains { $0.string("type") == "attempt" && $0.string("id") == "a" }, "\(events)")
+        // Its output is in the log: a line each, the escape shown, the long line cut at 4 KiB.
+        #expect(run.stderr.contains("events.command: seen one"), "\(run.stderr)")
+        #expect(run.stderr.contains(#"events.command: \x1b[2Jcleared"#), "\(run.stderr)")
+        #expect(!run.stderr.contains("\u{1B}[2J"))
+        #expect(run.stderr.contains("events.command: " + String(repeating: "y", count: 4096) + " [...]"))
+        #expect(!run.stderr.contains(String(repeating: "y", count: 4097)))
+    }
+}
