@@ -10,16 +10,50 @@ extension ProcessCommand {
     }
 }
 
-/// Runs a plugin that answers with JSON on stdout (request_command, headers_command, parsers).
+/// Runs plugins: those that answer with JSON on stdout (request_command, headers_command,
+/// parsers) and the Wi-Fi check, which answers with its exit status.
 package enum Plugin {
     package static func runJSON(
         _ command: CommandSpec, input: JSON, name: String, config: Config,
         environment: [String: String], heartbeat: Heartbeat? = nil
     ) throws(OutboxError) -> JSON {
+        let result = try run(
+            command, input: input.serializedBytes(), name: name, config: config, environment: environment, heartbeat: heartbeat)
+        guard result.succeeded else {
+            let firstLine = String(decoding: result.stderr, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+            let how = result.exitStatus.map { "exited \($0)" } ?? "was killed by signal \(result.signal ?? 0)"
+            throw .invalid("\(name) \(how)\(firstLine.isEmpty ? "" : ": \(firstLine.prefix(200))")")
+        }
+        var stdout = result.stdout
+        guard stdout.contains(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }) else {
+            throw .invalid("\(name) printed nothing; a JSON answer was expected on its stdout")
+        }
+        do {
+            return try JSON.parse(bytes: &stdout)
+        } catch {
+            throw .invalid("\(name) printed invalid JSON: \(error)")
+        }
+    }
+
+    /// A check that answers by its exit status: true on 0, false on another status. Throws
+    /// when it cannot start, runs past plugins.timeout or is killed: no answer at all.
+    package static func check(
+        _ command: CommandSpec, name: String, config: Config, environment: [String: String], heartbeat: Heartbeat? = nil
+    ) throws(OutboxError) -> Bool {
+        let result = try run(command, input: [], name: name, config: config, environment: environment, heartbeat: heartbeat)
+        if let signal = result.signal { throw .invalid("\(name) was killed by signal \(signal)") }
+        return result.succeeded
+    }
+
+    /// Runs it to its end; what is left of its group goes with it (a background child would
+    /// outlive the run).
+    private static func run(
+        _ command: CommandSpec, input: [UInt8], name: String, config: Config, environment: [String: String],
+        heartbeat: Heartbeat?
+    ) throws(OutboxError) -> ProcessResult {
         var spec = ProcessSpec(
-            command: ProcessCommand(command), stdin: input.serializedBytes(),
-            environment: environment, workingDirectory: config.root, outputCap: 16 << 20,
-            timeoutMs: Int(config.pluginTimeoutMs))
+            command: ProcessCommand(command), stdin: input, environment: environment, workingDirectory: config.root,
+            outputCap: 16 << 20, timeoutMs: Int(config.pluginTimeoutMs))
         spec.heartbeat = heartbeat
         spec.stopWhenStdoutOverflows = true
         spec.stopGroupWhenLeaderExits = true
@@ -35,16 +69,6 @@ package enum Plugin {
         if result.timedOut {
             throw .invalid("\(name) ran past plugins.timeout (\(Units.formatDuration(ms: config.pluginTimeoutMs))) and was stopped")
         }
-        guard result.succeeded else {
-            let firstLine = String(decoding: result.stderr, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-            let how = result.exitStatus.map { "exited \($0)" } ?? "was killed by signal \(result.signal ?? 0)"
-            throw .invalid("\(name) \(how)\(firstLine.isEmpty ? "" : ": \(firstLine.prefix(200))")")
-        }
-        do {
-            var stdout = result.stdout
-            return try JSON.parse(bytes: &stdout)
-        } catch {
-            throw .invalid("\(name) printed invalid JSON: \(error)")
-        }
+        return result
     }
 }

@@ -274,7 +274,10 @@ package struct Config: Sendable {
                 hookConcurrency = Int(v)
             }
             if let v = reader.duration(h["warn_after"], "hooks.warn_after") { hookWarnAfterMs = v }
-            if let t = h["timeout"], t.scalar != .null { hookTimeoutMs = reader.duration(t, "hooks.timeout") }
+            if let t = h["timeout"], t.scalar != .null, let v = reader.duration(t, "hooks.timeout") {
+                // Zero would stop every hook as it starts; no limit is written null.
+                if v == 0 { reader.error(t.mark, "hooks.timeout must be longer than 0 (null: no limit)") } else { hookTimeoutMs = v }
+            }
         }
         if let n = f["hosts"], let h = reader.fields(n, ConfigFields.hosts, context: "hosts") {
             if let v = reader.int(h["hold_after"], "hosts.hold_after", range: ConfigFields.hosts.range("hold_after")) {
@@ -290,7 +293,10 @@ package struct Config: Sendable {
             if v < 1_000 { reader.error(n.mark, "lease must be at least 1s, not \(Units.formatDuration(ms: v))") } else { leaseMs = v }
         }
         if let n = f["plugins"], let pl = reader.fields(n, ConfigFields.plugins, context: "plugins") {
-            if let v = reader.duration(pl["timeout"], "plugins.timeout") { pluginTimeoutMs = max(1, v) }
+            if let t = pl["timeout"], let v = reader.duration(t, "plugins.timeout") {
+                // Zero would fail every plugin as it starts.
+                if v == 0 { reader.error(t.mark, "plugins.timeout must be longer than 0") } else { pluginTimeoutMs = v }
+            }
         }
         if let n = f["network"], let net = reader.fields(n, ConfigFields.network, context: "network") {
             if let v = reader.duration(net["wifi_interval"], "network.wifi_interval") { wifiIntervalMs = max(1, v) }

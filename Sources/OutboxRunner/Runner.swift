@@ -47,6 +47,8 @@ package final class Runner {
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
     var settledUnhandled = false
     var lastAuthRefresh: Int64 = -60_000
+    /// Why the Wi-Fi check plugin last gave no answer, logged once until it answers again.
+    var wifiCheckProblem: String?
     /// On a shared store, no new standby claims before this (monotonic ms): see `returnStaleStandby`.
     var standbyHeldUntil: Int64 = 0
     /// When this runner next renews its leases (monotonic ms); the first turn does it at once.

@@ -38,6 +38,42 @@ extension Project {
 @Suite struct LiveControlQueueTests {
     // MARK: Wi-Fi
 
+    /// A check that gives no answer (here: it runs past plugins.timeout) counts as off Wi-Fi
+    /// and is logged once, however often it is asked.
+    @Test func aWifiCheckThatGivesNoAnswerIsLoggedOnce() async throws {
+        let p = try Project(
+            config: fastConfig + "plugins: { timeout: 300ms }\nnetwork: { wifi_check: hooks/wifi.sh, wifi_interval: 1ms }\n",
+            definitions: ["t": definition("t")], hooks: ["wifi.sh": "#!/bin/sh\necho asked >> wifi-checks.log\nexec sleep 300\n"])
+        #expect(try await p.outbox(["wifi-only", "on"]).exitCode == 0)
+        try await p.enqueue("t", path: "/status/200", id: "w")
+        let runner = try p.start(["run"])
+        try await eventually("a second check") { p.wifiChecks.count >= 2 }
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
+        let said = "network.wifi_check ran past plugins.timeout (300ms) and was stopped; wifi-only entries wait as if off Wi-Fi"
+        #expect(finished.stderr.components(separatedBy: said).count == 2, "once: \(finished.stderr)")
+        #expect(try await p.row("w")?.string("reason") == "wifi")
+        #expect(p.server.requests.isEmpty)
+    }
+
+    /// A background process the check started goes when the check ends: it would outlive the run.
+    @Test func whatAWifiCheckLeftBehindIsStopped() async throws {
+        let check = "#!/bin/sh\n(exec sleep 300) & echo $! > bg.pid\nexit 0\n"
+        let p = try Project(
+            config: fastConfig + "network: { wifi_check: hooks/wifi.sh }\n", definitions: ["t": definition("t")],
+            hooks: ["wifi.sh": check])
+        #expect(try await p.outbox(["wifi-only", "on"]).exitCode == 0)
+        try await p.enqueue("t", path: "/status/200", id: "w")
+        try await p.drain(failures: 0)
+        #expect(p.deliveries("w").first?.string("stdin.outcome") == "completed", "on Wi-Fi: sent")
+        let pid = try #require(Int32((p.read("bg.pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        func stat() -> String { (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? "" }
+        // Gone, or a zombie nobody reaps (this machine's init does not): not running.
+        await eventually("the background process is stopped") { stat().isEmpty || stat().contains(") Z ") }
+        #expect(stat().isEmpty || stat().contains(") Z "), "still running: \(stat())")
+    }
+
     /// One check answers for the whole queue for `wifi_interval`: many wifi-only entries,
     /// some enqueued while the runner runs (so it looks at them in later turns), one check.
     /// Held entries wait with their reason, and a drain returns instead of waiting for them.

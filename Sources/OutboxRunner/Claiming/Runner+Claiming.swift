@@ -1,5 +1,5 @@
+import OutboxEnqueue
 import OutboxModel
-import OutboxProcess
 import OutboxStore
 
 /// Claiming: reading due entries ahead, letting the scheduler decide, and carrying out
@@ -249,14 +249,22 @@ extension Runner {
         flights.slots.hostLoad[host, default: 0] += 1
     }
 
-    /// The built-in Wi-Fi check: a wireless interface that is up, or the configured plugin.
+    /// The built-in Wi-Fi check: a wireless interface that is up, or the configured plugin. A
+    /// plugin that gives no answer (cannot start, times out) counts as off Wi-Fi, and is logged.
     func onWifi() -> Bool {
         if let command = config.wifiCheck {
-            var spec = ProcessSpec(
-                command: ProcessCommand(command), environment: environment, workingDirectory: config.root,
-                timeoutMs: Int(config.pluginTimeoutMs))
-            spec.heartbeat = pluginHeartbeat()
-            return (try? ProcessRunner.run(spec))?.succeeded ?? false
+            do {
+                let on = try Plugin.check(
+                    command, name: "network.wifi_check", config: config, environment: environment, heartbeat: pluginHeartbeat())
+                wifiCheckProblem = nil
+                return on
+            } catch {
+                if wifiCheckProblem != error.message {
+                    log("outbox: \(error.message); wifi-only entries wait as if off Wi-Fi", level: .warn)
+                }
+                wifiCheckProblem = error.message
+                return false
+            }
         }
         for name in Paths.list("/sys/class/net") ?? [] where Paths.isDirectory("/sys/class/net/\(name)/wireless") {
             if Paths.readText("/sys/class/net/\(name)/operstate")?.trimmingSpaces == "up" { return true }
