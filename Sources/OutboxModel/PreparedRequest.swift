@@ -116,6 +116,8 @@ package struct PreparedRequest: Sendable {
     /// Headers never printed, lowercased: those rendered from the environment or given by
     /// headers_command, whatever their names.
     package var secretHeaders: Set<String> = []
+    /// Paths of the vars that went into a secret header (see `SecretVars`).
+    package var secretVars: [[JSON]] = []
     package var wifiOnly: Bool?
     package var idempotencyKey: String?
     /// True when the key came from an explicit `Idempotency-Key` header, not minted here.

@@ -228,6 +228,8 @@ package enum RequestBuilder {
         prepared.idempotencyKeyIsExplicit = idempotencyKey != nil && !minted
         prepared.redirectMethodChange = redirectMethodChange
         prepared.secretHeaders = secretHeaders
+        prepared.secretVars = SecretVars.paths(
+            in: inputs.vars, secrets: HeaderRules.secretValues(headers, names: config.redactedHeaderNames.union(secretHeaders)))
         prepared.s3 = s3?.target
         return prepared
     }

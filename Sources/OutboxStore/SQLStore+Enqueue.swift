@@ -175,6 +175,7 @@ extension SQLStore {
             var stored = e.request
             stored.headers = p.headers
             stored.secretHeaders = p.secretHeaders
+            stored.secretVars = p.secretVars
             patch(&stored, headers)
             let newState = decision == .reopen ? "queued" : e.state.rawValue
             // The entry keeps its Idempotency-Key for life (retries and replays share it) unless

@@ -12,7 +12,8 @@ extension SQLStore {
         let (conditions, values) = filterConditions(filter)
         let sql = """
             SELECT id, key, vars, state, reason, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
-              generation, parent FROM entries WHERE 1=1
+              generation, parent, CASE WHEN request LIKE '%"\(StoredRequest.secretVarsMember)"%' THEN request END
+            FROM entries WHERE 1=1
             """
         return (sql + conditions + " ORDER BY seq", values)
     }
@@ -64,7 +65,11 @@ extension SQLStore {
             literal(",\"key\":")
             string(r, 1)
             literal(",\"vars\":")
-            r.withText(2) { out.append(contentsOf: $0) }  // stored as compact JSON
+            if let masked = try Self.maskedVars(r) {
+                out += masked.serialized().utf8
+            } else {
+                r.withText(2) { out.append(contentsOf: $0) }  // stored as compact JSON
+            }
             literal(",\"state\":")
             JSON.appendString(state, to: &out)
             literal(",\"reason\":")
@@ -92,6 +97,15 @@ extension SQLStore {
             }
         }
         write(String(decoding: out, as: UTF8.self))
+    }
+
+    /// The vars of a row whose request names secret vars, redacted; nil for the others (the
+    /// query hands their request over only when its text may name some).
+    static func maskedVars(_ r: Database.Row) throws(OutboxError) -> JSON? {
+        guard !r.isNull(13) else { return nil }
+        let request = try StoredRequest(json: try storedJSON(r.text(13), what: "stored request"))
+        guard !request.secretVars.isEmpty else { return nil }
+        return SecretVars.masking(try storedJSON(r.text(2), what: "stored vars"), request.secretVars)
     }
 
     /// Appends the decimal digits of `value`.

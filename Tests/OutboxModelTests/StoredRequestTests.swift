@@ -48,11 +48,31 @@ struct StoredRequestTests {
             ("a follow_redirects that is not a number", with("follow_redirects", .string("3")), "follow_redirects: not an integer"),
             ("no cancel_scope_on_error", without("cancel_scope_on_error"), "cancel_scope_on_error: not a boolean"),
             ("not an object", .array([]), "request: not a JSON object"),
+            (
+                "secret vars that are not paths", with("secret_vars", .array([.array([.bool(true)])])),
+                "secret_vars: not a list of paths into the vars"
+            ),
         ] as [(String, JSON, String)])
     func damageIsAStorageError(_ label: String, json: JSON, problem: String) {
         #expect(throws: OutboxError(.storage, "the stored request is damaged: \(problem)"), "\(label)") {
             try StoredRequest(json: json)
         }
+    }
+
+    /// Vars that went into a secret header are found by value, nested too, and shown redacted;
+    /// short strings are left (they would match ordinary text).
+    @Test func secretVarsAreFoundAndMasked() throws {
+        let vars = try JSON.parse(#"{"token": "abc123456", "n": 1, "deep": {"list": ["x", "pw-9876543"]}, "user": "alice"}"#)
+        let secrets = HeaderRules.secretValues(
+            [("Authorization", "Basic alice:pw-9876543"), ("X-Key", "abc123456-suffix")], names: ["authorization", "x-key"])
+        let paths = SecretVars.paths(in: vars, secrets: secrets)
+        #expect(paths == [[.string("token")], [.string("deep"), .string("list"), .int(1)]])
+        let masked = SecretVars.masking(vars, paths)
+        #expect(
+            masked.serialized() == #"{"token":"[redacted]","n":1,"deep":{"list":["x","[redacted]"]},"user":"alice"}"#)
+        var request = try StoredRequest(json: Self.whole)
+        request.secretVars = paths
+        #expect(try StoredRequest(json: request.json).secretVars == paths, "kept in the stored request")
     }
 
     @Test func aBodyWhoseFileIsMissingIsDamage() throws {

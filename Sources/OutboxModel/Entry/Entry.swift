@@ -114,11 +114,15 @@ package struct Entry: Sendable {
     /// Whether the entry is sent as parts (a chunked upload).
     package var isChunked: Bool { request.bodyKind == .parts }
 
+    /// The vars as output shows them (`show`, `list`, events): those that went into a secret
+    /// header redacted. Hooks get them whole: they are the hook's data.
+    package var shownVars: JSON { request.secretVars.isEmpty ? vars : SecretVars.masking(vars, request.secretVars) }
+
     /// The row of `list --json`: exactly these fields, with `state` as displayed (a queued
     /// entry of a paused queue or key shows `paused`). `show` adds the rest.
     package func listJSON(displayState: String? = nil) -> JSON {
         .object([
-            ("id", .string(id)), ("key", .string(key)), ("vars", vars), ("state", .string(displayState ?? state.rawValue)),
+            ("id", .string(id)), ("key", .string(key)), ("vars", shownVars), ("state", .string(displayState ?? state.rawValue)),
             ("reason", .optionalString(reason)), ("bytes_sent", .int64(bytesSent)), ("total_bytes", .int64(totalBytes)),
             ("attempts", .int64(attempts)), ("created_at", .int64(createdAt)), ("updated_at", .int64(updatedAt)),
             ("next_attempt_at", .optionalInt(nextAttemptAt)), ("generation", .int64(generation)),

@@ -37,10 +37,15 @@ package struct StoredRequest: Sendable {
     package var redirectMethodChange = false
     /// Header names (lowercased) redacted wherever the request is shown, as `PreparedRequest`'s.
     package var secretHeaders: Set<String> = []
+    /// Paths of the vars that went into a secret header, redacted wherever the vars are shown.
+    package var secretVars: [[JSON]] = []
     package var wifiOnly: Bool?
     package var cancelScopeOnError: Bool
     /// The object of an `s3` request: signed with the runner's credentials at each attempt.
     package var s3: S3Target?
+
+    /// Its member in the stored text; `list --json` looks for it to find the rows to redact.
+    package static let secretVarsMember = "secret_vars"
 
     package var json: JSON {
         var members: [(String, JSON)] = [
@@ -78,6 +83,7 @@ package struct StoredRequest: Sendable {
         ]
         if redirectMethodChange { members.append(("redirect_method_change", .bool(true))) }
         if !secretHeaders.isEmpty { members.append(("secret_headers", .array(secretHeaders.sorted().map { .string($0) }))) }
+        if !secretVars.isEmpty { members.append((Self.secretVarsMember, .array(secretVars.map { .array($0) }))) }
         if let s3 { members.append(("s3", s3.json)) }
         return .object(members)
     }
@@ -131,6 +137,12 @@ package struct StoredRequest: Sendable {
             }
             secretHeaders = Set(list)
         }
+        if let paths = json[Self.secretVarsMember] {
+            guard let list = paths.arrayValue?.compactMap(\.arrayValue), list.count == paths.arrayValue?.count,
+                list.allSatisfy({ $0.allSatisfy { $0.stringValue != nil || $0.int64Value != nil } })
+            else { throw fields.damage(Self.secretVarsMember, "not a list of paths into the vars") }
+            secretVars = list
+        }
         if let target = json["s3"] { s3 = try S3Target(json: target) }
     }
 
@@ -169,6 +181,7 @@ package struct StoredRequest: Sendable {
         followRedirects = p.followRedirects
         redirectMethodChange = p.redirectMethodChange
         secretHeaders = p.secretHeaders
+        secretVars = p.secretVars
         wifiOnly = p.wifiOnly
         cancelScopeOnError = p.cancelScopeOnError
         s3 = p.s3

@@ -1,0 +1,58 @@
+/// Vars that went into a secret header (`Authorization: "Bearer {{ vars.token }}"`): the
+/// header is shown redacted, so the var must be too, or `show` would print the token beside
+/// it. Found once at enqueue, by value, and kept as paths into the vars: a later `headers
+/// update` that replaces the header must not bring the old token back into view.
+package enum SecretVars {
+    /// The paths (member names and array indexes) of the string vars that a secret value
+    /// holds or that hold one; strings under 6 bytes are left, as `secretValues` leaves them.
+    package static func paths(in vars: JSON, secrets: [[UInt8]]) -> [[JSON]] {
+        guard !secrets.isEmpty else { return [] }
+        var found: [[JSON]] = []
+        func walk(_ value: JSON, _ path: [JSON]) {
+            switch value {
+            case let .string(s):
+                let bytes = Array(s.utf8)
+                guard bytes.count >= 6 else { return }
+                if secrets.contains(where: { contains(bytes, $0) || contains($0, bytes) }) { found.append(path) }
+            case let .array(items):
+                for (i, item) in items.enumerated() { walk(item, path + [.int(i)]) }
+            case let .object(members):
+                for (name, member) in members { walk(member, path + [.string(name)]) }
+            default:
+                return
+            }
+        }
+        walk(vars, [])
+        return found
+    }
+
+    /// `vars` with the value at each path written as the redacted mark.
+    package static func masking(_ vars: JSON, _ paths: [[JSON]]) -> JSON {
+        var out = vars
+        for path in paths { out = replacing(out, path[...]) }
+        return out
+    }
+
+    private static func replacing(_ value: JSON, _ path: ArraySlice<JSON>) -> JSON {
+        guard let step = path.first else { return .string(HeaderRules.redactedMark) }
+        switch (value, step) {
+        case let (.object(members), .string(name)):
+            return .object(members.map { $0.0 == name ? ($0.0, replacing($0.1, path.dropFirst())) : $0 })
+        case let (.array(items), .number(text)):
+            guard let index = Int(text), items.indices.contains(index) else { return value }
+            var items = items
+            items[index] = replacing(items[index], path.dropFirst())
+            return .array(items)
+        default:
+            return value
+        }
+    }
+
+    private static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard !needle.isEmpty, needle.count <= haystack.count else { return needle.isEmpty }
+        for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
+            if haystack[start..<start + needle.count].elementsEqual(needle) { return true }
+        }
+        return false
+    }
+}
