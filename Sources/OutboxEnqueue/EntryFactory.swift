@@ -27,11 +27,17 @@ package struct EntryFactory {
         environmentJSON = RequestBuilder.environmentJSON(environment)
     }
 
-    /// Checks vars: an object or null, within `max_vars_bytes` of compact JSON.
+    /// Checks vars: an object or null, within `max_vars_bytes` of compact JSON, nested no
+    /// deeper than JSON input may be. Vars a follow-up renders from an outcome (which holds
+    /// the vars before them) would otherwise nest deeper each generation, until the store
+    /// could not read them back.
     package func checkVars(_ vars: JSON) throws(OutboxError) {
         switch vars {
         case .object, .null: break
         default: throw .invalid("vars must be a JSON object, not \(vars.typeName)")
+        }
+        if vars.nests(deeperThan: JSON.maxDepth) {
+            throw .invalid("vars nest deeper than \(JSON.maxDepth) levels")
         }
         let size = vars.serialized().utf8.count
         if Int64(size) > config.maxVarsBytes {

@@ -71,6 +71,15 @@ package enum JSON: Sendable, Equatable {
         return false
     }
 
+    /// Whether arrays and objects nest more than `limit` levels deep (stops looking there).
+    package func nests(deeperThan limit: Int) -> Bool {
+        switch self {
+        case let .array(items): return limit == 0 || items.contains { $0.nests(deeperThan: limit - 1) }
+        case let .object(members): return limit == 0 || members.contains { $0.1.nests(deeperThan: limit - 1) }
+        default: return false
+        }
+    }
+
     /// A short name of the value's type, for error messages.
     package var typeName: String {
         switch self {

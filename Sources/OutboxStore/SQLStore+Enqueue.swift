@@ -114,6 +114,9 @@ extension SQLStore {
         let headers = HeaderSettings(
             generation: Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0,
             patch: try setting("header_patch").flatMap { try? JSON.parse($0) })
+        if batch.contains(where: { !$0.prepared.secretVars.isEmpty }), try setting(Self.secretVarsSetting) == nil {
+            try setSetting(Self.secretVarsSetting, "1")
+        }
         for (i, entry) in batch.enumerated() {
             let (result, dropped) = try apply(entry, staged: staged.bodies[i], internalID: staged.internals[i], headers: headers, now: now)
             results.append(result)

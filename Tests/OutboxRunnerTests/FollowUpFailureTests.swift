@@ -40,6 +40,37 @@ struct FollowUpFailureTests {
     }
 }
 
+/// A chain whose follow-up wraps the vars before it nests deeper each generation: once that
+/// passes what input may nest, the follow-up is refused (the store could not read it back
+/// some generations later, and every run would stop there).
+struct FollowUpDepthTests {
+    @Test func aFollowUpNestingPastTheInputLimitIsRefused() async throws {
+        let chain = definition(
+            "chain",
+            top: """
+                then:
+                  on_success:
+                    - key: chain
+                      vars: { url: "{{ vars.url }}", tag: "t", deep: ["{{ vars.deep }}"] }
+                """)
+        let p = try Project(definitions: ["chain": chain])
+        // The vars nest 511 levels (the object, then 510 lists): one follow-up fits, the next does not.
+        let deep = String(repeating: "[", count: 510) + String(repeating: "]", count: 510)
+        let vars = #"{"url": "\#(p.url("/status/200"))", "tag": "t", "deep": \#(deep)}"#
+        let enqueued = try await p.outbox(["enqueue", "chain", "--vars", vars, "--id", "c0"])
+        #expect(enqueued.exitCode == 0, "\(enqueued.description)")
+        let run = try await p.drain()
+        #expect(run.exitCode == 0, "\(run.description)")
+        #expect(p.server.requests.count == 2, "c0 and its one follow-up")
+        // The hook log's lines nest too deep to parse here: they are read as text.
+        let log = (p.read("hooks/log.jsonl") ?? "").split(separator: "\n")
+        #expect(log.count == 2)
+        #expect(log.last?.contains(#""follow_up_errors":[{"index":0,"key":"chain","message":"vars nest deeper than 512 levels""#) == true)
+        #expect(run.stderr.contains("the follow-ups of"), "\(run.stderr)")
+        #expect(try await p.list().isEmpty)
+    }
+}
+
 /// Every outcome is delivered: enqueueing an id again never acknowledges the outcome its
 /// older generation still owes (acknowledgements are per id and generation).
 struct GenerationDeliveryTests {

@@ -22,7 +22,7 @@ struct PostgresStoreTests {
             redacted: "postgres://u:***@db.example:5433/app?schema=proj_1"),
         URLCase(text: "postgresql://u@h/app", schema: "outbox", redacted: "postgresql://u@h/app?schema=outbox"),
         URLCase(
-            text: "postgres://u:p@ss@h/app?sslmode=require&schema=a", schema: "a", redacted: "postgres://u:***@h/app?schema=a"),
+            text: "postgres://u:p%40ss@h/app?sslmode=require&schema=a", schema: "a", redacted: "postgres://u:***@h/app?schema=a"),
     ])
     func urlsAreParsed(_ c: URLCase) throws {
         let url = try PostgresURL(c.text)
@@ -31,6 +31,15 @@ struct PostgresStoreTests {
         #expect(!url.connectionURI.contains("schema="))
         #expect(url.connectionURI.contains("connect_timeout=10"))
         #expect(url.connectionURI.contains("keepalives_idle=10") && url.connectionURI.contains("tcp_user_timeout=30000"))
+    }
+
+    // A raw '@' or '/' in the user or password would be read by libpq in part as the host,
+    // and quoted back in its error: refused, without quoting the password.
+    @Test(arguments: ["postgres://u:pw@tail99@h/app", "postgres://u:pw/tail99@h/app", "postgresql://u:pw@h/a@tail99"])
+    func aRawAtOrSlashInThePasswordIsRefused(_ text: String) {
+        let error = #expect(throws: OutboxError.self) { try PostgresURL(text) }
+        #expect(error?.code == .config)
+        #expect(error?.message == "store: the PostgreSQL URL's user or password holds a raw \"@\" or \"/\": write them as %40 and %2F")
     }
 
     // A schema that is not a plain lowercase identifier is a config error naming it.

@@ -32,8 +32,15 @@ package struct PostgresURL: Sendable, Equatable {
             }
             rest = String(rest[..<q])
         }
-        // The password sits between the user's ':' and the last '@' of the authority.
+        // The password sits between the user's ':' and the '@' of the authority. libpq ends the
+        // user and password at the first '@' or '/': one written raw would be read in part as
+        // the host, and quoted back in its error.
         let authorityEnd = rest.firstIndex(of: "/") ?? rest.endIndex
+        let ats = rest.filter { $0 == "@" }.count
+        if ats > 1 || (ats == 1 && !rest[..<authorityEnd].contains("@")) {
+            throw OutboxError(
+                .config, "store: the PostgreSQL URL's user or password holds a raw \"@\" or \"/\": write them as %40 and %2F")
+        }
         var shown = rest
         var secrets: [String] = []
         if let at = rest[..<authorityEnd].lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") {

@@ -44,6 +44,15 @@ final class Conformance {
             n: "{{ vars.n }}"
 
         """#,
+        "bearer.yaml": #"""
+        key: bearer
+        request:
+          url: https://x.example/bearer
+          headers:
+            Authorization: "Bearer {{ vars.token }}"
+          data: { n: 1 }
+
+        """#,
         "text.yaml": #"""
         key: text
         request:

@@ -108,6 +108,24 @@ extension StoreConformance {
             #expect(try c.ids(ListFilter(key: "note", state: "queued", limit: 1)) == ["n1"])
         }
 
+        // A var that went into a secret header is redacted in `list --json` rows, as in the
+        // entry's own list row, before and after other entries; the other vars stay readable.
+        @Test(arguments: StoreUnderTest.all)
+        func listRowsRedactVarsThatFedASecretHeader(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.enqueue("n1")
+            try c.enqueue("b1", "bearer", #"{"token": "tok-5521af", "who": "me"}"#)
+            try c.enqueue("n2")
+            var text = ""
+            try c.store.writeListRows(ListFilter(), displayState: { state, _ in state }) { text += $0 }
+            #expect(!text.contains("tok-5521af"), "\(text)")
+            let rows = try #require(try JSON.parse("[" + text + "]").arrayValue)
+            #expect(rows.map { $0["id"]?.stringValue } == ["n1", "b1", "n2"])
+            #expect(rows[1]["vars"] == .object([("token", .string("[redacted]")), ("who", .string("me"))]))
+            #expect(rows[1] == (try c.get("b1")).listJSON(displayState: "queued"))
+            #expect(rows[0]["vars"] == .object([("n", .int(1))]))
+        }
+
         // `list --json` rows are the entries' list rows, with the state as displayed, filtered like `list`.
         @Test(arguments: StoreUnderTest.all)
         func listRowsAreTheEntriesAsDisplayed(_ sut: StoreUnderTest) throws {
