@@ -69,7 +69,9 @@ package struct Config: Sendable {
     package var headers: [(String, String)] = []
     package var headersCommand: CommandSpec?
     package var authRefreshCommand: CommandSpec?
-    package var redactHeaders: [String] = []
+    package var redactHeaders: [String] = [] {
+        didSet { redactedHeaderNames = Self.alwaysRedacted.union(redactHeaders.map { $0.lowercased() }) }
+    }
     package var eventsCommand: CommandSpec?
     /// Template of the account that enqueues.
     package var account: String?
@@ -108,10 +110,10 @@ package struct Config: Sendable {
         definitions = Paths.join(root, "definitions")
     }
 
-    /// Header names never printed, lowercased: the fixed ones plus `redact_headers`.
-    package var redactedHeaderNames: Set<String> {
-        Set(["authorization", "cookie", "proxy-authorization", "set-cookie"] + redactHeaders.map { $0.lowercased() })
-    }
+    /// Header names never printed, lowercased: the fixed ones plus `redact_headers` (kept,
+    /// not built at each use: every request and every enqueued entry asks).
+    package private(set) var redactedHeaderNames = alwaysRedacted
+    static let alwaysRedacted: Set<String> = ["authorization", "cookie", "proxy-authorization", "set-cookie"]
 
     /// Finds the config: `explicit` (from --config or OUTBOX_CONFIG), else
     /// `config/outbox.yaml` in `cwd` or a folder above it.

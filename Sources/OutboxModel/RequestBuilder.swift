@@ -228,8 +228,9 @@ package enum RequestBuilder {
         prepared.idempotencyKeyIsExplicit = idempotencyKey != nil && !minted
         prepared.redirectMethodChange = redirectMethodChange
         prepared.secretHeaders = secretHeaders
-        prepared.secretVars = SecretVars.paths(
-            in: inputs.vars, secrets: HeaderRules.secretValues(headers, names: config.redactedHeaderNames.union(secretHeaders)))
+        prepared.secretVars = SecretVars.paths(in: inputs.vars) {
+            HeaderRules.secretValues(headers, names: config.redactedHeaderNames.union(secretHeaders))
+        }
         prepared.s3 = s3?.target
         return prepared
     }

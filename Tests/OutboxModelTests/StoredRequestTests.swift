@@ -65,7 +65,7 @@ struct StoredRequestTests {
         let vars = try JSON.parse(#"{"token": "abc123456", "n": 1, "deep": {"list": ["x", "pw-9876543"]}, "user": "alice"}"#)
         let secrets = HeaderRules.secretValues(
             [("Authorization", "Basic alice:pw-9876543"), ("X-Key", "abc123456-suffix")], names: ["authorization", "x-key"])
-        let paths = SecretVars.paths(in: vars, secrets: secrets)
+        let paths = SecretVars.paths(in: vars) { secrets }
         #expect(paths == [[.string("token")], [.string("deep"), .string("list"), .int(1)]])
         let masked = SecretVars.masking(vars, paths)
         #expect(

@@ -5,14 +5,17 @@
 package enum SecretVars {
     /// The paths (member names and array indexes) of the string vars that a secret value
     /// holds or that hold one; strings under 6 bytes are left, as `secretValues` leaves them.
-    package static func paths(in vars: JSON, secrets: [[UInt8]]) -> [[JSON]] {
-        guard !secrets.isEmpty else { return [] }
+    /// `secrets` is asked for only when some var is a string that long (most vars are not).
+    package static func paths(in vars: JSON, secrets secretValues: () -> [[UInt8]]) -> [[JSON]] {
         var found: [[JSON]] = []
+        var known: [[UInt8]]?
         func walk(_ value: JSON, _ path: [JSON]) {
             switch value {
             case let .string(s):
+                guard s.utf8.count >= 6 else { return }
                 let bytes = Array(s.utf8)
-                guard bytes.count >= 6 else { return }
+                let secrets = known ?? secretValues()
+                known = secrets
                 if secrets.contains(where: { contains(bytes, $0) || contains($0, bytes) }) { found.append(path) }
             case let .array(items):
                 for (i, item) in items.enumerated() { walk(item, path + [.int(i)]) }
