@@ -28,9 +28,11 @@ struct Flight {
     var s3Step: S3Step?
     /// The HEAD of a `skip_existing` object, before its upload.
     var s3ExistingHead = false
-    /// The secret header values this request carried (part headers and S3 signatures
-    /// included): a response that echoes them shows `[redacted]` in events and `show`.
-    var secrets: [[UInt8]] = []
+    /// The headers this request carried (part headers and S3 signatures included) and the
+    /// entry's secret names: a response that echoes a secret value shows `[redacted]` in
+    /// events and `show`. The values are found only for a response with a body.
+    var sentHeaders: [(name: String, value: String)] = []
+    var secretHeaders: Set<String> = []
 }
 
 /// A chunked entry while it runs: its parts and which are in flight.

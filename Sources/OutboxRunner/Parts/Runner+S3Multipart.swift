@@ -68,7 +68,7 @@ extension Runner {
             entryID: entry.id, partIndex: nil, requestID: requestID, host: host, url: url, method: method,
             attempt: entry.attempts + 1)
         flight.s3Step = step
-        flight.secrets = secretValues(of: request, entry: entry)
+        (flight.sentHeaders, flight.secretHeaders) = (request.headers, entry.request.secretHeaders)
         flights.slots.hostLoad[host, default: 0] += 1
         if step != .abort { flights.partJobs[entry.id]?.s3Step = step }
         let mailbox = self.mailbox
@@ -161,7 +161,7 @@ extension Runner {
         // the events and the entry's attempt log.
         let event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url, method: flight.method,
-            partIndex: nil, result: result, outcome: klass, at: now, secrets: flight.secrets)
+            partIndex: nil, result: result, outcome: klass, at: now, secrets: { self.secretValues(of: flight) })
         countAttempt(entry, klass: klass, result: result)
         emit(event)
         changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))

@@ -108,7 +108,7 @@ extension Runner {
             let event = OutcomePayloads.attemptEvent(
                 entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
                 method: flight.method, partIndex: flight.partIndex, result: result, outcome: reported,
-                at: now, secrets: flight.secrets)
+                at: now, secrets: { self.secretValues(of: flight) })
             emit(event)
             changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
         }
@@ -167,7 +167,7 @@ extension Runner {
         var event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
             method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass, at: now,
-            secrets: flight.secrets)
+            secrets: { self.secretValues(of: flight) })
         if result.failure?.kind == .aborted { event.set("outcome", .string("aborted")) }
         countAttempt(entry, klass: klass, result: result)
         emit(event)

@@ -74,7 +74,7 @@ extension Runner {
             entryID: entry.id, partIndex: part?.index, requestID: requestID, host: host, url: url,
             method: request.method, attempt: attempt, standby: isStandby)
         if isStandby { flight.standbySince = Identifiers.monotonicMs() }
-        flight.secrets = secretValues(of: request, entry: entry)
+        (flight.sentHeaders, flight.secretHeaders) = (request.headers, entry.request.secretHeaders)
         flight.s3ExistingHead = headFirst
         if part != nil { flights.slots.hostLoad[host, default: 0] += 1 }
         let mailbox = self.mailbox
@@ -93,11 +93,11 @@ extension Runner {
         summary.attempts += 1
     }
 
-    /// The values of the secret headers `request` carries as sent: the config's and the
+    /// The values of the secret headers `flight` carried as sent: the config's and the
     /// entry's secret names, and the session token an S3 signature adds.
-    func secretValues(of request: HTTPRequest, entry: Entry) -> [[UInt8]] {
+    func secretValues(of flight: Flight) -> [[UInt8]] {
         HeaderRules.secretValues(
-            request.headers.map { ($0.name, $0.value) },
-            names: config.redactedHeaderNames.union(entry.request.secretHeaders).union(["x-amz-security-token"]))
+            flight.sentHeaders.map { ($0.name, $0.value) },
+            names: config.redactedHeaderNames.union(flight.secretHeaders).union(["x-amz-security-token"]))
     }
 }

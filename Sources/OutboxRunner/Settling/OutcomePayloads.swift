@@ -130,7 +130,7 @@ package enum OutcomePayloads {
     /// An `attempt` event: one HTTP exchange and what it meant.
     static func attemptEvent(
         _ entry: Entry, requestID: String, attempt: Int64, url: String, method: String, partIndex: Int?,
-        result: HTTPResult, outcome: AttemptOutcomeClass, at: Int64, secrets: [[UInt8]]
+        result: HTTPResult, outcome: AttemptOutcomeClass, at: Int64, secrets: () -> [[UInt8]]
     ) -> JSON {
         var event: JSON = .object([
             ("type", .string("attempt")), ("id", .string(entry.id)), ("key", .string(entry.key)), ("request_id", .string(requestID)),
@@ -140,6 +140,7 @@ package enum OutcomePayloads {
         ])
         // Events and `show` print this excerpt: a server that echoes the request shows no
         // credentials. Redacted before it is cut, so no secret is cut into a visible prefix.
+        let secrets = result.body.isEmpty ? [] : secrets()
         let longest = secrets.first?.count ?? 0
         let excerpt = HeaderRules.redactingValues(Array(result.body.prefix(4096 + longest)), secrets)
         bodyJSON(Array(excerpt.prefix(4096)), into: &event)

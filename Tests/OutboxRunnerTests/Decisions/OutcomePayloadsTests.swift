@@ -60,7 +60,7 @@ struct OutcomePayloadsTests {
         #expect(OutcomePayloads.redactURL(url) == shown)
         let event = OutcomePayloads.attemptEvent(
             Sample.entry("e1"), requestID: "r", attempt: 2, url: url, method: "PUT", partIndex: nil,
-            result: HTTPResult(status: 503), outcome: .retry(reason: "HTTP 503"), at: Self.at, secrets: [])
+            result: HTTPResult(status: 503), outcome: .retry(reason: "HTTP 503"), at: Self.at, secrets: { [] })
         #expect(event["url"] == .string(shown))
         #expect(event["outcome"] == .string("retry"))
         #expect(event["http_code"] == .int(503))
@@ -79,7 +79,9 @@ struct OutcomePayloadsTests {
         let event = OutcomePayloads.attemptEvent(
             entry, requestID: "r", attempt: 1, url: "https://h/", method: "POST", partIndex: nil,
             result: HTTPResult(status: 500, body: Array(echoed.utf8)), outcome: .retry(reason: "HTTP 500"), at: Self.at,
-            secrets: HeaderRules.secretValues(entry.request.headers, names: entry.request.secretHeaders.union(["authorization", "cookie"])))
+            secrets: {
+                HeaderRules.secretValues(entry.request.headers, names: entry.request.secretHeaders.union(["authorization", "cookie"]))
+            })
         #expect(
             event["body"]
                 == .string(
@@ -101,7 +103,7 @@ struct OutcomePayloadsTests {
         let result = HTTPResult(failure: TransportFailure(.timeout, "no bytes for 2s"))
         let event = OutcomePayloads.attemptEvent(
             Sample.entry("e1"), requestID: "r", attempt: 1, url: "https://h/", method: "GET",
-            partIndex: 4, result: result, outcome: .retry(reason: "timeout"), at: Self.at, secrets: [])
+            partIndex: 4, result: result, outcome: .retry(reason: "timeout"), at: Self.at, secrets: { [] })
         #expect(event["error_kind"] == .string("timeout"))
         #expect(event["error_message"] == .string("no bytes for 2s"))
         #expect(event["part_index"] == .int(4))

@@ -97,7 +97,8 @@ struct PayloadReferenceTests {
                 [
                     OutcomePayloads.attemptEvent(
                         entry, requestID: "r", attempt: 1, url: "https://h/x?sig=1", method: "PUT", partIndex: 2,
-                        result: HTTPResult(status: 503, body: Self.binary), outcome: .retry(reason: "HTTP 503"), at: Self.at, secrets: [])
+                        result: HTTPResult(status: 503, body: Self.binary), outcome: .retry(reason: "HTTP 503"), at: Self.at,
+                        secrets: { [] })
                 ],
                 PayloadFields.attemptEvent
             ),
