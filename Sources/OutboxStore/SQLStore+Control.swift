@@ -37,8 +37,9 @@ extension SQLStore {
 
     /// Removes staged files after a commit, and puts moved files back.
     func finishForget(_ files: [String]) {
-        for file in files + obsoleteFiles { staging.discard(file) }
+        for file in files + obsoleteFiles where !takenOverFiles.contains(file) { staging.discard(file) }
         obsoleteFiles.removeAll()
+        takenOverFiles.removeAll()
         for (file, source, identity) in returns {
             // The store keeps its files 0600; the user's file gets its own mode back.
             if let mode = identity?.mode { chmod(file, mode_t(mode)) }
@@ -80,6 +81,7 @@ extension SQLStore {
     /// Forgets the returns of a transaction that rolled back: the files stay where they are.
     func dropReturns() {
         returns.removeAll()
+        takenOverFiles.removeAll()
         moves.end(returnsTicket)
         returnsTicket = nil
     }

@@ -72,7 +72,9 @@ extension SQLStore {
                 let existing = stored[position]
                 // Only these decisions keep the stored body; every other one needs the new bytes.
                 if let existing, [.resume, .redeliver, .reopen].contains(try decide(existing, entry.prepared.bodyHash)) {
-                    staged.bodies.append(StagedBody())
+                    var kept = StagedBody(takenOver: existing)
+                    kept.keepsStored = true
+                    staged.bodies.append(kept)
                     continue
                 }
                 // A replace naming the same source path reuses the bytes already moved in.
@@ -149,6 +151,18 @@ extension SQLStore {
         stored.secretHeaders.formUnion(patch.map { $0.0.lowercased() })
     }
 
+    /// The body of a new entry that found its id holding the same bytes when the batch was
+    /// staged (so nothing was staged), and found it forgotten when written: a hook or
+    /// follow-up enqueueing its own id as its outcome is acknowledged. The bytes pass to the
+    /// new entry (kept from removal); gone meanwhile (a cancel in between), they are staged now.
+    func takeOver(_ existing: Entry?, _ staged: StagedBody, body: PreparedBody, internalID: String) throws(OutboxError) -> StagedBody {
+        let held = existing.map { StagedBody(takenOver: $0) } ?? staged
+        let files = [held.file].compactMap { $0 } + held.form.compactMap(\.stagedFile)
+        guard files.allSatisfy(Paths.exists) else { return try staging.stage(body, internalID: internalID) }
+        takenOverFiles.formUnion(files)
+        return held
+    }
+
     /// One entry's same-id decision and write; returns staged files made obsolete.
     func apply(
         _ new: NewEntry, staged: StagedBody, internalID: String, headers: HeaderSettings,
@@ -160,6 +174,8 @@ extension SQLStore {
         let decision = try existing.map { e throws(OutboxError) in try decide(e, bodyHash) } ?? .create
         let p = new.prepared
         let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
+        var staged = staged
+        if decision == .create, staged.keepsStored { staged = try takeOver(existing, staged, body: p.body, internalID: internalID) }
         let request = StoredRequest(prepared: p, form: staged.form).json.serialized()
         let varsText = new.vars.serialized()
         switch decision {

@@ -45,6 +45,8 @@ protocol SQLStore: AnyObject {
     var returns: [(file: String, source: String, identity: FileIdentity?)] { get set }
     /// Staged files of replaced bodies, removed once the transaction commits.
     var obsoleteFiles: [String] { get set }
+    /// Files of forgotten entries that an entry written in the same transaction took over.
+    var takenOverFiles: Set<String> { get set }
     /// The journal of `returns`, written before the commit that forgets their entries.
     var returnsTicket: MoveJournal.Ticket? { get set }
     /// Stored requests parsed already, by their text (entries of a definition share it).

@@ -15,6 +15,7 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     var returns: [(file: String, source: String, identity: FileIdentity?)] = []
     /// Staged files of replaced bodies, removed once the transaction commits.
     var obsoleteFiles: [String] = []
+    var takenOverFiles: Set<String> = []
     var requestCache = StoredRequestCache()
     let moves: MoveJournal
     /// The journal of `returns`, written before the commit that forgets their entries.

@@ -14,6 +14,22 @@ struct StagedBody {
     var movedIn: [(String, String, mode_t)] = []
     /// Sources copied across filesystems for a `move`: removed only after the commit.
     var removeAfterCommit: [String] = []
+    /// Nothing was staged: the entry of this id already held the same body when the batch was
+    /// staged. The body the entry holds when the batch is written is the one to keep.
+    var keepsStored = false
+
+    /// The body an entry holds, passed on to the entry that replaces it with the same bytes.
+    init(takenOver e: Entry) {
+        switch e.body {
+        case let .bytes(bytes): inline = bytes
+        case let .form(fields): form = fields
+        case .none, .file, .parts: break
+        }
+        file = e.body.file
+        totalBytes = e.totalBytes
+    }
+
+    init() {}
 }
 
 /// Writes bodies into `.outbox/bodies` durably: temp file + fsync + rename + fsync of the

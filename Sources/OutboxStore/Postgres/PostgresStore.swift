@@ -22,6 +22,7 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
     let moves: MoveJournal
     var returns: [(file: String, source: String, identity: FileIdentity?)] = []
     var obsoleteFiles: [String] = []
+    var takenOverFiles: Set<String> = []
     var requestCache = StoredRequestCache()
     var returnsTicket: MoveJournal.Ticket?
     /// The database clock minus this host's, in ms: lease ends are database times.

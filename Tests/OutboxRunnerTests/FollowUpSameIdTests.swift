@@ -1,0 +1,65 @@
+import Foundation
+import Glibc
+import OutboxModel
+import TestSupport
+import Testing
+
+/// An outcome that enqueues its own id again with the same body (a hook's enqueue line, or a
+/// `then` follow-up of a definition without a hook): the entry is forgotten as the outcome is
+/// acknowledged, in the transaction that writes the new one, which must get the bytes. It
+/// got none: a file body left an entry every command stopped at with 74, a data body went
+/// out empty.
+struct FollowUpSameIdTests {
+    @Test(arguments: ["copy", "reference"])
+    func aHookThatEnqueuesItsOwnFileEntryAgainSendsTheFileAgain(_ ownership: String) async throws {
+        // Asks for the same entry again at its first delivery, and only then.
+        let again = """
+            #!/bin/sh
+            cat > /dev/null
+            [ -e hooks/asked ] && exit 0
+            touch hooks/asked
+            printf '{"enqueue": {"key": "f", "id": "%s", "vars": {"url": "%s", "path": "%s"}}}\\n' "$OUTBOX_ID" "$URL" "$SRC"
+
+            """
+        let definition = fileDefinition("f", ownership: ownership).replacingOccurrences(
+            of: "on_success: hooks/record.sh", with: "on_success: hooks/again.sh")
+        let p = try Project(definitions: ["f": definition], hooks: ["again.sh": again])
+        let bytes = String(repeating: "0123456789", count: 300)
+        let source = try p.write("data/src.bin", bytes)
+        p.environment["URL"] = p.url("/put/h1")
+        p.environment["SRC"] = source
+        let vars = JSON.object([("url", .string(p.url("/put/h1"))), ("path", .string(source))]).serialized()
+        #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", "h1"]).exitCode == 0)
+        let run = try await p.drain(failures: 0)
+        #expect(p.server.requests(path: "/put/h1").map(\.bodySize) == [3000, 3000], "sent again, whole: \(run.stderr)")
+        #expect(try await p.outbox(["audit"]).exitCode == 0)
+        #expect(try await p.list().isEmpty)
+        // The next run and the commands that read every entry go on.
+        #expect(try await p.outbox(["cancel", "--all"]).exitCode == 0)
+        try await p.drain(failures: 0)
+        #expect(FileManager.default.fileExists(atPath: source))
+    }
+
+    @Test func aThenFollowUpOfItsOwnIdKeepsItsDataBody() async throws {
+        let again = """
+            key: again
+            request:
+              url: "{{ vars.url }}"
+              data: { n: "{{ vars.n }}", msg: "hello" }
+            then:
+              on_success:
+                - key: again
+                  id: "{{ entry.id }}"
+                  vars: { url: "{{ vars.url }}", n: "{{ vars.n }}" }
+            """
+        let p = try Project(definitions: ["again": again])
+        let vars = JSON.object([("url", .string(p.url("/post/again"))), ("n", .int(1))]).serialized()
+        #expect(try await p.outbox(["enqueue", "again", "--vars", vars, "--id", "e1"]).exitCode == 0)
+        // It asks for itself for ever: three sends are enough to see the bodies.
+        try await p.runUntil(until: "three sends") { _ in p.server.requests(path: "/post/again").count >= 3 }
+        let bodies = p.server.requests(path: "/post/again").map { String(decoding: $0.body ?? [], as: UTF8.self) }
+        #expect(bodies.allSatisfy { $0 == #"{"n":1,"msg":"hello"}"# }, "\(bodies)")
+        let shown = try #require(try await p.show("e1"))
+        #expect(shown["total_bytes"] == .int(bodies.first?.utf8.count ?? 0))
+    }
+}
