@@ -57,7 +57,10 @@ struct Staging {
         }
     }
 
-    func copyFile(_ source: String, to final: String) throws(OutboxError) {
+    /// Copies `file` in; the copy must be the file as the entry recorded it (a file still
+    /// being written would give bytes that match neither its recorded size nor its hash).
+    func copyFile(_ file: FileIdentity, to final: String) throws(OutboxError) {
+        let source = file.path
         let temp = tempPath(for: final)
         let rc = csystem_copy_file(source, temp)
         guard rc == 0 else {
@@ -68,6 +71,14 @@ struct Staging {
                 throw .storage("cannot write into the store folder \(Paths.dirname(final)): \(Paths.errnoMessage(-rc))")
             }
             throw .storage("cannot copy \(source) into the store: \(Paths.errnoMessage(-rc))")
+        }
+        let copied = FileInfo.stat(temp)?.size ?? -1
+        guard copied == file.size, let now = FileInfo.stat(source), file.matches(size: now.size, mtimeNs: now.mtimeNs, inode: now.inode)
+        else {
+            unlink(temp)
+            throw .invalid(
+                "\(source) changed while it was copied into the store (\(file.size) bytes when it was read, \(copied) copied); enqueue it once it is complete"
+            )
         }
         guard rename(temp, final) == 0 else {
             let e = errno
@@ -100,7 +111,7 @@ struct Staging {
                         filename: field.filename, contentType: field.contentType)
                     if let file = field.file {
                         let final = path(internalID, "form\(i)")
-                        try copyFile(file.path, to: final)
+                        try copyFile(file, to: final)
                         staged.created.append(final)
                         stored.stagedFile = final
                         if stored.filename == nil { stored.filename = Paths.basename(file.path) }
@@ -117,7 +128,7 @@ struct Staging {
                     staged.file = identity.path
                 case .copy:
                     let final = path(internalID, "body")
-                    try copyFile(identity.path, to: final)
+                    try copyFile(identity, to: final)
                     staged.created.append(final)
                     Fault.point("enqueue.copied")
                     staged.file = final
@@ -136,7 +147,7 @@ struct Staging {
                         // A moved file keeps the user's mode; the store's files are 0600 (they hold tokens).
                         chmod(final, 0o600)
                     } else if errno == EXDEV {
-                        try copyFile(identity.path, to: final)
+                        try copyFile(identity, to: final)
                         staged.created.append(final)
                         staged.removeAfterCommit.append(identity.path)
                     } else if errno == ENOENT {

@@ -904,3 +904,25 @@ struct CLIAuditTests {
         #expect(audit.out == "ok: the store's invariants hold\n")
     }
 }
+
+/// A copied file must be the file as the entry recorded it: one that changes after it was
+/// read (here: headers_command of the next line appends to it) is refused, not stored longer
+/// than the entry says, and the batch leaves nothing behind.
+struct CopiedFileChangeTests {
+    @Test func aFileThatChangesBeforeItIsCopiedIsRefused() throws {
+        let grow = "#!/bin/sh\ninput=$(cat)\ncase \"$input\" in *'\"n\":2'*) printf more >> data/a.bin ;; esac\necho '{}'\n"
+        let p = try CLIProject(config: CLIProject.config + "headers_command: hooks/grow.sh\n")
+        try p.write("hooks/grow.sh", grow, mode: 0o755)
+        try p.write("data/a.bin", String(repeating: "a", count: 5000))
+        try p.write("data/b.bin", "b")
+        try p.write(
+            "lines.jsonl", #"{"vars": {"path": "data/a.bin", "n": 1}}"# + "\n" + #"{"vars": {"path": "data/b.bin", "n": 2}}"# + "\n")
+        let r = p.run(["enqueue", "file.copy", "--from", "lines.jsonl"], environment: ["API_TOKEN": "t"])
+        #expect(r.status == 65, "\(r)")
+        #expect(
+            r.err.contains("data/a.bin changed while it was copied into the store (5000 bytes when it was read, 5004 copied)"), "\(r.err)")
+        #expect(try p.rows().isEmpty)
+        let staged = (try? FileManager.default.contentsOfDirectory(atPath: p.root + "/.outbox/bodies")) ?? []
+        #expect(staged.isEmpty, "\(staged)")
+    }
+}
