@@ -261,6 +261,7 @@ extension Definition {
                     continue
                 }
                 if case let .string(key)? = keyNode.scalar, !key.contains("{{") { keys.append((key, keyNode.mark)) }
+                checkLiteralFollowUpFields(itemFields, field: "then.\(name)", reader: &reader)
                 if let json = reader.json(item, "then.\(name)") {
                     checkTemplates(item, field: "then.\(name)", reader: &reader)
                     followUps.append(json)
@@ -271,13 +272,27 @@ extension Definition {
         return (.object(out), keys)
     }
 
+    /// A `delay` or `id` written without a template is checked now: at every settle it would
+    /// fail the same way, and the follow-ups with it.
+    static func checkLiteralFollowUpFields(_ fields: [String: YAMLNode], field: String, reader: inout YAMLReader) {
+        if let node = fields["delay"] {
+            let templated = node.scalar.map { if case let .string(text) = $0 { text.contains("{{") } else { false } } ?? false
+            if !templated { _ = reader.duration(node, "\(field) delay") }
+        }
+        if let node = fields["id"], case let .string(text)? = node.scalar, !text.contains("{{"),
+            let problem = Identifiers.validateUserID(text)
+        {
+            reader.error(node.mark, "\(field) id: \(problem)")
+        }
+    }
+
     /// Reports template syntax errors in every string of a tree, each at its own line and
     /// column; `skip` names fields whose templates were already checked (headers).
     static func checkTemplates(_ node: YAMLNode, field: String, skip: Set<String> = [], reader: inout YAMLReader) {
         switch node.kind {
         case .scalar:
-            // `part` renders in a parts plan alone: elsewhere in a request it can never resolve.
-            let partless = field.hasPrefix("request.") && !field.hasPrefix("request.parts")
+            // `part` renders in a parts plan alone: elsewhere in a request, or in a follow-up, it can never resolve.
+            let partless = (field.hasPrefix("request.") && !field.hasPrefix("request.parts")) || field.hasPrefix("then.")
             let roots = partless ? Template.allRoots.subtracting(["part"]) : Template.allRoots
             if case let .string(s)? = node.scalar, let problem = Template.validate(s, roots: roots) {
                 reader.error(node.mark, "\(field): \(problem)")
