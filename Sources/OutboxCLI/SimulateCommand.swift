@@ -1,3 +1,4 @@
+import OutboxEnqueue
 import OutboxHTTP
 import OutboxModel
 import OutboxProcess
@@ -85,11 +86,22 @@ enum SimulateCommand {
         let record = OutcomeRecord(
             seq: 0, entryID: entry.id, key: key, generation: 1, outcome: outcome, payload: payload, deliveries: 0, acknowledged: false,
             nextDeliveryAt: nil, reason: nil, hookPgid: nil, hookStart: nil, createdAt: now)
-        let followUps = (definition.then?[outcome.hookField]?.arrayValue ?? []).compactMap { $0["key"]?.stringValue }
+        // The follow-ups as the runner builds them: one that cannot be built voids the chain.
+        let factory = followUpFactory(project, i)
+        var followUps: [String] = []
+        var followUpErrors: [String] = []
+        for (index, item) in (definition.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
+            do {
+                followUps.append(try Runner.followUp(item, entry: entry, outcome: payload, factory: factory).key)
+            } catch {
+                followUpErrors.append("then.\(outcome.hookField)[\(index)]: \(error.message)")
+            }
+        }
+        if !followUpErrors.isEmpty { followUps = [] }
         guard let hook = outcome == .completed ? definition.onSuccess : definition.onError else {
             return report(
-                &i, klass: klass, note: "outcome \(outcome.rawValue); the definition has no hook for it", outcome: payload,
-                followUps: followUps)
+                &i, klass: klass, note: "outcome \(outcome.rawValue); the definition has no hook for it",
+                outcome: Runner.hookPayload(payload, deliveries: 1), followUps: followUps, followUpErrors: followUpErrors)
         }
         let ran: ProcessResult
         do {
@@ -98,40 +110,80 @@ enum SimulateCommand {
         } catch {
             throw .invalid("the hook could not start: \(error.message)")
         }
-        let exit = ran.exitStatus ?? (128 + (ran.signal ?? 0))
-        let enqueues = String(decoding: ran.stdout, as: UTF8.self).split(separator: "\n").filter { $0.contains("\"enqueue\"") }
+        let exited = ran.exitStatus ?? (128 + (ran.signal ?? 0))
+        var exit = exited
+        // The lines of a hook that exited 0 are applied, by the runner's rules; an invalid one
+        // fails the delivery (nothing applied, delivered again), so simulate fails too.
+        var enqueues: [String] = []
+        var lineProblem: String?
+        if exit == 0 {
+            do {
+                enqueues = try Runner.hookEnqueues(ran.stdout, parent: entry.id, factory: factory).map(\.key)
+            } catch {
+                lineProblem = "the hook printed an invalid enqueue line: \(error.message)"
+                exit = 1
+            }
+        }
         if i.json {
             i.console.out(
                 JSON.object([
-                    ("class", .string(klass.name)), ("outcome", Runner.hookPayload(payload, deliveries: 1)), ("hook_exit", .int(Int(exit))),
+                    ("class", .string(klass.name)), ("outcome", Runner.hookPayload(payload, deliveries: 1)),
+                    ("hook_exit", .int(Int(exited))),
                     ("hook_stdout", .string(String(decoding: ran.stdout, as: UTF8.self))),
                     ("hook_stderr", .string(String(decoding: ran.stderr, as: UTF8.self))),
                     ("follow_ups", .array(followUps.map { .string($0) })),
-                    ("hook_enqueues", .array(enqueues.map { .string(String($0)) })),
+                    ("follow_up_errors", .array(followUpErrors.map { .string($0) })),
+                    ("hook_enqueues", .array(enqueues.map { .string($0) })), ("hook_problem", .optionalString(lineProblem)),
                 ]).serialized())
         } else {
             i.console.write(String(decoding: ran.stdout, as: UTF8.self))
             i.console.rawErr(String(decoding: ran.stderr, as: UTF8.self))
+            if let lineProblem { i.console.err("outbox: \(lineProblem)") }
             i.console.err(
-                "outbox: outcome \(outcome.rawValue) delivered to the hook, which exited \(exit)"
+                "outbox: outcome \(outcome.rawValue) delivered to the hook, which exited \(exited)"
                     + (exit == 0 ? " (acknowledged)" : " (it would be delivered again)"))
-            if !followUps.isEmpty { i.console.err("outbox: then would enqueue: \(followUps.joined(separator: ", "))") }
-            if !enqueues.isEmpty { i.console.err("outbox: the hook's \(enqueues.count) enqueue line(s) would be enqueued") }
+            reportFollowUps(&i, followUps, followUpErrors)
+            if !enqueues.isEmpty { i.console.err("outbox: the hook's enqueue lines would enqueue: \(enqueues.joined(separator: ", "))") }
         }
         return exit
     }
 
+    /// The runner's rules for what an outcome enqueues; plugins run only with --plugins (a
+    /// follow-up whose definition needs its request_command is then an error naming it).
+    static func followUpFactory(_ project: Project, _ i: Invocation) -> EntryFactory {
+        var config = project.config
+        let plugins = i.args.flag("plugins")
+        if !plugins { config.headersCommand = nil }
+        return EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (key: String) throws(OutboxError) in
+            let definition = try project.definition(key)
+            if !plugins, definition.requestCommand != nil {
+                throw .usage("\(key) is built by its request_command (--plugins runs it)")
+            }
+            return definition
+        }
+    }
+
+    static func reportFollowUps(_ i: inout Invocation, _ followUps: [String], _ errors: [String]) {
+        if !followUps.isEmpty { i.console.err("outbox: then would enqueue: \(followUps.joined(separator: ", "))") }
+        for error in errors { i.console.err("outbox: then would enqueue nothing: \(error)") }
+    }
+
     /// What happened when no hook ran.
-    static func report(_ i: inout Invocation, klass: AttemptOutcomeClass, note: String, outcome: JSON?, followUps: [String] = []) -> Int32 {
+    static func report(
+        _ i: inout Invocation, klass: AttemptOutcomeClass, note: String, outcome: JSON?, followUps: [String] = [],
+        followUpErrors: [String] = []
+    ) -> Int32 {
         if i.json {
             i.console.out(
                 JSON.object([
                     ("class", .string(klass.name)), ("outcome", outcome ?? .null), ("hook_exit", .null), ("note", .string(note)),
                     ("follow_ups", .array(followUps.map { .string($0) })),
+                    ("follow_up_errors", .array(followUpErrors.map { .string($0) })),
                 ]).serialized())
         } else {
             if let outcome { i.console.out(outcome.pretty()) }
             i.console.err("outbox: \(note)")
+            reportFollowUps(&i, followUps, followUpErrors)
         }
         return 0
     }

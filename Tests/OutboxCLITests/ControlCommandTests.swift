@@ -494,6 +494,39 @@ struct SimulateTests {
         #expect(!p.storeExists, "nothing stored")
     }
 
+    /// simulate applies the runner's rules to what the outcome enqueues: an invalid enqueue
+    /// line fails the delivery (exit 1, "delivered again"), a failing hook's lines count for
+    /// nothing, a `then` item that cannot be built voids the chain, and an outcome with no hook
+    /// shows `meta.deliveries` as a hook would get it.
+    @Test func simulateJudgesWhatTheOutcomeEnqueuesAsTheRunnerWould() throws {
+        let p = try CLIProject()
+        let typo = #"{"enqueue": {"key": "plain", "idd": "typo"}}"#
+        _ = try p.write("hooks/typo.sh", "#!/bin/sh\ncat > /dev/null\necho '\(typo)'\nexit 0\n", mode: 0o755)
+        _ = try p.write("hooks/fails.sh", "#!/bin/sh\ncat > /dev/null\necho '{\"enqueue\": {\"key\": \"plain\"}}'\nexit 3\n", mode: 0o755)
+        _ = try p.write(
+            "definitions/typo.yaml",
+            """
+            key: typo
+            request: { url: "https://x.example/p", data: { a: 1 } }
+            on_success: hooks/typo.sh
+            then: { on_success: [{ key: plain, id: "next-{{ outcome.data.id }}" }] }
+            """)
+        let typoRun = p.run("simulate", "typo", "--status", "200", "--body", "{}", "--json")
+        #expect(typoRun.status == 1, "\(typoRun)")
+        let doc = try typoRun.json()
+        #expect(doc["hook_exit"] == .int(0))
+        #expect(doc["hook_problem"]?.stringValue?.contains(#"enqueue has an unknown field "idd""#) == true, "\(doc.serialized())")
+        #expect(doc["follow_ups"] == .array([]))
+        #expect(doc["follow_up_errors"]?.arrayValue?.first?.stringValue?.contains("outcome.data is null") == true, "\(doc.serialized())")
+        _ = try p.write(
+            "definitions/fails.yaml", "key: fails\nrequest: { url: \"https://x.example/p\", data: { a: 1 } }\non_success: hooks/fails.sh\n")
+        let failing = p.run("simulate", "fails", "--status", "200")
+        #expect(failing.status == 3 && !failing.err.contains("enqueue lines would enqueue"), "\(failing)")
+        _ = try p.write("definitions/bare.yaml", "key: bare\nrequest: { url: \"https://x.example/p\", data: { a: 1 } }\n")
+        let bare = try p.run("simulate", "bare", "--status", "200", "--json").json()
+        #expect(bare["outcome"]?["meta"]?["deliveries"] == .int(1), "\(bare.serialized())")
+    }
+
     @Test(arguments: [("422", "", "error"), ("409", #"{"e": "already exists"}"#, "completed"), ("409", #"{"e": "conflict"}"#, "error")])
     func theAcceptRulesDecideTheOutcome(_ status: String, body: String, outcome: String) throws {
         let p = try Self.project()

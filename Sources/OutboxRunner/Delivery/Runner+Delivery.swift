@@ -266,7 +266,7 @@ extension Runner {
                     "the hook printed more than \(Units.formatBytes(Int64(Self.hookOutputCap))) on stdout, so its enqueue lines cannot all be read"
             } else {
                 do {
-                    followUps = try hookEnqueues(process.stdout, parent: entryID)
+                    followUps = try Self.hookEnqueues(process.stdout, parent: entryID, factory: factory)
                 } catch {
                     failure = "the hook printed an invalid enqueue line: \(error.message)"
                 }
@@ -299,7 +299,7 @@ extension Runner {
 
     /// Lines `{"enqueue": {"key", "vars", "id"?, "delay"?}}` printed by a hook; other lines are
     /// ignored. Any invalid enqueue line fails the whole delivery (nothing is applied).
-    func hookEnqueues(_ stdout: [UInt8], parent: String) throws(OutboxError) -> [NewEntry] {
+    package static func hookEnqueues(_ stdout: [UInt8], parent: String, factory: EntryFactory) throws(OutboxError) -> [NewEntry] {
         var entries: [NewEntry] = []
         for line in stdout.split(separator: UInt8(ascii: "\n")) {
             // Only a line that starts with `{` (as documented): an indented one is other output.

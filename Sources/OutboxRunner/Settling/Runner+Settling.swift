@@ -100,7 +100,7 @@ extension Runner {
         var failures: [JSON] = []
         for (index, item) in (definition?.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
             do {
-                followUps.append(try followUp(item, entry: entry, outcome: payload))
+                followUps.append(try Self.followUp(item, entry: entry, outcome: payload, factory: factory))
             } catch {
                 failures.append(.object([("index", .int(index)), ("key", item["key"] ?? .null), ("message", .string(error.message))]))
             }
@@ -163,9 +163,9 @@ extension Runner {
         summary.cancelled += 1
     }
 
-    /// Renders one `then` item with `outcome.*` and builds its entry.
-    func followUp(_ item: JSON, entry: Entry, outcome: JSON) throws(OutboxError) -> NewEntry {
-        var inputs = RenderInputs(id: entry.id, vars: entry.vars, environment: environment, cwd: config.root)
+    /// Renders one `then` item with `outcome.*` and builds its entry (`simulate` too).
+    package static func followUp(_ item: JSON, entry: Entry, outcome: JSON, factory: EntryFactory) throws(OutboxError) -> NewEntry {
+        var inputs = RenderInputs(id: entry.id, vars: entry.vars, environment: factory.environment, cwd: factory.config.root)
         inputs.outcome = outcome
         let rendered = try Template.renderTree(item, context: RequestBuilder.context(inputs), field: "then")
         guard let key = rendered["key"]?.stringValue else { throw .invalid("then: key must be a string") }
