@@ -129,9 +129,12 @@ enum ReadCommands {
                 }))
         doc.set("attempts_log", .array(try store.attempts(entryID: e.id)))
         var chain: [JSON] = []
+        var seen: Set<String> = [e.id]
         var parent = e.parent
+        // An entry that enqueued its own id again is its own parent: the chain ends where it repeats.
         while let p = parent, chain.count < 50 {
             chain.append(.string(p))
+            guard seen.insert(p).inserted else { break }
             parent = try store.entry(id: p)?.parent
         }
         doc.set("chain", .array(chain))

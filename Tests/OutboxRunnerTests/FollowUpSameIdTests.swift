@@ -61,5 +61,7 @@ struct FollowUpSameIdTests {
         #expect(bodies.allSatisfy { $0 == #"{"n":1,"msg":"hello"}"# }, "\(bodies)")
         let shown = try #require(try await p.show("e1"))
         #expect(shown["total_bytes"] == .int(bodies.first?.utf8.count ?? 0))
+        // Its own parent: the chain names it once, not fifty times.
+        #expect(shown["chain"] == .array([.string("e1")]), "\(shown)")
     }
 }
