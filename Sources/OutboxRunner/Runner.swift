@@ -274,8 +274,10 @@ package final class Runner {
         }
         if !shutdown.isStopping { options.notifier?.send("STOPPING=1") }
         // Entries we hold go back in the queue, keeping accepted parts.
-        for id in flights.running.keys { changes.append(.requeue(entryID: id)) }
+        let held = Array(flights.running.values)
+        for entry in held { changes.append(.requeue(entryID: entry.id)) }
         try flush(now: Identifiers.nowMs())
+        for entry in held { emitState(entry, state: .queued, reason: entry.reason) }
         if !hostHealth.held.isEmpty {
             try store.setHeldHosts([])
             try store.releaseHolds(now: Identifiers.nowMs(), reasons: [.host])

@@ -328,13 +328,16 @@ import Testing
         let p = try Project(definitions: ["t": definition("t")])
         // Never released: only the grace deadline can end the attempt.
         try await p.enqueue("t", path: "/hold/long", id: "long")
-        let runner = try p.start(["run", "--grace", "200ms"])
+        let runner = try p.start(["run", "--grace", "200ms", "--events", "-"])
         #expect(await p.server.waitForHeld("long"))
         runner.signal(SIGTERM)
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
         let row = try #require(try await p.list().first)
         #expect(row.string("state") == "queued", "an attempt cut off by the grace deadline leaves the entry queued")
+        // The event stream says so too: its last state event for the entry is queued.
+        let states = finished.jsonLines.filter { $0.string("type") == "state" && $0.string("id") == "long" }
+        #expect(states.last?.string("state") == "queued", "\(finished.stdout)")
         #expect(p.hookLog.isEmpty)
     }
 

@@ -71,7 +71,10 @@ extension Runner {
             recordLateAttempt(entry, flight: flight, result: result, now: now)
             if let requeue = withdrawal {
                 flights.running[entry.id] = nil
-                if requeue { changes.append(.requeue(entryID: entry.id)) }
+                if requeue {
+                    changes.append(.requeue(entryID: entry.id))
+                    emitState(entry, state: .queued, reason: entry.reason)
+                }
                 return
             }
             if let index = flight.partIndex {
