@@ -16,6 +16,16 @@ extension SQLStore {
         return forgottenFiles(e, returnMovedFile: returnMovedFile)
     }
 
+    /// Removes an entry whose row cannot be read back (what it refers to is unknown), with its
+    /// parts, attempts and outcomes. Its staged files stay: one may be a moved file's only copy.
+    func forgetDamaged(id: String) throws(OutboxError) {
+        guard let seq = try db.queryOne("SELECT seq FROM entries WHERE id = ?", [.text(id)], { $0.int(0) }) else { return }
+        try db.run("DELETE FROM entries WHERE seq = ?", [.int(seq)])
+        try db.run("DELETE FROM parts WHERE entry_seq = ?", [.int(seq)])
+        try db.run("DELETE FROM attempts WHERE entry_id = ?", [.text(id)])
+        try db.run("DELETE FROM outcomes WHERE entry_id = ?", [.text(id)])
+    }
+
     /// The staged files of a forgotten entry to remove after the commit; a moved file that
     /// was never sent is queued to go back instead.
     func forgottenFiles(_ e: Entry, returnMovedFile: Bool) -> [String] {
@@ -104,7 +114,19 @@ extension SQLStore {
                     }
                 }
                 if let ids {
-                    for id in ids { if let e = try entry(id: id) { try cancel([e]) } }
+                    for id in ids {
+                        let e: Entry?
+                        do throws(OutboxError) {
+                            e = try entry(id: id)
+                        } catch {
+                            guard error.code == .storage, error.message.contains(" is damaged") else { throw error }
+                            // Named by its id, a row that cannot be read back can still go: the way out of it.
+                            try forgetDamaged(id: id)
+                            cancelled.append(id)
+                            continue
+                        }
+                        if let e { try cancel([e]) }
+                    }
                 } else {
                     try forEachChunk(ListFilter(key: key), cancel)
                 }

@@ -40,12 +40,23 @@ extension SQLStore {
         do { return try JSON.parse(text, maxDepth: JSON.storedMaxDepth) } catch { throw .storage("the \(what) is damaged: \(error)") }
     }
 
+    /// A row that does not read back, with the way out: `cancel` removes it by its id.
+    static func damaged(_ message: String, id: String) -> OutboxError {
+        .storage("\(message); `outbox cancel \(id)` removes that entry")
+    }
+
+    private func vars(_ text: String, id: String) throws(OutboxError) -> JSON {
+        do throws(OutboxError) { return try Self.storedJSON(text, what: "vars of entry \(id)") } catch {
+            throw Self.damaged(error.message, id: id)
+        }
+    }
+
     /// An entry from its row. A row that does not read back whole fails with E_STORAGE
     /// naming what is damaged: a default in its place could send another request.
     func entryFromRow(_ r: Database.Row) throws(OutboxError) -> Entry {
         let id = r.text(1)
         guard let state = EntryState(rawValue: r.text(5)) else {
-            throw .storage("the stored entry \(id) is damaged: unknown state \"\(r.text(5))\"")
+            throw Self.damaged("the stored entry \(id) is damaged: unknown state \"\(r.text(5))\"", id: id)
         }
         // The request and body name what is damaged; the entry's id says where.
         let request: StoredRequest
@@ -54,11 +65,11 @@ extension SQLStore {
             request = try storedRequest(r.text(8))
             body = try StoredBody(kind: request.bodyKind, inline: r.blob(9), file: r.optionalText(10), form: request.form)
         } catch {
-            throw .storage("\(error.message) (entry \(id))")
+            throw Self.damaged("\(error.message) (entry \(id))", id: id)
         }
         return Entry(
             seq: r.int(0), id: id, internalID: r.text(2), key: r.text(3),
-            vars: try Self.storedJSON(r.text(4), what: "vars of entry \(id)"),
+            vars: try vars(r.text(4), id: id),
             state: state, reason: r.optionalText(6), generation: r.int(7), request: request,
             body: body,
             bodyHash: r.text(11), totalBytes: r.int(12),

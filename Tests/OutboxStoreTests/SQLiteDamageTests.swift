@@ -38,6 +38,9 @@ struct SQLiteDamageTests {
         }
         // The damage stays in its row: the other entry reads back.
         #expect(try f.store.entry(id: "good")?.id == "good", sourceLocation: sourceLocation)
+        // `cancel` by its id removes it all the same, and the store reads whole again.
+        #expect(try f.store.cancel(ids: ["row-7"], key: nil, now: 4_000_000_000_000) == ["row-7"], sourceLocation: sourceLocation)
+        #expect(try f.store.list(ListFilter()).map(\.id) == ["good"], sourceLocation: sourceLocation)
     }
 
     // A request column that is not JSON at all.
@@ -67,10 +70,10 @@ struct SQLiteDamageTests {
     // An unknown state, in every read, and in the counts.
     @Test func anUnknownState() throws {
         let f = try store(damage: "state = 'frozen'")
-        try expectDamage(f, ["row-7", "unknown state", "frozen"], queued: false)
         let error = #expect(throws: OutboxError.self) { _ = try f.store.counts() }
         #expect(error?.code == .storage)
         #expect(error?.message.contains("frozen") == true)
+        try expectDamage(f, ["row-7", "unknown state", "frozen"], queued: false)
     }
 
     // Vars that are not JSON.
