@@ -15,6 +15,9 @@ package final class EventSink {
     /// Lines of the plugin's output logged so far; past `pluginLinesLogged` the rest is dropped.
     var pluginLines = 0
     static let pluginLinesLogged = 1000
+    /// When the plugin's output was last read (monotonic ms): at most every 100 ms, not at
+    /// every event (two reads each).
+    var pluginOutputReadAt: Int64 = 0
 
     package init(
         console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
@@ -42,7 +45,11 @@ package final class EventSink {
         write?(line)
         if let plugin {
             plugin.send(line: line)
-            logPluginOutput(plugin.takeOutput())
+            let now = Identifiers.monotonicMs()
+            if now - pluginOutputReadAt >= 100 {
+                pluginOutputReadAt = now
+                logPluginOutput(plugin.takeOutput())
+            }
         }
         if !reportedLostOutput, let lost = console?.outputLost {
             reportedLostOutput = true
