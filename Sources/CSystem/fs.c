@@ -70,7 +70,7 @@ int csystem_write_file(const char *path, const void *bytes, size_t count) {
     return rc;
 }
 
-int csystem_copy_file(const char *src, const char *dst) {
+int csystem_copy_file(const char *src, const char *dst, int64_t limit) {
     /* Non-blocking, and only a regular file: a FIFO or device put in the source's place
        fails here instead of hanging the copy or reading forever. */
     int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
@@ -91,10 +91,21 @@ int csystem_copy_file(const char *src, const char *dst) {
     /* copy_file_range may return short counts, 0 before EOF, EXDEV or EOPNOTSUPP: loop and
        fall back to read/write on any failure. */
     int use_range = 1;
+    int64_t copied = 0;
     for (;;) {
+        /* With a limit, no more than that: a file that grows while it is copied is seen to
+           have grown without copying all it grew by. */
+        size_t want = 1 << 30;
+        if (limit >= 0) {
+            if (copied >= limit) break;
+            if ((int64_t)want > limit - copied) want = (size_t)(limit - copied);
+        }
         if (use_range) {
-            ssize_t n = copy_file_range(in, NULL, out, NULL, 1 << 30, 0);
-            if (n > 0) continue;
+            ssize_t n = copy_file_range(in, NULL, out, NULL, want, 0);
+            if (n > 0) {
+                copied += n;
+                continue;
+            }
             if (n == 0) {
                 struct stat a, b;
                 if (fstat(in, &a) == 0 && fstat(out, &b) == 0 && a.st_size == b.st_size) break;
@@ -107,13 +118,14 @@ int csystem_copy_file(const char *src, const char *dst) {
             continue;
         }
         char buf[1 << 16];
-        ssize_t r = read(in, buf, sizeof buf);
+        ssize_t r = read(in, buf, want < sizeof buf ? want : sizeof buf);
         if (r < 0) {
             if (errno == EINTR) continue;
             rc = -errno;
             break;
         }
         if (r == 0) break;
+        copied += r;
         rc = write_all(out, buf, (size_t)r);
         if (rc != 0) break;
     }

@@ -131,7 +131,7 @@ struct MoveJournal {
         }
         guard errno == EXDEV else { return false }
         let temp = "\(source)\(returnCopySuffix)\(getpid())"
-        guard csystem_copy_file(file, temp) == 0 else { return false }
+        guard csystem_copy_file(file, temp, -1) == 0 else { return false }
         guard rename(temp, source) == 0 else {
             unlink(temp)
             return false

@@ -62,7 +62,8 @@ struct Staging {
     func copyFile(_ file: FileIdentity, to final: String) throws(OutboxError) {
         let source = file.path
         let temp = tempPath(for: final)
-        let rc = csystem_copy_file(source, temp)
+        // One byte past the recorded size is enough to see a file that grew.
+        let rc = csystem_copy_file(source, temp, file.size + 1)
         guard rc == 0 else {
             if -rc == ENOENT { throw .fileMissing("no such file \(source)") }
             if -rc == EINVAL { throw .invalid("\(source) is not a regular file (any more)") }
@@ -77,7 +78,7 @@ struct Staging {
         else {
             unlink(temp)
             throw .invalid(
-                "\(source) changed while it was copied into the store (\(file.size) bytes when it was read, \(copied) copied); enqueue it once it is complete"
+                "\(source) changed while it was copied into the store (it had \(file.size) bytes when enqueue read it); enqueue it once it is complete"
             )
         }
         guard rename(temp, final) == 0 else {

@@ -164,7 +164,7 @@ package enum StoreCopy {
                 // holds no entry, so none owns it) is replaced, never appended to or refused.
                 let temp = newPrefix + name + ".tmp-\(getpid())-copy"
                 unlink(temp)
-                var rc = csystem_copy_file(oldPrefix + name, temp)
+                var rc = csystem_copy_file(oldPrefix + name, temp, -1)
                 if rc == 0, rename(temp, newPrefix + name) != 0 { rc = -errno }
                 guard rc == 0 else {
                     unlink(temp)

@@ -920,7 +920,7 @@ struct CopiedFileChangeTests {
         let r = p.run(["enqueue", "file.copy", "--from", "lines.jsonl"], environment: ["API_TOKEN": "t"])
         #expect(r.status == 65, "\(r)")
         #expect(
-            r.err.contains("data/a.bin changed while it was copied into the store (5000 bytes when it was read, 5004 copied)"), "\(r.err)")
+            r.err.contains("data/a.bin changed while it was copied into the store (it had 5000 bytes when enqueue read it)"), "\(r.err)")
         #expect(try p.rows().isEmpty)
         let staged = (try? FileManager.default.contentsOfDirectory(atPath: p.root + "/.outbox/bodies")) ?? []
         #expect(staged.isEmpty, "\(staged)")
