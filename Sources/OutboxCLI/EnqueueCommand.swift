@@ -78,15 +78,12 @@ enum EnqueueCommand {
         return vars
     }
 
-    /// The file an existing entry of this id moved into the store, by its source path, so a
-    /// same-id enqueue naming that path still finds it (nothing for a new id).
+    /// The file an existing entry of this id moved or copied into the store, by its source
+    /// path, so a same-id enqueue naming that path still finds it (nothing for a new id).
     static func movedFiles(_ project: Project, id: String?) throws(OutboxError) -> [String: FileIdentity] {
         // Only an existing store can hold one; a bad input must not create the store.
-        guard let id, project.storeExists,
-            let existing = try project.store().entry(id: id), existing.request.ownership == .move,
-            let file = existing.request.file, existing.bodyFile != nil
-        else { return [:] }
-        return [file.path: file]
+        guard let id, project.storeExists else { return [:] }
+        return try project.store().entry(id: id)?.stagedSources ?? [:]
     }
 
     /// When a held entry may run; `names` are how the caller spells the two fields in messages.

@@ -10,7 +10,9 @@ import Testing
 /// got none: a file body left an entry every command stopped at with 74, a data body went
 /// out empty.
 struct FollowUpSameIdTests {
-    @Test(arguments: ["copy", "reference"])
+    /// The source of a copy may be deleted once enqueued, and a moved one has left: the line
+    /// naming that path still means the bytes the entry holds.
+    @Test(arguments: ["copy", "reference", "move"])
     func aHookThatEnqueuesItsOwnFileEntryAgainSendsTheFileAgain(_ ownership: String) async throws {
         // Asks for the same entry again at its first delivery, and only then.
         let again = """
@@ -30,14 +32,18 @@ struct FollowUpSameIdTests {
         p.environment["SRC"] = source
         let vars = JSON.object([("url", .string(p.url("/put/h1"))), ("path", .string(source))]).serialized()
         #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", "h1"]).exitCode == 0)
+        if ownership == "copy" { try FileManager.default.removeItem(atPath: source) }
         let run = try await p.drain(failures: 0)
         #expect(p.server.requests(path: "/put/h1").map(\.bodySize) == [3000, 3000], "sent again, whole: \(run.stderr)")
+        #expect(Set(p.server.requests(path: "/put/h1").map(\.bodySHA256)).count == 1, "the same bytes")
         #expect(try await p.outbox(["audit"]).exitCode == 0)
         #expect(try await p.list().isEmpty)
         // The next run and the commands that read every entry go on.
         #expect(try await p.outbox(["cancel", "--all"]).exitCode == 0)
         try await p.drain(failures: 0)
-        #expect(FileManager.default.fileExists(atPath: source))
+        #expect(FileManager.default.fileExists(atPath: source) == (ownership == "reference"))
+        let staged = (try? FileManager.default.contentsOfDirectory(atPath: p.root + "/.outbox/bodies")) ?? []
+        #expect(staged.isEmpty, "nothing left behind: \(staged)")
     }
 
     @Test func aThenFollowUpOfItsOwnIdKeepsItsDataBody() async throws {

@@ -111,6 +111,13 @@ package struct Entry: Sendable {
     /// The staged body file, or the user's file for `reference`.
     package var bodyFile: String? { body.file }
 
+    /// The file this entry holds in the store (moved or copied in), by its source path: a
+    /// same-id enqueue naming that path means these bytes while nothing else is there.
+    package var stagedSources: [String: FileIdentity] {
+        guard let file = request.file, let staged = bodyFile, staged != file.path, request.ownership != .reference else { return [:] }
+        return [file.path: file]
+    }
+
     /// Whether the entry is sent as parts (a chunked upload).
     package var isChunked: Bool { request.bodyKind == .parts }
 

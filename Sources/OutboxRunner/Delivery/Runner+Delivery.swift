@@ -266,7 +266,9 @@ extension Runner {
                     "the hook printed more than \(Units.formatBytes(Int64(Self.hookOutputCap))) on stdout, so its enqueue lines cannot all be read"
             } else {
                 do {
-                    followUps = try Self.hookEnqueues(process.stdout, parent: entryID, factory: factory)
+                    followUps = try Self.hookEnqueues(process.stdout, parent: entryID, factory: factory) { id throws(OutboxError) in
+                        try self.store.entry(id: id)?.stagedSources ?? [:]
+                    }
                 } catch {
                     failure = "the hook printed an invalid enqueue line: \(error.message)"
                 }
@@ -299,7 +301,10 @@ extension Runner {
 
     /// Lines `{"enqueue": {"key", "vars", "id"?, "delay"?}}` printed by a hook; other lines are
     /// ignored. Any invalid enqueue line fails the whole delivery (nothing is applied).
-    package static func hookEnqueues(_ stdout: [UInt8], parent: String, factory: EntryFactory) throws(OutboxError) -> [NewEntry] {
+    package static func hookEnqueues(
+        _ stdout: [UInt8], parent: String, factory: EntryFactory,
+        stagedSources: (String) throws(OutboxError) -> [String: FileIdentity] = { _ in [:] }
+    ) throws(OutboxError) -> [NewEntry] {
         var entries: [NewEntry] = []
         for line in stdout.split(separator: UInt8(ascii: "\n")) {
             // Only a line that starts with `{` (as documented): an indented one is other output.
@@ -325,10 +330,11 @@ extension Runner {
                     throw .invalid("delay: \(error.message)")
                 }
             }
+            let id = request["id"]?.stringValue
             entries.append(
                 try factory.make(
-                    key: key, vars: request["vars"] ?? .null, id: request["id"]?.stringValue,
-                    parent: parent, notBefore: notBefore))
+                    key: key, vars: request["vars"] ?? .null, id: id, parent: parent, notBefore: notBefore,
+                    movedFiles: try id.map(stagedSources) ?? [:]))
         }
         return entries
     }

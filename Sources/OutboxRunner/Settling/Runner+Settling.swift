@@ -100,7 +100,10 @@ extension Runner {
         var failures: [JSON] = []
         for (index, item) in (definition?.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
             do {
-                followUps.append(try Self.followUp(item, entry: entry, outcome: payload, factory: factory))
+                followUps.append(
+                    try Self.followUp(item, entry: entry, outcome: payload, factory: factory) { id throws(OutboxError) in
+                        try self.store.entry(id: id)?.stagedSources ?? [:]
+                    })
             } catch {
                 failures.append(.object([("index", .int(index)), ("key", item["key"] ?? .null), ("message", .string(error.message))]))
             }
@@ -163,8 +166,12 @@ extension Runner {
         summary.cancelled += 1
     }
 
-    /// Renders one `then` item with `outcome.*` and builds its entry (`simulate` too).
-    package static func followUp(_ item: JSON, entry: Entry, outcome: JSON, factory: EntryFactory) throws(OutboxError) -> NewEntry {
+    /// Renders one `then` item with `outcome.*` and builds its entry (`simulate` too);
+    /// `stagedSources` gives the files an existing entry of an id holds in the store.
+    package static func followUp(
+        _ item: JSON, entry: Entry, outcome: JSON, factory: EntryFactory,
+        stagedSources: (String) throws(OutboxError) -> [String: FileIdentity] = { _ in [:] }
+    ) throws(OutboxError) -> NewEntry {
         var inputs = RenderInputs(id: entry.id, vars: entry.vars, environment: factory.environment, cwd: factory.config.root)
         inputs.outcome = outcome
         let rendered = try Template.renderTree(item, context: RequestBuilder.context(inputs), field: "then")
@@ -175,8 +182,9 @@ extension Runner {
                 throw .invalid("then.delay: \(error.message)")
             }
         }
+        let id = rendered["id"]?.stringValue
         return try factory.make(
-            key: key, vars: rendered["vars"] ?? .null, id: rendered["id"]?.stringValue, parent: entry.id,
-            notBefore: notBefore, outcome: outcome)
+            key: key, vars: rendered["vars"] ?? .null, id: id, parent: entry.id, notBefore: notBefore, outcome: outcome,
+            movedFiles: try id.map(stagedSources) ?? [:])
     }
 }
