@@ -229,7 +229,9 @@ package enum RequestBuilder {
         prepared.redirectMethodChange = redirectMethodChange
         prepared.secretHeaders = secretHeaders
         prepared.secretVars = SecretVars.paths(in: inputs.vars) {
-            HeaderRules.secretValues(headers, names: config.redactedHeaderNames.union(secretHeaders))
+            // A URL's password is shown redacted too: a var it came from must be.
+            let password = url.flatMap(URLCheck.password).map { [Array($0.utf8)] }?.filter { $0.count >= 6 } ?? []
+            return HeaderRules.secretValues(headers, names: config.redactedHeaderNames.union(secretHeaders)) + password
         }
         prepared.s3 = s3?.target
         return prepared

@@ -272,11 +272,21 @@ extension URLCheck {
     /// The URL with a password in its userinfo (`https://user:secret@host/`) shown as
     /// `[redacted]`, for anything printed (render, show, events).
     package static func redactingPassword(_ url: String) -> String {
-        guard let schemeEnd = url.firstRange(of: "://") else { return url }
+        guard let range = passwordRange(url) else { return url }
+        return String(url[..<range.lowerBound]) + "[redacted]" + String(url[range.upperBound...])
+    }
+
+    /// The password of the URL's userinfo, as written (nil without one).
+    package static func password(_ url: String) -> String? {
+        passwordRange(url).map { String(url[$0]) }
+    }
+
+    private static func passwordRange(_ url: String) -> Range<String.Index>? {
+        guard let schemeEnd = url.firstRange(of: "://") else { return nil }
         let authorityStart = schemeEnd.upperBound
         let authorityEnd = url[authorityStart...].firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? url.endIndex
         let authority = url[authorityStart..<authorityEnd]
-        guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return url }
-        return String(url[..<url.index(after: colon)]) + "[redacted]" + String(url[at...])
+        guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return nil }
+        return url.index(after: colon)..<at
     }
 }

@@ -926,3 +926,28 @@ struct CopiedFileChangeTests {
         #expect(staged.isEmpty, "\(staged)")
     }
 }
+
+/// A URL's password is shown redacted, so a var it came from is too (and a number fed to a
+/// secret header like a string).
+struct SecretVarsTests {
+    @Test func aVarThatWentIntoTheURLsPasswordOrAsANumberIntoAHeaderIsRedacted() throws {
+        let p = try CLIProject()
+        _ = try p.write(
+            "definitions/pw.yaml",
+            """
+            key: pw
+            request:
+              url: "https://u:{{ vars.pw | raw }}@api.example.com/x"
+              headers: { X-Pin: "{{ vars.pin }}" }
+              data: { a: 1 }
+            """)
+        try p.writeConfig(CLIProject.config + "redact_headers: [X-Pin]\n")
+        #expect(
+            p.run(["enqueue", "pw", "--id", "p1", "--vars", #"{"pw": "urlpassw0rd", "pin": 98765432, "note": "plain text"}"#]).status == 0)
+        for args in [["show", "p1", "--json"], ["show", "p1"], ["list", "--json"]] {
+            let r = p.run(args)
+            #expect(r.status == 0 && !r.out.contains("urlpassw0rd") && !r.out.contains("98765432"), "\(args): \(r.out)")
+            #expect(r.out.contains("plain text"), "\(args)")
+        }
+    }
+}

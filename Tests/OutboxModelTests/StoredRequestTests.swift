@@ -62,14 +62,16 @@ struct StoredRequestTests {
     /// Vars that went into a secret header are found by value, nested too, and shown redacted;
     /// short strings are left (they would match ordinary text).
     @Test func secretVarsAreFoundAndMasked() throws {
-        let vars = try JSON.parse(#"{"token": "abc123456", "n": 1, "deep": {"list": ["x", "pw-9876543"]}, "user": "alice"}"#)
+        let vars = try JSON.parse(
+            #"{"token": "abc123456", "n": 1, "deep": {"list": ["x", "pw-9876543"]}, "user": "alice", "pin": 20261204}"#)
         let secrets = HeaderRules.secretValues(
-            [("Authorization", "Basic alice:pw-9876543"), ("X-Key", "abc123456-suffix")], names: ["authorization", "x-key"])
+            [("Authorization", "Basic alice:pw-9876543"), ("X-Key", "abc123456-suffix"), ("X-Pin", "20261204")],
+            names: ["authorization", "x-key", "x-pin"])
         let paths = SecretVars.paths(in: vars) { secrets }
-        #expect(paths == [[.string("token")], [.string("deep"), .string("list"), .int(1)]])
+        #expect(paths == [[.string("token")], [.string("deep"), .string("list"), .int(1)], [.string("pin")]])
         let masked = SecretVars.masking(vars, paths)
         #expect(
-            masked.serialized() == #"{"token":"[redacted]","n":1,"deep":{"list":["x","[redacted]"]},"user":"alice"}"#)
+            masked.serialized() == #"{"token":"[redacted]","n":1,"deep":{"list":["x","[redacted]"]},"user":"alice","pin":"[redacted]"}"#)
         var request = try StoredRequest(json: Self.whole)
         request.secretVars = paths
         #expect(try StoredRequest(json: request.json).secretVars == paths, "kept in the stored request")

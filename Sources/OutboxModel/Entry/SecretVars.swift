@@ -3,15 +3,15 @@
 /// it. Found once at enqueue, by value, and kept as paths into the vars: a later `headers
 /// update` that replaces the header must not bring the old token back into view.
 package enum SecretVars {
-    /// The paths (member names and array indexes) of the string vars that a secret value
-    /// holds or that hold one; strings under 6 bytes are left, as `secretValues` leaves them.
+    /// The paths (member names and array indexes) of the string (or number) vars that a secret
+    /// value holds or that hold one; those under 6 bytes are left, as `secretValues` leaves them.
     /// `secrets` is asked for only when some var is a string that long (most vars are not).
     package static func paths(in vars: JSON, secrets secretValues: () -> [[UInt8]]) -> [[JSON]] {
         var found: [[JSON]] = []
         var known: [[UInt8]]?
         func walk(_ value: JSON, _ path: [JSON]) {
             switch value {
-            case let .string(s):
+            case let .string(s), let .number(s):
                 guard s.utf8.count >= 6 else { return }
                 let bytes = Array(s.utf8)
                 let secrets = known ?? secretValues()
