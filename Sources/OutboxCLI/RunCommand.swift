@@ -111,6 +111,8 @@ enum RunCommand {
         runner.eventsEnabled = events != nil || config.eventsCommand != nil
         runner.runnerLock = lock
         let summary = try runner.run()
+        // The plugin's last output and its drops are logged before the summary line.
+        sink.close()
         if i.json {
             console.out(summary.json.serialized())
         } else {

@@ -14,6 +14,10 @@ package final class StreamingChild {
     private let bufferCap: Int
     /// Lines dropped because the buffer was full or the child had stopped reading.
     package private(set) var dropped = 0
+    /// Set once a write found its stdin closed: it exited, or closed its input, early.
+    package private(set) var stoppedReading = false
+    /// How it ended when `close` reaped it by itself (before any kill): exit status or signal.
+    package private(set) var ended: (status: Int32?, signal: Int32?)?
     private var closed = false
     private var output: [OutputLines]
     /// Lines read from its output and not yet taken.
@@ -72,6 +76,7 @@ package final class StreamingChild {
             } else if n == -Int(EAGAIN) || n == -Int(EWOULDBLOCK) {
                 return
             } else {
+                stoppedReading = true
                 dropped += pending.split(separator: 0x0A).count
                 pending.removeAll()
                 csystem_proc_close(stdinFD)
@@ -105,6 +110,7 @@ package final class StreamingChild {
             if left <= 0 {
                 _ = csystem_proc_killpg(pid, SIGKILL)
                 _ = csystem_proc_wait(pid, 0, &code, &signal)
+                (code, signal) = (-1, -1)
                 break
             }
             // Its output is read while it finishes, so a full pipe cannot hold it until the kill.
@@ -115,6 +121,7 @@ package final class StreamingChild {
                 usleep(10_000)
             }
         }
+        if code >= 0 || signal >= 0 { ended = (code >= 0 ? code : nil, signal >= 0 ? signal : nil) }
         // What it started in its group (a background process) does not outlive it.
         _ = csystem_proc_killpg(pid, SIGKILL)
         if pidfd >= 0 { csystem_proc_close(pidfd) }

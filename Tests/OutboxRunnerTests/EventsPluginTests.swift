@@ -40,4 +40,20 @@ struct EventsPluginTests {
         #expect(run.stderr.contains("events.command: " + String(repeating: "y", count: 4096) + " [...]"))
         #expect(!run.stderr.contains(String(repeating: "y", count: 4097)))
     }
+
+    /// A plugin that fails is logged as failed (not as too slow), and its last words come
+    /// before the run's summary line.
+    @Test func aPluginThatExitsEarlyIsLoggedAsFailed() async throws {
+        let p = try Project(
+            config: fastConfig + "events: { command: hooks/events.sh }\n", definitions: ["t": definition("t")],
+            hooks: ["events.sh": "#!/bin/sh\necho going away\nexit 3\n"])
+        for n in 0..<3 { try await p.enqueue("t", path: "/status/200?\(n)", id: "e\(n)") }
+        let run = try await p.drain(failures: 0)
+        #expect(run.stderr.contains("outbox: events.command exited 3"), "\(run.stderr)")
+        #expect(!run.stderr.contains("did not keep up"), "\(run.stderr)")
+        let lines = run.stderr.split(separator: "\n")
+        let said = try #require(lines.firstIndex { $0.contains("events.command: going away") }, "\(run.stderr)")
+        let summary = try #require(lines.lastIndex { $0.contains("completed") }, "\(run.stderr)")
+        #expect(said < summary, "\(run.stderr)")
+    }
 }

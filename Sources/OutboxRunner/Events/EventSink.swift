@@ -62,8 +62,16 @@ package final class EventSink {
         guard let plugin else { return }
         plugin.close()
         logPluginOutput(plugin.takeOutput())
-        if plugin.dropped > 0 {
-            log("outbox: events.command did not keep up: \(plugin.dropped) event\(plugin.dropped == 1 ? " was" : "s were") dropped")
+        let events = "\(plugin.dropped) event\(plugin.dropped == 1 ? " was" : "s were")"
+        // A plugin that failed says so; one gone before the run ended is not slow but stopped.
+        let failed = plugin.ended.flatMap { e in
+            e.signal.map { "was killed by signal \($0)" } ?? (e.status == 0 ? nil : "exited \(e.status ?? -1)")
+        }
+        if plugin.stoppedReading {
+            log("outbox: events.command \(failed ?? "stopped reading its input") before the run ended: \(events) not delivered")
+        } else {
+            if let failed { log("outbox: events.command \(failed)") }
+            if plugin.dropped > 0 { log("outbox: events.command did not keep up: \(events) dropped") }
         }
         self.plugin = nil
     }
