@@ -279,10 +279,15 @@ extension Definition {
             let templated = node.scalar.map { if case let .string(text) = $0 { text.contains("{{") } else { false } } ?? false
             if !templated { _ = reader.duration(node, "\(field) delay") }
         }
-        if let node = fields["id"], case let .string(text)? = node.scalar, !text.contains("{{"),
-            let problem = Identifiers.validateUserID(text)
-        {
-            reader.error(node.mark, "\(field) id: \(problem)")
+        if let node = fields["id"] {
+            if case let .string(text)? = node.scalar {
+                if !text.contains("{{"), let problem = Identifiers.validateUserID(text) {
+                    reader.error(node.mark, "\(field) id: \(problem)")
+                }
+            } else {
+                // Anything but a string would mint a fresh id at every settle, silently.
+                reader.error(node.mark, "\(field) id must be a string (or a template giving one)")
+            }
         }
     }
 
