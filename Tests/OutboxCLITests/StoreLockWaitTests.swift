@@ -39,7 +39,8 @@ struct StoreLockWaitTests {
     /// (opening the store does not take it once its schema is current).
     @Test func readingCommandsAnswerWhileAnotherProcessWrites() async throws {
         let p = try StoreCopyTests.project()
-        try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "one"])
+        let enqueued = try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "one"])
+        try #require(enqueued.exitCode == 0, "\(enqueued)")
         guard let shell = try Self.holdWriteLock(p) else { return }
 
         // Each would wait for the lock as long as the shell holds it (until the end of this test).
@@ -64,7 +65,8 @@ struct StoreLockWaitTests {
         holder.shell.standardInput = holder.input
         holder.shell.standardOutput = holder.output
         try holder.shell.run()
-        holder.input.fileHandleForWriting.write(Data(".timeout 600000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n".utf8))
+        // The throwing write: a shell gone early must fail this test, not crash the whole run.
+        try holder.input.fileHandleForWriting.write(contentsOf: Data(".timeout 600000\nBEGIN IMMEDIATE;\nSELECT 'locked';\n".utf8))
         #expect(String(decoding: holder.output.fileHandleForReading.availableData, as: UTF8.self).contains("locked"))
         return holder
     }
@@ -76,7 +78,7 @@ struct StoreLockWaitTests {
 
         /// Ends the transaction with `statement` and the shell with it.
         func end(_ statement: String) throws {
-            input.fileHandleForWriting.write(Data("\(statement)\n.quit\n".utf8))
+            try input.fileHandleForWriting.write(contentsOf: Data("\(statement)\n.quit\n".utf8))
             try input.fileHandleForWriting.close()
             shell.waitUntilExit()
         }
