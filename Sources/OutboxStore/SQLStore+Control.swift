@@ -188,9 +188,7 @@ extension SQLStore {
             try setSetting("header_patch", HeaderRules.json(HeaderRules.merge(try headerPatch(), patch)).serialized())
             func updateHeaders(of e: Entry) throws(OutboxError) {
                 var request = e.request
-                request.headers = HeaderRules.merge(request.headers, patch)
-                // A patch carries credentials (it answers awaiting-auth): never printed, as headers_command's.
-                request.secretHeaders.formUnion(patch.map { $0.0.lowercased() })
+                request.apply(headerPatch: patch)
                 try db.run(
                     """
                     UPDATE entries SET request = ?, header_generation = ?, updated_at = ?,

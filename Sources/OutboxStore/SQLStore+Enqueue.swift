@@ -142,13 +142,10 @@ extension SQLStore {
             newBodyHash: newBodyHash)
     }
 
-    /// Headers as stored: `headers update` patches rank above every other source
-    /// (docs/definitions.md, headers), and their values are secrets, as headers_command's are.
+    /// Headers as stored: the `headers update` patch so far applies to entries enqueued after it.
     func patch(_ stored: inout StoredRequest, _ settings: HeaderSettings) {
         guard let json = settings.patch else { return }
-        let patch = HeaderRules.from(json: json)
-        stored.headers = HeaderRules.merge(stored.headers, patch)
-        stored.secretHeaders.formUnion(patch.map { $0.0.lowercased() })
+        stored.apply(headerPatch: HeaderRules.from(json: json))
     }
 
     /// The body of a new entry that found its id holding the same bytes when the batch was

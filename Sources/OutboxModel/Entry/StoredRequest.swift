@@ -44,6 +44,13 @@ package struct StoredRequest: Sendable {
     /// The object of an `s3` request: signed with the runner's credentials at each attempt.
     package var s3: S3Target?
 
+    /// A `headers update` patch over its headers, ranking above every other source; the
+    /// patch's values are secrets, as headers_command's are (it answers awaiting-auth).
+    package mutating func apply(headerPatch patch: [(String, String)]) {
+        headers = HeaderRules.merge(headers, patch)
+        secretHeaders.formUnion(patch.map { $0.0.lowercased() })
+    }
+
     /// Its member in the stored text; `list --json` looks for it to find the rows to redact.
     package static let secretVarsMember = "secret_vars"
 

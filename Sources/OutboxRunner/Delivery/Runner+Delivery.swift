@@ -266,9 +266,7 @@ extension Runner {
                     "the hook printed more than \(Units.formatBytes(Int64(Self.hookOutputCap))) on stdout, so its enqueue lines cannot all be read"
             } else {
                 do {
-                    followUps = try Self.hookEnqueues(process.stdout, parent: entryID, factory: factory) { id throws(OutboxError) in
-                        try self.store.entry(id: id)?.stagedSources ?? [:]
-                    }
+                    followUps = try Self.hookEnqueues(process.stdout, parent: entryID, factory: factory, stagedSources: stagedSources)
                 } catch {
                     failure = "the hook printed an invalid enqueue line: \(error.message)"
                 }

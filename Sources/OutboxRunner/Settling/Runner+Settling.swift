@@ -100,10 +100,7 @@ extension Runner {
         var failures: [JSON] = []
         for (index, item) in (definition?.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
             do {
-                followUps.append(
-                    try Self.followUp(item, entry: entry, outcome: payload, factory: factory) { id throws(OutboxError) in
-                        try self.store.entry(id: id)?.stagedSources ?? [:]
-                    })
+                followUps.append(try Self.followUp(item, entry: entry, outcome: payload, factory: factory, stagedSources: stagedSources))
             } catch {
                 failures.append(.object([("index", .int(index)), ("key", item["key"] ?? .null), ("message", .string(error.message))]))
             }
@@ -164,6 +161,12 @@ extension Runner {
         if let job = flights.partJobs[entry.id] { shown.bytesSent = job.acceptedBytes }
         emitState(shown, state: .cancelled, reason: "user")
         summary.cancelled += 1
+    }
+
+    /// The file the stored entry of `id` holds in the store, by source path: a follow-up or
+    /// hook line naming that path means those bytes (its source may have left).
+    func stagedSources(_ id: String) throws(OutboxError) -> [String: FileIdentity] {
+        try store.entry(id: id)?.stagedSources ?? [:]
     }
 
     /// Renders one `then` item with `outcome.*` and builds its entry (`simulate` too);
