@@ -113,22 +113,26 @@ extension SQLStore {
                         cancelled.append(e.id)
                     }
                 }
+                // Named by its id, a row that cannot be read back can still go: the way out of it.
+                func cancelDamaged(_ id: String) throws(OutboxError) {
+                    try forgetDamaged(id: id)
+                    cancelled.append(id)
+                }
                 if let ids {
                     for id in ids {
                         let e: Entry?
                         do throws(OutboxError) {
                             e = try entry(id: id)
                         } catch {
-                            guard error.code == .storage, error.message.contains(" is damaged") else { throw error }
-                            // Named by its id, a row that cannot be read back can still go: the way out of it.
-                            try forgetDamaged(id: id)
-                            cancelled.append(id)
+                            guard Self.isDamage(error) else { throw error }
+                            try cancelDamaged(id)
                             continue
                         }
                         if let e { try cancel([e]) }
                     }
                 } else {
-                    try forEachChunk(ListFilter(key: key), cancel)
+                    // `--all` and `--key` leave nothing behind, rows that do not read back included.
+                    try forEachChunk(ListFilter(key: key), damaged: cancelDamaged, cancel)
                 }
                 try journalReturns()
                 Fault.point("cancel.journaled")

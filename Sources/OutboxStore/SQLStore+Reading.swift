@@ -45,6 +45,11 @@ extension SQLStore {
         .storage("\(message); `outbox cancel \(id)` removes that entry")
     }
 
+    /// Whether `error` is a row that does not read back (what `damaged` and the row's JSON report).
+    static func isDamage(_ error: OutboxError) -> Bool {
+        error.code == .storage && error.message.contains(" is damaged")
+    }
+
     private func vars(_ text: String, id: String) throws(OutboxError) -> JSON {
         do throws(OutboxError) { return try Self.storedJSON(text, what: "vars of entry \(id)") } catch {
             throw Self.damaged(error.message, id: id)
@@ -110,14 +115,27 @@ extension SQLStore {
     /// The entries `filter` names in queue order, a thousand at a time: a command over the
     /// whole queue (cancel, retry, headers update, audit) holds one chunk, not 400,000
     /// parsed entries. `body` may change or delete the rows it was given.
-    func forEachChunk(_ filter: ListFilter, _ body: ([Entry]) throws(OutboxError) -> Void) throws(OutboxError) {
+    /// With `damaged`, a row that does not read back is passed by its id instead of failing.
+    func forEachChunk(
+        _ filter: ListFilter, damaged: ((String) throws(OutboxError) -> Void)? = nil,
+        _ body: ([Entry]) throws(OutboxError) -> Void
+    ) throws(OutboxError) {
         let (sql, values) = Self.entriesQuery(filter)
         var after = Int64.min
         while true {
-            let chunk = try db.query(sql + " AND seq > ? ORDER BY seq LIMIT 1000", values + [.int(after)], entryFromRow)
-            guard let last = chunk.last else { return }
+            var damagedIDs: [String] = []
+            let rows = try db.query(sql + " AND seq > ? ORDER BY seq LIMIT 1000", values + [.int(after)]) {
+                (r) throws(OutboxError) -> (seq: Int64, entry: Entry?) in
+                do throws(OutboxError) { return (r.int(0), try entryFromRow(r)) } catch {
+                    guard damaged != nil, Self.isDamage(error) else { throw error }
+                    damagedIDs.append(r.text(1))
+                    return (r.int(0), nil)
+                }
+            }
+            guard let last = rows.last else { return }
             after = last.seq
-            try body(chunk)
+            try body(rows.compactMap(\.entry))
+            for id in damagedIDs { try damaged?(id) }
         }
     }
 

@@ -43,6 +43,18 @@ struct SQLiteDamageTests {
         #expect(try f.store.list(ListFilter()).map(\.id) == ["good"], sourceLocation: sourceLocation)
     }
 
+    // `cancel --key` and `cancel --all` remove a row that does not read back with the rest:
+    // damage in one row must not keep the whole queue from being cleared.
+    @Test(arguments: ["note", nil] as [String?])
+    func cancelByKeyOrAllRemovesADamagedRow(key: String?) throws {
+        let f = try store(damage: "request = '{\"method\": '")
+        _ = try f.enqueue("other", "text", #"{"t": "x"}"#)
+        let cancelled = try f.store.cancel(ids: nil, key: key, now: 4_000_000_000_000)
+        #expect(Set(cancelled) == (key == nil ? ["good", "row-7", "other"] : ["good", "row-7"]))
+        #expect(try f.store.list(ListFilter()).map(\.id) == (key == nil ? [] : ["other"]))
+        #expect(try f.sqlite("SELECT count(*) FROM entries;") == (key == nil ? "0" : "1"))
+    }
+
     // A request column that is not JSON at all.
     @Test func aRequestThatIsNotJSON() throws {
         let f = try store(damage: "request = '{\"method\": '")

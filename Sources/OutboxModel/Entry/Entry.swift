@@ -56,6 +56,12 @@ package struct Entry: Sendable {
     package var bodyHash: String
     package var totalBytes: Int64
     package var bytesSent: Int64
+
+    /// The body's share of `sent` bytes on the wire: a form's framing (boundaries, part
+    /// headers) is not counted, so `bytes_sent` never passes `total_bytes`.
+    package func bodyBytes(sent: Int64) -> Int64 {
+        request.bodyKind == .form ? min(sent, totalBytes) : sent
+    }
     package var attempts: Int64
     package var idempotencyKey: String?
     package var account: String?

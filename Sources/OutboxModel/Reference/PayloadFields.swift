@@ -76,7 +76,7 @@ package enum PayloadFields {
         PayloadField("vars", "always", "its vars"),
         PayloadField("state", "always", "the new state"),
         PayloadField("reason", "always", "why (`HTTP 503`, `auth`, `expired`, `other-account`, `user`, `paused`, ...), or `null`"),
-        PayloadField("bytes_sent", "always", "body bytes sent (accepted, for parts)"),
+        PayloadField("bytes_sent", "always", "body bytes sent (accepted, for parts; a form's fields, not its framing)"),
         PayloadField("total_bytes", "always", "the body's size"),
         PayloadField("attempts", "always", "attempts so far in this generation"),
         PayloadField("created_at", "always", "epoch ms"),

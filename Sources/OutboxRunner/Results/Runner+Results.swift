@@ -19,7 +19,8 @@ extension Runner {
                 if let job = flights.partJobs[entry.id] {
                     emitProgress(entry, sent: job.bytesSent, accepted: job.acceptedBytes, force: false)
                 } else {
-                    emitProgress(entry, sent: sent, accepted: 0, force: entry.totalBytes > 0 && sent >= entry.totalBytes)
+                    let body = entry.bodyBytes(sent: sent)
+                    emitProgress(entry, sent: body, accepted: 0, force: entry.totalBytes > 0 && body >= entry.totalBytes)
                 }
             }
         case let .transferDone(token, result):
@@ -127,9 +128,9 @@ extension Runner {
             settle(entry, payload: .object([]), outcome: .completed, state: .completed, reason: nil)
             return
         }
-        changes.append(.progress(entryID: entry.id, bytesSent: result.bytesSent))
         // State events carry the row as it is after this attempt.
-        entry.bytesSent = result.bytesSent
+        entry.bytesSent = entry.bodyBytes(sent: result.bytesSent)
+        changes.append(.progress(entryID: entry.id, bytesSent: entry.bytesSent))
         switch klass {
         case .success:
             // A referenced file rewritten while it was read may have sent a mix of old and
