@@ -401,13 +401,18 @@ import Testing
     }
 
     /// An invalid enqueue line (an unknown key; a field outbox does not know, such as a
-    /// misspelt `id`, which would enqueue again under a fresh id at each redelivery) leaves
+    /// misspelt or misplaced `id`, which would enqueue again under a fresh id at each redelivery) leaves
     /// the outcome unacknowledged, says why, and enqueues nothing.
     @Test(arguments: [
         (#"{"key": "no-such-key", "vars": {}}"#, "invalid enqueue line"),
         (
             #"{"key": "parent", "idd": "child", "vars": {"url": "http://127.0.0.1:9/", "tag": "c"}}"#,
             #"enqueue has an unknown field "idd" (known: key, vars, id, delay)"#
+        ),
+        // The id one level too high, beside `enqueue`.
+        (
+            #"{"key": "parent", "vars": {"url": "http://127.0.0.1:9/", "tag": "c"}}, "id": "child""#,
+            #"an enqueue line has a field "id" beside enqueue"#
         ),
     ])
     func anInvalidEnqueueLineIsNotAcknowledged(_ line: String, _ reason: String) async throws {

@@ -311,7 +311,11 @@ extension Runner {
             // Parsed as printed: a line that is not UTF-8 is refused, not repaired.
             var bytes = Array(line)
             do { json = try JSON.parse(bytes: &bytes) } catch { throw .invalid("not JSON: \(error)") }
-            guard let request = json["enqueue"] else { continue }
+            guard case let .object(top) = json, let request = json["enqueue"] else { continue }
+            // A field beside `enqueue` (an `id` one level too high) would be dropped without a word.
+            if let other = top.map(\.0).first(where: { $0 != "enqueue" }) {
+                throw .invalid("an enqueue line has a field \"\(other.prefix(40))\" beside enqueue (only {\"enqueue\": {...}})")
+            }
             guard case let .object(fields) = request else { throw .invalid("enqueue must be an object, not \(request.typeName)") }
             // A misspelt `id` would enqueue under a fresh id at every redelivery.
             if let unknown = fields.map(\.0).first(where: { !["key", "vars", "id", "delay"].contains($0) }) {
