@@ -139,9 +139,13 @@ struct HookOutputCapTests {
 
 /// A referenced file rewritten while it was being sent is checked again after the last
 /// byte: the entry settles error, kind `file`, not `completed` with mixed bytes.
+/// Without a hook the completed entry would be forgotten at once: the check still runs.
 struct ReferenceRewrittenTests {
-    @Test func aFileRewrittenDuringItsUploadSettlesErrorFile() async throws {
-        let p = try Project(definitions: ["f": fileDefinition("f", ownership: "reference")])
+    @Test(arguments: [true, false])
+    func aFileRewrittenDuringItsUploadSettlesErrorFile(hooks: Bool) async throws {
+        var definition = fileDefinition("f", ownership: "reference")
+        if !hooks { definition = definition.split(separator: "\n").filter { !$0.hasPrefix("on_") }.joined(separator: "\n") + "\n" }
+        let p = try Project(definitions: ["f": definition])
         defer { p.server.release("up") }
         let path = p.base + "/ref.bin"
         try Data(String(repeating: "r", count: 10_000).utf8).write(to: URL(fileURLWithPath: path))
@@ -154,6 +158,10 @@ struct ReferenceRewrittenTests {
         p.server.release("up")
         let finished = await runner.wait(timeout: 60)
         #expect(finished.exitCode == 1, "\(finished.description)")
+        let row = try #require(try await p.show("ref"))
+        #expect(row.string("state") == "error")
+        #expect(row.string("reason") == "file")
+        guard hooks else { return }
         let hook = try #require(p.deliveries("ref").first)
         #expect(hook.string("stdin.outcome") == "error")
         #expect(hook.string("stdin.error.kind") == "file")

@@ -100,8 +100,11 @@ extension Runner {
         countAttempt(entry, klass: klass, result: result)
         // A whole request that succeeds with nothing to deliver is forgotten in this very
         // transaction: its attempt log and progress would be deleted as they are written.
+        // Not a referenced file that changed while it was read: that settles an error below.
         var forgottenAtOnce = false
-        if case .success = klass, flight.partIndex == nil, !eventsEnabled, !outcomeNeeded(entry, outcome: .completed) {
+        if case .success = klass, flight.partIndex == nil, !eventsEnabled, !outcomeNeeded(entry, outcome: .completed),
+            Self.expectedFile(entry) == nil || payloadProblem(entry) == nil
+        {
             forgottenAtOnce = true
         }
         if !forgottenAtOnce {
