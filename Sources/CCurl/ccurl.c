@@ -1,8 +1,12 @@
+#define _GNU_SOURCE /* memmem */
 #include "ccurl.h"
 
+#include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <string.h>
+#include <strings.h>
 
 /* Function pointers resolved from libcurl.so.4 by ccurl_load. */
 static CURLcode (*p_global_init)(long);
@@ -136,6 +140,35 @@ CURLcode ccurl_setopt_aws_sigv4(CURL *easy, const char *provider, const char *ke
     CURLcode rc = p_easy_setopt(easy, CURLOPT_AWS_SIGV4, provider);
     if (rc == CURLE_OK) rc = p_easy_setopt(easy, CURLOPT_USERNAME, key_id);
     if (rc == CURLE_OK) rc = p_easy_setopt(easy, CURLOPT_PASSWORD, secret);
+    return rc;
+}
+static int capture_signature(CURL *easy, curl_infotype type, char *data, size_t size, void *user) {
+    (void)easy;
+    if (type != CURLINFO_HEADER_OUT) return 0;
+    ccurl_signature *out = user;
+    const char *end = data + size;
+    for (const char *line = data; line < end;) {
+        const char *eol = memchr(line, '\n', (size_t)(end - line));
+        if (!eol) eol = end;
+        if (eol - line > 14 && strncasecmp(line, "authorization:", 14) == 0) {
+            const char *sig = memmem(line, (size_t)(eol - line), "Signature=", 10);
+            if (sig) {
+                sig += 10;
+                size_t n = 0;
+                while (sig + n < eol && isxdigit((unsigned char)sig[n]) && n < sizeof out->value - 1) n++;
+                memcpy(out->value, sig, n);
+                out->value[n] = 0;
+                out->length = n;
+            }
+        }
+        line = eol + 1;
+    }
+    return 0;
+}
+CURLcode ccurl_capture_signature(CURL *easy, ccurl_signature *out) {
+    CURLcode rc = p_easy_setopt(easy, CURLOPT_DEBUGFUNCTION, capture_signature);
+    if (rc == CURLE_OK) rc = p_easy_setopt(easy, CURLOPT_DEBUGDATA, out);
+    if (rc == CURLE_OK) rc = p_easy_setopt(easy, CURLOPT_VERBOSE, 1L);
     return rc;
 }
 CURLcode ccurl_setopt_ptr(CURL *easy, CURLoption option, void *value) {

@@ -128,6 +128,8 @@ package struct HTTPResult: Sendable {
     package var retryAfterDate: Int64?
     /// Request body bytes uploaded (includes a transport-level re-send).
     package var bytesSent: Int64
+    /// The AWS Signature V4 libcurl computed for a signed request (a secret to mask).
+    package var signature: String?
     /// How long the transfer took, from its start to its end (curl's total time).
     package var durationMicroseconds: Int64 = 0
     package var effectiveURL: String

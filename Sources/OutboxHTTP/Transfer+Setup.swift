@@ -160,6 +160,10 @@ extension Transfer {
         if let sign = request.awsSigV4 {
             let rc = ccurl_setopt_aws_sigv4(easy, sign.provider, sign.accessKeyID, sign.secretAccessKey)
             try check(rc, "AWS_SIGV4")
+            let captured = UnsafeMutablePointer<ccurl_signature>.allocate(capacity: 1)
+            captured.initialize(to: ccurl_signature())
+            signature = captured
+            try check(ccurl_capture_signature(easy, captured), "DEBUGFUNCTION")
             // libcurl 7.88 signs every header of the list, an empty `Expect:` too, which is
             // then not sent: the server could not check the signature. Its own unsigned
             // `Expect: 100-continue` goes instead, without waiting for the interim answer.

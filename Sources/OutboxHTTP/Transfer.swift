@@ -57,6 +57,8 @@ final class Transfer {
     /// back to 0 (they restart with each request of a redirect).
     var countedBytes: Int64 = 0
     var countedBeforeRestart: Int64 = 0
+    /// Where libcurl's debug callback leaves the signature of a signed request.
+    var signature: UnsafeMutablePointer<ccurl_signature>?
 
     /// Opens the body source and configures a new easy handle; throws what to report.
     init(
@@ -82,6 +84,7 @@ final class Transfer {
     deinit {
         close()
         errorBuffer.deallocate()
+        signature?.deallocate()
     }
 
     /// Frees the easy handle and what it referenced; call only once it left the multi.
@@ -219,6 +222,11 @@ final class Transfer {
         var sent: curl_off_t = 0
         _ = ccurl_getinfo_off_t(easy, CURLINFO_SIZE_UPLOAD_T, &sent)
         result.bytesSent = Int64(sent)
+        if let signature, signature.pointee.length > 0 {
+            result.signature = withUnsafeBytes(of: signature.pointee.value) { raw in
+                String(decoding: raw.prefix(signature.pointee.length), as: UTF8.self)
+            }
+        }
         var total: curl_off_t = 0
         _ = ccurl_getinfo_off_t(easy, CURLINFO_TOTAL_TIME_T, &total)
         result.durationMicroseconds = Int64(total)

@@ -33,6 +33,8 @@ struct Flight {
     /// events and `show`. The values are found only for a response with a body.
     var sentHeaders: [(name: String, value: String)] = []
     var secretHeaders: Set<String> = []
+    /// The access key id a signed request was signed with.
+    var signingKeyID: String?
 }
 
 /// A chunked entry while it runs: its parts and which are in flight.

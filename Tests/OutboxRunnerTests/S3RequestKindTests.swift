@@ -174,6 +174,26 @@ func base64OfHex(_ hex: String) -> String {
         }
     }
 
+    // S3's error bodies quote the key id and the signature of the request they refuse:
+    // echoed back, both are masked in events, though libcurl, not outbox, computed the signature.
+    @Test func anEchoedKeyIDAndSignatureAreMaskedInEvents() async throws {
+        let sandbox = try OutboxSandbox()
+        // Bucket "echo": the test server answers with the request's headers as JSON.
+        try sandbox.define("s3-put", Self.definition(endpoint: sandbox.server.baseURL, bucket: "echo"))
+        try PartFiles.make(sandbox.path("data/one.bin"), size: 100, seed: 5)
+        #expect(try await sandbox.outbox(["enqueue", "s3.put", "--from-dir", "data"]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"], environment: credentials)
+        #expect(run.status == 0, "\(run.stderr)")
+        let sent = try #require(sandbox.server.requests.first)
+        let authorization = try #require(sent.header("authorization"))
+        let signature = try #require(authorization.split(separator: "Signature=").last.map(String.init))
+        #expect(signature.count == 64, "\(authorization)")
+        let attempt = try #require(run.stdout.split(separator: "\n").first { $0.contains(#""type":"attempt""#) })
+        #expect(attempt.contains("Credential=[redacted]/"), "\(attempt)")
+        #expect(attempt.contains("Signature=[redacted]"), "\(attempt)")
+        #expect(!run.stdout.contains(signature) && !run.stdout.contains("AKIDEXAMPLE"))
+    }
+
     @Test func withoutCredentialsNothingIsSentAndTheEntryWaits() async throws {
         let sandbox = try OutboxSandbox()
         try sandbox.define("s3-put", Self.definition(endpoint: sandbox.server.baseURL, bucket: "cred-bucket"))

@@ -40,6 +40,15 @@ CURLcode ccurl_setopt_mime(CURL *easy, curl_mime *mime); /* CURLOPT_MIMEPOST */
    as CURLOPT_USERNAME / CURLOPT_PASSWORD (USERPWD's "user:password" split at the first
    colon, without building that string). */
 CURLcode ccurl_setopt_aws_sigv4(CURL *easy, const char *provider, const char *key_id, const char *secret);
+/* The Signature= value of the Authorization header libcurl computed when it signed, kept so
+   that a server quoting it back (S3 error bodies do) can be masked. */
+typedef struct ccurl_signature {
+    char value[128];
+    size_t length;
+} ccurl_signature;
+/* Records the signature of each request `easy` sends into `out` (a debug callback that reads
+   only the outgoing header block; CURLOPT_VERBOSE is on, its text goes to the callback). */
+CURLcode ccurl_capture_signature(CURL *easy, ccurl_signature *out);
 /* WRITEFUNCTION or HEADERFUNCTION (same signature). */
 CURLcode ccurl_setopt_write_function(CURL *easy, CURLoption option, curl_write_callback fn);
 CURLcode ccurl_setopt_read_function(CURL *easy, curl_read_callback fn);

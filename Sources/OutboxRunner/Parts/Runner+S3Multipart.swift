@@ -69,6 +69,7 @@ extension Runner {
             attempt: entry.attempts + 1)
         flight.s3Step = step
         (flight.sentHeaders, flight.secretHeaders) = (request.headers, entry.request.secretHeaders)
+        flight.signingKeyID = request.awsSigV4?.accessKeyID
         flights.slots.hostLoad[host, default: 0] += 1
         if step != .abort { flights.partJobs[entry.id]?.s3Step = step }
         let mailbox = self.mailbox
@@ -161,7 +162,7 @@ extension Runner {
         // the events and the entry's attempt log.
         let event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url, method: flight.method,
-            partIndex: nil, result: result, outcome: klass, at: now, secrets: { self.secretValues(of: flight) })
+            partIndex: nil, result: result, outcome: klass, at: now, secrets: { self.secretValues(of: flight, result: result) })
         countAttempt(entry, klass: klass, result: result)
         emit(event)
         changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))

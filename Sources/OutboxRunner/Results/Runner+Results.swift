@@ -115,7 +115,7 @@ extension Runner {
             let event = OutcomePayloads.attemptEvent(
                 entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
                 method: flight.method, partIndex: flight.partIndex, result: result, outcome: reported,
-                at: now, secrets: { self.secretValues(of: flight) })
+                at: now, secrets: { self.secretValues(of: flight, result: result) })
             emit(event)
             changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
         }
@@ -174,7 +174,7 @@ extension Runner {
         var event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
             method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass, at: now,
-            secrets: { self.secretValues(of: flight) })
+            secrets: { self.secretValues(of: flight, result: result) })
         if result.failure?.kind == .aborted { event.set("outcome", .string("aborted")) }
         countAttempt(entry, klass: klass, result: result)
         emit(event)

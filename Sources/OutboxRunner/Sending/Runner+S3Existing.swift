@@ -63,7 +63,7 @@ extension Runner {
         counters.observeDuration(microseconds: result.durationMicroseconds)
         let event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url, method: flight.method,
-            partIndex: nil, result: result, outcome: .success, at: now, secrets: { self.secretValues(of: flight) })
+            partIndex: nil, result: result, outcome: .success, at: now, secrets: { self.secretValues(of: flight, result: result) })
         emit(event)
         changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
         if flight.s3Step != nil { flights.running[entry.id]?.attempts = flight.attempt }

@@ -75,6 +75,7 @@ extension Runner {
             method: request.method, attempt: attempt, standby: isStandby)
         if isStandby { flight.standbySince = Identifiers.monotonicMs() }
         (flight.sentHeaders, flight.secretHeaders) = (request.headers, entry.request.secretHeaders)
+        flight.signingKeyID = request.awsSigV4?.accessKeyID
         flight.s3ExistingHead = headFirst
         if part != nil { flights.slots.hostLoad[host, default: 0] += 1 }
         let mailbox = self.mailbox
@@ -94,10 +95,14 @@ extension Runner {
     }
 
     /// The values of the secret headers `flight` carried as sent: the config's and the
-    /// entry's secret names, and the session token an S3 signature adds.
-    func secretValues(of flight: Flight) -> [[UInt8]] {
-        HeaderRules.secretValues(
+    /// entry's secret names, and the session token an S3 signature adds; for a signed
+    /// request also its key id and the signature libcurl computed (S3 errors quote both).
+    func secretValues(of flight: Flight, result: HTTPResult) -> [[UInt8]] {
+        let values = HeaderRules.secretValues(
             flight.sentHeaders.map { ($0.name, $0.value) },
             names: config.redactedHeaderNames.union(flight.secretHeaders).union(["x-amz-security-token"]))
+        let signing = [flight.signingKeyID, result.signature].compactMap { $0 }.map { Array($0.utf8) }
+        // Longest first, as `secretValues` orders them.
+        return signing.isEmpty ? values : (values + signing).sorted { $0.count > $1.count }
     }
 }
