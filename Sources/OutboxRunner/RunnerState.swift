@@ -35,6 +35,8 @@ struct Flight {
     var secretHeaders: Set<String> = []
     /// The access key id a signed request was signed with.
     var signingKeyID: String?
+    /// The upload an `.abort` step ends, and its entry's row.
+    var abortedUpload: (entrySeq: Int64, uploadID: String)?
 }
 
 /// A chunked entry while it runs: its parts and which are in flight.

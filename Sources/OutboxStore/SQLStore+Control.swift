@@ -178,6 +178,17 @@ extension SQLStore {
         }
     }
 
+    package func forgetS3Upload(entrySeq: Int64, uploadID: String) throws(OutboxError) {
+        try writing { () throws(OutboxError) in
+            // A retry may have started another upload meanwhile: that one stays.
+            guard try db.run("DELETE FROM s3_uploads WHERE entry_seq = ? AND upload_id = ?", [.int(entrySeq), .text(uploadID)]) > 0
+            else { return }
+            _ = try db.run(
+                "UPDATE parts SET accepted = 0, status = NULL, response_headers = NULL, next_attempt_at = NULL WHERE entry_seq = ?",
+                [.int(entrySeq)])
+        }
+    }
+
     package func headerPatch() throws(OutboxError) -> [(String, String)] {
         HeaderRules.from(json: try setting("header_patch").flatMap { try? JSON.parse($0) })
     }

@@ -76,6 +76,9 @@ package protocol Store: AnyObject {
     /// Records (or with nil forgets) an s3 entry's multipart upload, committed at once: an
     /// upload is recorded before any of its parts is sent.
     func setS3UploadID(entrySeq: Int64, _ uploadID: String?) throws(OutboxError)
+    /// Forgets an aborted multipart upload (when it is still the entry's) and the parts it
+    /// accepted, so a retry of the entry starts a new upload.
+    func forgetS3Upload(entrySeq: Int64, uploadID: String) throws(OutboxError)
     /// Changes whenever another process commits; a runner polls it to notice new work.
     func dataVersion() throws(OutboxError) -> Int64
     /// The host whose runners alone may send this entry's staged file body, when that is

@@ -405,4 +405,51 @@ import TestSupport
         #expect(abort.path == "/crash/big.bin?uploadId=up%2F1%2Bx")
         #expect(abort.header("authorization")?.hasPrefix("AWS4-HMAC-SHA256 Credential=testing/") == true)
     }
+
+    /// After the abort the upload is gone: `retry --errors` starts the entry over with a new
+    /// upload and sends every part to it, not the parts left to the upload that was aborted.
+    @Test func aRetryAfterTheAbortStartsANewUpload() async throws {
+        let sandbox = try await Self.stage()
+        let server = sandbox.server
+        server.script("/crash/big.bin?partNumber=2&", [.status(400, body: "<Error><Code>InvalidPart</Code></Error>")])
+        server.script("/crash/big.bin?uploadId=", [.status(204)])
+        let first = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(first.status == 1, "an entry settled error: \(first.stderr)")
+        #expect(await eventually("the upload is aborted") { server.requests.contains { $0.method == "DELETE" } })
+
+        // Part 2 is taken now; a new upload starts and completes.
+        server.script("/crash/big.bin?partNumber=2&", [])
+        server.script(
+            "/crash/big.bin?uploads=",
+            [.status(200, body: "<InitiateMultipartUploadResult><UploadId>up-2</UploadId></InitiateMultipartUploadResult>")])
+        server.script(
+            "/crash/big.bin?uploadId=",
+            [.status(200, body: "<CompleteMultipartUploadResult><ETag>\"whole-6\"</ETag></CompleteMultipartUploadResult>")])
+        let before = server.requests.count
+        #expect(try await sandbox.outbox(["retry", "--errors"]).status == 0)
+        let second = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(second.status == 0, "\(second.stderr)")
+        let again = server.requests[before...]
+        #expect(again.filter { $0.path.hasSuffix("?uploads=") }.count == 1, "a new upload")
+        let puts = again.filter { $0.method == "PUT" }
+        #expect(!puts.isEmpty && puts.allSatisfy { $0.path.hasSuffix("uploadId=up-2") }, "\(puts.map(\.path))")
+        #expect(Self.partNumbers(again).sorted() == Array(1...5))
+        #expect(try await sandbox.list().isEmpty, "completed and forgotten")
+    }
+
+    /// An upload that is gone (S3 answers a part `404 NoSuchUpload`: aborted elsewhere, or by
+    /// a lifecycle rule) settles the entry `error` at once, not retried until it expires.
+    @Test func aPartToAGoneUploadSettlesError() async throws {
+        let sandbox = try await Self.stage()
+        let server = sandbox.server
+        server.script(
+            "/crash/big.bin?partNumber=2&",
+            [.status(404, body: "<Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>")])
+        server.script("/crash/big.bin?uploadId=", [.status(404, body: "<Error><Code>NoSuchUpload</Code></Error>")])
+        let run = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(run.status == 1, "an entry settled error: \(run.stderr)")
+        #expect(server.requests.filter { $0.path.contains("partNumber=2&") }.count == 1, "sent once")
+        let shown = try #require(try await sandbox.show("big"))
+        #expect(shown["state"] as? String == "error")
+    }
 }

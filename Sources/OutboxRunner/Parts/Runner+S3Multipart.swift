@@ -68,6 +68,7 @@ extension Runner {
             entryID: entry.id, partIndex: nil, requestID: requestID, host: host, url: url, method: method,
             attempt: entry.attempts + 1)
         flight.s3Step = step
+        if step == .abort { flight.abortedUpload = (entry.seq, uploadID) }
         (flight.sentHeaders, flight.secretHeaders) = (request.headers, entry.request.secretHeaders)
         flight.signingKeyID = request.awsSigV4?.accessKeyID
         flights.slots.hostLoad[host, default: 0] += 1
@@ -124,6 +125,9 @@ extension Runner {
                 log(
                     "outbox: the multipart upload of \(flight.entryID) was not aborted (\(why)); a bucket lifecycle rule removes it",
                     level: .warn)
+            } else if let aborted = flight.abortedUpload {
+                // Gone for good: `retry --errors` starts the entry over with a new upload.
+                try store.forgetS3Upload(entrySeq: aborted.entrySeq, uploadID: aborted.uploadID)
             }
             return
         }

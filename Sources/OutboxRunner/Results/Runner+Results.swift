@@ -183,7 +183,12 @@ extension Runner {
 
     /// What an attempt's result means for its entry, by the entry's accept and retry rules.
     static func classify(_ result: HTTPResult, for entry: Entry) -> AttemptOutcomeClass {
-        AttemptClassifier.classify(
+        // A part of an S3 upload that is gone (aborted, or ended by a lifecycle rule) can never
+        // land: a 404 retried by default would be sent until the entry expires.
+        if entry.request.s3 != nil, result.status == 404, xmlElement("Code", in: result.body) == "NoSuchUpload" {
+            return .terminal(reason: "the multipart upload is gone")
+        }
+        return AttemptClassifier.classify(
             status: result.status, failure: result.failure, body: result.body,
             accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
     }

@@ -56,6 +56,32 @@ extension StoreConformance {
             #expect(parts[1].responseHeaders == nil)
         }
 
+        // An aborted upload is forgotten with the parts it accepted (a retry starts a new
+        // one), unless the entry has started another upload since.
+        @Test(arguments: StoreUnderTest.all)
+        func anAbortedUploadIsForgottenWithItsParts(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            _ = try c.store.enqueue([try c.chunked("up")], now: t0)
+            let seq = try c.claim("up")[0].seq
+            try c.store.setS3UploadID(entrySeq: seq, "u-1")
+            try c.store.apply(
+                [.partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([("etag", .string("\"e0\""))]))], now: t0 + 1)
+            // Another upload is the entry's now: forgetting the old one changes nothing.
+            try c.store.setS3UploadID(entrySeq: seq, "u-2")
+            try c.store.forgetS3Upload(entrySeq: seq, uploadID: "u-1")
+            #expect(try c.instance.another().s3UploadID(entrySeq: seq) == "u-2")
+            #expect(try c.store.parts(entrySeq: seq).map(\.accepted) == [true, false, false])
+
+            try c.store.forgetS3Upload(entrySeq: seq, uploadID: "u-2")
+            let other = try c.instance.another()
+            #expect(try other.s3UploadID(entrySeq: seq) == nil)
+            let parts = try other.parts(entrySeq: seq)
+            #expect(parts.map(\.accepted) == [false, false, false])
+            #expect(parts.map(\.status) == [nil, nil, nil])
+            #expect(parts[0].responseHeaders == nil)
+            #expect(parts.map(\.attempts) == [1, 0, 0], "attempts stay counted")
+        }
+
         // A runner that is gone loses its claim, not the parts the server accepted.
         @Test(arguments: StoreUnderTest.all)
         func acceptedPartsSurviveRequeueAbandoned(_ sut: StoreUnderTest) throws {
