@@ -145,6 +145,11 @@ func partsDefinition(
         }
         let outcome = try #require(PartFiles.readJSON(sandbox.path("outcome.json")))
         #expect(outcome["outcome"] as? String == "completed")
+        // One Idempotency-Key names one payload: each part's is the entry's with its number.
+        let key = try #require((outcome["meta"] as? [String: Any])?["idempotency_key"] as? String)
+        for record in received {
+            #expect(record.header("Idempotency-Key") == "\(key)-part-\(PartFiles.partNumber(record.path) ?? 0)")
+        }
         let parts = try #require(outcome["parts"] as? [[String: Any]])
         #expect(parts.map { $0["index"] as? Int } == [0, 1, 2])
         #expect(parts.map { $0["status"] as? Int } == [201, 201, 201])

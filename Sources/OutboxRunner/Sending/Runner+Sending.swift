@@ -3,10 +3,14 @@ import OutboxModel
 
 /// Sending: turning an entry (or one part of it) into an HTTP request on the curl thread.
 extension Runner {
-    func baseHeaders(_ entry: Entry, requestID: String) -> [(name: String, value: String)] {
+    /// `part`: the index of the part a request sends, whose key is the entry's with the
+    /// part's number: one key names one payload, as servers that honour it expect.
+    func baseHeaders(_ entry: Entry, requestID: String, part: Int? = nil) -> [(name: String, value: String)] {
         var headers = entry.request.headers.map { (name: $0.0, value: $0.1) }
         headers.append((name: "X-Request-Id", value: requestID))
-        if let key = entry.idempotencyKey { headers.append((name: "Idempotency-Key", value: key)) }
+        if let key = entry.idempotencyKey {
+            headers.append((name: "Idempotency-Key", value: part.map { "\(key)-part-\($0 + 1)" } ?? key))
+        }
         if !headers.contains(where: { $0.name.lowercased() == "user-agent" }) {
             headers.append((name: "User-Agent", value: "outbox/\(outboxVersion)"))
         }
@@ -35,7 +39,7 @@ extension Runner {
     func startTransfer(_ entry: Entry, part: StoredPart?, host: String, standby isStandby: Bool = false, probed: Bool = false) {
         let headFirst = part == nil && !probed && entry.request.s3?.skipExisting == true
         let requestID = Identifiers.uuid(using: &requestIDs)
-        var headers = baseHeaders(entry, requestID: requestID)
+        var headers = baseHeaders(entry, requestID: requestID, part: part?.index)
         var url = entry.request.url ?? ""
         if let part {
             url = part.url
