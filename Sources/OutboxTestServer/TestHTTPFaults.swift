@@ -58,7 +58,7 @@ extension BuiltinRoutes {
 package enum MalformedResponses {
     /// Every name `/malformed/` answers.
     package static let names = [
-        "status-not-a-number", "status-four-digits", "garbage", "version-9.9", "status-line-only",
+        "status-not-a-number", "status-four-digits", "status-below-100", "garbage", "version-9.9", "status-line-only",
         "header-no-colon", "header-1mib", "header-nul", "obs-fold", "headers-10000",
         "length-shorter", "length-longer", "length-two", "length-negative",
     ]
@@ -70,6 +70,7 @@ package enum MalformedResponses {
         switch name {
         case "status-not-a-number": return Array("HTTP/1.1 abc OK\r\n\(end)".utf8)
         case "status-four-digits": return Array("HTTP/1.1 2000 X\r\n\(end)".utf8)
+        case "status-below-100": return Array("HTTP/1.1 099 X\r\n\(end)".utf8)
         case "garbage": return [0x00, 0xFF, 0xFE, 0x80] + Array("\u{7F}garbage\r\n\r\n".utf8)
         case "version-9.9": return Array("HTTP/9.9 200 OK\r\n\(end)".utf8)
         // No line ending at all, then the close.

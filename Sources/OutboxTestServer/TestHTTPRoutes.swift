@@ -24,7 +24,7 @@
 ///   (`/first/a/1/malformed/garbage`).
 ///   `/endless[?chunk=B]`: 200 with a chunked body that never ends (B-byte chunks, 16384).
 ///   `/malformed/{name}`: raw bytes, then a close (`MalformedResponses.names`): `status-not-a-number`,
-///   `status-four-digits`, `garbage`, `version-9.9`, `status-line-only` (no CRLF),
+///   `status-four-digits`, `status-below-100`, `garbage`, `version-9.9`, `status-line-only` (no CRLF),
 ///   `header-no-colon`, `header-1mib`, `header-nul`, `obs-fold`, `headers-10000`,
 ///   `length-shorter`, `length-longer`, `length-two` (two different values), `length-negative`.
 ///   `/status/429?retry_after=V` passes any percent-encoded V through (`%20`, empty, `-1`).

@@ -75,6 +75,7 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
         RetriedFault(name: "stall after the headers", fault: .stallAfterHeaders(), kind: "timeout", status: 200),
         RetriedFault(name: "status line with a word for the code", fault: malformed("status-not-a-number"), kind: "network"),
         RetriedFault(name: "status line with a four-digit code", fault: malformed("status-four-digits"), kind: "network"),
+        RetriedFault(name: "status line with a code below 100", fault: malformed("status-below-100"), kind: "network"),
         RetriedFault(name: "garbage bytes", fault: malformed("garbage"), kind: "network"),
         RetriedFault(name: "HTTP/9.9", fault: malformed("version-9.9"), kind: "network"),
         RetriedFault(name: "a status line only, no CRLF", fault: malformed("status-line-only"), kind: "network"),
