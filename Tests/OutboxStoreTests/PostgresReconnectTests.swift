@@ -144,4 +144,50 @@ struct PostgresReconnectTests {
         #expect(try c.journal("a") == ["a g1 completed pending"])
         #expect(try other.counters().filter { $0.counter == .hookDeliveries }.isEmpty)
     }
+
+    // Two transactions that lock two rows in opposite orders: the server breaks the deadlock
+    // by rolling one back, which then runs again whole (nothing was lost, no process stops).
+    @Test func aTransactionRolledBackForADeadlockRunsAgain() throws {
+        let (a, killer, table, _) = try Self.connections()
+        let b = try PGConnection(uri: try PostgresURL(PostgresCluster.shared().url(schema: "public")).connectionURI, name: "b")
+        try a.execute("INSERT INTO \(table) VALUES (1), (2)")
+        let aHolds = DispatchSemaphore(value: 0)
+        let bHolds = DispatchSemaphore(value: 0)
+        let bDone = DispatchSemaphore(value: 0)
+        let bRuns = Locked(0)
+        let bError = Locked<OutboxError?>(nil)
+        // Each takes its first row, waits (its first run only) until the other has taken its own, then wants the other's.
+        DispatchQueue.global().async {
+            do throws(OutboxError) {
+                try b.quietTransaction { () throws(OutboxError) in
+                    let run = bRuns.withLock {
+                        $0 += 1; return $0
+                    }
+                    try b.run("UPDATE \(table) SET n = n + 10 WHERE n % 10 = 2")
+                    if run == 1 {
+                        bHolds.signal()
+                        aHolds.wait()
+                    }
+                    try b.run("UPDATE \(table) SET n = n + 10 WHERE n % 10 = 1")
+                }
+            } catch { bError.withLock { $0 = error } }
+            bDone.signal()
+        }
+        var aRuns = 0
+        try a.quietTransaction { () throws(OutboxError) in
+            aRuns += 1
+            try a.run("UPDATE \(table) SET n = n + 10 WHERE n % 10 = 1")
+            if aRuns == 1 {
+                aHolds.signal()
+                bHolds.wait()
+            }
+            try a.run("UPDATE \(table) SET n = n + 10 WHERE n % 10 = 2")
+        }
+        bDone.wait()
+        #expect(bError.withLock { $0 } == nil)
+        #expect(aRuns + bRuns.withLock { $0 } == 3, "one of them ran twice")
+        // Both committed once: each row went up by 10 twice.
+        #expect(try Self.count(killer, table, 21) == 1)
+        #expect(try Self.count(killer, table, 22) == 1)
+    }
 }

@@ -19,6 +19,7 @@ struct LibPQ: @unchecked Sendable {
         ) -> OpaquePointer?
     let resultStatus: @convention(c) (OpaquePointer?) -> ExecStatusType
     let resultErrorMessage: @convention(c) (OpaquePointer?) -> UnsafeMutablePointer<CChar>?
+    let resultErrorField: @convention(c) (OpaquePointer?, Int32) -> UnsafeMutablePointer<CChar>?
     let clear: @convention(c) (OpaquePointer?) -> Void
     let cmdTuples: @convention(c) (OpaquePointer?) -> UnsafeMutablePointer<CChar>?
     let ntuples: @convention(c) (OpaquePointer?) -> Int32
@@ -72,6 +73,8 @@ struct LibPQ: @unchecked Sendable {
             let resultStatus = symbol("PQresultStatus", (@convention(c) (OpaquePointer?) -> ExecStatusType).self),
             let resultErrorMessage = symbol(
                 "PQresultErrorMessage", (@convention(c) (OpaquePointer?) -> UnsafeMutablePointer<CChar>?).self),
+            let resultErrorField = symbol(
+                "PQresultErrorField", (@convention(c) (OpaquePointer?, Int32) -> UnsafeMutablePointer<CChar>?).self),
             let clear = symbol("PQclear", (@convention(c) (OpaquePointer?) -> Void).self),
             let cmdTuples = symbol("PQcmdTuples", (@convention(c) (OpaquePointer?) -> UnsafeMutablePointer<CChar>?).self),
             let ntuples = symbol("PQntuples", (@convention(c) (OpaquePointer?) -> Int32).self),
@@ -93,7 +96,8 @@ struct LibPQ: @unchecked Sendable {
             LibPQ(
                 connectdb: connectdb, status: status, errorMessage: errorMessage, finish: finish, reset: reset, exec: exec,
                 prepare: prepare,
-                execPrepared: execPrepared, resultStatus: resultStatus, resultErrorMessage: resultErrorMessage, clear: clear,
+                execPrepared: execPrepared, resultStatus: resultStatus, resultErrorMessage: resultErrorMessage,
+                resultErrorField: resultErrorField, clear: clear,
                 cmdTuples: cmdTuples, ntuples: ntuples, getisnull: getisnull, getvalue: getvalue, getlength: getlength,
                 consumeInput: consumeInput, notifies: notifies, freemem: freemem, setNoticeProcessor: setNoticeProcessor))
     }

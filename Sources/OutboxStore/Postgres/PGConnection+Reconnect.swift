@@ -8,10 +8,19 @@ extension PGConnection {
     /// Runs `attempt`; when it failed because the server dropped the connection and a
     /// reconnect policy is set, reconnects and runs it again from its start.
     func retrying<T>(_ attempt: () throws(OutboxError) -> T) throws(OutboxError) -> T {
+        var conflicts = 0
         while true {
+            lastSQLState = nil
             do throws(OutboxError) {
                 return try attempt()
             } catch {
+                // The server rolled the transaction back to break a deadlock (or a serialization
+                // conflict): it surely did not happen, and runs again after a short random wait.
+                if transactionDepth == 0, ["40P01", "40001"].contains(lastSQLState), conflicts < Self.conflictRetries {
+                    conflicts += 1
+                    usleep(UInt32.random(in: 1_000...(5_000 * UInt32(min(conflicts, 20)))))
+                    continue
+                }
                 guard transactionDepth == 0, let policy = reconnect, pq.status(conn) != CONNECTION_OK,
                     !error.message.hasPrefix(Self.unknownCommit)
                 else { throw error }
@@ -20,6 +29,9 @@ extension PGConnection {
             }
         }
     }
+
+    /// How many times a transaction the server rolled back for a deadlock runs again.
+    static let conflictRetries = 50
 
     static let unknownCommit = "lost the connection to the PostgreSQL store while a commit was on its way"
 

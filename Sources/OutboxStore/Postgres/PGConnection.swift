@@ -57,6 +57,8 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
     let conn: OpaquePointer
     var statements: [String: String] = [:]
     var transactionDepth = 0
+    /// The SQLSTATE of the last statement the server refused (`40P01`: a deadlock).
+    var lastSQLState: String?
     /// Whether the open transaction holds the schema's lock (and so wakes runners).
     private var locked = false
     /// The server as messages name it: the URL without its password.
@@ -100,6 +102,8 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
     }
 
     private func failure(_ result: OpaquePointer?, _ context: String) -> OutboxError {
+        // PG_DIAG_SQLSTATE is 'C'.
+        lastSQLState = result.flatMap { pq.resultErrorField($0, Int32(UInt8(ascii: "C"))) }.map { String(cString: $0) }
         let message = result.flatMap { pq.resultErrorMessage($0) }.map { Self.trimmed($0) } ?? Self.trimmed(pq.errorMessage(conn))
         let text = message.isEmpty ? Self.trimmed(pq.errorMessage(conn)) : message
         return .storage("\(context): \(text) (\(name))")
