@@ -33,13 +33,20 @@ struct PostgresStoreTests {
         #expect(url.connectionURI.contains("keepalives_idle=10") && url.connectionURI.contains("tcp_user_timeout=30000"))
     }
 
-    // A raw '@' or '/' in the user or password would be read by libpq in part as the host,
-    // and quoted back in its error: refused, without quoting the password.
-    @Test(arguments: ["postgres://u:pw@tail99@h/app", "postgres://u:pw/tail99@h/app", "postgresql://u:pw@h/a@tail99"])
-    func aRawAtOrSlashInThePasswordIsRefused(_ text: String) {
+    // A raw '@', '/', '?' or '#' in the user or password would be read by libpq in part as
+    // the host or the query, and quoted back in its error: refused, without quoting the password.
+    @Test(arguments: [
+        "postgres://u:pw@tail99@h/app", "postgres://u:pw/tail99@h/app", "postgresql://u:pw@h/a@tail99",
+        "postgres://u:hunter?2@127.0.0.1:1/db", "postgres://u:pw@tail?99@127.0.0.1:1/db",
+        "postgres://odd:p@ss/w:rd?#x y@127.0.0.1:55433/obdb?schema=x", "postgres://u:a#b@h/db",
+    ])
+    func aRawAtSlashQuestionMarkOrHashInThePasswordIsRefused(_ text: String) {
         let error = #expect(throws: OutboxError.self) { try PostgresURL(text) }
         #expect(error?.code == .config)
-        #expect(error?.message == "store: the PostgreSQL URL's user or password holds a raw \"@\" or \"/\": write them as %40 and %2F")
+        #expect(
+            error?.message
+                == "store: the PostgreSQL URL's user or password holds a raw \"@\", \"/\", \"?\" or \"#\": write them as %40, %2F, %3F and %23"
+        )
     }
 
     // A schema that is not a plain lowercase identifier is a config error naming it.
@@ -63,6 +70,18 @@ struct PostgresStoreTests {
         #expect(error?.code == .storage)
         #expect(error?.message.contains("password authentication failed") == true)
         #expect(error?.message.contains("not-the-password-42") == false)
+    }
+
+    // A wrong password that is also part of libpq's words ("pass", "s") leaves them whole:
+    // masked everywhere, the cut words would spell the password out.
+    @Test(arguments: ["pass", "s"])
+    func aShortWrongPasswordLeavesTheServersMessageWhole(_ password: String) throws {
+        let cluster = try PostgresCluster.shared()
+        let url = try PostgresURL(cluster.url(schema: "short_pw", password: password))
+        let error = #expect(throws: OutboxError.self) { try PostgresStore(url: url, folder: Self.folder()) }
+        #expect(error?.code == .storage)
+        #expect(error?.message.contains("password authentication failed for user") == true, "\(error?.message ?? "")")
+        #expect(error?.message.contains("postgres://outbox:***@") == true, "\(error?.message ?? "")")
     }
 
     // A URL libpq cannot read is quoted back by it whole: the password is taken out.

@@ -24,6 +24,14 @@ package struct PostgresURL: Sendable, Equatable {
         }
         let scheme = String(text[..<colon])
         var rest = String(text.dropFirst(scheme.count + 3))
+        // libpq ends the user and password at the first '@', '/', '?' or '#': one written raw
+        // would be read in part as the host or the query, and quoted back in its errors.
+        if let at = rest.lastIndex(of: "@"), rest[..<at].contains(where: { "@/?#".contains($0) }) {
+            throw OutboxError(
+                .config,
+                "store: the PostgreSQL URL's user or password holds a raw \"@\", \"/\", \"?\" or \"#\": write them as %40, %2F, %3F and %23"
+            )
+        }
         var query: [(String, String)] = []
         if let q = rest.firstIndex(of: "?") {
             for item in rest[rest.index(after: q)...].split(separator: "&") where !item.isEmpty {
@@ -32,15 +40,8 @@ package struct PostgresURL: Sendable, Equatable {
             }
             rest = String(rest[..<q])
         }
-        // The password sits between the user's ':' and the '@' of the authority. libpq ends the
-        // user and password at the first '@' or '/': one written raw would be read in part as
-        // the host, and quoted back in its error.
+        // The password sits between the user's ':' and the '@' of the authority.
         let authorityEnd = rest.firstIndex(of: "/") ?? rest.endIndex
-        let ats = rest.filter { $0 == "@" }.count
-        if ats > 1 || (ats == 1 && !rest[..<authorityEnd].contains("@")) {
-            throw OutboxError(
-                .config, "store: the PostgreSQL URL's user or password holds a raw \"@\" or \"/\": write them as %40 and %2F")
-        }
         var shown = rest
         var secrets: [String] = []
         if let at = rest[..<authorityEnd].lastIndex(of: "@"), let colon = rest[..<at].firstIndex(of: ":") {
@@ -71,12 +72,16 @@ package struct PostgresURL: Sendable, Equatable {
         redacted = "\(scheme)://\(shown)?schema=\(schema)"
     }
 
-    /// A message from libpq with the password taken out: a URL it cannot parse is quoted
-    /// back whole, the password in it.
+    /// A message from libpq with the password taken out of what it quotes (`"..."`: the parts
+    /// of a URL it cannot read). Its own words stay whole: a password replaced everywhere
+    /// would be spelled out by the words it cut ("***word authentication failed").
     package func scrub(_ message: String) -> String {
-        var text = message
-        for secret in passwords.sorted(by: { $0.count > $1.count }) { text = text.replacing(secret, with: "***") }
-        return text
+        guard !passwords.isEmpty else { return message }
+        var pieces = message.split(separator: "\"", omittingEmptySubsequences: false).map(String.init)
+        for i in stride(from: 1, to: pieces.count, by: 2) {
+            for secret in passwords.sorted(by: { $0.count > $1.count }) { pieces[i] = pieces[i].replacing(secret, with: "***") }
+        }
+        return pieces.joined(separator: "\"")
     }
 
     /// `%XX` sequences as bytes; a bad one stays as written (libpq quotes it so).
