@@ -26,7 +26,7 @@ package final class ProcessReactor: @unchecked Sendable {
     package init() throws(ProcessSpawnError) {
         let fd = csystem_proc_eventfd()
         guard fd >= 0 else {
-            throw ProcessSpawnError(message: "cannot watch hook processes: \(ProcessRunner.errorText(-fd))")
+            throw ProcessSpawnError(message: "cannot watch hook processes: \(ProcessRunner.errorText(-fd))", transient: true)
         }
         wakeFD = fd
         mutex.initialize(to: pthread_mutex_t())

@@ -80,7 +80,8 @@ package enum ProcessRunner {
                 throw ProcessSpawnError(
                     message: "cannot start \(arguments[0]): working directory \(spec.workingDirectory) is not a folder")
             }
-            throw ProcessSpawnError(message: "cannot start \(path): \(errorText(-rc))")
+            throw ProcessSpawnError(
+                message: "cannot start \(path): \(errorText(-rc))", transient: [EMFILE, ENFILE, ENOMEM, EAGAIN].contains(-rc))
         }
         return child
     }

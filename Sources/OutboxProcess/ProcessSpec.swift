@@ -130,10 +130,13 @@ package struct ProcessResult: Sendable {
 package struct ProcessSpawnError: Error, Sendable, CustomStringConvertible {
     /// What failed, naming the program or folder.
     package var message: String
+    /// The system lacked fds, memory or processes for it: the program itself may be fine.
+    package var transient: Bool
 
     /// Creates an error with a message.
-    package init(message: String) {
+    package init(message: String, transient: Bool = false) {
         self.message = message
+        self.transient = transient
     }
 
     /// The message, for logs.

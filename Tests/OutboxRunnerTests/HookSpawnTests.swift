@@ -42,3 +42,18 @@ struct HookSpawnTests {
         #expect(pids.count == specs.count - 1)
     }
 }
+
+/// A hook that is missing (or cannot be run) fails its delivery like one that exits non-zero:
+/// the count rises and with it the backoff, rather than a retry every `base` for ever.
+struct MissingHookTests {
+    @Test(arguments: ["missing.sh", "not-executable.sh"])
+    func aHookThatCannotStartCountsItsDeliveries(_ hook: String) async throws {
+        let p = try Project(definitions: ["m": definition("m", top: "on_success: [\"hooks/\(hook)\"]", hooks: false)])
+        try p.write("hooks/not-executable.sh", "#!/bin/sh\nexit 0\n", mode: 0o644)
+        try await p.enqueue("m", path: "/status/200", id: "m1")
+        let run = try await p.runUntil { runner in runner.stderrSoFar.contains("for m1 (delivery 2)") }
+        #expect(run.stderr.contains("the hook could not start"), "\(run.stderr)")
+        let show = try #require(try await p.show("m1"))
+        #expect((show.int("outcomes.0.deliveries") ?? 0) >= 2, "\(show)")
+    }
+}

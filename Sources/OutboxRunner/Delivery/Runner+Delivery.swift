@@ -273,9 +273,11 @@ extension Runner {
             }
         }
         if let failure {
-            // A hook that could not start was not delivered to: its count is taken back.
+            // A hook the system had no fds, memory or processes to start was not delivered to:
+            // its count is taken back. A missing or unrunnable hook is a failed delivery, so
+            // its backoff grows as for any other.
             var started = true
-            if case .failure = result { started = false }
+            if case let .failure(error) = result, error.transient { started = false }
             try failDelivery(seq: seq, entryID: entryID, failure: failure, hookStarted: started, now: now)
             return
         }
