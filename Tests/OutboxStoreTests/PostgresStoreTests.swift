@@ -84,6 +84,24 @@ struct PostgresStoreTests {
         #expect(error?.message.contains("postgres://outbox:***@") == true, "\(error?.message ?? "")")
     }
 
+    // A store copy at work holds the schema's writer lock in its long transaction: a store
+    // opened meanwhile (a runner starting) does not wait behind it for its migrations, and
+    // the runner is refused at once (75) instead of sending once the copy is done.
+    @Test func aRunnerStartedDuringACopyIsRefusedAtOnce() throws {
+        let cluster = try PostgresCluster.shared()
+        let url = try PostgresURL(cluster.url(schema: PostgresCluster.uniqueSchema("copying")))
+        let source = try PostgresStore(url: url, folder: Self.folder())
+        let copying = try source.lockExclusively()
+        defer { copying.release() }
+        let holder = try PGConnection(uri: url.connectionURI, name: url.redacted)
+        try holder.execute("BEGIN; SELECT pg_advisory_xact_lock(7361200, \(url.lockKey))")
+        defer { try? holder.execute("ROLLBACK") }
+        let runner = try PostgresStore(url: url, folder: Self.folder())
+        let refused = #expect(throws: OutboxError.self) { _ = try runner.lockForRunner() }
+        #expect(refused?.code == .running)
+        #expect(refused?.message.contains("a store copy holds the store") == true)
+    }
+
     // A URL libpq cannot read is quoted back by it whole: the password is taken out.
     @Test(arguments: ["postgres://u:PGSECRET42@[bad/db", "postgres://u:PG%zzSECRET42@127.0.0.1:1/db", "postgres://u:PG%41SECRET42@[bad/db"])
     func libpqsMessageNeverShowsThePassword(_ text: String) throws {

@@ -77,11 +77,14 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
     /// Creates the schema and applies the migrations it lacks under the schema's lock (two
     /// processes may open a new schema at once). A schema made by a newer outbox is refused.
     static func migrate(_ db: PGConnection, url: PostgresURL) throws(OutboxError) {
+        let known = Set(PostgresSchema.migrations.map(\.name))
+        // Up to date, as nearly always: no lock is taken, so a command (a runner that then
+        // finds a store copy at work, and exits 75) is not kept waiting behind a long one.
+        if let applied = try? db.query("SELECT name FROM migrations", { $0.text(0) }), Set(applied) == known { return }
         try db.transaction(lock: url.lockKey) { () throws(OutboxError) in
             try db.execute("CREATE SCHEMA IF NOT EXISTS \"\(url.schema)\"")
             try db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at BIGINT NOT NULL)")
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
-            let known = Set(PostgresSchema.migrations.map(\.name))
             if let newer = applied.subtracting(known).sorted().last {
                 throw .storage(
                     "the schema \(url.schema) of \(url.redacted) was made by a newer outbox (it has migration \(newer)); use that version")
