@@ -53,8 +53,15 @@ package final class Runner {
     var standbyHeldUntil: Int64 = 0
     /// When this runner next renews its leases (monotonic ms); the first turn does it at once.
     var nextLeaseTick: Int64 = 0
+    /// When this runner last renewed its leases (monotonic ms).
+    var leasesRenewedAt: Int64 = Identifiers.monotonicMs()
     /// Entries whose lease renewal failed, stopped by the turn's `keepLeases`.
     var leasesLost: Set<String> = []
+    /// Among them, those gone from the store while this runner's lease still held: cancelled.
+    var cancelledWhileHeld: Set<String> = []
+    /// The others: taken by another runner, or gone after this runner's lease ran out. A
+    /// settle of one that the store refuses is no cancel.
+    var leaseLostIDs: Set<String> = []
     /// A drain's horizon: retries and delays due after it are not claimed in this run.
     var drainHorizon: Int64?
     /// The store's runner lock, looked at once a second (`keepRunnerLock`).

@@ -170,7 +170,7 @@ struct PostgresRunnersTests {
         let p = try Self.project(lease: "2s", payload: true)
         p.server.script("/notes/", [.hold("stopped"), .json(200, #"{"by": "second"}"#)])
         try await Self.enqueue(p, 1...1)
-        let first = try p.start(["run"])
+        let first = try p.start(["run", "--json"])
         #expect(await p.server.waitForHeld("stopped"))
         first.signal(SIGSTOP)
         let second = try p.start(["run"])
@@ -185,6 +185,8 @@ struct PostgresRunnersTests {
         first.signal(SIGTERM)
         let late = await first.wait()
         #expect(late.exitCode == 0, "\(late)")
+        // Nobody cancelled it: the first runner's summary says none was.
+        #expect(late.json?["cancelled"]?.int64Value == 0, "\(late.stdout)")
         let outcomes = Self.hookLines(p)
         #expect(outcomes.count == 1)
         let outcome = try JSON.parse(outcomes.first ?? "")
@@ -193,6 +195,26 @@ struct PostgresRunnersTests {
         let requests = p.server.requests(path: "/notes/1")
         #expect(requests.count == 2)
         #expect(try await Self.storeIsEmpty(p))
+    }
+
+    // A cancel while the runner holds the entry (its lease good) is reported as a cancel,
+    // once, and is not mistaken in the log for a lease another runner took.
+    @Test func aCancelWhileARequestIsInFlightIsReportedAsACancel() async throws {
+        let p = try Self.project(lease: "3s")
+        p.server.script("/notes/", [.hold("held")])
+        try await Self.enqueue(p, 1...1)
+        let runner = try p.start(["run", "--json"])
+        #expect(await p.server.waitForHeld("held"))
+        #expect(try await p.outbox(["cancel", "e-1"]).exitCode == 0)
+        await eventually("the runner stops the cancelled transfer") { p.server.requests(path: "/notes/1").count == 1 }
+        // Then a renewal of its leases finds the entry gone: that is no lease lost.
+        try await Task.sleep(for: .seconds(2))
+        _ = p.server.release("held")
+        runner.signal(SIGTERM)
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0, "\(finished)")
+        #expect(finished.json?["cancelled"]?.int64Value == 1, "\(finished.stdout)")
+        #expect(!finished.stderr.contains("lost the lease"), "\(finished.stderr)")
     }
 
     // A response parser that runs for three leases blocks the runner's turn, not its

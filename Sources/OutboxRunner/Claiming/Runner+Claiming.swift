@@ -71,9 +71,9 @@ extension Runner {
         for entry in held {
             if current[entry.seq] != entry.generation {
                 guard flights.withdrawn[entry.id] == nil, flights.partJobs[entry.id]?.failed != true else { continue }
-                if store.sharesRunners, try store.entry(id: entry.id)?.generation == entry.generation {
-                    // Not cancelled: its lease ran out and another runner requeued or took it
-                    // (the next renewal says so in the log).
+                if lostToAnotherRunner(entry) {
+                    // Not cancelled: its lease ran out and another runner requeued, took or
+                    // settled it (the renewal says so in the log).
                     stopLost(entry)
                     continue
                 }

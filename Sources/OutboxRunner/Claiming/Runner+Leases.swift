@@ -20,6 +20,14 @@ extension Runner {
         let lost = leasesLost
         leasesLost = []
         for id in lost.sorted() {
+            if cancelledWhileHeld.remove(id) != nil {
+                // Reported once: the turn's look at running entries may have seen the cancel first.
+                guard flights.withdrawn[id] == nil, let entry = flights.running[id] else { continue }
+                log("outbox: \(id) was cancelled while it was being sent; its transfer is stopped", fields: [("id", .string(id))])
+                stopLost(entry)
+                reportCancelled(entry)
+                continue
+            }
             log(
                 "outbox: lost the lease on \(id) (another runner may send it); its transfer is stopped and its result not recorded",
                 level: .warn, fields: [("id", .string(id))])
@@ -43,10 +51,32 @@ extension Runner {
     func renewLeasesIfDue() throws(OutboxError) -> Bool {
         let mono = Identifiers.monotonicMs()
         guard mono >= nextLeaseTick else { return false }
-        leasesLost.formUnion(try store.renewLeases(lease))
+        // Looked at before renewing: a runner stopped past its lease finds its claims gone.
+        let ranOut = leasesRanOut
+        let lost = try store.renewLeases(lease)
+        for id in lost {
+            // Gone while this runner's lease held: another process cancelled it.
+            if !ranOut, try store.entry(id: id) == nil { cancelledWhileHeld.insert(id) } else { leaseLostIDs.insert(id) }
+        }
+        leasesLost.formUnion(lost)
         nextLeaseTick = mono + max(lease.durationMs / 3, 1)
+        leasesRenewedAt = mono
         return true
     }
+
+    /// Whether an entry this runner held, and can no longer settle, was taken from it rather
+    /// than cancelled: its row (same generation) is another runner's now, or it went after
+    /// this runner's lease ran out (another runner may have sent and settled it).
+    func lostToAnotherRunner(_ entry: Entry) -> Bool {
+        guard store.sharesRunners else { return false }
+        let lost = leaseLostIDs.remove(entry.id) != nil
+        guard let now = (try? store.entry(id: entry.id)) ?? nil else { return lost || leasesRanOut }
+        return now.generation == entry.generation
+    }
+
+    /// Whether this runner went a whole lease without renewing (stopped, or starved of CPU):
+    /// then an entry it held that is gone may have been sent and settled by another runner.
+    var leasesRanOut: Bool { Identifiers.monotonicMs() - leasesRenewedAt >= lease.durationMs }
 
     /// What the control thread keeps doing while it waits for a plugin (a response parser, a
     /// Wi-Fi check, an auth refresh, a follow-up's headers command): renewing its leases, so

@@ -131,9 +131,7 @@ extension Runner {
             if fencedOut.contains(entry.id) {
                 // Shared by runners, the entry may have been taken over, not cancelled: then
                 // the runner that holds it now reports it.
-                if store.sharesRunners, let now = try? store.entry(id: entry.id), now.generation == entry.generation,
-                    now.state == .running || now.state == .queued, now.leaseOwner != lease.owner
-                {
+                if lostToAnotherRunner(entry) {
                     log(
                         "outbox: lost the lease on \(entry.id) (another runner may send it); its result was not recorded",
                         level: .warn, fields: [("id", .string(entry.id))])
