@@ -129,16 +129,24 @@ package enum CLI {
         }
         words.removeFirst(consumed)
         words.insert(contentsOf: lifted, at: 0)
+        var logsJSON = false
         do {
             let parsed = try ArgumentParser.parse(words, command: command)
             if parsed.flag("help") {
                 console.out(command.help())
                 return 0
             }
+            logsJSON = parsed.value("log-format") == LogFormat.json.rawValue
             var invocation = Invocation(args: parsed, environment: environment, cwd: cwd, console: console)
             return try command.handler(&invocation)
         } catch {
-            report(error, json: wantsJSON, console: console)
+            if logsJSON, !wantsJSON, error.diagnostics.isEmpty {
+                // A run that logs JSON ends with a JSON line too, however it ends.
+                Logger(format: .json) { console.err($0) }.log(
+                    .error, "outbox: \(error.code.rawValue): \(error.message)", fields: [("code", .string(error.code.rawValue))])
+            } else {
+                report(error, json: wantsJSON, console: console)
+            }
             return error.code.exitStatus
         }
     }

@@ -67,6 +67,20 @@ struct RunLogTests {
         #expect(lines.last?["summary"]?["completed"] == .int(1))
     }
 
+    // A run that fails still ends with a JSON line: its code, for a log shipper to read.
+    @Test func aFailedRunLogsItsErrorAsJSON() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        try p.write(".outbox/outbox.db", "")
+        let run = try await p.outbox(["run", "--drain", "--log-format", "json"])
+        #expect(run.exitCode == 74, "\(run)")
+        let lines = try run.stderr.split(separator: "\n").map { try JSON.parse(String($0)) }
+        let last = try #require(lines.last)
+        #expect(last["level"] == .string("error"))
+        #expect(last["code"] == .string("E_STORAGE"))
+        #expect(last["message"]?.stringValue?.contains("outbox.db is empty") == true, "\(last)")
+    }
+
     @Test func quietKeepsOnlyWarningsAndErrors() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/status/200", id: "a")
