@@ -142,7 +142,14 @@ struct Staging {
                             "request.file: \(identity.path) is a symbolic link; ownership: move takes a regular file (use copy or reference)"
                         )
                     }
-                    if rename(identity.path, final) == 0 {
+                    if st.st_nlink > 1 {
+                        // Renamed in, a file with other hard links would still be theirs too: the
+                        // store's mode would be theirs, their later writes sent. It is copied in,
+                        // and its name removed after the commit, as across filesystems.
+                        try copyFile(identity, to: final)
+                        staged.created.append(final)
+                        staged.removeAfterCommit.append(identity.path)
+                    } else if rename(identity.path, final) == 0 {
                         Fault.point("enqueue.moved")
                         staged.movedIn.append((final, identity.path, st.st_mode & 0o7777))
                         // A moved file keeps the user's mode; the store's files are 0600 (they hold tokens).

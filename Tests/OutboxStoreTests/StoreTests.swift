@@ -197,6 +197,25 @@ struct StoreStagingTests {
         #expect(e.request.file?.path == source)
     }
 
+    // A file with another hard link is copied in and its name removed: the other name keeps
+    // its mode, and what is written through it later is not what the entry sends.
+    @Test func aMovedFileWithAnotherHardLinkIsCopiedIn() throws {
+        let f = try StoreFixture()
+        let source = try f.userFile("in/h.bin", "linked-bytes", mode: 0o644)
+        let other = f.root + "/in/other.bin"
+        try #require(link(source, other) == 0)
+        try f.enqueue("h", "file.move", #"{"path": "in/h.bin"}"#)
+        let staged = try #require(try f.get("h").bodyFile)
+        #expect(!exists(source))
+        #expect(fileMode(other) == 0o644)
+        #expect(fileMode(staged) == 0o600)
+        let handle = try #require(FileHandle(forWritingAtPath: other))
+        handle.write(Data("CHANGED".utf8))
+        try handle.close()
+        #expect(fileText(other) == "CHANGEDbytes")
+        #expect(fileText(staged) == "linked-bytes")
+    }
+
     @Test func aReferencedFileIsNotCopied() throws {
         let f = try StoreFixture()
         let source = try f.userFile("in/r.bin", "referenced", mode: 0o644)
