@@ -123,7 +123,7 @@ enum EnqueueCommand {
             key: key, vars: vars, id: i.args.value("id"), notBefore: notBefore, expiresAt: expiresAt,
             movedFiles: try movedFiles(project, id: i.args.value("id")))
         try skipExisting(&entry, key: key, i)
-        let results = try project.store().enqueue([entry], now: now)
+        let results = try project.enqueue([entry], now: now)
         if i.json {
             i.console.out(JSON.object([("id", .string(results[0].id))]).serialized())
         } else {
@@ -237,7 +237,7 @@ enum EnqueueCommand {
                 if ownership == .move { movedBy[file] = lineNumber }
             }
         }
-        let results = try project.store().enqueue(entries, now: now)
+        let results = try project.enqueue(entries, now: now)
         if i.json {
             i.console.out(JSON.array(results.map { .object([("id", .string($0.id))]) }).serialized())
         } else if !results.isEmpty {

@@ -147,7 +147,7 @@ enum EnqueueDirectory {
             if i.json { i.console.out("[]") }
             return 0
         }
-        let results = try project.store().enqueue(entries, now: now)
+        let results = try project.enqueue(entries, now: now)
         if i.json {
             i.console.out(
                 JSON.array(

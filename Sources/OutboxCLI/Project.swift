@@ -45,6 +45,22 @@ final class Project {
         return store
     }
 
+    /// Enqueues into the project's store. A same-id enqueue refused because the entry is
+    /// running says so truly when no runner runs: the entry's runner was killed.
+    func enqueue(_ entries: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        let store = try store()
+        do {
+            return try store.enqueue(entries, now: now)
+        } catch {
+            guard error.code == .running, error.message.contains(" is being sent now"), let sqlite = store as? SQLiteStore,
+                sqlite.runnerHolderPID() == nil
+            else { throw error }
+            throw .running(
+                error.message.replacing(" is being sent now", with: " was being sent when its runner stopped (killed or crashed)")
+                    .replacing("try again when it settles", with: "the next `outbox run` puts it back in the queue: enqueue it again then"))
+        }
+    }
+
     /// Why the definitions folder cannot hold definitions (missing, or not a folder); nil when it can.
     var definitionsFolderProblem: String? {
         let folder = config.definitions

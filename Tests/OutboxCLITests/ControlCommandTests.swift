@@ -6,6 +6,21 @@ import TestSupport
 /// `check` refuses what would fail at every delivery or settle; `retry`, `pause` and
 /// `cancel` refuse a bad key before they change anything.
 struct ControlCommandTests {
+    // A same-id enqueue with another body of an entry left running by a killed runner is
+    // refused (75) in words that say so, not as if a runner were sending it now.
+    @Test func aSameIdEnqueueOfAnEntryLeftRunningSaysItsRunnerStopped() throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "note", "--id", "rp", "--vars", #"{"n": 1}"#).status == 0)
+        _ = try p.sqlite("UPDATE entries SET state = 'running' WHERE id = 'rp';")
+        let r = p.run("enqueue", "note", "--id", "rp", "--vars", #"{"n": 2}"#)
+        #expect(r.status == 75)
+        #expect(
+            r.err
+                == "outbox: E_RUNNING: entry rp was being sent when its runner stopped (killed or crashed) and the new body differs; the next `outbox run` puts it back in the queue: enqueue it again then\n",
+            "\(r.err)")
+        #expect(try p.run("show", "rp", "--json").json()["vars"]?["n"] == .int(1), "the store did not change")
+    }
+
     @Test func checkRefusesAThenKeyNoDefinitionHas() throws {
         let p = try CLIProject()
         let file = try p.write(
