@@ -321,8 +321,12 @@ final class StagingLock {
 
 extension SQLStore {
     func stagingLock(exclusive: Bool) -> StagingLock? {
-        let fd = open(Paths.join(folder, "staging.lock"), O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return nil }
+        let path = Paths.join(folder, "staging.lock")
+        var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        // A read-only store: flock needs no write access, and without the file nothing can be
+        // staging (no enqueue could have made it), so the lock is free.
+        if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC) }
+        guard fd >= 0 else { return errno == ENOENT && exclusive ? StagingLock(fd: -1) : nil }
         let operation = exclusive ? LOCK_EX | LOCK_NB : LOCK_SH
         while flock(fd, operation) != 0 {
             if errno == EINTR { continue }

@@ -216,6 +216,22 @@ struct StoreStagingTests {
         #expect(fileText(staged) == "linked-bytes")
     }
 
+    // A staging lock the store cannot open for writing (a read-only store) is still taken:
+    // audit checks the staged files, and says no enqueue is staging when none is.
+    @Test func auditTakesAStagingLockItCannotWrite() throws {
+        let f = try StoreFixture()
+        try f.enqueue("c", "file.copy", #"{"path": "\#(try f.userFile("in/c.bin", "copied"))"}"#)
+        let orphan = f.bodies + "/orphan-body"
+        try #require(FileManager.default.createFile(atPath: orphan, contents: Data("x".utf8)))
+        // A folder cannot be opened for writing, as a file on a read-only mount cannot.
+        try? FileManager.default.removeItem(atPath: f.storeFolder + "/staging.lock")
+        try FileManager.default.createDirectory(atPath: f.storeFolder + "/staging.lock", withIntermediateDirectories: false)
+        var notes: [String] = []
+        let problems = try f.store.audit(note: { notes.append($0) })
+        #expect(notes.isEmpty, "\(notes)")
+        #expect(problems.contains { $0.contains("orphan-body") }, "\(problems)")
+    }
+
     @Test func aReferencedFileIsNotCopied() throws {
         let f = try StoreFixture()
         let source = try f.userFile("in/r.bin", "referenced", mode: 0o644)
