@@ -67,7 +67,8 @@ import TestSupport
         let shown = try #require(try await sandbox.show("big"))
         #expect(shown["state"] as? String == "error")
         let parts = shown["parts"] as? [[String: Any]] ?? []
-        #expect(parts.map { $0["accepted"] as? Bool } == [true, false, false, false, false], "\(parts)")
+        // Part 1 was accepted, but by the upload the abort ended: forgotten with it, so a retry starts over.
+        #expect(parts.map { $0["accepted"] as? Bool } == [false, false, false, false, false], "\(parts)")
         let message = ((PartFiles.readJSON(sandbox.path("error-big.json"))?["error"] as? [String: Any])?["message"] as? String) ?? ""
         #expect(message.contains("part 2 of 5") && message.contains("BadDigest"), "\(message)")
         #expect(await eventually("the upload is aborted") { server.requests.contains { $0.method == "DELETE" } })
