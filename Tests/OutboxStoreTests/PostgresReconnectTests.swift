@@ -55,24 +55,34 @@ struct PostgresReconnectTests {
         #expect(try db.queryOne("SELECT 1") { $0.int(0) } == 1)
     }
 
-    // Cut with only the COMMIT left: whether it happened is not known, so it is not run
-    // again; the caller gets an error that says so.
-    @Test func aCommitWithoutAnAnswerIsNotRunAgain() throws {
+    // Cut with only the COMMIT left: no answer comes, so the server is asked on a new
+    // connection what became of the transaction (by its id); rolled back, it runs again.
+    @Test func aCommitWithoutAnAnswerIsResolvedByTheServer() throws {
         let (db, killer, table, _) = try Self.connections()
         var runs = 0
-        do throws(OutboxError) {
-            try db.transaction(lock: 1) { () throws(OutboxError) in
-                runs += 1
-                try db.run("INSERT INTO \(table) VALUES (2)")
-                try Self.cut(db, by: killer)
-            }
-            Issue.record("the transaction reported success")
-        } catch {
-            #expect(error.code == .storage)
-            #expect(error.message.hasPrefix(PGConnection.unknownCommit), "\(error.message)")
+        try db.transaction(lock: 1) { () throws(OutboxError) in
+            runs += 1
+            try db.run("INSERT INTO \(table) VALUES (2)")
+            if runs == 1 { try Self.cut(db, by: killer) }
         }
-        #expect(runs == 1)
-        #expect(try Self.count(killer, table, 2) == 0)
+        #expect(runs == 2)
+        #expect(try Self.count(killer, table, 2) == 1)
+    }
+
+    // A transaction that did commit is found committed (not run again); one whose id the
+    // server cannot place leaves the caller an error that says whether it happened is unknown.
+    @Test func aCommittedTransactionIsFoundCommitted() throws {
+        let (db, killer, _, _) = try Self.connections()
+        try db.execute("BEGIN")
+        let xid = try #require(try db.queryOne("SELECT txid_current()") { $0.int(0) })
+        try db.execute("COMMIT")
+        try Self.cut(db, by: killer)
+        #expect(try db.resolveCommit(xid, after: .storage("cut")) == true)
+        try Self.cut(db, by: killer)
+        #expect(try db.resolveCommit(xid + 1_000_000, after: .storage("cut")) == nil)
+        // Without a runner's reconnect policy nothing is asked.
+        db.reconnect = nil
+        #expect(try db.resolveCommit(xid, after: .storage("cut")) == nil)
     }
 
     /// Makes the next row inserted into `table` end its own session, once (a sequence is

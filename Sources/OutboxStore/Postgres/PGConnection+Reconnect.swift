@@ -14,6 +14,11 @@ extension PGConnection {
             do throws(OutboxError) {
                 return try attempt()
             } catch {
+                if transactionDepth == 0, rerunRolledBack {
+                    rerunRolledBack = false
+                    beforeRetry?()
+                    continue
+                }
                 // The server rolled the transaction back to break a deadlock (or a serialization
                 // conflict): it surely did not happen, and runs again after a short random wait.
                 if transactionDepth == 0, ["40P01", "40001"].contains(lastSQLState), conflicts < Self.conflictRetries {
@@ -34,6 +39,24 @@ extension PGConnection {
     static let conflictRetries = 50
 
     static let unknownCommit = "lost the connection to the PostgreSQL store while a commit was on its way"
+
+    /// Whether transaction `xid`, whose COMMIT's answer was lost with the connection, happened:
+    /// asked on a new connection (`txid_status`); nil when that cannot be known.
+    func resolveCommit(_ xid: Int64, after error: OutboxError) throws(OutboxError) -> Bool? {
+        guard let policy = reconnect else { return nil }
+        try connectAgain(after: error, policy)
+        // Still "in progress" while the old backend ends its work: asked again for a while.
+        for _ in 0..<50 {
+            // An id it cannot place (too old, or refused) leaves the answer unknown.
+            switch (try? queryOne("SELECT txid_status(?::bigint)", [.int(xid)], { $0.isNull(0) ? nil : $0.text(0) })) ?? nil {
+            case "committed": return true
+            case "aborted": return false
+            case "in progress": usleep(100_000)
+            default: return nil
+            }
+        }
+        return nil
+    }
 
     /// A transaction is run again only when it surely rolled back: a claim that committed
     /// unseen would hold its entries under this runner's lease without sending them.

@@ -59,6 +59,8 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
     var transactionDepth = 0
     /// The SQLSTATE of the last statement the server refused (`40P01`: a deadlock).
     var lastSQLState: String?
+    /// Set when a transaction whose COMMIT lost its answer turned out rolled back.
+    var rerunRolledBack = false
     /// Whether the open transaction holds the schema's lock (and so wakes runners).
     private var locked = false
     /// The server as messages name it: the URL without its password.
@@ -293,12 +295,20 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
         transactionDepth += 1
         do throws(OutboxError) {
             let result = try body()
+            // Asked before the COMMIT: if its answer is lost, the server can say what became of it.
+            let xid = reconnect == nil ? nil : try queryOne("SELECT txid_current()") { $0.int(0) }
             transactionDepth -= 1
             do throws(OutboxError) {
                 try executeOnce("COMMIT")
             } catch {
                 // The COMMIT left and no answer came back: it may have happened or not.
-                if pq.status(conn) != CONNECTION_OK { throw commitUnknown(error) }
+                if pq.status(conn) != CONNECTION_OK {
+                    guard let xid, let committed = try resolveCommit(xid, after: error) else { throw commitUnknown(error) }
+                    if committed { return result }
+                    // Surely rolled back: `retrying` runs it again on the new connection.
+                    rerunRolledBack = true
+                    throw error
+                }
                 try? executeOnce("ROLLBACK")
                 throw error
             }
