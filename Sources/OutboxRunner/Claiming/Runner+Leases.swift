@@ -55,8 +55,10 @@ extension Runner {
         let ranOut = leasesRanOut
         let lost = try store.renewLeases(lease)
         for id in lost {
-            // Gone while this runner's lease held: another process cancelled it.
-            if !ranOut, try store.entry(id: id) == nil { cancelledWhileHeld.insert(id) } else { leaseLostIDs.insert(id) }
+            // Gone while this runner's lease held: another process cancelled it (a row that
+            // does not read back is there, not gone).
+            let gone = !ranOut && ((try? store.entry(id: id) == nil) ?? false)
+            if gone { cancelledWhileHeld.insert(id) } else { leaseLostIDs.insert(id) }
         }
         leasesLost.formUnion(lost)
         nextLeaseTick = mono + max(lease.durationMs / 3, 1)
