@@ -108,18 +108,22 @@ import TestSupport
         }
         try sandbox.define("s3-put", definition)
         try PartFiles.make(sandbox.path("data/big.bin"), size: 28 << 20, seed: 9)
-        let server = sandbox.server
-        server.script(
-            "/crash/big.bin?uploads=",
-            [.status(200, body: "<InitiateMultipartUploadResult><UploadId>up/1+x</UploadId></InitiateMultipartUploadResult>")])
-        server.script(
-            "/crash/big.bin?uploadId=",
-            [.status(200, body: "<CompleteMultipartUploadResult><ETag>\"whole-5\"</ETag></CompleteMultipartUploadResult>")])
+        Self.scriptUpload(sandbox.server, id: "up/1+x", etag: "whole-5")
         #expect(
             try await sandbox.outbox([
                 "enqueue", "s3.put", "--id", "big", "--vars", #"{"path": "data/big.bin", "relative_path": "big.bin"}"#,
             ]).status == 0)
         return sandbox
+    }
+
+    /// The test server answers CreateMultipartUpload with upload `id`, and Complete with `etag`.
+    static func scriptUpload(_ server: TestHTTPServer, id: String, etag: String) {
+        server.script(
+            "/crash/big.bin?uploads=",
+            [.status(200, body: "<InitiateMultipartUploadResult><UploadId>\(id)</UploadId></InitiateMultipartUploadResult>")])
+        server.script(
+            "/crash/big.bin?uploadId=",
+            [.status(200, body: "<CompleteMultipartUploadResult><ETag>\"\(etag)\"</ETag></CompleteMultipartUploadResult>")])
     }
 
     static func partNumbers(_ server: TestHTTPServer) -> [Int] {
@@ -391,16 +395,21 @@ import TestSupport
         #expect(try await !sandbox.outbox(["show", "big", "--json"]).stdout.contains("session-token-55"))
     }
 
-    @Test func anEntryThatSettlesErrorAbortsItsUpload() async throws {
-        let sandbox = try await Self.stage()
+    /// A staged upload whose part 2 S3 refuses for good: the run settles it error and aborts the upload.
+    static func refusedAndAborted(function: String = #function) async throws -> OutboxSandbox {
+        let sandbox = try await Self.stage(function: function)
         let server = sandbox.server
         server.script("/crash/big.bin?partNumber=2&", [.status(400, body: "<Error><Code>InvalidPart</Code></Error>")])
         server.script("/crash/big.bin?uploadId=", [.status(204)])
         let run = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
         #expect(run.status == 1, "an entry settled error: \(run.stderr)")
-        let shown = try #require(try await sandbox.show("big"))
-        #expect(shown["state"] as? String == "error")
+        #expect(try await sandbox.show("big")?["state"] as? String == "error")
         #expect(await eventually("the upload is aborted") { server.requests.contains { $0.method == "DELETE" } })
+        return sandbox
+    }
+
+    @Test func anEntryThatSettlesErrorAbortsItsUpload() async throws {
+        let server = try await Self.refusedAndAborted().server
         let abort = try #require(server.requests.first { $0.method == "DELETE" })
         #expect(abort.path == "/crash/big.bin?uploadId=up%2F1%2Bx")
         #expect(abort.header("authorization")?.hasPrefix("AWS4-HMAC-SHA256 Credential=testing/") == true)
@@ -409,22 +418,12 @@ import TestSupport
     /// After the abort the upload is gone: `retry --errors` starts the entry over with a new
     /// upload and sends every part to it, not the parts left to the upload that was aborted.
     @Test func aRetryAfterTheAbortStartsANewUpload() async throws {
-        let sandbox = try await Self.stage()
+        let sandbox = try await Self.refusedAndAborted()
         let server = sandbox.server
-        server.script("/crash/big.bin?partNumber=2&", [.status(400, body: "<Error><Code>InvalidPart</Code></Error>")])
-        server.script("/crash/big.bin?uploadId=", [.status(204)])
-        let first = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
-        #expect(first.status == 1, "an entry settled error: \(first.stderr)")
-        #expect(await eventually("the upload is aborted") { server.requests.contains { $0.method == "DELETE" } })
 
         // Part 2 is taken now; a new upload starts and completes.
         server.script("/crash/big.bin?partNumber=2&", [])
-        server.script(
-            "/crash/big.bin?uploads=",
-            [.status(200, body: "<InitiateMultipartUploadResult><UploadId>up-2</UploadId></InitiateMultipartUploadResult>")])
-        server.script(
-            "/crash/big.bin?uploadId=",
-            [.status(200, body: "<CompleteMultipartUploadResult><ETag>\"whole-6\"</ETag></CompleteMultipartUploadResult>")])
+        Self.scriptUpload(server, id: "up-2", etag: "whole-6")
         let before = server.requests.count
         #expect(try await sandbox.outbox(["retry", "--errors"]).status == 0)
         let second = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
