@@ -6,6 +6,7 @@
 /// - `/reset`: connection reset after the request. `/close`: clean close, no response.
 ///   `/stall`: no response until the client or server gives up.
 /// - `/echo`: 200 with JSON of the method, path, headers (lowercased names) and body.
+/// - `/bearer/{token}[/...]`: 200 when the request carries `Authorization: Bearer {token}`, else 401.
 /// - `/bytes/{n}`: an n-byte generated body (`TestResponse.patternByte`), streamed from a
 ///   63 KiB block (memory stays flat for any n).
 ///   `/reset-mid-body/{n}`: headers and n/2 of those bytes, then a reset.
@@ -67,6 +68,10 @@ enum BuiltinRoutes {
             return .stall
         case ("echo", _):
             return .json(200, echoJSON(request))
+        case ("bearer", 1...):
+            // A server that takes one token: 200 for `Authorization: Bearer TOKEN`, else 401.
+            let ok = request.header("authorization") == "Bearer \(rest[0])"
+            return .json(ok ? 200 : 401, #"{"authorized":\#(ok)}"#)
         case ("bytes", 1):
             guard let count = Int64(rest[0]), count >= 0 else { return badRoute("bad byte count") }
             return .bytes(count)

@@ -27,6 +27,19 @@ struct PluginRunnerTests {
         #expect(p.deliveries("a").first?.string("stdin.outcome") == "completed")
     }
 
+    /// Many requests refused at once: those parked in the very turn the refresh runs are
+    /// resumed with the others, and the drain sends every one again (exit 0).
+    @Test func anAuthRefreshResumesEveryEntryParkedBeforeIt() async throws {
+        let refresh = "#!/bin/sh\ncat > /dev/null\nprintf '{\"Authorization\": \"Bearer fresh\"}'\n"
+        let p = try Project(
+            config: fastConfig + "auth_refresh_command: [hooks/refresh.sh]\nheaders: { Authorization: \"Bearer stale\" }\n",
+            definitions: ["t": definition("t", hooks: false)], hooks: ["refresh.sh": refresh])
+        for n in 1...40 { try await p.enqueue("t", path: "/bearer/fresh/\(n)", id: "e\(n)") }
+        let run = try await p.drain(["--concurrency", "16", "--json"], failures: 0)
+        #expect(run.json?.int("completed") == 40, "\(run.stdout)\n\(run.stderr)")
+        #expect(try await p.list().isEmpty)
+    }
+
     /// Every header auth_refresh_command prints is a credential, whatever its name: `show`
     /// prints it redacted, as it does headers_command's.
     @Test func headersFromAnAuthRefreshAreRedacted() async throws {

@@ -9,6 +9,9 @@ extension Runner {
     /// refusing cannot turn it into a loop.
     func refreshAuthIfNeeded(now: Int64) throws(OutboxError) {
         guard let command = config.authRefreshCommand, now - lastAuthRefresh >= 60_000 else { return }
+        // Entries this turn parked are committed first: the update resumes them with the
+        // others (committed after it, they would stay parked with headers it replaced).
+        if changes.contains(where: { if case .park = $0 { true } else { false } }) { try flush(now: now) }
         let parked = try store.list(ListFilter(state: EntryState.awaitingAuth.rawValue))
         guard !parked.isEmpty else { return }
         lastAuthRefresh = now
