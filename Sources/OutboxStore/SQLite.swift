@@ -87,12 +87,16 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
         sqlite3_extended_result_codes(db, 1)
         busyWait.install(on: handle)
         if access != .readWrite { return }
+        // Until the database reads as one, closing must not fold the log into it: a damaged
+        // outbox.db would take the log's pages and the log, holding the last commits, would go.
+        _ = csqlite_no_checkpoint_on_close(db, 1)
         let mode = try scalarText("PRAGMA journal_mode=WAL")
         guard mode.lowercased() == "wal" else {
             throw .storage("the store database \(path) refused WAL mode (got \(mode))")
         }
         try execute("PRAGMA synchronous=FULL")
         try execute("PRAGMA foreign_keys=ON")
+        _ = csqlite_no_checkpoint_on_close(db, 0)
     }
 
     /// A path as a `file:` URI's path: bytes other than unreserved ones and `/` percent-encoded.

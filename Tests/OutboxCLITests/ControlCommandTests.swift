@@ -6,6 +6,21 @@ import TestSupport
 /// `check` refuses what would fail at every delivery or settle; `retry`, `pause` and
 /// `cancel` refuse a bad key before they change anything.
 struct ControlCommandTests {
+    // A command that finds outbox.db damaged leaves it and its write-ahead log as they were:
+    // folded into the damaged file at close, the log (the last commits) would be gone.
+    @Test(arguments: [["list"], ["enqueue", "note", "--vars", #"{"n": 2}"#], ["audit", "--json"]])
+    func aDamagedDatabaseKeepsItsLog(_ command: [String]) throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "note", "--vars", #"{"n": 1}"#).status == 0)
+        let db = p.path(".outbox/outbox.db")
+        let log = try #require(FileManager.default.contents(atPath: db + "-wal"), "the enqueue left its log")
+        let damaged = Data((0..<8192).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) })
+        try damaged.write(to: URL(fileURLWithPath: db))
+        #expect(p.run(command).status == 74)
+        #expect(FileManager.default.contents(atPath: db) == damaged, "outbox.db as it was")
+        #expect(FileManager.default.contents(atPath: db + "-wal") == log, "the log as it was")
+    }
+
     // A same-id enqueue with another body of an entry left running by a killed runner is
     // refused (75) in words that say so, not as if a runner were sending it now.
     @Test func aSameIdEnqueueOfAnEntryLeftRunningSaysItsRunnerStopped() throws {
