@@ -231,7 +231,7 @@ package enum CLI {
                 positionals: "ID", minPositionals: 1, maxPositionals: 1, options: [json], completes: .ids,
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.show(&i) }),
             CommandInfo(
-                path: ["cancel"], summary: "cancel entries (live ones settle cancelled; settled ones are forgotten)",
+                path: ["cancel"], summary: "cancel entries and forget them at once (no hook runs; a file moved in goes back)",
                 positionals: "ID…", minPositionals: 0, maxPositionals: Int.max,
                 options: [
                     OptionSpec(name: "key", valueName: "K", help: "every entry of this key", completes: .keys),

@@ -2,6 +2,7 @@
 struct TemplateRenderer {
     /// The most a template may render to (a text body built by loops).
     static let maxRenderedBytes = 16 << 20
+
     let mode: TemplateMode
     let field: String
 
@@ -35,6 +36,8 @@ struct TemplateRenderer {
         try append(nodes, roots: roots, to: &out, position: &position)
         switch mode {
         case .url:
+            position.finish()
+            try checkClimb(position)
             return .string(try URLCheck.validate(out, field: field))
         case .header:
             if out.utf8.contains(where: { $0 == 0x0A || $0 == 0x0D || $0 == 0x00 }) {
@@ -44,6 +47,12 @@ struct TemplateRenderer {
         case .value, .text:
             return .string(out)
         }
+    }
+
+    /// Servers such as nginx decode `%2E%2E` back to `..`, so an encoded dot segment would still climb.
+    private func checkClimb(_ position: URLPosition) throws(OutboxError) {
+        guard let tag = position.climbingTag else { return }
+        throw .invalid("\(field): {{ \(tag) }} gives a \".\" or \"..\" path segment, which could climb the URL's path")
     }
 
     /// A template that is exactly one substitution keeps the value's JSON type.
@@ -77,14 +86,15 @@ struct TemplateRenderer {
                 if mode == .url {
                     if !sub.isRaw {
                         // An encoded value cannot move the host, but it could still pick it.
-                        guard position.part == .rest else {
+                        guard position.part == .path || position.part == .query else {
                             throw .invalid(
                                 "\(field): {{ \(sub.path.text) }} is in the URL's scheme or host; write {{ \(sub.path.text) | raw }} if the value is trusted"
                             )
                         }
                         text = sub.keepsSlashes ? URLCheck.encodePath(text) : URLCheck.encodeComponent(text)
                     }
-                    position.feed(text)
+                    position.feed(text, tag: sub.isRaw || text.isEmpty ? nil : sub.path.text)
+                    try checkClimb(position)
                 }
                 out += text
             case let .loop(variable, path, body):
@@ -242,13 +252,24 @@ struct TemplateRenderer {
 /// Where the URL built so far ends: scheme (before `://`), authority, or path and beyond.
 /// Fed each appended piece once, so tracking it stays linear in the URL's length.
 struct URLPosition {
-    enum Part { case scheme, authority, rest }
+    /// `query` also covers the fragment: neither is resolved against the path.
+    enum Part { case scheme, authority, path, query }
     private(set) var part = Part.scheme
+    /// The substitution that made a path segment decode to `.` or `..`, once one did.
+    private(set) var climbingTag: String?
     private var last1: UInt8 = 0
     private var last2: UInt8 = 0
+    /// The current path segment: how many dots it decodes to while it holds nothing else.
+    private var segmentDots: Int? = 0
+    /// The last substitution in the current path segment (nil: the template's own text).
+    private var segmentTag: String?
+    /// A `%XX` escape being read, possibly across pieces: its hex digits so far.
+    private var escape: [UInt8]?
 
-    mutating func feed(_ s: String) {
-        guard part != .rest else { return }
+    /// Follows the URL through a piece of rendered text; `tag` names the substitution that made it.
+    mutating func feed(_ s: String, tag: String? = nil) {
+        guard part != .query else { return }
+        if part == .path, let tag { segmentTag = tag }
         for b in s.utf8 {
             switch part {
             case .scheme:
@@ -256,10 +277,54 @@ struct URLPosition {
                 last2 = last1
                 last1 = b
             case .authority:
-                if b == UInt8(ascii: "/") || b == UInt8(ascii: "?") || b == UInt8(ascii: "#") { part = .rest; return }
-            case .rest:
+                if b == UInt8(ascii: "/") { part = .path; segmentTag = tag }
+                if b == UInt8(ascii: "?") || b == UInt8(ascii: "#") { part = .query; return }
+            case .path:
+                if b == UInt8(ascii: "?") || b == UInt8(ascii: "#") {
+                    endSegment()
+                    part = .query
+                    return
+                }
+                if b == UInt8(ascii: "/") {
+                    endSegment()
+                    segmentTag = tag
+                } else {
+                    readPathByte(b)
+                }
+            case .query:
                 return
             }
         }
+    }
+
+    /// The end of the URL ends its last segment.
+    mutating func finish() {
+        if part == .path { endSegment() }
+    }
+
+    private mutating func readPathByte(_ b: UInt8) {
+        if var digits = escape {
+            digits.append(b)
+            guard digits.count == 2 else { escape = digits; return }
+            escape = nil
+            // Only `%2E` decodes to a dot; any other escape (or a malformed one) is another byte.
+            countSegmentByte(isDot: digits[0] == UInt8(ascii: "2") && (digits[1] | 0x20) == UInt8(ascii: "e"))
+        } else if b == UInt8(ascii: "%") {
+            escape = []
+        } else {
+            countSegmentByte(isDot: b == UInt8(ascii: "."))
+        }
+    }
+
+    private mutating func countSegmentByte(isDot: Bool) {
+        guard let dots = segmentDots else { return }
+        segmentDots = isDot ? dots + 1 : nil
+    }
+
+    private mutating func endSegment() {
+        if climbingTag == nil, let segmentTag, let dots = segmentDots, dots == 1 || dots == 2 { climbingTag = segmentTag }
+        segmentDots = 0
+        segmentTag = nil
+        escape = nil
     }
 }

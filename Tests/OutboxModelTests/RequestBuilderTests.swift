@@ -100,8 +100,8 @@ struct RequestBuilderTests {
 
     static let urlCases: [URLCase] = [
         URLCase(name: "../ is encoded", value: "../", url: "https://h.example/files/..%2F/x"),
-        URLCase(name: ".. becomes %2E%2E", value: "..", url: "https://h.example/files/%2E%2E/x"),
-        URLCase(name: ". becomes %2E", value: ".", url: "https://h.example/files/%2E/x"),
+        URLCase(name: "dots beside a letter", value: "a..", url: "https://h.example/files/a../x"),
+        URLCase(name: "three dots are a name", value: "...", url: "https://h.example/files/%2E%2E%2E/x"),
         URLCase(name: "%2F is encoded again", value: "%2F", url: "https://h.example/files/%252F/x"),
         URLCase(name: "slash and space", value: "a b/c", url: "https://h.example/files/a%20b%2Fc/x"),
         URLCase(name: "query characters", value: "a?b=c&d#e", url: "https://h.example/files/a%3Fb%3Dc%26d%23e/x"),
@@ -114,6 +114,16 @@ struct RequestBuilderTests {
         let vars = String(decoding: try JSONSerialization.data(withJSONObject: ["p": c.value]), as: UTF8.self)
         let p = try prepared("key: k\nrequest:\n  url: \"https://h.example/files/{{ vars.p }}/x\"\n", vars: vars)
         #expect(p.url == c.url)
+    }
+
+    @Test(arguments: [".", ".."])
+    func aPathSegmentOfOnlyDotsIsRefused(_ value: String) throws {
+        let vars = String(decoding: try JSONSerialization.data(withJSONObject: ["p": value]), as: UTF8.self)
+        #expect(
+            throws: OutboxError.invalid("request.url: {{ vars.p }} gives a \".\" or \"..\" path segment, which could climb the URL's path")
+        ) {
+            try prepared("key: k\nrequest:\n  url: \"https://h.example/files/{{ vars.p }}/x\"\n", vars: vars)
+        }
     }
 
     @Test func aWholeURLFromAVarIsUsedAsIs() throws {

@@ -10,7 +10,7 @@ private let fixtureVars = json(
     {
       "site_id": 42, "big": 12345678901234567890, "pi": 3.14, "flag": true, "nothing": null,
       "note_id": "n 1", "comment": "hi {{ vars.site_id }}", "slash": "a/b", "pct": "%2F",
-      "dot": ".", "dotdot": "..", "uni": "é", "space": "a b", "quote": "say \"hi\"",
+      "dot": ".", "dotdot": "..", "dotted": "x/..y/.z", "climb": "a/../b", "uni": "é", "space": "a b", "quote": "say \"hi\"",
       "obj": {"a": 1, "b": [true, null]},
       "parts": [{"url": "https://u.example/1", "range": {"start": 0, "end": 5}}],
       "items": [{"id": "i0"}, {"id": "i1"}], "empty": [], "grid": [["x", "y"], ["z"]],
@@ -122,10 +122,13 @@ struct TemplateRenderTests {
         RenderCase("space", "https://api.example.com/notes/{{ vars.note_id }}", .url, .string("https://api.example.com/notes/n%201")),
         RenderCase("slash", "https://h.example/{{ vars.slash }}/x", .url, .string("https://h.example/a%2Fb/x")),
         RenderCase("encoded slash is encoded again", "https://h.example/{{ vars.pct }}", .url, .string("https://h.example/%252F")),
-        RenderCase("dot", "https://h.example/a/{{ vars.dot }}/b", .url, .string("https://h.example/a/%2E/b")),
-        RenderCase("dot dot", "https://h.example/a/{{ vars.dotdot }}/b", .url, .string("https://h.example/a/%2E%2E/b")),
         RenderCase(
-            "two dots from two tags", "https://h.example/a/{{ vars.dot }}{{ vars.dot }}/b", .url, .string("https://h.example/a/%2E%2E/b")),
+            "dots in the query", "https://h.example/a?p={{ vars.dotdot }}&q={{ vars.dot }}", .url,
+            .string("https://h.example/a?p=%2E%2E&q=%2E")),
+        RenderCase("dots in the fragment", "https://h.example/a#{{ vars.dotdot }}", .url, .string("https://h.example/a#%2E%2E")),
+        RenderCase(
+            "the template's own dot segment", "https://h.example/a/../{{ vars.site_id }}", .url, .string("https://h.example/a/../42")),
+        RenderCase("dots beside other bytes", "https://h.example/a/x{{ vars.dotdot }}/b", .url, .string("https://h.example/a/x%2E%2E/b")),
         RenderCase("unicode as UTF-8 bytes", "https://h.example/{{ vars.uni }}", .url, .string("https://h.example/%C3%A9")),
         RenderCase("number", "https://h.example/sites/{{ vars.site_id }}", .url, .string("https://h.example/sites/42")),
         RenderCase(
@@ -138,7 +141,8 @@ struct TemplateRenderTests {
         RenderCase("raw in path", "https://h.example/{{ vars.slash | raw }}", .url, .string("https://h.example/a/b")),
         RenderCase("path keeps slashes", "https://h.example/{{ vars.slash | path }}/x", .url, .string("https://h.example/a/b/x")),
         RenderCase("path encodes inside segments", "https://h.example/{{ vars.space | path }}", .url, .string("https://h.example/a%20b")),
-        RenderCase("path cannot climb", "https://h.example/a/{{ vars.dotdot | path }}/b", .url, .string("https://h.example/a/%2E%2E/b")),
+        RenderCase(
+            "path keeps dotted names", "https://h.example/a/{{ vars.dotted | path }}", .url, .string("https://h.example/a/x/..y/.z")),
         RenderCase("raw in host", "https://{{ vars.host | raw }}/x", .url, .string("https://evil.example/x")),
         RenderCase(
             "raw base then encoded", "{{ vars.base | raw }}/sites/{{ vars.site_id }}", .url, .string("https://api.example.com/sites/42")),
@@ -262,6 +266,27 @@ struct TemplateRenderTests {
         FailCase(
             "relative url", "/notes/{{ vars.site_id }}", .url,
             "f: {{ vars.site_id }} is in the URL's scheme or host; write {{ vars.site_id | raw }} if the value is trusted"),
+        FailCase(
+            "dot segment", "https://h.example/a/{{ vars.dot }}/b", .url,
+            "f: {{ vars.dot }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "dot dot segment", "https://h.example/a/{{ vars.dotdot }}/b", .url,
+            "f: {{ vars.dotdot }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "dot dot right after the host", "https://h.example/{{ vars.dotdot }}", .url,
+            "f: {{ vars.dotdot }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "two dots from a dot and a literal dot", "https://h.example/a/.{{ vars.dot }}/b", .url,
+            "f: {{ vars.dot }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "dot dot inside a path value", "https://h.example/a/{{ vars.climb | path }}", .url,
+            "f: {{ vars.climb }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "dot dot beside an encoded dot of the template", "https://h.example/a/%2e{{ vars.dot }}", .url,
+            "f: {{ vars.dot }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "dot dot after a raw base", "{{ vars.base | raw }}/{{ vars.dotdot }}", .url,
+            "f: {{ vars.dotdot }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
         FailCase("header CR LF", "x {{ vars.crlf }}", .header, "f: header value contains CR, LF or NUL"),
         FailCase("header LF whole", "{{ vars.lf }}", .header, "f: header value contains CR, LF or NUL"),
         FailCase("header NUL", "{{ vars.nul }}", .header, "f: header value contains CR, LF or NUL"),
