@@ -281,12 +281,21 @@ extension URLCheck {
         passwordRange(url).map { String(url[$0]) }
     }
 
+    /// Works on the UTF-8 bytes (every delimiter is ASCII): `String.firstRange(of:)` cost more
+    /// than the rest of an entry's rendering.
     private static func passwordRange(_ url: String) -> Range<String.Index>? {
-        guard let schemeEnd = url.firstRange(of: "://") else { return nil }
-        let authorityStart = schemeEnd.upperBound
-        let authorityEnd = url[authorityStart...].firstIndex(where: { $0 == "/" || $0 == "?" || $0 == "#" }) ?? url.endIndex
-        let authority = url[authorityStart..<authorityEnd]
-        guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return nil }
-        return url.index(after: colon)..<at
+        let bytes = Array(url.utf8)
+        let slash = UInt8(ascii: "/")
+        guard
+            let scheme = bytes.indices.dropLast(2).first(where: {
+                bytes[$0] == UInt8(ascii: ":") && bytes[$0 + 1] == slash && bytes[$0 + 2] == slash
+            })
+        else { return nil }
+        let authority = bytes[(scheme + 3)...].prefix { !isAuthorityEnd($0) }
+        guard let at = authority.lastIndex(of: UInt8(ascii: "@")),
+            let colon = authority[..<at].firstIndex(of: UInt8(ascii: ":"))
+        else { return nil }
+        let utf8 = url.utf8
+        return utf8.index(utf8.startIndex, offsetBy: colon + 1)..<utf8.index(utf8.startIndex, offsetBy: at)
     }
 }

@@ -403,6 +403,13 @@ struct HostileInputTests {
         ("https://user@x.example/a", "https://user@x.example/a"),
         ("https://x.example/a?next=http://u:p@y/", "https://x.example/a?next=http://u:p@y/"),
         ("http://u:p:q@h:8080/", "http://u:[redacted]@h:8080/"),
+        ("https://u:p@w@h/x", "https://u:[redacted]@h/x"),
+        ("https://ü:pässwörd@h#f", "https://ü:[redacted]@h#f"),
+        ("https://u:@h/", "https://u:[redacted]@h/"),
+        ("https://h/a:b@c", "https://h/a:b@c"),
+        ("u:p@h", "u:p@h"),
+        ("https:/u:p@h", "https:/u:p@h"),
+        ("", ""),
     ])
     func aPasswordInUserinfoIsRedacted(_ url: String, shown: String) {
         #expect(URLCheck.redactingPassword(url) == shown)
