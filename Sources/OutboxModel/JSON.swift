@@ -203,8 +203,12 @@ extension JSON {
     package static func appendString(utf8 text: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var start = 0
-        for (i, byte) in text.enumerated() where byte < 0x20 || byte == 0x22 || byte == 0x5C || byte == 0x7F || byte == 0xC2 || byte == 0xE2
-        {
+        var i = -1
+        while true {
+            // A table lookup per byte: most strings (paths, URLs) have nothing to escape.
+            i = nextEscapeCandidate(text, after: i)
+            guard i < text.count else { break }
+            let byte = text[i]
             guard i >= start else { continue }
             let length = escapedLength(text, at: i)
             guard length > 0 else { continue }
@@ -229,6 +233,20 @@ extension JSON {
         }
         out.append(contentsOf: UnsafeBufferPointer(rebasing: text[start...]))
         out.append(UInt8(ascii: "\""))
+    }
+
+    /// The first byte after `i` that may need an escape (`text.count` if none): an ASCII
+    /// control, `"`, `\\`, DEL, or the lead byte of a C1 control or a bidirectional override.
+    private static func nextEscapeCandidate(_ text: UnsafeBufferPointer<UInt8>, after i: Int) -> Int {
+        var j = i + 1
+        escapeCandidates.withUnsafeBufferPointer { table in
+            while j < text.count, !table[Int(text[j])] { j += 1 }
+        }
+        return j
+    }
+
+    private static let escapeCandidates: [Bool] = (0..<256).map { b in
+        b < 0x20 || b == 0x22 || b == 0x5C || b == 0x7F || b == 0xC2 || b == 0xE2
     }
 
     /// How many bytes at `i` one escape replaces: 1 for an ASCII byte that needs one, 2 for a

@@ -7,15 +7,16 @@ package enum SecretVars {
     /// value holds or that hold one; those under 6 bytes are left, as `secretValues` leaves them.
     /// `secrets` is asked for only when some var is a string that long (most vars are not).
     package static func paths(in vars: JSON, secrets secretValues: () -> [[UInt8]]) -> [[JSON]] {
+        // Most entries have no secret at all: then no path is built.
+        guard hasLongValue(vars) else { return [] }
+        let secrets = secretValues()
+        guard !secrets.isEmpty else { return [] }
         var found: [[JSON]] = []
-        var known: [[UInt8]]?
         func walk(_ value: JSON, _ path: [JSON]) {
             switch value {
             case let .string(s), let .number(s):
                 guard s.utf8.count >= 6 else { return }
                 let bytes = Array(s.utf8)
-                let secrets = known ?? secretValues()
-                known = secrets
                 if secrets.contains(where: { contains(bytes, $0) || contains($0, bytes) }) { found.append(path) }
             case let .array(items):
                 for (i, item) in items.enumerated() { walk(item, path + [.int(i)]) }
@@ -27,6 +28,15 @@ package enum SecretVars {
         }
         walk(vars, [])
         return found
+    }
+
+    private static func hasLongValue(_ value: JSON) -> Bool {
+        switch value {
+        case let .string(s), let .number(s): s.utf8.count >= 6
+        case let .array(items): items.contains(where: hasLongValue)
+        case let .object(members): members.contains { hasLongValue($0.1) }
+        default: false
+        }
     }
 
     /// `vars` with the value at each path written as the redacted mark.
