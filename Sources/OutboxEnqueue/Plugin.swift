@@ -42,6 +42,10 @@ package enum Plugin {
     ) throws(OutboxError) -> Bool {
         let result = try run(command, input: [], name: name, config: config, environment: environment, heartbeat: heartbeat)
         if let signal = result.signal { throw .invalid("\(name) was killed by signal \(signal)") }
+        // A shell reports a command killed by signal N as status 128+N: no answer either.
+        if case .shell = command, let status = result.exitStatus, status > 128, status <= 128 + 64 {
+            throw .invalid("\(name) was killed by signal \(status - 128) (its shell exited \(status))")
+        }
         return result.succeeded
     }
 

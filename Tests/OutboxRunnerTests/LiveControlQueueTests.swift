@@ -57,6 +57,29 @@ extension Project {
         #expect(p.server.requests.isEmpty)
     }
 
+    /// A shell line whose command is killed exits 128+N: that is no answer either, and is logged.
+    @Test func aWifiCheckLineWhoseCommandIsKilledIsLogged() async throws {
+        let config =
+            fastConfig + """
+                network:
+                  wifi_check: "echo asked >> wifi-checks.log; sh -c 'kill -KILL $$'; exit $?"
+                  wifi_interval: 1ms
+
+                """
+        let p = try Project(config: config, definitions: ["t": definition("t")])
+        #expect(try await p.outbox(["wifi-only", "on"]).exitCode == 0)
+        try await p.enqueue("t", path: "/status/200", id: "w")
+        let runner = try p.start(["run"])
+        try await eventually("a second check") { p.wifiChecks.count >= 2 }
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
+        let said = "network.wifi_check was killed by signal 9 (its shell exited 137); wifi-only entries wait as if off Wi-Fi"
+        #expect(finished.stderr.components(separatedBy: said).count == 2, "once: \(finished.stderr)")
+        #expect(try await p.row("w")?.string("reason") == "wifi")
+        #expect(p.server.requests.isEmpty)
+    }
+
     /// A background process the check started goes when the check ends: it would outlive the run.
     @Test func whatAWifiCheckLeftBehindIsStopped() async throws {
         let check = "#!/bin/sh\n(exec sleep 300) & echo $! > bg.pid\nexit 0\n"
