@@ -54,6 +54,8 @@ package struct HTTPRequest: Sendable {
     /// curl turns a POST into a GET on 301/302/303, but a PATCH or DELETE keeps its verb.
     package var followRedirects: Int
     package var connectTimeoutMs: Int
+    /// The longest the whole transfer may take (libcurl's `CURLOPT_TIMEOUT_MS`); 0: no limit.
+    package var totalTimeoutMs = 0
     /// The transfer fails with `.timeout` when it moves less than this a second, on average,
     /// over `stallForMs` once connected (`StallWatch`); 0 in either turns the check off.
     package var stallBelowBytesPerSecond: Int

@@ -88,6 +88,7 @@ extension Transfer {
         // The rendered URL is final (templates already encoded dot segments): send it as is.
         try check(ccurl_setopt_long(easy, CURLOPT_PATH_AS_IS, 1), "PATH_AS_IS")
         try check(ccurl_setopt_long(easy, CURLOPT_CONNECTTIMEOUT_MS, max(1, request.connectTimeoutMs)), "CONNECTTIMEOUT_MS")
+        if request.totalTimeoutMs > 0 { try check(ccurl_setopt_long(easy, CURLOPT_TIMEOUT_MS, request.totalTimeoutMs), "TIMEOUT_MS") }
         try check(ccurl_setopt_str(easy, CURLOPT_USERAGENT, request.userAgent), "USERAGENT")
         // Every encoding libcurl decodes is offered, and a compressed answer is decoded: less to
         // carry on a slow link, and a parser sees the JSON even from a server that compresses

@@ -97,6 +97,8 @@ package struct Config: Sendable {
     /// The plugins named in the file, with where (for `check`).
     package var commands: [CommandRef] = []
     package var connectTimeoutMs: Int64 = 30_000
+    /// The longest one HTTP request may take in all; nil: no limit (the stall check still applies).
+    package var attemptTimeoutMs: Int64?
     package var stallBelowBytes: Int64 = 1024
     package var stallForMs: Int64 = 60_000
     package var caFile: String?
@@ -308,6 +310,9 @@ package struct Config: Sendable {
         }
         if let n = f["timeouts"], let t = reader.fields(n, ConfigFields.timeouts, context: "timeouts") {
             if let v = reader.duration(t["connect"], "timeouts.connect") { connectTimeoutMs = v }
+            if let a = t["attempt"], a.scalar != .null, let v = reader.duration(a, "timeouts.attempt") {
+                if v == 0 { reader.error(a.mark, "timeouts.attempt must be longer than 0 (null: no limit)") } else { attemptTimeoutMs = v }
+            }
             if let s = t["stall"], let st = reader.fields(s, ConfigFields.stall, context: "timeouts.stall") {
                 if let v = reader.size(st["below"], "timeouts.stall.below") { stallBelowBytes = v }
                 if let v = reader.duration(st["for"], "timeouts.stall.for") { stallForMs = v }

@@ -119,6 +119,28 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
         #expect(try await p.list().isEmpty)
     }
 
+    /// A response that keeps trickling (never a stall) is given up at `timeouts.attempt`.
+    @Test func anAttemptLongerThanItsLimitIsGivenUpAndRetried() async throws {
+        let config = """
+            retry:
+              backoff: { base: 50ms, max: 200ms, jitter: 0 }
+            timeouts: { attempt: 1s, stall: { below: 1, for: 10m } }
+
+            """
+        let p = try Project(config: config, definitions: ["t": definition("t")])
+        // 10 KB/s of a 1 GiB body: it would take a day, and stays far above the stall limit.
+        p.server.script("/trickle", [.slowBody(bodySize: 1 << 30, bytesPerChunk: 100, intervalMs: 10), .json(200, #"{"ok":true}"#)])
+        try await p.enqueue("t", path: "/trickle", id: "slow")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
+        #expect(attempts.map { $0.string("outcome") ?? "" } == ["retry", "success"], "\(run.stdout)")
+        let first = try #require(attempts.first)
+        #expect(first.string("error_kind") == "timeout", "\(first.serialized())")
+        #expect(first.string("error_message")?.contains("timed out") == true, "\(first.serialized())")
+        #expect(p.server.requests(path: "/trickle").count == 2)
+        #expect(p.deliveries("slow").first?.string("stdin.outcome") == "completed")
+    }
+
     @Test func aStormOf503IsRetriedUntilItPasses() async throws {
         let p = try Project(config: faultConfig, definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/storm/s/4/503", id: "st")

@@ -54,7 +54,7 @@ package enum ConfigFields {
                 "network", .mapping(network), .value(["wifi_check": "builtin", "wifi_interval": "30s"]),
                 example: ["wifi_check": "hooks/on-wifi.sh"], "how wifi-only entries learn they are on Wi-Fi"),
             Field(
-                "timeouts", .mapping(timeouts), .value(["connect": "30s", "stall": ["below": "1KiB", "for": "60s"]]),
+                "timeouts", .mapping(timeouts), .value(["connect": "30s", "stall": ["below": "1KiB", "for": "60s"], "attempt": nil]),
                 example: ["connect": "10s"], "when a transfer is given up"),
             Field(
                 "tls", .mapping(tls), .value(["ca_file": nil, "cert": nil, "key": nil]), example: ["ca_file": "certs/ca.pem"],
@@ -157,6 +157,9 @@ package enum ConfigFields {
         "timeouts", "When a transfer is given up (error kind `timeout`, retried).",
         [
             Field("connect", .duration, .value("30s"), example: "10s", "the longest a connection may take"),
+            Field(
+                "attempt", .nullable(.duration), .none, example: "2h",
+                "the longest one HTTP request (one part of a chunked upload) may take, connecting included, to the answer's last byte"),
             Field(
                 "stall", .mapping(stall), .value(["below": "1KiB", "for": "60s"]), example: ["below": "10KiB", "for": "30s"],
                 "a transfer slower than `below` a second on average over `for` is given up"),

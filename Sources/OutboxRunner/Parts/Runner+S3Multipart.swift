@@ -60,6 +60,7 @@ extension Runner {
             stallForMs: Int(config.stallForMs), caFile: config.caFile, maxResponseBytes: Int(config.maxResponseBytes),
             userAgent: "outbox/\(outboxVersion)")
         (request.clientCert, request.clientKey) = (config.clientCert, config.clientKey)
+        request.totalTimeoutMs = Int(config.attemptTimeoutMs ?? 0)
         signS3(&request, target: target)
         let token = flights.nextToken
         flights.nextToken += 1

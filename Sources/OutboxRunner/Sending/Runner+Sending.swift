@@ -59,6 +59,7 @@ extension Runner {
             stallBelowBytesPerSecond: Int(config.stallBelowBytes), stallForMs: Int(config.stallForMs), caFile: config.caFile,
             maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(outboxVersion)")
         (request.clientCert, request.clientKey) = (config.clientCert, config.clientKey)
+        request.totalTimeoutMs = Int(config.attemptTimeoutMs ?? 0)
         request.redirectMethodChange = entry.request.redirectMethodChange
         if entry.request.followRedirects > 0 {
             // Only a redirect to another host looks at them: the set is built for those alone.
