@@ -93,7 +93,7 @@ struct TemplateRenderer {
                         }
                         text = sub.keepsSlashes ? URLCheck.encodePath(text) : URLCheck.encodeComponent(text)
                     }
-                    position.feed(text, tag: sub.isRaw || text.isEmpty ? nil : sub.path.text)
+                    position.feed(text, tag: text.isEmpty ? nil : sub.path.text)
                     try checkClimb(position)
                 }
                 out += text
@@ -263,12 +263,15 @@ struct URLPosition {
     private var segmentDots: Int? = 0
     /// The last substitution in the current path segment (nil: the template's own text).
     private var segmentTag: String?
+    /// The substitution whose text is being fed (nil: the template's own text).
+    private var feeding: String?
     /// A `%XX` escape being read, possibly across pieces: its hex digits so far.
     private var escape: [UInt8]?
 
     /// Follows the URL through a piece of rendered text; `tag` names the substitution that made it.
     mutating func feed(_ s: String, tag: String? = nil) {
         guard part != .query else { return }
+        feeding = tag
         if part == .path, let tag { segmentTag = tag }
         for b in s.utf8 {
             switch part {
@@ -285,12 +288,7 @@ struct URLPosition {
                     part = .query
                     return
                 }
-                if b == UInt8(ascii: "/") {
-                    endSegment()
-                    segmentTag = tag
-                } else {
-                    readPathByte(b)
-                }
+                readPathByte(b)
             case .query:
                 return
             }
@@ -307,12 +305,32 @@ struct URLPosition {
             digits.append(b)
             guard digits.count == 2 else { escape = digits; return }
             escape = nil
-            // Only `%2E` decodes to a dot; any other escape (or a malformed one) is another byte.
-            countSegmentByte(isDot: digits[0] == UInt8(ascii: "2") && (digits[1] | 0x20) == UInt8(ascii: "e"))
+            guard let high = Self.hexValue(digits[0]), let low = Self.hexValue(digits[1]) else { return countSegmentByte(isDot: false) }
+            readDecodedByte(high << 4 | low)
         } else if b == UInt8(ascii: "%") {
             escape = []
         } else {
+            readDecodedByte(b)
+        }
+    }
+
+    /// Servers such as nginx decode `%2F` before they resolve dot segments, so an encoded
+    /// slash (or backslash, a separator to some) ends a segment here too.
+    private mutating func readDecodedByte(_ b: UInt8) {
+        if b == UInt8(ascii: "/") || b == UInt8(ascii: "\\") {
+            endSegment()
+            segmentTag = feeding
+        } else {
             countSegmentByte(isDot: b == UInt8(ascii: "."))
+        }
+    }
+
+    private static func hexValue(_ b: UInt8) -> UInt8? {
+        switch b {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): b - UInt8(ascii: "A") + 10
+        default: nil
         }
     }
 

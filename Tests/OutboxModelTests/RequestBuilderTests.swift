@@ -99,7 +99,6 @@ struct RequestBuilderTests {
     }
 
     static let urlCases: [URLCase] = [
-        URLCase(name: "../ is encoded", value: "../", url: "https://h.example/files/..%2F/x"),
         URLCase(name: "dots beside a letter", value: "a..", url: "https://h.example/files/a../x"),
         URLCase(name: "three dots are a name", value: "...", url: "https://h.example/files/%2E%2E%2E/x"),
         URLCase(name: "%2F is encoded again", value: "%2F", url: "https://h.example/files/%252F/x"),
@@ -116,7 +115,7 @@ struct RequestBuilderTests {
         #expect(p.url == c.url)
     }
 
-    @Test(arguments: [".", ".."])
+    @Test(arguments: [".", "..", "../", "../../escaped", "a/..", "..\\x"])
     func aPathSegmentOfOnlyDotsIsRefused(_ value: String) throws {
         let vars = String(decoding: try JSONSerialization.data(withJSONObject: ["p": value]), as: UTF8.self)
         #expect(

@@ -10,7 +10,7 @@ private let fixtureVars = json(
     {
       "site_id": 42, "big": 12345678901234567890, "pi": 3.14, "flag": true, "nothing": null,
       "note_id": "n 1", "comment": "hi {{ vars.site_id }}", "slash": "a/b", "pct": "%2F",
-      "dot": ".", "dotdot": "..", "dotted": "x/..y/.z", "climb": "a/../b", "uni": "é", "space": "a b", "quote": "say \"hi\"",
+      "dot": ".", "dotdot": "..", "dotted": "x/..y/.z", "climb": "a/../b", "backclimb": "x\\..", "uni": "é", "space": "a b", "quote": "say \"hi\"",
       "obj": {"a": 1, "b": [true, null]},
       "parts": [{"url": "https://u.example/1", "range": {"start": 0, "end": 5}}],
       "items": [{"id": "i0"}, {"id": "i1"}], "empty": [], "grid": [["x", "y"], ["z"]],
@@ -285,6 +285,15 @@ struct TemplateRenderTests {
             "dot dot beside an encoded dot of the template", "https://h.example/a/%2e{{ vars.dot }}", .url,
             "f: {{ vars.dot }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
         FailCase(
+            "dot dot behind an encoded slash", "https://h.example/a/{{ vars.climb }}/b", .url,
+            "f: {{ vars.climb }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "dot dot behind an encoded backslash", "https://h.example/a/{{ vars.backclimb }}", .url,
+            "f: {{ vars.backclimb }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "dot dot from a raw value", "https://h.example/a/{{ vars.climb | raw }}", .url,
+            "f: {{ vars.climb }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
             "dot dot after a raw base", "{{ vars.base | raw }}/{{ vars.dotdot }}", .url,
             "f: {{ vars.dotdot }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
         FailCase("header CR LF", "x {{ vars.crlf }}", .header, "f: header value contains CR, LF or NUL"),
@@ -385,9 +394,13 @@ struct TemplateHostileInputTests {
         let big = String(repeating: unit, count: Self.size / unit.utf8.count + 1)
         let ctx = TemplateContext(roots: ["vars": .object([("big", .string(big))])])
         try rendering { () throws -> Void in
-            let url = try Template.render("https://h.example/{{ vars.big }}", context: ctx, mode: .url, field: "f")
+            // In the path its ".." between encoded slashes is refused; in the query it is only encoded.
+            #expect(throws: OutboxError.self) {
+                try Template.render("https://h.example/{{ vars.big }}", context: ctx, mode: .url, field: "f")
+            }
+            let url = try Template.render("https://h.example/?q={{ vars.big }}", context: ctx, mode: .url, field: "f")
             let unitEncoded = "%7B%7B%20vars.x%20%7D%7D%2F..%2F%252F%20%C3%A9%22%27%3C%26"
-            #expect(url == .string("https://h.example/" + String(repeating: unitEncoded, count: Self.size / unit.utf8.count + 1)))
+            #expect(url == .string("https://h.example/?q=" + String(repeating: unitEncoded, count: Self.size / unit.utf8.count + 1)))
             #expect(try Template.render("x{{ vars.big }}", context: ctx, mode: .value, field: "f") == .string("x" + big))
             #expect(try Template.render("{{ vars.big }}", context: ctx, mode: .header, field: "f") == .string(big))
             let xml = try Template.render("{{ vars.big | xml }}", context: ctx, mode: .text, field: "f")
