@@ -60,6 +60,7 @@ package enum RequestBuilder {
                 identity = moved
             } else {
                 identity = try FileIdentity.of(absolute, field: "request.file")
+                try refuseOwnFile(absolute, field: "request.file", config: config)
                 fileIsAtItsPath = true
             }
             fileIdentity = identity
@@ -136,7 +137,7 @@ package enum RequestBuilder {
             body = .bytes(Array((text.stringValue ?? text.serialized()).utf8), kind: .text)
             contentType = "text/plain; charset=utf-8"
         } else if tree["form"] != nil {
-            body = .form(try renderForm(try field("form") ?? .null, inputs: inputs))
+            body = .form(try renderForm(try field("form") ?? .null, inputs: inputs, config: config))
         } else if let file = fileIdentity {
             if tree["parts"] != nil {
                 let parts = try renderParts(tree["parts"]!, file: file, ctx: ctx, hasURL: url != nil)
@@ -237,6 +238,19 @@ package enum RequestBuilder {
         return prepared
     }
 
+    /// The store's own files (its database, staged bodies) and the config are never a body:
+    /// `ownership: move` would take the store apart, and a copy would send its secrets.
+    static func refuseOwnFile(_ path: String, field: String, config: Config) throws(OutboxError) {
+        let file = Paths.resolved(path)
+        let store = Paths.resolved(config.stagingFolder)
+        if file == store || Paths.isInside(file, store) {
+            throw .invalid("\(field): \(path) is in the store's folder \(config.stagingFolder); outbox does not send its own files")
+        }
+        if let configFile = config.file, file == Paths.resolved(configFile) {
+            throw .invalid("\(field): \(path) is the project's config file; outbox does not send its own files")
+        }
+    }
+
     static func renderHeaders(_ tree: JSON, ctx: TemplateContext, field: String) throws(OutboxError) -> [(String, String)] {
         guard case let .object(members) = tree else { throw .invalid("\(field) must be an object of header names to values") }
         var out: [(String, String)] = []
@@ -261,7 +275,7 @@ package enum RequestBuilder {
         return out
     }
 
-    static func renderForm(_ value: JSON, inputs: RenderInputs) throws(OutboxError) -> [PreparedFormField] {
+    static func renderForm(_ value: JSON, inputs: RenderInputs, config: Config) throws(OutboxError) -> [PreparedFormField] {
         guard case let .array(items) = value else { throw .invalid("request.form must be a list of fields") }
         var fields: [PreparedFormField] = []
         for (i, item) in items.enumerated() {
@@ -285,6 +299,7 @@ package enum RequestBuilder {
                 guard let path = f.stringValue else { throw .invalid("\(at).file must be a path") }
                 let absolute = Paths.absolute(path, relativeTo: inputs.cwd)
                 field.file = try FileIdentity.of(absolute, field: "\(at).file")
+                try refuseOwnFile(absolute, field: "\(at).file", config: config)
                 if let problem = Paths.readProblem(absolute) { throw .fileMissing("\(at).file: cannot read \(absolute): \(problem)") }
             default:
                 throw .invalid("\(at) needs exactly one of value or file")
