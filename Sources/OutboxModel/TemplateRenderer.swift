@@ -305,7 +305,9 @@ struct URLPosition {
             digits.append(b)
             guard digits.count == 2 else { escape = digits; return }
             escape = nil
-            guard let high = Self.hexValue(digits[0]), let low = Self.hexValue(digits[1]) else { return countSegmentByte(isDot: false) }
+            guard let high = URLCheck.hexValue(digits[0]), let low = URLCheck.hexValue(digits[1]) else {
+                return countSegmentByte(isDot: false)
+            }
             readDecodedByte(high << 4 | low)
         } else if b == UInt8(ascii: "%") {
             escape = []
@@ -322,15 +324,6 @@ struct URLPosition {
             segmentTag = feeding
         } else {
             countSegmentByte(isDot: b == UInt8(ascii: "."))
-        }
-    }
-
-    private static func hexValue(_ b: UInt8) -> UInt8? {
-        switch b {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): b - UInt8(ascii: "A") + 10
-        default: nil
         }
     }
 

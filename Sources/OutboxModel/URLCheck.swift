@@ -276,6 +276,48 @@ extension URLCheck {
         return String(url[..<range.lowerBound]) + "[redacted]" + String(url[range.upperBound...])
     }
 
+    /// The URL's password as written and decoded, and the `Authorization: Basic` value libcurl
+    /// makes of its userinfo: what an echo of the request would show (none without a password).
+    package static func credentialValues(_ url: String) -> [String] {
+        guard let range = passwordRange(url) else { return [] }
+        let written = String(url[range])
+        let utf8 = url.utf8
+        var start = range.lowerBound
+        while start > utf8.startIndex, ![UInt8(ascii: "/"), UInt8(ascii: "@")].contains(utf8[utf8.index(before: start)]) {
+            start = utf8.index(before: start)
+        }
+        let user = percentDecoded(String(url[start..<url.index(before: range.lowerBound)]))
+        let password = percentDecoded(written)
+        return [written, password, S3Checksum.base64(Array("\(user):\(password)".utf8))]
+    }
+
+    /// `%XX` sequences as the bytes they stand for; a malformed one stays as written.
+    package static func percentDecoded(_ text: String) -> String {
+        let bytes = Array(text.utf8)
+        var out: [UInt8] = []
+        var i = 0
+        while i < bytes.count {
+            if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let high = hexValue(bytes[i + 1]), let low = hexValue(bytes[i + 2]) {
+                out.append(high << 4 | low)
+                i += 3
+            } else {
+                out.append(bytes[i])
+                i += 1
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// The value of a hex digit, nil for any other byte.
+    package static func hexValue(_ b: UInt8) -> UInt8? {
+        switch b {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): b - UInt8(ascii: "A") + 10
+        default: nil
+        }
+    }
+
     /// The password of the URL's userinfo, as written (nil without one).
     package static func password(_ url: String) -> String? {
         passwordRange(url).map { String(url[$0]) }

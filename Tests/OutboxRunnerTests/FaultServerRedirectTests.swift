@@ -168,6 +168,22 @@ extension FaultServerTests {
         #expect(delivered.serialized().contains("echo-secret-1"), "the hook's data is the server's answer")
     }
 
+    /// A URL's password goes out as `Authorization: Basic`: an echo of that, or of the
+    /// password itself, is masked as a secret header's would be.
+    @Test func aURLPasswordAServerEchoesIsMaskedInEvents() async throws {
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "headers:\n  X-Seen: plain-text-3")])
+        let url = p.url("/echo").replacingOccurrences(of: "http://", with: "http://usr:url%2Dpass-4@")
+        let vars = JSON.object([("url", .string(url)), ("tag", .string("a"))]).serialized()
+        #expect(try await p.outbox(["enqueue", "t", "--vars", vars, "--id", "up"]).exitCode == 0)
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempt = try #require(run.jsonLines.first { $0.string("type") == "attempt" }, "\(run.stdout)")
+        let shown = attempt.string("body") ?? ""
+        let basic = Data("usr:url-pass-4".utf8).base64EncodedString()
+        #expect(shown.contains("plain-text-3") && shown.contains("[redacted]"), "\(shown)")
+        #expect(!shown.contains(basic) && !shown.contains("url-pass-4"), "\(shown)")
+        #expect(try #require(p.deliveries("up").first).serialized().contains(basic), "the hook's data is the server's answer")
+    }
+
     /// A response nested as deep as input may nest is wrapped deeper in its outcome: the
     /// store reads back what it wrote, and the queue goes on (it stopped every run with 74).
     @Test func aResponseNestedToTheInputLimitIsDelivered() async throws {

@@ -101,12 +101,15 @@ extension Runner {
 
     /// The values of the secret headers `flight` carried as sent: the config's and the
     /// entry's secret names, and the session token an S3 signature adds; for a signed
-    /// request also its key id and the signature libcurl computed (S3 errors quote both).
+    /// request also its key id and the signature libcurl computed (S3 errors quote both), and
+    /// the credentials of the URL's userinfo.
     func secretValues(of flight: Flight, result: HTTPResult) -> [[UInt8]] {
         let values = HeaderRules.secretValues(
             flight.sentHeaders.map { ($0.name, $0.value) },
             names: config.redactedHeaderNames.union(flight.secretHeaders).union(["x-amz-security-token"]))
-        let signing = [flight.signingKeyID, result.signature].compactMap { $0 }.map { Array($0.utf8) }
+        // A URL's password is a credential too, and libcurl sends it as `Authorization: Basic`.
+        let signing = ([flight.signingKeyID, result.signature].compactMap { $0 } + URLCheck.credentialValues(flight.url))
+            .map { Array($0.utf8) }.filter { $0.count >= 6 }
         // Longest first, as `secretValues` orders them.
         return signing.isEmpty ? values : (values + signing).sorted { $0.count > $1.count }
     }

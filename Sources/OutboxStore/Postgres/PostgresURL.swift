@@ -49,7 +49,7 @@ package struct PostgresURL: Sendable, Equatable {
             secrets.append(String(rest[rest.index(after: colon)..<at]))
         }
         secrets += query.filter { $0.0 == "password" }.map(\.1)
-        passwords = (secrets + secrets.map(Self.percentDecoded)).filter { !$0.isEmpty }
+        passwords = (secrets + secrets.map(URLCheck.percentDecoded)).filter { !$0.isEmpty }
         let schema = query.first { $0.0 == "schema" }?.1 ?? "outbox"
         guard Self.isIdentifier(schema) else {
             throw OutboxError(
@@ -82,31 +82,6 @@ package struct PostgresURL: Sendable, Equatable {
             for secret in passwords.sorted(by: { $0.count > $1.count }) { pieces[i] = pieces[i].replacing(secret, with: "***") }
         }
         return pieces.joined(separator: "\"")
-    }
-
-    /// `%XX` sequences as bytes; a bad one stays as written (libpq quotes it so).
-    static func percentDecoded(_ text: String) -> String {
-        func hex(_ b: UInt8) -> UInt8? {
-            switch b {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"): b - UInt8(ascii: "0")
-            case UInt8(ascii: "a")...UInt8(ascii: "f"): b - UInt8(ascii: "a") + 10
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): b - UInt8(ascii: "A") + 10
-            default: nil
-            }
-        }
-        let bytes = Array(text.utf8)
-        var out: [UInt8] = []
-        var i = 0
-        while i < bytes.count {
-            if bytes[i] == UInt8(ascii: "%"), i + 2 < bytes.count, let high = hex(bytes[i + 1]), let low = hex(bytes[i + 2]) {
-                out.append(high << 4 | low)
-                i += 3
-            } else {
-                out.append(bytes[i])
-                i += 1
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 
     static func isIdentifier(_ text: String) -> Bool {
