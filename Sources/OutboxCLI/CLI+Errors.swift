@@ -33,7 +33,8 @@ extension CLI {
                 JSON.object([("error", .object([("code", .string(error.code.rawValue)), ("message", .string(error.message))]))])
                     .serialized())
         } else {
-            console.err("outbox: \(error.code.rawValue): \(TerminalText.visible(error.message))")
+            // One line: a newline from outside (an id, a key) would start a line of its own.
+            console.err("outbox: \(error.code.rawValue): \(TerminalText.cell(error.message))")
         }
     }
 

@@ -192,7 +192,7 @@ enum ReadCommands {
             if let output = i.args.value("output") {
                 // For node_exporter's textfile collector: it must never read half a file.
                 // Through a link to the file it names; a device or FIFO is never replaced by a file.
-                let path = Paths.resolved(Paths.absolute(output, relativeTo: i.cwd))
+                let path = Paths.followingLinks(Paths.absolute(output, relativeTo: i.cwd))
                 guard Paths.isDirectory(Paths.dirname(path)) else {
                     throw .storage("--output: the folder \(Paths.dirname(path)) does not exist")
                 }

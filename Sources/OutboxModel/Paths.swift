@@ -69,6 +69,22 @@ package enum Paths {
         return join(resolved(dirname(normal)), basename(normal))
     }
 
+    /// `path` with symbolic links followed also where the last one dangles (which `resolved`
+    /// leaves as is): the file a write through the link creates. Stops after 40 links.
+    package static func followingLinks(_ path: String) -> String {
+        var current = normalize(path)
+        for _ in 0..<40 {
+            var st = Glibc.stat()
+            guard lstat(current, &st) == 0, (st.st_mode & S_IFMT) == S_IFLNK else { break }
+            var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+            let n = readlink(current, &buffer, buffer.count - 1)
+            guard n > 0 else { break }
+            let target = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            current = normalize(absolute(target, relativeTo: dirname(current)))
+        }
+        return resolved(current)
+    }
+
     /// Whether `path` lies below `folder` (both absolute and normalised).
     package static func isInside(_ path: String, _ folder: String) -> Bool {
         path.hasPrefix(folder == "/" ? "/" : folder + "/") && path != folder

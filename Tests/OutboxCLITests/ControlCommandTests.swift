@@ -341,6 +341,22 @@ struct PluginTimeoutTests {
 
 /// Small hostile inputs from the outside, each refused or made harmless.
 struct HostileInputTests {
+    /// An error is one line on stderr: a newline from an argument is shown as an escape.
+    @Test(arguments: [
+        (["show", "x\ny"], "outbox: E_INVALID: no entry has id \"x\\x0ay\"\n"),
+        (["explain", "x\ry"], "outbox: E_INVALID: no entry has id \"x\\x0dy\"\n"),
+        (
+            ["list", "--key", "k\nx"],
+            "outbox: E_INVALID: --key \"k\\x0ax\": key must be a non-empty name without spaces or control characters\n"
+        ),
+    ])
+    func anErrorStaysOnOneLine(_ args: [String], _ said: String) throws {
+        let p = try CLIProject()
+        let r = p.run(args)
+        #expect(r.status == 65)
+        #expect(r.err == said)
+    }
+
     @Test func anEmptyDatabaseIsDamageNotANewStore() throws {
         let p = try CLIProject()
         try FileManager.default.createDirectory(atPath: p.storeFolder, withIntermediateDirectories: true)
@@ -694,6 +710,15 @@ struct StatsTests {
         #expect(try fm.destinationOfSymbolicLink(atPath: p.root + "/metrics/link.prom") == "real.prom")
         #expect(p.read("metrics/real.prom")?.contains("outbox_entries{state=\"queued\"} 0\n") == true)
         #expect((try fm.attributesOfItem(atPath: p.root + "/metrics/real.prom")[.posixPermissions] as? Int) == 0o640)
+        // A link whose file is not there yet: the file is made where it points, the link stays.
+        try fm.createSymbolicLink(atPath: p.root + "/metrics/new.prom", withDestinationPath: "made.prom")
+        #expect(p.run("stats", "--prometheus", "--output", "metrics/new.prom").status == 0)
+        #expect(try fm.destinationOfSymbolicLink(atPath: p.root + "/metrics/new.prom") == "made.prom")
+        #expect(p.read("metrics/made.prom")?.contains("outbox_entries{state=\"queued\"} 0\n") == true)
+        try fm.createSymbolicLink(atPath: p.root + "/metrics/away.prom", withDestinationPath: "nofolder/x.prom")
+        let away = p.run("stats", "--prometheus", "--output", "metrics/away.prom")
+        #expect(away.status == 74, "\(away)")
+        #expect(try fm.destinationOfSymbolicLink(atPath: p.root + "/metrics/away.prom") == "nofolder/x.prom")
         #expect(mknod(p.root + "/metrics/null", S_IFCHR | 0o666, 259) == 0, "/dev/null's numbers, 1:3")
         let device = p.run("stats", "--prometheus", "--output", "metrics/null")
         #expect(device.status == 65)
