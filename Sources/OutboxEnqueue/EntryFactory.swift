@@ -13,6 +13,7 @@ package struct EntryFactory {
     /// The `env` root, built once: sorting the environment for every entry of a 100,000-line
     /// `--from` file cost a fifth of the enqueue.
     let environmentJSON: JSON
+    let ownFiles: OwnFiles
     /// Kept beating while a plugin runs (the runner's leases), on the thread that made it.
     package var heartbeat: Heartbeat?
 
@@ -25,6 +26,7 @@ package struct EntryFactory {
         self.cwd = cwd
         self.definition = definition
         environmentJSON = RequestBuilder.environmentJSON(environment)
+        ownFiles = OwnFiles(config)
     }
 
     /// Checks vars: an object or null, within `max_vars_bytes` of compact JSON, nested no
@@ -78,6 +80,7 @@ package struct EntryFactory {
         inputs.outcome = outcome
         inputs.movedFiles = movedFiles
         inputs.environmentJSON = environmentJSON
+        inputs.ownFiles = ownFiles
         if let command = config.headersCommand {
             let answer = try Plugin.runJSON(
                 command, input: .object([("key", .string(def.key)), ("vars", vars)]),

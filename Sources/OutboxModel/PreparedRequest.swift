@@ -193,6 +193,8 @@ package struct RenderInputs: Sendable {
     package var environmentJSON: JSON?
     /// The strings of a plugin's answer, read by `PluginAnswer` references (`literal.N`).
     package var literals: JSON?
+    /// The store's folder and the config, resolved once for many renders.
+    package var ownFiles: OwnFiles?
 
     package init(id: String, vars: JSON, environment: [String: String], cwd: String) {
         self.id = id

@@ -60,7 +60,7 @@ package enum RequestBuilder {
                 identity = moved
             } else {
                 identity = try FileIdentity.of(absolute, field: "request.file")
-                try refuseOwnFile(absolute, field: "request.file", config: config)
+                try (inputs.ownFiles ?? OwnFiles(config)).refuse(absolute, field: "request.file")
                 fileIsAtItsPath = true
             }
             fileIdentity = identity
@@ -238,19 +238,6 @@ package enum RequestBuilder {
         return prepared
     }
 
-    /// The store's own files (its database, staged bodies) and the config are never a body:
-    /// `ownership: move` would take the store apart, and a copy would send its secrets.
-    static func refuseOwnFile(_ path: String, field: String, config: Config) throws(OutboxError) {
-        let file = Paths.resolved(path)
-        let store = Paths.resolved(config.stagingFolder)
-        if file == store || Paths.isInside(file, store) {
-            throw .invalid("\(field): \(path) is in the store's folder \(config.stagingFolder); outbox does not send its own files")
-        }
-        if let configFile = config.file, file == Paths.resolved(configFile) {
-            throw .invalid("\(field): \(path) is the project's config file; outbox does not send its own files")
-        }
-    }
-
     static func renderHeaders(_ tree: JSON, ctx: TemplateContext, field: String) throws(OutboxError) -> [(String, String)] {
         guard case let .object(members) = tree else { throw .invalid("\(field) must be an object of header names to values") }
         var out: [(String, String)] = []
@@ -299,7 +286,7 @@ package enum RequestBuilder {
                 guard let path = f.stringValue else { throw .invalid("\(at).file must be a path") }
                 let absolute = Paths.absolute(path, relativeTo: inputs.cwd)
                 field.file = try FileIdentity.of(absolute, field: "\(at).file")
-                try refuseOwnFile(absolute, field: "\(at).file", config: config)
+                try (inputs.ownFiles ?? OwnFiles(config)).refuse(absolute, field: "\(at).file")
                 if let problem = Paths.readProblem(absolute) { throw .fileMissing("\(at).file: cannot read \(absolute): \(problem)") }
             default:
                 throw .invalid("\(at) needs exactly one of value or file")
