@@ -18,12 +18,24 @@ struct MoveJournal {
         /// The mode and modification time the file had at its source, given back with it.
         var mode: UInt32?
         var mtimeNs: Int64?
+        /// With the modification time, how the source file itself is known again.
+        var size: Int64?
+        var inode: UInt64?
 
         init(staged: String, source: String, identity: FileIdentity?) {
             self.staged = staged
             self.source = source
             mode = identity?.mode
             mtimeNs = identity?.mtimeNs
+            size = identity?.size
+            inode = identity?.inode
+        }
+
+        /// Whether the file at `source` is still the one this move took (same inode, size and
+        /// modification time): after a copy across filesystems, the original left behind.
+        var sourceIsTheOriginal: Bool {
+            guard let size, let inode, let mtimeNs, let info = FileInfo.stat(source), info.isRegular else { return false }
+            return info.size == size && info.mtimeNs == mtimeNs && info.inode == inode
         }
     }
 
@@ -55,6 +67,8 @@ struct MoveJournal {
                 var item = JSON.object([("staged", .string(move.staged)), ("source", .string(move.source))])
                 if let mode = move.mode { item.set("mode", .int64(Int64(mode))) }
                 if let mtime = move.mtimeNs { item.set("mtime_ns", .int64(mtime)) }
+                if let size = move.size { item.set("size", .int64(size)) }
+                if let inode = move.inode { item.set("inode", .int64(Int64(bitPattern: inode))) }
                 return item
             }
         ).serialized()
@@ -99,12 +113,23 @@ struct MoveJournal {
                 var move = Move(staged: staged, source: source, identity: nil)
                 move.mode = item["mode"]?.int64Value.map { UInt32(truncatingIfNeeded: $0) }
                 move.mtimeNs = item["mtime_ns"]?.int64Value
+                move.size = item["size"]?.int64Value
+                move.inode = item["inode"]?.int64Value.map { UInt64(bitPattern: $0) }
                 return move
             }
             // A copy back across filesystems that was cut short is never the user's file.
             Self.removeDeadReturnCopies(of: moves.map(\.source))
             for move in moves {
-                guard Paths.exists(move.staged), try !owned(move.staged) else { continue }
+                guard Paths.exists(move.staged) else { continue }
+                if try owned(move.staged) {
+                    // Committed across filesystems, but stopped before it removed the source:
+                    // the move is finished now, or the file would be sent again by a rerun.
+                    if move.sourceIsTheOriginal, unlink(move.source) == 0 {
+                        _ = csystem_fsync_dir(Paths.dirname(move.source))
+                        done.append("removed \(move.source), moved into the store by a process stopped before it removed it")
+                    }
+                    continue
+                }
                 if !Paths.exists(move.source) {
                     if Self.putBack(move.staged, at: move.source) {
                         Self.restore(move.source, mode: move.mode, mtimeNs: move.mtimeNs)
