@@ -52,7 +52,9 @@ struct TemplateRenderer {
     /// Servers such as nginx decode `%2E%2E` back to `..`, so an encoded dot segment would still climb.
     private func checkClimb(_ position: URLPosition) throws(OutboxError) {
         guard let tag = position.climbingTag else { return }
-        throw .invalid("\(field): {{ \(tag) }} gives a \".\" or \"..\" path segment, which could climb the URL's path")
+        // A plugin's answer is read through hidden references: name the plugin, not those.
+        let what = tag.hasPrefix(PluginAnswer.root + ".") ? "the value request_command gave" : "{{ \(tag) }}"
+        throw .invalid("\(field): \(what) gives a \".\" or \"..\" path segment, which could climb the URL's path")
     }
 
     /// A template that is exactly one substitution keeps the value's JSON type.
@@ -66,7 +68,13 @@ struct TemplateRenderer {
         guard case let .string(url) = value else {
             throw .invalid("\(field): {{ \(sub.path.text) }} is \(article(value.typeName)); a URL must be a string")
         }
-        return .string(try URLCheck.validate(url, field: field))
+        let checked = try URLCheck.validate(url, field: field)
+        // A whole URL from a var is sent as it is: a dot segment in it would still climb.
+        var position = URLPosition()
+        position.feed(checked, tag: sub.path.text)
+        position.finish()
+        try checkClimb(position)
+        return .string(checked)
     }
 
     private func append(

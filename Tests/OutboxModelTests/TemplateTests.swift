@@ -10,7 +10,7 @@ private let fixtureVars = json(
     {
       "site_id": 42, "big": 12345678901234567890, "pi": 3.14, "flag": true, "nothing": null,
       "note_id": "n 1", "comment": "hi {{ vars.site_id }}", "slash": "a/b", "pct": "%2F",
-      "dot": ".", "dotdot": "..", "dotted": "x/..y/.z", "climb": "a/../b", "backclimb": "x\\..", "uni": "é", "space": "a b", "quote": "say \"hi\"",
+      "dot": ".", "dotdot": "..", "dotted": "x/..y/.z", "climb": "a/../b", "climbingurl": "https://h.example/a/b/../../x", "climbingurl2": "https://h.example/a/x%2F..%2F..%2Fy", "backclimb": "x\\..", "uni": "é", "space": "a b", "quote": "say \"hi\"",
       "obj": {"a": 1, "b": [true, null]},
       "parts": [{"url": "https://u.example/1", "range": {"start": 0, "end": 5}}],
       "items": [{"id": "i0"}, {"id": "i1"}], "empty": [], "grid": [["x", "y"], ["z"]],
@@ -293,6 +293,12 @@ struct TemplateRenderTests {
         FailCase(
             "dot dot from a raw value", "https://h.example/a/{{ vars.climb | raw }}", .url,
             "f: {{ vars.climb }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "dot dot in a whole URL", "{{ vars.climbingurl }}", .url,
+            "f: {{ vars.climbingurl }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
+        FailCase(
+            "encoded dot dot in a whole raw URL", "{{ vars.climbingurl2 | raw }}", .url,
+            "f: {{ vars.climbingurl2 }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
         FailCase(
             "dot dot after a raw base", "{{ vars.base | raw }}/{{ vars.dotdot }}", .url,
             "f: {{ vars.dotdot }} gives a \".\" or \"..\" path segment, which could climb the URL's path"),
