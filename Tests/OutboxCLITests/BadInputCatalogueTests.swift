@@ -133,6 +133,7 @@ final class BadInputProject: @unchecked Sendable {
         case "rm": try fm.removeItem(atPath: project.path(try arg(0)))
         case "fifo": guard mkfifo(project.path(try arg(0)), 0o644) == 0 else { throw FixtureError("mkfifo \(args)") }
         case "symlink": try fm.createSymbolicLink(atPath: project.path(try arg(1)), withDestinationPath: try arg(0))
+        case "hardlink": try fm.linkItem(atPath: project.path(try arg(0)), toPath: project.path(try arg(1)))
         case "sql": _ = try project.sqlite(try arg(0))
         case "env":
             let pair = try arg(0).split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)

@@ -341,6 +341,18 @@ struct PluginTimeoutTests {
 
 /// Small hostile inputs from the outside, each refused or made harmless.
 struct HostileInputTests {
+    /// A hard link to the database is the database: it is not sent, and the store is as it was.
+    @Test func aHardLinkToTheDatabaseIsNotABody() throws {
+        let p = try CLIProject()
+        _ = try p.enqueue("plain", vars: "{}")
+        try FileManager.default.linkItem(atPath: p.storeFolder + "/outbox.db", toPath: p.root + "/hl.db")
+        let r = p.run("enqueue", "file.copy", "--vars", #"{"path": "hl.db"}"#)
+        #expect(r.status == 65, "\(r)")
+        #expect(
+            r.err.contains("hl.db is a hard link to the store's database or the config; outbox does not send its own files"), "\(r.err)")
+        #expect(try p.run("list", "--json").json().arrayValue?.count == 1)
+    }
+
     /// An error is one line on stderr: a newline from an argument is shown as an escape.
     @Test(arguments: [
         (["show", "x\ny"], "outbox: E_INVALID: no entry has id \"x\\x0ay\"\n"),
