@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import OutboxModel
+import OutboxRunner
 import TestSupport
 import Testing
 
@@ -149,6 +150,32 @@ struct MetricsTests {
         runner.signal(SIGTERM)
         #expect(await runner.wait().exitCode == 0)
         #expect(try TestHTTPCurl.statusCode(url).code == 0, "nothing listens once the runner is gone")
+    }
+
+    /// Clients that open a connection and never finish their request (slowloris) cannot keep
+    /// a scrape out: connections are served side by side, and the oldest unfinished one makes
+    /// room once all are taken. (One at a time, these 40 would have held it for 200 s.)
+    @Test func slowClientsDoNotKeepAScrapeOut() throws {
+        let listener = try MetricsListener(address: .parse("127.0.0.1:0"), contentType: "text/plain") { (200, "ok 1\n") }
+        defer { listener.stop() }
+        let port = try #require(URLComponents(string: listener.url)?.port)
+        var slow: [Int32] = []
+        defer { for s in slow { close(s) } }
+        for _ in 0..<(MetricsListener.maxConnections + 8) {
+            let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            _ = fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK)
+            var a = sockaddr_in()
+            a.sin_family = sa_family_t(AF_INET)
+            a.sin_port = in_port_t(UInt16(port).bigEndian)
+            inet_pton(AF_INET, "127.0.0.1", &a.sin_addr)
+            _ = withUnsafePointer(to: &a) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            _ = "GET /metrics HTTP/1.1\r\nX-Slow: ".withCString { send(s, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+            slow.append(s)
+        }
+        let scrape = try TestHTTPCurl.run(["-s", "-m", "60", listener.url])
+        #expect(scrape.stdoutText == "ok 1\n", "\(scrape)")
     }
 
     /// Bad addresses are usage errors before anything starts; a port another process holds

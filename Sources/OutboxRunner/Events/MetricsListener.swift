@@ -1,9 +1,12 @@
 import Glibc
 import OutboxModel
 
-/// `run --metrics-listen`: answers `GET /metrics` on one address, one connection at a
-/// time, on a thread of its own, with what `render` returns at each request. It never
-/// touches the runner's state: `render` reads the store through its own connection.
+/// `run --metrics-listen`: answers `GET /metrics` on one address, on a thread of its own,
+/// with what `render` returns at each request. It never touches the runner's state: `render`
+/// reads the store through its own connection. Connections are served side by side (poll),
+/// each given 5 s to send its request and 5 s to take the answer, and when `maxConnections`
+/// are open the oldest one still sending its request makes room: a slow client cannot
+/// keep a scrape out.
 package final class MetricsListener: @unchecked Sendable {
     /// Where to listen: an IP address (never a name to resolve) and a port.
     package struct Address: Sendable, Equatable {
@@ -92,12 +95,14 @@ package final class MetricsListener: @unchecked Sendable {
             }
         }
         let where_ = address.host.contains(":") ? "[\(address.host)]:\(address.port)" : "\(address.host):\(address.port)"
-        guard bound == 0, listen(fd, 16) == 0 else {
+        guard bound == 0, listen(fd, 64) == 0 else {
             let code = errno
             close(fd)
             if code == EADDRINUSE { throw .running("--metrics-listen: \(where_) is in use by another process") }
             throw .storage("--metrics-listen: cannot listen on \(where_): \(Paths.errnoMessage(code))")
         }
+        // Polled: an accept after a client gave up must not block the thread.
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         self.fd = fd
         var storage = sockaddr_storage()
         var length = socklen_t(MemoryLayout<sockaddr_storage>.size)
@@ -123,32 +128,93 @@ package final class MetricsListener: @unchecked Sendable {
         close(fd)
     }
 
+    package static let maxConnections = 32
+    private static let phaseMs: Int64 = 5_000
+
+    private struct Connection {
+        var fd: Int32
+        var deadline: Int64
+        var head: [UInt8] = []
+        /// The answer, once the request head is read; `sent` bytes of it are out.
+        var answer: [UInt8]?
+        var sent = 0
+    }
+
     private func serve(contentType: String) {
+        var connections: [Connection] = []
+        defer { for c in connections { close(c.fd) } }
+        var buffer = [UInt8](repeating: 0, count: 2048)
         while true {
-            let client = accept(fd, nil, nil)
-            if client >= 0 { _ = fcntl(client, F_SETFD, FD_CLOEXEC) }
-            if client < 0 {
-                if errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE { continue }
-                return  // shut down by stop()
+            let now = Identifiers.monotonicMs()
+            connections.removeAll { c in
+                guard c.deadline <= now else { return false }
+                close(c.fd)
+                return true
             }
-            answer(client, contentType: contentType)
-            close(client)
+            var polled = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0)]
+            for c in connections { polled.append(pollfd(fd: c.fd, events: Int16(c.answer == nil ? POLLIN : POLLOUT), revents: 0)) }
+            let wait = connections.map(\.deadline).min().map { Int32(clamping: max(0, $0 - now)) } ?? -1
+            let ready = poll(&polled, nfds_t(polled.count), wait)
+            if ready < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            // Served first: an accepted connection is appended after the polled ones.
+            var closed = Set<Int32>()
+            for (i, p) in polled.enumerated().dropFirst() where p.revents != 0 {
+                let index = i - 1
+                if !step(&connections[index], revents: p.revents, buffer: &buffer, contentType: contentType) {
+                    close(connections[index].fd)
+                    closed.insert(connections[index].fd)
+                }
+            }
+            connections.removeAll { closed.contains($0.fd) }
+            if polled[0].revents & Int16(POLLIN) != 0 {
+                let client = accept(fd, nil, nil)
+                if client >= 0 {
+                    _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+                    _ = fcntl(client, F_SETFL, fcntl(client, F_GETFL) | O_NONBLOCK)
+                }
+                if client < 0 {
+                    if errno == EINTR || errno == ECONNABORTED || errno == EAGAIN || errno == EMFILE || errno == ENFILE { continue }
+                    return  // shut down by stop()
+                }
+                if connections.count >= Self.maxConnections {
+                    let reading = connections.indices.filter { connections[$0].answer == nil }
+                    let oldest = reading.min { connections[$0].deadline < connections[$1].deadline } ?? 0
+                    close(connections[oldest].fd)
+                    connections.remove(at: oldest)
+                }
+                connections.append(Connection(fd: client, deadline: Identifiers.monotonicMs() + Self.phaseMs))
+            } else if polled[0].revents != 0 {
+                return  // the listening socket was shut down by stop()
+            }
         }
     }
 
-    /// Reads one request head (8 KiB at most, 5 s at most) and answers it.
-    private func answer(_ client: Int32, contentType: String) {
-        var timeout = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var head: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 2048)
-        while head.count < 8192 {
-            let n = buffer.withUnsafeMutableBytes { recv(client, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { return }
-            head += buffer[0..<n]
-            if head.count >= 4, head.indices.dropFirst(3).contains(where: { head[$0 - 3...$0].elementsEqual([13, 10, 13, 10]) }) { break }
+    /// Reads what the client sent, or sends what is left of the answer; false once done with it.
+    private func step(_ c: inout Connection, revents: Int16, buffer: inout [UInt8], contentType: String) -> Bool {
+        if c.answer == nil {
+            let n = buffer.withUnsafeMutableBytes { recv(c.fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 && (errno == EAGAIN || errno == EINTR) { return true }
+            guard n > 0 else { return false }
+            c.head += buffer[0..<n]
+            let complete =
+                c.head.count >= 4 && c.head.indices.dropFirst(3).contains { c.head[$0 - 3...$0].elementsEqual([13, 10, 13, 10]) }
+            guard complete || c.head.count >= 8192 else { return true }
+            c.answer = answer(to: c.head, contentType: contentType)
+            c.deadline = Identifiers.monotonicMs() + Self.phaseMs
         }
+        guard let bytes = c.answer else { return true }
+        let n = bytes.withUnsafeBytes { send(c.fd, $0.baseAddress! + c.sent, $0.count - c.sent, Int32(MSG_NOSIGNAL)) }
+        if n < 0 && (errno == EAGAIN || errno == EINTR) { return true }
+        guard n > 0 else { return false }
+        c.sent += n
+        return c.sent < bytes.count
+    }
+
+    /// The whole answer to one request head (8 KiB at most).
+    private func answer(to head: [UInt8], contentType: String) -> [UInt8] {
         let line = String(decoding: head.prefix { $0 != 13 && $0 != 10 }, as: UTF8.self).split(separator: " ")
         let method = line.first.map(String.init) ?? ""
         let path = line.count > 1 ? String(line[1].split(separator: "?", maxSplits: 1).first ?? "") : ""
@@ -167,11 +233,6 @@ package final class MetricsListener: @unchecked Sendable {
             "HTTP/1.1 \(response.status) \(reason)\r\nContent-Type: \(response.type)\r\nContent-Length: \(body.count)\r\nConnection: close\r\n\r\n"
                 .utf8)
         if method != "HEAD" { bytes += body }
-        var offset = 0
-        while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { send(client, $0.baseAddress! + offset, $0.count - offset, Int32(MSG_NOSIGNAL)) }
-            if n <= 0 { return }
-            offset += n
-        }
+        return bytes
     }
 }
