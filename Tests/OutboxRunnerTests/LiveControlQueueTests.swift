@@ -44,6 +44,13 @@ extension Project {
         let p = try Project(
             config: fastConfig + "plugins: { timeout: 300ms }\nnetwork: { wifi_check: hooks/wifi.sh, wifi_interval: 1ms }\n",
             definitions: ["t": definition("t")], hooks: ["wifi.sh": "#!/bin/sh\necho asked >> wifi-checks.log\nexec sleep 300\n"])
+        try await expectLoggedOnceWhileAsked(
+            p, "network.wifi_check ran past plugins.timeout (300ms) and was stopped; wifi-only entries wait as if off Wi-Fi")
+    }
+
+    /// Runs a wifi-only entry until the check was asked twice: `said` is logged once, and
+    /// the entry waits with reason `wifi`, unsent.
+    private func expectLoggedOnceWhileAsked(_ p: Project, _ said: String) async throws {
         #expect(try await p.outbox(["wifi-only", "on"]).exitCode == 0)
         try await p.enqueue("t", path: "/status/200", id: "w")
         let runner = try p.start(["run"])
@@ -51,7 +58,6 @@ extension Project {
         runner.signal(SIGTERM)
         let finished = await runner.wait(timeout: 60)
         #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
-        let said = "network.wifi_check ran past plugins.timeout (300ms) and was stopped; wifi-only entries wait as if off Wi-Fi"
         #expect(finished.stderr.components(separatedBy: said).count == 2, "once: \(finished.stderr)")
         #expect(try await p.row("w")?.string("reason") == "wifi")
         #expect(p.server.requests.isEmpty)
@@ -67,17 +73,8 @@ extension Project {
 
                 """
         let p = try Project(config: config, definitions: ["t": definition("t")])
-        #expect(try await p.outbox(["wifi-only", "on"]).exitCode == 0)
-        try await p.enqueue("t", path: "/status/200", id: "w")
-        let runner = try p.start(["run"])
-        try await eventually("a second check") { p.wifiChecks.count >= 2 }
-        runner.signal(SIGTERM)
-        let finished = await runner.wait(timeout: 60)
-        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
-        let said = "network.wifi_check was killed by signal 9 (its shell exited 137); wifi-only entries wait as if off Wi-Fi"
-        #expect(finished.stderr.components(separatedBy: said).count == 2, "once: \(finished.stderr)")
-        #expect(try await p.row("w")?.string("reason") == "wifi")
-        #expect(p.server.requests.isEmpty)
+        try await expectLoggedOnceWhileAsked(
+            p, "network.wifi_check was killed by signal 9 (its shell exited 137); wifi-only entries wait as if off Wi-Fi")
     }
 
     /// A background process the check started goes when the check ends: it would outlive the run.

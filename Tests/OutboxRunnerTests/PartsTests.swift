@@ -872,7 +872,11 @@ func partsDefinition(
         return (try? FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)) != nil ? folder : nil
     }
 
-    @Test func moveAcrossFilesystemsCopiesThenRemovesTheSource() async throws {
+    /// A move across filesystems copies, then removes the source after the commit. Killed in
+    /// between, the next command finishes the move, so a rerun of the migration finds
+    /// nothing to send.
+    @Test(arguments: [false, true])
+    func moveAcrossFilesystemsCopiesThenRemovesTheSource(killedAfterItsCommit: Bool) async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox()
         guard let folder = Self.otherFilesystemFolder(than: sandbox.root) else {
@@ -884,39 +888,23 @@ func partsDefinition(
         let file = folder + "/m.bin"
         try PartFiles.make(file, size: 90_000, seed: 6)
         let original = try PartFiles.sha(file, 0, 90_000)
-        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "m", "--vars", "{\"path\": \"\(file)\"}"]).status == 0)
+        let enqueue = ["enqueue", "up", "--id", "m", "--vars", "{\"path\": \"\(file)\"}"]
+        if killedAfterItsCommit {
+            let killed = try await sandbox.outbox(enqueue, environment: ["OUTBOX_FAULT": "enqueue.committed"])
+            #expect(killed.exitCode == -SIGKILL, "\(killed)")
+            #expect(FileManager.default.fileExists(atPath: file), "killed before it removed the source")
+            let list = try await sandbox.outbox(["list"])
+            #expect(list.exitCode == 0, "\(list)")
+            #expect(list.stderr.contains("removed \(file), moved into the store by a process stopped before it removed it"), "\(list)")
+        } else {
+            #expect(try await sandbox.outbox(enqueue).status == 0)
+        }
         #expect(!FileManager.default.fileExists(atPath: file))
         let staged = try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies"))
         #expect(staged.count == 1)
         #expect(try PartFiles.sha(sandbox.path(".outbox/bodies/\(staged[0])"), 0, 90_000) == original)
         #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
         #expect(server.requests(path: "/put/m/").map(\.bodySHA256) == [original])
-    }
-
-    /// Killed after its commit but before it removed the source it copied across filesystems:
-    /// the next command finishes the move, so a rerun of the migration finds nothing to send.
-    @Test func aMoveAcrossFilesystemsKilledAfterItsCommitIsFinishedByTheNextCommand() async throws {
-        let server = try TestHTTPServer()
-        let sandbox = try OutboxSandbox()
-        guard let folder = Self.otherFilesystemFolder(than: sandbox.root) else {
-            Issue.record("no second filesystem at /dev/shm: the cross-device move cannot be tested here")
-            return
-        }
-        defer { try? FileManager.default.removeItem(atPath: folder) }
-        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "1MiB"))
-        let file = folder + "/k.bin"
-        try PartFiles.make(file, size: 90_000, seed: 7)
-        let original = try PartFiles.sha(file, 0, 90_000)
-        let killed = try await sandbox.outbox(
-            ["enqueue", "up", "--id", "k", "--vars", "{\"path\": \"\(file)\"}"], environment: ["OUTBOX_FAULT": "enqueue.committed"])
-        #expect(killed.exitCode == -SIGKILL, "\(killed)")
-        #expect(FileManager.default.fileExists(atPath: file), "killed before it removed the source")
-        let list = try await sandbox.outbox(["list"])
-        #expect(list.exitCode == 0, "\(list)")
-        #expect(list.stderr.contains("removed \(file), moved into the store by a process stopped before it removed it"), "\(list)")
-        #expect(!FileManager.default.fileExists(atPath: file))
-        #expect(try await sandbox.outbox(["run", "--drain"]).exitCode == 0)
-        #expect(server.requests(path: "/put/k/").map(\.bodySHA256) == [original])
     }
 
     enum CancelCase: String, CaseIterable, CustomTestStringConvertible, Sendable {
