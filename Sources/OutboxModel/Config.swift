@@ -1,3 +1,4 @@
+import Glibc
 import YAML
 
 /// A hook or plugin command: a string run with `/bin/sh -c`, or an argument list run directly.
@@ -204,7 +205,13 @@ package struct Config: Sendable {
 
     private static func parse(file: String) throws(OutboxError) -> Config {
         guard let bytes = Paths.readBytes(file) else {
-            throw .fileMissing("cannot read the config file \(file): \(Paths.readFailure())")
+            let code = errno
+            // There but too big: a bad config, as a too-big definition file is.
+            if code == EFBIG {
+                let message = "cannot read this config file: \(Paths.readFailure(code))"
+                throw OutboxError(.config, "1 error", diagnostics: [Diagnostic(path: file, line: 1, column: 1, message: message)])
+            }
+            throw .fileMissing("cannot read the config file \(file): \(Paths.readFailure(code))")
         }
         if let offset = Paths.invalidUTF8Offset(bytes) {
             throw OutboxError(.config, "1 error", diagnostics: [Diagnostic.invalidUTF8(path: file, bytes: bytes, offset: offset)])

@@ -81,6 +81,27 @@ package enum HeaderRules {
     }
 
     package static let redactedMark = "[redacted]"
+    /// The most headers one request may carry (servers take about 100).
+    package static let maxHeaders = 1_000
+    /// The most bytes of method, URL and headers: libcurl's request head holds 1 MiB, with
+    /// room left for the headers it adds itself.
+    package static let maxHeadBytes = 1_000_000
+
+    /// Each secret also as a JSON echo writes it (`"` and `\` escaped, and `/` as `\/`, as
+    /// PHP's encoder does), longest first: an escaped echo would show it otherwise.
+    package static func withEscapedForms(_ secrets: [[UInt8]]) -> [[UInt8]] {
+        var all = Set(secrets)
+        for secret in secrets {
+            var quoted: [UInt8] = []
+            secret.withUnsafeBufferPointer { JSON.appendString(utf8: $0, to: &quoted) }
+            let escaped = Array(quoted.dropFirst().dropLast())
+            all.insert(escaped)
+            if escaped.contains(UInt8(ascii: "/")) {
+                all.insert(escaped.flatMap { $0 == UInt8(ascii: "/") ? [UInt8(ascii: "\\"), $0] : [$0] })
+            }
+        }
+        return all.sorted { $0.count > $1.count }
+    }
 
     /// The values of secret headers as a response may echo them (an echo service, an error
     /// page): each whole value, the credentials after an auth scheme ("Bearer abc" gives

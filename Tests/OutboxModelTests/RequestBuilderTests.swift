@@ -125,6 +125,21 @@ struct RequestBuilderTests {
         }
     }
 
+    /// A request head libcurl could never send (over its 1 MiB buffer), or one with thousands
+    /// of headers, is refused at enqueue instead of failing every attempt until expiry.
+    @Test func aRequestHeadLibcurlCannotSendIsRefused() throws {
+        let big = String(repeating: "a", count: 600_000)
+        let two = "key: k\nrequest:\n  url: https://h.example/x\n  headers:\n    X-A: \"{{ vars.b }}\"\n    X-B: \"{{ vars.b }}\"\n"
+        #expect(throws: OutboxError.invalid("request: the URL and headers are 1200037 bytes, over the 1000000 of one request head")) {
+            try prepared(two, vars: #"{"b": "\#(big)"}"#)
+        }
+        let many = (0...HeaderRules.maxHeaders).map { "    X-H\($0): v\n" }.joined()
+        #expect(throws: OutboxError.invalid("request.headers: 1001 headers, over the 1000 a request may carry")) {
+            try prepared("key: k\nrequest:\n  url: https://h.example/x\n  headers:\n" + many)
+        }
+        #expect(try prepared(two, vars: #"{"b": "\#(String(repeating: "a", count: 400_000))"}"#).headers.count >= 2)
+    }
+
     @Test func aWholeURLFromAVarIsUsedAsIs() throws {
         let signed = "https://s3.example/b/a%2Fb.bin?X-Amz-Signature=ab%2Fcd%3D"
         let p = try prepared("key: k\nrequest:\n  method: PUT\n  url: \"{{ vars.url }}\"\n", vars: #"{"url": "\#(signed)"}"#)

@@ -168,6 +168,22 @@ extension FaultServerTests {
         #expect(delivered.serialized().contains("echo-secret-1"), "the hook's data is the server's answer")
     }
 
+    /// A JSON echo escapes `"` and `\` in what it quotes: the escaped secret is masked too.
+    @Test func aSecretEchoedWithJSONEscapesIsMasked() async throws {
+        let p = try Project(
+            config: faultConfig,
+            definitions: ["t": definition("t", request: #"headers:\#n  Authorization: 'Bearer quo"te\sl/ash-9'"#)])
+        try await p.enqueue("t", path: "/echo", id: "esc")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempt = try #require(run.jsonLines.first { $0.string("type") == "attempt" }, "\(run.stdout)")
+        let shown = attempt.string("body") ?? ""
+        #expect(shown.contains("[redacted]"), "\(shown)")
+        #expect(!shown.contains("te\\sl/ash-9") && !shown.contains("te\\\\sl/ash-9"), "\(shown)")
+        #expect(
+            HeaderRules.withEscapedForms([Array("a\"b/c\\d".utf8)]).map { String(decoding: $0, as: UTF8.self) }.sorted()
+                == [#"a"b/c\d"#, #"a\"b/c\\d"#, #"a\"b\/c\\d"#])
+    }
+
     /// A URL's password goes out as `Authorization: Basic`: an echo of that, or of the
     /// password itself, is masked as a secret header's would be.
     @Test func aURLPasswordAServerEchoesIsMaskedInEvents() async throws {

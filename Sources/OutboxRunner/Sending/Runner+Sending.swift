@@ -110,7 +110,6 @@ extension Runner {
         // A URL's password is a credential too, and libcurl sends it as `Authorization: Basic`.
         let signing = ([flight.signingKeyID, result.signature].compactMap { $0 } + URLCheck.credentialValues(flight.url))
             .map { Array($0.utf8) }.filter { $0.count >= 6 }
-        // Longest first, as `secretValues` orders them.
-        return signing.isEmpty ? values : (values + signing).sorted { $0.count > $1.count }
+        return HeaderRules.withEscapedForms(values + signing)
     }
 }
