@@ -64,6 +64,10 @@ struct ChildSession {
     var exitStatus: Int32?
     var signal: Int32?
     var exited = false
+    /// The leader exited after a stop began and is left unreaped until the grace ends: the
+    /// zombie keeps the group id pinned while the rest of the group (a shell's child, often
+    /// the real hook) gets the time SIGTERM promises to clean up.
+    var leaderAwaitsGrace = false
     var drainUntil: Int64 = 0
     /// Reaped and every fd closed: `result` is final.
     var finished = false
@@ -155,7 +159,7 @@ struct ChildSession {
             slots.stderr = fds.count
             fds.append(pollfd(fd: stderr.fd, events: Int16(POLLIN), revents: 0))
         }
-        if !exited && pidfd >= 0 {
+        if !exited && !leaderAwaitsGrace && pidfd >= 0 {
             slots.pid = fds.count
             fds.append(pollfd(fd: pidfd, events: Int16(POLLIN), revents: 0))
         }
@@ -180,11 +184,17 @@ struct ChildSession {
             // No pidfd (old kernel): poll the child's state on each short tick.
             leaderExited = !exited
         }
-        if leaderExited && reap(blocking: slots.pid >= 0) {
-            exited = true
-            closeStdin()
-            drainUntil = csystem_proc_now_ms() + ProcessRunner.drainMs
+        if leaderExited, timedOut || stoppedForOutput, killAt != nil {
+            leaderAwaitsGrace = true
+        } else if leaderExited && reap(blocking: slots.pid >= 0) {
+            markExited()
         }
+    }
+
+    private mutating func markExited() {
+        exited = true
+        closeStdin()
+        drainUntil = csystem_proc_now_ms() + ProcessRunner.drainMs
     }
 
     /// Closes every fd; the result is final.
@@ -217,6 +227,8 @@ struct ChildSession {
         if let at = killAt, now >= at {
             killAt = nil
             signalGroup(SIGKILL)
+            // The leader is a zombie already: reaped now, as no pidfd event will come for it.
+            if leaderAwaitsGrace, reap(blocking: true) { markExited() }
         }
     }
 

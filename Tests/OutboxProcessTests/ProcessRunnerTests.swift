@@ -359,6 +359,22 @@ struct TimerTests {
 
     }
 
+    /// A shell leader dies of the SIGTERM at once; the command it runs still gets the grace
+    /// to clean up before the group is killed (its trap takes 0.3 s, then writes `cleaned`).
+    @Test func theRestOfTheGroupGetsTheGraceAfterTheLeaderDies() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let inner = "trap 'sleep 0.3; echo done > cleaned; exit 1' TERM; touch trapped; sleep 600 & wait $!"
+        var spec = shell("sh -c \"\(inner)\"; :", in: folder)
+        spec.timeoutMs = 100
+        // The timer runs from the spawn: a SIGTERM before the trap would end the inner shell.
+        spec.onStart = { _, _ in waitForFile(folder.path + "/trapped") }
+        let result = try await runOffPool(spec)
+        #expect(result.timedOut == true)
+        #expect(result.signal == SIGTERM, "the leader, a shell, died of it: \(result)")
+        #expect(FileManager.default.fileExists(atPath: folder.path + "/cleaned"), "the inner command ran its trap")
+    }
+
     @Test func noTimeoutWhenTheProcessIsFaster() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
