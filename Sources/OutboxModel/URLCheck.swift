@@ -281,12 +281,9 @@ extension URLCheck {
     package static func credentialValues(_ url: String) -> [String] {
         guard let range = passwordRange(url) else { return [] }
         let written = String(url[range])
-        let utf8 = url.utf8
-        var start = range.lowerBound
-        while start > utf8.startIndex, ![UInt8(ascii: "/"), UInt8(ascii: "@")].contains(utf8[utf8.index(before: start)]) {
-            start = utf8.index(before: start)
-        }
-        let user = percentDecoded(String(url[start..<url.index(before: range.lowerBound)]))
+        // The user runs from the `//` before it to the `:` before the password.
+        let beforeColon = url[..<url.index(before: range.lowerBound)]
+        let user = percentDecoded(String(beforeColon[(beforeColon.lastIndex(of: "/").map(url.index(after:)) ?? beforeColon.startIndex)...]))
         let password = percentDecoded(written)
         return [written, password, S3Checksum.base64(Array("\(user):\(password)".utf8))]
     }

@@ -1,3 +1,5 @@
+import OutboxModel
+
 /// The paths the server answers without any script, so a test server in another process
 /// (CLI tests, the demo) can be steered by URL alone.
 ///
@@ -199,37 +201,10 @@ enum BuiltinRoutes {
         var result: [String: String] = [:]
         for pair in query.split(separator: "&") {
             let parts = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let key = percentDecoded(String(parts[0]))
-            result[key] = parts.count > 1 ? percentDecoded(String(parts[1])) : ""
+            let key = URLCheck.percentDecoded(String(parts[0]))
+            result[key] = parts.count > 1 ? URLCheck.percentDecoded(String(parts[1])) : ""
         }
         return result
-    }
-
-    /// %XX decoding; `+` stays `+` (URLs passed in `url=` may contain it) and malformed
-    /// escapes stay as written.
-    static func percentDecoded(_ text: String) -> String {
-        let bytes = Array(text.utf8)
-        var out: [UInt8] = []
-        var index = 0
-        func hex(_ byte: UInt8) -> UInt8? {
-            switch byte {
-            case 48...57: return byte - 48
-            case 65...70: return byte - 55
-            case 97...102: return byte - 87
-            default: return nil
-            }
-        }
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "%"), index + 2 < bytes.count, let high = hex(bytes[index + 1]), let low = hex(bytes[index + 2]) {
-                out.append(high << 4 | low)
-                index += 3
-            } else {
-                out.append(byte)
-                index += 1
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 }
 
