@@ -259,6 +259,30 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
         #expect(p.deliveries("big").first?.at("stdin.response.body_truncated") == .bool(true))
     }
 
+    /// A file body is streamed from disk: the runner's peak memory (its own `VmHWM`, so no other
+    /// test's allocations count) stays far below the file's size.
+    @Test func aLargeFileBodyKeepsTheRunnersMemoryFlat() async throws {
+        let size: Int64 = 512 << 20
+        let p = try Project(definitions: ["f": fileDefinition("f", ownership: "reference")])
+        let file = p.path("big.bin")
+        #expect(FileManager.default.createFile(atPath: file, contents: nil))
+        #expect(truncate(file, off_t(size)) == 0)
+        let vars = JSON.object([("url", .string(p.url("/big"))), ("path", .string(file))]).serialized()
+        #expect(try await p.outbox(["enqueue", "f", "--id", "big", "--vars", vars]).exitCode == 0)
+        var peakKiB = 0
+        try await p.runUntil { runner in
+            guard !p.deliveries("big").isEmpty else { return false }
+            peakKiB = runner.peakMemoryKiB ?? 0
+            return true
+        }
+        #expect(p.deliveries("big").first?.string("stdin.outcome") == "completed")
+        let recorded = try #require(p.server.requests(path: "/big").last)
+        #expect(recorded.bodySize == size)
+        #expect(recorded.bodySHA256 == (try PartFiles.sha(file, 0, size)))
+        // Loading the file would put the peak above 512 MiB; streaming keeps it near idle.
+        #expect(peakKiB > 0 && peakKiB < 128 * 1024, "VmHWM \(peakKiB) KiB")
+    }
+
     // MARK: - Retry-After
 
     /// Backoff 100 ms doubling, no jitter: the time between an attempt and the next is exact.
