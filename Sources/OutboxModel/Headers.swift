@@ -87,6 +87,35 @@ package enum HeaderRules {
     /// room left for the headers it adds itself.
     package static let maxHeadBytes = 1_000_000
 
+    /// A request head over what can be sent: libcurl builds it in a 1 MiB buffer and fails
+    /// every attempt past it as "out of memory" (retried until expiry), so it is refused first.
+    package enum HeadOverLimit: Error, Equatable {
+        case headers(Int)
+        case bytes(Int)
+
+        /// The field to name in an error: the headers' count or the head as a whole.
+        package var field: String {
+            switch self {
+            case .headers: "request.headers"
+            case .bytes: "request"
+            }
+        }
+
+        package var message: String {
+            switch self {
+            case let .headers(n): "\(n) headers, over the \(HeaderRules.maxHeaders) a request may carry"
+            case let .bytes(n): "the URL and headers are \(n) bytes, over the \(HeaderRules.maxHeadBytes) of one request head"
+            }
+        }
+    }
+
+    /// Throws when a request of this method, URL and headers could not be sent.
+    package static func checkHead(method: String, url: String?, headers: [(String, String)]) throws(HeadOverLimit) {
+        if headers.count > maxHeaders { throw .headers(headers.count) }
+        let bytes = method.utf8.count + (url?.utf8.count ?? 0) + headers.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count + 4 }
+        if bytes > maxHeadBytes { throw .bytes(bytes) }
+    }
+
     /// Each secret also as a JSON echo writes it (`"` and `\` escaped, and `/` as `\/`, as
     /// PHP's encoder does), longest first: an escaped echo would show it otherwise.
     package static func withEscapedForms(_ secrets: [[UInt8]]) -> [[UInt8]] {

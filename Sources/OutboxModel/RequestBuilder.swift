@@ -204,14 +204,8 @@ package enum RequestBuilder {
             if let problem = HeaderRules.nameProblem(name) { throw .invalid("request.headers: \(problem)") }
             if let problem = HeaderRules.valueProblem(value) { throw .invalid("request.headers.\(name): \(problem)") }
         }
-        // libcurl builds a request head in a 1 MiB buffer and fails every attempt past it, as
-        // "out of memory" (retried until expiry); many thousands of headers also cost seconds.
-        if headers.count > HeaderRules.maxHeaders {
-            throw .invalid("request.headers: \(headers.count) headers, over the \(HeaderRules.maxHeaders) a request may carry")
-        }
-        let headBytes = method.utf8.count + (url?.utf8.count ?? 0) + headers.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count + 4 }
-        if headBytes > HeaderRules.maxHeadBytes {
-            throw .invalid("request: the URL and headers are \(headBytes) bytes, over the \(HeaderRules.maxHeadBytes) of one request head")
+        do { try HeaderRules.checkHead(method: method, url: url, headers: headers) } catch {
+            throw .invalid("\(error.field): \(error.message)")
         }
 
         var accept = definition.accept

@@ -200,10 +200,23 @@ extension SQLStore {
         try writing { () throws(OutboxError) -> Int64 in
             let generation = (Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0) + 1
             try setSetting(Self.headerGenerationSetting, String(generation))
-            try setSetting("header_patch", HeaderRules.json(HeaderRules.merge(try headerPatch(), patch)).serialized())
+            let merged = HeaderRules.merge(try headerPatch(), patch)
+            // The patch alone must fit in a request head: every later entry carries it.
+            do throws(HeaderRules.HeadOverLimit) { try HeaderRules.checkHead(method: "", url: nil, headers: merged) } catch {
+                switch error {
+                case let .headers(n):
+                    throw .invalid(
+                        "headers update: the patch would hold \(n) headers, over the \(HeaderRules.maxHeaders) a request may carry")
+                case let .bytes(n):
+                    throw .invalid(
+                        "headers update: the patch would hold \(n) bytes, over the \(HeaderRules.maxHeadBytes) of one request head")
+                }
+            }
+            try setSetting("header_patch", HeaderRules.json(merged).serialized())
             func updateHeaders(of e: Entry) throws(OutboxError) {
                 var request = e.request
                 request.apply(headerPatch: patch)
+                try Self.checkPatchedHead(method: request.method, url: request.url, headers: request.headers, id: e.id)
                 try db.run(
                     """
                     UPDATE entries SET request = ?, header_generation = ?, updated_at = ?,
@@ -213,11 +226,11 @@ extension SQLStore {
                     WHERE seq = ?
                     """, [.text(request.json.serialized()), .int(generation), .int(now), .int(now), .int(e.seq)])
                 for part in try parts(entrySeq: e.seq) {
+                    let headers = HeaderRules.merge(part.headers, patch)
+                    try Self.checkPatchedHead(method: request.method, url: part.url, headers: headers, id: e.id)
                     try db.run(
                         "UPDATE parts SET headers = ? WHERE entry_seq = ? AND idx = ?",
-                        [
-                            .text(HeaderRules.json(HeaderRules.merge(part.headers, patch)).serialized()), .int(e.seq), .int(part.index),
-                        ])
+                        [.text(HeaderRules.json(headers).serialized()), .int(e.seq), .int(part.index)])
                 }
                 Fault.point("headers.mid-update")
             }

@@ -143,9 +143,18 @@ extension SQLStore {
     }
 
     /// Headers as stored: the `headers update` patch so far applies to entries enqueued after it.
-    func patch(_ stored: inout StoredRequest, _ settings: HeaderSettings) {
+    func patch(_ stored: inout StoredRequest, _ settings: HeaderSettings, id: String) throws(OutboxError) {
         guard let json = settings.patch else { return }
         stored.apply(headerPatch: HeaderRules.from(json: json))
+        try Self.checkPatchedHead(method: stored.method, url: stored.url, headers: stored.headers, id: id)
+    }
+
+    /// A request that a `headers update` patch makes too large to send is refused when the
+    /// patch meets it (enqueue or update), not failed at every attempt until it expires.
+    static func checkPatchedHead(method: String, url: String?, headers: [(String, String)], id: String) throws(OutboxError) {
+        do { try HeaderRules.checkHead(method: method, url: url, headers: headers) } catch {
+            throw .invalid("entry \(id): with the headers update patch, \(error.field): \(error.message)")
+        }
     }
 
     /// The body of a new entry that found its id holding the same bytes when the batch was
@@ -192,7 +201,7 @@ extension SQLStore {
             stored.headers = p.headers
             stored.secretHeaders = p.secretHeaders
             stored.secretVars = p.secretVars
-            patch(&stored, headers)
+            try patch(&stored, headers, id: new.id)
             let newState = decision == .reopen ? "queued" : e.state.rawValue
             // The entry keeps its Idempotency-Key for life (retries and replays share it) unless
             // a header gives one explicitly.
@@ -260,7 +269,7 @@ extension SQLStore {
         var request = request
         if headers.patch != nil {
             var stored = try StoredRequest(json: try Self.storedJSON(request, what: "stored request"))
-            patch(&stored, headers)
+            try patch(&stored, headers, id: new.id)
             request = stored.json.serialized()
         }
         let extra = entryColumnsOfThisStore(staged)

@@ -831,3 +831,64 @@ struct WifiOnlyTests {
         #expect(try p.sqlite("SELECT name, value FROM settings") == before)
     }
 }
+
+/// A `headers update` patch that would make a request too large for libcurl (1,000 headers or
+/// 1,000,000 bytes of head) is refused when it meets the request, and nothing changes: sent,
+/// each attempt would fail as "out of memory" until the entry expired.
+struct HeadersUpdateLimitTests {
+    static func manyHeaders(_ count: Int, prefix: String) -> String {
+        (0..<count).map { "    \(prefix)-\($0): v\n" }.joined()
+    }
+
+    func settingsAndStore(_ p: CLIProject) throws -> [String] {
+        try p.snapshot() + [try p.sqlite("SELECT * FROM settings ORDER BY 1;")]
+    }
+
+    @Test func aPatchThatWouldPushAnEntryOverTheHeaderCountIsRefused() throws {
+        let p = try CLIProject()
+        // 993 of its own and the config's 2.
+        try p.define("wide", "key: wide\nrequest:\n  url: http://127.0.0.1:9/x\n  headers:\n" + Self.manyHeaders(993, prefix: "X-Old"))
+        _ = try p.enqueue("wide", vars: "{}", id: "w1")
+        let before = try settingsAndStore(p)
+        let r = p.run(["headers", "update"] + (0..<6).map { "X-New-\($0): v" })
+        #expect(r.status == 65, "\(r)")
+        #expect(
+            r.err
+                == "outbox: E_INVALID: entry w1: with the headers update patch, request.headers: 1001 headers, over the 1000 a request may carry\n",
+            "\(r.err)")
+        #expect(try settingsAndStore(p) == before, "the store did not change")
+        // Five more fit: the same entry takes them.
+        #expect(p.run(["headers", "update"] + (0..<5).map { "X-New-\($0): v" }).status == 0)
+    }
+
+    @Test func aPatchOverTheHeadSizeAloneIsRefusedEvenWithNoEntry() throws {
+        let p = try CLIProject()
+        #expect(p.run("list").status == 0)
+        let before = try settingsAndStore(p)
+        // Eight values of 125,000 bytes: each argument fits the kernel's limit, together they pass 1,000,000.
+        let value = String(repeating: "a", count: 125_000)
+        let r = p.run(["headers", "update"] + (0..<8).map { "X-Big-\($0): \(value)" })
+        #expect(r.status == 65, "\(r)")
+        #expect(
+            r.err == "outbox: E_INVALID: headers update: the patch would hold 1000088 bytes, over the 1000000 of one request head\n",
+            "\(r.err)")
+        #expect(try settingsAndStore(p) == before, "the store did not change")
+    }
+
+    @Test func anEnqueueThatThePatchWouldPushOverIsRefused() throws {
+        let p = try CLIProject()
+        #expect(p.run(["headers", "update"] + (0..<600).map { "X-Patch-\($0): v" }).status == 0)
+        // 600 from the patch, 399 of its own and the config's 2.
+        try p.define("wide", "key: wide\nrequest:\n  url: http://127.0.0.1:9/x\n  headers:\n" + Self.manyHeaders(399, prefix: "X-Own"))
+        _ = try p.enqueue("plain", vars: "{}")
+        let before = try settingsAndStore(p)
+        let r = p.run("enqueue", "wide", "--id", "w2")
+        #expect(r.status == 65, "\(r)")
+        #expect(
+            r.err
+                == "outbox: E_INVALID: entry w2: with the headers update patch, request.headers: 1001 headers, over the 1000 a request may carry\n",
+            "\(r.err)")
+        let after = try settingsAndStore(p)
+        #expect(after == before, "the store did not change: \(after.difference(from: before))")
+    }
+}

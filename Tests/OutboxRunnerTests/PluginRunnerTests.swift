@@ -57,6 +57,32 @@ struct PluginRunnerTests {
         #expect(!shown.stdout.contains("refresh-secret-8") && !shown.stdout.contains("fresh-7"), "\(shown.stdout)")
     }
 
+    /// A refresh whose headers no request could carry (over 1,000) changes nothing: the runner
+    /// says so, goes on, and the entry stays awaiting-auth.
+    @Test func anAuthRefreshTooLargeToSendIsRefusedAndTheRunnerGoesOn() async throws {
+        let refresh = #"""
+            #!/bin/sh
+            cat > /dev/null
+            i=0; printf '{"X-0": "v"'
+            while [ $i -lt 1000 ]; do i=$((i + 1)); printf ', "X-%d": "v"' $i; done
+            printf '}'
+
+            """#
+        let p = try Project(
+            config: fastConfig + "auth_refresh_command: [hooks/refresh.sh]\n", definitions: ["t": definition("t")],
+            hooks: ["refresh.sh": refresh])
+        p.server.script("/auth", [.status(401)])
+        try await p.enqueue("t", path: "/auth", id: "a")
+        let run = try await p.drain(failures: 2)
+        #expect(
+            run.stderr.contains(
+                "auth_refresh_command: headers update: the patch would hold 1001 headers, over the 1000 a request may carry; entries stay awaiting-auth"
+            ),
+            "\(run.stderr)")
+        #expect(try await p.states() == ["a": "awaiting-auth"])
+        #expect(p.server.requests(path: "/auth").count == 1)
+    }
+
     @Test func aSlowHookIsWarnedAboutAndWaitedFor() async throws {
         // Runs until the test lets it go, after the warning was seen.
         let slow = "#!/bin/sh\ncat > /dev/null\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\n"

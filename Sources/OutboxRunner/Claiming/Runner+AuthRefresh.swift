@@ -36,7 +36,14 @@ extension Runner {
             log("outbox: auth_refresh_command printed no headers; entries stay awaiting-auth", level: .warn)
             return
         }
-        let generation = try store.updateHeaders(headers, now: now)
+        let generation: Int64
+        do {
+            generation = try store.updateHeaders(headers, now: now)
+        } catch  where error.code == .invalid {
+            // A patch too large for some request changes nothing; the runner goes on.
+            log("outbox: auth_refresh_command: \(error.message); entries stay awaiting-auth", level: .warn)
+            return
+        }
         control.headerGeneration = generation
         try reportHeadersUpdate()
         readAhead.discard()  // parked entries are queued again, with the new headers
