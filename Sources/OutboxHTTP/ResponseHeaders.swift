@@ -9,9 +9,11 @@ package struct ResponseHeaders: Sendable {
     private var lines: [UInt8] = []
     /// Seen while collecting, so the transfer asks libcurl for the value only when sent.
     private(set) var hasRetryAfter = false
-    /// The first Content-Length value, as sent, and both values once a later one differs.
-    private var contentLength: [UInt8]?
-    private(set) var contentLengthConflict: String?
+    /// The first Content-Length value, as a number of bytes.
+    private var contentLength: Int64?
+    /// Why the Content-Length cannot be trusted: two different values, or one that is not a
+    /// number of bytes (libcurl 7.88 reads "1e5" as 1 and a value past 2^63 as its largest).
+    private(set) var contentLengthProblem: String?
     /// Whether the blank line that ends the last response's headers arrived (a connection
     /// closed inside the headers leaves it false).
     private(set) var ended = false
@@ -36,7 +38,7 @@ package struct ResponseHeaders: Sendable {
             lines.removeAll(keepingCapacity: true)
             hasRetryAfter = false
             contentLength = nil
-            contentLengthConflict = nil
+            contentLengthProblem = nil
             return
         }
         if lines.isEmpty { lines.reserveCapacity(512) }
@@ -50,11 +52,16 @@ package struct ResponseHeaders: Sendable {
         if end > Self.contentLengthName.count, raw[Self.contentLengthName.count] == 0x3A,
             zip(raw, Self.contentLengthName).allSatisfy({ $0 | 0x20 == $1 })
         {
-            let value = Array(Self.trimmed(raw[(Self.contentLengthName.count + 1)..<end]).utf8)
-            if let first = contentLength, first != value, contentLengthConflict == nil {
-                contentLengthConflict = String(decoding: first, as: UTF8.self) + ", " + String(decoding: value, as: UTF8.self)
-            } else if contentLength == nil {
-                contentLength = value
+            let value = Self.trimmed(raw[(Self.contentLengthName.count + 1)..<end])
+            if contentLengthProblem == nil {
+                if let n = Self.byteCount(value) {
+                    if let first = contentLength, first != n {
+                        contentLengthProblem = "two different Content-Length values (\(first), \(n))"
+                    }
+                    if contentLength == nil { contentLength = n }
+                } else {
+                    contentLengthProblem = "Content-Length \"\(value.prefix(40))\" is not a number of bytes"
+                }
             }
         }
     }
@@ -115,6 +122,19 @@ package struct ResponseHeaders: Sendable {
     private static let statusPrefix = Array("HTTP/".utf8)
     private static let retryAfter = Array("retry-after".utf8)
     private static let contentLengthName = Array("content-length".utf8)
+
+    /// A Content-Length value as a number: digits (RFC 9110), or a list of the same number
+    /// repeated (which a proxy may have merged); nil for anything else or a number past 2^63.
+    static func byteCount(_ value: String) -> Int64? {
+        var number: Int64?
+        for item in value.split(separator: ",", omittingEmptySubsequences: false) {
+            let words = item.split(whereSeparator: { $0 == " " || $0 == "\t" })
+            guard words.count == 1, words[0].utf8.allSatisfy({ (0x30...0x39).contains($0) }), let n = Int64(words[0]) else { return nil }
+            if let number, number != n { return nil }
+            number = n
+        }
+        return number
+    }
 
     private static func trimmed(_ slice: Slice<UnsafeRawBufferPointer>) -> String {
         var lo = slice.startIndex

@@ -331,9 +331,9 @@ extension Transfer {
     /// Follows the status of each response and, at the end of a redirect's headers, asks the
     /// guard whether libcurl may follow it. False stops the transfer.
     func headerLineAllowed(_ line: UnsafeRawBufferPointer) -> Bool {
-        if let conflict = responseHeaders.contentLengthConflict, line.allSatisfy({ $0 == 0x0D || $0 == 0x0A }) {
-            // RFC 9112: a response with differing Content-Length values must be discarded.
-            malformedResponse = "malformed response: two different Content-Length values (\(conflict))"
+        if let problem = responseHeaders.contentLengthProblem, line.allSatisfy({ $0 == 0x0D || $0 == 0x0A }) {
+            // RFC 9112: a response whose length cannot be trusted must be discarded.
+            malformedResponse = "malformed response: \(problem)"
             stoppedReading = true
             return false
         }

@@ -252,10 +252,16 @@ final class Transfer {
             return result
         }
         if let malformedResponse {
-            // Framing that cannot be trusted: the response is discarded, as if none came.
-            result.status = nil
+            // Framing that cannot be trusted: the response is discarded and retried, as if none
+            // came (its status stays, as for any answer cut off or garbled after its status line).
             result.failure = TransportFailure(.network, malformedResponse)
             return result
+        }
+        if code == CURLE_OK, (100..<200).contains(status), responseHeaders.ended {
+            // A final 1xx (a 101 to a request that asked for no upgrade, the bytes after it read
+            // as its body): an answer, with no meaning we could act on; sent again, it would
+            // only be answered the same way until the entry expired.
+            result.status = status
         }
         if code == CURLE_OK, result.status != nil, !responseHeaders.ended {
             // libcurl takes a connection closed inside the headers for a complete response.
@@ -265,6 +271,10 @@ final class Transfer {
         }
         // Stopped by the write callback past the cap: the response is complete enough (status,
         // headers and the capped body), and `truncated` says the rest was dropped.
+        if code == CURLE_OK, result.status == nil {
+            result.failure = TransportFailure(.network, "no response")
+            return result
+        }
         if code == CURLE_OK || (stoppedReading && code == CURLE_WRITE_ERROR) { return result }
         if let readFailure {
             result.failure = TransportFailure(.network, readFailure)

@@ -36,4 +36,24 @@ import Testing
         #expect(headers.hasRetryAfter == has)
         #expect((headers.value("retry-after") != nil) == has)
     }
+
+    /// Content-Length is digits, or one number repeated in a list; anything libcurl would read
+    /// loosely (a prefix, hexadecimal, a clamp past 2^63) is no number of bytes.
+    @Test(
+        arguments: [
+            ("2", 2), ("2, 2", 2), ("0", 0), ("9223372036854775807", Int64.max), ("1e5", nil), ("0x10", nil), ("-1", nil),
+            ("+1", nil), ("9223372036854775808", nil), ("2, 3", nil), ("", nil), ("2,", nil), ("1 2", nil),
+        ] as [(String, Int64?)])
+    func contentLengthIsANumberOfBytes(_ value: String, _ expected: Int64?) {
+        #expect(ResponseHeaders.byteCount(value) == expected)
+    }
+
+    @Test func aContentLengthThatIsNoNumberIsAProblem() {
+        var headers = ResponseHeaders()
+        for line in ["HTTP/1.1 200 OK\r\n", "Content-Length: 1e5\r\n"] { headers.consume(line) }
+        #expect(headers.contentLengthProblem == #"Content-Length "1e5" is not a number of bytes"#)
+        headers.consume("HTTP/1.1 200 OK\r\n")
+        for line in ["Content-Length: 5\r\n", "content-length: 5, 5\r\n"] { headers.consume(line) }
+        #expect(headers.contentLengthProblem == nil, "a new response starts clean; equal values agree")
+    }
 }

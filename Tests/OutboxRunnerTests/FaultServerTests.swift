@@ -87,7 +87,19 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
             message: "a response header line is over libcurl's 100 KiB limit"),
         RetriedFault(name: "a NUL byte in a header", fault: malformed("header-nul"), kind: "network", status: 200),
         RetriedFault(name: "Content-Length longer than the body", fault: malformed("length-longer"), kind: "network", status: 200),
-        RetriedFault(name: "two different Content-Length headers", fault: malformed("length-two"), kind: "network"),
+        RetriedFault(
+            name: "two different Content-Length headers", fault: malformed("length-two"), kind: "network", status: 200,
+            message: "malformed response: two different Content-Length values (2, 3)"),
+        RetriedFault(
+            name: "a Content-Length libcurl would read as 1", fault: .raw("HTTP/1.1 200 OK\r\nContent-Length: 1e5\r\n\r\nok"),
+            kind: "network", status: 200, message: #"malformed response: Content-Length "1e5" is not a number of bytes"#),
+        RetriedFault(
+            name: "a Content-Length in hexadecimal", fault: .raw("HTTP/1.1 200 OK\r\nContent-Length: 0x10\r\n\r\nok"),
+            kind: "network", status: 200, message: #"Content-Length "0x10" is not a number of bytes"#),
+        RetriedFault(
+            name: "a Content-Length past 2^63",
+            fault: .raw("HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\nok"), kind: "network", status: 200,
+            message: #"Content-Length "9223372036854775808" is not a number of bytes"#),
         RetriedFault(name: "a negative Content-Length", fault: malformed("length-negative"), kind: "network", status: 200),
         RetriedFault(
             name: "a 1xx and then the close: no final response", fault: .raw("HTTP/1.1 199 Odd\r\nContent-Length: 0\r\n\r\n"),
@@ -183,6 +195,27 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
             outcome: "completed", status: 200, exit: 0, expect: ["stdin.response.body": .string("ok")]),
         AnsweredFault(
             name: "a status above 599 is an http error", path: "/status/799", outcome: "error", kind: "http", status: 799, exit: 1),
+        AnsweredFault(
+            // libcurl reads what follows a 101 to a request that asked for no upgrade as its body.
+            name: "a 101 to a request that asked for no upgrade is an http error", path: "/switch",
+            steps: [
+                .raw(
+                    Array("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".utf8) + [0x81, 0x05]
+                        + Array("hello".utf8))
+            ],
+            outcome: "error", kind: "http", status: 101, exit: 1),
+        AnsweredFault(
+            name: "one Content-Length value repeated in a list frames the body", path: "/cl-list",
+            steps: [.raw("HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok")], outcome: "completed", status: 200, exit: 0,
+            expect: ["stdin.response.body": .string("ok")]),
+        AnsweredFault(
+            // 65,536 bytes end inside the 21,846th euro sign: the cut character is left out.
+            name: "UTF-8 text cut at max_response_bytes stays text", path: "/euros",
+            steps: [.status(200, body: String(repeating: "€", count: 30_000))],
+            config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "completed", status: 200, exit: 0,
+            expect: [
+                "stdin.response.body": .string(String(repeating: "€", count: 21_845)), "stdin.response.body_truncated": .bool(true),
+            ]),
         AnsweredFault(
             name: "an endless body over max_response_bytes with a parser: truncated", path: "/endless", top: "response: json",
             config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "error", kind: "truncated", status: nil, exit: 0,

@@ -195,7 +195,9 @@ struct PostgresReconnectTests {
         }
         bDone.wait()
         #expect(bError.withLock { $0 } == nil)
-        #expect(aRuns + bRuns.withLock { $0 } == 3, "one of them ran twice")
+        // At least one ran again; on a busy machine the rerun can meet the other again
+        // before it took the freed row, and a second deadlock makes that one run again too.
+        #expect(aRuns + bRuns.withLock { $0 } >= 3, "one of them ran again")
         // Both committed once: each row went up by 10 twice.
         #expect(try Self.count(killer, table, 21) == 1)
         #expect(try Self.count(killer, table, 22) == 1)

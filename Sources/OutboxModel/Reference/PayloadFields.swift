@@ -104,7 +104,10 @@ package enum PayloadFields {
         PayloadField("method", "always", "the method"),
         PayloadField("part_index", "always", "the part's index, or `null`"),
         PayloadField("outcome", "always", "`success`, `retry`, `awaiting-auth`, `error`, or `aborted` (sent, then stopped by outbox)"),
-        PayloadField("http_code", "always", "the final status, or `null` when no response came back"),
+        PayloadField(
+            "http_code", "always",
+            "the final status, or `null` when no status line came back (an answer discarded after its status line, cut off or malformed, keeps its code; `error_kind` says why it was discarded)"
+        ),
         PayloadField("body", "always", "the first 4 KiB of the response body"),
         PayloadField("body_encoding", "the body is not UTF-8", "`base64`"),
         PayloadField(

@@ -65,7 +65,7 @@ package enum OutcomePayloads {
             ("status", status.map { .int($0) } ?? .null),
         ])
         if let partIndex { error.set("part_index", .int(partIndex)) }
-        if let body { bodyJSON(Array(body.prefix(65536)), into: &error) }
+        if let body { bodyJSON(Array(body.prefix(65536)), into: &error, cut: body.count > 65536) }
         return error
     }
 
@@ -99,7 +99,7 @@ package enum OutcomePayloads {
     /// The `response` object: status, lowercased headers, body (UTF-8, or base64).
     package static func response(_ result: HTTPResult) -> JSON {
         var response: JSON = .object([("status", result.status.map { .int($0) } ?? .null), ("headers", headers(result.headers))])
-        bodyJSON(result.body, into: &response)
+        bodyJSON(result.body, into: &response, cut: result.bodyTruncated)
         response.set("body_truncated", .bool(result.bodyTruncated))
         return response
     }
@@ -143,7 +143,7 @@ package enum OutcomePayloads {
         let secrets = result.body.isEmpty ? [] : secrets()
         let longest = secrets.first?.count ?? 0
         let excerpt = HeaderRules.redactingValues(Array(result.body.prefix(4096 + longest)), secrets)
-        bodyJSON(Array(excerpt.prefix(4096)), into: &event)
+        bodyJSON(Array(excerpt.prefix(4096)), into: &event, cut: excerpt.count > 4096 || result.bodyTruncated)
         event.set("error_kind", .optionalString(result.failure?.kind.rawValue))
         event.set("error_message", .optionalString(result.failure?.message))
         event.set("at", .int64(at))
@@ -176,14 +176,32 @@ package enum OutcomePayloads {
     }
 }
 
-/// A body for JSON: UTF-8 text, or base64 when it is not valid UTF-8.
-func bodyJSON(_ bytes: [UInt8], into object: inout JSON, field: String = "body") {
+/// A body for JSON: UTF-8 text, or base64 when it is not valid UTF-8. `cut`: the bytes are
+/// the start of a longer body, so a character the cut split at the end is left out (text
+/// cut at a size limit stays text).
+func bodyJSON(_ bytes: [UInt8], into object: inout JSON, field: String = "body", cut: Bool = false) {
+    let bytes = cut ? Array(bytes[..<endOfWholeCharacters(bytes)]) : bytes
     if let text = String(validating: bytes, as: UTF8.self) {
         object.set(field, .string(text))
     } else {
         object.set(field, .string(Base64.encode(bytes)))
         object.set("\(field)_encoding", .string("base64"))
     }
+}
+
+/// Where the last UTF-8 sequence of `bytes` starts when it is incomplete (a lead byte with
+/// fewer continuation bytes than it announces), else the end.
+func endOfWholeCharacters(_ bytes: [UInt8]) -> Int {
+    var start = bytes.count
+    // A sequence is at most 4 bytes: its lead is within the last 3 when it is incomplete.
+    while start > max(0, bytes.count - 3) {
+        start -= 1
+        let byte = bytes[start]
+        if byte & 0xC0 == 0x80 { continue }  // a continuation byte: look further back
+        let length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1
+        return bytes.count - start < length ? start : bytes.count
+    }
+    return bytes.count
 }
 
 enum Base64 {

@@ -129,3 +129,27 @@ struct OutcomePayloadsTests {
                 == #"{"type":"progress","id":"e1","bytes_sent":30,"bytes_accepted":20,"total_bytes":0}"#)
     }
 }
+
+/// A body cut at a size limit inside a UTF-8 character is still text: the cut character is
+/// left out; a body that is not UTF-8 elsewhere stays base64.
+struct CutBodyTests {
+    @Test(
+        arguments: [
+            ([0x61, 0xE2, 0x82], 1), ([0x61, 0xE2, 0x82, 0xAC], 4), ([0x61, 0xF0, 0x9F], 1), ([0x61, 0xC3], 1),
+            ([0x61, 0x80], 2), ([0xE2, 0x82], 0), ([], 0), ([0x61, 0x62], 2),
+        ] as [([UInt8], Int)])
+    func theCutCharacterIsLeftOut(_ bytes: [UInt8], _ end: Int) {
+        #expect(endOfWholeCharacters(bytes) == end)
+    }
+
+    @Test func onlyACutBodyLosesItsLastIncompleteCharacter() {
+        let cut = Array("ab€".utf8.dropLast())
+        var object: JSON = .object([])
+        bodyJSON(cut, into: &object, cut: true)
+        #expect(object["body"] == .string("ab"))
+        #expect(object["body_encoding"] == nil)
+        var whole: JSON = .object([])
+        bodyJSON(cut, into: &whole)
+        #expect(whole["body_encoding"] == .string("base64"), "a whole body is shown as it came")
+    }
+}
