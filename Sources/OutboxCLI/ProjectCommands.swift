@@ -200,6 +200,10 @@ enum ControlCommands {
             let value = String(text[text.index(after: colon)...]).trimmingCharacters(in: " \t")
             if let problem = HeaderRules.nameProblem(name) { throw .invalid(problem) }
             if let problem = HeaderRules.valueProblem(value) { throw .invalid("\(name): \(problem)") }
+            // One value a name, as everywhere headers are given: the last would win unseen.
+            if let first = patch.first(where: { $0.0.lowercased() == name.lowercased() }) {
+                throw .invalid("header \(name) is given twice (also as \(first.0))")
+            }
             patch.append((name, value))
         }
         let generation = try i.project().store().updateHeaders(patch, now: Identifiers.nowMs())

@@ -5,6 +5,8 @@ import OutboxStore
 enum StoreCopyCommand {
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         guard let to = i.args.value("to"), !to.isEmpty else { throw .usage("store copy needs --to URL (postgres://...) or a store folder") }
+        // `POSTGRES://...` or `mysql://...` would quietly become folders of that name.
+        if let problem = Config.storeProblem(to) { throw .usage("store copy: --to: \(problem)") }
         let project = try i.project()
         var targetConfig = project.config
         targetConfig.store = Config.storeLocation(to, root: project.config.root)

@@ -140,7 +140,7 @@ package struct Config: Sendable {
 
     /// Why a store value can be neither a folder nor a server: a `~` no shell expands here,
     /// or a URL of another scheme (`POSTGRES://` would quietly be a folder of that name).
-    static func storeProblem(_ text: String) -> String? {
+    package static func storeProblem(_ text: String) -> String? {
         if text.hasPrefix("~") { return "\"\(text.prefix(40))\" starts with ~, which is not expanded here; give the full path" }
         if !isServerStore(text), text.contains("://") {
             // Only the scheme is quoted: the rest may hold a password.

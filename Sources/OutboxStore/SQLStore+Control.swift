@@ -354,13 +354,14 @@ extension SQLStore {
         defer { withExtendedLifetime(lock) {} }
         // Every run starts here: the staged files come first, and the rows are read only as far
         // as they can own one (parsing every entry made a run's start grow with the queue).
-        var candidates = Set((Paths.list(staging.bodiesDir) ?? []).map { Paths.join(staging.bodiesDir, $0) })
+        // By name: a row that names a body under another spelling of this folder still owns it.
+        var candidates = Set(Paths.list(staging.bodiesDir) ?? [])
         guard !candidates.isEmpty else { return [] }
-        candidates.subtract(try db.query("SELECT body_file FROM entries WHERE body_file IS NOT NULL") { $0.text(0) })
+        candidates.subtract(try db.query("SELECT body_file FROM entries WHERE body_file IS NOT NULL") { Paths.basename($0.text(0)) })
         // Form fields' staged files live in the stored request.
-        if !candidates.isEmpty { try forEachChunk(ListFilter()) { entries in candidates.subtract(entries.flatMap(\.body.files)) } }
+        if !candidates.isEmpty { try forEachChunk(ListFilter()) { entries in candidates.subtract(entries.flatMap(\.body.files).map(Paths.basename)) } }
         var removed: [String] = []
-        for path in candidates.sorted() where unlink(path) == 0 { removed.append(path) }
+        for path in candidates.sorted().map({ Paths.join(staging.bodiesDir, $0) }) where unlink(path) == 0 { removed.append(path) }
         if !removed.isEmpty { _ = csystem_fsync_dir(staging.bodiesDir) }
         return removed
     }

@@ -24,10 +24,13 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     package private(set) var readOnly = false
 
     /// Opens (creating if needed) the store in `folder`. E_STORAGE when that is impossible.
-    package init(folder: String) throws(OutboxError) {
-        self.folder = folder
+    package init(folder given: String) throws(OutboxError) {
         csystem_restrict_umask()
-        try Self.checkStoreFolder(folder)
+        try Self.checkStoreFolder(given)
+        // One spelling for the paths rows record, whichever way (a link to the project, a
+        // `--config` path) the store was reached.
+        let folder = Paths.resolved(given)
+        self.folder = folder
         let bodies = Paths.join(folder, "bodies")
         staging = Staging(bodiesDir: bodies)
         moves = MoveJournal(folder: Paths.join(folder, "moves"))
@@ -65,6 +68,7 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         db = try SQLiteConnection(path: path)
         db.keepLogOnClose()
         try Self.migrate(db)
+        try relocateStagedPaths()
         // A command killed while moving a user's file leaves a journal: settle it now.
         for line in try moves.recover(owned: { staged throws(OutboxError) in
             try db.queryOne("SELECT 1 FROM entries WHERE body_file = ?", [.text(staged)]) { _ in true } ?? false
@@ -72,6 +76,39 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
             FileIO.log("outbox: \(line)")
         }
     }
+
+    /// Rows name staged files by their whole path. A store moved as a folder, or reached
+    /// before under another spelling, finds its bodies under a new prefix: the rows follow
+    /// before anything reads them (the runner would take the bodies for orphans and remove
+    /// the only copy).
+    func relocateStagedPaths() throws(OutboxError) {
+        let here = staging.bodiesDir + "/"
+        let recorded = try setting(Self.bodiesFolderSetting)
+        guard recorded != here else { return }
+        try writing { () throws(OutboxError) in
+            var prefixes = Set([recorded].compactMap { $0 })
+            // Stores from before the setting, and rows written under another spelling.
+            let elsewhere = try db.query(
+                "SELECT DISTINCT body_file FROM entries WHERE body_file IS NOT NULL AND substr(body_file, 1, length(?1)) != ?1", [.text(here)]
+            ) { $0.text(0) }
+            for path in elsewhere {
+                guard let slash = path.lastIndex(of: "/"), path[..<slash].hasSuffix("/bodies") else { continue }
+                prefixes.insert(String(path[...slash]))
+            }
+            func jsonText(_ s: String) -> String { String(JSON.string(s).serialized().dropFirst().dropLast()) }
+            for old in prefixes where old != here {
+                try db.run(
+                    "UPDATE entries SET body_file = ?2 || substr(body_file, length(?1) + 1) WHERE substr(body_file, 1, length(?1)) = ?1",
+                    [.text(old), .text(here)])
+                try db.run(
+                    "UPDATE entries SET request = replace(request, ?1, ?2) WHERE instr(request, ?1) > 0",
+                    [.text(jsonText(old)), .text(jsonText(here))])
+            }
+            try setSetting(Self.bodiesFolderSetting, here)
+        }
+    }
+
+    static let bodiesFolderSetting = "bodies_folder"
 
     /// Whether the store folder cannot be written: a read-only file system, or a folder of
     /// someone else's the user may only read.

@@ -27,7 +27,11 @@ enum StoreTables {
         /// A PostgreSQL counter may be kept in several rows (one per writer): a copy takes their sum.
         func chunkSQL(after: Bool, limit: Int) -> String {
             let order = key.joined(separator: ", ")
-            let condition = after ? " WHERE (\(order)) > (\(key.map { _ in "?" }.joined(separator: ", ")))" : ""
+            var conditions = after ? ["(\(order)) > (\(key.map { _ in "?" }.joined(separator: ", ")))"] : []
+            // Where a store's own bodies are is its own, not the store's content: not copied,
+            // and a store that holds only it was never used.
+            if name == "settings" { conditions.append("name != '\(SQLiteStore.bodiesFolderSetting)'") }
+            let condition = conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
             if name == "counters" {
                 return "SELECT name, labels, SUM(value) FROM counters\(condition) GROUP BY name, labels ORDER BY \(order) LIMIT \(limit)"
             }
