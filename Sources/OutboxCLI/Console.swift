@@ -43,8 +43,9 @@ package final class Console: @unchecked Sendable {
             }, stdoutIsTerminal: stdoutIsTerminal, stderrIsTerminal: stderrIsTerminal)
     }
 
-    /// The process's own stdin, stdout and stderr.
-    package static func standard() -> Console {
+    /// The process's own stdin, stdout and stderr; `stdinClosed`: the process started with
+    /// no stdin (its number now holds /dev/null), and reading it fails as EBADF.
+    package static func standard(stdinClosed: Bool = false) -> Console {
         // A reader that stopped early (`| head`) is not a failure; anything else losing output is.
         let failure = Locked<Int32?>(nil)
         return Console(
@@ -52,7 +53,13 @@ package final class Console: @unchecked Sendable {
                 if let code = FileIO.writeAll(1, text), code != EPIPE { failure.withLock { $0 = $0 ?? code } }
             },
             err: { text in FileIO.writeAll(2, text) },
-            stdinChunks: { n in LineReader.readChunk(fd: 0, n) },
+            stdinChunks: { n in
+                if stdinClosed {
+                    errno = EBADF
+                    return nil
+                }
+                return LineReader.readChunk(fd: 0, n)
+            },
             stdoutIsTerminal: isatty(1) == 1, stderrIsTerminal: isatty(2) == 1,
             lostOutput: { failure.withLock { $0 }.map { Errno(code: $0).description } })
     }

@@ -359,7 +359,9 @@ extension SQLStore {
         guard !candidates.isEmpty else { return [] }
         candidates.subtract(try db.query("SELECT body_file FROM entries WHERE body_file IS NOT NULL") { Paths.basename($0.text(0)) })
         // Form fields' staged files live in the stored request.
-        if !candidates.isEmpty { try forEachChunk(ListFilter()) { entries in candidates.subtract(entries.flatMap(\.body.files).map(Paths.basename)) } }
+        if !candidates.isEmpty {
+            try forEachChunk(ListFilter()) { entries in candidates.subtract(entries.flatMap(\.body.files).map(Paths.basename)) }
+        }
         var removed: [String] = []
         for path in candidates.sorted().map({ Paths.join(staging.bodiesDir, $0) }) where unlink(path) == 0 { removed.append(path) }
         if !removed.isEmpty { _ = csystem_fsync_dir(staging.bodiesDir) }

@@ -89,7 +89,8 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
             var prefixes = Set([recorded].compactMap { $0 })
             // Stores from before the setting, and rows written under another spelling.
             let elsewhere = try db.query(
-                "SELECT DISTINCT body_file FROM entries WHERE body_file IS NOT NULL AND substr(body_file, 1, length(?1)) != ?1", [.text(here)]
+                "SELECT DISTINCT body_file FROM entries WHERE body_file IS NOT NULL AND substr(body_file, 1, length(?1)) != ?1",
+                [.text(here)]
             ) { $0.text(0) }
             for path in elsewhere {
                 guard let slash = path.lastIndex(of: "/"), path[..<slash].hasSuffix("/bodies") else { continue }

@@ -5,7 +5,10 @@ import OutboxModel
 signal(SIGPIPE, SIG_IGN)
 // A closed stdin, stdout or stderr is held by /dev/null read-only, so no file opened later
 // takes its number (output meant for the terminal would land in it); writes there still fail.
+// A closed stdin stays one for `--from -` and `--vars -` (E_FILE_MISSING), not empty input.
+var stdinClosed = false
 for fd: Int32 in 0...2 where fcntl(fd, F_GETFD) < 0 && errno == EBADF {
+    if fd == 0 { stdinClosed = true }
     _ = open("/dev/null", O_RDONLY)
 }
 Fault.arm()
@@ -25,5 +28,5 @@ let arguments = (1..<Int(CommandLine.argc)).map { n in
     } ?? []
 }
 let status = CLI.run(
-    rawArguments: arguments, environment: environment, cwd: currentDirectory(), console: Console.standard())
+    rawArguments: arguments, environment: environment, cwd: currentDirectory(), console: Console.standard(stdinClosed: stdinClosed))
 exit(status)

@@ -119,6 +119,22 @@ struct BinaryTests {
         #expect(version.out == "outbox 0.1.0\n")
     }
 
+    /// A closed stdin is not empty input: `--from -` and `--vars -` cannot read it (66), and
+    /// nothing is stored.
+    @Test func aClosedStdinCannotBeRead() async throws {
+        let p = try CLIProject()
+        func shell(_ line: String) throws -> CommandResult {
+            try runProcess("/bin/sh", ["-c", line, p.executable], cwd: p.root, environment: p.processEnvironment())
+        }
+        let from = try shell(#"exec "$0" enqueue note --from - <&-"#)
+        #expect(from.exitCode == 66)
+        #expect(from.stderr == "outbox: E_FILE_MISSING: --from: cannot read stdin: Bad file descriptor\n", "\(from.stderr)")
+        let vars = try shell(#"exec "$0" enqueue note --vars - <&-"#)
+        #expect(vars.exitCode == 66)
+        #expect(vars.stderr == "outbox: E_FILE_MISSING: --vars -: cannot read stdin: Bad file descriptor\n", "\(vars.stderr)")
+        #expect(try p.rows().isEmpty)
+    }
+
     /// Arguments that are not UTF-8 are refused, naming the option, never repaired into
     /// other text or another file's name; the store is untouched.
     @Test func argumentsThatAreNotUTF8AreRefused() async throws {
