@@ -237,7 +237,14 @@ enum EnqueueCommand {
                 if ownership == .move { movedBy[file] = lineNumber }
             }
         }
-        let results = try project.enqueue(entries, now: now)
+        let results: [EnqueueResult]
+        do {
+            results = try project.enqueue(entries, now: now)
+        } catch  where error.code == .running {
+            // Like every other refusal of a line, it names the line (of the id given there).
+            guard let line = seen.first(where: { error.message.hasPrefix("entry \($0.key) ") })?.value else { throw error }
+            throw OutboxError(error.code, "\(absolute):\(line): \(error.message)")
+        }
         if i.json {
             i.console.out(JSON.array(results.map { .object([("id", .string($0.id))]) }).serialized())
         } else if !results.isEmpty {

@@ -17,6 +17,8 @@ enum ReadCommands {
             throw .usage("--state must be one of \(EntryState.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(state)\"")
         }
         try ControlCommands.checkKeys(i.args.values("key"))
+        // No entry has an empty id: asked for, it is a mistake (an unset shell variable), as for `show`.
+        if i.args.value("id") == "" { throw .invalid("--id: id must not be empty") }
         let store = try i.project().store()
         let control = try store.control()
         if i.json {

@@ -188,10 +188,14 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         if (st.st_mode & S_IFMT) == S_IFDIR, st.st_mode & 0o077 != 0, st.st_uid == getuid() {
             // Only others' bits go: a folder the owner made read-only stays read-only.
             let ownerOnly = st.st_mode & 0o700
-            chmod(path, ownerOnly)
-            FileIO.log(
-                "outbox: the store folder \(path) was open to others (mode \(String(st.st_mode & 0o777, radix: 8))); it is 0\(String(ownerOnly, radix: 8)) now"
-            )
+            let mode = String(st.st_mode & 0o777, radix: 8)
+            if chmod(path, ownerOnly) == 0 {
+                FileIO.log("outbox: the store folder \(path) was open to others (mode \(mode)); it is 0\(String(ownerOnly, radix: 8)) now")
+            } else {
+                // A read-only file system: said as it is, and the store's own checks decide.
+                FileIO.log(
+                    "outbox: the store folder \(path) is open to others (mode \(mode)) and cannot be changed: \(Paths.errnoMessage())")
+            }
         }
     }
 
