@@ -45,4 +45,27 @@ struct RelocatedStoreTests {
         try await enqueueOnlyCopy(p, id: "l2")
         expectSentOnce(p, "l2", try await p.outbox(["run", "--drain", "--config", link + "/config/outbox.yaml"], cwd: p.base))
     }
+
+    /// A form's file is staged too, and named inside the stored request: it follows as well.
+    @Test func aMovedProjectSendsItsStagedFormFiles() async throws {
+        let form = """
+            key: f
+            request:
+              url: "{{ vars.url }}"
+              form:
+                - { name: doc, file: "{{ vars.path }}" }
+
+            """
+        let p = try Project(definitions: ["f": form])
+        try await enqueueOnlyCopy(p, id: "form1")
+        let moved = p.base + "/moved"
+        try FileManager.default.moveItem(atPath: p.root, toPath: moved)
+        let run = try await p.outbox(["run", "--drain"], cwd: moved)
+        #expect(run.exitCode == 0, "\(run.description)")
+        #expect(!run.stderr.contains("no entry owns"), "\(run.stderr)")
+        let request = try #require(p.server.requests(path: "/put/form1").first)
+        #expect(request.bodySize > Int64(Self.bytes.count), "the multipart body holds the file")
+        let shown = try await p.outbox(["audit"], cwd: moved)
+        #expect(shown.exitCode == 0, "\(shown.description)")
+    }
 }
