@@ -119,8 +119,13 @@ struct MoveJournal {
             }
             // A copy back across filesystems that was cut short is never the user's file.
             Self.removeDeadReturnCopies(of: moves.map(\.source))
-            for move in moves {
-                guard Paths.exists(move.staged) else { continue }
+            for var move in moves {
+                if !Paths.exists(move.staged) {
+                    // The store moved since (the journal names its old folder): the file is here now.
+                    let here = Paths.join(Paths.join(Paths.dirname(folder), "bodies"), Paths.basename(move.staged))
+                    guard Paths.exists(here) else { continue }
+                    move.staged = here
+                }
                 if try owned(move.staged) {
                     // Committed across filesystems, but stopped before it removed the source:
                     // the move is finished now, or the file would be sent again by a rerun.
@@ -134,6 +139,12 @@ struct MoveJournal {
                     if Self.putBack(move.staged, at: move.source) {
                         Self.restore(move.source, mode: move.mode, mtimeNs: move.mtimeNs)
                         done.append("put \(move.source) back (a process moving it was stopped before it finished)")
+                    } else {
+                        // Its folder went away (moved with the project, say): the only copy stays, kept.
+                        let why = Paths.errnoMessage()
+                        if let kept = Self.keepReturned(move.staged, storeFolder: Paths.dirname(folder), source: move.source) {
+                            done.append("kept \(kept): \(move.source) could not be put back (\(why)); a process moving it was stopped")
+                        }
                     }
                 } else {
                     // The source is there: the staged file is a copy that was never recorded.
@@ -145,6 +156,20 @@ struct MoveJournal {
         }
         _ = csystem_fsync_dir(folder)
         return done
+    }
+
+    /// Keeps a moved file that cannot go back to its source in the store's `returned/` folder,
+    /// which outbox never empties; returns where, or nil when even that failed.
+    static func keepReturned(_ file: String, storeFolder: String, source: String) -> String? {
+        let returned = Paths.join(storeFolder, "returned")
+        try? SQLiteStore.makeFolder(returned)
+        let target = Paths.join(returned, Paths.basename(source))
+        let finalTarget = Paths.exists(target) ? "\(target).\(Identifiers.uuid().prefix(8))" : target
+        // Kept inside the store, it stays a store file: owner only, whatever its source's mode.
+        chmod(file, 0o600)
+        guard rename(file, finalTarget) == 0 else { return nil }
+        _ = csystem_fsync_dir(returned)
+        return finalTarget
     }
 
     /// Moves a staged file back to its source path: a rename, or across filesystems a copy

@@ -64,15 +64,9 @@ extension SQLStore {
                 }
                 putBackError = Paths.errnoMessage()
             }
-            let returned = Paths.join(folder, "returned")
-            try? SQLiteStore.makeFolder(returned)
-            let target = Paths.join(returned, Paths.basename(source))
-            let finalTarget = Paths.exists(target) ? "\(target).\(Identifiers.uuid().prefix(8))" : target
-            // Kept inside the store, it stays a store file: owner only, whatever its source's mode.
-            chmod(file, 0o600)
-            if rename(file, finalTarget) == 0 {
+            if let kept = MoveJournal.keepReturned(file, storeFolder: folder, source: source) {
                 let why = sourceTaken ? "\(source) exists" : "it could not be put back at \(source) (\(putBackError))"
-                FileIO.log("outbox: \(why), so the file moved into the store was kept as \(finalTarget)")
+                FileIO.log("outbox: \(why), so the file moved into the store was kept as \(kept)")
             }
         }
         returns.removeAll()

@@ -43,6 +43,47 @@ struct MoveCrashTests {
         #expect(p.run("audit").status == 0, "audit clean", sourceLocation: sourceLocation)
     }
 
+    /// Killed mid-batch, then the whole project moved: the journal names the old folder, and
+    /// the next command (in the new place) still puts every file back, or, when its source
+    /// folder moved with the project, keeps it in `.outbox/returned/`; none is removed.
+    @Test(arguments: [false, true])
+    func aKillDuringAMoveBatchThenAProjectMoveStrandsNoFile(_ sourcesInside: Bool) async throws {
+        let p = try CLIProject()
+        _ = try p.write(
+            "definitions/mv.yaml",
+            """
+            key: mv
+            request: { method: PUT, url: "https://x.example/{{ vars.n }}", file: "{{ vars.path }}", ownership: move }
+            """)
+        let sources = sourcesInside ? p.root + "/data" : p.base + "/src"
+        try FileManager.default.createDirectory(atPath: sources, withIntermediateDirectories: true)
+        var lines = ""
+        for n in 1...Self.count {
+            #expect(FileManager.default.createFile(atPath: "\(sources)/f\(n).bin", contents: Data("payload \(n)".utf8)))
+            lines += #"{"vars": {"n": \#(n), "path": "\#(sources)/f\#(n).bin"}}"# + "\n"
+        }
+        _ = try p.write("batch.jsonl", lines)
+        let killed = try await p.outbox(["enqueue", "mv", "--from", "batch.jsonl"], environment: ["OUTBOX_FAULT": "enqueue.moved:17"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        let moved = p.base + "/moved"
+        try FileManager.default.moveItem(atPath: p.root, toPath: moved)
+        let list = p.run(["list", "--json"], cwd: moved)
+        #expect(list.status == 0 && list.out == "[]\n", "\(list)")
+        let returned = moved + "/.outbox/returned"
+        let kept = (try? FileManager.default.contentsOfDirectory(atPath: returned)) ?? []
+        let stillHere = (try? FileManager.default.contentsOfDirectory(atPath: sourcesInside ? moved + "/data" : sources)) ?? []
+        // Every file, once: at its source (or where its folder moved), or kept.
+        #expect(Set(kept + stillHere) == Set((1...Self.count).map { "f\($0).bin" }), "kept \(kept.sorted()) here \(stillHere.sorted())")
+        #expect(kept.count + stillHere.count == Self.count)
+        #expect(kept.count == (sourcesInside ? 17 : 0), "\(list.err)")
+        for name in kept {
+            let n = name.dropFirst().prefix { $0 != "." }
+            #expect(FileManager.default.contents(atPath: returned + "/" + name) == Data("payload \(n)".utf8))
+        }
+        #expect(p.run(["audit"], cwd: moved).status == 0)
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: moved + "/.outbox/moves")) ?? []).isEmpty)
+    }
+
     @Test(arguments: [1, 17, 40])
     func aKillDuringAMoveBatchStrandsNoFile(_ at: Int) async throws {
         let (p, files) = try Self.project()
