@@ -254,16 +254,22 @@ extension SQLStore {
     package func audit(note: (String) -> Void) throws(OutboxError) -> [String] {
         var problems = try databaseProblems()
         let elsewhere = try entriesStagedElsewhere()
+        // A store moved as a folder and opened read-only keeps its rows' old paths (only a
+        // writer rewrites them): a staged file is found by its name in this store's folder.
+        func here(_ path: String) -> String {
+            let local = Paths.join(staging.bodiesDir, Paths.basename(path))
+            return !Paths.exists(path) && Paths.exists(local) ? local : path
+        }
         func check(_ e: Entry) throws(OutboxError) {
             // A referenced file is the user's, not the store's: its going away is an error of that entry (kind file).
-            if let file = e.bodyFile, e.request.ownership != .reference, !elsewhere.contains(e.id) {
+            if let file = e.bodyFile.map(here), e.request.ownership != .reference, !elsewhere.contains(e.id) {
                 if !Paths.exists(file) {
                     problems.append("\(e.id): staged body \(file) is missing")
                 } else if let problem = Paths.stagedFileProblem(file, size: e.request.file?.size) {
                     problems.append("\(e.id): staged body \(file) \(problem)")
                 }
             }
-            for f in e.request.form.compactMap(\.stagedFile) where !elsewhere.contains(e.id) && !Paths.exists(f) {
+            for f in e.request.form.compactMap(\.stagedFile) where !elsewhere.contains(e.id) && !Paths.exists(here(f)) {
                 problems.append("\(e.id): staged form file \(f) is missing")
             }
             if e.isChunked {
@@ -293,8 +299,9 @@ extension SQLStore {
             return problems
         }
         defer { withExtendedLifetime(lock) {} }
-        var known = Set<String>()
-        try forEachChunk(ListFilter()) { entries in known.formUnion(entries.flatMap(\.body.files)) }
+        // By name, as the runner judges orphans: rows may name this folder under another spelling.
+        var knownNames = Set<String>()
+        try forEachChunk(ListFilter()) { entries in knownNames.formUnion(entries.flatMap(\.body.files).map(Paths.basename)) }
         for name in Paths.list(staging.bodiesDir) ?? [] {
             let path = Paths.join(staging.bodiesDir, name)
             if let marker = name.firstRange(of: ".tmp-") {
@@ -305,7 +312,7 @@ extension SQLStore {
                 }
                 continue
             }
-            if !known.contains(path) { problems.append("orphan staged file \(path)") }
+            if !knownNames.contains(name) { problems.append("orphan staged file \(path)") }
         }
         return problems
     }

@@ -197,6 +197,23 @@ import Testing
         #expect(try await p.states() == ["a": "queued"])
     }
 
+    /// A store moved as a folder and then read-only (no writer has rewritten its rows'
+    /// paths yet): `audit` finds the staged bodies by name, neither missing nor orphans.
+    @Test func aMovedReadOnlyStorePassesAudit() async throws {
+        let (p, disk) = try Self.project(bytes: 1 << 20, definitions: ["f": fileDefinition("f")])
+        _ = try p.write("a.bin", "staged bytes")
+        let vars = JSON.object([("url", .string(p.url("/put/m"))), ("path", .string("a.bin"))]).serialized()
+        #expect(try await p.outbox(["enqueue", "f", "--id", "m", "--vars", vars]).exitCode == 0)
+        try FileManager.default.moveItem(atPath: disk.path + "/store", toPath: disk.path + "/moved")
+        try p.writeConfig(fastConfig + "store: \(disk.path)/moved\n")
+        try disk.remount(readOnly: true)
+        let audit = try await p.outbox(["audit"])
+        try disk.remount(readOnly: false)
+        #expect(audit.exitCode == 0, "\(audit.stdout)\(audit.stderr)")
+        #expect(try await p.outbox(["run", "--drain"]).exitCode == 0)
+        #expect(p.server.requests(path: "/put/m").map(\.bodySize) == [12])
+    }
+
     /// `init` in a folder on a full disk: E_STORAGE, and no file it began is left cut short.
     @Test func initOnAFullDiskLeavesNoEmptyFiles() async throws {
         let (p, disk) = try Self.project(bytes: 1 << 20, definitions: [:])
