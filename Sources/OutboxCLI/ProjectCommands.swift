@@ -200,6 +200,10 @@ enum ControlCommands {
             let value = String(text[text.index(after: colon)...]).trimmingCharacters(in: " \t")
             if let problem = HeaderRules.nameProblem(name) { throw .invalid(problem) }
             if let problem = HeaderRules.valueProblem(value) { throw .invalid("\(name): \(problem)") }
+            // A patch reaches every part of a chunked upload, whose ranges are each its own.
+            if name.lowercased() == "content-range" {
+                throw .invalid("header \(name) cannot be patched: each part of an upload has its own range")
+            }
             // One value a name, as everywhere headers are given: the last would win unseen.
             if let first = patch.first(where: { $0.0.lowercased() == name.lowercased() }) {
                 throw .invalid("header \(name) is given twice (also as \(first.0))")

@@ -62,11 +62,19 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
     /// How long this connection waits for another process's lock, and who hears of a long wait.
     let busyWait: SQLiteBusyWait
 
+    static let maxPathBytes = 504
+
     /// Opens the database at `path`, waiting at most `busyTimeoutMs` for a lock. Writers wait
     /// long by default: another process's large batch holds the lock while it inserts.
     init(path: String, access: Access = .readWrite, busyTimeoutMs: Int64 = 600_000) throws(OutboxError) {
         busyWait = SQLiteBusyWait(limitMs: busyTimeoutMs)
         self.path = path
+        // SQLite's file names end within 512 bytes, "-journal" included; past that it says only "unable to open".
+        if path.utf8.count > Self.maxPathBytes {
+            throw .storage(
+                "cannot open the store database \(path): its path is \(path.utf8.count) bytes, over the \(Self.maxPathBytes) SQLite can open; move the project, or give `store:` a shorter folder"
+            )
+        }
         var handle: OpaquePointer?
         let rc: Int32
         switch access {

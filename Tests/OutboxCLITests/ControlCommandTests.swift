@@ -353,6 +353,16 @@ struct HostileInputTests {
         #expect(try p.run("list", "--json").json().arrayValue?.count == 1)
     }
 
+    /// A store whose database path is longer than SQLite can open is named as such, not as
+    /// "unable to open database file".
+    @Test func aStorePathTooLongForSQLiteIsSaidSo() throws {
+        let long = ["a", "b", "c"].map { String(repeating: $0, count: 200) }.joined(separator: "/")
+        let p = try CLIProject(config: CLIProject.config + "store: \(long)\n")
+        let r = p.run("enqueue", "plain")
+        #expect(r.status == 74, "\(r)")
+        #expect(r.err.contains("bytes, over the 504 SQLite can open; move the project, or give `store:` a shorter folder"), "\(r.err)")
+    }
+
     /// An error is one line on stderr: a newline from an argument is shown as an escape.
     @Test(arguments: [
         (["show", "x\ny"], "outbox: E_INVALID: no entry has id \"x\\x0ay\"\n"),
