@@ -17,6 +17,11 @@ enum StoreCopyCommand {
                 throw .usage("store copy: --to \(to) is the project's own store, or a folder inside or around it")
             }
         }
+        if Config.isServerStore(to), Config.isServerStore(project.config.store),
+            try PostgresURL(to).place == (try PostgresURL(project.config.store).place)
+        {
+            throw .usage("store copy: --to \(try PostgresURL(to).redacted) is the project's own store")
+        }
         // A folder target is SQLite's: it must not exist yet with a database of its own.
         let name = Config.isServerStore(to) ? try PostgresURL(to).redacted : targetConfig.store
         let source = try project.store()

@@ -76,6 +76,16 @@ struct PostgresCLITests {
     // A second runner on the schema is admitted: it leaves the entry the first holds alone.
     // (A lease and a stall limit far longer than the test: on a busy machine the held request
     // must not be given up and sent again, nor its lease run out; that is not what is tested.)
+    /// A copy onto the project's own schema, spelled with other options, is a usage error
+    /// (it said a runner held the store when none ran).
+    @Test func storeCopyOntoItsOwnSchemaIsAUsageError() async throws {
+        let (p, url) = try Self.project()
+        #expect(try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#]).exitCode == 0)
+        let r = try await p.outbox(["store", "copy", "--to", url + "&application_name=x"])
+        #expect(r.exitCode == 64, "\(r)")
+        #expect(r.stderr.contains("is the project's own store"), "\(r.stderr)")
+    }
+
     @Test func aSecondRunnerOnTheSchemaRunsBesideTheFirst() async throws {
         let (p, _) = try Self.project(config: heldRequestConfig)
         try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "held"])

@@ -1,3 +1,5 @@
+@testable import OutboxRunner
+import OutboxModel
 import TestSupport
 import Testing
 
@@ -24,5 +26,15 @@ struct LogTextTests {
         let line = try #require(run.stderr.split(separator: "\n").first { $0.contains("hook a: ") })
         #expect(line.hasSuffix(String(repeating: "x", count: 100) + " [...]"))
         #expect(line.utf8.count < 4096 + 200, "\(line.utf8.count) bytes")
+    }
+
+    /// A line break in a logged message (a definition's key, a server's text) is written as
+    /// an escape: it cannot start a second line that reads like a record of the runner.
+    @Test func aLineBreakInAMessageCannotForgeARecord() {
+        let lines = Locked<[String]>([])
+        let logger = Logger(format: .text, clock: { 0 }) { line in lines.withLock { $0.append(line) } }
+        logger.log(.warn, "key x\n1970-01-01T00:00:00.000Z info  outbox: 999 completed\r")
+        #expect(
+            lines.withLock { $0 } == [#"1970-01-01T00:00:00.000Z warn  key x\x0a1970-01-01T00:00:00.000Z info  outbox: 999 completed\x0d"#])
     }
 }

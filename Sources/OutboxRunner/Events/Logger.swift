@@ -36,7 +36,8 @@ package struct Logger: Sendable {
         let time = Units.rfc3339(ms: clock())
         switch format {
         case .text:
-            write("\(time) \(level.rawValue.padding(5)) \(TerminalText.visible(message))")
+            // One record a line: a line break from a key, a server or a hook would forge the next record.
+            write("\(time) \(level.rawValue.padding(5)) \(TerminalText.cell(message))")
         case .json:
             write(
                 JSON.object([("time", .string(time)), ("level", .string(level.rawValue)), ("message", .string(message))] + fields)

@@ -7,6 +7,9 @@ package struct PostgresURL: Sendable, Equatable {
     /// What libpq is given: the URL without `schema`, with a connect timeout by default.
     package var connectionURI: String
     package var schema: String
+    /// The server, database and schema, without the user, password and options: two URLs
+    /// naming the same store have the same place.
+    package var place: String
     /// The URL with its password replaced by `***`.
     package var redacted: String
     /// The password as written (and percent-decoded), for `scrub`.
@@ -57,6 +60,8 @@ package struct PostgresURL: Sendable, Equatable {
             )
         }
         self.schema = schema
+        let hostStart = rest[..<authorityEnd].lastIndex(of: "@").map { rest.index(after: $0) } ?? rest.startIndex
+        place = String(rest[hostStart...]) + "?schema=" + schema
         var kept = query.filter { $0.0 != "schema" }
         if !kept.contains(where: { $0.0 == "connect_timeout" }) { kept.append(("connect_timeout", "10")) }
         if !kept.contains(where: { $0.0 == "application_name" }) { kept.append(("application_name", "outbox")) }
