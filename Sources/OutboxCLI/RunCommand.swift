@@ -129,12 +129,20 @@ private func metricsPage(config: Config) -> @Sendable () -> (status: Int, body: 
     final class Connection: @unchecked Sendable { var store: (any Store)? }
     let connection = Connection()
     return {
-        do throws(OutboxError) {
-            if connection.store == nil { connection.store = try Project.openStore(config) }
-            return (200, try Statistics.read(from: connection.store!, now: Identifiers.nowMs()).prometheus)
-        } catch {
-            return (500, "\(error.code.rawValue): \(error.message)\n")
+        // A connection the store lost (a PostgreSQL server restarted) is opened again: at once,
+        // and else at the next scrape; kept, it would answer 500 until the runner stopped.
+        var answer = (status: 500, body: "")
+        for _ in 0..<2 {
+            do throws(OutboxError) {
+                if connection.store == nil { connection.store = try Project.openStore(config) }
+                return (200, try Statistics.read(from: connection.store!, now: Identifiers.nowMs()).prometheus)
+            } catch {
+                connection.store = nil
+                answer = (500, "\(error.code.rawValue): \(error.message)\n")
+                if error.code != .storage { break }
+            }
         }
+        return answer
     }
 }
 

@@ -33,8 +33,18 @@ struct PostgresOutageTests {
         let enqueued = try await p.outbox(["enqueue", "note", "--from", "-"], stdin: lines)
         #expect(enqueued.exitCode == 0, "\(enqueued)")
 
-        let runner = try p.start(["run"])
+        let runner = try p.start(["run", "--metrics-listen", "127.0.0.1:0"])
         #expect(await p.server.waitForHeld("away", count: 2))
+        var address: String?
+        await eventually("the metrics address in the log") {
+            address =
+                runner.stderrSoFar.split(separator: "\n").compactMap { line in
+                    line.range(of: "metrics at ").map { String(line[$0.upperBound...]) }
+                }.first
+            return address != nil
+        }
+        let metrics = try #require(address)
+        #expect(try TestHTTPCurl.statusCode(metrics).code == 200, "the metrics' own connection is open")
         try cluster.stop()
         await eventually("the runner notices the server is gone") { runner.stderrSoFar.contains("reconnecting") }
         // The answers arrive while the store cannot take them.
@@ -44,6 +54,8 @@ struct PostgresOutageTests {
         #expect(refused.stdout.contains("\"E_STORAGE\""), "\(refused)")
         try cluster.start()
         await eventually("the runner is connected again") { runner.stderrSoFar.contains("connected again") }
+        // The metrics' connection was lost with the server too: it is opened again.
+        #expect(try TestHTTPCurl.statusCode(metrics).code == 200, "metrics after the server came back")
         await eventually("both outcomes are delivered") { (p.read("hook.log") ?? "").split(separator: "\n").count == 2 }
         let list = try await p.outbox(["list", "--json"])
         #expect(list.exitCode == 0, "\(list)")
