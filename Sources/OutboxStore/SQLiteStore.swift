@@ -96,18 +96,14 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
                 guard let slash = path.lastIndex(of: "/"), path[..<slash].hasSuffix("/bodies") else { continue }
                 prefixes.insert(String(path[...slash]))
             }
-            // Form files' staged paths, as the stored request's JSON writes them (nothing else of the request).
-            func stagedMember(_ prefix: String) -> String {
-                let member = JSON.object([("staged_file", .string(prefix))]).serialized()
-                return String(member.dropFirst().dropLast(2))
-            }
             for old in prefixes where old != here {
                 try db.run(
                     "UPDATE entries SET body_file = ?2 || substr(body_file, length(?1) + 1) WHERE substr(body_file, 1, length(?1)) = ?1",
                     [.text(old), .text(here)])
+                // Form files' staged paths, as the stored request writes them (nothing else of it).
                 try db.run(
                     "UPDATE entries SET request = replace(request, ?1, ?2) WHERE instr(request, ?1) > 0",
-                    [.text(stagedMember(old)), .text(stagedMember(here))])
+                    [.text(StoredRequest.stagedFileMember(old)), .text(StoredRequest.stagedFileMember(here))])
             }
             try setSetting(Self.bodiesFolderSetting, here)
         }

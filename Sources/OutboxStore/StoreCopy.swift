@@ -157,55 +157,69 @@ package enum StoreCopy {
             throw .invalid(
                 "store copy: \(targetName) is not empty (it holds \(table.name) of its own: it was used); copy into an empty store")
         }
-        // Staged files move to the target's folder; paths in rows follow them.
-        let oldPrefix = from.bodiesFolder + "/"
+        // Staged files go to the target's folder, from wherever the rows name them (a store
+        // copied before may still name the folder of the store it came from); paths follow.
         let newPrefix = to.bodiesFolder + "/"
-        var copied: [String] = []
-        if oldPrefix != newPrefix {
-            try SQLiteStore.makeFolder(to.bodiesFolder)
-            for name in Paths.list(from.bodiesFolder) ?? [] where !name.contains(".tmp-") {
-                // Through a temporary name: a file a killed copy left under this name (the target
-                // holds no entry, so none owns it) is replaced, never appended to or refused.
-                let temp = newPrefix + name + ".tmp-\(getpid())-copy"
-                unlink(temp)
-                var rc = csystem_copy_file(oldPrefix + name, temp, -1)
-                if rc == 0, rename(temp, newPrefix + name) != 0 { rc = -errno }
-                guard rc == 0 else {
-                    unlink(temp)
-                    for file in copied { unlink(file) }
-                    throw .storage("store copy: cannot copy \(oldPrefix + name) into \(to.bodiesFolder): \(Paths.errnoMessage(-rc))")
-                }
-                copied.append(newPrefix + name)
-            }
-            _ = csystem_fsync_dir(to.bodiesFolder)
-        }
-        // An entry's request (form files) and body_file name staged paths.
         let columns = StoreTables.entries.columns.map(\.0)
         let requestColumn = columns.firstIndex(of: "request")!
         let fileColumn = columns.firstIndex(of: "body_file")!
-        func moved(_ row: [SQLValue]) -> [SQLValue] {
-            guard oldPrefix != newPrefix else { return row }
-            var row = row
-            if case let .text(text) = row[requestColumn] { row[requestColumn] = .text(text.replacingPrefixPaths(oldPrefix, newPrefix)) }
-            if case let .text(path) = row[fileColumn], path.hasPrefix(oldPrefix) {
-                row[fileColumn] = .text(newPrefix + path.dropFirst(oldPrefix.count))
+        var copiedTo: [String: String] = [:]
+        var copied: [String] { Array(copiedTo.values) }
+        func copyIn(_ path: String) throws(OutboxError) -> String {
+            if path.hasPrefix(newPrefix) { return path }
+            if let done = copiedTo[path] { return done }
+            // Gone already: the entry fails as it would have (kind file), the row keeps its path.
+            guard Paths.exists(path) else { return path }
+            try SQLiteStore.makeFolder(to.bodiesFolder)
+            var target = newPrefix + Paths.basename(path)
+            if copiedTo.values.contains(target) { target += "-" + Identifiers.uuid().prefix(8) }
+            // Through a temporary name: a file a killed copy left under this name (the target
+            // holds no entry, so none owns it) is replaced, never appended to or refused.
+            let temp = target + ".tmp-\(getpid())-copy"
+            unlink(temp)
+            var rc = csystem_copy_file(path, temp, -1)
+            if rc == 0, rename(temp, target) != 0 { rc = -errno }
+            guard rc == 0 else {
+                unlink(temp)
+                throw .storage("store copy: cannot copy \(path) into \(to.bodiesFolder): \(Paths.errnoMessage(-rc))")
             }
+            copiedTo[path] = target
+            return target
+        }
+        func moved(_ row: [SQLValue]) throws(OutboxError) -> [SQLValue] {
+            guard case let .text(text) = row[requestColumn], let json = try? JSON.parse(text), let request = try? StoredRequest(json: json)
+            else { return row }
+            var row = row
+            // A referenced file is the user's, sent from where it is: never copied.
+            if case let .text(path) = row[fileColumn], request.ownership != .reference { row[fileColumn] = .text(try copyIn(path)) }
+            var rewritten = text
+            for staged in request.form.compactMap(\.stagedFile) {
+                let new = try copyIn(staged)
+                if new != staged {
+                    // The whole value, closing quote included: no other path that starts alike.
+                    rewritten = rewritten.replacing(
+                        StoredRequest.stagedFileMember(staged) + "\"", with: StoredRequest.stagedFileMember(new) + "\"")
+                }
+            }
+            row[requestColumn] = .text(rewritten)
             return row
         }
-        var summary = Summary(entries: 0, outcomes: 0, files: copied.count)
+        var summary = Summary(entries: 0, outcomes: 0, files: 0)
         do throws(OutboxError) {
             try to.importRows(
                 { (insert) throws(OutboxError) in
                     (summary.entries, summary.outcomes) = (0, 0)
                     for table in StoreTables.tables {
                         try from.forEachRowChunk(table) { (rows) throws(OutboxError) in
-                            for row in rows { try insert(table, table.name == "entries" ? moved(row) : row) }
+                            for row in rows { try insert(table, table.name == "entries" ? try moved(row) : row) }
                             if table.name == "entries" { summary.entries += rows.count }
                             if table.name == "outcomes" { summary.outcomes += rows.count }
                         }
                     }
                 },
                 beforeCommit: { () throws(OutboxError) in
+                    // The rows name the copies: they are durable before the rows are.
+                    if !copiedTo.isEmpty { _ = csystem_fsync_dir(to.bodiesFolder) }
                     guard try source.dataVersion() == sourceVersion else {
                         throw .running(
                             "store copy: the source changed while it was copied (a command wrote to it); nothing was copied: copy again once nothing writes to it"
@@ -216,22 +230,8 @@ package enum StoreCopy {
             for file in copied { unlink(file) }
             throw error
         }
+        summary.files = copiedTo.count
         return summary
-    }
-}
-
-extension String {
-    /// Replaces every occurrence of `old` with `new` (staged paths inside a stored request).
-    fileprivate func replacingPrefixPaths(_ old: String, _ new: String) -> String {
-        guard !old.isEmpty else { return self }
-        var out = ""
-        var rest = Substring(self)
-        while let i = rest.firstRange(of: old) {
-            out += rest[..<i.lowerBound]
-            out += new
-            rest = rest[i.upperBound...]
-        }
-        return out + rest
     }
 }
 

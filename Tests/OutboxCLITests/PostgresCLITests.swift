@@ -76,6 +76,36 @@ struct PostgresCLITests {
     // A second runner on the schema is admitted: it leaves the entry the first holds alone.
     // (A lease and a stall limit far longer than the test: on a busy machine the held request
     // must not be given up and sent again, nor its lease run out; that is not what is tested.)
+    /// SQLite → PostgreSQL (used from another project that stages elsewhere) → a new SQLite
+    /// folder: the staged bodies go along at each hop, from wherever the rows name them, so
+    /// the first project can go and the last store still sends them.
+    @Test func stagedBodiesFollowACopyThroughAnotherProject() async throws {
+        let (a, url) = try Self.project()
+        let server = a.server.baseURL
+        a.environment["OUTBOX_STORE"] = nil
+        try a.write("doc.bin", String(repeating: "y", count: 5_000))
+        #expect(try await a.outbox(["enqueue", "upload", "--vars", #"{"name": "doc", "path": "doc.bin"}"#, "--id", "f"]).exitCode == 0)
+        try FileManager.default.removeItem(atPath: a.path("doc.bin"))
+        let toServer = try await a.outbox(["store", "copy", "--to", url, "--json"])
+        #expect(toServer.exitCode == 0, "\(toServer)")
+
+        let b = try TestProject(config: "staging: { path: stage }\n")
+        b.environment["OUTBOX_STORE"] = url
+        b.environment["SERVER"] = server
+        try b.define(
+            "upload",
+            "key: upload\nrequest: { method: PUT, url: \"{{ env.SERVER | raw }}/files/{{ vars.name }}\", file: \"{{ vars.path }}\" }\n")
+        let back = try await b.outbox(["store", "copy", "--to", b.path("newstore"), "--json"])
+        #expect(back.exitCode == 0, "\(back)")
+        #expect(back.json?["files"] == .int(1), "\(back.stdout)")
+        try FileManager.default.removeItem(atPath: a.root)
+
+        b.environment["OUTBOX_STORE"] = b.path("newstore")
+        let run = try await b.outbox(["run", "--drain"])
+        #expect(run.exitCode == 0, "\(run)")
+        #expect(a.server.requests(path: "/files/doc").map(\.bodySize) == [5_000])
+    }
+
     /// A copy onto the project's own schema, spelled with other options, is a usage error
     /// (it said a runner held the store when none ran).
     @Test func storeCopyOntoItsOwnSchemaIsAUsageError() async throws {

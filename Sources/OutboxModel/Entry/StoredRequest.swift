@@ -51,6 +51,12 @@ package struct StoredRequest: Sendable {
         secretHeaders.formUnion(patch.map { $0.0.lowercased() })
     }
 
+    /// A form file's staged path as the stored text writes it (`"staged_file":"PATH`, without
+    /// the closing quote, so a folder prefix matches too): what a moved or copied store rewrites.
+    package static func stagedFileMember(_ path: String) -> String {
+        String(JSON.object([("staged_file", .string(path))]).serialized().dropFirst().dropLast(2))
+    }
+
     /// Its member in the stored text; `list --json` looks for it to find the rows to redact.
     package static let secretVarsMember = "secret_vars"
 
