@@ -37,10 +37,7 @@ struct PostgresOutageTests {
         #expect(await p.server.waitForHeld("away", count: 2))
         var address: String?
         await eventually("the metrics address in the log") {
-            address =
-                runner.stderrSoFar.split(separator: "\n").compactMap { line in
-                    line.range(of: "metrics at ").map { String(line[$0.upperBound...]) }
-                }.first
+            address = runner.loggedMetricsURL
             return address != nil
         }
         let metrics = try #require(address)

@@ -129,10 +129,7 @@ struct MetricsTests {
         #expect(await p.server.waitForHeld("m"), "\(runner.stderrSoFar)")
         var address: String?
         await eventually("the metrics address in the log") {
-            address =
-                runner.stderrSoFar.split(separator: "\n").compactMap { line in
-                    line.range(of: "metrics at ").map { String(line[$0.upperBound...]) }
-                }.first
+            address = runner.loggedMetricsURL
             return address != nil
         }
         let url = try #require(address)

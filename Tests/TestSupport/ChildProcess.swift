@@ -136,3 +136,10 @@ package func runProcess(
         stdin: stdin)
     return child.waitBlocking(timeout: timeout)
 }
+
+extension RunningProcess {
+    /// The URL a runner started with `--metrics-listen` logged ("metrics at URL"), once it has.
+    package var loggedMetricsURL: String? {
+        stderrSoFar.split(separator: "\n").compactMap { line in line.range(of: "metrics at ").map { String(line[$0.upperBound...]) } }.first
+    }
+}
