@@ -106,7 +106,7 @@ package enum PayloadFields {
         PayloadField("outcome", "always", "`success`, `retry`, `awaiting-auth`, `error`, or `aborted` (sent, then stopped by outbox)"),
         PayloadField(
             "http_code", "always",
-            "the final status, or `null` when no status line came back (an answer discarded after its status line, cut off or malformed, keeps its code; `error_kind` says why it was discarded)"
+            "the final status, or `null` when no final status line (200 and up) came back (an answer discarded after one, cut off or malformed, keeps its code; `error_kind` says why it was discarded)"
         ),
         PayloadField("body", "always", "the first 4 KiB of the response body"),
         PayloadField("body_encoding", "the body is not UTF-8", "`base64`"),
