@@ -164,6 +164,7 @@ package enum StoreCopy {
         let requestColumn = columns.firstIndex(of: "request")!
         let fileColumn = columns.firstIndex(of: "body_file")!
         var copiedTo: [String: String] = [:]
+        var targets = Set<String>()
         var copied: [String] { Array(copiedTo.values) }
         func copyIn(_ path: String) throws(OutboxError) -> String {
             if path.hasPrefix(newPrefix) { return path }
@@ -172,7 +173,7 @@ package enum StoreCopy {
             guard Paths.exists(path) else { return path }
             try SQLiteStore.makeFolder(to.bodiesFolder)
             var target = newPrefix + Paths.basename(path)
-            if copiedTo.values.contains(target) { target += "-" + Identifiers.uuid().prefix(8) }
+            if targets.contains(target) { target += "-" + Identifiers.uuid().prefix(8) }
             // Through a temporary name: a file a killed copy left under this name (the target
             // holds no entry, so none owns it) is replaced, never appended to or refused.
             let temp = target + ".tmp-\(getpid())-copy"
@@ -184,6 +185,7 @@ package enum StoreCopy {
                 throw .storage("store copy: cannot copy \(path) into \(to.bodiesFolder): \(Paths.errnoMessage(-rc))")
             }
             copiedTo[path] = target
+            targets.insert(target)
             return target
         }
         func moved(_ row: [SQLValue]) throws(OutboxError) -> [SQLValue] {
