@@ -120,12 +120,9 @@ struct MoveJournal {
             // A copy back across filesystems that was cut short is never the user's file.
             Self.removeDeadReturnCopies(of: moves.map(\.source))
             for var move in moves {
-                if !Paths.exists(move.staged) {
-                    // The store moved since (the journal names its old folder): the file is here now.
-                    let here = Paths.join(Paths.join(Paths.dirname(folder), "bodies"), Paths.basename(move.staged))
-                    guard Paths.exists(here) else { continue }
-                    move.staged = here
-                }
+                // The store may have moved since (the journal names its old folder).
+                guard let staged = Staging.found(move.staged, in: Paths.join(Paths.dirname(folder), "bodies")) else { continue }
+                move.staged = staged
                 if try owned(move.staged) {
                     // Committed across filesystems, but stopped before it removed the source:
                     // the move is finished now, or the file would be sent again by a rerun.

@@ -256,10 +256,7 @@ extension SQLStore {
         let elsewhere = try entriesStagedElsewhere()
         // A store moved as a folder and opened read-only keeps its rows' old paths (only a
         // writer rewrites them): a staged file is found by its name in this store's folder.
-        func here(_ path: String) -> String {
-            let local = Paths.join(staging.bodiesDir, Paths.basename(path))
-            return !Paths.exists(path) && Paths.exists(local) ? local : path
-        }
+        func here(_ path: String) -> String { Staging.found(path, in: staging.bodiesDir) ?? path }
         func check(_ e: Entry) throws(OutboxError) {
             // A referenced file is the user's, not the store's: its going away is an error of that entry (kind file).
             if let file = e.bodyFile.map(here), e.request.ownership != .reference, !elsewhere.contains(e.id) {

@@ -42,6 +42,14 @@ struct Staging {
         Paths.join(bodiesDir, "\(internalID).\(suffix)")
     }
 
+    /// A staged path as it is found now: where it was recorded, or else the file of the same
+    /// name in `bodiesDir` (a store moved as a folder keeps names, not paths); nil when neither is.
+    static func found(_ path: String, in bodiesDir: String) -> String? {
+        if Paths.exists(path) { return path }
+        let local = Paths.join(bodiesDir, Paths.basename(path))
+        return Paths.exists(local) ? local : nil
+    }
+
     private func tempPath(for final: String) -> String {
         "\(final).tmp-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
     }
