@@ -70,6 +70,8 @@ enum StoreTables {
                 ("entry_seq", .int), ("idx", .int), ("start", .int), ("\"end\"", .int), ("url", .text), ("headers", .text),
                 ("accepted", .int), ("status", .int), ("response_headers", .text), ("attempts", .int), ("next_attempt_at", .int),
             ], key: ["entry_seq", "idx"]),
+        // An s3 upload part way goes with the parts S3 accepted: the copy completes that upload.
+        Table("s3_uploads", [("entry_seq", .int), ("upload_id", .text)], key: ["entry_seq"]),
         outcomes,
         Table("attempts", [("seq", .int), ("entry_id", .text), ("generation", .int), ("at", .int), ("payload", .text)], key: ["seq"]),
         Table("settings", [("name", .text), ("value", .text)], key: ["name"]),
@@ -125,7 +127,7 @@ package enum StoreCopy {
         package var files: Int
     }
 
-    /// Copies every entry, part, outcome, attempt, setting, paused key and counter of
+    /// Copies every entry, part, s3 upload, outcome, attempt, setting, paused key and counter of
     /// `source` into `target`, which must hold no entry and no outcome. Both are held alone
     /// (`lockExclusively`), so no runner runs on either meanwhile. Staged files go into the target's
     /// staging folder when it is another one.

@@ -144,8 +144,9 @@ import TestSupport
     /// Holds part 3 with parts 1 and 2 accepted, runs `beforeKill`, SIGKILLs the runner and
     /// resumes with a second run (with the config `resumeConfig`, when given). Returns how many
     /// requests the server had at the kill.
+    /// With `copyTo`, the second run is on a `store copy` of the store in that folder.
     static func killWhilePart3IsInFlight(
-        _ sandbox: OutboxSandbox, resumeConfig: String? = nil, beforeKill: () async throws -> Void = {}
+        _ sandbox: OutboxSandbox, resumeConfig: String? = nil, copyTo: String? = nil, beforeKill: () async throws -> Void = {}
     ) async throws -> Int {
         let server = sandbox.server
         server.script("/crash/big.bin?partNumber=3&", [TestResponse.status(200, headers: [("ETag", "\"p3\"")]).held("p3")])
@@ -168,10 +169,17 @@ import TestSupport
         await eventually("the killed runner's connections are closed") { server.openConnections == 0 }
         let atKill = server.requests.count
         if let resumeConfig { try sandbox.writeConfig(resumeConfig) }
+        var environment = Self.testingCredentials
+        if let copyTo {
+            let copy = try await sandbox.outbox(["store", "copy", "--to", copyTo])
+            #expect(copy.status == 0, "\(copy.stderr)")
+            environment["OUTBOX_STORE"] = sandbox.path(copyTo)
+        }
 
-        let second = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        let second = try await sandbox.outbox(["run", "--drain"], environment: environment)
         #expect(second.status == 0, "\(second.stderr)")
-        #expect(try await sandbox.list().isEmpty)
+        let left = try await sandbox.outbox(["list", "--json"], environment: environment)
+        #expect(left.status == 0 && (left.jsonObject as? [Any])?.isEmpty == true, "\(left.stdout)")
         #expect(server.requests.filter { $0.path.hasSuffix("?uploads=") }.count == 1, "one upload, resumed")
         return atKill
     }
@@ -230,6 +238,20 @@ import TestSupport
                 verified.exitCode == 0 && verified.stdoutText.hasPrefix("match: "),
                 "\(request.path): \(verified.stdoutText)\(verified.stderr)")
         }
+    }
+
+    /// A store copied while an upload is part way (to another disk, or to PostgreSQL and
+    /// back) resumes that upload: the upload's id goes along with the parts S3 accepted.
+    @Test func aStoreCopiedMidUploadResumesTheSameUpload() async throws {
+        let sandbox = try await Self.stage()
+        let server = sandbox.server
+        let atKill = try await Self.killWhilePart3IsInFlight(sandbox, copyTo: "copied")
+        Self.expectAcceptedPartsNeverSentAgain(server, atKill: atKill)
+        let completes = server.requests.filter { $0.method == "POST" && $0.path.contains("?uploadId=") }
+        #expect(completes.map(\.path) == ["/crash/big.bin?uploadId=up%2F1%2Bx"])
+        let xml = completes.first?.bodyText ?? ""
+        #expect(xml.components(separatedBy: "<PartNumber>").count == 6 && !xml.contains("<ETag></ETag>"), "\(xml)")
+        #expect(!server.requests.contains { $0.method == "DELETE" })
     }
 
     /// What a slow machine does to the test above: part 3's held answer outlasts the stall
