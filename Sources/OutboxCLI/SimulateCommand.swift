@@ -66,7 +66,7 @@ enum SimulateCommand {
         let klass = AttemptClassifier.classify(
             status: status, failure: nil, body: body, accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
         let now = Identifiers.nowMs()
-        let payload: JSON
+        var payload: JSON
         let outcome: Outcome
         switch klass {
         case let .retry(reason):
@@ -83,21 +83,15 @@ enum SimulateCommand {
             payload = OutcomePayloads.failed(entry, error: error, response: result, attempts: 1, requestID: "simulated", at: now)
             outcome = .error
         }
+        // The follow-ups as the runner builds them: one that cannot be built voids the chain,
+        // and the hook's input names it.
+        let factory = followUpFactory(project, i)
+        let built = Runner.thenFollowUps(definition, entry: entry, outcome: outcome, payload: &payload, factory: factory)
+        let followUps = built.followUps.map(\.key)
+        let followUpErrors = built.failures.map { "then.\(outcome.hookField)[\($0.index)]: \($0.message)" }
         let record = OutcomeRecord(
             seq: 0, entryID: entry.id, key: key, generation: 1, outcome: outcome, payload: payload, deliveries: 0, acknowledged: false,
             nextDeliveryAt: nil, reason: nil, hookPgid: nil, hookStart: nil, createdAt: now)
-        // The follow-ups as the runner builds them: one that cannot be built voids the chain.
-        let factory = followUpFactory(project, i)
-        var followUps: [String] = []
-        var followUpErrors: [String] = []
-        for (index, item) in (definition.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
-            do {
-                followUps.append(try Runner.followUp(item, entry: entry, outcome: payload, factory: factory).key)
-            } catch {
-                followUpErrors.append("then.\(outcome.hookField)[\(index)]: \(error.message)")
-            }
-        }
-        if !followUpErrors.isEmpty { followUps = [] }
         guard let hook = outcome == .completed ? definition.onSuccess : definition.onError else {
             return report(
                 &i, klass: klass, note: "outcome \(outcome.rawValue); the definition has no hook for it",

@@ -576,7 +576,7 @@ struct SimulateTests {
     @Test func simulateJudgesWhatTheOutcomeEnqueuesAsTheRunnerWould() throws {
         let p = try CLIProject()
         let typo = #"{"enqueue": {"key": "plain", "idd": "typo"}}"#
-        _ = try p.write("hooks/typo.sh", "#!/bin/sh\ncat > /dev/null\necho '\(typo)'\nexit 0\n", mode: 0o755)
+        _ = try p.write("hooks/typo.sh", "#!/bin/sh\ncat > hooks/in-typo.json\necho '\(typo)'\nexit 0\n", mode: 0o755)
         _ = try p.write("hooks/fails.sh", "#!/bin/sh\ncat > /dev/null\necho '{\"enqueue\": {\"key\": \"plain\"}}'\nexit 3\n", mode: 0o755)
         _ = try p.write(
             "definitions/typo.yaml",
@@ -593,6 +593,12 @@ struct SimulateTests {
         #expect(doc["hook_problem"]?.stringValue?.contains(#"enqueue has an unknown field "idd""#) == true, "\(doc.serialized())")
         #expect(doc["follow_ups"] == .array([]))
         #expect(doc["follow_up_errors"]?.arrayValue?.first?.stringValue?.contains("outcome.data is null") == true, "\(doc.serialized())")
+        // The hook's input names the void chain, as the runner's does.
+        let input = try JSON.parse(try #require(p.read("hooks/in-typo.json")))
+        let failure = input["follow_up_errors"]?.arrayValue?.first
+        #expect(failure?["index"] == .int(0) && failure?["key"] == .string("plain"), "\(input.serialized())")
+        #expect(failure?["message"]?.stringValue?.contains("outcome.data is null") == true, "\(input.serialized())")
+        #expect(doc["outcome"]?["follow_up_errors"] == input["follow_up_errors"])
         _ = try p.write(
             "definitions/fails.yaml", "key: fails\nrequest: { url: \"https://x.example/p\", data: { a: 1 } }\non_success: hooks/fails.sh\n")
         let failing = p.run("simulate", "fails", "--status", "200")

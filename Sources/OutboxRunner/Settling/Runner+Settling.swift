@@ -96,23 +96,13 @@ extension Runner {
         // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.
         let hookExists = definition == nil || definitions.brokenKeys[entry.key] != nil || hook != nil
         if definition == nil { settledUnhandled = true }
-        var followUps: [NewEntry] = []
-        var failures: [JSON] = []
-        for (index, item) in (definition?.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
-            do {
-                followUps.append(try Self.followUp(item, entry: entry, outcome: payload, factory: factory, stagedSources: stagedSources))
-            } catch {
-                failures.append(.object([("index", .int(index)), ("key", item["key"] ?? .null), ("message", .string(error.message))]))
-            }
-        }
         var payload = payload
+        let (followUps, failures) = Self.thenFollowUps(
+            definition, entry: entry, outcome: outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
         if !failures.isEmpty {
-            // Never half a chain: none is enqueued, and the outcome (its hook's input, `show`) says why.
             log(
-                "outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.compactMap { $0["message"]?.stringValue }.joined(separator: "; "))",
+                "outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.map(\.message).joined(separator: "; "))",
                 level: .error, fields: [("id", .string(entry.id))])
-            followUps = []
-            payload.set("follow_up_errors", .array(failures))
         }
         var settlement = Settlement(
             entryID: entry.id, generation: entry.generation, state: state, reason: reason,
@@ -168,6 +158,29 @@ extension Runner {
     }
 
     /// Renders one `then` item with `outcome.*` and builds its entry (`simulate` too);
+    /// The `then` follow-ups of an outcome (for `run` and `simulate` alike). Never half a chain:
+    /// when one cannot be built none is, and the outcome (its hook's input, `show`) says why
+    /// in `follow_up_errors`.
+    package static func thenFollowUps(
+        _ definition: Definition?, entry: Entry, outcome: Outcome, payload: inout JSON, factory: EntryFactory,
+        stagedSources: (String) throws(OutboxError) -> [String: FileIdentity] = { _ in [:] }
+    ) -> (followUps: [NewEntry], failures: [(index: Int, message: String)]) {
+        var followUps: [NewEntry] = []
+        var failures: [(index: Int, message: String)] = []
+        var failed: [JSON] = []
+        for (index, item) in (definition?.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
+            do {
+                followUps.append(try followUp(item, entry: entry, outcome: payload, factory: factory, stagedSources: stagedSources))
+            } catch {
+                failures.append((index, error.message))
+                failed.append(.object([("index", .int(index)), ("key", item["key"] ?? .null), ("message", .string(error.message))]))
+            }
+        }
+        if failed.isEmpty { return (followUps, []) }
+        payload.set("follow_up_errors", .array(failed))
+        return ([], failures)
+    }
+
     /// `stagedSources` gives the files an existing entry of an id holds in the store.
     package static func followUp(
         _ item: JSON, entry: Entry, outcome: JSON, factory: EntryFactory,
