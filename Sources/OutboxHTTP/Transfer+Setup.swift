@@ -99,7 +99,8 @@ extension Transfer {
             try check(ccurl_setopt_long(easy, CURLOPT_MAXREDIRS, request.followRedirects), "MAXREDIRS")
             redirectGuard = RedirectGuard(
                 method: request.method.uppercased(), methodChange: request.redirectMethodChange,
-                carriesCredentials: request.headers.contains { request.credentialHeaders.contains($0.name.lowercased()) })
+                carriesCredentials: request.headers.contains { request.credentialHeaders.contains($0.name.lowercased()) }
+                    || URLCheck.hasUserinfo(request.url))
         } else {
             try check(ccurl_setopt_long(easy, CURLOPT_FOLLOWLOCATION, 0), "FOLLOWLOCATION")
         }

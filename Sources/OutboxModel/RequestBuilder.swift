@@ -234,8 +234,8 @@ package enum RequestBuilder {
         prepared.secretHeaders = secretHeaders
         prepared.secretVars = SecretVars.paths(in: inputs.vars) {
             // A URL's password is shown redacted too: a var it came from must be.
-            let password = url.flatMap(URLCheck.password).map { [Array($0.utf8)] }?.filter { $0.count >= 6 } ?? []
-            return HeaderRules.secretValues(headers, names: config.redactedHeaderNames.union(secretHeaders)) + password
+            HeaderRules.secretValues(headers, names: config.redactedHeaderNames.union(secretHeaders))
+                + (url.map(URLCheck.passwordTexts) ?? [])
         }
         prepared.s3 = s3?.target
         return prepared

@@ -320,10 +320,23 @@ extension URLCheck {
         passwordRange(url).map { String(url[$0]) }
     }
 
-    /// Works on the UTF-8 bytes (every delimiter is ASCII): `String.firstRange(of:)` cost more
-    /// than the rest of an entry's rendering.
-    private static func passwordRange(_ url: String) -> Range<String.Index>? {
+    /// The texts a var holding this URL would show its password by: the password, and the
+    /// userinfo with it (`user:secret@`, which finds a short password in a var holding the
+    /// whole URL); those under 6 bytes are left, as every secret value is.
+    package static func passwordTexts(_ url: String) -> [[UInt8]] {
+        guard let range = passwordRange(url), let userinfo = userinfoRange(Array(url.utf8)) else { return [] }
         let bytes = Array(url.utf8)
+        return [Array(url[range].utf8), Array(bytes[userinfo.lowerBound...userinfo.upperBound])].filter { $0.count >= 6 }
+    }
+
+    /// Whether the URL has a userinfo (`user@`, `user:secret@`): libcurl sends it as
+    /// `Authorization: Basic`, so the request carries credentials.
+    package static func hasUserinfo(_ url: String) -> Bool {
+        userinfoRange(Array(url.utf8)) != nil
+    }
+
+    /// The userinfo's bytes, from after `//` to before the `@` that ends it; nil without one.
+    private static func userinfoRange(_ bytes: [UInt8]) -> Range<Int>? {
         let slash = UInt8(ascii: "/")
         guard
             let scheme = bytes.indices.dropLast(2).first(where: {
@@ -331,10 +344,16 @@ extension URLCheck {
             })
         else { return nil }
         let authority = bytes[(scheme + 3)...].prefix { !isAuthorityEnd($0) }
-        guard let at = authority.lastIndex(of: UInt8(ascii: "@")),
-            let colon = authority[..<at].firstIndex(of: UInt8(ascii: ":"))
-        else { return nil }
+        guard let at = authority.lastIndex(of: UInt8(ascii: "@")) else { return nil }
+        return (scheme + 3)..<at
+    }
+
+    /// Works on the UTF-8 bytes (every delimiter is ASCII): `String.firstRange(of:)` cost more
+    /// than the rest of an entry's rendering.
+    private static func passwordRange(_ url: String) -> Range<String.Index>? {
+        let bytes = Array(url.utf8)
+        guard let userinfo = userinfoRange(bytes), let colon = bytes[userinfo].firstIndex(of: UInt8(ascii: ":")) else { return nil }
         let utf8 = url.utf8
-        return utf8.index(utf8.startIndex, offsetBy: colon + 1)..<utf8.index(utf8.startIndex, offsetBy: at)
+        return utf8.index(utf8.startIndex, offsetBy: colon + 1)..<utf8.index(utf8.startIndex, offsetBy: userinfo.upperBound)
     }
 }

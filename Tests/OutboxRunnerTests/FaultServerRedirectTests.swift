@@ -149,6 +149,28 @@ extension FaultServerTests {
         }
     }
 
+    /// A URL's userinfo goes out as `Authorization: Basic`: a redirect to another host is not
+    /// followed, with or without a password, as for an `Authorization` header. A var holding
+    /// the URL shows it redacted, a short password too (found by its `user:password@`).
+    @Test(arguments: ["usr:url-pass-5@", "usr@", "usr:ab@"])
+    func aURLsUserinfoNeverFollowsARedirectToAnotherHost(_ userinfo: String) async throws {
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
+        let target = "http://localhost:\(p.server.port)/landing"
+        let encoded = target.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
+        let url = p.url("/redirect-to?code=307&url=\(encoded)").replacingOccurrences(of: "http://", with: "http://" + userinfo)
+        let vars = JSON.object([("url", .string(url)), ("tag", .string("a"))]).serialized()
+        #expect(try await p.outbox(["enqueue", "t", "--vars", vars, "--id", "ui"]).exitCode == 0)
+        let show = try await p.outbox(["show", "ui", "--json"])
+        let password = userinfo.contains(":")
+        #expect(show.stdout.contains(userinfo) == !password, "\(show.stdout)")
+        let run = try await p.drain(["--events", "-"], failures: 1)
+        if password { #expect(!run.stdout.contains(userinfo), "\(run.stdout)") }
+        #expect(p.server.requests(path: "/landing").isEmpty)
+        let hook = try #require(p.deliveries("ui").first)
+        #expect(hook.string("stdin.outcome") == "error")
+        #expect(hook.string("stdin.error.message")?.contains("another host") == true, "\(hook.serialized())")
+    }
+
     /// A server that echoes the request answers with its credentials: the attempt event (the
     /// same record `show` lists) masks them; the hook gets the body as the server sent it.
     @Test func credentialsAServerEchoesAreMaskedInEvents() async throws {
