@@ -85,18 +85,17 @@ enum ArgumentParser {
         var i = 0
         var onlyPositionals = false
         while i < words.count {
-            let word = words[i]
+            var word = words[i]
             i += 1
             if onlyPositionals || !word.hasPrefix("-") || word == "-" {
                 parsed.positionals.append(word)
                 continue
             }
             if word == "--" { onlyPositionals = true; continue }
+            // `-v` is `--verbose`, given twice as well as mixed with it.
+            if word == "-v", specs.contains(where: { $0.name == "verbose" }) { word = "--verbose" }
             guard word.hasPrefix("--") else {
                 if word == "-h" { parsed.options["help", default: []].append(""); continue }
-                if word == "-v", specs.contains(where: { $0.name == "verbose" }) {
-                    parsed.options["verbose", default: []].append(""); continue
-                }
                 throw .usage("unknown option \(word) for `outbox \(command.name)` (see outbox \(command.name) --help)")
             }
             var name = String(word.dropFirst(2))

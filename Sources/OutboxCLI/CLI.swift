@@ -62,7 +62,7 @@ package enum CLI {
                 : n > 0 && arguments[n - 1].hasPrefix("--") ? arguments[n - 1] : "argument \(n + 1)"
             let error = OutboxError.invalid(
                 "\(option) is not valid UTF-8 (at byte \(offset + 1)): outbox takes text and file names in UTF-8")
-            report(error, json: arguments.contains("--json"), console: console)
+            report(error, json: asksJSON(arguments), console: console)
             return error.code.exitStatus
         }
         return run(arguments: arguments, environment: environment, cwd: cwd, console: console)
@@ -84,7 +84,7 @@ package enum CLI {
             console.out("outbox \(outboxVersion)")
             return 0
         }
-        let wantsJSON = arguments.contains("--json")
+        let wantsJSON = asksJSON(arguments)
         if words.first == "--help" || words.first == "-h" || words.first == "help" {
             // `outbox help "store copy"`: a command named in one quoted word.
             words = words.flatMap { word in word.contains(" ") ? word.split(separator: " ").map(String.init) : [word] }
@@ -149,6 +149,11 @@ package enum CLI {
             }
             return error.code.exitStatus
         }
+    }
+
+    /// Whether the call asks for JSON: `--json` as an option, not as an argument after `--`.
+    static func asksJSON(_ arguments: [String]) -> Bool {
+        arguments.prefix { $0 != "--" }.contains("--json")
     }
 
     /// The longest command path that matches the first words.

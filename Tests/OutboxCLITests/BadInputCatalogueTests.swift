@@ -31,7 +31,8 @@ import Testing
 
         #expect(r.exitCode >= 0 && r.exitCode < 128 && !r.timedOut, "crashed: \(r)")
         #expect(r.exitCode == c.exit, "exit: \(r)")
-        if c.command.contains("--json") {
+        // `--json` after `--` is an argument, not the option.
+        if c.command.prefix(while: { $0 != "--" }).contains("--json") {
             #expect(r.stderr.isEmpty, "with --json stderr stays empty: \(r)")
             let doc = try JSON.parse(r.stdout)
             #expect(doc["error"]?["code"]?.stringValue == c.code, "\(r)")
