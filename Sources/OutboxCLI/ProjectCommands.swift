@@ -134,6 +134,10 @@ enum ControlCommands {
             throw .usage("\(command) takes ids, or --key K, or --\(flag) (exactly one of them)")
         }
         try checkKeys(key.map { [$0] } ?? [])
+        // An id no entry can have is a mistake (two ids quoted as one), not an unknown id.
+        for id in ids {
+            if let problem = Identifiers.validateUserID(id) { throw .invalid(problem) }
+        }
         return (ids.isEmpty ? nil : ids, key, flagged)
     }
 
