@@ -164,7 +164,9 @@ enum ReadCommands {
         let max = try i.args.value("max").map { t throws(OutboxError) in try size(t, "--max") } ?? ChunkPlan.defaultMax
         var maxParts = ChunkPlan.defaultMaxParts
         if let text = i.args.value("max-parts") {
-            guard let n = Int(text), n >= 1 else { throw .usage("--max-parts must be a whole number above 0, not \"\(text.prefix(40))\"") }
+            guard let n = Int(text), (1...ChunkPlan.maxPartsLimit).contains(n) else {
+                throw .usage("--max-parts must be a whole number from 1 to \(ChunkPlan.maxPartsLimit), not \"\(text.prefix(40))\"")
+            }
             maxParts = n
         }
         let plan = try ChunkPlan.plan(size: total, min: min, max: max, maxParts: maxParts)
