@@ -64,6 +64,7 @@ enum RunCommand {
             options.progress = mode
         }
         options.stderrIsTerminal = i.console.stderrIsTerminal
+        options.eventsToTerminal = events != nil && i.console.stdoutIsTerminal
         for (flag, range, limit) in [
             ("concurrency", 1...1024, \LimitOverrides.concurrency), ("per-host", 1...256, \.perHost),
             ("part-concurrency", 1...64, \.partConcurrency),

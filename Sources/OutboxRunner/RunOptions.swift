@@ -12,6 +12,8 @@ package struct RunOptions: Sendable {
     package var limits = LimitOverrides()
     package var progress: ProgressMode = .auto
     package var stderrIsTerminal = false
+    /// `--events -` writes to a terminal: the events are the display.
+    package var eventsToTerminal = false
     /// How many times a stop was requested so far (the CLI counts SIGINT and SIGTERM):
     /// the first drains, the second stops at once.
     package var stopRequests: @Sendable () -> Int = { 0 }
@@ -20,6 +22,12 @@ package struct RunOptions: Sendable {
     /// The service manager to tell when the run is stopping and that it is alive (systemd).
     package var notifier: SystemdNotifier?
     package init() {}
+
+    /// Whether the live progress line is drawn: on a terminal, unless the events go to it too
+    /// (the line would run into them), or when asked for.
+    package var showsProgress: Bool {
+        progress == .always || (progress == .auto && stderrIsTerminal && !eventsToTerminal)
+    }
 }
 
 /// Limits given as flags, which win over the config file and the environment.

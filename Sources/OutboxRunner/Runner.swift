@@ -194,7 +194,7 @@ package final class Runner {
         store.reportLockWaits { [logger] line in logger.log(.warn, line) }
         try recoverFromEarlierRunners()
         factory.heartbeat = pluginHeartbeat()
-        if options.progress == .always || (options.progress == .auto && options.stderrIsTerminal) {
+        if options.showsProgress {
             progressDisplay = ProgressDisplay(
                 write: { text in _ = text.withCString { write(2, $0, strlen($0)) } },
                 totals: { [store] in try? store.pendingTotals() })
