@@ -139,7 +139,7 @@ package enum ConfigFields {
         [
             Field(
                 "timeout", .duration, .value("30s"), example: "1m",
-                "how long a plugin may run before its process group is stopped and it counts as failed")
+                "how long a plugin may run before its process group is stopped (SIGTERM, SIGKILL 2 s later) and it counts as failed")
         ])
 
     static let network = FieldMapping(
