@@ -45,6 +45,11 @@ package struct FileIdentity: Sendable, Equatable {
     package static func changed(_ path: String) -> String {
         "the referenced file \(path) changed since enqueue (size, mtime or inode differ)"
     }
+
+    /// A file moved in by a rename that a program still holding it open wrote to.
+    package static func writtenAfterMove(_ staged: String, source: String) -> String {
+        "the file moved in from \(source) was written to after enqueue (\(staged): size or mtime differ); `outbox cancel` puts it back whole"
+    }
 }
 
 package struct PreparedFormField: Sendable, Equatable {

@@ -277,15 +277,38 @@ extension Runner {
         entry.request.ownership == .reference ? entry.request.file : nil
     }
 
-    /// Why an entry's bytes cannot be sent (staged file gone, referenced file changed), or nil.
+    /// Whether the entry's file must keep its identity until sent (`identityToKeep`): checked
+    /// again once its last byte is sent, as it may have changed while it was read.
+    static func keepsFileIdentity(_ entry: Entry) -> Bool {
+        entry.request.ownership == .reference || entry.request.ownership == .move
+    }
+
+    /// The identity `file` must keep until it is sent: a referenced file's, and a moved file's
+    /// when the move was a rename (the same inode): a program that still holds it open (a log
+    /// being written) would change the bytes the store holds, and what it wrote after enqueue
+    /// would go with the staged file once sent. A file copied in is the store's own.
+    static func identityToKeep(_ entry: Entry, file: String, inode: UInt64) -> FileIdentity? {
+        guard let identity = entry.request.file, file == entry.bodyFile else { return nil }
+        switch entry.request.ownership {
+        case .reference: return identity
+        case .move: return identity.inode == inode ? identity : nil
+        case .copy, nil: return nil
+        }
+    }
+
+    /// Why an entry's bytes cannot be sent (staged file gone, referenced or moved file
+    /// changed), or nil.
     func payloadProblem(_ entry: Entry) -> String? {
         for file in entry.body.files {
             guard let info = FileInfo.stat(file) else {
                 let referenced = entry.request.ownership == .reference && file == entry.bodyFile
                 return referenced ? FileIdentity.missing(file) : "the staged payload \(file) is missing"
             }
-            if let expected = Self.expectedFile(entry), !expected.matches(size: info.size, mtimeNs: info.mtimeNs, inode: info.inode) {
-                return FileIdentity.changed(file)
+            if let expected = Self.identityToKeep(entry, file: file, inode: info.inode),
+                !expected.matches(size: info.size, mtimeNs: info.mtimeNs, inode: info.inode)
+            {
+                return entry.request.ownership == .move
+                    ? FileIdentity.writtenAfterMove(file, source: expected.path) : FileIdentity.changed(file)
             }
         }
         return nil

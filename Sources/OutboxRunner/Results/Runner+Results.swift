@@ -103,7 +103,7 @@ extension Runner {
         // Not a referenced file that changed while it was read: that settles an error below.
         var forgottenAtOnce = false
         if case .success = klass, flight.partIndex == nil, !eventsEnabled, !outcomeNeeded(entry, outcome: .completed),
-            Self.expectedFile(entry) == nil || payloadProblem(entry) == nil
+            !Self.keepsFileIdentity(entry) || payloadProblem(entry) == nil
         {
             forgottenAtOnce = true
         }
@@ -137,8 +137,9 @@ extension Runner {
         switch klass {
         case .success:
             // A referenced file rewritten while it was read may have sent a mix of old and
-            // new bytes: checked again after the last byte, it must still be the same file.
-            if Self.expectedFile(entry) != nil, let problem = payloadProblem(entry) {
+            // new bytes, and a moved one written to may hold more than was sent: checked
+            // again after the last byte, it must still be the same file.
+            if Self.keepsFileIdentity(entry), let problem = payloadProblem(entry) {
                 let error = OutcomePayloads.error(.file, "\(problem), while it was being sent", status: result.status)
                 settleWithError(entry, error: error, response: result, state: .error, reason: "file", requestID: flight.requestID)
                 return
