@@ -148,19 +148,7 @@ extension SQLStore {
         // One writer at a time: the entries are read, then written by generation, as the same-id rules do.
         try writing { () throws(OutboxError) -> [String] in
             var retried: [String] = []
-            func retry(_ entries: [Entry]) throws(OutboxError) {
-                for e in entries where [.queued, .awaitingAuth, .error].contains(e.state) {
-                    var expiresAt = e.expiresAt
-                    if let expiry = e.expiresAt, expiry <= now { expiresAt = now + max(0, expiry - e.createdAt) }
-                    try db.run(
-                        """
-                        UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, not_before = NULL,
-                          expires_at = ?, updated_at = ?
-                        WHERE seq = ? AND generation = ?
-                        """, [.int(now), .optional(expiresAt), .int(now), .int(e.seq), .int(e.generation)])
-                    retried.append(e.id)
-                }
-            }
+            func retry(_ entries: [Entry]) throws(OutboxError) { retried += try retryRows(entries, now: now) }
             if let ids {
                 for id in ids { if let e = try entry(id: id) { try retry([e]) } }
             } else if let key {
@@ -170,6 +158,29 @@ extension SQLStore {
             }
             return retried
         }
+    }
+
+    package func retry(asRead entries: [Entry], now: Int64) throws(OutboxError) -> [String] {
+        try writing { () throws(OutboxError) -> [String] in try retryRows(entries, now: now) }
+    }
+
+    /// Puts back the entries as read, each only while it is still in that state: runners
+    /// claim without the writers' lock (PostgreSQL), so one may have taken it since, and a
+    /// running entry put back in the queue under its runner would be sent twice.
+    private func retryRows(_ entries: [Entry], now: Int64) throws(OutboxError) -> [String] {
+        var retried: [String] = []
+        for e in entries where [.queued, .awaitingAuth, .error].contains(e.state) {
+            var expiresAt = e.expiresAt
+            if let expiry = e.expiresAt, expiry <= now { expiresAt = now + max(0, expiry - e.createdAt) }
+            let changed = try db.run(
+                """
+                UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, not_before = NULL,
+                  expires_at = ?, updated_at = ?
+                WHERE seq = ? AND generation = ? AND state = ?
+                """, [.int(now), .optional(expiresAt), .int(now), .int(e.seq), .int(e.generation), .text(e.state.rawValue)])
+            if changed > 0 { retried.append(e.id) }
+        }
+        return retried
     }
 
     package func forgetS3Upload(entrySeq: Int64, uploadID: String) throws(OutboxError) {

@@ -61,6 +61,9 @@ package protocol Store: AnyObject {
     /// (by id, key, or all with `errors`). Running and settled entries are left alone;
     /// unknown ids are not errors. Returns the ids put back.
     func retry(ids: [String]?, key: String?, errors: Bool, now: Int64) throws(OutboxError) -> [String]
+    /// `retry` of entries as the caller read them: one that changed since (a runner claimed
+    /// it, it settled, it was replaced) is left alone. Returns the ids put back.
+    func retry(asRead entries: [Entry], now: Int64) throws(OutboxError) -> [String]
     /// Merges a header patch into every entry, bumps the header generation and resumes
     /// awaiting-auth entries (reason `headersUpdatedReason` until their next attempt).
     /// Returns the new generation.

@@ -276,6 +276,19 @@ extension StoreConformance {
             #expect(try c.store.unacknowledgedOutcomes().map(\.entryID) == ["failed"])
         }
 
+        // A retry acts on entries as it read them: one a runner claimed since is left alone
+        // (put back in the queue under its runner, it was sent again by another).
+        @Test(arguments: StoreUnderTest.all)
+        func aRetryLeavesAnEntryClaimedSinceItWasRead(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.enqueue("x")
+            try c.enqueue("y")
+            let read = [try c.get("x"), try c.get("y")]
+            try c.claim("x", lease: runnerB)
+            #expect(try c.store.retry(asRead: read, now: t0 + 1) == ["y"])
+            #expect(try c.get("x").state == .running)
+        }
+
         @Test(arguments: StoreUnderTest.all)
         func retryByKeyAndOfErrors(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
