@@ -258,4 +258,35 @@ struct PostgresRunnersTests {
         #expect(await runner.wait().exitCode == 0)
         #expect(Self.hookLines(p) == ["e-1", "e-2"])
     }
+
+    // A runner that read an outcome as due while another runner claimed it and started its
+    // hook leaves that hook running: it is the other runner's, alive. It was SIGKILLed as a
+    // hook left by a runner that died before recording it.
+    @Test func aHookAnotherRunnerJustStartedIsLeftRunning() async throws {
+        let p = try Self.project(lease: "30s")
+        // The first delivery fails, keeping the outcome's token.
+        try p.writeHook("log.sh", "#!/bin/sh\necho \"$OUTBOX_HOOK_TOKEN\" > '\(p.path("token"))'\nexit 1\n")
+        try await Self.enqueue(p, 1...1)
+        let first = try await p.outbox(["run", "--drain"])
+        #expect(first.exitCode == 4, "\(first)")
+        let token = try #require(p.read("token")?.trimmingCharacters(in: .whitespacesAndNewlines))
+        // Runner B reads the outcome as due again and waits there.
+        let go = p.path("go")
+        let b = try p.start(["run"], environment: ["OUTBOX_FAULT_HOLD": "deliver.chosen:\(go)"])
+        await eventually("runner B chose the outcome") { FileManager.default.fileExists(atPath: go + ".reached") }
+        // Runner A (this test) claims the delivery and starts its hook, a process group of its own.
+        let url = try #require(p.environment["OUTBOX_STORE"])
+        let store = try PostgresStore(url: try PostgresURL(url), folder: p.path(".outbox"))
+        let outcome = try #require(try store.unacknowledgedOutcomes().first)
+        #expect(try store.claimDeliveries(seqs: [outcome.seq], lease: Lease(owner: "runner-a", durationMs: 60_000)).count == 1)
+        let hook = try RunningProcess(
+            executable: "/bin/sleep", arguments: ["600"], cwd: p.root, environment: [HookEnvironment.tokenName: token])
+        defer { hook.signal(SIGKILL) }
+        FileManager.default.createFile(atPath: go, contents: nil)
+        b.signal(SIGTERM)
+        let ended = await b.wait()
+        #expect(ended.exitCode == 0, "\(ended)")
+        #expect(!ended.stderr.contains("stopped hook process group"), "\(ended.stderr)")
+        #expect(hook.isRunning, "runner A's hook was stopped")
+    }
 }

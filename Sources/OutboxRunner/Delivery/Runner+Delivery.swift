@@ -37,6 +37,7 @@ extension Runner {
                 starting.append((outcome, hook))
             }
         }
+        if !starting.isEmpty { Fault.hold("deliver.chosen") }
         // A recorded process group on an outcome due again is a hook whose runner died (on
         // a shared store, while this one ran): it is stopped before the outcome goes again.
         if starting.contains(where: { $0.outcome.hookPgid != nil }) {
@@ -48,15 +49,10 @@ extension Runner {
                 delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
             }
         }
-        // Counted before, by a runner that died between starting its hook and recording the group.
+        // Counted before, maybe by a runner that died between starting its hook and recording
+        // the group: looked for once this runner holds the delivery (below).
         let unrecorded = starting.filter {
             $0.outcome.deliveries > 0 && $0.outcome.hookPgid == nil && !delivery.countedHere.contains($0.outcome.seq)
-        }
-        if !unrecorded.isEmpty {
-            let tokens = Set(unrecorded.map { HookEnvironment.token(store: config.store, outcomeSeq: $0.outcome.seq) })
-            for pgid in StaleHooks.stopLeaders(withVariable: HookEnvironment.tokenName, in: tokens) {
-                log("outbox: stopped hook process group \(pgid) left by a runner that stopped before recording it", level: .warn)
-            }
         }
         guard !starting.isEmpty else {
             guard !delivery.finished.isEmpty else { return }
@@ -78,6 +74,15 @@ extension Runner {
             let done = try store.acknowledge(acknowledgements, thenBegin: seqs, now: now)
             counts = done.counts
             try acknowledged(refused: done.refused, now: now)
+        }
+        // Only now, with the delivery this runner's: on a shared store the outcome read above
+        // may be one another runner has just claimed and started a hook for, which is alive.
+        let orphaned = unrecorded.filter { counts[$0.outcome.seq] != nil }
+        if !orphaned.isEmpty {
+            let tokens = Set(orphaned.map { HookEnvironment.token(store: config.store, outcomeSeq: $0.outcome.seq) })
+            for pgid in StaleHooks.stopLeaders(withVariable: HookEnvironment.tokenName, in: tokens) {
+                log("outbox: stopped hook process group \(pgid) left by a runner that stopped before recording it", level: .warn)
+            }
         }
         delivery.countedHere.formUnion(counts.keys)
         Fault.point("hook.counted")
