@@ -38,6 +38,18 @@ struct TerminalTextTests {
         #expect(hostile == expected + String(repeating: " ", count: 15) + "^")
     }
 
+    // The source line under an error goes to terminals and logs: a URL's password on it (a
+    // PostgreSQL store's) is hidden, as a credential header's value is.
+    @Test func aDiagnosticHidesAURLPasswordOnItsSourceLine() {
+        let source = "store: x\nstore: \"postgres://u:topsecret@127.0.0.1:1/db?schema=q\"\n"
+        let rendered = Diagnostic(path: "outbox.yaml", line: 2, column: 1, message: "duplicate key \"store\" (first at line 1)")
+            .rendered(source: source)
+        #expect(!rendered.contains("topsecret"), "\(rendered)")
+        #expect(rendered.contains("store: \"postgres://u:[redacted]@127.0.0.1:1/db?schema=q\""), "\(rendered)")
+        let header = Diagnostic(path: "d.yaml", line: 1, column: 1, message: "m").rendered(source: "Authorization: Bearer abcdef\n")
+        #expect(header.contains("Authorization: [redacted]") && !header.contains("abcdef"))
+    }
+
     // A table cell never breaks its row, and wide characters count as two columns.
     @Test func aCellStaysOnOneLineAndWideCharactersCountTwice() {
         #expect(TerminalText.cell("a\tb\nc\u{1B}") == "a\\x09b\\x0ac\\x1b")
