@@ -56,8 +56,13 @@ package struct PostgresURL: Sendable, Equatable {
         let schema = query.first { $0.0 == "schema" }?.1 ?? "outbox"
         guard Self.isIdentifier(schema) else {
             throw OutboxError(
-                .config, "store: schema \"\(schema.prefix(70))\" must be 1 to 63 lowercase letters, digits or _ (not starting with a digit)"
+                .config,
+                "store: schema \"\(schema.prefix(70))\" must be 1 to \(Self.maxSchemaLength) lowercase letters, digits or _ (not starting with a digit)"
             )
+        }
+        // PostgreSQL keeps `pg_` names for itself and refuses to create them.
+        guard !schema.hasPrefix("pg_") else {
+            throw OutboxError(.config, "store: schema \"\(schema)\" starts with pg_, which PostgreSQL keeps for its own schemas")
         }
         self.schema = schema
         let hostStart = rest[..<authorityEnd].lastIndex(of: "@").map { rest.index(after: $0) } ?? rest.startIndex
@@ -89,9 +94,13 @@ package struct PostgresURL: Sendable, Equatable {
         return pieces.joined(separator: "\"")
     }
 
+    /// PostgreSQL names are at most 63 bytes, and the schema's wake-up channel is `outbox_`
+    /// and the schema name.
+    static let maxSchemaLength = 63 - "outbox_".utf8.count
+
     static func isIdentifier(_ text: String) -> Bool {
         let bytes = Array(text.utf8)
-        guard (1...63).contains(bytes.count), !(UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[0]) else { return false }
+        guard (1...maxSchemaLength).contains(bytes.count), !(UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[0]) else { return false }
         return bytes.allSatisfy { b in
             (UInt8(ascii: "a")...UInt8(ascii: "z")).contains(b) || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(b)
                 || b == UInt8(ascii: "_")
