@@ -75,4 +75,69 @@ struct PostgresOutageTests {
         let foreign = ended.stderr.split(separator: "\n").filter { !$0.hasPrefix("20") && !$0.hasPrefix("outbox: ") }
         #expect(foreign.isEmpty, "\(foreign)")
     }
+
+    /// A statement the server cancels (here `statement_timeout`, while another session holds
+    /// the table) rolled its transaction back: the runner runs it again instead of stopping
+    /// with 74, and the request the server answered is not sent again.
+    @Test func aCancelledStatementRunsAgain() async throws {
+        let cluster = try PostgresCluster.shared()
+        let p = try TestProject(
+            config: heldRequestConfig,
+            definitions: [
+                "note": """
+                key: note
+                request:
+                  url: "{{ env.SERVER | raw }}/notes/{{ vars.n }}"
+                  data: { n: "{{ vars.n }}" }
+                on_success: hooks/log.sh
+                """
+            ])
+        try p.writeHook("log.sh", "#!/bin/sh\necho \"$OUTBOX_ID\" >> '\(p.path("hook.log"))'\n")
+        let schema = PostgresCluster.uniqueSchema("cancel")
+        let url = cluster.url(schema: schema)
+        let plain = String(url.prefix { $0 != "?" })
+        p.environment["SERVER"] = p.server.baseURL
+        p.environment["OUTBOX_STORE"] = url
+        #expect(try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "e-1"]).exitCode == 0)
+        p.server.script("/notes/", [.hold("answer")])
+        // Every statement of the runner's session is cancelled after 300 ms.
+        let runner = try p.start(["run"], environment: ["OUTBOX_STORE": url + "&options=-c%20statement_timeout%3D300"])
+        #expect(await p.server.waitForHeld("answer"))
+        // Another session holds the entries table; the answer's settle waits for it.
+        let locker = try RunningProcess(
+            executable: "/usr/bin/psql",
+            arguments: [
+                plain, "-v", "ON_ERROR_STOP=1", "-c", "BEGIN; LOCK TABLE \(schema).entries IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(600);",
+            ],
+            cwd: p.root, environment: ["PATH": "/usr/bin:/bin", "PGAPPNAME": "outbox-test-locker"])
+        defer { locker.signal(SIGKILL) }
+        func psql(_ sql: String) throws -> String {
+            let r = try RunningProcess(
+                executable: "/usr/bin/psql", arguments: [plain, "-At", "-c", sql], cwd: p.root, environment: ["PATH": "/usr/bin:/bin"])
+            let done = r.waitBlocking(timeout: 60)
+            return done.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        await eventually("the test session holds the table") {
+            (try? psql("SELECT count(*) FROM pg_stat_activity WHERE application_name = 'outbox-test-locker' AND wait_event = 'PgSleep'"))
+                == "1"
+        }
+        #expect(p.server.release("answer") == 1)
+        // The runner's statement waits for the lock, is cancelled, and waits again: two starts seen.
+        var starts = Set<String>()
+        await eventually("a cancelled statement run again", timeout: 60) {
+            let waiting =
+                (try? psql(
+                    "SELECT query_start FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name <> 'outbox-test-locker'"))
+                ?? ""
+            starts.formUnion(waiting.split(separator: "\n").map(String.init).filter { !$0.isEmpty })
+            return starts.count >= 2 || !runner.isRunning
+        }
+        #expect(runner.isRunning, "the runner stopped: \(runner.stderrSoFar)")
+        _ = try psql("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'outbox-test-locker'")
+        await eventually("the outcome is delivered") { (p.read("hook.log") ?? "") == "e-1\n" || !runner.isRunning }
+        runner.signal(SIGTERM)
+        let ended = await runner.wait(timeout: 120)
+        #expect(ended.exitCode == 0, "\(ended)")
+        #expect(p.server.requests(path: "/notes/").count == 1, "nothing was sent again")
+    }
 }

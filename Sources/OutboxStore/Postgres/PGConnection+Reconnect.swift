@@ -20,8 +20,10 @@ extension PGConnection {
                     continue
                 }
                 // The server rolled the transaction back to break a deadlock (or a serialization
-                // conflict): it surely did not happen, and runs again after a short random wait.
-                if transactionDepth == 0, ["40P01", "40001"].contains(lastSQLState), conflicts < Self.conflictRetries {
+                // conflict), or cancelled a statement of it (`statement_timeout`, `lock_timeout`,
+                // `pg_cancel_backend`): it surely did not happen, and runs again after a short
+                // random wait.
+                if transactionDepth == 0, Self.rolledBackStates.contains(lastSQLState ?? ""), conflicts < Self.conflictRetries {
                     conflicts += 1
                     usleep(UInt32.random(in: 1_000...(5_000 * UInt32(min(conflicts, 20)))))
                     continue
@@ -37,6 +39,10 @@ extension PGConnection {
 
     /// How many times a transaction the server rolled back for a deadlock runs again.
     static let conflictRetries = 50
+
+    /// SQLSTATEs of a statement whose transaction the server surely rolled back: deadlock,
+    /// serialization failure, statement cancelled (a timeout, or by request), lock not available.
+    static let rolledBackStates: Set<String> = ["40P01", "40001", "57014", "55P03"]
 
     static let unknownCommit = "lost the connection to the PostgreSQL store while a commit was on its way"
 
