@@ -147,6 +147,11 @@ package struct Config: Sendable {
             let scheme = text.prefix { $0 != ":" }.prefix(20)
             return "a \(scheme):// URL is not a store; a server store is postgres:// or postgresql:// (lowercase)"
         }
+        // `postgres:`, `postgresql:/db`: a server URL written short would quietly be a folder.
+        let lowered = text.lowercased()
+        if !isServerStore(text), lowered.hasPrefix("postgres:") || lowered.hasPrefix("postgresql:") {
+            return "\"\(text.prefix { $0 != ":" }.prefix(20)):\" is not a server URL; a server store is postgres://user@host/db (a folder is named by its path)"
+        }
         return nil
     }
 
