@@ -150,7 +150,8 @@ package struct Config: Sendable {
         // `postgres:`, `postgresql:/db`: a server URL written short would quietly be a folder.
         let lowered = text.lowercased()
         if !isServerStore(text), lowered.hasPrefix("postgres:") || lowered.hasPrefix("postgresql:") {
-            return "\"\(text.prefix { $0 != ":" }.prefix(20)):\" is not a server URL; a server store is postgres://user@host/db (a folder is named by its path)"
+            return
+                "\"\(text.prefix { $0 != ":" }.prefix(20)):\" is not a server URL; a server store is postgres://user@host/db (a folder is named by its path)"
         }
         return nil
     }

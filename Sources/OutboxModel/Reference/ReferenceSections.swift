@@ -100,6 +100,10 @@ enum ReferenceSections {
             ["`NOTIFY_SOCKET`", "`outbox run`", "systemd `Type=notify`: `READY=1` once the store is held, `STOPPING=1` at the end"],
             ["`WATCHDOG_USEC`", "`outbox run`", "with `NOTIFY_SOCKET`: `WATCHDOG=1` at half this interval"],
             ["`OUTBOX_FAULT`", "debug builds only", "`name[:n]`: the process kills itself at a named point (crash tests)"],
+            [
+                "`OUTBOX_FAULT_HOLD`", "debug builds only",
+                "`name:path`: the process waits at a named point, after writing `path.reached`, until `path` exists (race tests)",
+            ],
         ]
         page.table(["variable", "read by", "meaning"], rows)
     }
