@@ -10,10 +10,10 @@ import TestSupport
 /// away, it ends with E_STORAGE instead of waiting on.
 @Suite(.serialized)
 struct PostgresOutageTests {
-    @Test func aRunnerKeepsItsWorkWhileTheServerIsAway() async throws {
-        let cluster = try PostgresCluster.makePrivate()
-        // No stall limit and a long lease: held across a stop and start of the server, which
-        // are slow under a sanitizer, the requests must not be given up and sent again.
+    /// A project on `store` whose `note` hook appends the entry id to `hook.log`. No stall
+    /// limit and a long lease: requests held across an outage, which is slow under a
+    /// sanitizer, must not be given up and sent again.
+    static func project(store: String) throws -> TestProject {
         let p = try TestProject(
             config: heldRequestConfig,
             definitions: [
@@ -26,8 +26,14 @@ struct PostgresOutageTests {
                 """
             ])
         try p.writeHook("log.sh", "#!/bin/sh\necho \"$OUTBOX_ID\" >> '\(p.path("hook.log"))'\n")
-        p.environment["OUTBOX_STORE"] = cluster.url(schema: "outage")
+        p.environment["OUTBOX_STORE"] = store
         p.environment["SERVER"] = p.server.baseURL
+        return p
+    }
+
+    @Test func aRunnerKeepsItsWorkWhileTheServerIsAway() async throws {
+        let cluster = try PostgresCluster.makePrivate()
+        let p = try Self.project(store: cluster.url(schema: "outage"))
         p.server.script("/notes/", [.hold("away"), .hold("away")])
         let lines = #"{"vars": {"n": 1}, "id": "e-1"}"# + "\n" + #"{"vars": {"n": 2}, "id": "e-2"}"# + "\n"
         let enqueued = try await p.outbox(["enqueue", "note", "--from", "-"], stdin: lines)
@@ -80,24 +86,10 @@ struct PostgresOutageTests {
     /// the table) rolled its transaction back: the runner runs it again instead of stopping
     /// with 74, and the request the server answered is not sent again.
     @Test func aCancelledStatementRunsAgain() async throws {
-        let cluster = try PostgresCluster.shared()
-        let p = try TestProject(
-            config: heldRequestConfig,
-            definitions: [
-                "note": """
-                key: note
-                request:
-                  url: "{{ env.SERVER | raw }}/notes/{{ vars.n }}"
-                  data: { n: "{{ vars.n }}" }
-                on_success: hooks/log.sh
-                """
-            ])
-        try p.writeHook("log.sh", "#!/bin/sh\necho \"$OUTBOX_ID\" >> '\(p.path("hook.log"))'\n")
         let schema = PostgresCluster.uniqueSchema("cancel")
-        let url = cluster.url(schema: schema)
+        let url = try PostgresCluster.shared().url(schema: schema)
         let plain = String(url.prefix { $0 != "?" })
-        p.environment["SERVER"] = p.server.baseURL
-        p.environment["OUTBOX_STORE"] = url
+        let p = try Self.project(store: url)
         #expect(try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "e-1"]).exitCode == 0)
         p.server.script("/notes/", [.hold("answer")])
         // Every statement of the runner's session is cancelled after 300 ms.
