@@ -149,7 +149,10 @@ enum SimulateCommand {
         let plugins = i.args.flag("plugins")
         if !plugins { config.headersCommand = nil }
         return EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (key: String) throws(OutboxError) in
-            let definition = try project.definition(key)
+            let definition: Definition
+            do throws(OutboxError) { definition = try project.definition(key) } catch {
+                throw error.code == .invalid ? Runner.unknownKey(key) : error
+            }
             if !plugins, definition.requestCommand != nil {
                 throw .usage("\(key) is built by its request_command (--plugins runs it)")
             }

@@ -97,7 +97,7 @@ package struct Diagnostic: Sendable, Equatable {
     /// shown as `[redacted]`, and a URL's password too (a PostgreSQL store's): the error print
     /// goes to terminals and logs, where secrets never go.
     static func secretValueHidden(_ text: String) -> String {
-        let line = URLCheck.redactingPassword(text)
+        let line = URLCheck.redactingPasswords(inText: text)
         let trimmed = line.drop { $0 == " " || $0 == "\t" || $0 == "-" }
         guard let colon = trimmed.firstIndex(of: ":") else { return line }
         let name = trimmed[..<colon].filter { $0 != "\"" && $0 != "'" }.lowercased()

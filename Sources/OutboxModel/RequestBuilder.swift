@@ -223,6 +223,8 @@ package enum RequestBuilder {
         if let s = definition.scope {
             let rendered = try Template.render(s, context: ctx, mode: .value, field: "scope")
             scope = rendered.stringValue ?? rendered.serialized()
+            // The store keeps text: a NUL would cut the scope short and join it to another.
+            if scope?.utf8.contains(0) == true { throw .invalid("scope: the rendered value contains a NUL character") }
         }
         var prepared = PreparedRequest(
             method: method, url: url, headers: headers, body: body, accept: accept, retry: retry,

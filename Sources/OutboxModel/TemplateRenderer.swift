@@ -2,6 +2,8 @@
 struct TemplateRenderer {
     /// The most a template may render to (a text body built by loops).
     static let maxRenderedBytes = 16 << 20
+    /// Loop bodies one render may run, nested loops counted together.
+    static let maxLoopRepeats = 1_000_000
 
     let mode: TemplateMode
     let field: String
@@ -33,7 +35,8 @@ struct TemplateRenderer {
         }
         var out = ""
         var position = URLPosition()
-        try append(nodes, roots: roots, to: &out, position: &position)
+        var repeats = 0
+        try append(nodes, roots: roots, to: &out, position: &position, repeats: &repeats)
         switch mode {
         case .url:
             position.finish()
@@ -77,8 +80,9 @@ struct TemplateRenderer {
         return .string(checked)
     }
 
+    /// `repeats` counts the loop bodies rendered so far, across nested loops.
     private func append(
-        _ nodes: [TemplateNode], roots: [String: JSON], to out: inout String, position: inout URLPosition
+        _ nodes: [TemplateNode], roots: [String: JSON], to out: inout String, position: inout URLPosition, repeats: inout Int
     ) throws(OutboxError) {
         for node in nodes {
             switch node {
@@ -120,10 +124,16 @@ struct TemplateRenderer {
                     throw .invalid("\(field): \(tag): \(path.text) is \(article(other.typeName)), not a list")
                 }
                 for (i, item) in items.enumerated() {
+                    // Loops whose inside renders nothing never reach the size cap, yet still
+                    // multiply: three nested over 500 items would run for minutes.
+                    repeats += 1
+                    if repeats > Self.maxLoopRepeats {
+                        throw .invalid("\(field): \(tag) repeats a loop's inside more than \(Self.maxLoopRepeats) times in all")
+                    }
                     var inner = roots
                     inner[variable] = item
                     inner["loop"] = .object([("index", .int(i)), ("number", .int(i + 1))])
-                    try append(body, roots: inner, to: &out, position: &position)
+                    try append(body, roots: inner, to: &out, position: &position, repeats: &repeats)
                     // Nested loops multiply: a few hundred bytes of vars could render gigabytes.
                     if out.utf8.count > Self.maxRenderedBytes {
                         throw .invalid("\(field): \(tag) renders more than \(Self.maxRenderedBytes >> 20) MiB")

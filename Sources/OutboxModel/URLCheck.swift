@@ -276,6 +276,30 @@ extension URLCheck {
         return String(url[..<range.lowerBound]) + "[redacted]" + String(url[range.upperBound...])
     }
 
+    /// A line of text (a config file's) with the password of every URL in it shown as
+    /// `[redacted]`: a URL there ends at a quote, a space, a comma or a brace too.
+    package static func redactingPasswords(inText text: String) -> String {
+        var bytes = Array(text.utf8)
+        var i = 0
+        while i + 2 < bytes.count {
+            guard bytes[i] == UInt8(ascii: ":"), bytes[i + 1] == UInt8(ascii: "/"), bytes[i + 2] == UInt8(ascii: "/") else {
+                i += 1
+                continue
+            }
+            let start = i + 3
+            var end = start
+            while end < bytes.count, !isAuthorityEnd(bytes[end]), !" \t\"',}]".utf8.contains(bytes[end]) { end += 1 }
+            if let at = bytes[start..<end].lastIndex(of: UInt8(ascii: "@")),
+                let colon = bytes[start..<at].firstIndex(of: UInt8(ascii: ":"))
+            {
+                bytes.replaceSubrange((colon + 1)..<at, with: Array("[redacted]".utf8))
+                end = colon + 1 + "[redacted]".utf8.count
+            }
+            i = end
+        }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
     /// The URL's password as written and decoded, and the `Authorization: Basic` value libcurl
     /// makes of its userinfo: what an echo of the request would show (none without a password).
     package static func credentialValues(_ url: String) -> [String] {
@@ -320,13 +344,15 @@ extension URLCheck {
         passwordRange(url).map { String(url[$0]) }
     }
 
-    /// The texts a var holding this URL would show its password by: the password, and the
-    /// userinfo with it (`user:secret@`, which finds a short password in a var holding the
-    /// whole URL); those under 6 bytes are left, as every secret value is.
+    /// The texts a var holding this URL would show its password by: the password (6 bytes or
+    /// more, as every secret value), and the userinfo with it (`user:secret@`, whatever its
+    /// length, which finds a short password in a var holding the whole URL).
     package static func passwordTexts(_ url: String) -> [[UInt8]] {
         guard let range = passwordRange(url), let userinfo = userinfoRange(Array(url.utf8)) else { return [] }
         let bytes = Array(url.utf8)
-        return [Array(url[range].utf8), Array(bytes[userinfo.lowerBound...userinfo.upperBound])].filter { $0.count >= 6 }
+        // `user:secret@` is a credential by its shape, however short: no other value looks like it.
+        let password = Array(url[range].utf8)
+        return (password.count >= 6 ? [password] : []) + [Array(bytes[userinfo.lowerBound...userinfo.upperBound])]
     }
 
     /// Whether the URL has a userinfo (`user@`, `user:secret@`): libcurl sends it as

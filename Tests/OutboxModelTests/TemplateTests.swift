@@ -427,6 +427,19 @@ struct TemplateHostileInputTests {
         #expect(error?.message.hasSuffix("renders more than 16 MiB") == true, "\(error?.message ?? "")")
     }
 
+    @Test func nestedLoopsThatRenderNothingStopAtTheRepeatCap() throws {
+        // 400³ empty insides: nothing for the size cap to see, minutes of work.
+        let ctx = TemplateContext(roots: ["vars": .object([("l", .array((0..<400).map { .int($0) })), ("s", .string(""))])])
+        let template = "{{ for a in vars.l }}{{ for b in vars.l }}{{ for c in vars.l }}{{ vars.s }}{{ end }}{{ end }}{{ end }}"
+        let error = #expect(throws: OutboxError.self) { try Template.render(template, context: ctx, mode: .text, field: "request.text") }
+        #expect(error?.code == .invalid)
+        #expect(error?.message.hasSuffix("more than 1000000 times in all") == true, "\(error?.message ?? "")")
+        // A list as long as a million-line body renders.
+        let long = TemplateContext(roots: ["vars": .object([("l", .array((0..<1_000_000).map { _ in .int(1) }))])])
+        #expect(
+            try Template.render("{{ for a in vars.l }}x{{ end }}", context: long, mode: .text, field: "f").stringValue?.count == 1_000_000)
+    }
+
     @Test func eightThousandSubstitutionsRenderLinearly() throws {
         let ctx = TemplateContext(roots: [
             "vars": .object([("a", .string("x y")), ("list", .array(Array(repeating: .string("é"), count: 8_000)))])

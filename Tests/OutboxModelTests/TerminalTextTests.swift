@@ -46,6 +46,10 @@ struct TerminalTextTests {
             .rendered(source: source)
         #expect(!rendered.contains("topsecret"), "\(rendered)")
         #expect(rendered.contains("store: \"postgres://u:[redacted]@127.0.0.1:1/db?schema=q\""), "\(rendered)")
+        // Every URL of a line: two in one flow mapping.
+        let flow = "{store: \"postgres://u:s3cret@h:1/db?schema=q\", store: \"postgres://u:s3cret@h:1/db?schema=q\"}\n"
+        let twice = Diagnostic(path: "outbox.yaml", line: 1, column: 56, message: "duplicate key \"store\"").rendered(source: flow)
+        #expect(!twice.contains("s3cret") && twice.components(separatedBy: "u:[redacted]@h:1").count == 3, "\(twice)")
         let header = Diagnostic(path: "d.yaml", line: 1, column: 1, message: "m").rendered(source: "Authorization: Bearer abcdef\n")
         #expect(header.contains("Authorization: [redacted]") && !header.contains("abcdef"))
     }

@@ -152,7 +152,7 @@ extension FaultServerTests {
     /// A URL's userinfo goes out as `Authorization: Basic`: a redirect to another host is not
     /// followed, with or without a password, as for an `Authorization` header. A var holding
     /// the URL shows it redacted, a short password too (found by its `user:password@`).
-    @Test(arguments: ["usr:url-pass-5@", "usr@", "usr:ab@"])
+    @Test(arguments: ["usr:url-pass-5@", "usr@", "usr:ab@", "a:b@"])
     func aURLsUserinfoNeverFollowsARedirectToAnotherHost(_ userinfo: String) async throws {
         let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
         let target = "http://localhost:\(p.server.port)/landing"
