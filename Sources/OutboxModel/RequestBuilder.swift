@@ -225,6 +225,8 @@ package enum RequestBuilder {
             scope = rendered.stringValue ?? rendered.serialized()
             // The store keeps text: a NUL would cut the scope short and join it to another.
             if scope?.utf8.contains(0) == true { throw .invalid("scope: the rendered value contains a NUL character") }
+            // An empty value (a var left blank) is no scope, not one scope every such entry shares.
+            if scope == "" { scope = nil }
         }
         var prepared = PreparedRequest(
             method: method, url: url, headers: headers, body: body, accept: accept, retry: retry,

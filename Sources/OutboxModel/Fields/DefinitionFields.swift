@@ -28,7 +28,7 @@ package enum DefinitionFields {
                 "how long an entry may keep trying; past it the entry settles `error`, kind `expired`"),
             Field(
                 "scope", .nullable(.template("a serial scope name")), .none, example: "note-{{ vars.note_id }}",
-                "entries with the same rendered scope run one at a time, in enqueue order"),
+                "entries with the same rendered scope run one at a time, in enqueue order; one that renders empty has no scope"),
             Field(
                 "on_rejected", .enumeration(["continue", "cancel-scope"]), .value("continue"), example: "cancel-scope",
                 "what an entry that settles `error` does to the entries queued behind it in its scope"),

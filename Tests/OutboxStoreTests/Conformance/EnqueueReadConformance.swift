@@ -48,6 +48,9 @@ extension StoreConformance {
             let e = try c.get("s-1")
             #expect(e.expiresAt == t0 + 42)
             #expect(e.scope == "album-9")
+            // A scope that renders empty is none: such entries do not wait for each other.
+            _ = try c.store.enqueue([try c.entry("s-2", "scoped", #"{"n": 2, "s": ""}"#)], now: t0)
+            #expect(try c.get("s-2").scope == nil)
         }
 
         // A body too large for a row reads back byte for byte, wherever the store keeps it.
