@@ -66,7 +66,9 @@ struct FollowUpDepthTests {
         let log = (p.read("hooks/log.jsonl") ?? "").split(separator: "\n")
         #expect(log.count == 2)
         // The follow-up's line: on a busy machine its hook may run before c0's, so not always the last.
-        let refused = log.filter { $0.contains(#""follow_up_errors":[{"index":0,"key":"chain","message":"vars nest deeper than 512 levels""#) }
+        let refused = log.filter {
+            $0.contains(#""follow_up_errors":[{"index":0,"key":"chain","message":"vars nest deeper than 512 levels""#)
+        }
         #expect(refused.count == 1, "\(log.map { $0.prefix(200) })")
         #expect(run.stderr.contains("the follow-ups of"), "\(run.stderr)")
         #expect(try await p.list().isEmpty)
