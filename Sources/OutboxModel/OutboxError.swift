@@ -78,7 +78,9 @@ package struct Diagnostic: Sendable, Equatable {
         if let lines, line >= 1, line <= lines.count {
             let bytes = lines[line - 1]
             let text = String(decoding: bytes, as: UTF8.self)
-            let lineText = Self.secretValueHidden(text.utf8.last == 0x0D ? String(decoding: bytes.dropLast(), as: UTF8.self) : text)
+            let lineText = Self.secretValueHidden(
+                text.utf8.last == 0x0D ? String(decoding: bytes.dropLast(), as: UTF8.self) : text,
+                inHeaders: Self.isInHeaders(lines, index: line - 1))
             let escapedColumn = TerminalText.visible(String(lineText.prefix(max(0, column - 1)))).count + 1
             let shown = TerminalText.excerpt(TerminalText.visible(lineText), column: escapedColumn)
             let caretPad = String(shown.text.prefix(shown.column - 1).map { $0 == "\t" ? "\t" : " " })
@@ -93,15 +95,49 @@ package struct Diagnostic: Sendable, Equatable {
         Substring(source).utf8.split(separator: 0x0A, omittingEmptySubsequences: false)
     }
 
-    /// A source line that gives a credential header (`Authorization: Bearer ...`) with its value
-    /// shown as `[redacted]`, and a URL's password too (a PostgreSQL store's): the error print
-    /// goes to terminals and logs, where secrets never go.
-    static func secretValueHidden(_ text: String) -> String {
+    /// A source line with its secrets shown as `[redacted]`: a URL's password (a PostgreSQL
+    /// store's), a credential header's value (`Authorization: Bearer ...`), and every value
+    /// inside a `headers` mapping (any header may be a secret, `redact_headers` included, and a
+    /// value may go on over several lines): the error print goes to terminals and logs.
+    static func secretValueHidden(_ text: String, inHeaders: Bool = false) -> String {
         let line = URLCheck.redactingPasswords(inText: text)
-        let trimmed = line.drop { $0 == " " || $0 == "\t" || $0 == "-" }
-        guard let colon = trimmed.firstIndex(of: ":") else { return line }
-        let name = trimmed[..<colon].filter { $0 != "\"" && $0 != "'" }.lowercased()
-        guard ["authorization", "cookie", "proxy-authorization"].contains(name) else { return line }
+        let indent = line.prefix { $0 == " " || $0 == "\t" || $0 == "-" }
+        let trimmed = line.dropFirst(indent.count)
+        let colon = trimmed.firstIndex(of: ":")
+        let name = colon.map { trimmed[..<$0].filter { $0 != "\"" && $0 != "'" }.lowercased() } ?? ""
+        // A header name is one token; anything else before a colon is part of a value.
+        let isKey = !name.isEmpty && name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "!#$%&*+.^_`|~-".contains($0)) }
+        guard let colon, isKey else {
+            return inHeaders && !trimmed.isEmpty && !trimmed.hasPrefix("#") ? indent + "[redacted]" : line
+        }
+        guard inHeaders || ["authorization", "cookie", "proxy-authorization"].contains(name) else { return line }
+        if trimmed[trimmed.index(after: colon)...].allSatisfy({ $0 == " " || $0 == "\t" }) { return line }
         return String(line[..<colon]) + ": [redacted]"
+    }
+
+    /// Whether line `index` is in a `headers` mapping or gives one: its own key, or a key of
+    /// a line above with less indentation (the blocks that hold it), is `headers`.
+    static func isInHeaders(_ lines: [Substring.UTF8View.SubSequence], index: Int) -> Bool {
+        func indentation(_ line: Substring.UTF8View.SubSequence) -> Int { line.prefix { $0 == 0x20 || $0 == 0x2D }.count }
+        func isHeadersKey(_ line: Substring.UTF8View.SubSequence) -> Bool {
+            let text = String(decoding: line, as: UTF8.self).lowercased()
+            let key = text.drop { $0 == " " || $0 == "-" || $0 == "\t" }.prefix { $0 != ":" }
+            return key.filter { $0 != "\"" && $0 != "'" && $0 != "{" && $0 != " " } == "headers" || text.contains("headers:")
+        }
+        guard index >= 0, index < lines.count else { return false }
+        if isHeadersKey(lines[index]) { return true }
+        var indent = indentation(lines[index])
+        var i = index - 1
+        while i >= 0, indent > 0 {
+            let line = lines[i]
+            let content = line.drop { $0 == 0x20 || $0 == 0x09 }
+            i -= 1
+            if content.isEmpty || content.first == UInt8(ascii: "#") || content.allSatisfy({ $0 == 0x0D }) { continue }
+            let level = indentation(line)
+            guard level < indent else { continue }
+            if isHeadersKey(line) { return true }
+            indent = level
+        }
+        return false
     }
 }

@@ -54,6 +54,27 @@ struct TerminalTextTests {
         #expect(header.contains("Authorization: [redacted]") && !header.contains("abcdef"))
     }
 
+    // Any header may be a secret (`redact_headers` names more): under `headers` no value shows,
+    // whether it sits on its key's line, goes on over lines of its own, or is in a flow mapping.
+    @Test func aDiagnosticHidesEveryHeaderValueOnItsSourceLine() {
+        func shown(_ source: String, line: Int, column: Int) -> String {
+            Diagnostic(path: "d.yaml", line: line, column: column, message: "did not find expected key").rendered(source: source)
+        }
+        let own = shown("key: bad\nrequest:\n  headers:\n    X-Api-Key: \"TOPSECRET-A\" x\n", line: 4, column: 30)
+        #expect(!own.contains("TOPSECRET") && own.contains("X-Api-Key: [redacted]"), "\(own)")
+        let below = shown("request:\n  headers:\n    Authorization:\n      \"Bearer TOPSECRET-B\" x\n", line: 4, column: 28)
+        #expect(!below.contains("TOPSECRET") && below.contains("      [redacted]"), "\(below)")
+        let folded = shown("request:\n  headers:\n    X-A: >\n      Bearer: TOPSECRET-D\n", line: 4, column: 9)
+        #expect(!folded.contains("TOPSECRET"), "\(folded)")
+        let flow = shown("request:\n  headers: { Authorization: \"Bearer TOPSECRET-C\", X-B: [1] }\n", line: 2, column: 56)
+        #expect(!flow.contains("TOPSECRET") && flow.contains("headers: [redacted]"), "\(flow)")
+        // Outside `headers` a line shows whole, and a key with nothing after it too.
+        let url = shown("request:\n  url: http://x/ x: y\n  headers:\n    X-A: b\n", line: 2, column: 19)
+        #expect(url.contains("url: http://x/ x: y"), "\(url)")
+        let empty = shown("request:\n  headers:\n    X-A: b\n", line: 2, column: 3)
+        #expect(empty.contains("  headers:\n"), "\(empty)")
+    }
+
     // A table cell never breaks its row, and wide characters count as two columns.
     @Test func aCellStaysOnOneLineAndWideCharactersCountTwice() {
         #expect(TerminalText.cell("a\tb\nc\u{1B}") == "a\\x09b\\x0ac\\x1b")
