@@ -306,6 +306,22 @@ import TestSupport
 
     /// A Complete that fails is an attempt of its own (an event, a row of the attempt log),
     /// and backs off as a first failure, not as one after every part the entry sent.
+    /// Create, each part and Complete are one attempt each, numbered in the order they
+    /// start: the attempt events and the hook's `meta.attempts` agree.
+    @Test func everyRequestOfAnUploadIsOneAttempt() async throws {
+        let sandbox = try await Self.stage()
+        try sandbox.define(
+            "s3-put",
+            Self.definition(endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin", extra: #"on_success: "cat > outcome.json""#))
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"], environment: Self.testingCredentials)
+        #expect(run.status == 0, "\(run.stderr)")
+        let events = run.stdoutText.split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
+        let numbers = events.filter { $0["type"]?.stringValue == "attempt" }.compactMap { $0["attempt"]?.int64Value }
+        #expect(numbers.sorted() == Array(1...7), "Create, 5 parts, Complete: \(numbers)")
+        let meta = try #require(PartFiles.readJSON(sandbox.path("outcome.json"))?["meta"] as? [String: Any])
+        #expect(meta["attempts"] as? Int == 7, "\(meta)")
+    }
+
     @Test func aFailedCompleteIsAnAttemptAndBacksOffAsAFirstFailure() async throws {
         let sandbox = try await Self.stage(backoffMax: "2h")
         sandbox.server.script("/crash/big.bin?uploadId=", [.status(500, body: "<Error><Code>InternalError</Code></Error>")])

@@ -65,9 +65,13 @@ extension Runner {
         let token = flights.nextToken
         flights.nextToken += 1
         let host = URLCheck.hostKey(url)
+        // Create, Complete and the HEAD after a lost upload count as the parts do (one number
+        // a request, the hook's `meta.attempts` their total); the existence check counts only
+        // when it skips the upload (`skipUpload`), the abort never.
+        let attempt = (flights.running[entry.id]?.attempts ?? entry.attempts) + 1
+        if step == .create || step == .complete || step == .head { flights.running[entry.id]?.attempts = attempt }
         var flight = Flight(
-            entryID: entry.id, partIndex: nil, requestID: requestID, host: host, url: url, method: method,
-            attempt: entry.attempts + 1)
+            entryID: entry.id, partIndex: nil, requestID: requestID, host: host, url: url, method: method, attempt: attempt)
         flight.s3Step = step
         if step == .abort { flight.abortedUpload = (entry.seq, uploadID) }
         (flight.sentHeaders, flight.secretHeaders) = (request.headers, entry.request.secretHeaders)
