@@ -70,9 +70,10 @@ int csystem_write_file(const char *path, const void *bytes, size_t count) {
     return rc;
 }
 
-int csystem_copy_file(const char *src, const char *dst, int64_t limit) {
+int csystem_copy_file(const char *src, const char *dst, int64_t limit, int *source_failed) {
     /* Non-blocking, and only a regular file: a FIFO or device put in the source's place
        fails here instead of hanging the copy or reading forever. */
+    if (source_failed) *source_failed = 1;
     int in = open(src, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (in < 0) return -errno;
     struct stat info;
@@ -81,6 +82,7 @@ int csystem_copy_file(const char *src, const char *dst, int64_t limit) {
         close(in);
         return checked;
     }
+    if (source_failed) *source_failed = 0;
     int out = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0) {
         int e = errno;
@@ -122,6 +124,7 @@ int csystem_copy_file(const char *src, const char *dst, int64_t limit) {
         if (r < 0) {
             if (errno == EINTR) continue;
             rc = -errno;
+            if (source_failed) *source_failed = 1;
             break;
         }
         if (r == 0) break;

@@ -133,8 +133,7 @@ struct MoveJournal {
                     continue
                 }
                 if !Paths.exists(move.source) {
-                    if Self.putBack(move.staged, at: move.source) {
-                        Self.restore(move.source, mode: move.mode, mtimeNs: move.mtimeNs)
+                    if Self.putBack(move.staged, at: move.source, mode: move.mode, mtimeNs: move.mtimeNs) {
                         done.append("put \(move.source) back (a process moving it was stopped before it finished)")
                     } else {
                         // Its folder went away (moved with the project, say): the only copy stays, kept.
@@ -169,21 +168,25 @@ struct MoveJournal {
         return finalTarget
     }
 
-    /// Moves a staged file back to its source path: a rename, or across filesystems a copy
-    /// (synced, then renamed into place) before the store's copy is removed.
-    static func putBack(_ file: String, at source: String) -> Bool {
+    /// Moves a staged file back to its source path with the mode and modification time it
+    /// had there: a rename, or across filesystems a copy (given them, synced, then renamed
+    /// into place, so a kill never leaves it there without them) before the store's copy goes.
+    static func putBack(_ file: String, at source: String, mode: UInt32?, mtimeNs: Int64?) -> Bool {
         if rename(file, source) == 0 {
+            restore(source, mode: mode, mtimeNs: mtimeNs)
             _ = csystem_fsync_dir(Paths.dirname(source))
             return true
         }
         guard errno == EXDEV else { return false }
         let temp = "\(source)\(returnCopySuffix)\(getpid())"
-        guard csystem_copy_file(file, temp, -1) == 0 else { return false }
-        guard rename(temp, source) == 0 else {
+        guard csystem_copy_file(file, temp, -1, nil) == 0 else { return false }
+        restore(temp, mode: mode, mtimeNs: mtimeNs)
+        guard csystem_fsync_path(temp) == 0, rename(temp, source) == 0 else {
             unlink(temp)
             return false
         }
         _ = csystem_fsync_dir(Paths.dirname(source))
+        Fault.point("return.copied")
         unlink(file)
         return true
     }

@@ -56,9 +56,7 @@ extension SQLStore {
             let sourceTaken = Paths.exists(source)
             var putBackError = ""
             if !sourceTaken {
-                if MoveJournal.putBack(file, at: source) {
-                    // A copy across filesystems is a new file: it gets the mode and times it had.
-                    MoveJournal.restore(source, mode: identity?.mode, mtimeNs: identity?.mtimeNs)
+                if MoveJournal.putBack(file, at: source, mode: identity?.mode, mtimeNs: identity?.mtimeNs) {
                     Fault.point("forget.returned")
                     continue
                 }

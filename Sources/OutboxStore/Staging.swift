@@ -71,15 +71,13 @@ struct Staging {
         let source = file.path
         let temp = tempPath(for: final)
         // One byte past the recorded size is enough to see a file that grew.
-        let rc = csystem_copy_file(source, temp, file.size + 1)
+        var sourceFailed: Int32 = 0
+        let rc = csystem_copy_file(source, temp, file.size + 1, &sourceFailed)
         guard rc == 0 else {
             if -rc == ENOENT { throw .fileMissing("no such file \(source)") }
             if -rc == EINVAL { throw .invalid("\(source) is not a regular file (any more)") }
-            // A source this process can open points at the other end: the store's folder.
-            if Paths.readProblem(source) == nil {
-                throw .storage("cannot write into the store folder \(Paths.dirname(final)): \(Paths.errnoMessage(-rc))")
-            }
-            throw .storage("cannot copy \(source) into the store: \(Paths.errnoMessage(-rc))")
+            if sourceFailed != 0 { throw .fileMissing("cannot read \(source): \(Paths.errnoMessage(-rc))") }
+            throw .storage("cannot write into the store folder \(Paths.dirname(final)): \(Paths.errnoMessage(-rc))")
         }
         let copied = FileInfo.stat(temp)?.size ?? -1
         guard copied == file.size, let now = FileInfo.stat(source), file.matches(size: now.size, mtimeNs: now.mtimeNs, inode: now.inode)

@@ -180,7 +180,7 @@ package enum StoreCopy {
             // holds no entry, so none owns it) is replaced, never appended to or refused.
             let temp = target + ".tmp-\(getpid())-copy"
             unlink(temp)
-            var rc = csystem_copy_file(path, temp, -1)
+            var rc = csystem_copy_file(path, temp, -1, nil)
             if rc == 0, rename(temp, target) != 0 { rc = -errno }
             guard rc == 0 else {
                 unlink(temp)

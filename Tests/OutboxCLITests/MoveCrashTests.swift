@@ -123,6 +123,44 @@ struct MoveCrashTests {
     }
 }
 
+extension MoveCrashTests {
+    /// A cancel puts a file moved across filesystems back by a copy: killed once the copy is
+    /// at the source path and the store's copy is not yet removed, the file has its mode and
+    /// modification time already (it got them before it was renamed into place).
+    @Test func aKillMidCopyBackAcrossFilesystemsLeavesTheModeAndTime() async throws {
+        let p = try CLIProject()
+        var here = stat(), shm = stat()
+        guard stat(p.root, &here) == 0, stat("/dev/shm", &shm) == 0, here.st_dev != shm.st_dev else {
+            Issue.record("no second filesystem at /dev/shm: the copy back across filesystems cannot be tested here")
+            return
+        }
+        let store = "/dev/shm/outbox-test-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: store) }
+        _ = try p.write("config/outbox.yaml", "store: \(store)\n")
+        _ = try p.write(
+            "definitions/mv.yaml",
+            """
+            key: mv
+            request: { method: PUT, url: "https://x.example/a", file: "{{ vars.path }}", ownership: move }
+            """)
+        let file = try p.write("data/a.bin", "the user's bytes")
+        let mtime = Date(timeIntervalSince1970: 1_614_834_367)
+        try FileManager.default.setAttributes([.posixPermissions: 0o640, .modificationDate: mtime], ofItemAtPath: file)
+        #expect(try await p.outbox(["enqueue", "mv", "--id", "a", "--vars", #"{"path": "data/a.bin"}"#]).exitCode == 0)
+        #expect(!FileManager.default.fileExists(atPath: file), "moved into the store")
+        let killed = try await p.outbox(["cancel", "a"], environment: ["OUTBOX_FAULT": "return.copied"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        for moment in ["killed", "after the next command"] {
+            let attributes = try FileManager.default.attributesOfItem(atPath: file)
+            #expect(attributes[.posixPermissions] as? Int == 0o640, "\(moment)")
+            #expect(attributes[.modificationDate] as? Date == mtime, "\(moment)")
+            #expect(p.read("data/a.bin") == "the user's bytes", "\(moment)")
+            #expect(p.run("list", "--json").out == "[]\n")
+        }
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: store + "/bodies")) ?? []).isEmpty, "the store's copy is gone")
+    }
+}
+
 /// A copy staged by an enqueue that was killed before its commit is an orphan: `audit`
 /// reports it, `audit --fix` and the next runner remove it, never the files of an enqueue
 /// still staging.

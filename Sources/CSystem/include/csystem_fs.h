@@ -12,8 +12,9 @@ int csystem_lock_file(const char *path);
 /* 1 when path still names the file open as fd (a lock file nobody removed or replaced). */
 int csystem_lock_is_named(int fd, const char *path);
 /* Copies src to dst (created O_EXCL 0600) with copy_file_range, falling back to read/write;
-   fsyncs dst; at most `limit` bytes unless it is negative. 0 or -errno. */
-int csystem_copy_file(const char *src, const char *dst, int64_t limit);
+   fsyncs dst; at most `limit` bytes unless it is negative. 0 or -errno; *source_failed (when
+   not NULL) tells whether the error was opening or reading src rather than writing dst. */
+int csystem_copy_file(const char *src, const char *dst, int64_t limit, int *source_failed);
 /* Size, mtime in ns and inode of a path; 0 or -errno. */
 int csystem_stat(const char *path, int64_t *size, int64_t *mtime_ns, uint64_t *inode, int *is_regular);
 /* fsync an existing file by path. 0 or -errno. */
