@@ -22,10 +22,8 @@ enum ReadCommands {
         let store = try i.project().store()
         let control = try store.control()
         if i.json {
-            i.console.write("[")
             let filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))
             try store.writeListRows(filter, displayState: { displayState($0, key: $1, control: control) }) { i.console.write($0) }
-            i.console.write("]\n")
             return 0
         }
         let filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))

@@ -393,6 +393,6 @@ struct RedirectGuard {
     static func origin(_ location: String, relativeTo base: String) -> String? {
         var out = [CChar](repeating: 0, count: 1024)
         guard ccurl_redirect_origin(base, location, &out, out.count) == 0 else { return nil }
-        return String(cString: out).lowercased()
+        return String(decoding: out.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self).lowercased()
     }
 }

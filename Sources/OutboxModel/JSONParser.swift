@@ -81,6 +81,17 @@ extension JSON {
     }
 }
 
+extension JSON {
+    /// Whether `utf8` is one JSON value (with spaces around it), checked without building it.
+    package static func isWellFormed(utf8: UnsafeBufferPointer<UInt8>) -> Bool {
+        var reader = JSONReader(bytes: utf8)
+        reader.skipSpace()
+        do { try reader.skipValue(depth: 0) } catch { return false }
+        reader.skipSpace()
+        return reader.index == utf8.count
+    }
+}
+
 private struct JSONReader {
     let bytes: UnsafeBufferPointer<UInt8>
     var index = 0
@@ -208,13 +219,25 @@ private struct JSONReader {
         }
     }
 
-    /// Walks over a string, its opening quote at `index`; escapes are stepped over, not decoded.
+    /// Walks over a string, its opening quote at `index`; escapes are checked, not decoded.
     mutating func skipString() throws(JSONParseError) {
         index += 1
         while index < bytes.count {
             switch bytes[index] {
             case UInt8(ascii: "\""): index += 1; return
-            case UInt8(ascii: "\\"): index += 2
+            case UInt8(ascii: "\\"):
+                guard index + 1 < bytes.count else { throw fail("unterminated string") }
+                switch bytes[index + 1] {
+                case UInt8(ascii: "u"):
+                    index += 2
+                    _ = try readHex4()
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+                    UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+                    index += 2
+                default:
+                    index += 1
+                    throw fail("invalid escape")
+                }
             case ..<0x20: throw fail("control character in string")
             default: index += 1
             }

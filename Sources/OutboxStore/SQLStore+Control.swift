@@ -294,6 +294,7 @@ extension SQLStore {
         try db.read { () throws(OutboxError) in
             try forEachChunk(ListFilter()) { entries throws(OutboxError) in for e in entries { try check(e) } }
         }
+        do { _ = try unacknowledgedOutcomes() } catch  where error.code == .storage { problems.append(error.message) }
         let orphans = try db.queryOne("SELECT COUNT(*) FROM parts WHERE entry_seq NOT IN (SELECT seq FROM entries)") { $0.int(0) } ?? 0
         if orphans > 0 { problems.append(orphans == 1 ? "1 part belongs to no entry" : "\(orphans) parts belong to no entry") }
         // While an enqueue stages its bodies (it holds the lock shared) they are not in the

@@ -34,16 +34,33 @@ extension SQLStore {
         }
     }
 
-    /// `list --json` rows written as JSON text straight from the columns, without parsing
-    /// the stored request or vars (vars are kept as compact JSON), so 100,000 rows stream
-    /// in well under a second. `displayState` maps a stored state to the one shown.
+    /// `list --json`: the array of rows written as JSON text straight from the columns,
+    /// without parsing the stored request or vars (vars are kept as compact JSON), so 100,000
+    /// rows stream in well under a second. `displayState` maps a stored state to the one shown.
+    /// Vars that are not JSON (a hand-edited row) fail it with E_STORAGE before anything is
+    /// written: they are checked first, in the same snapshot as the rows.
     package func writeListRows(
+        _ filter: ListFilter, displayState: (String, String) -> String,
+        _ write: (String) -> Void
+    ) throws(OutboxError) {
+        try db.read { () throws(OutboxError) in
+            let (conditions, values) = Self.filterConditions(filter)
+            try db.forEach("SELECT id, vars FROM entries WHERE 1=1" + conditions, values) { r throws(OutboxError) in
+                guard r.withText(1, JSON.isWellFormed) else {
+                    throw Self.damaged("the stored entry \(r.text(0)) is damaged: its vars are not JSON", id: r.text(0))
+                }
+            }
+            try writeCheckedListRows(filter, displayState: displayState, write)
+        }
+    }
+
+    private func writeCheckedListRows(
         _ filter: ListFilter, displayState: (String, String) -> String,
         _ write: (String) -> Void
     ) throws(OutboxError) {
         let (sql, values) = Self.listQuery(filter)
         // Built as bytes straight from SQLite's column buffers: no String per column.
-        var out: [UInt8] = []
+        var out: [UInt8] = [UInt8(ascii: "[")]
         out.reserveCapacity(1 << 17)
         var first = true
         var written = 0
@@ -72,7 +89,7 @@ extension SQLStore {
             if let masked = try Self.maskedVars(r) {
                 out += masked.serialized().utf8
             } else {
-                r.withText(2) { out.append(contentsOf: $0) }  // stored as compact JSON
+                r.withText(2) { out.append(contentsOf: $0) }  // stored as compact JSON, checked above
             }
             literal(",\"state\":")
             JSON.appendString(state, to: &out)
@@ -100,6 +117,7 @@ extension SQLStore {
                 out.removeAll(keepingCapacity: true)
             }
         }
+        literal("]\n")
         write(String(decoding: out, as: UTF8.self))
     }
 

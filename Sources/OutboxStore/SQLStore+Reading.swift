@@ -72,6 +72,11 @@ extension SQLStore {
         } catch {
             throw Self.damaged("\(error.message) (entry \(id))", id: id)
         }
+        // Counts that no store of ours writes would overflow where the runner adds to them.
+        for (column, name) in [(7, "generation"), (12, "total_bytes"), (13, "bytes_sent"), (14, "attempts"), (19, "header_generation")]
+        where !Self.plausibleCount.contains(r.int(Int32(column))) {
+            throw Self.damaged("the stored entry \(id) is damaged: \(name) \(r.int(Int32(column))) is out of range", id: id)
+        }
         return Entry(
             seq: r.int(0), id: id, internalID: r.text(2), key: r.text(3),
             vars: try vars(r.text(4), id: id),
@@ -83,6 +88,10 @@ extension SQLStore {
             updatedAt: r.int(21), expiresAt: r.optionalInt(22), notBefore: r.optionalInt(23), nextAttemptAt: r.optionalInt(24),
             leaseOwner: r.optionalText(25), lastRequestID: r.optionalText(26), waitsForDelivery: r.int(27) != 0)
     }
+
+    /// What a stored count or byte offset can be: 0 to 2^53 (what every JSON reader holds
+    /// exactly); far above any real one, far below where adding to it overflows.
+    static var plausibleCount: ClosedRange<Int64> { 0...(1 << 53) }
 
     package func entry(id: String) throws(OutboxError) -> Entry? {
         try db.queryOne("SELECT \(Self.entryColumns) FROM entries WHERE id = ?", [.text(id)], entryFromRow)
@@ -146,6 +155,13 @@ extension SQLStore {
             FROM parts WHERE entry_seq = ? ORDER BY idx
             """, [.int(entrySeq)]
         ) { r throws(OutboxError) in
+            let (start, end) = (r.int(1), r.int(2))
+            guard Self.plausibleCount.contains(start), Self.plausibleCount.contains(end), start <= end,
+                Self.plausibleCount.contains(r.int(8))
+            else {
+                throw .storage(
+                    "a part of an entry is damaged: the part at index \(r.int(0)) covers \(start)..<\(end) after \(r.int(8)) attempts")
+            }
             var responseHeaders: JSON?
             if let text = r.optionalText(7) { responseHeaders = try Self.storedJSON(text, what: "response headers of a part") }
             return StoredPart(
@@ -162,15 +178,32 @@ extension SQLStore {
         }.reversed()
     }
 
+    /// A recorded hook's process group and start time; nil when they name no process (a group
+    /// is a positive pid, a start time a tick count), which converting would trap on.
+    static func hookProcess(_ pgid: Int64, _ start: Int64) -> (pgid: Int32, startTime: UInt64)? {
+        guard let group = Int32(exactly: pgid), group > 0, let ticks = UInt64(exactly: start) else { return nil }
+        return (group, ticks)
+    }
+
     static func outcome(_ r: Database.Row) throws(OutboxError) -> OutcomeRecord {
         guard let outcome = Outcome(rawValue: r.text(4)) else {
             throw .storage("the outcome of \(r.text(1)) is damaged: unknown outcome \"\(r.text(4))\"")
         }
+        let pgid = r.optionalInt(10)
+        let start = r.optionalInt(11)
+        let hook = pgid.flatMap { hookProcess($0, start ?? 0) }
+        let id = r.text(1)
+        if let pgid, hook == nil {
+            throw damaged("the outcome of \(id) is damaged: hook process group \(pgid) started at \(start ?? 0) names no process", id: id)
+        }
+        for (column, name) in [(3, "generation"), (6, "deliveries")] where !plausibleCount.contains(r.int(Int32(column))) {
+            throw damaged("the outcome of \(id) is damaged: \(name) \(r.int(Int32(column))) is out of range", id: id)
+        }
         return OutcomeRecord(
             seq: r.int(0), entryID: r.text(1), key: r.text(2), generation: r.int(3), outcome: outcome,
             payload: try storedJSON(r.text(5), what: "outcome payload of \(r.text(1))"), deliveries: r.int(6), acknowledged: r.int(7) != 0,
-            nextDeliveryAt: r.optionalInt(8), reason: r.optionalText(9), hookPgid: r.optionalInt(10).map { Int32($0) },
-            hookStart: r.optionalInt(11).map { UInt64($0) }, createdAt: r.int(12))
+            nextDeliveryAt: r.optionalInt(8), reason: r.optionalText(9), hookPgid: hook?.pgid, hookStart: hook?.startTime,
+            createdAt: r.int(12))
     }
 
     package func outcomes(entryID: String) throws(OutboxError) -> [OutcomeRecord] {

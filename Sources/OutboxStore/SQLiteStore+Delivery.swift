@@ -70,8 +70,8 @@ extension SQLiteStore {
     /// Hook processes recorded by earlier runners for outcomes still unacknowledged.
     package func recordedHookProcesses() throws(OutboxError) -> [(pgid: Int32, startTime: UInt64)] {
         try db.query("SELECT hook_pgid, hook_start FROM outcomes WHERE acknowledged = 0 AND hook_pgid IS NOT NULL") {
-            (pgid: Int32($0.int(0)), startTime: UInt64($0.int(1)))
-        }
+            Self.hookProcess($0.int(0), $0.int(1))
+        }.compactMap { $0 }
     }
 
     /// Acknowledges outcomes (hook exit 0), applies their hooks' enqueues, and forgets each

@@ -235,7 +235,9 @@ final class BadInputProject: @unchecked Sendable {
     /// One line a file: path, type, mode, and for regular files size and a digest of the bytes.
     func walk(_ folder: String, _ prefix: String, into lines: inout [String]) {
         let names = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).sorted()
-        for name in names where !name.hasSuffix("outbox.db-wal") && !name.hasSuffix("outbox.db-shm") {
+        // The runner's lock is taken before the store is read: a refused `run` may leave it.
+        for name in names
+        where !name.hasSuffix("outbox.db-wal") && !name.hasSuffix("outbox.db-shm") && prefix + name != ".outbox/runner.lock" {
             let full = folder + "/" + name, rel = prefix + name
             var st = stat()
             guard lstat(full, &st) == 0 else { continue }

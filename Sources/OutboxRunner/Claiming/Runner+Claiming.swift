@@ -310,6 +310,10 @@ extension Runner {
                 return entry.request.ownership == .move
                     ? FileIdentity.writtenAfterMove(file, source: expected.path) : FileIdentity.changed(file)
             }
+            // The store's own copy has the size enqueued; parts read ranges and would not see it.
+            if file == entry.bodyFile, entry.request.ownership != .reference, let size = entry.request.file?.size, info.size != size {
+                return "the staged payload \(file) has \(info.size) bytes, not the \(size) enqueued"
+            }
         }
         return nil
     }

@@ -70,8 +70,8 @@ extension PostgresStore {
             WHERE acknowledged = 0 AND hook_pgid IS NOT NULL AND hook_host = ? AND COALESCE(delivery_until, 0) < ?
             """, [.text(host), .int(databaseTime(Identifiers.nowMs()))]
         ) {
-            (pgid: Int32($0.int(0)), startTime: UInt64($0.int(1)))
-        }
+            Self.hookProcess($0.int(0), $0.int(1))
+        }.compactMap { $0 }
     }
 
     /// Acknowledges outcomes (hook exit 0), applies their hooks' enqueues, and forgets each
