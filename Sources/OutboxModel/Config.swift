@@ -272,7 +272,15 @@ package struct Config: Sendable {
         authRefreshCommand = reader.command(f["auth_refresh_command"], "auth_refresh_command")
         if let n = f["redact_headers"] {
             if case let .sequence(items) = n.kind {
-                redactHeaders = items.compactMap { reader.string($0, "redact_headers items") }
+                redactHeaders = items.compactMap { item in
+                    guard let name = reader.string(item, "redact_headers items") else { return nil }
+                    // Any token names a header to hide, the framing ones too (never set, still shown).
+                    if let problem = HeaderRules.nameProblem(name), !["content-length", "transfer-encoding"].contains(name.lowercased()) {
+                        reader.error(item.mark, "redact_headers: \(problem)")
+                        return nil
+                    }
+                    return name
+                }
             } else if !(n.scalar == .null) {
                 reader.error(n.mark, "redact_headers must be a list of header names")
             }
@@ -387,6 +395,16 @@ package struct Config: Sendable {
 }
 
 extension RetryRules {
+    /// Why a backoff's base and max do not make one (nil when either is not known): a base of
+    /// 0 asks a failing server again at once, without end, and a base over the max is never used.
+    package static func backoffProblem(baseMs: Int64?, maxMs: Int64?, context: String) -> String? {
+        guard let baseMs else { return nil }
+        if baseMs <= 0 { return "\(context).backoff.base must be longer than 0 (a failing server would be asked again at once)" }
+        guard let maxMs, baseMs > maxMs else { return nil }
+        return
+            "\(context).backoff.base \(Units.formatDuration(ms: baseMs)) is longer than \(context).backoff.max \(Units.formatDuration(ms: maxMs))"
+    }
+
     /// Reads a `retry` section; each object given must be complete (no silent mix with defaults).
     static func read(_ node: YAMLNode, reader: inout YAMLReader, context: String, base: RetryRules) -> RetryRules? {
         guard let f = reader.fields(node, ConfigFields.retry, context: context) else { return nil }
@@ -395,8 +413,13 @@ extension RetryRules {
             for name in ConfigFields.backoff.names where bf[name] == nil {
                 reader.error(b.mark, "\(context).backoff must give base, max and jitter (missing \(name))")
             }
-            if let v = reader.duration(bf["base"], "\(context).backoff.base") { rules.backoff.baseMs = v }
-            if let v = reader.duration(bf["max"], "\(context).backoff.max") { rules.backoff.maxMs = v }
+            let baseMs = reader.duration(bf["base"], "\(context).backoff.base")
+            let maxMs = reader.duration(bf["max"], "\(context).backoff.max")
+            if let node = bf["base"], let problem = RetryRules.backoffProblem(baseMs: baseMs, maxMs: maxMs, context: context) {
+                reader.error(node.mark, problem)
+            }
+            if let v = baseMs { rules.backoff.baseMs = v }
+            if let v = maxMs { rules.backoff.maxMs = v }
             if let v = reader.double(bf["jitter"], "\(context).backoff.jitter", range: ConfigFields.backoff.numberRange("jitter")) {
                 rules.backoff.jitter = v
             }

@@ -122,7 +122,11 @@ package struct Diagnostic: Sendable, Equatable {
         func isHeadersKey(_ line: Substring.UTF8View.SubSequence) -> Bool {
             let text = String(decoding: line, as: UTF8.self).lowercased()
             let key = text.drop { $0 == " " || $0 == "-" || $0 == "\t" }.prefix { $0 != ":" }
-            return key.filter { $0 != "\"" && $0 != "'" && $0 != "{" && $0 != " " } == "headers" || text.contains("headers:")
+            if key.filter({ $0 != "\"" && $0 != "'" && $0 != "{" && $0 != " " }) == "headers" { return true }
+            // A `headers` key inside a flow mapping on this line (not `redact_headers`).
+            return text.ranges(of: "headers:").contains { range in
+                range.lowerBound == text.startIndex || " {,\"'".contains(text[text.index(before: range.lowerBound)])
+            }
         }
         guard index >= 0, index < lines.count else { return false }
         if isHeadersKey(lines[index]) { return true }

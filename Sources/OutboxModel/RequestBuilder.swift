@@ -397,6 +397,9 @@ package enum RequestBuilder {
             }
             rules.backoff.baseMs = try duration("base")
             rules.backoff.maxMs = try duration("max")
+            if let problem = RetryRules.backoffProblem(baseMs: rules.backoff.baseMs, maxMs: rules.backoff.maxMs, context: "retry") {
+                throw .invalid(problem)
+            }
             guard let j = b["jitter"]?.doubleValue, (0...1).contains(j) else { throw .invalid("retry.backoff.jitter must be from 0 to 1") }
             rules.backoff.jitter = j
         }

@@ -3,6 +3,21 @@ import Testing
 @testable import OutboxModel
 
 struct ConfigTests {
+    /// A `request_command`'s answer may give `retry`: its backoff is held to the config's rules.
+    @Test(arguments: [
+        (#"{"backoff": {"base": "1h", "max": "1m", "jitter": 0}}"#, "retry.backoff.base 1h is longer than retry.backoff.max 1m"),
+        (#"{"backoff": {"base": "0s", "max": "1m", "jitter": 0}}"#, "retry.backoff.base must be longer than 0"),
+    ])
+    func aPluginsBackoffIsCheckedLikeTheConfigs(_ answer: String, _ message: String) throws {
+        let parsed = try JSON.parse(answer)
+        do throws(OutboxError) {
+            _ = try RequestBuilder.retryRules(parsed, base: RetryRules())
+            Issue.record("accepted \(answer)")
+        } catch {
+            #expect(error.code == .invalid && error.message.hasPrefix(message), "\(error.message)")
+        }
+    }
+
     @Test func emptyFileGivesDefaults() throws {
         let folder = try ModelTempFolder()
         defer { folder.remove() }

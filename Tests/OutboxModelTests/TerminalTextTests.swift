@@ -71,6 +71,8 @@ struct TerminalTextTests {
         // Outside `headers` a line shows whole, and a key with nothing after it too.
         let url = shown("request:\n  url: http://x/ x: y\n  headers:\n    X-A: b\n", line: 2, column: 19)
         #expect(url.contains("url: http://x/ x: y"), "\(url)")
+        let names = shown("redact_headers: [X-Ok, \"bad name\"]\n", line: 1, column: 24)
+        #expect(names.contains("redact_headers: [X-Ok, \"bad name\"]"), "header names are no secret: \(names)")
         let empty = shown("request:\n  headers:\n    X-A: b\n", line: 2, column: 3)
         #expect(empty.contains("  headers:\n"), "\(empty)")
     }
