@@ -151,7 +151,8 @@ enum SimulateCommand {
         return EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (key: String) throws(OutboxError) in
             let definition: Definition
             do throws(OutboxError) { definition = try project.definition(key) } catch {
-                throw error.code == .invalid ? Runner.unknownKey(key) : error
+                let broken = project.definitions.brokenKeys[key] != nil
+                throw error.code == .invalid || broken ? Runner.unknownKey(key, in: project.definitions) : error
             }
             if !plugins, definition.requestCommand != nil {
                 throw .usage("\(key) is built by its request_command (--plugins runs it)")

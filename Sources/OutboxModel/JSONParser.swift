@@ -82,9 +82,10 @@ extension JSON {
 }
 
 extension JSON {
-    /// Whether `utf8` is one JSON value (with spaces around it), checked without building it.
+    /// Whether `utf8` is one stored JSON value (with spaces around it), checked without building it.
     package static func isWellFormed(utf8: UnsafeBufferPointer<UInt8>) -> Bool {
-        var reader = JSONReader(bytes: utf8)
+        // As deep as stored values may be (their reader's limit), not only as input may.
+        var reader = JSONReader(bytes: utf8, maxDepth: storedMaxDepth)
         reader.skipSpace()
         do { try reader.skipValue(depth: 0) } catch { return false }
         reader.skipSpace()

@@ -111,13 +111,19 @@ package final class Runner {
     /// The enqueue rules for follow-ups and hook enqueue lines, over these definitions.
     static func factory(config: Config, definitions: DefinitionSet, environment: [String: String], cwd: String) -> EntryFactory {
         EntryFactory(config: config, environment: environment, cwd: cwd) { (key: String) throws(OutboxError) in
-            guard let d = definitions.definitions[key] else { throw unknownKey(key) }
+            guard let d = definitions.definitions[key] else { throw unknownKey(key, in: definitions) }
             return d
         }
     }
 
-    /// A follow-up or enqueue line naming no definition, as the hook's input says it.
-    package static func unknownKey(_ key: String) -> OutboxError { .invalid("no definition has key \"\(key)\"") }
+    /// A follow-up or enqueue line naming no usable definition, as the hook's input says it:
+    /// a definition of that key with errors is named as such, with its first error.
+    package static func unknownKey(_ key: String, in definitions: DefinitionSet) -> OutboxError {
+        if let first = definitions.brokenKeys[key]?.first {
+            return .invalid("the definition of \"\(key)\" has errors (\(first.path):\(first.line): \(first.message))")
+        }
+        return .invalid("no definition has key \"\(key)\"")
+    }
 
     /// SIGHUP: config and definitions read again; work in flight carries on. A config with
     /// errors is logged like `outbox check` and the one in use is kept. Limits that shape

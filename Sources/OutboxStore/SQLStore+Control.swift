@@ -291,8 +291,14 @@ extension SQLStore {
                 if pending == 0 { problems.append("\(e.id): \(e.state.rawValue) but has no outcome awaiting acknowledgement") }
             }
         }
+        var sawDamage = false
         try db.read { () throws(OutboxError) in
-            try forEachChunk(ListFilter()) { entries throws(OutboxError) in for e in entries { try check(e) } }
+            // A row that does not read back is a problem to list, like the others, not the end of the audit.
+            let damaged = { (id: String) throws(OutboxError) in
+                sawDamage = true
+                do throws(OutboxError) { _ = try self.entry(id: id) } catch { problems.append(error.message) }
+            }
+            try forEachChunk(ListFilter(), damaged: damaged) { entries throws(OutboxError) in for e in entries { try check(e) } }
         }
         do { _ = try unacknowledgedOutcomes() } catch  where error.code == .storage { problems.append(error.message) }
         let orphans = try db.queryOne("SELECT COUNT(*) FROM parts WHERE entry_seq NOT IN (SELECT seq FROM entries)") { $0.int(0) } ?? 0
@@ -306,6 +312,11 @@ extension SQLStore {
             return problems
         }
         defer { withExtendedLifetime(lock) {} }
+        // A damaged row may own staged files no one can name: none is called an orphan then.
+        if sawDamage {
+            note("staged files not checked for orphans while a row is damaged (cancel it, then run audit again)")
+            return problems
+        }
         // By name, as the runner judges orphans: rows may name this folder under another spelling.
         var knownNames = Set<String>()
         try forEachChunk(ListFilter()) { entries in knownNames.formUnion(entries.flatMap(\.body.files).map(Paths.basename)) }

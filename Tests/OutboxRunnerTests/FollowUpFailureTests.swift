@@ -40,6 +40,90 @@ struct FollowUpFailureTests {
     }
 }
 
+/// What a `then` item renders is held to the types its fields take: an id or a delay of
+/// another type is refused (it was dropped: a new id, no hold), and a key whose definition
+/// has errors is named as such.
+struct FollowUpFieldTests {
+    @Test(arguments: [
+        (#"id: "{{ vars.tag }}""#, "42", "then.id must give a string, not 42"),
+        (#"delay: "{{ vars.tag }}""#, "3600", "then.delay must give a duration such as \"5m\", not 3600"),
+        (#"id: "{{ vars.tag }}""#, "true", "then.id must give a string, not true"),
+    ])
+    func aRenderedFieldOfAnotherTypeIsRefused(_ field: String, _ tag: String, _ message: String) async throws {
+        let parent = definition(
+            "order", top: "then:\n  on_success:\n    - key: receipt\n      \(field)\n      vars: { url: \"{{ vars.url }}\", tag: t }")
+        let p = try Project(definitions: ["order": parent, "receipt": definition("receipt")])
+        let vars = #"{"url": "\#(p.url("/status/200"))", "tag": \#(tag)}"#
+        #expect(try await p.outbox(["enqueue", "order", "--id", "o1", "--vars", vars]).exitCode == 0)
+        let run = try await p.drain()
+        #expect(run.stderr.contains("the follow-ups of o1 were not enqueued"), "\(run.stderr)")
+        let errors = try #require(p.deliveries("o1").first?.at("stdin.follow_up_errors")?.arrayValue)
+        #expect(errors.first?["message"]?.stringValue?.hasPrefix(message) == true, "\(errors)")
+        #expect(try await p.list().isEmpty, "no follow-up, sent at once or otherwise")
+    }
+
+    @Test func aFollowUpToADefinitionWithErrorsSaysSo() async throws {
+        let parent = definition("order", top: "then:\n  on_success:\n    - key: broken\n      vars: { url: \"{{ vars.url }}\", tag: t }")
+        let p = try Project(definitions: ["order": parent, "broken": "key: broken\nrequest:\n  url: 5\n  method: [x]\n"])
+        try await p.enqueue("order", path: "/status/200", id: "o1")
+        try await p.drain()
+        let errors = try #require(p.deliveries("o1").first?.at("stdin.follow_up_errors")?.arrayValue)
+        let message = errors.first?["message"]?.stringValue ?? ""
+        #expect(message.hasPrefix("the definition of \"broken\" has errors (") && message.contains("broken.yaml:"), "\(message)")
+    }
+
+    /// A var a follow-up renders from `env` is a secret in that follow-up, and so is a header
+    /// its own definition fills with it: `show` and `list --json` redact both.
+    @Test func aFollowUpsVarsFromTheEnvironmentAreRedacted() async throws {
+        let parent = definition(
+            "login",
+            top: """
+                then:
+                  on_success:
+                    - key: call
+                      id: "call-{{ entry.id }}"
+                      delay: 1h
+                      vars: { url: "{{ vars.url }}", tag: t, api_key: "{{ env.API_KEY }}", plain: "not-a-secret" }
+                """)
+        let call = definition("call", request: #"headers: { X-Api-Key: "{{ vars.api_key }}" }"#)
+        let p = try Project(definitions: ["login": parent, "call": call])
+        try await p.enqueue("login", path: "/status/200", id: "L1")
+        let run = try await p.outbox(["run", "--drain"], environment: ["API_KEY": "topsecret-KEY-777"])
+        #expect(run.exitCode == 0, "\(run.description)")
+        let show = try await p.outbox(["show", "call-L1", "--json"])
+        let list = try await p.outbox(["list", "--json"])
+        for (name, text) in [("show", show.stdout), ("list", list.stdout)] {
+            #expect(text.contains("call-L1") && !text.contains("topsecret-KEY-777"), "\(name): \(text)")
+            #expect(text.contains("not-a-secret"), "\(name): only that var is redacted")
+        }
+        let headers = try #require(show.json?["request"]?["headers"])
+        #expect(headers["x-api-key"] == .string("[redacted]"), "\(headers)")
+    }
+}
+
+/// A follow-up may nest its vars as deep as the runner lets it (512 levels: the object and
+/// 511 lists around a number here): `list --json`
+/// reads such a row back (it checked vars to input's depth and called the row damaged).
+struct FollowUpDeepVarsTests {
+    @Test func aFollowUpAtTheDepthLimitIsListed() async throws {
+        let wrap = definition(
+            "wrap",
+            top: """
+                then:
+                  on_success:
+                    - { key: later, delay: 1h, vars: { url: "{{ vars.url }}", tag: t, deep: ["{{ vars.deep }}"] } }
+                """)
+        let p = try Project(definitions: ["wrap": wrap, "later": definition("later")])
+        let deep = String(repeating: "[", count: 510) + "0" + String(repeating: "]", count: 510)
+        let vars = #"{"url": "\#(p.url("/status/200"))", "tag": "t", "deep": \#(deep)}"#
+        #expect(try await p.outbox(["enqueue", "wrap", "--vars", vars, "--id", "w0"]).exitCode == 0)
+        try await p.drain()
+        let list = try await p.outbox(["list", "--json"])
+        #expect(list.exitCode == 0, "\(list.description.prefix(600))")
+        #expect(list.stdout.hasPrefix("[{\"id\":"), "\(list.stdout.prefix(200))")
+    }
+}
+
 /// A chain whose follow-up wraps the vars before it nests deeper each generation: once that
 /// passes what input may nest, the follow-up is refused (the store could not read it back
 /// some generations later, and every run would stop there).

@@ -39,6 +39,45 @@ package enum SecretVars {
         }
     }
 
+    /// The paths of the vars of a template tree (a `then` item's) whose template reads `env`:
+    /// what they render is a secret however the entry uses it.
+    package static func environmentPaths(in template: JSON) -> [[JSON]] {
+        var found: [[JSON]] = []
+        func walk(_ value: JSON, _ path: [JSON]) {
+            switch value {
+            case let .string(text): if Template.readsEnvironment(text) { found.append(path) }
+            case let .array(items): for (i, item) in items.enumerated() { walk(item, path + [.int(i)]) }
+            case let .object(members): for (name, member) in members { walk(member, path + [.string(name)]) }
+            default: return
+            }
+        }
+        walk(template, [])
+        return found
+    }
+
+    /// Every text (string or number) of `vars` at or under `paths`.
+    package static func texts(at paths: [[JSON]], in vars: JSON) -> [String] {
+        func value(_ node: JSON, _ path: ArraySlice<JSON>) -> JSON? {
+            guard let step = path.first else { return node }
+            switch (node, step) {
+            case let (.object(members), .string(name)): return members.first { $0.0 == name }.flatMap { value($0.1, path.dropFirst()) }
+            case let (.array(items), .number(text)):
+                guard let index = Int(text), items.indices.contains(index) else { return nil }
+                return value(items[index], path.dropFirst())
+            default: return nil
+            }
+        }
+        func leaves(_ node: JSON) -> [String] {
+            switch node {
+            case let .string(s), let .number(s): [s]
+            case let .array(items): items.flatMap(leaves)
+            case let .object(members): members.flatMap { leaves($0.1) }
+            default: []
+            }
+        }
+        return paths.compactMap { value(vars, $0[...]) }.flatMap(leaves)
+    }
+
     /// `vars` with the value at each path written as the redacted mark.
     package static func masking(_ vars: JSON, _ paths: [[JSON]]) -> JSON {
         var out = vars

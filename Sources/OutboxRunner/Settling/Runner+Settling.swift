@@ -190,15 +190,36 @@ extension Runner {
         inputs.outcome = outcome
         let rendered = try Template.renderTree(item, context: RequestBuilder.context(inputs), field: "then")
         guard let key = rendered["key"]?.stringValue else { throw .invalid("then: key must be a string") }
+        // A value of another type is refused, not dropped: an id lost would lose the same-id
+        // rules, a delay lost would send at once. Inside other text a number renders as text.
         var notBefore: Int64?
-        if let delay = rendered["delay"]?.stringValue {
+        if let value = rendered["delay"], value != .null {
+            guard let delay = value.stringValue else {
+                throw .invalid("then.delay must give a duration such as \"5m\", not \(value.serialized())")
+            }
             do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch {
                 throw .invalid("then.delay: \(error.message)")
             }
         }
-        let id = rendered["id"]?.stringValue
-        return try factory.make(
+        var id: String?
+        if let value = rendered["id"], value != .null {
+            guard let text = value.stringValue else {
+                throw .invalid("then.id must give a string, not \(value.serialized()) (write it inside text: \"order-{{ ... }}\")")
+            }
+            id = text
+        }
+        var made = try factory.make(
             key: key, vars: rendered["vars"] ?? .null, id: id, parent: entry.id, notBefore: notBefore, outcome: outcome,
             movedFiles: try id.map(stagedSources) ?? [:])
+        // Vars rendered from `env` are secrets in the follow-up, and so is a header holding one.
+        let fromEnvironment = SecretVars.environmentPaths(in: item["vars"] ?? .null)
+        if !fromEnvironment.isEmpty {
+            made.prepared.secretVars += fromEnvironment.filter { !made.prepared.secretVars.contains($0) }
+            let secrets = SecretVars.texts(at: fromEnvironment, in: made.vars).filter { !$0.isEmpty }
+            for (name, value) in made.prepared.headers where secrets.contains(where: { value.contains($0) }) {
+                made.prepared.secretHeaders.insert(name.lowercased())
+            }
+        }
+        return made
     }
 }
