@@ -102,8 +102,8 @@ struct FollowUpFieldTests {
 }
 
 /// A follow-up may nest its vars as deep as the runner lets it (512 levels: the object and
-/// 511 lists around a number here): `list --json`
-/// reads such a row back (it checked vars to input's depth and called the row damaged).
+/// 511 lists around a number here): `list --json` reads such a row back (it checked vars to
+/// input's depth and called the row damaged).
 struct FollowUpDeepVarsTests {
     @Test func aFollowUpAtTheDepthLimitIsListed() async throws {
         let wrap = definition(

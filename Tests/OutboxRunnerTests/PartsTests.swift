@@ -331,34 +331,26 @@ func partsDefinition(
     /// ranges, and a longer file put in its place (a hand or a tool editing the store) would
     /// send its first bytes as if they were the file's.
     @Test func aStagedFileOfAnotherSizeSendsNoPart() async throws {
-        let server = try TestHTTPServer()
-        let sandbox = try OutboxSandbox(config: "")
-        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "copy"))
-        try PartFiles.make(sandbox.path("f.bin"), size: 2 * 65_536)
-        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "sz", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let (server, sandbox) = try await Self.enqueueParts(id: "sz", parts: 2, config: "", script: [])
         let staged = try #require(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).first)
-        try PartFiles.make(sandbox.path(".outbox/bodies/" + staged), size: 3 * 65_536, seed: 9)
+        try PartFiles.make(sandbox.path(".outbox/bodies/" + staged), size: 3 * 262_144, seed: 9)
         let run = try await sandbox.outbox(["run", "--drain"])
         #expect(run.status == 1, "the entry settled error: \(run.stderr)")
         let detail = try #require(PartFiles.readJSON(sandbox.path("error.json"))?["error"] as? [String: Any])
         #expect(detail["kind"] as? String == "file")
-        #expect((detail["message"] as? String)?.contains("has 196608 bytes, not the 131072 enqueued") == true, "\(detail)")
+        #expect((detail["message"] as? String)?.contains("has 786432 bytes, not the 524288 enqueued") == true, "\(detail)")
         #expect(server.requests(path: "/put/sz/").isEmpty)
     }
 
     /// A part row no store of ours writes (a start below 0) is damage, named as such: the
     /// runner stopped on a trap there.
     @Test func aDamagedPartRowStopsTheRunWithAStorageError() async throws {
-        let server = try TestHTTPServer()
-        let sandbox = try OutboxSandbox(config: "")
-        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB", ownership: "copy"))
-        try PartFiles.make(sandbox.path("f.bin"), size: 2 * 65_536)
-        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "dp", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let (server, sandbox) = try await Self.enqueueParts(id: "dp", parts: 2, config: "", script: [])
         _ = try sandbox.sqlite("UPDATE parts SET start = -9223372036854775808 WHERE idx = 0")
         let run = try await sandbox.outbox(["run", "--drain"])
         #expect(run.status == 74, "\(run.stderr)")
         #expect(
-            run.stderr.contains("E_STORAGE: a part of an entry is damaged: the part at index 0 covers -9223372036854775808..<65536"),
+            run.stderr.contains("E_STORAGE: a part of an entry is damaged: the part at index 0 covers -9223372036854775808..<262144"),
             "\(run.stderr)")
         #expect(server.requests(path: "/put/dp/").isEmpty)
     }
