@@ -26,7 +26,8 @@ int csystem_fsync_path(const char *path) {
 
 int csystem_lock_file(const char *path) {
     for (int tries = 0; tries < 8; tries++) {
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        /* Never through a symbolic link: the holder's pid is written into the file. */
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0) return -errno;
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             int e = errno;

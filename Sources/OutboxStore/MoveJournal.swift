@@ -108,7 +108,8 @@ struct MoveJournal {
             let fd = csystem_lock_file(path)
             guard fd >= 0 else { continue }
             defer { close(fd) }
-            let moves = (Paths.readText(path).flatMap { try? JSON.parse($0) }?.arrayValue ?? []).compactMap { item -> Move? in
+            let items = Paths.readText(path).flatMap { try? JSON.parse($0) }?.arrayValue
+            let moves = (items ?? []).compactMap { item -> Move? in
                 guard let staged = item["staged"]?.stringValue, let source = item["source"]?.stringValue else { return nil }
                 var move = Move(staged: staged, source: source, identity: nil)
                 move.mode = item["mode"]?.int64Value.map { UInt32(truncatingIfNeeded: $0) }
@@ -117,11 +118,28 @@ struct MoveJournal {
                 move.inode = item["inode"]?.int64Value.map { UInt64(bitPattern: $0) }
                 return move
             }
+            // One that cannot be read whole (cut short, edited) is kept, and with it every staged
+            // file (`cleanOrphans` leaves them while a journal is here): one may be a moved
+            // file's only copy, and which one is no longer known.
+            guard let items, items.count == moves.count else {
+                done.append(
+                    "kept the move journal \(path): it cannot be read, so no staged file is removed while it is there "
+                        + "(take what is yours out of \(Paths.join(Paths.dirname(folder), "bodies")), then delete it)")
+                continue
+            }
             // A copy back across filesystems that was cut short is never the user's file.
             Self.removeDeadReturnCopies(of: moves.map(\.source))
             for var move in moves {
                 // The store may have moved since (the journal names its old folder).
-                guard let staged = Staging.found(move.staged, in: Paths.join(Paths.dirname(folder), "bodies")) else { continue }
+                let bodies = Paths.join(Paths.dirname(folder), "bodies")
+                guard let staged = Staging.found(move.staged, in: bodies) else { continue }
+                // Only a regular file of the store's bodies folder is acted on: a journal edited by
+                // hand could name any file to remove or move.
+                var info = stat()
+                guard Paths.dirname(staged) == bodies, lstat(staged, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+                    done.append("left \(staged) alone: the move journal \(path) names it, but it is no file of the store")
+                    continue
+                }
                 move.staged = staged
                 if try owned(move.staged) {
                     // Committed across filesystems, but stopped before it removed the source:

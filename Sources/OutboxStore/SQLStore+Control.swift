@@ -19,7 +19,15 @@ extension SQLStore {
     /// Removes an entry whose row cannot be read back (what it refers to is unknown), with its
     /// parts, attempts and outcomes. Its staged files stay: one may be a moved file's only copy.
     func forgetDamaged(id: String) throws(OutboxError) {
-        guard let seq = try db.queryOne("SELECT seq FROM entries WHERE id = ?", [.text(id)], { $0.int(0) }) else { return }
+        guard
+            let (seq, internalID) = try db.queryOne(
+                "SELECT seq, internal FROM entries WHERE id = ?", [.text(id)], { ($0.int(0), $0.text(1)) })
+        else { return }
+        // Its staged files go to `returned/`, kept: one may be a moved file's only copy, and
+        // once the row is gone the next runner would remove them as orphans.
+        for name in Paths.list(staging.bodiesDir) ?? [] where Self.isStaged(name, forOneOf: [internalID]) {
+            _ = MoveJournal.keepReturned(Paths.join(staging.bodiesDir, name), storeFolder: folder, source: name)
+        }
         try db.run("DELETE FROM entries WHERE seq = ?", [.int(seq)])
         try db.run("DELETE FROM parts WHERE entry_seq = ?", [.int(seq)])
         try db.run("DELETE FROM attempts WHERE entry_id = ?", [.text(id)])
@@ -193,7 +201,7 @@ extension SQLStore {
     }
 
     package func headerPatch() throws(OutboxError) -> [(String, String)] {
-        HeaderRules.from(json: try setting("header_patch").flatMap { try? JSON.parse($0) })
+        HeaderRules.from(json: try headerSettings().patch)
     }
 
     /// `outbox headers update`: merges a patch into every entry (and its parts), bumps the
@@ -201,7 +209,7 @@ extension SQLStore {
     package func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
         // One writer at a time: the header generation is read and bumped, and every entry rewritten.
         try writing { () throws(OutboxError) -> Int64 in
-            let generation = (Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0) + 1
+            let generation = try headerSettings().generation + 1
             try setSetting(Self.headerGenerationSetting, String(generation))
             let merged = HeaderRules.merge(try headerPatch(), patch)
             // The patch alone must fit in a request head: every later entry carries it.
@@ -256,6 +264,9 @@ extension SQLStore {
         }
         let pending = try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE acknowledged = 0") { $0.int(0) } ?? 0
         let oldest = try db.queryOne("SELECT MIN(created_at) FROM entries WHERE state = 'queued'") { $0.isNull(0) ? nil : $0.int(0) } ?? nil
+        if let oldest, !Self.plausibleTime.contains(oldest) {
+            throw .storage("the store is damaged: an entry was created at \(oldest), out of range (`outbox audit` names it)")
+        }
         return StoreCounts(states: states, pendingOutcomes: pending, oldestQueuedAt: oldest, byKey: byKey)
     }
 
@@ -312,13 +323,17 @@ extension SQLStore {
             return problems
         }
         defer { withExtendedLifetime(lock) {} }
+        // A move journal left (none is being written while the lock is ours) could not be read.
+        let journals = (Paths.list(moves.folder) ?? []).filter { $0.hasSuffix(".json") }.map { Paths.join(moves.folder, $0) }
+        problems += journals.map { "move journal \($0) cannot be read: no staged file is removed while it is there" }
         // A damaged row may own staged files no one can name: none is called an orphan then.
-        if sawDamage {
+        if sawDamage || !journals.isEmpty {
             note("staged files not checked for orphans while a row is damaged (cancel it, then run audit again)")
             return problems
         }
         // By name, as the runner judges orphans: rows may name this folder under another spelling.
         var knownNames = Set<String>()
+        let owners = try stagingOwners()
         try forEachChunk(ListFilter()) { entries in knownNames.formUnion(entries.flatMap(\.body.files).map(Paths.basename)) }
         for name in Paths.list(staging.bodiesDir) ?? [] {
             let path = Paths.join(staging.bodiesDir, name)
@@ -330,7 +345,7 @@ extension SQLStore {
                 }
                 continue
             }
-            if !knownNames.contains(name) { problems.append("orphan staged file \(path)") }
+            if !knownNames.contains(name), !Self.isStaged(name, forOneOf: owners) { problems.append("orphan staged file \(path)") }
         }
         return problems
     }
@@ -354,10 +369,10 @@ final class StagingLock {
 extension SQLStore {
     func stagingLock(exclusive: Bool) -> StagingLock? {
         let path = Paths.join(folder, "staging.lock")
-        var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        var fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
         // A read-only store: flock needs no write access, and without the file nothing can be
         // staging (no enqueue could have made it), so the lock is free.
-        if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC) }
+        if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
         guard fd >= 0 else { return errno == ENOENT && exclusive ? StagingLock(fd: -1) : nil }
         let operation = exclusive ? LOCK_EX | LOCK_NB : LOCK_SH
         while flock(fd, operation) != 0 {
@@ -368,15 +383,33 @@ extension SQLStore {
         return StagingLock(fd: fd)
     }
 
+    /// The internal ids of the entries: a staged file is named `INTERNAL.body` (or `.formN`).
+    func stagingOwners() throws(OutboxError) -> Set<String> {
+        Set(try db.query("SELECT internal FROM entries") { $0.text(0) })
+    }
+
+    /// Whether `name` (in the bodies folder) was staged for one of `owners`; a copy in progress
+    /// (`.tmp-PID`) is judged by its process instead.
+    static func isStaged(_ name: String, forOneOf owners: Set<String>) -> Bool {
+        !name.contains(".tmp-") && owners.contains(String(name.prefix { $0 != "." }))
+    }
+
     package func cleanOrphans() throws(OutboxError) -> [String] {
         guard let lock = stagingLock(exclusive: true) else { return [] }
         defer { withExtendedLifetime(lock) {} }
+        // A move journal still here (with the staging lock ours, no enqueue is running) is one
+        // that could not be read: a staged file may be a moved file's only copy.
+        if (Paths.list(moves.folder) ?? []).contains(where: { $0.hasSuffix(".json") }) { return [] }
         // Every run starts here: the staged files come first, and the rows are read only as far
         // as they can own one (parsing every entry made a run's start grow with the queue).
         // By name: a row that names a body under another spelling of this folder still owns it.
         var candidates = Set(Paths.list(staging.bodiesDir) ?? [])
         guard !candidates.isEmpty else { return [] }
         candidates.subtract(try db.query("SELECT body_file FROM entries WHERE body_file IS NOT NULL") { Paths.basename($0.text(0)) })
+        // And by the entry it was staged for: a row whose body_file was damaged by hand must
+        // not lose its body (perhaps a moved file's only copy) as an orphan.
+        let owners = try stagingOwners()
+        candidates = candidates.filter { !Self.isStaged($0, forOneOf: owners) }
         // Form fields' staged files live in the stored request.
         if !candidates.isEmpty {
             try forEachChunk(ListFilter()) { entries in candidates.subtract(entries.flatMap(\.body.files).map(Paths.basename)) }

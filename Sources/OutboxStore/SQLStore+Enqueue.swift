@@ -113,9 +113,7 @@ extension SQLStore {
     /// Writes a staged batch; must run inside a transaction.
     func applyBatch(_ batch: [NewEntry], staged: StagedBatch, now: Int64) throws(OutboxError) -> [EnqueueResult] {
         var results: [EnqueueResult] = []
-        let headers = HeaderSettings(
-            generation: Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0,
-            patch: try setting("header_patch").flatMap { try? JSON.parse($0) })
+        let headers = try headerSettings()
         if batch.contains(where: { !$0.prepared.secretVars.isEmpty }), try setting(Self.secretVarsSetting) == nil {
             try setSetting(Self.secretVarsSetting, "1")
         }

@@ -27,6 +27,10 @@ extension SQLStore {
         let unhandled = try unhandledKeyEntryIDs()
         try db.forEach(sql, values) { r throws(OutboxError) in
             let id = r.text(0)
+            // Shown as ages: a time no outbox writes would overflow there.
+            for column in [Int32(9), 10] where !r.isNull(column) && !Self.plausibleTime.contains(r.int(column)) {
+                throw Self.damaged("the stored entry \(id) is damaged: a time \(r.int(column)) is out of range", id: id)
+            }
             try body(
                 ListRow(
                     id: id, key: r.text(1), state: r.text(3), reason: unhandled.contains(id) ? "unhandled-key" : r.optionalText(4),

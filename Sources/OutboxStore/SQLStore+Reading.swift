@@ -77,6 +77,16 @@ extension SQLStore {
         where !Self.plausibleCount.contains(r.int(Int32(column))) {
             throw Self.damaged("the stored entry \(id) is damaged: \(name) \(r.int(Int32(column))) is out of range", id: id)
         }
+        // A staged or referenced file is named by an absolute path (a damaged one would leave
+        // the staged file to be removed as an orphan, perhaps a moved file's only copy).
+        if let file = r.optionalText(10), !file.hasPrefix("/") || Paths.basename(file).isEmpty {
+            throw Self.damaged("the stored entry \(id) is damaged: its body file \"\(file.prefix(80))\" is no path", id: id)
+        }
+        // Times in epoch milliseconds, 1970 to the end of 9999 (what every time outbox takes lies in).
+        for (column, name) in [(20, "created_at"), (21, "updated_at"), (22, "expires_at"), (23, "not_before"), (24, "next_attempt_at")]
+        where !r.isNull(Int32(column)) && !Self.plausibleTime.contains(r.int(Int32(column))) {
+            throw Self.damaged("the stored entry \(id) is damaged: \(name) \(r.int(Int32(column))) is out of range", id: id)
+        }
         return Entry(
             seq: r.int(0), id: id, internalID: r.text(2), key: r.text(3),
             vars: try vars(r.text(4), id: id),
@@ -92,6 +102,8 @@ extension SQLStore {
     /// What a stored count or byte offset can be: 0 to 2^53 (what every JSON reader holds
     /// exactly); far above any real one, far below where adding to it overflows.
     static var plausibleCount: ClosedRange<Int64> { 0...(1 << 53) }
+    /// What a stored time can be: epoch milliseconds from 1970 to the end of year 9999.
+    static var plausibleTime: ClosedRange<Int64> { 0...253_402_300_799_999 }
 
     package func entry(id: String) throws(OutboxError) -> Entry? {
         try db.queryOne("SELECT \(Self.entryColumns) FROM entries WHERE id = ?", [.text(id)], entryFromRow)
@@ -157,7 +169,7 @@ extension SQLStore {
         ) { r throws(OutboxError) in
             let (start, end) = (r.int(1), r.int(2))
             guard Self.plausibleCount.contains(start), Self.plausibleCount.contains(end), start <= end,
-                Self.plausibleCount.contains(r.int(8))
+                Self.plausibleCount.contains(r.int(8)), Self.plausibleCount.contains(r.int(0))
             else {
                 throw .storage(
                     "a part of an entry is damaged: the part at index \(r.int(0)) covers \(start)..<\(end) after \(r.int(8)) attempts")
@@ -229,8 +241,26 @@ extension SQLStore {
             QueueControl(
                 queuePaused: try setting(Self.queuePausedSetting) == "1", pausedKeys: try pausedKeys(),
                 wifiOnly: try setting(Self.wifiOnlySetting) == "1",
-                headerGeneration: Int64(try setting(Self.headerGenerationSetting) ?? "0") ?? 0)
+                headerGeneration: try headerSettings().generation)
         }
+    }
+
+    /// The header generation and the `headers update` patch, as stored. A value no outbox
+    /// writes (a generation that is no count, a patch that is not header names to values, or
+    /// names a framing header) is damage: it would overflow, or go out on every request.
+    func headerSettings() throws(OutboxError) -> HeaderSettings {
+        let text = try setting(Self.headerGenerationSetting) ?? "0"
+        guard let generation = Int64(text), Self.plausibleCount.contains(generation) else {
+            throw .storage("the store is damaged: the header generation \"\(text.prefix(40))\" is not a count")
+        }
+        guard let patchText = try setting("header_patch") else { return HeaderSettings(generation: generation, patch: nil) }
+        let patch = try Self.storedJSON(patchText, what: "headers update patch")
+        guard case let .object(members) = patch else { throw .storage("the headers update patch is damaged: not an object") }
+        for (name, value) in members {
+            if let problem = HeaderRules.nameProblem(name) { throw .storage("the headers update patch is damaged: \(problem)") }
+            guard value.stringValue != nil else { throw .storage("the headers update patch is damaged: \(name) is not text") }
+        }
+        return HeaderSettings(generation: generation, patch: patch)
     }
 
     package func heldHosts() throws(OutboxError) -> [String] {

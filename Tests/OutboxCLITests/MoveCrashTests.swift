@@ -161,6 +161,61 @@ extension MoveCrashTests {
     }
 }
 
+/// The move journal and the rows are the store's, but a hand (or a tool) may damage them:
+/// outbox then keeps what may be a user's only copy and never touches a file outside the store.
+struct DamagedJournalTests {
+    static func movedIn(_ p: CLIProject) async throws -> (staged: String, bytes: String) {
+        _ = try p.write(
+            "definitions/mv.yaml",
+            """
+            key: mv
+            request: { method: PUT, url: "https://x.example/a", file: "{{ vars.path }}", ownership: move }
+            """)
+        _ = try p.write("data/m.bin", "the only copy")
+        #expect(try await p.outbox(["enqueue", "mv", "--id", "m", "--vars", #"{"path": "data/m.bin"}"#]).exitCode == 0)
+        let staged = try #require(try FileManager.default.contentsOfDirectory(atPath: p.storeFolder + "/bodies").first)
+        return (p.storeFolder + "/bodies/" + staged, "the only copy")
+    }
+
+    @Test func aJournalNamingAFileOutsideTheStoreLeavesItAlone() async throws {
+        let p = try CLIProject()
+        _ = try await Self.movedIn(p)
+        let victim = try p.write("victim.txt", "precious")
+        _ = try p.write(
+            ".outbox/moves/99999-deadbeef.json",
+            #"[{"staged": "\#(victim)", "source": "\#(p.root)/src.txt", "mode": 4095, "mtime_ns": 0, "size": 8, "inode": 1}]"#)
+        let list = try await p.outbox(["list"])
+        #expect(list.exitCode == 0, "\(list)")
+        #expect(p.read("victim.txt") == "precious" && !FileManager.default.fileExists(atPath: p.root + "/src.txt"))
+        #expect(list.stderr.contains("left \(victim) alone"), "\(list)")
+    }
+
+    @Test func anUnreadableJournalKeepsEveryStagedFile() async throws {
+        let p = try CLIProject()
+        let (staged, bytes) = try await Self.movedIn(p)
+        // The row is lost and the journal cut short: nothing says the staged file is a moved one.
+        _ = try p.sqlite("DELETE FROM entries")
+        _ = try p.write(".outbox/moves/99998-cut.json", #"[{"staged": "#)
+        let run = try await p.outbox(["run", "--drain"])
+        #expect(run.exitCode == 0, "\(run)")
+        #expect(run.stderr.contains("kept the move journal"), "\(run.stderr)")
+        #expect(FileManager.default.contents(atPath: staged) == Data(bytes.utf8), "the staged file is kept")
+        let audit = p.run("audit")
+        #expect(audit.status == 74 && audit.out.contains("cannot be read: no staged file is removed"), "\(audit)")
+    }
+
+    @Test func aCancelledDamagedEntryKeepsItsStagedFileInReturned() async throws {
+        let p = try CLIProject()
+        let (staged, bytes) = try await Self.movedIn(p)
+        _ = try p.sqlite("UPDATE entries SET body_file = '' WHERE id = 'm'")
+        #expect(p.run("cancel", "m").status == 0)
+        let run = try await p.outbox(["run", "--drain"])
+        #expect(run.exitCode == 0, "\(run)")
+        let kept = p.storeFolder + "/returned/" + (staged as NSString).lastPathComponent
+        #expect(FileManager.default.contents(atPath: kept) == Data(bytes.utf8), "kept under returned/")
+    }
+}
+
 /// A copy staged by an enqueue that was killed before its commit is an orphan: `audit`
 /// reports it, `audit --fix` and the next runner remove it, never the files of an enqueue
 /// still staging.

@@ -355,6 +355,17 @@ func partsDefinition(
         #expect(server.requests(path: "/put/dp/").isEmpty)
     }
 
+    /// A part row lost (or added, or moved) by hand: the rest no longer tile the file, and
+    /// sending them would complete the entry with bytes missing.
+    @Test func aLostPartRowStopsTheRunWithAStorageError() async throws {
+        let (server, sandbox) = try await Self.enqueueParts(id: "lp", parts: 3, config: "", script: [])
+        _ = try sandbox.sqlite("DELETE FROM parts WHERE idx = 1")
+        let run = try await sandbox.outbox(["run", "--drain"])
+        #expect(run.status == 74, "\(run.stderr)")
+        #expect(run.stderr.contains("the stored entry lp is damaged: its parts are not numbered 0 to 1"), "\(run.stderr)")
+        #expect(server.requests(path: "/put/lp/").isEmpty)
+    }
+
     /// A part stopped because another was refused counts as an attempt: the hook, `show`
     /// and the attempt events agree on how many requests were sent.
     @Test func aPartStoppedByARefusalCountsAsAnAttempt() async throws {

@@ -179,13 +179,25 @@ extension Runner {
             }
             emitState(entry, state: .running, reason: nil)
             if entry.isChunked {
-                var job = PartJob(parts: try store.parts(entrySeq: entry.seq), entry: entry)
+                var job = PartJob(parts: try Self.checkedParts(try store.parts(entrySeq: entry.seq), of: entry), entry: entry)
                 if entry.request.s3 != nil { job.s3UploadID = try store.s3UploadID(entrySeq: entry.seq) }
                 flights.partJobs[entry.id] = job
             } else {
                 startTransfer(entry, part: nil, host: host, standby: isStandby)
             }
         }
+    }
+
+    /// The parts of a chunked entry as stored, when they still tile its file in index order:
+    /// a row lost or edited by hand would send other bytes than the file's, or none, and
+    /// complete the entry (its moved file then forgotten).
+    static func checkedParts(_ parts: [StoredPart], of entry: Entry) throws(OutboxError) -> [StoredPart] {
+        let problem =
+            parts.map(\.index) != Array(parts.indices)
+            ? "are not numbered 0 to \(parts.count - 1)"
+            : ChunkPlan.tilingProblem(parts.map(\.range), size: entry.totalBytes).map { "do not tile the file: \($0)" }
+        guard let problem else { return parts }
+        throw .storage("the stored entry \(entry.id) is damaged: its parts \(problem); `outbox cancel \(entry.id)` removes that entry")
     }
 
     /// On a store several runners share, the claim commits before any transfer starts: only
