@@ -257,7 +257,8 @@ extension SQLStore {
         let rows = try db.query("SELECT key, state, COUNT(*) FROM entries GROUP BY key, state", []) { ($0.text(0), $0.text(1), $0.int(2)) }
         for (key, name, n) in rows {
             guard let state = EntryState(rawValue: name) else {
-                throw .storage("the store is damaged: entries in unknown state \"\(name)\"")
+                let id = try db.queryOne("SELECT id FROM entries WHERE state = ? LIMIT 1", [.text(name)]) { $0.text(0) } ?? "?"
+                throw Self.damaged("the stored entry \(id) is damaged: unknown state \"\(name)\"", id: id)
             }
             states[state, default: 0] += n
             byKey[key, default: [:]][state] = n

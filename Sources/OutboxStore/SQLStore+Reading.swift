@@ -174,6 +174,10 @@ extension SQLStore {
                 throw .storage(
                     "a part of an entry is damaged: the part at index \(r.int(0)) covers \(start)..<\(end) after \(r.int(8)) attempts")
             }
+            // Checked as at enqueue: only http and https go out (another scheme failed every attempt).
+            do throws(OutboxError) { _ = try URLCheck.validate(r.text(3), field: "the URL of the part at index \(r.int(0))") } catch {
+                throw .storage("a part of an entry is damaged: \(error.message)")
+            }
             var responseHeaders: JSON?
             if let text = r.optionalText(7) { responseHeaders = try Self.storedJSON(text, what: "response headers of a part") }
             return StoredPart(

@@ -86,7 +86,9 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         let recorded = try setting(Self.bodiesFolderSetting)
         guard recorded != here else { return }
         try writing { () throws(OutboxError) in
-            var prefixes = Set([recorded].compactMap { $0 })
+            // Only a bodies folder is a prefix to rewrite (a damaged setting, `''` or `/`, would
+            // rewrite every row's path into nonsense).
+            var prefixes = Set([recorded].compactMap { $0 }.filter { $0.hasPrefix("/") && $0.hasSuffix("/bodies/") })
             // Stores from before the setting, and rows written under another spelling.
             let elsewhere = try db.query(
                 "SELECT DISTINCT body_file FROM entries WHERE body_file IS NOT NULL AND substr(body_file, 1, length(?1)) != ?1",

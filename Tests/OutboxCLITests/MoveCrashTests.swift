@@ -204,6 +204,15 @@ struct DamagedJournalTests {
         #expect(audit.status == 74 && audit.out.contains("cannot be read: no staged file is removed"), "\(audit)")
     }
 
+    /// Where the bodies were last seen is a setting: a damaged one (`/`) rewrote every row's path.
+    @Test func aDamagedBodiesFolderSettingRewritesNoPath() async throws {
+        let p = try CLIProject()
+        let (staged, _) = try await Self.movedIn(p)
+        _ = try p.sqlite("UPDATE settings SET value = '/' WHERE name = 'bodies_folder'")
+        #expect(try await p.outbox(["list"]).exitCode == 0)
+        #expect(try p.sqlite("SELECT body_file FROM entries") == staged + "\n")
+    }
+
     @Test func aCancelledDamagedEntryKeepsItsStagedFileInReturned() async throws {
         let p = try CLIProject()
         let (staged, bytes) = try await Self.movedIn(p)

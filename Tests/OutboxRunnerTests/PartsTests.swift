@@ -366,6 +366,17 @@ func partsDefinition(
         #expect(server.requests(path: "/put/lp/").isEmpty)
     }
 
+    /// A part row whose URL was changed by hand to another scheme is damage, not a network
+    /// failure retried without end (with its host held).
+    @Test func aPartURLOfAnotherSchemeIsDamage() async throws {
+        let (server, sandbox) = try await Self.enqueueParts(id: "fu", parts: 2, config: "", script: [])
+        _ = try sandbox.sqlite("UPDATE parts SET url = 'file:///etc/passwd' WHERE idx = 0")
+        let run = try await sandbox.outbox(["run", "--drain"])
+        #expect(run.status == 74, "\(run.stderr)")
+        #expect(run.stderr.contains("E_STORAGE: a part of an entry is damaged: the URL of the part at index 0"), "\(run.stderr)")
+        #expect(server.requests(path: "/put/fu/").isEmpty)
+    }
+
     /// A part stopped because another was refused counts as an attempt: the hook, `show`
     /// and the attempt events agree on how many requests were sent.
     @Test func aPartStoppedByARefusalCountsAsAnAttempt() async throws {
