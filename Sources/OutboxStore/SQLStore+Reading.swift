@@ -245,18 +245,24 @@ extension SQLStore {
             QueueControl(
                 queuePaused: try setting(Self.queuePausedSetting) == "1", pausedKeys: try pausedKeys(),
                 wifiOnly: try setting(Self.wifiOnlySetting) == "1",
-                headerGeneration: try headerSettings().generation)
+                headerGeneration: try headerGeneration())
         }
+    }
+
+    /// The header generation as stored (the runner reads it every turn: the patch is not read).
+    func headerGeneration() throws(OutboxError) -> Int64 {
+        let text = try setting(Self.headerGenerationSetting) ?? "0"
+        guard let generation = Int64(text), Self.plausibleCount.contains(generation) else {
+            throw .storage("the store is damaged: the header generation \"\(text.prefix(40))\" is not a count")
+        }
+        return generation
     }
 
     /// The header generation and the `headers update` patch, as stored. A value no outbox
     /// writes (a generation that is no count, a patch that is not header names to values, or
     /// names a framing header) is damage: it would overflow, or go out on every request.
     func headerSettings() throws(OutboxError) -> HeaderSettings {
-        let text = try setting(Self.headerGenerationSetting) ?? "0"
-        guard let generation = Int64(text), Self.plausibleCount.contains(generation) else {
-            throw .storage("the store is damaged: the header generation \"\(text.prefix(40))\" is not a count")
-        }
+        let generation = try headerGeneration()
         guard let patchText = try setting("header_patch") else { return HeaderSettings(generation: generation, patch: nil) }
         let patch = try Self.storedJSON(patchText, what: "headers update patch")
         guard case let .object(members) = patch else { throw .storage("the headers update patch is damaged: not an object") }
