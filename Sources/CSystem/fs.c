@@ -29,6 +29,13 @@ int csystem_lock_file(const char *path) {
         /* Never through a symbolic link: the holder's pid is written into the file. */
         int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0) return -errno;
+        /* Nor a file with another name: a hard link to a user's file would be written too. */
+        struct stat own;
+        if (fstat(fd, &own) != 0 || own.st_nlink > 1) {
+            int e = own.st_nlink > 1 ? EMLINK : errno;
+            close(fd);
+            return -e;
+        }
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             int e = errno;
             close(fd);

@@ -390,6 +390,19 @@ package enum RequestBuilder {
 
     static func retryRules(_ value: JSON, base: RetryRules) throws(OutboxError) -> RetryRules {
         var rules = base
+        // Held to the rules of a definition's `retry`: known fields, 4xx exemptions.
+        guard case let .object(members) = value else { throw .invalid("retry must be an object") }
+        for (name, _) in members where name != "backoff" && name != "terminal_http" {
+            throw .invalid("retry has no field \"\(name)\" (backoff, terminal_http)")
+        }
+        if let t = value["terminal_http"] {
+            guard let items = t["exempt"]?.arrayValue, t.objectValue?.count == 1 else {
+                throw .invalid("retry.terminal_http must give exempt, a list of 4xx status codes, and nothing else")
+            }
+            for item in items where !(400...499).contains(item.int64Value ?? 0) {
+                throw .invalid("retry.terminal_http.exempt items must be 4xx status codes, not \(item.serialized())")
+            }
+        }
         if let b = value["backoff"] {
             func duration(_ name: String) throws(OutboxError) -> Int64 {
                 guard let s = b[name]?.stringValue else { throw .invalid("retry.backoff.\(name) is missing") }

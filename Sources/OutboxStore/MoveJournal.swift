@@ -160,10 +160,13 @@ struct MoveJournal {
                             done.append("kept \(kept): \(move.source) could not be put back (\(why)); a process moving it was stopped")
                         }
                     }
-                } else {
-                    // The source is there: the staged file is a copy that was never recorded.
+                } else if move.sourceIsTheOriginal {
+                    // The source is there as it was: the staged file is a copy never recorded.
                     unlink(move.staged)
                     done.append("removed \(move.staged), an unrecorded copy of \(move.source)")
+                } else if let kept = Self.keepReturned(move.staged, storeFolder: Paths.dirname(folder), source: move.source) {
+                    // Another file took the source path since: the staged one may be the only copy.
+                    done.append("kept \(kept): \(move.source) is another file now; a process moving it was stopped")
                 }
             }
             unlink(path)

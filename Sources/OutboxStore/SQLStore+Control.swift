@@ -313,6 +313,7 @@ extension SQLStore {
             try forEachChunk(ListFilter(), damaged: damaged) { entries throws(OutboxError) in for e in entries { try check(e) } }
         }
         do { _ = try unacknowledgedOutcomes() } catch  where error.code == .storage { problems.append(error.message) }
+        do { _ = try headerSettings() } catch  where error.code == .storage { problems.append(error.message) }
         let orphans = try db.queryOne("SELECT COUNT(*) FROM parts WHERE entry_seq NOT IN (SELECT seq FROM entries)") { $0.int(0) } ?? 0
         if orphans > 0 { problems.append(orphans == 1 ? "1 part belongs to no entry" : "\(orphans) parts belong to no entry") }
         // While an enqueue stages its bodies (it holds the lock shared) they are not in the
@@ -375,6 +376,12 @@ extension SQLStore {
         // staging (no enqueue could have made it), so the lock is free.
         if fd < 0 { fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) }
         guard fd >= 0 else { return errno == ENOENT && exclusive ? StagingLock(fd: -1) : nil }
+        // A hard link to another file is no lock of the store's: as if taken.
+        var own = stat()
+        guard fstat(fd, &own) == 0, (own.st_mode & S_IFMT) != S_IFREG || own.st_nlink == 1 else {
+            close(fd)
+            return nil
+        }
         let operation = exclusive ? LOCK_EX | LOCK_NB : LOCK_SH
         while flock(fd, operation) != 0 {
             if errno == EINTR { continue }

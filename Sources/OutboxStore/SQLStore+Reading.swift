@@ -72,6 +72,10 @@ extension SQLStore {
         } catch {
             throw Self.damaged("\(error.message) (entry \(id))", id: id)
         }
+        // A framing header (or no header name) would go out as is and cut the body short.
+        if let problem = request.headers.lazy.compactMap({ HeaderRules.nameProblem($0.0) }).first {
+            throw Self.damaged("the stored entry \(id) is damaged: its request: \(problem)", id: id)
+        }
         // Counts that no store of ours writes would overflow where the runner adds to them.
         for (column, name) in [(7, "generation"), (12, "total_bytes"), (13, "bytes_sent"), (14, "attempts"), (19, "header_generation")]
         where !Self.plausibleCount.contains(r.int(Int32(column))) {
@@ -178,11 +182,15 @@ extension SQLStore {
             do throws(OutboxError) { _ = try URLCheck.validate(r.text(3), field: "the URL of the part at index \(r.int(0))") } catch {
                 throw .storage("a part of an entry is damaged: \(error.message)")
             }
+            let headers = HeaderRules.from(json: try Self.storedJSON(r.text(4), what: "headers of a part"))
+            if let problem = headers.lazy.compactMap({ HeaderRules.nameProblem($0.0) }).first {
+                throw .storage("a part of an entry is damaged: the part at index \(r.int(0)): \(problem)")
+            }
             var responseHeaders: JSON?
             if let text = r.optionalText(7) { responseHeaders = try Self.storedJSON(text, what: "response headers of a part") }
             return StoredPart(
-                index: Int(r.int(0)), range: ByteRange(start: r.int(1), end: r.int(2)), url: r.text(3),
-                headers: HeaderRules.from(json: try Self.storedJSON(r.text(4), what: "headers of a part")), accepted: r.int(5) != 0,
+                index: Int(r.int(0)), range: ByteRange(start: r.int(1), end: r.int(2)), url: r.text(3), headers: headers,
+                accepted: r.int(5) != 0,
                 status: r.optionalInt(6).map(Int.init), responseHeaders: responseHeaders,
                 attempts: Int(r.int(8)), nextAttemptAt: r.optionalInt(9))
         }

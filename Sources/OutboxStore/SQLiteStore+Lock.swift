@@ -70,6 +70,7 @@ extension SQLiteStore {
             throw .running("another runner holds the store \(folder)\(holder.isEmpty ? "" : " (\(holder))")")
         }
         if fd == -ELOOP { throw .storage("cannot lock \(path): it is a symbolic link (remove it; outbox makes the file)") }
+        if fd == -EMLINK { throw .storage("cannot lock \(path): it has another name (a hard link; remove it, outbox makes the file)") }
         guard fd >= 0 else { throw .storage("cannot lock \(path): \(Paths.errnoMessage(-fd))") }
         SQLiteRunnerLock.writeHolder(fd, copying: copying)
         return SQLiteRunnerLock(path: path, fd: fd)

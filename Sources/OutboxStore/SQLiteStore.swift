@@ -217,7 +217,8 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
                 guard isFolder || (st.st_mode & S_IFMT) == S_IFREG, st.st_mode & 0o077 != 0 else { continue }
                 let wanted: mode_t = isFolder ? 0o700 : 0o600
                 let mode = String(st.st_mode & 0o777, radix: 8)
-                if fix, chmod(path, wanted) == 0 {
+                // A file with another name (a hard link) may be a user's: said, never changed.
+                if fix, isFolder || st.st_nlink == 1, chmod(path, wanted) == 0 {
                     found.append("\(path) was mode \(mode); it is \(String(wanted, radix: 8)) now")
                 } else {
                     found.append("\(path) has mode \(mode): others may read it (audit --fix makes it \(String(wanted, radix: 8)))")

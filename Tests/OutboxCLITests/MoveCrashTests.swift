@@ -213,6 +213,37 @@ struct DamagedJournalTests {
         #expect(try p.sqlite("SELECT body_file FROM entries") == staged + "\n")
     }
 
+    /// Killed once the file was moved in, before the commit; then a new file is written at
+    /// its path: the staged one is the original, kept, not removed as a copy.
+    @Test func aNewFileAtTheSourcePathNeverCostsTheMovedOne() async throws {
+        let p = try CLIProject()
+        _ = try p.write(
+            "definitions/mv.yaml",
+            """
+            key: mv
+            request: { method: PUT, url: "https://x.example/a", file: "{{ vars.path }}", ownership: move }
+            """)
+        _ = try p.write("data/m.bin", "the original")
+        let killed = try await p.outbox(
+            ["enqueue", "mv", "--id", "m", "--vars", #"{"path": "data/m.bin"}"#], environment: ["OUTBOX_FAULT": "enqueue.moved"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        _ = try p.write("data/m.bin", "a new file at the same path")
+        let list = try await p.outbox(["list", "--json"])
+        #expect(list.exitCode == 0 && list.stdout == "[]\n", "\(list)")
+        #expect(p.read("data/m.bin") == "a new file at the same path")
+        let kept = (try? FileManager.default.contentsOfDirectory(atPath: p.storeFolder + "/returned")) ?? []
+        #expect(kept.count == 1 && p.read(".outbox/returned/" + (kept.first ?? "")) == "the original", "\(kept) \(list.stderr)")
+    }
+
+    /// `audit` reads the settings every command reads: a damaged one is a problem it names.
+    @Test func auditNamesADamagedSetting() async throws {
+        let p = try CLIProject()
+        _ = try await Self.movedIn(p)
+        _ = try p.sqlite("INSERT OR REPLACE INTO settings VALUES ('header_generation', '-1')")
+        let audit = try await p.outbox(["audit"])
+        #expect(audit.exitCode == 74 && audit.stdout.contains("the header generation \"-1\" is not a count"), "\(audit)")
+    }
+
     @Test func aCancelledDamagedEntryKeepsItsStagedFileInReturned() async throws {
         let p = try CLIProject()
         let (staged, bytes) = try await Self.movedIn(p)

@@ -7,6 +7,9 @@ struct ConfigTests {
     @Test(arguments: [
         (#"{"backoff": {"base": "1h", "max": "1m", "jitter": 0}}"#, "retry.backoff.base 1h is longer than retry.backoff.max 1m"),
         (#"{"backoff": {"base": "0s", "max": "1m", "jitter": 0}}"#, "retry.backoff.base must be longer than 0"),
+        (#"{"terminal_http": {"exempt": [99999, 200]}}"#, "retry.terminal_http.exempt items must be 4xx status codes, not 99999"),
+        (#"{"terminal_http": {"exempt": "x"}}"#, "retry.terminal_http must give exempt, a list of 4xx status codes"),
+        (#"{"bogus": 1}"#, "retry has no field \"bogus\""),
     ])
     func aPluginsBackoffIsCheckedLikeTheConfigs(_ answer: String, _ message: String) throws {
         let parsed = try JSON.parse(answer)

@@ -101,6 +101,37 @@ struct FollowUpFieldTests {
     }
 }
 
+/// A secret var stays one down a chain: the follow-up of a follow-up that passes it on.
+struct FollowUpSecretChainTests {
+    @Test func aSecretVarPassedOnIsRedactedInTheNextGeneration() async throws {
+        let a = definition(
+            "a",
+            top: """
+                then:
+                  on_success:
+                    - { key: b, id: "b-{{ entry.id }}", vars: { url: "{{ vars.url }}", tag: t, tok: "{{ env.MYTOK }}" } }
+                """)
+        let b = definition(
+            "b",
+            top: """
+                then:
+                  on_success:
+                    - { key: c, id: "c-{{ entry.id }}", delay: 1h, vars: { url: "{{ vars.url }}", tag: t, t2: "{{ vars.tok }}", all: "{{ vars }}" } }
+                """)
+        let c = definition("c", request: #"headers: { X-T2: "{{ vars.t2 }}" }"#)
+        let p = try Project(definitions: ["a": a, "b": b, "c": c])
+        try await p.enqueue("a", path: "/status/200", id: "a1")
+        let run = try await p.outbox(["run", "--drain"], environment: ["MYTOK": "TOPSECRET77"])
+        #expect(run.exitCode == 0, "\(run.description)")
+        let show = try await p.outbox(["show", "c-b-a1", "--json"])
+        let list = try await p.outbox(["list", "--json"])
+        for (name, text) in [("show", show.stdout), ("list", list.stdout)] {
+            #expect(text.contains("c-b-a1") && !text.contains("TOPSECRET77"), "\(name): \(text)")
+        }
+        #expect(show.json?["request"]?["headers"]?["x-t2"] == .string("[redacted]"), "\(show.stdout)")
+    }
+}
+
 /// A follow-up may nest its vars as deep as the runner lets it (512 levels: the object and
 /// 511 lists around a number here): `list --json` reads such a row back (it checked vars to
 /// input's depth and called the row damaged).

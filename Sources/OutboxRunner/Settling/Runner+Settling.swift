@@ -211,11 +211,14 @@ extension Runner {
         var made = try factory.make(
             key: key, vars: rendered["vars"] ?? .null, id: id, parent: entry.id, notBefore: notBefore, outcome: outcome,
             movedFiles: try id.map(stagedSources) ?? [:])
-        // Vars rendered from `env` are secrets in the follow-up, and so is a header holding one.
+        // Vars rendered from `env` are secrets in the follow-up, as are vars holding a secret
+        // var of the parent (down a chain of any length), and so is a header holding one.
         let fromEnvironment = SecretVars.environmentPaths(in: item["vars"] ?? .null)
-        if !fromEnvironment.isEmpty {
-            made.prepared.secretVars += fromEnvironment.filter { !made.prepared.secretVars.contains($0) }
-            let secrets = SecretVars.texts(at: fromEnvironment, in: made.vars).filter { !$0.isEmpty }
+        let inherited = SecretVars.texts(at: entry.request.secretVars, in: entry.vars)
+        if !fromEnvironment.isEmpty || !inherited.isEmpty {
+            let secrets = (SecretVars.texts(at: fromEnvironment, in: made.vars) + inherited).filter { !$0.isEmpty }
+            let holding = SecretVars.paths(in: made.vars) { secrets.map { Array($0.utf8) } }
+            for path in fromEnvironment + holding where !made.prepared.secretVars.contains(path) { made.prepared.secretVars.append(path) }
             for (name, value) in made.prepared.headers where secrets.contains(where: { value.contains($0) }) {
                 made.prepared.secretHeaders.insert(name.lowercased())
             }
