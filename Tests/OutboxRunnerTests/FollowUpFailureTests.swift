@@ -90,15 +90,25 @@ struct FollowUpFieldTests {
         try await p.enqueue("login", path: "/status/200", id: "L1")
         let run = try await p.outbox(["run", "--drain"], environment: ["API_KEY": "topsecret-KEY-777"])
         #expect(run.exitCode == 0, "\(run.description)")
-        let show = try await p.outbox(["show", "call-L1", "--json"])
-        let list = try await p.outbox(["list", "--json"])
-        for (name, text) in [("show", show.stdout), ("list", list.stdout)] {
-            #expect(text.contains("call-L1") && !text.contains("topsecret-KEY-777"), "\(name): \(text)")
-            #expect(text.contains("not-a-secret"), "\(name): only that var is redacted")
+        for text in try await expectRedacted(p, id: "call-L1", secret: "topsecret-KEY-777", header: "x-api-key") {
+            #expect(text.contains("not-a-secret"), "only that var is redacted: \(text)")
         }
-        let headers = try #require(show.json?["request"]?["headers"])
-        #expect(headers["x-api-key"] == .string("[redacted]"), "\(headers)")
     }
+}
+
+/// `show ID --json` and `list --json` name the entry and never print `secret`; `show` gives
+/// `header` as redacted. Returns both texts.
+@discardableResult
+func expectRedacted(
+    _ p: Project, id: String, secret: String, header: String, sourceLocation: SourceLocation = #_sourceLocation
+) async throws -> [String] {
+    let show = try await p.outbox(["show", id, "--json"])
+    let list = try await p.outbox(["list", "--json"])
+    for (name, text) in [("show", show.stdout), ("list", list.stdout)] {
+        #expect(text.contains(id) && !text.contains(secret), "\(name): \(text)", sourceLocation: sourceLocation)
+    }
+    #expect(show.json?["request"]?["headers"]?[header] == .string("[redacted]"), "\(show.stdout)", sourceLocation: sourceLocation)
+    return [show.stdout, list.stdout]
 }
 
 /// A secret var stays one down a chain: the follow-up of a follow-up that passes it on.
@@ -123,12 +133,7 @@ struct FollowUpSecretChainTests {
         try await p.enqueue("a", path: "/status/200", id: "a1")
         let run = try await p.outbox(["run", "--drain"], environment: ["MYTOK": "TOPSECRET77"])
         #expect(run.exitCode == 0, "\(run.description)")
-        let show = try await p.outbox(["show", "c-b-a1", "--json"])
-        let list = try await p.outbox(["list", "--json"])
-        for (name, text) in [("show", show.stdout), ("list", list.stdout)] {
-            #expect(text.contains("c-b-a1") && !text.contains("TOPSECRET77"), "\(name): \(text)")
-        }
-        #expect(show.json?["request"]?["headers"]?["x-t2"] == .string("[redacted]"), "\(show.stdout)")
+        try await expectRedacted(p, id: "c-b-a1", secret: "TOPSECRET77", header: "x-t2")
     }
 }
 

@@ -342,39 +342,28 @@ func partsDefinition(
         #expect(server.requests(path: "/put/sz/").isEmpty)
     }
 
-    /// A part row no store of ours writes (a start below 0) is damage, named as such: the
-    /// runner stopped on a trap there.
-    @Test func aDamagedPartRowStopsTheRunWithAStorageError() async throws {
-        let (server, sandbox) = try await Self.enqueueParts(id: "dp", parts: 2, config: "", script: [])
-        _ = try sandbox.sqlite("UPDATE parts SET start = -9223372036854775808 WHERE idx = 0")
+    /// Part rows damaged by hand stop the run with E_STORAGE naming the damage, before any
+    /// part is sent: a start below 0 (the runner stopped on a trap there), a row lost (the
+    /// rest would complete the entry with bytes missing), a URL of another scheme (it was
+    /// retried without end, its host held).
+    @Test(arguments: [
+        (
+            "UPDATE parts SET start = -9223372036854775808 WHERE idx = 0",
+            "E_STORAGE: a part of an entry is damaged: the part at index 0 covers -9223372036854775808..<262144"
+        ),
+        ("DELETE FROM parts WHERE idx = 1", "E_STORAGE: the stored entry dp is damaged: its parts are not numbered 0 to 1"),
+        (
+            "UPDATE parts SET url = 'file:///etc/passwd' WHERE idx = 0",
+            "E_STORAGE: a part of an entry is damaged: the URL of the part at index 0"
+        ),
+    ])
+    func aDamagedPartRowStopsTheRunWithAStorageError(_ damage: String, _ message: String) async throws {
+        let (server, sandbox) = try await Self.enqueueParts(id: "dp", parts: 3, config: "", script: [])
+        _ = try sandbox.sqlite(damage)
         let run = try await sandbox.outbox(["run", "--drain"])
         #expect(run.status == 74, "\(run.stderr)")
-        #expect(
-            run.stderr.contains("E_STORAGE: a part of an entry is damaged: the part at index 0 covers -9223372036854775808..<262144"),
-            "\(run.stderr)")
+        #expect(run.stderr.contains(message), "\(run.stderr)")
         #expect(server.requests(path: "/put/dp/").isEmpty)
-    }
-
-    /// A part row lost (or added, or moved) by hand: the rest no longer tile the file, and
-    /// sending them would complete the entry with bytes missing.
-    @Test func aLostPartRowStopsTheRunWithAStorageError() async throws {
-        let (server, sandbox) = try await Self.enqueueParts(id: "lp", parts: 3, config: "", script: [])
-        _ = try sandbox.sqlite("DELETE FROM parts WHERE idx = 1")
-        let run = try await sandbox.outbox(["run", "--drain"])
-        #expect(run.status == 74, "\(run.stderr)")
-        #expect(run.stderr.contains("the stored entry lp is damaged: its parts are not numbered 0 to 1"), "\(run.stderr)")
-        #expect(server.requests(path: "/put/lp/").isEmpty)
-    }
-
-    /// A part row whose URL was changed by hand to another scheme is damage, not a network
-    /// failure retried without end (with its host held).
-    @Test func aPartURLOfAnotherSchemeIsDamage() async throws {
-        let (server, sandbox) = try await Self.enqueueParts(id: "fu", parts: 2, config: "", script: [])
-        _ = try sandbox.sqlite("UPDATE parts SET url = 'file:///etc/passwd' WHERE idx = 0")
-        let run = try await sandbox.outbox(["run", "--drain"])
-        #expect(run.status == 74, "\(run.stderr)")
-        #expect(run.stderr.contains("E_STORAGE: a part of an entry is damaged: the URL of the part at index 0"), "\(run.stderr)")
-        #expect(server.requests(path: "/put/fu/").isEmpty)
     }
 
     /// A part stopped because another was refused counts as an attempt: the hook, `show`
