@@ -7,19 +7,24 @@ package enum HeaderRules {
         if ["content-length", "transfer-encoding"].contains(name.lowercased()) {
             return "header \(name) cannot be set: outbox frames the body itself"
         }
-        for byte in name.utf8 {
-            let ok: Bool
-            switch byte {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"):
-                ok = true
-            default:
-                // RFC 9110 token characters besides letters and digits
-                ok = "!#$%&'*+-.^_`|~".utf8.contains(byte)
-            }
-            if !ok { return "header name \"\(name.prefix(64))\" has a character not allowed in header names" }
-        }
+        if !isToken(name) { return "header name \"\(name.prefix(64))\" has a character not allowed in header names" }
         return nil
     }
+
+    /// Whether `name` is made of RFC 9110 token characters only (what a header name is).
+    package static func isToken(_ name: Substring) -> Bool {
+        name.utf8.allSatisfy { byte in
+            switch byte {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"):
+                true
+            default:
+                // RFC 9110 token characters besides letters and digits
+                "!#$%&'*+-.^_`|~".utf8.contains(byte)
+            }
+        }
+    }
+
+    package static func isToken(_ name: String) -> Bool { isToken(Substring(name)) }
 
     /// Lowercased names of the headers whose values are secrets whatever their names: those a
     /// template renders from the environment (the request's, or its parts'), and those

@@ -106,7 +106,7 @@ package struct Diagnostic: Sendable, Equatable {
         let colon = trimmed.firstIndex(of: ":")
         let name = colon.map { trimmed[..<$0].filter { $0 != "\"" && $0 != "'" }.lowercased() } ?? ""
         // A header name is one token; anything else before a colon is part of a value.
-        let isKey = !name.isEmpty && name.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "!#$%&*+.^_`|~-".contains($0)) }
+        let isKey = !name.isEmpty && HeaderRules.isToken(name)
         guard let colon, isKey else {
             return inHeaders && !trimmed.isEmpty && !trimmed.hasPrefix("#") ? indent + "[redacted]" : line
         }

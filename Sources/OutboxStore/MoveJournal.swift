@@ -101,6 +101,8 @@ struct MoveJournal {
     /// records a staged file. Returns what was done, for the log.
     func recover(owned: (String) throws(OutboxError) -> Bool) throws(OutboxError) -> [String] {
         guard let names = Paths.list(folder), !names.isEmpty else { return [] }
+        // The store may have moved since (a journal names its old folder): files are looked for here.
+        let bodies = Paths.join(Paths.dirname(folder), "bodies")
         var done: [String] = []
         for name in names where name.hasSuffix(".json") {
             let path = Paths.join(folder, name)
@@ -124,14 +126,12 @@ struct MoveJournal {
             guard let items, items.count == moves.count else {
                 done.append(
                     "kept the move journal \(path): it cannot be read, so no staged file is removed while it is there "
-                        + "(take what is yours out of \(Paths.join(Paths.dirname(folder), "bodies")), then delete it)")
+                        + "(take what is yours out of \(bodies), then delete it)")
                 continue
             }
             // A copy back across filesystems that was cut short is never the user's file.
             Self.removeDeadReturnCopies(of: moves.map(\.source))
             for var move in moves {
-                // The store may have moved since (the journal names its old folder).
-                let bodies = Paths.join(Paths.dirname(folder), "bodies")
                 guard let staged = Staging.found(move.staged, in: bodies) else { continue }
                 // Only a regular file of the store's bodies folder is acted on: a journal edited by
                 // hand could name any file to remove or move.

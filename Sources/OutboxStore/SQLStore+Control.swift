@@ -17,14 +17,14 @@ extension SQLStore {
     }
 
     /// Removes an entry whose row cannot be read back (what it refers to is unknown), with its
-    /// parts, attempts and outcomes. Its staged files stay: one may be a moved file's only copy.
+    /// parts, attempts and outcomes. Its staged files are kept in `returned/`: one may be a moved
+    /// file's only copy.
     func forgetDamaged(id: String) throws(OutboxError) {
         guard
             let (seq, internalID) = try db.queryOne(
                 "SELECT seq, internal FROM entries WHERE id = ?", [.text(id)], { ($0.int(0), $0.text(1)) })
         else { return }
-        // Its staged files go to `returned/`, kept: one may be a moved file's only copy, and
-        // once the row is gone the next runner would remove them as orphans.
+        // Once the row is gone the next runner would remove them as orphans.
         for name in Paths.list(staging.bodiesDir) ?? [] where Self.isStaged(name, forOneOf: [internalID]) {
             _ = MoveJournal.keepReturned(Paths.join(staging.bodiesDir, name), storeFolder: folder, source: name)
         }
@@ -209,9 +209,10 @@ extension SQLStore {
     package func updateHeaders(_ patch: [(String, String)], now: Int64) throws(OutboxError) -> Int64 {
         // One writer at a time: the header generation is read and bumped, and every entry rewritten.
         try writing { () throws(OutboxError) -> Int64 in
-            let generation = try headerSettings().generation + 1
+            let stored = try headerSettings()
+            let generation = stored.generation + 1
             try setSetting(Self.headerGenerationSetting, String(generation))
-            let merged = HeaderRules.merge(try headerPatch(), patch)
+            let merged = HeaderRules.merge(HeaderRules.from(json: stored.patch), patch)
             // The patch alone must fit in a request head: every later entry carries it.
             do throws(HeaderRules.HeadOverLimit) { try HeaderRules.checkHead(method: "", url: nil, headers: merged) } catch {
                 switch error {
@@ -328,9 +329,10 @@ extension SQLStore {
         // A move journal left (none is being written while the lock is ours) could not be read.
         let journals = (Paths.list(moves.folder) ?? []).filter { $0.hasSuffix(".json") }.map { Paths.join(moves.folder, $0) }
         problems += journals.map { "move journal \($0) cannot be read: no staged file is removed while it is there" }
-        // A damaged row may own staged files no one can name: none is called an orphan then.
+        // A damaged row or a lost journal may own staged files no one can name: none is called an orphan then.
         if sawDamage || !journals.isEmpty {
-            note("staged files not checked for orphans while a row is damaged (cancel it, then run audit again)")
+            let why = sawDamage ? "a row is damaged (cancel it" : "a move journal cannot be read (see above"
+            note("staged files not checked for orphans while \(why), then run audit again)")
             return problems
         }
         // By name, as the runner judges orphans: rows may name this folder under another spelling.
