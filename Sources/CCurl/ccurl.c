@@ -15,6 +15,7 @@ static const char *(*p_easy_strerror)(CURLcode);
 static const char *(*p_multi_strerror)(CURLMcode);
 static CURL *(*p_easy_init)(void);
 static void (*p_easy_cleanup)(CURL *);
+static void (*p_easy_reset)(CURL *);
 static CURLcode (*p_easy_setopt)(CURL *, CURLoption, ...);
 static CURLcode (*p_easy_getinfo)(CURL *, CURLINFO, ...);
 static struct curl_slist *(*p_slist_append)(struct curl_slist *, const char *);
@@ -70,6 +71,7 @@ static int load_locked(void) {
     RESOLVE(p_multi_strerror, "curl_multi_strerror");
     RESOLVE(p_easy_init, "curl_easy_init");
     RESOLVE(p_easy_cleanup, "curl_easy_cleanup");
+    RESOLVE(p_easy_reset, "curl_easy_reset");
     RESOLVE(p_easy_setopt, "curl_easy_setopt");
     RESOLVE(p_easy_getinfo, "curl_easy_getinfo");
     RESOLVE(p_slist_append, "curl_slist_append");
@@ -126,6 +128,7 @@ const char *ccurl_multi_strerror(CURLMcode code) { return p_multi_strerror(code)
 
 CURL *ccurl_easy_init(void) { return p_easy_init(); }
 void ccurl_easy_cleanup(CURL *easy) { p_easy_cleanup(easy); }
+void ccurl_easy_reset(CURL *easy) { p_easy_reset(easy); }
 
 CURLcode ccurl_setopt_long(CURL *easy, CURLoption option, long value) {
     return p_easy_setopt(easy, option, value);

@@ -117,6 +117,9 @@ final class CurlEngine: @unchecked Sendable {
     // Loop thread only:
     private var active: [UInt64: (transfer: Transfer, job: Job)] = [:]
     private var byHandle: [UnsafeMutableRawPointer: Transfer] = [:]
+    /// Easy handles of ended transfers, reset, for the next ones (at most `maxSpareHandles`).
+    private var spareHandles: [UnsafeMutableRawPointer] = []
+    private let maxSpareHandles: Int
     /// Standby jobs, oldest first; never added to the multi handle until they start.
     private var standby: [Job] = []
     private var activePerHost: [String: Int] = [:]
@@ -128,6 +131,7 @@ final class CurlEngine: @unchecked Sendable {
 
     init(maxConnections: Int, perHost: Int) throws {
         self.perHost = perHost
+        self.maxSpareHandles = min(maxConnections, 64)
         // The main program does this too; a write to a closed socket must not kill us.
         signal(SIGPIPE, SIG_IGN)
         try CurlLibrary.ensureLoaded()
@@ -248,6 +252,8 @@ final class CurlEngine: @unchecked Sendable {
                 usleep(10_000)  // never spin if polling itself fails
             }
         }
+        for easy in spareHandles { ccurl_easy_cleanup(easy) }
+        spareHandles.removeAll()
         let multi = self.multi
         shared.withLock { state in
             state.closed = true
@@ -258,7 +264,9 @@ final class CurlEngine: @unchecked Sendable {
     private func begin(_ job: Job) {
         let transfer: Transfer
         do {
-            transfer = try Transfer(id: job.id, request: job.request, progress: job.progress, completion: job.completion)
+            transfer = try Transfer(
+                id: job.id, request: job.request, spare: spareHandles.popLast(), progress: job.progress,
+                completion: job.completion)
         } catch {
             job.completion(HTTPResult(failure: TransportFailure(error.kind, error.message), effectiveURL: job.request.url))
             return
@@ -331,7 +339,7 @@ final class CurlEngine: @unchecked Sendable {
         active[transfer.id] = nil
         byHandle[easy] = nil
         activePerHost[job.host, default: 1] -= 1
-        transfer.close()
+        if let easy = transfer.close(keepingHandle: spareHandles.count < maxSpareHandles) { spareHandles.append(easy) }
         if job.mode != .plain { result.startedInPlace = startStandby() }
         transfer.completion(result)
     }

@@ -276,18 +276,22 @@ extension Transfer {
                 line.append(UInt8(ascii: " "))
                 line.append(contentsOf: value.utf8)
             }
-            let valid = line.withUnsafeBufferPointer { bytes in
-                nameEnd > 0 && bytes[..<nameEnd].allSatisfy(isTokenByte)
-                    && !bytes[nameEnd...].contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 })
+            // Read in place: a slice of `line` kept past here would make the append below copy it.
+            let (valid, isContentType, isExpect) = line.withUnsafeBufferPointer { bytes in
+                let nameBytes = UnsafeBufferPointer(rebasing: bytes[..<nameEnd])
+                return (
+                    nameEnd > 0 && nameBytes.allSatisfy(isTokenByte)
+                        && !bytes[nameEnd...].contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }),
+                    asciiEqualsIgnoringCase(nameBytes, Self.contentTypeName), asciiEqualsIgnoringCase(nameBytes, Self.expectName)
+                )
             }
             guard valid else { throw TransferSetupError(kind: .network, message: "invalid header \(name.debugDescription)") }
-            let nameBytes = line[..<nameEnd]
-            if asciiEqualsIgnoringCase(nameBytes, Self.contentTypeName) {
+            if isContentType {
                 // curl writes the multipart Content-Type itself, with its boundary.
                 if isForm { continue }
                 sawContentType = true
             }
-            if asciiEqualsIgnoringCase(nameBytes, Self.expectName) { sawExpect = true }
+            if isExpect { sawExpect = true }
             line.append(0)
             list = line.withUnsafeBufferPointer { bytes in
                 bytes.withMemoryRebound(to: CChar.self) { ccurl_slist_append(list, $0.baseAddress) }
@@ -322,7 +326,7 @@ private func isTokenByte(_ c: UInt8) -> Bool {
 }
 
 /// Whether `bytes` spell `lower` (lowercase ASCII) in any case.
-private func asciiEqualsIgnoringCase(_ bytes: ArraySlice<UInt8>, _ lower: [UInt8]) -> Bool {
+private func asciiEqualsIgnoringCase(_ bytes: UnsafeBufferPointer<UInt8>, _ lower: [UInt8]) -> Bool {
     guard bytes.count == lower.count else { return false }
     for (b, l) in zip(bytes, lower) where (b >= 0x41 && b <= 0x5A ? b | 0x20 : b) != l { return false }
     return true

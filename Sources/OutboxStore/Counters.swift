@@ -25,9 +25,11 @@ package enum Counter: String, Sendable, CaseIterable {
 
     /// The `le` label of the bucket a duration falls in.
     package static func bucketLabel(seconds: Double) -> String {
-        guard let bound = durationBuckets.first(where: { seconds <= $0 }) else { return "+Inf" }
-        return formatBound(bound)
+        bucketLabels[durationBuckets.firstIndex(where: { seconds <= $0 }) ?? durationBuckets.count]
     }
+
+    /// The `le` label of every bucket, +Inf last; made once, as a runner labels every attempt.
+    package static let bucketLabels: [String] = durationBuckets.map(formatBound) + ["+Inf"]
 
     package static func formatBound(_ bound: Double) -> String {
         bound == bound.rounded() ? String(Int64(bound)) : String(bound)
@@ -36,9 +38,12 @@ package enum Counter: String, Sendable, CaseIterable {
 
 /// One counter series and how much to add to it.
 package struct CounterIncrement: Sendable, Equatable, Hashable {
-    package var counter: Counter
+    package let counter: Counter
     /// Label names and values, sorted by name.
-    package var labels: [Label]
+    package let labels: [Label]
+    /// The labels as stored: a JSON object with sorted names, one text per series. Made once:
+    /// it is the series' identity when a tally sums and sorts, and the stored key.
+    package let labelText: String
     package var by: Int64
 
     package struct Label: Sendable, Equatable, Hashable {
@@ -53,12 +58,8 @@ package struct CounterIncrement: Sendable, Equatable, Hashable {
     package init(_ counter: Counter, _ labels: [(String, String)], by: Int64) {
         self.counter = counter
         self.labels = labels.map { Label($0.0, $0.1) }.sorted { $0.name < $1.name }
+        self.labelText = JSON.object(self.labels.map { ($0.name, .string($0.value)) }).serialized()
         self.by = by
-    }
-
-    /// The labels as stored: a JSON object with sorted names, one text per series.
-    package var labelText: String {
-        JSON.object(labels.map { ($0.name, .string($0.value)) }).serialized()
     }
 }
 
@@ -77,11 +78,12 @@ package struct CounterSample: Sendable, Equatable {
 
 /// Increments summed by series, so a batch writes each series once.
 package struct CounterTally: Sendable {
-    private var totals: [SeriesKey: Int64] = [:]
+    /// By counter name and label text; the first increment of a series is kept, summed into.
+    private var totals: [SeriesKey: CounterIncrement] = [:]
 
     private struct SeriesKey: Hashable {
         var counter: Counter
-        var labels: [CounterIncrement.Label]
+        var labelText: String
     }
 
     /// Attempts summed by key until `take`: an attempt costs one lookup by its key here
@@ -123,8 +125,10 @@ package struct CounterTally: Sendable {
 
     package mutating func add(_ counter: Counter, _ labels: [(String, String)], by: Int64) {
         guard by != 0 else { return }
-        let increment = CounterIncrement(counter, labels, by: by)
-        totals[SeriesKey(counter: counter, labels: increment.labels), default: 0] += by
+        var increment = CounterIncrement(counter, labels, by: by)
+        let key = SeriesKey(counter: counter, labelText: increment.labelText)
+        if let sum = totals[key] { increment.by += sum.by }
+        totals[key] = increment
     }
 
     /// One attempt's duration in the histogram.
@@ -142,18 +146,14 @@ package struct CounterTally: Sendable {
             add(.acceptedBytes, [("key", key)], by: sums.accepted)
         }
         for (i, count) in bucketCounts.enumerated() where count > 0 {
-            let label = i < Counter.durationBuckets.count ? Counter.formatBound(Counter.durationBuckets[i]) : "+Inf"
-            add(.durationBucket, [("le", label)], by: count)
+            add(.durationBucket, [("le", Counter.bucketLabels[i])], by: count)
         }
         if !bucketCounts.isEmpty { add(.durationMicroseconds, [], by: durationSum) }
         attemptsByKey.removeAll()
         bucketCounts.removeAll()
         durationSum = 0
         defer { totals.removeAll() }
-        return totals.map { key, by in
-            var increment = CounterIncrement(key.counter, [], by: by)
-            increment.labels = key.labels
-            return increment
-        }.sorted { ($0.counter.rawValue, $0.labelText) < ($1.counter.rawValue, $1.labelText) }
+        // In one order every time, so two tallies of the same increments compare equal.
+        return totals.values.sorted { ($0.counter.rawValue, $0.labelText) < ($1.counter.rawValue, $1.labelText) }
     }
 }

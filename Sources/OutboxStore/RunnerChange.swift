@@ -77,6 +77,8 @@ extension [RunnerChange] {
     /// Only for a store one runner holds: on a shared one a settle can be fenced out by a
     /// runner that took the entry over, and the attempt then stays in its history.
     package func sparingForgottenAttempts() -> [RunnerChange] {
+        // Most batches record no attempt (an entry forgotten at once logs none): nothing to spare.
+        guard contains(where: { if case .attempt = $0 { true } else { false } }) else { return self }
         var forgotten: Set<Generation> = []
         for change in self {
             if case let .settle(s) = change, s.forgetsEntry { forgotten.insert(Generation(id: s.entryID, generation: s.generation)) }

@@ -30,6 +30,7 @@ extension SQLStore {
         }
         try db.run("DELETE FROM entries WHERE seq = ?", [.int(seq)])
         try db.run("DELETE FROM parts WHERE entry_seq = ?", [.int(seq)])
+        try db.run("DELETE FROM s3_uploads WHERE entry_seq = ?", [.int(seq)])
         try db.run("DELETE FROM attempts WHERE entry_id = ?", [.text(id)])
         try db.run("DELETE FROM outcomes WHERE entry_id = ?", [.text(id)])
     }
@@ -48,9 +49,12 @@ extension SQLStore {
         return files
     }
 
-    /// Parts live and die with their entry row (no cascade: see migration 004).
+    /// Parts, and an s3 entry's multipart upload, live and die with their entry row (no
+    /// cascade: see migrations 004 and 007). Only an entry sent in parts has either.
     func deleteParts(of e: Entry) throws(OutboxError) {
-        if e.isChunked { try db.run("DELETE FROM parts WHERE entry_seq = ?", [.int(e.seq)]) }
+        guard e.isChunked else { return }
+        try db.run("DELETE FROM parts WHERE entry_seq = ?", [.int(e.seq)])
+        try db.run("DELETE FROM s3_uploads WHERE entry_seq = ?", [.int(e.seq)])
     }
 
     /// Removes staged files after a commit, and puts moved files back.

@@ -46,6 +46,11 @@ struct SQLRow: SQLRowReading {
 final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
     private let db: OpaquePointer
     private var statements: [String: OpaquePointer] = [:]
+    /// The same statements by the address of their text's bytes, with the text: a literal's
+    /// bytes stay at one address, so this finds it without hashing the whole text (which cost
+    /// a runner's commit about 2,000 instructions a statement). The text is compared on a hit,
+    /// and held here, so no other text can come to live at that address.
+    private var statementsByAddress: [Int: (sql: String, statement: OpaquePointer)] = [:]
     private var transactionDepth = 0
     let path: String
 
@@ -64,9 +69,14 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
 
     static let maxPathBytes = 504
 
+    /// Process-wide settings, made once before the first connection opens (SQLite takes them
+    /// only before its first use; every use here starts with a connection).
+    private static let processSettings: Void = { _ = csqlite_skip_memory_statistics() }()
+
     /// Opens the database at `path`, waiting at most `busyTimeoutMs` for a lock. Writers wait
     /// long by default: another process's large batch holds the lock while it inserts.
     init(path: String, access: Access = .readWrite, busyTimeoutMs: Int64 = 600_000) throws(OutboxError) {
+        _ = Self.processSettings
         busyWait = SQLiteBusyWait(limitMs: busyTimeoutMs)
         self.path = path
         // SQLite's file names end within 512 bytes, "-journal" included; past that it says only "unable to open".
@@ -151,7 +161,13 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
     }
 
     private func statement(_ sql: String) throws(OutboxError) -> OpaquePointer {
-        if let cached = statements[sql] { return cached }
+        // Only a text with storage of its own has a lasting address (up to 15 bytes live inline).
+        let address = sql.utf8.count > 15 ? sql.utf8.withContiguousStorageIfAvailable { Int(bitPattern: $0.baseAddress) } : nil
+        if let address, let hit = statementsByAddress[address], hit.sql == sql { return hit.statement }
+        if let cached = statements[sql] {
+            if let address { statementsByAddress[address] = (sql, cached) }
+            return cached
+        }
         var statement: OpaquePointer?
         guard sqlite3_prepare_v3(db, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &statement, nil) == SQLITE_OK,
             let statement
@@ -159,6 +175,7 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
             throw failure("cannot prepare a statement")
         }
         statements[sql] = statement
+        if let address { statementsByAddress[address] = (sql, statement) }
         return statement
     }
 

@@ -157,5 +157,23 @@ enum Schema {
             BEGIN DELETE FROM s3_uploads WHERE entry_seq = old.entry_seq; END;
             """
         ),
+        // The foreign key of 006 brought back what 004 took out: every DELETE of an entry ran
+        // its cascade as a sub-program, an upload or not. The store deletes an entry's upload
+        // with its parts instead (the trigger, and `deleteParts`).
+        (
+            "007-s3-uploads-without-cascade",
+            """
+            DROP TRIGGER s3_uploads_parts_deleted;
+            CREATE TABLE s3_uploads_new (
+                entry_seq INTEGER PRIMARY KEY,
+                upload_id TEXT NOT NULL
+            );
+            INSERT INTO s3_uploads_new SELECT u.entry_seq, u.upload_id FROM s3_uploads u JOIN entries e ON e.seq = u.entry_seq;
+            DROP TABLE s3_uploads;
+            ALTER TABLE s3_uploads_new RENAME TO s3_uploads;
+            CREATE TRIGGER s3_uploads_parts_deleted AFTER DELETE ON parts WHEN old.idx = 0
+            BEGIN DELETE FROM s3_uploads WHERE entry_seq = old.entry_seq; END;
+            """
+        ),
     ]
 }

@@ -305,6 +305,46 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
         }
     }
 
+    /// The client sends each request on a handle that an earlier one used (reset in between):
+    /// nothing of the earlier request may reach the next, neither its method, body, headers,
+    /// signature nor form, and a bare GET after each is sent bare.
+    @Test func aHandleUsedAgainCarriesNothingOfTheRequestBefore() async throws {
+        try await withFixture { server, client, folder in
+            let path = try folder.file("first.bin", pattern(5000))
+            var signed = HTTPRequest(
+                url: server.url("/first-signed"), method: "PUT", headers: [(name: "X-First", value: "1")],
+                body: .file(path: path, offset: 0, length: 5000), userAgent: "first/1")
+            signed.awsSigV4 = AWSSigV4(provider: "aws:amz:us-east-1:s3", accessKeyID: "AKIDFIRST", secretAccessKey: "secret")
+            let earlier: [(String, HTTPRequest)] = [
+                ("signed PUT of a file", signed),
+                (
+                    "form POST",
+                    HTTPRequest(
+                        url: server.url("/first-form"), method: "POST", headers: [(name: "X-First", value: "2")],
+                        body: .form([FormField(name: "a", value: "1")]), userAgent: "first/2")
+                ),
+                (
+                    "DELETE with a body",
+                    HTTPRequest(
+                        url: server.url("/first-delete"), method: "DELETE", headers: [(name: "Authorization", value: "Bearer t")],
+                        body: .bytes(pattern(100)), userAgent: "first/3")
+                ),
+            ]
+            for (i, (label, request)) in earlier.enumerated() {
+                #expect(await send(client, request).status == 200, "\(label)")
+                let bare = await send(client, HTTPRequest(url: server.url("/bare-\(i)"), method: "GET", userAgent: "bare/1"))
+                #expect(bare.status == 200, "\(label)")
+                let sent = try recorded(server, "/bare-\(i)")
+                #expect(sent.method == "GET", "\(label)")
+                #expect(sent.bodySize == 0 && values(sent, "content-length").isEmpty, "\(label)")
+                #expect(values(sent, "user-agent") == ["bare/1"], "\(label)")
+                for name in ["x-first", "authorization", "x-amz-date", "x-amz-content-sha256", "content-type", "expect"] {
+                    #expect(values(sent, name).isEmpty, "\(label): \(name) was sent again")
+                }
+            }
+        }
+    }
+
     @Test(arguments: [("CR LF in value", "X-A", "1\r\nX-Injected: 2"), ("colon in name", "X:A", "1"), ("empty name", "", "1")])
     func invalidHeaderFailsBeforeSending(_ label: String, _ name: String, _ value: String) async throws {
         try await withFixture { server, client, _ in

@@ -73,6 +73,7 @@ struct StoreOpeningTests {
         #expect(
             names == [
                 "001-entries", "002-queue-order", "003-queued-partial-index", "004-parts-without-cascade", "005-counters", "006-s3-uploads",
+                "007-s3-uploads-without-cascade",
             ])
         try f.enqueue("keep", "note", #"{"n": 1}"#)
         _ = try SQLiteStore(folder: f.storeFolder)
@@ -138,6 +139,47 @@ struct StoreOpeningTests {
         #expect(try store.audit() == [])
         let plan = try f.sqlite("EXPLAIN QUERY PLAN DELETE FROM outcomes WHERE entry_id = 'parts' AND generation <= 1;")
         #expect(plan.contains("outcomes_entry"), "\(plan)")
+    }
+
+    /// A store made before migration 007 keeps the multipart uploads of its entries (and drops
+    /// those of no entry), loses the cascade that ran on every entry's DELETE, and still forgets
+    /// an entry's upload with the entry.
+    @Test func aStoreFromBeforeTheUploadsRebuildIsUpgradedInPlace() throws {
+        let f = try StoreFixture()
+        try f.userFile("in/p.bin", String(repeating: "p", count: 45))
+        try f.userFile("in/q.bin", String(repeating: "q", count: 45))
+        try f.enqueue("parts", "parts", #"{"path": "in/p.bin"}"#)
+        try f.enqueue("other", "parts", #"{"path": "in/q.bin"}"#)
+        let seq = try f.sqlite("SELECT seq FROM entries WHERE id = 'parts';")
+        let other = try f.sqlite("SELECT seq FROM entries WHERE id = 'other';")
+        // Back to the schema of 006, with an upload of each entry and one of no entry.
+        _ = try f.sqlite(
+            """
+            PRAGMA foreign_keys=OFF;
+            DROP TRIGGER s3_uploads_parts_deleted;
+            DROP TABLE s3_uploads;
+            CREATE TABLE s3_uploads (
+                entry_seq INTEGER PRIMARY KEY REFERENCES entries (seq) ON DELETE CASCADE, upload_id TEXT NOT NULL);
+            CREATE TRIGGER s3_uploads_parts_deleted AFTER DELETE ON parts WHEN old.idx = 0
+            BEGIN DELETE FROM s3_uploads WHERE entry_seq = old.entry_seq; END;
+            INSERT INTO s3_uploads VALUES (\(seq), 'upload-a'), (\(other), 'upload-b'), (999, 'orphan');
+            DELETE FROM migrations WHERE name = '007-s3-uploads-without-cascade';
+            """)
+        #expect(try f.sqlite("SELECT COUNT(*) FROM pragma_foreign_key_list('s3_uploads');") == "1")
+        // The store runs with foreign keys on; the cascade shows as a sub-program of the DELETE.
+        let explainDelete = "PRAGMA foreign_keys=ON; EXPLAIN DELETE FROM entries WHERE seq = 1;"
+        #expect(try f.sqlite(explainDelete).contains("Program"))
+        let store = try SQLiteStore(folder: f.storeFolder)
+        #expect(try f.sqlite("SELECT COUNT(*) FROM pragma_foreign_key_list('s3_uploads');") == "0")
+        #expect(
+            try f.sqlite("SELECT entry_seq || '|' || upload_id FROM s3_uploads ORDER BY entry_seq;") == "\(seq)|upload-a\n\(other)|upload-b"
+        )
+        #expect(try store.audit() == [])
+        // Deleting an entry runs no cascade now: the store forgets the upload with the parts.
+        let plan = try f.sqlite(explainDelete)
+        #expect(!plan.contains("Program"), "\(plan)")
+        _ = try store.cancel(ids: ["parts"], key: nil, now: 2_000)
+        #expect(try f.sqlite("SELECT entry_seq || '|' || upload_id FROM s3_uploads;") == "\(other)|upload-b")
     }
 }
 

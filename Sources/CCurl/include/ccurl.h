@@ -29,6 +29,8 @@ const char *ccurl_multi_strerror(CURLMcode code);
 
 CURL *ccurl_easy_init(void);
 void ccurl_easy_cleanup(CURL *easy);
+/* Every option back to its default; the handle keeps its connection and caches. */
+void ccurl_easy_reset(CURL *easy);
 
 CURLcode ccurl_setopt_long(CURL *easy, CURLoption option, long value);
 CURLcode ccurl_setopt_off_t(CURL *easy, CURLoption option, curl_off_t value);

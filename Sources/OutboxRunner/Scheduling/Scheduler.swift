@@ -328,9 +328,11 @@ struct HostHealth: Equatable {
 
     /// Records one attempt's result: `answered` when any HTTP status came back,
     /// `connectionFailed` when none did because the host could not be reached. `now`,
-    /// `backoff` and `random` space the probes of a held host.
+    /// `backoff` and `random` space the probes of a held host; `random` is drawn only then (it
+    /// cost every request a `getrandom` call).
     mutating func record(
-        host: String, answered: Bool, connectionFailed: Bool, now: Int64, backoff: BackoffPolicy, random: Double
+        host: String, answered: Bool, connectionFailed: Bool, now: Int64, backoff: BackoffPolicy,
+        random: @autoclosure () -> Double
     ) -> Change? {
         if answered {
             failures[host] = nil
@@ -340,7 +342,7 @@ struct HostHealth: Equatable {
         let count = failures[host, default: 0] + 1
         failures[host] = count
         guard count >= holdAfter else { return nil }
-        let next = now + Backoff.delay(failures: count - holdAfter + 1, policy: backoff, random: random)
+        let next = now + Backoff.delay(failures: count - holdAfter + 1, policy: backoff, random: random())
         let wasHeld = held[host] != nil
         held[host] = next
         return wasHeld ? .probeFailed(host, nextProbeAt: next) : .held(host, failures: count)
