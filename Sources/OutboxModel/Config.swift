@@ -275,7 +275,7 @@ package struct Config: Sendable {
                 redactHeaders = items.compactMap { item in
                     guard let name = reader.string(item, "redact_headers items") else { return nil }
                     // Any token names a header to hide, the framing ones too (never set, still shown).
-                    if let problem = HeaderRules.nameProblem(name), !["content-length", "transfer-encoding"].contains(name.lowercased()) {
+                    if let problem = HeaderRules.nameProblem(name), !HeaderRules.isFraming(name) {
                         reader.error(item.mark, "redact_headers: \(problem)")
                         return nil
                     }

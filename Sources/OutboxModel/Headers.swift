@@ -4,11 +4,26 @@ package enum HeaderRules {
     package static func nameProblem(_ name: String) -> String? {
         if name.isEmpty { return "a header name is empty" }
         // Framing is libcurl's, from the body it sends: a second length would corrupt the request.
-        if ["content-length", "transfer-encoding"].contains(name.lowercased()) {
+        if isFraming(name) {
             return "header \(name) cannot be set: outbox frames the body itself"
         }
         if !isToken(name) { return "header name \"\(name.prefix(64))\" has a character not allowed in header names" }
         return nil
+    }
+
+    /// Content-Length or Transfer-Encoding, in any case. Compared byte by byte: every stored
+    /// request's headers are checked as it is read.
+    package static func isFraming(_ name: String) -> Bool {
+        func equalsLowercased(_ lower: StaticString) -> Bool {
+            guard name.utf8.count == lower.utf8CodeUnitCount else { return false }
+            let expected = UnsafeBufferPointer(start: lower.utf8Start, count: lower.utf8CodeUnitCount)
+            for (byte, wanted) in zip(name.utf8, expected) {
+                let folded: UInt8 = byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
+                if folded != wanted { return false }
+            }
+            return true
+        }
+        return equalsLowercased("content-length") || equalsLowercased("transfer-encoding")
     }
 
     /// Whether `name` is made of RFC 9110 token characters only (what a header name is).

@@ -191,6 +191,17 @@ struct RequestBuilderTests {
         #expect(error.message == "request.headers.X-Note: header value contains CR, LF or NUL")
     }
 
+    /// The framing headers are refused in any case, and only they: the check compares bytes.
+    @Test(arguments: [
+        ("Content-Length", true), ("TRANSFER-ENCODING", true), ("content-lengtH", true), ("transfer-encoding", true),
+        ("Content-Lengths", false), ("Content-Lengt", false), ("Content-Type", false), ("", false),
+        ("Transfer_Encoding", false), ("Content-Length\u{0}", false),
+    ])
+    func framingHeadersAreRefusedInAnyCase(_ name: String, _ framing: Bool) {
+        #expect(HeaderRules.isFraming(name) == framing)
+        #expect((HeaderRules.nameProblem(name)?.contains("outbox frames the body itself") ?? false) == framing)
+    }
+
     @Test func headersMergeConfigThenCommandThenDefinition() throws {
         var config = Config(root: "/project")
         config.headers = [("X-A", "config-a"), ("X-B", "config-b"), ("X-C", "config-c")]

@@ -58,7 +58,7 @@ extension Runner {
             url: url, method: method, headers: headers, body: body, followRedirects: 0,
             connectTimeoutMs: Int(config.connectTimeoutMs), stallBelowBytesPerSecond: Int(config.stallBelowBytes),
             stallForMs: Int(config.stallForMs), caFile: config.caFile, maxResponseBytes: Int(config.maxResponseBytes),
-            userAgent: "outbox/\(outboxVersion)")
+            userAgent: Self.userAgent)
         (request.clientCert, request.clientKey) = (config.clientCert, config.clientKey)
         request.totalTimeoutMs = Int(config.attemptTimeoutMs ?? 0)
         signS3(&request, target: target)

@@ -34,6 +34,9 @@ extension Runner {
         }
     }
 
+    /// Every request's User-Agent, made once.
+    static let userAgent = "outbox/\(outboxVersion)"
+
     /// `probed`: the HEAD of a `skip_existing` object found it missing, so this is the upload
     /// of the same attempt.
     func startTransfer(_ entry: Entry, part: StoredPart?, host: String, standby isStandby: Bool = false, probed: Bool = false) {
@@ -57,7 +60,7 @@ extension Runner {
             url: url, method: entry.request.method, headers: headers, body: Self.httpBody(entry, part: part),
             followRedirects: entry.request.followRedirects, connectTimeoutMs: Int(config.connectTimeoutMs),
             stallBelowBytesPerSecond: Int(config.stallBelowBytes), stallForMs: Int(config.stallForMs), caFile: config.caFile,
-            maxResponseBytes: Int(config.maxResponseBytes), userAgent: "outbox/\(outboxVersion)")
+            maxResponseBytes: Int(config.maxResponseBytes), userAgent: Self.userAgent)
         (request.clientCert, request.clientKey) = (config.clientCert, config.clientKey)
         request.totalTimeoutMs = Int(config.attemptTimeoutMs ?? 0)
         request.redirectMethodChange = entry.request.redirectMethodChange

@@ -97,8 +97,13 @@ extension Runner {
         let hookExists = definition == nil || definitions.brokenKeys[entry.key] != nil || hook != nil
         if definition == nil { settledUnhandled = true }
         var payload = payload
-        let (followUps, failures) = Self.thenFollowUps(
-            definition, entry: entry, outcome: outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
+        var followUps: [NewEntry] = []
+        var failures: [(index: Int, message: String)] = []
+        // Most definitions chain nothing: spared the copy of the factory a call would make.
+        if definition?.then != nil {
+            (followUps, failures) = Self.thenFollowUps(
+                definition, entry: entry, outcome: outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
+        }
         if !failures.isEmpty {
             log(
                 "outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.map(\.message).joined(separator: "; "))",
