@@ -49,8 +49,13 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
     /// The same statements by the address of their text's bytes, with the text: a literal's
     /// bytes stay at one address, so this finds it without hashing the whole text (which cost
     /// a runner's commit about 2,000 instructions a statement). The text is compared on a hit,
-    /// and held here, so no other text can come to live at that address.
+    /// and held here, so no other text can come to live at that address. A text built at run
+    /// time has a new address each time: the table is emptied when it reaches
+    /// `maxAddresses`, or a long run would hold every copy.
     private var statementsByAddress: [Int: (sql: String, statement: OpaquePointer)] = [:]
+    static let maxAddresses = 256
+    /// How many texts the address table holds now (for its test).
+    var statementAddressCount: Int { statementsByAddress.count }
     private var transactionDepth = 0
     let path: String
 
@@ -165,7 +170,7 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
         let address = sql.utf8.count > 15 ? sql.utf8.withContiguousStorageIfAvailable { Int(bitPattern: $0.baseAddress) } : nil
         if let address, let hit = statementsByAddress[address], hit.sql == sql { return hit.statement }
         if let cached = statements[sql] {
-            if let address { statementsByAddress[address] = (sql, cached) }
+            if let address { remember(cached, sql, at: address) }
             return cached
         }
         var statement: OpaquePointer?
@@ -175,8 +180,13 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
             throw failure("cannot prepare a statement")
         }
         statements[sql] = statement
-        if let address { statementsByAddress[address] = (sql, statement) }
+        if let address { remember(statement, sql, at: address) }
         return statement
+    }
+
+    private func remember(_ statement: OpaquePointer, _ sql: String, at address: Int) {
+        if statementsByAddress.count >= Self.maxAddresses { statementsByAddress.removeAll(keepingCapacity: true) }
+        statementsByAddress[address] = (sql, statement)
     }
 
     private func bind(_ statement: OpaquePointer, _ values: [SQLValue]) throws(OutboxError) {

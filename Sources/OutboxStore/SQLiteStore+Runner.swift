@@ -37,22 +37,25 @@ extension SQLiteStore {
         // every row read is a JSON parse, and the runner claims after each completion.
         let excluded = JSON.array(excluding.map { .string($0) }).serialized()
         return try db.query(
-            """
-            SELECT \(Self.entryColumns) FROM entries e
-            WHERE state = 'queued' AND waits_for_delivery = 0
-              AND key NOT IN (SELECT key FROM paused_keys)
-              AND id NOT IN (SELECT value FROM json_each(?))
-              AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
-              AND (not_before IS NULL OR not_before <= ?)
-              AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?)
-              AND (not_before IS NULL OR not_before <= ? OR not_before <= created_at)
-              AND (scope IS NULL OR NOT EXISTS (
-                SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
-                  AND o.state IN ('queued', 'running', 'awaiting-auth')))
-            ORDER BY seq LIMIT ?
-            """, [.text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max), .int(limit)],
+            Self.dueEntriesSQL, [.text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max), .int(limit)],
             entryFromRow)
     }
+
+    /// Made once: a text made per call would be a new string each time the runner reads ahead.
+    private static let dueEntriesSQL = """
+        SELECT \(entryColumns) FROM entries e
+        WHERE state = 'queued' AND waits_for_delivery = 0
+          AND key NOT IN (SELECT key FROM paused_keys)
+          AND id NOT IN (SELECT value FROM json_each(?))
+          AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
+          AND (not_before IS NULL OR not_before <= ?)
+          AND (attempts = 0 OR next_attempt_at IS NULL OR next_attempt_at <= ?)
+          AND (not_before IS NULL OR not_before <= ? OR not_before <= created_at)
+          AND (scope IS NULL OR NOT EXISTS (
+            SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
+              AND o.state IN ('queued', 'running', 'awaiting-auth')))
+        ORDER BY seq LIMIT ?
+        """
 
     /// The generation of each of these entries that is still `running` (absent: cancelled,
     /// replaced or settled by someone else).

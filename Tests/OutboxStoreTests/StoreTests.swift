@@ -183,6 +183,24 @@ struct StoreOpeningTests {
     }
 }
 
+/// Statements are found by where their text lives; a text built at run time lives somewhere
+/// new each time, and a long run must not keep every copy.
+struct StatementCacheTests {
+    @Test func textsBuiltAtRunTimeAreNotAllKept() throws {
+        let f = try StoreFixture()
+        try f.enqueue("a", "note", #"{"n": 1}"#)
+        let column = "id"
+        for _ in 0..<(3 * SQLiteConnection.maxAddresses) {
+            let sql = "SELECT \(column) FROM entries WHERE id = ? AND seq > 0"
+            #expect(try f.store.db.queryOne(sql, [.text("a")], { $0.text(0) }) == "a")
+        }
+        #expect(f.store.db.statementAddressCount <= SQLiteConnection.maxAddresses)
+        // A literal is found by its address, and still answers what its text asks.
+        #expect(try f.store.db.queryOne("SELECT COUNT(*) FROM entries WHERE id = ?", [.text("a")], { $0.int(0) }) == 1)
+        #expect(try f.store.db.queryOne("SELECT COUNT(*) FROM entries WHERE id = ?", [.text("b")], { $0.int(0) }) == 0)
+    }
+}
+
 struct StoreStagingTests {
     @Test func bodiesUpTo64KiBLiveInTheRow() throws {
         let f = try StoreFixture()
