@@ -83,7 +83,7 @@ extension SQLStore {
         }
         // A staged or referenced file is named by an absolute path (a damaged one would leave
         // the staged file to be removed as an orphan, perhaps a moved file's only copy).
-        if let file = r.optionalText(10), !file.hasPrefix("/") || Paths.basename(file).isEmpty {
+        if let file = r.optionalText(10), !file.hasPrefix("/") || file.utf8.last == UInt8(ascii: "/") {
             throw Self.damaged("the stored entry \(id) is damaged: its body file \"\(file.prefix(80))\" is no path", id: id)
         }
         // Times in epoch milliseconds, 1970 to the end of 9999 (what every time outbox takes lies in).

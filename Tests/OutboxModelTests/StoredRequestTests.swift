@@ -12,6 +12,21 @@ struct StoredRequestTests {
         ("cancel_scope_on_error", .bool(false)),
     ])
 
+    /// A cut URL or file value reads as the parser reads it, whether it takes the shortcut
+    /// (a string with nothing escaped) or not; a damaged one is refused like the parser does.
+    @Test(arguments: [
+        #""https://h.example/a/b?c=d""#, #""/data/in/ünïcode file.bin""#, #""""#, #""a\/b""#, #""tab\tin""#,
+        #""quote \" in""#, #""\u00e9""#, "null", "12", #"{"a": 1}"#,
+    ])
+    func aCutValueReadsAsTheParserReadsIt(_ text: String) throws {
+        #expect(try StoredRequestText.value(text) == (try JSON.parse(text)))
+    }
+
+    @Test(arguments: ["\"raw\u{1}control\"", "\"unterminated", "\"", "\"x\"\"", ""])
+    func aDamagedCutValueIsRefused(_ text: String) {
+        #expect(throws: JSONParseError.self) { try StoredRequestText.value(text) }
+    }
+
     @Test func aRequestRoundTrips() throws {
         let request = try StoredRequest(json: Self.whole)
         #expect(request.bodyKind == .file)

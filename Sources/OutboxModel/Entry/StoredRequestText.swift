@@ -59,7 +59,7 @@ package struct StoredRequestText {
     /// file whose bytes differ is read (entries of one definition often share their URL).
     package func request(sharing parsed: Parsed) throws(OutboxError) -> StoredRequest {
         func differs(_ mine: String?, _ theirs: String?) -> String? {
-            guard let mine, let theirs, !mine.utf8.elementsEqual(theirs.utf8) else { return nil }
+            guard let mine, let theirs, !StoredRequestCache.sameBytes(mine, theirs) else { return nil }
             return mine
         }
         let newURL = differs(url, parsed.url)
@@ -67,8 +67,8 @@ package struct StoredRequestText {
         guard newURL != nil || newFile != nil else { return parsed.request }
         var members: [(String, JSON)] = []
         do throws(JSONParseError) {
-            if let newURL { members.append(("url", try JSON.parse(newURL))) }
-            if let newFile { members.append(("file", try JSON.parse(newFile))) }
+            if let newURL { members.append(("url", try Self.value(newURL))) }
+            if let newFile { members.append(("file", try Self.value(newFile))) }
         } catch {
             throw .storage("the stored request is damaged: \(error)")
         }
@@ -77,6 +77,24 @@ package struct StoredRequestText {
         if newURL != nil { request.url = try StoredRequest.url(fields) }
         if newFile != nil { request.file = try StoredRequest.file(fields) }
         return request
+    }
+}
+
+extension StoredRequestText {
+    /// A cut value's JSON text as a value. A string with nothing escaped (a URL or path almost
+    /// always) is taken as it stands; anything else goes through the parser, which also says
+    /// what is wrong with a damaged one.
+    package static func value(_ text: String) throws(JSONParseError) -> JSON {
+        var text = text
+        let plain: String? = text.withUTF8 { utf8 in
+            guard utf8.count >= 2, utf8.first == UInt8(ascii: "\""), utf8.last == UInt8(ascii: "\"") else { return nil }
+            let inner = UnsafeBufferPointer(rebasing: utf8[1..<(utf8.count - 1)])
+            // A backslash starts an escape (an inner quote too); a raw control byte is damage.
+            guard !inner.contains(where: { $0 == UInt8(ascii: "\\") || $0 < 0x20 || $0 == UInt8(ascii: "\"") }) else { return nil }
+            return String(decoding: inner, as: UTF8.self)
+        }
+        if let plain { return .string(plain) }
+        return try JSON.parse(text)
     }
 }
 
