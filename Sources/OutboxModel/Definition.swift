@@ -127,13 +127,17 @@ package struct DefinitionSet: Sendable {
     /// definition that names it is disabled, with the error at the key.
     mutating func checkThenKeys() {
         let known = Set(definitions.keys).union(brokenKeys.keys)
+        // A file that does not parse far enough to show its key may be the one meant: named.
+        let attributed = brokenKeys.values.flatMap { $0 }
+        let unreadable = Set(diagnostics.filter { !attributed.contains($0) }.map(\.path)).sorted()
+        let unreadableNote = unreadable.isEmpty ? "" : " (\(unreadable.joined(separator: ", ")) cannot be read: see its error)"
         for definition in definitions.values.sorted(by: { $0.file < $1.file }) {
             let missing = definition.thenKeys.filter { !known.contains($0.key) }
             guard !missing.isEmpty else { continue }
             let found = missing.map {
                 Diagnostic(
                     path: definition.file, line: $0.mark.line, column: $0.mark.column,
-                    message: "then: no definition has key \"\($0.key)\"")
+                    message: "then: no definition has key \"\($0.key)\"\(unreadableNote)")
             }
             diagnostics += found
             definitions[definition.key] = nil

@@ -36,6 +36,30 @@ struct ControlCommandTests {
         #expect(try p.run("show", "rp", "--json").json()["vars"]?["n"] == .int(1), "the store did not change")
     }
 
+    /// A follow-up's key that only a file which does not parse could define: the error names
+    /// that file, whose own error is listed too.
+    @Test func aThenKeyMissingBesideAnUnreadableFileNamesThatFile() throws {
+        let p = try CLIProject()
+        let parent = try p.write(
+            "definitions/parent.yaml",
+            """
+            key: parent
+            request: { url: "https://x.example/" }
+            then:
+              on_success:
+                - key: child
+            """)
+        let child = try p.write("definitions/child.yaml", "key: child\nrequest: [unclosed\n")
+        let r = p.run("check")
+        #expect(r.status == 78)
+        #expect(
+            r.err.contains("\(parent):5:12: error: then: no definition has key \"child\" (\(child) cannot be read: see its error)\n"),
+            "\(r.err)")
+        #expect(r.err.contains("\(child):"), "\(r.err)")
+        #expect(p.run("enqueue", "parent").status == 78)
+        #expect(try p.run("list", "--json").json() == .array([]))
+    }
+
     @Test func checkRefusesAThenKeyNoDefinitionHas() throws {
         let p = try CLIProject()
         let file = try p.write(
