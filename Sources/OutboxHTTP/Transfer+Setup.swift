@@ -282,7 +282,7 @@ extension Transfer {
                 return (
                     nameEnd > 0 && nameBytes.allSatisfy(isTokenByte)
                         && !bytes[nameEnd...].contains(where: { $0 == 0x0D || $0 == 0x0A || $0 == 0 }),
-                    asciiEqualsIgnoringCase(nameBytes, Self.contentTypeName), asciiEqualsIgnoringCase(nameBytes, Self.expectName)
+                    HeaderRules.spells(nameBytes, Self.contentTypeName), HeaderRules.spells(nameBytes, Self.expectName)
                 )
             }
             guard valid else { throw TransferSetupError(kind: .network, message: "invalid header \(name.debugDescription)") }
@@ -323,13 +323,6 @@ private func isTokenByte(_ c: UInt8) -> Bool {
     default:
         return false
     }
-}
-
-/// Whether `bytes` spell `lower` (lowercase ASCII) in any case.
-private func asciiEqualsIgnoringCase(_ bytes: UnsafeBufferPointer<UInt8>, _ lower: [UInt8]) -> Bool {
-    guard bytes.count == lower.count else { return false }
-    for (b, l) in zip(bytes, lower) where (b >= 0x41 && b <= 0x5A ? b | 0x20 : b) != l { return false }
-    return true
 }
 
 extension Transfer {

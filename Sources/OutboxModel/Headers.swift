@@ -14,16 +14,19 @@ package enum HeaderRules {
     /// Content-Length or Transfer-Encoding, in any case. Compared byte by byte: every stored
     /// request's headers are checked as it is read.
     package static func isFraming(_ name: String) -> Bool {
-        func equalsLowercased(_ lower: StaticString) -> Bool {
-            guard name.utf8.count == lower.utf8CodeUnitCount else { return false }
-            let expected = UnsafeBufferPointer(start: lower.utf8Start, count: lower.utf8CodeUnitCount)
-            for (byte, wanted) in zip(name.utf8, expected) {
-                let folded: UInt8 = byte >= 0x41 && byte <= 0x5A ? byte | 0x20 : byte
-                if folded != wanted { return false }
-            }
-            return true
-        }
-        return equalsLowercased("content-length") || equalsLowercased("transfer-encoding")
+        spells(name.utf8, contentLength) || spells(name.utf8, transferEncoding)
+    }
+
+    private static let contentLength = Array("content-length".utf8)
+    private static let transferEncoding = Array("transfer-encoding".utf8)
+
+    /// Whether `bytes` spell `lower` (lowercase ASCII) in any case; no lowercased copy is made,
+    /// as this runs for header names on every request.
+    @inlinable
+    package static func spells<Bytes: Collection<UInt8>>(_ bytes: Bytes, _ lower: [UInt8]) -> Bool {
+        guard bytes.count == lower.count else { return false }
+        for (b, l) in zip(bytes, lower) where (b >= 0x41 && b <= 0x5A ? b | 0x20 : b) != l { return false }
+        return true
     }
 
     /// Whether `name` is made of RFC 9110 token characters only (what a header name is).
