@@ -2,31 +2,36 @@ import Glibc
 import OutboxCLI
 import OutboxModel
 
-signal(SIGPIPE, SIG_IGN)
-// A closed stdin, stdout or stderr is held by /dev/null read-only, so no file opened later
-// takes its number (output meant for the terminal would land in it); writes there still fail.
-// A closed stdin stays one for `--from -` and `--vars -` (E_FILE_MISSING), not empty input.
-var stdinClosed = false
-for fd: Int32 in 0...2 where fcntl(fd, F_GETFD) < 0 && errno == EBADF {
-    if fd == 0 { stdinClosed = true }
-    _ = open("/dev/null", O_RDONLY)
-}
-Fault.arm()
-var environment: [String: String] = [:]
-var pointer = environ
-while let entry = pointer.pointee {
-    let text = String(cString: entry)
-    if let eq = text.firstIndex(of: "=") {
-        environment[String(text[..<eq])] = String(text[text.index(after: eq)...])
+/// The whole program; a function, so its state is local rather than global.
+func main() -> Int32 {
+    signal(SIGPIPE, SIG_IGN)
+    // A closed stdin, stdout or stderr is held by /dev/null read-only, so no file opened later
+    // takes its number (output meant for the terminal would land in it); writes there still fail.
+    // A closed stdin stays one for `--from -` and `--vars -` (E_FILE_MISSING), not empty input.
+    var stdinClosed = false
+    for fd: Int32 in 0...2 where fcntl(fd, F_GETFD) < 0 && errno == EBADF {
+        if fd == 0 { stdinClosed = true }
+        _ = open("/dev/null", O_RDONLY)
     }
-    pointer += 1
+    Fault.arm()
+    var environment: [String: String] = [:]
+    var pointer = environ
+    while let entry = pointer.pointee {
+        let text = String(cString: entry)
+        if let eq = text.firstIndex(of: "=") {
+            environment[String(text[..<eq])] = String(text[text.index(after: eq)...])
+        }
+        pointer += 1
+    }
+    // The bytes as given: `CommandLine.arguments` would quietly repair what is not UTF-8.
+    let arguments = (1..<Int(CommandLine.argc)).map { n in
+        CommandLine.unsafeArgv[n].map {
+            Array(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: strlen($0)))
+        } ?? []
+    }
+    let status = CLI.run(
+        rawArguments: arguments, environment: environment, cwd: currentDirectory(), console: Console.standard(stdinClosed: stdinClosed))
+    return status
 }
-// The bytes as given: `CommandLine.arguments` would quietly repair what is not UTF-8.
-let arguments = (1..<Int(CommandLine.argc)).map { n in
-    CommandLine.unsafeArgv[n].map {
-        Array(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: strlen($0)))
-    } ?? []
-}
-let status = CLI.run(
-    rawArguments: arguments, environment: environment, cwd: currentDirectory(), console: Console.standard(stdinClosed: stdinClosed))
-exit(status)
+
+exit(main())
