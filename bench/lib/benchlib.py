@@ -44,6 +44,12 @@ def python_interpreter():
     return os.path.realpath(sys.executable)
 
 
+def without_bench_settings(env):
+    """`env` without this bench's RCLONE_TIMEOUT and RCLONE_ROUNDS: rclone reads every
+    RCLONE_<FLAG> variable as its own flag, and `RCLONE_TIMEOUT=60` failed it at once."""
+    return {k: v for k, v in env.items() if k not in ("RCLONE_TIMEOUT", "RCLONE_ROUNDS")}
+
+
 def ensure_tool(path, apt_package):
     """Installs a Debian package when a tool the benchmark needs is missing."""
     if os.path.exists(path) or shutil.which(path):

@@ -119,7 +119,7 @@ class Moto:
 
 
 def env():
-    e = dict(os.environ)
+    e = B.without_bench_settings(os.environ)
     e.update(CREDENTIALS)
     # The endpoint is plain http; rclone 1.60 fails on any AWS_CA_BUNDLE ("unsupported transport").
     e.pop("AWS_CA_BUNDLE", None)

@@ -281,7 +281,7 @@ request:
     have_rclone = B.ensure_tool("rclone", "rclone")
     rclone_conf = work.join("rclone.conf")
     open(rclone_conf, "w").close()
-    rclone_env = dict(os.environ, RCLONE_CONFIG=rclone_conf)
+    rclone_env = dict(B.without_bench_settings(os.environ), RCLONE_CONFIG=rclone_conf)
     outbox_s, curl_s, curl_ne_s, rclone_s, rss, rclone_failed, detail = [], [], [], [], [], False, ""
     warm_up(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", config], os.path.join(dav, "dav", "cu"), total,
             work.join(f"curl-{tag}.err"))
