@@ -2,7 +2,8 @@ import Glibc
 import OutboxCLI
 import OutboxModel
 
-/// The whole program; a function, so its state is local rather than global.
+/// The whole program, in a function: top-level variables would be main-actor globals, and
+/// this binary leaves out the concurrency runtime they need.
 func main() -> Int32 {
     signal(SIGPIPE, SIG_IGN)
     // A closed stdin, stdout or stderr is held by /dev/null read-only, so no file opened later
