@@ -40,8 +40,8 @@ let package = Package(
         .target(name: "OutboxCLI", dependencies: ["OutboxModel", "OutboxStore", "OutboxEnqueue", "OutboxRunner", "OutboxProcess", "YAML", "CSystem"], swiftSettings: lean),
         // The Swift runtime linked in: each command starts 2-4 ms sooner (no symbol lookups
         // across the runtime's shared libraries), which every shell script and timer pays.
-        // The C++ library it needs, SQLite and libyaml are linked in too (Sources/outbox/link
-        // says how): 0.5 ms more.
+        // The C++ library it needs and SQLite are linked in too (Sources/outbox/link says how):
+        // 0.5 ms more.
         .executableTarget(
             name: "outbox", dependencies: ["OutboxCLI", "OutboxModel"], exclude: ["link"], swiftSettings: lean,
             linkerSettings: [
