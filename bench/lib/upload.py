@@ -346,7 +346,7 @@ request:
         limit = f" (timeout {rclone_timeout} s)" if rclone_timeout else ""
         rows.append(B.Row("upload", case, "MiB/s", outbox_value, f"rclone copy --transfers 16{limit}", rclone_value,
                           higher_is_better=True, rss_kib=max(rss) if rss else None,
-                          peer_text="timeout" if rclone_failed == "timeout" else None))
+                          peer_text="timeout" if rclone_failed == "timeout" else None if rclone_s or rclone_failed else "not run"))
     shutil.rmtree(src, ignore_errors=True)
     return rows
 
