@@ -287,9 +287,12 @@ final class CurlEngine: @unchecked Sendable {
     }
 
     /// Starts the oldest standby job whose host has room, in place of a slot transfer that
-    /// ended; returns its id.
-    private func startStandby() -> UInt64? {
-        guard let index = standby.firstIndex(where: { activePerHost[$0.host, default: 0] < perHost }) else { return nil }
+    /// ended; returns its id. None to `avoiding`, a host that just failed to answer: the
+    /// runner decides whether it is held (then one request at a time probes it).
+    private func startStandby(avoiding: String? = nil) -> UInt64? {
+        guard let index = standby.firstIndex(where: { $0.host != avoiding && activePerHost[$0.host, default: 0] < perHost }) else {
+            return nil
+        }
         let job = standby.remove(at: index)
         begin(job)
         return job.id
@@ -340,7 +343,7 @@ final class CurlEngine: @unchecked Sendable {
         byHandle[easy] = nil
         activePerHost[job.host, default: 1] -= 1
         if let easy = transfer.close(keepingHandle: spareHandles.count < maxSpareHandles) { spareHandles.append(easy) }
-        if job.mode != .plain { result.startedInPlace = startStandby() }
+        if job.mode != .plain { result.startedInPlace = startStandby(avoiding: result.connectionFailed ? job.host : nil) }
         transfer.completion(result)
     }
 }

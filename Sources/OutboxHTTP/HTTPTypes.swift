@@ -191,3 +191,8 @@ package struct AWSSigV4: Sendable {
         self.secretAccessKey = secretAccessKey
     }
 }
+
+extension HTTPResult {
+    /// No HTTP answer at all: the connection was refused, reset, timed out or never resolved.
+    package var connectionFailed: Bool { status == nil && [.network, .timeout].contains(failure?.kind) }
+}

@@ -103,17 +103,17 @@ struct RunLogTests {
     @Test func concurrencyOnTheCommandLineWins() async throws {
         let p = try Project(config: fastConfig + "concurrency: 8\n", definitions: ["t": definition("t")])
         defer { p.server.release("c") }
-        for n in 1...3 { try await p.enqueue("t", path: "/hold/c?\(n)", id: "e\(n)") }
+        for n in 1...5 { try await p.enqueue("t", path: "/hold/c?\(n)", id: "e\(n)") }
         let runner = try p.start(["run", "--concurrency", "1"])
         #expect(await p.server.waitForHeld("c"))
-        // One in flight (and one standby): the third is never claimed while the first is held.
-        try await eventually("two claimed") { try await p.states().values.filter { $0 == "running" }.count == 2 }
+        // One in flight (and three standby): the fifth is never claimed while the first is held.
+        try await eventually("four claimed") { try await p.states().values.filter { $0 == "running" }.count == 4 }
         #expect(p.server.heldCount("c") == 1)
-        #expect(try await p.states()["e3"] == "queued")
+        #expect(try await p.states()["e5"] == "queued")
         // A reload reads the config's concurrency: 8 again, and the flag still wins.
         runner.signal(SIGHUP)
         await eventually("reloaded") { runner.stderrSoFar.contains("outbox: reloaded") }
-        #expect(try await p.states()["e3"] == "queued")
+        #expect(try await p.states()["e5"] == "queued")
         #expect(p.server.heldCount("c") == 1)
         runner.signal(SIGTERM)
         p.server.release("c")

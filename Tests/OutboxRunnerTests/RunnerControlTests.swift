@@ -187,37 +187,36 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
-    /// A runner with `concurrency: 1` sending `a` (held until the test releases it), with `b`
-    /// claimed as its one standby request (shown running) and `c` still queued.
+    /// A runner with `concurrency: 1` sending `a` (held until the test releases it), with `b`,
+    /// `c` and `d` claimed as its three standby requests (shown running) and `e` still queued.
     private func runnerWithStandby() async throws -> (Project, Running) {
         let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/hold/a", id: "a")
-        try await p.enqueue("t", path: "/status/200?b", id: "b")
-        try await p.enqueue("t", path: "/status/200?c", id: "c")
+        for id in ["b", "c", "d", "e"] { try await p.enqueue("t", path: "/status/200?\(id)", id: id) }
         let runner = try p.start(["run", "--drain"])
         #expect(await p.server.waitForHeld("a"))
         var states: [String: String] = [:]
-        try await eventually("b claimed as the standby request") {
+        try await eventually("b, c and d claimed as the standby requests") {
             states = try await p.states()
-            return states["b"] == "running"
+            return ["b", "c", "d"].allSatisfy { states[$0] == "running" }
         }
-        #expect(states["c"] == "queued", "\(states)")
+        #expect(states["e"] == "queued", "\(states)")
         return (p, runner)
     }
 
     /// A standby request (claimed, waiting for a slot on the curl thread) whose entry another
-    /// process cancels is never sent, and the slot goes to the next entry.
+    /// process cancels is never sent, and its place goes to the next entry.
     @Test func cancellingAStandbyEntryKeepsItsRequestFromBeingSent() async throws {
         let (p, runner) = try await runnerWithStandby()
         let cancel = try await p.outbox(["cancel", "b"])
         #expect(cancel.exitCode == 0, "\(cancel.description)")
-        // There is one standby place: c takes it only once the runner dropped b's request.
-        try await eventually("c claimed in place of the cancelled standby request") { try await p.states()["c"] == "running" }
+        // The standby places are full: e takes one only once the runner dropped b's request.
+        try await eventually("e claimed in place of the cancelled standby request") { try await p.states()["e"] == "running" }
         p.server.release("a")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
-        #expect(p.server.requests.map(\.path).sorted() == ["/hold/a", "/status/200?c"])
-        #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == ["a", "c"])
+        #expect(p.server.requests.map(\.path).sorted() == ["/hold/a", "/status/200?c", "/status/200?d", "/status/200?e"])
+        #expect(Set(p.hookLog.map { $0.string("env.id") ?? "" }) == ["a", "c", "d", "e"])
         #expect(try await p.list().isEmpty)
     }
 
@@ -226,18 +225,21 @@ import Testing
     @Test func pausingTheKeyOfAStandbyEntryRequeuesIt() async throws {
         let (p, runner) = try await runnerWithStandby()
         #expect(try await p.outbox(["pause", "--key", "t"]).exitCode == 0)
-        // b shows paused once the runner has put it back in the queue.
-        try await eventually("the runner to requeue b") { try await p.states()["b"] == "paused" }
+        // The standby entries show paused once the runner has put them back in the queue.
+        try await eventually("the runner to requeue b, c and d") {
+            let states = try await p.states()
+            return ["b", "c", "d"].allSatisfy { states[$0] == "paused" }
+        }
         p.server.release("a")
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
         #expect(p.server.requests.map(\.path) == ["/hold/a"], "nothing of a paused key starts")
         let states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
-        #expect(states == ["b": "paused", "c": "paused"])
+        #expect(states == ["b": "paused", "c": "paused", "d": "paused", "e": "paused"])
 
         #expect(try await p.outbox(["resume", "--key", "t"]).exitCode == 0)
         try await p.drain()
-        #expect(p.server.requests.map(\.path) == ["/hold/a", "/status/200?b", "/status/200?c"])
+        #expect(p.server.requests.map(\.path) == ["/hold/a"] + ["b", "c", "d", "e"].map { "/status/200?\($0)" })
         #expect(try await p.list().isEmpty)
     }
 

@@ -113,13 +113,13 @@ extension Runner {
     }
 
     /// Claims due entries: into free slots first, then as standby transfers that the curl
-    /// thread starts the moment a slot frees (at most `concurrency` of them), so a finished
+    /// thread starts the moment a slot frees (at most `limits.standby` of them), so a finished
     /// request is followed at once, without a round trip through this thread.
     func claim(now: Int64) throws(OutboxError) {
         promoteStandby()
         returnStaleStandby()
         var slots = flights.currentSlots
-        let capacity = 2 * config.concurrency - slots.entriesInFlight - slots.standby
+        let capacity = config.concurrency + scheduler.limits.standby - slots.entriesInFlight - slots.standby
         guard capacity > 0 else { return }
         try fillReadAhead(capacity: capacity, now: now)
         guard !readAhead.ready.isEmpty else { return }
@@ -227,7 +227,10 @@ extension Runner {
     func promoteStandby() {
         guard !flights.standby.isEmpty else { return }
         var slots = flights.currentSlots
-        let waiting = flights.standby.compactMap { transferID, token in flights.byToken[token].map { (transferID, $0.host) } }
+        // A withdrawn one is on its way back to the queue (the curl thread starts promotions first).
+        let waiting = flights.standby.compactMap { transferID, token in
+            flights.byToken[token].flatMap { flights.withdrawn[$0.entryID] == nil ? (transferID, $0.host) : nil }
+        }
         for transferID in scheduler.promotions(waiting, slots: &slots) {
             standbyStarted(transferID)
             http?.promote(transferID)

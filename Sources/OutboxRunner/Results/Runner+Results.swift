@@ -221,20 +221,31 @@ extension Runner {
         }
     }
 
+    /// Standby requests to a host just held go back to the queue, never sent: from now on
+    /// one request at a time probes it (the curl thread started none of them after the
+    /// failure, see `HTTPClient`).
+    func withdrawStandby(toHost host: String) {
+        for (transferID, token) in flights.standby {
+            guard let flight = flights.byToken[token], flight.host == host, flights.withdrawn[flight.entryID] == nil else { continue }
+            flights.withdrawn[flight.entryID] = true
+            http?.withdraw(transferID)
+        }
+    }
+
     /// Holds a host after consecutive connection failures, and releases it at its first
     /// answer. Entries waiting for a held host are looked at again whenever a request to it
     /// ends: released, or held until the next probe.
     func noteHostHealth(_ host: String, entry: Entry, result: HTTPResult) throws(OutboxError) {
-        let connectionFailed = result.status == nil && [.network, .timeout].contains(result.failure?.kind)
         let wasHeld = hostHealth.held[host] != nil
         let change = hostHealth.record(
-            host: host, answered: result.status != nil, connectionFailed: connectionFailed, now: Identifiers.nowMs(),
+            host: host, answered: result.status != nil, connectionFailed: result.connectionFailed, now: Identifiers.nowMs(),
             backoff: entry.request.retry.backoff, random: Double.random(in: 0..<1))
         switch change {
         case let .held(host, failures):
             log(
                 "outbox: holding \(host) after \(failures) connection failure\(failures == 1 ? "" : "s"): one request at a time until it answers",
                 level: .warn)
+            withdrawStandby(toHost: host)
         case let .released(host):
             log("outbox: \(host) answers again; its entries go on")
         case .probeFailed, nil:

@@ -9,6 +9,18 @@ struct SchedulerLimits: Equatable {
     var perHost: Int
     /// Parts of one chunked entry in flight at once.
     var partConcurrency: Int
+    /// Transfers waiting on the curl thread, and per host.
+    var standby: Int
+    var standbyPerHost: Int
+
+    /// `standbyPerSlot` standby transfers for each slot, in all and per host.
+    init(concurrency: Int, perHost: Int, partConcurrency: Int, standbyPerSlot: Int = 1) {
+        self.concurrency = concurrency
+        self.perHost = perHost
+        self.partConcurrency = partConcurrency
+        standby = concurrency * standbyPerSlot
+        standbyPerHost = perHost * standbyPerSlot
+    }
 }
 
 /// The runner's slots as the scheduler sees them.
@@ -107,9 +119,9 @@ enum PartStop: Equatable {
 /// carries them out (transfers, store changes, events).
 ///
 /// Rules, each with its table test in SchedulerTests:
-/// - at most `concurrency` entries hold a slot, and at most `concurrency` more wait as
+/// - at most `concurrency` entries hold a slot, and at most `limits.standby` more wait as
 ///   standby transfers that the curl thread starts the moment a slot frees;
-/// - at most `per_host` transfers to one host, and `per_host` standby transfers per host;
+/// - at most `per_host` transfers to one host, and `limits.standbyPerHost` standby transfers per host;
 /// - a chunked entry needs a free slot (it never waits as standby); its parts are scheduled
 ///   within `part_concurrency` and `per_host`, and a part waiting for its retry keeps its slot;
 /// - an entry expiring within 10 minutes only takes a free slot: a standby request starts
@@ -133,7 +145,7 @@ struct Scheduler {
     func claims(_ ready: ArraySlice<Entry>, slots: inout SlotState, checks: ClaimChecks) -> ClaimPlan {
         var plan = ClaimPlan()
         var free = limits.concurrency - slots.entriesInFlight
-        var standbyFree = checks.standbyAllowed ? limits.concurrency - slots.standby : 0
+        var standbyFree = checks.standbyAllowed ? limits.standby - slots.standby : 0
         let capacity = free + standbyFree
         guard capacity > 0 else { return plan }
         var wifi: Bool?
@@ -191,7 +203,7 @@ struct Scheduler {
             standby = false
         } else if free > 0, slots.hostLoad[host, default: 0] < limits.perHost {
             standby = false
-        } else if standbyFree > 0, slots.hostStandby[host, default: 0] < limits.perHost,
+        } else if standbyFree > 0, slots.hostStandby[host, default: 0] < limits.standbyPerHost,
             Self.mayWaitAsStandby(entry, now: checks.now)
         {
             standby = true

@@ -162,6 +162,39 @@ struct SchedulerTests {
         #expect(slots == SlotState(entriesInFlight: 2, standby: 2, hostLoad: [Self.a: 1], hostStandby: [Self.a: 2]))
     }
 
+    @Test func standbyPerSlotDeepensTheStandbyInAllAndPerHost() {
+        // Three per slot: 2 slots take 6 standby transfers; one host's share is 3 × per_host.
+        let scheduler = Scheduler(limits: SchedulerLimits(concurrency: 2, perHost: 1, partConcurrency: 2, standbyPerSlot: 3))
+        var slots = SlotState()
+        let entries = (1...4).map { Sample.entry("a\($0)") } + (1...4).map { Sample.entry("b\($0)", host: Self.b) }
+        let plan = scheduler.claims(ArraySlice(entries), slots: &slots, checks: ClaimChecks(now: Sample.now))
+        let a = Self.a
+        let b = Self.b
+        #expect(
+            plan.decisions.map(\.decision) == [
+                .start(host: a, standby: false), .start(host: a, standby: true), .start(host: a, standby: true),
+                .start(host: a, standby: true), .start(host: b, standby: false), .start(host: b, standby: true),
+                .start(host: b, standby: true), .start(host: b, standby: true),
+            ])
+        #expect(slots == SlotState(entriesInFlight: 2, standby: 6, hostLoad: [a: 1, b: 1], hostStandby: [a: 3, b: 3]))
+        // With one per slot (a store several runners share), the same queue gives 2.
+        var shared = SlotState()
+        let one = Scheduler(limits: SchedulerLimits(concurrency: 2, perHost: 1, partConcurrency: 2))
+        let sharedPlan = one.claims(ArraySlice(entries), slots: &shared, checks: ClaimChecks(now: Sample.now))
+        #expect(sharedPlan.decisions.filter { $0.decision == .start(host: a, standby: true) }.count == 1)
+        #expect(shared.standby == 2)
+    }
+
+    @Test func aRunnerAloneOnItsStoreKeepsThreeStandbyPerSlotAndOneOnAShared() {
+        var config = Config(root: "/p")
+        config.concurrency = 5
+        config.perHost = 2
+        let alone = Runner.limits(config, sharedStore: false)
+        #expect((alone.standby, alone.standbyPerHost) == (15, 6))
+        let shared = Runner.limits(config, sharedStore: true)
+        #expect((shared.standby, shared.standbyPerHost) == (5, 2))
+    }
+
     @Test func theWifiCheckRunsOncePerPlan() {
         let scheduler = Scheduler(limits: SchedulerLimits(concurrency: 8, perHost: 8, partConcurrency: 2))
         var slots = SlotState()
