@@ -123,6 +123,10 @@ final class CurlEngine: @unchecked Sendable {
     /// Standby jobs, oldest first; never added to the multi handle until they start.
     private var standby: [Job] = []
     private var activePerHost: [String: Int] = [:]
+    /// Hosts whose last transfer got no HTTP answer: their standby jobs wait for the runner,
+    /// which promotes one (the host is not held) or withdraws them (it is held, and one
+    /// request at a time probes it). An answer from the host, or a promotion, clears it.
+    private var unansweredHosts: Set<String> = []
     private let perHost: Int
     /// A transfer was added since the last perform.
     private var added = false
@@ -236,7 +240,10 @@ final class CurlEngine: @unchecked Sendable {
                 if job.mode == .standby { standby.append(job) } else { begin(job) }
             }
             for id in promotions {
-                if let index = standby.firstIndex(where: { $0.id == id }) { begin(standby.remove(at: index)) }
+                guard let index = standby.firstIndex(where: { $0.id == id }) else { continue }
+                let job = standby.remove(at: index)
+                unansweredHosts.remove(job.host)
+                begin(job)
             }
             for id in cancels { abort(id, message: "cancelled by the runner") }
             for id in withdrawals where standby.contains(where: { $0.id == id }) { abort(id, message: "withdrawn before it started") }
@@ -286,13 +293,11 @@ final class CurlEngine: @unchecked Sendable {
         added = true
     }
 
-    /// Starts the oldest standby job whose host has room, in place of a slot transfer that
-    /// ended; returns its id. None to `avoiding`, a host that just failed to answer: the
-    /// runner decides whether it is held (then one request at a time probes it).
-    private func startStandby(avoiding: String? = nil) -> UInt64? {
-        guard let index = standby.firstIndex(where: { $0.host != avoiding && activePerHost[$0.host, default: 0] < perHost }) else {
-            return nil
-        }
+    /// Starts the oldest standby job whose host has room and answered last, in place of a
+    /// slot transfer that ended; returns its id.
+    private func startStandby() -> UInt64? {
+        let index = standby.firstIndex { !unansweredHosts.contains($0.host) && activePerHost[$0.host, default: 0] < perHost }
+        guard let index else { return nil }
         let job = standby.remove(at: index)
         begin(job)
         return job.id
@@ -343,7 +348,12 @@ final class CurlEngine: @unchecked Sendable {
         byHandle[easy] = nil
         activePerHost[job.host, default: 1] -= 1
         if let easy = transfer.close(keepingHandle: spareHandles.count < maxSpareHandles) { spareHandles.append(easy) }
-        if job.mode != .plain { result.startedInPlace = startStandby(avoiding: result.connectionFailed ? job.host : nil) }
+        if result.connectionFailed {
+            unansweredHosts.insert(job.host)
+        } else if result.status != nil {
+            unansweredHosts.remove(job.host)
+        }
+        if job.mode != .plain { result.startedInPlace = startStandby() }
         transfer.completion(result)
     }
 }

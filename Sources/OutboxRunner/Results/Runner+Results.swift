@@ -222,8 +222,8 @@ extension Runner {
     }
 
     /// Standby requests to a host just held go back to the queue, never sent: from now on
-    /// one request at a time probes it (the curl thread started none of them after the
-    /// failure, see `HTTPClient`).
+    /// one request at a time probes it (the curl thread starts none of them on its own
+    /// after a failed connection, see `CurlEngine.unansweredHosts`).
     func withdrawStandby(toHost host: String) {
         for (transferID, token) in flights.standby {
             guard let flight = flights.byToken[token], flight.host == host, flights.withdrawn[flight.entryID] == nil else { continue }
