@@ -67,6 +67,12 @@ package final class HTTPClient: Sendable {
         engine.withdraw(id)
     }
 
+    /// The runner does not hold `host` after a connection to it got no answer: its standby
+    /// transfers may start in freed slots again (see `CurlEngine.unansweredHosts`).
+    package func trust(host: String) {
+        engine.trust(host: host)
+    }
+
     /// Aborts what is in flight, stops the thread and waits for it.
     package func shutdown() {
         engine.shutdown()
@@ -103,6 +109,7 @@ final class CurlEngine: @unchecked Sendable {
         var promotions: [UInt64] = []
         var cancels: [UInt64] = []
         var withdrawals: [UInt64] = []
+        var trusted: [String] = []
         var nextID: UInt64 = 0
         var stopping = false
         /// The multi handle is gone: no more wakeups.
@@ -124,8 +131,8 @@ final class CurlEngine: @unchecked Sendable {
     private var standby: [Job] = []
     private var activePerHost: [String: Int] = [:]
     /// Hosts whose last transfer got no HTTP answer: their standby jobs wait for the runner,
-    /// which promotes one (the host is not held) or withdraws them (it is held, and one
-    /// request at a time probes it). An answer from the host, or a promotion, clears it.
+    /// which trusts the host again (it is not held) or withdraws them (it is held, and one
+    /// request at a time probes it). An answer from the host, a promotion or trust clears it.
     private var unansweredHosts: Set<String> = []
     private let perHost: Int
     /// A transfer was added since the last perform.
@@ -181,6 +188,15 @@ final class CurlEngine: @unchecked Sendable {
 
     func withdraw(_ id: UInt64) { request(id, into: \.withdrawals) }
 
+    func trust(host: String) {
+        let multi = self.multi
+        shared.withLock { state in
+            guard !state.stopping else { return }
+            state.trusted.append(host)
+            _ = ccurl_multi_wakeup(multi)
+        }
+    }
+
     /// Queues a request about a transfer for the curl thread and wakes it.
     private func request(_ id: UInt64, into list: WritableKeyPath<Shared, [UInt64]>) {
         let multi = self.multi
@@ -216,14 +232,15 @@ final class CurlEngine: @unchecked Sendable {
     private func runLoop() {
         var running: Int32 = 0
         while true {
-            let (jobs, promotions, cancels, withdrawals, stopping) = shared.withLock { state in
+            let (jobs, promotions, cancels, withdrawals, trusted, stopping) = shared.withLock { state in
                 defer {
                     state.pending.removeAll()
                     state.promotions.removeAll()
                     state.cancels.removeAll()
                     state.withdrawals.removeAll()
+                    state.trusted.removeAll()
                 }
-                return (state.pending, state.promotions, state.cancels, state.withdrawals, state.stopping)
+                return (state.pending, state.promotions, state.cancels, state.withdrawals, state.trusted, state.stopping)
             }
             if stopping {
                 for job in jobs + standby {
@@ -239,6 +256,7 @@ final class CurlEngine: @unchecked Sendable {
             for job in jobs {
                 if job.mode == .standby { standby.append(job) } else { begin(job) }
             }
+            unansweredHosts.subtract(trusted)
             for id in promotions {
                 guard let index = standby.firstIndex(where: { $0.id == id }) else { continue }
                 let job = standby.remove(at: index)

@@ -56,6 +56,45 @@ struct HostHoldTests {
         #expect(p.deliveries("d3").first?.int("stdin.meta.attempts") == 1)
     }
 
+    /// A connection to a host that got no answer, below `hold_after`: the curl thread starts
+    /// none of that host's standby requests on its own until the runner says it does not hold
+    /// the host; then they go in the next freed slot, not after every other host's backlog.
+    @Test func aHostNotHeldAfterAFailureKeepsItsPlaceInTheStandbyOrder() async throws {
+        let config = fastConfig + "concurrency: 1\nhosts: { hold_after: 5 }\n"
+        let p = try Project(
+            config: config, definitions: ["t": definition("t", top: "retry:\n  backoff: { base: 30s, max: 1m, jitter: 0 }")])
+        let other = try TestHTTPServer(port: 0)
+        defer { other.stop() }
+        // a1 is reset without an answer; a2 waits behind it as a standby request, with b1 and b2
+        // of the other host (held there until the test releases them), b3 and b4 queued.
+        var entries = [("a1", p.url("/reset?a1")), ("a2", p.url("/hold/a2"))]
+        entries += (1...4).map { ("b\($0)", other.url("/hold/b?\($0)")) }
+        for (id, url) in entries {
+            let vars = JSON.object([("url", .string(url)), ("tag", .string(id))]).serialized()
+            #expect(try await p.outbox(["enqueue", "t", "--vars", vars, "--id", id]).exitCode == 0)
+        }
+        let runner = try p.start(["run"])
+        defer {
+            other.release("b")
+            p.server.release("a2")
+        }
+        // b1 took a1's slot (a2's host had just failed to answer), and the runner has settled
+        // a1's attempt: it has told the curl thread that a2's host is not held.
+        #expect(await other.waitForHeld("b"))
+        try await eventually("a1's failed attempt recorded") { try await p.show("a1")?.int("attempts") == 1 }
+        #expect(p.server.requests(path: "/hold/a2").isEmpty)
+        // The slot b1 frees goes to a2, the oldest standby request, not to b2 (a2 then holds it).
+        other.release("b", count: 1)
+        #expect(await p.server.waitForHeld("a2"))
+        #expect(other.requests(path: "/hold/b").count == 1, "b2 started before a2")
+        p.server.release("a2")
+        other.release("b")
+        await eventually("a2 and b2 to b4 delivered") { ["a2", "b2", "b3", "b4"].allSatisfy { p.deliveries($0).count == 1 } }
+        runner.signal(SIGTERM)
+        let run = await runner.wait()
+        #expect(run.exitCode == 0 && !run.timedOut, "run: \(run)")
+    }
+
     @Test func theFirstAnswerReleasesEveryEntryOfAHeldHost() async throws {
         let config = fastConfig + "concurrency: 2\nhosts: { hold_after: 1 }\n"
         let p = try Project(config: config, definitions: ["t": definition("t")])

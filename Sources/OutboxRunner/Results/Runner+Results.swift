@@ -34,6 +34,11 @@ extension Runner {
                 flights.slots.hostLoad[flight.host, default: 1] -= 1
             }
             try finished(flight, result: result)
+            // The curl thread starts no more standby requests to a host that did not answer
+            // until it hears whether the runner holds it.
+            if result.connectionFailed {
+                if hostHealth.held[flight.host] != nil { withdrawStandby(toHost: flight.host) } else { http?.trust(host: flight.host) }
+            }
         case let .hookSlow(seq, pid):
             log(
                 "outbox: the hook for \(delivery.hooksRunning[seq] ?? "?") (pid \(pid)) runs longer than \(Units.formatDuration(ms: config.hookWarnAfterMs)); waiting for it",
@@ -221,9 +226,9 @@ extension Runner {
         }
     }
 
-    /// Standby requests to a host just held go back to the queue, never sent: from now on
-    /// one request at a time probes it (the curl thread starts none of them on its own
-    /// after a failed connection, see `CurlEngine.unansweredHosts`).
+    /// Standby requests to a held host go back to the queue, never sent: one request at a
+    /// time probes it (the curl thread starts none of them on its own after a failed
+    /// connection, see `CurlEngine.unansweredHosts`).
     func withdrawStandby(toHost host: String) {
         for (transferID, token) in flights.standby {
             guard let flight = flights.byToken[token], flight.host == host, flights.withdrawn[flight.entryID] == nil else { continue }
@@ -245,7 +250,6 @@ extension Runner {
             log(
                 "outbox: holding \(host) after \(failures) connection failure\(failures == 1 ? "" : "s"): one request at a time until it answers",
                 level: .warn)
-            withdrawStandby(toHost: host)
         case let .released(host):
             log("outbox: \(host) answers again; its entries go on")
         case .probeFailed, nil:
