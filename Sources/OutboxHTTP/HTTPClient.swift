@@ -314,7 +314,9 @@ final class CurlEngine: @unchecked Sendable {
     /// Starts the oldest standby job whose host has room and answered last, in place of a
     /// slot transfer that ended; returns its id.
     private func startStandby() -> UInt64? {
-        let index = standby.firstIndex { !unansweredHosts.contains($0.host) && activePerHost[$0.host, default: 0] < perHost }
+        let index = standby.firstIndex {
+            (unansweredHosts.isEmpty || !unansweredHosts.contains($0.host)) && activePerHost[$0.host, default: 0] < perHost
+        }
         guard let index else { return nil }
         let job = standby.remove(at: index)
         begin(job)
@@ -368,7 +370,7 @@ final class CurlEngine: @unchecked Sendable {
         if let easy = transfer.close(keepingHandle: spareHandles.count < maxSpareHandles) { spareHandles.append(easy) }
         if result.connectionFailed {
             unansweredHosts.insert(job.host)
-        } else if result.status != nil {
+        } else if result.status != nil, !unansweredHosts.isEmpty {
             unansweredHosts.remove(job.host)
         }
         if job.mode != .plain { result.startedInPlace = startStandby() }
