@@ -188,21 +188,14 @@ final class CurlEngine: @unchecked Sendable {
 
     func withdraw(_ id: UInt64) { request(id, into: \.withdrawals) }
 
-    func trust(host: String) {
-        let multi = self.multi
-        shared.withLock { state in
-            guard !state.stopping else { return }
-            state.trusted.append(host)
-            _ = ccurl_multi_wakeup(multi)
-        }
-    }
+    func trust(host: String) { request(host, into: \.trusted) }
 
-    /// Queues a request about a transfer for the curl thread and wakes it.
-    private func request(_ id: UInt64, into list: WritableKeyPath<Shared, [UInt64]>) {
+    /// Queues a request about a transfer or host for the curl thread and wakes it.
+    private func request<Value>(_ value: Value, into list: WritableKeyPath<Shared, [Value]>) {
         let multi = self.multi
         shared.withLock { state in
             guard !state.stopping else { return }
-            state[keyPath: list].append(id)
+            state[keyPath: list].append(value)
             _ = ccurl_multi_wakeup(multi)
         }
     }
