@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 
 /// The store's own files (its database, staged bodies) and the config are never a body:
 /// `ownership: move` would take the store apart, and a copy would send its secrets.
@@ -24,23 +25,49 @@ package struct OwnFiles: Sendable {
         return [UInt64(st.st_dev), UInt64(st.st_ino)]
     }
 
+    /// The last folder `refuse` resolved, with its real path: the files of a batch mostly
+    /// share one, and resolving it costs a `readlink` per path segment.
+    private let lastFolder = LastFolder()
+
     /// Throws when the file at `path` (which exists) is one of them, through any link.
     func refuse(_ path: String, field: String) throws(OutboxError) {
+        var st = Glibc.stat()
         let file: String
-        if let real = realpath(path, nil) {
+        if Paths.isNormal(path), path != "/", lstat(path, &st) == 0, (st.st_mode & S_IFMT) != S_IFLNK {
+            // Not a link itself: its real path is its folder's real path and its own name.
+            let folder = Paths.dirname(path)
+            let real =
+                lastFolder.value.withLock { $0?.folder == folder ? $0?.real : nil }
+                ?? {
+                    let real = Paths.resolved(folder)
+                    lastFolder.value.withLock { $0 = (folder, real) }
+                    return real
+                }()
+            file = Paths.join(real, Paths.basename(path))
+        } else if let real = realpath(path, nil) {
             defer { free(real) }
             file = String(cString: real)
+            guard stat(path, &st) == 0 else { return try refuseByPath(path, file, field: field) }
         } else {
-            file = Paths.resolved(path)
+            return try refuseByPath(path, Paths.resolved(path), field: field)
         }
+        try refuseByPath(path, file, field: field)
+        if inodes.contains([UInt64(st.st_dev), UInt64(st.st_ino)]) {
+            throw .invalid("\(field): \(path) is a hard link to the store's database or the config; outbox does not send its own files")
+        }
+    }
+
+    private func refuseByPath(_ path: String, _ file: String, field: String) throws(OutboxError) {
         if file == storeFolder || Paths.isInside(file, storeFolder) {
             throw .invalid("\(field): \(path) is in the store's folder \(shownStoreFolder); outbox does not send its own files")
         }
         if let configFile, file == configFile {
             throw .invalid("\(field): \(path) is the project's config file; outbox does not send its own files")
         }
-        if let inode = Self.inode(path), inodes.contains(inode) {
-            throw .invalid("\(field): \(path) is a hard link to the store's database or the config; outbox does not send its own files")
-        }
     }
+}
+
+/// Shared by the copies of an `OwnFiles`, which a batch's factory hands out per entry.
+private final class LastFolder: Sendable {
+    let value = Mutex<(folder: String, real: String)?>(nil)
 }

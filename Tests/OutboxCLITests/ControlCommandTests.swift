@@ -377,6 +377,25 @@ struct HostileInputTests {
         #expect(try p.run("list", "--json").json().arrayValue?.count == 1)
     }
 
+    /// A file in the store's folder is refused whatever path leads to it: a link to the
+    /// folder, named after a line from another folder (the real folder is not reused from
+    /// the line before), or a link to the file itself (here the config); the batch is refused
+    /// whole and the store is as it was.
+    @Test(arguments: [("sdir/extra.txt", "is in the store's folder"), ("c.yaml", "is the project's config file")])
+    func aFileOfTheStoreIsNotABodyThroughALink(_ path: String, _ said: String) throws {
+        let p = try CLIProject()
+        _ = try p.enqueue("plain", vars: "{}")
+        try p.write("data/ok.txt", "ok")
+        try p.write(".outbox/extra.txt", "kept")
+        try FileManager.default.createSymbolicLink(atPath: p.root + "/sdir", withDestinationPath: p.storeFolder)
+        try FileManager.default.createSymbolicLink(atPath: p.root + "/c.yaml", withDestinationPath: p.root + "/config/outbox.yaml")
+        try p.write("lines.jsonl", #"{"vars": {"path": "data/ok.txt"}}"# + "\n" + #"{"vars": {"path": "\#(path)"}}"# + "\n")
+        let r = p.run("enqueue", "file.copy", "--from", "lines.jsonl")
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.contains("lines.jsonl:2: request.file: \(p.root)/\(path) \(said)"), "\(r.err)")
+        #expect(try p.run("list", "--json").json().arrayValue?.count == 1)
+    }
+
     /// A store whose database path is longer than SQLite can open is named as such, not as
     /// "unable to open database file".
     @Test func aStorePathTooLongForSQLiteIsSaidSo() throws {
