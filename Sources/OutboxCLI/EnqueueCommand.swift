@@ -183,60 +183,44 @@ enum EnqueueCommand {
         var entries: [NewEntry] = []
         var seen: [String: Int] = [:]
         var movedBy: [String: Int] = [:]
-        var lineNumber = 0
-        while true {
-            let next: [UInt8]?
-            do {
-                next = try reader.next()
-            } catch {
-                switch error {
-                case let .tooLong(line): throw .invalid("\(absolute):\(line): the line is over \(Units.formatBytes(Int64(maxLine)))")
-                case let .readFailed(code): throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage(code))")
+        // Lines checked and waiting for their render, which runs for many lines at a time.
+        var pending: [LineToRender] = []
+        let renderer = LineRenderer(factory: factory, definition: definition, expiresAt: expiresAt)
+        // The rendered lines in order: an error names the first bad line, as if one by one.
+        func renderPending() throws(OutboxError) {
+            let rendered = renderer.render(pending)
+            for (line, result) in zip(pending, rendered) {
+                do {
+                    var entry = try result.get()
+                    try skipExisting(&entry, key: key, i)
+                    entries.append(entry)
+                } catch {
+                    throw OutboxError(error.code, error.message.hasPrefix(line.at) ? error.message : "\(line.at): \(error.message)")
+                }
+                // A file is moved into the store once: a later line naming it would find it gone.
+                if let (file, ownership) = sourceFile(entries[entries.count - 1].prepared.body) {
+                    if let first = movedBy[file] { throw .invalid("\(line.at): request.file \(file) is moved by line \(first) already") }
+                    if ownership == .move { movedBy[file] = line.number }
                 }
             }
-            guard var line = next else { break }
-            lineNumber = reader.lineNumber
-            // A byte order mark some editors write first is not content.
-            if lineNumber == 1, line.starts(with: [0xEF, 0xBB, 0xBF]) { line.removeFirst(3) }
-            if let offset = Paths.invalidUTF8Offset(line) {
-                throw .invalid("\(absolute):\(lineNumber): the line is not valid UTF-8 (at byte \(offset + 1))")
-            }
-            let text = String(decoding: line, as: UTF8.self)
-            if text.trimmingCharacters(in: " \t\r").isEmpty { continue }
-            let at = "\(absolute):\(lineNumber)"
-            let object: JSON
-            do { object = try JSON.parse(text) } catch { throw .invalid("\(at): not valid JSON: \(error)") }
-            guard case let .object(members) = object else { throw .invalid("\(at): each line must be a JSON object") }
-            for (name, _) in members where !["vars", "id", "delay", "not_before"].contains(name) {
-                throw .invalid("\(at): unknown field \"\(name)\" (allowed: vars, id, delay, not_before)")
-            }
-            var id: String?
-            if let idValue = object["id"] {
-                guard let s = idValue.stringValue else { throw .invalid("\(at): id must be a string") }
-                if let problem = Identifiers.validateUserID(s) { throw .invalid("\(at): \(problem)") }
-                if let first = seen[s] { throw .invalid("\(at): the id \"\(s)\" was already used on line \(first)") }
-                seen[s] = lineNumber
-                id = s
-            }
-            let delay = object["delay"].map { $0.stringValue ?? $0.serialized() }
-            let notBefore = object["not_before"].map { $0.stringValue ?? $0.serialized() }
-            if delay != nil && notBefore != nil { throw .invalid("\(at): give delay or not_before, not both") }
-            do {
-                let hold = try holdUntil(delay: delay, notBefore: notBefore, now: now, names: ("delay", "not_before"))
-                var entry = try factory.make(
-                    definition: definition, vars: object["vars"] ?? .null, id: id,
-                    notBefore: hold, expiresAt: expiresAt, movedFiles: try movedFiles(project, id: id))
-                try skipExisting(&entry, key: key, i)
-                entries.append(entry)
-            } catch {
-                throw OutboxError(error.code, error.message.hasPrefix(at) ? error.message : "\(at): \(error.message)")
-            }
-            // A file is moved into the store once: a later line naming it would find it gone.
-            if let (file, ownership) = sourceFile(entries[entries.count - 1].prepared.body) {
-                if let first = movedBy[file] { throw .invalid("\(at): request.file \(file) is moved by line \(first) already") }
-                if ownership == .move { movedBy[file] = lineNumber }
-            }
+            pending.removeAll(keepingCapacity: true)
         }
+        while true {
+            let line: LineToRender?
+            do throws(OutboxError) {
+                line = try nextLine(&reader, absolute: absolute, maxLine: maxLine, now: now, seen: &seen) { id throws(OutboxError) in
+                    try movedFiles(project, id: id)
+                }
+            } catch {
+                // A bad line after lines not rendered yet: theirs is the first error, if any.
+                try renderPending()
+                throw error
+            }
+            guard let line else { break }
+            pending.append(line)
+            if pending.count == LineRenderer.batch { try renderPending() }
+        }
+        try renderPending()
         let results: [EnqueueResult]
         do {
             results = try project.enqueue(entries, now: now)

@@ -1,5 +1,4 @@
 import Glibc
-import Synchronization
 
 /// The store's own files (its database, staged bodies) and the config are never a body:
 /// `ownership: move` would take the store apart, and a copy would send its secrets.
@@ -27,7 +26,7 @@ package struct OwnFiles: Sendable {
 
     /// The last folder `refuse` resolved, with its real path: the files of a batch mostly
     /// share one, and resolving it costs a `readlink` per path segment.
-    private let lastFolder = LastFolder()
+    private let lastFolder = Locked<(folder: String, real: String)?>(nil)
 
     /// Throws when the file at `path` (which exists) is one of them, through any link.
     func refuse(_ path: String, field: String) throws(OutboxError) {
@@ -37,10 +36,10 @@ package struct OwnFiles: Sendable {
             // Not a link itself: its real path is its folder's real path and its own name.
             let folder = Paths.dirname(path)
             let real =
-                lastFolder.value.withLock { $0?.folder == folder ? $0?.real : nil }
+                lastFolder.withLock { $0?.folder == folder ? $0?.real : nil }
                 ?? {
                     let real = Paths.resolved(folder)
-                    lastFolder.value.withLock { $0 = (folder, real) }
+                    lastFolder.withLock { $0 = (folder, real) }
                     return real
                 }()
             file = Paths.join(real, Paths.basename(path))
@@ -65,9 +64,4 @@ package struct OwnFiles: Sendable {
             throw .invalid("\(field): \(path) is the project's config file; outbox does not send its own files")
         }
     }
-}
-
-/// Shared by the copies of an `OwnFiles`, which a batch's factory hands out per entry.
-private final class LastFolder: Sendable {
-    let value = Mutex<(folder: String, real: String)?>(nil)
 }

@@ -514,6 +514,48 @@ struct CLIEnqueueTests {
         #expect(try p.snapshot() == before)
     }
 
+    /// Lines are rendered many at a time, half of them on a second thread: the entries keep
+    /// the file's order, and the error given is still the first bad line's, whichever half
+    /// or batch it is in and whether it is found before the render (bad JSON, an id used
+    /// twice) or by it (a var that does not resolve).
+    @Test(
+        arguments: [
+            ([300: .unresolved, 900: .unresolved], 300),
+            ([700: .unresolved, 1000: .duplicateID], 700),
+            ([1500: .unresolved, 1900: .badJSON], 1500),
+            ([1100: .badJSON, 1600: .unresolved], 1100),
+            ([2090: .unresolved], 2090),
+        ] as [([Int: BadLine], Int)])
+    func linesRenderedTogetherKeepTheirOrderAndTheFirstErrorWins(_ bad: [Int: BadLine], _ first: Int) throws {
+        let p = try CLIProject()
+        func lines(_ bad: [Int: BadLine]) -> String {
+            (1...2_100).map { n in
+                switch bad[n] {
+                case .unresolved: #"{"vars": {}, "id": "l\#(n)"}"#
+                case .badJSON: #"{"vars": "#
+                case .duplicateID: #"{"vars": {"n": \#(n)}, "id": "l1"}"#
+                case nil: #"{"vars": {"n": \#(n)}, "id": "l\#(n)"}"#
+                }
+            }.joined(separator: "\n") + "\n"
+        }
+        let path = try p.write("bad.jsonl", lines(bad))
+        try p.enqueue("plain", vars: "{}", id: "already")
+        let before = try p.snapshot()
+        let r = p.run("enqueue", "note", "--from", "bad.jsonl")
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.hasPrefix("outbox: E_INVALID: \(path):\(first): "), "\(r.err)")
+        #expect(try p.snapshot() == before)
+
+        try p.write("good.jsonl", lines([:]))
+        let good = p.run("enqueue", "note", "--from", "good.jsonl")
+        #expect(good.status == 0, "\(good)")
+        let rows = try p.rows().dropFirst()
+        #expect(rows.map { $0["id"]?.stringValue } == (1...2_100).map { "l\($0)" })
+        #expect(rows.map { $0["vars"]?["n"] } == (1...2_100).map { .number(String($0)) })
+    }
+
+    enum BadLine: Sendable { case unresolved, badJSON, duplicateID }
+
     @Test func aMissingFromFileIsFileMissing() throws {
         let p = try CLIProject()
         let r = p.run("enqueue", "note", "--from", "none.jsonl")

@@ -1,0 +1,133 @@
+import Glibc
+import OutboxEnqueue
+import OutboxModel
+
+/// One line of an `enqueue --from` file, checked and ready for its render.
+struct LineToRender: Sendable {
+    var number: Int
+    /// `FILE:LINE`, which every error about the line starts with.
+    var at: String
+    var vars: JSON
+    var id: String?
+    var notBefore: Int64?
+    var movedFiles: [String: FileIdentity]
+    /// An error found before the render (a bad delay), given in the line's turn.
+    var failure: OutboxError?
+}
+
+/// Renders the lines of a `--from` file into entries, many at a time: templates, file
+/// checks and hashing are most of an enqueue's work for each line, and with no plugin to
+/// run they share nothing, so half of each batch renders on a second thread.
+struct LineRenderer {
+    /// Lines rendered together: enough to be worth a thread, few enough to keep memory flat.
+    static let batch = 1024
+    /// Fewer lines than this render on the calling thread alone.
+    static let parallelFrom = 64
+
+    let factory: EntryFactory
+    let definition: Definition
+    let expiresAt: Int64?
+    /// Plugins are run one at a time, in line order, as a user reading the file expects.
+    let parallel: Bool
+
+    init(factory: EntryFactory, definition: Definition, expiresAt: Int64?) {
+        self.factory = factory
+        self.definition = definition
+        self.expiresAt = expiresAt
+        parallel =
+            factory.config.headersCommand == nil && definition.requestCommand == nil
+            && sysconf(Int32(_SC_NPROCESSORS_ONLN)) > 1
+    }
+
+    /// Each line's entry or error, in the order of `lines`.
+    func render(_ lines: [LineToRender]) -> [Result<NewEntry, OutboxError>] {
+        guard parallel, lines.count >= Self.parallelFrom else { return lines.map(render) }
+        let half = lines.count / 2
+        let second = Locked<[Result<NewEntry, OutboxError>]>([])
+        let work = SendableRender(renderer: self, lines: Array(lines[half...]))
+        guard case let .success(thread) = Threads.start(detached: false, { second.withLock { $0 = work.run() } }) else {
+            return lines.map(render)
+        }
+        let first = lines[..<half].map(render)
+        pthread_join(thread, nil)
+        return first + second.withLock { $0 }
+    }
+
+    private func render(_ line: LineToRender) -> Result<NewEntry, OutboxError> {
+        if let failure = line.failure { return .failure(failure) }
+        do throws(OutboxError) {
+            return .success(
+                try factory.make(
+                    definition: definition, vars: line.vars, id: line.id, notBefore: line.notBefore,
+                    expiresAt: expiresAt, movedFiles: line.movedFiles))
+        } catch {
+            return .failure(error)
+        }
+    }
+}
+
+/// A batch's second half, handed to the thread that renders it. A render with no plugin
+/// reads the factory's config, environment and file checks, never the project it came
+/// from, which is why this may cross threads though the factory's definition lookup may not.
+private struct SendableRender: @unchecked Sendable {
+    let renderer: LineRenderer
+    let lines: [LineToRender]
+    func run() -> [Result<NewEntry, OutboxError>] { renderer.render(lines) }
+}
+
+extension EnqueueCommand {
+    /// The next non-blank line of a `--from` file, checked up to its render; nil at the end.
+    /// `movedFiles` looks up the files an entry of the line's id moved into the store.
+    static func nextLine(
+        _ reader: inout LineReader, absolute: String, maxLine: Int, now: Int64, seen: inout [String: Int],
+        movedFiles: (String?) throws(OutboxError) -> [String: FileIdentity]
+    ) throws(OutboxError) -> LineToRender? {
+        while true {
+            let next: [UInt8]?
+            do {
+                next = try reader.next()
+            } catch {
+                switch error {
+                case let .tooLong(line): throw .invalid("\(absolute):\(line): the line is over \(Units.formatBytes(Int64(maxLine)))")
+                case let .readFailed(code): throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage(code))")
+                }
+            }
+            guard var line = next else { return nil }
+            let lineNumber = reader.lineNumber
+            // A byte order mark some editors write first is not content.
+            if lineNumber == 1, line.starts(with: [0xEF, 0xBB, 0xBF]) { line.removeFirst(3) }
+            if let offset = Paths.invalidUTF8Offset(line) {
+                throw .invalid("\(absolute):\(lineNumber): the line is not valid UTF-8 (at byte \(offset + 1))")
+            }
+            let text = String(decoding: line, as: UTF8.self)
+            if text.trimmingCharacters(in: " \t\r").isEmpty { continue }
+            let at = "\(absolute):\(lineNumber)"
+            let object: JSON
+            do { object = try JSON.parse(text) } catch { throw .invalid("\(at): not valid JSON: \(error)") }
+            guard case let .object(members) = object else { throw .invalid("\(at): each line must be a JSON object") }
+            for (name, _) in members where !["vars", "id", "delay", "not_before"].contains(name) {
+                throw .invalid("\(at): unknown field \"\(name)\" (allowed: vars, id, delay, not_before)")
+            }
+            var id: String?
+            if let idValue = object["id"] {
+                guard let s = idValue.stringValue else { throw .invalid("\(at): id must be a string") }
+                if let problem = Identifiers.validateUserID(s) { throw .invalid("\(at): \(problem)") }
+                if let first = seen[s] { throw .invalid("\(at): the id \"\(s)\" was already used on line \(first)") }
+                seen[s] = lineNumber
+                id = s
+            }
+            let delay = object["delay"].map { $0.stringValue ?? $0.serialized() }
+            let notBefore = object["not_before"].map { $0.stringValue ?? $0.serialized() }
+            if delay != nil && notBefore != nil { throw .invalid("\(at): give delay or not_before, not both") }
+            var result = LineToRender(number: lineNumber, at: at, vars: object["vars"] ?? .null, id: id, notBefore: nil, movedFiles: [:])
+            // Errors the render would have met first are given in the line's turn, after the lines before it.
+            do throws(OutboxError) {
+                result.notBefore = try holdUntil(delay: delay, notBefore: notBefore, now: now, names: ("delay", "not_before"))
+                result.movedFiles = try movedFiles(id)
+            } catch {
+                result.failure = error
+            }
+            return result
+        }
+    }
+}
