@@ -111,12 +111,28 @@ enum EnqueueDirectory {
         entries.reserveCapacity(walk.files.count)
         var seen: [String: String] = [:]
         let environment = RequestBuilder.environmentJSON(i.environment)
-        for file in walk.files {
-            let vars = vars(for: file, base: base)
+        // Files waiting for their render, which runs for many at a time (see `LineRenderer`).
+        var pending: [LineToRender] = []
+        let renderer = LineRenderer(factory: factory, definition: definition, expiresAt: expiresAt)
+        func renderPending() throws(OutboxError) {
+            for (file, result) in zip(pending, renderer.render(pending)) {
+                do throws(OutboxError) {
+                    var entry = try result.get()
+                    try EnqueueCommand.skipExisting(&entry, key: key, i)
+                    entries.append(entry)
+                } catch {
+                    throw OutboxError(error.code, "\(file.at): \(error.message)")
+                }
+            }
+            pending.removeAll(keepingCapacity: true)
+        }
+        for (index, file) in walk.files.enumerated() {
+            var line = LineToRender(
+                number: index + 1, at: file.path, vars: vars(for: file, base: base), id: nil, notBefore: hold, movedFiles: [:])
+            // An error found here is given in the file's turn, after those of the files before it.
             do throws(OutboxError) {
-                var id: String?
                 if let idTemplate {
-                    var inputs = RenderInputs(id: "", vars: vars, environment: i.environment, cwd: i.cwd)
+                    var inputs = RenderInputs(id: "", vars: line.vars, environment: i.environment, cwd: i.cwd)
                     inputs.environmentJSON = environment
                     let rendered = try Template.render(
                         idTemplate, context: RequestBuilder.context(inputs), mode: .value, field: "--id-template")
@@ -124,17 +140,16 @@ enum EnqueueDirectory {
                     if let problem = Identifiers.validateUserID(text) { throw OutboxError.invalid("--id-template: \(problem)") }
                     if let other = seen[text] { throw OutboxError.invalid("--id-template gives the id \"\(text)\" to \(other) too") }
                     seen[text] = file.relativePath
-                    id = text
+                    line.id = text
                 }
-                var entry = try factory.make(
-                    definition: definition, vars: vars, id: id, notBefore: hold, expiresAt: expiresAt,
-                    movedFiles: try EnqueueCommand.movedFiles(project, id: id))
-                try EnqueueCommand.skipExisting(&entry, key: key, i)
-                entries.append(entry)
+                line.movedFiles = try EnqueueCommand.movedFiles(project, id: line.id)
             } catch {
-                throw OutboxError(error.code, "\(file.path): \(error.message)")
+                line.failure = error
             }
+            pending.append(line)
+            if pending.count == LineRenderer.batch { try renderPending() }
         }
+        try renderPending()
         let skipped = walk.skippedLinks.count + walk.skippedSpecial.count
         if skipped > 0 {
             let first = (walk.skippedLinks + walk.skippedSpecial).sorted().prefix(3).joined(separator: ", ")

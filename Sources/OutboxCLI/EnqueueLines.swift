@@ -2,10 +2,11 @@ import Glibc
 import OutboxEnqueue
 import OutboxModel
 
-/// One line of an `enqueue --from` file, checked and ready for its render.
+/// One line of an `enqueue --from` file (or one file of `--from-dir`), checked and ready
+/// for its render.
 struct LineToRender: Sendable {
     var number: Int
-    /// `FILE:LINE`, which every error about the line starts with.
+    /// `FILE:LINE` (the file's path for `--from-dir`), which every error about it starts with.
     var at: String
     var vars: JSON
     var id: String?
@@ -15,7 +16,7 @@ struct LineToRender: Sendable {
     var failure: OutboxError?
 }
 
-/// Renders the lines of a `--from` file into entries, many at a time: templates, file
+/// Renders the lines of a `--from` file (or the files of `--from-dir`) into entries, many at a time: templates, file
 /// checks and hashing are most of an enqueue's work for each line, and with no plugin to
 /// run they share nothing, so half of each batch renders on a second thread.
 struct LineRenderer {

@@ -113,6 +113,29 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
     }
 
+    /// Files are rendered many at a time, half of them on a second thread: the entries keep
+    /// the walk's order, and of two bad files the first is the one named.
+    @Test func filesRenderedTogetherKeepTheirOrderAndTheFirstBadOneIsNamed() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9"))
+        let root = sandbox.path("tree")
+        let names = (0..<300).map { String(format: "f%03d.txt", $0) }
+        for name in names { try DirTree.file(root, name, "fine") }
+        try DirTree.file(root, "f040\nbad.txt", "bad name")
+        try DirTree.file(root, "f200\nbad.txt", "bad name")
+        let bad = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree"])
+        #expect(bad.status == 65)
+        #expect(bad.stderr.contains(root + "/f040"), "\(bad.stderr)")
+        #expect(!bad.stderr.contains("f200"), "\(bad.stderr)")
+        #expect(try await DirTree.rows(sandbox).isEmpty)
+
+        for name in ["f040\nbad.txt", "f200\nbad.txt"] { try FileManager.default.removeItem(atPath: root + "/" + name) }
+        let good = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree"])
+        #expect(good.status == 0, "\(good.stderr)")
+        let rows = try await DirTree.rows(sandbox)
+        #expect(rows.map { ($0["vars"] as? [String: Any])?["relative_path"] as? String } == names)
+    }
+
     struct Refusal: CustomTestStringConvertible, Sendable {
         var name: String
         var arguments: [String]
