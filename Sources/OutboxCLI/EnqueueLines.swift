@@ -57,10 +57,11 @@ struct LineRenderer {
     private func render(_ line: LineToRender) -> Result<NewEntry, OutboxError> {
         if let failure = line.failure { return .failure(failure) }
         do throws(OutboxError) {
-            return .success(
-                try factory.make(
-                    definition: definition, vars: line.vars, id: line.id, notBefore: line.notBefore,
-                    expiresAt: expiresAt, movedFiles: line.movedFiles))
+            var entry = try factory.make(
+                definition: definition, vars: line.vars, id: line.id, notBefore: line.notBefore,
+                expiresAt: expiresAt, movedFiles: line.movedFiles)
+            entry.prepareWrite()
+            return .success(entry)
         } catch {
             return .failure(error)
         }
