@@ -57,11 +57,10 @@ struct LineRenderer {
     private func render(_ line: LineToRender) -> Result<NewEntry, OutboxError> {
         if let failure = line.failure { return .failure(failure) }
         do throws(OutboxError) {
-            var entry = try factory.make(
-                definition: definition, vars: line.vars, id: line.id, notBefore: line.notBefore,
-                expiresAt: expiresAt, movedFiles: line.movedFiles)
-            entry.prepareWrite()
-            return .success(entry)
+            return .success(
+                try factory.make(
+                    definition: definition, vars: line.vars, id: line.id, notBefore: line.notBefore,
+                    expiresAt: expiresAt, movedFiles: line.movedFiles))
         } catch {
             return .failure(error)
         }

@@ -128,7 +128,7 @@ extension SQLStore {
     func runningConflict(_ followUps: [NewEntry]) throws(OutboxError) -> (index: Int, key: String, message: String)? {
         for (index, followUp) in followUps.enumerated() where !followUp.idWasMinted {
             guard let e = try entry(id: followUp.id), e.state == .running,
-                try decide(e, followUp.bodyHash) == .rejectRunning
+                try decide(e, followUp.prepared.bodyHash) == .rejectRunning
             else { continue }
             return (index, followUp.key, "entry \(followUp.id) is being sent now and the new body differs")
         }

@@ -736,28 +736,3 @@ struct StoreCopyWhileWrittenTests {
         #expect(summary?.entries == 2)
     }
 }
-
-/// The texts an entry's render makes ahead for the store are the ones the store would make
-/// itself, and a change to the entry after its render is not hidden by them.
-struct PreparedWriteTests {
-    @Test func theTextsMadeAheadMatchAndFollowAChange() throws {
-        let f = try StoreFixture()
-        var entry = try f.entry("w1", "note", #"{"n": 1, "hv": "a"}"#)
-        let fresh = (entry.bodyHash, entry.varsText, entry.requestText(form: []))
-        entry.prepareWrite()
-        #expect((entry.bodyHash, entry.varsText, entry.requestText(form: [])) == fresh)
-
-        let other = try f.entry("w1", "note", #"{"n": 2}"#)
-        entry.prepared = other.prepared
-        #expect(entry.bodyHash == other.prepared.bodyHash && entry.bodyHash != fresh.0)
-        #expect(entry.requestText(form: []) == other.requestText(form: []))
-        entry.prepareWrite()
-        entry.vars = other.vars
-        #expect(entry.varsText == #"{"n":2}"#)
-        // One field of the request changed in place counts too (as `--skip-existing` does).
-        entry.prepareWrite()
-        entry.prepared.url = "https://x.example/elsewhere"
-        #expect(entry.requestText(form: []).contains("elsewhere"))
-        #expect(entry.bodyHash != other.prepared.bodyHash)
-    }
-}

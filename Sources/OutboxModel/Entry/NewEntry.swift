@@ -40,8 +40,8 @@ package struct ListFilter: Sendable {
 package struct NewEntry: Sendable {
     package var id: String
     package var key: String
-    package var vars: JSON { didSet { written = nil } }
-    package var prepared: PreparedRequest { didSet { written = nil } }
+    package var vars: JSON
+    package var prepared: PreparedRequest
     package var account: String?
     package var parent: String?
     package var notBefore: Int64?
@@ -51,16 +51,6 @@ package struct NewEntry: Sendable {
     /// stored entry can have it, so enqueue skips the same-id lookups (the id's UNIQUE
     /// index still refuses a duplicate).
     package var idWasMinted = false
-    /// The texts the store writes of this entry, when made ahead (see `prepareWrite`); any
-    /// change to its vars or request drops them.
-    private var written: Written?
-
-    private struct Written: Sendable {
-        var bodyHash: String
-        var vars: String
-        /// Nil for a form, whose stored text names the files staged for it.
-        var request: String?
-    }
 
     package init(
         id: String, key: String, vars: JSON, prepared: PreparedRequest, account: String? = nil,
@@ -74,28 +64,6 @@ package struct NewEntry: Sendable {
         self.parent = parent
         self.notBefore = notBefore
         self.expiresAt = expiresAt
-    }
-}
-
-extension NewEntry {
-    /// Makes the texts the store writes now, where the entry was rendered: a batch renders
-    /// on two threads, while the store writes its rows on one.
-    package mutating func prepareWrite() {
-        written = Written(
-            bodyHash: prepared.bodyHash, vars: vars.serialized(),
-            request: prepared.body.kind == .form ? nil : StoredRequest(prepared: prepared, form: []).json.serialized())
-    }
-
-    /// The body's canonical hash, which the same-id rules compare.
-    package var bodyHash: String { written?.bodyHash ?? prepared.bodyHash }
-
-    /// The vars as stored.
-    package var varsText: String { written?.vars ?? vars.serialized() }
-
-    /// The request as stored, with `form` the fields of a form body as staged.
-    package func requestText(form: [StoredFormField]) -> String {
-        if form.isEmpty, let request = written?.request { return request }
-        return StoredRequest(prepared: prepared, form: form).json.serialized()
     }
 }
 
