@@ -43,13 +43,18 @@ struct LineRenderer {
     /// Each line's entry or error, in the order of `lines`.
     func render(_ lines: [LineToRender]) -> [Result<NewEntry, OutboxError>] {
         guard parallel, lines.count >= Self.parallelFrom else { return lines.map(render) }
+        // The first line renders before the second thread starts: the tables a render makes
+        // on first use (a template's parse, JSON's escapes) are then made here, and the
+        // thread's start hands them over; made by both at once, ThreadSanitizer, which
+        // cannot see how Swift guards them, would report it.
+        var first = [render(lines[0])]
         let half = lines.count / 2
         let second = Locked<[Result<NewEntry, OutboxError>]>([])
         let work = SendableRender(renderer: self, lines: Array(lines[half...]))
         guard case let .success(thread) = Threads.start(detached: false, { second.withLock { $0 = work.run() } }) else {
-            return lines.map(render)
+            return first + lines[1...].map(render)
         }
-        let first = lines[..<half].map(render)
+        first += lines[1..<half].map(render)
         pthread_join(thread, nil)
         return first + second.withLock { $0 }
     }
