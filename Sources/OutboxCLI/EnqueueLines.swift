@@ -16,9 +16,10 @@ struct LineToRender: Sendable {
     var failure: OutboxError?
 }
 
-/// Renders the lines of a `--from` file (or the files of `--from-dir`) into entries, many at a time: templates, file
-/// checks and hashing are most of an enqueue's work for each line, and with no plugin to
-/// run they share nothing, so half of each batch renders on a second thread.
+/// Renders the lines of a `--from` file (or the files of `--from-dir`) into entries, many
+/// at a time: templates, file checks and hashing are most of an enqueue's work for each
+/// line, and with no plugin to run they share nothing, so half of each batch renders on a
+/// second thread.
 struct LineRenderer {
     /// Lines rendered together: enough to be worth a thread, few enough to keep memory flat.
     static let batch = 1024
