@@ -49,14 +49,11 @@ struct StreamingChildTests {
         }
         let background = try #require(
             Int32((try String(contentsOfFile: folder.path + "/bg", encoding: .utf8)).trimmingCharacters(in: .whitespacesAndNewlines)))
+        let process = try #require(ObservedProcess(background), "the background process \(background) runs")
         child.close()
         // Gone, or a zombie nobody reaps (this machine's init does not): not running.
-        await eventually("the background process is stopped") {
-            let stat = (try? String(contentsOfFile: "/proc/\(background)/stat", encoding: .utf8)) ?? ""
-            return stat.isEmpty || stat.contains(") Z ")
-        }
-        let stat = (try? String(contentsOfFile: "/proc/\(background)/stat", encoding: .utf8)) ?? ""
-        #expect(stat.isEmpty || stat.contains(") Z "), "still running: \(stat)")
+        await eventually("the background process is stopped") { process.hasEnded }
+        #expect(process.hasEnded, "still running: \(background)")
     }
 
     @Test func aChildThatExitsEarlyEndsTheFeedQuietly() throws {

@@ -94,6 +94,7 @@ import Testing
         let runner = try p.start(["run"])
         await eventually("the hook to start") { p.exists("hooks/hook.pid") }
         let hookPID = try Self.hookPID(p)
+        let hookProcess = try #require(ObservedProcess(hookPID))
         // The hook is the `sh -c` leader's child, in its group.
         let hookGroup = getpgid(hookPID)
         #expect(hookGroup > 1 && hookGroup != getpgrp())
@@ -105,7 +106,7 @@ import Testing
         runner.signal(SIGKILL)
         let killed = await runner.wait()
         #expect(killed.exitCode == -SIGKILL)
-        #expect(!isDead(hookPID), "the orphaned hook still runs")
+        #expect(!hookProcess.hasEnded, "the orphaned hook still runs")
         let show = try #require(try await p.show("crash"))
         #expect(show.string("state") == "completed")
         #expect(show.at("outcomes.0.acknowledged") == .bool(false))
@@ -114,7 +115,7 @@ import Testing
         #expect(second.stderr.contains("stopped hook process group \(hookGroup) "), "\(second.stderr)")
         #expect(
             second.stderr.components(separatedBy: "stopped hook process group").count == 2, "stopped and reported once: \(second.stderr)")
-        await eventually("the stale hook group to be stopped") { isDead(hookPID) }
+        await eventually("the stale hook group to be stopped") { hookProcess.hasEnded }
         try await Self.expectRedeliveredOnce(p)
     }
 
@@ -126,15 +127,16 @@ import Testing
         #expect(killed.exitCode == -SIGKILL, "\(killed)")
         await eventually("the hook to start") { p.exists("hooks/hook.pid") }
         let hookPID = try Self.hookPID(p)
+        let hookProcess = try #require(ObservedProcess(hookPID))
         let hookGroup = getpgid(hookPID)
-        #expect(!isDead(hookPID), "the orphaned hook runs")
+        #expect(!hookProcess.hasEnded, "the orphaned hook runs")
         #expect(try p.sqlite("SELECT COALESCE(hook_pgid, 'none') FROM outcomes WHERE entry_id = 'crash'").contains("none"))
 
         let second = try await p.drain()
         #expect(
             second.stderr.contains("stopped hook process group \(hookGroup) left by a runner that stopped before recording it"),
             "\(second.stderr)")
-        await eventually("the unrecorded hook to be stopped") { isDead(hookPID) }
+        await eventually("the unrecorded hook to be stopped") { hookProcess.hasEnded }
         try await Self.expectRedeliveredOnce(p)
     }
 
@@ -145,6 +147,7 @@ import Testing
         let runner = try original.start(["run"])
         await eventually("the hook to start") { original.exists("hooks/hook.pid") }
         let hookPID = try Self.hookPID(original)
+        let hookProcess = try #require(ObservedProcess(hookPID))
         await eventually("the runner to record the hook's group") {
             (try? original.sqlite("SELECT hook_pgid FROM outcomes WHERE entry_id = 'held'"))?
                 .trimmingCharacters(in: .whitespacesAndNewlines) == "\(getpgid(hookPID))"
@@ -154,9 +157,9 @@ import Testing
         _ = try original.sqlite(".backup '\(copy.storeFolder)/outbox.db'")
         let copied = try await copy.drain()
         #expect(!copied.stderr.contains("stopped hook process group"), "\(copied.stderr)")
-        #expect(!isDead(hookPID), "the original's hook was stopped by the copy's runner")
+        #expect(!hookProcess.hasEnded, "the original's hook was stopped by the copy's runner")
         _ = try original.write("hooks/release", "")
-        await eventually("the original's hook to end") { isDead(hookPID) }
+        await eventually("the original's hook to end") { hookProcess.hasEnded }
         runner.signal(SIGTERM)
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished)")

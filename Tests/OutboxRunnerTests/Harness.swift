@@ -159,15 +159,6 @@ func refusingPort() throws -> (descriptor: Int32, port: Int) {
 
 func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
-/// True when the process is gone or a zombie.
-func isDead(_ pid: Int32) -> Bool {
-    guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return true }
-    let line = String(decoding: data, as: UTF8.self)
-    guard let close = line.lastIndex(of: ")") else { return true }
-    let state = line[line.index(after: close)...].split(separator: " ").first ?? ""
-    return state == "Z" || state == "X"
-}
-
 extension JSON {
     /// A dotted path: `stdin.meta.deliveries`, `0.id`.
     func at(_ path: String) -> JSON? {

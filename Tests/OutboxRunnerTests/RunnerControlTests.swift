@@ -81,13 +81,13 @@ import Testing
         try await p.enqueue("t", path: "/status/200", id: "w")
         let runner = try p.start(["run", "--grace", "1s"] + (drain ? ["--drain"] : []))
         await eventually("the hook runs") { (p.read("hooks/pid") ?? "").hasSuffix("\n") }
+        let pid = try #require(Int32((p.read("hooks/pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        let hookProcess = try #require(ObservedProcess(pid))
         runner.signal(SIGTERM)
         let finished = await runner.wait()
         #expect(finished.exitCode == (drain ? 4 : 0), "\(finished.description)")
         #expect(finished.stderr.contains("at the end of the grace"), "\(finished.stderr)")
-        let pid = (p.read("hooks/pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
-        let stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
-        #expect(stat.isEmpty || stat.contains(") Z "), "the hook \(pid) still runs: \(stat)")
+        #expect(hookProcess.hasEnded, "the hook \(pid) still runs")
         let outcomes = try #require(try await p.show("w")?["outcomes"]?.arrayValue)
         #expect(outcomes.first?["acknowledged"] == .bool(false))
         // `show` says why, as for a hook that failed.
