@@ -44,14 +44,6 @@ func text(_ bytes: [UInt8]) -> String {
     String(decoding: bytes, as: UTF8.self)
 }
 
-/// Fields of /proc/PID/stat after the command name: index 0 is field 3 (state).
-func procStatFields(_ pid: Int32) -> [String]? {
-    guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return nil }
-    let line = String(decoding: data, as: UTF8.self)
-    guard let close = line.lastIndex(of: ")") else { return nil }
-    return line[line.index(after: close)...].split(separator: " ").map(String.init)
-}
-
 /// True when the process no longer runs (gone, or a zombie nobody reaped yet).
 func isDead(_ pid: Int32) -> Bool {
     guard let fields = procStatFields(pid) else { return true }

@@ -21,14 +21,18 @@ package struct ObservedProcess: Sendable, Equatable {
         return now.state == "Z" || now.state == "X"
     }
 
-    /// The state and start time of the process `pid` (the fields after the command name,
-    /// which may itself hold spaces and parentheses).
+    /// The state and start time of the process `pid`.
     private static func stat(_ pid: Int32) -> (state: String, startTime: String)? {
-        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
-            let close = text.lastIndex(of: ")")
-        else { return nil }
-        let fields = text[text.index(after: close)...].split(separator: " ")
-        guard fields.count > 19 else { return nil }
-        return (String(fields[0]), String(fields[19]))
+        guard let fields = procStatFields(pid), fields.count > 19 else { return nil }
+        return (fields[0], fields[19])
     }
+}
+
+/// Fields of /proc/PID/stat after the command name (which may itself hold spaces and
+/// parentheses): index 0 is field 3 (state), index 19 field 22 (start time).
+package func procStatFields(_ pid: Int32) -> [String]? {
+    guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/stat") else { return nil }
+    let line = String(decoding: data, as: UTF8.self)
+    guard let close = line.lastIndex(of: ")") else { return nil }
+    return line[line.index(after: close)...].split(separator: " ").map(String.init)
 }
