@@ -235,6 +235,11 @@ extension JSON {
         out.append(UInt8(ascii: "\""))
     }
 
+    /// Whether UTF-8 text goes into a JSON string literal as it is, with no escape.
+    package static func needsNoEscape(utf8 text: UnsafeBufferPointer<UInt8>) -> Bool {
+        nextEscapeCandidate(text, after: -1) == text.count
+    }
+
     /// The first byte after `i` that may need an escape (`text.count` if none): an ASCII
     /// control, `"`, `\\`, DEL, or the lead byte of a C1 control or a bidirectional override.
     private static func nextEscapeCandidate(_ text: UnsafeBufferPointer<UInt8>, after i: Int) -> Int {

@@ -63,20 +63,10 @@ extension SQLStore {
         _ write: (String) -> Void
     ) throws(OutboxError) {
         let (sql, values) = Self.listQuery(filter)
-        // Built as bytes straight from SQLite's column buffers: no String per column.
-        var out: [UInt8] = [UInt8(ascii: "[")]
-        out.reserveCapacity(1 << 17)
-        var first = true
-        var written = 0
-        func literal(_ text: StaticString) { text.withUTF8Buffer { out.append(contentsOf: $0) } }
-        func string(_ r: Database.Row, _ i: Int32) {
-            if r.isNull(i) { literal("null") } else { r.withText(i) { JSON.appendString(utf8: $0, to: &out) } }
-        }
-        func number(_ r: Database.Row, _ i: Int32) {
-            if r.isNull(i) { literal("null") } else { Self.appendDecimal(r.int(i), to: &out) }
-        }
         // An outcome no definition handles shows on its entry's row (the entry's own reason is its settle's).
-        let unhandled = try unhandledKeyEntryIDs()
+        var rows = ListJSONWriter(unhandled: try unhandledKeyEntryIDs())
+        defer { rows.deallocate() }
+        var written = 0
         try db.forEach(sql, values) { r throws(OutboxError) in
             let key = r.text(1)
             let state = displayState(r.text(3), key)
@@ -84,45 +74,11 @@ extension SQLStore {
             // The limit counts the rows written, after the displayed-state filter.
             if let limit = filter.limit, written >= limit { return }
             written += 1
-            literal(first ? "{\"id\":" : ",{\"id\":")
-            first = false
-            string(r, 0)
-            literal(",\"key\":")
-            string(r, 1)
-            literal(",\"vars\":")
-            if let masked = try Self.maskedVars(r) {
-                out += masked.serialized().utf8
-            } else {
-                r.withText(2) { out.append(contentsOf: $0) }  // stored as compact JSON, checked above
-            }
-            literal(",\"state\":")
-            JSON.appendString(state, to: &out)
-            literal(",\"reason\":")
-            if !unhandled.isEmpty, unhandled.contains(r.text(0)) { literal("\"unhandled-key\"") } else { string(r, 4) }
-            literal(",\"bytes_sent\":")
-            number(r, 5)
-            literal(",\"total_bytes\":")
-            number(r, 6)
-            literal(",\"attempts\":")
-            number(r, 7)
-            literal(",\"created_at\":")
-            number(r, 8)
-            literal(",\"updated_at\":")
-            number(r, 9)
-            literal(",\"next_attempt_at\":")
-            number(r, 10)
-            literal(",\"generation\":")
-            number(r, 11)
-            literal(",\"parent\":")
-            string(r, 12)
-            literal("}")
-            if out.count >= 1 << 16 {
-                write(String(decoding: out, as: UTF8.self))
-                out.removeAll(keepingCapacity: true)
-            }
+            rows.append(r, state: state, masked: try Self.maskedVars(r))
+            if rows.count >= 1 << 16 { write(rows.take()) }
         }
-        literal("]\n")
-        write(String(decoding: out, as: UTF8.self))
+        rows.finish()
+        write(rows.take())
     }
 
     /// The vars of a row whose request names secret vars, redacted; nil for the others (the
@@ -133,25 +89,152 @@ extension SQLStore {
         guard !request.secretVars.isEmpty else { return nil }
         return SecretVars.masking(try storedJSON(r.text(2), what: "stored vars"), request.secretVars)
     }
+}
 
-    /// Appends the decimal digits of `value`.
-    static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
-        if value < 0 { out.append(UInt8(ascii: "-")) }
-        var magnitude = value.magnitude
-        var digits:
-            (
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8
-            ) =
-                (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { buffer in
-            repeat {
-                buffer[19 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-                count += 1
-            } while magnitude > 0
-            out.append(contentsOf: buffer[(20 - count)...])
+/// The JSON array of `list --json`, built as bytes straight from SQLite's column buffers (no
+/// String per column) in memory it owns, written through a pointer: an `[UInt8]` paid a
+/// uniqueness and capacity check per append, 30 appends a row, a fifth of the command; and
+/// local functions capturing such a buffer had every append checked for overlapping access.
+/// `deallocate()` frees it.
+///
+/// Room is checked where a row starts and after each column of unbounded length, for
+/// `fixedRoom` bytes beyond it: the rest of a row (names, numbers, quotes) fits in that.
+struct ListJSONWriter {
+    private static let fixedRoom = 512
+    private var base: UnsafeMutablePointer<UInt8>
+    private var capacity: Int
+    private(set) var count = 0
+    private var first = true
+    let unhandled: Set<String>
+
+    init(unhandled: Set<String>, capacity: Int = 1 << 17) {
+        self.unhandled = unhandled
+        self.capacity = capacity
+        base = .allocate(capacity: max(capacity, Self.fixedRoom))
+        literal("[")
+    }
+
+    func deallocate() { base.deallocate() }
+
+    /// Appends one row of the list query; `masked` replaces the stored vars when given.
+    mutating func append(_ r: some SQLRowReading, state: String, masked: JSON?) {
+        reserve(Self.fixedRoom)
+        literal(first ? "{\"id\":" : ",{\"id\":")
+        first = false
+        string(r, 0)
+        literal(",\"key\":")
+        string(r, 1)
+        literal(",\"vars\":")
+        if let masked {
+            var text = masked.serialized()
+            text.withUTF8 { bytes($0) }
+        } else {
+            r.withText(2) { bytes($0) }  // stored as compact JSON, checked before
         }
+        literal(",\"state\":")
+        var state = state
+        state.withUTF8 { string($0) }
+        literal(",\"reason\":")
+        if !unhandled.isEmpty, unhandled.contains(r.text(0)) { literal("\"unhandled-key\"") } else { string(r, 4) }
+        literal(",\"bytes_sent\":")
+        number(r, 5)
+        literal(",\"total_bytes\":")
+        number(r, 6)
+        literal(",\"attempts\":")
+        number(r, 7)
+        literal(",\"created_at\":")
+        number(r, 8)
+        literal(",\"updated_at\":")
+        number(r, 9)
+        literal(",\"next_attempt_at\":")
+        number(r, 10)
+        literal(",\"generation\":")
+        number(r, 11)
+        literal(",\"parent\":")
+        string(r, 12)
+        literal("}")
+    }
+
+    /// Closes the array.
+    mutating func finish() {
+        reserve(Self.fixedRoom)
+        literal("]\n")
+    }
+
+    /// The text so far, emptied from the buffer.
+    mutating func take() -> String {
+        defer { count = 0 }
+        return String(decoding: UnsafeBufferPointer(start: base, count: count), as: UTF8.self)
+    }
+
+    /// Room for `extra` more bytes.
+    private mutating func reserve(_ extra: Int) {
+        guard count + extra > capacity else { return }
+        let grown = UnsafeMutablePointer<UInt8>.allocate(capacity: max(capacity * 2, count + extra))
+        grown.update(from: base, count: count)
+        base.deallocate()
+        base = grown
+        capacity = max(capacity * 2, count + extra)
+    }
+
+    /// Text of any length, and room for the fixed part after it.
+    private mutating func bytes(_ text: UnsafeBufferPointer<UInt8>) {
+        reserve(text.count + Self.fixedRoom)
+        put(text)
+    }
+
+    /// Fixed text: its room was reserved before.
+    private mutating func literal(_ text: StaticString) { text.withUTF8Buffer { put($0) } }
+
+    private mutating func put(_ text: UnsafeBufferPointer<UInt8>) {
+        guard let start = text.baseAddress, !text.isEmpty else { return }
+        assert(count + text.count <= capacity)
+        (base + count).update(from: start, count: text.count)
+        count += text.count
+    }
+
+    private mutating func string(_ r: some SQLRowReading, _ i: Int32) {
+        if r.isNull(i) { literal("null") } else { r.withText(i) { string($0) } }
+    }
+
+    /// A JSON string: copied between quotes when nothing in it needs an escape (ids, keys, states).
+    private mutating func string(_ text: UnsafeBufferPointer<UInt8>) {
+        if JSON.needsNoEscape(utf8: text) {
+            literal("\"")
+            bytes(text)
+            literal("\"")
+        } else {
+            var escaped: [UInt8] = []
+            JSON.appendString(utf8: text, to: &escaped)
+            escaped.withUnsafeBufferPointer { bytes($0) }
+        }
+    }
+
+    private mutating func number(_ r: some SQLRowReading, _ i: Int32) {
+        if r.isNull(i) { literal("null") } else { decimal(r.int(i)) }
+    }
+
+    /// The decimal digits of `value`, written in place from the last (at most 20 bytes, in the
+    /// reserved room).
+    private mutating func decimal(_ value: Int64) {
+        assert(count + 20 <= capacity)
+        if value < 0 {
+            base[count] = UInt8(ascii: "-")
+            count += 1
+        }
+        var magnitude = value.magnitude
+        var digits = 1
+        var rest = magnitude / 10
+        while rest > 0 {
+            digits += 1
+            rest /= 10
+        }
+        var at = count + digits - 1
+        repeat {
+            base[at] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+            magnitude /= 10
+            at -= 1
+        } while magnitude > 0
+        count += digits
     }
 }

@@ -129,6 +129,35 @@ extension StoreConformance {
             #expect(rows[0]["vars"] == .object([("n", .int(1))]))
         }
 
+        // Rows of any length come out whole: a vars text larger than the writer's first buffer,
+        // strings that need escapes (vars and a reason), and enough rows to be handed over in several pieces.
+        @Test(arguments: StoreUnderTest.all)
+        func listRowsOfAnyLengthAreWholeJSON(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let long = String(repeating: "a\"b\\c\u{1}d\u{202E}e", count: 30_000)
+            try c.enqueue("big", "note", JSON.object([("n", .int(1)), ("long", .string(long))]).serialized())
+            let ids = (0..<1_500).map { "n\($0)" }
+            for id in ids { try c.enqueue(id, "note", #"{"quote": "\"", "n": -12}"#) }
+            try c.claim("n7")
+            let reason = "said \"no\"\n\u{202E}\\"
+            try c.store.apply(
+                [.reschedule(entryID: "n7", nextAttemptAt: StoreConformance.t0 + 5_000, reason: reason)], now: StoreConformance.t0)
+            var text = ""
+            var pieces = 0
+            try c.store.writeListRows(ListFilter(), displayState: { state, _ in state }) {
+                text += $0
+                pieces += 1
+            }
+            #expect(pieces > 2)
+            let rows = try #require(try JSON.parse(text).arrayValue)
+            #expect(rows.map { $0["id"]?.stringValue } == ["big"] + ids)
+            #expect(rows[0]["vars"]?["long"]?.stringValue == long)
+            #expect(rows[0] == (try c.get("big")).listJSON(displayState: "queued"))
+            #expect(rows[1_500] == (try c.get("n1499")).listJSON(displayState: "queued"))
+            #expect(rows[8]["reason"]?.stringValue == reason)
+            #expect(rows[8] == (try c.get("n7")).listJSON(displayState: "queued"))
+        }
+
         // `list --json` rows are the entries' list rows, with the state as displayed, filtered like `list`.
         @Test(arguments: StoreUnderTest.all)
         func listRowsAreTheEntriesAsDisplayed(_ sut: StoreUnderTest) throws {
