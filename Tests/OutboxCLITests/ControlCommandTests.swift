@@ -670,21 +670,15 @@ struct SimulateTests {
         let p = try Self.project()
         try p.write(
             "definitions/bg.yaml",
-            "key: bg\nrequest: { url: \"https://x.example/\" }\nresponse: { command: \"sleep 600 & echo $! > bg.pid; cat > /dev/null; echo '{}'\" }\n"
+            "key: bg\nrequest: { url: \"https://x.example/\" }\nresponse: { command: \"sleep 600 & \(ObservedProcess.recordLastBackground(to: "bg.pid")); cat > /dev/null; echo '{}'\" }\n"
         )
         let r = p.run("simulate", "bg", "--status", "200", "--body", "{}", "--json")
         #expect(r.status == 0, "\(r)")
-        let pid = (try? String(contentsOfFile: p.path("bg.pid"), encoding: .utf8))?.trimmingCharacters(in: .whitespacesAndNewlines) ?? ""
-        #expect(!pid.isEmpty)
+        let child = try #require(ObservedProcess(recorded: (try? String(contentsOfFile: p.path("bg.pid"), encoding: .utf8)) ?? ""))
         // SIGKILLed as the plugin ended; on a busy machine it may take a moment to be gone.
         let deadline = Date().addingTimeInterval(60)
-        var stat = ""
-        repeat {
-            stat = (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? ""
-            if stat.isEmpty || stat.contains(") Z ") { break }
-            usleep(20_000)
-        } while Date() < deadline
-        #expect(stat.isEmpty || stat.contains(") Z "), "the plugin's child \(pid) still runs: \(stat)")
+        while !child.hasEnded && Date() < deadline { usleep(20_000) }
+        #expect(child.hasEnded, "the plugin's child \(child.pid) still runs")
     }
 
     /// A parser that prints without end is stopped once its output passes the cap, not left

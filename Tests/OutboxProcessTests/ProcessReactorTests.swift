@@ -7,9 +7,15 @@ import TestSupport
 /// and timers, whatever the others do.
 struct ProcessReactorTests {
     /// Starts `spec` and hands it to `reactor`; the result arrives in `results[index]`.
-    func start(_ spec: ProcessSpec, on reactor: ProcessReactor, index: Int, into results: Box<[Int: ProcessResult]>) throws {
+    @discardableResult
+    func start(
+        _ spec: ProcessSpec, on reactor: ProcessReactor, index: Int, into results: Box<[Int: ProcessResult]>
+    ) throws
+        -> ObservedProcess
+    {
         let started = try ProcessRunner.start(spec)
         reactor.add(started) { result in results.update { $0[index] = result } }
+        return ObservedProcess(pid: started.pid, startTime: started.startTime)
     }
 
     @Test func childrenRunAtOnceEachWithItsOwnInputOutputAndStatus() async throws {
@@ -21,10 +27,11 @@ struct ProcessReactorTests {
         let results = Box<[Int: ProcessResult]>([:])
         // Larger than a pipe's buffer, so stdin is written over several polls while the others run.
         let big = Array(repeating: UInt8(ascii: "x"), count: 300_000)
+        var children: [Int: ObservedProcess] = [:]
         for index in 0..<12 {
             let input = index == 0 ? big : Array("child \(index)\n".utf8)
             let spec = shell("cat; printf 'err %s' \(index) >&2; exit \(index)", in: folder, stdin: input, cap: 1 << 20)
-            try start(spec, on: reactor, index: index, into: results)
+            children[index] = try start(spec, on: reactor, index: index, into: results)
         }
         await eventually("all twelve children end") { results.value.count == 12 }
         for (index, result) in results.value {
@@ -32,7 +39,8 @@ struct ProcessReactorTests {
             #expect(result.stdout == (index == 0 ? big : Array("child \(index)\n".utf8)), "child \(index)'s own stdout")
             #expect(text(result.stderr) == "err \(index)")
             #expect(!result.timedOut)
-            #expect(isDead(result.pid), "child \(index) was reaped")
+            #expect(children[index]?.pid == result.pid)
+            #expect(children[index]?.hasEnded == true, "child \(index) was reaped")
         }
     }
 

@@ -326,7 +326,14 @@ struct TimerTests {
         spec.timeoutMs = 300
         // The timer runs from the spawn: holding the start until the grandchild exists makes
         // "a grandchild is there when the timeout fires" a fact on any machine.
-        spec.onStart = { _, _ in waitForFile(folder.path + "/started") }
+        // Observed while it surely runs: once dead, its pid may be another process's.
+        let observed = Box<ObservedProcess?>(nil)
+        spec.onStart = { _, _ in
+            waitForFile(folder.path + "/started")
+            let text = (try? String(contentsOfFile: folder.path + "/started", encoding: .utf8)) ?? ""
+            let process = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)).flatMap { ObservedProcess($0) }
+            observed.update { $0 = process }
+        }
         let started = Date()
         let result = try await runOffPool(spec)
         let elapsed = Date().timeIntervalSince(started)
@@ -337,9 +344,9 @@ struct TimerTests {
         #expect(result.succeeded == false)
         #expect(elapsed >= 0.3)
         #expect(grandchild != nil)
-        if let grandchild {
-            await eventually("the grandchild to die") { isDead(grandchild) }
-        }
+        let process = try #require(observed.value, "the grandchild ran when the run started")
+        #expect(process.pid == grandchild)
+        await eventually("the grandchild to die") { process.hasEnded }
     }
 
     @Test func timeoutEscalatesToSIGKILLWhenTermIsIgnored() async throws {
@@ -611,7 +618,9 @@ struct StaleGroupTests {
         #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime &- 1) == false)
         #expect(isDead(orphan) == false)
         #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime) == true)
-        await eventually("the orphan to die") { isDead(orphan) }
+        // By its start time: reaped by init, its pid may soon be another process's.
+        let process = ObservedProcess(pid: orphan, startTime: startTime)
+        await eventually("the orphan to die") { process.hasEnded }
     }
 
     @Test func goneOrInvalidGroupIsNotKilled() {

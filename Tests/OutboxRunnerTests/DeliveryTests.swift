@@ -451,7 +451,7 @@ import Testing
             cat > /dev/null
             if [ "$OUTBOX_DELIVERIES" = 1 ]; then
               sleep 600 &
-              echo $! > hooks/child
+              \#(ObservedProcess.recordLastBackground(to: "hooks/child"))
               kill -9 $$
             fi
             echo "delivery $OUTBOX_DELIVERIES" >> hooks/log
@@ -466,14 +466,10 @@ import Testing
         // The script died by SIGKILL; its `sh -c` parent reports that as exit 137.
         #expect(run.stderr.contains("the hook exited 137 for k1 (delivery 1)"), "\(run.stderr)")
         #expect(p.read("hooks/log") == "delivery 2\n")
-        let child = (p.read("hooks/child") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(!child.isEmpty)
+        let child = try #require(ObservedProcess(recorded: p.read("hooks/child") ?? ""))
         // SIGKILLed before the redelivery (a zombie until init reaps it); a busy machine may
         // take a moment to carry the kill out, a sleep left running would take ten minutes.
-        await eventually("the first delivery's child \(child) is gone", timeout: 120) {
-            let stat = (try? String(contentsOfFile: "/proc/\(child)/stat", encoding: .utf8)) ?? ""
-            return stat.isEmpty || stat.contains(") Z ")
-        }
+        await eventually("the first delivery's child \(child.pid) is gone", timeout: 120) { child.hasEnded }
     }
 
     /// The control thread of `outbox run` runs as SCHED_BATCH (policy 3, field 41 of a task's

@@ -79,7 +79,7 @@ extension Project {
 
     /// A background process the check started goes when the check ends: it would outlive the run.
     @Test func whatAWifiCheckLeftBehindIsStopped() async throws {
-        let check = "#!/bin/sh\n(exec sleep 300) & echo $! > bg.pid\nexit 0\n"
+        let check = "#!/bin/sh\n(exec sleep 300) &\n\(ObservedProcess.recordLastBackground(to: "bg.pid"))\nexit 0\n"
         let p = try Project(
             config: fastConfig + "network: { wifi_check: hooks/wifi.sh }\n", definitions: ["t": definition("t")],
             hooks: ["wifi.sh": check])
@@ -87,11 +87,10 @@ extension Project {
         try await p.enqueue("t", path: "/status/200", id: "w")
         try await p.drain(failures: 0)
         #expect(p.deliveries("w").first?.string("stdin.outcome") == "completed", "on Wi-Fi: sent")
-        let pid = try #require(Int32((p.read("bg.pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
-        func stat() -> String { (try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)) ?? "" }
+        let background = try #require(ObservedProcess(recorded: p.read("bg.pid") ?? ""))
         // Gone, or a zombie nobody reaps (this machine's init does not): not running.
-        await eventually("the background process is stopped") { stat().isEmpty || stat().contains(") Z ") }
-        #expect(stat().isEmpty || stat().contains(") Z "), "still running: \(stat())")
+        await eventually("the background process is stopped") { background.hasEnded }
+        #expect(background.hasEnded, "still running: \(background.pid)")
     }
 
     /// One check answers for the whole queue for `wifi_interval`: many wifi-only entries,

@@ -15,6 +15,27 @@ package struct ObservedProcess: Sendable, Equatable {
         startTime = stat.startTime
     }
 
+    /// The process started as `pid` at `startTime` (clock ticks since boot, as the process
+    /// runner reports it), whether or not it still runs.
+    package init(pid: Int32, startTime: UInt64) {
+        self.pid = pid
+        self.startTime = String(startTime)
+    }
+
+    /// Shell text that writes the last background process's pid and start time to `file`,
+    /// for `init(recorded:)`: a script's child is then known even after it ended.
+    package static func recordLastBackground(to file: String) -> String {
+        // No double quotes: the text goes inside YAML's double-quoted strings too.
+        "echo $! $(cut -d' ' -f22 /proc/$!/stat) > \(file)"
+    }
+
+    /// The process whose pid and start time a script wrote (`recordLastBackground`).
+    package init?(recorded text: String) {
+        let fields = text.split(whereSeparator: \.isWhitespace)
+        guard fields.count == 2, let pid = Int32(fields[0]), let start = UInt64(fields[1]) else { return nil }
+        self.init(pid: pid, startTime: start)
+    }
+
     /// Whether it has ended: gone, a zombie, or its pid another process's now.
     package var hasEnded: Bool {
         guard let now = Self.stat(pid), now.startTime == startTime else { return true }
