@@ -66,14 +66,23 @@ struct PartJob {
 }
 
 /// The entries this runner holds and their transfers.
+/// A standby transfer: its flight's token, and its entry and host, which every claim turn
+/// looks at (read from the flight, each was a copy of the whole flight).
+struct StandbyTransfer {
+    var token: UInt64
+    var entryID: String
+    var host: String
+}
+
 struct Flights {
     /// Transfers in flight (and standby), by the runner's token.
     var byToken: [UInt64: Flight] = [:]
     /// Entries claimed and not yet settled or given back.
     var running: [String: Entry] = [:]
     var partJobs: [String: PartJob] = [:]
-    /// Standby transfers (waiting on the curl thread for a slot): transfer id → token.
-    var standby: [UInt64: UInt64] = [:]
+    /// Standby transfers (waiting on the curl thread for a slot), by transfer id; the flight
+    /// of each is in `byToken` for as long as it is here.
+    var standby: [UInt64: StandbyTransfer] = [:]
     /// Transfers per host, started and standby, as the scheduler counts them.
     var slots = SlotState()
     /// Entries whose standby request was aborted because of another process: true when the

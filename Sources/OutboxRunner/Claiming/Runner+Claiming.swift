@@ -64,10 +64,7 @@ extension Runner {
         for entry in held where vars[entry.seq].map({ $0 != entry.vars }) == true {
             flights.running[entry.id]?.vars = vars[entry.seq]!
         }
-        let standbyByEntry = Dictionary(
-            flights.standby.compactMap { transferID, token in
-                flights.byToken[token].map { ($0.entryID, transferID) }
-            }, uniquingKeysWith: { first, _ in first })
+        let standbyByEntry = Dictionary(flights.standby.map { ($0.value.entryID, $0.key) }, uniquingKeysWith: { first, _ in first })
         for entry in held {
             if current[entry.seq] != entry.generation {
                 guard flights.withdrawn[entry.id] == nil, flights.partJobs[entry.id]?.failed != true else { continue }
@@ -228,8 +225,8 @@ extension Runner {
         guard !flights.standby.isEmpty else { return }
         var slots = flights.currentSlots
         // A withdrawn one is on its way back to the queue (the curl thread starts promotions first).
-        let waiting = flights.standby.compactMap { transferID, token in
-            flights.byToken[token].flatMap { flights.withdrawn[$0.entryID] == nil ? (transferID, $0.host) : nil }
+        let waiting: [(transferID: UInt64, host: String)] = flights.standby.compactMap { transferID, transfer in
+            flights.withdrawn[transfer.entryID] == nil ? (transferID, transfer.host) : nil
         }
         for transferID in scheduler.promotions(waiting, slots: &slots) {
             standbyStarted(transferID)
@@ -243,8 +240,8 @@ extension Runner {
     func returnStaleStandby() {
         guard store.sharesRunners, !flights.standby.isEmpty else { return }
         let mono = Identifiers.monotonicMs()
-        for (transferID, token) in flights.standby {
-            guard let flight = flights.byToken[token], mono - flight.standbySince >= Self.standbyWaitMs,
+        for (transferID, transfer) in flights.standby {
+            guard let flight = flights.byToken[transfer.token], mono - flight.standbySince >= Self.standbyWaitMs,
                 flights.withdrawn[flight.entryID] == nil
             else { continue }
             flights.withdrawn[flight.entryID] = true
@@ -258,8 +255,9 @@ extension Runner {
 
     /// A standby transfer started (promoted here, or by the curl thread in a slot that freed).
     func standbyStarted(_ transferID: UInt64) {
-        guard let token = flights.standby.removeValue(forKey: transferID), let host = flights.byToken[token]?.host else { return }
-        flights.byToken[token]?.standby = false
+        guard let transfer = flights.standby.removeValue(forKey: transferID) else { return }
+        let host = transfer.host
+        flights.byToken[transfer.token]?.standby = false
         flights.slots.hostStandby[host, default: 1] -= 1
         flights.slots.hostLoad[host, default: 0] += 1
     }

@@ -230,9 +230,8 @@ extension Runner {
     /// time probes it (the curl thread starts none of them on its own after a failed
     /// connection, see `CurlEngine.unansweredHosts`).
     func withdrawStandby(toHost host: String) {
-        for (transferID, token) in flights.standby {
-            guard let flight = flights.byToken[token], flight.host == host, flights.withdrawn[flight.entryID] == nil else { continue }
-            flights.withdrawn[flight.entryID] = true
+        for (transferID, transfer) in flights.standby where transfer.host == host && flights.withdrawn[transfer.entryID] == nil {
+            flights.withdrawn[transfer.entryID] = true
             http?.withdraw(transferID)
         }
     }

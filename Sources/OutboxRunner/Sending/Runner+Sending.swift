@@ -98,7 +98,7 @@ extension Runner {
             request, host: host, slot: part == nil, standby: isStandby, progress: progress,
             completion: { result in mailbox.post(.transferDone(token: token, result: result)) })
         flights.byToken[token] = flight
-        if isStandby { flights.standby[flight.transferID] = token }
+        if isStandby { flights.standby[flight.transferID] = StandbyTransfer(token: token, entryID: flight.entryID, host: host) }
         summary.attempts += 1
     }
 
