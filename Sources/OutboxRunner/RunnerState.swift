@@ -65,7 +65,6 @@ struct PartJob {
     var bytesSent: Int64 { acceptedBytes + sentByPart.filter { inFlight.contains($0.key) }.values.reduce(0, +) }
 }
 
-/// The entries this runner holds and their transfers.
 /// A standby transfer: its flight's token, and its entry and host, which every claim turn
 /// looks at (read from the flight, each was a copy of the whole flight).
 struct StandbyTransfer {
@@ -74,6 +73,7 @@ struct StandbyTransfer {
     var host: String
 }
 
+/// The entries this runner holds and their transfers.
 struct Flights {
     /// Transfers in flight (and standby), by the runner's token.
     var byToken: [UInt64: Flight] = [:]

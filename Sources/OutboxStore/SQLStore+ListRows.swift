@@ -65,7 +65,6 @@ extension SQLStore {
         let (sql, values) = Self.listQuery(filter)
         // An outcome no definition handles shows on its entry's row (the entry's own reason is its settle's).
         var rows = ListJSONWriter(unhandled: try unhandledKeyEntryIDs())
-        defer { rows.deallocate() }
         var written = 0
         try db.forEach(sql, values) { r throws(OutboxError) in
             let key = r.text(1)
@@ -95,11 +94,11 @@ extension SQLStore {
 /// String per column) in memory it owns, written through a pointer: an `[UInt8]` paid a
 /// uniqueness and capacity check per append, 30 appends a row, a fifth of the command; and
 /// local functions capturing such a buffer had every append checked for overlapping access.
-/// `deallocate()` frees it.
+/// Not copyable: the memory has one owner, which frees it.
 ///
 /// Room is checked where a row starts and after each column of unbounded length, for
 /// `fixedRoom` bytes beyond it: the rest of a row (names, numbers, quotes) fits in that.
-struct ListJSONWriter {
+struct ListJSONWriter: ~Copyable {
     private static let fixedRoom = 512
     private var base: UnsafeMutablePointer<UInt8>
     private var capacity: Int
@@ -109,12 +108,12 @@ struct ListJSONWriter {
 
     init(unhandled: Set<String>, capacity: Int = 1 << 17) {
         self.unhandled = unhandled
-        self.capacity = capacity
-        base = .allocate(capacity: max(capacity, Self.fixedRoom))
+        self.capacity = max(capacity, Self.fixedRoom)
+        base = .allocate(capacity: self.capacity)
         literal("[")
     }
 
-    func deallocate() { base.deallocate() }
+    deinit { base.deallocate() }
 
     /// Appends one row of the list query; `masked` replaces the stored vars when given.
     mutating func append(_ r: some SQLRowReading, state: String, masked: JSON?) {
