@@ -283,7 +283,7 @@ struct PostgresRunnersTests {
         let hook = try RunningProcess(
             executable: "/bin/sleep", arguments: ["600"], cwd: p.root, environment: [HookEnvironment.tokenName: token])
         defer { hook.signal(SIGKILL) }
-        FileManager.default.createFile(atPath: go, contents: nil)
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
         b.signal(SIGTERM)
         let ended = await b.wait()
         #expect(ended.exitCode == 0, "\(ended)")

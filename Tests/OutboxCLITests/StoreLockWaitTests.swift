@@ -20,7 +20,7 @@ struct StoreLockWaitTests {
 
         // The answer comes back; the runner's settle needs the lock, past the old 10 s limit.
         _ = p.server.release("held")
-        try await eventually("the runner says it waits for the lock", timeout: 300) {
+        await eventually("the runner says it waits for the lock", timeout: 300) {
             runner.stderrSoFar.contains("waiting for the store: another process has held its lock for")
         }
         #expect(runner.isRunning, "\(runner.stderrSoFar)")
