@@ -177,7 +177,7 @@ struct OutputCapTests {
         let sleeper = try #require(Int32(text(result.stdout).trimmingCharacters(in: .whitespacesAndNewlines)))
         defer { kill(sleeper, SIGKILL) }
         #expect(result.timedOut == false, "the run waited for the background child")
-        #expect(!isDead(sleeper), "the run waited for the background child")
+        #expect(ObservedProcess(sleeper)?.hasEnded == false, "the run waited for the background child")
         #expect(result.exitStatus == 0)
         _ = FileManager.default.createFile(atPath: folder.path + "/release", contents: nil)
     }
@@ -598,7 +598,7 @@ struct StaleGroupTests {
         await eventually("the child to start") { started.value != nil }
         let (pid, startTime) = try #require(started.value)
         #expect(ProcessRunner.killStaleGroup(pgid: pid, startTime: startTime + 1) == false)
-        #expect(isDead(pid) == false)
+        #expect(ObservedProcess(pid)?.hasEnded == false)
         #expect(ProcessRunner.killStaleGroup(pgid: pid, startTime: startTime) == true)
         let result = try await running.result()
         #expect(result.signal == SIGKILL)
@@ -615,11 +615,11 @@ struct StaleGroupTests {
         // Wait until setsid made it a group leader.
         await eventually("setsid to make it a group leader") { procStatFields(orphan)?[2] == "\(orphan)" }
         let startTime = try #require(procStatFields(orphan).flatMap { UInt64($0[19]) })
-        #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime &- 1) == false)
-        #expect(isDead(orphan) == false)
-        #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime) == true)
         // By its start time: reaped by init, its pid may soon be another process's.
         let process = ObservedProcess(pid: orphan, startTime: startTime)
+        #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime &- 1) == false)
+        #expect(process.hasEnded == false)
+        #expect(ProcessRunner.killStaleGroup(pgid: orphan, startTime: startTime) == true)
         await eventually("the orphan to die") { process.hasEnded }
     }
 

@@ -44,12 +44,6 @@ func text(_ bytes: [UInt8]) -> String {
     String(decoding: bytes, as: UTF8.self)
 }
 
-/// True when the process no longer runs (gone, or a zombie nobody reaped yet).
-func isDead(_ pid: Int32) -> Bool {
-    guard let fields = procStatFields(pid) else { return true }
-    return fields[0] == "Z" || fields[0] == "X"
-}
-
 /// Blocks the calling thread (a runner's, in `onStart`) until `path` exists, up to 60 s.
 func waitForFile(_ path: String) {
     for _ in 0..<6000 where !FileManager.default.fileExists(atPath: path) { usleep(10_000) }
