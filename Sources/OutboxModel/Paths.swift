@@ -10,15 +10,19 @@ package enum Paths {
     }
 
     package static func dirname(_ path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return "." }
+        guard let slash = lastSlash(path) else { return "." }
         if slash == path.startIndex { return "/" }
         return String(path[..<slash])
     }
 
     package static func basename(_ path: String) -> String {
-        guard let slash = path.lastIndex(of: "/") else { return path }
-        return String(path[path.index(after: slash)...])
+        guard let slash = lastSlash(path) else { return path }
+        return String(path[path.utf8.index(after: slash)...])
     }
+
+    /// Searched in the bytes: a search by `Character` would break the whole path into
+    /// graphemes first, and a batch asks this for every file it names.
+    private static func lastSlash(_ path: String) -> String.Index? { path.utf8.lastIndex(of: UInt8(ascii: "/")) }
 
     /// An absolute, lexically normalised path (`.` and `..` folded); symlinks are kept.
     package static func absolute(_ path: String, relativeTo cwd: String) -> String {

@@ -736,3 +736,78 @@ struct StoreCopyWhileWrittenTests {
         #expect(summary?.entries == 2)
     }
 }
+
+/// An entry's texts made ahead (`NewEntry.encode`, as `enqueue --from` does on its render
+/// threads) are stored exactly as those made in the transaction, and a change after them wins.
+struct EncodedEntryTests {
+    func stored(_ f: StoreFixture, _ id: String) throws -> [String] {
+        try f.store.db.query("SELECT vars, request, body_hash FROM entries WHERE id = ?", [.text(id)]) {
+            [$0.text(0), $0.text(1), $0.text(2)]
+        }.first ?? []
+    }
+
+    @Test(arguments: [
+        ("note", #"{"n": 7, "hv": "x\"y"}"#), ("text", #"{"t": "é\u0000z"}"#), ("file.copy", ""),
+        ("file.move", ""), ("file.reference", ""), ("form", ""), ("parts", ""),
+    ])
+    func anEncodedEntryIsStoredAsOneEncodedInTheTransaction(key: String, vars: String) throws {
+        let f = try StoreFixture()
+        // A moved file (parts move by default) is moved once: the second entry gets its own.
+        let moves = key == "file.move" || key == "parts"
+        var files: [String] = []
+        for name in moves ? [key, key + ".2"] : [key] {
+            let path = try f.userFile("in/\(name).bin", String(repeating: "b", count: 25))
+            files.append(#"{"path": "\#(path)", "note": "n"}"#)
+        }
+        let plain = try f.entry("plain", key, vars.isEmpty ? files[0] : vars)
+        var ahead = try f.entry("ahead", key, vars.isEmpty ? files[files.count - 1] : vars)
+        ahead.encode()
+        #expect(ahead.encoded != nil)
+        _ = try f.enqueue([plain, ahead])
+        let (a, b) = (try stored(f, "plain"), try stored(f, "ahead"))
+        #expect(a.count == 3)
+        if !moves && key != "form" {
+            #expect(a == b)
+            return
+        }
+        // What differs: the second file's name and identity (so its hash), a form's staged files.
+        func comparable(_ text: String) throws -> String {
+            var text = text.replacingOccurrences(of: ".2.bin", with: ".bin")
+            for pattern in [#"/bodies/[0-9a-f-]+\.form"#, #""(mtime_ns|inode)":[0-9]+"#] {
+                text = try NSRegularExpression(pattern: pattern).stringByReplacingMatches(
+                    in: text, range: NSRange(text.startIndex..., in: text), withTemplate: "$1")
+            }
+            return text
+        }
+        #expect(try a.prefix(2).map(comparable) == b.prefix(2).map(comparable))
+        #expect(try a[1].count > comparable(a[1]).count)
+        if !moves { #expect(a[2] == b[2]) }
+    }
+
+    @Test func aChangeAfterTheEncodingIsWhatIsStored() throws {
+        let f = try StoreFixture()
+        var entry = try f.entry("e", "note", #"{"n": 1}"#)
+        entry.encode()
+        entry.vars = try JSON.parse(#"{"n": 2}"#)
+        #expect(entry.encoded == nil)
+        entry.encode()
+        entry.prepared.url = "https://x.example/notes/3"
+        #expect(entry.encoded == nil)
+        entry.encode()
+        entry.prepared.headers.append(("X-Late", "1"))
+        #expect(entry.encoded == nil)
+        _ = try f.enqueue([entry])
+        let e = try f.get("e")
+        #expect(e.vars == (try JSON.parse(#"{"n": 2}"#)))
+        #expect(e.request.url == "https://x.example/notes/3")
+        #expect(HeaderRules.value(e.request.headers, "X-Late") == "1")
+        // The hash covers the changed URL: the same entry enqueued plainly hashes the same.
+        let fresh = try StoreFixture()
+        var plain = try fresh.entry("e", "note", #"{"n": 1}"#)
+        plain.vars = try JSON.parse(#"{"n": 2}"#)
+        plain.prepared.url = "https://x.example/notes/3"
+        plain.prepared.headers.append(("X-Late", "1"))
+        _ = try fresh.enqueue([plain])
+        #expect(try fresh.get("e").bodyHash == e.bodyHash)
+    }
+}

@@ -40,8 +40,8 @@ package struct ListFilter: Sendable {
 package struct NewEntry: Sendable {
     package var id: String
     package var key: String
-    package var vars: JSON
-    package var prepared: PreparedRequest
+    package var vars: JSON { didSet { encoded = nil } }
+    package var prepared: PreparedRequest { didSet { encoded = nil } }
     package var account: String?
     package var parent: String?
     package var notBefore: Int64?
@@ -51,6 +51,23 @@ package struct NewEntry: Sendable {
     /// stored entry can have it, so enqueue skips the same-id lookups (the id's UNIQUE
     /// index still refuses a duplicate).
     package var idWasMinted = false
+    /// The texts the store writes, made by `encode()` where the entry is rendered (the
+    /// render threads of a batch) instead of one at a time inside the write transaction.
+    /// A change to `vars` or `prepared` drops them.
+    package private(set) var encoded: Encoded?
+
+    package struct Encoded: Sendable {
+        package var bodyHash: String
+        package var vars: String
+        /// The stored request; nil for a form, whose text names the files staged for it.
+        package var request: String?
+    }
+
+    package mutating func encode() {
+        let request: String?
+        if case .form = prepared.body { request = nil } else { request = StoredRequest(prepared: prepared, form: []).json.serialized() }
+        encoded = Encoded(bodyHash: prepared.bodyHash, vars: vars.serialized(), request: request)
+    }
 
     package init(
         id: String, key: String, vars: JSON, prepared: PreparedRequest, account: String? = nil,
