@@ -108,11 +108,11 @@ extension EnqueueCommand {
             if let offset = Paths.invalidUTF8Offset(line) {
                 throw .invalid("\(absolute):\(lineNumber): the line is not valid UTF-8 (at byte \(offset + 1))")
             }
-            let text = String(decoding: line, as: UTF8.self)
-            if text.trimmingCharacters(in: " \t\r").isEmpty { continue }
+            // Blank: only spaces, tabs and the CR of a CRLF line end (looked at in the bytes).
+            if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") || $0 == UInt8(ascii: "\r") }) { continue }
             let at = "\(absolute):\(lineNumber)"
             let object: JSON
-            do { object = try JSON.parse(text) } catch { throw .invalid("\(at): not valid JSON: \(error)") }
+            do { object = try JSON.parse(bytes: &line) } catch { throw .invalid("\(at): not valid JSON: \(error)") }
             guard case let .object(members) = object else { throw .invalid("\(at): each line must be a JSON object") }
             for (name, _) in members where !["vars", "id", "delay", "not_before"].contains(name) {
                 throw .invalid("\(at): unknown field \"\(name)\" (allowed: vars, id, delay, not_before)")

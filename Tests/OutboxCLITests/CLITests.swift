@@ -415,7 +415,8 @@ struct CLIEnqueueTests {
             """
             {"vars": {"n": 1}, "id": "b1"}
 
-            {"vars": {"n": 2}, "id": "b2", "delay": "10m"}
+            {"vars": {"n": 2}, "id": "b2", "delay": "10m"}\r
+             \t \r
             {"vars": {"n": 3}}
 
             """)
