@@ -182,8 +182,7 @@ extension SQLStore {
         let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
         var staged = staged
         if decision == .create, staged.keepsStored { staged = try takeOver(existing, staged, body: p.body, internalID: internalID) }
-        let encodedRequest = staged.form.isEmpty ? new.encoded?.request : nil
-        let request = encodedRequest ?? StoredRequest(prepared: p, form: staged.form).json.serialized()
+        let request = StoredRequest(prepared: p, form: staged.form).json.serialized()
         let varsText = new.encoded?.vars ?? new.vars.serialized()
         switch decision {
         case .rejectRunning:
