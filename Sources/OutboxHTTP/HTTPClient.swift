@@ -128,7 +128,7 @@ final class CurlEngine: @unchecked Sendable {
     private var spareHandles: [UnsafeMutableRawPointer] = []
     private let maxSpareHandles: Int
     /// Standby jobs, oldest first; never added to the multi handle until they start.
-    private var standby = StandbyQueue()
+    private var standby: [Job] = []
     private var activePerHost: [String: Int] = [:]
     /// Hosts whose last transfer got no HTTP answer: their standby jobs wait for the runner,
     /// which trusts the host again (it is not held) or withdraws them (it is held, and one
@@ -236,12 +236,13 @@ final class CurlEngine: @unchecked Sendable {
                 return (state.pending, state.promotions, state.cancels, state.withdrawals, state.trusted, state.stopping)
             }
             if stopping {
-                for job in jobs + standby.removeAll() {
+                for job in jobs + standby {
                     job.completion(
                         HTTPResult(
                             failure: TransportFailure(.aborted, "the HTTP client was shut down"),
                             effectiveURL: job.request.url))
                 }
+                standby.removeAll()
                 for id in active.keys.sorted() { abort(id, message: "the HTTP client was shut down") }
                 break
             }
@@ -250,12 +251,13 @@ final class CurlEngine: @unchecked Sendable {
             }
             unansweredHosts.subtract(trusted)
             for id in promotions {
-                guard let job = standby.remove(id) else { continue }
+                guard let index = standby.firstIndex(where: { $0.id == id }) else { continue }
+                let job = standby.remove(at: index)
                 unansweredHosts.remove(job.host)
                 begin(job)
             }
             for id in cancels { abort(id, message: "cancelled by the runner") }
-            for id in withdrawals where standby.contains(id) { abort(id, message: "withdrawn before it started") }
+            for id in withdrawals where standby.contains(where: { $0.id == id }) { abort(id, message: "withdrawn before it started") }
             added = false
             _ = ccurl_multi_perform(multi, &running)
             collectFinished()
@@ -305,9 +307,11 @@ final class CurlEngine: @unchecked Sendable {
     /// Starts the oldest standby job whose host has room and answered last, in place of a
     /// slot transfer that ended; returns its id.
     private func startStandby() -> UInt64? {
-        let (unanswered, busy, limit) = (unansweredHosts, activePerHost, perHost)
-        guard let job = standby.removeFirst(where: { (unanswered.isEmpty || !unanswered.contains($0)) && busy[$0, default: 0] < limit })
-        else { return nil }
+        let index = standby.firstIndex {
+            (unansweredHosts.isEmpty || !unansweredHosts.contains($0.host)) && activePerHost[$0.host, default: 0] < perHost
+        }
+        guard let index else { return nil }
+        let job = standby.remove(at: index)
         begin(job)
         return job.id
     }
@@ -335,7 +339,8 @@ final class CurlEngine: @unchecked Sendable {
     }
 
     private func abort(_ id: UInt64, message: String) {
-        if let job = standby.remove(id) {
+        if let index = standby.firstIndex(where: { $0.id == id }) {
+            let job = standby.remove(at: index)
             job.completion(HTTPResult(failure: TransportFailure(.aborted, message), effectiveURL: job.request.url))
             return
         }

@@ -1,5 +1,5 @@
 import Foundation
-@testable import OutboxModel
+import OutboxModel
 import Testing
 
 /// Requests of one shape are parsed once: each text still reads back as its own full parse.
@@ -58,25 +58,6 @@ struct StoredRequestTextTests {
             #expect(try read(text).json == (try StoredRequest(json: JSON.parse(text))).json, "\(text)")
         }
         #expect(parses == 2, "one parse per shape")
-    }
-
-    /// The shape's digest tells apart any two texts of one length that differ in one byte,
-    /// wherever it is (in a whole 8-byte word or in the bytes after the last one).
-    @Test func aByteChangedAnywhereChangesTheDigest() {
-        let base = Array("{\"method\":\"PUT\",\"headers\":[[\"A\",\"b\"]],\"x\":1}".utf8)
-        let digest = StoredRequestText.Shape(bytes: base).digest
-        var seen: Set<UInt64> = [digest]
-        for i in base.indices {
-            var changed = base
-            changed[i] ^= 0x20
-            let shape = StoredRequestText.Shape(bytes: changed)
-            #expect(shape.digest != digest, "byte \(i)")
-            #expect(shape != StoredRequestText.Shape(bytes: base))
-            seen.insert(shape.digest)
-        }
-        #expect(seen.count == base.count + 1)
-        #expect(StoredRequestText.Shape(bytes: base) == StoredRequestText.Shape(bytes: base))
-        #expect(StoredRequestText.Shape(bytes: base).hashValue == StoredRequestText.Shape(bytes: base).hashValue)
     }
 
     @Test func anyOtherDifferenceIsAnotherShape() throws {

@@ -7,34 +7,10 @@ package struct StoredRequestText {
     /// The text without the cut values; a NUL (never raw in JSON) and a letter mark each cut,
     /// so two texts share a shape only if they differ in nothing but those values.
     package struct Shape: Hashable {
-        /// Compared first: two shapes of one queue differ early or not at all.
-        let digest: UInt64
         let bytes: [UInt8]
 
-        init(bytes: [UInt8]) {
-            self.bytes = bytes
-            digest = bytes.withUnsafeBytes(Self.digest)
-        }
-
-        /// Only `digest` is hashed: `Hasher` over the whole text was a twentieth of each claim.
-        package func hash(into hasher: inout Hasher) { hasher.combine(digest) }
-
-        /// FNV-1a over 8 bytes at a time, with a shift to fold the high bits down. Not
-        /// keyed, which is fine here: the texts are the store's own, and the cache holds at
-        /// most 256 shapes.
-        static func digest(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
-            var h: UInt64 = 0xcbf2_9ce4_8422_2325 ^ UInt64(bytes.count)
-            var i = 0
-            while i + 8 <= bytes.count {
-                h = (h ^ bytes.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* 0x100_0000_01b3
-                h ^= h >> 29
-                i += 8
-            }
-            while i < bytes.count {
-                h = (h ^ UInt64(bytes[i])) &* 0x100_0000_01b3
-                i += 1
-            }
-            return h
+        package func hash(into hasher: inout Hasher) {
+            bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
         }
     }
 
