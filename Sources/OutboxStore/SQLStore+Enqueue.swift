@@ -71,9 +71,7 @@ extension SQLStore {
             for (position, (entry, internalID)) in zip(batch, staged.internals).enumerated() {
                 let existing = stored[position]
                 // Only these decisions keep the stored body; every other one needs the new bytes.
-                if let existing,
-                    [.resume, .redeliver, .reopen].contains(try decide(existing, entry.encoded?.bodyHash ?? entry.prepared.bodyHash))
-                {
+                if let existing, [.resume, .redeliver, .reopen].contains(try decide(existing, entry.bodyHash)) {
                     var kept = StagedBody(takenOver: existing)
                     kept.keepsStored = true
                     staged.bodies.append(kept)
@@ -176,14 +174,14 @@ extension SQLStore {
     ) throws(OutboxError) -> (EnqueueResult, [String?]) {
         let existing = new.idWasMinted ? nil : try entry(id: new.id)
         // Hashed once: the canonical form of a body is not cheap to build.
-        let bodyHash = new.encoded?.bodyHash ?? new.prepared.bodyHash
+        let bodyHash = new.bodyHash
         let decision = try existing.map { e throws(OutboxError) in try decide(e, bodyHash) } ?? .create
         let p = new.prepared
         let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
         var staged = staged
         if decision == .create, staged.keepsStored { staged = try takeOver(existing, staged, body: p.body, internalID: internalID) }
         let request = StoredRequest(prepared: p, form: staged.form).json.serialized()
-        let varsText = new.encoded?.vars ?? new.vars.serialized()
+        let varsText = new.varsText
         switch decision {
         case .rejectRunning:
             throw .running("entry \(new.id) is being sent now and the new body differs; try again when it settles")

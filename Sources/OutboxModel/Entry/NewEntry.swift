@@ -67,6 +67,10 @@ package struct NewEntry: Sendable {
         encoded = Encoded(bodyHash: prepared.bodyHash, vars: vars.serialized())
     }
 
+    /// The body's hash and the vars as stored: made ahead, or now.
+    package var bodyHash: String { encoded?.bodyHash ?? prepared.bodyHash }
+    package var varsText: String { encoded?.vars ?? vars.serialized() }
+
     package init(
         id: String, key: String, vars: JSON, prepared: PreparedRequest, account: String? = nil,
         parent: String? = nil, notBefore: Int64? = nil, expiresAt: Int64? = nil
