@@ -152,6 +152,12 @@ enum EnqueueCommand {
         }
     }
 
+    /// Whether `fd` is a regular file (read at disk speed), not a pipe or terminal (-1: stdin).
+    static func isRegularFile(_ fd: Int32) -> Bool {
+        var info = stat()
+        return fd >= 0 && fstat(fd, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
+    }
+
     /// The user's file a body sends, and who owns it after enqueue.
     static func sourceFile(_ body: PreparedBody) -> (String, Ownership)? {
         switch body {
@@ -162,7 +168,8 @@ enum EnqueueCommand {
 
     static func enqueueFile(_ i: inout Invocation, key: String, path: String, now: Int64) throws(OutboxError) -> Int32 {
         // `--from -` reads the lines from stdin (a pipeline: find, jq, ...), one at a time:
-        // memory grows with the entries, never with an endless line.
+        // memory grows with the entries (a file's are written a batch at a time), never with
+        // an endless line.
         let absolute = path == "-" ? "stdin" : Paths.absolute(path, relativeTo: i.cwd)
         let maxLine = try varsTextLimit(i) + 4096
         var reader: LineReader
@@ -180,16 +187,14 @@ enum EnqueueCommand {
         let definition = try project.definition(key)
         let factory = factory(project, i)
         let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
-        var entries: [NewEntry] = []
         var seen: [String: Int] = [:]
         var movedBy: [String: Int] = [:]
-        // Lines checked and waiting for their render, which runs for many lines at a time.
-        var pending: [LineToRender] = []
         let renderer = LineRenderer(factory: factory, definition: definition, expiresAt: expiresAt)
-        // The rendered lines in order: an error names the first bad line, as if one by one.
-        func renderPending() throws(OutboxError) {
-            let rendered = renderer.render(pending)
-            for (line, result) in zip(pending, rendered) {
+        // The rendered lines' entries in order: an error names the first bad line, as if one by one.
+        func checked(_ lines: [LineToRender], _ rendered: [Result<NewEntry, OutboxError>]) throws(OutboxError) -> [NewEntry] {
+            var entries: [NewEntry] = []
+            entries.reserveCapacity(lines.count)
+            for (line, result) in zip(lines, rendered) {
                 do {
                     var entry = try result.get()
                     try skipExisting(&entry, key: key, i)
@@ -203,27 +208,55 @@ enum EnqueueCommand {
                     if ownership == .move { movedBy[file] = line.number }
                 }
             }
-            pending.removeAll(keepingCapacity: true)
+            return entries
         }
-        while true {
-            let line: LineToRender?
-            do throws(OutboxError) {
-                line = try nextLine(&reader, absolute: absolute, maxLine: maxLine, now: now, seen: &seen) { id throws(OutboxError) in
-                    try movedFiles(project, id: id)
+        // The next lines, up to a batch; a bad line after lines not rendered yet: theirs is the first error, if any.
+        func readBatch() throws(OutboxError) -> [LineToRender] {
+            var lines: [LineToRender] = []
+            while lines.count < LineRenderer.batch {
+                let line: LineToRender?
+                do throws(OutboxError) {
+                    line = try nextLine(&reader, absolute: absolute, maxLine: maxLine, now: now, seen: &seen) { id throws(OutboxError) in
+                        try movedFiles(project, id: id)
+                    }
+                } catch {
+                    _ = try checked(lines, renderer.render(lines))
+                    throw error
                 }
-            } catch {
-                // A bad line after lines not rendered yet: theirs is the first error, if any.
-                try renderPending()
-                throw error
+                guard let line else { break }
+                lines.append(line)
             }
-            guard let line else { break }
-            pending.append(line)
-            if pending.count == LineRenderer.batch { try renderPending() }
+            return lines
         }
-        try renderPending()
+        // The first batch renders here (the tables a render makes on first use are then made
+        // before any other thread renders); each later one renders while the one before it is
+        // written, and the lines after it are read.
+        let firstLines = try readBatch()
+        var ready: [NewEntry]? = firstLines.isEmpty ? nil : try checked(firstLines, renderer.render(firstLines))
+        var rendering: RenderJob?
+        defer { _ = rendering?.join() }
+        func nextBatch() throws(OutboxError) -> [NewEntry]? {
+            if let job = rendering {
+                rendering = nil
+                ready = try checked(job.lines, job.join())
+            }
+            guard let batch = ready else { return nil }
+            ready = nil
+            let lines = try readBatch()
+            if !lines.isEmpty { rendering = RenderJob(renderer, lines) }
+            return batch
+        }
         let results: [EnqueueResult]
         do {
-            results = try project.enqueue(entries, now: now)
+            if Self.isRegularFile(fd) {
+                // Written batch by batch in one transaction, while the next lines render.
+                results = try project.enqueue(batches: nextBatch, now: now)
+            } else {
+                // A pipe may pause for long: its lines are all read before the write lock is taken.
+                var entries: [NewEntry] = []
+                while let batch = try nextBatch() { entries += batch }
+                results = try project.enqueue(entries, now: now)
+            }
         } catch  where error.code == .running {
             // Like every other refusal of a line, it names the line (of the id given there).
             guard let line = seen.first(where: { error.message.hasPrefix("entry \($0.key) ") })?.value else { throw error }

@@ -75,6 +75,44 @@ struct LineRenderer {
     }
 }
 
+/// A batch rendering on its own threads while the caller reads the next lines and writes
+/// the batch before it: with the write of one batch overlapping the render of the next,
+/// both cores work through an enqueue, not one while the other waits.
+final class RenderJob {
+    let lines: [LineToRender]
+    private let renderer: LineRenderer
+    private let rendered = Locked<[Result<NewEntry, OutboxError>]>([])
+    private var thread: pthread_t?
+    private var results: [Result<NewEntry, OutboxError>]?
+
+    /// Starts the render; with a plugin to run (one at a time, in line order) it waits for `join`.
+    init(_ renderer: LineRenderer, _ lines: [LineToRender]) {
+        self.renderer = renderer
+        self.lines = lines
+        guard renderer.parallel else { return }
+        let work = SendableRender(renderer: renderer, lines: lines)
+        let rendered = rendered
+        if case let .success(thread) = Threads.start(detached: false, { rendered.withLock { $0 = work.run() } }) {
+            self.thread = thread
+        }
+    }
+
+    /// Each line's entry or error, in line order; rendered here if no thread did it.
+    func join() -> [Result<NewEntry, OutboxError>] {
+        if let results { return results }
+        let done: [Result<NewEntry, OutboxError>]
+        if let thread {
+            pthread_join(thread, nil)
+            self.thread = nil
+            done = rendered.withLock { $0 }
+        } else {
+            done = renderer.render(lines)
+        }
+        results = done
+        return done
+    }
+}
+
 /// A batch's second half, handed to the thread that renders it. A render with no plugin
 /// reads the factory's config, environment and file checks, never the project it came
 /// from, which is why this may cross threads though the factory's definition lookup may not.

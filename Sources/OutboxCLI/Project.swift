@@ -45,12 +45,23 @@ final class Project {
         return store
     }
 
-    /// Enqueues into the project's store. A same-id enqueue refused because the entry is
-    /// running says so truly when no runner runs: the entry's runner was killed.
+    /// Enqueues into the project's store.
     func enqueue(_ entries: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
         let store = try store()
+        return try Self.sayingWhyRunning(store) { () throws(OutboxError) in try store.enqueue(entries, now: now) }
+    }
+
+    /// Enqueues the batches `next` gives, in one transaction (see `Store.enqueue(batches:now:)`).
+    func enqueue(batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        let store = try store()
+        return try Self.sayingWhyRunning(store) { () throws(OutboxError) in try store.enqueue(batches: next, now: now) }
+    }
+
+    /// A same-id enqueue refused because the entry is running says so truly when no runner
+    /// runs: the entry's runner was killed.
+    private static func sayingWhyRunning<T>(_ store: any Store, _ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
         do {
-            return try store.enqueue(entries, now: now)
+            return try body()
         } catch {
             guard error.code == .running, error.message.contains(" is being sent now"), let sqlite = store as? SQLiteStore,
                 sqlite.runnerHolderPID() == nil

@@ -14,24 +14,58 @@ extension SQLStore {
         defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(batch)
         Fault.point("enqueue.staged")
+        return try write(batch, staged: staged, then: { nil }, now: now)
+    }
+
+    /// Enqueues the batches `next` gives (nil after the last) in one transaction, each written
+    /// as it comes while the caller prepares the next one: the first is staged before the
+    /// transaction, the later ones inside it (which holds the write lock while `next` runs).
+    func enqueueStreaming(_ next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        let lock = stagingLock(exclusive: false)
+        defer { withExtendedLifetime(lock) {} }
+        guard let first = try next() else { return [] }
+        let staged = try stageBatch(first)
+        Fault.point("enqueue.staged")
+        return try write(first, staged: staged, then: next, now: now)
+    }
+
+    /// Writes `first` (staged already) and every batch `then` gives, in one transaction; on
+    /// any failure every staged file is removed (or moved back) and nothing is committed.
+    private func write(
+        _ first: [NewEntry], staged firstStaged: StagedBatch, then next: () throws(OutboxError) -> [NewEntry]?, now: Int64
+    ) throws(OutboxError) -> [EnqueueResult] {
+        var staged = [firstStaged]
         let results: [EnqueueResult]
         do throws(OutboxError) {
             // One writer at a time: the same-id rules read the live entry of an id, then replace it.
             results = try writing { () throws(OutboxError) -> [EnqueueResult] in
-                let results = try applyBatch(batch, staged: staged, now: now)
+                var results = try applyBatch(first, staged: firstStaged, now: now)
+                staged = [firstStaged.toFinish]
+                Fault.point("enqueue.batch-written")
+                while let batch = try next() {
+                    let more = try stageBatch(batch)
+                    staged.append(more)
+                    results += try applyBatch(batch, staged: more, now: now)
+                    staged[staged.count - 1] = more.toFinish
+                    Fault.point("enqueue.batch-written")
+                }
                 try journalReturns()
                 return results
             }
         } catch {
-            for s in staged.bodies { staging.rollback(s) }
-            moves.end(staged.ticket)
+            for batch in staged {
+                for s in batch.bodies { staging.rollback(s) }
+                moves.end(batch.ticket)
+            }
             obsoleteFiles.removeAll()
             dropReturns()
             throw error
         }
         Fault.point("enqueue.committed")
-        staging.afterCommit(staged.bodies)
-        moves.end(staged.ticket)
+        for batch in staged {
+            staging.afterCommit(batch.bodies)
+            moves.end(batch.ticket)
+        }
         // Replaced bodies go; a replaced moved file goes back to its source path.
         finishForget([])
         return results
@@ -308,6 +342,15 @@ struct StagedBatch {
     var internals: [String] = []
     /// The journal of the files this batch moves in, until its commit or rollback.
     var ticket: MoveJournal.Ticket?
+
+    /// What a written batch still needs at its commit or rollback: the bodies that created,
+    /// moved in or will remove a file (a batch of inline or referenced bodies keeps none, so
+    /// the memory of a long `--from` file does not grow with its lines' bodies).
+    var toFinish: StagedBatch {
+        var kept = StagedBatch(ticket: ticket)
+        kept.bodies = bodies.filter { !$0.created.isEmpty || !$0.movedIn.isEmpty || !$0.removeAfterCommit.isEmpty }
+        return kept
+    }
 }
 
 /// The `headers update` state every new row records: read once per batch, as nothing

@@ -279,6 +279,11 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     /// SQLite's writers take turns on the database's write lock.
     func writing<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T { try db.transaction(body) }
 
+    /// Each batch is written as it comes: a transaction here never runs its body twice.
+    package func enqueue(batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        try enqueueStreaming(next, now: now)
+    }
+
     func databaseProblems() throws(OutboxError) -> [String] {
         let check = try db.query("PRAGMA integrity_check") { $0.text(0) }
         return (check == ["ok"] ? [] : check.map { "sqlite: \($0)" }) + looseModes(fix: false)

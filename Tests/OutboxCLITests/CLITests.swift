@@ -557,6 +557,26 @@ struct CLIEnqueueTests {
 
     enum BadLine: Sendable { case unresolved, badJSON, duplicateID }
 
+    /// Lines piped in are all read before the write (a pipe may pause for long, and the
+    /// write lock would be held meanwhile): the same entries, and the same first error.
+    @Test func pipedLinesGiveTheSameEntriesAndErrorsAsAFile() throws {
+        let p = try CLIProject()
+        let good = (1...1_500).map { #"{"vars": {"n": \#($0)}, "id": "p\#($0)"}"# }
+        var bad = good
+        bad[1_199] = #"{"vars": {}, "id": "p1200"}"#
+        bad[1_399] = #"{"vars": "#
+        try p.enqueue("plain", vars: "{}", id: "already")
+        let before = try p.snapshot()
+        let refused = p.run(["enqueue", "note", "--from", "-"], stdin: bad.joined(separator: "\n") + "\n")
+        #expect(refused.status == 65, "\(refused)")
+        #expect(refused.err.hasPrefix("outbox: E_INVALID: stdin:1200: request.url: "), "\(refused.err)")
+        #expect(try p.snapshot() == before)
+        let piped = p.run(["enqueue", "note", "--from", "-"], stdin: good.joined(separator: "\n") + "\n")
+        #expect(piped.status == 0, "\(piped)")
+        #expect(piped.out == (1...1_500).map { "p\($0)\n" }.joined())
+        #expect(try p.rows().dropFirst().map { $0["id"]?.stringValue } == (1...1_500).map { "p\($0)" })
+    }
+
     @Test func aMissingFromFileIsFileMissing() throws {
         let p = try CLIProject()
         let r = p.run("enqueue", "note", "--from", "none.jsonl")

@@ -277,6 +277,40 @@ struct OrphanTests {
         return p
     }
 
+    /// A file's lines are written a batch at a time in one transaction: killed after its
+    /// second batch is written (its bodies copied in while the transaction is open), the
+    /// enqueue leaves no entry, the user's files as they were, and only orphan copies that
+    /// audit removes.
+    @Test func anEnqueueKilledBetweenItsBatchesLeavesNoEntry() async throws {
+        let p = try CLIProject()
+        try p.write(
+            "definitions/cp.yaml",
+            """
+            key: cp
+            request: { method: PUT, url: "https://x.example/{{ vars.n }}", file: "{{ vars.path }}", ownership: copy }
+            """)
+        var lines: [String] = []
+        for n in 1...2_100 {
+            try p.write("data/f\(n).bin", "file \(n)")
+            lines.append(#"{"vars": {"n": \#(n), "path": "data/f\#(n).bin"}}"#)
+        }
+        try p.write("lines.jsonl", lines.joined(separator: "\n") + "\n")
+        try p.enqueue("plain", vars: "{}", id: "already")
+        let rowsBefore = try p.sqlite("SELECT * FROM entries; SELECT * FROM outcomes;")
+        let killed = try await p.outbox(
+            ["enqueue", "cp", "--from", "lines.jsonl"], environment: ["OUTBOX_FAULT": "enqueue.batch-written:2"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        #expect(try p.sqlite("SELECT * FROM entries; SELECT * FROM outcomes;") == rowsBefore)
+        #expect(try String(contentsOfFile: p.root + "/data/f2048.bin", encoding: .utf8) == "file 2048")
+        let bodies = p.storeFolder + "/bodies"
+        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).count == 2_048, "both batches' copies are orphans")
+        #expect(p.run("audit", "--fix").status == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).isEmpty)
+        let again = p.run("enqueue", "cp", "--from", "lines.jsonl")
+        #expect(again.status == 0, "\(again)")
+        #expect(try p.rows().count == 2_101)
+    }
+
     @Test func anOrphanStagedByAKilledEnqueueIsCleaned() async throws {
         let p = try await Self.projectWithAnOrphan()
         let bodies = p.storeFolder + "/bodies"
