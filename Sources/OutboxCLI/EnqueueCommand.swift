@@ -158,6 +158,12 @@ enum EnqueueCommand {
         return fd >= 0 && fstat(fd, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
     }
 
+    /// Whether enqueueing `body` copies or moves a file of the user's into the store.
+    static func takesAFileIn(_ body: PreparedBody) -> Bool {
+        if case let .form(fields) = body { return fields.contains { $0.file != nil } }
+        return sourceFile(body).map { $0.1 != .reference } ?? false
+    }
+
     /// The user's file a body sends, and who owns it after enqueue.
     static func sourceFile(_ body: PreparedBody) -> (String, Ownership)? {
         switch body {
@@ -246,13 +252,16 @@ enum EnqueueCommand {
             if !lines.isEmpty { rendering = RenderJob(renderer, lines) }
             return batch
         }
+        // Written batch by batch in one transaction, while the next lines render. Not from a
+        // pipe, which may pause for long, nor when the entries copy or move files in (copies
+        // may take long): their lines are all read, and their files taken in, before the
+        // write lock is, which no other writer then waits for meanwhile.
+        let streams = Self.isRegularFile(fd) && !(ready ?? []).contains { Self.takesAFileIn($0.prepared.body) }
         let results: [EnqueueResult]
         do {
-            if Self.isRegularFile(fd) {
-                // Written batch by batch in one transaction, while the next lines render.
+            if streams {
                 results = try project.enqueue(batches: nextBatch, now: now)
             } else {
-                // A pipe may pause for long: its lines are all read before the write lock is taken.
                 var entries: [NewEntry] = []
                 while let batch = try nextBatch() { entries += batch }
                 results = try project.enqueue(entries, now: now)

@@ -278,37 +278,62 @@ struct OrphanTests {
     }
 
     /// A file's lines are written a batch at a time in one transaction: killed after its
-    /// second batch is written (its bodies copied in while the transaction is open), the
-    /// enqueue leaves no entry, the user's files as they were, and only orphan copies that
-    /// audit removes.
+    /// second batch is written (two large bodies of it staged to files while the transaction
+    /// is open), the enqueue leaves no entry, and only orphan files that audit removes.
     @Test func anEnqueueKilledBetweenItsBatchesLeavesNoEntry() async throws {
         let p = try CLIProject()
         try p.write(
-            "definitions/cp.yaml",
+            "definitions/big.yaml",
             """
-            key: cp
-            request: { method: PUT, url: "https://x.example/{{ vars.n }}", file: "{{ vars.path }}", ownership: copy }
+            key: big
+            request: { method: PUT, url: "https://x.example/{{ vars.n }}", text: "{{ vars.t }}" }
             """)
+        let large = String(repeating: "x", count: 70_000)
+        let lines = (1...2_100).map { n in #"{"vars": {"n": \#(n), "t": "\#([1_030, 1_500].contains(n) ? large : "small")"}}"# }
+        try p.write("lines.jsonl", lines.joined(separator: "\n") + "\n")
+        try p.enqueue("plain", vars: "{}", id: "already")
+        let rowsBefore = try p.sqlite("SELECT * FROM entries; SELECT * FROM outcomes;")
+        let bodies = p.storeFolder + "/bodies"
+        // Refused at a line of the third batch: the second batch's staged files go with the rollback.
+        var refused = lines
+        refused[2_089] = #"{"vars": {}}"#
+        let path = try p.write("refused.jsonl", refused.joined(separator: "\n") + "\n")
+        let r = p.run("enqueue", "big", "--from", "refused.jsonl")
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.hasPrefix("outbox: E_INVALID: \(path):2090: "), "\(r.err)")
+        #expect(try p.sqlite("SELECT * FROM entries; SELECT * FROM outcomes;") == rowsBefore)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).isEmpty)
+        let killed = try await p.outbox(
+            ["enqueue", "big", "--from", "lines.jsonl"], environment: ["OUTBOX_FAULT": "enqueue.batch-written:2"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        #expect(try p.sqlite("SELECT * FROM entries; SELECT * FROM outcomes;") == rowsBefore)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).count == 2, "the two large bodies are orphans")
+        #expect(p.run("audit", "--fix").status == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).isEmpty)
+        let again = p.run("enqueue", "big", "--from", "lines.jsonl")
+        #expect(again.status == 0, "\(again)")
+        #expect(try p.rows().count == 2_101)
+    }
+
+    /// Lines whose entries copy files in are not written batch by batch: every copy is made
+    /// before the transaction (so before the write lock, which other writers would wait for),
+    /// and a kill after the write leaves every copy an orphan and no entry.
+    @Test func copiesOfAFromFileAreMadeBeforeItsTransaction() async throws {
+        let p = try CLIProject()
         var lines: [String] = []
-        for n in 1...2_100 {
+        for n in 1...1_100 {
             try p.write("data/f\(n).bin", "file \(n)")
-            lines.append(#"{"vars": {"n": \#(n), "path": "data/f\#(n).bin"}}"#)
+            lines.append(#"{"vars": {"path": "data/f\#(n).bin"}}"#)
         }
         try p.write("lines.jsonl", lines.joined(separator: "\n") + "\n")
         try p.enqueue("plain", vars: "{}", id: "already")
         let rowsBefore = try p.sqlite("SELECT * FROM entries; SELECT * FROM outcomes;")
         let killed = try await p.outbox(
-            ["enqueue", "cp", "--from", "lines.jsonl"], environment: ["OUTBOX_FAULT": "enqueue.batch-written:2"])
+            ["enqueue", "file.copy", "--from", "lines.jsonl"], environment: ["OUTBOX_FAULT": "enqueue.batch-written:1"])
         #expect(killed.exitCode == -9, "\(killed)")
         #expect(try p.sqlite("SELECT * FROM entries; SELECT * FROM outcomes;") == rowsBefore)
-        #expect(try String(contentsOfFile: p.root + "/data/f2048.bin", encoding: .utf8) == "file 2048")
-        let bodies = p.storeFolder + "/bodies"
-        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).count == 2_048, "both batches' copies are orphans")
-        #expect(p.run("audit", "--fix").status == 0)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: bodies).isEmpty)
-        let again = p.run("enqueue", "cp", "--from", "lines.jsonl")
-        #expect(again.status == 0, "\(again)")
-        #expect(try p.rows().count == 2_101)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: p.storeFolder + "/bodies").count == 1_100)
+        #expect(try String(contentsOfFile: p.root + "/data/f1100.bin", encoding: .utf8) == "file 1100")
     }
 
     @Test func anOrphanStagedByAKilledEnqueueIsCleaned() async throws {
