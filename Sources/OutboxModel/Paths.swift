@@ -193,6 +193,8 @@ package enum Paths {
     /// The byte offset of the first byte that is not valid UTF-8, or nil when all of it is
     /// (text from outside is refused, never silently repaired).
     package static func invalidUTF8Offset(_ bytes: some Collection<UInt8>) -> Int? {
+        // ASCII, the common case, without making a String of it.
+        if bytes.withContiguousStorageIfAvailable({ $0.allSatisfy { $0 < 0x80 } }) == true { return nil }
         if String(validating: bytes, as: UTF8.self) != nil { return nil }
         var decoder = UTF8()
         var iterator = bytes.makeIterator()

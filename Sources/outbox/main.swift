@@ -18,9 +18,10 @@ func main() -> Int32 {
     var environment: [String: String] = [:]
     var pointer = environ
     while let entry = pointer.pointee {
-        let text = String(cString: entry)
-        if let eq = text.firstIndex(of: "=") {
-            environment[String(text[..<eq])] = String(text[text.index(after: eq)...])
+        // Split at the first `=` byte (a search by Character would cut every name into graphemes).
+        if let eq = strchr(entry, Int32(UInt8(ascii: "="))) {
+            let name = UnsafeRawBufferPointer(start: entry, count: entry.distance(to: eq))
+            environment[String(decoding: name, as: UTF8.self)] = String(cString: eq + 1)
         }
         pointer += 1
     }

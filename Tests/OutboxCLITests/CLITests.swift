@@ -294,6 +294,22 @@ struct CLIEnqueueTests {
         #expect(missingJSON.err.isEmpty)
     }
 
+    /// Each environment variable is split at its first `=` byte: a value that starts with a
+    /// combining mark (which a split by Character would glue to the `=`) or holds more `=`
+    /// reaches a template whole.
+    @Test func anEnvironmentValueIsSplitAtItsFirstEqualsSign() throws {
+        let p = try CLIProject()
+        try p.write(
+            "definitions/env.yaml",
+            """
+            key: env.echo
+            request: { url: "https://api.example.com/e", data: { v: "{{ env.OUTBOX_TEST_VALUE }}" } }
+            """)
+        let r = p.run(["render", "env.echo", "--json"], environment: ["OUTBOX_TEST_VALUE": "\u{301}a=b==c \u{E9}"])
+        #expect(r.status == 0, "\(r)")
+        #expect(try r.json()["body"]?["v"] == .string("\u{301}a=b==c \u{E9}"))
+    }
+
     @Test func renderWritesNothingAndRedactsSecrets() throws {
         let p = try CLIProject()
         let r = p.run(["render", "note", "--vars", #"{"n": 3}"#, "--json"], environment: ["API_TOKEN": "tok-123-secret"])
