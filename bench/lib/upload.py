@@ -309,6 +309,7 @@ request:
             times.append(p.wall)
         return run
 
+    rclone_note = "rclone not run"
     for round_ in range(rounds):
         play_round([lambda n: outbox.play(outbox_round, n), curl_round(config, curl_s), curl_round(config_no_expect, curl_ne_s)],
                    round_)
@@ -323,17 +324,20 @@ request:
             if rclone_timeout and q.rc == 124:
                 B.log(f"upload: rclone hit the {rclone_timeout} s limit ({files} of {count} files arrived)")
                 rclone_failed = "timeout"
+                rclone_note = f"rclone moved {files:,} of the {count:,} files in its {rclone_timeout} s"
             elif q.rc != 0 or got != total:
                 B.log(f"upload: rclone failed (exit {q.rc}, {got} bytes in sink): {q.stderr()[-300:]}")
                 rclone_failed = True
+                rclone_note = f"rclone failed (exit {q.rc})"
             else:
                 rclone_s.append(q.wall)
+                rclone_note = f"rclone {len(rclone_s)} round(s), median {B.median(rclone_s):.1f} s"
         B.log(f"upload {tag} round {round_ + 1}: outbox {outbox_s[-1] if outbox_s and not outbox.failed else float('nan'):.2f} s, "
               f"curl {curl_s[-1]:.2f} s (no Expect {curl_ne_s[-1]:.2f} s), rclone {rclone_s[-1] if round_ < len(rclone_s) and not rclone_failed else float('nan'):.2f} s")
     outbox_value = None if outbox.failed else mib_per_s(total, B.median(outbox_s))
     note = outbox.failed or (f"medians of {rounds}: outbox {count / B.median(outbox_s):,.0f} files/s "
                              f"({min(outbox_s):.2f}–{max(outbox_s):.2f} s), curl {count / B.median(curl_s):,.0f} files/s "
-                             f"({min(curl_s):.2f}–{max(curl_s):.2f} s); rclone of {len(rclone_s)}; {detail}")
+                             f"({min(curl_s):.2f}–{max(curl_s):.2f} s); {rclone_note}; {detail}")
     curl_value = mib_per_s(total, B.median(curl_s))
     rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl --parallel-max 16 -T", curl_value,
                       higher_is_better=True, target=f"ratio ≤ {target}",
