@@ -234,38 +234,9 @@ enum EnqueueCommand {
             }
             return lines
         }
-        // The first batch renders here (the tables a render makes on first use are then made
-        // before any other thread renders); each later one renders while the one before it is
-        // written, and the lines after it are read.
-        let firstLines = try readBatch()
-        var ready: [NewEntry]? = firstLines.isEmpty ? nil : try checked(firstLines, renderer.render(firstLines))
-        var rendering: RenderJob?
-        defer { _ = rendering?.join() }
-        func nextBatch() throws(OutboxError) -> [NewEntry]? {
-            if let job = rendering {
-                rendering = nil
-                ready = try checked(job.lines, job.join())
-            }
-            guard let batch = ready else { return nil }
-            ready = nil
-            let lines = try readBatch()
-            if !lines.isEmpty { rendering = RenderJob(renderer, lines) }
-            return batch
-        }
-        // Written batch by batch in one transaction, while the next lines render. Not from a
-        // pipe, which may pause for long, nor when the entries copy or move files in (copies
-        // may take long): their lines are all read, and their files taken in, before the
-        // write lock is, which no other writer then waits for meanwhile.
-        let streams = Self.isRegularFile(fd) && !(ready ?? []).contains { Self.takesAFileIn($0.prepared.body) }
         let results: [EnqueueResult]
         do {
-            if streams {
-                results = try project.enqueue(batches: nextBatch, now: now)
-            } else {
-                var entries: [NewEntry] = []
-                while let batch = try nextBatch() { entries += batch }
-                results = try project.enqueue(entries, now: now)
-            }
+            results = try renderer.enqueue(into: project, streaming: Self.isRegularFile(fd), now: now, read: readBatch, check: checked)
         } catch  where error.code == .running {
             // Like every other refusal of a line, it names the line (of the id given there).
             guard let line = seen.first(where: { error.message.hasPrefix("entry \($0.key) ") })?.value else { throw error }

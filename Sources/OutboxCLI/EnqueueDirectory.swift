@@ -107,15 +107,52 @@ enum EnqueueDirectory {
         let project = try i.project()
         let definition = try project.definition(key)
         let factory = EnqueueCommand.factory(project, i)
-        var entries: [NewEntry] = []
-        entries.reserveCapacity(walk.files.count)
         var seen: [String: String] = [:]
         let environment = RequestBuilder.environmentJSON(i.environment)
-        // Files waiting for their render, which runs for many at a time (see `LineRenderer`).
-        var pending: [LineToRender] = []
-        let renderer = LineRenderer(factory: factory, definition: definition, expiresAt: expiresAt)
-        func renderPending() throws(OutboxError) {
-            for (file, result) in zip(pending, renderer.render(pending)) {
+        let skipped = walk.skippedLinks.count + walk.skippedSpecial.count
+        if skipped > 0 {
+            let first = (walk.skippedLinks + walk.skippedSpecial).sorted().prefix(3).joined(separator: ", ")
+            i.console.err(
+                "outbox: skipped \(walk.skippedLinks.count) symbolic link(s) and \(walk.skippedSpecial.count) special file(s) under \(root) (\(first)\(skipped > 3 ? ", ..." : ""))"
+            )
+        }
+        if walk.files.isEmpty {
+            i.console.err("outbox: no files under \(root)")
+            if i.json { i.console.out("[]") }
+            return 0
+        }
+        // The files, a batch at a time, rendered many at a time (see `LineRenderer`).
+        var next = 0
+        func readBatch() -> [LineToRender] {
+            let batch = walk.files[next..<min(next + LineRenderer.batch, walk.files.count)]
+            next = batch.endIndex
+            return batch.enumerated().map { offset, file in
+                var line = LineToRender(
+                    number: batch.startIndex + offset + 1, at: file.path, vars: vars(for: file, base: base), id: nil, notBefore: hold,
+                    movedFiles: [:])
+                // An error found here is given in the file's turn, after those of the files before it.
+                do throws(OutboxError) {
+                    if let idTemplate {
+                        var inputs = RenderInputs(id: "", vars: line.vars, environment: i.environment, cwd: i.cwd)
+                        inputs.environmentJSON = environment
+                        let rendered = try Template.render(
+                            idTemplate, context: RequestBuilder.context(inputs), mode: .value, field: "--id-template")
+                        let text = rendered.stringValue ?? rendered.serialized()
+                        if let problem = Identifiers.validateUserID(text) { throw OutboxError.invalid("--id-template: \(problem)") }
+                        if let other = seen[text] { throw OutboxError.invalid("--id-template gives the id \"\(text)\" to \(other) too") }
+                        seen[text] = file.relativePath
+                        line.id = text
+                    }
+                    line.movedFiles = try EnqueueCommand.movedFiles(project, id: line.id)
+                } catch {
+                    line.failure = error
+                }
+                return line
+            }
+        }
+        func checked(_ files: [LineToRender], _ rendered: [Result<NewEntry, OutboxError>]) throws(OutboxError) -> [NewEntry] {
+            var entries: [NewEntry] = []
+            for (file, result) in zip(files, rendered) {
                 do throws(OutboxError) {
                     var entry = try result.get()
                     try EnqueueCommand.skipExisting(&entry, key: key, i)
@@ -124,45 +161,10 @@ enum EnqueueDirectory {
                     throw OutboxError(error.code, "\(file.at): \(error.message)")
                 }
             }
-            pending.removeAll(keepingCapacity: true)
+            return entries
         }
-        for (index, file) in walk.files.enumerated() {
-            var line = LineToRender(
-                number: index + 1, at: file.path, vars: vars(for: file, base: base), id: nil, notBefore: hold, movedFiles: [:])
-            // An error found here is given in the file's turn, after those of the files before it.
-            do throws(OutboxError) {
-                if let idTemplate {
-                    var inputs = RenderInputs(id: "", vars: line.vars, environment: i.environment, cwd: i.cwd)
-                    inputs.environmentJSON = environment
-                    let rendered = try Template.render(
-                        idTemplate, context: RequestBuilder.context(inputs), mode: .value, field: "--id-template")
-                    let text = rendered.stringValue ?? rendered.serialized()
-                    if let problem = Identifiers.validateUserID(text) { throw OutboxError.invalid("--id-template: \(problem)") }
-                    if let other = seen[text] { throw OutboxError.invalid("--id-template gives the id \"\(text)\" to \(other) too") }
-                    seen[text] = file.relativePath
-                    line.id = text
-                }
-                line.movedFiles = try EnqueueCommand.movedFiles(project, id: line.id)
-            } catch {
-                line.failure = error
-            }
-            pending.append(line)
-            if pending.count == LineRenderer.batch { try renderPending() }
-        }
-        try renderPending()
-        let skipped = walk.skippedLinks.count + walk.skippedSpecial.count
-        if skipped > 0 {
-            let first = (walk.skippedLinks + walk.skippedSpecial).sorted().prefix(3).joined(separator: ", ")
-            i.console.err(
-                "outbox: skipped \(walk.skippedLinks.count) symbolic link(s) and \(walk.skippedSpecial.count) special file(s) under \(root) (\(first)\(skipped > 3 ? ", ..." : ""))"
-            )
-        }
-        if entries.isEmpty {
-            i.console.err("outbox: no files under \(root)")
-            if i.json { i.console.out("[]") }
-            return 0
-        }
-        let results = try project.enqueue(entries, now: now)
+        let renderer = LineRenderer(factory: factory, definition: definition, expiresAt: expiresAt)
+        let results = try renderer.enqueue(into: project, streaming: true, now: now, read: readBatch, check: checked)
         if i.json {
             i.console.out(
                 JSON.array(

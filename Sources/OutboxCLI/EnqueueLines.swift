@@ -75,6 +75,45 @@ struct LineRenderer {
     }
 }
 
+extension LineRenderer {
+    /// Renders the batches `read` gives (empty after the last) and enqueues their entries in
+    /// one transaction; `check` turns a batch's renders into its entries, or throws the first
+    /// error. The first batch renders here (the tables a render makes on first use are then
+    /// made before any other thread renders); each later one renders while the one before it
+    /// is written and the lines after it are read.
+    ///
+    /// With `streaming` (input read at disk speed), each batch is written as it comes, inside
+    /// the transaction. Not when the entries copy or move files in (copies may take long):
+    /// then, as for input that may pause for long (a pipe), every batch is read, and its files
+    /// taken in, before the write lock is, so no other writer waits for them.
+    func enqueue(
+        into project: Project, streaming: Bool, now: Int64, read: () throws(OutboxError) -> [LineToRender],
+        check: ([LineToRender], [Result<NewEntry, OutboxError>]) throws(OutboxError) -> [NewEntry]
+    ) throws(OutboxError) -> [EnqueueResult] {
+        let firstLines = try read()
+        var ready: [NewEntry]? = firstLines.isEmpty ? nil : try check(firstLines, render(firstLines))
+        var rendering: RenderJob?
+        defer { _ = rendering?.join() }
+        func nextBatch() throws(OutboxError) -> [NewEntry]? {
+            if let job = rendering {
+                rendering = nil
+                ready = try check(job.lines, job.join())
+            }
+            guard let batch = ready else { return nil }
+            ready = nil
+            let lines = try read()
+            if !lines.isEmpty { rendering = RenderJob(self, lines) }
+            return batch
+        }
+        if streaming, !(ready ?? []).contains(where: { EnqueueCommand.takesAFileIn($0.prepared.body) }) {
+            return try project.enqueue(batches: nextBatch, now: now)
+        }
+        var entries: [NewEntry] = []
+        while let batch = try nextBatch() { entries += batch }
+        return try project.enqueue(entries, now: now)
+    }
+}
+
 /// A batch rendering on its own threads while the caller reads the next lines and writes
 /// the batch before it: with the write of one batch overlapping the render of the next,
 /// both cores work through an enqueue, not one while the other waits.

@@ -199,6 +199,33 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         #expect(run.stderr.contains("no files under"))
     }
 
+    /// A tree of referenced files is written a batch at a time while the next files render,
+    /// in one transaction: a file of the second batch that cannot be sent (its name would
+    /// break a header) refuses the whole tree, and the ids come in the walk's order.
+    @Test func aTreeWrittenBatchByBatchIsStillAllOrNothing() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9", ownership: "reference"))
+        let root = sandbox.path("tree")
+        for n in 0..<1_100 { try DirTree.file(root, String(format: "f%04d.bin", n), "\(n)") }
+        try DirTree.file(root, "g\nbad.bin", "bad")
+        let refused = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree"])
+        #expect(refused.status == 65, "\(refused.stderr)")
+        #expect(refused.stderr.hasPrefix("outbox: E_INVALID: \(root)/g\\x0abad.bin: request.headers.X-Relative: "), "\(refused.stderr)")
+        #expect(try await DirTree.rows(sandbox).isEmpty)
+        try FileManager.default.removeItem(atPath: root + "/g\nbad.bin")
+        // Killed after its second batch is written (in the transaction): nothing is committed.
+        let killed = try await sandbox.outbox(
+            ["enqueue", "migrate", "--from-dir", "tree"], environment: ["OUTBOX_FAULT": "enqueue.batch-written:2"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        #expect(try await DirTree.rows(sandbox).isEmpty)
+        let enqueue = try await sandbox.outbox(["enqueue", "migrate", "--from-dir", "tree", "--json"])
+        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        let printed = try #require(enqueue.jsonObject as? [[String: String]])
+        #expect(printed.map { $0["path"] } == (0..<1_100).map { root + String(format: "/f%04d.bin", $0) })
+        let rows = try await DirTree.rows(sandbox)
+        #expect(rows.map { $0["id"] as? String } == printed.map { $0["id"] })
+    }
+
     @Test func aMigratedTreeIsSentFileByFile() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox(config: "concurrency: 8\n")

@@ -357,8 +357,9 @@ struct OrphanTests {
     // while it does, a body not yet in the table is no orphan, and audit does not say so.
     @Test func auditLeavesTheFilesOfAnEnqueueStillStaging() async throws {
         let p = try await Self.projectWithAnOrphan()
-        // This test stands for the enqueue still staging that file.
-        let fd = open(p.storeFolder + "/staging.lock", O_RDWR)
+        // This test stands for the enqueue still staging that file. Close-on-exec: an `outbox`
+        // another test starts meanwhile would inherit the lock and hold it after the close.
+        let fd = open(p.storeFolder + "/staging.lock", O_RDWR | O_CLOEXEC)
         #expect(fd >= 0 && flock(fd, LOCK_SH) == 0)
         let during = p.run("audit")
         #expect(during.status == 0, "\(during)")
