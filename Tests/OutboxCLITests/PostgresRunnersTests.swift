@@ -51,6 +51,26 @@ struct PostgresRunnersTests {
         return try JSON.parse(list.stdout).arrayValue?.isEmpty == true
     }
 
+    /// A `--from` file of several batches on PostgreSQL (whose transaction may run again
+    /// after a reconnect, so its batches are gathered before it): all or nothing, in order.
+    @Test func aFromFileOfSeveralBatchesIsAllOrNothing() async throws {
+        let p = try Self.project(lease: "10s")
+        var lines = (1...2_100).map { #"{"vars": {"n": \#($0)}, "id": "e-\#($0)"}"# }
+        let good = lines.joined(separator: "\n") + "\n"
+        lines[2_049] = #"{"vars": {}, "id": "e-2050"}"#
+        try p.write("bad.jsonl", lines.joined(separator: "\n") + "\n")
+        try p.write("good.jsonl", good)
+        let refused = try await p.outbox(["enqueue", "note", "--from", "bad.jsonl"])
+        #expect(refused.exitCode == 65, "\(refused)")
+        #expect(refused.stderr.contains("bad.jsonl:2050: "), "\(refused)")
+        #expect(try await Self.storeIsEmpty(p))
+        let r = try await p.outbox(["enqueue", "note", "--from", "good.jsonl"])
+        #expect(r.exitCode == 0, "\(r)")
+        let list = try await p.outbox(["list", "--json"])
+        let ids = try JSON.parse(list.stdout).arrayValue?.compactMap { $0["id"]?.stringValue }
+        #expect(ids == (1...2_100).map { "e-\($0)" })
+    }
+
     // Four drains on one queue of 5,000: every request reaches the server once, every hook
     // runs once, and nothing is left in the store.
     @Test func fourRunnersSendEveryEntryOnce() async throws {
