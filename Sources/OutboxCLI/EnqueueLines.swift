@@ -122,7 +122,6 @@ final class RenderJob {
     private let renderer: LineRenderer
     private let rendered = Locked<[Result<NewEntry, OutboxError>]>([])
     private var thread: pthread_t?
-    private var results: [Result<NewEntry, OutboxError>]?
 
     /// Starts the render; with a plugin to run (one at a time, in line order) it waits for `join`.
     init(_ renderer: LineRenderer, _ lines: [LineToRender]) {
@@ -136,19 +135,12 @@ final class RenderJob {
         }
     }
 
-    /// Each line's entry or error, in line order; rendered here if no thread did it.
+    /// Each line's entry or error, in line order; rendered here if no thread did it. Once.
     func join() -> [Result<NewEntry, OutboxError>] {
-        if let results { return results }
-        let done: [Result<NewEntry, OutboxError>]
-        if let thread {
-            pthread_join(thread, nil)
-            self.thread = nil
-            done = rendered.withLock { $0 }
-        } else {
-            done = renderer.render(lines)
-        }
-        results = done
-        return done
+        guard let thread else { return renderer.render(lines) }
+        pthread_join(thread, nil)
+        self.thread = nil
+        return rendered.withLock { $0 }
     }
 }
 

@@ -39,15 +39,17 @@ extension SQLStore {
         do throws(OutboxError) {
             // One writer at a time: the same-id rules read the live entry of an id, then replace it.
             results = try writing { () throws(OutboxError) -> [EnqueueResult] in
-                var results = try applyBatch(first, staged: firstStaged, now: now)
-                staged = [firstStaged.toFinish]
-                Fault.point("enqueue.batch-written")
-                while let batch = try next() {
-                    let more = try stageBatch(batch)
-                    staged.append(more)
-                    results += try applyBatch(batch, staged: more, now: now)
-                    staged[staged.count - 1] = more.toFinish
+                // A body run again (after a reconnect) starts over from the first batch.
+                staged = [firstStaged]
+                var results: [EnqueueResult] = []
+                var batch = first
+                while true {
+                    results += try applyBatch(batch, staged: staged[staged.count - 1], now: now)
+                    staged[staged.count - 1] = staged[staged.count - 1].toFinish
                     Fault.point("enqueue.batch-written")
+                    guard let more = try next() else { break }
+                    staged.append(try stageBatch(more))
+                    batch = more
                 }
                 try journalReturns()
                 return results

@@ -54,8 +54,8 @@ package struct NewEntry: Sendable {
     /// The hash of the body and the vars text, made by `encode()` where the entry is
     /// rendered (the render threads of a batch) instead of one at a time inside the write
     /// transaction. A change to `vars` or `prepared` drops them. (The stored request's
-    /// text is not kept: a batch holds every entry until it commits, and that text, 500
-    /// bytes an entry, made `enqueue --from` of 10,000 lines 8 MiB larger.)
+    /// text is not kept: piped lines are all held until their one write, and that text,
+    /// 500 bytes an entry, made `enqueue --from` of 10,000 lines 8 MiB larger.)
     package private(set) var encoded: Encoded?
 
     package struct Encoded: Sendable {
