@@ -83,9 +83,10 @@ extension LineRenderer {
     /// is written and the lines after it are read.
     ///
     /// With `streaming` (input read at disk speed), each batch is written as it comes, inside
-    /// the transaction. Not when the entries copy or move files in (copies may take long):
-    /// then, as for input that may pause for long (a pipe), every batch is read, and its files
-    /// taken in, before the write lock is, so no other writer waits for them.
+    /// the transaction. Not when the first batch's entries copy or move files in (copies may
+    /// take long; the lines of one definition take files in alike): then, as for input that
+    /// may pause for long (a pipe), every batch is read, and its files taken in, before the
+    /// write lock is, so no other writer waits for them.
     func enqueue(
         into project: Project, streaming: Bool, now: Int64, read: () throws(OutboxError) -> [LineToRender],
         check: ([LineToRender], [Result<NewEntry, OutboxError>]) throws(OutboxError) -> [NewEntry]
