@@ -200,18 +200,22 @@ enum EnqueueCommand {
         func checked(_ lines: [LineToRender], _ rendered: [Result<NewEntry, OutboxError>]) throws(OutboxError) -> [NewEntry] {
             var entries: [NewEntry] = []
             entries.reserveCapacity(lines.count)
-            for (line, result) in zip(lines, rendered) {
+            // By index: a line or render taken out of its array is a copy of every string in it.
+            for index in lines.indices {
                 do {
-                    var entry = try result.get()
+                    var entry = try rendered[index].get()
                     try skipExisting(&entry, key: key, i)
                     entries.append(entry)
                 } catch {
-                    throw OutboxError(error.code, error.message.hasPrefix(line.at) ? error.message : "\(line.at): \(error.message)")
+                    let at = lines[index].at
+                    throw OutboxError(error.code, error.message.hasPrefix(at) ? error.message : "\(at): \(error.message)")
                 }
                 // A file is moved into the store once: a later line naming it would find it gone.
                 if let (file, ownership) = sourceFile(entries[entries.count - 1].prepared.body) {
-                    if let first = movedBy[file] { throw .invalid("\(line.at): request.file \(file) is moved by line \(first) already") }
-                    if ownership == .move { movedBy[file] = line.number }
+                    if let first = movedBy[file] {
+                        throw .invalid("\(lines[index].at): request.file \(file) is moved by line \(first) already")
+                    }
+                    if ownership == .move { movedBy[file] = lines[index].number }
                 }
             }
             return entries

@@ -55,9 +55,12 @@ struct LineRenderer {
         guard case let .success(thread) = Threads.start(detached: false, { second.withLock { $0 = work.run() } }) else {
             return first + lines[1...].map(render)
         }
-        first += lines[1..<half].map(render)
+        first.reserveCapacity(lines.count)
+        for line in lines[1..<half] { first.append(render(line)) }
         pthread_join(thread, nil)
-        return first + second.withLock { $0 }
+        // Appended in place: `first + second` would copy every render of both halves.
+        second.withLock { first.append(contentsOf: $0) }
+        return first
     }
 
     private func render(_ line: LineToRender) -> Result<NewEntry, OutboxError> {

@@ -127,6 +127,9 @@ extension JSON {
         return out
     }
 
+    /// Appends `value` to `out` as compact JSON text.
+    package static func append(_ value: JSON, to out: inout [UInt8]) { value.write(to: &out, sortedKeys: false) }
+
     /// JSON text indented by two spaces, for people.
     package func pretty() -> String {
         var out: [UInt8] = []
@@ -270,3 +273,67 @@ extension JSON {
 }
 
 // MARK: - Reading
+
+/// An object's compact JSON text written member by member, with no tree of values built
+/// and freed first: the bytes `JSON.object(members).serialized()` would make.
+package struct JSONObjectText {
+    package private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
+
+    package init(capacity: Int = 64) { bytes.reserveCapacity(capacity) }
+
+    /// A member whose value `write` appends as JSON text.
+    package mutating func add(_ key: String, _ write: (inout [UInt8]) -> Void) {
+        if bytes.count > 1 { bytes.append(UInt8(ascii: ",")) }
+        JSON.appendString(key, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+        write(&bytes)
+    }
+
+    package mutating func add(_ key: String, _ value: JSON) { add(key) { JSON.append(value, to: &$0) } }
+
+    /// A string member, `null` for nil.
+    package mutating func add(_ key: String, string: String?) {
+        add(key) { out in
+            if let string { JSON.appendString(string, to: &out) } else { out += "null".utf8 }
+        }
+    }
+
+    package mutating func add(_ key: String, integer: Int64) { add(key) { JSONObjectText.appendDecimal(integer, to: &$0) } }
+
+    package mutating func add(_ key: String, integer: UInt64) { add(key) { JSONObjectText.appendDecimal(integer, to: &$0) } }
+
+    /// A boolean member, `null` for nil.
+    package mutating func add(_ key: String, bool: Bool?) {
+        add(key) { out in
+            let word: StaticString = bool.map { $0 ? "true" : "false" } ?? "null"
+            word.withUTF8Buffer { out.append(contentsOf: $0) }
+        }
+    }
+
+    package mutating func add(_ key: String, object: JSONObjectText) { add(key) { $0 += object.closed } }
+
+    /// The finished object's bytes.
+    package var closed: [UInt8] { bytes + [UInt8(ascii: "}")] }
+
+    package var text: String { String(decoding: closed, as: UTF8.self) }
+
+    /// Appends the decimal digits of `value` (what `String(value)` spells, without making one).
+    package static func appendDecimal(_ value: Int64, to out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        appendDecimal(value.magnitude, to: &out)
+    }
+
+    package static func appendDecimal(_ value: UInt64, to out: inout [UInt8]) {
+        var rest = value
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes: room for the 20 digits of any UInt64
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            var at = buffer.count
+            repeat {
+                at -= 1
+                buffer[at] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            } while rest > 0
+            out.append(contentsOf: buffer[at...])
+        }
+    }
+}

@@ -240,7 +240,7 @@ extension SQLStore {
                       reason = CASE WHEN state = 'awaiting-auth' THEN '\(headersUpdatedReason)' ELSE reason END,
                       next_attempt_at = CASE WHEN state = 'awaiting-auth' THEN ? ELSE next_attempt_at END
                     WHERE seq = ?
-                    """, [.text(request.json.serialized()), .int(generation), .int(now), .int(now), .int(e.seq)])
+                    """, [.text(request.text), .int(generation), .int(now), .int(now), .int(e.seq)])
                 for part in try parts(entrySeq: e.seq) {
                     let headers = HeaderRules.merge(part.headers, patch)
                     try Self.checkPatchedHead(method: request.method, url: part.url, headers: headers, id: e.id)

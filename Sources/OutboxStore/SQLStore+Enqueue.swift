@@ -77,48 +77,49 @@ extension SQLStore {
     /// whose id already holds the same body stages nothing: its bytes are kept.
     /// `repeatsAllowed`: an id may come again (follow-ups, of which the caller keeps the last).
     func stageBatch(_ batch: [NewEntry], repeatsAllowed: Bool = false) throws(OutboxError) -> StagedBatch {
+        // By index throughout: an entry taken out of the array is a copy, a retain of each of its strings.
         var ids = Set<String>()
-        for entry in batch where !repeatsAllowed && !ids.insert(entry.id).inserted {
-            throw .invalid("the id \"\(entry.id)\" appears twice in one batch")
+        for i in batch.indices where !repeatsAllowed && !ids.insert(batch[i].id).inserted {
+            throw .invalid("the id \"\(batch[i].id)\" appears twice in one batch")
         }
         // One read transaction for every lookup (not one per entry), ended before any file
         // is copied so that a long copy does not hold the WAL back.
         // By position, only the ids stored already: an `Entry?` per line was 1.5 KB each.
         let stored = try db.read { () throws(OutboxError) -> [Int: Entry] in
             var stored: [Int: Entry] = [:]
-            for (position, entry) in batch.enumerated() where !entry.idWasMinted {
-                if let existing = try self.entry(id: entry.id) { stored[position] = existing }
+            for position in batch.indices where !batch[position].idWasMinted {
+                if let existing = try self.entry(id: batch[position].id) { stored[position] = existing }
             }
             return stored
         }
         var staged = StagedBatch()
         staged.internals = batch.map { _ in Identifiers.uuid() }
         // The files this batch will move in, written down before the first rename.
-        let moving = zip(batch, staged.internals).compactMap { entry, internalID -> MoveJournal.Move? in
-            switch entry.prepared.body {
+        let moving = batch.indices.compactMap { i -> MoveJournal.Move? in
+            switch batch[i].prepared.body {
             case let .file(identity, .move), let .parts(identity, .move, _):
-                return MoveJournal.Move(staged: staging.path(internalID, "body"), source: identity.path, identity: identity)
+                return MoveJournal.Move(staged: staging.path(staged.internals[i], "body"), source: identity.path, identity: identity)
             default:
                 return nil
             }
         }
         staged.ticket = try moves.begin(moving)
         do throws(OutboxError) {
-            for (position, (entry, internalID)) in zip(batch, staged.internals).enumerated() {
+            for position in batch.indices {
                 let existing = stored[position]
                 // Only these decisions keep the stored body; every other one needs the new bytes.
-                if let existing, [.resume, .redeliver, .reopen].contains(try decide(existing, entry.bodyHash)) {
+                if let existing, [.resume, .redeliver, .reopen].contains(try decide(existing, batch[position].bodyHash)) {
                     var kept = StagedBody(takenOver: existing)
                     kept.keepsStored = true
                     staged.bodies.append(kept)
                     continue
                 }
                 // A replace naming the same source path reuses the bytes already moved in.
-                if let existing, let reused = Self.reusableMovedBody(existing, for: entry.prepared.body) {
+                if let existing, let reused = Self.reusableMovedBody(existing, for: batch[position].prepared.body) {
                     staged.bodies.append(reused)
                     continue
                 }
-                staged.bodies.append(try staging.stage(entry.prepared.body, internalID: internalID))
+                staged.bodies.append(try staging.stage(batch[position].prepared.body, internalID: staged.internals[position]))
             }
             try staging.syncFolders(staged.bodies)
         } catch {
@@ -153,8 +154,9 @@ extension SQLStore {
         if batch.contains(where: { !$0.prepared.secretVars.isEmpty }), try setting(Self.secretVarsSetting) == nil {
             try setSetting(Self.secretVarsSetting, "1")
         }
-        for (i, entry) in batch.enumerated() {
-            let (result, dropped) = try apply(entry, staged: staged.bodies[i], internalID: staged.internals[i], headers: headers, now: now)
+        for i in batch.indices {
+            let (result, dropped) = try apply(
+                batch[i], staged: staged.bodies[i], internalID: staged.internals[i], headers: headers, now: now)
             results.append(result)
             obsoleteFiles += dropped.compactMap { $0 }
         }
@@ -216,7 +218,7 @@ extension SQLStore {
         let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
         var staged = staged
         if decision == .create, staged.keepsStored { staged = try takeOver(existing, staged, body: p.body, internalID: internalID) }
-        let request = StoredRequest(prepared: p, form: staged.form).json.serialized()
+        let request = StoredRequest(prepared: p, form: staged.form).text
         let varsText = new.varsText
         switch decision {
         case .rejectRunning:
@@ -259,7 +261,7 @@ extension SQLStore {
                 WHERE id = ?
                 """,
                 [
-                    .text(varsText), .text(stored.json.serialized()), .int(expiresAt), .optional(explicitKey),
+                    .text(varsText), .text(stored.text), .int(expiresAt), .optional(explicitKey),
                     .optional(p.idempotencyKey), .int(headerGeneration), .text(newState), .text(newState),
                     .bool(decision == .reopen), .optional(next), .optional(new.notBefore), .int(now), .text(new.id),
                 ])
@@ -304,15 +306,10 @@ extension SQLStore {
         if headers.patch != nil {
             var stored = try StoredRequest(json: try Self.storedJSON(request, what: "stored request"))
             try patch(&stored, headers, id: new.id)
-            request = stored.json.serialized()
+            request = stored.text
         }
         let extra = entryColumnsOfThisStore(staged)
-        let sql = """
-            INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_hash, total_bytes,
-              idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
-              next_attempt_at, waits_for_delivery\(extra.map { ", " + $0.column }.joined()))
-            VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?\(String(repeating: ", ?", count: extra.count)))
-            """
+        let sql = EntryInsert.sql(extraColumns: extra.map(\.column))
         let values: [SQLValue] =
             [
                 .text(new.id), .text(internalID), .text(new.key), .text(vars), .int(generation), .text(request),
@@ -360,4 +357,28 @@ struct StagedBatch {
 struct HeaderSettings {
     var generation: Int64
     var patch: JSON?
+}
+
+/// The INSERT of a new entry row, made once for each set of columns a store adds: a text
+/// made at each insert would be found in the statement cache only by hashing all of it.
+enum EntryInsert {
+    private static let plain = text([])
+    private static let withBodyHost = text(["body_host"])
+
+    static func sql(extraColumns: [String]) -> String {
+        switch extraColumns {
+        case []: plain
+        case ["body_host"]: withBodyHost
+        default: text(extraColumns)
+        }
+    }
+
+    private static func text(_ extra: [String]) -> String {
+        """
+        INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_hash, total_bytes,
+          idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
+          next_attempt_at, waits_for_delivery\(extra.map { ", " + $0 }.joined()))
+        VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?\(String(repeating: ", ?", count: extra.count)))
+        """
+    }
 }

@@ -196,7 +196,8 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
             switch value {
             case .null: rc = sqlite3_bind_null(statement, i)
             case let .int(v): rc = sqlite3_bind_int64(statement, i, v)
-            case let .text(v): rc = csqlite_bind_text(statement, i, v, -1)
+            // withCString reads a native string in place; passing `v` itself would copy it.
+            case let .text(v): rc = v.withCString { csqlite_bind_text(statement, i, $0, -1) }
             case let .blob(v): rc = v.withUnsafeBytes { csqlite_bind_blob(statement, i, $0.baseAddress, Int32($0.count)) }
             }
             guard rc == SQLITE_OK else { throw failure("cannot bind a value") }

@@ -36,7 +36,7 @@ struct StoredRequestTests {
         #expect(request.response == .json)
         #expect(request.followRedirects == 3)
         #expect(request.wifiOnly == true)
-        #expect(try StoredRequest(json: request.json).json == request.json)
+        #expect(try StoredRequest(json: JSON.parse(request.text)).text == request.text)
     }
 
     static func without(_ field: String) -> JSON {
@@ -89,7 +89,7 @@ struct StoredRequestTests {
             masked.serialized() == #"{"token":"[redacted]","n":1,"deep":{"list":["x","[redacted]"]},"user":"alice","pin":"[redacted]"}"#)
         var request = try StoredRequest(json: Self.whole)
         request.secretVars = paths
-        #expect(try StoredRequest(json: request.json).secretVars == paths, "kept in the stored request")
+        #expect(try StoredRequest(json: JSON.parse(request.text)).secretVars == paths, "kept in the stored request")
     }
 
     @Test func aBodyWhoseFileIsMissingIsDamage() throws {

@@ -22,7 +22,7 @@ struct StoredRequestTextTests {
         #expect(try Self.cut(first).shape == Self.cut(second).shape)
         let parsed = try Self.cut(first).parsed(StoredRequest(json: JSON.parse(first)))
         let shared = try Self.cut(second).request(sharing: parsed)
-        #expect(shared.json == (try StoredRequest(json: JSON.parse(second))).json)
+        #expect(shared.text == (try StoredRequest(json: JSON.parse(second))).text)
         #expect(shared.url == "https://other/\"quoted\"/é")
         #expect(shared.file?.path == "/q \\ \"r\"")
     }
@@ -30,7 +30,7 @@ struct StoredRequestTextTests {
     @Test func onlyAValueWhoseBytesDifferIsReadAgain() throws {
         let first = Self.text()
         let parsed = try Self.cut(first).parsed(StoredRequest(json: JSON.parse(first)))
-        #expect(try Self.cut(first).request(sharing: parsed).json == (try StoredRequest(json: JSON.parse(first))).json)
+        #expect(try Self.cut(first).request(sharing: parsed).text == (try StoredRequest(json: JSON.parse(first))).text)
         let otherFile = try Self.cut(Self.text(path: "/other")).request(sharing: parsed)
         #expect(otherFile.file?.path == "/other" && otherFile.url == "https://h/x")
         // Equal as Swift strings (é composed and decomposed), not as the bytes that are sent.
@@ -55,7 +55,7 @@ struct StoredRequestTextTests {
             Self.text(url: "https://h/cafe\u{301}"), Self.text(), Self.text(header: "2"),
         ]
         for text in texts {
-            #expect(try read(text).json == (try StoredRequest(json: JSON.parse(text))).json, "\(text)")
+            #expect(try read(text).text == (try StoredRequest(json: JSON.parse(text))).text, "\(text)")
         }
         #expect(parses == 2, "one parse per shape")
     }
@@ -80,6 +80,63 @@ struct StoredRequestTextTests {
         #expect(throws: OutboxError(.storage, "the stored request is damaged: file: the file identity is incomplete")) {
             try Self.cut(badFile).request(sharing: parsed)
         }
+    }
+
+    /// The identity as the store writes it is read without the JSON reader, to the same values.
+    @Test(arguments: [
+        (#"{"path":"/p","size":5,"mtime_ns":7,"inode":9}"#, FileIdentity(path: "/p", size: 5, mtimeNs: 7, inode: 9)),
+        (
+            #"{"path":"/a b/c.bin","size":0,"mtime_ns":-1500000000,"inode":18446744073709551615,"mode":420}"#,
+            FileIdentity(path: "/a b/c.bin", size: 0, mtimeNs: -1_500_000_000, inode: .max, mode: 420)
+        ),
+        (
+            #"{"path":"/p","size":9223372036854775807,"mtime_ns":-9223372036854775808,"inode":0,"mode":4294967297}"#,
+            FileIdentity(path: "/p", size: .max, mtimeNs: .min, inode: 0, mode: 1)
+        ),
+    ])
+    func theStoredFormOfAFileIdentityIsReadDirectly(_ text: String, _ expected: FileIdentity) throws {
+        #expect(FileIdentity(storedText: text) == expected)
+        // The same values as the full reader of a whole request.
+        let whole = Self.text().replacingOccurrences(of: #""file":{"path":"/p","size":5,"mtime_ns":7,"inode":9}"#, with: #""file":"# + text)
+        #expect(try StoredRequest(json: JSON.parse(whole)).file == expected)
+    }
+
+    /// Any other form of a valid identity is left to the full reader, which reads it as before.
+    @Test(arguments: [
+        #"{"path":"/q \\ \"r\"","size":5,"mtime_ns":7,"inode":9}"#, #"{"path":"/é","size":5,"mtime_ns":7,"inode":9}"#,
+        #"{"size":5,"path":"/p","mtime_ns":7,"inode":9}"#, #"{"path":"/p", "size":5,"mtime_ns":7,"inode":9}"#,
+        #"{"path":"/p","size":5,"mtime_ns":7,"inode":9,"mode":null}"#, #"{"path":"/p","size":-0,"mtime_ns":7,"inode":9}"#,
+        #"{"path":"/p","size":5,"mtime_ns":7,"inode":9,"extra":1}"#,
+    ])
+    func otherFormsOfAnIdentityAreReadByTheFullReader(_ text: String) throws {
+        let whole = Self.text().replacingOccurrences(of: #""file":{"path":"/p","size":5,"mtime_ns":7,"inode":9}"#, with: #""file":"# + text)
+        #expect(whole != Self.text())
+        let full = try StoredRequest(json: JSON.parse(whole))
+        let direct = FileIdentity(storedText: text)
+        #expect(direct == nil || direct == full.file, "only what it reads as the full reader does")
+        let parsed = try Self.cut(Self.text()).parsed(StoredRequest(json: JSON.parse(Self.text())))
+        #expect(try Self.cut(whole).request(sharing: parsed).file == full.file)
+    }
+
+    /// Numbers that are not what the store writes (or do not fit) are not read directly.
+    @Test(arguments: [
+        #"{"path":"/p","size":05,"mtime_ns":7,"inode":9}"#, #"{"path":"/p","size":5.0,"mtime_ns":7,"inode":9}"#,
+        #"{"path":"/p","size":5e3,"mtime_ns":7,"inode":9}"#, #"{"path":"/p","size":9223372036854775808,"mtime_ns":7,"inode":9}"#,
+        #"{"path":"/p","size":5,"mtime_ns":7,"inode":-9}"#, #"{"path":"/p","size":5,"mtime_ns":7,"inode":18446744073709551616}"#,
+        #"{"path":"/p","size":5,"mtime_ns":7,"inode":9} "#, #"{"path":"/p","size":5,"mtime_ns":7,"inode":9"#, "",
+    ])
+    func numbersTheStoreDoesNotWriteAreNotReadDirectly(_ text: String) {
+        #expect(FileIdentity(storedText: text) == nil)
+    }
+
+    @Test(arguments: [0, 1, -1, 9, 10, -10, 1_234_567_890, Int64.max, Int64.min])
+    func decimalsAreSpelledAsStringSpellsThem(_ value: Int64) {
+        var out: [UInt8] = []
+        JSONObjectText.appendDecimal(value, to: &out)
+        #expect(String(decoding: out, as: UTF8.self) == String(value))
+        out = []
+        JSONObjectText.appendDecimal(value.magnitude, to: &out)
+        #expect(String(decoding: out, as: UTF8.self) == String(value.magnitude))
     }
 
     @Test(arguments: ["[]", "{\"url\":\"a\"} x", "{\"url\":\"a\",\"url\":\"b\"}", "{\"url\":\"a", "{\"a\":[1,}", "{\"a\":\"\u{1}\"}", ""])

@@ -60,45 +60,58 @@ package struct StoredRequest: Sendable {
     /// Its member in the stored text; `list --json` looks for it to find the rows to redact.
     package static let secretVarsMember = "secret_vars"
 
-    package var json: JSON {
-        var members: [(String, JSON)] = [
-            ("method", .string(method)), ("url", .optionalString(url)),
-            ("headers", .array(headers.map { .array([.string($0.0), .string($0.1)]) })),
-            ("body_kind", .string(bodyKind.rawValue)),
-        ]
+    /// The request as the store keeps it: compact JSON text, written straight from the
+    /// fields (every enqueue writes one, and a tree of values would be built only to be freed).
+    package var text: String {
+        var o = JSONObjectText(capacity: 512)
+        o.add("method", string: method)
+        o.add("url", string: url)
+        o.add("headers") { out in
+            out.append(UInt8(ascii: "["))
+            for i in headers.indices {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                out.append(UInt8(ascii: "["))
+                JSON.appendString(headers[i].0, to: &out)
+                out.append(UInt8(ascii: ","))
+                JSON.appendString(headers[i].1, to: &out)
+                out.append(UInt8(ascii: "]"))
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        o.add("body_kind", string: bodyKind.rawValue)
         if !form.isEmpty {
-            members.append(
-                (
-                    "form",
-                    .array(
-                        form.map { f in
-                            .object([
-                                ("name", .string(f.name)), ("value", .optionalString(f.value)),
-                                ("staged_file", .optionalString(f.stagedFile)),
-                                ("filename", .optionalString(f.filename)), ("content_type", .optionalString(f.contentType)),
-                            ])
-                        })
-                ))
+            o.add(
+                "form",
+                .array(
+                    form.map { f in
+                        .object([
+                            ("name", .string(f.name)), ("value", .optionalString(f.value)),
+                            ("staged_file", .optionalString(f.stagedFile)),
+                            ("filename", .optionalString(f.filename)), ("content_type", .optionalString(f.contentType)),
+                        ])
+                    }))
         }
         if let file {
-            var fileJSON: JSON = .object([
-                ("path", .string(file.path)), ("size", .int64(file.size)),
-                ("mtime_ns", .int64(file.mtimeNs)), ("inode", .number(String(file.inode))),
-            ])
-            if let mode = file.mode { fileJSON.set("mode", .int64(Int64(mode))) }
-            members.append(("file", fileJSON))
+            var f = JSONObjectText()
+            f.add("path", string: file.path)
+            f.add("size", integer: file.size)
+            f.add("mtime_ns", integer: file.mtimeNs)
+            f.add("inode", integer: file.inode)
+            if let mode = file.mode { f.add("mode", integer: Int64(mode)) }
+            o.add("file", object: f)
         }
-        if let ownership { members.append(("ownership", .string(ownership.rawValue))) }
-        members += [
-            ("accept", .array(accept.map { .object([("status", .int($0.status)), ("body_includes", .optionalString($0.bodyIncludes))]) })),
-            ("retry", retry.json), ("response", response.json), ("follow_redirects", .int(followRedirects)),
-            ("wifi_only", wifiOnly.map { .bool($0) } ?? .null), ("cancel_scope_on_error", .bool(cancelScopeOnError)),
-        ]
-        if redirectMethodChange { members.append(("redirect_method_change", .bool(true))) }
-        if !secretHeaders.isEmpty { members.append(("secret_headers", .array(secretHeaders.sorted().map { .string($0) }))) }
-        if !secretVars.isEmpty { members.append((Self.secretVarsMember, .array(secretVars.map { .array($0) }))) }
-        if let s3 { members.append(("s3", s3.json)) }
-        return .object(members)
+        if let ownership { o.add("ownership", string: ownership.rawValue) }
+        o.add("accept", .array(accept.map { .object([("status", .int($0.status)), ("body_includes", .optionalString($0.bodyIncludes))]) }))
+        o.add("retry", retry.json)
+        o.add("response", response.json)
+        o.add("follow_redirects", integer: Int64(followRedirects))
+        o.add("wifi_only", bool: wifiOnly)
+        o.add("cancel_scope_on_error", bool: cancelScopeOnError)
+        if redirectMethodChange { o.add("redirect_method_change", .bool(true)) }
+        if !secretHeaders.isEmpty { o.add("secret_headers", .array(secretHeaders.sorted().map { .string($0) })) }
+        if !secretVars.isEmpty { o.add(Self.secretVarsMember, .array(secretVars.map { .array($0) })) }
+        if let s3 { o.add("s3", s3.json) }
+        return o.text
     }
 
     /// Reads a stored request back. A field that is missing or of the wrong type is damage

@@ -12,6 +12,12 @@ package struct StoredRequestText {
         package func hash(into hasher: inout Hasher) {
             bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
         }
+
+        /// Equal, by one memcmp (cheaper than hashing the bytes for a dictionary lookup).
+        func sameBytes(as other: Shape) -> Bool {
+            guard bytes.count == other.bytes.count, !bytes.isEmpty else { return bytes.count == other.bytes.count }
+            return bytes.withUnsafeBytes { a in other.bytes.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 } }
+        }
     }
 
     package let shape: Shape
@@ -63,8 +69,15 @@ package struct StoredRequestText {
             return mine
         }
         let newURL = differs(url, parsed.url)
-        let newFile = differs(file, parsed.file)
+        var newFile = differs(file, parsed.file)
         guard newURL != nil || newFile != nil else { return parsed.request }
+        var request = parsed.request
+        // The identity as the store writes it is read directly; any other form, by the full reader.
+        if let text = newFile, let identity = FileIdentity(storedText: text) {
+            request.file = identity
+            newFile = nil
+            guard newURL != nil else { return request }
+        }
         var members: [(String, JSON)] = []
         do throws(JSONParseError) {
             if let newURL { members.append(("url", try Self.value(newURL))) }
@@ -73,7 +86,6 @@ package struct StoredRequestText {
             throw .storage("the stored request is damaged: \(error)")
         }
         let fields = StoredFields(.object(members), what: "stored request")
-        var request = parsed.request
         if newURL != nil { request.url = try StoredRequest.url(fields) }
         if newFile != nil { request.file = try StoredRequest.file(fields) }
         return request
@@ -103,6 +115,8 @@ extension StoredRequestText {
 package struct StoredRequestCache {
     private var byShape: [StoredRequestText.Shape: StoredRequestText.Parsed] = [:]
     private var last: (text: String, request: StoredRequest)?
+    /// The shape of the last text cut: rows of one definition come in runs.
+    private var lastShape: (shape: StoredRequestText.Shape, parsed: StoredRequestText.Parsed)?
 
     package init() {}
 
@@ -113,12 +127,17 @@ package struct StoredRequestCache {
         if let last, Self.sameBytes(last.text, text) { return last.request }
         let request: StoredRequest
         if let cut = StoredRequestText(text) {
-            if let parsed = byShape[cut.shape] {
+            if let lastShape, lastShape.shape.sameBytes(as: cut.shape) {
+                request = try cut.request(sharing: lastShape.parsed)
+            } else if let parsed = byShape[cut.shape] {
                 request = try cut.request(sharing: parsed)
+                lastShape = (cut.shape, parsed)
             } else {
                 request = try parse(text)
                 if byShape.count >= 256 { byShape.removeAll(keepingCapacity: true) }
-                byShape[cut.shape] = cut.parsed(request)
+                let parsed = cut.parsed(request)
+                byShape[cut.shape] = parsed
+                lastShape = (cut.shape, parsed)
             }
         } else {
             request = try parse(text)
@@ -134,5 +153,85 @@ package struct StoredRequestCache {
         return a.withUTF8 { x in
             b.withUTF8 { y in x.count == y.count && (x.count == 0 || memcmp(x.baseAddress!, y.baseAddress!, x.count) == 0) }
         }
+    }
+}
+
+extension FileIdentity {
+    /// The identity in the one form the store writes (`path`, `size`, `mtime_ns`, `inode`,
+    /// maybe `mode`, in that order; a path of printable ASCII with nothing escaped), read
+    /// without building JSON values. Nil for any other text: the full reader then decides,
+    /// and names what is damaged.
+    package init?(storedText text: String) {
+        var text = text
+        let read: FileIdentity? = text.withUTF8 { utf8 in
+            var reader = StoredIdentityReader(utf8)
+            guard reader.skip("{\"path\":\""), let path = reader.plainString(),
+                reader.skip(",\"size\":"), let size = reader.integer(),
+                reader.skip(",\"mtime_ns\":"), let mtime = reader.integer(),
+                reader.skip(",\"inode\":"), let inode = reader.digits()
+            else { return nil }
+            var mode: UInt32?
+            if reader.skip(",\"mode\":") {
+                guard let m = reader.integer() else { return nil }
+                mode = UInt32(truncatingIfNeeded: m)
+            }
+            guard reader.skip("}"), reader.atEnd else { return nil }
+            return FileIdentity(path: path, size: size, mtimeNs: mtime, inode: inode, mode: mode)
+        }
+        guard let read else { return nil }
+        self = read
+    }
+}
+
+/// Reads the fixed layout of a stored file identity; every method returns nil (or false)
+/// at anything else.
+private struct StoredIdentityReader {
+    let utf8: UnsafeBufferPointer<UInt8>
+    var at = 0
+
+    init(_ utf8: UnsafeBufferPointer<UInt8>) { self.utf8 = utf8 }
+
+    var atEnd: Bool { at == utf8.count }
+
+    mutating func skip(_ literal: StaticString) -> Bool {
+        let n = literal.utf8CodeUnitCount
+        guard at + n <= utf8.count else { return false }
+        let same = literal.withUTF8Buffer { memcmp($0.baseAddress!, utf8.baseAddress! + at, n) == 0 }
+        if same { at += n }
+        return same
+    }
+
+    /// The rest of a string whose opening quote is read: printable ASCII, no escape.
+    mutating func plainString() -> String? {
+        let start = at
+        while at < utf8.count, utf8[at] != UInt8(ascii: "\"") {
+            guard (0x20...0x7E).contains(utf8[at]), utf8[at] != UInt8(ascii: "\\") else { return nil }
+            at += 1
+        }
+        guard at < utf8.count else { return nil }
+        defer { at += 1 }
+        return String(decoding: UnsafeBufferPointer(rebasing: utf8[start..<at]), as: UTF8.self)
+    }
+
+    /// A JSON integer (no leading zero, no fraction or exponent) that fits in 64 bits.
+    mutating func digits() -> UInt64? {
+        let start = at
+        var value: UInt64 = 0
+        while at < utf8.count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(utf8[at]) {
+            let (times, o1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times.addingReportingOverflow(UInt64(utf8[at] - UInt8(ascii: "0")))
+            guard !o1, !o2 else { return nil }
+            value = sum
+            at += 1
+        }
+        guard at > start, at - start == 1 || utf8[start] != UInt8(ascii: "0") else { return nil }
+        return value
+    }
+
+    mutating func integer() -> Int64? {
+        let negative = skip("-")
+        guard let magnitude = digits() else { return nil }
+        if negative { return magnitude <= UInt64(Int64.max) + 1 ? Int64(truncatingIfNeeded: 0 &- magnitude) : nil }
+        return magnitude <= UInt64(Int64.max) ? Int64(magnitude) : nil
     }
 }

@@ -27,7 +27,7 @@ extension StoreConformance {
             #expect(e.request.method == "POST")
             #expect(e.request.url == "https://x.example/notes/7")
             #expect(HeaderRules.value(e.request.headers, "X-Version") == "v2")
-            #expect(e.request.json == StoredRequest(prepared: new.prepared, form: []).json)
+            #expect(e.request.text == StoredRequest(prepared: new.prepared, form: []).text)
             #expect(e.bodyHash == new.prepared.bodyHash)
             #expect(e.idempotencyKey == new.prepared.idempotencyKey)
             #expect(e.parent == "p-0")
