@@ -82,6 +82,15 @@ extension JSON {
 }
 
 extension JSON {
+    /// Where the JSON value that starts at `start` ends (just past it), walked without
+    /// building it; nil when no valid value starts there.
+    package static func valueEnd(in utf8: UnsafeBufferPointer<UInt8>, at start: Int) -> Int? {
+        var reader = JSONReader(bytes: utf8)
+        reader.index = start
+        do { try reader.skipValue(depth: 1) } catch { return nil }
+        return reader.index
+    }
+
     /// Whether `utf8` is one stored JSON value (with spaces around it), checked without building it.
     package static func isWellFormed(utf8: UnsafeBufferPointer<UInt8>) -> Bool {
         // As deep as stored values may be (their reader's limit), not only as input may.

@@ -60,6 +60,28 @@ struct StoredRequestTextTests {
         #expect(parses == 2, "one parse per shape")
     }
 
+    /// A text cut like the one before it (the bytes around the values compared) is cut as a
+    /// fresh cut would cut it; any other difference is left to a fresh cut.
+    @Test func aTextIsCutLikeTheOneBeforeItWhenOnlyTheValuesDiffer() throws {
+        let previous = try Self.cut(Self.text())
+        for text in [
+            Self.text(path: "/q \\ \"r\""), Self.text(url: "https://other/é"), Self.text(url: "https://x", path: "/y"), Self.text(),
+        ] {
+            let like = try #require(StoredRequestText(text, like: previous), "\(text)")
+            let fresh = try Self.cut(text)
+            #expect(like.shape == fresh.shape)
+            let parsed = previous.parsed(try StoredRequest(json: JSON.parse(Self.text())))
+            #expect(try like.request(sharing: parsed).text == (try StoredRequest(json: JSON.parse(text))).text)
+        }
+        let unlike = [
+            Self.text(header: "2"), Self.text() + " ", " " + Self.text(), String(Self.text().dropLast()),
+            Self.text().replacingOccurrences(of: #""url":"https://h/x""#, with: #""url": "https://h/x""#),
+            Self.text().replacingOccurrences(of: #""url":"https://h/x""#, with: #""url":"https://h/x"#),
+            Self.text().replacingOccurrences(of: #""inode":9}"#, with: #""inode":9,}"#),
+        ]
+        for text in unlike { #expect(StoredRequestText(text, like: previous) == nil, "\(text)") }
+    }
+
     @Test func anyOtherDifferenceIsAnotherShape() throws {
         #expect(try Self.cut(Self.text()).shape != Self.cut(Self.text(header: "2")).shape)
         // A header value that looks like a url member is still part of the shape.

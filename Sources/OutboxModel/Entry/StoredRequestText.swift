@@ -13,11 +13,6 @@ package struct StoredRequestText {
             bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
         }
 
-        /// Equal, by one memcmp (cheaper than hashing the bytes for a dictionary lookup).
-        func sameBytes(as other: Shape) -> Bool {
-            guard bytes.count == other.bytes.count, !bytes.isEmpty else { return bytes.count == other.bytes.count }
-            return bytes.withUnsafeBytes { a in other.bytes.withUnsafeBytes { b in memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 } }
-        }
     }
 
     package let shape: Shape
@@ -49,6 +44,39 @@ package struct StoredRequestText {
         }
         guard let cut else { return nil }
         (shape, url, file) = cut
+    }
+
+    /// `text` cut as `previous` was, found by comparing the bytes between the values with
+    /// `previous`'s shape instead of walking the whole text; nil when anything but the values
+    /// differs (the text is then cut afresh).
+    package init?(_ text: String, like previous: StoredRequestText) {
+        var text = text
+        let values: (url: String?, file: String?)? = text.withUTF8 { utf8 in
+            previous.shape.bytes.withUnsafeBufferPointer { shape in
+                var s = 0
+                var t = 0
+                var values: (url: String?, file: String?) = (nil, nil)
+                while true {
+                    // The shape's bytes up to the next cut (a NUL, never raw in JSON text) are the text's too.
+                    let literalEnd = shape[s...].firstIndex(of: 0) ?? shape.count
+                    let length = literalEnd - s
+                    guard t + length <= utf8.count,
+                        length == 0 || memcmp(shape.baseAddress! + s, utf8.baseAddress! + t, length) == 0
+                    else { return nil }
+                    t += length
+                    guard literalEnd < shape.count else { break }
+                    guard let end = JSON.valueEnd(in: utf8, at: t) else { return nil }
+                    let value = String(decoding: UnsafeBufferPointer(rebasing: utf8[t..<end]), as: UTF8.self)
+                    if shape[literalEnd + 1] == UInt8(ascii: "u") { values.url = value } else { values.file = value }
+                    t = end
+                    s = literalEnd + 2
+                }
+                return t == utf8.count ? values : nil
+            }
+        }
+        guard let values else { return nil }
+        shape = previous.shape
+        (url, file) = values
     }
 
     /// A request parsed from a text, with the URL and file values it was read from.
@@ -115,8 +143,8 @@ extension StoredRequestText {
 package struct StoredRequestCache {
     private var byShape: [StoredRequestText.Shape: StoredRequestText.Parsed] = [:]
     private var last: (text: String, request: StoredRequest)?
-    /// The shape of the last text cut: rows of one definition come in runs.
-    private var lastShape: (shape: StoredRequestText.Shape, parsed: StoredRequestText.Parsed)?
+    /// The last text cut, with its shape's request: rows of one definition come in runs.
+    private var lastCut: (cut: StoredRequestText, parsed: StoredRequestText.Parsed)?
 
     package init() {}
 
@@ -126,18 +154,18 @@ package struct StoredRequestCache {
     ) throws(OutboxError) -> StoredRequest {
         if let last, Self.sameBytes(last.text, text) { return last.request }
         let request: StoredRequest
-        if let cut = StoredRequestText(text) {
-            if let lastShape, lastShape.shape.sameBytes(as: cut.shape) {
-                request = try cut.request(sharing: lastShape.parsed)
-            } else if let parsed = byShape[cut.shape] {
+        if let lastCut, let cut = StoredRequestText(text, like: lastCut.cut) {
+            request = try cut.request(sharing: lastCut.parsed)
+        } else if let cut = StoredRequestText(text) {
+            if let parsed = byShape[cut.shape] {
                 request = try cut.request(sharing: parsed)
-                lastShape = (cut.shape, parsed)
+                lastCut = (cut, parsed)
             } else {
                 request = try parse(text)
                 if byShape.count >= 256 { byShape.removeAll(keepingCapacity: true) }
                 let parsed = cut.parsed(request)
                 byShape[cut.shape] = parsed
-                lastShape = (cut.shape, parsed)
+                lastCut = (cut, parsed)
             }
         } else {
             request = try parse(text)

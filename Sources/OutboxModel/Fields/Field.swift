@@ -101,15 +101,16 @@ package struct FieldMapping: Sendable {
     package let path: String
     package let summary: String
     package let fields: [Field]
+    /// The names the loader accepts here; any other is an unknown field. Made once: every
+    /// enqueue checks each member of its request against them.
+    package let names: [String]
 
     package init(_ path: String, _ summary: String, _ fields: [Field]) {
         self.path = path
         self.summary = summary
         self.fields = fields
+        names = fields.map(\.name)
     }
-
-    /// The names the loader accepts here; any other is an unknown field.
-    package var names: [String] { fields.map(\.name) }
 
     package subscript(name: String) -> Field {
         guard let field = fields.first(where: { $0.name == name }) else {
