@@ -829,10 +829,9 @@ struct CLIBadInputTests {
     /// log behind: the next creation removes them.
     @Test func theTemporariesOfADeadCreatorAreRemoved() throws {
         let p = try CLIProject()
-        let done = try Process.run(URL(fileURLWithPath: "/bin/true"), arguments: [])
-        done.waitUntilExit()
+        let deadPID = try CLIAuditTests.pidOfNoProcess()
         try FileManager.default.createDirectory(atPath: p.storeFolder, withIntermediateDirectories: true)
-        let left = ["", "-wal", "-shm"].map { p.storeFolder + "/outbox.db.new-\(done.processIdentifier)" + $0 }
+        let left = ["", "-wal", "-shm"].map { p.storeFolder + "/outbox.db.new-\(deadPID)" + $0 }
         for file in left { try p.write(String(file.dropFirst(p.root.count + 1)), "left by a dead process") }
         try p.enqueue("plain", vars: "{}", id: "a")
         for file in left { #expect(!FileManager.default.fileExists(atPath: file), "\(file) is still there") }
@@ -855,21 +854,27 @@ struct CLIBadInputTests {
 }
 
 struct CLIAuditTests {
+    /// A process id no process can have: the kernel hands out ids below pid_max. (The id of a
+    /// process that has exited may be handed to another while a busy machine runs the test.)
+    static func pidOfNoProcess() throws -> Int32 {
+        let text = try String(contentsOfFile: "/proc/sys/kernel/pid_max", encoding: .utf8)
+        return try #require(Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)))
+    }
+
     /// A temporary copy left by a killed enqueue is named by `audit` and removed by `--fix`;
     /// one of a live process (a copy in progress) is not.
     @Test func auditNamesTemporaryFilesOfDeadProcesses() throws {
         let p = try CLIProject()
         try p.enqueue("plain", vars: "{}", id: "a")
-        let done = try Process.run(URL(fileURLWithPath: "/bin/true"), arguments: [])
-        done.waitUntilExit()
-        let dead = p.storeFolder + "/bodies/x.body.tmp-\(done.processIdentifier)-7"
+        let deadPID = try Self.pidOfNoProcess()
+        let dead = p.storeFolder + "/bodies/x.body.tmp-\(deadPID)-7"
         let live = p.storeFolder + "/bodies/y.body.tmp-\(getpid())-7"
         for file in [dead, live] {
             #expect(FileManager.default.createFile(atPath: file, contents: Data("part".utf8), attributes: [.posixPermissions: 0o600]))
         }
         let audit = p.run("audit")
         #expect(audit.status == 74)
-        #expect(audit.out.contains("temporary file \(dead) left by process \(done.processIdentifier)"), "\(audit)")
+        #expect(audit.out.contains("temporary file \(dead) left by process \(deadPID)"), "\(audit)")
         #expect(!audit.out.contains(live), "\(audit)")
         #expect(p.run("audit", "--fix").status == 0)
         #expect(!FileManager.default.fileExists(atPath: dead))
