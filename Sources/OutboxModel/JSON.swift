@@ -127,9 +127,6 @@ extension JSON {
         return out
     }
 
-    /// Appends `value` to `out` as compact JSON text.
-    package static func append(_ value: JSON, to out: inout [UInt8]) { value.write(to: &out, sortedKeys: false) }
-
     /// JSON text indented by two spaces, for people.
     package func pretty() -> String {
         var out: [UInt8] = []
@@ -272,8 +269,6 @@ extension JSON {
     }
 }
 
-// MARK: - Reading
-
 /// An object's compact JSON text written member by member, with no tree of values built
 /// and freed first: the bytes `JSON.object(members).serialized()` would make.
 package struct JSONObjectText {
@@ -289,7 +284,7 @@ package struct JSONObjectText {
         write(&bytes)
     }
 
-    package mutating func add(_ key: String, _ value: JSON) { add(key) { JSON.append(value, to: &$0) } }
+    package mutating func add(_ key: String, _ value: JSON) { add(key) { value.write(to: &$0, sortedKeys: false) } }
 
     /// A string member, `null` for nil.
     package mutating func add(_ key: String, string: String?) {
@@ -337,3 +332,5 @@ package struct JSONObjectText {
         }
     }
 }
+
+// MARK: - Reading

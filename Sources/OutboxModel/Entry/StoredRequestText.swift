@@ -12,7 +12,6 @@ package struct StoredRequestText {
         package func hash(into hasher: inout Hasher) {
             bytes.withUnsafeBytes { hasher.combine(bytes: $0) }
         }
-
     }
 
     package let shape: Shape
