@@ -137,6 +137,9 @@ package struct HTTPResult: Sendable {
     package var effectiveURL: String
     /// The standby transfer that started in this one's slot as it ended (see `HTTPClient`).
     package var startedInPlace: UInt64?
+    /// The body file read from, as it was when the transfer ended (`fstat` of the open
+    /// file): whether it changed while it was read, without looking its path up again.
+    package var bodyFileAtEnd: FileInfo?
 
     /// Creates a result (tests and the runner build them too).
     package init(

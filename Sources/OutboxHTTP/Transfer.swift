@@ -232,6 +232,7 @@ final class Transfer {
         var sent: curl_off_t = 0
         _ = ccurl_getinfo_off_t(easy, CURLINFO_SIZE_UPLOAD_T, &sent)
         result.bytesSent = Int64(sent)
+        if case .file(let fd, _, _, _) = source { result.bodyFileAtEnd = FileInfo.stat(fd: fd) }
         if let signature, signature.pointee.length > 0 {
             result.signature = withUnsafeBytes(of: signature.pointee.value) { raw in
                 String(decoding: raw.prefix(signature.pointee.length), as: UTF8.self)

@@ -246,7 +246,18 @@ extension FileInfo {
     package static func stat(_ path: String) -> FileInfo? {
         var st = Glibc.stat()
         guard statPath(path, &st) == 0 else { return nil }
-        return FileInfo(
+        return FileInfo(st)
+    }
+
+    /// The same of an open file (`fstat`): the file read from, whatever its path names now.
+    package static func stat(fd: Int32) -> FileInfo? {
+        var st = Glibc.stat()
+        guard fstat(fd, &st) == 0 else { return nil }
+        return FileInfo(st)
+    }
+
+    private init(_ st: Glibc.stat) {
+        self.init(
             size: Int64(st.st_size),
             mtimeNs: Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec),
             inode: UInt64(st.st_ino),

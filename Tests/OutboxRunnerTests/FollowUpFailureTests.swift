@@ -291,4 +291,35 @@ struct ReferenceRewrittenTests {
         #expect(hook.string("stdin.error.kind") == "file")
         #expect(hook.string("stdin.error.message")?.contains("while it was being sent") == true)
     }
+
+    /// The check after the last byte asks whether the bytes sent are the ones enqueued: the
+    /// file read from is checked, not its path. A file renamed over the path, or the path
+    /// removed, once every byte was read leaves what was sent whole: the entry completes.
+    @Test(arguments: [(true, "rename"), (false, "rename"), (true, "unlink"), (false, "unlink")])
+    func aFileReplacedAfterItsBytesWereReadStillCompletes(hooks: Bool, change: String) async throws {
+        var definition = fileDefinition("f", ownership: "reference")
+        if !hooks { definition = definition.split(separator: "\n").filter { !$0.hasPrefix("on_") }.joined(separator: "\n") + "\n" }
+        let p = try Project(definitions: ["f": definition])
+        defer { p.server.release("up") }
+        let path = p.base + "/ref.bin"
+        let original = Data(String(repeating: "r", count: 10_000).utf8)
+        try original.write(to: URL(fileURLWithPath: path))
+        let vars = JSON.object([("url", .string(p.url("/hold/up/status/200"))), ("path", .string(path))]).serialized()
+        #expect(try await p.outbox(["enqueue", "f", "--vars", vars, "--id", "ref"]).exitCode == 0)
+        let runner = try p.start(["run", "--drain"])
+        #expect(await p.server.waitForHeld("up"))
+        if change == "rename" {
+            try Data(String(repeating: "R", count: 10_001).utf8).write(to: URL(fileURLWithPath: path), options: .atomic)
+        } else {
+            #expect(unlink(path) == 0)
+        }
+        p.server.release("up")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        let sent = try #require(p.server.requests(path: "/hold/up/status/200").first)
+        #expect(sent.body == [UInt8](original))
+        // Completed and acknowledged (or with nothing to deliver): forgotten.
+        #expect(try await p.show("ref") == nil)
+        if hooks { #expect(p.deliveries("ref").first?.string("stdin.outcome") == "completed") }
+    }
 }

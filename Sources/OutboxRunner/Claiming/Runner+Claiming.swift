@@ -310,10 +310,11 @@ extension Runner {
     }
 
     /// Why an entry's bytes cannot be sent (staged file gone, referenced or moved file
-    /// changed), or nil.
-    func payloadProblem(_ entry: Entry) -> String? {
+    /// changed), or nil. After a transfer, `bodyFileAtEnd` is the body file it read from as
+    /// it ended: the bytes sent came from that file, whatever its path names by now.
+    func payloadProblem(_ entry: Entry, bodyFileAtEnd: FileInfo? = nil) -> String? {
         for file in entry.body.files {
-            guard let info = FileInfo.stat(file) else {
+            guard let info = (file == entry.bodyFile ? bodyFileAtEnd : nil) ?? FileInfo.stat(file) else {
                 let referenced = entry.request.ownership == .reference && file == entry.bodyFile
                 return referenced ? FileIdentity.missing(file) : "the staged payload \(file) is missing"
             }

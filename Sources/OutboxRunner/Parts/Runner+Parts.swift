@@ -84,7 +84,7 @@ extension Runner {
         if case .success = klass {
             // A referenced file rewritten while this part was read: the part may hold mixed
             // bytes, so it is not accepted and the entry stops.
-            if Self.keepsFileIdentity(entry), !job.failed, let problem = payloadProblem(entry) {
+            if Self.keepsFileIdentity(entry), !job.failed, let problem = payloadProblem(entry, bodyFileAtEnd: result.bodyFileAtEnd) {
                 flights.partJobs[entry.id] = job
                 stopParts(entry.id, cancelInFlight: entry.request.s3 == nil)
                 settleError(

@@ -108,7 +108,7 @@ extension Runner {
         // Not a referenced file that changed while it was read: that settles an error below.
         var forgottenAtOnce = false
         if case .success = klass, flight.partIndex == nil, !eventsEnabled, !outcomeNeeded(entry, outcome: .completed),
-            !Self.keepsFileIdentity(entry) || payloadProblem(entry) == nil
+            !Self.keepsFileIdentity(entry) || payloadProblem(entry, bodyFileAtEnd: result.bodyFileAtEnd) == nil
         {
             forgottenAtOnce = true
         }
@@ -144,7 +144,7 @@ extension Runner {
             // A referenced file rewritten while it was read may have sent a mix of old and
             // new bytes, and a moved one written to may hold more than was sent: checked
             // again after the last byte, it must still be the same file.
-            if Self.keepsFileIdentity(entry), let problem = payloadProblem(entry) {
+            if Self.keepsFileIdentity(entry), let problem = payloadProblem(entry, bodyFileAtEnd: result.bodyFileAtEnd) {
                 let error = OutcomePayloads.error(.file, "\(problem), while it was being sent", status: result.status)
                 settleWithError(entry, error: error, response: result, state: .error, reason: "file", requestID: flight.requestID)
                 return
