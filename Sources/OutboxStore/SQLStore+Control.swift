@@ -62,6 +62,8 @@ extension SQLStore {
         for file in files + obsoleteFiles where !takenOverFiles.contains(file) { staging.discard(file) }
         obsoleteFiles.removeAll()
         takenOverFiles.removeAll()
+        staging.afterCommit(stagedInTransaction)
+        stagedInTransaction.removeAll()
         for (file, source, identity) in returns {
             // The store keeps its files 0600; the user's file gets its own mode back.
             if let mode = identity?.mode { chmod(file, mode_t(mode)) }
@@ -96,6 +98,8 @@ extension SQLStore {
     func dropReturns() {
         returns.removeAll()
         takenOverFiles.removeAll()
+        for s in stagedInTransaction { staging.rollback(s) }
+        stagedInTransaction.removeAll()
         moves.end(returnsTicket)
         returnsTicket = nil
     }

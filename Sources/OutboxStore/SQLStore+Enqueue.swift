@@ -200,7 +200,11 @@ extension SQLStore {
     func takeOver(_ existing: Entry?, _ staged: StagedBody, body: PreparedBody, internalID: String) throws(OutboxError) -> StagedBody {
         let held = existing.map { StagedBody(takenOver: $0) } ?? staged
         let files = [held.file].compactMap { $0 } + held.form.compactMap(\.stagedFile)
-        guard files.allSatisfy(Paths.exists) else { return try staging.stage(body, internalID: internalID) }
+        guard files.allSatisfy(Paths.exists) else {
+            let fresh = try staging.stage(body, internalID: internalID)
+            stagedInTransaction.append(fresh)
+            return fresh
+        }
         takenOverFiles.formUnion(files)
         return held
     }

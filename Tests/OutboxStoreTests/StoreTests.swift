@@ -811,3 +811,23 @@ struct EncodedEntryTests {
         #expect(try fresh.get("e").bodyHash == e.bodyHash)
     }
 }
+
+/// An entry that takes over the body of the entry it replaces finds the bytes gone (a cancel
+/// in between) and stages them inside the transaction: a rollback removes that file, a
+/// commit keeps it.
+struct TakeOverStagingTests {
+    @Test(arguments: [false, true])
+    func aBodyStagedInsideTheTransactionFollowsItsOutcome(commits: Bool) throws {
+        let f = try StoreFixture()
+        var gone = StagedBody()
+        gone.file = f.bodies + "/removed-meanwhile.body"
+        gone.keepsStored = true
+        let body = PreparedBody.bytes([UInt8](repeating: 7, count: 70_000), kind: .data)
+        let fresh = try f.store.takeOver(nil, gone, body: body, internalID: "fresh")
+        let file = try #require(fresh.file)
+        #expect(FileManager.default.fileExists(atPath: file))
+        if commits { f.store.finishForget([]) } else { f.store.dropReturns() }
+        #expect(FileManager.default.fileExists(atPath: file) == commits)
+        #expect(f.store.stagedInTransaction.isEmpty)
+    }
+}
