@@ -154,8 +154,14 @@ enum EnqueueCommand {
 
     /// Whether `fd` is a regular file (read at disk speed), not a pipe or terminal (-1: stdin).
     static func isRegularFile(_ fd: Int32) -> Bool {
+        regularFileSize(fd) != nil
+    }
+
+    /// The size of `fd` when it is a regular file, else nil.
+    static func regularFileSize(_ fd: Int32) -> Int64? {
         var info = stat()
-        return fd >= 0 && fstat(fd, &info) == 0 && (info.st_mode & S_IFMT) == S_IFREG
+        guard fd >= 0, fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else { return nil }
+        return Int64(info.st_size)
     }
 
     /// Whether enqueueing `body` copies or moves a file of the user's into the store.
@@ -186,7 +192,9 @@ enum EnqueueCommand {
         } else {
             fd = open(absolute, O_RDONLY | O_CLOEXEC)
             guard fd >= 0 else { throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage())") }
-            reader = LineReader(fd: fd, maxLineBytes: maxLine)
+            // A file's lines are written in one transaction as they are read: one still being
+            // appended to would hold the store's write lock for as long as its writer goes on.
+            reader = LineReader(fd: fd, maxLineBytes: maxLine, limit: Self.regularFileSize(fd))
         }
         defer { if fd >= 0 { close(fd) } }
         let project = try i.project()

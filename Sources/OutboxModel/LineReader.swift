@@ -25,9 +25,19 @@ package struct LineReader {
         self.read = read
     }
 
-    /// Reads a file descriptor.
-    package init(fd: Int32, maxLineBytes: Int) {
-        self.init(maxLineBytes: maxLineBytes) { n in Self.readChunk(fd: fd, n) }
+    /// Reads a file descriptor; with `limit`, no more than that many bytes in all (a file
+    /// that grows while it is read ends where it ended when it was opened).
+    package init(fd: Int32, maxLineBytes: Int, limit: Int64? = nil) {
+        guard var left = limit else {
+            self.init(maxLineBytes: maxLineBytes) { n in Self.readChunk(fd: fd, n) }
+            return
+        }
+        self.init(maxLineBytes: maxLineBytes) { n in
+            guard left > 0 else { return [] }
+            let chunk = Self.readChunk(fd: fd, Int(min(Int64(n), left)))
+            left -= Int64(chunk?.count ?? 0)
+            return chunk
+        }
     }
 
     /// Up to `n` bytes of `fd` (EINTR retried); empty at the end; nil on an error (errno set).

@@ -47,6 +47,7 @@ extension SQLStore {
                     results += try applyBatch(batch, staged: staged[staged.count - 1], now: now)
                     staged[staged.count - 1] = staged[staged.count - 1].toFinish
                     Fault.point("enqueue.batch-written")
+                    Fault.hold("enqueue.batch-written")
                     guard let more = try next() else { break }
                     staged.append(try stageBatch(more))
                     batch = more

@@ -348,6 +348,20 @@ struct EndlessInputTests {
         }
         #expect(read == lines)
     }
+
+    /// With a limit, a file reads as far as it reached when it was opened, mid-line or not.
+    @Test(arguments: [(Int64(0), [String]()), (Int64(3), ["ab"]), (Int64(4), ["ab", "c"]), (Int64(100), ["ab", "cd", "ef"])])
+    func aFileReadsNoFurtherThanItsLimit(_ limit: Int64, lines: [String]) throws {
+        let folder = TemporaryFolder(prefix: "line-limit")
+        let path = folder.path + "/lines"
+        try "ab\ncd\nef".write(toFile: path, atomically: false, encoding: .utf8)
+        let fd = open(path, O_RDONLY)
+        defer { close(fd) }
+        var reader = LineReader(fd: fd, maxLineBytes: 16, limit: limit)
+        var read: [String] = []
+        while let line = try reader.next() { read.append(String(decoding: line, as: UTF8.self)) }
+        #expect(read == lines)
+    }
 }
 
 /// Every plugin has a time limit (`plugins.timeout`); one that runs past it fails, named.

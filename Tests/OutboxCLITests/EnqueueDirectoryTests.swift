@@ -315,3 +315,38 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         #expect(try await DirTree.queued(sandbox) == 0)
     }
 }
+
+/// `--from FILE` writes a file's lines in one transaction as it reads them: it reads the
+/// lines the file held when it was opened, so a file still being appended to cannot keep
+/// the store's write lock for as long as its writer goes on.
+@Suite struct EnqueueFromGrowingFileTests {
+    @Test func linesAppendedAfterTheOpenAreLeftForTheNextEnqueue() async throws {
+        let p = try TestProject(definitions: [
+            "note": """
+            key: note
+            request:
+              url: "http://127.0.0.1:9/notes/{{ vars.n }}"
+            """
+        ])
+        // Three batches: the run holds after writing the first, with the rest still to read.
+        let lines = (0..<3_000).map { #"{"vars": {"n": \#($0)}}"# + "\n" }.joined()
+        let path = try p.write("lines.jsonl", lines)
+        let go = p.path("go")
+        let enqueue = try p.start(
+            ["enqueue", "note", "--from", "lines.jsonl"], environment: ["OUTBOX_FAULT_HOLD": "enqueue.batch-written:\(go)"])
+        await eventually("the first batch was written") { FileManager.default.fileExists(atPath: go + ".reached") }
+        let appended = try #require(FileHandle(forWritingAtPath: path))
+        appended.seekToEndOfFile()
+        appended.write(Data((3_000..<3_500).map { #"{"vars": {"n": \#($0)}}"# + "\n" }.joined().utf8))
+        try appended.close()
+        p.touch("go")
+        let first = await enqueue.wait(timeout: 120)
+        #expect(first.exitCode == 0, "\(first)")
+        #expect(first.stdout.split(separator: "\n").count == 3_000)
+        #expect(try p.sqlite("SELECT count(*) FROM entries").trimmingCharacters(in: .whitespacesAndNewlines) == "3000")
+        // The next enqueue of the same file reads it whole, as it is now.
+        let second = try await p.outbox(["enqueue", "note", "--from", "lines.jsonl"])
+        #expect(second.exitCode == 0, "\(second)")
+        #expect(try p.sqlite("SELECT count(*) FROM entries").trimmingCharacters(in: .whitespacesAndNewlines) == "6500")
+    }
+}
