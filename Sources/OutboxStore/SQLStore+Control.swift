@@ -94,7 +94,8 @@ extension SQLStore {
         returnsTicket = try moves.begin(returns.map { MoveJournal.Move(staged: $0.file, source: $0.source, identity: $0.identity) })
     }
 
-    /// Forgets the returns of a transaction that rolled back: the files stay where they are.
+    /// Forgets the returns of a transaction that rolled back (the files stay where they are)
+    /// and removes the bodies it staged.
     func dropReturns() {
         returns.removeAll()
         takenOverFiles.removeAll()
