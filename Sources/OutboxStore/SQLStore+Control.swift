@@ -62,7 +62,8 @@ extension SQLStore {
         for file in files + obsoleteFiles where !takenOverFiles.contains(file) { staging.discard(file) }
         obsoleteFiles.removeAll()
         takenOverFiles.removeAll()
-        staging.afterCommit(stagedInTransaction)
+        staging.afterCommit(stagedInTransaction.map(\.body))
+        for staged in stagedInTransaction { moves.end(staged.moves) }
         stagedInTransaction.removeAll()
         for (file, source, identity) in returns {
             // The store keeps its files 0600; the user's file gets its own mode back.
@@ -99,7 +100,10 @@ extension SQLStore {
     func dropReturns() {
         returns.removeAll()
         takenOverFiles.removeAll()
-        for s in stagedInTransaction { staging.rollback(s) }
+        for staged in stagedInTransaction {
+            staging.rollback(staged.body)
+            moves.end(staged.moves)
+        }
         stagedInTransaction.removeAll()
         moves.end(returnsTicket)
         returnsTicket = nil

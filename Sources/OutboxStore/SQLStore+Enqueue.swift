@@ -96,15 +96,8 @@ extension SQLStore {
         var staged = StagedBatch()
         staged.internals = batch.map { _ in Identifiers.uuid() }
         // The files this batch will move in, written down before the first rename.
-        let moving = batch.indices.compactMap { i -> MoveJournal.Move? in
-            switch batch[i].prepared.body {
-            case let .file(identity, .move), let .parts(identity, .move, _):
-                return MoveJournal.Move(staged: staging.path(staged.internals[i], "body"), source: identity.path, identity: identity)
-            default:
-                return nil
-            }
-        }
-        staged.ticket = try moves.begin(moving)
+        staged.ticket = try moves.begin(
+            batch.indices.compactMap { move(staging: batch[$0].prepared.body, internalID: staged.internals[$0]) })
         do throws(OutboxError) {
             for position in batch.indices {
                 let existing = stored[position]
@@ -194,6 +187,16 @@ extension SQLStore {
         }
     }
 
+    /// The move of a user's file into the store that staging `body` makes, if any.
+    func move(staging body: PreparedBody, internalID: String) -> MoveJournal.Move? {
+        switch body {
+        case let .file(identity, .move), let .parts(identity, .move, _):
+            return MoveJournal.Move(staged: staging.path(internalID, "body"), source: identity.path, identity: identity)
+        default:
+            return nil
+        }
+    }
+
     /// The body of a new entry that found its id holding the same bytes when the batch was
     /// staged (so nothing was staged), and found it forgotten when written: a hook or
     /// follow-up enqueueing its own id as its outcome is acknowledged. The bytes pass to the
@@ -202,9 +205,17 @@ extension SQLStore {
         let held = existing.map { StagedBody(takenOver: $0) } ?? staged
         let files = [held.file].compactMap { $0 } + held.form.compactMap(\.stagedFile)
         guard files.allSatisfy(Paths.exists) else {
-            let fresh = try staging.stage(body, internalID: internalID)
-            stagedInTransaction.append(fresh)
-            return fresh
+            // Written down before the rename, as a batch's moves are: a crash before the
+            // commit puts the user's file back.
+            let ticket = try moves.begin([move(staging: body, internalID: internalID)].compactMap { $0 })
+            do throws(OutboxError) {
+                let fresh = try staging.stage(body, internalID: internalID)
+                stagedInTransaction.append((fresh, ticket))
+                return fresh
+            } catch {
+                moves.end(ticket)
+                throw error
+            }
         }
         takenOverFiles.formUnion(files)
         return held

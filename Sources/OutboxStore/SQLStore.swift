@@ -47,9 +47,9 @@ protocol SQLStore: AnyObject {
     var obsoleteFiles: [String] { get set }
     /// Files of forgotten entries that an entry written in the same transaction took over.
     var takenOverFiles: Set<String> { get set }
-    /// Bodies staged inside the transaction (a take-over whose bytes were gone): rolled back
-    /// with it, finished with its commit.
-    var stagedInTransaction: [StagedBody] { get set }
+    /// Bodies staged inside the transaction (a take-over whose bytes were gone), with the
+    /// journal of the file each moved in: rolled back with it, finished with its commit.
+    var stagedInTransaction: [(body: StagedBody, moves: MoveJournal.Ticket?)] { get set }
     /// The journal of `returns`, written before the commit that forgets their entries.
     var returnsTicket: MoveJournal.Ticket? { get set }
     /// Stored requests parsed already, by their text (entries of a definition share it).

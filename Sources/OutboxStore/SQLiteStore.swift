@@ -16,7 +16,7 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     /// Staged files of replaced bodies, removed once the transaction commits.
     var obsoleteFiles: [String] = []
     var takenOverFiles: Set<String> = []
-    var stagedInTransaction: [StagedBody] = []
+    var stagedInTransaction: [(body: StagedBody, moves: MoveJournal.Ticket?)] = []
     var requestCache = StoredRequestCache()
     let moves: MoveJournal
     /// The journal of `returns`, written before the commit that forgets their entries.

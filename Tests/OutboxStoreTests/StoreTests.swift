@@ -830,4 +830,28 @@ struct TakeOverStagingTests {
         #expect(FileManager.default.fileExists(atPath: file) == commits)
         #expect(f.store.stagedInTransaction.isEmpty)
     }
+
+    /// A user's file moved in there is written in the move journal until the commit or the
+    /// rollback, as a batch's moves are; a rollback puts it back at its path.
+    @Test(arguments: [false, true])
+    func aFileMovedInsideTheTransactionIsJournaled(commits: Bool) throws {
+        let f = try StoreFixture()
+        let source = f.root + "/upload.bin"
+        try Data(repeating: 9, count: 1000).write(to: URL(fileURLWithPath: source))
+        let info = try #require(FileInfo.stat(source))
+        let identity = FileIdentity(path: source, size: info.size, mtimeNs: info.mtimeNs, inode: info.inode, mode: info.mode)
+        var gone = StagedBody()
+        gone.file = f.bodies + "/removed-meanwhile.body"
+        gone.keepsStored = true
+        let fresh = try f.store.takeOver(nil, gone, body: .file(identity, .move), internalID: "moved")
+        let staged = try #require(fresh.file)
+        let journals = { (try? FileManager.default.contentsOfDirectory(atPath: f.storeFolder + "/moves")) ?? [] }
+        #expect(journals().count == 1)
+        #expect(FileManager.default.fileExists(atPath: staged))
+        #expect(!FileManager.default.fileExists(atPath: source))
+        if commits { f.store.finishForget([]) } else { f.store.dropReturns() }
+        #expect(journals().isEmpty)
+        #expect(FileManager.default.fileExists(atPath: staged) == commits)
+        #expect(FileManager.default.fileExists(atPath: source) == !commits)
+    }
 }

@@ -23,7 +23,7 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
     var returns: [(file: String, source: String, identity: FileIdentity?)] = []
     var obsoleteFiles: [String] = []
     var takenOverFiles: Set<String> = []
-    var stagedInTransaction: [StagedBody] = []
+    var stagedInTransaction: [(body: StagedBody, moves: MoveJournal.Ticket?)] = []
     var requestCache = StoredRequestCache()
     var returnsTicket: MoveJournal.Ticket?
     /// The database clock minus this host's, in ms: lease ends are database times.
