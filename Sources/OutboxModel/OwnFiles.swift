@@ -15,13 +15,7 @@ package struct OwnFiles: Sendable {
         storeFolder = Paths.resolved(config.stagingFolder)
         configFile = config.file.map(Paths.resolved)
         let database = ["outbox.db", "outbox.db-wal", "outbox.db-shm"].map { Paths.join(config.stagingFolder, $0) }
-        inodes = Set((database + (config.file.map { [$0] } ?? [])).compactMap(Self.inode))
-    }
-
-    private static func inode(_ path: String) -> [UInt64]? {
-        var st = Glibc.stat()
-        guard stat(path, &st) == 0 else { return nil }
-        return [UInt64(st.st_dev), UInt64(st.st_ino)]
+        inodes = Set((database + (config.file.map { [$0] } ?? [])).compactMap { FileInfo.stat($0).map { [$0.device, $0.inode] } })
     }
 
     /// The last folder `refuse` resolved, with its real path: the files of a batch mostly
@@ -29,10 +23,11 @@ package struct OwnFiles: Sendable {
     private let lastFolder = Locked<(folder: String, real: String)?>(nil)
 
     /// Throws when the file at `path` (which exists) is one of them, through any link.
-    func refuse(_ path: String, field: String) throws(OutboxError) {
-        var st = Glibc.stat()
+    /// `unlinked`: what `lstat` found at `path` already, when it is no link.
+    func refuse(_ path: String, field: String, unlinked: FileInfo? = nil) throws(OutboxError) {
         let file: String
-        if Paths.isNormal(path), path != "/", lstat(path, &st) == 0, (st.st_mode & S_IFMT) != S_IFLNK {
+        let found: FileInfo
+        if Paths.isNormal(path), path != "/", let info = unlinked ?? FileInfo.lstat(path), !info.isLink {
             // Not a link itself: its real path is its folder's real path and its own name.
             let folder = Paths.dirname(path)
             let real =
@@ -43,15 +38,17 @@ package struct OwnFiles: Sendable {
                     return real
                 }()
             file = Paths.join(real, Paths.basename(path))
+            found = info
         } else if let real = realpath(path, nil) {
             defer { free(real) }
             file = String(cString: real)
-            guard stat(path, &st) == 0 else { return try refuseByPath(path, file, field: field) }
+            guard let info = FileInfo.stat(path) else { return try refuseByPath(path, file, field: field) }
+            found = info
         } else {
             return try refuseByPath(path, Paths.resolved(path), field: field)
         }
         try refuseByPath(path, file, field: field)
-        if inodes.contains([UInt64(st.st_dev), UInt64(st.st_ino)]) {
+        if inodes.contains([found.device, found.inode]) {
             throw .invalid("\(field): \(path) is a hard link to the store's database or the config; outbox does not send its own files")
         }
     }

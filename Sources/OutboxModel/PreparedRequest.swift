@@ -22,15 +22,18 @@ package struct FileIdentity: Sendable, Equatable {
     }
 
     /// The file at `path` as it is now: E_FILE_MISSING when it is not there, E_INVALID when it
-    /// is not a regular file; `field` names it in the message.
-    package static func of(_ path: String, field: String) throws(OutboxError) -> FileIdentity {
+    /// is not a regular file; `field` names it in the message. With it, what `lstat` found
+    /// when the path is no link (nil for a link), for `OwnFiles.refuse`: a batch looks each
+    /// path up once for both (a lookup costs about 2 µs).
+    package static func of(_ path: String, field: String) throws(OutboxError) -> (identity: FileIdentity, unlinked: FileInfo?) {
         // The system reads a path up to its first NUL: it would name another file than the one given.
         guard !path.utf8.contains(0) else { throw .invalid("\(field): the path contains a NUL character") }
-        guard let info = FileInfo.stat(path) else {
+        let unlinked = FileInfo.lstat(path).flatMap { $0.isLink ? nil : $0 }
+        guard let info = unlinked ?? FileInfo.stat(path) else {
             throw .fileMissing("\(field): no such file \(path)")
         }
         guard info.isRegular else { throw .invalid("\(field): \(path) is not a regular file") }
-        return FileIdentity(path: path, size: info.size, mtimeNs: info.mtimeNs, inode: info.inode, mode: info.mode)
+        return (FileIdentity(path: path, size: info.size, mtimeNs: info.mtimeNs, inode: info.inode, mode: info.mode), unlinked)
     }
 
     /// Whether a file found now is still this one (size, mtime and inode; `ownership: reference`).
@@ -217,4 +220,7 @@ package struct FileInfo: Sendable {
     package var isRegular: Bool
     /// Permission bits (0o7777 of st_mode).
     package var mode: UInt32 = 0
+    package var device: UInt64 = 0
+    /// A symbolic link itself (from `lstat`).
+    package var isLink = false
 }

@@ -59,8 +59,9 @@ package enum RequestBuilder {
             if let moved = inputs.movedFiles[absolute], !Paths.exists(absolute) {
                 identity = moved
             } else {
-                identity = try FileIdentity.of(absolute, field: "request.file")
-                try (inputs.ownFiles ?? OwnFiles(config)).refuse(absolute, field: "request.file")
+                let found = try FileIdentity.of(absolute, field: "request.file")
+                identity = found.identity
+                try (inputs.ownFiles ?? OwnFiles(config)).refuse(absolute, field: "request.file", unlinked: found.unlinked)
                 fileIsAtItsPath = true
             }
             fileIdentity = identity
@@ -292,8 +293,9 @@ package enum RequestBuilder {
             case let (nil, f?):
                 guard let path = f.stringValue else { throw .invalid("\(at).file must be a path") }
                 let absolute = Paths.absolute(path, relativeTo: inputs.cwd)
-                field.file = try FileIdentity.of(absolute, field: "\(at).file")
-                try (inputs.ownFiles ?? OwnFiles(config)).refuse(absolute, field: "\(at).file")
+                let found = try FileIdentity.of(absolute, field: "\(at).file")
+                field.file = found.identity
+                try (inputs.ownFiles ?? OwnFiles(config)).refuse(absolute, field: "\(at).file", unlinked: found.unlinked)
                 if let problem = Paths.readProblem(absolute) { throw .fileMissing("\(at).file: cannot read \(absolute): \(problem)") }
             default:
                 throw .invalid("\(at) needs exactly one of value or file")
