@@ -80,7 +80,9 @@ package struct HTTPRequest: Sendable {
     package var redirectMethodChange = false
     /// Header names (lowercase) never sent to another host: a redirect to another host of a
     /// request carrying one is not followed (the transfer stops with a `.redirect` failure).
-    package var credentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
+    package var credentialHeaders = Self.alwaysCredentials
+    /// Made once: a set built for each request cost it an allocation and three hashes.
+    private static let alwaysCredentials: Set<String> = ["authorization", "cookie", "proxy-authorization"]
     /// Signs the request with AWS Signature V4 (libcurl computes `Authorization` from the
     /// method, path, query and every header given here, at the moment it sends).
     package var awsSigV4: AWSSigV4?
