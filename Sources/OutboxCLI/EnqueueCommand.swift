@@ -194,7 +194,7 @@ enum EnqueueCommand {
             guard fd >= 0 else { throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage())") }
             // A file's lines are written in one transaction as they are read: one still being
             // appended to would hold the store's write lock for as long as its writer goes on.
-            reader = LineReader(fd: fd, maxLineBytes: maxLine, limit: Self.regularFileSize(fd))
+            reader = LineReader(fd: fd, maxLineBytes: maxLine, limit: Self.regularFileSize(fd) ?? .max)
         }
         defer { if fd >= 0 { close(fd) } }
         let project = try i.project()

@@ -25,13 +25,10 @@ package struct LineReader {
         self.read = read
     }
 
-    /// Reads a file descriptor; with `limit`, no more than that many bytes in all (a file
-    /// that grows while it is read ends where it ended when it was opened).
-    package init(fd: Int32, maxLineBytes: Int, limit: Int64? = nil) {
-        guard var left = limit else {
-            self.init(maxLineBytes: maxLineBytes) { n in Self.readChunk(fd: fd, n) }
-            return
-        }
+    /// Reads a file descriptor, no more than `limit` bytes in all (a file that grows while
+    /// it is read ends where it ended when it was opened).
+    package init(fd: Int32, maxLineBytes: Int, limit: Int64 = .max) {
+        var left = limit
         self.init(maxLineBytes: maxLineBytes) { n in
             guard left > 0 else { return [] }
             let chunk = Self.readChunk(fd: fd, Int(min(Int64(n), left)))
