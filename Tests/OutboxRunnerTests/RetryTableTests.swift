@@ -314,6 +314,37 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         #expect(row.string("reason") == "file")
     }
 
+    /// A referenced file is checked as its request opens it: removed, or rewritten, after
+    /// enqueue, it settles error kind `file`; nothing reaches the server and no attempt counts.
+    @Test func referencedFileGoneOrChangedSettlesErrorFileWithNoAttempt() async throws {
+        let p = try Project(definitions: ["up": fileDefinition("up", ownership: "reference")])
+        let good = p.base + "/good.bin"
+        let gone = p.base + "/gone.bin"
+        let changed = p.base + "/changed.bin"
+        for path in [good, gone, changed] { try Data(repeating: 7, count: 4096).write(to: URL(fileURLWithPath: path)) }
+        for (id, path) in [("good", good), ("gone", gone), ("changed", changed)] {
+            let vars = JSON.object([("url", .string(p.url("/put/\(id)"))), ("path", .string(path))]).serialized()
+            #expect(try await p.outbox(["enqueue", "up", "--vars", vars, "--id", id]).exitCode == 0)
+        }
+        try FileManager.default.removeItem(atPath: gone)
+        try Data(repeating: 8, count: 5000).write(to: URL(fileURLWithPath: changed))
+
+        let run = try await p.outbox(["run", "--drain", "--json"])
+        #expect(run.exitCode != 0, "two entries settled error")
+        #expect(p.server.requests.map(\.path) == ["/put/good"])
+        #expect(run.json?.int("attempts") == 1, "\(run.stdout)")
+        for (id, message) in [("gone", "missing"), ("changed", "changed")] {
+            let hook = try #require(p.deliveries(id).first)
+            #expect(hook.string("stdin.outcome") == "error")
+            #expect(hook.string("stdin.error.kind") == "file")
+            #expect(hook.string("stdin.error.message")?.contains(message) == true, "\(hook)")
+            #expect(hook.int("stdin.meta.attempts") == 0)
+        }
+        let rows = try await p.list()
+        #expect(Set(rows.map { $0.string("id") ?? "" }) == ["gone", "changed"])
+        #expect(rows.allSatisfy { $0.string("state") == "error" && $0.string("reason") == "file" && $0.int("attempts") == 0 })
+    }
+
     @Test func pastExpiresAtSettlesErrorExpired() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/status/200", id: "old", extra: ["--expires-at", String(nowMs() - 1000)])

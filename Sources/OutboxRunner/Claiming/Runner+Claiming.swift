@@ -124,7 +124,7 @@ extension Runner {
         checks.onWifi = { [self] in wifiGate.isOnWifi(now: now, check: onWifi) }
         checks.wifiRecheckAt = wifiGate.nextCheck(now: now)
         checks.heldHosts = hostHealth.held
-        checks.payloadProblem = { [self] in payloadProblem($0) }
+        checks.payloadProblem = { [self] in Self.checkedWhenOpened($0) ? nil : payloadProblem($0) }
         checks.standbyAllowed = Identifiers.monotonicMs() >= standbyHeldUntil
         let plan = scheduler.claims(readAhead.ready, slots: &slots, checks: checks)
         flights.slots.hostLoad = slots.hostLoad
@@ -288,6 +288,15 @@ extension Runner {
     /// The identity a referenced file had at enqueue, which it must keep until it is sent.
     static func expectedFile(_ entry: Entry) -> FileIdentity? {
         entry.request.ownership == .reference ? entry.request.file : nil
+    }
+
+    /// Whether the curl thread's check as it opens the body file is the whole check before
+    /// sending: a referenced file sent whole, opened with the identity it had at enqueue. Its
+    /// path is not looked up here as well (a lookup a file); a problem found there settles
+    /// the same error, with no attempt counted.
+    static func checkedWhenOpened(_ entry: Entry) -> Bool {
+        guard case .file = entry.body, entry.request.s3?.skipExisting != true else { return false }
+        return expectedFile(entry) != nil
     }
 
     /// Whether the entry's file must keep its identity until sent (`identityToKeep`): checked
