@@ -119,6 +119,9 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
         }
         try execute("PRAGMA synchronous=FULL")
         try execute("PRAGMA foreign_keys=ON")
+        // A forgotten entry's bytes (its headers may hold credentials) are zeroed in the file, not
+        // left in free space: Debian builds SQLite this way, other builds may not.
+        try execute("PRAGMA secure_delete=ON")
         _ = csqlite_no_checkpoint_on_close(db, 0)
     }
 

@@ -880,6 +880,29 @@ struct CLIAuditTests {
         #expect(!FileManager.default.fileExists(atPath: dead))
     }
 
+    /// A forgotten entry's bytes do not stay in the store's files: its row (here a header
+    /// holding a token) is zeroed as it is deleted, not left in the page's free space.
+    @Test func aCancelledEntrysTokenDoesNotStayInTheStoreFiles() throws {
+        let p = try CLIProject()
+        let token = "tok-5f0c1e-never-kept"
+        p.environment = ["API_TOKEN": token]
+        try p.enqueue("note", vars: #"{"n": 5, "note": "hi"}"#, id: "s1")
+        try p.enqueue("plain", vars: "{}", id: "p1")
+        func storeHoldsToken() throws -> Bool {
+            try ["outbox.db", "outbox.db-wal"].contains { name in
+                let path = p.storeFolder + "/" + name
+                guard FileManager.default.fileExists(atPath: path) else { return false }
+                return try Data(contentsOf: URL(fileURLWithPath: path)).range(of: Data(token.utf8)) != nil
+            }
+        }
+        #expect(try storeHoldsToken(), "the stored request holds the token as sent")
+        #expect(p.run("cancel", "s1", "p1").status == 0)
+        // A runner folds the log back into the database as it ends.
+        let run = p.run("run", "--drain")
+        #expect(run.status == 0, "\(run)")
+        #expect(try !storeHoldsToken())
+    }
+
     /// A store file or folder others may read (a hand's chmod, a copy made with another
     /// umask) is named by `audit`; `--fix` makes files 0600 and folders 0700 again.
     @Test func auditNamesAndFixesLooseModes() throws {
