@@ -63,11 +63,13 @@ def ensure_tool(path, apt_package):
 
 
 class Measured:
-    """One finished process: wall seconds, peak RSS in KiB, exit status."""
+    """One finished process: wall seconds, peak RSS in KiB, CPU seconds (user + system, its
+    threads and children), exit status."""
 
-    def __init__(self, wall, rss_kib, rc, stdout_path, stderr_path):
+    def __init__(self, wall, rss_kib, rc, stdout_path, stderr_path, cpu=None):
         self.wall = wall
         self.rss_kib = rss_kib
+        self.cpu = cpu
         self.rc = rc
         self.stdout_path = stdout_path
         self.stderr_path = stderr_path
@@ -89,16 +91,18 @@ TIME = "/usr/bin/time"
 
 
 def measure(argv, cwd=None, env=None, stdout_path=None, stderr_path=None, stdin_path=None, timeout=600, rss=True):
-    """Runs argv to completion: wall time from spawn to reap, and with `rss` its peak RSS.
+    """Runs argv to completion: wall time from spawn to reap, and with `rss` its peak RSS and
+    CPU seconds.
 
-    Peak RSS comes from GNU time (`%M`, "Maximum resident set size"): our own wait4 would
-    report this Python process's size, since a vfork child's high-water mark carries over exec.
+    Both come from GNU time (`%M`, "Maximum resident set size", and `%U` + `%S`): our own
+    wait4 would report this Python process's size, since a vfork child's high-water mark
+    carries over exec.
     """
     rss_file = None
     if rss and (os.path.exists(TIME) or ensure_tool(TIME, "time")):
         fd, rss_file = tempfile.mkstemp(prefix="outbox-bench-rss-")
         os.close(fd)
-        argv = [TIME, "-f", "%M", "-o", rss_file, *argv]
+        argv = [TIME, "-f", "%M %U %S", "-o", rss_file, *argv]
     out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
     err = open(stderr_path, "wb") if stderr_path else subprocess.DEVNULL
     inp = open(stdin_path, "rb") if stdin_path else subprocess.DEVNULL
@@ -116,16 +120,17 @@ def measure(argv, cwd=None, env=None, stdout_path=None, stderr_path=None, stdin_
         for f in (out, err, inp):
             if hasattr(f, "close"):
                 f.close()
-    rss_kib = None
+    rss_kib = cpu = None
     if rss_file:
         try:
             with open(rss_file) as fh:
-                # "Command exited with non-zero status N" may come first; the figure is last.
-                rss_kib = int(fh.read().split()[-1])
+                # "Command exited with non-zero status N" may come first; the figures are last.
+                figures = fh.read().split()[-3:]
+            rss_kib, cpu = int(figures[0]), float(figures[1]) + float(figures[2])
         except (OSError, ValueError, IndexError):
-            rss_kib = None
+            rss_kib = cpu = None
         os.unlink(rss_file)
-    return Measured(wall, rss_kib, proc.returncode, stdout_path, stderr_path)
+    return Measured(wall, rss_kib, proc.returncode, stdout_path, stderr_path, cpu)
 
 
 def must(result, what):
@@ -318,6 +323,25 @@ class Nginx:
                     counts[code] = counts.get(code, 0) + 1
         return counts
 
+    def cpu_seconds(self):
+        """CPU seconds (user + system) the workers have used so far: the difference around a
+        run is the server's share of the machine during it."""
+        if not self.proc:
+            return 0.0
+        ticks = 0
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    # After the command's name: state, parent, ... then utime and stime.
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if int(fields[1]) == self.proc.pid:
+                ticks += int(fields[11]) + int(fields[12])
+        return ticks / os.sysconf("SC_CLK_TCK")
+
     def stop(self):
         if self.proc and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGQUIT)
@@ -364,6 +388,24 @@ class Project:
         err = os.path.join(self.root, f".err-{tag}")
         return measure(self.argv(*args), cwd=self.root, stdout_path=out, stderr_path=err, stdin_path=stdin_path,
                        timeout=timeout, rss=rss)
+
+
+class CPUShares:
+    """CPU seconds of each contender's rounds, and the server's during them."""
+
+    def __init__(self):
+        self.own = {}
+        self.server = {}
+
+    def add(self, name, measured, server_seconds):
+        self.own.setdefault(name, []).append(sum(m.cpu or 0.0 for m in measured))
+        self.server.setdefault(name, []).append(server_seconds)
+
+    def note(self):
+        """CPU medians of every contender and of nginx during its rounds, for a row's note."""
+        own = ", ".join(f"{n} {median(v):.2f} s" for n, v in self.own.items())
+        server = ", ".join(f"{median(v):.2f} s during {n}'s" for n, v in self.server.items())
+        return f"CPU medians (user + system): {own}; nginx {server}"
 
 
 def write_jsonl(path, count, make):

@@ -73,22 +73,28 @@ def curl_once(work, nginx, config, count):
 def small_case(work, nginx, url, lines, config):
     """POST_COUNT POSTs: outbox's drain against curl --parallel, ROUNDS interleaved rounds."""
     outbox_t, peer_t, rss = [], [], []
+    cpu = B.CPUShares()
     failure = None
 
     def outbox_round(round_):
         """Enqueues (untimed) and drains (timed); returns a failure or None."""
         project = project_for(work, f"p{round_}", url)
         B.must(project.run("enqueue", "bench.post", "--from", lines), "outbox enqueue --from")
+        server_before = nginx.cpu_seconds()
         r, failed = drain(project, nginx, COUNT)
         if failed:
             return failed
+        cpu.add("outbox", [r], nginx.cpu_seconds() - server_before)
         outbox_t.append(r.wall)
         rss.append(r.rss_kib)
         shutil.rmtree(project.root, ignore_errors=True)
         return None
 
     def curl_round(round_):
-        peer_t.append(curl_once(work, nginx, config, COUNT).wall)
+        server_before = nginx.cpu_seconds()
+        p = curl_once(work, nginx, config, COUNT)
+        cpu.add("curl", [p], nginx.cpu_seconds() - server_before)
+        peer_t.append(p.wall)
         return None
 
     for round_ in range(ROUNDS):
@@ -108,7 +114,8 @@ def small_case(work, nginx, url, lines, config):
     return [B.Row("post", f"{COUNT:,} POSTs, 16 in flight", "s", o, "curl --parallel-max 16", q,
                   target="ratio ≤ 1.1", target_ok=(o / q) <= 1.1, rss_kib=max(rss), rss_target_mib=50,
                   note=f"outbox {COUNT / o:,.0f} req/s, curl {COUNT / q:,.0f} req/s (medians of {ROUNDS}; "
-                       f"outbox {min(outbox_t):.2f}–{max(outbox_t):.2f} s, curl {min(peer_t):.2f}–{max(peer_t):.2f} s)")]
+                       f"outbox {min(outbox_t):.2f}–{max(outbox_t):.2f} s, curl {min(peer_t):.2f}–{max(peer_t):.2f} s); "
+                       f"{cpu.note()}")]
 
 
 def fill_large(work, project, count):

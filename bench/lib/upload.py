@@ -286,14 +286,17 @@ request:
     warm_up(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", config], os.path.join(dav, "dav", "cu"), total,
             work.join(f"curl-{tag}.err"))
     outbox = OutboxRounds(dav)
+    cpu = B.CPUShares()
 
     def outbox_round(round_):
         # enqueue --from + drain, in a fresh project
         nonlocal detail
         project = B.Project(work.join(f"{tag}-{round_}"), "concurrency: 16\nper_host: 16\n")
         project.write("definitions/put.yaml", definition)
+        server_before = nginx.cpu_seconds()
         e = B.must(project.run("enqueue", "bench.put", "--from", lines), "outbox enqueue --from")
         r, summary = outbox_drain(project, "whole-file PUTs")
+        cpu.add("outbox", [e, r], nginx.cpu_seconds() - server_before)
         got, files = sink_bytes(outbox.sink)
         if summary.get("completed") != count or got != total:
             raise B.BenchFailure(f"summary {summary}; sink holds {got} bytes in {files} files, expected {total}")
@@ -301,17 +304,20 @@ request:
         rss.append(max(e.rss_kib or 0, r.rss_kib or 0))
         detail = f"last round: enqueue --from {e.wall:.2f} s + drain {r.wall:.2f} s"
 
-    def curl_round(conf, times):
+    def curl_round(conf, times, name):
         # curl --parallel, as is and with outbox's request shape (no Expect)
         def run(round_):
+            server_before = nginx.cpu_seconds()
             p = curl_into_sink(["curl", "--parallel", "--parallel-max", "16", "-s", "-S", "-K", conf],
                                os.path.join(dav, "dav", "cu"), total, "curl --parallel -T", work.join(f"curl-{tag}.err"))
+            cpu.add(name, [p], nginx.cpu_seconds() - server_before)
             times.append(p.wall)
         return run
 
     rclone_note = "rclone not run"
     for round_ in range(rounds):
-        play_round([lambda n: outbox.play(outbox_round, n), curl_round(config, curl_s), curl_round(config_no_expect, curl_ne_s)],
+        play_round([lambda n: outbox.play(outbox_round, n), curl_round(config, curl_s, "curl"),
+                    curl_round(config_no_expect, curl_ne_s, "curl without Expect")],
                    round_)
         # rclone copy to a :webdav: remote; last, as it takes 20 times longer
         if have_rclone and not rclone_failed and round_ < RCLONE_ROUNDS:
@@ -337,7 +343,7 @@ request:
     outbox_value = None if outbox.failed else mib_per_s(total, B.median(outbox_s))
     note = outbox.failed or (f"medians of {rounds}: outbox {count / B.median(outbox_s):,.0f} files/s "
                              f"({min(outbox_s):.2f}–{max(outbox_s):.2f} s), curl {count / B.median(curl_s):,.0f} files/s "
-                             f"({min(curl_s):.2f}–{max(curl_s):.2f} s); {rclone_note}; {detail}")
+                             f"({min(curl_s):.2f}–{max(curl_s):.2f} s); {rclone_note}; {detail}; {cpu.note()}")
     curl_value = mib_per_s(total, B.median(curl_s))
     rows.append(B.Row("upload", case, "MiB/s", outbox_value, "curl --parallel-max 16 -T", curl_value,
                       higher_is_better=True, target=f"ratio ≤ {target}",
