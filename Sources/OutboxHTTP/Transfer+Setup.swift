@@ -25,29 +25,26 @@ extension Transfer {
                 // Out of fds or memory passes: tried again later.
                 throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: cannot open \(path): \(errnoText())")
             }
-            var info = stat()
-            guard fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG else {
+            guard let info = FileInfo.stat(fd: fd), info.isRegular else {
                 Glibc.close(fd)
                 throw TransferSetupError(kind: .file, message: "file: \(path) is not a regular file")
             }
-            let mtimeNs = Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec)
-            if let expected, !expected.matches(size: Int64(info.st_size), mtimeNs: mtimeNs, inode: UInt64(info.st_ino)) {
+            if let expected, !expected.matches(size: info.size, mtimeNs: info.mtimeNs, inode: info.inode) {
                 Glibc.close(fd)
                 throw TransferSetupError(kind: .file, message: FileIdentity.changed(path))
             }
-            guard Int64(info.st_size) >= offset + length else {
+            guard info.size >= offset + length else {
                 Glibc.close(fd)
                 // The bytes enqueued are gone: sending again cannot bring them back.
                 throw TransferSetupError(
                     kind: .file,
-                    message: "file: \(path) has \(info.st_size) bytes, needs \(offset + length)")
+                    message: "file: \(path) has \(info.size) bytes, needs \(offset + length)")
             }
             source = .file(fd: fd, offset: offset, length: length, path: path)
         case .form(let fields):
             for field in fields {
                 guard let path = field.filePath else { continue }
-                var info = stat()
-                guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFREG, access(path, R_OK) == 0 else {
+                guard FileInfo.stat(path)?.isRegular == true, access(path, R_OK) == 0 else {
                     throw TransferSetupError(kind: .network, message: "file: cannot read form file \(path)")
                 }
             }

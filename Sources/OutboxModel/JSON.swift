@@ -332,5 +332,3 @@ package struct JSONObjectText {
         }
     }
 }
-
-// MARK: - Reading
