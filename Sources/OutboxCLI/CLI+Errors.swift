@@ -8,10 +8,12 @@ extension CLI {
             let n = error.diagnostics.count
             // With --json the document alone reports them: one format at a time.
             if !json {
-                var sources: [String: [Substring.UTF8View.SubSequence]] = [:]
+                // Each file read once; one that cannot be read (gone, a folder) has no line to show.
+                var sources: [String: [Substring.UTF8View.SubSequence]?] = [:]
                 for d in error.diagnostics {
-                    if sources[d.path] == nil { sources[d.path] = Diagnostic.lines(Paths.readText(d.path) ?? "") }
-                    console.err(d.rendered(lines: sources[d.path]))
+                    let lines = sources[d.path] ?? Paths.readText(d.path).map(Diagnostic.lines)
+                    sources[d.path] = lines
+                    console.err(d.rendered(lines: lines))
                 }
                 console.err("outbox: E_CONFIG: \(n) error\(n == 1 ? "" : "s")")
             } else {

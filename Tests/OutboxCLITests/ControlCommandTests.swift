@@ -290,6 +290,9 @@ struct UnreadableDefinitionTests {
         #expect(r.status == 78, "\(r)")
         #expect(r.err.contains("\(link):1:1: error: cannot read this definition file: No such file or directory"), "\(r.err)")
         #expect(r.err.contains("\(folder):1:1: error: cannot read this definition file: it is not a regular file"), "\(r.err)")
+        // No excerpt of a file that cannot be read: no empty line, no caret under nothing.
+        #expect(!r.err.contains("\n^"), "\(r.err)")
+        #expect(r.err.split(separator: "\n").count == 3, "\(r.err)")
         // The keys of the files that can be read still work; an unknown one says some files cannot be read.
         #expect(p.run("enqueue", "plain").status == 0)
         let unknown = p.run("enqueue", "gone")
