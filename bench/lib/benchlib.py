@@ -402,10 +402,16 @@ class CPUShares:
         self.server.setdefault(name, []).append(server_seconds)
 
     def note(self):
-        """CPU medians of every contender and of nginx during its rounds, for a row's note."""
+        """CPU medians of every contender and of nginx during its rounds, for a row's note;
+        and the two together, round by round: client and server share this machine's cores,
+        so where both keep the cores busy the times' ratio follows this one."""
         own = ", ".join(f"{n} {median(v):.2f} s" for n, v in self.own.items())
         server = ", ".join(f"{median(v):.2f} s during {n}'s" for n, v in self.server.items())
-        return f"CPU medians (user + system): {own}; nginx {server}"
+        both = {n: median([o + s for o, s in zip(self.own[n], self.server[n])]) for n in self.own}
+        names = list(both)
+        ratio = f" ({both[names[0]] / both[names[1]]:.2f}x)" if len(names) >= 2 and both[names[1]] > 0 else ""
+        together = ", ".join(f"{n} {v:.2f} s" for n, v in both.items())
+        return f"CPU medians (user + system): {own}; nginx {server}; client and nginx together: {together}{ratio}"
 
 
 def write_jsonl(path, count, make):
