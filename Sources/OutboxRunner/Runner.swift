@@ -266,7 +266,10 @@ package final class Runner {
             try acknowledgeFinished(now: now)
 
             if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && delivery.hooksRunning.isEmpty {
-                let due = try store.dueTimes(deliverableKeys: Set(definitions.definitions.keys))
+                let due = try readAhead.drainDueTimes(mono: mono, ownWrites: store.ownWrites) { () throws(OutboxError) in
+                    Fault.point("run.due-times")
+                    return try store.dueTimes(deliverableKeys: Set(definitions.definitions.keys))
+                }
                 // A refresh that may send parked entries again runs before the drain ends.
                 if Scheduler.drainIsOver(due: due, now: now, horizonEnd: horizonEnd), try !authRefreshDue(now: now) { break }
             }
@@ -305,7 +308,7 @@ package final class Runner {
         }
         store.checkpoint()
         summary.elapsedMs = Identifiers.monotonicMs() - started
-        summary.remaining = Int(try store.counts().remaining)
+        summary.remaining = Int(try store.remainingCount())
         summary.awaitingAuthIDs = try store.list(ListFilter(state: EntryState.awaitingAuth.rawValue)).map(\.id)
         if !delivery.failedIDs.isEmpty {
             var seen = Set<String>()
@@ -366,7 +369,7 @@ package final class Runner {
             summary.cancelled += 1
         }
         // What was committed can make entries due (follow-ups, requeues) and outcomes deliverable.
-        readAhead.exhausted = false
+        readAhead.storeChanged()
         delivery.due = true
         if batch.contains(where: \.insertsEntries) { readAhead.discard() }
         if settledUnhandled {

@@ -1,5 +1,6 @@
 import OutboxHTTP
 import OutboxModel
+import OutboxStore
 import OutboxProcess
 
 /// What the curl thread and hook threads post to the control thread.
@@ -109,15 +110,50 @@ struct Flights {
 /// Due entries read ahead of their claim, in queue order: one query feeds many claims.
 struct ReadAhead {
     var ready: ArraySlice<Entry> = []
-    /// The last read found fewer due entries than asked: no new read until something
-    /// changes, or 10 ms have passed (retries and holds come due with time).
+    /// The last read found fewer due entries than asked: no new read until the store
+    /// changes or the first wait among queued entries ends (a read walks every queued entry
+    /// when few are due, so reading every turn kept a waiting queue's runner busy).
     var exhausted = false
+    /// Set by that read: the end of the first wait (wall ms), and the store's `ownWrites`.
+    var waitEnd: Int64?
+    var ownWritesAtRead: Int64 = 0
     var readAt: Int64 = 0
+    /// A drain's due times, read when nothing is in flight, kept until the store changes.
+    private var dueTimes: (times: DueTimes, ownWrites: Int64, readAt: Int64)?
+
+    /// Longest time between two reads of an exhausted queue: a bound on how late a change
+    /// that no code path reported is seen.
+    static let backstopMs: Int64 = 10_000
+
+    /// What was read about due entries may be out of date: the store changed.
+    mutating func storeChanged() {
+        exhausted = false
+        dueTimes = nil
+    }
+
+    /// The due times `read` gives, read again only once the store changed: each read looks
+    /// at every queued entry, and a drain waiting for a retry asks every turn.
+    mutating func drainDueTimes(
+        mono: Int64, ownWrites: Int64, read: () throws(OutboxError) -> DueTimes
+    ) throws(OutboxError) -> DueTimes {
+        if let dueTimes, dueTimes.ownWrites == ownWrites, mono - dueTimes.readAt < Self.backstopMs { return dueTimes.times }
+        let times = try read()
+        dueTimes = (times, ownWrites, mono)
+        return times
+    }
 
     /// Drops the entries read ahead: a same-id enqueue may have replaced one of them.
     mutating func discard() {
         ready = []
-        exhausted = false
+        storeChanged()
+    }
+
+    /// Whether a read now may find entries the last one did not: always, unless that read
+    /// was exhausted; then at most every 10 ms, once a wait has ended or this process wrote.
+    func mayFindMore(now: Int64, mono: Int64, ownWrites: Int64) -> Bool {
+        guard exhausted else { return true }
+        guard mono - readAt >= 10 else { return false }
+        return now >= waitEnd ?? .max || ownWrites != ownWritesAtRead || mono - readAt >= Self.backstopMs
     }
 
     /// Removes from the front the `taken` entries looked at, except those `held` (ascending

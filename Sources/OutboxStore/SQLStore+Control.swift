@@ -285,6 +285,37 @@ extension SQLStore {
         return StoreCounts(states: states, pendingOutcomes: pending, oldestQueuedAt: oldest, byKey: byKey)
     }
 
+    package func remainingCount() throws(OutboxError) -> Int64 {
+        // One count per partial index: queued, running, and the failed states together.
+        try db.queryOne(Self.remainingSQL) { $0.int(0) } ?? 0
+    }
+
+    package func nextWaitEnd(after now: Int64) throws(OutboxError) -> Int64? {
+        try db.queryOne(Self.nextWaitEndSQL, [.int(now), .int(now)]) { $0.isNull(0) ? nil : $0.int(0) } ?? nil
+    }
+
+    /// Two index seeks on SQLite (`entries_waiting`, `entries_delayed`), whatever the queue's length.
+    static var nextWaitEndSQL: String {
+        """
+        SELECT MIN(t) FROM (
+          SELECT MIN(next_attempt_at) AS t FROM entries WHERE state = 'queued' AND next_attempt_at IS NOT NULL AND next_attempt_at > ?
+          UNION ALL
+          SELECT MIN(not_before) AS t FROM entries WHERE state = 'queued' AND not_before IS NOT NULL AND not_before > ?
+        ) AS waits
+        """
+    }
+
+    static var remainingSQL: String {
+        """
+        SELECT (SELECT COUNT(*) FROM entries WHERE state = 'queued') + (SELECT COUNT(*) FROM entries WHERE state = 'running')
+          + (SELECT COUNT(*) FROM entries WHERE \(stuckStates))
+        """
+    }
+
+    /// The failed states, as the partial index `entries_stuck` spells them: a query that
+    /// names them so reads that index instead of every entry.
+    static var stuckStates: String { "state IN ('awaiting-auth', 'error')" }
+
     /// Problems with the store's invariants (empty when all hold), for `outbox audit`.
     package func audit(note: (String) -> Void) throws(OutboxError) -> [String] {
         var problems = try databaseProblems()

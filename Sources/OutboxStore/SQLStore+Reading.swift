@@ -133,7 +133,11 @@ extension SQLStore {
         if let key = filter.key { sql += " AND key = ?"; values.append(.text(key)) }
         if let id = filter.id { sql += " AND id = ?"; values.append(.text(id)) }
         if let scope = filter.scope { sql += " AND scope = ?"; values.append(.text(scope)) }
-        if let state = filter.state { sql += " AND state = ?"; values.append(.text(state == "paused" ? "queued" : state)) }
+        if let state = filter.state {
+            sql += " AND state = ?"
+            values.append(.text(state == "paused" ? "queued" : state))
+            if state == EntryState.awaitingAuth.rawValue || state == EntryState.error.rawValue { sql += " AND \(stuckStates)" }
+        }
         return (sql, values)
     }
 

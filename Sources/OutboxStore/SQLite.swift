@@ -314,6 +314,9 @@ final class SQLiteConnection: SQLDatabase, @unchecked Sendable {
         return try result.get()
     }
 
+    /// Rows changed by this connection since it opened; no query, no lock.
+    var totalChanges: Int64 { sqlite3_total_changes64(db) }
+
     /// Changes whenever another connection commits; cheap to poll.
     func dataVersion() throws(OutboxError) -> Int64 {
         try queryOne("PRAGMA data_version") { $0.int(0) } ?? 0

@@ -276,6 +276,7 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     }
 
     package func dataVersion() throws(OutboxError) -> Int64 { try db.dataVersion() }
+    package var ownWrites: Int64 { db.totalChanges }
 
     /// SQLite's writers take turns on the database's write lock.
     func writing<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T { try db.transaction(body) }

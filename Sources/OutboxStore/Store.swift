@@ -35,6 +35,9 @@ package protocol Store: AnyObject {
     /// Entries with an outcome that waits because no definition has its key (unhandled-key).
     func unhandledKeyEntryIDs() throws(OutboxError) -> Set<String>
     func counts() throws(OutboxError) -> StoreCounts
+    /// Entries not completed or cancelled: `counts().remaining`, read from the indexes of
+    /// those states instead of the whole table (a run's summary).
+    func remainingCount() throws(OutboxError) -> Int64
     func pendingTotals() throws(OutboxError) -> PendingTotals
     /// The cumulative counters (attempts, bytes, hook deliveries, durations) since the
     /// store was created.
@@ -87,6 +90,9 @@ package protocol Store: AnyObject {
     func forgetS3Upload(entrySeq: Int64, uploadID: String) throws(OutboxError)
     /// Changes whenever another process commits; a runner polls it to notice new work.
     func dataVersion() throws(OutboxError) -> Int64
+    /// Changes whenever this process writes, where `dataVersion` does not show it (SQLite:
+    /// rows this connection changed; a store whose `dataVersion` counts every write: 0).
+    var ownWrites: Int64 { get }
     /// The host whose runners alone may send this entry's staged file body, when that is
     /// not this host (a store shared by hosts without a shared staging folder); nil otherwise.
     func bodyHostElsewhere(entryID: String) throws(OutboxError) -> String?
@@ -141,6 +147,9 @@ package protocol Store: AnyObject {
     /// When something becomes due: an attempt, a hold, or a hook delivery for one of
     /// `deliverableKeys`. Paused and held (`HoldReason`) entries do not count.
     func dueTimes(deliverableKeys: Set<String>) throws(OutboxError) -> DueTimes
+    /// The earliest end of a wait (a retry's backoff, a hold, a delay) among queued entries
+    /// after `now`; nil when none waits. A runner that found nothing due reads again then.
+    func nextWaitEnd(after now: Int64) throws(OutboxError) -> Int64?
     /// Applies a runner's changes in one transaction (claims, attempts, settles with their
     /// outcomes and follow-ups). `lease` is the runner's: a store shared by several runners
     /// applies a change to an entry only while that runner's claim on it holds. Nil: the

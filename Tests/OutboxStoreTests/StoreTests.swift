@@ -73,7 +73,7 @@ struct StoreOpeningTests {
         #expect(
             names == [
                 "001-entries", "002-queue-order", "003-queued-partial-index", "004-parts-without-cascade", "005-counters", "006-s3-uploads",
-                "007-s3-uploads-without-cascade",
+                "007-s3-uploads-without-cascade", "008-runner-start-indexes",
             ])
         try f.enqueue("keep", "note", #"{"n": 1}"#)
         _ = try SQLiteStore(folder: f.storeFolder)
@@ -99,11 +99,80 @@ struct StoreOpeningTests {
         let indexes = try f.sqlite("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' ORDER BY name;")
         #expect(
             indexes.split(separator: "\n").map(String.init) == [
-                "entries_key", "entries_queued", "entries_scope", "sqlite_autoindex_entries_1",
+                "entries_delayed", "entries_held", "entries_key", "entries_queued", "entries_running", "entries_scope",
+                "entries_stuck", "entries_waiting", "sqlite_autoindex_entries_1",
             ])
         #expect(try store.dueEntries(now: 4_000_000_000_000, limit: 10, excluding: []).map(\.id) == ["old"])
         let plan = try f.sqlite("EXPLAIN QUERY PLAN SELECT id FROM entries WHERE state = 'queued' ORDER BY seq LIMIT 1;")
         #expect(plan.contains("entries_queued"), "\(plan)")
+    }
+
+    /// What a runner reads as it starts and ends names the rows it wants through a partial
+    /// index: none of it reads every entry, so a run's start and end cost the same at any
+    /// queue length. Each statement still finds what it is for.
+    @Test func aRunsStartAndEndReadIndexesNotEveryEntry() throws {
+        let f = try StoreFixture()
+        for id in ["q1", "q2", "run", "held", "auth", "err", "done"] { try f.enqueue(id, "note", #"{"n": 1}"#) }
+        try f.setState("run", .running)
+        try f.setState("auth", .awaitingAuth)
+        try f.setState("err", .error)
+        try f.setState("done", .completed)
+        _ = try f.sqlite("UPDATE entries SET reason = 'wifi', next_attempt_at = 9000000000000 WHERE id = 'held';")
+        let statements: [(String, [SQLValue])] = [
+            (SQLiteStore.requeueAbandonedSQL, [.int(1), .text("pid-1")]),
+            (SQLiteStore.releaseHoldsSQL, [.int(1), .int(1), .text(#"["wifi","account","host"]"#)]),
+            (SQLiteStore.remainingSQL, []),
+            (SQLiteStore.entriesQuery(ListFilter(state: "awaiting-auth")).0, [.text("awaiting-auth")]),
+            (SQLiteStore.entriesQuery(ListFilter(state: "error")).0, [.text("error")]),
+            (SQLiteStore.nextWaitEndSQL, [.int(2_000), .int(2_000)]),
+        ]
+        for (sql, values) in statements {
+            let plan = try f.store.db.query("EXPLAIN QUERY PLAN " + sql, values) { $0.text(3) }
+            #expect(!plan.contains { $0.hasPrefix("SCAN entries") && !$0.contains("INDEX") }, "\(sql)\n\(plan)")
+            #expect(plan.contains { $0.contains("entries_") }, "\(sql)\n\(plan)")
+        }
+        // Queued 3 (q1, q2, held), running 1, awaiting-auth 1, error 1; completed is not remaining.
+        #expect(try f.store.remainingCount() == 6)
+        #expect(try f.store.remainingCount() == f.store.counts().remaining)
+        #expect(try f.store.list(ListFilter(state: "awaiting-auth")).map(\.id) == ["auth"])
+        #expect(try f.store.list(ListFilter(state: "error")).map(\.id) == ["err"])
+        #expect(try f.store.requeueAbandoned(lease: Lease(owner: "pid-1", durationMs: 1_000), now: 2_000) == 1)
+        #expect(try f.get("run").state == .queued)
+        try f.store.releaseHolds(now: 3_000, reasons: HoldReason.allCases)
+        #expect(try f.sqlite("SELECT quote(reason) || '|' || next_attempt_at FROM entries WHERE id = 'held';") == "NULL|3000")
+        #expect(try f.store.remainingCount() == 6)
+        // The first wait to end after a time: a retry's backoff or a delay, of queued entries only.
+        _ = try f.sqlite(
+            """
+            UPDATE entries SET next_attempt_at = 5000 WHERE id = 'q1';
+            UPDATE entries SET not_before = 4000 WHERE id = 'q2';
+            UPDATE entries SET next_attempt_at = 3500 WHERE id = 'err';
+            """)
+        #expect(try f.store.nextWaitEnd(after: 3_000) == 4_000)
+        #expect(try f.store.nextWaitEnd(after: 4_000) == 5_000)
+        #expect(try f.store.nextWaitEnd(after: 5_000) == nil)
+    }
+
+    /// A store made before migration 008 gets its indexes when it is opened.
+    @Test func aStoreFromBeforeTheRunnerStartIndexesIsUpgradedInPlace() throws {
+        let f = try StoreFixture()
+        try f.enqueue("old", "note", #"{"n": 1}"#)
+        try f.setState("old", .running)
+        _ = try f.sqlite(
+            """
+            DROP INDEX entries_running; DROP INDEX entries_held; DROP INDEX entries_stuck; DROP INDEX entries_waiting;
+            DROP INDEX entries_delayed;
+            DELETE FROM migrations WHERE name = '008-runner-start-indexes';
+            """)
+        let store = try SQLiteStore(folder: f.storeFolder)
+        let indexes = try f.sqlite("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' ORDER BY name;")
+        #expect(
+            indexes.split(separator: "\n").map(String.init) == [
+                "entries_delayed", "entries_held", "entries_key", "entries_queued", "entries_running", "entries_scope",
+                "entries_stuck", "entries_waiting", "sqlite_autoindex_entries_1",
+            ])
+        #expect(try store.requeueAbandoned(lease: Lease(owner: "pid-2", durationMs: 1_000), now: 2_000) == 1)
+        #expect(try store.audit() == [])
     }
 
     /// A store made before migration 004 keeps its parts (and drops parts of no entry, which

@@ -4,7 +4,9 @@ outbox: entries enqueued first (not timed), then `outbox run --drain` timed.
 peer:   `curl --parallel --parallel-max 16` with a config file holding the same requests.
 Environment: POST_COUNT (default 5000), ROUNDS (default 9), POST_CASES ("small", the
 default; "large" adds the cost per request at LARGE_COUNT (500,000) queued entries beside
-POST_COUNT, in LARGE_ROUNDS (3) rounds; "small,large" runs both).
+POST_COUNT, in LARGE_ROUNDS (3) rounds; "waiting" adds the cost of a queue whose
+WAITING_COUNT (200,000) entries all wait an hour, beside a queue of one such entry;
+"small,large,waiting" runs all three).
 """
 
 import json
@@ -19,6 +21,8 @@ COUNT = int(os.environ.get("POST_COUNT", "5000"))
 ROUNDS = int(os.environ.get("ROUNDS", "9"))
 LARGE_COUNT = int(os.environ.get("LARGE_COUNT", "500000"))
 LARGE_ROUNDS = int(os.environ.get("LARGE_ROUNDS", "3"))
+WAITING_COUNT = int(os.environ.get("WAITING_COUNT", "200000"))
+WAITING_ROUNDS = int(os.environ.get("WAITING_ROUNDS", "3"))
 # Lines per `enqueue --from` call when filling the large queue: one transaction each.
 ENQUEUE_CHUNK = 50000
 CONCURRENCY = 16
@@ -130,6 +134,38 @@ def fill_large(work, project, count):
     return total
 
 
+def waiting_case(work, url):
+    """A runner whose queued entries all wait (a delay of an hour: nothing is due): the CPU
+    of `run --max-time 3s` and the time of `run --drain` (it finds nothing due within its
+    horizon and ends) with WAITING_COUNT such entries, against the same with one. Flat is
+    the goal: a waiting queue costs its runner nothing per entry."""
+    figures = {}
+    for count in (1, WAITING_COUNT):
+        project = project_for(work, f"w{count}", url)
+        for first in range(0, count, ENQUEUE_CHUNK):
+            n = min(ENQUEUE_CHUNK, count - first)
+            chunk = B.write_jsonl(work.join("waiting-chunk.jsonl"), n,
+                                  lambda i: {"vars": {"n": first + i}, "delay": "1h"})
+            B.must(project.run("enqueue", "bench.post", "--from", chunk, rss=False), "outbox enqueue --from (waiting)")
+        runs, drains = [], []
+        for _ in range(WAITING_ROUNDS):
+            runs.append(B.must(project.run("run", "--max-time", "3s", "--quiet"), "outbox run --max-time 3s"))
+            drains.append(B.must(project.run("run", "--drain", "--quiet"), "outbox run --drain"))
+        figures[count] = (B.median([r.cpu for r in runs]), B.median([d.wall for d in drains]),
+                          max(r.rss_kib for r in runs + drains))
+        B.log(f"post waiting, {count:,} entries: run --max-time 3s CPU {figures[count][0]:.2f} s, "
+              f"run --drain {figures[count][1]:.2f} s, {figures[count][2] / 1024:.1f} MiB")
+        shutil.rmtree(project.root, ignore_errors=True)
+    many, one = figures[WAITING_COUNT], figures[1]
+    case = f"{WAITING_COUNT:,} entries waiting 1 h"
+    return [
+        B.Row("post", case, "s", many[0], "the same, 1 entry waiting", one[0], rss_kib=many[2],
+              note=f"CPU (user + system) of `run --max-time 3s`, medians of {WAITING_ROUNDS}"),
+        B.Row("post", case, "s", many[1], "the same, 1 entry waiting", one[1], rss_kib=many[2],
+              note=f"time of `run --drain` (nothing due: it ends), medians of {WAITING_ROUNDS}"),
+    ]
+
+
 def large_case(work, nginx, url, lines, config):
     """The cost per request at LARGE_COUNT queued entries beside POST_COUNT: requests/s and
     peak RSS of both drains, rounds interleaved with each other and with curl's POST_COUNT."""
@@ -208,6 +244,8 @@ def main():
             rows += small_case(work, nginx, url, lines, config)
         if "large" in cases:
             rows += large_case(work, nginx, url, lines, config)
+        if "waiting" in cases:
+            rows += waiting_case(work, url)
     B.emit(rows)
 
 

@@ -95,7 +95,8 @@ extension Runner {
     /// so a held entry may still look queued in the store).
     func fillReadAhead(capacity: Int, now: Int64) throws(OutboxError) {
         let mono = Identifiers.monotonicMs()
-        guard readAhead.ready.count < capacity, !readAhead.exhausted || mono - readAhead.readAt >= 10 else { return }
+        guard readAhead.ready.count < capacity, readAhead.mayFindMore(now: now, mono: mono, ownWrites: store.ownWrites) else { return }
+        Fault.point("run.read-ahead")
         readAhead.readAt = mono
         let want = max(capacity + 2, min(256, config.concurrency * 4))
         var excluded = Set(flights.running.keys)
@@ -106,6 +107,10 @@ extension Runner {
         let window = store.sharesRunners ? want * 4 : want
         let more = try store.dueEntries(now: now, limit: window, excluding: excluded, horizon: drainHorizon)
         readAhead.exhausted = more.count < window
+        if readAhead.exhausted {
+            readAhead.waitEnd = try store.nextWaitEnd(after: now)
+            readAhead.ownWritesAtRead = store.ownWrites
+        }
         readAhead.ready += store.sharesRunners ? more.shuffled() : more
     }
 

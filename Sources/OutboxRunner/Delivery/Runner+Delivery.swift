@@ -206,7 +206,7 @@ extension Runner {
         summary.delivered += batch.count - refused.count
         delivery.due = true
         // An acknowledgement can make entries due (a hold released, follow-ups enqueued).
-        readAhead.exhausted = false
+        readAhead.storeChanged()
         if batch.contains(where: { !$0.followUps.isEmpty }) { readAhead.discard() }
     }
 

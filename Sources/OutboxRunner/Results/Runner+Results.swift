@@ -257,7 +257,7 @@ extension Runner {
         if change != nil { try store.setHeldHosts(hostHealth.held.keys.sorted()) }
         if wasHeld {
             try store.releaseHolds(now: Identifiers.nowMs(), reasons: [.host])
-            readAhead.exhausted = false
+            readAhead.storeChanged()
         }
     }
 }

@@ -182,6 +182,21 @@ extension StoreConformance {
             #expect(try c.store.dueTimes(deliverableKeys: ["text"]).any == t0 + 9_000)
         }
 
+        // The first wait to end after a time, a retry's backoff or a delay: when a runner
+        // that found nothing due reads again. None is left once every wait has ended.
+        @Test(arguments: StoreUnderTest.all)
+        func nextWaitEndIsTheFirstWaitAfterATime(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            #expect(try c.store.nextWaitEnd(after: t0) == nil)
+            try c.enqueue("late", notBefore: t0 + 5_000)
+            _ = try c.bring("retried", to: .running)
+            try c.store.apply([.reschedule(entryID: "retried", nextAttemptAt: t0 + 2_000, reason: "HTTP 503")], now: t0)
+            try c.enqueue("now")
+            #expect(try c.store.nextWaitEnd(after: t0) == t0 + 2_000)
+            #expect(try c.store.nextWaitEnd(after: t0 + 2_000) == t0 + 5_000)
+            #expect(try c.store.nextWaitEnd(after: t0 + 5_000) == nil)
+        }
+
         // Work never tried (no attempt, no delivery) is due as fresh; a retry is not.
         @Test(arguments: StoreUnderTest.all)
         func dueTimesTellsFreshWorkFromRetries(_ sut: StoreUnderTest) throws {
