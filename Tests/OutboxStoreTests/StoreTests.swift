@@ -66,6 +66,17 @@ struct StoreOpeningTests {
         }
     }
 
+    /// The indexes of `entries` once every migration has run.
+    static let currentEntryIndexes = [
+        "entries_delayed", "entries_held", "entries_key", "entries_queued", "entries_running", "entries_scope",
+        "entries_stuck", "entries_waiting", "sqlite_autoindex_entries_1",
+    ]
+
+    static func entryIndexes(_ f: StoreFixture) throws -> [String] {
+        try f.sqlite("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' ORDER BY name;")
+            .split(separator: "\n").map(String.init)
+    }
+
     @Test func migrationsAreRecordedOnceAndReopeningIsIdempotent() throws {
         let f = try StoreFixture()
         let first = try f.sqlite("SELECT name || '|' || applied_at FROM migrations ORDER BY name;")
@@ -96,12 +107,7 @@ struct StoreOpeningTests {
             DELETE FROM migrations WHERE name = '003-queued-partial-index';
             """)
         let store = try SQLiteStore(folder: f.storeFolder)
-        let indexes = try f.sqlite("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' ORDER BY name;")
-        #expect(
-            indexes.split(separator: "\n").map(String.init) == [
-                "entries_delayed", "entries_held", "entries_key", "entries_queued", "entries_running", "entries_scope",
-                "entries_stuck", "entries_waiting", "sqlite_autoindex_entries_1",
-            ])
+        #expect(try Self.entryIndexes(f) == Self.currentEntryIndexes)
         #expect(try store.dueEntries(now: 4_000_000_000_000, limit: 10, excluding: []).map(\.id) == ["old"])
         let plan = try f.sqlite("EXPLAIN QUERY PLAN SELECT id FROM entries WHERE state = 'queued' ORDER BY seq LIMIT 1;")
         #expect(plan.contains("entries_queued"), "\(plan)")
@@ -165,12 +171,7 @@ struct StoreOpeningTests {
             DELETE FROM migrations WHERE name = '008-runner-start-indexes';
             """)
         let store = try SQLiteStore(folder: f.storeFolder)
-        let indexes = try f.sqlite("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries' ORDER BY name;")
-        #expect(
-            indexes.split(separator: "\n").map(String.init) == [
-                "entries_delayed", "entries_held", "entries_key", "entries_queued", "entries_running", "entries_scope",
-                "entries_stuck", "entries_waiting", "sqlite_autoindex_entries_1",
-            ])
+        #expect(try Self.entryIndexes(f) == Self.currentEntryIndexes)
         #expect(try store.requeueAbandoned(lease: Lease(owner: "pid-2", durationMs: 1_000), now: 2_000) == 1)
         #expect(try store.audit() == [])
     }
