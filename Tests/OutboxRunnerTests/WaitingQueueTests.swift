@@ -7,13 +7,18 @@ import Testing
 /// nothing due looks at every queued entry. The count of reads is the fact checked: a debug
 /// build kills itself at the n-th read when `OUTBOX_FAULT=run.read-ahead:n`.
 struct WaitingQueueTests {
-    @Test func aRunnerWhoseEntriesAllWaitReadsTheQueueOnce() async throws {
+    /// Entries delayed an hour, or of a paused key: none is due, nor comes due during the run.
+    @Test(arguments: ["delayed", "paused key"])
+    func aRunnerWhoseEntriesAllWaitReadsTheQueueOnce(_ why: String) async throws {
         let p = try Project(definitions: ["t": definition("t")])
-        for id in ["a", "b", "c"] { try await p.enqueue("t", path: "/status/200", id: id, extra: ["--delay", "1h"]) }
+        let delay = why == "delayed" ? ["--delay", "1h"] : []
+        for id in ["a", "b", "c"] { try await p.enqueue("t", path: "/status/200", id: id, extra: delay) }
+        if why == "paused key" { #expect(try await p.outbox(["pause", "--key", "t"]).exitCode == 0) }
         // 2 s is 40 turns of the runner's 50 ms wait: reading each turn would reach the third read.
         let run = try await p.outbox(["run", "--max-time", "2s"], environment: ["OUTBOX_FAULT": "run.read-ahead:3"])
         #expect(run.exitCode == 0, "\(run)")
-        #expect(try await p.states() == ["a": "queued", "b": "queued", "c": "queued"])
+        let shown = why == "delayed" ? "queued" : "paused"
+        #expect(try await p.states() == ["a": shown, "b": shown, "c": shown])
         #expect(p.server.requests(path: "/").isEmpty)
     }
 
