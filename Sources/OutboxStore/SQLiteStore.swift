@@ -235,13 +235,19 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         "outbox.db-wal", "outbox.db-shm", "moves", "returned", "runner.lock", "staging.lock", "lost+found",
     ]
 
+    /// Makes a folder of the store (and its parents), 0700. Two commands may open a new store
+    /// at once: a folder the other one made meanwhile is the folder wanted, and what is at the
+    /// path is looked at after `mkdir` fails, not before it (where the other could make it).
     static func makeFolder(_ path: String) throws(OutboxError) {
         if Paths.isDirectory(path) { return }
-        if Paths.exists(path) { throw .storage("the store path \(path) exists and is not a folder") }
+        Fault.hold("store.make-folder")
         let parent = Paths.dirname(path)
         if !Paths.isDirectory(parent) { try makeFolder(parent) }
-        guard mkdir(path, 0o700) == 0 || errno == EEXIST else {
-            throw .storage("cannot create the store folder \(path): \(Paths.errnoMessage())")
+        if mkdir(path, 0o700) != 0 {
+            let code = errno
+            if Paths.isDirectory(path) { return }
+            if code == EEXIST { throw .storage("the store path \(path) exists and is not a folder") }
+            throw .storage("cannot create the store folder \(path): \(Paths.errnoMessage(code))")
         }
         // The new name is durable only once its parent folder is synced.
         _ = csystem_fsync_dir(parent)

@@ -21,6 +21,22 @@ struct ControlCommandTests {
         #expect(FileManager.default.contents(atPath: db + "-wal") == log, "the log as it was")
     }
 
+    // Two commands opening a new store at once: the store folder the other one made between
+    // this one's look for it and its `mkdir` is the folder wanted, not "a path that is not a
+    // folder" (a runner and an enqueue started together failed so, now and then).
+    @Test func aStoreFolderAnotherCommandMadeMeanwhileIsUsed() async throws {
+        let p = try CLIProject()
+        let go = p.path("go")
+        let enqueue = try p.start(
+            ["enqueue", "note", "--vars", #"{"n": 1}"#], environment: ["OUTBOX_FAULT_HOLD": "store.make-folder:\(go)"])
+        await eventually("the enqueue looked for the store folder") { FileManager.default.fileExists(atPath: go + ".reached") }
+        #expect(mkdir(p.storeFolder, 0o700) == 0, "the store folder did not exist yet")
+        p.touch("go")
+        let r = await enqueue.wait(timeout: 120)
+        #expect(r.exitCode == 0, "\(r)")
+        #expect(try p.sqlite("SELECT count(*) FROM entries;").trimmingCharacters(in: .whitespacesAndNewlines) == "1")
+    }
+
     // A same-id enqueue with another body of an entry left running by a killed runner is
     // refused (75) in words that say so, not as if a runner were sending it now.
     @Test func aSameIdEnqueueOfAnEntryLeftRunningSaysItsRunnerStopped() throws {

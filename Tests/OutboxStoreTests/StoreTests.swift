@@ -84,7 +84,7 @@ struct StoreOpeningTests {
         #expect(
             names == [
                 "001-entries", "002-queue-order", "003-queued-partial-index", "004-parts-without-cascade", "005-counters", "006-s3-uploads",
-                "007-s3-uploads-without-cascade", "008-runner-start-indexes",
+                "007-s3-uploads-without-cascade", "008-runner-start-indexes", "009-queued-index-with-times",
             ])
         try f.enqueue("keep", "note", #"{"n": 1}"#)
         _ = try SQLiteStore(folder: f.storeFolder)
@@ -173,6 +173,24 @@ struct StoreOpeningTests {
         let store = try SQLiteStore(folder: f.storeFolder)
         #expect(try Self.entryIndexes(f) == Self.currentEntryIndexes)
         #expect(try store.requeueAbandoned(lease: Lease(owner: "pid-2", durationMs: 1_000), now: 2_000) == 1)
+        #expect(try store.audit() == [])
+    }
+
+    /// A store made before migration 009 gets the queued entries' index with their times,
+    /// and claims still read it.
+    @Test func aStoreFromBeforeTheTimesInTheQueuedIndexIsUpgradedInPlace() throws {
+        let f = try StoreFixture()
+        try f.enqueue("old", "note", #"{"n": 1}"#)
+        _ = try f.sqlite(
+            """
+            DROP INDEX entries_queued;
+            CREATE INDEX entries_queued ON entries (seq) WHERE state = 'queued';
+            DELETE FROM migrations WHERE name = '009-queued-index-with-times';
+            """)
+        let store = try SQLiteStore(folder: f.storeFolder)
+        #expect(try f.sqlite("SELECT sql FROM sqlite_master WHERE name = 'entries_queued';").contains("(seq, next_attempt_at, not_before)"))
+        #expect(try Self.entryIndexes(f) == Self.currentEntryIndexes)
+        #expect(try store.dueEntries(now: 4_000_000_000_000, limit: 10, excluding: []).map(\.id) == ["old"])
         #expect(try store.audit() == [])
     }
 
