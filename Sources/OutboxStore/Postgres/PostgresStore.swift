@@ -124,11 +124,11 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
         return [("body_host", .optional(onThisHost ? host : nil))]
     }
 
-    /// While a runner listens, the version is read again only after a wake-up, or once a
-    /// second in case one was missed; otherwise at every call.
     /// Every write statement bumps `data_version`, this runner's own too.
     package var ownWrites: Int64 { 0 }
 
+    /// While a runner listens, the version is read again only after a wake-up, or once a
+    /// second in case one was missed; otherwise at every call.
     package func dataVersion() throws(OutboxError) -> Int64 {
         let mono = Identifiers.monotonicMs()
         if listening, try db.takeNotifications() == 0, let known = knownVersion, mono - known.readAt < 1_000 {
