@@ -144,7 +144,8 @@ extension SQLStore {
     /// Writes a staged batch; must run inside a transaction.
     func applyBatch(_ batch: [NewEntry], staged: StagedBatch, now: Int64) throws(OutboxError) -> [EnqueueResult] {
         var results: [EnqueueResult] = []
-        let headers = try headerSettings()
+        var headers = try headerSettings()
+        headers.pausedKeys = try pausedKeys()
         if batch.contains(where: { !$0.prepared.secretVars.isEmpty }), try setting(Self.secretVarsSetting) == nil {
             try setSetting(Self.secretVarsSetting, "1")
         }
@@ -324,7 +325,7 @@ extension SQLStore {
             try patch(&stored, headers, id: new.id)
             request = stored.text
         }
-        let extra = entryColumnsOfThisStore(staged)
+        let extra = entryColumnsOfThisStore(staged, paused: headers.pausedKeys.contains(new.key))
         let sql = EntryInsert.sql(extraColumns: extra.map(\.column))
         let values: [SQLValue] =
             [
@@ -373,17 +374,19 @@ struct StagedBatch {
 struct HeaderSettings {
     var generation: Int64
     var patch: JSON?
+    /// The keys paused as the batch is written, whose new rows are marked paused.
+    var pausedKeys: Set<String> = []
 }
 
 /// The INSERT of a new entry row, made once for each set of columns a store adds: a text
 /// made at each insert would be found in the statement cache only by hashing all of it.
 enum EntryInsert {
-    private static let plain = text([])
+    private static let withPaused = text(["paused"])
     private static let withBodyHost = text(["body_host"])
 
     static func sql(extraColumns: [String]) -> String {
         switch extraColumns {
-        case []: plain
+        case ["paused"]: withPaused
         case ["body_host"]: withBodyHost
         default: text(extraColumns)
         }

@@ -38,7 +38,9 @@ extension SQLiteStore {
         if try setting(Self.queuePausedSetting) == "1" { return [] }
         // Paused keys and `excluding` (entries the runner holds, or whose changes are not
         // committed yet) are filtered here, so the LIMIT reads no more rows than it returns:
-        // every row read is a JSON parse, and the runner claims after each completion.
+        // every row read is a JSON parse, and the runner claims after each completion. A
+        // paused key's entries are not walked at all: `paused = 0` seeks past them in
+        // `entries_queued`, whose order is seq within it.
         let excluded = JSON.array(excluding.map { .string($0) }).serialized()
         return try db.query(
             Self.dueEntriesSQL, [.text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max), .int(limit)],
@@ -46,10 +48,9 @@ extension SQLiteStore {
     }
 
     /// Made once: a text made per call would be a new string each time the runner reads ahead.
-    private static let dueEntriesSQL = """
+    static let dueEntriesSQL = """
         SELECT \(entryColumns) FROM entries e
-        WHERE state = 'queued' AND waits_for_delivery = 0
-          AND key NOT IN (SELECT key FROM paused_keys)
+        WHERE state = 'queued' AND paused = 0 AND waits_for_delivery = 0
           AND id NOT IN (SELECT value FROM json_each(?))
           AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
           AND (not_before IS NULL OR not_before <= ?)
@@ -86,8 +87,8 @@ extension SQLiteStore {
                 """
                 SELECT MIN(due), MIN(CASE WHEN attempts = 0 THEN due END) FROM (
                   SELECT MAX(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)) AS due, attempts FROM entries e
-                  WHERE state = 'queued' AND waits_for_delivery = 0 AND (reason IS NULL OR reason NOT IN (SELECT value FROM json_each(?)))
-                    AND key NOT IN (SELECT key FROM paused_keys)
+                  WHERE state = 'queued' AND paused = 0 AND waits_for_delivery = 0
+                    AND (reason IS NULL OR reason NOT IN (SELECT value FROM json_each(?)))
                     AND (scope IS NULL OR NOT EXISTS (
                       SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq
                         AND o.state IN ('queued', 'running', 'awaiting-auth'))))

@@ -85,6 +85,7 @@ struct StoreOpeningTests {
             names == [
                 "001-entries", "002-queue-order", "003-queued-partial-index", "004-parts-without-cascade", "005-counters", "006-s3-uploads",
                 "007-s3-uploads-without-cascade", "008-runner-start-indexes", "009-queued-index-with-times",
+                "010-paused-entries-apart",
             ])
         try f.enqueue("keep", "note", #"{"n": 1}"#)
         _ = try SQLiteStore(folder: f.storeFolder)
@@ -191,6 +192,73 @@ struct StoreOpeningTests {
         #expect(try f.sqlite("SELECT sql FROM sqlite_master WHERE name = 'entries_queued';").contains("(seq, next_attempt_at, not_before)"))
         #expect(try Self.entryIndexes(f) == Self.currentEntryIndexes)
         #expect(try store.dueEntries(now: 4_000_000_000_000, limit: 10, excluding: []).map(\.id) == ["old"])
+        #expect(try store.audit() == [])
+    }
+
+    /// A paused key's entries are marked as they are written and as the key is paused or
+    /// resumed, and the read of due entries seeks past them in `entries_queued` instead of
+    /// walking them, so a paused backlog costs a drain of other keys nothing per entry.
+    @Test func aPausedKeysEntriesAreMarkedAndLeftOutThroughTheIndex() throws {
+        let f = try StoreFixture()
+        try f.enqueue("before", "note", #"{"n": 1}"#)
+        try f.enqueue("other", "text", #"{"t": "x"}"#)
+        try f.store.setPaused(keys: ["note"], paused: true)
+        try f.enqueue("during", "note", #"{"n": 2}"#, now: 1_001)
+        let marks = "SELECT group_concat(id || '=' || paused, ' ') FROM (SELECT id, paused FROM entries ORDER BY seq);"
+        #expect(try f.sqlite(marks) == "before=1 other=0 during=1")
+        let far: Int64 = 4_000_000_000_000
+        #expect(try f.store.dueEntries(now: far, limit: 10, excluding: []).map(\.id) == ["other"])
+        // The read names the unpaused part of the index and walks it in seq order: no sort.
+        let plan = try f.store.db.query(
+            "EXPLAIN QUERY PLAN " + SQLiteStore.dueEntriesSQL, [.text("[]"), .int(far), .int(far), .int(far), .int(far), .int(10)]
+        ) { $0.text(3) }
+        #expect(plan.contains { $0.contains("USING INDEX entries_queued (paused=?)") }, "\(plan)")
+        #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(plan)")
+        // The same-id replace of a paused entry writes a new row: marked too.
+        #expect(try f.enqueue("during", "note", #"{"n": 3}"#, now: 1_002).decision == .replace)
+        #expect(try f.sqlite(marks) == "before=1 other=0 during=1")
+        try f.store.setPaused(keys: ["note"], paused: false)
+        #expect(try f.sqlite(marks) == "before=0 other=0 during=0")
+        #expect(try f.store.dueEntries(now: far, limit: 10, excluding: []).map(\.id) == ["before", "other", "during"])
+        #expect(try f.store.audit() == [])
+        // A mark set by hand against the key's pause is named by the audit.
+        _ = try f.sqlite("UPDATE entries SET paused = 1 WHERE id = 'other';")
+        #expect(
+            try f.store.audit() == [
+                "1 entry of key text marked paused against the key's pause (resume the key, and pause it again if it should stay paused)"
+            ])
+        try f.store.setPaused(keys: ["text"], paused: true)
+        try f.store.setPaused(keys: ["text"], paused: false)
+        #expect(try f.store.audit() == [])
+    }
+
+    /// A store made before migration 010 marks the entries of the keys paused in it when it is
+    /// opened, and its read of due entries leaves them out as before.
+    @Test func aStoreFromBeforeThePausedMarksIsUpgradedInPlace() throws {
+        let f = try StoreFixture()
+        try f.enqueue("held", "note", #"{"n": 1}"#)
+        try f.enqueue("free", "text", #"{"t": "x"}"#)
+        try f.store.setPaused(keys: ["note"], paused: true)
+        // Back to the schema of 009: no mark, no triggers, the index without it.
+        _ = try f.sqlite(
+            """
+            DROP TRIGGER paused_keys_added; DROP TRIGGER paused_keys_removed;
+            DROP INDEX entries_queued;
+            ALTER TABLE entries DROP COLUMN paused;
+            CREATE INDEX entries_queued ON entries (seq, next_attempt_at, not_before) WHERE state = 'queued';
+            DELETE FROM migrations WHERE name = '010-paused-entries-apart';
+            """)
+        let store = try SQLiteStore(folder: f.storeFolder)
+        #expect(
+            try f.sqlite("SELECT group_concat(id || '=' || paused, ' ') FROM (SELECT id, paused FROM entries ORDER BY seq);")
+                == "held=1 free=0")
+        #expect(
+            try f.sqlite("SELECT sql FROM sqlite_master WHERE name = 'entries_queued';").contains(
+                "(paused, seq, next_attempt_at, not_before)"))
+        #expect(try Self.entryIndexes(f) == Self.currentEntryIndexes)
+        #expect(try store.dueEntries(now: 4_000_000_000_000, limit: 10, excluding: []).map(\.id) == ["free"])
+        try store.setPaused(keys: ["note"], paused: false)
+        #expect(try store.dueEntries(now: 4_000_000_000_000, limit: 10, excluding: []).map(\.id) == ["held", "free"])
         #expect(try store.audit() == [])
     }
 

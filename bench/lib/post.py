@@ -6,7 +6,9 @@ Environment: POST_COUNT (default 5000), ROUNDS (default 9), POST_CASES ("small",
 default; "large" adds the cost per request at LARGE_COUNT (500,000) queued entries beside
 POST_COUNT, in LARGE_ROUNDS (3) rounds; "waiting" adds the cost of a queue whose
 WAITING_COUNT (200,000) entries all wait an hour, beside a queue of one such entry;
-"small,large,waiting" runs all three).
+"paused" adds the drain of POST_COUNT entries beside a paused key's PAUSED_COUNT (100,000)
+entries, against the same drain with none, in PAUSED_ROUNDS (3) rounds; "small,large,waiting,paused"
+runs all four).
 """
 
 import json
@@ -23,6 +25,8 @@ LARGE_COUNT = int(os.environ.get("LARGE_COUNT", "500000"))
 LARGE_ROUNDS = int(os.environ.get("LARGE_ROUNDS", "3"))
 WAITING_COUNT = int(os.environ.get("WAITING_COUNT", "200000"))
 WAITING_ROUNDS = int(os.environ.get("WAITING_ROUNDS", "3"))
+PAUSED_COUNT = int(os.environ.get("PAUSED_COUNT", "100000"))
+PAUSED_ROUNDS = int(os.environ.get("PAUSED_ROUNDS", "3"))
 # Lines per `enqueue --from` call when filling the large queue: one transaction each.
 ENQUEUE_CHUNK = 50000
 CONCURRENCY = 16
@@ -166,6 +170,36 @@ def waiting_case(work, url):
     ]
 
 
+def paused_case(work, nginx, url, lines):
+    """POST_COUNT entries drained beside a paused key's PAUSED_COUNT entries, against the same
+    drain with no paused entry: flat is the goal (a paused backlog is not walked per read)."""
+    figures = {}
+    for count in (0, PAUSED_COUNT):
+        project = project_for(work, f"p{count}", url)
+        project.write("definitions/held.yaml",
+                      f'key: bench.held\nrequest:\n  method: POST\n  url: "{url}"\n  data: {{ n: "{{{{ vars.n }}}}" }}\n')
+        for first in range(0, count, ENQUEUE_CHUNK):
+            n = min(ENQUEUE_CHUNK, count - first)
+            chunk = B.write_jsonl(work.join("paused-chunk.jsonl"), n, lambda i: {"vars": {"n": first + i}})
+            B.must(project.run("enqueue", "bench.held", "--from", chunk, rss=False), "outbox enqueue --from (paused)")
+        B.must(project.run("pause", "--key", "bench.held", rss=False), "outbox pause --key bench.held")
+        drains = []
+        for _ in range(PAUSED_ROUNDS):
+            B.must(project.run("enqueue", "bench.post", "--from", lines, rss=False), "outbox enqueue --from")
+            measured, failure = drain(project, nginx, COUNT)
+            if failure:
+                raise B.BenchFailure(failure)
+            drains.append(measured)
+        figures[count] = (B.median([d.wall for d in drains]), max(d.rss_kib for d in drains))
+        B.log(f"post paused, {count:,} paused entries: drain of {COUNT:,} {figures[count][0]:.3f} s, "
+              f"{figures[count][1] / 1024:.1f} MiB")
+        shutil.rmtree(project.root, ignore_errors=True)
+    many, none = figures[PAUSED_COUNT], figures[0]
+    return [B.Row("post", f"{COUNT:,} POSTs beside {PAUSED_COUNT:,} paused entries", "s", many[0],
+                  "the same, none paused", none[0], rss_kib=many[1],
+                  note=f"time of `run --drain`, medians of {PAUSED_ROUNDS}")]
+
+
 def large_case(work, nginx, url, lines, config):
     """The cost per request at LARGE_COUNT queued entries beside POST_COUNT: requests/s and
     peak RSS of both drains, rounds interleaved with each other and with curl's POST_COUNT."""
@@ -246,6 +280,8 @@ def main():
             rows += large_case(work, nginx, url, lines, config)
         if "waiting" in cases:
             rows += waiting_case(work, url)
+        if "paused" in cases:
+            rows += paused_case(work, nginx, url, lines)
     B.emit(rows)
 
 

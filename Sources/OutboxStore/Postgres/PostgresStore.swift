@@ -119,7 +119,8 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
     }
 
     /// A body on this host's disk (a staged or referenced file, form files) is claimed here only.
-    func entryColumnsOfThisStore(_ staged: StagedBody) -> [(column: String, value: SQLValue)] {
+    /// No paused mark: this store's read of due entries checks each key against `paused_keys`.
+    func entryColumnsOfThisStore(_ staged: StagedBody, paused: Bool) -> [(column: String, value: SQLValue)] {
         let onThisHost = staged.file != nil || staged.form.contains(where: { $0.stagedFile != nil })
         return [("body_host", .optional(onThisHost ? host : nil))]
     }
