@@ -319,6 +319,19 @@ extension SQLStore {
     /// Problems with the store's invariants (empty when all hold), for `outbox audit`.
     package func audit(note: (String) -> Void) throws(OutboxError) -> [String] {
         var problems = try databaseProblems()
+        // A mark out of step with `paused_keys` sends a paused key's entry, or holds one for good.
+        let paused = try pausedKeys()
+        let astray = try db.query(
+            """
+            SELECT key, COUNT(*) FROM entries WHERE paused <> CASE WHEN key IN (SELECT key FROM paused_keys) THEN 1 ELSE 0 END
+            GROUP BY key ORDER BY key
+            """
+        ) { ($0.text(0), $0.int(1)) }
+        for (key, n) in astray {
+            problems.append(
+                "\(n) \(n == 1 ? "entry" : "entries") of key \(key) marked \(paused.contains(key) ? "unpaused" : "paused") against the key's pause (resume the key, and pause it again if it should stay paused)"
+            )
+        }
         let elsewhere = try entriesStagedElsewhere()
         // A store moved as a folder and opened read-only keeps its rows' old paths (only a
         // writer rewrites them): a staged file is found by its name in this store's folder.

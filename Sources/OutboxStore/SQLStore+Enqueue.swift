@@ -382,12 +382,12 @@ struct HeaderSettings {
 /// made at each insert would be found in the statement cache only by hashing all of it.
 enum EntryInsert {
     private static let withPaused = text(["paused"])
-    private static let withBodyHost = text(["body_host"])
+    private static let withBodyHostAndPaused = text(["body_host", "paused"])
 
     static func sql(extraColumns: [String]) -> String {
         switch extraColumns {
         case ["paused"]: withPaused
-        case ["body_host"]: withBodyHost
+        case ["body_host", "paused"]: withBodyHostAndPaused
         default: text(extraColumns)
         }
     }

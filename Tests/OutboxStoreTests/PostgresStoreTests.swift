@@ -147,6 +147,42 @@ struct PostgresStoreTests {
         #expect(error?.message.contains("newer outbox (it has migration 999-from-the-future)") == true)
     }
 
+    // A schema made before migration 007 marks the entries of the keys paused in it when it
+    // is opened, gets the runner's partial indexes, and its read of due entries leaves the
+    // paused ones out as before.
+    @Test func aSchemaFromBeforeThePausedMarksIsUpgradedInPlace() throws {
+        let cluster = try PostgresCluster.shared()
+        let url = try PostgresURL(cluster.url(schema: PostgresCluster.uniqueSchema("marks")))
+        let base = try Self.folder()
+        let store = try PostgresStore(url: url, folder: base + "/staging")
+        _ = try store.enqueue(try PostgresHostTests.entries(root: base + "/project"), now: PostgresHostTests.t0)
+        try store.setPaused(keys: ["note"], paused: true)
+        // Back to the schema of 006.
+        try store.db.execute(
+            """
+            DROP TRIGGER paused_keys_marked ON paused_keys; DROP FUNCTION mark_paused_entries();
+            DROP INDEX entries_queued; DROP INDEX entries_held; DROP INDEX entries_stuck; DROP INDEX entries_waiting;
+            DROP INDEX entries_delayed; ALTER TABLE entries DROP COLUMN paused;
+            CREATE INDEX entries_queued ON entries (seq) WHERE state = 'queued';
+            DELETE FROM migrations WHERE name = '007-runner-indexes-and-paused-marks';
+            """)
+        let reopened = try PostgresStore(url: url, folder: base + "/staging")
+        let marks = try reopened.db.query("SELECT id, paused FROM entries ORDER BY seq") { "\($0.text(0))=\($0.int(1))" }
+        #expect(marks == ["file=0", "data=1"])
+        let indexes = try reopened.db.query(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'entries' ORDER BY indexname"
+        ) { $0.text(0) }
+        #expect(
+            indexes == [
+                "entries_delayed", "entries_held", "entries_id_key", "entries_key", "entries_pkey", "entries_queued", "entries_running",
+                "entries_scope", "entries_stuck", "entries_waiting",
+            ])
+        #expect(try reopened.dueEntries(now: PostgresHostTests.t0, limit: 10, excluding: []).map(\.id) == ["file"])
+        try reopened.setPaused(keys: ["note"], paused: false)
+        #expect(try reopened.dueEntries(now: PostgresHostTests.t0, limit: 10, excluding: []).map(\.id) == ["file", "data"])
+        #expect(try reopened.audit() == [])
+    }
+
     // Placeholders are numbered outside quoted text only.
     @Test func placeholdersAreNumbered() {
         #expect(PGConnection.numbered("SELECT ?, '?', \"a?\" WHERE x = ?") == "SELECT $1, '?', \"a?\" WHERE x = $2")

@@ -174,5 +174,35 @@ enum PostgresSchema {
             ALTER TABLE counters ADD PRIMARY KEY (name, labels, shard);
             """
         ),
+        // What a runner reads as it starts, waits and ends, through partial indexes that hold
+        // only the rows in one condition (not every entry). And a paused key's entries are
+        // marked, first in the queued entries' index, so a read of due entries seeks past
+        // them instead of walking a paused backlog in seq order. The mark is set as a row is
+        // written (writers hold the schema's lock, so a pause cannot slip between) and by the
+        // trigger when a key is paused or resumed.
+        (
+            "007-runner-indexes-and-paused-marks",
+            """
+            ALTER TABLE entries ADD COLUMN paused INTEGER NOT NULL DEFAULT 0;
+            UPDATE entries SET paused = 1 WHERE key IN (SELECT key FROM paused_keys);
+            DROP INDEX entries_queued;
+            CREATE INDEX entries_queued ON entries (paused, seq) WHERE state = 'queued';
+            CREATE INDEX entries_held ON entries (reason, seq) WHERE state = 'queued' AND reason IS NOT NULL;
+            CREATE INDEX entries_stuck ON entries (state, seq) WHERE state IN ('awaiting-auth', 'error');
+            CREATE INDEX entries_waiting ON entries (next_attempt_at) WHERE state = 'queued' AND next_attempt_at IS NOT NULL;
+            CREATE INDEX entries_delayed ON entries (not_before) WHERE state = 'queued' AND not_before IS NOT NULL;
+            CREATE FUNCTION mark_paused_entries() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    UPDATE entries SET paused = 1 WHERE key = new.key;
+                ELSE
+                    UPDATE entries SET paused = 0 WHERE key = old.key;
+                END IF;
+                RETURN NULL;
+            END $$;
+            CREATE TRIGGER paused_keys_marked AFTER INSERT OR DELETE ON paused_keys
+                FOR EACH ROW EXECUTE FUNCTION mark_paused_entries();
+            """
+        ),
     ]
 }

@@ -39,8 +39,7 @@ extension PostgresStore {
         return try db.query(
             """
             SELECT \(Self.entryColumns) FROM entries e
-            WHERE state = 'queued' AND waits_for_delivery = 0 AND NOT \(queuePaused)
-              AND key NOT IN (SELECT key FROM paused_keys)
+            WHERE state = 'queued' AND paused = 0 AND waits_for_delivery = 0 AND NOT \(queuePaused)
               AND id NOT IN (SELECT jsonb_array_elements_text(?::jsonb))
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
               AND (not_before IS NULL OR not_before <= ?)
@@ -82,8 +81,7 @@ extension PostgresStore {
             """
             WITH due AS (
                 SELECT GREATEST(COALESCE(next_attempt_at, 0), COALESCE(not_before, 0)) AS at, attempts = 0 AS fresh FROM entries e
-                WHERE state = 'queued' AND waits_for_delivery = 0 AND \(onThisHost) AND NOT \(queuePaused)
-                  AND key NOT IN (SELECT key FROM paused_keys)
+                WHERE state = 'queued' AND paused = 0 AND waits_for_delivery = 0 AND \(onThisHost) AND NOT \(queuePaused)
                   AND (reason IS NULL OR reason NOT IN (SELECT jsonb_array_elements_text(?::jsonb)))
                   AND (scope IS NULL OR NOT EXISTS (
                     SELECT 1 FROM entries o WHERE o.scope = e.scope AND o.seq < e.seq

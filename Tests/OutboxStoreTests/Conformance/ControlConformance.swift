@@ -1,6 +1,6 @@
 import Foundation
 import OutboxModel
-import OutboxStore
+@testable import OutboxStore
 import Testing
 
 extension StoreConformance {
@@ -39,6 +39,53 @@ extension StoreConformance {
             #expect(!control.queuePaused)
             #expect(control.isPaused(key: "b"))
             #expect(!control.isPaused(key: "a"))
+        }
+
+        // A paused key's entries carry a mark, set as they are written and when the key is
+        // paused or resumed, which the read of due entries seeks past in its index (a paused
+        // backlog is not walked); the audit names a mark out of step with the key's pause.
+        @Test(arguments: StoreUnderTest.all)
+        func aPausedKeysEntriesAreMarked(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.enqueue("before")
+            try c.enqueue("other", "text", #"{"t": "x"}"#)
+            try c.store.setPaused(keys: ["note"], paused: true)
+            try c.enqueue("during", "note", #"{"n": 2}"#)
+            #expect(try Self.marks(c) == "before=1 other=0 during=1")
+            #expect(try c.dueIDs(at: t0 + 10) == ["other"])
+            // A same-id replace writes a new row, marked too.
+            #expect(try c.enqueue("during", "note", #"{"n": 3}"#, now: t0 + 5) == .replace)
+            #expect(try Self.marks(c) == "before=1 other=0 during=1")
+            #expect(try c.store.audit() == [])
+            try Self.sql(c, "UPDATE entries SET paused = 1 WHERE id = 'other'")
+            #expect(
+                try c.store.audit() == [
+                    "1 entry of key text marked paused against the key's pause (resume the key, and pause it again if it should stay paused)"
+                ])
+            try c.store.setPaused(keys: ["text"], paused: true)
+            try c.store.setPaused(keys: ["text", "note"], paused: false)
+            #expect(try Self.marks(c) == "before=0 other=0 during=0")
+            #expect(try c.store.audit() == [])
+            #expect(try c.dueIDs(at: t0 + 10) == ["before", "other", "during"])
+        }
+
+        static func marks(_ c: Conformance) throws -> String {
+            let sql = "SELECT id, paused FROM entries ORDER BY seq"
+            let rows: [String]
+            if let store = c.store as? SQLiteStore {
+                rows = try store.db.query(sql) { "\($0.text(0))=\($0.int(1))" }
+            } else {
+                rows = try #require(c.store as? PostgresStore).db.query(sql) { "\($0.text(0))=\($0.int(1))" }
+            }
+            return rows.joined(separator: " ")
+        }
+
+        static func sql(_ c: Conformance, _ sql: String) throws {
+            if let store = c.store as? SQLiteStore {
+                try store.db.run(sql)
+            } else {
+                try #require(c.store as? PostgresStore).db.run(sql)
+            }
         }
 
         // Wi-Fi only round-trips.
