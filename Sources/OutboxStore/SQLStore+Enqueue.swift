@@ -144,14 +144,16 @@ extension SQLStore {
     /// Writes a staged batch; must run inside a transaction.
     func applyBatch(_ batch: [NewEntry], staged: StagedBatch, now: Int64) throws(OutboxError) -> [EnqueueResult] {
         var results: [EnqueueResult] = []
-        var headers = try headerSettings()
-        headers.pausedKeys = try pausedKeys()
+        let headers = try headerSettings()
+        // Read once: nothing else writes them while the batch holds the write lock.
+        let pausedKeys = try pausedKeys()
         if batch.contains(where: { !$0.prepared.secretVars.isEmpty }), try setting(Self.secretVarsSetting) == nil {
             try setSetting(Self.secretVarsSetting, "1")
         }
         for i in batch.indices {
             let (result, dropped) = try apply(
-                batch[i], staged: staged.bodies[i], internalID: staged.internals[i], headers: headers, now: now)
+                batch[i], staged: staged.bodies[i], internalID: staged.internals[i], headers: headers,
+                paused: pausedKeys.contains(batch[i].key), now: now)
             results.append(result)
             obsoleteFiles += dropped.compactMap { $0 }
         }
@@ -224,7 +226,7 @@ extension SQLStore {
 
     /// One entry's same-id decision and write; returns staged files made obsolete.
     func apply(
-        _ new: NewEntry, staged: StagedBody, internalID: String, headers: HeaderSettings,
+        _ new: NewEntry, staged: StagedBody, internalID: String, headers: HeaderSettings, paused: Bool,
         now: Int64
     ) throws(OutboxError) -> (EnqueueResult, [String?]) {
         let existing = new.idWasMinted ? nil : try entry(id: new.id)
@@ -245,7 +247,7 @@ extension SQLStore {
             let old = try existing.map { e throws(OutboxError) in try forget(e, returnMovedFile: false) } ?? []
             try insert(
                 new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
-                headers: headers, expiresAt: expiresAt, generation: 1, now: now)
+                headers: headers, paused: paused, expiresAt: expiresAt, generation: 1, now: now)
             return (EnqueueResult(id: new.id, decision: decision), old)
         case .resume, .redeliver, .reopen:
             guard let e = existing else { return (EnqueueResult(id: new.id, decision: decision), []) }
@@ -292,7 +294,7 @@ extension SQLStore {
             try deleteParts(of: e)
             try insert(
                 new, vars: varsText, bodyHash: bodyHash, staged: staged, internalID: internalID, request: request,
-                headers: headers, expiresAt: expiresAt, generation: generation, now: now,
+                headers: headers, paused: paused, expiresAt: expiresAt, generation: generation, now: now,
                 // A replace of an entry that still waits for its old outcome's delivery waits too.
                 waits: decision == .replaceAfterDelivery || e.waitsForDelivery, createdAt: e.createdAt)
             // Form files are staged per entry and never reused, so the old ones always go.
@@ -311,9 +313,11 @@ extension SQLStore {
         }
     }
 
+    /// Writes a new entry's row; `paused` (its key is paused now) is the row's mark, which
+    /// reads of due entries seek past in `entries_queued`.
     func insert(
         _ new: NewEntry, vars: String, bodyHash: String, staged: StagedBody, internalID: String, request: String,
-        headers: HeaderSettings, expiresAt: Int64, generation: Int64, now: Int64, waits: Bool = false,
+        headers: HeaderSettings, paused: Bool, expiresAt: Int64, generation: Int64, now: Int64, waits: Bool = false,
         createdAt: Int64? = nil
     ) throws(OutboxError) {
         let p = new.prepared
@@ -325,7 +329,7 @@ extension SQLStore {
             try patch(&stored, headers, id: new.id)
             request = stored.text
         }
-        let extra = entryColumnsOfThisStore(staged, paused: headers.pausedKeys.contains(new.key))
+        let extra = entryColumnsOfThisStore(staged)
         let sql = EntryInsert.sql(extraColumns: extra.map(\.column))
         let values: [SQLValue] =
             [
@@ -333,7 +337,7 @@ extension SQLStore {
                 staged.inline.map { .blob($0) } ?? .null, .optional(staged.file), .text(bodyHash), .int(staged.totalBytes),
                 .optional(p.idempotencyKey), .optional(new.account), .optional(p.scope), .optional(new.parent),
                 .int(headerGeneration), .int(createdAt ?? now), .int(now), .int(expiresAt), .optional(new.notBefore),
-                .optional(new.notBefore), .bool(waits),
+                .optional(new.notBefore), .bool(waits), .bool(paused),
             ] + extra.map(\.value)
         guard case let .parts(_, _, parts) = p.body else {
             // No RETURNING unless the parts need the seq: SQLite gathers returned rows in a temporary table.
@@ -374,20 +378,18 @@ struct StagedBatch {
 struct HeaderSettings {
     var generation: Int64
     var patch: JSON?
-    /// The keys paused as the batch is written, whose new rows are marked paused.
-    var pausedKeys: Set<String> = []
 }
 
 /// The INSERT of a new entry row, made once for each set of columns a store adds: a text
 /// made at each insert would be found in the statement cache only by hashing all of it.
 enum EntryInsert {
-    private static let withPaused = text(["paused"])
-    private static let withBodyHostAndPaused = text(["body_host", "paused"])
+    private static let plain = text([])
+    private static let withBodyHost = text(["body_host"])
 
     static func sql(extraColumns: [String]) -> String {
         switch extraColumns {
-        case ["paused"]: withPaused
-        case ["body_host", "paused"]: withBodyHostAndPaused
+        case []: plain
+        case ["body_host"]: withBodyHost
         default: text(extraColumns)
         }
     }
@@ -396,8 +398,8 @@ enum EntryInsert {
         """
         INSERT INTO entries (id, internal, key, vars, state, generation, request, body, body_file, body_hash, total_bytes,
           idempotency_key, account, scope, parent, header_generation, created_at, updated_at, expires_at, not_before,
-          next_attempt_at, waits_for_delivery\(extra.map { ", " + $0 }.joined()))
-        VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?\(String(repeating: ", ?", count: extra.count)))
+          next_attempt_at, waits_for_delivery, paused\(extra.map { ", " + $0 }.joined()))
+        VALUES (?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?\(String(repeating: ", ?", count: extra.count)))
         """
     }
 }

@@ -61,7 +61,6 @@ protocol SQLStore: AnyObject {
     func databaseProblems() throws(OutboxError) -> [String]
     /// Entries whose staged files are on another host's disk (that host's audit checks them).
     func entriesStagedElsewhere() throws(OutboxError) -> Set<String>
-    /// Columns of an entry's row only this store has, with their values for a new entry
-    /// (`paused`: its key is paused as the row is written).
-    func entryColumnsOfThisStore(_ staged: StagedBody, paused: Bool) -> [(column: String, value: SQLValue)]
+    /// Columns of an entry's row only this store has, with their values for a new entry.
+    func entryColumnsOfThisStore(_ staged: StagedBody) -> [(column: String, value: SQLValue)]
 }

@@ -303,9 +303,5 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     /// One host: every staged file is on this disk.
     func entriesStagedElsewhere() throws(OutboxError) -> Set<String> { [] }
 
-    /// A paused key's rows are marked, so a read of due entries skips them in its index
-    /// instead of walking them (the mark follows `paused_keys` through triggers).
-    func entryColumnsOfThisStore(_ staged: StagedBody, paused: Bool) -> [(column: String, value: SQLValue)] {
-        [("paused", .bool(paused))]
-    }
+    func entryColumnsOfThisStore(_ staged: StagedBody) -> [(column: String, value: SQLValue)] { [] }
 }

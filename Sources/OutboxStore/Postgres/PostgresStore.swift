@@ -118,11 +118,10 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
         return Set(try db.query("SELECT id FROM entries WHERE body_host <> ?", [.text(host)]) { $0.text(0) })
     }
 
-    /// A body on this host's disk (a staged or referenced file, form files) is claimed here
-    /// only; a paused key's rows are marked (see `SQLiteStore.entryColumnsOfThisStore`).
-    func entryColumnsOfThisStore(_ staged: StagedBody, paused: Bool) -> [(column: String, value: SQLValue)] {
+    /// A body on this host's disk (a staged or referenced file, form files) is claimed here only.
+    func entryColumnsOfThisStore(_ staged: StagedBody) -> [(column: String, value: SQLValue)] {
         let onThisHost = staged.file != nil || staged.form.contains(where: { $0.stagedFile != nil })
-        return [("body_host", .optional(onThisHost ? host : nil)), ("paused", .bool(paused))]
+        return [("body_host", .optional(onThisHost ? host : nil))]
     }
 
     /// Every write statement bumps `data_version`, this runner's own too.
