@@ -333,6 +333,8 @@ extension SQLStore {
                     try db.run("DELETE FROM paused_keys WHERE key = ?", [.text(key)])
                 }
             }
+            // The keys' entries are marked by now (triggers), not yet committed.
+            Fault.point("store.pause")
         }
     }
 }

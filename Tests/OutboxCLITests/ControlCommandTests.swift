@@ -780,6 +780,27 @@ struct StatsTests {
         #expect(try p.run("stats", "--json").json()["entries"]?["paused"] == .int(2))
     }
 
+    /// A pause or resume killed after its key's entries were marked, before its commit,
+    /// leaves the key as it was and every mark with it: the audit finds nothing, and the
+    /// entries are held or sent as before.
+    @Test func aPauseOrResumeKilledBeforeItsCommitChangesNothing() async throws {
+        let p = try CLIProject()
+        for n in 1...3 { _ = try p.enqueue("note", vars: #"{"n": \#(n)}"#) }
+        let marks = "SELECT group_concat(paused, '') FROM entries;"
+        let killed = try await p.outbox(["pause", "--key", "note"], environment: ["OUTBOX_FAULT": "store.pause:1"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        #expect(try p.sqlite(marks).trimmingCharacters(in: .whitespacesAndNewlines) == "000")
+        #expect(try p.run("stats", "--json").json()["entries"]?["queued"] == .int(3))
+        #expect(p.run("audit").status == 0)
+        #expect(p.run("pause", "--key", "note").status == 0)
+        #expect(try p.sqlite(marks).trimmingCharacters(in: .whitespacesAndNewlines) == "111")
+        let resumeKilled = try await p.outbox(["resume", "--key", "note"], environment: ["OUTBOX_FAULT": "store.pause:1"])
+        #expect(resumeKilled.exitCode == -9, "\(resumeKilled)")
+        #expect(try p.sqlite(marks).trimmingCharacters(in: .whitespacesAndNewlines) == "111")
+        #expect(try p.run("stats", "--json").json()["entries"]?["paused"] == .int(3))
+        #expect(p.run("audit").status == 0)
+    }
+
     @Test func prometheusTextIsWrittenAtomicallyToAFile() throws {
         let p = try CLIProject()
         _ = try p.enqueue("plain", vars: "{}")
