@@ -358,6 +358,7 @@ package final class Runner {
         guard !changes.isEmpty else { return }
         let batch = changes
         changes.removeAll()
+        let writesBefore = store.ownWrites
         let applied = try store.apply(batch, by: lease, now: now)
         if batch.contains(where: { if case .markRunning = $0 { true } else { false } }) { Fault.point("run.claimed") }
         reportSettles(fencedOut: applied.fencedOut)
@@ -368,8 +369,9 @@ package final class Runner {
             emitState(entry, state: .cancelled, reason: "scope")
             summary.cancelled += 1
         }
-        // What was committed can make entries due (follow-ups, requeues) and outcomes deliverable.
-        readAhead.storeChanged()
+        // What was committed can make entries due (follow-ups, requeues) and outcomes deliverable;
+        // claims and final settles of entries outside scopes make none due.
+        readAhead.committed(keepingFloor: batch.allSatisfy(\.keepsReadFloor), ownWrites: (writesBefore, store.ownWrites))
         delivery.due = true
         if batch.contains(where: \.insertsEntries) { readAhead.discard() }
         if settledUnhandled {
@@ -383,6 +385,19 @@ extension RunnerChange {
     var acceptsPart: Bool {
         if case .partAccepted = self { return true }
         return false
+    }
+
+    /// Whether the read floor holds after the change (see `ReadAhead.floor`): claims and the
+    /// records of a transfer change no queued entry, and a final settle of an entry outside a
+    /// scope with no follow-ups takes its own entry out of the queue and lets no other in.
+    var keepsReadFloor: Bool {
+        switch self {
+        case .markRunning, .count, .attempt, .progress, .partAccepted: return true
+        case let .settle(s):
+            guard let entry = s.snapshot else { return false }
+            return s.followUps.isEmpty && entry.scope == nil && s.state != .queued
+        default: return false
+        }
     }
 
     /// Whether applying the change adds entries (`then` follow-ups), which may replace queued ones.

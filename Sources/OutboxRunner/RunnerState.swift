@@ -118,6 +118,12 @@ struct ReadAhead {
     var waitEnd: Int64?
     var ownWritesAtRead: Int64 = 0
     var readAt: Int64 = 0
+    /// The first seq the last full read returned, the first wait end after it, and the
+    /// store's `ownWrites` then: every queued entry before it was left out then, and none of
+    /// them can be due until a wait ends or the store changes otherwise than by this runner's
+    /// claims and final settles. The next read starts there, so a backlog of waiting entries
+    /// ahead of the due ones is not walked by every read. Seq 0: read from the start.
+    private(set) var floor: (seq: Int64, waitEnd: Int64?, ownWrites: Int64) = (0, nil, 0)
     /// A drain's due times, read when nothing is in flight, kept until the store changes.
     private var dueTimes: (times: DueTimes, ownWrites: Int64, readAt: Int64)?
 
@@ -129,7 +135,28 @@ struct ReadAhead {
     mutating func storeChanged() {
         exhausted = false
         dueTimes = nil
+        floor = (0, nil, 0)
     }
+
+    /// This runner committed `ownWrites.before` → `.after`; `keepingFloor`: only claims and
+    /// settles that can make no entry before the floor due. Any other write of its own since
+    /// the floor was set (an acknowledgement, a released hold) drops the floor.
+    mutating func committed(keepingFloor: Bool, ownWrites: (before: Int64, after: Int64)) {
+        let floor = floor
+        storeChanged()
+        if keepingFloor, floor.seq > 0, floor.ownWrites == ownWrites.before {
+            self.floor = (floor.seq, floor.waitEnd, ownWrites.after)
+        }
+    }
+
+    /// Where the next read starts (see `floor`): from the start once a wait ended or this
+    /// process wrote anything the floor does not allow.
+    mutating func startSeq(now: Int64, ownWrites: Int64) -> Int64 {
+        if now >= floor.waitEnd ?? .max || ownWrites != floor.ownWrites { floor = (0, nil, 0) }
+        return floor.seq
+    }
+
+    mutating func setFloor(_ seq: Int64, waitEnd: Int64?, ownWrites: Int64) { floor = (seq, waitEnd, ownWrites) }
 
     /// The due times `read` gives, read again only once the store changed: each read looks
     /// at every queued entry, and a drain waiting for a retry asks every turn.

@@ -34,7 +34,9 @@ extension SQLiteStore {
     }
 
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and scopes.
-    package func dueEntries(now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?) throws(OutboxError) -> [Entry] {
+    package func dueEntries(
+        now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?, fromSeq: Int64
+    ) throws(OutboxError) -> [Entry] {
         if try setting(Self.queuePausedSetting) == "1" { return [] }
         // Paused keys and `excluding` (entries the runner holds, or whose changes are not
         // committed yet) are filtered here, so the LIMIT reads no more rows than it returns:
@@ -43,14 +45,15 @@ extension SQLiteStore {
         // `entries_queued`, whose order is seq within it.
         let excluded = JSON.array(excluding.map { .string($0) }).serialized()
         return try db.query(
-            Self.dueEntriesSQL, [.text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max), .int(limit)],
+            Self.dueEntriesSQL,
+            [.int(fromSeq), .text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max), .int(limit)],
             entryFromRow)
     }
 
     /// Made once: a text made per call would be a new string each time the runner reads ahead.
     static let dueEntriesSQL = """
         SELECT \(entryColumns) FROM entries e
-        WHERE state = 'queued' AND paused = 0 AND waits_for_delivery = 0
+        WHERE state = 'queued' AND paused = 0 AND seq >= ? AND waits_for_delivery = 0
           AND id NOT IN (SELECT value FROM json_each(?))
           AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
           AND (not_before IS NULL OR not_before <= ?)

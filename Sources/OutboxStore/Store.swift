@@ -136,8 +136,9 @@ package protocol Store: AnyObject {
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds and
     /// scopes; `excluding` are ids the runner holds or has read already. A drain's `horizon`
     /// leaves out retries and delays due after it: they wait for the next run (an entry made
-    /// due at once, as a follow-up with `delay: 0s`, is not delayed).
-    func dueEntries(now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?) throws(OutboxError) -> [Entry]
+    /// due at once, as a follow-up with `delay: 0s`, is not delayed). Only entries from seq
+    /// `fromSeq` on are read: a runner that knows none before it can be due skips them.
+    func dueEntries(now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?, fromSeq: Int64) throws(OutboxError) -> [Entry]
     /// For each of these entries still running, its generation (absent: cancelled,
     /// replaced or settled by someone else).
     func runningGenerations(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64]
@@ -224,7 +225,7 @@ package protocol RunnerLock: AnyObject {
 extension Store {
     /// Due entries outside a drain.
     package func dueEntries(now: Int64, limit: Int, excluding: Set<String>) throws(OutboxError) -> [Entry] {
-        try dueEntries(now: now, limit: limit, excluding: excluding, horizon: nil)
+        try dueEntries(now: now, limit: limit, excluding: excluding, horizon: nil, fromSeq: 0)
     }
 
     /// Deliverable outcomes outside a drain.

@@ -205,9 +205,10 @@ struct StoreOpeningTests {
         let far: Int64 = 4_000_000_000_000
         #expect(try f.store.dueEntries(now: far, limit: 10, excluding: []).map(\.id) == ["other"])
         let plan = try f.store.db.query(
-            "EXPLAIN QUERY PLAN " + SQLiteStore.dueEntriesSQL, [.text("[]"), .int(far), .int(far), .int(far), .int(far), .int(10)]
+            "EXPLAIN QUERY PLAN " + SQLiteStore.dueEntriesSQL,
+            [.int(0), .text("[]"), .int(far), .int(far), .int(far), .int(far), .int(10)]
         ) { $0.text(3) }
-        #expect(plan.contains { $0.contains("USING INDEX entries_queued (paused=?)") }, "\(plan)")
+        #expect(plan.contains { $0.contains("USING INDEX entries_queued (paused=? AND seq>?)") }, "\(plan)")
         #expect(!plan.contains { $0.contains("TEMP B-TREE") }, "\(plan)")
     }
 

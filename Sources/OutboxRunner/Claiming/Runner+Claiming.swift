@@ -105,11 +105,20 @@ extension Runner {
         // shared store each reads a wider window and takes it in its own random order (a
         // scope has one due entry at a time, so its order holds; overall order roughly).
         let window = store.sharesRunners ? want * 4 : want
-        let more = try store.dueEntries(now: now, limit: window, excluding: excluded, horizon: drainHorizon)
+        let from = store.sharesRunners ? 0 : readAhead.startSeq(now: now, ownWrites: store.ownWrites)
+        var more = try store.dueEntries(now: now, limit: window, excluding: excluded, horizon: drainHorizon, fromSeq: from)
+        if more.count < window, from > 0 {
+            // Short from the floor: the queue is read whole before it counts as exhausted.
+            readAhead.storeChanged()
+            more = try store.dueEntries(now: now, limit: window, excluding: excluded, horizon: drainHorizon, fromSeq: 0)
+        }
         readAhead.exhausted = more.count < window
         if readAhead.exhausted {
             readAhead.waitEnd = try store.nextWaitEnd(after: now)
             readAhead.ownWritesAtRead = store.ownWrites
+        } else if !store.sharesRunners, let first = more.first {
+            // Other runners' claims and settles commit quietly: the floor is for a sole runner.
+            readAhead.setFloor(first.seq, waitEnd: try store.nextWaitEnd(after: now), ownWrites: store.ownWrites)
         }
         readAhead.ready += store.sharesRunners ? more.shuffled() : more
     }

@@ -34,12 +34,14 @@ extension PostgresStore {
 
     /// Queued entries that may start now, in enqueue order, honouring pauses, holds, scopes
     /// and where file bodies are.
-    package func dueEntries(now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?) throws(OutboxError) -> [Entry] {
+    package func dueEntries(
+        now: Int64, limit: Int, excluding: Set<String>, horizon: Int64?, fromSeq: Int64
+    ) throws(OutboxError) -> [Entry] {
         let excluded = JSON.array(excluding.map { .string($0) }).serialized()
         return try db.query(
             """
             SELECT \(Self.entryColumns) FROM entries e
-            WHERE state = 'queued' AND paused = 0 AND waits_for_delivery = 0 AND NOT \(queuePaused)
+            WHERE state = 'queued' AND paused = 0 AND seq >= ? AND waits_for_delivery = 0 AND NOT \(queuePaused)
               AND id NOT IN (SELECT jsonb_array_elements_text(?::jsonb))
               AND (next_attempt_at IS NULL OR next_attempt_at <= ?)
               AND (not_before IS NULL OR not_before <= ?)
@@ -51,7 +53,7 @@ extension PostgresStore {
                   AND o.state IN ('queued', 'running', 'awaiting-auth')))
             ORDER BY seq LIMIT ?
             """,
-            [.text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max)] + onThisHostValues
+            [.int(fromSeq), .text(excluded), .int(now), .int(now), .int(horizon ?? .max), .int(horizon ?? .max)] + onThisHostValues
                 + [.int(limit)], entryFromRow)
     }
 
