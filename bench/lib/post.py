@@ -7,8 +7,9 @@ default; "large" adds the cost per request at LARGE_COUNT (500,000) queued entri
 POST_COUNT, in LARGE_ROUNDS (3) rounds; "waiting" adds the cost of a queue whose
 WAITING_COUNT (200,000) entries all wait an hour, beside a queue of one such entry;
 "paused" adds the drain of POST_COUNT entries beside a paused key's PAUSED_COUNT (100,000)
-entries, against the same drain with none, in PAUSED_ROUNDS (3) rounds; "small,large,waiting,paused"
-runs all four).
+entries, against the same drain with none, in PAUSED_ROUNDS (3) rounds; "ahead" the same
+beside AHEAD_COUNT (100,000) entries delayed an hour and enqueued before them;
+"small,large,waiting,paused,ahead" runs all five).
 """
 
 import json
@@ -27,6 +28,7 @@ WAITING_COUNT = int(os.environ.get("WAITING_COUNT", "200000"))
 WAITING_ROUNDS = int(os.environ.get("WAITING_ROUNDS", "3"))
 PAUSED_COUNT = int(os.environ.get("PAUSED_COUNT", "100000"))
 PAUSED_ROUNDS = int(os.environ.get("PAUSED_ROUNDS", "3"))
+AHEAD_COUNT = int(os.environ.get("AHEAD_COUNT", "100000"))
 # Lines per `enqueue --from` call when filling the large queue: one transaction each.
 ENQUEUE_CHUNK = 50000
 CONCURRENCY = 16
@@ -170,19 +172,25 @@ def waiting_case(work, url):
     ]
 
 
-def paused_case(work, nginx, url, lines):
+def paused_case(work, nginx, url, lines, ahead=False):
     """POST_COUNT entries drained beside a paused key's PAUSED_COUNT entries, against the same
-    drain with no paused entry: flat is the goal (a paused backlog is not walked per read)."""
+    drain with no paused entry: flat is the goal (a paused backlog is not walked per read).
+    `ahead`: beside AHEAD_COUNT entries of the same key delayed an hour, enqueued first (a
+    queue after an outage: entries backing off ahead of due ones)."""
     figures = {}
-    for count in (0, PAUSED_COUNT):
+    many_count = AHEAD_COUNT if ahead else PAUSED_COUNT
+    for count in (0, many_count):
         project = project_for(work, f"p{count}", url)
         project.write("definitions/held.yaml",
                       f'key: bench.held\nrequest:\n  method: POST\n  url: "{url}"\n  data: {{ n: "{{{{ vars.n }}}}" }}\n')
         for first in range(0, count, ENQUEUE_CHUNK):
             n = min(ENQUEUE_CHUNK, count - first)
-            chunk = B.write_jsonl(work.join("paused-chunk.jsonl"), n, lambda i: {"vars": {"n": first + i}})
-            B.must(project.run("enqueue", "bench.held", "--from", chunk, rss=False), "outbox enqueue --from (paused)")
-        B.must(project.run("pause", "--key", "bench.held", rss=False), "outbox pause --key bench.held")
+            extra = {"delay": "1h"} if ahead else {}
+            chunk = B.write_jsonl(work.join("paused-chunk.jsonl"), n, lambda i: {"vars": {"n": first + i}, **extra})
+            B.must(project.run("enqueue", "bench.post" if ahead else "bench.held", "--from", chunk, rss=False),
+                   "outbox enqueue --from (waiting)")
+        if not ahead:
+            B.must(project.run("pause", "--key", "bench.held", rss=False), "outbox pause --key bench.held")
         drains = []
         for _ in range(PAUSED_ROUNDS):
             B.must(project.run("enqueue", "bench.post", "--from", lines, rss=False), "outbox enqueue --from")
@@ -191,13 +199,15 @@ def paused_case(work, nginx, url, lines):
                 raise B.BenchFailure(failure)
             drains.append(measured)
         figures[count] = (B.median([d.wall for d in drains]), max(d.rss_kib for d in drains))
-        B.log(f"post paused, {count:,} paused entries: drain of {COUNT:,} {figures[count][0]:.3f} s, "
+        what = "waiting ahead" if ahead else "paused"
+        B.log(f"post {what}, {count:,} entries: drain of {COUNT:,} {figures[count][0]:.3f} s, "
               f"{figures[count][1] / 1024:.1f} MiB")
         shutil.rmtree(project.root, ignore_errors=True)
-    many, none = figures[PAUSED_COUNT], figures[0]
-    return [B.Row("post", f"{COUNT:,} POSTs beside {PAUSED_COUNT:,} paused entries", "s", many[0],
-                  "the same, none paused", none[0], rss_kib=many[1],
-                  note=f"time of `run --drain`, medians of {PAUSED_ROUNDS}")]
+    many, none = figures[many_count], figures[0]
+    case = (f"{COUNT:,} POSTs behind {AHEAD_COUNT:,} entries waiting 1 h" if ahead
+            else f"{COUNT:,} POSTs beside {PAUSED_COUNT:,} paused entries")
+    return [B.Row("post", case, "s", many[0], "the same, none waiting" if ahead else "the same, none paused", none[0],
+                  rss_kib=many[1], note=f"time of `run --drain`, medians of {PAUSED_ROUNDS}")]
 
 
 def large_case(work, nginx, url, lines, config):
@@ -282,6 +292,8 @@ def main():
             rows += waiting_case(work, url)
         if "paused" in cases:
             rows += paused_case(work, nginx, url, lines)
+        if "ahead" in cases:
+            rows += paused_case(work, nginx, url, lines, ahead=True)
     B.emit(rows)
 
 
