@@ -16,6 +16,46 @@ extension SQLStore {
         return forgottenFiles(e, returnMovedFile: returnMovedFile)
     }
 
+    /// The entry a settle is about: the runner's snapshot, which spares re-reading (and
+    /// re-parsing) the row it just sent, or else the stored row of the settle's generation.
+    func settledEntry(_ s: Settlement) throws(OutboxError) -> Entry? {
+        if let snapshot = s.snapshot { return snapshot }
+        guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return nil }
+        return stored
+    }
+
+    /// Journals the outcome of a settle that keeps its entry, inside the caller's transaction:
+    /// acknowledged already when no hook will take it.
+    func journalOutcome(of e: Entry, _ s: Settlement, now: Int64) throws(OutboxError) {
+        try db.run(
+            """
+            INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """,
+            [
+                .text(e.id), .text(e.key), .int(e.generation), .text(s.outcome.rawValue), .text(s.payload.serialized()),
+                .bool(!s.hookExists), .optional(s.reason), .int(now),
+            ])
+    }
+
+    /// What an acknowledged outcome of an entry's generation lets go, inside the caller's
+    /// transaction: a completed or cancelled entry that owes no other outcome is forgotten; any
+    /// other stops waiting for its delivery. Returns the files to remove after the commit.
+    func entryAcknowledged(id: String, generation: Int64, now: Int64) throws(OutboxError) -> [String] {
+        // A later outcome of the same generation (an error entry reopened and then
+        // completed) is still owed: forgetting now would drop it.
+        let owed =
+            try db.queryOne("SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0", [.text(id)]) { $0.int(0) } ?? 0
+        guard let e = try entry(id: id) else { return [] }
+        if e.generation == generation, e.state == .completed || e.state == .cancelled, owed == 0 {
+            // A scope's cancel is a cancel: a moved file that was never sent goes back.
+            return try forget(e, returnMovedFile: true)
+        } else if e.waitsForDelivery {
+            try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
+        }
+        return []
+    }
+
     /// Removes an entry whose row cannot be read back (what it refers to is unknown), with its
     /// parts, attempts and outcomes. Its staged files are kept in `returned/`: one may be a moved
     /// file's only copy.
@@ -200,17 +240,6 @@ extension SQLStore {
             if changed > 0 { retried.append(e.id) }
         }
         return retried
-    }
-
-    package func forgetS3Upload(entrySeq: Int64, uploadID: String) throws(OutboxError) {
-        try writing { () throws(OutboxError) in
-            // A retry may have started another upload meanwhile: that one stays.
-            guard try db.run("DELETE FROM s3_uploads WHERE entry_seq = ? AND upload_id = ?", [.int(entrySeq), .text(uploadID)]) > 0
-            else { return }
-            _ = try db.run(
-                "UPDATE parts SET accepted = 0, status = NULL, response_headers = NULL, next_attempt_at = NULL WHERE entry_seq = ?",
-                [.int(entrySeq)])
-        }
     }
 
     package func headerPatch() throws(OutboxError) -> [(String, String)] {

@@ -57,10 +57,16 @@ protocol SQLStore: AnyObject {
 
     /// Runs `body` in a transaction as the store's one writer: the same-id rules read, then write.
     func writing<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T
+    /// Runs `body` in a transaction on rows this runner holds (an entry it claimed): no same-id
+    /// rule reads the store, so it needs no turn as the store's one writer.
+    func writingOwnRows<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T
     /// What the database itself finds damaged, for `audit`.
     func databaseProblems() throws(OutboxError) -> [String]
     /// Entries whose staged files are on another host's disk (that host's audit checks them).
     func entriesStagedElsewhere() throws(OutboxError) -> Set<String>
     /// Columns of an entry's row only this store has, with their values for a new entry.
     func entryColumnsOfThisStore(_ staged: StagedBody) -> [(column: String, value: SQLValue)]
+    /// Adds to the cumulative counters inside the caller's transaction (each store keeps its
+    /// series its own way: one row per series, or shards that concurrent runners add to).
+    func addCounters(_ increments: [CounterIncrement]) throws(OutboxError)
 }

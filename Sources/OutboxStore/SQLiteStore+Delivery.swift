@@ -138,21 +138,7 @@ extension SQLiteStore {
         else { return ([], false) }
         try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
         tally.add(.hookDeliveries, [("key", o.key)], by: 1)
-        // A later outcome of the same generation (an error entry reopened and then
-        // completed) is still owed: forgetting now would drop it.
-        let owed =
-            try db.queryOne(
-                "SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
-                [.text(o.entryID)]
-            ) { $0.int(0) } ?? 0
-        guard let e = try entry(id: o.entryID) else { return ([], true) }
-        if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
-            // A scope's cancel is a cancel: a moved file that was never sent goes back.
-            return (try forget(e, returnMovedFile: true), true)
-        } else if e.waitsForDelivery {
-            try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
-        }
-        return ([], true)
+        return (try entryAcknowledged(id: o.entryID, generation: o.generation, now: now), true)
     }
 
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError) {

@@ -208,16 +208,9 @@ extension SQLiteStore {
     /// acknowledged now and a completed or cancelled entry is forgotten at once.
     /// Returns the files to remove after the commit, and whether the settle applied.
     private func settle(_ s: Settlement, now: Int64) throws(OutboxError) -> (files: [String], applied: Bool) {
-        // The runner's snapshot spares re-reading (and re-parsing) the row it just sent; the
-        // statements below match seq and generation, so a row replaced or removed since
-        // (same-id enqueue, cancel) is left alone.
-        let e: Entry
-        if let snapshot = s.snapshot {
-            e = snapshot
-        } else {
-            guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return ([], false) }
-            e = stored
-        }
+        // The statements below match seq and generation, so a row replaced or removed since
+        // the snapshot (same-id enqueue, cancel) is left alone.
+        guard let e = try settledEntry(s) else { return ([], false) }
         if s.forgetsEntry {
             // Nothing will read the outcome: the entry is forgotten at once, and an outcome
             // acknowledged as it settles would be deleted as it is written, so none is.
@@ -234,15 +227,7 @@ extension SQLiteStore {
             WHERE seq = ? AND generation = ?
             """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq), .int(s.generation)])
         guard changed == 1 else { return ([], false) }
-        try db.run(
-            """
-            INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """,
-            [
-                .text(e.id), .text(e.key), .int(e.generation), .text(s.outcome.rawValue), .text(s.payload.serialized()),
-                .bool(!s.hookExists), .optional(s.reason), .int(now),
-            ])
+        try journalOutcome(of: e, s, now: now)
         return ([], true)
     }
 

@@ -287,6 +287,9 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     /// SQLite's writers take turns on the database's write lock.
     func writing<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T { try db.transaction(body) }
 
+    /// One runner holds the store (its lock file): any transaction is its own.
+    func writingOwnRows<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T { try db.transaction(body) }
+
     /// Each batch is written as it comes: a transaction here never runs its body twice.
     package func enqueue(batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult] {
         try enqueueStreaming(next, now: now)

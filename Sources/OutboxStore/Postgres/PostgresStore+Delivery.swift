@@ -141,21 +141,7 @@ extension PostgresStore {
                 """, [.int(seq)] + fence.values) == 1
         else { return ([], false) }
         try addCounters([CounterIncrement(.hookDeliveries, [("key", o.key)], by: 1)])
-        // A later outcome of the same generation (an error entry reopened and then
-        // completed) is still owed: forgetting now would drop it.
-        let owed =
-            try db.queryOne(
-                "SELECT COUNT(*) FROM outcomes WHERE entry_id = ? AND acknowledged = 0",
-                [.text(o.entryID)]
-            ) { $0.int(0) } ?? 0
-        guard let e = try entry(id: o.entryID) else { return ([], true) }
-        if e.generation == o.generation, e.state == .completed || e.state == .cancelled, owed == 0 {
-            // A scope's cancel is a cancel: a moved file that was never sent goes back.
-            return (try forget(e, returnMovedFile: true), true)
-        } else if e.waitsForDelivery {
-            try db.run("UPDATE entries SET waits_for_delivery = 0, updated_at = ? WHERE seq = ?", [.int(now), .int(e.seq)])
-        }
-        return ([], true)
+        return (try entryAcknowledged(id: o.entryID, generation: o.generation, now: now), true)
     }
 
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError) {
@@ -193,42 +179,5 @@ extension PostgresStore {
             SELECT x->>0, x->>1, pg_backend_pid() % 64, (x->>2)::bigint FROM jsonb_array_elements(?::jsonb) x
             ON CONFLICT (name, labels, shard) DO UPDATE SET value = counters.value + excluded.value
             """, [.text(JSON.array(rows).serialized())])
-    }
-
-    /// Counts one hook run of an outcome by its key: acknowledged or failed.
-    func countDelivery(outcomeSeq seq: Int64, _ counter: Counter) throws(OutboxError) {
-        guard let key = try db.queryOne("SELECT key FROM outcomes WHERE seq = ?", [.int(seq)], { $0.text(0) }) else { return }
-        try addCounters([CounterIncrement(counter, [("key", key)], by: 1)])
-    }
-
-    package func counters() throws(OutboxError) -> [CounterSample] {
-        try db.query("SELECT name, labels, SUM(value) FROM counters GROUP BY name, labels ORDER BY name, labels") {
-            row throws(OutboxError) -> CounterSample? in
-            // A series this version does not know (written by a newer one) is left out.
-            guard let counter = Counter(rawValue: row.text(0)) else { return nil }
-            var labels: [String: String] = [:]
-            let text = row.text(1)
-            guard let object = (try? JSON.parse(text))?.objectValue else {
-                throw .storage("the counter \(counter.rawValue) has labels that are not a JSON object: \(text.prefix(80))")
-            }
-            for (name, value) in object { labels[name] = value.stringValue ?? "" }
-            return CounterSample(counter: counter, labels: labels, value: row.int(2))
-        }.compactMap { $0 }
-    }
-    /// Counts and bytes of the entries not yet settled, and how much of them is accepted.
-    package func pendingTotals() throws(OutboxError) -> PendingTotals {
-        let live = "('queued', 'running', 'awaiting-auth')"
-        let (count, bytes) =
-            try db.queryOne(
-                "SELECT COUNT(*), COALESCE(SUM(total_bytes), 0) FROM entries WHERE state IN \(live)"
-            ) { ($0.int(0), $0.int(1)) } ?? (0, 0)
-        let accepted =
-            try db.queryOne(
-                """
-                SELECT COALESCE(SUM(p."end" - p.start), 0) FROM parts p JOIN entries e ON e.seq = p.entry_seq
-                WHERE p.accepted = 1 AND e.state IN \(live)
-                """
-            ) { $0.int(0) } ?? 0
-        return PendingTotals(entries: Int(count), bytes: bytes, acceptedBytes: accepted)
     }
 }

@@ -261,13 +261,7 @@ extension PostgresStore {
     /// Settles an entry and journals its outcome (see the SQLite store: the same rules),
     /// applied only while the runner's claim holds.
     private func settle(_ s: Settlement, lease: Lease?, now: Int64) throws(OutboxError) -> (files: [String], applied: Bool) {
-        let e: Entry
-        if let snapshot = s.snapshot {
-            e = snapshot
-        } else {
-            guard let stored = try entry(id: s.entryID), stored.generation == s.generation else { return ([], false) }
-            e = stored
-        }
+        guard let e = try settledEntry(s) else { return ([], false) }
         let f = fence(s.entryID, lease)
         defer { claimTokens[s.entryID] = nil }
         if s.forgetsEntry {
@@ -294,15 +288,7 @@ extension PostgresStore {
             WHERE seq = ? AND generation = ?\(f.sql)
             """, [.text(s.state.rawValue), .optional(s.reason), .int(now), .int(e.seq), .int(s.generation)] + f.values)
         guard changed == 1 else { return ([], false) }
-        try db.run(
-            """
-            INSERT INTO outcomes (entry_id, key, generation, outcome, payload, acknowledged, reason, created_at)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """,
-            [
-                .text(e.id), .text(e.key), .int(e.generation), .text(s.outcome.rawValue), .text(s.payload.serialized()),
-                .bool(!s.hookExists), .optional(s.reason), .int(now),
-            ])
+        try journalOutcome(of: e, s, now: now)
         return ([], true)
     }
 

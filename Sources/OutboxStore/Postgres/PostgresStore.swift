@@ -110,6 +110,9 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
     /// Writers that read before they write take the schema's lock, and their commit wakes runners.
     func writing<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T { try db.transaction(lock: lockKey, body) }
 
+    /// The claimed row, not the schema, is the unit of change: no advisory lock.
+    func writingOwnRows<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T { try db.quietTransaction(body) }
+
     /// The server keeps its own pages whole.
     func databaseProblems() throws(OutboxError) -> [String] { [] }
 
