@@ -239,7 +239,8 @@ package enum StoreCopy {
     }
 }
 
-extension SQLiteStore: CopyableStore {
+/// Both stores read their rows for a copy alike; each writes them its own way.
+extension SQLStore {
     var bodiesFolder: String { staging.bodiesDir }
 
     func exportRows(_ table: StoreTables.Table, after: [SQLValue]?, limit: Int) throws(OutboxError) -> [[SQLValue]] {
@@ -250,7 +251,9 @@ extension SQLiteStore: CopyableStore {
             }
         }
     }
+}
 
+extension SQLiteStore: CopyableStore {
     func importRows(
         _ produce: (_ insert: (StoreTables.Table, [SQLValue]) throws(OutboxError) -> Void) throws(OutboxError) -> Void,
         beforeCommit: () throws(OutboxError) -> Void
@@ -263,17 +266,6 @@ extension SQLiteStore: CopyableStore {
 }
 
 extension PostgresStore: CopyableStore {
-    var bodiesFolder: String { staging.bodiesDir }
-
-    func exportRows(_ table: StoreTables.Table, after: [SQLValue]?, limit: Int) throws(OutboxError) -> [[SQLValue]] {
-        try db.query(table.chunkSQL(after: after != nil, limit: limit), after ?? []) { r in
-            table.columns.enumerated().map { i, column in
-                let c = Int32(i)
-                return StoreTables.value(column.1, isNull: r.isNull(c), int: { r.int(c) }, text: { r.text(c) }, blob: { r.blob(c) })
-            }
-        }
-    }
-
     /// Rows keep their numbers; the identity sequences then continue after them, and
     /// entries whose body is on this host's disk record it.
     func importRows(
