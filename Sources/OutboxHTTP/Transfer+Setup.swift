@@ -4,7 +4,11 @@ import OutboxModel
 
 /// Setting up a transfer: its body source, curl options, method, form and headers.
 extension Transfer {
-    func openSource(_ body: HTTPBody, expected: FileIdentity?) throws(TransferSetupError) {
+    /// What libcurl sends in the same write as the headers when it is given the body's bytes
+    /// (its MAX_INITIAL_POST_SIZE): one system call, one segment to wake the server, not two.
+    static let sentWithHeadersLimit = 64 * 1024
+
+    func openSource(_ body: HTTPBody, expected: FileIdentity?, readSmallWhole: Bool) throws(TransferSetupError) {
         switch body {
         case .none:
             source = .empty
@@ -41,6 +45,10 @@ extension Transfer {
                     message: "file: \(path) has \(info.size) bytes, needs \(offset + length)")
             }
             source = .file(fd: fd, offset: offset, length: length, path: path)
+            // The descriptor stays open: the file is checked again after the transfer.
+            if readSmallWhole, length > 0, length <= Self.sentWithHeadersLimit {
+                try readWhole(fd: fd, offset: offset, length: Int(length), path: path)
+            }
         case .form(let fields):
             for field in fields {
                 guard let path = field.filePath else { continue }
@@ -48,6 +56,20 @@ extension Transfer {
                     throw TransferSetupError(kind: .network, message: "file: cannot read form file \(path)")
                 }
             }
+        }
+    }
+
+    /// Reads a small file body into `fileBytes`; fails as a read in the middle of a send would.
+    private func readWhole(fd: Int32, offset: Int64, length: Int, path: String) throws(TransferSetupError) {
+        let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: length, alignment: 1)
+        fileBytes = buffer
+        var filled = 0
+        while filled < length {
+            let got = pread(fd, buffer.baseAddress! + filled, length - filled, off_t(offset) + off_t(filled))
+            if got < 0 && errno == EINTR { continue }
+            if got < 0 { throw TransferSetupError(kind: .network, message: "file: cannot read \(path): \(errnoText())") }
+            if got == 0 { throw TransferSetupError(kind: .network, message: "file: \(path) shrank while it was being sent") }
+            filled += got
         }
     }
 
@@ -183,18 +205,29 @@ extension Transfer {
             }
             return
         }
-        if case .bytes(let bytes) = body, !bytes.isEmpty, bytes.count <= 64 * 1024, method != "GET", method != "HEAD" {
-            // Small in-memory bodies go with the headers in one write (curl copies them), not
-            // through the read callback; a re-send needs no rewind.
-            try check(ccurl_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count)), "POSTFIELDSIZE_LARGE")
-            let rc = bytes.withUnsafeBytes {
-                ccurl_setopt_ptr(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress))
+        // Small bodies go with the headers in one write, not through the read callback; a
+        // re-send needs no rewind. In-memory bytes are copied by curl, a file's are read in place.
+        if method != "GET", method != "HEAD" {
+            var small = false
+            if let fileBytes {
+                try check(ccurl_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(fileBytes.count)), "POSTFIELDSIZE_LARGE")
+                try check(ccurl_setopt_ptr(easy, CURLOPT_POSTFIELDS, fileBytes.baseAddress), "POSTFIELDS")
+                small = true
+            } else if case .bytes(let bytes) = body, !bytes.isEmpty, bytes.count <= Self.sentWithHeadersLimit {
+                // The size first: COPYPOSTFIELDS copies that many bytes.
+                try check(ccurl_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(bytes.count)), "POSTFIELDSIZE_LARGE")
+                let rc = bytes.withUnsafeBytes {
+                    ccurl_setopt_ptr(easy, CURLOPT_COPYPOSTFIELDS, UnsafeMutableRawPointer(mutating: $0.baseAddress))
+                }
+                try check(rc, "COPYPOSTFIELDS")
+                small = true
             }
-            try check(rc, "COPYPOSTFIELDS")
-            if method != "POST" {
-                try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+            if small {
+                if method != "POST" {
+                    try check(ccurl_setopt_str(easy, CURLOPT_CUSTOMREQUEST, method), "CUSTOMREQUEST")
+                }
+                return
             }
-            return
         }
         let length = body.knownLength ?? 0
         let hasBody: Bool

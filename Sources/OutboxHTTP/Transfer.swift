@@ -28,6 +28,10 @@ final class Transfer {
     let maxResponseBytes: Int
     let uploadLength: Int64?
     var source: Source = .empty
+    /// A small file body's bytes, read whole as the transfer is set up so that they go with
+    /// the headers in one write, as small in-memory bodies do; libcurl reads them in place
+    /// until its handle is reset.
+    var fileBytes: UnsafeMutableRawBufferPointer?
     var readPosition: Int64 = 0
     var readFailure: String?
     var headerList: UnsafeMutablePointer<curl_slist>?
@@ -78,7 +82,9 @@ final class Transfer {
         easy = spare ?? ccurl_easy_init()
         guard easy != nil else { throw TransferSetupError(kind: .network, message: "curl_easy_init failed") }
         if let refusal = request.refusal { throw TransferSetupError(kind: refusal.kind, message: refusal.message) }
-        try openSource(request.body, expected: request.expectedFile)
+        // A signed request keeps the read callback: libcurl 7.88 would hash the bytes it is
+        // given for the signature, where an s3 entry signs UNSIGNED-PAYLOAD.
+        try openSource(request.body, expected: request.expectedFile, readSmallWhole: request.awsSigV4 == nil)
         try configure(request)
     }
 
@@ -105,6 +111,8 @@ final class Transfer {
         mime = nil
         if let headerList { ccurl_slist_free_all(headerList) }
         headerList = nil
+        fileBytes?.deallocate()
+        fileBytes = nil
         if case .file(let fd, _, _, _) = source { Glibc.close(fd) }
         source = .empty
         return kept

@@ -318,6 +318,12 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
             let earlier: [(String, HTTPRequest)] = [
                 ("signed PUT of a file", signed),
                 (
+                    "PUT of a small file, sent with the headers",
+                    HTTPRequest(
+                        url: server.url("/first-small"), method: "PUT", headers: [(name: "X-First", value: "0")],
+                        body: .file(path: path, offset: 0, length: 5000), userAgent: "first/0")
+                ),
+                (
                     "form POST",
                     HTTPRequest(
                         url: server.url("/first-form"), method: "POST", headers: [(name: "X-First", value: "2")],
@@ -535,6 +541,61 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
                 progress: { _, _ in _ = ftruncate(fd, 1000) })
             #expect(result.failure?.kind == .network)
             #expect(result.failure?.message == "file: \(path) shrank while it was being sent")
+        }
+    }
+
+    /// A file body up to 64 KiB is read whole at setup and handed to libcurl with the headers
+    /// (one write, not a write for the headers and another from the read callback); a larger
+    /// one and a signed one are read as they are sent. Either way the server gets the bytes of
+    /// the range, any method keeps its verb, and the bytes sent and the last progress report
+    /// count the body.
+    @Test(arguments: [
+        ("PUT", Int64(1), false), ("PUT", 4096, false), ("POST", 65_536, false), ("PATCH", 65_537, false),
+        ("PUT", 4096, true),
+    ])
+    func aSmallFileGoesWithTheHeaders(_ method: String, _ length: Int64, _ signs: Bool) async throws {
+        try await withFixture { server, client, folder in
+            let bytes = pattern(Int(length) + 100)
+            let path = try folder.file("f.bin", bytes)
+            var request = HTTPRequest(url: server.url("/f"), method: method, body: .file(path: path, offset: 100, length: length))
+            if signs {
+                request.awsSigV4 = AWSSigV4(provider: "aws:amz:us-east-1:s3", accessKeyID: "AKID", secretAccessKey: "secret")
+            }
+            let transfer = try Transfer(id: 1, request: request, progress: nil, completion: { _ in })
+            #expect((transfer.fileBytes != nil) == (length <= 65_536 && !signs))
+            #expect(transfer.fileBytes.map { Array($0) } == (transfer.fileBytes == nil ? nil : Array(bytes[100...])))
+            transfer.close()
+
+            let recorder = Recorder()
+            let result = await send(client, request, progress: { recorder.add($0, $1) })
+            #expect(result.failure == nil)
+            #expect(result.status == 200)
+            let sent = try recorded(server, "/f")
+            #expect(sent.method == method)
+            #expect(sent.bodySize == length)
+            #expect(sent.bodySHA256 == SHA256.hex(Array(bytes[100...])))
+            #expect(values(sent, "content-length") == ["\(length)"])
+            #expect(values(sent, "content-type").isEmpty)
+            #expect(result.bytesSent == length)
+            #expect(recorder.all.last.map { $0.0 == length && $0.1 == length } == true)
+        }
+    }
+
+    /// A small file read whole at setup is still the file checked after the transfer: a file
+    /// rewritten meanwhile shows in `bodyFileAtEnd`, which the runner compares with the
+    /// identity taken at enqueue.
+    @Test func aSmallFileReadAtSetupIsCheckedAgainAtTheEnd() async throws {
+        try await withFixture { server, client, folder in
+            let path = try folder.file("f.bin", pattern(4096))
+            let before = try #require(FileInfo.stat(path))
+            async let result = send(
+                client, HTTPRequest(url: server.url("/hold/f/status/200"), method: "PUT", body: .file(path: path, offset: 0, length: 4096)))
+            #expect(await server.waitForHeld("f"))
+            try Data(pattern(4097, seed: 9)).write(to: URL(fileURLWithPath: path))
+            _ = server.release("f")
+            let end = try #require(await result.bodyFileAtEnd)
+            #expect(end.size == 4097)
+            #expect(end.inode == before.inode)
         }
     }
 
