@@ -135,8 +135,11 @@ struct ReadAhead {
     mutating func storeChanged() {
         exhausted = false
         dueTimes = nil
-        floor = (0, nil, 0)
+        dropFloor()
     }
+
+    /// The next read starts from the queue's head again.
+    mutating func dropFloor() { floor = (0, nil, 0) }
 
     /// This runner committed `ownWrites.before` → `.after`; `keepingFloor`: only claims and
     /// settles that can make no entry before the floor due. Any other write of its own since
@@ -152,7 +155,7 @@ struct ReadAhead {
     /// Where the next read starts (see `floor`): from the start once a wait ended or this
     /// process wrote anything the floor does not allow.
     mutating func startSeq(now: Int64, ownWrites: Int64) -> Int64 {
-        if now >= floor.waitEnd ?? .max || ownWrites != floor.ownWrites { floor = (0, nil, 0) }
+        if now >= floor.waitEnd ?? .max || ownWrites != floor.ownWrites { dropFloor() }
         return floor.seq
     }
 

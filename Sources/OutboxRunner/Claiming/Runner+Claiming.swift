@@ -108,8 +108,9 @@ extension Runner {
         let from = store.sharesRunners ? 0 : readAhead.startSeq(now: now, ownWrites: store.ownWrites)
         var more = try store.dueEntries(now: now, limit: window, excluding: excluded, horizon: drainHorizon, fromSeq: from)
         if more.count < window, from > 0 {
-            // Short from the floor: the queue is read whole before it counts as exhausted.
-            readAhead.storeChanged()
+            // Short from the floor: the queue is read whole before it counts as exhausted (the
+            // store did not change: what is known of its due times stays).
+            readAhead.dropFloor()
             more = try store.dueEntries(now: now, limit: window, excluding: excluded, horizon: drainHorizon, fromSeq: 0)
         }
         readAhead.exhausted = more.count < window
