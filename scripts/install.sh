@@ -75,8 +75,8 @@ if ldd "$built" | grep -q 'libswift'; then
   fail "$built needs the Swift runtime's shared libraries (libswift*.so); it must link them statically"
 fi
 
-for tool in strip install mktemp; do
-  command -v "$tool" >/dev/null || fail "$tool is missing (Debian's binutils / coreutils)"
+for tool in strip patchelf mktemp; do
+  command -v "$tool" >/dev/null || fail "$tool is missing (Debian's binutils / patchelf / coreutils)"
 done
 
 staged=()
@@ -104,6 +104,9 @@ binary=$(mktemp "$prefix/bin/.outbox-install.XXXXXX")
 staged+=("$binary")
 cp "$built" "$binary"
 strip "$binary"
+# SwiftPM links with RUNPATH $ORIGIN: the installed binary would look for its shared
+# libraries in its own folder first, where anyone who can write there could plant one.
+patchelf --remove-rpath "$binary"
 chmod 0755 "$binary"
 "$binary" --version >/dev/null || fail "the stripped binary does not run"
 

@@ -75,6 +75,10 @@ struct InstallScriptTests {
         let libraries = try runProcess("/usr/bin/ldd", [outbox])
         #expect(libraries.exitCode == 0 && !libraries.stdout.contains("libswift"), "\(libraries)")
         #expect(!libraries.stdout.contains("libstdc++") && !libraries.stdout.contains("libsqlite3"), "\(libraries)")
+        // No library search path of its own: its folder is not where its libraries come from.
+        let dynamic = try runProcess("/usr/bin/readelf", ["-d", outbox])
+        #expect(dynamic.exitCode == 0 && dynamic.stdout.contains("NEEDED"), "\(dynamic)")
+        #expect(!dynamic.stdout.contains("RUNPATH") && !dynamic.stdout.contains("RPATH"), "\(dynamic)")
 
         // Installing again replaces the files in place.
         let again = try await Self.install(["--configuration=debug", prefix], p)
