@@ -15,7 +15,7 @@ Builds outbox (release by default, with the Swift runtime linked in) and install
   PREFIX/share/zsh/site-functions/_outbox
   PREFIX/share/fish/vendor_completions.d/outbox.fish
 PREFIX defaults to /usr/local. Debian's libcurl, libsqlite3 and libyaml are installed with
-apt if missing and stay shared libraries.
+apt if missing; libcurl and libyaml stay shared libraries, SQLite is linked in.
 
 Options:
   --configuration debug|release   which build to install (default release)
