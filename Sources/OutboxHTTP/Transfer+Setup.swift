@@ -8,6 +8,9 @@ extension Transfer {
     /// (its MAX_INITIAL_POST_SIZE): one system call, one segment to wake the server, not two.
     static let sentWithHeadersLimit = 64 * 1024
 
+    /// GET and HEAD keep libcurl's own options for their verb (a body of theirs is streamed).
+    static func sendsSmallBodyWithHeaders(_ method: String) -> Bool { method != "GET" && method != "HEAD" }
+
     func openSource(_ body: HTTPBody, expected: FileIdentity?, readSmallWhole: Bool) throws(TransferSetupError) {
         switch body {
         case .none:
@@ -207,7 +210,7 @@ extension Transfer {
         }
         // Small bodies go with the headers in one write, not through the read callback; a
         // re-send needs no rewind. In-memory bytes are copied by curl, a file's are read in place.
-        if method != "GET", method != "HEAD" {
+        if Self.sendsSmallBodyWithHeaders(method) {
             var small = false
             if let fileBytes {
                 try check(ccurl_setopt_off_t(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(fileBytes.count)), "POSTFIELDSIZE_LARGE")

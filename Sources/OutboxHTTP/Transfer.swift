@@ -84,7 +84,8 @@ final class Transfer {
         if let refusal = request.refusal { throw TransferSetupError(kind: refusal.kind, message: refusal.message) }
         // A signed request keeps the read callback: libcurl 7.88 would hash the bytes it is
         // given for the signature, where an s3 entry signs UNSIGNED-PAYLOAD.
-        try openSource(request.body, expected: request.expectedFile, readSmallWhole: request.awsSigV4 == nil)
+        let readSmallWhole = request.awsSigV4 == nil && Self.sendsSmallBodyWithHeaders(asciiUppercased(request.method))
+        try openSource(request.body, expected: request.expectedFile, readSmallWhole: readSmallWhole)
         try configure(request)
     }
 

@@ -546,12 +546,12 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
 
     /// A file body up to 64 KiB is read whole at setup and handed to libcurl with the headers
     /// (one write, not a write for the headers and another from the read callback); a larger
-    /// one and a signed one are read as they are sent. Either way the server gets the bytes of
-    /// the range, any method keeps its verb, and the bytes sent and the last progress report
-    /// count the body.
+    /// one, a signed one and a GET's are read as they are sent. Either way the server gets the
+    /// bytes of the range, any method keeps its verb, and the bytes sent and the last progress
+    /// report count the body.
     @Test(arguments: [
         ("PUT", Int64(1), false), ("PUT", 4096, false), ("POST", 65_536, false), ("PATCH", 65_537, false),
-        ("PUT", 4096, true),
+        ("PUT", 4096, true), ("GET", 4096, false),
     ])
     func aSmallFileGoesWithTheHeaders(_ method: String, _ length: Int64, _ signs: Bool) async throws {
         try await withFixture { server, client, folder in
@@ -562,7 +562,7 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
                 request.awsSigV4 = AWSSigV4(provider: "aws:amz:us-east-1:s3", accessKeyID: "AKID", secretAccessKey: "secret")
             }
             let transfer = try Transfer(id: 1, request: request, progress: nil, completion: { _ in })
-            #expect((transfer.fileBytes != nil) == (length <= 65_536 && !signs))
+            #expect((transfer.fileBytes != nil) == (length <= 65_536 && !signs && method != "GET"))
             #expect(transfer.fileBytes.map { Array($0) } == (transfer.fileBytes == nil ? nil : Array(bytes[100...])))
             transfer.close()
 
