@@ -80,7 +80,7 @@ package final class PostgresCluster: Sendable {
             ], asRoot: asRoot)
         var lastError: (any Error)?
         for _ in 0..<5 {
-            let port = try Self.freePort()
+            guard let port = freeLoopbackPort() else { throw ClusterFailure("no free loopback port: errno \(errno)") }
             do {
                 try Self.run(
                     Self.binaries + "/pg_ctl",
@@ -127,23 +127,6 @@ package final class PostgresCluster: Sendable {
             throw ClusterFailure(
                 "\(program) \(arguments.joined(separator: " ")) failed (exit \(code), signal \(signal)): \(text.suffix(800))")
         }
-    }
-
-    /// A port no one listens on now: bound on loopback, read back, released.
-    private static func freePort() throws -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw ClusterFailure("socket: errno \(errno)") }
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-        }
-        guard bound else { throw ClusterFailure("bind: errno \(errno)") }
-        return Int(UInt16(bigEndian: address.sin_port))
     }
 
     private static let exitState = ExitState()

@@ -1,0 +1,222 @@
+import Foundation
+import Testing
+import TestSupport
+
+// The README's WebDAV example, its definitions read from the README itself, against two
+// WebDAV servers written by others, on loopback: `rclone serve webdav` and nginx's dav
+// module. Neither is set to create a missing folder on PUT (nginx without
+// create_full_put_path, as Apache mod_dav), so the folders go first with MKCOL.
+
+/// A WebDAV server of another project serving `root`, as a child process of the test.
+final class WebDAVServer: @unchecked Sendable {
+    enum Kind: String, CaseIterable, Sendable, CustomTestStringConvertible {
+        case rclone, nginx
+        var testDescription: String { rawValue }
+        var executable: String { self == .rclone ? "/usr/bin/rclone" : "/usr/sbin/nginx" }
+        var package: String { self == .rclone ? "rclone" : "nginx" }
+    }
+
+    let kind: Kind
+    let root: String
+    private(set) var port = 0
+    private var process: Process?
+    private let folder: String
+
+    var url: String { "http://127.0.0.1:\(port)" }
+
+    /// Starts the server on a free port (another one if a process took it first); `folder`
+    /// holds its configuration, logs and nginx's request-body files, outside `root`.
+    init(_ kind: Kind, root: String, folder: String) async throws {
+        self.kind = kind
+        self.root = root
+        self.folder = folder
+        try FileManager.default.createDirectory(atPath: folder + "/body", withIntermediateDirectories: true)
+        for _ in 0..<5 {
+            guard let port = freeLoopbackPort() else { break }
+            self.port = port
+            let process = Process()
+            process.executableURL = URL(fileURLWithPath: kind.executable)
+            process.arguments = try arguments()
+            process.environment = ["PATH": "/usr/bin:/bin", "HOME": folder]
+            process.standardInput = FileHandle.nullDevice
+            _ = FileManager.default.createFile(atPath: folder + "/server.log", contents: nil)
+            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: folder + "/server.log"))
+            process.standardOutput = log
+            process.standardError = log
+            try process.run()
+            self.process = process
+            // Any answer at all means it listens (nginx forbids a folder listing, rclone shows one).
+            let up = await eventually("\(kind) to answer on \(port)") {
+                !process.isRunning || ((try? TestHTTPCurl.statusCode(url + "/"))?.code ?? 0) > 0
+            }
+            if up && process.isRunning { return }
+            stop()
+        }
+        let log = (try? String(contentsOfFile: folder + "/server.log", encoding: .utf8)) ?? ""
+        throw TestHTTPServerError(description: "\(kind) did not start: \(log.suffix(1500))")
+    }
+
+    deinit { stop() }
+
+    private func arguments() throws -> [String] {
+        switch kind {
+        case .rclone:
+            _ = FileManager.default.createFile(atPath: folder + "/rclone.conf", contents: nil)
+            return ["serve", "webdav", root, "--addr", "127.0.0.1:\(port)", "--config", folder + "/rclone.conf"]
+        case .nginx:
+            // One process, no master: it runs as the test's user and writes files it can read back.
+            let config = """
+                daemon off;
+                master_process off;
+                pid \(folder)/nginx.pid;
+                error_log \(folder)/error.log warn;
+                events { worker_connections 64; }
+                http {
+                  access_log off;
+                  client_body_temp_path \(folder)/body;
+                  proxy_temp_path \(folder)/body; fastcgi_temp_path \(folder)/body;
+                  uwsgi_temp_path \(folder)/body; scgi_temp_path \(folder)/body;
+                  server {
+                    listen 127.0.0.1:\(port);
+                    client_max_body_size 0;
+                    location / { root \(root); dav_methods PUT DELETE MKCOL COPY MOVE; dav_access user:rw; }
+                  }
+                }
+
+                """
+            try config.write(toFile: folder + "/nginx.conf", atomically: true, encoding: .utf8)
+            return ["-e", folder + "/error.log", "-p", folder + "/", "-c", folder + "/nginx.conf"]
+        }
+    }
+
+    /// Why the server cannot run here, or nil.
+    static func missing(_ kind: Kind) -> String? {
+        FileManager.default.isExecutableFile(atPath: kind.executable)
+            ? nil : "\(kind.executable) is missing: install Debian's \(kind.package) (.ci/setup does with OUTBOX_SETUP_TESTS=1)"
+    }
+
+    func stop() {
+        guard let process, process.isRunning else { return }
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+
+@Suite struct WebDAVServerTests {
+    static let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().appendingPathComponent("README.md").path
+
+    /// The text the README writes into `definitions/NAME` with a quoted heredoc.
+    static func readmeDefinition(_ name: String) throws -> String {
+        let text = try String(contentsOfFile: readme, encoding: .utf8)
+        let opening = "cat > definitions/\(name) <<'EOF'\n"
+        let start = try #require(text.range(of: opening), "README.md no longer writes definitions/\(name)")
+        let end = try #require(text.range(of: "\nEOF\n", range: start.upperBound..<text.endIndex))
+        return String(text[start.upperBound..<end.lowerBound]) + "\n"
+    }
+
+    /// Files of the tree, by relative path: names a URL must encode, an empty file, one sent
+    /// with its headers (4 KiB), one past that (70,000 bytes) and one of 5 MiB.
+    static let tree: [(path: String, size: Int)] = [
+        ("b.txt", 4), ("empty.bin", 0), ("2026/11/a.txt", 4096), ("photos/café au lait #1.jpg", 70_000),
+        ("photos/raw/100%+plus?.bin", 5 << 20), ("photos/raw/[x] & y.bin", 1),
+    ]
+
+    /// Every regular file under `folder`, relative, with its bytes.
+    static func files(under folder: String) -> [String: Data] {
+        var found: [String: Data] = [:]
+        for case let name as String in FileManager.default.enumerator(atPath: folder)?.allObjects ?? [] {
+            var isFolder: ObjCBool = false
+            let full = folder + "/" + name
+            if FileManager.default.fileExists(atPath: full, isDirectory: &isFolder), !isFolder.boolValue {
+                found[name] = FileManager.default.contents(atPath: full)
+            }
+        }
+        return found
+    }
+
+    @Test(arguments: WebDAVServer.Kind.allCases)
+    func aFolderTreeLandsByteForByteAsTheReadmeSays(_ kind: WebDAVServer.Kind) async throws {
+        if let reason = WebDAVServer.missing(kind) {
+            // A missing server is a failure, never a silent pass.
+            Issue.record(Comment(rawValue: reason))
+            return
+        }
+        let sandbox = try OutboxSandbox()
+        let served = sandbox.path("served"), source = sandbox.path("tree")
+        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
+        let server = try await WebDAVServer(kind, root: served, folder: sandbox.path("server"))
+        defer { server.stop() }
+        _ = try sandbox.write("definitions/dav-mkcol.yaml", try Self.readmeDefinition("dav-mkcol.yaml"))
+        _ = try sandbox.write("definitions/dav-put.yaml", try Self.readmeDefinition("dav-put.yaml"))
+        var expected: [String: Data] = [:]
+        for (n, file) in Self.tree.enumerated() {
+            let bytes = Data((0..<file.size).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ n &* 7 &+ $0 >> 9) })
+            let path = source + "/" + file.path
+            try FileManager.default.createDirectory(
+                atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try bytes.write(to: URL(fileURLWithPath: path))
+            expected[file.path] = bytes
+        }
+        let env = ["DAV_URL": server.url]
+
+        // The folders, parents first, from stdin; a second time each one is there already (405).
+        let folders = ["2026", "2026/11", "photos", "photos/raw"]
+        let lines = folders.map { #"{"vars": {"dir": "\#($0)"}}"# }.joined(separator: "\n") + "\n"
+        for round in 1...2 {
+            let mkcol = try await sandbox.outbox(["enqueue", "dav.mkcol", "--from", "-"], stdin: lines, environment: env)
+            #expect(mkcol.status == 0 && mkcol.lines.count == folders.count, "\(mkcol)")
+            let run = try await sandbox.outbox(["run", "--drain"], environment: env)
+            #expect(run.status == 0 && run.stderr.contains("4 completed, 0 error"), "round \(round): \(run)")
+        }
+
+        let put = try await sandbox.outbox(["enqueue", "dav.put", "--from-dir", source], environment: env)
+        #expect(put.status == 0 && put.lines.count == Self.tree.count, "\(put)")
+        let run = try await sandbox.outbox(["run", "--drain"], environment: env)
+        #expect(run.status == 0 && run.stderr.contains("\(Self.tree.count) completed, 0 error"), "\(run)")
+        // The server decoded every name back to the file's own, and holds exactly the tree.
+        let landed = Self.files(under: served)
+        #expect(landed.keys.sorted() == expected.keys.sorted())
+        for (path, bytes) in expected { #expect(landed[path] == bytes, "\(path)") }
+        #expect(try await sandbox.list().isEmpty)
+    }
+
+    /// A PUT into a folder the server does not have is not taken: rclone answers 404 (which
+    /// outbox's default config retries, as a resource that may appear), nginx 500 (it fails to
+    /// rename its body file into place). Either way the entry waits; once the folder is made
+    /// with MKCOL, a later attempt puts the file.
+    @Test(arguments: [(WebDAVServer.Kind.rclone, 404), (.nginx, 500)])
+    func aPutIntoAMissingFolderIsRetriedUntilTheFolderIsMade(_ kind: WebDAVServer.Kind, _ refusal: Int) async throws {
+        if let reason = WebDAVServer.missing(kind) {
+            Issue.record(Comment(rawValue: reason))
+            return
+        }
+        let sandbox = try OutboxSandbox()
+        let served = sandbox.path("served")
+        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
+        let server = try await WebDAVServer(kind, root: served, folder: sandbox.path("server"))
+        defer { server.stop() }
+        _ = try sandbox.write("definitions/dav-mkcol.yaml", try Self.readmeDefinition("dav-mkcol.yaml"))
+        _ = try sandbox.write("definitions/dav-put.yaml", try Self.readmeDefinition("dav-put.yaml"))
+        let env = ["DAV_URL": server.url]
+        let file = try sandbox.write("x.txt", "x")
+        let vars = #"{"path": "\#(file)", "relative_path": "missing/x.txt"}"#
+        let enqueue = try await sandbox.outbox(["enqueue", "dav.put", "--vars", vars], environment: env)
+        #expect(enqueue.status == 0, "\(enqueue)")
+        let id = try #require(enqueue.lines.first)
+        // One attempt: the next one is not due at once.
+        let first = try await sandbox.outbox(["run", "--drain", "--horizon", "0s"])
+        #expect(first.status == 0 && first.stderr.contains("0 completed, 0 error, 1 retried"), "\(first)")
+        let shown = try #require(try await sandbox.show(id))
+        #expect(shown["state"] as? String == "queued")
+        #expect((shown["attempts_log"] as? [[String: Any]] ?? []).map { $0["http_code"] as? Int } == [refusal])
+        #expect(Self.files(under: served).isEmpty)
+
+        let mkcol = try await sandbox.outbox(["enqueue", "dav.mkcol", "--vars", #"{"dir": "missing"}"#], environment: env)
+        #expect(mkcol.status == 0, "\(mkcol)")
+        let second = try await sandbox.outbox(["run", "--drain"])
+        #expect(second.status == 0, "\(second)")
+        #expect(Self.files(under: served) == ["missing/x.txt": Data("x".utf8)])
+        #expect(try await sandbox.list().isEmpty)
+    }
+}
