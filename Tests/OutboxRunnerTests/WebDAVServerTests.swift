@@ -7,99 +7,57 @@ import TestSupport
 // module. Neither is set to create a missing folder on PUT (nginx without
 // create_full_put_path, as Apache mod_dav), so the folders go first with MKCOL.
 
-/// A WebDAV server of another project serving `root`, as a child process of the test.
-final class WebDAVServer: @unchecked Sendable {
+/// A WebDAV server of another project serving `root` on loopback.
+struct WebDAVServer {
     enum Kind: String, CaseIterable, Sendable, CustomTestStringConvertible {
         case rclone, nginx
         var testDescription: String { rawValue }
         var executable: String { self == .rclone ? "/usr/bin/rclone" : "/usr/sbin/nginx" }
-        var package: String { self == .rclone ? "rclone" : "nginx" }
+        /// Why the server cannot run here, or nil.
+        var missing: String? { LoopbackService.missing(executable, package: rawValue) }
     }
 
-    let kind: Kind
-    let root: String
-    private(set) var port = 0
-    private var process: Process?
-    private let folder: String
+    let service: LoopbackService
+    var url: String { service.url }
 
-    var url: String { "http://127.0.0.1:\(port)" }
-
-    /// Starts the server on a free port (another one if a process took it first); `folder`
-    /// holds its configuration, logs and nginx's request-body files, outside `root`.
+    /// `folder` holds its configuration, log and nginx's request-body files, outside `root`.
     init(_ kind: Kind, root: String, folder: String) async throws {
-        self.kind = kind
-        self.root = root
-        self.folder = folder
-        try FileManager.default.createDirectory(atPath: folder + "/body", withIntermediateDirectories: true)
-        for _ in 0..<5 {
-            guard let port = freeLoopbackPort() else { break }
-            self.port = port
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: kind.executable)
-            process.arguments = try arguments()
-            process.environment = ["PATH": "/usr/bin:/bin", "HOME": folder]
-            process.standardInput = FileHandle.nullDevice
-            _ = FileManager.default.createFile(atPath: folder + "/server.log", contents: nil)
-            let log = try FileHandle(forWritingTo: URL(fileURLWithPath: folder + "/server.log"))
-            process.standardOutput = log
-            process.standardError = log
-            try process.run()
-            self.process = process
-            // Any answer at all means it listens (nginx forbids a folder listing, rclone shows one).
-            let up = await eventually("\(kind) to answer on \(port)") {
-                !process.isRunning || ((try? TestHTTPCurl.statusCode(url + "/"))?.code ?? 0) > 0
+        let environment = ["PATH": "/usr/bin:/bin", "HOME": folder]
+        service = try await LoopbackService(kind.rawValue, executable: kind.executable, folder: folder, environment: environment) {
+            port in
+            switch kind {
+            case .rclone:
+                _ = FileManager.default.createFile(atPath: folder + "/rclone.conf", contents: nil)
+                return ["serve", "webdav", root, "--addr", "127.0.0.1:\(port)", "--config", folder + "/rclone.conf"]
+            case .nginx:
+                try FileManager.default.createDirectory(atPath: folder + "/body", withIntermediateDirectories: true)
+                // One process, no master: it runs as the test's user and writes files the test can read back.
+                let config = """
+                    daemon off;
+                    master_process off;
+                    pid \(folder)/nginx.pid;
+                    error_log \(folder)/error.log warn;
+                    events { worker_connections 64; }
+                    http {
+                      access_log off;
+                      client_body_temp_path \(folder)/body;
+                      proxy_temp_path \(folder)/body; fastcgi_temp_path \(folder)/body;
+                      uwsgi_temp_path \(folder)/body; scgi_temp_path \(folder)/body;
+                      server {
+                        listen 127.0.0.1:\(port);
+                        client_max_body_size 0;
+                        location / { root \(root); dav_methods PUT DELETE MKCOL COPY MOVE; dav_access user:rw; }
+                      }
+                    }
+
+                    """
+                try config.write(toFile: folder + "/nginx.conf", atomically: true, encoding: .utf8)
+                return ["-e", folder + "/error.log", "-p", folder + "/", "-c", folder + "/nginx.conf"]
             }
-            if up && process.isRunning { return }
-            stop()
-        }
-        let log = (try? String(contentsOfFile: folder + "/server.log", encoding: .utf8)) ?? ""
-        throw TestHTTPServerError(description: "\(kind) did not start: \(log.suffix(1500))")
-    }
-
-    deinit { stop() }
-
-    private func arguments() throws -> [String] {
-        switch kind {
-        case .rclone:
-            _ = FileManager.default.createFile(atPath: folder + "/rclone.conf", contents: nil)
-            return ["serve", "webdav", root, "--addr", "127.0.0.1:\(port)", "--config", folder + "/rclone.conf"]
-        case .nginx:
-            // One process, no master: it runs as the test's user and writes files it can read back.
-            let config = """
-                daemon off;
-                master_process off;
-                pid \(folder)/nginx.pid;
-                error_log \(folder)/error.log warn;
-                events { worker_connections 64; }
-                http {
-                  access_log off;
-                  client_body_temp_path \(folder)/body;
-                  proxy_temp_path \(folder)/body; fastcgi_temp_path \(folder)/body;
-                  uwsgi_temp_path \(folder)/body; scgi_temp_path \(folder)/body;
-                  server {
-                    listen 127.0.0.1:\(port);
-                    client_max_body_size 0;
-                    location / { root \(root); dav_methods PUT DELETE MKCOL COPY MOVE; dav_access user:rw; }
-                  }
-                }
-
-                """
-            try config.write(toFile: folder + "/nginx.conf", atomically: true, encoding: .utf8)
-            return ["-e", folder + "/error.log", "-p", folder + "/", "-c", folder + "/nginx.conf"]
         }
     }
 
-    /// Why the server cannot run here, or nil.
-    static func missing(_ kind: Kind) -> String? {
-        FileManager.default.isExecutableFile(atPath: kind.executable)
-            ? nil : "\(kind.executable) is missing: install Debian's \(kind.package) (.ci/setup does with OUTBOX_SETUP_TESTS=1)"
-    }
-
-    func stop() {
-        guard let process, process.isRunning else { return }
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-    }
+    func stop() { service.stop() }
 }
 
 @Suite struct WebDAVServerTests {
@@ -137,7 +95,7 @@ final class WebDAVServer: @unchecked Sendable {
 
     @Test(arguments: WebDAVServer.Kind.allCases)
     func aFolderTreeLandsByteForByteAsTheReadmeSays(_ kind: WebDAVServer.Kind) async throws {
-        if let reason = WebDAVServer.missing(kind) {
+        if let reason = kind.missing {
             // A missing server is a failure, never a silent pass.
             Issue.record(Comment(rawValue: reason))
             return
@@ -187,7 +145,7 @@ final class WebDAVServer: @unchecked Sendable {
     /// with MKCOL, a later attempt puts the file.
     @Test(arguments: [(WebDAVServer.Kind.rclone, 404), (.nginx, 500)])
     func aPutIntoAMissingFolderIsRetriedUntilTheFolderIsMade(_ kind: WebDAVServer.Kind, _ refusal: Int) async throws {
-        if let reason = WebDAVServer.missing(kind) {
+        if let reason = kind.missing {
             Issue.record(Comment(rawValue: reason))
             return
         }

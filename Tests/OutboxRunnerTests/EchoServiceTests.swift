@@ -1,0 +1,111 @@
+import Foundation
+import Testing
+import TestSupport
+
+// The repository's own config and example definitions (the demo's) against httpbin, an
+// HTTP echo service written by others (Debian's python3-httpbin under gunicorn), on
+// loopback: what the service says it received is what the definitions describe.
+
+@Suite struct EchoServiceTests {
+    static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().path
+
+    /// httpbin under gunicorn, two workers, in `folder`.
+    static func httpbin(_ folder: String) async throws -> LoopbackService {
+        let environment = ["PATH": "/usr/bin:/bin", "HOME": folder, "PYTHONDONTWRITEBYTECODE": "1"]
+        return try await LoopbackService(
+            "httpbin", executable: "/usr/bin/gunicorn", folder: folder, environment: environment, readyPath: "/get"
+        ) { port in ["--bind", "127.0.0.1:\(port)", "--workers", "2", "httpbin:app"] }
+    }
+
+    /// The outcome a hook kept for `id`, as a dictionary.
+    static func outcome(_ folder: String, _ id: String) throws -> [String: Any] {
+        let data = try Data(contentsOf: URL(fileURLWithPath: folder + "/" + id + ".json"))
+        return try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+    }
+
+    /// What httpbin echoed: the outcome's parsed `data`, or its response body parsed here.
+    static func echoed(_ outcome: [String: Any]) throws -> [String: Any] {
+        if let data = outcome["data"] as? [String: Any] { return data }
+        let body = try #require((outcome["response"] as? [String: Any])?["body"] as? String)
+        return try #require(try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any])
+    }
+
+    @Test func theExampleDefinitionsSendWhatTheySay() async throws {
+        for (executable, package) in [
+            ("/usr/bin/gunicorn", "gunicorn"), ("/usr/lib/python3/dist-packages/httpbin/core.py", "python3-httpbin"),
+        ] {
+            if FileManager.default.fileExists(atPath: executable) { continue }
+            // A missing service is a failure, never a silent pass.
+            Issue.record("\(executable) is missing: install Debian's \(package) (.ci/setup does with OUTBOX_SETUP_TESTS=1)")
+            return
+        }
+        let sandbox = try OutboxSandbox()
+        let httpbin = try await Self.httpbin(sandbox.path("server"))
+        defer { httpbin.stop() }
+        _ = try sandbox.write(
+            "config/outbox.yaml", try String(contentsOfFile: Self.repository + "/config/outbox.yaml", encoding: .utf8))
+        try? FileManager.default.removeItem(atPath: sandbox.path("definitions"))
+        try FileManager.default.copyItem(atPath: Self.repository + "/definitions", toPath: sandbox.path("definitions"))
+        // The hook the definitions name keeps each outcome it is handed.
+        let kept = sandbox.path("outcomes")
+        try FileManager.default.createDirectory(atPath: kept, withIntermediateDirectories: true)
+        _ = try sandbox.write(
+            "definitions/hooks/print-outcome.sh", "#!/bin/sh\ncat > '\(kept)'/\"$OUTBOX_ID.json\"\n", mode: 0o755)
+        let base = httpbin.url + "/anything"
+        let env = ["OUTBOX_DEMO_URL": base, "OUTBOX_DEMO_TOKEN": "token-abc"]
+
+        let comment = "héllo \"quoted\"\nsecond line ✓"
+        let commentVars = try String(
+            decoding: JSONSerialization.data(withJSONObject: ["site_id": "s1", "note_id": "n7", "comment": comment]), as: UTF8.self)
+        let capture = sandbox.path("capture.bin")
+        try Data((0..<600_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ $0 >> 11) }).write(to: URL(fileURLWithPath: capture))
+        let enqueues: [[String]] = [
+            ["enqueue", "note.comment.add", "--vars", commentVars, "--id", "c-1"],
+            ["enqueue", "capture.upload", "--vars", #"{"path": "\#(capture)", "name": "cap.bin"}"#, "--id", "cap-1"],
+            ["enqueue", "webhook.deliver", "--vars", #"{"url": "\#(base)/hook?x=1&y=2", "event": "e1"}"#, "--id", "w-1"],
+        ]
+        for arguments in enqueues {
+            let r = try await sandbox.outbox(arguments, environment: env)
+            #expect(r.status == 0, "\(r)")
+        }
+        let run = try await sandbox.outbox(["run", "--drain"], environment: env)
+        // The comment's follow-up (notify-c-1) is the fourth.
+        #expect(run.status == 0 && run.stderr.contains("4 completed, 0 error"), "\(run)")
+
+        // The JSON API write: its path, body, headers from the definition and the config, and
+        // the Idempotency-Key the outcome names.
+        let added = try Self.outcome(kept, "c-1")
+        #expect(added["outcome"] as? String == "completed")
+        #expect((added["response"] as? [String: Any])?["status"] as? Int == 200)
+        let request = try Self.echoed(added)
+        let headers = request["headers"] as? [String: String] ?? [:]
+        #expect(request["method"] as? String == "POST")
+        #expect(request["url"] as? String == base + "/sites/s1/notes/n7/comments")
+        #expect(request["json"] as? [String: String] == ["comment": comment, "author": "field-app"])
+        #expect(headers["Authorization"] == "Bearer token-abc")
+        #expect(headers["X-Client"] == "outbox-demo")
+        #expect(headers["Content-Type"]?.hasPrefix("application/json") == true, "\(headers)")
+        let key = try #require((added["meta"] as? [String: Any])?["idempotency_key"] as? String)
+        #expect(!key.isEmpty && headers["Idempotency-Key"] == key, "\(headers)")
+
+        // Its follow-up, chained by the outcome.
+        let notified = try Self.outcome(kept, "notify-c-1")
+        #expect((notified["meta"] as? [String: Any])?["parent"] as? String == "c-1")
+        let notice = try Self.echoed(notified)
+        #expect(notice["url"] as? String == base + "/echo")
+        #expect(notice["json"] as? [String: String] == ["event": "comment-added", "note": "n7"])
+
+        // A webhook whose whole URL is a var, query included.
+        let hook = try Self.echoed(try Self.outcome(kept, "w-1"))
+        #expect(hook["args"] as? [String: String] == ["x": "1", "y": "2"])
+        #expect(hook["json"] as? [String: String] == ["event": "e1", "note": ""])
+
+        // The chunked upload: every part taken.
+        let uploaded = try Self.outcome(kept, "cap-1")
+        #expect(uploaded["outcome"] as? String == "completed")
+        let parts = uploaded["parts"] as? [[String: Any]] ?? []
+        #expect(parts.count >= 3 && parts.allSatisfy { $0["status"] as? Int == 200 }, "\(parts)")
+        #expect(try await sandbox.list().isEmpty)
+    }
+}
