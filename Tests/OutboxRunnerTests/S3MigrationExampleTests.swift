@@ -6,12 +6,13 @@ import TestSupport
 // server mode, installed from PyPI when missing.
 
 /// moto's S3 server as a child process.
-final class MotoServer: @unchecked Sendable {
-    let port: Int
-    let process: Process
-    let log: String
+final class MotoServer: Sendable {
+    let service: LoopbackService
+    let folder: String
 
-    var endpoint: String { "http://127.0.0.1:\(port)" }
+    var endpoint: String { service.url }
+    /// What moto logs: a line per request.
+    var log: String { service.log }
 
     /// Makes sure `moto.server` imports (pip-installing `moto[server]` once if needed); nil
     /// with the reason when it cannot be had.
@@ -31,41 +32,18 @@ final class MotoServer: @unchecked Sendable {
     }
 
     init() async throws {
-        // Ask the kernel for a free port, then give it to moto (which needs a number).
-        let probe = try MotoServer.python(["-c", "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])"])
-        port = try #require(Int(probe.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines)))
-        log = FileManager.default.temporaryDirectory.appendingPathComponent("moto-\(port).log").path
-        _ = FileManager.default.createFile(atPath: log, contents: nil)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-m", "moto.server", "-H", "127.0.0.1", "-p", String(port)]
-        process.environment = Self.toolEnvironment
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
-        process.standardError = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
-        try process.run()
-        let up = await eventually("moto to answer") {
-            ((try? TestHTTPCurl.statusCode(endpoint + "/"))?.code ?? 0) == 200
-        }
-        if !up {
-            stop()
-            throw TestHTTPServerError(
-                description:
-                    "moto did not start on port \(port): \((try? String(contentsOfFile: log, encoding: .utf8))?.suffix(2000) ?? "")")
-        }
+        folder = FileManager.default.temporaryDirectory.appendingPathComponent("moto-\(UUID().uuidString)").path
+        service = try await LoopbackService(
+            "moto", executable: "/usr/bin/env", folder: folder, environment: Self.toolEnvironment
+        ) { port in ["python3", "-m", "moto.server", "-H", "127.0.0.1", "-p", String(port)] }
     }
 
-    deinit { stop() }
-
-    func stop() {
-        if process.isRunning {
-            // SIGKILL: the child may inherit a signal mask that blocks SIGTERM, and moto
-            // keeps nothing worth a clean shutdown.
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
-        unlink(log)
+    deinit {
+        service.stop()
+        try? FileManager.default.removeItem(atPath: folder)
     }
+
+    func stop() { service.stop() }
 }
 
 @Suite struct S3MigrationExampleTests {

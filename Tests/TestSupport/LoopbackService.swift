@@ -7,7 +7,8 @@ package final class LoopbackService: @unchecked Sendable {
     package let name: String
     package private(set) var port = 0
     private var process: Process?
-    private let log: String
+    /// The file the server's stdout and stderr go to.
+    package let log: String
 
     package var url: String { "http://127.0.0.1:\(port)" }
 
