@@ -53,6 +53,23 @@ import TestSupport
         _ = try sandbox.write(
             "definitions/hooks/print-outcome.sh", "#!/bin/sh\ncat > '\(kept)'/\"$OUTBOX_ID.json\"\n", mode: 0o755)
         let base = httpbin.url + "/anything"
+        // A form, which the demo has none of: Werkzeug's multipart parser reads it back.
+        _ = try sandbox.write(
+            "definitions/form.yaml",
+            """
+            key: form.post
+            request:
+              method: POST
+              url: "{{ env.OUTBOX_DEMO_URL | raw }}/form"
+              form:
+                - { name: note, value: "{{ vars.note }}" }
+                - { name: count, value: "{{ vars.count }}" }
+                - { name: photo, file: "{{ vars.photo }}", filename: "ph\\"oto ✓.txt", content_type: text/plain }
+            on_success: definitions/hooks/print-outcome.sh
+            on_error: definitions/hooks/print-outcome.sh
+
+            """)
+        let photo = try sandbox.write("photo.txt", "line one\r\nline two\n--not a boundary\n")
         let env = ["OUTBOX_DEMO_URL": base, "OUTBOX_DEMO_TOKEN": "token-abc"]
 
         let comment = "héllo \"quoted\"\nsecond line ✓"
@@ -64,14 +81,15 @@ import TestSupport
             ["enqueue", "note.comment.add", "--vars", commentVars, "--id", "c-1"],
             ["enqueue", "capture.upload", "--vars", #"{"path": "\#(capture)", "name": "cap.bin"}"#, "--id", "cap-1"],
             ["enqueue", "webhook.deliver", "--vars", #"{"url": "\#(base)/hook?x=1&y=2", "event": "e1"}"#, "--id", "w-1"],
+            ["enqueue", "form.post", "--vars", #"{"note": "ünïcode & spaces", "count": 3, "photo": "\#(photo)"}"#, "--id", "f-1"],
         ]
         for arguments in enqueues {
             let r = try await sandbox.outbox(arguments, environment: env)
             #expect(r.status == 0, "\(r)")
         }
         let run = try await sandbox.outbox(["run", "--drain"], environment: env)
-        // The comment's follow-up (notify-c-1) is the fourth.
-        #expect(run.status == 0 && run.stderr.contains("4 completed, 0 error"), "\(run)")
+        // The comment's follow-up (notify-c-1) is the fifth.
+        #expect(run.status == 0 && run.stderr.contains("5 completed, 0 error"), "\(run)")
 
         // The JSON API write: its path, body, headers from the definition and the config, and
         // the Idempotency-Key the outcome names.
@@ -100,6 +118,12 @@ import TestSupport
         let hook = try Self.echoed(try Self.outcome(kept, "w-1"))
         #expect(hook["args"] as? [String: String] == ["x": "1", "y": "2"])
         #expect(hook["json"] as? [String: String] == ["event": "e1", "note": ""])
+
+        // The form: its fields, a number as its JSON text, and the file's bytes.
+        let form = try Self.echoed(try Self.outcome(kept, "f-1"))
+        #expect(form["form"] as? [String: String] == ["note": "ünïcode & spaces", "count": "3"], "\(form)")
+        #expect(form["files"] as? [String: String] == ["photo": "line one\r\nline two\n--not a boundary\n"], "\(form)")
+        #expect((form["headers"] as? [String: String])?["Content-Type"]?.hasPrefix("multipart/form-data; boundary=") == true)
 
         // The chunked upload: every part taken.
         let uploaded = try Self.outcome(kept, "cap-1")
