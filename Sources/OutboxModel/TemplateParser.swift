@@ -8,7 +8,8 @@ struct TemplatePath: Sendable, Equatable {
 /// One `| filter` of a substitution.
 enum TemplateFilter: Sendable, Equatable {
     case raw
-    /// In a URL: encode each `/`-separated segment, keeping the slashes (a relative path).
+    /// Encode each `/`-separated segment, keeping the slashes (a relative path in a URL, or
+    /// in a header that names one).
     case path
     case json
     case xml

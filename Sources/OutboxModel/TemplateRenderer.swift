@@ -152,8 +152,12 @@ struct TemplateRenderer {
         }
         for filter in sub.filters {
             switch filter {
-            case .raw, .path:
+            case .raw:
                 continue
+            case .path:
+                // In a URL the tag is encoded and its segments checked as the URL is rendered.
+                guard mode != .url else { continue }
+                piece = .text(try encodedPath(piece, sub))
             case let .defaultValue(fallback):
                 switch piece {
                 case .missing, .value(.null): piece = .value(.string(fallback))
@@ -178,6 +182,23 @@ struct TemplateRenderer {
         case let .value(v): return .value(v)
         case let .text(s): return .text(s)
         }
+    }
+
+    /// `| path` outside a URL (WebDAV's `Destination` header names a URL): the value's
+    /// segments percent-encoded, its slashes kept, and a `.` or `..` segment refused, as in a
+    /// URL, since the server resolves them (a backslash ends a segment for this check too).
+    private func encodedPath(_ piece: Piece, _ sub: TemplateSubstitution) throws(OutboxError) -> String {
+        let raw: String
+        switch piece {
+        case let .missing(reason): throw unresolved(sub.path, reason)
+        case let .value(v): raw = try text(of: v, sub)
+        case let .text(s): raw = s
+        }
+        let segments = raw.utf8.split(omittingEmptySubsequences: false) { $0 == UInt8(ascii: "/") || $0 == UInt8(ascii: "\\") }
+        if segments.contains(where: { $0.elementsEqual(".".utf8) || $0.elementsEqual("..".utf8) }) {
+            throw .invalid("\(field): {{ \(sub.path.text) }} gives a \".\" or \"..\" path segment, which could climb the path it names")
+        }
+        return URLCheck.encodePath(raw)
     }
 
     private func unresolved(_ path: TemplatePath, _ reason: String) -> OutboxError {

@@ -54,7 +54,9 @@ enum TemplateVocabulary {
             effect: "in a URL: insert the value without percent-encoding (needed in the scheme or host); elsewhere no effect"),
         Filter(
             name: "path", usage: "path", filter: .path,
-            effect: "in a URL: percent-encode each `/`-separated segment and keep the slashes; `.` and `..` segments are still encoded"),
+            effect:
+                "percent-encode each `/`-separated segment and keep the slashes; in a URL as the URL is rendered, elsewhere (a `Destination` header naming a URL) by the filter; a `.` or `..` segment is `E_INVALID`"
+        ),
         Filter(name: "json", usage: "json", filter: .json, effect: "the value as compact JSON text (a string gets its quotes)"),
         Filter(
             name: "xml", usage: "xml", filter: .xml,

@@ -64,13 +64,16 @@ struct WebDAVServer {
     static let readme = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().appendingPathComponent("README.md").path
 
-    /// The text the README writes into `definitions/NAME` with a quoted heredoc.
+    /// The README's text of `definitions/NAME`: what a quoted heredoc writes into it, or a
+    /// YAML block whose first line is `# definitions/NAME`.
     static func readmeDefinition(_ name: String) throws -> String {
         let text = try String(contentsOfFile: readme, encoding: .utf8)
-        let opening = "cat > definitions/\(name) <<'EOF'\n"
-        let start = try #require(text.range(of: opening), "README.md no longer writes definitions/\(name)")
-        let end = try #require(text.range(of: "\nEOF\n", range: start.upperBound..<text.endIndex))
-        return String(text[start.upperBound..<end.lowerBound]) + "\n"
+        for (opening, closing) in [("cat > definitions/\(name) <<'EOF'\n", "\nEOF\n"), ("```yaml\n# definitions/\(name)\n", "\n```\n")] {
+            guard let start = text.range(of: opening) else { continue }
+            let end = try #require(text.range(of: closing, range: start.upperBound..<text.endIndex))
+            return String(text[start.upperBound..<end.lowerBound]) + "\n"
+        }
+        throw TestHTTPServerError(description: "README.md no longer has definitions/\(name)")
     }
 
     /// Files of the tree, by relative path: names a URL must encode, an empty file, one sent
@@ -214,6 +217,39 @@ struct WebDAVServer {
         }
         #expect(runs.allSatisfy { $0.status == 0 } && runs.last?.stderr.contains("1 completed, 0 error") == true, "\(runs)")
         #expect(Self.files(under: served) == ["big.bin": bytes])
+        #expect(try await sandbox.list().isEmpty)
+    }
+
+    /// The README's publishing workflow: each file is put under a temporary name, and the
+    /// PUT's outcome chains a MOVE to its own name (a `Destination` encoded by `| path`), so a
+    /// reader of the folder never sees half a file under the final one. Both servers move it;
+    /// nothing is left under the temporary name.
+    @Test(arguments: WebDAVServer.Kind.allCases)
+    func aPutThenAChainedMovePublishesEachFileWhole(_ kind: WebDAVServer.Kind) async throws {
+        if let reason = kind.missing {
+            Issue.record(Comment(rawValue: reason))
+            return
+        }
+        let sandbox = try OutboxSandbox()
+        let served = sandbox.path("served"), source = sandbox.path("tree")
+        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
+        let server = try await WebDAVServer(kind, root: served, folder: sandbox.path("server"))
+        defer { server.stop() }
+        _ = try sandbox.write("definitions/dav-publish.yaml", try Self.readmeDefinition("dav-publish.yaml"))
+        _ = try sandbox.write("definitions/dav-move.yaml", try Self.readmeDefinition("dav-move.yaml"))
+        var expected: [String: Data] = [:]
+        for (n, name) in ["one.bin", "two words.txt", "three%.csv"].enumerated() {
+            let bytes = Data((0..<(70_000 * (n + 1))).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ n) })
+            try bytes.write(to: URL(fileURLWithPath: source + "/" + name))
+            expected[name] = bytes
+        }
+        let env = ["DAV_URL": server.url]
+        let put = try await sandbox.outbox(["enqueue", "dav.publish", "--from-dir", source], environment: env)
+        #expect(put.status == 0 && put.lines.count == 3, "\(put)")
+        let run = try await sandbox.outbox(["run", "--drain"], environment: env)
+        #expect(run.status == 0 && run.stderr.contains("6 completed, 0 error"), "\(run)")
+        #expect(Self.files(under: served) == expected)
         #expect(try await sandbox.list().isEmpty)
     }
 }
