@@ -8,8 +8,8 @@ struct TemplatePath: Sendable, Equatable {
 /// One `| filter` of a substitution.
 enum TemplateFilter: Sendable, Equatable {
     case raw
-    /// Encode each `/`-separated segment, keeping the slashes (a relative path in a URL, or
-    /// in a header that names one).
+    /// In a URL or a header (which may name one): encode each `/`-separated segment, keeping
+    /// the slashes (a relative path).
     case path
     case json
     case xml

@@ -155,8 +155,9 @@ struct TemplateRenderer {
             case .raw:
                 continue
             case .path:
-                // In a URL the tag is encoded and its segments checked as the URL is rendered.
-                guard mode != .url else { continue }
+                // In a URL the tag is encoded and its segments checked as the URL is rendered; a
+                // value (an s3 key) is encoded where its request is made.
+                guard mode == .header else { continue }
                 piece = .text(try encodedPath(piece, sub))
             case let .defaultValue(fallback):
                 switch piece {
@@ -184,7 +185,7 @@ struct TemplateRenderer {
         }
     }
 
-    /// `| path` outside a URL (WebDAV's `Destination` header names a URL): the value's
+    /// `| path` in a header (WebDAV's `Destination` names a URL): the value's
     /// segments percent-encoded, its slashes kept, and a `.` or `..` segment refused, as in a
     /// URL, since the server resolves them (a backslash ends a segment for this check too).
     private func encodedPath(_ piece: Piece, _ sub: TemplateSubstitution) throws(OutboxError) -> String {

@@ -55,7 +55,7 @@ enum TemplateVocabulary {
         Filter(
             name: "path", usage: "path", filter: .path,
             effect:
-                "percent-encode each `/`-separated segment and keep the slashes; in a URL as the URL is rendered, elsewhere (a `Destination` header naming a URL) by the filter; a `.` or `..` segment is `E_INVALID`"
+                "in a URL or a header (WebDAV's `Destination` names a URL): percent-encode each `/`-separated segment and keep the slashes; a `.` or `..` segment is `E_INVALID`; elsewhere no effect"
         ),
         Filter(name: "json", usage: "json", filter: .json, effect: "the value as compact JSON text (a string gets its quotes)"),
         Filter(

@@ -109,14 +109,16 @@ struct TemplateRenderTests {
         RenderCase("xml then json", "{{ vars.xml | xml | json }}", .value, .string(#""&lt;a &amp; &apos;b&apos;&gt;&quot;""#)),
         RenderCase("xml of a number", "{{ vars.site_id | xml }}", .value, .string("42")),
         RenderCase("raw is a no-op outside urls", "a{{ vars.slash | raw }}", .value, .string("aa/b")),
-        // Outside a URL (WebDAV's Destination header names one) `path` encodes the value itself.
+        // In a header (WebDAV's Destination names a URL) `path` encodes the value itself.
         RenderCase(
             "path encodes in a header", "http://h/{{ vars.dotted | path }}/{{ vars.space | path }}", .header,
             .string("http://h/x/..y/.z/a%20b")),
-        RenderCase("path encodes a percent outside urls", "a/{{ vars.pct | path }}", .value, .string("a/%252F")),
-        RenderCase("path keeps slashes outside urls", "a{{ vars.slash | path }}", .text, .string("aa/b")),
-        RenderCase("path of a whole value is text", "{{ vars.uni | path }}", .value, .string("%C3%A9")),
+        RenderCase("path encodes a percent in a header", "a/{{ vars.pct | path }}", .header, .string("a/%252F")),
+        RenderCase("path of a whole header value", "{{ vars.uni | path }}", .header, .string("%C3%A9")),
         RenderCase("default then path", "{{ vars.missing | default(\"x y\") | path }}", .header, .string("x%20y")),
+        // Elsewhere (an s3 key, encoded when its request is made) it changes nothing.
+        RenderCase("path is a no-op in values", "a{{ vars.slash | path }} {{ vars.space | path }}", .value, .string("aa/b a b")),
+        RenderCase("path is a no-op in text bodies", "{{ vars.pct | path }}", .text, .string("%2F")),
         RenderCase("spaces around filters", "{{  vars.missing|default( \"y\" )  }}", .value, .string("y")),
     ]
 
@@ -214,7 +216,7 @@ struct TemplateRenderTests {
             "path of a backslash climb in a header", "http://h/{{ vars.backclimb | path }}", .header,
             #"f: {{ vars.backclimb }} gives a "." or ".." path segment, which could climb the path it names"#),
         FailCase(
-            "path of a dot outside urls", "{{ vars.dot | path }}", .value,
+            "path of a dot in a header", "{{ vars.dot | path }}", .header,
             #"f: {{ vars.dot }} gives a "." or ".." path segment, which could climb the path it names"#),
         FailCase(
             "path of a missing value in a header", "{{ vars.nope | path }}", .header,
