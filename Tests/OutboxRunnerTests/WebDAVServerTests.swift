@@ -76,6 +76,19 @@ struct WebDAVServer {
         throw TestHTTPServerError(description: "README.md no longer has definitions/\(name)")
     }
 
+    /// A project with the README's definitions `names`, and `kind` serving its folder
+    /// `served`; nil, with the test failed, when the server is not installed.
+    static func start(_ kind: WebDAVServer.Kind, readmeDefinitions names: [String]) async throws -> (OutboxSandbox, WebDAVServer)? {
+        if let reason = kind.missing {
+            Issue.record(Comment(rawValue: reason))
+            return nil
+        }
+        let sandbox = try OutboxSandbox()
+        for name in names { _ = try sandbox.write("definitions/" + name, try readmeDefinition(name)) }
+        try FileManager.default.createDirectory(atPath: sandbox.path("served"), withIntermediateDirectories: true)
+        return (sandbox, try await WebDAVServer(kind, root: sandbox.path("served"), folder: sandbox.path("server")))
+    }
+
     /// Files of the tree, by relative path: names a URL must encode, an empty file, one sent
     /// with its headers (4 KiB), one past that (70,000 bytes) and one of 5 MiB.
     static let tree: [(path: String, size: Int)] = [
@@ -98,18 +111,10 @@ struct WebDAVServer {
 
     @Test(arguments: WebDAVServer.Kind.allCases)
     func aFolderTreeLandsByteForByteAsTheReadmeSays(_ kind: WebDAVServer.Kind) async throws {
-        if let reason = kind.missing {
-            // A missing server is a failure, never a silent pass.
-            Issue.record(Comment(rawValue: reason))
-            return
-        }
-        let sandbox = try OutboxSandbox()
-        let served = sandbox.path("served"), source = sandbox.path("tree")
-        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
-        let server = try await WebDAVServer(kind, root: served, folder: sandbox.path("server"))
+        // A missing server is a failure, never a silent pass.
+        guard let (sandbox, server) = try await Self.start(kind, readmeDefinitions: ["dav-mkcol.yaml", "dav-put.yaml"]) else { return }
         defer { server.stop() }
-        _ = try sandbox.write("definitions/dav-mkcol.yaml", try Self.readmeDefinition("dav-mkcol.yaml"))
-        _ = try sandbox.write("definitions/dav-put.yaml", try Self.readmeDefinition("dav-put.yaml"))
+        let served = sandbox.path("served"), source = sandbox.path("tree")
         var expected: [String: Data] = [:]
         for (n, file) in Self.tree.enumerated() {
             let bytes = Data((0..<file.size).map { UInt8(truncatingIfNeeded: $0 &* 131 &+ n &* 7 &+ $0 >> 9) })
@@ -148,17 +153,10 @@ struct WebDAVServer {
     /// with MKCOL, a later attempt puts the file.
     @Test(arguments: [(WebDAVServer.Kind.rclone, 404), (.nginx, 500)])
     func aPutIntoAMissingFolderIsRetriedUntilTheFolderIsMade(_ kind: WebDAVServer.Kind, _ refusal: Int) async throws {
-        if let reason = kind.missing {
-            Issue.record(Comment(rawValue: reason))
-            return
-        }
-        let sandbox = try OutboxSandbox()
-        let served = sandbox.path("served")
-        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
-        let server = try await WebDAVServer(kind, root: served, folder: sandbox.path("server"))
+        // A missing server is a failure, never a silent pass.
+        guard let (sandbox, server) = try await Self.start(kind, readmeDefinitions: ["dav-mkcol.yaml", "dav-put.yaml"]) else { return }
         defer { server.stop() }
-        _ = try sandbox.write("definitions/dav-mkcol.yaml", try Self.readmeDefinition("dav-mkcol.yaml"))
-        _ = try sandbox.write("definitions/dav-put.yaml", try Self.readmeDefinition("dav-put.yaml"))
+        let served = sandbox.path("served")
         let env = ["DAV_URL": server.url]
         let file = try sandbox.write("x.txt", "x")
         let vars = #"{"path": "\#(file)", "relative_path": "missing/x.txt"}"#
@@ -186,16 +184,10 @@ struct WebDAVServer {
     /// file again, and the server ends with it whole.
     @Test(arguments: WebDAVServer.Kind.allCases)
     func aPutCutOffByAKillIsSentWholeByTheNextRun(_ kind: WebDAVServer.Kind) async throws {
-        if let reason = kind.missing {
-            Issue.record(Comment(rawValue: reason))
-            return
-        }
-        let sandbox = try OutboxSandbox()
-        let served = sandbox.path("served")
-        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
-        let server = try await WebDAVServer(kind, root: served, folder: sandbox.path("server"))
+        // A missing server is a failure, never a silent pass.
+        guard let (sandbox, server) = try await Self.start(kind, readmeDefinitions: ["dav-put.yaml"]) else { return }
         defer { server.stop() }
-        _ = try sandbox.write("definitions/dav-put.yaml", try Self.readmeDefinition("dav-put.yaml"))
+        let served = sandbox.path("served")
         let bytes = Data((0..<(24 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 13) })
         let file = sandbox.path("big.bin")
         try bytes.write(to: URL(fileURLWithPath: file))
@@ -226,18 +218,11 @@ struct WebDAVServer {
     /// nothing is left under the temporary name.
     @Test(arguments: WebDAVServer.Kind.allCases)
     func aPutThenAChainedMovePublishesEachFileWhole(_ kind: WebDAVServer.Kind) async throws {
-        if let reason = kind.missing {
-            Issue.record(Comment(rawValue: reason))
-            return
-        }
-        let sandbox = try OutboxSandbox()
-        let served = sandbox.path("served"), source = sandbox.path("tree")
-        try FileManager.default.createDirectory(atPath: served, withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
-        let server = try await WebDAVServer(kind, root: served, folder: sandbox.path("server"))
+        // A missing server is a failure, never a silent pass.
+        guard let (sandbox, server) = try await Self.start(kind, readmeDefinitions: ["dav-publish.yaml", "dav-move.yaml"]) else { return }
         defer { server.stop() }
-        _ = try sandbox.write("definitions/dav-publish.yaml", try Self.readmeDefinition("dav-publish.yaml"))
-        _ = try sandbox.write("definitions/dav-move.yaml", try Self.readmeDefinition("dav-move.yaml"))
+        let served = sandbox.path("served"), source = sandbox.path("tree")
+        try FileManager.default.createDirectory(atPath: source, withIntermediateDirectories: true)
         var expected: [String: Data] = [:]
         for (n, name) in ["one.bin", "two words.txt", "three%.csv"].enumerated() {
             let bytes = Data((0..<(70_000 * (n + 1))).map { UInt8(truncatingIfNeeded: $0 &* 13 &+ n) })
