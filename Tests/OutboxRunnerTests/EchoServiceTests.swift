@@ -132,4 +132,60 @@ import TestSupport
         #expect(parts.count >= 3 && parts.allSatisfy { $0["status"] as? Int == 200 }, "\(parts)")
         #expect(try await sandbox.list().isEmpty)
     }
+
+    /// Redirects as httpbin makes them (`/redirect-to`): a 307 or 308 re-sends the POST with
+    /// its body to the new place; a 302 of a POST is not followed (it would lose the body) and
+    /// settles `error`; with `redirect_method_change` a 303 is followed as a GET without it.
+    @Test func redirectsOfAPostAreFollowedAsTheDefinitionSays() async throws {
+        if !FileManager.default.fileExists(atPath: "/usr/bin/gunicorn") {
+            Issue.record("/usr/bin/gunicorn is missing: install Debian's gunicorn and python3-httpbin")
+            return
+        }
+        let sandbox = try OutboxSandbox()
+        let httpbin = try await Self.httpbin(sandbox.path("server"))
+        defer { httpbin.stop() }
+        let kept = sandbox.path("outcomes")
+        try FileManager.default.createDirectory(atPath: kept, withIntermediateDirectories: true)
+        _ = try sandbox.write("hooks/keep.sh", "#!/bin/sh\ncat > '\(kept)'/\"$OUTBOX_ID.json\"\n", mode: 0o755)
+        for (key, change) in [("hop", false), ("hop.change", true)] {
+            _ = try sandbox.write(
+                "definitions/\(key).yaml",
+                """
+                key: \(key)
+                request:
+                  method: POST
+                  url: "{{ vars.url }}"
+                  data: { n: 1 }
+                  follow_redirects: 3
+                  redirect_method_change: \(change)
+                on_success: hooks/keep.sh
+                on_error: hooks/keep.sh
+
+                """)
+        }
+        let landing = httpbin.url + "/anything/landed"
+        let encoded = landing.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? landing
+        func via(_ status: Int) -> String { httpbin.url + "/redirect-to?url=\(encoded)&status_code=\(status)" }
+        let cases: [(id: String, key: String, status: Int)] = [
+            ("r307", "hop", 307), ("r308", "hop", 308), ("r302", "hop", 302), ("r303", "hop.change", 303),
+        ]
+        for c in cases {
+            let r = try await sandbox.outbox(["enqueue", c.key, "--id", c.id, "--vars", #"{"url": "\#(via(c.status))"}"#])
+            #expect(r.status == 0, "\(r)")
+        }
+        let run = try await sandbox.outbox(["run", "--drain"])
+        // Exit 1: an entry settled error (the 302), and every outcome reached its hook.
+        #expect(run.status == 1 && run.stderr.contains("3 completed, 1 error"), "\(run)")
+        for id in ["r307", "r308"] {
+            let echoed = try Self.echoed(try Self.outcome(kept, id))
+            #expect(echoed["method"] as? String == "POST" && echoed["url"] as? String == landing, "\(id): \(echoed)")
+            #expect(echoed["json"] as? [String: Int] == ["n": 1], "\(id): \(echoed)")
+        }
+        let refused = try Self.outcome(kept, "r302")
+        #expect((refused["error"] as? [String: Any])?["kind"] as? String == "http", "\(refused)")
+        #expect((refused["response"] as? [String: Any])?["status"] as? Int == 302)
+        let changed = try Self.echoed(try Self.outcome(kept, "r303"))
+        #expect(changed["method"] as? String == "GET" && changed["url"] as? String == landing, "\(changed)")
+        #expect(changed["data"] as? String == "" && changed["json"] is NSNull, "\(changed)")
+    }
 }
