@@ -188,4 +188,46 @@ import TestSupport
         #expect(changed["method"] as? String == "GET" && changed["url"] as? String == landing, "\(changed)")
         #expect(changed["data"] as? String == "" && changed["json"] is NSNull, "\(changed)")
     }
+
+    /// httpbin's Basic auth: a wrong credential (401) parks the entry `awaiting-auth`, and
+    /// `headers update` with the right one sends it again; neither credential is printed.
+    @Test func aRefusedCredentialWaitsForHeadersUpdate() async throws {
+        if !FileManager.default.fileExists(atPath: "/usr/bin/gunicorn") {
+            Issue.record("/usr/bin/gunicorn is missing: install Debian's gunicorn and python3-httpbin")
+            return
+        }
+        let sandbox = try OutboxSandbox()
+        let httpbin = try await Self.httpbin(sandbox.path("server"))
+        defer { httpbin.stop() }
+        _ = try sandbox.write(
+            "definitions/auth.yaml",
+            """
+            key: auth
+            request:
+              method: GET
+              url: "{{ env.BASE | raw }}/basic-auth/ann/s3cret"
+              headers:
+                Authorization: "Basic {{ env.CRED }}"
+            response: json
+
+            """)
+        let wrong = Data("ann:wrong-one".utf8).base64EncodedString(), right = Data("ann:s3cret".utf8).base64EncodedString()
+        let enqueue = try await sandbox.outbox(
+            ["enqueue", "auth", "--id", "a-1"], environment: ["BASE": httpbin.url, "CRED": wrong])
+        #expect(enqueue.status == 0, "\(enqueue)")
+        // Exit 2: an entry is left awaiting-auth.
+        let refused = try await sandbox.outbox(["run", "--drain"])
+        #expect(refused.status == 2, "\(refused)")
+        #expect(try await sandbox.show("a-1")?["state"] as? String == "awaiting-auth")
+        let shown = try await sandbox.outbox(["show", "a-1", "--json"])
+        #expect(!shown.stdout.contains(wrong) && !refused.stderr.contains(wrong), "\(shown)")
+
+        let update = try await sandbox.outbox(["headers", "update", "Authorization: Basic \(right)"])
+        #expect(update.status == 0 && !update.stdout.contains(right) && !update.stderr.contains(right), "\(update)")
+        let sent = try await sandbox.outbox(["run", "--drain", "--json"])
+        #expect(sent.status == 0 && !sent.stdout.contains(right) && !sent.stderr.contains(right), "\(sent)")
+        let summary = sent.jsonObject as? [String: Any] ?? [:]
+        #expect(summary["completed"] as? Int == 1 && summary["attempts"] as? Int == 1, "\(summary)")
+        #expect(try await sandbox.list().isEmpty)
+    }
 }
