@@ -18,6 +18,27 @@ import TestSupport
         ) { port in ["--bind", "127.0.0.1:\(port)", "--workers", "2", "httpbin:app"] }
     }
 
+    /// A project and httpbin serving it; nil, with the test failed, when httpbin is not
+    /// installed (a missing service is a failure, never a silent pass).
+    static func start() async throws -> (OutboxSandbox, LoopbackService)? {
+        for (file, package) in [("/usr/bin/gunicorn", "gunicorn"), ("/usr/lib/python3/dist-packages/httpbin/core.py", "python3-httpbin")]
+        where !FileManager.default.fileExists(atPath: file) {
+            Issue.record("\(file) is missing: install Debian's \(package) (.ci/setup does with OUTBOX_SETUP_TESTS=1)")
+            return nil
+        }
+        let sandbox = try OutboxSandbox()
+        return (sandbox, try await httpbin(sandbox.path("server")))
+    }
+
+    /// Writes at `hook` a hook that keeps each outcome it is handed as `ID.json` in the
+    /// folder it returns.
+    static func keepingHook(_ sandbox: OutboxSandbox, at hook: String) throws -> String {
+        let kept = sandbox.path("outcomes")
+        try FileManager.default.createDirectory(atPath: kept, withIntermediateDirectories: true)
+        _ = try sandbox.write(hook, "#!/bin/sh\ncat > '\(kept)'/\"$OUTBOX_ID.json\"\n", mode: 0o755)
+        return kept
+    }
+
     /// The outcome a hook kept for `id`, as a dictionary.
     static func outcome(_ folder: String, _ id: String) throws -> [String: Any] {
         let data = try Data(contentsOf: URL(fileURLWithPath: folder + "/" + id + ".json"))
@@ -32,26 +53,14 @@ import TestSupport
     }
 
     @Test func theExampleDefinitionsSendWhatTheySay() async throws {
-        for (executable, package) in [
-            ("/usr/bin/gunicorn", "gunicorn"), ("/usr/lib/python3/dist-packages/httpbin/core.py", "python3-httpbin"),
-        ] {
-            if FileManager.default.fileExists(atPath: executable) { continue }
-            // A missing service is a failure, never a silent pass.
-            Issue.record("\(executable) is missing: install Debian's \(package) (.ci/setup does with OUTBOX_SETUP_TESTS=1)")
-            return
-        }
-        let sandbox = try OutboxSandbox()
-        let httpbin = try await Self.httpbin(sandbox.path("server"))
+        guard let (sandbox, httpbin) = try await Self.start() else { return }
         defer { httpbin.stop() }
         _ = try sandbox.write(
             "config/outbox.yaml", try String(contentsOfFile: Self.repository + "/config/outbox.yaml", encoding: .utf8))
         try? FileManager.default.removeItem(atPath: sandbox.path("definitions"))
         try FileManager.default.copyItem(atPath: Self.repository + "/definitions", toPath: sandbox.path("definitions"))
         // The hook the definitions name keeps each outcome it is handed.
-        let kept = sandbox.path("outcomes")
-        try FileManager.default.createDirectory(atPath: kept, withIntermediateDirectories: true)
-        _ = try sandbox.write(
-            "definitions/hooks/print-outcome.sh", "#!/bin/sh\ncat > '\(kept)'/\"$OUTBOX_ID.json\"\n", mode: 0o755)
+        let kept = try Self.keepingHook(sandbox, at: "definitions/hooks/print-outcome.sh")
         let base = httpbin.url + "/anything"
         // A form, which the demo has none of: Werkzeug's multipart parser reads it back.
         _ = try sandbox.write(
@@ -137,16 +146,9 @@ import TestSupport
     /// its body to the new place; a 302 of a POST is not followed (it would lose the body) and
     /// settles `error`; with `redirect_method_change` a 303 is followed as a GET without it.
     @Test func redirectsOfAPostAreFollowedAsTheDefinitionSays() async throws {
-        if !FileManager.default.fileExists(atPath: "/usr/bin/gunicorn") {
-            Issue.record("/usr/bin/gunicorn is missing: install Debian's gunicorn and python3-httpbin")
-            return
-        }
-        let sandbox = try OutboxSandbox()
-        let httpbin = try await Self.httpbin(sandbox.path("server"))
+        guard let (sandbox, httpbin) = try await Self.start() else { return }
         defer { httpbin.stop() }
-        let kept = sandbox.path("outcomes")
-        try FileManager.default.createDirectory(atPath: kept, withIntermediateDirectories: true)
-        _ = try sandbox.write("hooks/keep.sh", "#!/bin/sh\ncat > '\(kept)'/\"$OUTBOX_ID.json\"\n", mode: 0o755)
+        let kept = try Self.keepingHook(sandbox, at: "hooks/keep.sh")
         for (key, change) in [("hop", false), ("hop.change", true)] {
             _ = try sandbox.write(
                 "definitions/\(key).yaml",
@@ -192,12 +194,7 @@ import TestSupport
     /// httpbin's Basic auth: a wrong credential (401) parks the entry `awaiting-auth`, and
     /// `headers update` with the right one sends it again; neither credential is printed.
     @Test func aRefusedCredentialWaitsForHeadersUpdate() async throws {
-        if !FileManager.default.fileExists(atPath: "/usr/bin/gunicorn") {
-            Issue.record("/usr/bin/gunicorn is missing: install Debian's gunicorn and python3-httpbin")
-            return
-        }
-        let sandbox = try OutboxSandbox()
-        let httpbin = try await Self.httpbin(sandbox.path("server"))
+        guard let (sandbox, httpbin) = try await Self.start() else { return }
         defer { httpbin.stop() }
         _ = try sandbox.write(
             "definitions/auth.yaml",
