@@ -43,27 +43,28 @@ struct LineRenderer {
 
     /// Each line's entry or error, in the order of `lines`.
     func render(_ lines: [LineToRender]) -> [Result<NewEntry, OutboxError>] {
-        guard parallel, lines.count >= Self.parallelFrom else { return lines.map(render) }
+        guard parallel, lines.count >= Self.parallelFrom else { return lines.map(renderLine) }
         // The first line renders before the second thread starts: the tables a render makes
         // on first use (a template's parse, JSON's escapes) are then made here, and the
         // thread's start hands them over; made by both at once, ThreadSanitizer, which
         // cannot see how Swift guards them, would report it.
-        var first = [render(lines[0])]
+        var first = [renderLine(lines[0])]
         let half = lines.count / 2
         let second = Locked<[Result<NewEntry, OutboxError>]>([])
-        let work = SendableRender(renderer: self, lines: Array(lines[half...]))
+        // One line at a time there: `render(_:)` again would split its half, and so on down.
+        let work = SendableRender(renderer: self, lines: Array(lines[half...]), split: false)
         guard case let .success(thread) = Threads.start(detached: false, { second.withLock { $0 = work.run() } }) else {
-            return first + lines[1...].map(render)
+            return first + lines[1...].map(renderLine)
         }
         first.reserveCapacity(lines.count)
-        for line in lines[1..<half] { first.append(render(line)) }
+        for line in lines[1..<half] { first.append(renderLine(line)) }
         pthread_join(thread, nil)
         // Appended in place: `first + second` would copy every render of both halves.
         second.withLock { first.append(contentsOf: $0) }
         return first
     }
 
-    private func render(_ line: LineToRender) -> Result<NewEntry, OutboxError> {
+    fileprivate func renderLine(_ line: LineToRender) -> Result<NewEntry, OutboxError> {
         if let failure = line.failure { return .failure(failure) }
         do throws(OutboxError) {
             var entry = try factory.make(
@@ -132,7 +133,7 @@ final class RenderJob {
         self.renderer = renderer
         self.lines = lines
         guard renderer.parallel else { return }
-        let work = SendableRender(renderer: renderer, lines: lines)
+        let work = SendableRender(renderer: renderer, lines: lines, split: true)
         let rendered = rendered
         if case let .success(thread) = Threads.start(detached: false, { rendered.withLock { $0 = work.run() } }) {
             self.thread = thread
@@ -148,13 +149,15 @@ final class RenderJob {
     }
 }
 
-/// A batch's second half, handed to the thread that renders it. A render with no plugin
-/// reads the factory's config, environment and file checks, never the project it came
-/// from, which is why this may cross threads though the factory's definition lookup may not.
+/// Lines handed to the thread that renders them: a whole batch (`split`: halved again over
+/// two threads) or a batch's second half. A render with no plugin reads the factory's config,
+/// environment and file checks, never the project it came from, which is why this may cross
+/// threads though the factory's definition lookup may not.
 private struct SendableRender: @unchecked Sendable {
     let renderer: LineRenderer
     let lines: [LineToRender]
-    func run() -> [Result<NewEntry, OutboxError>] { renderer.render(lines) }
+    let split: Bool
+    func run() -> [Result<NewEntry, OutboxError>] { split ? renderer.render(lines) : lines.map(renderer.renderLine) }
 }
 
 extension EnqueueCommand {
