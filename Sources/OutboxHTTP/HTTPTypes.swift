@@ -78,7 +78,7 @@ package struct HTTPRequest: Sendable {
     /// followed (as a GET, without the body: libcurl's browser rule) only when true;
     /// otherwise the transfer stops there with a `.redirect` failure.
     package var redirectMethodChange = false
-    /// Header names (lowercase) never sent to another host: a redirect to another host of a
+    /// Header names (lowercase) never sent to another origin: a redirect to another origin of a
     /// request carrying one is not followed (the transfer stops with a `.redirect` failure).
     package var credentialHeaders = Self.alwaysCredentials
     /// Made once: a set built for each request cost it an allocation and three hashes.

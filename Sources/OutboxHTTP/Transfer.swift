@@ -355,7 +355,7 @@ func asciiUppercased(_ s: String) -> String {
 }
 
 /// Which redirects libcurl may follow for one request: never a method change that drops a
-/// body unless allowed, never credentials to another host.
+/// body unless allowed, never credentials to another origin (scheme, host or port).
 struct RedirectGuard {
     let method: String
     let methodChange: Bool
@@ -394,7 +394,8 @@ struct RedirectGuard {
                 return "HTTP \(status) to a Location libcurl cannot read; not followed"
             }
             if target != current {
-                return "HTTP \(status) to another host (\(target)) would carry credential headers; not followed"
+                return
+                    "HTTP \(status) to another origin (\(target)) would carry credential headers, which go only to the scheme, host and port they were written for; not followed"
             }
         }
         return nil

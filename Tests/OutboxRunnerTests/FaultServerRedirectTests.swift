@@ -142,7 +142,7 @@ extension FaultServerTests {
             #expect(arrived.isEmpty)
             #expect(hook.string("stdin.outcome") == "error")
             #expect(hook.string("stdin.error.kind") == "http")
-            #expect(hook.string("stdin.error.message")?.contains("another host") == true, "\(hook.serialized())")
+            #expect(hook.string("stdin.error.message")?.contains("another origin") == true, "\(hook.serialized())")
         } else {
             #expect(arrived.count == 1)
             #expect(hook.string("stdin.outcome") == "completed")
@@ -168,7 +168,7 @@ extension FaultServerTests {
         #expect(p.server.requests(path: "/landing").isEmpty)
         let hook = try #require(p.deliveries("ui").first)
         #expect(hook.string("stdin.outcome") == "error")
-        #expect(hook.string("stdin.error.message")?.contains("another host") == true, "\(hook.serialized())")
+        #expect(hook.string("stdin.error.message")?.contains("another origin") == true, "\(hook.serialized())")
     }
 
     /// A server that echoes the request answers with its credentials: the attempt event (the
@@ -282,6 +282,6 @@ extension FaultServerTests {
         #expect(sent.headers.contains { $0.0.lowercased() == "x-env-key" && $0.1 == "env-secret-value" })
         #expect(p.server.requests(path: "/landing").isEmpty)
         let hook = try #require(p.deliveries("ev").first)
-        #expect(hook.string("stdin.error.message")?.contains("another host") == true, "\(hook.serialized())")
+        #expect(hook.string("stdin.error.message")?.contains("another origin") == true, "\(hook.serialized())")
     }
 }

@@ -86,6 +86,10 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
             name: "an empty body with response json gives data null", path: "/empty",
             steps: [TestResponse(status: 200)], top: "response: json",
             outcome: "completed", status: 200, stateAfter: nil),
+        SettleCase(
+            name: "a body of only blanks with response json gives data null too", path: "/blank",
+            steps: [TestResponse(status: 200, body: Array(" \t\r\n ".utf8))], top: "response: json",
+            outcome: "completed", status: 200, stateAfter: nil),
     ]
 
     @Test(arguments: settleCases)
@@ -120,7 +124,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         if c.name.contains("data null") {
             #expect(hook.at("stdin.data") == .null)
             #expect(hook.at("stdin.data") != nil)
-            #expect(hook.string("stdin.response.body") == "")
+            #expect(hook.string("stdin.response.body") == (c.path == "/blank" ? " \t\r\n " : ""))
         }
 
         let rows = try await p.list()

@@ -24,7 +24,7 @@ extension Runner {
             request.awsSigV4 = AWSSigV4(
                 provider: target.signingProvider, accessKeyID: credentials.accessKeyID,
                 secretAccessKey: credentials.secretAccessKey)
-            // A signed request never follows a redirect to another host with its token.
+            // A signed request never follows a redirect to another origin with its token.
             request.credentialHeaders.insert("x-amz-security-token")
         case let .failure(missing):
             request.refusal = TransportFailure(.credentials, missing.message)

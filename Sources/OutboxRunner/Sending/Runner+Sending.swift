@@ -65,7 +65,7 @@ extension Runner {
         request.totalTimeoutMs = Int(config.attemptTimeoutMs ?? 0)
         request.redirectMethodChange = entry.request.redirectMethodChange
         if entry.request.followRedirects > 0 {
-            // Only a redirect to another host looks at them: the set is built for those alone.
+            // Only a redirect to another origin looks at them: the set is built for those alone.
             request.credentialHeaders.formUnion(config.redactedHeaderNames)
             request.credentialHeaders.formUnion(entry.request.secretHeaders)
         }
