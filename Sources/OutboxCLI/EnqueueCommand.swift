@@ -323,7 +323,7 @@ enum EnqueueCommand {
                         parts.enumerated().map { index, part in
                             JSON.object([
                                 ("index", .int(index)), ("start", .int64(part.range.start)), ("end", .int64(part.range.end)),
-                                ("url", .string(URLCheck.redactingPassword(part.url))),
+                                ("url", .string(URLCheck.shown(part.url, secret: p.secretURL))),
                                 (
                                     "headers",
                                     HeaderRules.json(HeaderRules.redacted(part.headers.map { ($0.name, $0.value) }, names: redact))
@@ -334,7 +334,8 @@ enum EnqueueCommand {
             ])
         }
         var document = JSON.object([
-            ("key", .string(key)), ("method", .string(p.method)), ("url", .optionalString(p.url.map(URLCheck.redactingPassword))),
+            ("key", .string(key)), ("method", .string(p.method)),
+            ("url", .optionalString(p.url.map { URLCheck.shown($0, secret: p.secretURL) })),
             ("headers", HeaderRules.json(headers)), ("body_kind", .string(p.body.kind.rawValue)), ("body", body),
             ("expires_in_ms", .int64(p.expiresInMs)), ("scope", .optionalString(p.scope)),
             ("follow_redirects", .int(p.followRedirects)), ("response", p.response.json),

@@ -80,7 +80,8 @@ enum ReadCommands {
         var doc = e.listJSON(displayState: displayState(e, control: try store.control()))
         let redact = config.redactedHeaderNames.union(e.request.secretHeaders)
         var request: JSON = .object([
-            ("method", .string(e.request.method)), ("url", .optionalString(e.request.url.map(URLCheck.redactingPassword))),
+            ("method", .string(e.request.method)),
+            ("url", .optionalString(e.request.url.map { URLCheck.shown($0, secret: e.request.secretURL) })),
             ("headers", HeaderRules.json(HeaderRules.redacted(e.request.headers, names: redact).map { ($0.0.lowercased(), $0.1) })),
             ("body_kind", .string(e.request.bodyKind.rawValue)), ("response", e.request.response.json),
             ("follow_redirects", .int(e.request.followRedirects)),

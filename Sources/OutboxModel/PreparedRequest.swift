@@ -124,6 +124,9 @@ package struct PreparedRequest: Sendable {
     /// Headers never printed, lowercased: those rendered from the environment or given by
     /// headers_command, whatever their names.
     package var secretHeaders: Set<String> = []
+    /// The URL's template (or a part's) reads `env`: a webhook URL kept there, a token in the
+    /// path. Shown by its origin alone (`URLCheck.shown`), as a header from `env` is redacted.
+    package var secretURL = false
     /// Paths of the vars that went into a secret header (see `SecretVars`).
     package var secretVars: [[JSON]] = []
     package var wifiOnly: Bool?

@@ -237,6 +237,7 @@ package enum RequestBuilder {
         prepared.idempotencyKeyIsExplicit = idempotencyKey != nil && !minted
         prepared.redirectMethodChange = redirectMethodChange
         prepared.secretHeaders = secretHeaders
+        prepared.secretURL = Self.urlReadsEnvironment(tree)
         prepared.secretVars = SecretVars.paths(in: inputs.vars) {
             // A URL's password is shown redacted too: a var it came from must be.
             HeaderRules.secretValues(headers, names: config.redactedHeaderNames.union(secretHeaders))
@@ -244,6 +245,17 @@ package enum RequestBuilder {
         }
         prepared.s3 = s3?.target
         return prepared
+    }
+
+    /// Whether the request's URL or a part's is a template that reads `env`.
+    static func urlReadsEnvironment(_ tree: JSON) -> Bool {
+        var templates = [tree["url"]]
+        switch tree["parts"] {
+        case let .array(items)?: templates += items.map { $0["url"] }
+        case let plan?: templates.append(plan["url"])
+        case nil: break
+        }
+        return templates.contains { if case let .string(t)? = $0 { Template.readsEnvironment(t) } else { false } }
     }
 
     static func renderHeaders(_ tree: JSON, ctx: TemplateContext, field: String) throws(OutboxError) -> [(String, String)] {

@@ -276,6 +276,22 @@ extension URLCheck {
         return String(url[..<range.lowerBound]) + "[redacted]" + String(url[range.upperBound...])
     }
 
+    /// The URL as anything printed shows it (render, show, events): with its password
+    /// redacted, or, when it came from `env` (`secret`), only its scheme and host followed by
+    /// `/[redacted]`: which part of it was the secret is not known once it is rendered.
+    package static func shown(_ url: String, secret: Bool) -> String {
+        guard secret else { return redactingPassword(url) }
+        let bytes = Array(url.utf8)
+        guard let mark = bytes.indices.dropLast(2).first(where: { bytes[$0] == UInt8(ascii: ":") && bytes[$0 + 1] == UInt8(ascii: "/") }),
+            bytes[mark + 2] == UInt8(ascii: "/")
+        else { return "[redacted]" }
+        let start = mark + 3
+        var end = start
+        while end < bytes.count, !isAuthorityEnd(bytes[end]) { end += 1 }
+        let host = bytes[start..<end].lastIndex(of: UInt8(ascii: "@")).map { $0 + 1 } ?? start
+        return String(decoding: bytes[..<start] + bytes[host..<end], as: UTF8.self) + "/[redacted]"
+    }
+
     /// A line of text (a config file's) with the password of every URL in it shown as
     /// `[redacted]`: a URL there ends at a quote, a space, a comma or a brace too.
     package static func redactingPasswords(inText text: String) -> String {

@@ -9,6 +9,7 @@ enum FuzzURL {
             if URLCheck.hostKey(text).isEmpty { fatalError("an accepted URL has no host key") }
         }
         _ = URLCheck.redactingPassword(text)
+        if URLCheck.shown(text, secret: true).hasSuffix("[redacted]") == false { fatalError("a secret URL was shown whole") }
         _ = URLCheck.hostKey(text)
         for encoded in [URLCheck.encodePath(text), URLCheck.encodeComponent(text)] {
             let url = "https://example.com/" + encoded + "?q=" + URLCheck.encodeComponent(text)

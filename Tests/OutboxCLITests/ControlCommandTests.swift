@@ -527,6 +527,19 @@ struct HostileInputTests {
     ])
     func aPasswordInUserinfoIsRedacted(_ url: String, shown: String) {
         #expect(URLCheck.redactingPassword(url) == shown)
+        #expect(URLCheck.shown(url, secret: false) == shown)
+    }
+
+    @Test(arguments: [
+        ("https://hooks.example/services/T0/B0/XyZ", "https://hooks.example/[redacted]"),
+        ("https://u:p@api.example:8443/bot123:AAH/send?chat=1#f", "https://api.example:8443/[redacted]"),
+        ("http://h?token=t", "http://h/[redacted]"),
+        ("http://H.Example", "http://H.Example/[redacted]"),
+        ("not a url", "[redacted]"),
+        ("", "[redacted]"),
+    ])
+    func aURLFromTheEnvironmentIsShownByItsOriginAlone(_ url: String, shown: String) {
+        #expect(URLCheck.shown(url, secret: true) == shown)
     }
 }
 

@@ -222,6 +222,43 @@ extension FaultServerTests {
         #expect(try #require(p.deliveries("up").first).serialized().contains(basic), "the hook's data is the server's answer")
     }
 
+    /// A URL built from `env` (a bot token in the path, a webhook URL kept there) is sent
+    /// whole and shown by its origin alone: render, show, its attempts and the run's events.
+    @Test func aURLFromTheEnvironmentIsShownByItsOriginAlone() async throws {
+        let bot = """
+            key: bot
+            request:
+              url: "{{ vars.base | raw }}/bot{{ env.BOT_TOKEN }}/send?chat=1"
+              data: { text: hi }
+            on_success: hooks/record.sh
+
+            """
+        let p = try Project(config: faultConfig, definitions: ["bot": bot])
+        let token = "7001:AAH-url-token-8"
+        // In a URL the value is encoded as a path segment: the colon goes as %3A.
+        let path = "/bot7001%3AAAH-url-token-8/send"
+        let secret = "AAH-url-token-8"
+        let vars = JSON.object([("base", .string(p.url("")))]).serialized()
+        let render = try await p.outbox(["render", "bot", "--vars", vars, "--json"], environment: ["BOT_TOKEN": token])
+        #expect(render.exitCode == 0, "\(render.description)")
+        let origin = p.url("")
+        #expect(render.json?.string("url") == origin + "/[redacted]", "\(render.stdout)")
+        #expect(!render.stdout.contains(secret))
+        let enqueued = try await p.outbox(["enqueue", "bot", "--vars", vars, "--id", "b1"], environment: ["BOT_TOKEN": token])
+        #expect(enqueued.exitCode == 0, "\(enqueued.description)")
+        p.server.script(path, [.status(503), .status(200)])
+        let first = try await p.outbox(["run", "--drain", "--horizon", "0s", "--events", "-"])
+        #expect(!first.stdout.contains(secret) && !first.stderr.contains(secret), "\(first.description)")
+        let show = try await p.outbox(["show", "b1", "--json"])
+        #expect(show.exitCode == 0 && !show.stdout.contains(secret), "\(show.stdout)")
+        #expect(show.json?.string("request.url") == origin + "/[redacted]")
+        #expect(show.json?.at("attempts_log")?.arrayValue?.first?.string("url") == origin + "/[redacted]", "\(show.stdout)")
+        let last = try await p.drain(["--events", "-"], failures: 0)
+        #expect(!last.stdout.contains(secret), "\(last.stdout)")
+        #expect(p.server.requests(path: path).count == 2, "the request went to the URL env made")
+        #expect(try #require(p.deliveries("b1").last).string("stdin.outcome") == "completed")
+    }
+
     /// A response nested as deep as input may nest is wrapped deeper in its outcome: the
     /// store reads back what it wrote, and the queue goes on (it stopped every run with 74).
     @Test func aResponseNestedToTheInputLimitIsDelivered() async throws {

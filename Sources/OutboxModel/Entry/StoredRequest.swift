@@ -37,6 +37,8 @@ package struct StoredRequest: Sendable {
     package var redirectMethodChange = false
     /// Header names (lowercased) redacted wherever the request is shown, as `PreparedRequest`'s.
     package var secretHeaders: Set<String> = []
+    /// The URL came from `env` in part: shown by its origin alone, as `PreparedRequest`'s.
+    package var secretURL = false
     /// Paths of the vars that went into a secret header, redacted wherever the vars are shown.
     package var secretVars: [[JSON]] = []
     package var wifiOnly: Bool?
@@ -108,6 +110,7 @@ package struct StoredRequest: Sendable {
         o.add("wifi_only", bool: wifiOnly)
         o.add("cancel_scope_on_error", bool: cancelScopeOnError)
         if redirectMethodChange { o.add("redirect_method_change", .bool(true)) }
+        if secretURL { o.add("secret_url", .bool(true)) }
         if !secretHeaders.isEmpty { o.add("secret_headers", .array(secretHeaders.sorted().map { .string($0) })) }
         if !secretVars.isEmpty { o.add(Self.secretVarsMember, .array(secretVars.map { .array($0) })) }
         if let s3 { o.add("s3", s3.json) }
@@ -156,6 +159,8 @@ package struct StoredRequest: Sendable {
         cancelScopeOnError = cancel
         // Added later: rows written before it have none, and meant false.
         redirectMethodChange = json["redirect_method_change"]?.boolValue ?? false
+        // Added later too: rows without it showed their URL.
+        secretURL = json["secret_url"]?.boolValue ?? false
         // Also added later; rows without it name none.
         if let names = json["secret_headers"] {
             guard let list = names.arrayValue?.compactMap(\.stringValue), list.count == names.arrayValue?.count else {
@@ -207,6 +212,7 @@ package struct StoredRequest: Sendable {
         followRedirects = p.followRedirects
         redirectMethodChange = p.redirectMethodChange
         secretHeaders = p.secretHeaders
+        secretURL = p.secretURL
         secretVars = p.secretVars
         wifiOnly = p.wifiOnly
         cancelScopeOnError = p.cancelScopeOnError

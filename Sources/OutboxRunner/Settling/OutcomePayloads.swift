@@ -134,7 +134,7 @@ package enum OutcomePayloads {
     ) -> JSON {
         var event: JSON = .object([
             ("type", .string("attempt")), ("id", .string(entry.id)), ("key", .string(entry.key)), ("request_id", .string(requestID)),
-            ("attempt", .int64(attempt)), ("url", .string(redactURL(url))), ("method", .string(method)),
+            ("attempt", .int64(attempt)), ("url", .string(redactURL(url, secret: entry.request.secretURL))), ("method", .string(method)),
             ("part_index", partIndex.map { .int($0) } ?? .null), ("outcome", .string(outcome.name)),
             ("http_code", result.status.map { .int($0) } ?? .null),
         ])
@@ -168,9 +168,10 @@ package enum OutcomePayloads {
         ])
     }
 
-    /// Query strings can carry presigned credentials and userinfo a password: events show the URL without them.
-    static func redactURL(_ url: String) -> String {
-        let url = URLCheck.redactingPassword(url)
+    /// Query strings can carry presigned credentials and userinfo a password: events show the
+    /// URL without them (and a URL from `env` by its origin alone).
+    static func redactURL(_ url: String, secret: Bool) -> String {
+        let url = URLCheck.shown(url, secret: secret)
         guard let q = url.firstIndex(of: "?") else { return url }
         return String(url[..<q]) + "?[redacted]"
     }

@@ -57,7 +57,7 @@ struct OutcomePayloadsTests {
         ("https://h/?", "https://h/?[redacted]"),
     ])
     func eventsNeverShowAQueryString(url: String, shown: String) {
-        #expect(OutcomePayloads.redactURL(url) == shown)
+        #expect(OutcomePayloads.redactURL(url, secret: false) == shown)
         let event = OutcomePayloads.attemptEvent(
             Sample.entry("e1"), requestID: "r", attempt: 2, url: url, method: "PUT", partIndex: nil,
             result: HTTPResult(status: 503), outcome: .retry(reason: "HTTP 503"), at: Self.at, secrets: { [] })
