@@ -109,8 +109,7 @@ enum ArgumentParser {
             }
             if spec.valueName == nil {
                 if inlineValue != nil { throw .usage("--\(name) takes no value") }
-                // `--json` may be written before the command and after it: both mean the same.
-                if !spec.repeatable, name != "help", name != "json", parsed.options[name] != nil {
+                if !spec.repeatable, name != "help", parsed.options[name] != nil {
                     throw .usage("--\(name) is given twice")
                 }
                 parsed.options[name, default: []].append("")

@@ -7,9 +7,21 @@ import OutboxStore
 struct Invocation {
     var args: ParsedArguments
     let environment: [String: String]
-    let cwd: String
+    /// Nil when the process's folder was removed (or cannot be read): then nothing that
+    /// resolves a path or finds the project may run, rather than take `/` for it.
+    let folder: String?
     let console: Console
     var json: Bool { args.flag("json") }
+
+    /// The folder the command runs in: what relative paths and the project's search start from.
+    var cwd: String {
+        get throws(OutboxError) {
+            guard let folder else {
+                throw .fileMissing("the current folder no longer exists (or cannot be read): cd to a folder that does, and run it again")
+            }
+            return folder
+        }
+    }
 
     /// Loads the project: config (found upward from cwd, or --config / OUTBOX_CONFIG).
     func project() throws(OutboxError) -> Project {
@@ -21,7 +33,7 @@ struct Invocation {
             throw OutboxError(
                 .config, "OUTBOX_CONFIG is empty: it names the config file (unset it to find config/outbox.yaml here or above)")
         }
-        return try Project.load(explicitConfig: given ?? fromEnvironment, cwd: cwd, environment: environment)
+        return try Project.load(explicitConfig: given ?? fromEnvironment, cwd: try cwd, environment: environment)
     }
 }
 
@@ -38,7 +50,7 @@ package enum CLI {
     /// Runs one call and returns the process exit status. All error printing happens here.
     /// Output lost on the way to stdout fails the call (E_STORAGE): a script must not take
     /// a cut-off `list --json` for the whole of it.
-    package static func run(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
+    package static func run(arguments: [String], environment: [String: String], cwd: String?, console: Console) -> Int32 {
         let status = runCommand(arguments: arguments, environment: environment, cwd: cwd, console: console)
         guard let lost = console.outputLost else { return status }
         guard status == 0 else {
@@ -51,7 +63,7 @@ package enum CLI {
 
     /// Runs a call given as the bytes of its arguments: one that is not UTF-8 is refused
     /// (E_INVALID, naming its option), never repaired into other text or another file name.
-    package static func run(rawArguments: [[UInt8]], environment: [String: String], cwd: String, console: Console) -> Int32 {
+    package static func run(rawArguments: [[UInt8]], environment: [String: String], cwd: String?, console: Console) -> Int32 {
         let arguments = rawArguments.map { String(decoding: $0, as: UTF8.self) }
         for (n, bytes) in rawArguments.enumerated() {
             guard let offset = Paths.invalidUTF8Offset(bytes) else { continue }
@@ -68,12 +80,19 @@ package enum CLI {
         return run(arguments: arguments, environment: environment, cwd: cwd, console: console)
     }
 
-    static func runCommand(arguments: [String], environment: [String: String], cwd: String, console: Console) -> Int32 {
+    static func runCommand(arguments: [String], environment: [String: String], cwd: String?, console: Console) -> Int32 {
         // Global options may come before the command too (`outbox --config F list`): they are
         // read as if written right after it.
         var lifted: [String] = []
+        // `--json` before the command and after it mean the same; twice in one place is a slip.
+        var jsonBefore = 0
         var words = arguments
         while let first = words.first, first == "--json" || first == "--config" || first.hasPrefix("--config=") {
+            if first == "--json" {
+                jsonBefore += 1
+                words.removeFirst()
+                continue
+            }
             lifted.append(words.removeFirst())
             if first == "--config", let value = words.first {
                 lifted.append(value)
@@ -130,14 +149,16 @@ package enum CLI {
         words.removeFirst(consumed)
         words.insert(contentsOf: lifted, at: 0)
         var logsJSON = false
-        do {
-            let parsed = try ArgumentParser.parse(words, command: command)
+        do throws(OutboxError) {
+            var parsed = try ArgumentParser.parse(words, command: command)
+            if jsonBefore > 1 { throw OutboxError.usage("--json is given twice") }
+            if jsonBefore == 1, !parsed.flag("json") { parsed.options["json"] = [""] }
             if parsed.flag("help") {
                 console.out(command.help())
                 return 0
             }
             logsJSON = parsed.value("log-format") == LogFormat.json.rawValue
-            var invocation = Invocation(args: parsed, environment: environment, cwd: cwd, console: console)
+            var invocation = Invocation(args: parsed, environment: environment, folder: cwd, console: console)
             return try command.handler(&invocation)
         } catch {
             if logsJSON, !wantsJSON, error.diagnostics.isEmpty {
@@ -339,5 +360,5 @@ package enum CLI {
     }
 }
 
-/// The process's working directory (for `main`).
-package func currentDirectory() -> String { Paths.currentDirectory() }
+/// The process's working directory (for `main`); nil when it was removed.
+package func currentDirectory() -> String? { Paths.currentDirectory() }

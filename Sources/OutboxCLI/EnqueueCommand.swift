@@ -43,8 +43,8 @@ enum EnqueueCommand {
         entry.prepared.s3?.skipExisting = true
     }
 
-    static func factory(_ project: Project, _ i: Invocation) -> EntryFactory {
-        EntryFactory(config: project.config, environment: i.environment, cwd: i.cwd) { (key: String) throws(OutboxError) in
+    static func factory(_ project: Project, _ i: Invocation) throws(OutboxError) -> EntryFactory {
+        EntryFactory(config: project.config, environment: i.environment, cwd: try i.cwd) { (key: String) throws(OutboxError) in
             try project.definition(key)
         }
     }
@@ -182,7 +182,7 @@ enum EnqueueCommand {
         // `--from -` reads the lines from stdin (a pipeline: find, jq, ...), one at a time:
         // memory grows with the entries (a file's are written a batch at a time), never with
         // an endless line.
-        let absolute = path == "-" ? "stdin" : Paths.absolute(path, relativeTo: i.cwd)
+        let absolute = path == "-" ? "stdin" : Paths.absolute(path, relativeTo: try i.cwd)
         let maxLine = try varsTextLimit(i) + 4096
         var reader: LineReader
         var fd: Int32 = -1
@@ -199,7 +199,7 @@ enum EnqueueCommand {
         defer { if fd >= 0 { close(fd) } }
         let project = try i.project()
         let definition = try project.definition(key)
-        let factory = factory(project, i)
+        let factory = try factory(project, i)
         let expiresAt = try i.args.value("expires-at").map { t throws(OutboxError) in try TimeText.parse(t, field: "--expires-at") }
         var seen: [String: Int] = [:]
         var movedBy: [String: Int] = [:]
@@ -279,7 +279,8 @@ enum EnqueueCommand {
         }
         for name in skipped { i.console.err("outbox: \(name) not run (--plugins runs it)") }
         if skipped.contains("request_command") { return (nil, skipped) }
-        let renderer = EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (_: String) throws(OutboxError) in definition
+        let renderer = EntryFactory(config: config, environment: i.environment, cwd: try i.cwd) { (_: String) throws(OutboxError) in
+            definition
         }
         return (try renderer.make(definition: definition, vars: vars, id: i.args.value("id") ?? defaultID), skipped)
     }

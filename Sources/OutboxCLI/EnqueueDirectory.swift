@@ -98,7 +98,7 @@ enum EnqueueDirectory {
         case .object, .null: break
         default: throw .invalid("--vars with --from-dir must be a JSON object (the base of every file's vars)")
         }
-        let root = Paths.normalize(Paths.absolute(folder, relativeTo: i.cwd))
+        let root = Paths.normalize(Paths.absolute(folder, relativeTo: try i.cwd))
         let walk = try walk(root)
         let hold = try EnqueueCommand.holdUntil(
             delay: i.args.value("delay"), notBefore: i.args.value("not-before"), now: now, names: ("--delay", "--not-before"))
@@ -106,7 +106,7 @@ enum EnqueueDirectory {
         let idTemplate = i.args.value("id-template")
         let project = try i.project()
         let definition = try project.definition(key)
-        let factory = EnqueueCommand.factory(project, i)
+        let factory = try EnqueueCommand.factory(project, i)
         var seen: [String: String] = [:]
         let environment = RequestBuilder.environmentJSON(i.environment)
         let skipped = walk.skippedLinks.count + walk.skippedSpecial.count
@@ -133,7 +133,7 @@ enum EnqueueDirectory {
                 // An error found here is given in the file's turn, after those of the files before it.
                 do throws(OutboxError) {
                     if let idTemplate {
-                        var inputs = RenderInputs(id: "", vars: line.vars, environment: i.environment, cwd: i.cwd)
+                        var inputs = RenderInputs(id: "", vars: line.vars, environment: i.environment, cwd: try i.cwd)
                         inputs.environmentJSON = environment
                         let rendered = try Template.render(
                             idTemplate, context: RequestBuilder.context(inputs), mode: .value, field: "--id-template")

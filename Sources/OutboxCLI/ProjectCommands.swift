@@ -81,18 +81,19 @@ enum InitCommand {
             ("definitions/example-ping.yaml", definition, 0o644),
             ("hooks/example-done.sh", hook, 0o755),
         ]
-        for (path, _, _) in files where Paths.exists(Paths.join(i.cwd, path)) {
-            throw .invalid("\(Paths.join(i.cwd, path)) exists already; init writes nothing over existing files")
+        let cwd = try i.cwd
+        for (path, _, _) in files where Paths.exists(Paths.join(cwd, path)) {
+            throw .invalid("\(Paths.join(cwd, path)) exists already; init writes nothing over existing files")
         }
         // Checked before any is made, so a file in the way leaves no half scaffold behind.
         for folder in ["config", "definitions", "hooks"] {
-            let path = Paths.join(i.cwd, folder)
+            let path = Paths.join(cwd, folder)
             if Paths.exists(path), !Paths.isDirectory(path) {
                 throw .invalid("\(path) exists and is not a folder; init writes nothing over existing files")
             }
         }
         for folder in ["config", "definitions", "hooks"] {
-            let path = Paths.join(i.cwd, folder)
+            let path = Paths.join(cwd, folder)
             if !Paths.isDirectory(path), mkdir(path, 0o755) != 0 {
                 throw .storage("cannot create \(path): \(Paths.errnoMessage())")
             }
@@ -101,7 +102,7 @@ enum InitCommand {
         // one left whole would make the next `init` refuse.
         var created: [String] = []
         for (path, text, mode) in files {
-            let full = Paths.join(i.cwd, path)
+            let full = Paths.join(cwd, path)
             let fd = open(full, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode)
             if fd >= 0 { created.append(full) }
             let bytes = Array(text.utf8)

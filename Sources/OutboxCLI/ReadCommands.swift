@@ -195,7 +195,7 @@ enum ReadCommands {
             if let output = i.args.value("output") {
                 // For node_exporter's textfile collector: it must never read half a file.
                 // Through a link to the file it names; a device or FIFO is never replaced by a file.
-                let path = Paths.followingLinks(Paths.absolute(output, relativeTo: i.cwd))
+                let path = Paths.followingLinks(Paths.absolute(output, relativeTo: try i.cwd))
                 guard Paths.isDirectory(Paths.dirname(path)) else {
                     throw .storage("--output: the folder \(Paths.dirname(path)) does not exist")
                 }
@@ -269,7 +269,7 @@ enum ReadCommands {
         let wifi = e.request.wifiOnly ?? control.wifiOnly
         if wifi { reasons.append("it is wifi-only; it runs only while the wifi check passes") }
         if let account = e.account {
-            if let current = EnqueueCommand.factory(project, i).account() {
+            if let current = try EnqueueCommand.factory(project, i).account() {
                 if account != current {
                     reasons.append("it was enqueued by account \(account), not the current \(current): the runner will drop it")
                 }

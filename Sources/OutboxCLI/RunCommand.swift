@@ -106,8 +106,8 @@ enum RunCommand {
             console: events != nil ? console : nil, command: config.eventsCommand, config: config,
             environment: i.environment, log: { logger.log(.warn, $0) })
         defer { sink.close() }
-        let runner = Runner(
-            config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: i.cwd,
+        let runner = try Runner(
+            config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: try i.cwd,
             options: options, emit: { sink.send($0) }, logger: logger)
         runner.eventsEnabled = events != nil || config.eventsCommand != nil
         runner.runnerLock = lock

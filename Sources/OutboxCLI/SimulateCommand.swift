@@ -85,7 +85,7 @@ enum SimulateCommand {
         }
         // The follow-ups as the runner builds them: one that cannot be built voids the chain,
         // and the hook's input names it.
-        let factory = followUpFactory(project, i)
+        let factory = try followUpFactory(project, i)
         let built = Runner.thenFollowUps(definition, entry: entry, outcome: outcome, payload: &payload, factory: factory)
         let followUps = built.followUps.map(\.key)
         let followUpErrors = built.failures.map { "then.\(outcome.hookField)[\($0.index)]: \($0.message)" }
@@ -144,11 +144,11 @@ enum SimulateCommand {
 
     /// The runner's rules for what an outcome enqueues; plugins run only with --plugins (a
     /// follow-up whose definition needs its request_command is then an error naming it).
-    static func followUpFactory(_ project: Project, _ i: Invocation) -> EntryFactory {
+    static func followUpFactory(_ project: Project, _ i: Invocation) throws(OutboxError) -> EntryFactory {
         var config = project.config
         let plugins = i.args.flag("plugins")
         if !plugins { config.headersCommand = nil }
-        return EntryFactory(config: config, environment: i.environment, cwd: i.cwd) { (key: String) throws(OutboxError) in
+        return EntryFactory(config: config, environment: i.environment, cwd: try i.cwd) { (key: String) throws(OutboxError) in
             let definition: Definition
             do throws(OutboxError) { definition = try project.definition(key) } catch {
                 let broken = project.definitions.brokenKeys[key] != nil

@@ -43,6 +43,14 @@ enum TimeText {
         else {
             throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (use RFC 3339 like 2026-11-30T08:00:00Z, or epoch ms)")
         }
+        // A day the month does not have (2026-02-30) is a mistake, not the 2nd of March.
+        let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
+        let monthDays: [Int64] = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
+        guard d <= monthDays[Int(mo) - 1] else {
+            throw .invalid(
+                "\(field): \"\(text.prefix(40))\" is not a time (\(String(String(text.utf8.prefix(7))!)) has \(monthDays[Int(mo) - 1]) days)"
+            )
+        }
         var i = 19
         var ms: Int64 = 0
         if i < b.count, b[i] == 0x2E {
@@ -59,6 +67,9 @@ enum TimeText {
         if i < b.count, b[i] == 0x5A || b[i] == 0x7A {
             i += 1
         } else if i + 6 == b.count, b[i] == 0x2B || b[i] == 0x2D, let oh = num(i + 1, 2), b[i + 3] == 0x3A, let om = num(i + 4, 2) {
+            guard oh < 24, om < 60 else {
+                throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (its offset is past ±23:59)")
+            }
             offset = (oh * 60 + om) * 60_000 * (b[i] == 0x2B ? 1 : -1)
             i += 6
         } else {

@@ -48,14 +48,16 @@ package struct EntryFactory {
     }
 
     /// The account of the current process (config `account`), nil when unset or empty.
-    package func account() -> String? {
+    /// The account of this process, rendered from its environment; nil when the config has
+    /// none or it renders empty (`{{ env.X | default("") }}`). A variable it names that is
+    /// unset is an error, never "no account": entries without one run on every runner.
+    package func account() throws(OutboxError) -> String? {
         guard let template = config.account else { return nil }
         var inputs = RenderInputs(id: "", vars: .null, environment: environment, cwd: cwd)
         inputs.environmentJSON = environmentJSON
-        guard let value = try? Template.render(template, context: RequestBuilder.context(inputs), mode: .value, field: "account"),
-            let s = value.stringValue, !s.isEmpty
-        else { return nil }
-        return s
+        let value = try Template.render(template, context: RequestBuilder.context(inputs), mode: .value, field: "account")
+        let s = value.stringValue ?? value.serialized()
+        return s.isEmpty ? nil : s
     }
 
     package func make(
@@ -103,7 +105,7 @@ package struct EntryFactory {
             prepared = try RequestBuilder.prepare(request: def.request ?? .object([]), definition: def, config: config, inputs: inputs)
         }
         var entry = NewEntry(
-            id: entryID, key: def.key, vars: vars, prepared: prepared, account: account(), parent: parent,
+            id: entryID, key: def.key, vars: vars, prepared: prepared, account: try account(), parent: parent,
             notBefore: notBefore, expiresAt: expiresAt)
         entry.idWasMinted = id == nil
         return entry

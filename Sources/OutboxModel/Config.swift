@@ -288,7 +288,14 @@ package struct Config: Sendable {
         if let n = f["events"], let e = reader.fields(n, ConfigFields.events, context: "events") {
             eventsCommand = reader.command(e["command"], "events.command")
         }
-        if let n = f["account"], n.scalar != .null { account = reader.string(n, "account") }
+        if let n = f["account"], n.scalar != .null {
+            account = reader.string(n, "account")
+            // Rendered alike by enqueue and by the runner (its own account): the environment
+            // is all both have, so vars or entry.id could only ever come out empty.
+            if let template = account, let problem = Template.validate(template, roots: ["env"]) {
+                reader.error(n.mark, "account: \(problem)")
+            }
+        }
         if let v = reader.int(f["concurrency"], "concurrency", range: ConfigFields.top.range("concurrency")) { concurrency = Int(v) }
         if let v = reader.int(f["per_host"], "per_host", range: ConfigFields.top.range("per_host")) { perHost = Int(v) }
         if let v = reader.int(f["part_concurrency"], "part_concurrency", range: ConfigFields.top.range("part_concurrency")) {

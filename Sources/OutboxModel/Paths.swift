@@ -94,9 +94,10 @@ package enum Paths {
         path.hasPrefix(folder == "/" ? "/" : folder + "/") && path != folder
     }
 
-    package static func currentDirectory() -> String {
+    /// The process's folder; nil when it cannot be read (removed, or a path over PATH_MAX).
+    package static func currentDirectory() -> String? {
         var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-        guard getcwd(&buffer, buffer.count) != nil else { return "/" }
+        guard getcwd(&buffer, buffer.count) != nil else { return nil }
         let length = buffer.firstIndex(of: 0) ?? buffer.count
         return String(decoding: buffer[..<length].map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }

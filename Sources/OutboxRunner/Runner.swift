@@ -79,6 +79,8 @@ package final class Runner {
     var pendingSettles: [(entry: Entry, state: EntryState, reason: String?)] = []
     var requestIDs = FastRandom()
     var reloadsSeen = 0
+    /// This runner's account (config `account`, from its environment): entries of another are dropped.
+    var account: String?
 
     var summary = RunSummary()
     var progressDisplay: ProgressDisplay?
@@ -89,7 +91,7 @@ package final class Runner {
     package init(
         config: Config, definitions: DefinitionSet, store: any Store, environment: [String: String], cwd: String,
         options: RunOptions, emit: @escaping (JSON) -> Void, logger: Logger
-    ) {
+    ) throws(OutboxError) {
         self.config = config
         self.definitions = definitions
         self.store = store
@@ -103,6 +105,7 @@ package final class Runner {
         hostHealth = HostHealth(holdAfter: config.hostHoldAfter)
         scheduler = Scheduler(limits: Self.limits(config, sharedStore: store.sharesRunners))
         factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: cwd)
+        account = try factory.account()
     }
 
     /// The scheduler's limits from the config. Standby transfers are the curl thread's work
@@ -160,9 +163,16 @@ package final class Runner {
                 level: .error)
             return
         }
+        let newFactory = Self.factory(config: newConfig, definitions: newDefinitions, environment: environment, cwd: factory.cwd)
+        let newAccount: String?
+        do { newAccount = try newFactory.account() } catch {
+            log("outbox: reload: \(error.message) in the config's account; the config in use is kept", level: .error)
+            return
+        }
         config = newConfig
         definitions = newDefinitions
-        factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: factory.cwd)
+        factory = newFactory
+        account = newAccount
         factory.heartbeat = pluginHeartbeat()
         scheduler = Scheduler(limits: Self.limits(config, sharedStore: store.sharesRunners))
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)

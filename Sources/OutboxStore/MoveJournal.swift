@@ -57,7 +57,7 @@ struct MoveJournal {
     /// Writes the moves down (synced, the folder too) and keeps the journal locked.
     func begin(_ moves: [Move]) throws(OutboxError) -> Ticket? {
         guard !moves.isEmpty else { return nil }
-        try SQLiteStore.makeFolder(folder)
+        try SQLiteStore.makeInnerFolder(folder)
         let path = Paths.join(folder, "\(getpid())-\(Identifiers.uuid().prefix(8)).json")
         // Locked before it has content: a recovery elsewhere never takes it for a dead batch.
         let fd = csystem_lock_file(path)

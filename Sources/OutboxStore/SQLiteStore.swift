@@ -50,9 +50,9 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
             return
         }
         try Self.makeFolder(folder)
-        try Self.makeFolder(bodies)
+        try Self.makeInnerFolder(bodies)
         // Made with the store, so an enqueue that moves a file and then fails leaves no new folder.
-        try Self.makeFolder(moves.folder)
+        try Self.makeInnerFolder(moves.folder)
         if !Paths.exists(path) {
             // The database is made before any body is staged: bodies without it mean it was lost.
             if let staged = Paths.list(bodies), !staged.isEmpty {
@@ -238,6 +238,16 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     /// Makes a folder of the store (and its parents), 0700. Two commands may open a new store
     /// at once: a folder the other one made meanwhile is the folder wanted, and what is at the
     /// path is looked at after `mkdir` fails, not before it (where the other could make it).
+    /// A folder inside the store (`bodies`, `moves`): made by outbox, so a link there (which
+    /// would put bodies and tokens wherever it points, outside the store's 0700) is refused.
+    static func makeInnerFolder(_ path: String) throws(OutboxError) {
+        var st = stat()
+        if lstat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFLNK {
+            throw .storage("the store folder \(path) is a symbolic link; outbox makes it itself (remove the link)")
+        }
+        try makeFolder(path)
+    }
+
     static func makeFolder(_ path: String) throws(OutboxError) {
         if Paths.isDirectory(path) { return }
         Fault.hold("store.make-folder")

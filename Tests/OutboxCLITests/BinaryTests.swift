@@ -179,6 +179,37 @@ struct BinaryTests {
         #expect(r.err == "outbox: E_USAGE: --drain is given twice\n")
         #expect(try await p.outbox(["list", "--quiet"]).status == 64, "not an option of list")
         #expect(try await p.outbox(["--json", "list", "--json"]).status == 0, "a global flag before and after")
+        for twice in [["list", "--json", "--json"], ["--json", "--json", "list"], ["show", "x", "--json", "--json"]] {
+            let r = try await p.outbox(twice)
+            #expect(r.status == 64, "\(twice): \(r)")
+            #expect(try JSON.parse(r.out)["error"]?["message"] == .string("--json is given twice"), "\(twice): \(r.out)")
+        }
+    }
+
+    /// A process whose folder was removed has no current folder: no command that finds the
+    /// project or resolves a path runs (it used to take `/` for it, and `init` wrote there).
+    @Test func aRemovedCurrentFolderIsRefusedNotTakenForTheRoot() async throws {
+        let p = try CLIProject()
+        let gone = p.root + "/gone"
+        for args in [["init"], ["list"], ["enqueue", "plain"], ["--config", p.root + "/config/outbox.yaml", "list"], ["--version"]] {
+            let script = "mkdir \"$1\" && cd \"$1\" && rmdir \"$1\" && shift && exec \"$@\""
+            let r = try await offload {
+                try runProcess(
+                    "/bin/sh", ["-c", script, "sh", gone, outboxExecutable()] + args, cwd: p.root, environment: p.processEnvironment())
+            }
+            if args == ["--version"] {
+                #expect(r.status == 0, "\(r)")
+                continue
+            }
+            #expect(r.status == 66, "\(args): \(r)")
+            #expect(
+                r.err
+                    == "outbox: E_FILE_MISSING: the current folder no longer exists (or cannot be read): cd to a folder that does, and run it again\n",
+                "\(args): \(r.err)")
+        }
+        #expect(!Paths.exists("/config/outbox.yaml"), "init wrote nothing at the root")
+        #expect(!Paths.exists(gone))
+        #expect(!p.storeExists)
     }
 
     /// A group (`headers`, `store`) has help of its own; a call without a command or with an

@@ -135,7 +135,7 @@ extension Runner {
         guard capacity > 0 else { return }
         try fillReadAhead(capacity: capacity, now: now)
         guard !readAhead.ready.isEmpty else { return }
-        var checks = ClaimChecks(now: now, control: control, currentAccount: factory.account(), busyScopes: flights.busyScopes)
+        var checks = ClaimChecks(now: now, control: control, currentAccount: account, busyScopes: flights.busyScopes)
         checks.onWifi = { [self] in wifiGate.isOnWifi(now: now, check: onWifi) }
         checks.wifiRecheckAt = wifiGate.nextCheck(now: now)
         checks.heldHosts = hostHealth.held

@@ -59,7 +59,7 @@ package final class PostgresStore: Store, SQLStore, @unchecked Sendable {
         try Self.migrate(db, url: url)
         clockOffset = try Self.measureClockOffset(db)
         try SQLiteStore.makeFolder(folder)
-        try SQLiteStore.makeFolder(bodies)
+        try SQLiteStore.makeInnerFolder(bodies)
         let host = self.host
         for line in try moves.recover(owned: { [db] staged throws(OutboxError) in
             try db.queryOne("SELECT 1 FROM entries WHERE body_file = ? AND body_host = ?", [.text(staged), .text(host)]) { _ in true }
