@@ -269,7 +269,10 @@ enum ReadCommands {
         let wifi = e.request.wifiOnly ?? control.wifiOnly
         if wifi { reasons.append("it is wifi-only; it runs only while the wifi check passes") }
         if let account = e.account {
-            if let current = try EnqueueCommand.factory(project, i).account() {
+            var factory = try EnqueueCommand.factory(project, i)
+            // Said as a runner started here would see it: with the variable unset, no account.
+            factory.unsetAccountIsNone = true
+            if let current = try factory.account() {
                 if account != current {
                     reasons.append("it was enqueued by account \(account), not the current \(current): the runner will drop it")
                 }

@@ -16,6 +16,10 @@ package struct EntryFactory {
     let ownFiles: OwnFiles
     /// Kept beating while a plugin runs (the runner's leases), on the thread that made it.
     package var heartbeat: Heartbeat?
+    /// A runner (and `explain`, which speaks for one) with the account's variable unset has
+    /// no account: it runs only entries without one. `enqueue` refuses it instead, since an
+    /// entry left without an account would run on every runner.
+    package var unsetAccountIsNone = false
 
     package init(
         config: Config, environment: [String: String], cwd: String,
@@ -50,12 +54,18 @@ package struct EntryFactory {
     /// The account of the current process (config `account`), nil when unset or empty.
     /// The account of this process, rendered from its environment; nil when the config has
     /// none or it renders empty (`{{ env.X | default("") }}`). A variable it names that is
-    /// unset is an error, never "no account": entries without one run on every runner.
+    /// unset is an error (see `unsetAccountIsNone`).
     package func account() throws(OutboxError) -> String? {
         guard let template = config.account else { return nil }
         var inputs = RenderInputs(id: "", vars: .null, environment: environment, cwd: cwd)
         inputs.environmentJSON = environmentJSON
-        let value = try Template.render(template, context: RequestBuilder.context(inputs), mode: .value, field: "account")
+        let value: JSON
+        do {
+            value = try Template.render(template, context: RequestBuilder.context(inputs), mode: .value, field: "account")
+        } catch {
+            if unsetAccountIsNone { return nil }
+            throw error
+        }
         let s = value.stringValue ?? value.serialized()
         return s.isEmpty ? nil : s
     }

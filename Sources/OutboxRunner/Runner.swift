@@ -121,10 +121,13 @@ package final class Runner {
 
     /// The enqueue rules for follow-ups and hook enqueue lines, over these definitions.
     static func factory(config: Config, definitions: DefinitionSet, environment: [String: String], cwd: String) -> EntryFactory {
-        EntryFactory(config: config, environment: environment, cwd: cwd) { (key: String) throws(OutboxError) in
+        var factory = EntryFactory(config: config, environment: environment, cwd: cwd) { (key: String) throws(OutboxError) in
             guard let d = definitions.definitions[key] else { throw unknownKey(key, in: definitions) }
             return d
         }
+        // A runner without its account runs only entries without one (and its follow-ups have none).
+        factory.unsetAccountIsNone = true
+        return factory
     }
 
     /// A follow-up or enqueue line naming no usable definition, as the hook's input says it:
