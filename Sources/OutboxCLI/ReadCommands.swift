@@ -193,6 +193,7 @@ enum ReadCommands {
         let stats = try Statistics.read(from: try i.project().store(), now: Identifiers.nowMs())
         if i.args.flag("prometheus") {
             if let output = i.args.value("output") {
+                if output.isEmpty { throw .usage("--output needs a file name") }
                 // For node_exporter's textfile collector: it must never read half a file.
                 // Through a link to the file it names; a device or FIFO is never replaced by a file.
                 let path = Paths.followingLinks(Paths.absolute(output, relativeTo: try i.cwd))

@@ -74,7 +74,8 @@ package struct Diagnostic: Sendable, Equatable {
     /// The same with the source already split by `lines(_:)`: many errors of one file
     /// split it once, not once each.
     package func rendered(lines: [Substring.UTF8View.SubSequence]?) -> String {
-        var out = TerminalText.visible("\(path):\(line):\(column): error: \(message)")
+        // One line whatever the file's name holds (a newline in it would split the line).
+        var out = TerminalText.cell("\(path):\(line):\(column): error: \(message)")
         if let lines, line >= 1, line <= lines.count {
             let bytes = lines[line - 1]
             let text = String(decoding: bytes, as: UTF8.self)

@@ -104,8 +104,12 @@ struct YAMLReader {
     /// expands it here) would quietly name the project root or a folder called `~`.
     mutating func path(_ node: YAMLNode?, _ field: String, relativeTo base: String) -> String? {
         guard let node, let text = string(node, field) else { return nil }
-        if text.isEmpty || text.utf8.contains(0) {
+        if text.isEmpty {
             error(node.mark, "\(field) is empty: give a path")
+            return nil
+        }
+        if text.utf8.contains(0) {
+            error(node.mark, "\(field) holds a NUL character, which no path can")
             return nil
         }
         if text.hasPrefix("~") {

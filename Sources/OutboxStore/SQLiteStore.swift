@@ -61,6 +61,8 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
                         + "the store is damaged; put outbox.db back, or move the store folder away to start an empty one")
             }
             try Self.createDatabase(at: path)
+        } else if let info = FileInfo.stat(path), !info.isRegular {
+            throw .storage("the store database \(path) is not a regular file; move it away to start an empty store")
         } else if FileInfo.stat(path)?.size == 0 {
             // A store is created whole (below), so an empty database is damage, not a new store,
             // even beside a log: the log the last command left holds only the pages it changed.
@@ -284,6 +286,15 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
             try db.execute("CREATE TABLE IF NOT EXISTS migrations (name TEXT PRIMARY KEY, applied_at INTEGER NOT NULL)")
             let applied = Set(try db.query("SELECT name FROM migrations") { $0.text(0) })
             try refuseNewer(applied, path: db.path)
+            // The tables without the record of what made them: applying the first migration
+            // again would fail on them, and nothing says which of the later ones they have.
+            if applied.isEmpty,
+                try db.queryOne("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'entries'", { _ in true }) == true
+            {
+                throw .storage(
+                    "the store database \(db.path) has its tables but no record of its migrations (the table migrations is empty): it is damaged"
+                )
+            }
             for migration in Schema.migrations where !applied.contains(migration.name) {
                 try db.execute(migration.sql)
                 try db.run("INSERT INTO migrations (name, applied_at) VALUES (?, ?)", [.text(migration.name), .int(Identifiers.nowMs())])

@@ -36,6 +36,10 @@ struct TerminalTextTests {
             .rendered(source: "\u{1B}[2J\u{1B}[H: 1\n")
         let expected = "d.yaml:1:10: error: unknown field \"a\\x1b[2Jb\"\n\\x1b[2J\\x1b[H: 1\n"
         #expect(hostile == expected + String(repeating: " ", count: 15) + "^")
+
+        // A file's name may hold a newline or a tab: the error line stays one line.
+        let named = Diagnostic(path: "definitions/a\nb\t.yaml", line: 1, column: 6, message: "m").rendered(source: nil)
+        #expect(named == "definitions/a\\x0ab\\x09.yaml:1:6: error: m")
     }
 
     // The source line under an error goes to terminals and logs: a URL's password on it (a
