@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -63,6 +64,25 @@ void csystem_restrict_umask(void) {
     atomic_compare_exchange_strong(&inherited_umask, &unset, before);
 }
 
+/* The open-files limits before csystem_raise_open_files, for children; cur < 0: not raised. */
+static _Atomic int64_t inherited_nofile_cur = -1;
+static _Atomic int64_t inherited_nofile_max = -1;
+
+int64_t csystem_raise_open_files(void) {
+    struct rlimit now;
+    if (getrlimit(RLIMIT_NOFILE, &now) != 0) return -1;
+    rlim_t target = now.rlim_max;
+    if (target == RLIM_INFINITY || target > (rlim_t)1 << 20) target = (rlim_t)1 << 20;
+    if (target <= now.rlim_cur) return (int64_t)now.rlim_cur;
+    struct rlimit raised = {.rlim_cur = target, .rlim_max = now.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &raised) != 0) return (int64_t)now.rlim_cur;
+    int64_t unset = -1;
+    if (atomic_compare_exchange_strong(&inherited_nofile_cur, &unset, (int64_t)now.rlim_cur)) {
+        atomic_store(&inherited_nofile_max, (int64_t)now.rlim_max);
+    }
+    return (int64_t)target;
+}
+
 /* Defined only in a -sanitize=thread build: there a child sharing the address space (vfork)
    corrupts ThreadSanitizer's own state, so the child is forked instead. */
 extern void __tsan_init(void) __attribute__((weak));
@@ -95,6 +115,11 @@ static int child_exec(const char *path, char *const argv[], char *const envp[], 
     /* A hook creates its files as the user's own programs do, not 0600 like the store's. */
     int mask = atomic_load(&inherited_umask);
     if (mask >= 0) umask((mode_t)mask);
+    int64_t nofile = atomic_load(&inherited_nofile_cur);
+    if (nofile >= 0) {
+        struct rlimit before = {.rlim_cur = (rlim_t)nofile, .rlim_max = (rlim_t)atomic_load(&inherited_nofile_max)};
+        if (setrlimit(RLIMIT_NOFILE, &before) != 0) return errno;
+    }
     if (reset_policy) {
         struct sched_param normal = {.sched_priority = 0};
         if (sched_setscheduler(0, SCHED_OTHER, &normal) != 0) return errno;

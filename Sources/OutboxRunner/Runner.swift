@@ -81,6 +81,10 @@ package final class Runner {
     var reloadsSeen = 0
     /// This runner's account (config `account`, from its environment): entries of another are dropped.
     var account: String?
+    /// The soft open-files limit, raised to the hard one as the runner starts; <= 0 when unknown.
+    let openFilesLimit = Int(csystem_raise_open_files())
+    /// What that limit leaves for transfers and cached connections.
+    var openFiles: OpenFilesBudget
 
     var summary = RunSummary()
     var progressDisplay: ProgressDisplay?
@@ -103,7 +107,8 @@ package final class Runner {
         lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))", durationMs: config.leaseMs)
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         hostHealth = HostHealth(holdAfter: config.hostHoldAfter)
-        scheduler = Scheduler(limits: Self.limits(config, sharedStore: store.sharesRunners))
+        openFiles = OpenFilesBudget(limit: openFilesLimit, concurrency: config.concurrency, hookConcurrency: config.hookConcurrency)
+        scheduler = Scheduler(limits: Self.limits(config, concurrency: openFiles.concurrency, sharedStore: store.sharesRunners))
         factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: cwd)
         account = try factory.account()
     }
@@ -113,9 +118,9 @@ package final class Runner {
     /// them before the next claim (small POSTs: 4-9 % less time than with one per slot).
     /// On a store several runners share, one per slot: entries this runner holds in standby
     /// are entries an idle runner cannot take.
-    static func limits(_ config: Config, sharedStore: Bool) -> SchedulerLimits {
+    static func limits(_ config: Config, concurrency: Int, sharedStore: Bool) -> SchedulerLimits {
         SchedulerLimits(
-            concurrency: config.concurrency, perHost: config.perHost, partConcurrency: config.partConcurrency,
+            concurrency: concurrency, perHost: config.perHost, partConcurrency: config.partConcurrency,
             standbyPerSlot: sharedStore ? 1 : 3)
     }
 
@@ -177,13 +182,27 @@ package final class Runner {
         factory = newFactory
         account = newAccount
         factory.heartbeat = pluginHeartbeat()
-        scheduler = Scheduler(limits: Self.limits(config, sharedStore: store.sharesRunners))
+        // The connection cache was sized as the run started; a reload changes what is sent at once.
+        openFiles = OpenFilesBudget(limit: openFilesLimit, concurrency: config.concurrency, hookConcurrency: config.hookConcurrency)
+        noteOpenFilesBudget()
+        scheduler = Scheduler(limits: Self.limits(config, concurrency: openFiles.concurrency, sharedStore: store.sharesRunners))
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         hostHealth.holdAfter = config.hostHoldAfter
         delivery.due = true
         readAhead.discard()
         let n = definitions.definitions.count
         log("outbox: reloaded \(config.file ?? "the config") and \(n) definition\(n == 1 ? "" : "s")")
+    }
+
+    /// Says so when the open-files limit holds fewer entries in flight or hooks than the config.
+    func noteOpenFilesBudget() {
+        guard openFiles.concurrency < config.concurrency || openFiles.hookConcurrency < config.hookConcurrency else { return }
+        log(
+            "outbox: the open-files limit (\(openFilesLimit)) leaves room for \(openFiles.concurrency) "
+                + "\(openFiles.concurrency == 1 ? "entry" : "entries") in flight and \(openFiles.hookConcurrency) "
+                + "hook\(openFiles.hookConcurrency == 1 ? "" : "s") at once, not concurrency \(config.concurrency) and hooks.concurrency "
+                + "\(config.hookConcurrency): raise it (ulimit -n, LimitNOFILE=) to run that many",
+            level: .warn)
     }
 
     // MARK: The loop
@@ -194,12 +213,13 @@ package final class Runner {
             // libcurl is loaded and initialised before any hook or curl thread starts:
             // curl_global_init is not thread-safe.
             try HTTPClient.loadLibrary()
-            http = try HTTPClient(maxTotalConnections: max(config.concurrency * 2, 16), perHost: config.perHost)
+            http = try HTTPClient(maxTotalConnections: openFiles.connectionCache, perHost: config.perHost)
         } catch {
             throw .storage("cannot load libcurl: \(error)")
         }
         defer { http?.shutdown() }
         defer { delivery.reactor?.stop() }
+        noteOpenFilesBudget()
         // The curl thread (started above, with the normal policy) moves the bytes; this thread
         // keeps the books. As SCHED_BATCH it does not preempt the curl thread each time a
         // transfer ends: it runs when a core is free or its share comes, and settles what

@@ -204,6 +204,9 @@ struct ReadAhead {
 struct DeliveryState {
     /// Outcome seq → entry id of the hooks running.
     var hooksRunning: [Int64: String] = [:]
+    /// Hooks in a row the system could not start (no fds, memory or processes): their
+    /// redeliveries back off, and the log says so once for each doubling, not every time.
+    var unstartedInARow = 0
     /// The process groups of the hooks whose processes have not ended yet, by outcome seq.
     var groups: [Int64: (pgid: Int32, startTime: UInt64)] = [:]
     /// Groups of earlier runners' hooks this runner stopped (a killed leader may linger as a

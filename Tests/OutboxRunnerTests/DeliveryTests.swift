@@ -304,6 +304,54 @@ import Testing
         #expect(database.st_mode & 0o777 == 0o600, "the store stays private")
     }
 
+    /// The runner raises its soft open-files limit to the hard one (a socket for each
+    /// connection, a file for each body), and its hooks get the limit it was started with.
+    @Test func aHookGetsTheOpenFilesLimitTheRunnerStartedWith() async throws {
+        let hook = "#!/bin/sh\ncat > /dev/null\nulimit -Sn >> hooks/limits.txt\n"
+        let p = try Project(
+            config: fastConfig + "concurrency: 64\nhooks: { concurrency: 64 }\n",
+            definitions: ["t": definition("t", top: "on_success: hooks/limit.sh", hooks: false)], hooks: ["limit.sh": hook])
+        for n in 0..<5 { try await p.enqueue("t", path: "/status/200?\(n)", id: "l\(n)") }
+        let run = try await offload {
+            try runProcess(
+                "/bin/sh", ["-c", "ulimit -Sn 100 && exec \"$0\" run --drain", p.executable], cwd: p.root,
+                environment: p.processEnvironment())
+        }
+        #expect(run.exitCode == 0, "\(run.description)")
+        #expect(!run.stderr.contains("open-files limit"), "the hard limit leaves room: \(run.stderr)")
+        #expect(try String(contentsOfFile: p.root + "/hooks/limits.txt", encoding: .utf8) == String(repeating: "100\n", count: 5))
+    }
+
+    /// A hard open-files limit too low for `concurrency` and `hooks.concurrency` lowers both,
+    /// with a word in the log: every request is sent once and every outcome delivered, where
+    /// cached connections used to take every fd, so no hook could start and connects failed.
+    @Test func aLowOpenFilesLimitLowersConcurrencyInsteadOfStarvingHooks() async throws {
+        let p = try Project(
+            config: fastConfig + "concurrency: 64\nper_host: 64\nhooks: { concurrency: 64 }\n", definitions: ["t": definition("t")])
+        let lines = (0..<300).map { n in
+            JSON.object([
+                ("id", .string("f\(n)")), ("vars", .object([("url", .string(p.url("/status/200?\(n)"))), ("tag", .string("a"))])),
+            ])
+            .serialized()
+        }
+        _ = try p.write("lines.jsonl", lines.joined(separator: "\n") + "\n")
+        #expect(try await p.outbox(["enqueue", "t", "--from", "lines.jsonl"]).exitCode == 0)
+        let run = try await offload {
+            try runProcess(
+                "/bin/sh", ["-c", "ulimit -n 90 && exec \"$0\" run --drain --json", p.executable], cwd: p.root,
+                environment: p.processEnvironment())
+        }
+        #expect(run.exitCode == 0, "\(run.description)")
+        #expect(
+            run.stderr.contains("the open-files limit (90) leaves room for 7 entries in flight and 1 hook at once, not concurrency 64"),
+            "\(run.stderr)")
+        #expect(!run.stderr.contains("could not start"), "\(run.stderr)")
+        #expect(run.json?.int("completed") == 300 && run.json?.int("delivered") == 300, "\(run.stdout)")
+        #expect(run.json?.int("attempts") == 300, "no connect failed for want of fds: \(run.stdout)")
+        #expect(Set(p.hookLog.compactMap { $0.string("env.id") }).count == 300)
+        #expect(try await p.list().isEmpty)
+    }
+
     @Test func outcomeWithoutHookIsAcknowledgedAsItSettles() async throws {
         let p = try Project(definitions: ["quiet": definition("quiet", hooks: false)])
         try await p.enqueue("quiet", path: "/status/200", id: "ok")

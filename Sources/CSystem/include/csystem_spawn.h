@@ -36,6 +36,12 @@ int csystem_spawn_with_input(const char *path, char *const argv[], char *const e
    the umask it had before the first call: every child spawned later gets that one back. */
 void csystem_restrict_umask(void);
 
+/* Raises the soft open-files limit to the hard one (at most 1,048,576): a runner holds a
+   socket for each connection and a file for each body. Children spawned later get the
+   limits the process had before the first call (a program that uses select() expects the
+   usual 1024). Returns the soft limit now in force, or -1 when it cannot be read. */
+int64_t csystem_raise_open_files(void);
+
 /* CLOCK_BOOTTIME in clock ticks, as the kernel counts a process's start time; -1 when a
    tick is not a whole number of nanoseconds (then only /proc can tell). */
 int64_t csystem_boot_ticks(void);

@@ -98,7 +98,7 @@ extension Runner {
         guard readAhead.ready.count < capacity, readAhead.mayFindMore(now: now, mono: mono, ownWrites: store.ownWrites) else { return }
         Fault.point("run.read-ahead")
         readAhead.readAt = mono
-        let want = max(capacity + 2, min(256, config.concurrency * 4))
+        let want = max(capacity + 2, min(256, scheduler.limits.concurrency * 4))
         var excluded = Set(flights.running.keys)
         for entry in readAhead.ready { excluded.insert(entry.id) }
         // Runners that all took the oldest entries would mostly claim the same ones: on a
@@ -131,7 +131,7 @@ extension Runner {
         promoteStandby()
         returnStaleStandby()
         var slots = flights.currentSlots
-        let capacity = config.concurrency + scheduler.limits.standby - slots.entriesInFlight - slots.standby
+        let capacity = scheduler.limits.concurrency + scheduler.limits.standby - slots.entriesInFlight - slots.standby
         guard capacity > 0 else { return }
         try fillReadAhead(capacity: capacity, now: now)
         guard !readAhead.ready.isEmpty else { return }

@@ -15,7 +15,7 @@ extension Runner {
     /// counts the deliveries about to start.
     func deliver(now: Int64) throws(OutboxError) {
         // Hooks that ended wait for the commit below, but no longer hold a slot.
-        let room = config.hookConcurrency - delivery.hooksRunning.count + delivery.finished.count
+        let room = openFiles.hookConcurrency - delivery.hooksRunning.count + delivery.finished.count
         var starting: [(outcome: OutcomeRecord, hook: CommandSpec)] = []
         if room > 0 {
             let keys = Set(definitions.definitions.keys)
@@ -250,7 +250,9 @@ extension Runner {
         switch result {
         case let .failure(error):
             failure = "the hook could not start: \(error.message)"
+            delivery.unstartedInARow = error.transient ? delivery.unstartedInARow + 1 : 0
         case let .success(process):
+            delivery.unstartedInARow = 0
             let stderr = String(decoding: process.stderr, as: UTF8.self).trimmingSpaces
             if !stderr.isEmpty {
                 for line in stderr.split(separator: "\n").prefix(20) {
@@ -295,11 +297,19 @@ extension Runner {
     func failDelivery(seq: Int64, entryID: String, failure: String, hookStarted: Bool = true, now: Int64) throws(OutboxError) {
         let outcome = try store.outcomes(entryID: entryID).first { $0.seq == seq }
         let deliveries = Int(outcome?.deliveries ?? 1)
-        let delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
+        var delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
+        let streak = hookStarted ? 0 : delivery.unstartedInARow
+        if streak > 0 {
+            // The count is taken back, so the backoff would not grow: the streak makes it.
+            delay = max(delay, min(30_000, Int64(250) << Int64(min(streak - 1, 7))))
+        }
         try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure, hookStarted: hookStarted)
-        log(
-            "outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))",
-            level: .warn, fields: [("id", .string(entryID))])
+        if streak <= 1 || streak & (streak - 1) == 0 {
+            let inARow = streak > 1 ? " (\(streak) hooks in a row could not start)" : ""
+            log(
+                "outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))\(inARow)",
+                level: .warn, fields: [("id", .string(entryID))])
+        }
         summary.deliveryFailures += 1
         delivery.failedIDs.insert(entryID)
     }

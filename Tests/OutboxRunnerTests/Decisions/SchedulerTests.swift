@@ -189,10 +189,29 @@ struct SchedulerTests {
         var config = Config(root: "/p")
         config.concurrency = 5
         config.perHost = 2
-        let alone = Runner.limits(config, sharedStore: false)
+        let alone = Runner.limits(config, concurrency: config.concurrency, sharedStore: false)
         #expect((alone.standby, alone.standbyPerHost) == (15, 6))
-        let shared = Runner.limits(config, sharedStore: true)
+        let shared = Runner.limits(config, concurrency: config.concurrency, sharedStore: true)
         #expect((shared.standby, shared.standbyPerHost) == (5, 2))
+    }
+
+    /// What an open-files limit leaves: everything the config asks while it fits; below that
+    /// hooks take at most a quarter, and each entry a socket, a file and a cached connection.
+    @Test(arguments: [
+        (0, 1024, 32, 1024, 32, 2048),  // the limit unknown: as configured
+        (20000, 1024, 32, 1024, 32, 2048),
+        (1024, 16, 32, 16, 32, 32),
+        (1024, 1024, 32, 277, 32, 278),
+        (90, 64, 64, 7, 1, 8),
+        (48, 64, 64, 1, 1, 4),
+    ])
+    func theOpenFilesLimitBoundsWhatRunsAtOnce(limit: Int, concurrency: Int, hooks: Int, entries: Int, hooksRun: Int, cache: Int) {
+        let budget = OpenFilesBudget(limit: limit, concurrency: concurrency, hookConcurrency: hooks)
+        #expect((budget.concurrency, budget.hookConcurrency, budget.connectionCache) == (entries, hooksRun, cache))
+        if limit > 0, entries < concurrency {
+            let worst = OpenFilesBudget.reserved + hooksRun * OpenFilesBudget.perHook + entries * 2 + cache
+            #expect(worst <= max(limit, OpenFilesBudget.reserved + OpenFilesBudget.perHook + 2 + 4))
+        }
     }
 
     @Test func theWifiCheckRunsOncePerPlan() {
