@@ -164,6 +164,11 @@ struct MoveJournal {
                     // The source is there as it was: the staged file is a copy never recorded.
                     unlink(move.staged)
                     done.append("removed \(move.staged), an unrecorded copy of \(move.source)")
+                } else if Self.sameFile(move.staged, move.source, mtimeNs: move.mtimeNs) {
+                    // Put back across filesystems (a copy, given the file's time) by a process
+                    // stopped before it removed the store's copy: the staged file is that copy.
+                    unlink(move.staged)
+                    done.append("removed \(move.staged): \(move.source) was put back from it by a process stopped before it removed it")
                 } else if let kept = Self.keepReturned(move.staged, storeFolder: Paths.dirname(folder), source: move.source) {
                     // Another file took the source path since: the staged one may be the only copy.
                     done.append("kept \(kept): \(move.source) is another file now; a process moving it was stopped")
@@ -173,6 +178,29 @@ struct MoveJournal {
         }
         _ = csystem_fsync_dir(folder)
         return done
+    }
+
+    /// Whether `source` holds the bytes of `staged` and the time the journal recorded: a copy
+    /// put back, not another file that took the path since.
+    static func sameFile(_ staged: String, _ source: String, mtimeNs: Int64?) -> Bool {
+        guard let a = FileInfo.stat(staged), let b = FileInfo.stat(source), a.isRegular, b.isRegular, a.size == b.size,
+            let mtimeNs, b.mtimeNs == mtimeNs
+        else { return false }
+        let fa = open(staged, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        let fb = open(source, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        defer {
+            if fa >= 0 { close(fa) }
+            if fb >= 0 { close(fb) }
+        }
+        guard fa >= 0, fb >= 0 else { return false }
+        var x = [UInt8](repeating: 0, count: 1 << 16)
+        var y = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = read(fa, &x, x.count)
+            guard n >= 0, n == FileIO.readFully(fb, into: &y, count: n) else { return false }
+            if n == 0 { return true }
+            guard memcmp(x, y, n) == 0 else { return false }
+        }
     }
 
     /// Keeps a moved file that cannot go back to its source in the store's `returned/` folder,

@@ -446,6 +446,18 @@ enum FileIO {
         let text = line + "\n"
         _ = text.withCString { write(2, $0, strlen($0)) }
     }
+
+    /// Reads `count` bytes into the start of `buffer` unless the file ends first; how many, or -1.
+    static func readFully(_ fd: Int32, into buffer: inout [UInt8], count: Int) -> Int {
+        var got = 0
+        while got < count {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, count - got) }
+            if n < 0, errno == EINTR { continue }
+            guard n > 0 else { return n < 0 ? -1 : got }
+            got += n
+        }
+        return got
+    }
 }
 
 /// Held shared by every process while it stages bodies and commits them; `cleanOrphans`

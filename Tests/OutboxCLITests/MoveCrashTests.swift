@@ -158,6 +158,8 @@ extension MoveCrashTests {
             #expect(p.run("list", "--json").out == "[]\n")
         }
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: store + "/bodies")) ?? []).isEmpty, "the store's copy is gone")
+        // The file at the source is the copy put back, not another file: nothing is kept twice.
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: store + "/returned")) ?? []).isEmpty, "no second copy kept")
     }
 }
 
