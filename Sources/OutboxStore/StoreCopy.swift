@@ -152,7 +152,8 @@ package enum StoreCopy {
         guard existing == 0, counts.pendingOutcomes == 0, try target.unacknowledgedOutcomes().isEmpty,
             try to.exportRows(StoreTables.outcomes, after: nil, limit: 1).isEmpty
         else {
-            throw .invalid("store copy: \(targetName) is not empty (\(existing) entries); copy into an empty store")
+            throw .invalid(
+                "store copy: \(targetName) is not empty (\(existing) entr\(existing == 1 ? "y" : "ies")); copy into an empty store")
         }
         // A store used before keeps settings, counters or attempts with no entry left: not empty either.
         for table in StoreTables.tables where try !to.exportRows(table, after: nil, limit: 1).isEmpty {

@@ -74,3 +74,60 @@ import TestSupport
         #expect(await eventually("the upload is aborted") { server.requests.contains { $0.method == "DELETE" } })
     }
 }
+
+/// S3 answers an expired or invalid session token with 400 (`ExpiredToken`), not 403: the
+/// entry waits for new credentials (`awaiting-auth`, exit 2) as for a refused key, and is
+/// sent again once they are there; another 400 still settles error, naming S3's refusal.
+@Suite struct S3ExpiredTokenTests {
+    static let expired = Array(
+        "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>".utf8)
+
+    @Test func anExpiredTokenParksAPutUntilCredentialsAreRenewed() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define(
+            "s3-put",
+            S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: "tok")
+                + "\non_error: \"cat > error-$OUTBOX_ID.json\"\n")
+        try PartFiles.make(sandbox.path("data/one.bin"), size: 3000, seed: 4)
+        let vars = #"{"path": "data/one.bin", "relative_path": "one.bin"}"#
+        #expect(try await sandbox.outbox(["enqueue", "s3.put", "--id", "one", "--vars", vars]).status == 0)
+        sandbox.server.script("/tok/in/one.bin", [TestResponse(status: 400, body: Self.expired), .status(200)])
+        var credentials = S3MultipartTests.testingCredentials
+        credentials["AWS_SESSION_TOKEN"] = "old-token"
+        let parked = try await sandbox.outbox(["run", "--drain"], environment: credentials)
+        #expect(parked.status == 2, "awaiting-auth: \(parked.stderr)")
+        #expect(try await sandbox.show("one")?["state"] as? String == "awaiting-auth")
+        #expect(!FileManager.default.fileExists(atPath: sandbox.path("error-one.json")), "no error outcome")
+        #expect(try await sandbox.outbox(["retry", "one"]).status == 0)
+        credentials["AWS_SESSION_TOKEN"] = "new-token"
+        let sent = try await sandbox.outbox(["run", "--drain"], environment: credentials)
+        #expect(sent.status == 0, "\(sent.stderr)")
+        let puts = sandbox.server.requests(path: "/tok/in/one.bin").filter { $0.method == "PUT" }
+        #expect(puts.map { $0.header("x-amz-security-token") } == ["old-token", "new-token"])
+    }
+
+    @Test func anExpiredTokenParksAMultipartUploadAtItsCreate() async throws {
+        let sandbox = try await S3MultipartTests.stage()
+        sandbox.server.script("/crash/big.bin?uploads=", [TestResponse(status: 400, body: Self.expired)])
+        let parked = try await sandbox.outbox(["run", "--drain"], environment: S3MultipartTests.testingCredentials)
+        #expect(parked.status == 2, "awaiting-auth: \(parked.stderr)")
+        #expect(try await sandbox.show("big")?["state"] as? String == "awaiting-auth")
+    }
+
+    @Test func anotherRefusedCreateNamesS3sCodeAndMessage() async throws {
+        let sandbox = try await S3MultipartTests.stage()
+        // Hooks are looked up at delivery: the staged entry gets this one.
+        try sandbox.define(
+            "s3-put",
+            S3MultipartTests.definition(
+                endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin", extra: #"on_error: "cat > error-$OUTBOX_ID.json""#))
+        let refusal = Array("<Error><Code>InvalidArgument</Code><Message>Bad storage class.</Message></Error>".utf8)
+        sandbox.server.script("/crash/big.bin?uploads=", [TestResponse(status: 400, body: refusal)])
+        let run = try await sandbox.outbox(["run", "--drain"], environment: S3MultipartTests.testingCredentials)
+        #expect(run.status == 1, "\(run.stderr)")
+        #expect(try await sandbox.show("big")?["state"] as? String == "error")
+        let outcome = try #require(PartFiles.readJSON(sandbox.path("error-big.json")))
+        let message = (outcome["error"] as? [String: Any])?["message"] as? String ?? ""
+        #expect(message == "CreateMultipartUpload: HTTP 400 (S3 InvalidArgument: Bad storage class.)", "\(outcome)")
+    }
+}

@@ -159,8 +159,11 @@ extension Runner {
                 break
             }
         }
-        var klass = AttemptClassifier.classify(
-            status: result.status, failure: result.failure, body: result.body, accept: [], exempt: Set(entry.request.retry.exempt))
+        var klass =
+            Self.s3CredentialsToRenew(result)
+            ? .awaitingAuth
+            : AttemptClassifier.classify(
+                status: result.status, failure: result.failure, body: result.body, accept: [], exempt: Set(entry.request.retry.exempt))
         let body = String(decoding: result.body, as: UTF8.self)
         // S3 may answer 200 and put an error in the body: to be retried. A result names the
         // object's ETag (its root is CompleteMultipartUploadResult; ...Response on some S3-compatible servers).
@@ -226,7 +229,8 @@ extension Runner {
             authRefused(entry, now: now)
         case (_, .terminal), (.abort, _), (_, .success):
             let name = step == .create ? "CreateMultipartUpload" : step == .complete ? "CompleteMultipartUpload" : "HEAD of the object"
-            failStep(entry, "\(name): \(Self.reason(klass))", result: result, requestID: flight.requestID)
+            let refusal = Self.s3Refusal(entry, body: result.body).map { " (\($0))" } ?? ""
+            failStep(entry, "\(name): \(Self.reason(klass))\(refusal)", result: result, requestID: flight.requestID)
         }
     }
 

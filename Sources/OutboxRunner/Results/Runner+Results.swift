@@ -187,6 +187,13 @@ extension Runner {
         changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
     }
 
+    /// S3 answers a session token that expired or is not one with 400, not 403: it is a
+    /// credential to renew like a refused key, not a request that can never succeed.
+    static func s3CredentialsToRenew(_ result: HTTPResult) -> Bool {
+        guard result.status == 400, let code = xmlElement("Code", in: result.body) else { return false }
+        return ["ExpiredToken", "InvalidToken", "TokenRefreshRequired"].contains(code)
+    }
+
     /// What an attempt's result means for its entry, by the entry's accept and retry rules.
     static func classify(_ result: HTTPResult, for entry: Entry) -> AttemptOutcomeClass {
         // A part of an S3 upload that is gone (aborted, or ended by a lifecycle rule) can never
@@ -194,6 +201,7 @@ extension Runner {
         if entry.request.s3 != nil, result.status == 404, xmlElement("Code", in: result.body) == "NoSuchUpload" {
             return .terminal(reason: "the multipart upload is gone")
         }
+        if entry.request.s3 != nil, s3CredentialsToRenew(result) { return .awaitingAuth }
         return AttemptClassifier.classify(
             status: result.status, failure: result.failure, body: result.body,
             accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
