@@ -305,6 +305,32 @@ import TestSupport
         #expect(!server.requests.contains { $0.method == "DELETE" })
     }
 
+    /// The same, but the object a HEAD finds is not the upload's (another writer's, another
+    /// size): the entry settles error saying what Complete was answered and what the HEAD found.
+    @Test func aLostUploadWhoseObjectIsAnotherSettlesErrorSayingWhatTheHeadFound() async throws {
+        let sandbox = try await Self.stage()
+        try sandbox.define(
+            "s3-put",
+            Self.definition(
+                endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin", extra: #"on_error: "cat > error-$OUTBOX_ID.json""#))
+        let server = sandbox.server
+        server.script(
+            "/crash/big.bin?uploadId=",
+            [.status(404, body: "<Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>")])
+        // The parts (a longer prefix) are accepted; the object alone answers the HEAD.
+        server.script("/crash/big.bin?partNumber=", [.status(200, headers: [("ETag", "\"part\"")])])
+        server.script("/crash/big.bin", [.status(200, headers: [("ETag", "\"other-2\""), ("Content-Length", "41")])])
+        let run = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(run.status == 1, "\(run.stderr)")
+        let outcome = try #require(PartFiles.readJSON(sandbox.path("error-big.json")))
+        let message = (outcome["error"] as? [String: Any])?["message"] as? String ?? ""
+        #expect(
+            message
+                == "CompleteMultipartUpload: the multipart upload is gone (NoSuchUpload) and the object is not its result "
+                + "(a HEAD found ETag \"other-2\", 41 bytes; the upload has 5 parts, \(28 << 20) bytes)", "\(message)")
+        #expect(server.requests.filter { $0.method == "HEAD" }.count == 1)
+    }
+
     /// A Complete that fails is an attempt of its own (an event, a row of the attempt log),
     /// and backs off as a first failure, not as one after every part the entry sent.
     /// Create, each part and Complete are one attempt each, numbered in the order they

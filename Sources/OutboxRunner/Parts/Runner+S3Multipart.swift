@@ -205,8 +205,13 @@ extension Runner {
                 flights.partJobs[entry.id] = nil
                 settleParts(entry, job: job, result: result)
             } else {
+                // The status is the HEAD's (200): the message says what Complete was answered and what the HEAD found.
+                let found = "ETag \(etag.isEmpty ? "none" : etag), \(size.map { "\($0) bytes" } ?? "no size")"
                 failStep(
-                    entry, "the multipart upload is gone and the object is not its result", result: result, requestID: flight.requestID)
+                    entry,
+                    "CompleteMultipartUpload: the multipart upload is gone (NoSuchUpload) and the object is not its result "
+                        + "(a HEAD found \(found); the upload has \(job.parts.count) parts, \(entry.totalBytes) bytes)",
+                    result: result, requestID: flight.requestID)
             }
         case (.head, _) where result.status == 404:
             failStep(
