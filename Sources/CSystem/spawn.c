@@ -64,9 +64,8 @@ void csystem_restrict_umask(void) {
     atomic_compare_exchange_strong(&inherited_umask, &unset, before);
 }
 
-/* The open-files limits before csystem_raise_open_files, for children; cur < 0: not raised. */
+/* The soft open-files limit before csystem_raise_open_files, for children; < 0: not raised. */
 static _Atomic int64_t inherited_nofile_cur = -1;
-static _Atomic int64_t inherited_nofile_max = -1;
 
 int64_t csystem_raise_open_files(void) {
     struct rlimit now;
@@ -77,9 +76,7 @@ int64_t csystem_raise_open_files(void) {
     struct rlimit raised = {.rlim_cur = target, .rlim_max = now.rlim_max};
     if (setrlimit(RLIMIT_NOFILE, &raised) != 0) return (int64_t)now.rlim_cur;
     int64_t unset = -1;
-    if (atomic_compare_exchange_strong(&inherited_nofile_cur, &unset, (int64_t)now.rlim_cur)) {
-        atomic_store(&inherited_nofile_max, (int64_t)now.rlim_max);
-    }
+    atomic_compare_exchange_strong(&inherited_nofile_cur, &unset, (int64_t)now.rlim_cur);
     return (int64_t)target;
 }
 
@@ -115,10 +112,14 @@ static int child_exec(const char *path, char *const argv[], char *const envp[], 
     /* A hook creates its files as the user's own programs do, not 0600 like the store's. */
     int mask = atomic_load(&inherited_umask);
     if (mask >= 0) umask((mode_t)mask);
+    /* The soft limit back, under the hard one in force (lowered from outside, it wins);
+       the hard one stays as it is. A failure leaves the raised limit: no reason to refuse the hook. */
     int64_t nofile = atomic_load(&inherited_nofile_cur);
-    if (nofile >= 0) {
-        struct rlimit before = {.rlim_cur = (rlim_t)nofile, .rlim_max = (rlim_t)atomic_load(&inherited_nofile_max)};
-        if (setrlimit(RLIMIT_NOFILE, &before) != 0) return errno;
+    struct rlimit now;
+    if (nofile >= 0 && getrlimit(RLIMIT_NOFILE, &now) == 0) {
+        if ((rlim_t)nofile < now.rlim_max) now.rlim_cur = (rlim_t)nofile;
+        else now.rlim_cur = now.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &now);
     }
     if (reset_policy) {
         struct sched_param normal = {.sched_priority = 0};

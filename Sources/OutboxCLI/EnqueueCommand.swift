@@ -279,9 +279,11 @@ enum EnqueueCommand {
         }
         for name in skipped { i.console.err("outbox: \(name) not run (--plugins runs it)") }
         if skipped.contains("request_command") { return (nil, skipped) }
-        let renderer = EntryFactory(config: config, environment: i.environment, cwd: try i.cwd) { (_: String) throws(OutboxError) in
+        var renderer = EntryFactory(config: config, environment: i.environment, cwd: try i.cwd) { (_: String) throws(OutboxError) in
             definition
         }
+        // A preview stores nothing: the account's variable unset shows as no account.
+        renderer.unsetAccountIsNone = true
         return (try renderer.make(definition: definition, vars: vars, id: i.args.value("id") ?? defaultID), skipped)
     }
 

@@ -148,7 +148,7 @@ enum SimulateCommand {
         var config = project.config
         let plugins = i.args.flag("plugins")
         if !plugins { config.headersCommand = nil }
-        return EntryFactory(config: config, environment: i.environment, cwd: try i.cwd) { (key: String) throws(OutboxError) in
+        var factory = EntryFactory(config: config, environment: i.environment, cwd: try i.cwd) { (key: String) throws(OutboxError) in
             let definition: Definition
             do throws(OutboxError) { definition = try project.definition(key) } catch {
                 let broken = project.definitions.brokenKeys[key] != nil
@@ -159,6 +159,9 @@ enum SimulateCommand {
             }
             return definition
         }
+        // As the runner builds follow-ups: the account's variable unset is no account.
+        factory.unsetAccountIsNone = true
+        return factory
     }
 
     static func reportFollowUps(_ i: inout Invocation, _ followUps: [String], _ errors: [String]) {

@@ -51,7 +51,6 @@ package struct EntryFactory {
         }
     }
 
-    /// The account of the current process (config `account`), nil when unset or empty.
     /// The account of this process, rendered from its environment; nil when the config has
     /// none or it renders empty (`{{ env.X | default("") }}`). A variable it names that is
     /// unset is an error (see `unsetAccountIsNone`).
@@ -66,6 +65,7 @@ package struct EntryFactory {
             if unsetAccountIsNone { return nil }
             throw error
         }
+        if value == .null { return nil }
         let s = value.stringValue ?? value.serialized()
         return s.isEmpty ? nil : s
     }

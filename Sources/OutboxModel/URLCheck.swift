@@ -277,7 +277,7 @@ extension URLCheck {
     }
 
     /// The URL as anything printed shows it (render, show, events): with its password
-    /// redacted, or, when it came from `env` (`secret`), only its scheme and host followed by
+    /// redacted, or, when it came from `env` (`secret`), only its scheme, host and port followed by
     /// `/[redacted]`: which part of it was the secret is not known once it is rendered.
     package static func shown(_ url: String, secret: Bool) -> String {
         guard secret else { return redactingPassword(url) }

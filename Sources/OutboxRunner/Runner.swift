@@ -107,7 +107,9 @@ package final class Runner {
         lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))", durationMs: config.leaseMs)
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         hostHealth = HostHealth(holdAfter: config.hostHoldAfter)
-        openFiles = OpenFilesBudget(limit: openFilesLimit, concurrency: config.concurrency, hookConcurrency: config.hookConcurrency)
+        openFiles = OpenFilesBudget(
+            limit: openFilesLimit, concurrency: config.concurrency, hookConcurrency: config.hookConcurrency,
+            partConcurrency: config.partConcurrency)
         scheduler = Scheduler(limits: Self.limits(config, concurrency: openFiles.concurrency, sharedStore: store.sharesRunners))
         factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: cwd)
         account = try factory.account()
@@ -183,7 +185,9 @@ package final class Runner {
         account = newAccount
         factory.heartbeat = pluginHeartbeat()
         // The connection cache was sized as the run started; a reload changes what is sent at once.
-        openFiles = OpenFilesBudget(limit: openFilesLimit, concurrency: config.concurrency, hookConcurrency: config.hookConcurrency)
+        openFiles = OpenFilesBudget(
+            limit: openFilesLimit, concurrency: config.concurrency, hookConcurrency: config.hookConcurrency,
+            partConcurrency: config.partConcurrency)
         noteOpenFilesBudget()
         scheduler = Scheduler(limits: Self.limits(config, concurrency: openFiles.concurrency, sharedStore: store.sharesRunners))
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
@@ -192,6 +196,13 @@ package final class Runner {
         readAhead.discard()
         let n = definitions.definitions.count
         log("outbox: reloaded \(config.file ?? "the config") and \(n) definition\(n == 1 ? "" : "s")")
+    }
+
+    /// Says so when the config names an account and this runner has none (its variable unset
+    /// or empty): it leaves every entry enqueued with an account queued.
+    func noteMissingAccount() {
+        guard config.account != nil, account == nil else { return }
+        log("outbox: this runner has no account (the config's account renders empty here): it sends only entries without one")
     }
 
     /// Says so when the open-files limit holds fewer entries in flight or hooks than the config.
@@ -220,6 +231,7 @@ package final class Runner {
         defer { http?.shutdown() }
         defer { delivery.reactor?.stop() }
         noteOpenFilesBudget()
+        noteMissingAccount()
         // The curl thread (started above, with the normal policy) moves the bytes; this thread
         // keeps the books. As SCHED_BATCH it does not preempt the curl thread each time a
         // transfer ends: it runs when a core is free or its share comes, and settles what

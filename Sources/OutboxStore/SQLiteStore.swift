@@ -237,9 +237,6 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         "outbox.db-wal", "outbox.db-shm", "moves", "returned", "runner.lock", "staging.lock", "lost+found",
     ]
 
-    /// Makes a folder of the store (and its parents), 0700. Two commands may open a new store
-    /// at once: a folder the other one made meanwhile is the folder wanted, and what is at the
-    /// path is looked at after `mkdir` fails, not before it (where the other could make it).
     /// A folder inside the store (`bodies`, `moves`): made by outbox, so a link there (which
     /// would put bodies and tokens wherever it points, outside the store's 0700) is refused.
     static func makeInnerFolder(_ path: String) throws(OutboxError) {
@@ -249,6 +246,10 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         }
         try makeFolder(path)
     }
+
+    /// Makes a folder of the store (and its parents), 0700. Two commands may open a new store
+    /// at once: a folder the other one made meanwhile is the folder wanted, and what is at the
+    /// path is looked at after `mkdir` fails, not before it (where the other could make it).
 
     static func makeFolder(_ path: String) throws(OutboxError) {
         if Paths.isDirectory(path) { return }

@@ -568,6 +568,20 @@ struct MoveOwnershipTests {
     }
 }
 
+/// The account's variable unset: `enqueue` refuses (the entry would run on any runner), the
+/// previews that store nothing show no account, as a runner started here would have none.
+struct UnsetAccountTests {
+    @Test func enqueueRefusesItAndThePreviewsGoOn() throws {
+        let p = try CLIProject(config: "account: \"{{ env.NO_ACCOUNT_VAR_T }}\"\n")
+        let enqueue = p.run("enqueue", "plain")
+        #expect(enqueue.status == 65, "\(enqueue)")
+        #expect(enqueue.err.contains("account: {{ env.NO_ACCOUNT_VAR_T }} does not resolve"), "\(enqueue.err)")
+        #expect(p.run("render", "plain", "--json").status == 0)
+        #expect(p.run("simulate", "plain", "--status", "200").status == 0)
+        #expect(p.run(["enqueue", "plain"], environment: ["NO_ACCOUNT_VAR_T": "alice"]).status == 0)
+    }
+}
+
 /// `render` writes nothing and runs no plugin unless asked: plugins can have side effects.
 struct RenderPluginTests {
     @Test func renderSkipsPluginsUnlessAsked() throws {

@@ -308,8 +308,9 @@ import Testing
     /// connection, a file for each body), and its hooks get the limit it was started with.
     @Test func aHookGetsTheOpenFilesLimitTheRunnerStartedWith() async throws {
         let hook = "#!/bin/sh\ncat > /dev/null\nulimit -Sn >> hooks/limits.txt\n"
+        // Small numbers: the machine's hard limit holds them (it is over 150 anywhere).
         let p = try Project(
-            config: fastConfig + "concurrency: 64\nhooks: { concurrency: 64 }\n",
+            config: fastConfig + "concurrency: 4\nhooks: { concurrency: 4 }\n",
             definitions: ["t": definition("t", top: "on_success: hooks/limit.sh", hooks: false)], hooks: ["limit.sh": hook])
         for n in 0..<5 { try await p.enqueue("t", path: "/status/200?\(n)", id: "l\(n)") }
         let run = try await offload {
@@ -318,7 +319,7 @@ import Testing
                 environment: p.processEnvironment())
         }
         #expect(run.exitCode == 0, "\(run.description)")
-        #expect(!run.stderr.contains("open-files limit"), "the hard limit leaves room: \(run.stderr)")
+        #expect(!run.stderr.contains("open-files limit"), "raised to the hard limit, it leaves room: \(run.stderr)")
         #expect(try String(contentsOfFile: p.root + "/hooks/limits.txt", encoding: .utf8) == String(repeating: "100\n", count: 5))
     }
 
@@ -343,7 +344,7 @@ import Testing
         }
         #expect(run.exitCode == 0, "\(run.description)")
         #expect(
-            run.stderr.contains("the open-files limit (90) leaves room for 7 entries in flight and 1 hook at once, not concurrency 64"),
+            run.stderr.contains("the open-files limit (90) leaves room for 3 entries in flight and 1 hook at once, not concurrency 64"),
             "\(run.stderr)")
         #expect(!run.stderr.contains("could not start"), "\(run.stderr)")
         #expect(run.json?.int("completed") == 300 && run.json?.int("delivered") == 300, "\(run.stdout)")

@@ -106,6 +106,24 @@ import TestSupport
         #expect(puts.map { $0.header("x-amz-security-token") } == ["old-token", "new-token"])
     }
 
+    /// A HEAD has no body to name the refusal: a 400 to a `skip_existing` HEAD that carried a
+    /// session token parks the entry too; without a token the same 400 settles error.
+    @Test(arguments: [true, false])
+    func aBodylessRefusalOfASkipExistingHeadWithASessionTokenParksTheEntry(withToken: Bool) async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("s3-put", S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: "tok"))
+        try PartFiles.make(sandbox.path("data/one.bin"), size: 3000, seed: 5)
+        let vars = #"{"path": "data/one.bin", "relative_path": "one.bin"}"#
+        #expect(try await sandbox.outbox(["enqueue", "s3.put", "--id", "one", "--skip-existing", "--vars", vars]).status == 0)
+        sandbox.server.script("/tok/in/one.bin", [.status(400)])
+        var credentials = S3MultipartTests.testingCredentials
+        if withToken { credentials["AWS_SESSION_TOKEN"] = "old-token" }
+        let run = try await sandbox.outbox(["run", "--drain"], environment: credentials)
+        #expect(run.status == (withToken ? 2 : 1), "\(run.stderr)")
+        #expect(try await sandbox.show("one")?["state"] as? String == (withToken ? "awaiting-auth" : "error"))
+        #expect(sandbox.server.requests(path: "/tok/in/one.bin").map(\.method) == ["HEAD"])
+    }
+
     @Test func anExpiredTokenParksAMultipartUploadAtItsCreate() async throws {
         let sandbox = try await S3MultipartTests.stage()
         sandbox.server.script("/crash/big.bin?uploads=", [TestResponse(status: 400, body: Self.expired)])

@@ -38,7 +38,7 @@ void csystem_restrict_umask(void);
 
 /* Raises the soft open-files limit to the hard one (at most 1,048,576): a runner holds a
    socket for each connection and a file for each body. Children spawned later get the
-   limits the process had before the first call (a program that uses select() expects the
+   soft limit the process had before the first call (a program that uses select() expects the
    usual 1024). Returns the soft limit now in force, or -1 when it cannot be read. */
 int64_t csystem_raise_open_files(void);
 

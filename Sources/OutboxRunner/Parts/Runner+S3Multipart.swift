@@ -160,7 +160,7 @@ extension Runner {
             }
         }
         var klass =
-            Self.s3CredentialsToRenew(result)
+            Self.s3CredentialsToRenew(result) || Self.s3HeadTokenRefused(flight, result)
             ? .awaitingAuth
             : AttemptClassifier.classify(
                 status: result.status, failure: result.failure, body: result.body, accept: [], exempt: Set(entry.request.retry.exempt))

@@ -101,7 +101,7 @@ extension Runner {
             return
         }
         if flight.s3ExistingHead, s3ExistingHeadFinished(entry, flight: flight, result: result, now: now) { return }
-        let klass = Self.classify(result, for: entry)
+        let klass = Self.s3HeadTokenRefused(flight, result) ? .awaitingAuth : Self.classify(result, for: entry)
         countAttempt(entry, klass: klass, result: result)
         // A whole request that succeeds with nothing to deliver is forgotten in this very
         // transaction: its attempt log and progress would be deleted as they are written.
@@ -192,6 +192,14 @@ extension Runner {
     static func s3CredentialsToRenew(_ result: HTTPResult) -> Bool {
         guard result.status == 400, let code = xmlElement("Code", in: result.body) else { return false }
         return ["ExpiredToken", "InvalidToken", "TokenRefreshRequired"].contains(code)
+    }
+
+    /// A HEAD has no body to say why: a 400 to a HEAD that carried a session token is taken
+    /// for one that ran out, so a `skip_existing` queue waits for new credentials rather than
+    /// fail every entry (an entry parked for another reason is sent again by `retry`).
+    static func s3HeadTokenRefused(_ flight: Flight, _ result: HTTPResult) -> Bool {
+        flight.method == "HEAD" && result.status == 400 && result.body.isEmpty
+            && flight.sentHeaders.contains { $0.name.lowercased() == "x-amz-security-token" }
     }
 
     /// What an attempt's result means for its entry, by the entry's accept and retry rules.

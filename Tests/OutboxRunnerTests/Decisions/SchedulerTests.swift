@@ -195,22 +195,30 @@ struct SchedulerTests {
         #expect((shared.standby, shared.standbyPerHost) == (5, 2))
     }
 
-    /// What an open-files limit leaves: everything the config asks while it fits; below that
-    /// hooks take at most a quarter, and each entry a socket, a file and a cached connection.
+    /// What an open-files limit leaves: everything the config asks while it fits; then the
+    /// entries first and the hooks what is left; below that hooks take at most a quarter, and
+    /// each entry its transfers' sockets and files (`part_concurrency` of them) and a cached
+    /// connection.
     @Test(arguments: [
-        (0, 1024, 32, 1024, 32, 2048),  // the limit unknown: as configured
-        (20000, 1024, 32, 1024, 32, 2048),
-        (1024, 16, 32, 16, 32, 32),
-        (1024, 1024, 32, 277, 32, 278),
-        (90, 64, 64, 7, 1, 8),
-        (48, 64, 64, 1, 1, 4),
+        (0, 1024, 32, 1, 1024, 32, 2048),  // the limit unknown: as configured
+        (20000, 1024, 32, 1, 1024, 32, 2048),
+        (1024, 16, 32, 1, 16, 32, 32),
+        (1024, 16, 256, 1, 16, 224, 32),
+        (1024, 1024, 32, 1, 277, 32, 278),
+        (1024, 1024, 32, 3, 118, 32, 124),
+        (90, 64, 64, 1, 7, 1, 8),
+        (90, 64, 64, 3, 3, 1, 4),
+        (48, 64, 64, 1, 1, 1, 4),
     ])
-    func theOpenFilesLimitBoundsWhatRunsAtOnce(limit: Int, concurrency: Int, hooks: Int, entries: Int, hooksRun: Int, cache: Int) {
-        let budget = OpenFilesBudget(limit: limit, concurrency: concurrency, hookConcurrency: hooks)
+    func theOpenFilesLimitBoundsWhatRunsAtOnce(
+        limit: Int, concurrency: Int, hooks: Int, parts: Int, entries: Int, hooksRun: Int, cache: Int
+    ) {
+        let budget = OpenFilesBudget(limit: limit, concurrency: concurrency, hookConcurrency: hooks, partConcurrency: parts)
         #expect((budget.concurrency, budget.hookConcurrency, budget.connectionCache) == (entries, hooksRun, cache))
-        if limit > 0, entries < concurrency {
-            let worst = OpenFilesBudget.reserved + hooksRun * OpenFilesBudget.perHook + entries * 2 + cache
-            #expect(worst <= max(limit, OpenFilesBudget.reserved + OpenFilesBudget.perHook + 2 + 4))
+        // Whatever was lowered fits the limit, once the limit holds the reserve and one of each.
+        let floor = OpenFilesBudget.reserved + OpenFilesBudget.perHook + 2 * parts + 4
+        if limit >= floor, entries < concurrency || hooksRun < hooks {
+            #expect(OpenFilesBudget.reserved + hooksRun * OpenFilesBudget.perHook + entries * 2 * parts + cache <= limit)
         }
     }
 
