@@ -7,6 +7,9 @@ import TestSupport
 // checksum, so the in-repo test server checks it as S3 does (400 BadDigest).
 
 @Suite struct S3ChecksumRefusalTests {
+    /// Appended to a definition: each error outcome is kept as `error-ID.json`.
+    static let keepsErrorOutcomes = "\non_error: \"cat > error-$OUTBOX_ID.json\"\n"
+
     /// Overwrites `count` bytes of the entry's staged copy at `offset` with other bytes of the
     /// same length: what a disk or a bug could do to a body between enqueue and send.
     static func damageStagedBody(_ sandbox: OutboxSandbox, id: String, offset: Int64, count: Int = 16) throws {
@@ -23,8 +26,7 @@ import TestSupport
         let sandbox = try OutboxSandbox()
         try sandbox.define(
             "s3-put",
-            S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: "digest")
-                + "\non_error: \"cat > error-$OUTBOX_ID.json\"\n")
+            S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: "digest") + Self.keepsErrorOutcomes)
         try PartFiles.make(sandbox.path("data/one.bin"), size: 3000, seed: 8)
         let enqueue = try await sandbox.outbox([
             "enqueue", "s3.put", "--id", "one", "--vars", #"{"path": "data/one.bin", "relative_path": "one.bin"}"#,
@@ -86,8 +88,7 @@ import TestSupport
         let sandbox = try OutboxSandbox()
         try sandbox.define(
             "s3-put",
-            S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: "tok")
-                + "\non_error: \"cat > error-$OUTBOX_ID.json\"\n")
+            S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: "tok") + S3ChecksumRefusalTests.keepsErrorOutcomes)
         try PartFiles.make(sandbox.path("data/one.bin"), size: 3000, seed: 4)
         let vars = #"{"path": "data/one.bin", "relative_path": "one.bin"}"#
         #expect(try await sandbox.outbox(["enqueue", "s3.put", "--id", "one", "--vars", vars]).status == 0)
@@ -134,11 +135,7 @@ import TestSupport
 
     @Test func anotherRefusedCreateNamesS3sCodeAndMessage() async throws {
         let sandbox = try await S3MultipartTests.stage()
-        // Hooks are looked up at delivery: the staged entry gets this one.
-        try sandbox.define(
-            "s3-put",
-            S3MultipartTests.definition(
-                endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin", extra: #"on_error: "cat > error-$OUTBOX_ID.json""#))
+        try S3MultipartTests.keepErrorOutcomes(sandbox)
         let refusal = Array("<Error><Code>InvalidArgument</Code><Message>Bad storage class.</Message></Error>".utf8)
         sandbox.server.script("/crash/big.bin?uploads=", [TestResponse(status: 400, body: refusal)])
         let run = try await sandbox.outbox(["run", "--drain"], environment: S3MultipartTests.testingCredentials)

@@ -116,6 +116,15 @@ import TestSupport
         return sandbox
     }
 
+    /// The staged entry's definition again, with an `on_error` hook that keeps each error
+    /// outcome as `error-ID.json` (hooks are looked up at delivery).
+    static func keepErrorOutcomes(_ sandbox: OutboxSandbox) throws {
+        try sandbox.define(
+            "s3-put",
+            definition(
+                endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin", extra: #"on_error: "cat > error-$OUTBOX_ID.json""#))
+    }
+
     /// The test server answers CreateMultipartUpload with upload `id`, and Complete with `etag`.
     static func scriptUpload(_ server: TestHTTPServer, id: String, etag: String) {
         server.script(
@@ -309,10 +318,7 @@ import TestSupport
     /// size): the entry settles error saying what Complete was answered and what the HEAD found.
     @Test func aLostUploadWhoseObjectIsAnotherSettlesErrorSayingWhatTheHeadFound() async throws {
         let sandbox = try await Self.stage()
-        try sandbox.define(
-            "s3-put",
-            Self.definition(
-                endpoint: sandbox.server.baseURL, bucket: "crash", key: "big.bin", extra: #"on_error: "cat > error-$OUTBOX_ID.json""#))
+        try Self.keepErrorOutcomes(sandbox)
         let server = sandbox.server
         server.script(
             "/crash/big.bin?uploadId=",
