@@ -96,6 +96,8 @@ struct TemplateRenderer {
                 case let .text(s): text = s
                 }
                 if mode == .url {
+                    // A value of just `.` or `..` goes as `%2E` or `%2E%2E`, a segment of its own.
+                    let onlyDots = !sub.isRaw && !sub.keepsSlashes && (text == "." || text == "..")
                     if !sub.isRaw {
                         // An encoded value cannot move the host, but it could still pick it.
                         guard position.part == .path || position.part == .query else {
@@ -105,7 +107,7 @@ struct TemplateRenderer {
                         }
                         text = sub.keepsSlashes ? URLCheck.encodePath(text) : URLCheck.encodeComponent(text)
                     }
-                    position.feed(text, tag: text.isEmpty ? nil : sub.path.text)
+                    position.feed(text, tag: text.isEmpty ? nil : sub.path.text, onlyDots: onlyDots)
                     try checkClimb(position)
                 }
                 out += text
@@ -305,14 +307,20 @@ struct URLPosition {
     private var segmentTag: String?
     /// The substitution whose text is being fed (nil: the template's own text).
     private var feeding: String?
+    /// The dots of a segment that is one value of only dots, encoded (`%2E`, `%2E%2E`):
+    /// the contract sends it so; 0 when the segment is anything else.
+    private var wholeDotsValue = 0
     /// A `%XX` escape being read, possibly across pieces: its hex digits so far.
     private var escape: [UInt8]?
 
-    /// Follows the URL through a piece of rendered text; `tag` names the substitution that made it.
-    mutating func feed(_ s: String, tag: String? = nil) {
+    /// Follows the URL through a piece of rendered text; `tag` names the substitution that made
+    /// it, and `onlyDots` says its value was exactly `.` or `..` (encoded).
+    mutating func feed(_ s: String, tag: String? = nil, onlyDots: Bool = false) {
         guard part != .query else { return }
         feeding = tag
         if part == .path, let tag { segmentTag = tag }
+        let startsSegment = part == .path && segmentDots == 0 && escape == nil
+        defer { if onlyDots && startsSegment, let dots = segmentDots { wholeDotsValue = dots } }
         for b in s.utf8 {
             switch part {
             case .scheme:
@@ -373,7 +381,10 @@ struct URLPosition {
     }
 
     private mutating func endSegment() {
-        if climbingTag == nil, let segmentTag, let dots = segmentDots, dots == 1 || dots == 2 { climbingTag = segmentTag }
+        if climbingTag == nil, let segmentTag, let dots = segmentDots, dots == 1 || dots == 2, dots != wholeDotsValue {
+            climbingTag = segmentTag
+        }
+        wholeDotsValue = 0
         segmentDots = 0
         segmentTag = nil
         escape = nil

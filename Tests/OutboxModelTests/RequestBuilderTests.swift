@@ -115,7 +115,16 @@ struct RequestBuilderTests {
         #expect(p.url == c.url)
     }
 
-    @Test(arguments: [".", "..", "../", "../../escaped", "a/..", "..\\x"])
+    /// A value that is `.` or `..` alone is sent encoded, as the contract says; one that makes
+    /// such a segment with more (an encoded slash, a backslash) is refused.
+    @Test(arguments: [(".", "%2E"), ("..", "%2E%2E")])
+    func aValueOfOnlyDotsIsEncoded(_ value: String, _ encoded: String) throws {
+        let vars = String(decoding: try JSONSerialization.data(withJSONObject: ["p": value]), as: UTF8.self)
+        let p = try prepared("key: k\nrequest:\n  url: \"https://h.example/files/{{ vars.p }}/x\"\n", vars: vars)
+        #expect(p.url == "https://h.example/files/\(encoded)/x")
+    }
+
+    @Test(arguments: ["../", "../../escaped", "a/..", "..\\x"])
     func aPathSegmentOfOnlyDotsIsRefused(_ value: String) throws {
         let vars = String(decoding: try JSONSerialization.data(withJSONObject: ["p": value]), as: UTF8.self)
         #expect(
