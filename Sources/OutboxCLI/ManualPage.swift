@@ -73,8 +73,8 @@ enum ManualPage {
             ".TP", ".B 0", "success; outbox run without \\-\\-drain exits 0 when it stops.",
             ".TP", ".B 1\\(en7",
             escape(
-                "outbox run --drain only: the sum of 1 (an entry settled error in the run), 2 (entries are left "
-                    + "awaiting-auth at the end) and 4 (a hook delivery failed and its outcome is still unacknowledged)."),
+                "outbox run --drain only: the sum of 1 (an entry settled error in the run), 2 (an entry parked "
+                    + "awaiting-auth in the run, or entries left so at its end) and 4 (a hook delivery failed in the run)."),
         ]
         for code in ErrorCode.allCases {
             out += [".TP", ".B \(code.exitStatus)", "\(escape(code.rawValue)): \(escape(meaning(code)))."]

@@ -61,16 +61,16 @@ package struct RunSummary: Sendable {
     package var remaining = 0
     /// Entries that settled error in this run.
     package var erroredIDs: [String] = []
-    /// Entries left awaiting-auth when the run ended (one parked and sent again after an
-    /// auth refresh in the same run is not among them).
+    /// Entries parked awaiting-auth during the run (sent again after an auth refresh or not),
+    /// and those left so at its end.
     package var awaitingAuthIDs: [String] = []
-    /// Entries whose hook failed in this run and whose outcome is still unacknowledged.
+    /// Entries whose hook delivery failed during the run, delivered later in it or not.
     package var undeliveredIDs: [String] = []
 
     /// Bits of the exit status of `run --drain`, so cron and systemd see what failed.
     package typealias Failure = DrainFailure
 
-    /// 0 when nothing failed in the run; otherwise the sum of the `Failure` bits.
+    /// 0 only when nothing failed in the run; otherwise the sum of the `Failure` bits.
     package var failureStatus: Int32 {
         (erroredIDs.isEmpty ? 0 : Failure.settledError.rawValue) | (awaitingAuthIDs.isEmpty ? 0 : Failure.awaitingAuth.rawValue)
             | (undeliveredIDs.isEmpty ? 0 : Failure.hookFailed.rawValue)

@@ -79,6 +79,9 @@ package final class Runner {
     var pendingSettles: [(entry: Entry, state: EntryState, reason: String?)] = []
     var requestIDs = FastRandom()
     var reloadsSeen = 0
+    /// Entries parked awaiting-auth in this run, in order: a park is a failure of the run
+    /// even when an auth refresh sends the entry again before it ends.
+    var parkedInRun: [String] = []
     /// This runner's account (config `account`, from its environment): entries of another are dropped.
     var account: String?
     /// The soft open-files limit, raised to the hard one as the runner starts; <= 0 when unknown.
@@ -332,7 +335,7 @@ package final class Runner {
         // (its outcome stays unacknowledged and is delivered again by the next run).
         for (seq, (pgid, start)) in delivery.groups where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) at the end of the grace; its outcome is delivered again", level: .warn)
-            // A failed delivery, with its reason for `show`: the run's exit status says an outcome is still unacknowledged.
+            // A failed delivery, with its reason for `show`: the run's exit status says a delivery failed.
             guard let entryID = delivery.hooksRunning[seq] else {
                 summary.deliveryFailures += 1
                 continue
@@ -354,12 +357,10 @@ package final class Runner {
         store.checkpoint()
         summary.elapsedMs = Identifiers.monotonicMs() - started
         summary.remaining = Int(try store.remainingCount())
-        summary.awaitingAuthIDs = try store.list(ListFilter(state: EntryState.awaitingAuth.rawValue)).map(\.id)
-        if !delivery.failedIDs.isEmpty {
-            var seen = Set<String>()
-            summary.undeliveredIDs = try store.unacknowledgedOutcomes().map(\.entryID)
-                .filter { delivery.failedIDs.contains($0) && seen.insert($0).inserted }
-        }
+        var seen = Set<String>()
+        summary.awaitingAuthIDs = (parkedInRun + (try store.list(ListFilter(state: EntryState.awaitingAuth.rawValue)).map(\.id)))
+            .filter { seen.insert($0).inserted }
+        summary.undeliveredIDs = delivery.failedIDs.sorted()
         return summary
     }
 

@@ -219,7 +219,7 @@ struct DeliveryState {
     var finished: [(seq: Int64, followUps: [NewEntry])] = []
     /// Whether outcomes may have become deliverable since the last look.
     var due = true
-    /// Entries whose hook failed in this run (reported if still unacknowledged at the end).
+    /// Entries whose hook failed in this run (the run's exit status and summary name them).
     var failedIDs: Set<String> = []
     var lastCheck: Int64 = 0
     /// Runs the hooks' processes, made with the first.

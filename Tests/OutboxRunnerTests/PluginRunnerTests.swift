@@ -18,8 +18,10 @@ struct PluginRunnerTests {
             definitions: ["t": definition("t")], hooks: ["refresh.sh": refresh])
         p.server.script("/auth", [.status(401), .status(200)])
         try await p.enqueue("t", path: "/auth", id: "a")
-        let run = try await p.drain(["--json"], failures: 0)
+        // The park is a failure of the run (exit 2), though the entry completes in it.
+        let run = try await p.drain(["--json"], failures: 2)
         #expect(run.json?.int("completed") == 1, "\(run.stdout)")
+        #expect(run.json?.at("failed.awaiting_auth") == .array([.string("a")]), "\(run.stdout)")
         let requests = p.server.requests(path: "/auth")
         #expect(requests.map { $0.header("authorization") } == ["Bearer stale", "Bearer fresh"])
         let input = try #require(p.read("hooks/refresh-input.json"))
@@ -28,14 +30,14 @@ struct PluginRunnerTests {
     }
 
     /// Many requests refused at once: those parked in the very turn the refresh runs are
-    /// resumed with the others, and the drain sends every one again (exit 0).
+    /// resumed with the others, and the drain sends every one again (exit 2: they parked).
     @Test func anAuthRefreshResumesEveryEntryParkedBeforeIt() async throws {
         let refresh = "#!/bin/sh\ncat > /dev/null\nprintf '{\"Authorization\": \"Bearer fresh\"}'\n"
         let p = try Project(
             config: fastConfig + "auth_refresh_command: [hooks/refresh.sh]\nheaders: { Authorization: \"Bearer stale\" }\n",
             definitions: ["t": definition("t", hooks: false)], hooks: ["refresh.sh": refresh])
         for n in 1...40 { try await p.enqueue("t", path: "/bearer/fresh/\(n)", id: "e\(n)") }
-        let run = try await p.drain(["--concurrency", "16", "--json"], failures: 0)
+        let run = try await p.drain(["--concurrency", "16", "--json"], failures: 2)
         #expect(run.json?.int("completed") == 40, "\(run.stdout)\n\(run.stderr)")
         #expect(try await p.list().isEmpty)
     }

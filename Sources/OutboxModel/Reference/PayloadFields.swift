@@ -132,8 +132,9 @@ package enum PayloadFields {
         PayloadField("remaining", "always", "entries left that are not completed or cancelled"),
         PayloadField("failed", "always", "the entries behind `failure_status`:"),
         PayloadField("failed.error", "always", "ids of entries that settled `error` in the run (at most 1000)"),
-        PayloadField("failed.awaiting_auth", "always", "ids of entries left `awaiting-auth` (at most 1000)"),
-        PayloadField("failed.hook_failures", "always", "ids whose hook failed and whose outcome is unacknowledged (at most 1000)"),
+        PayloadField(
+            "failed.awaiting_auth", "always", "ids of entries parked `awaiting-auth` in the run or left so at its end (at most 1000)"),
+        PayloadField("failed.hook_failures", "always", "ids whose hook delivery failed in the run (at most 1000)"),
         PayloadField("failure_status", "always", "the exit status of `run --drain`: the sum of the bits below"),
     ]
 }

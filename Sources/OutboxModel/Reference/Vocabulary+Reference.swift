@@ -87,8 +87,8 @@ package enum DrainFailure: Int32, Sendable, CaseIterable {
         case .settledError: return "an entry settled `error` during the run"
         case .awaitingAuth:
             return
-                "entries are left `awaiting-auth` at the end (one parked and sent again after an auth refresh in the same run is no failure)"
-        case .hookFailed: return "a hook delivery failed and its outcome is still unacknowledged at the end"
+                "an entry parked `awaiting-auth` during the run (also one an auth refresh sent again before it ended), or entries are left so at its end"
+        case .hookFailed: return "a hook delivery failed during the run (also one delivered again before it ended)"
         }
     }
 }

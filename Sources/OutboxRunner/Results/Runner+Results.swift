@@ -239,6 +239,7 @@ extension Runner {
             changes.append(.park(entryID: entry.id))
             emitState(entry, state: .awaitingAuth, reason: "auth")
             summary.parked += 1
+            parkedInRun.append(entry.id)
         }
     }
 
