@@ -117,6 +117,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         } else {
             #expect(hook.at("stdin.error") == nil)
             #expect(hook.int("stdin.response.status") == c.status.map(Int64.init))
+            #expect(hook.at("stdin.parts") == .null, "a request without parts: \(hook.serialized())")
         }
         if c.name.contains("plugin's output") {
             #expect(hook.at("stdin.data") == .object([("parsed", .bool(true))]))
@@ -358,6 +359,10 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         #expect(hook.string("stdin.outcome") == "error")
         #expect(hook.string("stdin.error.kind") == "expired")
         #expect(hook.string("stdin.error.message") == "the entry expired before it could be sent")
+        // Every field of the contract's payload is there, null where it does not apply.
+        for field in ["stdin.response", "stdin.parts", "stdin.data", "stdin.error.status", "stdin.error.body"] {
+            #expect(hook.at(field) == .null, "\(field): \(hook.serialized())")
+        }
         let row = try #require(try await p.list().first)
         #expect(row.string("state") == "error")
         #expect(row.string("reason") == "expired")

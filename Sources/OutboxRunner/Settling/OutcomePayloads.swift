@@ -5,10 +5,12 @@ import OutboxModel
 /// outcome), and the event lines (state, progress, attempt). Pure functions of their
 /// inputs and the time `at` they are given; docs/hooks-and-events.md lists every field.
 package enum OutcomePayloads {
-    /// The fields every outcome has; `response`, `data`, `error` and `parts` are added by the caller.
+    /// The fields every outcome has; `response`, `data`, `error` and `parts` are set by the
+    /// caller, and are `null` where they do not apply (a script may read any of them).
     package static func base(_ entry: Entry, outcome: Outcome, attempts: Int64, requestID: String, at: Int64) -> JSON {
         .object([
             ("outcome", .string(outcome.rawValue)), ("id", .string(entry.id)), ("key", .string(entry.key)), ("vars", entry.vars),
+            ("data", .null), ("response", .null), ("parts", .null),
             (
                 "meta",
                 .object([
@@ -65,7 +67,11 @@ package enum OutcomePayloads {
             ("status", status.map { .int($0) } ?? .null),
         ])
         if let partIndex { error.set("part_index", .int(partIndex)) }
-        if let body { bodyJSON(Array(body.prefix(65536)), into: &error, cut: body.count > 65536) }
+        if let body {
+            bodyJSON(Array(body.prefix(65536)), into: &error, cut: body.count > 65536)
+        } else {
+            error.set("body", .null)
+        }
         return error
     }
 
@@ -83,7 +89,7 @@ package enum OutcomePayloads {
         var payload: JSON = .object([
             ("outcome", .string(Outcome.error.rawValue)), ("id", .string(behind.id)), ("key", .string(behind.key)), ("vars", behind.vars),
             ("error", error(.cancelled, "cancelled because \(failed) in scope \(scope) settled error")),
-            ("data", .null),
+            ("data", .null), ("response", .null), ("parts", .null),
             (
                 "meta",
                 .object([

@@ -15,7 +15,8 @@ struct OutcomePayloadsTests {
         let payload = OutcomePayloads.base(entry, outcome: .completed, attempts: 3, requestID: "r-1", at: Self.at)
         #expect(
             payload.serialized() == """
-                {"outcome":"completed","id":"e1","key":"notes.create","vars":{"n":1},"meta":{"at":1800000000123,"attempts":3,\
+                {"outcome":"completed","id":"e1","key":"notes.create","vars":{"n":1},"data":null,"response":null,"parts":null,\
+                "meta":{"at":1800000000123,"attempts":3,\
                 "request_id":"r-1","idempotency_key":"idem","generation":1,"header_generation":0,"parent":"p0"}}
                 """)
     }
@@ -40,7 +41,7 @@ struct OutcomePayloadsTests {
 
     @Test func aPartErrorNamesItsPart() {
         let error = OutcomePayloads.error(.http, "part 2 of 3 failed", status: 500, partIndex: 1)
-        #expect(error.serialized() == #"{"kind":"http","message":"part 2 of 3 failed","status":500,"part_index":1}"#)
+        #expect(error.serialized() == #"{"kind":"http","message":"part 2 of 3 failed","status":500,"part_index":1,"body":null}"#)
     }
 
     @Test func anEntryCancelledByItsScopeSaysWhy() {
