@@ -287,12 +287,20 @@ package enum CLI {
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.retry(&i) }),
             CommandInfo(
                 path: ["pause"], summary: "pause the whole queue, or some keys",
-                options: [OptionSpec(name: "key", valueName: "K", help: "pause this key (repeatable)", repeatable: true, completes: .keys)],
+                positionals: "[--key K…]", maxPositionals: Int.max,
+                options: [
+                    OptionSpec(
+                        name: "key", valueName: "K", help: "pause this key (repeatable; more keys may follow it)", repeatable: true,
+                        completes: .keys)
+                ],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: true) }),
             CommandInfo(
                 path: ["resume"], summary: "resume the whole queue, or some keys",
+                positionals: "[--key K…]", maxPositionals: Int.max,
                 options: [
-                    OptionSpec(name: "key", valueName: "K", help: "resume this key (repeatable)", repeatable: true, completes: .keys)
+                    OptionSpec(
+                        name: "key", valueName: "K", help: "resume this key (repeatable; more keys may follow it)", repeatable: true,
+                        completes: .keys)
                 ],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ControlCommands.pause(&i, paused: false) }),
             CommandInfo(

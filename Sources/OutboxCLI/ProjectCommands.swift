@@ -166,7 +166,14 @@ enum ControlCommands {
     }
 
     static func pause(_ i: inout Invocation, paused: Bool) throws(OutboxError) -> Int32 {
-        let keys = i.args.values("key")
+        // `--key a b c` as well as `--key a --key b`; a key alone, without --key, is a slip
+        // (`pause` alone pauses the whole queue).
+        if let stray = i.args.positionals.first, i.args.values("key").isEmpty {
+            throw .usage(
+                "\"\(TerminalText.visible(String(stray.prefix(60))))\": give keys with --key (outbox \(paused ? "pause" : "resume") --key K…)"
+            )
+        }
+        let keys = i.args.values("key") + i.args.positionals
         try checkKeys(keys)
         let store = try i.project().store()
         if keys.isEmpty {

@@ -568,6 +568,24 @@ struct MoveOwnershipTests {
     }
 }
 
+/// `pause --key a b` and `pause --key a --key b` alike (the contract writes `--key K…`); a key
+/// without `--key` is refused, since `pause` alone pauses the whole queue.
+struct PauseKeysTests {
+    @Test func keysFollowKeyOrRepeatIt() throws {
+        let p = try CLIProject()
+        let spaced = p.run("pause", "--key", "a", "b", "c", "--json")
+        #expect(spaced.status == 0, "\(spaced)")
+        #expect(try spaced.json()["paused_keys"] == .array([.string("a"), .string("b"), .string("c")]))
+        let repeated = p.run("resume", "--key", "a", "--key", "b", "--json")
+        #expect(try repeated.json()["paused_keys"] == .array([.string("c")]))
+        let stray = p.run("pause", "c2")
+        #expect(stray.status == 64, "\(stray)")
+        #expect(stray.err == "outbox: E_USAGE: \"c2\": give keys with --key (outbox pause --key K…)\n")
+        #expect(
+            try p.run("resume", "--key", "c", "--json").json() == .object([("queue_paused", .bool(false)), ("paused_keys", .array([]))]))
+    }
+}
+
 /// The account's variable unset: `enqueue` refuses (the entry would run on any runner), the
 /// previews that store nothing show no account, as a runner started here would have none.
 struct UnsetAccountTests {
