@@ -32,14 +32,16 @@ import Testing
         let p = try Project(definitions: ["t": definition("t")])
         let runner = try p.start(["run"])
         await eventually("the runner to hold the store") { p.read(".outbox/runner.lock")?.contains("pid \(runner.pid)") == true }
-        // What a second runner does once the file is gone: a new file, locked.
+        // What a second runner does once the file is gone: a new file, locked. Made aside and
+        // renamed over the old one, so the runner never finds the path empty and locks it
+        // again before this test can (a race a slow machine lost).
         let path = p.path(".outbox/runner.lock")
-        try FileManager.default.removeItem(atPath: path)
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let fd = open(path + ".new", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         #expect(fd >= 0)
         defer { close(fd) }
         #expect(flock(fd, LOCK_EX | LOCK_NB) == 0)
         _ = "pid 4242 since then\n".withCString { write(fd, $0, strlen($0)) }
+        #expect(rename(path + ".new", path) == 0)
         let finished = await runner.wait(timeout: 120)
         #expect(finished.exitCode == 75, "\(finished.description)")
         #expect(finished.stderr.contains("E_RUNNING"))
