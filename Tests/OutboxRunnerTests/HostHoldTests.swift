@@ -66,8 +66,10 @@ struct HostHoldTests {
         let other = try TestHTTPServer(port: 0)
         defer { other.stop() }
         // a1 is reset without an answer; a2 waits behind it as a standby request, with b1 and b2
-        // of the other host (held there until the test releases them), b3 and b4 queued.
-        var entries = [("a1", p.url("/reset?a1")), ("a2", p.url("/hold/a2"))]
+        // of the other host (held there until the test releases them), b3 and b4 queued. a1 is
+        // held until all three are standby requests: a slow machine may claim them late.
+        p.server.script("/reset-held/a1", [TestResponse.reset.held("a1")])
+        var entries = [("a1", p.url("/reset-held/a1")), ("a2", p.url("/hold/a2"))]
         entries += (1...4).map { ("b\($0)", other.url("/hold/b?\($0)")) }
         for (id, url) in entries {
             let vars = JSON.object([("url", .string(url)), ("tag", .string(id))]).serialized()
@@ -75,9 +77,17 @@ struct HostHoldTests {
         }
         let runner = try p.start(["run"])
         defer {
+            p.server.release("a1")
             other.release("b")
             p.server.release("a2")
         }
+        #expect(await p.server.waitForHeld("a1"))
+        // Standby requests show as running (claimed by the runner, on the curl thread).
+        try await eventually("a2, b1 and b2 standby") {
+            let running = try await p.list().filter { $0.string("state") == "running" }.compactMap { $0.string("id") }
+            return Set(running).isSuperset(of: ["a1", "a2", "b1", "b2"])
+        }
+        p.server.release("a1")
         // b1 took a1's slot (a2's host had just failed to answer), and the runner has settled
         // a1's attempt: it has told the curl thread that a2's host is not held.
         #expect(await other.waitForHeld("b"))
