@@ -10,6 +10,18 @@ import TestSupport
     /// Appended to a definition: each error outcome is kept as `error-ID.json`.
     static let keepsErrorOutcomes = "\non_error: \"cat > error-$OUTBOX_ID.json\"\n"
 
+    /// A sandbox whose `s3.put` (keeping its error outcomes) has one 3,000-byte file enqueued
+    /// as `one` into `bucket`, under `in/one.bin`; `extra`: more `enqueue` arguments.
+    static func stageOne(bucket: String, seed: UInt64, extra: [String] = []) async throws -> OutboxSandbox {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("s3-put", S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: bucket) + keepsErrorOutcomes)
+        try PartFiles.make(sandbox.path("data/one.bin"), size: 3000, seed: seed)
+        let vars = #"{"path": "data/one.bin", "relative_path": "one.bin"}"#
+        let enqueue = try await sandbox.outbox(["enqueue", "s3.put", "--id", "one", "--vars", vars] + extra)
+        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        return sandbox
+    }
+
     /// Overwrites `count` bytes of the entry's staged copy at `offset` with other bytes of the
     /// same length: what a disk or a bug could do to a body between enqueue and send.
     static func damageStagedBody(_ sandbox: OutboxSandbox, id: String, offset: Int64, count: Int = 16) throws {
@@ -23,15 +35,7 @@ import TestSupport
     }
 
     @Test func aPutWhoseBytesDoNotMatchItsChecksumSettlesError() async throws {
-        let sandbox = try OutboxSandbox()
-        try sandbox.define(
-            "s3-put",
-            S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: "digest") + Self.keepsErrorOutcomes)
-        try PartFiles.make(sandbox.path("data/one.bin"), size: 3000, seed: 8)
-        let enqueue = try await sandbox.outbox([
-            "enqueue", "s3.put", "--id", "one", "--vars", #"{"path": "data/one.bin", "relative_path": "one.bin"}"#,
-        ])
-        #expect(enqueue.status == 0, "\(enqueue.stderr)")
+        let sandbox = try await Self.stageOne(bucket: "digest", seed: 8)
         try Self.damageStagedBody(sandbox, id: "one", offset: 1000)
 
         let run = try await sandbox.outbox(["run", "--drain"], environment: S3MultipartTests.testingCredentials)
@@ -82,13 +86,7 @@ import TestSupport
         "<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>".utf8)
 
     @Test func anExpiredTokenParksAPutUntilCredentialsAreRenewed() async throws {
-        let sandbox = try OutboxSandbox()
-        try sandbox.define(
-            "s3-put",
-            S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: "tok") + S3ChecksumRefusalTests.keepsErrorOutcomes)
-        try PartFiles.make(sandbox.path("data/one.bin"), size: 3000, seed: 4)
-        let vars = #"{"path": "data/one.bin", "relative_path": "one.bin"}"#
-        #expect(try await sandbox.outbox(["enqueue", "s3.put", "--id", "one", "--vars", vars]).status == 0)
+        let sandbox = try await S3ChecksumRefusalTests.stageOne(bucket: "tok", seed: 4)
         sandbox.server.script("/tok/in/one.bin", [TestResponse(status: 400, body: Self.expired), .status(200)])
         var credentials = S3MultipartTests.testingCredentials
         credentials["AWS_SESSION_TOKEN"] = "old-token"
@@ -108,11 +106,7 @@ import TestSupport
     /// session token parks the entry too; without a token the same 400 settles error.
     @Test(arguments: [true, false])
     func aBodylessRefusalOfASkipExistingHeadWithASessionTokenParksTheEntry(withToken: Bool) async throws {
-        let sandbox = try OutboxSandbox()
-        try sandbox.define("s3-put", S3RequestKindTests.definition(endpoint: sandbox.server.baseURL, bucket: "tok"))
-        try PartFiles.make(sandbox.path("data/one.bin"), size: 3000, seed: 5)
-        let vars = #"{"path": "data/one.bin", "relative_path": "one.bin"}"#
-        #expect(try await sandbox.outbox(["enqueue", "s3.put", "--id", "one", "--skip-existing", "--vars", vars]).status == 0)
+        let sandbox = try await S3ChecksumRefusalTests.stageOne(bucket: "tok", seed: 5, extra: ["--skip-existing"])
         sandbox.server.script("/tok/in/one.bin", [.status(400)])
         var credentials = S3MultipartTests.testingCredentials
         if withToken { credentials["AWS_SESSION_TOKEN"] = "old-token" }
