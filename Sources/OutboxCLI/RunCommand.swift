@@ -106,7 +106,7 @@ enum RunCommand {
             console: events != nil ? console : nil, command: config.eventsCommand, config: config,
             environment: i.environment, log: { logger.log(.warn, $0) })
         defer { sink.close() }
-        let runner = try Runner(
+        let runner = Runner(
             config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: try i.cwd,
             options: options, emit: { sink.send($0) }, logger: logger)
         runner.eventsEnabled = events != nil || config.eventsCommand != nil

@@ -98,7 +98,7 @@ package final class Runner {
     package init(
         config: Config, definitions: DefinitionSet, store: any Store, environment: [String: String], cwd: String,
         options: RunOptions, emit: @escaping (JSON) -> Void, logger: Logger
-    ) throws(OutboxError) {
+    ) {
         self.config = config
         self.definitions = definitions
         self.store = store
@@ -110,12 +110,11 @@ package final class Runner {
         lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))", durationMs: config.leaseMs)
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         hostHealth = HostHealth(holdAfter: config.hostHoldAfter)
-        openFiles = OpenFilesBudget(
-            limit: openFilesLimit, concurrency: config.concurrency, hookConcurrency: config.hookConcurrency,
-            partConcurrency: config.partConcurrency)
+        openFiles = Self.openFilesBudget(config, limit: openFilesLimit)
         scheduler = Scheduler(limits: Self.limits(config, concurrency: openFiles.concurrency, sharedStore: store.sharesRunners))
         factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: cwd)
-        account = try factory.account()
+        // Its factory renders an unset variable as no account: it cannot fail.
+        account = (try? factory.account()) ?? nil
     }
 
     /// The scheduler's limits from the config. Standby transfers are the curl thread's work
@@ -127,6 +126,13 @@ package final class Runner {
         SchedulerLimits(
             concurrency: concurrency, perHost: config.perHost, partConcurrency: config.partConcurrency,
             standbyPerSlot: sharedStore ? 1 : 3)
+    }
+
+    /// What the open-files limit leaves for the config's concurrency, hooks and parts.
+    static func openFilesBudget(_ config: Config, limit: Int) -> OpenFilesBudget {
+        OpenFilesBudget(
+            limit: limit, concurrency: config.concurrency, hookConcurrency: config.hookConcurrency,
+            partConcurrency: config.partConcurrency)
     }
 
     /// The enqueue rules for follow-ups and hook enqueue lines, over these definitions.
@@ -177,20 +183,14 @@ package final class Runner {
             return
         }
         let newFactory = Self.factory(config: newConfig, definitions: newDefinitions, environment: environment, cwd: factory.cwd)
-        let newAccount: String?
-        do { newAccount = try newFactory.account() } catch {
-            log("outbox: reload: \(error.message) in the config's account; the config in use is kept", level: .error)
-            return
-        }
+        let newAccount = (try? newFactory.account()) ?? nil
         config = newConfig
         definitions = newDefinitions
         factory = newFactory
         account = newAccount
         factory.heartbeat = pluginHeartbeat()
         // The connection cache was sized as the run started; a reload changes what is sent at once.
-        openFiles = OpenFilesBudget(
-            limit: openFilesLimit, concurrency: config.concurrency, hookConcurrency: config.hookConcurrency,
-            partConcurrency: config.partConcurrency)
+        openFiles = Self.openFilesBudget(config, limit: openFilesLimit)
         noteOpenFilesBudget()
         scheduler = Scheduler(limits: Self.limits(config, concurrency: openFiles.concurrency, sharedStore: store.sharesRunners))
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
