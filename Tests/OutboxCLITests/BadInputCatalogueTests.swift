@@ -186,7 +186,7 @@ final class BadInputProject: @unchecked Sendable {
             try? FileManager.default.removeItem(atPath: folder)
             try FileManager.default.createDirectory(
                 atPath: folder, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o755])
-            try FileManager.default.copyItem(atPath: builtExecutable("outbox"), toPath: copy)
+            try copyClosedOnExec(builtExecutable("outbox"), to: copy)
             try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: copy)
             atexit { try? FileManager.default.removeItem(atPath: "/tmp/outbox-nobody-\(getpid())") }
             return .success(copy)

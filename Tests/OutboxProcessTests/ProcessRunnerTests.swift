@@ -575,9 +575,7 @@ struct ArgvTests {
         let folder = TempFolder()
         defer { folder.cleanup() }
         let script = folder.path + "/hook.sh"
-        _ = FileManager.default.createFile(
-            atPath: script, contents: Data("#!/bin/sh\necho \"hook $1\"\n".utf8),
-            attributes: [.posixPermissions: 0o755])
+        try writeFileClosedOnExec(script, Data("#!/bin/sh\necho \"hook $1\"\n".utf8), mode: 0o755)
         var spec = shell("", in: folder)
         spec.command = .argv(["./hook.sh", "ran"])
         let result = try await runOffPool(spec)

@@ -58,7 +58,7 @@ import TestSupport
         _ = try sandbox.write(
             "config/outbox.yaml", try String(contentsOfFile: Self.repository + "/config/outbox.yaml", encoding: .utf8))
         try? FileManager.default.removeItem(atPath: sandbox.path("definitions"))
-        try FileManager.default.copyItem(atPath: Self.repository + "/definitions", toPath: sandbox.path("definitions"))
+        try copyClosedOnExec(Self.repository + "/definitions", to: sandbox.path("definitions"))
         // The hook the definitions name keeps each outcome it is handed.
         let kept = try Self.keepingHook(sandbox, at: "definitions/hooks/print-outcome.sh")
         let base = httpbin.url + "/anything"

@@ -80,7 +80,7 @@ final class MotoServer: Sendable {
         let sandbox = try OutboxSandbox()
         for folder in ["config", "definitions", "lib", "plugins", "hooks", "tools"] {
             try? FileManager.default.removeItem(atPath: sandbox.path(folder))
-            try FileManager.default.copyItem(atPath: Self.example + "/" + folder, toPath: sandbox.path(folder))
+            try copyClosedOnExec(Self.example + "/" + folder, to: sandbox.path(folder))
         }
         let binaries = (OutboxSandbox.binary("outbox") as NSString).deletingLastPathComponent
         let env = [

@@ -152,7 +152,7 @@ func base64OfHex(_ hex: String) -> String {
         let sandbox = try OutboxSandbox()
         for folder in ["config", "definitions"] {
             try? FileManager.default.removeItem(atPath: sandbox.path(folder))
-            try FileManager.default.copyItem(atPath: S3MigrationExampleTests.example + "/" + folder, toPath: sandbox.path(folder))
+            try copyClosedOnExec(S3MigrationExampleTests.example + "/" + folder, to: sandbox.path(folder))
         }
         let files: [(relative: String, size: Int)] = [("a.txt", 1024), ("2026/11/cam 1.mp4", 3 << 20), ("2026/empty", 0)]
         for (n, file) in files.enumerated() {

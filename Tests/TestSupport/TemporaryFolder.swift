@@ -31,13 +31,57 @@ package final class TemporaryFolder: @unchecked Sendable {
     package func write(_ relative: String, _ data: Data, mode: Int? = nil) throws -> String {
         let full = path(relative)
         try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        guard FileManager.default.createFile(atPath: full, contents: data) else { throw FixtureError("cannot write \(full)") }
-        if let mode { try FileManager.default.setAttributes([.posixPermissions: mode], ofItemAtPath: full) }
+        try writeFileClosedOnExec(full, data, mode: mode)
         return full
     }
 
     package func remove() {
         try? FileManager.default.removeItem(atPath: path)
+    }
+}
+
+/// Writes `data` to a new file next to `path` and renames it over `path`, its descriptor
+/// opened close-on-exec: Foundation's `Process` closes only the descriptors open when it
+/// prepared the spawn, so a plain write racing another test's spawn could stay open in a
+/// long-lived child, and running the script would then fail with "Text file busy".
+package func writeFileClosedOnExec(_ path: String, _ data: Data, mode: Int? = nil) throws {
+    let temporary = path + ".writing-\(UInt32.random(in: 0...UInt32.max))"
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+    guard fd >= 0 else { throw FixtureError("cannot write \(temporary): \(String(cString: strerror(errno)))") }
+    var written = 0
+    let failure: Int32? = data.withUnsafeBytes { bytes -> Int32? in
+        while written < bytes.count {
+            let n = Glibc.write(fd, bytes.baseAddress! + written, bytes.count - written)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return errno }
+            written += n
+        }
+        return nil
+    }
+    let chmodFailed = fchmod(fd, mode_t(mode ?? 0o644)) != 0
+    close(fd)
+    guard failure == nil, !chmodFailed, rename(temporary, path) == 0 else {
+        unlink(temporary)
+        throw FixtureError("cannot write \(path)")
+    }
+}
+
+/// Copies a file or a folder tree to `destination` (which must not exist) with
+/// `writeFileClosedOnExec`, keeping each file's permission bits: copied scripts and
+/// binaries are run next, so no copy may stay open for writing in another test's child.
+package func copyClosedOnExec(_ source: String, to destination: String) throws {
+    var isFolder: ObjCBool = false
+    guard FileManager.default.fileExists(atPath: source, isDirectory: &isFolder) else {
+        throw FixtureError("cannot copy \(source): no such file")
+    }
+    if isFolder.boolValue {
+        try FileManager.default.createDirectory(atPath: destination, withIntermediateDirectories: false)
+        for name in try FileManager.default.contentsOfDirectory(atPath: source).sorted() {
+            try copyClosedOnExec(source + "/" + name, to: destination + "/" + name)
+        }
+    } else {
+        guard let data = FileManager.default.contents(atPath: source) else { throw FixtureError("cannot read \(source)") }
+        try writeFileClosedOnExec(destination, data, mode: fileMode(source))
     }
 }
 
