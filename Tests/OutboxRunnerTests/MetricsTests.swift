@@ -85,19 +85,11 @@ struct MetricsTests {
                 out[family.name] = {"type": family.type, "samples": [[s.name, s.labels, s.value] for s in family.samples]}
             print(json.dumps(out))
             """
-        // python3 from PATH, as .ci/run sets it (the test venv first).
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", "-c", script, file]
-        let out = Pipe()
-        let err = Pipe()
-        process.standardOutput = out
-        process.standardError = err
-        try process.run()
-        let stdout = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        let stderr = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "prometheus_client must be installed (.ci/run puts it in the test venv): \(stderr)")
+        // python3 from PATH, as .ci/run sets it (the test venv first); waited for off the test pool.
+        let environment = ProcessInfo.processInfo.environment
+        let result = try await offload { try runProcess("/usr/bin/env", ["python3", "-c", script, file], environment: environment) }
+        let stdout = result.stdout
+        #expect(result.exitCode == 0, "prometheus_client must be installed (.ci/run puts it in the test venv): \(result.stderr)")
         let families = try JSON.parse(stdout)
         #expect(families["outbox_entries"]?["type"] == .string("gauge"))
         #expect(families["outbox_oldest_queued_age_seconds"]?["type"] == .string("gauge"))

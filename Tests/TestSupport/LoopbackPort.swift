@@ -3,7 +3,7 @@ import Foundation
 /// A port no one listens on now: bound on loopback, read back, released (nil if that fails).
 /// Another process may take it before the caller's server binds it, so callers try again.
 package func freeLoopbackPort() -> Int? {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     guard fd >= 0 else { return nil }
     defer { close(fd) }
     var address = sockaddr_in()

@@ -6,7 +6,7 @@ import Testing
 package final class LoopbackService: @unchecked Sendable {
     package let name: String
     package private(set) var port = 0
-    private var process: Process?
+    private var process: RunningProcess?
     /// The file the server's stdout and stderr go to.
     package let log: String
 
@@ -25,16 +25,11 @@ package final class LoopbackService: @unchecked Sendable {
         for _ in 0..<5 {
             guard let port = freeLoopbackPort() else { break }
             self.port = port
-            let process = Process()
-            process.executableURL = URL(fileURLWithPath: executable)
-            process.arguments = try arguments(port)
-            process.environment = environment
-            process.standardInput = FileHandle.nullDevice
-            _ = FileManager.default.createFile(atPath: log, contents: nil)
-            let output = try FileHandle(forWritingTo: URL(fileURLWithPath: log))
-            process.standardOutput = output
-            process.standardError = output
-            try process.run()
+            // Through the project's own spawn: every fd but 0-2 is closed in the child, so a
+            // server that outlives its test keeps no other test's file or socket open.
+            let process = try RunningProcess(
+                executable: "/bin/sh", arguments: ["-c", #"l=$1; shift; exec "$@" > "$l" 2>&1"#, "sh", log, executable] + arguments(port),
+                cwd: folder, environment: environment)
             self.process = process
             let url = url + readyPath
             let up = await eventually("\(name) to answer on port \(port)", timeout: 60) {
@@ -62,7 +57,7 @@ package final class LoopbackService: @unchecked Sendable {
 
     package func stop() {
         guard let process, process.isRunning else { return }
-        let pid = process.processIdentifier
+        let pid = process.pid
         // A server's workers (gunicorn's) would outlive it, holding its port: they go too,
         // after it, so that it cannot start new ones. SIGKILL: the child may have inherited a
         // mask that blocks SIGTERM, and nothing of it is kept.
@@ -71,6 +66,6 @@ package final class LoopbackService: @unchecked Sendable {
             .split(separator: " ").compactMap { Int32($0) } ?? []
         kill(pid, SIGKILL)
         for worker in workers { kill(worker, SIGKILL) }
-        process.waitUntilExit()
+        _ = process.waitBlocking(timeout: 60)
     }
 }

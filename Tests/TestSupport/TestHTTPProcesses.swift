@@ -36,7 +36,7 @@ package final class TestHTTPServerProcess: @unchecked Sendable {
     package let port: Int
     /// `http://127.0.0.1:PORT`.
     package var baseURL: String { "http://127.0.0.1:\(port)" }
-    private let process: Process
+    private let process: RunningProcess
     private let folder: TemporaryFolder
 
     /// Starts the binary (default: next to the test bundle in the build folder) and waits
@@ -45,14 +45,10 @@ package final class TestHTTPServerProcess: @unchecked Sendable {
         let path = executable ?? Self.defaultExecutable()
         folder = TemporaryFolder(prefix: "testserver")
         let portFile = folder.path("port")
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = ["--port", "0", "--port-file", portFile]
-        process.environment = scrubbedEnvironment(home: folder.path, tmp: folder.path)
-        process.standardInput = FileHandle.nullDevice
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
-        try process.run()
+        // The project's own spawn: only fds 0-2 reach the child, so it keeps no other test's file open.
+        process = try RunningProcess(
+            executable: path, arguments: ["--port", "0", "--port-file", portFile], cwd: folder.path,
+            environment: scrubbedEnvironment(home: folder.path, tmp: folder.path))
         let deadline = Date().addingTimeInterval(timeoutSeconds)
         var found: Int?
         while found == nil {
@@ -61,7 +57,7 @@ package final class TestHTTPServerProcess: @unchecked Sendable {
             {
                 found = value
             } else if !process.isRunning || Date() > deadline {
-                process.terminate()
+                process.signal(SIGKILL)
                 throw TestHTTPServerError(description: "outbox-testserver did not start (\(path))")
             } else {
                 usleep(5000)
@@ -75,14 +71,10 @@ package final class TestHTTPServerProcess: @unchecked Sendable {
     /// Sends SIGTERM and waits; returns the exit status (0 for a clean stop).
     @discardableResult
     package func stop() -> Int32 {
-        if process.isRunning { process.terminate() }
-        // A child spawned from a thread that blocks SIGTERM inherits that mask: give it a
-        // while, then SIGKILL, so a test can never hang here.
-        let deadline = Date().addingTimeInterval(30)
-        while process.isRunning && Date() < deadline { usleep(10_000) }
-        if process.isRunning { kill(process.processIdentifier, SIGKILL) }
-        process.waitUntilExit()
-        return process.terminationStatus
+        process.signal(SIGTERM)
+        // A child spawned from a thread that blocks SIGTERM inherits that mask: the wait
+        // ends it with SIGKILL after a while, so a test can never hang here.
+        return process.waitBlocking(timeout: 30).exitCode
     }
 
     /// Releases requests held at `name` through the control endpoint (see `TestHTTPServer.release`).
