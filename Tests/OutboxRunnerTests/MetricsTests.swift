@@ -119,6 +119,9 @@ struct MetricsTests {
         try await p.enqueue("t", path: "/hold/m/status/200", id: "a")
         let runner = try p.start(["run", "--metrics-listen", "127.0.0.1:0"])
         #expect(await p.server.waitForHeld("m"), "\(runner.stderrSoFar)")
+        // The claim is committed at the end of its turn, which may come after the request
+        // left: the page reads the store, so it shows the entry running only once it is.
+        try await eventually("the claim to be committed") { try await p.states()["a"] == "running" }
         var address: String?
         await eventually("the metrics address in the log") {
             address = runner.loggedMetricsURL

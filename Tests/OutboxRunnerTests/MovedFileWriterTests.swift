@@ -43,7 +43,7 @@ struct MovedFileWriterTests {
         p.server.script("/put/log2", [.hold("put")])
         let (source, writer) = try await Self.stage(p, id: "log2")
         let runner = try p.start(["run", "--drain"])
-        #expect(p.server.waitForHeld("put"), "the request is in flight")
+        #expect(await p.server.waitForHeld("put"), "the request is in flight")
         writer.write(Data(repeating: UInt8(ascii: "b"), count: 500))
         try writer.close()
         _ = p.server.release("put")

@@ -255,7 +255,9 @@ func partsDefinition(
         let hashes = try (0..<4).map { try PartFiles.sha(file, Int64($0 * partSize), Int64(($0 + 1) * partSize)) }
         #expect(try await sandbox.outbox(["enqueue", "up", "--id", "nf", "--vars", #"{"path": "f.bin"}"#]).status == 0)
 
-        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"])
+        // Part 3's retry comes due 5 s (the stall window) after it started, past the default
+        // 10 s horizon once reaching it took 5 s: a horizon no busy machine reaches.
+        let run = try await sandbox.outbox(["run", "--drain", "--horizon", "10m", "--events", "-"])
         #expect(run.status == 0, "\(run.stderr)")
         let received = server.requests(path: "/put/nf/")
         let byPart = Dictionary(grouping: received, by: { PartFiles.partNumber($0.path) ?? 0 })
@@ -422,7 +424,9 @@ func partsDefinition(
     @Test func stopAndSameIdResumeNeverResendAcceptedParts() async throws {
         let server = try TestHTTPServer()
         server.script("/put/rs/4", [TestResponse.status(201).held("four"), .json(201, "{}", headers: [("ETag", "\"four\"")])])
-        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\n")
+        // No stall limit: the held part is never given up (and accepted when sent again) while
+        // the test waits for the others, however slow the machine.
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 2\n" + heldRequestConfig)
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         try PartFiles.make(sandbox.path("f.bin"), size: 5 * 65_536)
         let vars = #"{"path": "f.bin"}"#
@@ -955,7 +959,8 @@ func partsDefinition(
     func cancelNeverDestroysTheOnlyCopyOfAMovedFile(_ c: CancelCase) async throws {
         let server = try TestHTTPServer()
         server.script("/put/mv/3", [TestResponse.status(201).held("third")])
-        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n")
+        // No stall limit: the held part stays one request while the test waits, however slow the machine.
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\n" + heldRequestConfig)
         try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
         var folder = sandbox.path("data")
         if c == .acrossFilesystems {

@@ -119,10 +119,14 @@ final class MotoServer: Sendable {
         if let state = PartFiles.readJSON(sandbox.path(".s3-uploads/mig-big.bin.json")) {
             #expect(state["upload_id"] as? String == uploadID, "a resume must keep the multipart upload")
         }
-        let run = try await sandbox.outbox(["run", "--drain"], environment: env)
-        #expect(run.status == 0, "\(run.stderr)")
         // A hook the first run left mid-way is stopped and delivered again; S3 may refuse that
-        // interrupted completion once (moto answers 500), and the redelivery then succeeds.
+        // interrupted completion once (moto answers 500), and the redelivery then succeeds: the
+        // drain then says a delivery failed in it (exit 4), though every outcome is acknowledged.
+        // That redelivery is due 2 s (the example's backoff) after the refusal, which may come
+        // late on a busy machine: a horizon of 2 minutes, not 10 s from the drain's start,
+        // keeps it in this run.
+        let run = try await sandbox.outbox(["run", "--drain", "--horizon", "2m"], environment: env)
+        #expect(run.status == 0 || run.status == 4, "nothing settled error or awaits auth: \(run.stderr)")
         #expect(try await sandbox.list().isEmpty, "every outcome acknowledged and forgotten")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: sandbox.path(".s3-uploads"))) ?? []).isEmpty)
 

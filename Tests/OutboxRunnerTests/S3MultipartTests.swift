@@ -154,8 +154,11 @@ import TestSupport
     /// resumes with a second run (with the config `resumeConfig`, when given). Returns how many
     /// requests the server had at the kill.
     /// With `copyTo`, the second run is on a `store copy` of the store in that folder.
+    /// `anyRequestMayStall`: the first run's stall limit is so short that any request may be
+    /// given up and sent again (the Create too) when the server answers late.
     static func killWhilePart3IsInFlight(
-        _ sandbox: OutboxSandbox, resumeConfig: String? = nil, copyTo: String? = nil, beforeKill: () async throws -> Void = {}
+        _ sandbox: OutboxSandbox, resumeConfig: String? = nil, copyTo: String? = nil, anyRequestMayStall: Bool = false,
+        beforeKill: () async throws -> Void = {}
     ) async throws -> Int {
         let server = sandbox.server
         server.script("/crash/big.bin?partNumber=3&", [TestResponse.status(200, headers: [("ETag", "\"p3\"")]).held("p3")])
@@ -189,17 +192,32 @@ import TestSupport
         #expect(second.status == 0, "\(second.stderr)")
         let left = try await sandbox.outbox(["list", "--json"], environment: environment)
         #expect(left.status == 0 && (left.jsonObject as? [Any])?.isEmpty == true, "\(left.stdout)")
-        #expect(server.requests.filter { $0.path.hasSuffix("?uploads=") }.count == 1, "one upload, resumed")
+        let requests = server.requests
+        let creates = requests.indices.filter { requests[$0].path.hasSuffix("?uploads=") }
+        if anyRequestMayStall {
+            #expect(!creates.isEmpty && creates.allSatisfy { $0 < atKill }, "one upload, resumed: no Create after the kill")
+        } else {
+            #expect(creates.count == 1, "one upload, resumed")
+        }
         return atKill
     }
 
     /// The rule: a part accepted is never sent again; the part in flight at the kill may have
     /// been sent more than once before it (a held answer is a stall once `timeouts.stall.for`
     /// passes, as on a slow machine, and the part is rightly retried), and once more after it.
-    static func expectAcceptedPartsNeverSentAgain(_ server: TestHTTPServer, atKill: Int) {
+    /// `anyPartMayStall`: the first run's stall limit is so short that parts 1 and 2 may be
+    /// given up too (their server answered late on a loaded machine) and rightly sent again
+    /// until accepted; one part at a time, so never once the next part went.
+    static func expectAcceptedPartsNeverSentAgain(_ server: TestHTTPServer, atKill: Int, anyPartMayStall: Bool = false) {
         let before = partNumbers(server.requests[..<atKill])
         let after = partNumbers(server.requests[atKill...])
-        #expect(before.filter { $0 == 1 }.count == 1 && before.filter { $0 == 2 }.count == 1, "parts 1 and 2 once: \(before)")
+        if anyPartMayStall {
+            #expect(
+                before == before.sorted() && before.contains(1) && before.contains(2),
+                "parts 1 and 2 sent until accepted, never after the next part went: \(before)")
+        } else {
+            #expect(before.filter { $0 == 1 }.count == 1 && before.filter { $0 == 2 }.count == 1, "parts 1 and 2 once: \(before)")
+        }
         #expect(before.filter { $0 == 3 }.count >= 1 && Set(before) == [1, 2, 3], "part 3 in flight, nothing after it: \(before)")
         // Every part sent after the kill was answered 200 at once, so each went exactly once.
         #expect(after == [3, 4, 5], "accepted parts 1 and 2 are not sent again: \(after)")
@@ -270,7 +288,7 @@ import TestSupport
         let sandbox = try await Self.stage(config: "timeouts: { stall: { below: 1KiB, for: 1s } }\n")
         let server = sandbox.server
         // The second run has the default stall timeout: only the first one is made to give up.
-        let atKill = try await Self.killWhilePart3IsInFlight(sandbox, resumeConfig: "part_concurrency: 1\n") {
+        let atKill = try await Self.killWhilePart3IsInFlight(sandbox, resumeConfig: "part_concurrency: 1\n", anyRequestMayStall: true) {
             // At least once more: on a busy machine it may have stalled again before this looks.
             await eventually("part 3 given up after a stall and sent again", timeout: 120) {
                 server.heldCount("p3") == 1 && Self.partNumbers(server.requests[...]).filter { $0 == 3 }.count >= 2
@@ -280,9 +298,9 @@ import TestSupport
                 attempts.contains { $0["part_index"] as? Int == 2 && $0["error_kind"] as? String == "timeout" },
                 "the re-send followed a stall timeout: \(attempts)")
         }
-        Self.expectAcceptedPartsNeverSentAgain(server, atKill: atKill)
+        Self.expectAcceptedPartsNeverSentAgain(server, atKill: atKill, anyPartMayStall: true)
         let all = Self.partNumbers(server)
-        #expect(all.filter { $0 == 3 }.count >= 3 && all.filter { $0 != 3 }.sorted() == [1, 2, 4, 5], "\(all)")
+        #expect(all.filter { $0 == 3 }.count >= 3 && all.filter { $0 > 3 } == [4, 5], "\(all)")
     }
 
     @Test func aCompleteInterruptedByACrashIsRecognisedByTheObject() async throws {
@@ -435,7 +453,9 @@ import TestSupport
                         #"<?xml version="1.0"?><\#(root) xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Key>big.bin</Key><ETag>"whole-5"</ETag></\#(root)>"#
                 ),
             ])
-        let run = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        // The retry is due 100 ms after the first Complete, which comes after 28 MiB of parts: a
+        // horizon no busy machine reaches, so the drain makes it however long the parts took.
+        let run = try await sandbox.outbox(["run", "--drain", "--horizon", "10m"], environment: Self.testingCredentials)
         #expect(run.status == 0, "\(run.stderr)")
         #expect(try await sandbox.list().isEmpty)
         #expect(server.requests.filter { $0.method == "POST" && $0.path.contains("uploadId=") }.count == 2, "the error was retried once")

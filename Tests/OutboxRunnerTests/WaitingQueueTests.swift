@@ -61,7 +61,11 @@ struct WaitingQueueTests {
         try lines.joined(separator: "\n").write(toFile: p.root + "/later.jsonl", atomically: false, encoding: .utf8)
         #expect(try await p.outbox(["enqueue", "t", "--from", "later.jsonl"]).exitCode == 0)
         let runner = try p.start(["run", "--drain"])
-        await eventually("s1 and u30 held") { p.server.heldCount("s1") == 1 && p.server.heldCount("u30") == 1 }
+        // 29 requests go one after another before u30 is held: the server's own wait for held
+        // requests (120 s), not a 30 s poll, however slow the machine.
+        let s1Held = await p.server.waitForHeld("s1")
+        let u30Held = await p.server.waitForHeld("u30")
+        #expect(s1Held && u30Held, "s1 and u30 held")
         _ = p.server.release("s1")
         await eventually("s2 sent") { p.server.requests(path: "/status/200").contains { Self.tag($0) == "s2" } }
         _ = p.server.release("u30")
