@@ -153,6 +153,9 @@ final class BadInputProject: @unchecked Sendable {
     /// A runner that holds the store while the test server holds its one request.
     func holdRunner() async throws {
         try expectOK(try await project.outbox(["cancel", "--all"]), "cancel")
+        // The request stays held however long a loaded machine takes over the case: given up
+        // as stalled (60 s by default) it would be queued again, and the store would change.
+        try project.writeConfig((project.read("config/outbox.yaml") ?? "") + heldRequestConfig)
         environment["HOLD_URL"] = try project.startServer().baseURL
         try expectOK(
             try await project.outbox(["enqueue", "held", "--id", "held", "--vars", #"{"v": 1}"#], environment: environment), "held")

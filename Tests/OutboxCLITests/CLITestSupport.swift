@@ -45,7 +45,26 @@ extension TestProject {
     }
 
     func run(_ arguments: String...) -> CommandResult { run(arguments) }
+
+    /// Runs `arguments` in-process again until `done` holds of the result (30 s at most), for
+    /// a command that needs the store's staging lock alone just after this test took it (an
+    /// enqueue, an audit) or let it go. The lock's descriptor is close-on-exec, but a child
+    /// another test forks meanwhile holds it from its fork until it closes its descriptors or
+    /// execs, which a loaded machine can delay: the command then finds the lock taken (an
+    /// audit says so and skips the staged files, a runner's clean-up skips them silently).
+    func runOnceTheStagingLockIsFree(_ arguments: [String], until done: (CommandResult) -> Bool) -> CommandResult {
+        let deadline = Date().addingTimeInterval(30 * testTimeScale)
+        var result = run(arguments)
+        while !done(result) && Date() < deadline {
+            usleep(10_000)
+            result = run(arguments)
+        }
+        return result
+    }
 }
+
+/// An audit that found the staging lock taken says so.
+let auditFoundTheStagingLockTaken = "is staging bodies now"
 
 /// One test's project with the standard config and definitions, driven in-process.
 final class CLIProject: TestProject, @unchecked Sendable {

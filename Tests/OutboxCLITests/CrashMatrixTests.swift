@@ -138,6 +138,9 @@ struct CrashRow: Sendable, CustomTestStringConvertible {
     /// fact) are sent again, once; those answered and settled before the kill are not.
     @Test func aKillWhileRequestsAreHeldResendsOnlyThose() async throws {
         let world = try await CrashWorld.make()
+        // Held until the kill however slow the machine: a request given up as stalled would be
+        // sent again before the kill, and counted as a receipt the kill did not cause.
+        try world.project.writeConfig((world.project.read("config/outbox.yaml") ?? "") + heldRequestConfig)
         let ids = (1...6).map { "held-\($0)" }
         #expect(try await world.project.outbox(world.batch("held", ids.map { world.held($0) })).exitCode == 0)
         let runner = try world.project.start(["run", "--drain"])

@@ -368,7 +368,7 @@ struct OrphanTests {
         #expect(during.err.contains("is staging bodies now"), "\(during.err)")
         #expect(!during.out.contains("orphan"), "\(during.out)")
         close(fd)
-        let after = p.run("audit")
+        let after = p.runOnceTheStagingLockIsFree(["audit"]) { !$0.stderr.contains(auditFoundTheStagingLockTaken) }
         #expect(after.status == 74, "\(after)")
         #expect(after.out.contains("orphan staged file"), "\(after.out)")
     }
@@ -404,7 +404,7 @@ struct OrphanTests {
         #expect(owned.count == 2, "\(owned)")
         let stray = bodies + "/stray-left-by-a-killed-enqueue"
         #expect(FileManager.default.createFile(atPath: stray, contents: Data("x".utf8)))
-        let result = p.run(command)
+        let result = p.runOnceTheStagingLockIsFree(command) { _ in !FileManager.default.fileExists(atPath: stray) }
         #expect(result.status == 0, "\(result)")
         #expect(result.err.contains("removed \(stray)"), "\(result.err)")
         #expect(Set(try FileManager.default.contentsOfDirectory(atPath: bodies)) == owned)

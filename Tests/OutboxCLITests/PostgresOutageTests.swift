@@ -99,8 +99,12 @@ struct PostgresOutageTests {
         let p = try Self.project(store: url)
         #expect(try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "e-1"]).exitCode == 0)
         p.server.script("/notes/", [.hold("answer")])
-        // Every statement of the runner's session is cancelled after 300 ms.
-        let runner = try p.start(["run"], environment: ["OUTBOX_STORE": url + "&options=-c%20statement_timeout%3D300"])
+        // Every statement of the runner's session is cancelled after a second. A statement is
+        // run again at most 50 times (then the runner stops with 74): the polls below have
+        // 50 s, not the 15 s that 300 ms left a loaded machine. Named after the schema, so the
+        // polls see this runner's session only, not another test's on the shared cluster.
+        let runner = try p.start(
+            ["run"], environment: ["OUTBOX_STORE": url + "&options=-c%20statement_timeout%3D1000&application_name=\(schema)"])
         #expect(await p.server.waitForHeld("answer"))
         // Another session holds the entries table; the answer's settle waits for it.
         let locker = try RunningProcess(
@@ -126,7 +130,7 @@ struct PostgresOutageTests {
         await eventually("a cancelled statement run again", timeout: 60) {
             let waiting =
                 (try? psql(
-                    "SELECT query_start FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name <> 'outbox-test-locker'"))
+                    "SELECT query_start FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND application_name = '\(schema)'"))
                 ?? ""
             starts.formUnion(waiting.split(separator: "\n").map(String.init).filter { !$0.isEmpty })
             return starts.count >= 2 || !runner.isRunning

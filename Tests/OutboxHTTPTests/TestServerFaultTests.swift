@@ -8,7 +8,7 @@ struct TestServerFaultTests {
     /// Sends `request` on a new connection and reads until the server closes it or `limit`
     /// bytes arrived.
     private func exchange(_ server: TestHTTPServer, _ request: String, limit: Int = 4 << 20) throws -> [UInt8] {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         try #require(fd >= 0)
         defer { close(fd) }
         var address = sockaddr_in()
@@ -90,7 +90,9 @@ struct TestServerFaultTests {
     @Test func stallAfterHeadersSendsTheHeadersAndNoBody() throws {
         let server = try TestHTTPServer()
         defer { server.stop() }
-        let result = try TestHTTPCurl.run(["-s", "-D", "-", "-o", "/dev/null", "--max-time", "1", server.url("/stall-after-headers/500")])
+        // The headers must reach curl before it gives up: 3 s for a loaded machine to schedule
+        // curl and the server's threads.
+        let result = try TestHTTPCurl.run(["-s", "-D", "-", "-o", "/dev/null", "--max-time", "3", server.url("/stall-after-headers/500")])
         #expect(result.exitCode == 28, "curl gave up waiting for the body")
         #expect(result.stdout.hasPrefix("HTTP/1.1 200 OK\r\n"))
         #expect(result.stdout.contains("Content-Length: 500\r\n"))

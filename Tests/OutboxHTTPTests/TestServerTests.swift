@@ -638,7 +638,10 @@ private final class RawClient {
     private var fd: Int32
 
     init(port: Int) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        // Close-on-exec: a child another test starts with Foundation's Process meanwhile (the
+        // sqlite3 lock holder, the Python HTTPS server) would keep the socket open after
+        // `close()`, and the server would not see this client leave until that child ends.
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = in_port_t(UInt16(port).bigEndian)

@@ -952,12 +952,14 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
 
     @Test func stalledTransferTimesOut() async throws {
         try await withFixture { server, client, _ in
-            // 10 bytes every 5 s is far below 100 B/s.
+            // 10 bytes every 5 s is far below 100 B/s. The stall is counted from the request,
+            // so the answer's head must come before it is declared (status 200): 3 s, not 1 s,
+            // for the server's threads to be scheduled on a loaded machine.
             let result = await send(
                 client,
                 HTTPRequest(
                     url: server.url("/slow/100000?chunk=10&interval_ms=5000"),
-                    method: "GET", stallBelowBytesPerSecond: 100, stallForMs: 1000))
+                    method: "GET", stallBelowBytesPerSecond: 100, stallForMs: 3000))
             #expect(result.failure?.kind == .timeout)
             #expect(result.status == 200)
         }

@@ -321,8 +321,9 @@ struct TimerTests {
     @Test func timeoutKillsTheGroupIncludingAGrandchild() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
-        // The grandchild outlives any wait below unless the group is killed.
-        var spec = shell("sleep 600 & echo $! > started.tmp && mv started.tmp started; echo $!; wait", in: folder)
+        // The grandchild outlives any wait below unless the group is killed. Its pid goes to
+        // stdout before `started` appears: once the start is let go the timer may fire at once.
+        var spec = shell("sleep 600 & echo $!; echo $! > started.tmp && mv started.tmp started; wait", in: folder)
         spec.timeoutMs = 300
         // The timer runs from the spawn: holding the start until the grandchild exists makes
         // "a grandchild is there when the timeout fires" a fact on any machine.

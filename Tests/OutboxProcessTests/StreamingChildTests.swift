@@ -16,7 +16,9 @@ struct StreamingChildTests {
         let out = folder.path + "/lines"
         let child = try StreamingChild.start(Self.spec("cat > '\(out)'", in: folder))
         for n in 1...1000 { child.send(line: #"{"n":\#(n)}"#) }
-        child.close()
+        // A grace far past any start-up: close returns as soon as the child has exited, and
+        // one killed before it wrote everything (the default 2 s) would lose lines.
+        child.close(graceMs: 60_000)
         let lines = try String(contentsOfFile: out, encoding: .utf8).split(separator: "\n")
         #expect(lines.count == 1000)
         #expect(lines.first == #"{"n":1}"#)
@@ -75,7 +77,9 @@ struct StreamingChildTests {
         let folder = TemporaryFolder()
         let script = "printf 'one\\n%s\\n%s\\ntwo' abcd abcdefgh; printf 'err\\nxyzxyzxyz' >&2; cat > /dev/null"
         let child = try StreamingChild.start(Self.spec(script, in: folder), lineCap: 4)
-        child.close()
+        // Closed at once: the child must still start, print and see its end of input within
+        // the grace, or it is killed before it printed; close returns once it has exited.
+        child.close(graceMs: 60_000)
         #expect(child.takeOutput() == ["one", "abcd", "abcd [...]", "err", "xyzx [...]", "two"])
         #expect(child.takeOutput() == [])
     }
