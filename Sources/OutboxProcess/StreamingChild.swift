@@ -18,6 +18,8 @@ package final class StreamingChild {
     package private(set) var stoppedReading = false
     /// How it ended when `close` reaped it by itself (before any kill): exit status or signal.
     package private(set) var ended: (status: Int32?, signal: Int32?)?
+    /// Set when `close` killed it because it had not exited within the grace.
+    package private(set) var killedAfterGrace = false
     private var closed = false
     private var output: [OutputLines]
     /// Lines read from its output and not yet taken.
@@ -108,6 +110,7 @@ package final class StreamingChild {
         while csystem_proc_wait(pid, 1, &code, &signal) == 0 {
             let left = deadline - csystem_proc_now_ms()
             if left <= 0 {
+                killedAfterGrace = true
                 _ = csystem_proc_killpg(pid, SIGKILL)
                 _ = csystem_proc_wait(pid, 0, &code, &signal)
                 (code, signal) = (-1, -1)

@@ -13,6 +13,7 @@ struct EventsPluginTests {
         printf '\033[2Jcleared\n' >&2
         head -c 10000 /dev/zero | tr '\0' y >&2
         printf '\n' >&2
+        : > hooks/plugin-ready
         while IFS= read -r line; do
           printf '%s\n' "$line" >> hooks/events.jsonl
           echo "seen one"
@@ -20,10 +21,20 @@ struct EventsPluginTests {
 
         """#
 
+    /// Key `t`, whose hook is `hooks/gate.sh` (see `gate`).
+    static let gated = ["t": definition("t", top: "on_success: hooks/gate.sh\non_error: hooks/gate.sh", hooks: false)]
+
+    /// A hook that waits until the plugin wrote `marker`, then records as usual: the run cannot
+    /// end, and close the plugin (which then has 2 s to finish), before the plugin got that
+    /// far, however slowly a busy machine starts it.
+    static func gate(_ marker: String) -> String {
+        "#!/bin/sh\nwhile [ ! -e \(marker) ]; do sleep 0.05; done\nexec hooks/record.sh\n"
+    }
+
     @Test func thePluginGetsTheEventsAndItsOutputIsLoggedNotPrinted() async throws {
         let p = try Project(
-            config: fastConfig + "events: { command: hooks/events.sh }\n", definitions: ["t": definition("t")],
-            hooks: ["events.sh": Self.plugin])
+            config: fastConfig + "events: { command: hooks/events.sh }\n", definitions: Self.gated,
+            hooks: ["events.sh": Self.plugin, "gate.sh": Self.gate("hooks/plugin-ready")])
         try await p.enqueue("t", path: "/status/200", id: "a")
         let run = try await p.drain(["--json"], failures: 0)
         // Stdout is the summary document alone.
@@ -45,8 +56,8 @@ struct EventsPluginTests {
     /// before the run's summary line.
     @Test func aPluginThatExitsEarlyIsLoggedAsFailed() async throws {
         let p = try Project(
-            config: fastConfig + "events: { command: hooks/events.sh }\n", definitions: ["t": definition("t")],
-            hooks: ["events.sh": "#!/bin/sh\necho going away\nexit 3\n"])
+            config: fastConfig + "events: { command: hooks/events.sh }\n", definitions: Self.gated,
+            hooks: ["events.sh": "#!/bin/sh\necho going away\n: > hooks/plugin-done\nexit 3\n", "gate.sh": Self.gate("hooks/plugin-done")])
         for n in 0..<3 { try await p.enqueue("t", path: "/status/200?\(n)", id: "e\(n)") }
         let run = try await p.drain(failures: 0)
         #expect(run.stderr.contains("outbox: events.command exited 3"), "\(run.stderr)")
@@ -55,5 +66,19 @@ struct EventsPluginTests {
         let said = try #require(lines.firstIndex { $0.contains("events.command: going away") }, "\(run.stderr)")
         let summary = try #require(lines.lastIndex { $0.contains("completed") }, "\(run.stderr)")
         #expect(said < summary, "\(run.stderr)")
+    }
+
+    /// A plugin still running 2 s after its input ended is stopped, and the log says so: it may
+    /// not have handled the last events it read.
+    @Test func aPluginThatOutstaysItsGraceIsStoppedAndLogged() async throws {
+        let p = try Project(
+            config: fastConfig + "events: { command: hooks/events.sh }\n", definitions: ["t": definition("t")],
+            hooks: ["events.sh": "#!/bin/sh\ncat > /dev/null\nexec sleep 600\n"])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.drain(failures: 0)
+        #expect(
+            run.stderr.contains("outbox: events.command did not exit within 2s of its input's end and was stopped"),
+            "\(run.stderr)")
+        #expect(!run.stderr.contains("events.command exited"), "\(run.stderr)")
     }
 }

@@ -95,7 +95,8 @@ extension FaultServerTests {
     @Test func aFollowedRedirectToAMalformedAnswerIsRetried() async throws {
         let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
         try await p.enqueue("t", path: "/redirect-to?code=307&url=%2Ffirst%2Fg%2F1%2Fmalformed%2Fgarbage", id: "mg")
-        let run = try await p.drain(["--events", "-"], failures: 0)
+        // The retry must come in this run, however late the first attempt failed.
+        let run = try await p.drain(["--events", "-", "--horizon", "1h"], failures: 0)
         let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
         #expect(attempts.map { $0.string("outcome") ?? "" } == ["retry", "success"], "\(run.stdout)")
         #expect(attempts.first?.string("error_kind") == "network")
@@ -108,7 +109,7 @@ extension FaultServerTests {
         let plain = "https://127.0.0.1:\(p.server.port)/plain"
         p.server.script("/to-https", [TestResponse(status: 307, headers: [("Location", plain)]), .json(200, "{}")])
         try await p.enqueue("t", path: "/to-https", id: "tls")
-        let run = try await p.drain(["--events", "-"], failures: 0)
+        let run = try await p.drain(["--events", "-", "--horizon", "1h"], failures: 0)
         let attempts = run.jsonLines.filter { $0.string("type") == "attempt" }
         #expect(attempts.map { $0.string("outcome") ?? "" } == ["retry", "success"])
         #expect(attempts.first?.string("error_kind") == "tls", "\(run.stdout)")

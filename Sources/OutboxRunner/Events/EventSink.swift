@@ -71,6 +71,8 @@ package final class EventSink {
             log("outbox: events.command \(failed ?? "stopped reading its input") before the run ended: \(events) not delivered")
         } else {
             if let failed { log("outbox: events.command \(failed)") }
+            // Killed at the end, it may not have handled the last lines it read.
+            if plugin.killedAfterGrace { log("outbox: events.command did not exit within 2s of its input's end and was stopped") }
             if plugin.dropped > 0 { log("outbox: events.command did not keep up: \(events) dropped") }
         }
         self.plugin = nil
