@@ -111,10 +111,10 @@ enum SimulateCommand {
         var enqueues: [String] = []
         var lineProblem: String?
         if exit == 0 {
-            do {
-                enqueues = try Runner.hookEnqueues(ran.stdout, parent: entry.id, factory: factory).map(\.key)
-            } catch {
-                lineProblem = "the hook printed an invalid enqueue line: \(error.message)"
+            switch Runner.acknowledgedHookEnqueues(ran, parent: entry.id, factory: factory) {
+            case let .success(entries): enqueues = entries.map(\.key)
+            case let .failure(problem):
+                lineProblem = problem.message
                 exit = 1
             }
         }

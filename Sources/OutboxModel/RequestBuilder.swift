@@ -261,7 +261,12 @@ package enum RequestBuilder {
     static func renderHeaders(_ tree: JSON, ctx: TemplateContext, field: String) throws(OutboxError) -> [(String, String)] {
         guard case let .object(members) = tree else { throw .invalid("\(field) must be an object of header names to values") }
         var out: [(String, String)] = []
+        // A definition's YAML refuses this at load; a request_command's answer is checked here.
+        var seen: Set<String> = []
         for (name, template) in members {
+            guard seen.insert(name.lowercased()).inserted else {
+                throw .invalid("\(field): header \(name) is given twice (names are compared without regard to case)")
+            }
             let value: JSON
             if case let .string(s) = template {
                 value = try Template.render(s, context: ctx, mode: .header, field: "\(field).\(name)")

@@ -250,6 +250,22 @@ struct PluginAnswerTests {
         if p.storeExists { #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "0\n") }
     }
 
+    @Test func anAnswersHeaderGivenTwiceInAnyCaseIsRefused() throws {
+        let p = try CLIProject()
+        _ = try p.write(
+            "plugins/describe.sh",
+            """
+            #!/bin/sh
+            cat > /dev/null
+            printf '%s' '{"method": "POST", "url": "https://x.example/a", "headers": {"X-Tenant": "alpha", "x-tenant": "beta"}}'
+            """, mode: 0o755)
+        _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/describe.sh]\n")
+        let r = p.run("enqueue", "cmd", "--id", "c1")
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.contains("request.headers: header x-tenant is given twice"), "\(r.err)")
+        if p.storeExists { #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "0\n") }
+    }
+
     @Test func partTagsInAPartsURLAreTheOneException() {
         let answer: JSON = .object([
             ("url", .string("https://h/{{ part.number }}")),
@@ -727,6 +743,20 @@ struct SimulateTests {
         _ = try p.write("definitions/bare.yaml", "key: bare\nrequest: { url: \"https://x.example/p\", data: { a: 1 } }\n")
         let bare = try p.run("simulate", "bare", "--status", "200", "--json").json()
         #expect(bare["outcome"]?["meta"]?["deliveries"] == .int(1), "\(bare.serialized())")
+        // Past 1 MiB of stdout the enqueue lines after the cut would be lost: the runner fails
+        // that delivery, so simulate does too.
+        _ = try p.write(
+            "hooks/loud.sh",
+            "#!/bin/sh\ncat > /dev/null\nhead -c 1100000 /dev/zero | tr '\\0' x\necho\necho '{\"enqueue\": {\"key\": \"plain\"}}'\n",
+            mode: 0o755)
+        _ = try p.write(
+            "definitions/loud.yaml", "key: loud\nrequest: { url: \"https://x.example/p\", data: { a: 1 } }\non_success: hooks/loud.sh\n")
+        let loud = p.run("simulate", "loud", "--status", "200", "--json")
+        #expect(loud.status == 1, "\(loud.err)")
+        let loudDoc = try loud.json()
+        #expect(loudDoc["hook_exit"] == .int(0))
+        #expect(loudDoc["hook_problem"]?.stringValue?.contains("printed more than 1 MiB on stdout") == true, "\(loud.err)")
+        #expect(loudDoc["hook_enqueues"] == .array([]))
     }
 
     @Test(arguments: [("422", "", "error"), ("409", #"{"e": "already exists"}"#, "completed"), ("409", #"{"e": "conflict"}"#, "error")])

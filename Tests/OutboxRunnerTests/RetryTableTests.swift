@@ -61,7 +61,7 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         SettleCase(
             name: "invalid JSON with response json: unknown, entry completed", path: "/notjson",
             steps: [.status(200, body: "this is not json")], top: "response: json",
-            outcome: "error", kind: "unknown", stateAfter: nil),
+            outcome: "error", kind: "unknown", errorBody: "this is not json", stateAfter: nil),
         SettleCase(
             name: "JSON whose string is not UTF-8 with response json: unknown, not repaired", path: "/notutf8",
             steps: [
@@ -152,6 +152,9 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         #expect(hook.int("stdin.response.status") == 200)
         #expect(hook.at("stdin.response.body_truncated") == .bool(true))
         #expect(hook.string("stdin.error.kind") == "truncated")
+        // The error carries what came of the body, as for any other error with a response.
+        let body = try #require(hook.string("stdin.response.body"))
+        #expect(!body.isEmpty && hook.string("stdin.error.body") == body, "\(hook.serialized())")
     }
 
     struct RetryCase: Sendable, CustomTestStringConvertible {

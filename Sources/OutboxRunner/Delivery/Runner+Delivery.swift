@@ -267,15 +267,10 @@ extension Runner {
                 failure = "the hook was killed by signal \(signal)"
             } else if process.exitStatus != 0 {
                 failure = "the hook exited \(process.exitStatus ?? -1)"
-            } else if process.stdoutTruncated {
-                // Enqueue lines past the cap would be lost: the delivery fails instead.
-                failure =
-                    "the hook printed more than \(Units.formatBytes(Int64(Self.hookOutputCap))) on stdout, so its enqueue lines cannot all be read"
             } else {
-                do {
-                    followUps = try Self.hookEnqueues(process.stdout, parent: entryID, factory: factory, stagedSources: stagedSources)
-                } catch {
-                    failure = "the hook printed an invalid enqueue line: \(error.message)"
+                switch Self.acknowledgedHookEnqueues(process, parent: entryID, factory: factory, stagedSources: stagedSources) {
+                case let .success(entries): followUps = entries
+                case let .failure(problem): failure = problem.message
                 }
             }
         }
@@ -312,6 +307,25 @@ extension Runner {
         }
         summary.deliveryFailures += 1
         delivery.failedIDs.insert(entryID)
+    }
+
+    /// What a hook that exited 0 asks to enqueue, or why its delivery fails instead: stdout
+    /// past the cap (enqueue lines after it would be lost) or an invalid enqueue line.
+    package static func acknowledgedHookEnqueues(
+        _ process: ProcessResult, parent: String, factory: EntryFactory,
+        stagedSources: (String) throws(OutboxError) -> [String: FileIdentity] = { _ in [:] }
+    ) -> Result<[NewEntry], OutboxError> {
+        if process.stdoutTruncated {
+            return .failure(
+                .invalid(
+                    "the hook printed more than \(Units.formatBytes(Int64(hookOutputCap))) on stdout, so its enqueue lines cannot all be read"
+                ))
+        }
+        do {
+            return .success(try hookEnqueues(process.stdout, parent: parent, factory: factory, stagedSources: stagedSources))
+        } catch {
+            return .failure(.invalid("the hook printed an invalid enqueue line: \(error.message)"))
+        }
     }
 
     /// Lines `{"enqueue": {"key", "vars", "id"?, "delay"?}}` printed by a hook; other lines are

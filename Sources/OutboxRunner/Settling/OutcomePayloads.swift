@@ -39,11 +39,11 @@ package enum OutcomePayloads {
                 if result.bodyTruncated {
                     parseError = error(
                         .truncated, "the response is over max_response_bytes (\(maxResponseBytes)); it was not parsed",
-                        status: result.status)
+                        status: result.status, body: result.body)
                 } else {
                     switch parse(result.body, entry.request.response, entry.vars) {
                     case let .success(value): data = value
-                    case let .failure(failure): parseError = error(.unknown, failure.message, status: result.status)
+                    case let .failure(failure): parseError = error(.unknown, failure.message, status: result.status, body: result.body)
                     }
                 }
             }
