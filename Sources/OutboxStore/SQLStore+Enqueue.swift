@@ -102,7 +102,9 @@ extension SQLStore {
             for position in batch.indices {
                 let existing = stored[position]
                 // Only these decisions keep the stored body; every other one needs the new bytes.
-                if let existing, [.resume, .redeliver, .reopen].contains(try decide(existing, batch[position].bodyHash)) {
+                if let existing,
+                    [.resume, .redeliver, .reopen].contains(try decide(existing, for: batch[position], batch[position].bodyHash))
+                {
                     var kept = StagedBody(takenOver: existing)
                     kept.keepsStored = true
                     staged.bodies.append(kept)
@@ -175,6 +177,14 @@ extension SQLStore {
             newBodyHash: newBodyHash)
     }
 
+    /// The decision for `new` itself: a `then` follow-up naming its own entry ("poll again")
+    /// asks for a new send of the same bytes, not for the outcome it answers, whose delivery
+    /// is still to come; so the new entry waits for that delivery, as a changed body would.
+    func decide(_ e: Entry, for new: NewEntry, _ newBodyHash: String) throws(OutboxError) -> SameIdDecision {
+        let decision = try decide(e, newBodyHash)
+        return decision == .redeliver && new.resendsBeforeDelivery ? .replaceAfterDelivery : decision
+    }
+
     /// Headers as stored: the `headers update` patch so far applies to entries enqueued after it.
     func patch(_ stored: inout StoredRequest, _ settings: HeaderSettings, id: String) throws(OutboxError) {
         guard let json = settings.patch else { return }
@@ -232,7 +242,7 @@ extension SQLStore {
         let existing = new.idWasMinted ? nil : try entry(id: new.id)
         // Hashed once: the canonical form of a body is not cheap to build.
         let bodyHash = new.bodyHash
-        let decision = try existing.map { e throws(OutboxError) in try decide(e, bodyHash) } ?? .create
+        let decision = try existing.map { e throws(OutboxError) in try decide(e, for: new, bodyHash) } ?? .create
         let p = new.prepared
         let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
         var staged = staged

@@ -70,4 +70,29 @@ struct FollowUpSameIdTests {
         // Its own parent: the chain names it once, not fifty times.
         #expect(shown["chain"] == .array([.string("e1")]), "\(shown)")
     }
+
+    /// With a hook, the outcome is delivered after the follow-up is applied: the follow-up
+    /// naming its own id must not be taken for the same entry asked again (whose outcome is
+    /// then delivered once more and nothing sent); it is sent again once that delivery ends.
+    @Test func aThenFollowUpOfItsOwnIdWithAHookIsSentAgain() async throws {
+        let poll = """
+            key: poll
+            request:
+              url: "{{ vars.url }}"
+              data: { n: 1 }
+            on_success: hooks/record.sh
+            then:
+              on_success:
+                - key: poll
+                  id: "{{ entry.id }}"
+                  vars: { url: "{{ vars.url }}" }
+            """
+        let p = try Project(definitions: ["poll": poll])
+        let vars = JSON.object([("url", .string(p.url("/post/poll")))]).serialized()
+        #expect(try await p.outbox(["enqueue", "poll", "--vars", vars, "--id", "p1"]).exitCode == 0)
+        try await p.runUntil(until: "three sends") { _ in p.server.requests(path: "/post/poll").count >= 3 }
+        // Each send's outcome went to the hook, each of its own generation, in order.
+        let generations = p.deliveries("p1").compactMap { $0.int("stdin.meta.generation") }
+        #expect(generations.count >= 2 && generations == Array(1...Int64(generations.count)), "\(p.hookLog)")
+    }
 }

@@ -51,6 +51,9 @@ package struct NewEntry: Sendable {
     /// stored entry can have it, so enqueue skips the same-id lookups (the id's UNIQUE
     /// index still refuses a duplicate).
     package var idWasMinted = false
+    /// A `then` follow-up naming the entry whose outcome it answers ("poll again"), applied
+    /// while that outcome's delivery is still to come: a new send once it is delivered.
+    package var resendsBeforeDelivery = false
     /// The hash of the body and the vars text, made by `encode()` where the entry is
     /// rendered (the render threads of a batch) instead of one at a time inside the write
     /// transaction. A change to `vars` or `prepared` drops them. (The stored request's

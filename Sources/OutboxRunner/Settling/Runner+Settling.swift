@@ -216,6 +216,7 @@ extension Runner {
         var made = try factory.make(
             key: key, vars: rendered["vars"] ?? .null, id: id, parent: entry.id, notBefore: notBefore, outcome: outcome,
             movedFiles: try id.map(stagedSources) ?? [:])
+        made.resendsBeforeDelivery = made.id == entry.id
         // Vars rendered from `env` are secrets in the follow-up, as are vars holding a secret
         // var of the parent (down a chain of any length), and so is a header holding one.
         let fromEnvironment = SecretVars.environmentPaths(in: item["vars"] ?? .null)
