@@ -214,6 +214,9 @@ import Testing
         let delivered = p.deliveries("u1")
         #expect(delivered.count == 1)
         #expect(delivered.first?.string("stdin.outcome") == "completed")
+        // Its then lists were not known when it settled: the hook is told none was applied.
+        let unknownChain = delivered.first?.at("stdin.follow_up_errors.0.message")?.stringValue ?? ""
+        #expect(unknownChain.contains("no definition of gone was loaded when the entry settled"), "\(p.hookLog)")
         #expect(try await p.list().isEmpty)
         #expect(p.server.requests.count == 1)
     }

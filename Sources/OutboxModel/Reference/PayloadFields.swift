@@ -65,8 +65,10 @@ package enum PayloadFields {
         PayloadField(
             "follow_up_errors", "a `then` follow-up could not be built or applied",
             "none of the outcome's follow-ups was enqueued; one item per failure"),
-        PayloadField("follow_up_errors.index", "as above", "the follow-up's index in its list"),
-        PayloadField("follow_up_errors.key", "as above", "its key as written"),
+        PayloadField(
+            "follow_up_errors.index", "as above",
+            "the follow-up's index in its list; `null` when no definition of the key was loaded as the entry settled"),
+        PayloadField("follow_up_errors.key", "as above", "its key as written; `null` as the index is"),
         PayloadField("follow_up_errors.message", "as above", "why it could not be built or applied"),
     ]
 

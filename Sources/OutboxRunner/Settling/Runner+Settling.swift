@@ -103,6 +103,13 @@ extension Runner {
         if definition?.then != nil {
             (followUps, failures) = Self.thenFollowUps(
                 definition, entry: entry, outcome: outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
+        } else if definition == nil {
+            // Its `then` lists, if any, are not known: the outcome and the log say they were not
+            // applied, rather than a chain ending without a word once the definition is back.
+            let message =
+                "no definition of \(entry.key) was loaded when the entry settled, so any then follow-ups it has were not enqueued"
+            failures = [(0, message)]
+            payload.set("follow_up_errors", .array([.object([("index", .null), ("key", .null), ("message", .string(message))])]))
         }
         if !failures.isEmpty {
             log(
