@@ -12,11 +12,15 @@ package final class Console: @unchecked Sendable {
     private let readIn: (Int) -> [UInt8]?
     /// Why output written to stdout was lost (a full disk, a closed descriptor), or nil.
     private let lostOutput: () -> String?
+    /// Given a check, a write to a stdout nobody reads stops waiting once the check holds.
+    private let stallBreaker: ((@escaping () -> Bool) -> Void)?
 
     package init(
         out: @escaping (String) -> Void, err: @escaping (String) -> Void, stdinChunks: @escaping (Int) -> [UInt8]?,
-        stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false, lostOutput: @escaping () -> String? = { nil }
+        stdoutIsTerminal: Bool = false, stderrIsTerminal: Bool = false, lostOutput: @escaping () -> String? = { nil },
+        stallBreaker: ((@escaping () -> Bool) -> Void)? = nil
     ) {
+        self.stallBreaker = stallBreaker
         writeOut = out
         writeErr = err
         readIn = stdinChunks
@@ -47,10 +51,18 @@ package final class Console: @unchecked Sendable {
     /// no stdin (its number now holds /dev/null), and reading it fails as EBADF.
     package static func standard(stdinClosed: Bool = false) -> Console {
         // A reader that stopped early (`| head`) is not a failure; anything else losing output is.
-        let failure = Locked<Int32?>(nil)
+        let failure = Locked<String?>(nil)
+        let stall = StdoutStall()
         return Console(
             out: { text in
-                if let code = FileIO.writeAll(1, text), code != EPIPE { failure.withLock { $0 = $0 ?? code } }
+                // A stalled reader holds a write no longer than the run goes on; then the rest is dropped.
+                let code = stall.stalled ? ETIMEDOUT : stall.giveUp.map { FileIO.writeAll(1, text, until: $0) } ?? FileIO.writeAll(1, text)
+                if code == ETIMEDOUT {
+                    stall.stalled = true
+                    failure.withLock { $0 = $0 ?? "its reader stopped reading, and the run was asked to stop" }
+                } else if let code, code != EPIPE {
+                    failure.withLock { $0 = $0 ?? Errno(code: code).description }
+                }
             },
             err: { text in FileIO.writeAll(2, text) },
             stdinChunks: { n in
@@ -61,8 +73,13 @@ package final class Console: @unchecked Sendable {
                 return LineReader.readChunk(fd: 0, n)
             },
             stdoutIsTerminal: isatty(1) == 1, stderrIsTerminal: isatty(2) == 1,
-            lostOutput: { failure.withLock { $0 }.map { Errno(code: $0).description } })
+            lostOutput: { failure.withLock { $0 } },
+            stallBreaker: { stall.giveUp = $0 })
     }
+
+    /// From now on a write to stdout that finds no room waits only until `giveUp` holds (a
+    /// stop request, the end of --max-time); then it and later ones are dropped, and lost.
+    package func stopWaitingForStdout(when giveUp: @escaping () -> Bool) { stallBreaker?(giveUp) }
 
     package func out(_ line: String) { writeOut(line + "\n") }
     /// Writes text as is (for streaming a large document in pieces).
@@ -89,7 +106,39 @@ package final class Console: @unchecked Sendable {
     }
 }
 
+/// Whether a write to stdout may stop waiting for its reader, and whether one did.
+private final class StdoutStall: @unchecked Sendable {
+    var giveUp: (() -> Bool)?
+    var stalled = false
+}
+
 enum FileIO {
+    /// Writes all of `text` without blocking for longer than 100 ms at a time: it waits for
+    /// room (a pipe whose reader is slow) until `giveUp` holds. The errno of a write that
+    /// failed, ETIMEDOUT when it gave up, or nil.
+    static func writeAll(_ fd: Int32, _ text: String, until giveUp: () -> Bool) -> Int32? {
+        var bytes = Array(text.utf8)
+        var offset = 0
+        while offset < bytes.count {
+            var ready = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+            let n = poll(&ready, 1, 100)
+            if n < 0 && errno != EINTR { return errno }
+            if n <= 0 {
+                if giveUp() { return ETIMEDOUT }
+                continue
+            }
+            // Room for PIPE_BUF bytes at least: a write of that much does not block.
+            let slice = min(bytes.count - offset, Int(PIPE_BUF))
+            let written = bytes.withUnsafeMutableBytes { write(fd, $0.baseAddress! + offset, slice) }
+            if written < 0 {
+                if errno == EINTR || errno == EAGAIN { continue }
+                return errno
+            }
+            offset += written
+        }
+        return nil
+    }
+
     /// Writes all of `text`; the errno of a write that failed, or nil.
     @discardableResult
     static func writeAll(_ fd: Int32, _ text: String) -> Int32? {

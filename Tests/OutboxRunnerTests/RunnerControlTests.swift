@@ -420,6 +420,37 @@ import Testing
         #expect(states.last?.int("attempts") == 2)
     }
 
+    /// A reader of `--events -` that stops reading holds the runner only until it is asked to
+    /// stop (here by --max-time): the run then ends, says what it lost, and exits E_STORAGE.
+    @Test func aStalledEventsReaderDoesNotOutlastMaxTime() async throws {
+        let p = try Project(definitions: ["t": definition("t", hooks: false)])
+        // Far more event lines than a pipe holds (64 KiB).
+        let lines = (0..<300).map { n in
+            JSON.object([("vars", .object([("url", .string(p.url("/status/200?\(n)"))), ("tag", .string("a"))]))]).serialized()
+        }
+        _ = try p.write("lines.jsonl", lines.joined(separator: "\n") + "\n")
+        #expect(try await p.outbox(["enqueue", "t", "--from", "lines.jsonl"]).exitCode == 0)
+        let fifo = p.path("events.fifo")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        // Held open and never read: the runner's writes find the pipe full.
+        let held = open(fifo, O_RDWR | O_CLOEXEC)
+        #expect(held >= 0)
+        defer { close(held) }
+        let (executable, root, environment) = (p.executable, p.root, p.processEnvironment())
+        let run = try await offload {
+            try runProcess(
+                "/bin/sh", ["-c", "exec \"$0\" run --events - --max-time 2s > events.fifo", executable], cwd: root,
+                environment: environment)
+        }
+        #expect(!run.timedOut, "\(run)")
+        #expect(run.exitCode == 74, "\(run)")
+        #expect(run.stderr.contains("what it wrote to stdout was lost: its reader stopped reading"), "\(run.stderr)")
+        // Nothing of the queue is lost: what was not sent waits for the next run.
+        #expect(try await p.outbox(["audit"]).exitCode == 0)
+        try await p.drain()
+        #expect(Set(p.server.requests.map(\.path)).count == 300)
+    }
+
     @Test func jsonSummaryWithDrain() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         p.server.script("/five-then-ok", [.status(500), .json(200, "{}")])
