@@ -281,6 +281,8 @@ package final class Runner {
             let now = Identifiers.nowMs()
             let mono = Identifiers.monotonicMs()
             options.notifier?.pingIfDue(monotonicMs: mono)
+            // Tests hold here with a hook's exit seen and not yet acknowledged, and stop the runner.
+            if !delivery.finished.isEmpty { Fault.hold("run.hook-finished") }
             let wasStopping = shutdown.isStopping
             defer { if !wasStopping && shutdown.isStopping { options.notifier?.send("STOPPING=1") } }
             for action in shutdown.step(now: mono, stopRequests: options.stopRequests()) {
@@ -291,6 +293,8 @@ package final class Runner {
                 }
             }
             if shutdown.mayExit(transfersInFlight: !flights.byToken.isEmpty, hooksRunning: !delivery.hooksRunning.isEmpty) {
+                // A hook that exited 0 by now is acknowledged, not delivered again by the next run.
+                try acknowledgeFinished(now: now)
                 try flush(now: now)
                 break
             }

@@ -94,6 +94,42 @@ import Testing
         #expect(outcomes.first?["reason"] == .string("the hook was still running at the end of the grace and was stopped"))
     }
 
+    /// A hook that exited 0 before the runner stops at once (a second signal) is
+    /// acknowledged: the next run does not deliver its outcome again. The runner is held with
+    /// the hook's exit seen while both stop requests reach it.
+    @Test func aHookThatExitedBeforeAStopNowIsAcknowledged() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "h1")
+        let go = p.path("go")
+        let runner = try p.start(["run"], environment: ["OUTBOX_FAULT_HOLD": "run.hook-finished:" + go])
+        await eventually("the runner held with the hook's exit seen") { p.exists("go.reached") }
+        for stop in [SIGTERM, SIGINT] {
+            runner.signal(stop)
+            // Taken by the runner's handler: no longer pending for the process.
+            await eventually("the stop request taken") { !Self.signalPending(runner.pid) }
+        }
+        p.touch("go")
+        let stopped = await runner.wait()
+        #expect(stopped.exitCode == 0 && !stopped.timedOut, "\(stopped)")
+        #expect(p.deliveries("h1").count == 1)
+        try await p.drain()
+        #expect(p.deliveries("h1").count == 1, "delivered once: \(p.hookLog)")
+        #expect(try await p.list().isEmpty)
+    }
+
+    /// Whether a signal waits for `pid` (any of its threads, or the process as a whole).
+    static func signalPending(_ pid: Int32) -> Bool {
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        let files = ["/proc/\(pid)/status"] + tasks.map { "/proc/\(pid)/task/\($0)/status" }
+        return files.contains { file in
+            let text = (try? String(contentsOfFile: file, encoding: .utf8)) ?? ""
+            return text.split(separator: "\n").contains { line in
+                (line.hasPrefix("SigPnd:") || line.hasPrefix("ShdPnd:"))
+                    && line.dropFirst(7).contains { $0 != "0" && $0.isHexDigit }
+            }
+        }
+    }
+
     @Test func sigtermLetsTheAttemptInFlightFinishAndLeavesTheRestQueued() async throws {
         let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/hold/a", id: "a")
