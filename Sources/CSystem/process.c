@@ -6,7 +6,6 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,45 +210,4 @@ void csystem_proc_eventfd_drain(int fd) {
     uint64_t count;
     ssize_t ignored = read(fd, &count, sizeof count);
     (void)ignored;
-}
-
-#define GUARDED_MAX 16
-static _Atomic int guarded_groups[GUARDED_MAX];
-
-static void end_with_guarded_groups(int sig) {
-    for (int i = 0; i < GUARDED_MAX; i++) {
-        int pgid = atomic_load(&guarded_groups[i]);
-        if (pgid > 1) killpg(pgid, SIGKILL);
-    }
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-void csystem_guard_install(void) {
-    static const int ending[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
-    for (size_t i = 0; i < sizeof ending / sizeof ending[0]; i++) {
-        struct sigaction now;
-        /* A signal the parent set to be ignored (a background job's SIGINT) stays ignored. */
-        if (sigaction(ending[i], NULL, &now) != 0 || now.sa_handler == SIG_IGN) continue;
-        struct sigaction action;
-        memset(&action, 0, sizeof action);
-        action.sa_handler = end_with_guarded_groups;
-        sigemptyset(&action.sa_mask);
-        sigaction(ending[i], &action, NULL);
-    }
-}
-
-int csystem_guard_add(int pgid) {
-    for (int i = 0; i < GUARDED_MAX; i++) {
-        int empty = 0;
-        if (atomic_compare_exchange_strong(&guarded_groups[i], &empty, pgid)) return 1;
-    }
-    return 0;
-}
-
-void csystem_guard_remove(int pgid) {
-    for (int i = 0; i < GUARDED_MAX; i++) {
-        int expected = pgid;
-        if (atomic_compare_exchange_strong(&guarded_groups[i], &expected, 0)) return;
-    }
 }

@@ -16,9 +16,6 @@ package enum ProcessRunner {
     /// never the Swift cooperative pool).
     package static func run(_ spec: ProcessSpec) throws(ProcessSpawnError) -> ProcessResult {
         let started = try start(spec)
-        // Killed with this process when a signal ends it (in a command other than `run`).
-        _ = csystem_guard_add(started.pid)
-        defer { csystem_guard_remove(started.pid) }
         spec.onStart?(started.pid, started.startTime)
         return finish(started)
     }

@@ -88,16 +88,6 @@ void csystem_proc_close(int fd);
 /* Milliseconds of CLOCK_MONOTONIC (never jumps with the wall clock). */
 int64_t csystem_proc_now_ms(void);
 
-/* For commands other than `run`: SIGTERM, SIGINT, SIGHUP and SIGQUIT (where not ignored)
-   first kill the process groups of the plugins being waited for (groups of their own, which
-   a terminal's Ctrl-C never reaches), then end the process as the signal would have.
-   `run` replaces the handlers of the first three with its own. Call once from main. */
-void csystem_guard_install(void);
-/* A plugin's process group to kill with the process (up to 16 at once; 0 when full) and its
-   removal once it is reaped. */
-int csystem_guard_add(int pgid);
-void csystem_guard_remove(int pgid);
-
 /* signal(SIGPIPE, SIG_IGN) for the whole process; call once from main. */
 void csystem_proc_ignore_sigpipe(void);
 
