@@ -213,16 +213,18 @@ struct ControlCommandTests {
 
 /// A plugin's answer is data: what it prints is sent as it is, never rendered again.
 struct PluginAnswerTests {
-    @Test func aRequestCommandsAnswerIsNeverRenderedAgain() throws {
+    /// A project whose key `cmd` has a request_command printing `answer`.
+    static func project(answering answer: String) throws -> CLIProject {
         let p = try CLIProject()
-        _ = try p.write(
-            "plugins/describe.sh",
-            """
-            #!/bin/sh
-            cat > /dev/null
-            printf '%s' '{"method": "POST", "url": "https://x.example/a", "headers": {"X-T": "{{ env.SECRET }}"}, "text": "v={{ vars.n }}"}'
-            """, mode: 0o755)
+        _ = try p.write("plugins/describe.sh", "#!/bin/sh\ncat > /dev/null\nprintf '%s' '\(answer)'\n", mode: 0o755)
         _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/describe.sh]\n")
+        return p
+    }
+
+    @Test func aRequestCommandsAnswerIsNeverRenderedAgain() throws {
+        let p = try Self.project(
+            answering:
+                #"{"method": "POST", "url": "https://x.example/a", "headers": {"X-T": "{{ env.SECRET }}"}, "text": "v={{ vars.n }}"}"#)
         p.environment["SECRET"] = "hunter2"
         let r = p.run("enqueue", "cmd", "--vars", #"{"n": 1}"#, "--id", "c1")
         #expect(r.status == 0, "\(r)")
@@ -233,15 +235,7 @@ struct PluginAnswerTests {
     }
 
     @Test func aTagInAnAnswersURLIsRefusedNotRendered() throws {
-        let p = try CLIProject()
-        _ = try p.write(
-            "plugins/describe.sh",
-            """
-            #!/bin/sh
-            cat > /dev/null
-            printf '%s' '{"method": "POST", "url": "https://x.example/a?q={{ env.SECRET }}"}'
-            """, mode: 0o755)
-        _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/describe.sh]\n")
+        let p = try Self.project(answering: #"{"method": "POST", "url": "https://x.example/a?q={{ env.SECRET }}"}"#)
         p.environment["SECRET"] = "hunter2"
         let r = p.run("enqueue", "cmd", "--id", "c1")
         #expect(r.status == 65, "\(r)")
@@ -251,15 +245,8 @@ struct PluginAnswerTests {
     }
 
     @Test func anAnswersHeaderGivenTwiceInAnyCaseIsRefused() throws {
-        let p = try CLIProject()
-        _ = try p.write(
-            "plugins/describe.sh",
-            """
-            #!/bin/sh
-            cat > /dev/null
-            printf '%s' '{"method": "POST", "url": "https://x.example/a", "headers": {"X-Tenant": "alpha", "x-tenant": "beta"}}'
-            """, mode: 0o755)
-        _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/describe.sh]\n")
+        let p = try Self.project(
+            answering: #"{"method": "POST", "url": "https://x.example/a", "headers": {"X-Tenant": "alpha", "x-tenant": "beta"}}"#)
         let r = p.run("enqueue", "cmd", "--id", "c1")
         #expect(r.status == 65, "\(r)")
         #expect(r.err.contains("request.headers: header x-tenant is given twice"), "\(r.err)")
