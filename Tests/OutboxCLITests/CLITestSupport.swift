@@ -53,13 +53,7 @@ extension TestProject {
     /// execs, which a loaded machine can delay: the command then finds the lock taken (an
     /// audit says so and skips the staged files, a runner's clean-up skips them silently).
     func runOnceTheStagingLockIsFree(_ arguments: [String], until done: (CommandResult) -> Bool) -> CommandResult {
-        let deadline = Date().addingTimeInterval(30 * testTimeScale)
-        var result = run(arguments)
-        while !done(result) && Date() < deadline {
-            usleep(10_000)
-            result = run(arguments)
-        }
-        return result
+        retried({ run(arguments) }, until: done)
     }
 }
 

@@ -1,10 +1,6 @@
 import Foundation
 import Testing
 
-/// Polls `condition` every 10 ms until it holds; after `timeout` seconds records an issue
-/// naming `what` and returns false. Waiting is never an assertion on speed: the deadline is
-/// generous, and the condition is checked once more after it (a starved caller still sees
-/// the truth).
 /// How much longer than usual every test deadline is: `OUTBOX_TEST_TIME_SCALE` (1 when
 /// unset), set by the sanitizer runs of `.ci/extended`, where everything runs many times slower.
 package let testTimeScale: Double = {
@@ -12,6 +8,10 @@ package let testTimeScale: Double = {
     return max(1, value)
 }()
 
+/// Polls `condition` every 10 ms until it holds; after `timeout` seconds records an issue
+/// naming `what` and returns false. Waiting is never an assertion on speed: the deadline is
+/// generous, and the condition is checked once more after it (a starved caller still sees
+/// the truth).
 @discardableResult
 package func eventually(
     _ what: @autoclosure () -> String = "the condition", timeout: Double = 30,
@@ -27,6 +27,20 @@ package func eventually(
     if try await condition() { return true }
     Issue.record("timed out after \(Int(timeout)) s waiting for \(what())", sourceLocation: sourceLocation)
     return false
+}
+
+/// `eventually` for synchronous tests: runs `attempt` again, 10 ms apart, until `done` holds
+/// of its result or `timeout` seconds pass, and returns the last result (the test asserts on
+/// it). For a state another process holds for a moment, such as a lock a freshly forked
+/// child still has until it closes its descriptors.
+package func retried<T>(timeout: Double = 30, _ attempt: () throws -> T, until done: (T) -> Bool) rethrows -> T {
+    let deadline = Date().addingTimeInterval(timeout * testTimeScale)
+    var result = try attempt()
+    while !done(result) && Date() < deadline {
+        usleep(10_000)
+        result = try attempt()
+    }
+    return result
 }
 
 /// Runs blocking or CPU-heavy work (hashing a GiB, waiting on a child) on a thread of its own.

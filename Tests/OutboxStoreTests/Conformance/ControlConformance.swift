@@ -1,6 +1,7 @@
 import Foundation
 import OutboxModel
 @testable import OutboxStore
+import TestSupport
 import Testing
 
 extension StoreConformance {
@@ -176,14 +177,13 @@ extension StoreConformance {
         /// child another test forks meanwhile holds it from its fork until it closes its
         /// descriptors or execs, which a loaded machine can delay: the lock is taken until then.
         static func onceReleased(_ take: () throws -> RunnerLock) throws -> RunnerLock {
-            let deadline = Date().addingTimeInterval(10)
-            while true {
-                do {
-                    return try take()
-                } catch let error as OutboxError where error.code == .running && Date() < deadline {
-                    usleep(2_000)
+            try retried(
+                { Result { try take() } },
+                until: { result in
+                    guard case let .failure(error as OutboxError) = result else { return true }
+                    return error.code != .running
                 }
-            }
+            ).get()
         }
 
         // A store several runners share admits each of them, and says so.
