@@ -52,19 +52,19 @@ package final class Console: @unchecked Sendable {
     package static func standard(stdinClosed: Bool = false) -> Console {
         // A reader that stopped early (`| head`) is not a failure; anything else losing output is.
         let failure = Locked<String?>(nil)
-        let stall = StdoutStall()
+        let stall = OutputStall()
         return Console(
             out: { text in
                 // A stalled reader holds a write no longer than the run goes on; then the rest is dropped.
-                let code = stall.stalled ? ETIMEDOUT : stall.giveUp.map { FileIO.writeAll(1, text, until: $0) } ?? FileIO.writeAll(1, text)
+                let code = stall.write(text, to: 1)
                 if code == ETIMEDOUT {
-                    stall.stalled = true
                     failure.withLock { $0 = $0 ?? "its reader stopped reading, and the run was asked to stop" }
                 } else if let code, code != EPIPE {
                     failure.withLock { $0 = $0 ?? Errno(code: code).description }
                 }
             },
-            err: { text in FileIO.writeAll(2, text) },
+            // The log's reader may stall too (`2> >(...)`): its lines are dropped the same way.
+            err: { text in _ = stall.write(text, to: 2) },
             stdinChunks: { n in
                 if stdinClosed {
                     errno = EBADF
@@ -74,12 +74,13 @@ package final class Console: @unchecked Sendable {
             },
             stdoutIsTerminal: isatty(1) == 1, stderrIsTerminal: isatty(2) == 1,
             lostOutput: { failure.withLock { $0 } },
-            stallBreaker: { stall.giveUp = $0 })
+            stallBreaker: { giveUp in stall.setGiveUp(giveUp) })
     }
 
-    /// From now on a write to stdout that finds no room waits only until `giveUp` holds (a
-    /// stop request, the end of --max-time); then it and later ones are dropped, and lost.
-    package func stopWaitingForStdout(when giveUp: @escaping () -> Bool) { stallBreaker?(giveUp) }
+    /// From now on a write to stdout or stderr that finds no room waits only until `giveUp`
+    /// holds (a stop request, the end of --max-time); then it and later ones to that stream
+    /// are dropped, and lost.
+    package func stopWaitingForOutput(when giveUp: @escaping () -> Bool) { stallBreaker?(giveUp) }
 
     package func out(_ line: String) { writeOut(line + "\n") }
     /// Writes text as is (for streaming a large document in pieces).
@@ -106,10 +107,21 @@ package final class Console: @unchecked Sendable {
     }
 }
 
-/// Whether a write to stdout may stop waiting for its reader, and whether one did.
-private final class StdoutStall: @unchecked Sendable {
-    var giveUp: (() -> Bool)?
-    var stalled = false
+/// Whether a write to stdout or stderr may stop waiting for its reader, and which stream's did.
+private final class OutputStall: Sendable {
+    private let state = Locked<(giveUp: (() -> Bool)?, stalled: Set<Int32>)>((nil, []))
+
+    func setGiveUp(_ giveUp: @escaping () -> Bool) { state.withLock { $0.giveUp = giveUp } }
+
+    /// Writes to fd 1 or 2; ETIMEDOUT once that stream's reader stalled past `giveUp`.
+    func write(_ text: String, to fd: Int32) -> Int32? {
+        let (giveUp, stalled) = state.withLock { ($0.giveUp, $0.stalled.contains(fd)) }
+        if stalled { return ETIMEDOUT }
+        guard let giveUp else { return FileIO.writeAll(fd, text) }
+        let code = FileIO.writeAll(fd, text, until: giveUp)
+        if code == ETIMEDOUT { state.withLock { _ = $0.stalled.insert(fd) } }
+        return code
+    }
 }
 
 enum FileIO {

@@ -102,12 +102,10 @@ enum RunCommand {
         // Under systemd: ready once the store is ours (and the metrics address, if asked).
         options.notifier = SystemdNotifier(environment: i.environment)
         options.notifier?.send("READY=1\nMAINPID=\(getpid())")
-        if events != nil {
-            // A reader of `--events -` that stops reading holds the runner only until a stop.
-            let stopRequests = options.stopRequests
-            let stopAt = options.maxTimeMs.map { Identifiers.monotonicMs() + $0 }
-            console.stopWaitingForStdout { stopRequests() > 0 || stopAt.map { Identifiers.monotonicMs() >= $0 } ?? false }
-        }
+        // A reader of `--events -` or of the log that stops reading holds the runner only until a stop.
+        let stopRequests = options.stopRequests
+        let stopAt = options.maxTimeMs.map { Identifiers.monotonicMs() + $0 }
+        console.stopWaitingForOutput { stopRequests() > 0 || stopAt.map { Identifiers.monotonicMs() >= $0 } ?? false }
         let sink = EventSink(
             console: events != nil ? console : nil, command: config.eventsCommand, config: config,
             environment: i.environment, log: { logger.log(.warn, $0) })

@@ -67,6 +67,9 @@ package enum Plugin {
         } catch {
             throw .invalid("\(name) could not start: \(error.message)")
         }
+        if result.abandoned {
+            throw .invalid("\(name) was stopped: the run was asked to stop at once")
+        }
         if result.stdoutTruncated {
             throw .invalid("\(name) printed more than \(Units.formatBytes(Int64(spec.outputCap))) and was stopped")
         }

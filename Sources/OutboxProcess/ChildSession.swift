@@ -61,6 +61,8 @@ struct ChildSession {
     var timedOut = false
     /// Stopped because stdout passed its cap (`stopWhenStdoutOverflows`).
     var stoppedForOutput = false
+    /// Killed because the waiting thread must stop at once (`Heartbeat.abandon`).
+    var abandoned = false
     var exitStatus: Int32?
     var signal: Int32?
     var exited = false
@@ -100,14 +102,20 @@ struct ChildSession {
                 now = csystem_proc_now_ms()
                 beatAt = now + heartbeat.everyMs
             }
+            if let abandon = heartbeat?.abandon, !abandoned, !exited, abandon() {
+                // No grace: the caller stops at once, and what it waited for is not used.
+                abandoned = true
+                signalGroup(SIGKILL)
+            }
             advance(now: now, buffer: buffer)
             if finished { break }
             fds.removeAll(keepingCapacity: true)
             let slots = appendPollFDs(to: &fds)
             var timeout = pollTimeout(now: now)
-            if heartbeat != nil {
-                let untilBeat = Int32(clamping: max(0, beatAt - now))
-                timeout = timeout < 0 ? untilBeat : min(timeout, untilBeat)
+            if let heartbeat {
+                var untilBeat = max(0, beatAt - now)
+                if heartbeat.abandon != nil { untilBeat = min(untilBeat, Heartbeat.abandonCheckMs) }
+                timeout = timeout < 0 ? Int32(clamping: untilBeat) : min(timeout, Int32(clamping: untilBeat))
             }
             let ready = fds.withUnsafeMutableBufferPointer {
                 csystem_proc_poll($0.baseAddress, UInt($0.count), timeout)
@@ -208,10 +216,12 @@ struct ChildSession {
     }
 
     var result: ProcessResult {
-        ProcessResult(
+        var result = ProcessResult(
             pid: pid, exitStatus: exitStatus, signal: signal, timedOut: timedOut,
             stdout: stdout.bytes, stdoutTruncated: stdout.truncated,
             stderr: stderr.bytes, stderrTruncated: stderr.truncated)
+        result.abandoned = abandoned
+        return result
     }
 
     mutating func fireTimers(now: Int64) {
@@ -262,7 +272,7 @@ struct ChildSession {
 
     /// waitpid on this pid only (`waitpid(-1)` would steal other children). True once reaped.
     mutating func reap(blocking: Bool) -> Bool {
-        if (timedOut || stoppedForOutput) && blocking {
+        if (timedOut || stoppedForOutput || abandoned) && blocking {
             // Finish off group members that ignored SIGTERM while the zombie leader still
             // pins the group id.
             _ = csystem_proc_killpg(pid, SIGKILL)

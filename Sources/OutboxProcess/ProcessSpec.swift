@@ -73,16 +73,23 @@ package struct ProcessSpec: Sendable {
 }
 
 /// Work a thread keeps doing while it waits for a process it runs (the runner renews its
-/// leases while a plugin runs). It beats only on the thread that made it: a spec passed to
-/// another thread waits without it.
+/// leases while a plugin runs, and stops the plugin when it is told to stop at once). It
+/// beats only on the thread that made it: a spec passed to another thread waits without it.
 package struct Heartbeat: @unchecked Sendable {
     let everyMs: Int64
     let beat: () -> Void
+    /// Asked at least every `abandonCheckMs`: true kills the process's group and ends the
+    /// wait (its result says `abandoned`).
+    let abandon: (() -> Bool)?
     private let owner = pthread_self()
 
-    package init(everyMs: Int64, beat: @escaping () -> Void) {
+    /// How often `abandon` is asked while a process runs.
+    static let abandonCheckMs: Int64 = 100
+
+    package init(everyMs: Int64, abandon: (() -> Bool)? = nil, beat: @escaping () -> Void) {
         self.everyMs = max(1, everyMs)
         self.beat = beat
+        self.abandon = abandon
     }
 
     var isOnOwnerThread: Bool { pthread_equal(owner, pthread_self()) != 0 }
@@ -106,6 +113,9 @@ package struct ProcessResult: Sendable {
     package var stderr: [UInt8]
     /// True when stderr had more than `outputCap` bytes.
     package var stderrTruncated: Bool
+
+    /// True when the waiting thread gave up on it (`Heartbeat.abandon`) and killed its group.
+    package var abandoned = false
 
     /// True when the process exited with status 0.
     package var succeeded: Bool { exitStatus == 0 }

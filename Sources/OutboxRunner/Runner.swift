@@ -89,6 +89,10 @@ package final class Runner {
     /// What that limit leaves for transfers and cached connections.
     var openFiles: OpenFilesBudget
 
+    /// Running, draining or aborting: stepped each turn, and while a plugin runs.
+    var shutdown: Shutdown
+    /// Plugins killed because the run had to stop at once (`pluginMustStop`).
+    var pluginsAbandoned = 0
     var summary = RunSummary()
     var progressDisplay: ProgressDisplay?
     var progressGate = ProgressGate()
@@ -107,6 +111,7 @@ package final class Runner {
         self.options = options
         self.emit = emit
         self.logger = logger
+        shutdown = Shutdown(startedAt: Identifiers.monotonicMs(), graceMs: options.graceMs, maxTimeMs: options.maxTimeMs)
         lease = Lease(owner: "pid-\(getpid())-\(Identifiers.uuid().prefix(8))", durationMs: config.leaseMs)
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         hostHealth = HostHealth(holdAfter: config.hostHoldAfter)
@@ -115,6 +120,19 @@ package final class Runner {
         factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: cwd)
         // Its factory renders an unset variable as no account: it cannot fail.
         account = (try? factory.account()) ?? nil
+    }
+
+    /// Moves the shutdown on with the clock and the stop requests, and does what it says.
+    func stepShutdown(mono: Int64 = Identifiers.monotonicMs()) {
+        let wasStopping = shutdown.isStopping
+        for action in shutdown.step(now: mono, stopRequests: options.stopRequests()) {
+            switch action {
+            case let .log(line): log(line)
+            case .abortStandby: for transferID in flights.standby.keys { http?.withdraw(transferID) }
+            case .abortInFlight: for flight in flights.byToken.values { http?.cancel(flight.transferID) }
+            }
+        }
+        if !wasStopping && shutdown.isStopping { options.notifier?.send("STOPPING=1") }
     }
 
     /// The scheduler's limits from the config. Standby transfers are the curl thread's work
@@ -262,7 +280,7 @@ package final class Runner {
                 totals: { [store] in try? store.pendingTotals() })
         }
 
-        var shutdown = Shutdown(startedAt: started, graceMs: options.graceMs, maxTimeMs: options.maxTimeMs)
+        shutdown = Shutdown(startedAt: started, graceMs: options.graceMs, maxTimeMs: options.maxTimeMs)
         // A drain's horizon is fixed now: retries and delays cannot push it on forever.
         let horizonEnd = Identifiers.nowMs() + options.horizonMs
         if options.drain { drainHorizon = horizonEnd }
@@ -283,15 +301,7 @@ package final class Runner {
             options.notifier?.pingIfDue(monotonicMs: mono)
             // Tests hold here with a hook's exit seen and not yet acknowledged, and stop the runner.
             if !delivery.finished.isEmpty { Fault.hold("run.hook-finished") }
-            let wasStopping = shutdown.isStopping
-            defer { if !wasStopping && shutdown.isStopping { options.notifier?.send("STOPPING=1") } }
-            for action in shutdown.step(now: mono, stopRequests: options.stopRequests()) {
-                switch action {
-                case let .log(line): log(line)
-                case .abortStandby: for transferID in flights.standby.keys { http?.withdraw(transferID) }
-                case .abortInFlight: for flight in flights.byToken.values { http?.cancel(flight.transferID) }
-                }
-            }
+            stepShutdown(mono: mono)
             if shutdown.mayExit(transfersInFlight: !flights.byToken.isEmpty, hooksRunning: !delivery.hooksRunning.isEmpty) {
                 // A hook that exited 0 by now is acknowledged, not delivered again by the next run.
                 try acknowledgeFinished(now: now)

@@ -117,6 +117,37 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A stop at once (a second signal) does not wait for a response parser that runs on:
+    /// the parser's group is killed, the entry is not settled but put back in the queue, and
+    /// the next run sends it again. The parser would run for an hour (`plugins.timeout`).
+    @Test func aSecondStopKillsARunningResponseParserAndRequeuesItsEntry() async throws {
+        let parser = "#!/bin/sh\ncat > /dev/null\necho $$ > hooks/parser.pid\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\necho '{}'\n"
+        let p = try Project(
+            config: fastConfig + "plugins: { timeout: 1h }\n",
+            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")], hooks: ["parse.sh": parser])
+        try await p.enqueue("t", path: "/status/200", id: "p")
+        let runner = try p.start(["run", "--grace", "1h"])
+        await eventually("the parser runs") { (p.read("hooks/parser.pid") ?? "").hasSuffix("\n") }
+        let pid = try #require(Int32((p.read("hooks/parser.pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        let parserProcess = try #require(ObservedProcess(pid))
+        for stop in [SIGTERM, SIGINT] {
+            runner.signal(stop)
+            await eventually("the stop request taken") { !Self.signalPending(runner.pid) }
+        }
+        let stopped = await runner.wait()
+        #expect(stopped.exitCode == 0 && !stopped.timedOut, "\(stopped)")
+        #expect(stopped.stderr.contains("while the response parser of p ran; the plugin was killed"), "\(stopped.stderr)")
+        #expect(parserProcess.hasEnded, "the parser \(pid) still runs")
+        #expect(try await p.states()["p"] == "queued")
+        #expect(p.deliveries("p").isEmpty)
+
+        p.touch("hooks/go")
+        try await p.drain()
+        #expect(p.deliveries("p").map { $0.string("stdin.outcome") } == ["completed"])
+        #expect(p.server.requests(path: "/status/200").count == 2, "sent again: its answer was never settled")
+        #expect(try await p.list().isEmpty)
+    }
+
     /// Whether a signal waits for `pid` (any of its threads, or the process as a whole).
     static func signalPending(_ pid: Int32) -> Bool {
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
@@ -485,6 +516,33 @@ import Testing
         #expect(try await p.outbox(["audit"]).exitCode == 0)
         try await p.drain()
         #expect(Set(p.server.requests.map(\.path)).count == 300)
+    }
+
+    /// The log's reader may stall too: a run whose stderr nobody reads still ends at its
+    /// --max-time, dropping the log lines that find no room, and its hooks' outcomes stay
+    /// acknowledged. Each hook prints 80 KB to stderr, more than a pipe holds.
+    @Test func aStalledLogReaderDoesNotOutlastMaxTime() async throws {
+        let hook =
+            "#!/bin/sh\ncat > /dev/null\ni=0\nwhile [ $i -lt 20 ]; do head -c 4000 /dev/zero | tr '\\0' x >&2; echo >&2; i=$((i+1)); done\n"
+        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/loud.sh", hooks: false)], hooks: ["loud.sh": hook])
+        for n in 0..<3 { try await p.enqueue("t", path: "/status/200?\(n)", id: "e\(n)") }
+        let fifo = p.path("log.fifo")
+        #expect(mkfifo(fifo, 0o600) == 0)
+        // Held open and never read: the runner's log writes find the pipe full.
+        let held = open(fifo, O_RDWR | O_CLOEXEC)
+        #expect(held >= 0)
+        defer { close(held) }
+        let (executable, root, environment) = (p.executable, p.root, p.processEnvironment())
+        let run = try await offload {
+            try runProcess(
+                "/bin/sh", ["-c", "exec \"$0\" run --max-time 2s 2> log.fifo", executable], cwd: root, environment: environment)
+        }
+        #expect(!run.timedOut, "\(run)")
+        #expect(run.exitCode == 0, "\(run)")
+        #expect(try await p.outbox(["audit"]).exitCode == 0)
+        try await p.drain()
+        #expect(try await p.list().isEmpty)
+        #expect(p.server.requests.count == 3, "each sent once")
     }
 
     @Test func jsonSummaryWithDrain() async throws {

@@ -81,13 +81,27 @@ extension Runner {
     var leasesRanOut: Bool { Identifiers.monotonicMs() - leasesRenewedAt >= lease.durationMs }
 
     /// What the control thread keeps doing while it waits for a plugin (a response parser, a
-    /// Wi-Fi check, an auth refresh, a follow-up's headers command): renewing its leases, so
-    /// that a plugin slower than the lease does not hand this runner's entries to another
-    /// runner. Nothing else is touched mid-turn: lost entries are stopped at the next turn.
-    /// Nil on a store with one runner. Made on the control thread, it beats only there.
-    func pluginHeartbeat() -> Heartbeat? {
-        guard store.sharesRunners else { return nil }
-        return Heartbeat(everyMs: max(lease.durationMs / 6, 1)) { [unowned self] in _ = try? renewLeasesIfDue() }
+    /// Wi-Fi check, an auth refresh, a follow-up's headers command): renewing its leases on a
+    /// shared store, so that a plugin slower than the lease does not hand this runner's entries
+    /// to another runner, and heeding stop requests, so that a stop that must take effect at once
+    /// does not wait for the plugin. Nothing else is touched mid-turn: lost entries are stopped
+    /// at the next turn. Made on the control thread, it beats only there.
+    func pluginHeartbeat() -> Heartbeat {
+        let renews = store.sharesRunners
+        return Heartbeat(
+            everyMs: renews ? max(lease.durationMs / 6, 1) : Int64(Int32.max),
+            abandon: { [unowned self] in pluginMustStop() },
+            beat: { [unowned self] in if renews { _ = try? renewLeasesIfDue() } })
+    }
+
+    /// Whether the plugin this thread waits for must be killed now: the run is stopping at
+    /// once (a second signal, or the grace is over). What the plugin was for is not settled:
+    /// `settle` keeps the entry, and the run's end puts it back in the queue.
+    func pluginMustStop() -> Bool {
+        stepShutdown()
+        guard shutdown.phase == .aborting else { return false }
+        pluginsAbandoned += 1
+        return true
     }
 
     /// Stops an entry whose claim is gone: its transfers or parts are aborted and their

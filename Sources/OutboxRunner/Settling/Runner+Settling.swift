@@ -22,10 +22,15 @@ extension Runner {
     func settleSuccess(
         _ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String, s3Parts: [StoredPart]? = nil, skipped: Bool = false
     ) {
+        let abandoned = pluginsAbandoned
         var built = OutcomePayloads.success(
             entry, result: result, parts: parts, attempts: attempts(of: entry), requestID: requestID, at: Identifiers.nowMs(),
             maxResponseBytes: config.maxResponseBytes,
             parse: { Runner.parse($0, mode: $1, vars: $2, config: config, environment: environment, heartbeat: pluginHeartbeat()) })
+        if pluginsAbandoned != abandoned {
+            keepUnsettled(entry, plugin: "response parser")
+            return
+        }
         if entry.request.s3 != nil {
             built.payload.set("s3", Self.s3Outcome(entry, result: result, parts: s3Parts, skipped: skipped))
         }
@@ -89,8 +94,6 @@ extension Runner {
     }
 
     func settle(_ entry: Entry, payload: JSON, outcome: Outcome, state: EntryState, reason: String?) {
-        flights.running[entry.id] = nil
-        if outcome == .error { abortS3Upload(entry) }
         let definition = definitions.definitions[entry.key]
         let hook = outcome == .completed ? definition?.onSuccess : definition?.onError
         // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.
@@ -101,8 +104,13 @@ extension Runner {
         var failures: [(index: Int, message: String)] = []
         // Most definitions chain nothing: spared the copy of the factory a call would make.
         if definition?.then != nil {
+            let abandoned = pluginsAbandoned
             (followUps, failures) = Self.thenFollowUps(
                 definition, entry: entry, outcome: outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
+            if pluginsAbandoned != abandoned {
+                keepUnsettled(entry, plugin: "follow-up's plugin")
+                return
+            }
         } else if definition == nil {
             // Its `then` lists, if any, are not known: the outcome and the log say they were not
             // applied, rather than a chain ending without a word once the definition is back.
@@ -111,6 +119,8 @@ extension Runner {
             failures = [(0, message)]
             payload.set("follow_up_errors", .array([.object([("index", .null), ("key", .null), ("message", .string(message))])]))
         }
+        flights.running[entry.id] = nil
+        if outcome == .error { abortS3Upload(entry) }
         if !failures.isEmpty {
             log(
                 "outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.map(\.message).joined(separator: "; "))",
@@ -122,6 +132,15 @@ extension Runner {
         settlement.snapshot = entry
         changes.append(.settle(settlement))
         pendingSettles.append((entry, state, reason))
+    }
+
+    /// An entry whose settle needed a plugin that a stop at once killed: not settled, it stays
+    /// held, and the run's end puts it back in the queue to be sent again.
+    func keepUnsettled(_ entry: Entry, plugin: String) {
+        flights.running[entry.id] = entry
+        log(
+            "outbox: the run stopped at once while the \(plugin) of \(entry.id) ran; the plugin was killed and the entry goes back to the queue",
+            level: .warn, fields: [("id", .string(entry.id))])
     }
 
     /// Reports this turn's settles once the store applied them; one that another process's
