@@ -36,8 +36,8 @@ let package = Package(
         .target(name: "CDigest", path: "Sources/CDigest", cSettings: [.unsafeFlags(["-O2"])]),
         .target(name: "Digest", dependencies: ["CDigest"], swiftSettings: lean + [.unsafeFlags(["-O"])]),
         .target(name: "YAML", dependencies: ["CYAML"], swiftSettings: lean),
-        .target(name: "OutboxModel", dependencies: ["YAML", "Digest", "CSystem"], swiftSettings: lean),
         .target(name: "OutboxProcess", dependencies: ["CSystem"], swiftSettings: lean),
+        .target(name: "OutboxModel", dependencies: ["YAML", "Digest", "CSystem", "OutboxProcess"], swiftSettings: lean),
         .target(name: "OutboxStore", dependencies: ["OutboxModel", "CSQLite", "CLibPQ", "CSystem"], swiftSettings: lean),
         .target(name: "OutboxHTTP", dependencies: ["OutboxModel", "CCurl"], swiftSettings: lean),
         // The enqueue rules (vars checks, plugins, templates): shared by `enqueue` and the runner's follow-ups.

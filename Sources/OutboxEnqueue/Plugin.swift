@@ -20,7 +20,14 @@ package enum Plugin {
         let result = try run(
             command, input: input.serializedBytes(), name: name, config: config, environment: environment, heartbeat: heartbeat)
         guard result.succeeded else {
-            let firstLine = String(decoding: result.stderr, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+            var firstLine = String(decoding: result.stderr, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
+            // A shell's "cannot run" statuses: the file says why better than the shell (a missing #! interpreter).
+            if [126, 127].contains(result.exitStatus),
+                let why = CommandRef(field: name, command: command)
+                    .programProblem(root: config.root, searchPath: environment["PATH"] ?? ProcessRunner.defaultPath)
+            {
+                firstLine = why
+            }
             let how = result.exitStatus.map { "exited \($0)" } ?? "was killed by signal \(result.signal ?? 0)"
             throw .invalid("\(name) \(how)\(firstLine.isEmpty ? "" : ": \(firstLine.prefix(200))")")
         }

@@ -1,4 +1,5 @@
 import Glibc
+import OutboxProcess
 import YAML
 
 /// Strict reading of a YAML tree into typed values, collecting every problem with its mark.
@@ -273,6 +274,14 @@ package struct CommandRef: Sendable, Equatable {
     package var path: String
     package var mark: Mark
 
+    /// `path` and `mark` say where it was written; a command met at run time has neither.
+    package init(field: String, command: CommandSpec, path: String = "", mark: Mark = Mark(line: 0, column: 0)) {
+        self.field = field
+        self.command = command
+        self.path = path
+        self.mark = mark
+    }
+
     /// The program a person would expect to run: the first argument, or for a shell
     /// string its first word when that is a path (`./hooks/x.sh arg`) or a plain name the
     /// shell looks up in PATH; nil when the first word is a builtin, a keyword, an
@@ -296,33 +305,14 @@ package struct CommandRef: Sendable, Equatable {
         "true", "type", "ulimit", "umask", "unalias", "unset", "until", "wait", "while",
     ]
 
-    /// Why the kernel would refuse to start an executable file: a `#!` line whose interpreter
-    /// is missing (a CRLF line end makes it `sh\r`), or, run without a shell, a file that is
-    /// neither a program nor a script.
-    func startProblem(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var head = [UInt8](repeating: 0, count: 256)
-        let n = read(fd, &head, head.count)
-        guard n > 0 else { return nil }
-        let bytes = head[0..<n]
-        guard bytes.starts(with: Array("#!".utf8)) else {
-            if case .argv = command, !bytes.starts(with: [0x7F, 0x45, 0x4C, 0x46]) {
-                return "has no #! line and is not a program: run without a shell it cannot start (add #!/bin/sh)"
-            }
-            return nil
-        }
-        let line = bytes.dropFirst(2).prefix { $0 != 0x0A }
-        if line.contains(0x0D) { return "has a CRLF line end on its #! line: the interpreter would be looked up with a CR in its name" }
-        let text = String(decoding: line, as: UTF8.self).trimmingSpaces
-        guard let interpreter = text.split(separator: " ").first.map(String.init), interpreter.hasPrefix("/") else { return nil }
-        return Paths.isRegularFile(interpreter) ? nil : "names the interpreter \(interpreter), which does not exist"
-    }
-
     /// Why the program cannot run (missing, not executable, not found in `searchPath`), or nil.
     /// A program with a `/` resolves against `root`; one without is looked up in `searchPath`.
     package func problem(root: String, searchPath: String) -> String? {
+        programProblem(root: root, searchPath: searchPath).map { "\(field): \($0)" }
+    }
+
+    /// `problem` without the field's name in front.
+    package func programProblem(root: String, searchPath: String) -> String? {
         let words: [String]
         switch command {
         case let .argv(argv): words = argv
@@ -330,19 +320,21 @@ package struct CommandRef: Sendable, Equatable {
         }
         if let templated = words.first(where: TemplateVocabulary.mentionsARoot) {
             let advice = "a command gets vars on stdin and in OUTBOX_* variables"
-            return "\(field): \"\(templated.prefix(60))\" is run as written, not rendered: \(advice)"
+            return "\"\(templated.prefix(60))\" is run as written, not rendered: \(advice)"
         }
         guard let program, !program.isEmpty else { return nil }
         if program.contains("/") {
             let full = program.hasPrefix("/") ? program : Paths.join(root, program)
-            guard Paths.exists(full) else { return "\(field): \(program) does not exist" }
-            guard Paths.isRegularFile(full), access(full, X_OK) == 0 else { return "\(field): \(program) is not an executable file" }
-            return startProblem(full).map { "\(field): \(program) \($0)" }
+            guard Paths.exists(full) else { return "\(program) does not exist" }
+            guard Paths.isRegularFile(full), access(full, X_OK) == 0 else { return "\(program) is not an executable file" }
+            let direct: Bool
+            if case .argv = command { direct = true } else { direct = false }
+            return ProcessRunner.execProblem(full, runDirectly: direct).map { "\(program) \($0)" }
         }
         for folder in searchPath.split(separator: ":") where !folder.isEmpty {
             let candidate = Paths.join(String(folder), program)
             if Paths.isRegularFile(candidate), access(candidate, X_OK) == 0 { return nil }
         }
-        return "\(field): \(program) is not found in PATH"
+        return "\(program) is not found in PATH"
     }
 }

@@ -10,7 +10,7 @@ package enum ProcessRunner {
     /// hold them open forever.
     static let drainMs: Int64 = 100
     /// PATH used to find an argv program when the spec's environment has none.
-    static let defaultPath = "/usr/local/bin:/usr/bin:/bin"
+    package static let defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
     /// Runs to completion, blocking the calling thread (call it from a dedicated thread,
     /// never the Swift cooperative pool).
@@ -80,10 +80,39 @@ package enum ProcessRunner {
                 throw ProcessSpawnError(
                     message: "cannot start \(arguments[0]): working directory \(spec.workingDirectory) is not a folder")
             }
+            // ENOENT for a file that is there: its #! interpreter is what is missing.
+            let file = path.hasPrefix("/") ? path : spec.workingDirectory + "/" + path
+            if -rc == ENOENT || -rc == ENOEXEC, let why = execProblem(file, runDirectly: true) {
+                throw ProcessSpawnError(message: "cannot start \(path): the file \(why)")
+            }
             throw ProcessSpawnError(
                 message: "cannot start \(path): \(errorText(-rc))", transient: [EMFILE, ENFILE, ENOMEM, EAGAIN].contains(-rc))
         }
         return child
+    }
+
+    /// Why the kernel would refuse to start an executable file: a `#!` line whose interpreter
+    /// is missing (a CRLF line end makes it `sh\r`), or, run directly rather than by a shell
+    /// (which runs such a file itself), a file that is neither a program nor a script.
+    package static func execProblem(_ path: String, runDirectly: Bool) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var head = [UInt8](repeating: 0, count: 256)
+        let n = read(fd, &head, head.count)
+        guard n > 0 else { return nil }
+        let bytes = head[0..<n]
+        guard bytes.starts(with: Array("#!".utf8)) else {
+            if runDirectly, !bytes.starts(with: [0x7F, 0x45, 0x4C, 0x46]) {
+                return "has no #! line and is not a program: run without a shell it cannot start (add #!/bin/sh)"
+            }
+            return nil
+        }
+        let line = bytes.dropFirst(2).prefix { $0 != 0x0A }
+        if line.contains(0x0D) { return "has a CRLF line end on its #! line: the interpreter would be looked up with a CR in its name" }
+        let words = String(decoding: line, as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\t" })
+        guard let interpreter = words.first.map(String.init), interpreter.hasPrefix("/") else { return nil }
+        return csystem_proc_is_executable(interpreter) == 1 ? nil : "names the interpreter \(interpreter), which does not exist"
     }
 
     /// Kills a process group left over from an earlier runner, if its leader still has this

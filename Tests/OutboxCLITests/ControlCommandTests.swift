@@ -399,6 +399,23 @@ struct PluginTimeoutTests {
     }
 }
 
+/// A plugin that is there but cannot start says why, not that it is missing.
+struct PluginStartTests {
+    /// Run by a shell, a script whose `#!` interpreter is missing makes the shell say "not
+    /// found" (exit 127); the error names the interpreter instead. The store is not made.
+    @Test(arguments: ["request_command: plugins/old.sh", "request_command: [plugins/old.sh]"])
+    func aRequestCommandWhoseInterpreterIsMissingSaysSo(line: String) throws {
+        let p = try CLIProject()
+        _ = try p.write("plugins/old.sh", "#!/usr/bin/no-such-python\nprint('{}')\n", mode: 0o755)
+        _ = try p.write("definitions/cmd.yaml", "key: cmd\n\(line)\n")
+        let r = p.run("enqueue", "cmd")
+        #expect(r.status == 65, "\(r)")
+        #expect(r.err.hasPrefix("outbox: E_INVALID: request_command "), "\(r.err)")
+        #expect(r.err.contains("names the interpreter /usr/bin/no-such-python, which does not exist"), "\(r.err)")
+        #expect(!p.storeExists)
+    }
+}
+
 /// Small hostile inputs from the outside, each refused or made harmless.
 struct HostileInputTests {
     /// A hard link to the database is the database: it is not sent, and the store is as it was.

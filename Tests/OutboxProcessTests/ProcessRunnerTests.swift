@@ -554,6 +554,24 @@ struct ArgvTests {
         #expect(error?.message == c.message)
     }
 
+    /// A script that is there but cannot be started by the kernel (its `#!` interpreter is
+    /// missing, or a CRLF line end makes it so) is not reported as missing.
+    @Test(arguments: [
+        ("#!/nonexistent/sh\necho hi\n", "names the interpreter /nonexistent/sh, which does not exist"),
+        ("#!/bin/sh\r\necho hi\r\n", "has a CRLF line end on its #! line: the interpreter would be looked up with a CR in its name"),
+    ])
+    func aScriptThatCannotStartSaysWhy(text: String, why: String) async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        let script = folder.path + "/hook.sh"
+        try writeFileClosedOnExec(script, Data(text.utf8), mode: 0o755)
+        var spec = shell("", in: folder)
+        spec.command = .argv([script])
+        let error = await #expect(throws: ProcessSpawnError.self) { try await runOffPool(spec) }
+        #expect(error?.message == "cannot start \(script): the file \(why)")
+        #expect(ProcessRunner.execProblem(script, runDirectly: false) == why)
+    }
+
     @Test func missingProgramInShellIsExit127() async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }

@@ -505,6 +505,19 @@ import Testing
         #expect(show.string("outcomes.0.reason")?.contains(reason) == true)
     }
 
+    /// A hook script whose `#!` interpreter is missing: the shell says "not found", the
+    /// delivery's reason names the interpreter.
+    @Test func aHookWhoseInterpreterIsMissingSaysSo() async throws {
+        let p = try Project(
+            definitions: ["t": definition("t", top: "on_success: hooks/old.sh", hooks: false)],
+            hooks: ["old.sh": "#!/usr/bin/no-such-python\nprint('hi')\n"])
+        try await p.enqueue("t", path: "/status/200", id: "i1")
+        let run = try await p.runUntil { _ in (try? await p.show("i1"))?.string("outcomes.0.reason") != nil }
+        let reason = "the hook exited 127 (on_success: hooks/old.sh names the interpreter /usr/bin/no-such-python, which does not exist)"
+        #expect(run.stderr.contains(reason), "\(run.stderr)")
+        #expect(try await p.show("i1")?.string("outcomes.0.reason") == reason)
+    }
+
     /// A hook that failed (here killed by a signal) leaves nothing of its process group
     /// running: its outcome is delivered again, and two deliveries must not overlap.
     @Test func aFailedHooksProcessGroupIsStoppedBeforeItsOutcomeIsDeliveredAgain() async throws {

@@ -103,6 +103,7 @@ extension Runner {
             let seq = outcome.seq
             spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
             delivery.hooksRunning[seq] = outcome.entryID
+            delivery.commands[seq] = (outcome.outcome.hookField, hook)
             specs.append(spec)
             spawning.append(seq)
         }
@@ -241,6 +242,7 @@ extension Runner {
 
     func hookFinished(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>) throws(OutboxError) {
         delivery.groups[seq] = nil
+        let command = delivery.commands.removeValue(forKey: seq)
         guard let entryID = delivery.hooksRunning.removeValue(forKey: seq) else { return }
         // A hook slot is free, and the next outcome of this id may go.
         delivery.due = true
@@ -267,6 +269,13 @@ extension Runner {
                 failure = "the hook was killed by signal \(signal)"
             } else if process.exitStatus != 0 {
                 failure = "the hook exited \(process.exitStatus ?? -1)"
+                // A shell's "cannot run" statuses: say why when the file shows it (a missing #! interpreter).
+                if [126, 127].contains(process.exitStatus), let command,
+                    let why = CommandRef(field: command.field, command: command.hook)
+                        .problem(root: config.root, searchPath: environment["PATH"] ?? ProcessRunner.defaultPath)
+                {
+                    failure = "the hook exited \(process.exitStatus ?? -1) (\(why))"
+                }
             } else {
                 switch Self.acknowledgedHookEnqueues(process, parent: entryID, factory: factory, stagedSources: stagedSources) {
                 case let .success(entries): followUps = entries
