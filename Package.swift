@@ -49,7 +49,7 @@ let package = Package(
         // The C++ library it needs and SQLite are linked in too (Sources/outbox/link says how):
         // 0.5 ms more.
         .executableTarget(
-            name: "outbox", dependencies: ["OutboxCLI", "OutboxModel"], exclude: ["link"], swiftSettings: lean,
+            name: "outbox", dependencies: ["OutboxCLI", "OutboxModel", "CSystem"], exclude: ["link"], swiftSettings: lean,
             linkerSettings: [
                 .unsafeFlags(["-static-stdlib", "-L", Context.packageDirectory + "/Sources/outbox/link"], .when(platforms: [.linux]))
             ]),

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -211,3 +212,42 @@ void csystem_proc_eventfd_drain(int fd) {
     ssize_t ignored = read(fd, &count, sizeof count);
     (void)ignored;
 }
+
+static atomic_int plugin_waits;
+static atomic_int stop_pending;
+
+static void end_now(int sig) {
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void stop_guard(int sig) {
+    /* Recorded first: a wait that ends meanwhile sees it in csystem_plugin_wait_end. */
+    int none = 0;
+    atomic_compare_exchange_strong(&stop_pending, &none, sig);
+    if (atomic_load(&plugin_waits) == 0) end_now(sig);
+}
+
+void csystem_stop_guard_install(void) {
+    static const int ending[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
+    for (size_t i = 0; i < sizeof ending / sizeof ending[0]; i++) {
+        struct sigaction now;
+        /* A signal the parent set to be ignored (a background job's SIGINT, nohup's SIGHUP) stays ignored. */
+        if (sigaction(ending[i], NULL, &now) != 0 || now.sa_handler == SIG_IGN) continue;
+        struct sigaction action;
+        memset(&action, 0, sizeof action);
+        action.sa_handler = stop_guard;
+        sigemptyset(&action.sa_mask);
+        sigaction(ending[i], &action, NULL);
+    }
+}
+
+void csystem_plugin_wait_begin(void) { atomic_fetch_add(&plugin_waits, 1); }
+
+void csystem_plugin_wait_end(void) {
+    if (atomic_fetch_sub(&plugin_waits, 1) != 1) return;
+    int sig = atomic_load(&stop_pending);
+    if (sig != 0) end_now(sig);
+}
+
+int csystem_stop_pending(void) { return atomic_load(&stop_pending); }

@@ -102,8 +102,9 @@ struct ChildSession {
                 now = csystem_proc_now_ms()
                 beatAt = now + heartbeat.everyMs
             }
-            if let abandon = heartbeat?.abandon, !abandoned, !exited, abandon() {
-                // No grace: the caller stops at once, and what it waited for is not used.
+            // A signal that ends this process (recorded while a plugin runs), or the caller
+            // stopping at once: no grace, and what it waited for is not used.
+            if !abandoned, !exited, csystem_stop_pending() != 0 || heartbeat?.abandon?() == true {
                 abandoned = true
                 signalGroup(SIGKILL)
             }
@@ -112,11 +113,9 @@ struct ChildSession {
             fds.removeAll(keepingCapacity: true)
             let slots = appendPollFDs(to: &fds)
             var timeout = pollTimeout(now: now)
-            if let heartbeat {
-                var untilBeat = max(0, beatAt - now)
-                if heartbeat.abandon != nil { untilBeat = min(untilBeat, Heartbeat.abandonCheckMs) }
-                timeout = timeout < 0 ? Int32(clamping: untilBeat) : min(timeout, Int32(clamping: untilBeat))
-            }
+            // Looked at again at least this often: the stop checks above, and the heartbeat.
+            let untilCheck = min(heartbeat == nil ? Int64.max : max(0, beatAt - now), Heartbeat.abandonCheckMs)
+            timeout = timeout < 0 ? Int32(clamping: untilCheck) : min(timeout, Int32(clamping: untilCheck))
             let ready = fds.withUnsafeMutableBufferPointer {
                 csystem_proc_poll($0.baseAddress, UInt($0.count), timeout)
             }

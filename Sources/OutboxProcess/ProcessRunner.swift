@@ -15,6 +15,10 @@ package enum ProcessRunner {
     /// Runs to completion, blocking the calling thread (call it from a dedicated thread,
     /// never the Swift cooperative pool).
     package static func run(_ spec: ProcessSpec) throws(ProcessSpawnError) -> ProcessResult {
+        // A signal that ends the process meanwhile kills the plugin's group first (it is out of a
+        // terminal's Ctrl-C), then ends the process when the wait is over.
+        csystem_plugin_wait_begin()
+        defer { csystem_plugin_wait_end() }
         let started = try start(spec)
         spec.onStart?(started.pid, started.startTime)
         return finish(started)

@@ -83,7 +83,8 @@ package struct Heartbeat: @unchecked Sendable {
     let abandon: (() -> Bool)?
     private let owner = pthread_self()
 
-    /// How often `abandon` is asked while a process runs.
+    /// How often `abandon` (and a signal recorded while a plugin runs) is looked at while a
+    /// process runs to completion.
     static let abandonCheckMs: Int64 = 100
 
     package init(everyMs: Int64, abandon: (() -> Bool)? = nil, beat: @escaping () -> Void) {

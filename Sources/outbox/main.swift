@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 import OutboxCLI
 import OutboxModel
@@ -6,6 +7,8 @@ import OutboxModel
 /// this binary leaves out the concurrency runtime they need.
 func main() -> Int32 {
     signal(SIGPIPE, SIG_IGN)
+    // A plugin in its own process group does not outlive a command ended by a signal.
+    csystem_stop_guard_install()
     // A closed stdin, stdout or stderr is held by /dev/null read-only, so no file opened later
     // takes its number (output meant for the terminal would land in it); writes there still fail.
     // A closed stdin stays one for `--from -` and `--vars -` (E_FILE_MISSING), not empty input.

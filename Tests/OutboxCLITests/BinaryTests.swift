@@ -25,6 +25,27 @@ struct BinaryTests {
         #expect(uuid.out.utf8.count == 37)
     }
 
+    /// A plugin runs in a process group of its own, which a terminal's Ctrl-C never reaches:
+    /// an `enqueue` ended by a signal takes it along, and stores nothing.
+    @Test(arguments: [SIGTERM, SIGINT, SIGHUP])
+    func anEnqueueEndedByASignalLeavesNoPluginRunning(_ signal: Int32) async throws {
+        let p = try CLIProject()
+        _ = try p.write("plugins/slow.sh", "#!/bin/sh\necho $$ > plugins/slow.pid\nexec sleep 600\n", mode: 0o755)
+        _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/slow.sh]\n")
+        let enqueue = try p.start(["enqueue", "cmd", "--id", "c1"])
+        await eventually("the plugin to start") { p.read("plugins/slow.pid")?.hasSuffix("\n") == true }
+        let plugin = try #require(Int32((p.read("plugins/slow.pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        enqueue.signal(signal)
+        let ended = await enqueue.wait()
+        #expect(ended.exitCode == -signal, "ended by the signal, as without a plugin: \(ended)")
+        // Gone, or a zombie its new parent has yet to reap.
+        await eventually("the plugin to be stopped") {
+            let stat = (try? String(contentsOfFile: "/proc/\(plugin)/stat", encoding: .utf8)) ?? ""
+            return stat.isEmpty || stat.contains(") Z ")
+        }
+        if p.storeExists { #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "0\n") }
+    }
+
     @Test func anErrorPrintsItsCodeOnStderrAndExits65() async throws {
         let p = try CLIProject()
         let r = try await p.outbox(["enqueue", "dynamic", "--vars", #"{"url": "gopher://x"}"#])

@@ -88,6 +88,18 @@ void csystem_proc_close(int fd);
 /* Milliseconds of CLOCK_MONOTONIC (never jumps with the wall clock). */
 int64_t csystem_proc_now_ms(void);
 
+/* A signal that ends the process (SIGTERM, SIGINT, SIGHUP, SIGQUIT; those ignored from the
+   start stay ignored) ends it at once, as by default, unless a plugin is being waited for
+   (between csystem_plugin_wait_begin and _end): then it is recorded, the waiting loop kills
+   the plugin's group (which sits in a group of its own, out of a terminal's Ctrl-C) when it
+   sees csystem_stop_pending, and _end ends the process with that signal. `run` replaces the
+   handlers of the first three with its own. Call once from main. */
+void csystem_stop_guard_install(void);
+void csystem_plugin_wait_begin(void);
+void csystem_plugin_wait_end(void);
+/* The signal recorded while a plugin was waited for, or 0. */
+int csystem_stop_pending(void);
+
 /* signal(SIGPIPE, SIG_IGN) for the whole process; call once from main. */
 void csystem_proc_ignore_sigpipe(void);
 
