@@ -1,5 +1,8 @@
 /// Renders a definition with an entry's vars and validates the result (docs/definitions.md).
 package enum RequestBuilder {
+    /// The longest rendered `scope`, in bytes.
+    static let maxScopeBytes = 1024
+
     package static func context(_ inputs: RenderInputs, file: JSON? = nil) -> TemplateContext {
         var roots: [String: JSON] = [
             "vars": inputs.vars,
@@ -148,6 +151,12 @@ package enum RequestBuilder {
             }
             contentType = "application/octet-stream"
         }
+        // A body held in memory and staged whole: each value renders at most 16 MiB, so many of them could add up.
+        if case let .bytes(bytes, kind) = body, bytes.count > TemplateRenderer.maxRenderedBytes {
+            throw .invalid(
+                "request.\(kind.rawValue) renders to \(Units.formatBytes(Int64(bytes.count))), more than \(TemplateRenderer.maxRenderedBytes >> 20) MiB"
+            )
+        }
         if let s3, let file = fileIdentity { (body, headers) = try s3Body(s3, file: file, ownership: ownership, headers: headers) }
         if tree["parts"] == nil && url == nil {
             throw .invalid("request needs a url")
@@ -226,6 +235,10 @@ package enum RequestBuilder {
             scope = rendered.stringValue ?? rendered.serialized()
             // The store keeps text: a NUL would cut the scope short and join it to another.
             if scope?.utf8.contains(0) == true { throw .invalid("scope: the rendered value contains a NUL character") }
+            // A name, kept in every row of its entries and printed by show: not a place for data.
+            if let length = scope?.utf8.count, length > Self.maxScopeBytes {
+                throw .invalid("scope: the rendered value is \(length) bytes long (at most \(Self.maxScopeBytes))")
+            }
             // An empty value (a var left blank) is no scope, not one scope every such entry shares.
             if scope == "" { scope = nil }
         }

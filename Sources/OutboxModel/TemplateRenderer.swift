@@ -1,6 +1,6 @@
 /// Renders parsed template nodes against a context in one mode.
 struct TemplateRenderer {
-    /// The most a template may render to (a text body built by loops).
+    /// The most a template may render to (a text body built by loops, or one var used many times).
     static let maxRenderedBytes = 16 << 20
     /// Loop bodies one render may run, nested loops counted together.
     static let maxLoopRepeats = 1_000_000
@@ -111,6 +111,10 @@ struct TemplateRenderer {
                     try checkClimb(position)
                 }
                 out += text
+                // One var used many times could render far more than the vars' own cap.
+                if out.utf8.count > Self.maxRenderedBytes {
+                    throw .invalid("\(field): renders more than \(Self.maxRenderedBytes >> 20) MiB (at {{ \(sub.path.text) }})")
+                }
             case let .loop(variable, path, body):
                 let tag = "{{ for \(variable) in \(path.text) }}"
                 guard mode == .text else {

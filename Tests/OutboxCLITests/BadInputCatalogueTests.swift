@@ -128,6 +128,9 @@ final class BadInputProject: @unchecked Sendable {
         case "random":
             try Data((0..<(Int(try arg(1)) ?? 0)).map { _ in UInt8.random(in: 0...255) }).write(
                 to: URL(fileURLWithPath: project.path(try arg(0))))
+        case "long-var":
+            let letters = String(repeating: "a", count: Int(try arg(1)) ?? 0)
+            try Data(#"{"v": "\#(letters)"}"#.utf8).write(to: URL(fileURLWithPath: project.path(try arg(0))))
         case "chmod":
             guard chmod(project.path(try arg(1)), mode_t(try arg(0), radix: 8) ?? 0) == 0 else { throw FixtureError("chmod \(args)") }
         case "mkdir": try fm.createDirectory(atPath: project.path(try arg(0)), withIntermediateDirectories: true)
