@@ -59,13 +59,15 @@ enum EnqueueCommand {
         guard let text = i.args.value("vars") else { return .null }
         let source: String
         if text == "-" || text.hasPrefix("@") {
-            let bytes: [UInt8]
+            var bytes: [UInt8]
             if text == "-" {
                 bytes = try i.console.readStdin(limit: try varsTextLimit(i), what: "--vars -")
             } else {
                 bytes = try readFile(
                     Paths.absolute(String(text.dropFirst()), relativeTo: i.cwd), limit: try varsTextLimit(i), what: "--vars")
             }
+            // A byte order mark some editors write first is not content (as for --from).
+            if bytes.starts(with: [0xEF, 0xBB, 0xBF]) { bytes.removeFirst(3) }
             if let offset = Paths.invalidUTF8Offset(bytes) { throw .invalid("--vars is not valid UTF-8 (at byte \(offset + 1))") }
             source = String(decoding: bytes, as: UTF8.self)
         } else {

@@ -482,6 +482,17 @@ struct CLIEnqueueTests {
         #expect(r.out == "b1\n")
     }
 
+    /// The same for `--vars` from a file or stdin: the mark is skipped, the JSON read.
+    @Test func aByteOrderMarkBeforeVarsIsSkipped() throws {
+        let p = try CLIProject()
+        _ = try p.write("v.json", "\u{FEFF}" + #"{"n": 7}"#)
+        #expect(p.run(["enqueue", "note", "--vars", "@v.json", "--id", "v1"]).status == 0)
+        let r = p.run(["enqueue", "note", "--vars", "-", "--id", "v2"], stdin: "\u{FEFF}" + #"{"n": 8}"#)
+        #expect(r.status == 0, "\(r)")
+        let shown = p.run("show", "v1", "--json")
+        #expect(shown.out.contains(#""n":7"#), "\(shown.out)")
+    }
+
     struct BadLineCase: Sendable, CustomTestStringConvertible {
         let name: String
         let lines: [String]
