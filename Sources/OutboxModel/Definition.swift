@@ -354,6 +354,13 @@ extension Definition {
         }
         if let r = f["follow_redirects"], r.scalar.map({ if case .int = $0 { true } else { false } }) == true {
             _ = reader.int(r, "request.follow_redirects", range: DefinitionFields.request.range("follow_redirects"))
+        } else if let r = f["follow_redirects"], case .string(let text)? = r.scalar, !text.contains("{{") {
+            // Text that is no template stays text, which is never a count.
+            reader.error(r.mark, "request.follow_redirects must be a whole number from 0 to 50 (or a template giving one), not \"\(text)\"")
+        }
+        if let c = f["content_type"], case .string(let text)? = c.scalar, !text.contains("{{"), let problem = HeaderRules.valueProblem(text)
+        {
+            reader.error(c.mark, "request.content_type: \(problem)")
         }
         for name in ["wifi_only", "idempotency_key", "redirect_method_change"] {
             if let n = f[name], case .scalar = n.kind, case .string(let s)? = n.scalar, !s.contains("{{") {

@@ -21,6 +21,17 @@ extension Definition {
             guard let p = s[name], case .string(let text)? = p.scalar, !text.contains("{{") else { continue }
             _ = reader.bool(p, "request.s3.\(name)")
         }
+        if let c = s["content_type"], case .string(let text)? = c.scalar, !text.contains("{{"), let problem = HeaderRules.valueProblem(text)
+        {
+            reader.error(c.mark, "request.s3.content_type: \(problem)")
+        }
+        for name in ["multipart_threshold", "part_size"] {
+            guard let n = s[name], case .string(let text)? = n.scalar, !text.contains("{{") else { continue }
+            let size = try? Units.parseSize(text)
+            if size.map({ !(RequestBuilder.s3MinPart...RequestBuilder.s3MaxPart).contains($0) }) ?? true {
+                reader.error(n.mark, "request.s3.\(name) must be a size from 5MiB to 5GiB, not \"\(text)\"")
+            }
+        }
         for name in ["bucket", "region", "storage_class"] {
             guard let n = s[name], case .string(let text)? = n.scalar, !text.contains("{{") else { continue }
             let problem =
