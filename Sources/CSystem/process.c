@@ -228,12 +228,16 @@ static void stop_guard(int sig) {
     if (atomic_load(&plugin_waits) == 0) end_now(sig);
 }
 
+int csystem_signal_ignored(int sig) {
+    struct sigaction now;
+    return sigaction(sig, NULL, &now) == 0 && now.sa_handler == SIG_IGN;
+}
+
 void csystem_stop_guard_install(void) {
     static const int ending[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT};
     for (size_t i = 0; i < sizeof ending / sizeof ending[0]; i++) {
-        struct sigaction now;
         /* A signal the parent set to be ignored (a background job's SIGINT, nohup's SIGHUP) stays ignored. */
-        if (sigaction(ending[i], NULL, &now) != 0 || now.sa_handler == SIG_IGN) continue;
+        if (csystem_signal_ignored(ending[i])) continue;
         struct sigaction action;
         memset(&action, 0, sizeof action);
         action.sa_handler = stop_guard;

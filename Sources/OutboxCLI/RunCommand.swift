@@ -1,3 +1,4 @@
+import CSystem
 import OutboxModel
 import OutboxRunner
 import Glibc
@@ -152,23 +153,19 @@ private func metricsPage(config: Config) -> @Sendable () -> (status: Int, body: 
 }
 
 /// SIGINT and SIGTERM while `outbox run` runs: counted, and read by the runner each turn
-/// (the first drains, the second stops at once); SIGHUP: a reload. The library installs no
-/// handler itself.
+/// (the first drains, the second stops at once); SIGQUIT stops at once; SIGHUP: a reload. A
+/// signal the parent had ignored (a script's `&` job ignores SIGINT and SIGQUIT, `nohup`
+/// SIGHUP) stays ignored. The library installs no handler itself.
 enum StopSignals {
     static let count = Atomic<Int>(0)
 
     static func install() -> @Sendable () -> Int {
         count.store(0, ordering: .relaxed)
-        let handler: @convention(c) (Int32) -> Void = { _ in StopSignals.count.add(1, ordering: .relaxed) }
-        signal(SIGINT, handler)
-        signal(SIGTERM, handler)
-        // A parent may have started us with these blocked (e.g. spawned from a libdispatch
-        // worker thread, which blocks signals); then SIGTERM would never reach the handler.
-        var stops = sigset_t()
-        sigemptyset(&stops)
-        sigaddset(&stops, SIGINT)
-        sigaddset(&stops, SIGTERM)
-        pthread_sigmask(SIG_UNBLOCK, &stops, nil)
+        let stop: @convention(c) (Int32) -> Void = { _ in StopSignals.count.add(1, ordering: .relaxed) }
+        handle(SIGINT, stop)
+        handle(SIGTERM, stop)
+        // Quit means now: as two stop requests, so hooks and transfers are stopped and put back.
+        handle(SIGQUIT) { _ in StopSignals.count.add(2, ordering: .relaxed) }
         return { count.load(ordering: .relaxed) }
     }
 
@@ -177,12 +174,19 @@ enum StopSignals {
     /// SIGHUP asks the runner to read its config and definitions again.
     static func installReload() -> @Sendable () -> Int {
         reloads.store(0, ordering: .relaxed)
-        let handler: @convention(c) (Int32) -> Void = { _ in StopSignals.reloads.add(1, ordering: .relaxed) }
-        signal(SIGHUP, handler)
-        var hup = sigset_t()
-        sigemptyset(&hup)
-        sigaddset(&hup, SIGHUP)
-        pthread_sigmask(SIG_UNBLOCK, &hup, nil)
+        handle(SIGHUP) { _ in StopSignals.reloads.add(1, ordering: .relaxed) }
         return { reloads.load(ordering: .relaxed) }
+    }
+
+    /// Installs `handler` unless the signal was ignored when the process started, and unblocks
+    /// it: a parent may have started us with it blocked (e.g. spawned from a libdispatch worker
+    /// thread, which blocks signals), and then it would never reach the handler.
+    private static func handle(_ number: Int32, _ handler: @convention(c) (Int32) -> Void) {
+        guard csystem_signal_ignored(number) == 0 else { return }
+        signal(number, handler)
+        var set = sigset_t()
+        sigemptyset(&set)
+        sigaddset(&set, number)
+        pthread_sigmask(SIG_UNBLOCK, &set, nil)
     }
 }

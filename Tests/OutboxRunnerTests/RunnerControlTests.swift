@@ -94,6 +94,48 @@ import Testing
         #expect(outcomes.first?["reason"] == .string("the hook was still running at the end of the grace and was stopped"))
     }
 
+    /// SIGQUIT stops the run at once, as a second stop request does: a hook still running is
+    /// stopped with it (its outcome is delivered again next run), not left behind.
+    @Test func sigquitStopsTheRunAtOnceWithItsHooks() async throws {
+        let hook = "#!/bin/sh\ncat > /dev/null\necho $$ > hooks/pid\nwhile [ ! -e hooks/never ]; do sleep 0.05; done\n"
+        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/wait.sh", hooks: false)], hooks: ["wait.sh": hook])
+        try await p.enqueue("t", path: "/status/200", id: "q")
+        let runner = try p.start(["run", "--grace", "1h"])
+        await eventually("the hook runs") { (p.read("hooks/pid") ?? "").hasSuffix("\n") }
+        let pid = try #require(Int32((p.read("hooks/pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        let hookProcess = try #require(ObservedProcess(pid))
+        runner.signal(SIGQUIT)
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
+        #expect(hookProcess.hasEnded, "the hook \(pid) still runs")
+        let outcomes = try #require(try await p.show("q")?["outcomes"]?.arrayValue)
+        #expect(outcomes.first?["acknowledged"] == .bool(false))
+    }
+
+    /// A stop signal the parent had ignored (a script's `&` job ignores SIGINT) stays ignored
+    /// by `run`; the others are taken.
+    @Test func aSignalIgnoredByTheParentStaysIgnored() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/hold/i", id: "i")
+        let runner = try RunningProcess(
+            executable: "/bin/sh", arguments: ["-c", "trap '' INT; exec \"$0\" run --grace 1h", p.executable], cwd: p.root,
+            environment: p.processEnvironment())
+        // Sending, the runner has long installed its handlers.
+        #expect(await p.server.waitForHeld("i"))
+        func mask(_ name: String) -> UInt64 {
+            let status = (try? String(contentsOfFile: "/proc/\(runner.pid)/status", encoding: .utf8)) ?? ""
+            let line = status.split(separator: "\n").first { $0.hasPrefix(name + ":") } ?? ""
+            return UInt64(line.dropFirst(name.count + 1).trimmingCharacters(in: .whitespaces), radix: 16) ?? 0
+        }
+        let bit = { (signal: Int32) in UInt64(1) << UInt64(signal - 1) }
+        #expect(mask("SigIgn") & bit(SIGINT) != 0, "SIGINT is ignored still")
+        #expect(mask("SigCgt") & bit(SIGTERM) != 0)
+        runner.signal(SIGTERM)
+        p.server.release("i")
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
+    }
+
     /// A hook that exited 0 before the runner stops at once (a second signal) is
     /// acknowledged: the next run does not deliver its outcome again. The runner is held with
     /// the hook's exit seen while both stop requests reach it.
@@ -487,62 +529,49 @@ import Testing
         #expect(states.last?.int("attempts") == 2)
     }
 
-    /// A reader of `--events -` that stops reading holds the runner only until it is asked to
-    /// stop (here by --max-time): the run then ends, says what it lost, and exits E_STORAGE.
-    @Test func aStalledEventsReaderDoesNotOutlastMaxTime() async throws {
-        let p = try Project(definitions: ["t": definition("t", hooks: false)])
-        // Far more event lines than a pipe holds (64 KiB).
-        let lines = (0..<300).map { n in
+    /// A reader of `--events -` (stdout) or of the log (stderr) that stops reading holds the
+    /// runner only until it is asked to stop: the run then ends, dropping what finds no room,
+    /// loses no queue work, and for events says what it lost and exits E_STORAGE. The pipe is
+    /// full when the test stops the run (a fact: the test's own end of it has no room).
+    @Test(arguments: [true, false])
+    func aStalledReaderHoldsTheRunnerOnlyUntilAStop(events: Bool) async throws {
+        // Each hook prints 80 KB to stderr; 300 entries' events are far more than a pipe holds (64 KiB).
+        let hook =
+            "#!/bin/sh\ncat > /dev/null\ni=0\nwhile [ $i -lt 20 ]; do head -c 4000 /dev/zero | tr '\\0' x >&2; echo >&2; i=$((i+1)); done\n"
+        let p = try Project(
+            definitions: ["t": definition("t", top: events ? "" : "on_success: hooks/loud.sh", hooks: false)], hooks: ["loud.sh": hook])
+        let count = events ? 300 : 3
+        let lines = (0..<count).map { n in
             JSON.object([("vars", .object([("url", .string(p.url("/status/200?\(n)"))), ("tag", .string("a"))]))]).serialized()
         }
         _ = try p.write("lines.jsonl", lines.joined(separator: "\n") + "\n")
         #expect(try await p.outbox(["enqueue", "t", "--from", "lines.jsonl"]).exitCode == 0)
-        let fifo = p.path("events.fifo")
+        let fifo = p.path("out.fifo")
         #expect(mkfifo(fifo, 0o600) == 0)
         // Held open and never read: the runner's writes find the pipe full.
         let held = open(fifo, O_RDWR | O_CLOEXEC)
         #expect(held >= 0)
         defer { close(held) }
-        let (executable, root, environment) = (p.executable, p.root, p.processEnvironment())
-        let run = try await offload {
-            try runProcess(
-                "/bin/sh", ["-c", "exec \"$0\" run --events - --max-time 2s > events.fifo", executable], cwd: root,
-                environment: environment)
+        let redirect = events ? "--events - > out.fifo" : "2> out.fifo"
+        let runner = try RunningProcess(
+            executable: "/bin/sh", arguments: ["-c", "exec \"$0\" run \(redirect)", p.executable], cwd: p.root,
+            environment: p.processEnvironment())
+        await eventually("the pipe to be full") {
+            var end = pollfd(fd: held, events: Int16(POLLOUT), revents: 0)
+            return poll(&end, 1, 0) == 0
         }
+        runner.signal(SIGTERM)
+        let run = await runner.wait()
         #expect(!run.timedOut, "\(run)")
-        #expect(run.exitCode == 74, "\(run)")
-        #expect(run.stderr.contains("what it wrote to stdout was lost: its reader stopped reading"), "\(run.stderr)")
+        #expect(run.exitCode == (events ? 74 : 0), "\(run)")
+        if events {
+            #expect(run.stderr.contains("what it wrote to stdout was lost: its reader stopped reading"), "\(run.stderr)")
+        }
         // Nothing of the queue is lost: what was not sent waits for the next run.
         #expect(try await p.outbox(["audit"]).exitCode == 0)
         try await p.drain()
-        #expect(Set(p.server.requests.map(\.path)).count == 300)
-    }
-
-    /// The log's reader may stall too: a run whose stderr nobody reads still ends at its
-    /// --max-time, dropping the log lines that find no room, and its hooks' outcomes stay
-    /// acknowledged. Each hook prints 80 KB to stderr, more than a pipe holds.
-    @Test func aStalledLogReaderDoesNotOutlastMaxTime() async throws {
-        let hook =
-            "#!/bin/sh\ncat > /dev/null\ni=0\nwhile [ $i -lt 20 ]; do head -c 4000 /dev/zero | tr '\\0' x >&2; echo >&2; i=$((i+1)); done\n"
-        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/loud.sh", hooks: false)], hooks: ["loud.sh": hook])
-        for n in 0..<3 { try await p.enqueue("t", path: "/status/200?\(n)", id: "e\(n)") }
-        let fifo = p.path("log.fifo")
-        #expect(mkfifo(fifo, 0o600) == 0)
-        // Held open and never read: the runner's log writes find the pipe full.
-        let held = open(fifo, O_RDWR | O_CLOEXEC)
-        #expect(held >= 0)
-        defer { close(held) }
-        let (executable, root, environment) = (p.executable, p.root, p.processEnvironment())
-        let run = try await offload {
-            try runProcess(
-                "/bin/sh", ["-c", "exec \"$0\" run --max-time 2s 2> log.fifo", executable], cwd: root, environment: environment)
-        }
-        #expect(!run.timedOut, "\(run)")
-        #expect(run.exitCode == 0, "\(run)")
-        #expect(try await p.outbox(["audit"]).exitCode == 0)
-        try await p.drain()
         #expect(try await p.list().isEmpty)
-        #expect(p.server.requests.count == 3, "each sent once")
+        #expect(Set(p.server.requests.map(\.path)).count == count)
     }
 
     @Test func jsonSummaryWithDrain() async throws {

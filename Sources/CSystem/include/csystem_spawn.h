@@ -95,6 +95,8 @@ int64_t csystem_proc_now_ms(void);
    sees csystem_stop_pending, and _end ends the process with that signal. `run` replaces the
    handlers of the first three with its own. Call once from main. */
 void csystem_stop_guard_install(void);
+/* 1 when the signal's disposition is "ignore" (set so by the parent, or by us). */
+int csystem_signal_ignored(int sig);
 void csystem_plugin_wait_begin(void);
 void csystem_plugin_wait_end(void);
 /* The signal recorded while a plugin was waited for, or 0. */
