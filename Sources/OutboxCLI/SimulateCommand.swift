@@ -133,8 +133,10 @@ enum SimulateCommand {
             i.console.write(String(decoding: ran.stdout, as: UTF8.self))
             i.console.rawErr(String(decoding: ran.stderr, as: UTF8.self))
             if let lineProblem { i.console.err("outbox: \(lineProblem)") }
+            let why = Runner.whyHookDidNotRun(
+                ran.exitStatus, hook: hook, field: outcome.hookField, config: config, environment: i.environment)
             i.console.err(
-                "outbox: outcome \(outcome.rawValue) delivered to the hook, which exited \(exited)"
+                "outbox: outcome \(outcome.rawValue) delivered to the hook, which exited \(exited)" + (why.map { " (\($0))" } ?? "")
                     + (exit == 0 ? " (acknowledged)" : " (it would be delivered again)"))
             reportFollowUps(&i, followUps, followUpErrors)
             if !enqueues.isEmpty { i.console.err("outbox: the hook's enqueue lines would enqueue: \(enqueues.joined(separator: ", "))") }

@@ -84,9 +84,10 @@ package enum ProcessRunner {
                 throw ProcessSpawnError(
                     message: "cannot start \(arguments[0]): working directory \(spec.workingDirectory) is not a folder")
             }
-            // ENOENT for a file that is there: its #! interpreter is what is missing.
+            // ENOENT (or EACCES) for an executable file that is there: its #! interpreter is what is wrong.
             let file = path.hasPrefix("/") ? path : spec.workingDirectory + "/" + path
-            if -rc == ENOENT || -rc == ENOEXEC, let why = execProblem(file, runDirectly: true) {
+            let interpreterError = -rc == ENOENT || -rc == ENOEXEC || (-rc == EACCES && csystem_proc_is_executable(file) == 1)
+            if interpreterError, let why = execProblem(file, runDirectly: true) {
                 throw ProcessSpawnError(message: "cannot start \(path): the file \(why)")
             }
             throw ProcessSpawnError(
@@ -116,7 +117,9 @@ package enum ProcessRunner {
         if line.contains(0x0D) { return "has a CRLF line end on its #! line: the interpreter would be looked up with a CR in its name" }
         let words = String(decoding: line, as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\t" })
         guard let interpreter = words.first.map(String.init), interpreter.hasPrefix("/") else { return nil }
-        return csystem_proc_is_executable(interpreter) == 1 ? nil : "names the interpreter \(interpreter), which does not exist"
+        if csystem_proc_is_executable(interpreter) == 1 { return nil }
+        let exists = access(interpreter, F_OK) == 0
+        return "names the interpreter \(interpreter), which \(exists ? "is not an executable file" : "does not exist")"
     }
 
     /// Kills a process group left over from an earlier runner, if its leader still has this

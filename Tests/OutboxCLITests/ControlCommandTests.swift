@@ -710,6 +710,19 @@ struct SimulateTests {
         #expect(!p.storeExists, "nothing stored")
     }
 
+    /// A hook its shell cannot run (its `#!` interpreter is missing): simulate says why, as run does.
+    @Test func aHookWhoseInterpreterIsMissingIsExplained() throws {
+        let p = try CLIProject()
+        _ = try p.write("hooks/old.sh", "#!/usr/bin/no-such-python\nprint('hi')\n", mode: 0o755)
+        _ = try p.write("definitions/old.yaml", "key: old\nrequest: { url: \"https://x.example/\" }\non_success: hooks/old.sh\n")
+        let r = p.run("simulate", "old", "--status", "200")
+        #expect(r.status == 127, "\(r)")
+        #expect(
+            r.err.contains(
+                "which exited 127 (on_success: hooks/old.sh names the interpreter /usr/bin/no-such-python, which does not exist)"),
+            "\(r.err)")
+    }
+
     /// simulate applies the runner's rules to what the outcome enqueues: an invalid enqueue
     /// line fails the delivery (exit 1, "delivered again"), a failing hook's lines count for
     /// nothing, a `then` item that cannot be built voids the chain, and an outcome with no hook

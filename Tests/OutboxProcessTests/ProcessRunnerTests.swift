@@ -559,6 +559,7 @@ struct ArgvTests {
     @Test(arguments: [
         ("#!/nonexistent/sh\necho hi\n", "names the interpreter /nonexistent/sh, which does not exist"),
         ("#!/bin/sh\r\necho hi\r\n", "has a CRLF line end on its #! line: the interpreter would be looked up with a CR in its name"),
+        ("#!/etc/passwd\necho hi\n", "names the interpreter /etc/passwd, which is not an executable file"),
     ])
     func aScriptThatCannotStartSaysWhy(text: String, why: String) async throws {
         let folder = TempFolder()

@@ -268,14 +268,10 @@ extension Runner {
             } else if let signal = process.signal {
                 failure = "the hook was killed by signal \(signal)"
             } else if process.exitStatus != 0 {
-                failure = "the hook exited \(process.exitStatus ?? -1)"
-                // A shell's "cannot run" statuses: say why when the file shows it (a missing #! interpreter).
-                if [126, 127].contains(process.exitStatus), let command,
-                    let why = CommandRef(field: command.field, command: command.hook)
-                        .problem(root: config.root, searchPath: environment["PATH"] ?? ProcessRunner.defaultPath)
-                {
-                    failure = "the hook exited \(process.exitStatus ?? -1) (\(why))"
+                let why = command.flatMap {
+                    Self.whyHookDidNotRun(process.exitStatus, hook: $0.hook, field: $0.field, config: config, environment: environment)
                 }
+                failure = "the hook exited \(process.exitStatus ?? -1)" + (why.map { " (\($0))" } ?? "")
             } else {
                 switch Self.acknowledgedHookEnqueues(process, parent: entryID, factory: factory, stagedSources: stagedSources) {
                 case let .success(entries): followUps = entries
@@ -295,6 +291,16 @@ extension Runner {
         // Acknowledged with the others that ended this turn; until then it counts as running.
         delivery.hooksRunning[seq] = entryID
         delivery.finished.append((seq, followUps))
+    }
+
+    /// Why a hook its shell could not run (exit 126 or 127) did not run, when its file shows it
+    /// (a missing `#!` interpreter, which the shell reports as the script not found).
+    package static func whyHookDidNotRun(
+        _ status: Int32?, hook: CommandSpec, field: String, config: Config, environment: [String: String]
+    ) -> String? {
+        guard let status, [126, 127].contains(status) else { return nil }
+        return CommandRef(field: field, command: hook).problem(
+            root: config.root, searchPath: environment["PATH"] ?? ProcessRunner.defaultPath)
     }
 
     /// A delivery that did not end in an acknowledgement: due again after a backoff.
