@@ -35,9 +35,16 @@ struct BinaryTests {
         let enqueue = try p.start(["enqueue", "cmd", "--id", "c1"])
         await eventually("the plugin to start") { p.read("plugins/slow.pid")?.hasSuffix("\n") == true }
         let plugin = try #require(Int32((p.read("plugins/slow.pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        // What each thread blocks, ignores and catches, for the failure message.
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(enqueue.pid)/task")) ?? []
+        let masks = tasks.map { task in
+            let status = (try? String(contentsOfFile: "/proc/\(enqueue.pid)/task/\(task)/status", encoding: .utf8)) ?? ""
+            return task + ": "
+                + status.split(separator: "\n").filter { $0.hasPrefix("Sig") || $0.hasPrefix("ShdPnd") }.joined(separator: " ")
+        }
         enqueue.signal(signal)
         let ended = await enqueue.wait()
-        #expect(ended.exitCode == -signal, "ended by the signal, as without a plugin: \(ended)")
+        #expect(ended.exitCode == -signal, "ended by the signal, as without a plugin: \(ended)\nthreads: \(masks)")
         // Gone, or a zombie its new parent has yet to reap.
         await eventually("the plugin to be stopped") {
             let stat = (try? String(contentsOfFile: "/proc/\(plugin)/stat", encoding: .utf8)) ?? ""
