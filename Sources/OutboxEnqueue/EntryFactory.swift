@@ -114,6 +114,15 @@ package struct EntryFactory {
         } else {
             prepared = try RequestBuilder.prepare(request: def.request ?? .object([]), definition: def, config: config, inputs: inputs)
         }
+        // Held past its expiry, an entry could only expire unsent: refused, not accepted to be lost.
+        if let notBefore {
+            let expires = expiresAt ?? (Identifiers.nowMs() + prepared.expiresInMs)
+            if notBefore >= expires {
+                throw .invalid(
+                    "the entry would expire (\(Units.rfc3339(ms: expires))) before it may be sent (\(Units.rfc3339(ms: notBefore))): give a later expiry (--expires-at, expires_in) or an earlier hold"
+                )
+            }
+        }
         var entry = NewEntry(
             id: entryID, key: def.key, vars: vars, prepared: prepared, account: try account(), parent: parent,
             notBefore: notBefore, expiresAt: expiresAt)
