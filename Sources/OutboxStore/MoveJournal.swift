@@ -53,15 +53,22 @@ struct MoveJournal {
     }
 
     let folder: String
+    /// The name a journal has until it is written whole.
+    static let writingSuffix = ".writing"
 
     /// Writes the moves down (synced, the folder too) and keeps the journal locked.
     func begin(_ moves: [Move]) throws(OutboxError) -> Ticket? {
         guard !moves.isEmpty else { return nil }
         try SQLiteStore.makeInnerFolder(folder)
         let path = Paths.join(folder, "\(getpid())-\(Identifiers.uuid().prefix(8)).json")
-        // Locked before it has content: a recovery elsewhere never takes it for a dead batch.
-        let fd = csystem_lock_file(path)
+        // Written under another name and renamed once synced: a kill while it is written leaves
+        // no journal cut short (which would keep every staged file), only a file `recover`
+        // removes, of a batch that had moved nothing yet. Locked from the start, and the lock
+        // goes with the file through the rename: a recovery elsewhere never takes it for a dead batch.
+        let writing = path + Self.writingSuffix
+        let fd = csystem_lock_file(writing)
         guard fd >= 0 else { throw .storage("cannot create the move journal \(path): \(Paths.errnoMessage(-fd))") }
+        Fault.point("move.journal-opened")
         let text = JSON.array(
             moves.map { move in
                 var item = JSON.object([("staged", .string(move.staged)), ("source", .string(move.source))])
@@ -80,9 +87,10 @@ struct MoveJournal {
             guard n > 0 else { break }
             offset += n
         }
-        guard offset == bytes.count, fsync(fd) == 0, csystem_fsync_dir(folder) == 0 else {
+        guard offset == bytes.count, fsync(fd) == 0, rename(writing, path) == 0, csystem_fsync_dir(folder) == 0 else {
             let code = errno
             close(fd)
+            unlink(writing)
             unlink(path)
             throw .storage("cannot write the move journal \(path): \(Paths.errnoMessage(code))")
         }
@@ -104,6 +112,14 @@ struct MoveJournal {
         // The store may have moved since (a journal names its old folder): files are looked for here.
         let bodies = Paths.join(Paths.dirname(folder), "bodies")
         var done: [String] = []
+        // A journal its writer did not finish: no move of its batch had begun. Locked: still being written.
+        for name in names where name.hasSuffix(".json" + Self.writingSuffix) {
+            let path = Paths.join(folder, name)
+            let fd = csystem_lock_file(path)
+            guard fd >= 0 else { continue }
+            unlink(path)
+            close(fd)
+        }
         for name in names where name.hasSuffix(".json") {
             let path = Paths.join(folder, name)
             // Locked: the batch is still running in another process; leave it alone.

@@ -48,6 +48,7 @@ struct CrashRow: Sendable, CustomTestStringConvertible {
     /// Every fault point of the debug build, each where its state on disk is in between.
     static let all: [CrashRow] = [
         CrashRow("enqueue.copied", .enqueue("copy")),
+        CrashRow("move.journal-opened", .enqueue("move")),
         CrashRow("enqueue.moved:2", .enqueue("move")),
         CrashRow("enqueue.staged", .enqueue("copy")),
         CrashRow("enqueue.staged", .enqueue("move")),
