@@ -26,35 +26,21 @@ struct BinaryTests {
     }
 
     /// A plugin runs in a process group of its own, which a terminal's Ctrl-C never reaches:
-    /// an `enqueue` ended by a signal takes it along, and stores nothing.
+    /// an `enqueue` ended by a signal takes it along, and stores nothing. The plugin would run
+    /// for an hour: a test held up by a busy machine still signals while it runs (with the
+    /// default 30 s timeout, a full parallel suite once signalled after the timeout had ended it).
     @Test(arguments: [SIGTERM, SIGINT, SIGHUP])
     func anEnqueueEndedByASignalLeavesNoPluginRunning(_ signal: Int32) async throws {
         let p = try CLIProject()
-        _ = try p.write("plugins/slow.sh", "#!/bin/sh\necho $$ > plugins/slow.pid\nexec sleep 600\n", mode: 0o755)
+        _ = try p.write("config/outbox.yaml", (p.read("config/outbox.yaml") ?? "") + "plugins: { timeout: 1h }\n")
+        _ = try p.write("plugins/slow.sh", "#!/bin/sh\necho $$ > plugins/slow.pid\nexec sleep 3600\n", mode: 0o755)
         _ = try p.write("definitions/cmd.yaml", "key: cmd\nrequest_command: [plugins/slow.sh]\n")
         let enqueue = try p.start(["enqueue", "cmd", "--id", "c1"])
         await eventually("the plugin to start") { p.read("plugins/slow.pid")?.hasSuffix("\n") == true }
         let plugin = try #require(Int32((p.read("plugins/slow.pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
-        // What each thread blocks, ignores and catches, for the failure message.
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(enqueue.pid)/task")) ?? []
-        let masks = tasks.map { task in
-            let status = (try? String(contentsOfFile: "/proc/\(enqueue.pid)/task/\(task)/status", encoding: .utf8)) ?? ""
-            return task + ": "
-                + status.split(separator: "\n").filter { $0.hasPrefix("Sig") || $0.hasPrefix("ShdPnd") }.joined(separator: " ")
-        }
-        // Sent again every half second until it takes: in a full parallel suite under the address
-        // sanitizer, a first signal was seen to have no effect with its handler installed and
-        // nothing blocked (the masks below); why is not known. A command deaf to it still fails.
-        var sentAt = Date.distantPast
-        await eventually("the enqueue to end") {
-            if Date().timeIntervalSince(sentAt) > 0.5 {
-                enqueue.signal(signal)
-                sentAt = Date()
-            }
-            return !enqueue.isRunning
-        }
+        enqueue.signal(signal)
         let ended = await enqueue.wait()
-        #expect(ended.exitCode == -signal, "ended by the signal, as without a plugin: \(ended)\nthreads: \(masks)")
+        #expect(ended.exitCode == -signal, "ended by the signal, as without a plugin: \(ended)")
         // Gone, or a zombie its new parent has yet to reap.
         await eventually("the plugin to be stopped") {
             let stat = (try? String(contentsOfFile: "/proc/\(plugin)/stat", encoding: .utf8)) ?? ""
