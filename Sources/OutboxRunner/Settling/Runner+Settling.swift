@@ -81,7 +81,8 @@ extension Runner {
         let payload = OutcomePayloads.failed(
             entry, error: error, response: response, attempts: attempts(of: entry),
             requestID: requestID, at: Identifiers.nowMs())
-        settle(entry, payload: payload, outcome: .error, state: state, reason: reason)
+        // Not settled (its follow-up's plugin was killed by a stop at once): it will be sent again.
+        guard settle(entry, payload: payload, outcome: .error, state: state, reason: reason) else { return }
         if entry.request.cancelScopeOnError, let scope = entry.scope {
             // Entries behind it in its scope are cancelled in the same transaction, each with an error outcome.
             let payloadFor: @Sendable (Entry) -> (JSON, Bool) = { [definitions] behind in
@@ -93,7 +94,9 @@ extension Runner {
         }
     }
 
-    func settle(_ entry: Entry, payload: JSON, outcome: Outcome, state: EntryState, reason: String?) {
+    /// Returns false when the entry was kept unsettled instead (`keepUnsettled`).
+    @discardableResult
+    func settle(_ entry: Entry, payload: JSON, outcome: Outcome, state: EntryState, reason: String?) -> Bool {
         let definition = definitions.definitions[entry.key]
         let hook = outcome == .completed ? definition?.onSuccess : definition?.onError
         // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.
@@ -109,7 +112,7 @@ extension Runner {
                 definition, entry: entry, outcome: outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
             if pluginsAbandoned != abandoned {
                 keepUnsettled(entry, plugin: "follow-up's plugin")
-                return
+                return false
             }
         } else if definition == nil {
             // Its `then` lists, if any, are not known: the outcome and the log say they were not
@@ -132,6 +135,7 @@ extension Runner {
         settlement.snapshot = entry
         changes.append(.settle(settlement))
         pendingSettles.append((entry, state, reason))
+        return true
     }
 
     /// An entry whose settle needed a plugin that a stop at once killed: not settled, it stays
