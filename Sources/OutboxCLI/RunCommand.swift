@@ -107,6 +107,7 @@ enum RunCommand {
         let stopRequests = options.stopRequests
         let stopAt = options.maxTimeMs.map { Identifiers.monotonicMs() + $0 }
         console.stopWaitingForOutput { stopRequests() > 0 || stopAt.map { Identifiers.monotonicMs() >= $0 } ?? false }
+        options.drawProgress = { console.rawErr($0) }
         let sink = EventSink(
             console: events != nil ? console : nil, command: config.eventsCommand, config: config,
             environment: i.environment, log: { logger.log(.warn, $0) })

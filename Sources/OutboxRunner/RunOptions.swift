@@ -1,3 +1,4 @@
+import Glibc
 import OutboxModel
 
 package enum ProgressMode: String, Sendable { case auto, always, never }
@@ -21,6 +22,9 @@ package struct RunOptions: Sendable {
     package var reloadRequests: @Sendable () -> Int = { 0 }
     /// The service manager to tell when the run is stopping and that it is alive (systemd).
     package var notifier: SystemdNotifier?
+    /// Where the live display is drawn (stderr; the CLI passes its own, which a stalled terminal
+    /// holds only until a stop, as it does the log).
+    package var drawProgress: @Sendable (String) -> Void = { text in _ = text.withCString { write(2, $0, strlen($0)) } }
     package init() {}
 
     /// Whether the live progress line is drawn: on a terminal, unless the events go to it too

@@ -276,7 +276,7 @@ package final class Runner {
         factory.heartbeat = pluginHeartbeat()
         if options.showsProgress {
             progressDisplay = ProgressDisplay(
-                write: { text in _ = text.withCString { write(2, $0, strlen($0)) } },
+                write: options.drawProgress,
                 totals: { [store] in try? store.pendingTotals() })
         }
 

@@ -552,7 +552,8 @@ import Testing
         let held = open(fifo, O_RDWR | O_CLOEXEC)
         #expect(held >= 0)
         defer { close(held) }
-        let redirect = events ? "--events - > out.fifo" : "2> out.fifo"
+        // The live display draws on stderr too: it must not hold the run either.
+        let redirect = events ? "--events - > out.fifo" : "--progress always 2> out.fifo"
         let runner = try RunningProcess(
             executable: "/bin/sh", arguments: ["-c", "exec \"$0\" run \(redirect)", p.executable], cwd: p.root,
             environment: p.processEnvironment())
