@@ -21,10 +21,9 @@ package enum Plugin {
             command, input: input.serializedBytes(), name: name, config: config, environment: environment, heartbeat: heartbeat)
         guard result.succeeded else {
             var firstLine = String(decoding: result.stderr, as: UTF8.self).split(separator: "\n").first.map(String.init) ?? ""
-            // A shell's "cannot run" statuses: the file says why better than the shell (a missing #! interpreter).
-            if [126, 127].contains(result.exitStatus),
-                let why = CommandRef(field: name, command: command)
-                    .programProblem(root: config.root, searchPath: environment["PATH"] ?? ProcessRunner.defaultPath)
+            // The file says why better than the shell does.
+            if let why = CommandRef(field: name, command: command).whyNotRun(
+                status: result.exitStatus, root: config.root, searchPath: environment["PATH"] ?? ProcessRunner.defaultPath)
             {
                 firstLine = why
             }

@@ -311,6 +311,13 @@ package struct CommandRef: Sendable, Equatable {
         programProblem(root: root, searchPath: searchPath).map { "\(field): \($0)" }
     }
 
+    /// Why a shell said it could not run this command (exit 126 or 127), when the file shows
+    /// it: a missing `#!` interpreter, which the shell reports as the script not found.
+    package func whyNotRun(status: Int32?, root: String, searchPath: String) -> String? {
+        guard let status, [126, 127].contains(status) else { return nil }
+        return programProblem(root: root, searchPath: searchPath)
+    }
+
     /// `problem` without the field's name in front.
     package func programProblem(root: String, searchPath: String) -> String? {
         let words: [String]

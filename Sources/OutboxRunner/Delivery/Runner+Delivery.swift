@@ -293,14 +293,13 @@ extension Runner {
         delivery.finished.append((seq, followUps))
     }
 
-    /// Why a hook its shell could not run (exit 126 or 127) did not run, when its file shows it
-    /// (a missing `#!` interpreter, which the shell reports as the script not found).
+    /// Why a hook its shell could not run did not run, named by its field (`on_success: ...`).
     package static func whyHookDidNotRun(
         _ status: Int32?, hook: CommandSpec, field: String, config: Config, environment: [String: String]
     ) -> String? {
-        guard let status, [126, 127].contains(status) else { return nil }
-        return CommandRef(field: field, command: hook).problem(
-            root: config.root, searchPath: environment["PATH"] ?? ProcessRunner.defaultPath)
+        CommandRef(field: field, command: hook).whyNotRun(
+            status: status, root: config.root, searchPath: environment["PATH"] ?? ProcessRunner.defaultPath
+        ).map { "\(field): \($0)" }
     }
 
     /// A delivery that did not end in an acknowledgement: due again after a backoff.
