@@ -12,7 +12,7 @@ package final class Console: @unchecked Sendable {
     private let readIn: (Int) -> [UInt8]?
     /// Why output written to stdout was lost (a full disk, a closed descriptor), or nil.
     private let lostOutput: () -> String?
-    /// Given a check, a write to a stdout nobody reads stops waiting once the check holds.
+    /// Given a check, a write to a stdout or stderr nobody reads stops waiting once the check holds.
     private let stallBreaker: ((@escaping () -> Bool) -> Void)?
 
     package init(
@@ -55,10 +55,10 @@ package final class Console: @unchecked Sendable {
         let stall = OutputStall()
         return Console(
             out: { text in
-                // A stalled reader holds a write no longer than the run goes on; then the rest is dropped.
+                // A stalled reader holds a write no longer than the command goes on; then the rest is dropped.
                 let code = stall.write(text, to: 1)
                 if code == ETIMEDOUT {
-                    failure.withLock { $0 = $0 ?? "its reader stopped reading, and the run was asked to stop" }
+                    failure.withLock { $0 = $0 ?? "its reader stopped reading, and the command was asked to stop" }
                 } else if let code, code != EPIPE {
                     failure.withLock { $0 = $0 ?? Errno(code: code).description }
                 }

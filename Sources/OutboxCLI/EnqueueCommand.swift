@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 import OutboxEnqueue
 import OutboxModel
@@ -102,6 +103,9 @@ enum EnqueueCommand {
     }
 
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        // Once the entries are committed a stop signal no longer ends the enqueue: a reader
+        // that does not take the ids then holds it only until such a signal came.
+        i.console.stopWaitingForOutput { csystem_stop_pending() != 0 }
         let key = i.args.positionals[0]
         let now = Identifiers.nowMs()
         if let folder = i.args.value("from-dir") {

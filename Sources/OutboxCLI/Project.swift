@@ -1,3 +1,4 @@
+import CSystem
 import OutboxModel
 import OutboxStore
 
@@ -48,13 +49,34 @@ final class Project {
     /// Enqueues into the project's store.
     func enqueue(_ entries: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
         let store = try store()
-        return try Self.sayingWhyRunning(store) { () throws(OutboxError) in try store.enqueue(entries, now: now) }
+        return try Self.stoppedOnlyBeforeTheCommit { () throws(OutboxError) in
+            try Self.sayingWhyRunning(store) { () throws(OutboxError) in
+                try store.enqueue(entries, now: now, committing: { csystem_stop_hold() })
+            }
+        }
     }
 
     /// Enqueues the batches `next` gives, in one transaction (see `Store.enqueue(batches:now:)`).
     func enqueue(batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult] {
         let store = try store()
-        return try Self.sayingWhyRunning(store) { () throws(OutboxError) in try store.enqueue(batches: next, now: now) }
+        return try Self.stoppedOnlyBeforeTheCommit { () throws(OutboxError) in
+            try Self.sayingWhyRunning(store) { () throws(OutboxError) in
+                try store.enqueue(batches: next, now: now, committing: { csystem_stop_hold() })
+            }
+        }
+    }
+
+    /// A stop signal (TERM, INT, HUP, QUIT) ends an enqueue at once, storing nothing, until its
+    /// transaction commits; from the commit on it is only recorded, and the enqueue finishes
+    /// (exit 0 says the entries are stored, whenever the signal came). A commit that fails
+    /// releases it: the process then ends with that signal, its staged files cleaned up.
+    private static func stoppedOnlyBeforeTheCommit<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T {
+        do {
+            return try body()
+        } catch {
+            csystem_stop_release()
+            throw error
+        }
     }
 
     /// A same-id enqueue refused because the entry is running says so truly when no runner

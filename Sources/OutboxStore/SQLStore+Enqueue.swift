@@ -8,31 +8,34 @@ extension SQLStore {
     /// Enqueues a batch in one transaction, applying the same-id rules to each entry.
     /// Bodies are staged before the transaction; on any failure every staged file is removed
     /// (or moved back) and nothing is committed.
-    package func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
+    package func enqueue(_ batch: [NewEntry], now: Int64, committing: () -> Void) throws(OutboxError) -> [EnqueueResult] {
         // Shared with other enqueues; keeps orphan cleaning away from files not yet committed.
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
         let staged = try stageBatch(batch)
         Fault.point("enqueue.staged")
-        return try write(batch, staged: staged, then: { nil }, now: now)
+        return try write(batch, staged: staged, then: { nil }, now: now, committing: committing)
     }
 
     /// Enqueues the batches `next` gives (nil after the last) in one transaction, each written
     /// as it comes while the caller prepares the next one: the first is staged before the
     /// transaction, the later ones inside it (which holds the write lock while `next` runs).
-    func enqueueStreaming(_ next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult] {
+    func enqueueStreaming(
+        _ next: () throws(OutboxError) -> [NewEntry]?, now: Int64, committing: () -> Void
+    ) throws(OutboxError) -> [EnqueueResult] {
         let lock = stagingLock(exclusive: false)
         defer { withExtendedLifetime(lock) {} }
         guard let first = try next() else { return [] }
         let staged = try stageBatch(first)
         Fault.point("enqueue.staged")
-        return try write(first, staged: staged, then: next, now: now)
+        return try write(first, staged: staged, then: next, now: now, committing: committing)
     }
 
     /// Writes `first` (staged already) and every batch `then` gives, in one transaction; on
     /// any failure every staged file is removed (or moved back) and nothing is committed.
     private func write(
-        _ first: [NewEntry], staged firstStaged: StagedBatch, then next: () throws(OutboxError) -> [NewEntry]?, now: Int64
+        _ first: [NewEntry], staged firstStaged: StagedBatch, then next: () throws(OutboxError) -> [NewEntry]?, now: Int64,
+        committing: () -> Void
     ) throws(OutboxError) -> [EnqueueResult] {
         var staged = [firstStaged]
         let results: [EnqueueResult]
@@ -53,6 +56,8 @@ extension SQLStore {
                     batch = more
                 }
                 try journalReturns()
+                committing()
+                Fault.hold("enqueue.committing")
                 return results
             }
         } catch {

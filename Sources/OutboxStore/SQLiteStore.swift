@@ -313,8 +313,10 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
     func writingOwnRows<T>(_ body: () throws(OutboxError) -> T) throws(OutboxError) -> T { try db.transaction(body) }
 
     /// Each batch is written as it comes: a transaction here never runs its body twice.
-    package func enqueue(batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult] {
-        try enqueueStreaming(next, now: now)
+    package func enqueue(
+        batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64, committing: () -> Void
+    ) throws(OutboxError) -> [EnqueueResult] {
+        try enqueueStreaming(next, now: now, committing: committing)
     }
 
     func databaseProblems() throws(OutboxError) -> [String] {

@@ -14,10 +14,14 @@ package protocol Store: AnyObject {
     // MARK: Enqueue and reads
 
     /// Enqueues a batch in one transaction, applying the same-id rules to each entry.
-    func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult]
+    /// `committing` runs inside the transaction, once everything is written, just before the
+    /// commit (again if a store runs the transaction's body again).
+    func enqueue(_ batch: [NewEntry], now: Int64, committing: () -> Void) throws(OutboxError) -> [EnqueueResult]
     /// Enqueues the batches `next` gives (nil after the last), all in one transaction; a
     /// store may write each batch while `next` prepares the one after it.
-    func enqueue(batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult]
+    func enqueue(
+        batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64, committing: () -> Void
+    ) throws(OutboxError) -> [EnqueueResult]
     func entry(id: String) throws(OutboxError) -> Entry?
     func list(_ filter: ListFilter) throws(OutboxError) -> [Entry]
     /// `list --json` rows as JSON text, one call of `write` per chunk, in queue order.
@@ -201,10 +205,20 @@ package protocol Store: AnyObject {
 extension Store {
     /// Every batch first, then one `enqueue`: for a store whose transaction may run its body
     /// again (after a reconnect), which a stream of batches cannot give twice.
-    package func enqueue(batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult] {
+    package func enqueue(
+        batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64, committing: () -> Void
+    ) throws(OutboxError) -> [EnqueueResult] {
         var all: [NewEntry] = []
         while let batch = try next() { all += batch }
-        return try enqueue(all, now: now)
+        return try enqueue(all, now: now, committing: committing)
+    }
+
+    package func enqueue(_ batch: [NewEntry], now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        try enqueue(batch, now: now, committing: {})
+    }
+
+    package func enqueue(batches next: () throws(OutboxError) -> [NewEntry]?, now: Int64) throws(OutboxError) -> [EnqueueResult] {
+        try enqueue(batches: next, now: now, committing: {})
     }
 
     package func audit() throws(OutboxError) -> [String] { try audit(note: { _ in }) }

@@ -49,6 +49,76 @@ struct BinaryTests {
         if p.storeExists { #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "0\n") }
     }
 
+    /// Exit 0 means stored, whenever a stop signal comes: until the transaction commits the
+    /// signal ends the enqueue with nothing stored; from the commit on it is only recorded,
+    /// and the enqueue finishes, prints the id and exits 0. Each process is held at one point
+    /// until the kernel has handed it the signal.
+    @Test(arguments: [SIGTERM, SIGINT, SIGHUP, SIGQUIT])
+    func aStopSignalNeverLeavesAnEntryStoredBehindAFailedStatus(_ signal: Int32) async throws {
+        let p = try CLIProject()
+        func signalledWhileHeld(at point: String, id: String) async throws -> RunningProcess {
+            let go = p.root + "/go-" + id
+            let enqueue = try p.start(
+                ["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", id], environment: ["OUTBOX_FAULT_HOLD": "\(point):\(go)"])
+            await eventually("the enqueue to reach \(point)") { FileManager.default.fileExists(atPath: go + ".reached") }
+            enqueue.signal(signal)
+            await eventually("the signal to be delivered") { !Self.signalPending(enqueue.pid, signal) }
+            _ = FileManager.default.createFile(atPath: go, contents: nil)
+            return enqueue
+        }
+        // In the transaction, before its commit: nothing is stored.
+        let early = try await signalledWhileHeld(at: "enqueue.batch-written", id: "early")
+        #expect(await early.wait().exitCode == -signal)
+        // At the commit: stored, and the status says so.
+        let late = try await signalledWhileHeld(at: "enqueue.committing", id: "late")
+        let ended = await late.wait()
+        #expect(ended.exitCode == 0, "\(ended)")
+        #expect(ended.stdout == "late\n")
+        #expect(try p.sqlite("SELECT id FROM entries") == "late\n")
+    }
+
+    /// Stored entries whose ids nobody reads: a stop signal then ends the wait for the reader.
+    /// The status says the entries are stored and the ids lost (74), and nothing is undone.
+    @Test func aStopEndsAnEnqueueWhoseIdsNobodyReads() async throws {
+        let p = try CLIProject()
+        // 3,000 ids of 37 bytes: more than a pipe holds (64 KiB).
+        _ = try p.write("lines.jsonl", (0..<3_000).map { "{\"vars\": {\"n\": \($0)}}\n" }.joined())
+        let fifo = p.root + "/out.fifo"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        // Held open and never read.
+        let held = open(fifo, O_RDWR | O_CLOEXEC)
+        #expect(held >= 0)
+        defer { close(held) }
+        let enqueue = try RunningProcess(
+            executable: "/bin/sh", arguments: ["-c", #"exec "$0" enqueue note --from lines.jsonl > out.fifo"#, p.executable],
+            cwd: p.root, environment: p.processEnvironment())
+        await eventually("the pipe to be full") {
+            var end = pollfd(fd: held, events: Int16(POLLOUT), revents: 0)
+            return poll(&end, 1, 0) == 0
+        }
+        // The ids are written after the commit only.
+        #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "3000\n")
+        enqueue.signal(SIGTERM)
+        let ended = await enqueue.wait()
+        #expect(!ended.timedOut)
+        #expect(ended.exitCode == 74, "\(ended)")
+        #expect(
+            ended.stderr
+                == "outbox: E_STORAGE: the command ran, but what it wrote to stdout was lost: its reader stopped reading, and the command was asked to stop\n"
+        )
+        #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "3000\n")
+    }
+
+    /// Whether `signal` waits to be delivered to the process (`/proc`'s pending masks).
+    private static func signalPending(_ pid: Int32, _ signal: Int32) -> Bool {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        let bit = UInt64(1) << UInt64(signal - 1)
+        return status.split(separator: "\n").contains { line in
+            guard line.hasPrefix("SigPnd:") || line.hasPrefix("ShdPnd:") else { return false }
+            return (UInt64(line.split(separator: "\t").last ?? "", radix: 16) ?? 0) & bit != 0
+        }
+    }
+
     @Test func anErrorPrintsItsCodeOnStderrAndExits65() async throws {
         let p = try CLIProject()
         let r = try await p.outbox(["enqueue", "dynamic", "--vars", #"{"url": "gopher://x"}"#])

@@ -95,6 +95,11 @@ int64_t csystem_proc_now_ms(void);
    sees csystem_stop_pending, and _end ends the process with that signal. `run` replaces the
    handlers of the first three with its own. Call once from main. */
 void csystem_stop_guard_install(void);
+/* From now on a stop signal is only recorded (csystem_stop_pending): what the command set out to
+   store is being committed, and its exit status must say whether it was. */
+void csystem_stop_hold(void);
+/* Ends the hold (the commit failed): a stop signal recorded meanwhile ends the process now. */
+void csystem_stop_release(void);
 /* 1 when the signal's disposition is "ignore" (set so by the parent, or by us). */
 int csystem_signal_ignored(int sig);
 void csystem_plugin_wait_begin(void);
