@@ -163,7 +163,7 @@ enum ReadCommands {
         let max = try i.args.value("max").map { t throws(OutboxError) in try size(t, "--max") } ?? ChunkPlan.defaultMax
         var maxParts = ChunkPlan.defaultMaxParts
         if let text = i.args.value("max-parts") {
-            guard let n = Int(text), (1...ChunkPlan.maxPartsLimit).contains(n) else {
+            guard let n = Units.wholeNumber(text, in: 1...ChunkPlan.maxPartsLimit) else {
                 throw .usage("--max-parts must be a whole number from 1 to \(ChunkPlan.maxPartsLimit), not \"\(text.prefix(40))\"")
             }
             maxParts = n

@@ -71,7 +71,7 @@ enum RunCommand {
             ("part-concurrency", 1...64, \.partConcurrency),
         ] as [(String, ClosedRange<Int>, WritableKeyPath<LimitOverrides, Int?>)] {
             guard let text = i.args.value(flag) else { continue }
-            guard let n = Int(text), range.contains(n) else {
+            guard let n = Units.wholeNumber(text, in: range) else {
                 throw .usage("--\(flag) takes a whole number from \(range.lowerBound) to \(range.upperBound), not \"\(text.prefix(20))\"")
             }
             options.limits[keyPath: limit] = n

@@ -31,7 +31,7 @@ enum SimulateCommand {
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let key = i.args.positionals[0]
         guard let statusText = i.args.value("status") else { throw .usage("simulate needs --status N") }
-        guard let status = Int(statusText), (100...599).contains(status) else {
+        guard let status = Units.wholeNumber(statusText, in: 100...599) else {
             throw .usage("--status must be an HTTP status from 100 to 599, not \"\(statusText.prefix(20))\"")
         }
         var headers: [(name: String, value: String)] = []

@@ -194,7 +194,7 @@ package struct Config: Sendable {
                 config.store = storeLocation(text, root: config.root)
                 continue
             }
-            guard let n = Int(text), range.contains(Int64(n)) else {
+            guard let n = Units.wholeNumber(text, in: Int(range.lowerBound)...Int(range.upperBound)) else {
                 throw OutboxError(
                     .config,
                     "\(variable) (\(field)) must be a whole number from \(range.lowerBound) to \(range.upperBound), not \"\(text.prefix(20))\""

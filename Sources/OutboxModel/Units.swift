@@ -106,6 +106,15 @@ package enum Units {
         return out
     }
 
+    /// A whole number written as plain digits (`5`, not `+5`, `05` or `0x5`), within `range`; nil otherwise.
+    package static func wholeNumber(_ text: String, in range: ClosedRange<Int>) -> Int? {
+        let digits = text.utf8
+        guard let first = digits.first, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }), first != 0x30 || digits.count == 1,
+            let n = Int(text), range.contains(n)
+        else { return nil }
+        return n
+    }
+
     /// Splits `<digits>[ ]<unit>`; nil when the amount is missing or signed. An amount
     /// past Int64 comes back as nil in `.0` so callers can say "too large".
     private static func splitAmount(_ text: String) -> (amount: Int64?, unit: String)? {

@@ -336,7 +336,7 @@ package struct CommandRef: Sendable, Equatable {
             guard Paths.isRegularFile(full), access(full, X_OK) == 0 else { return "\(program) is not an executable file" }
             let direct: Bool
             if case .argv = command { direct = true } else { direct = false }
-            return ProcessRunner.execProblem(full, runDirectly: direct).map { "\(program) \($0)" }
+            return ProcessRunner.execProblem(full, runDirectly: direct, folder: root).map { "\(program) \($0)" }
         }
         for folder in searchPath.split(separator: ":") where !folder.isEmpty {
             let candidate = Paths.join(String(folder), program)

@@ -87,7 +87,7 @@ package enum ProcessRunner {
             // ENOENT (or EACCES) for an executable file that is there: its #! interpreter is what is wrong.
             let file = path.hasPrefix("/") ? path : spec.workingDirectory + "/" + path
             let interpreterError = -rc == ENOENT || -rc == ENOEXEC || (-rc == EACCES && csystem_proc_is_executable(file) == 1)
-            if interpreterError, let why = execProblem(file, runDirectly: true) {
+            if interpreterError, let why = execProblem(file, runDirectly: true, folder: spec.workingDirectory) {
                 throw ProcessSpawnError(message: "cannot start \(path): the file \(why)")
             }
             throw ProcessSpawnError(
@@ -99,7 +99,8 @@ package enum ProcessRunner {
     /// Why the kernel would refuse to start an executable file: a `#!` line whose interpreter
     /// is missing (a CRLF line end makes it `sh\r`), or, run directly rather than by a shell
     /// (which runs such a file itself), a file that is neither a program nor a script.
-    package static func execProblem(_ path: String, runDirectly: Bool) -> String? {
+    /// `folder`: where the command runs (a relative interpreter is looked up there).
+    package static func execProblem(_ path: String, runDirectly: Bool, folder: String) -> String? {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -116,8 +117,15 @@ package enum ProcessRunner {
         let line = bytes.dropFirst(2).prefix { $0 != 0x0A }
         if line.contains(0x0D) { return "has a CRLF line end on its #! line: the interpreter would be looked up with a CR in its name" }
         let words = String(decoding: line, as: UTF8.self).split(whereSeparator: { $0 == " " || $0 == "\t" })
-        guard let interpreter = words.first.map(String.init), interpreter.hasPrefix("/") else { return nil }
-        if csystem_proc_is_executable(interpreter) == 1 { return nil }
+        guard let interpreter = words.first.map(String.init) else { return nil }
+        // The kernel looks a relative interpreter up in the folder the command runs in, never in PATH.
+        let resolved = interpreter.hasPrefix("/") ? interpreter : folder + "/" + interpreter
+        if csystem_proc_is_executable(resolved) == 1 { return nil }
+        guard interpreter.hasPrefix("/") else {
+            let name = interpreter.split(separator: "/").last.map(String.init) ?? interpreter
+            return "names the interpreter \(interpreter) by a relative path, which the kernel looks up in \(folder), "
+                + "not in PATH, and finds no executable file there (write #!/usr/bin/env \(name))"
+        }
         let exists = access(interpreter, F_OK) == 0
         return "names the interpreter \(interpreter), which \(exists ? "is not an executable file" : "does not exist")"
     }

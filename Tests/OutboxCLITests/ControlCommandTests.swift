@@ -120,6 +120,7 @@ struct ControlCommandTests {
         ("on_success: hooks/crlf.sh", "on_success: hooks/crlf.sh has a CRLF line end on its #! line"),
         ("on_success: [hooks/no-shebang.sh]", "on_success: hooks/no-shebang.sh has no #! line and is not a program"),
         ("on_error: hooks/no-interpreter.sh", "on_error: hooks/no-interpreter.sh names the interpreter /bin/no-such-shell"),
+        ("on_error: hooks/relative.sh", "on_error: hooks/relative.sh names the interpreter python3 by a relative path"),
     ])
     func checkRefusesAHookWhoseProgramCannotRun(line: String, message: String) throws {
         let p = try CLIProject()
@@ -127,6 +128,7 @@ struct ControlCommandTests {
         _ = try p.write("hooks/crlf.sh", "#!/bin/sh\r\nexit 0\r\n", mode: 0o755)
         _ = try p.write("hooks/no-shebang.sh", "exit 0\n", mode: 0o755)
         _ = try p.write("hooks/no-interpreter.sh", "#!/bin/no-such-shell\nexit 0\n", mode: 0o755)
+        _ = try p.write("hooks/relative.sh", "#!python3\nprint(1)\n", mode: 0o755)
         let file = try p.write("definitions/hooked.yaml", "key: hooked\nrequest: { url: \"https://x.example/\" }\n\(line)\n")
         let r = p.run("check")
         #expect(r.status == 78, "\(r)")

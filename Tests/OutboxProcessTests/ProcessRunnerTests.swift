@@ -560,17 +560,38 @@ struct ArgvTests {
         ("#!/nonexistent/sh\necho hi\n", "names the interpreter /nonexistent/sh, which does not exist"),
         ("#!/bin/sh\r\necho hi\r\n", "has a CRLF line end on its #! line: the interpreter would be looked up with a CR in its name"),
         ("#!/etc/passwd\necho hi\n", "names the interpreter /etc/passwd, which is not an executable file"),
+        (
+            "#!python3\nprint(1)\n",
+            "names the interpreter python3 by a relative path, which the kernel looks up in FOLDER, not in PATH, and finds no executable file there (write #!/usr/bin/env python3)"
+        ),
     ])
-    func aScriptThatCannotStartSaysWhy(text: String, why: String) async throws {
+    func aScriptThatCannotStartSaysWhy(text: String, why template: String) async throws {
         let folder = TempFolder()
         defer { folder.cleanup() }
         let script = folder.path + "/hook.sh"
         try writeFileClosedOnExec(script, Data(text.utf8), mode: 0o755)
         var spec = shell("", in: folder)
         spec.command = .argv([script])
+        let why = template.replacing("FOLDER", with: folder.path)
         let error = await #expect(throws: ProcessSpawnError.self) { try await runOffPool(spec) }
         #expect(error?.message == "cannot start \(script): the file \(why)")
-        #expect(ProcessRunner.execProblem(script, runDirectly: false) == why)
+        #expect(ProcessRunner.execProblem(script, runDirectly: false, folder: folder.path) == why)
+    }
+
+    /// The kernel takes a relative `#!` interpreter from the folder the command runs in:
+    /// one that is there runs, and is no problem.
+    @Test func aRelativeInterpreterInTheWorkingFolderRuns() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        try writeFileClosedOnExec(folder.path + "/interp", Data("#!/bin/sh\necho \"via $1\"\n".utf8), mode: 0o755)
+        let script = folder.path + "/hook.sh"
+        try writeFileClosedOnExec(script, Data("#!interp\n".utf8), mode: 0o755)
+        var spec = shell("", in: folder)
+        spec.command = .argv([script])
+        let result = try await runOffPool(spec)
+        #expect(result.exitStatus == 0)
+        #expect(String(decoding: result.stdout, as: UTF8.self) == "via \(script)\n")
+        #expect(ProcessRunner.execProblem(script, runDirectly: true, folder: folder.path) == nil)
     }
 
     @Test func missingProgramInShellIsExit127() async throws {

@@ -30,7 +30,7 @@ package final class MetricsListener: @unchecked Sendable {
                 if colon != text.startIndex { host = String(text[..<colon]) }
                 portText = String(text[text.index(after: colon)...])
             }
-            guard let port = Int(portText), (0...65535).contains(port) else {
+            guard let port = Units.wholeNumber(portText, in: 0...65535) else {
                 throw .usage("--metrics-listen: the port in \(shown) is not a number from 0 (any free port) to 65535")
             }
             if host == "localhost" { host = "127.0.0.1" }
