@@ -205,7 +205,7 @@ struct DeliveryState {
     /// Outcome seq → entry id of the hooks running.
     var hooksRunning: [Int64: String] = [:]
     /// Outcome seq → the command of a hook started, and its field, to say why it could not run.
-    var commands: [Int64: (field: String, hook: CommandSpec)] = [:]
+    var commands: [Int64: (field: String, hook: CommandSpec, key: String)] = [:]
     /// Hooks in a row the system could not start (no fds, memory or processes): their
     /// redeliveries back off, and the log says so once for each doubling, not every time.
     var unstartedInARow = 0
@@ -218,7 +218,7 @@ struct DeliveryState {
     /// before may have a hook of a dead runner running that no store row names.
     var countedHere: Set<Int64> = []
     /// Hooks that exited 0 this turn, acknowledged together (they stay in `hooksRunning` until then).
-    var finished: [(seq: Int64, followUps: [NewEntry])] = []
+    var finished: [(seq: Int64, key: String?, followUps: [NewEntry])] = []
     /// Whether outcomes may have become deliverable since the last look.
     var due = true
     /// Entries whose hook failed in this run (the run's exit status and summary name them).

@@ -104,7 +104,7 @@ extension SQLStore {
     /// Returns the files to remove after the commit.
     func acknowledgeEach(
         _ batch: [Acknowledgement], selection: inout FollowUpSelection, refused: inout [Int64: String],
-        _ acknowledgeOne: (Int64) throws(OutboxError) -> ([String], Bool)
+        _ acknowledgeOne: (Acknowledgement) throws(OutboxError) -> ([String], Bool)
     ) throws(OutboxError) -> [String] {
         var remove: [String] = []
         var offset = 0
@@ -116,7 +116,7 @@ extension SQLStore {
                 selection.drop(range)
                 continue
             }
-            let (files, acknowledged) = try acknowledgeOne(acknowledgement.seq)
+            let (files, acknowledged) = try acknowledgeOne(acknowledgement)
             remove += files
             if acknowledged { selection.keep(range) } else { selection.drop(range) }
         }

@@ -101,8 +101,8 @@ extension SQLiteStore {
                 (refused, selection) = ([:], FollowUpSelection(all: followUps, staged: staged))
                 // Counted per key once for the batch, not one counter write per hook.
                 var tally = CounterTally()
-                remove = try acknowledgeEach(batch, selection: &selection, refused: &refused) { (seq) throws(OutboxError) in
-                    try acknowledgeOne(seq, now: now, tally: &tally)
+                remove = try acknowledgeEach(batch, selection: &selection, refused: &refused) { (a) throws(OutboxError) in
+                    try acknowledgeOne(a, now: now, tally: &tally)
                 }
                 try addCounters(tally.take())
                 try selection.apply { (kept, keptStaged) throws(OutboxError) in _ = try applyBatch(kept, staged: keptStaged, now: now) }
@@ -129,13 +129,21 @@ extension SQLiteStore {
 
     /// One acknowledgement inside the caller's transaction; returns the files to remove, and
     /// whether the outcome was there to acknowledge.
-    private func acknowledgeOne(_ seq: Int64, now: Int64, tally: inout CounterTally) throws(OutboxError) -> ([String], Bool) {
+    private func acknowledgeOne(
+        _ a: Acknowledgement, now: Int64, tally: inout CounterTally
+    ) throws(OutboxError) -> ([String], Bool) {
+        let seq = a.seq
         // Only what the acknowledgement needs: the payload is not read (nor parsed).
         guard
             let o = try db.queryOne(
-                "SELECT entry_id, key, generation FROM outcomes WHERE seq = ? AND acknowledged = 0", [.int(seq)],
-                { (entryID: $0.text(0), key: $0.text(1), generation: $0.int(2)) })
-        else { return ([], false) }
+                "SELECT entry_id, key, generation, acknowledged FROM outcomes WHERE seq = ?", [.int(seq)],
+                { (entryID: $0.text(0), key: $0.text(1), generation: $0.int(2), acknowledged: $0.int(3) != 0) })
+        else {
+            // Forgotten while its hook ran (a cancel): the hook still exited 0.
+            if let key = a.key { tally.add(.hookDeliveries, [("key", key)], by: 1) }
+            return ([], false)
+        }
+        guard !o.acknowledged else { return ([], false) }
         try db.run("UPDATE outcomes SET acknowledged = 1, hook_pgid = NULL, next_delivery_at = NULL WHERE seq = ?", [.int(seq)])
         tally.add(.hookDeliveries, [("key", o.key)], by: 1)
         return (try entryAcknowledged(id: o.entryID, generation: o.generation, now: now), true)

@@ -330,10 +330,14 @@ package struct PendingTotals: Sendable, Equatable {
 /// A hook's exit 0 for an outcome, with the entries its enqueue lines asked for.
 package struct Acknowledgement: Sendable {
     package var seq: Int64
+    /// The outcome's key: a hook that exited 0 after its outcome was forgotten (its entry
+    /// cancelled meanwhile, maybe by the hook itself) still counts as a delivery of that key.
+    package var key: String?
     package var followUps: [NewEntry]
 
-    package init(seq: Int64, followUps: [NewEntry]) {
+    package init(seq: Int64, key: String? = nil, followUps: [NewEntry]) {
         self.seq = seq
+        self.key = key
         self.followUps = followUps
     }
 }

@@ -49,6 +49,20 @@ struct MetricsTests {
         #expect(attempts.count == 3, "\(attempts)")
     }
 
+    /// A hook that cancels its own entry (which forgets the outcome it was given) and exits 0
+    /// is a delivery in the run's summary and in the store's counters alike.
+    @Test func aHookThatCancelsItsOwnEntryIsCountedAsDelivered() async throws {
+        let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/cancel.sh", hooks: false)])
+        try p.writeHook("cancel.sh", "#!/bin/sh\ncat > /dev/null\nexec \"\(p.executable)\" cancel \"$OUTBOX_ID\" > /dev/null\n")
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        try await p.enqueue("t", path: "/status/200", id: "b")
+        let run = try await p.drain(["--json"], failures: 0)
+        #expect(run.json?.int("delivered") == 2, "\(run.stdout)")
+        #expect(try await p.list().isEmpty, "both entries were cancelled and forgotten")
+        let s = Self.samples(try await p.outbox(["stats", "--prometheus"]).stdout)
+        #expect(s[#"outbox_hook_deliveries_total{key="t"}"#] == "2", "\(s)")
+    }
+
     @Test func aHookThatFailsIsCounted() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         p.touch("hooks/fail")

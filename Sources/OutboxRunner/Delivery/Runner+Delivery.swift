@@ -103,7 +103,7 @@ extension Runner {
             let seq = outcome.seq
             spec.onWarn = { pid in mailbox.post(.hookSlow(seq: seq, pid: pid)) }
             delivery.hooksRunning[seq] = outcome.entryID
-            delivery.commands[seq] = (outcome.outcome.hookField, hook)
+            delivery.commands[seq] = (outcome.outcome.hookField, hook, outcome.key)
             specs.append(spec)
             spawning.append(seq)
         }
@@ -187,7 +187,7 @@ extension Runner {
     }
 
     private var acknowledgements: [Acknowledgement] {
-        delivery.finished.map { Acknowledgement(seq: $0.seq, followUps: $0.followUps) }
+        delivery.finished.map { Acknowledgement(seq: $0.seq, key: $0.key, followUps: $0.followUps) }
     }
 
     /// After the acknowledgements of `delivery.finished` committed. One the store refused
@@ -290,7 +290,7 @@ extension Runner {
         }
         // Acknowledged with the others that ended this turn; until then it counts as running.
         delivery.hooksRunning[seq] = entryID
-        delivery.finished.append((seq, followUps))
+        delivery.finished.append((seq, command?.key, followUps))
     }
 
     /// Why a hook its shell could not run did not run, named by its field (`on_success: ...`).

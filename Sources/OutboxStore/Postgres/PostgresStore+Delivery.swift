@@ -97,8 +97,8 @@ extension PostgresStore {
             func body() throws(OutboxError) {
                 (refused, selection) = ([:], FollowUpSelection(all: followUps, staged: staged))
                 deliveryClaims = claimsBefore
-                remove = try acknowledgeEach(batch, selection: &selection, refused: &refused) { (seq) throws(OutboxError) in
-                    try acknowledgeOne(seq, now: now)
+                remove = try acknowledgeEach(batch, selection: &selection, refused: &refused) { (a) throws(OutboxError) in
+                    try acknowledgeOne(a, now: now)
                 }
                 try selection.apply { (kept, keptStaged) throws(OutboxError) in _ = try applyBatch(kept, staged: keptStaged, now: now) }
                 try journalReturns()
@@ -125,10 +125,15 @@ extension PostgresStore {
 
     /// One acknowledgement inside the caller's transaction; returns the files to remove, and
     /// whether the outcome was this runner's to acknowledge.
-    private func acknowledgeOne(_ seq: Int64, now: Int64) throws(OutboxError) -> ([String], Bool) {
-        guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome),
-            !o.acknowledged
-        else { return ([], false) }
+    private func acknowledgeOne(_ a: Acknowledgement, now: Int64) throws(OutboxError) -> ([String], Bool) {
+        let seq = a.seq
+        guard let o = try db.queryOne("SELECT \(Self.outcomeColumns) FROM outcomes WHERE seq = ?", [.int(seq)], Self.outcome) else {
+            // Forgotten while its hook ran (a cancel): the hook still exited 0.
+            if let key = a.key { try addCounters([CounterIncrement(.hookDeliveries, [("key", key)], by: 1)]) }
+            deliveryClaims.remove(seq)
+            return ([], false)
+        }
+        guard !o.acknowledged else { return ([], false) }
         // A runner whose delivery lease another runner took over acknowledges nothing.
         let fence = deliveryFence(seq)
         deliveryClaims.remove(seq)

@@ -101,5 +101,20 @@ extension StoreConformance {
                 ])
             #expect(try c.store.unacknowledgedOutcomes().isEmpty)
         }
+
+        // A hook that exited 0 after its outcome was forgotten (its entry cancelled while the
+        // hook ran) is still a delivery of the key it was given; without a key, none is counted.
+        @Test(arguments: StoreUnderTest.all)
+        func anAcknowledgementOfAForgottenOutcomeCountsByItsKey(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            try c.bring("x", to: .completed)
+            try c.bring("y", to: .completed)
+            let (x, y) = (try c.pending("x").seq, try c.pending("y").seq)
+            #expect(try c.store.cancel(ids: ["x", "y"], key: nil, now: t0) == ["x", "y"])
+            #expect(try c.store.unacknowledgedOutcomes().isEmpty, "forgotten with their entries")
+            try c.store.acknowledge(
+                [Acknowledgement(seq: x, key: "note", followUps: []), Acknowledgement(seq: y, followUps: [])], now: t0 + 1)
+            #expect(try values(c.instance.another()) == ["outbox_hook_deliveries_total{key=note}": 1])
+        }
     }
 }
