@@ -11,8 +11,8 @@ struct StoreConformance {
     /// Two runners, as on two hosts; a lease lasts a minute.
     static let runnerA = Lease(owner: "runner-a", durationMs: 60_000)
     static let runnerB = Lease(owner: "runner-b", durationMs: 60_000)
-    /// Why the lease rules fail on a store that one runner uses at a time.
-    static let noLeases: Comment =
+    /// What a store that one runner uses at a time does where the lease rules apply.
+    static let oneRunner: Comment =
         "SQLiteStore writes no lease: its runner lock admits one runner, so it treats every running entry as that runner's"
 }
 
