@@ -204,7 +204,8 @@ struct ReadAhead {
 struct DeliveryState {
     /// Outcome seq → entry id of the hooks running.
     var hooksRunning: [Int64: String] = [:]
-    /// Outcome seq → the command of a hook started, and its field, to say why it could not run.
+    /// Outcome seq → the command of a hook started and its field (to say why it could not run),
+    /// and the outcome's key (to count its delivery should the outcome be forgotten meanwhile).
     var commands: [Int64: (field: String, hook: CommandSpec, key: String)] = [:]
     /// Hooks in a row the system could not start (no fds, memory or processes): their
     /// redeliveries back off, and the log says so once for each doubling, not every time.
