@@ -218,6 +218,9 @@ struct DeliveryState {
     /// Outcomes this runner counted a delivery of, until acknowledged: any other one counted
     /// before may have a hook of a dead runner running that no store row names.
     var countedHere: Set<Int64> = []
+    /// `then` follow-ups built at delivery (their outcome was journaled before a definition of
+    /// its key was loaded), applied with the acknowledgement of the hook started for it.
+    var thenAtDelivery: [Int64: [NewEntry]] = [:]
     /// Hooks that exited 0 this turn, acknowledged together (they stay in `hooksRunning` until then).
     var finished: [(seq: Int64, key: String?, followUps: [NewEntry])] = []
     /// Whether outcomes may have become deliverable since the last look.

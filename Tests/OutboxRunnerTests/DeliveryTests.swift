@@ -190,7 +190,7 @@ import Testing
     }
 
     @Test func unhandledKeyWaitsForItsDefinition() async throws {
-        let p = try Project(definitions: ["gone": definition("gone")])
+        let p = try Project(definitions: ["gone": definition("gone"), "next": definition("next")])
         try await p.enqueue("gone", path: "/status/200", id: "u1")
         let saved = try String(contentsOfFile: p.root + "/definitions/gone.yaml", encoding: .utf8)
         p.remove("definitions/gone.yaml")
@@ -209,16 +209,40 @@ import Testing
         try await p.drain()
         #expect(try await p.show("u1")?.string("outcomes.0.reason") == "unhandled-key")
 
-        try saved.write(toFile: p.root + "/definitions/gone.yaml", atomically: true, encoding: .utf8)
+        // Its then lists were not known when it settled; `show` says they wait for its delivery.
+        let waiting = try await p.show("u1")?.at("outcomes.0.follow_up_errors.0.message")?.stringValue ?? ""
+        #expect(waiting.contains("no definition of gone was loaded when the entry settled"), "\(waiting)")
+        // Back, with a chain: it comes from the definition loaded at delivery, as the hook does,
+        // and is applied with the acknowledgement; the hook is told of no error.
+        let chain =
+            "then:\n  on_success:\n    - key: next\n      id: \"after-{{ entry.id }}\"\n      vars: { url: \"\(p.url("/status/201"))\", tag: t }\n"
+        try (saved + chain).write(toFile: p.root + "/definitions/gone.yaml", atomically: true, encoding: .utf8)
         try await p.drain()
         let delivered = p.deliveries("u1")
         #expect(delivered.count == 1)
         #expect(delivered.first?.string("stdin.outcome") == "completed")
-        // Its then lists were not known when it settled: the hook is told none was applied.
-        let unknownChain = delivered.first?.at("stdin.follow_up_errors.0.message")?.stringValue ?? ""
-        #expect(unknownChain.contains("no definition of gone was loaded when the entry settled"), "\(p.hookLog)")
+        #expect(delivered.first?.at("stdin.follow_up_errors") == nil, "\(p.hookLog)")
+        #expect(p.server.requests(path: "/status/201").count == 1, "the follow-up was sent")
+        #expect(p.deliveries("after-u1").first?.string("stdin.outcome") == "completed")
         #expect(try await p.list().isEmpty)
-        #expect(p.server.requests.count == 1)
+        #expect(p.server.requests.count == 2)
+    }
+
+    /// An outcome journaled while its definition was missing, delivered by a definition with
+    /// no hook for it: its `then` follow-ups are enqueued with the acknowledgement.
+    @Test func thenOfAnOutcomeWithoutAHookIsBuiltAtDelivery() async throws {
+        let p = try Project(definitions: ["gone": definition("gone", hooks: false), "next": definition("next", hooks: false)])
+        try await p.enqueue("gone", path: "/status/200", id: "u2")
+        let saved = try String(contentsOfFile: p.root + "/definitions/gone.yaml", encoding: .utf8)
+        p.remove("definitions/gone.yaml")
+        try await p.drain()
+        #expect(try await p.show("u2")?.string("outcomes.0.reason") == "unhandled-key")
+        let chain =
+            "then:\n  on_success:\n    - key: next\n      id: \"after-{{ entry.id }}\"\n      vars: { url: \"\(p.url("/status/202"))\", tag: t }\n"
+        try (saved + chain).write(toFile: p.root + "/definitions/gone.yaml", atomically: true, encoding: .utf8)
+        try await p.drain()
+        #expect(p.server.requests(path: "/status/202").count == 1, "the follow-up was sent")
+        #expect(try await p.list().isEmpty)
     }
 
     @Test func outcomesOfOneIdAreDeliveredInOrder() async throws {

@@ -67,7 +67,8 @@ package enum PayloadFields {
             "none of the outcome's follow-ups was enqueued; one item per failure"),
         PayloadField(
             "follow_up_errors.index", "as above",
-            "the follow-up's index in its list; `null` when no definition of the key was loaded as the entry settled"),
+            "the follow-up's index in its list; `null` (in `show`, before delivery) when no definition of the key was loaded as the entry settled: its `then` lists are built at delivery"
+        ),
         PayloadField("follow_up_errors.key", "as above", "its key as written; `null` as the index is"),
         PayloadField("follow_up_errors.message", "as above", "why it could not be built or applied"),
     ]

@@ -27,13 +27,21 @@ extension Runner {
                 // each takes a random few of them (order holds per id, not across ids).
                 candidates = Array(candidates.shuffled().prefix(room))
             }
-            for outcome in candidates {
+            for var outcome in candidates {
                 guard let definition = definitions.definitions[outcome.key] else { continue }
+                var followUps: [NewEntry] = []
+                if Self.thenWaitsForDelivery(outcome.payload) {
+                    let abandoned = pluginsAbandoned
+                    followUps = try thenAtDelivery(definition, outcome: &outcome)
+                    // Stopped at once while a follow-up's plugin ran: left for the next run.
+                    if pluginsAbandoned != abandoned { continue }
+                }
                 guard let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError else {
                     // The definition present now has no hook for this outcome: nothing to wait for.
-                    try store.acknowledge(seq: outcome.seq, followUps: [], now: now)
+                    try store.acknowledge(seq: outcome.seq, followUps: followUps, now: now)
                     continue
                 }
+                delivery.thenAtDelivery[outcome.seq] = followUps.isEmpty ? nil : followUps
                 starting.append((outcome, hook))
             }
         }
@@ -274,7 +282,7 @@ extension Runner {
                 failure = "the hook exited \(process.exitStatus ?? -1)" + (why.map { " (\($0))" } ?? "")
             } else {
                 switch Self.acknowledgedHookEnqueues(process, parent: entryID, factory: factory, stagedSources: stagedSources) {
-                case let .success(entries): followUps = entries
+                case let .success(entries): followUps = (delivery.thenAtDelivery.removeValue(forKey: seq) ?? []) + entries
                 case let .failure(problem): failure = problem.message
                 }
             }
@@ -304,6 +312,7 @@ extension Runner {
 
     /// A delivery that did not end in an acknowledgement: due again after a backoff.
     func failDelivery(seq: Int64, entryID: String, failure: String, hookStarted: Bool = true, now: Int64) throws(OutboxError) {
+        delivery.thenAtDelivery[seq] = nil
         let outcome = try store.outcomes(entryID: entryID).first { $0.seq == seq }
         let deliveries = Int(outcome?.deliveries ?? 1)
         var delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))

@@ -115,11 +115,10 @@ extension Runner {
                 return false
             }
         } else if definition == nil {
-            // Its `then` lists, if any, are not known: the outcome and the log say they were not
-            // applied, rather than a chain ending without a word once the definition is back.
+            // Its `then` lists, if any, are not known yet: they are built when the outcome is
+            // delivered, from the definition loaded then (an outcome without one waits for it).
             let message =
-                "no definition of \(entry.key) was loaded when the entry settled, so any then follow-ups it has were not enqueued"
-            failures = [(0, message)]
+                "no definition of \(entry.key) was loaded when the entry settled: its then follow-ups, if any, are enqueued when this outcome is delivered"
             payload.set("follow_up_errors", .array([.object([("index", .null), ("key", .null), ("message", .string(message))])]))
         }
         flights.running[entry.id] = nil
@@ -190,6 +189,33 @@ extension Runner {
     /// hook line naming that path means those bytes (its source may have left).
     func stagedSources(_ id: String) throws(OutboxError) -> [String: FileIdentity] {
         try store.entry(id: id)?.stagedSources ?? [:]
+    }
+
+    /// Whether an outcome was journaled while no definition of its key was loaded: its `then`
+    /// follow-ups wait for its delivery (`follow_up_errors` holds the one item that says so).
+    static func thenWaitsForDelivery(_ payload: JSON) -> Bool {
+        guard let errors = payload["follow_up_errors"]?.arrayValue, errors.count == 1 else { return false }
+        return errors[0]["index"] == .null
+    }
+
+    /// The `then` follow-ups of an outcome journaled while no definition of its key was loaded,
+    /// built now from `definition` (the one loaded at delivery) and applied with its
+    /// acknowledgement. Its hook's input loses the note, and gets `follow_up_errors` of its own
+    /// when one cannot be built (then none is enqueued, as at a settle). The entry replaced
+    /// meanwhile (another generation), the note stays and nothing is built.
+    func thenAtDelivery(_ definition: Definition, outcome: inout OutcomeRecord) throws(OutboxError) -> [NewEntry] {
+        guard let entry = try store.entry(id: outcome.entryID), entry.generation == outcome.generation else { return [] }
+        var payload = outcome.payload
+        payload.remove("follow_up_errors")
+        let built = Self.thenFollowUps(
+            definition, entry: entry, outcome: outcome.outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
+        if !built.failures.isEmpty {
+            log(
+                "outbox: the follow-ups of \(entry.id) were not enqueued: \(built.failures.map(\.message).joined(separator: "; "))",
+                level: .error, fields: [("id", .string(entry.id))])
+        }
+        outcome.payload = payload
+        return built.followUps
     }
 
     /// Renders one `then` item with `outcome.*` and builds its entry (`simulate` too);
