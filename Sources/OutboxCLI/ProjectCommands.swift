@@ -11,7 +11,9 @@ enum CheckCommand {
         let set = project.definitions
         // A hook or plugin whose program is missing would fail at every delivery (exit 127).
         let searchPath = i.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
-        let commands = project.config.commands + set.definitions.values.sorted { $0.file < $1.file }.flatMap(\.commands)
+        // Also those of a definition disabled for a `then` key: each problem is named at once.
+        let checked = Array(set.definitions.values) + Array(set.disabledByThen.values)
+        let commands = project.config.commands + checked.sorted { $0.file < $1.file }.flatMap(\.commands)
         let missing = commands.compactMap { ref -> Diagnostic? in
             ref.problem(root: project.config.root, searchPath: searchPath).map {
                 Diagnostic(path: ref.path, line: ref.mark.line, column: ref.mark.column, message: $0)

@@ -68,6 +68,9 @@ package struct DefinitionSet: Sendable {
     package var definitions: [String: Definition] = [:]
     /// Problems by key, for files whose key could be read: only that key is disabled.
     package var brokenKeys: [String: [Diagnostic]] = [:]
+    /// Definitions that read whole but are disabled because a `then` names a key no file
+    /// defines: `check` still looks at their other parts (hooks, plugins).
+    package var disabledByThen: [String: Definition] = [:]
     /// Every problem found, in file order.
     package var diagnostics: [Diagnostic] = []
     /// Source text of each file read, for printing carets.
@@ -141,6 +144,7 @@ package struct DefinitionSet: Sendable {
             }
             diagnostics += found
             definitions[definition.key] = nil
+            disabledByThen[definition.key] = definition
             brokenKeys[definition.key, default: []] += found
         }
     }

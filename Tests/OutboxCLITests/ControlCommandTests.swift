@@ -112,6 +112,31 @@ struct ControlCommandTests {
         #expect(p.run("check").status == 0)
     }
 
+    /// A definition disabled for a `then` key no file defines still has its hooks checked:
+    /// every problem of the file is named in one go.
+    @Test func checkNamesTheHookProblemsOfADefinitionWithAnUnknownThenKey() throws {
+        let p = try CLIProject()
+        _ = try p.write("hooks/noexec.sh", "#!/bin/sh\nexit 0\n", mode: 0o644)
+        let file = try p.write(
+            "definitions/chained.yaml",
+            """
+            key: chained
+            request: { url: "https://x.example/" }
+            on_success: hooks/missing.sh
+            on_error: hooks/noexec.sh
+            then:
+              on_success:
+                - key: no.such.key
+
+            """)
+        let r = p.run("check")
+        #expect(r.status == 78, "\(r)")
+        #expect(r.err.contains("\(file):7:12: error: then: no definition has key \"no.such.key\""), "\(r.err)")
+        #expect(r.err.contains("\(file):3:13: error: on_success: hooks/missing.sh does not exist"), "\(r.err)")
+        #expect(r.err.contains("\(file):4:11: error: on_error: hooks/noexec.sh is not an executable file"), "\(r.err)")
+        #expect(r.err.hasSuffix("outbox: E_CONFIG: 3 errors\n"), "\(r.err)")
+    }
+
     @Test(arguments: [
         ("on_success: hooks/missing.sh", "on_success: hooks/missing.sh does not exist"),
         ("on_success: [hooks/not-executable.sh]", "on_success: hooks/not-executable.sh is not an executable file"),
