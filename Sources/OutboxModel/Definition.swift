@@ -46,6 +46,8 @@ package struct Definition: Sendable {
     package var accept: [AcceptRule] = []
     package var retry: RetryRules?
     package var expiresInMs: Int64?
+    /// `expires_in` written as one template (`"{{ vars.ttl }}"`), rendered at enqueue.
+    package var expiresInTemplate: String?
     package var scope: String?
     package var cancelScopeOnError = false
     package var onSuccess: CommandSpec?
@@ -213,7 +215,12 @@ extension Definition {
         }
         if let a = f["accept"] { d.accept = readAccept(a, reader: &reader) }
         if let r = f["retry"] { d.retry = RetryRules.read(r, reader: &reader, context: "retry", base: RetryRules()) }
-        d.expiresInMs = reader.duration(f["expires_in"], "expires_in")
+        if let e = f["expires_in"], case .string(let text)? = e.scalar, text.contains("{{") {
+            if let problem = Template.validate(text) { reader.error(e.mark, "expires_in: \(problem)") }
+            d.expiresInTemplate = text
+        } else {
+            d.expiresInMs = reader.duration(f["expires_in"], "expires_in")
+        }
         if let s = f["scope"], s.scalar != .null, let text = reader.string(s, "scope") {
             if let problem = Template.validate(text) { reader.error(s.mark, "scope: \(problem)") }
             d.scope = text
@@ -422,9 +429,15 @@ extension Definition {
             if f["url"] == nil { reader.error(node.mark, "request.parts needs a url template") }
             if let h = f["headers"] { _ = Config.readHeaders(h, reader: &reader, context: "request.parts.headers") }
             if let p = f["plan"], let pf = reader.fields(p, DefinitionFields.plan, context: "request.parts.plan") {
-                let min = reader.size(pf["min"], "request.parts.plan.min")
-                let max = reader.size(pf["max"], "request.parts.plan.max")
-                _ = reader.int(pf["max_parts"], "request.parts.plan.max_parts", range: DefinitionFields.plan.range("max_parts"))
+                // A template gives its value at enqueue, where it is checked.
+                func literal(_ name: String) -> YAMLNode? {
+                    guard let node = pf[name] else { return nil }
+                    if case .string(let text)? = node.scalar, text.contains("{{") { return nil }
+                    return node
+                }
+                let min = reader.size(literal("min"), "request.parts.plan.min")
+                let max = reader.size(literal("max"), "request.parts.plan.max")
+                _ = reader.int(literal("max_parts"), "request.parts.plan.max_parts", range: DefinitionFields.plan.range("max_parts"))
                 if (min ?? ChunkPlan.defaultMin) > (max ?? ChunkPlan.defaultMax) {
                     reader.error(p.mark, "request.parts.plan: min is greater than max")
                 }

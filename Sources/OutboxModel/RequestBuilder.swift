@@ -221,6 +221,16 @@ package enum RequestBuilder {
         var accept = definition.accept
         var retry = definition.retry ?? config.retry
         var expires = definition.expiresInMs ?? config.lifetimeMs
+        if let t = definition.expiresInTemplate {
+            // A template giving null keeps the config's lifetime.
+            let rendered = try Template.render(t, context: ctx, mode: .value, field: "expires_in")
+            if rendered != .null {
+                guard let s = rendered.stringValue else {
+                    throw .invalid("expires_in must give a duration such as \"14d\", not \(rendered.serialized().prefix(40))")
+                }
+                do { expires = try Units.parseDuration(s) } catch { throw .invalid("expires_in: \(error.message)") }
+            }
+        }
         if fromCommand {
             if let a = tree["accept"] { accept = try acceptRules(a) }
             if let r = tree["retry"] { retry = try retryRules(r, base: config.retry) }
@@ -378,15 +388,30 @@ package enum RequestBuilder {
         }
         // A plan: ranges from the chunk plan, url and headers rendered per part.
         let plan = tree["plan"] ?? .object([])
+        /// A plan field, rendered when it is a template.
+        func value(_ name: String) throws(OutboxError) -> JSON? {
+            guard let v = plan[name] else { return nil }
+            guard case let .string(s) = v, s.contains("{{") else { return v }
+            let rendered = try Template.render(s, context: ctx, mode: .value, field: "request.parts.plan.\(name)")
+            return rendered == .null ? nil : rendered
+        }
         func size(_ name: String, _ fallback: Int64) throws(OutboxError) -> Int64 {
-            guard let v = plan[name] else { return fallback }
+            guard let v = try value(name) else { return fallback }
             if let n = v.int64Value { return n }
-            guard let s = v.stringValue else { throw .invalid("request.parts.plan.\(name) must be a size") }
+            guard let s = v.stringValue else {
+                throw .invalid("request.parts.plan.\(name) must be a size, not \(v.serialized().prefix(40))")
+            }
             do { return try Units.parseSize(s) } catch { throw .invalid("request.parts.plan.\(name): \(error.message)") }
         }
         let min = try size("min", ChunkPlan.defaultMin)
         let max = try size("max", ChunkPlan.defaultMax)
-        let maxParts = Int(plan["max_parts"]?.int64Value ?? Int64(ChunkPlan.defaultMaxParts))
+        var maxParts = ChunkPlan.defaultMaxParts
+        if let v = try value("max_parts") {
+            guard let n = v.int64Value, let small = Int(exactly: n) else {
+                throw .invalid("request.parts.plan.max_parts must be a whole number, not \(v.serialized().prefix(40))")
+            }
+            maxParts = small
+        }
         let ranges = try ChunkPlan.plan(size: file.size, min: min, max: max, maxParts: maxParts)
         guard case let .string(urlTemplate)? = tree["url"] else { throw .invalid("request.parts.url must be a template string") }
         var parts: [PreparedPart] = []

@@ -310,6 +310,54 @@ struct CLIEnqueueTests {
         #expect(try r.json()["body"]?["v"] == .string("\u{301}a=b==c \u{E9}"))
     }
 
+    /// A whole-value template works in the parts plan's sizes and in `expires_in` too: it
+    /// renders at enqueue and is checked as the literal would be (E_INVALID if it does not fit).
+    @Test func planSizesAndExpiryTakeAWholeValueTemplate() throws {
+        let p = try CLIProject()
+        try p.write("big.bin", String(repeating: "x", count: 3 << 20))
+        try p.write(
+            "definitions/cut.yaml",
+            """
+            key: cut
+            request:
+              method: PUT
+              file: big.bin
+              ownership: reference
+              parts:
+                plan: { min: "{{ vars.min }}", max: "{{ vars.max }}", max_parts: "{{ vars.most }}" }
+                url: "https://u.example.com/{{ part.number }}"
+            expires_in: "{{ vars.ttl }}"
+            """)
+        #expect(p.run("check").status == 0)
+        func render(_ vars: String) -> (status: Int32, doc: JSON?, err: String) {
+            let r = p.run(["render", "cut", "--vars", vars, "--json"])
+            return (r.status, try? r.json(), r.err)
+        }
+        let oneMiB = render(#"{"min": "1MiB", "max": "1MiB", "most": 10, "ttl": "1h"}"#)
+        #expect(oneMiB.status == 0, "\(oneMiB.err)")
+        #expect(oneMiB.doc?["body"]?["parts"]?.arrayValue?.count == 3)
+        #expect(oneMiB.doc?["expires_in_ms"] == .number("3600000"))
+        // max_parts from a number var; a null ttl keeps the config's lifetime (14 days).
+        let two = render(#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": null}"#)
+        #expect(two.doc?["body"]?["parts"]?.arrayValue?.count == 2, "\(two.err)")
+        #expect(two.doc?["expires_in_ms"] == .number("1209600000"))
+        for (vars, message) in [
+            (#"{"min": "lots", "max": "1MiB", "most": 2, "ttl": "1h"}"#, "request.parts.plan.min: bad size \"lots\""),
+            (#"{"min": "2MiB", "max": "1MiB", "most": 2, "ttl": "1h"}"#, "plan min (2 MiB) is greater than max (1 MiB)"),
+            (
+                #"{"min": "1MiB", "max": "1MiB", "most": "x", "ttl": "1h"}"#,
+                "request.parts.plan.max_parts must be a whole number, not \"x\""
+            ),
+            (#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": "soon"}"#, "expires_in: bad duration \"soon\""),
+            (#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": 5}"#, "expires_in must give a duration such as \"14d\", not 5"),
+        ] {
+            let refused = p.run(["render", "cut", "--vars", vars])
+            #expect(refused.status == 65, "\(vars)")
+            #expect(refused.err.contains(message), "\(refused.err)")
+        }
+        #expect(!p.storeExists)
+    }
+
     @Test func renderWritesNothingAndRedactsSecrets() throws {
         let p = try CLIProject()
         let r = p.run(["render", "note", "--vars", #"{"n": 3}"#, "--json"], environment: ["API_TOKEN": "tok-123-secret"])

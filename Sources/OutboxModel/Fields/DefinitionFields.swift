@@ -24,7 +24,7 @@ package enum DefinitionFields {
                 "retry", .mapping(ConfigFields.retry), .described("the config's `retry`"),
                 example: ["terminal_http": ["exempt": [404, 409]]], "retry rules; replace the config's as a whole"),
             Field(
-                "expires_in", .nullable(.duration), .described("the config's `lifetime`"), example: "2h",
+                "expires_in", .nullable(.anyOf([.duration, template])), .described("the config's `lifetime`"), example: "2h",
                 "how long an entry may keep trying; past it the entry settles `error`, kind `expired`"),
             Field(
                 "scope", .nullable(.template("a serial scope name")), .none, example: "note-{{ vars.note_id }}",
@@ -187,10 +187,12 @@ package enum DefinitionFields {
     static let plan = FieldMapping(
         "request.parts.plan", "Greedy parts of `max` bytes; `outbox chunk-plan SIZE` prints a plan.",
         [
-            Field("min", .size, .value("8MiB"), example: "5MiB", "a last piece smaller than this joins the part before it"),
-            Field("max", .size, .value("20MiB"), example: "64MiB", "the size of every part but the last"),
             Field(
-                "max_parts", .integer(1...1_000_000), .value(10000), example: 1000,
+                "min", .anyOf([.size, template]), .value("8MiB"), example: "5MiB", "a last piece smaller than this joins the part before it"
+            ),
+            Field("max", .anyOf([.size, template]), .value("20MiB"), example: "64MiB", "the size of every part but the last"),
+            Field(
+                "max_parts", .anyOf([.integer(1...1_000_000), template]), .value(10000), example: 1000,
                 "when more parts would be needed, the part size grows to size/max_parts rounded up to a whole MiB"),
         ])
 
