@@ -218,6 +218,8 @@ extension Definition {
         if let e = f["expires_in"], case .string(let text)? = e.scalar, text.contains("{{") {
             if let problem = Template.validate(text) { reader.error(e.mark, "expires_in: \(problem)") }
             d.expiresInTemplate = text
+        } else if let e = f["expires_in"], case .null? = e.scalar {
+            // null: the config's lifetime, as when the field is left out.
         } else {
             d.expiresInMs = reader.duration(f["expires_in"], "expires_in")
         }

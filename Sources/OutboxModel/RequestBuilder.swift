@@ -225,10 +225,14 @@ package enum RequestBuilder {
             // A template giving null keeps the config's lifetime.
             let rendered = try Template.render(t, context: ctx, mode: .value, field: "expires_in")
             if rendered != .null {
-                guard let s = rendered.stringValue else {
-                    throw .invalid("expires_in must give a duration such as \"14d\", not \(rendered.serialized().prefix(40))")
+                // A number counts as its digits, as one written in the file does.
+                let text: String
+                switch rendered {
+                case let .string(s): text = s
+                case let .number(digits): text = digits
+                default: throw .invalid("expires_in must give a duration such as \"14d\", not \(rendered.serialized().prefix(40))")
                 }
-                do { expires = try Units.parseDuration(s) } catch { throw .invalid("expires_in: \(error.message)") }
+                do { expires = try Units.parseDuration(text) } catch { throw .invalid("expires_in: \(error.message)") }
             }
         }
         if fromCommand {
@@ -388,31 +392,40 @@ package enum RequestBuilder {
         }
         // A plan: ranges from the chunk plan, url and headers rendered per part.
         let plan = tree["plan"] ?? .object([])
-        /// A plan field, rendered when it is a template.
-        func value(_ name: String) throws(OutboxError) -> JSON? {
+        /// A plan field, rendered when it is a template; the definition's loader checked a literal.
+        func value(_ name: String) throws(OutboxError) -> (value: JSON, rendered: Bool)? {
             guard let v = plan[name] else { return nil }
-            guard case let .string(s) = v, s.contains("{{") else { return v }
-            let rendered = try Template.render(s, context: ctx, mode: .value, field: "request.parts.plan.\(name)")
-            return rendered == .null ? nil : rendered
+            guard case let .string(s) = v, s.contains("{{") else { return (v, false) }
+            return (try Template.render(s, context: ctx, mode: .value, field: "request.parts.plan.\(name)"), true)
         }
         func size(_ name: String, _ fallback: Int64) throws(OutboxError) -> Int64 {
-            guard let v = try value(name) else { return fallback }
-            if let n = v.int64Value { return n }
-            guard let s = v.stringValue else {
-                throw .invalid("request.parts.plan.\(name) must be a size, not \(v.serialized().prefix(40))")
+            guard let (v, rendered) = try value(name) else { return fallback }
+            let n: Int64
+            if let whole = v.int64Value {
+                n = whole
+            } else if let s = v.stringValue {
+                do { n = try Units.parseSize(s) } catch { throw .invalid("request.parts.plan.\(name): \(error.message)") }
+            } else {
+                throw .invalid("request.parts.plan.\(name) must be a size such as \"8MiB\", not \(v.serialized().prefix(40))")
             }
-            do { return try Units.parseSize(s) } catch { throw .invalid("request.parts.plan.\(name): \(error.message)") }
+            if rendered && n <= 0 { throw .invalid("request.parts.plan.\(name) must be above 0, not \(v.serialized().prefix(40))") }
+            return n
         }
         let min = try size("min", ChunkPlan.defaultMin)
         let max = try size("max", ChunkPlan.defaultMax)
         var maxParts = ChunkPlan.defaultMaxParts
-        if let v = try value("max_parts") {
-            guard let n = v.int64Value, let small = Int(exactly: n) else {
-                throw .invalid("request.parts.plan.max_parts must be a whole number, not \(v.serialized().prefix(40))")
+        if let (v, _) = try value("max_parts") {
+            guard let n = v.int64Value, let small = Int(exactly: n), (1...ChunkPlan.maxPartsLimit).contains(small) else {
+                throw .invalid(
+                    "request.parts.plan.max_parts must be a whole number from 1 to \(ChunkPlan.maxPartsLimit), not \(v.serialized().prefix(40))"
+                )
             }
             maxParts = small
         }
-        let ranges = try ChunkPlan.plan(size: file.size, min: min, max: max, maxParts: maxParts)
+        let ranges: [ByteRange]
+        do { ranges = try ChunkPlan.plan(size: file.size, min: min, max: max, maxParts: maxParts) } catch {
+            throw .invalid("request.parts.plan: \(error.message)")
+        }
         guard case let .string(urlTemplate)? = tree["url"] else { throw .invalid("request.parts.url must be a template string") }
         var parts: [PreparedPart] = []
         parts.reserveCapacity(ranges.count)

@@ -341,21 +341,37 @@ struct CLIEnqueueTests {
         let two = render(#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": null}"#)
         #expect(two.doc?["body"]?["parts"]?.arrayValue?.count == 2, "\(two.err)")
         #expect(two.doc?["expires_in_ms"] == .number("1209600000"))
+        // A number counts as its digits, as one written in the file does (`expires_in: 0`).
+        let zero = render(#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": 0}"#)
+        #expect(zero.doc?["expires_in_ms"] == .number("0"), "\(zero.err)")
         for (vars, message) in [
             (#"{"min": "lots", "max": "1MiB", "most": 2, "ttl": "1h"}"#, "request.parts.plan.min: bad size \"lots\""),
-            (#"{"min": "2MiB", "max": "1MiB", "most": 2, "ttl": "1h"}"#, "plan min (2 MiB) is greater than max (1 MiB)"),
+            (
+                #"{"min": "2MiB", "max": "1MiB", "most": 2, "ttl": "1h"}"#,
+                "request.parts.plan: plan min (2 MiB) is greater than max (1 MiB)"
+            ),
+            (#"{"min": -1, "max": "1MiB", "most": 2, "ttl": "1h"}"#, "request.parts.plan.min must be above 0, not -1"),
+            (#"{"min": null, "max": "1MiB", "most": 2, "ttl": "1h"}"#, "request.parts.plan.min must be a size such as \"8MiB\", not null"),
             (
                 #"{"min": "1MiB", "max": "1MiB", "most": "x", "ttl": "1h"}"#,
-                "request.parts.plan.max_parts must be a whole number, not \"x\""
+                "request.parts.plan.max_parts must be a whole number from 1 to 1000000, not \"x\""
+            ),
+            (
+                #"{"min": "1MiB", "max": "1MiB", "most": 0, "ttl": "1h"}"#,
+                "request.parts.plan.max_parts must be a whole number from 1 to 1000000, not 0"
             ),
             (#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": "soon"}"#, "expires_in: bad duration \"soon\""),
-            (#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": 5}"#, "expires_in must give a duration such as \"14d\", not 5"),
+            (#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": 5}"#, "expires_in: bad duration \"5\" (a unit is required"),
+            (#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": true}"#, "expires_in must give a duration such as \"14d\", not true"),
         ] {
             let refused = p.run(["render", "cut", "--vars", vars])
             #expect(refused.status == 65, "\(vars)")
             #expect(refused.err.contains(message), "\(refused.err)")
         }
         #expect(!p.storeExists)
+        // Written as null, expires_in is the config's lifetime, as when it is left out.
+        try p.write("definitions/plain.yaml", "key: plain.null\nrequest: { url: \"https://x.example/\" }\nexpires_in: null\n")
+        #expect(p.run("check").status == 0)
     }
 
     @Test func renderWritesNothingAndRedactsSecrets() throws {
