@@ -41,6 +41,7 @@ extension JSON {
     /// Where the values of the named members of a top-level object lie in `utf8`, found
     /// without building any value (nil for a name that is absent); nil when the text is
     /// not an object this scan can walk. It checks structure only: the caller parses what it uses.
+    /// A name is matched as written: a member whose name is written with escapes is not found.
     package static func memberValueRanges(in utf8: UnsafeBufferPointer<UInt8>, named names: [String]) -> [Range<Int>?]? {
         var reader = JSONReader(bytes: utf8)
         let wanted = names.map { Array($0.utf8) }
@@ -63,7 +64,8 @@ extension JSON {
                 reader.skipSpace()
                 let valueStart = reader.index
                 try reader.skipValue(depth: 1)
-                if let n = wanted.firstIndex(where: { $0.elementsEqual(key) }) {
+                // Raw bytes with a backslash spell another name than they read (`"\\"` is one backslash).
+                if !key.contains(UInt8(ascii: "\\")), let n = wanted.firstIndex(where: { $0.elementsEqual(key) }) {
                     guard ranges[n] == nil else { return nil }
                     ranges[n] = valueStart..<reader.index
                 }

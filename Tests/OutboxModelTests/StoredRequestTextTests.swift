@@ -27,6 +27,23 @@ struct StoredRequestTextTests {
         #expect(shared.file?.path == "/q \\ \"r\"")
     }
 
+    /// The member scan matches a name as written: raw bytes with escapes read as another name
+    /// (`"\\\\"` is one backslash), so such a member is never taken for the one asked for.
+    @Test func theMemberScanMatchesNamesAsWrittenOnly() throws {
+        func ranges(_ text: String, _ names: [String]) -> [String?]? {
+            let bytes = Array(text.utf8)
+            return bytes.withUnsafeBufferPointer { buffer in
+                JSON.memberValueRanges(in: buffer, named: names).map { found in
+                    found.map { $0.map { String(decoding: bytes[$0], as: UTF8.self) } }
+                }
+            }
+        }
+        // Found by fuzzing: the key written `\\\\` (two backslashes) was taken for the name it spells.
+        #expect(ranges(#"{"\\":2, "\\\\": 0}"#, ["\\", "\\\\"]).map { $0 } == [nil, nil])
+        #expect(ranges(#"{"url": "u", "u\u0072l": 1}"#, ["url"]).map { $0 } == ["\"u\""])
+        #expect(ranges(#"{"file": {"a": 1}, "url": "x"}"#, ["url", "file"]).map { $0 } == ["\"x\"", #"{"a": 1}"#])
+    }
+
     @Test func onlyAValueWhoseBytesDifferIsReadAgain() throws {
         let first = Self.text()
         let parsed = try Self.cut(first).parsed(StoredRequest(json: JSON.parse(first)))
