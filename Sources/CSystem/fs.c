@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "csystem_fs.h"
+#include "csystem_spawn.h"
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -103,6 +104,11 @@ int csystem_copy_file(const char *src, const char *dst, int64_t limit, int *sour
     int use_range = 1;
     int64_t copied = 0;
     for (;;) {
+        /* A stop asked while moves wait to be undone: the copy is given up at once. */
+        if (csystem_stop_pending() != 0) {
+            rc = -EINTR;
+            break;
+        }
         /* With a limit, no more than that: a file that grows while it is copied is seen to
            have grown without copying all it grew by. */
         size_t want = 1 << 30;

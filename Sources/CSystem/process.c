@@ -216,6 +216,7 @@ void csystem_proc_eventfd_drain(int fd) {
 static atomic_int plugin_waits;
 static atomic_int stop_pending;
 static atomic_int stop_held;
+static atomic_int stop_deferred;
 
 static void end_now(int sig) {
     signal(sig, SIG_DFL);
@@ -226,7 +227,7 @@ static void stop_guard(int sig) {
     /* Recorded first: a wait that ends meanwhile sees it in csystem_plugin_wait_end. */
     int none = 0;
     atomic_compare_exchange_strong(&stop_pending, &none, sig);
-    if (atomic_load(&plugin_waits) == 0 && atomic_load(&stop_held) == 0) end_now(sig);
+    if (atomic_load(&plugin_waits) == 0 && atomic_load(&stop_held) == 0 && atomic_load(&stop_deferred) == 0) end_now(sig);
 }
 
 int csystem_signal_ignored(int sig) {
@@ -252,13 +253,16 @@ void csystem_plugin_wait_begin(void) { atomic_fetch_add(&plugin_waits, 1); }
 void csystem_plugin_wait_end(void) {
     if (atomic_fetch_sub(&plugin_waits, 1) != 1) return;
     int sig = atomic_load(&stop_pending);
-    if (sig != 0 && atomic_load(&stop_held) == 0) end_now(sig);
+    if (sig != 0 && atomic_load(&stop_held) == 0 && atomic_load(&stop_deferred) == 0) end_now(sig);
 }
 
 void csystem_stop_hold(void) { atomic_store(&stop_held, 1); }
 
+void csystem_stop_defer(void) { atomic_store(&stop_deferred, 1); }
+
 void csystem_stop_release(void) {
     atomic_store(&stop_held, 0);
+    atomic_store(&stop_deferred, 0);
     int sig = atomic_load(&stop_pending);
     if (sig != 0 && atomic_load(&plugin_waits) == 0) end_now(sig);
 }

@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 
 /// Reads lines from a byte source with a cap on each line, so memory stays flat however
@@ -42,7 +43,8 @@ package struct LineReader {
         var chunk = [UInt8](repeating: 0, count: max(1, n))
         while true {
             let got = chunk.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
-            if got < 0 && errno == EINTR { continue }
+            // A stop noted while a command undoes its work (not retried: no more input is waited for).
+            if got < 0 && errno == EINTR && csystem_stop_pending() == 0 { continue }
             guard got >= 0 else { return nil }
             chunk.removeLast(chunk.count - got)
             return chunk

@@ -51,11 +51,13 @@ extension SQLStore {
                     staged[staged.count - 1] = staged[staged.count - 1].toFinish
                     Fault.point("enqueue.batch-written")
                     Fault.hold("enqueue.batch-written")
+                    try Staging.checkStop()
                     guard let more = try next() else { break }
                     staged.append(try stageBatch(more))
                     batch = more
                 }
                 try journalReturns()
+                try Staging.checkStop()
                 committing()
                 Fault.hold("enqueue.committing")
                 return results
@@ -120,6 +122,7 @@ extension SQLStore {
                     staged.bodies.append(reused)
                     continue
                 }
+                try Staging.checkStop()
                 staged.bodies.append(try staging.stage(batch[position].prepared.body, internalID: staged.internals[position]))
             }
             try staging.syncFolders(staged.bodies)

@@ -141,6 +141,9 @@ struct Staging {
                     staged.file = final
                 case .move:
                     let final = path(internalID, "body")
+                    // From the first file moved in, a stop signal waits for the code that puts
+                    // them back (`checkStop`) instead of ending the process with them inside.
+                    csystem_stop_defer()
                     // A link would move the link and leave the file it names outside the store.
                     var st = stat()
                     if lstat(identity.path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
@@ -187,6 +190,13 @@ struct Staging {
         var sources = Set<String>()
         for s in staged { for (_, source, _) in s.movedIn { sources.insert(Paths.dirname(source)) } }
         for dir in sources { _ = csystem_fsync_dir(dir) }
+    }
+
+    /// Throws once a stop signal came while files moved in wait to be put back: the callers'
+    /// cleanup puts them back, and the process then ends with the signal.
+    static func checkStop() throws(OutboxError) {
+        guard csystem_stop_pending() != 0 else { return }
+        throw .storage("stopped by a signal before the commit; the files moved into the store were put back")
     }
 
     /// Undoes a staging: created files removed, moved files put back where they were.

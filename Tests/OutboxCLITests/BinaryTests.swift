@@ -62,7 +62,7 @@ struct BinaryTests {
                 ["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", id], environment: ["OUTBOX_FAULT_HOLD": "\(point):\(go)"])
             await eventually("the enqueue to reach \(point)") { FileManager.default.fileExists(atPath: go + ".reached") }
             enqueue.signal(signal)
-            await eventually("the signal to be delivered") { !Self.signalPending(enqueue.pid, signal) }
+            await eventually("the signal to be delivered") { !enqueue.hasPending(signal) }
             _ = FileManager.default.createFile(atPath: go, contents: nil)
             return enqueue
         }
@@ -107,16 +107,6 @@ struct BinaryTests {
                 == "outbox: E_STORAGE: the command ran, but what it wrote to stdout was lost: its reader stopped reading, and the command was asked to stop\n"
         )
         #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "3000\n")
-    }
-
-    /// Whether `signal` waits to be delivered to the process (`/proc`'s pending masks).
-    private static func signalPending(_ pid: Int32, _ signal: Int32) -> Bool {
-        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
-        let bit = UInt64(1) << UInt64(signal - 1)
-        return status.split(separator: "\n").contains { line in
-            guard line.hasPrefix("SigPnd:") || line.hasPrefix("ShdPnd:") else { return false }
-            return (UInt64(line.split(separator: "\t").last ?? "", radix: 16) ?? 0) & bit != 0
-        }
     }
 
     @Test func anErrorPrintsItsCodeOnStderrAndExits65() async throws {

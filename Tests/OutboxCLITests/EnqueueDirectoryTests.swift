@@ -226,6 +226,36 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         #expect(rows.map { $0["id"] as? String } == printed.map { $0["id"] })
     }
 
+    /// A stop signal while the moved files of a tree wait for their commit puts them back
+    /// before the process ends with the signal: nothing stored, every file at its path, no
+    /// journal left for the next command to settle.
+    @Test(arguments: [SIGTERM, SIGINT])
+    func aStoppedMoveOfATreePutsTheFilesBackBeforeItEnds(_ signal: Int32) async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9", ownership: "move"))
+        let root = sandbox.path("tree")
+        for n in 0..<1_100 { try DirTree.file(root, String(format: "f%04d.bin", n), "\(n)") }
+        let go = sandbox.path("go")
+        // Held after the first batch is written: its files are inside the store.
+        let enqueue = try sandbox.start(
+            ["enqueue", "migrate", "--from-dir", "tree"], environment: ["OUTBOX_FAULT_HOLD": "enqueue.batch-written:\(go)"])
+        await eventually("the first batch to be written") { FileManager.default.fileExists(atPath: go + ".reached") }
+        let left = (try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []
+        #expect(left.count < 1_100, "some files were moved in: \(left.count) left")
+        enqueue.signal(signal)
+        await eventually("the signal to be delivered") { !enqueue.hasPending(signal) }
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        let ended = await enqueue.wait()
+        #expect(ended.exitCode == -signal, "\(ended)")
+        // Back before the process ended, without another command.
+        let back = Set(try FileManager.default.contentsOfDirectory(atPath: root))
+        #expect(back.count == 1_100 && back == Set((0..<1_100).map { String(format: "f%04d.bin", $0) }), "\(back.count) back")
+        #expect(try String(contentsOfFile: root + "/f0007.bin", encoding: .utf8) == "7")
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/moves"))) ?? [] == [])
+        #expect((try? FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies"))) ?? [] == [])
+        #expect(try await DirTree.rows(sandbox).isEmpty)
+    }
+
     @Test func aMigratedTreeIsSentFileByFile() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox(config: "concurrency: 8\n")

@@ -81,6 +81,17 @@ package final class RunningProcess: @unchecked Sendable {
     /// Sends a signal (SIGKILL for crash tests, SIGTERM to stop).
     package func signal(_ number: Int32) { if isRunning { kill(pid, number) } }
 
+    /// Whether `signal` still waits to be handed to the process (`/proc`'s pending masks): once
+    /// false after `signal(_:)`, its handler has run (or the signal ended it).
+    package func hasPending(_ signal: Int32) -> Bool {
+        let status = (try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)) ?? ""
+        let bit = UInt64(1) << UInt64(signal - 1)
+        return status.split(separator: "\n").contains { line in
+            guard line.hasPrefix("SigPnd:") || line.hasPrefix("ShdPnd:") else { return false }
+            return (UInt64(line.split(separator: "\t").last ?? "", radix: 16) ?? 0) & bit != 0
+        }
+    }
+
     /// The peak resident memory so far in KiB (`VmHWM`), nil once the process is gone.
     package var peakMemoryKiB: Int? {
         guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }

@@ -98,7 +98,11 @@ void csystem_stop_guard_install(void);
 /* From now on a stop signal is only recorded (csystem_stop_pending): what the command set out to
    store is being committed, and its exit status must say whether it was. */
 void csystem_stop_hold(void);
-/* Ends the hold (the commit failed): a stop signal recorded meanwhile ends the process now. */
+/* From now on a stop signal is only recorded until csystem_stop_release: a user's file was
+   moved into the store, and the code that sees csystem_stop_pending puts it back first. */
+void csystem_stop_defer(void);
+/* Ends the hold or the deferral (the commit failed, or the enqueue was stopped and undone): a
+   stop signal recorded meanwhile ends the process now. */
 void csystem_stop_release(void);
 /* 1 when the signal's disposition is "ignore" (set so by the parent, or by us). */
 int csystem_signal_ignored(int sig);
