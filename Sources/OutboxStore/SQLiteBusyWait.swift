@@ -31,7 +31,8 @@ final class SQLiteBusyWait: @unchecked Sendable {
         let now = csystem_proc_now_ms()
         if count == 0 { (startedAt, reportedAt) = (now, now) }
         let waited = now - startedAt
-        if waited >= limitMs { return false }
+        // A stop noted while an enqueue's moved files wait to be put back: the wait ends now.
+        if waited >= limitMs || csystem_stop_pending() != 0 { return false }
         if now - reportedAt >= Self.reportEveryMs {
             reportedAt = now
             report("outbox: waiting for the store: another process has held its lock for \(waited / 1000) s (a large batch enqueue?)")

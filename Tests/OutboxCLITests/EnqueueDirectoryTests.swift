@@ -256,6 +256,32 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         #expect(try await DirTree.rows(sandbox).isEmpty)
     }
 
+    /// The same while the enqueue waits for the store's write lock another enqueue holds: the
+    /// wait ends at the signal, not when the lock is free.
+    @Test func aStoppedMoveWaitingForTheStoreLockPutsTheFilesBack() async throws {
+        let sandbox = try OutboxSandbox()
+        try sandbox.define("migrate", migrateDefinition("http://127.0.0.1:9", ownership: "move"))
+        for n in 0..<1_100 { try DirTree.file(sandbox.path("first"), String(format: "f%04d.bin", n), "\(n)") }
+        for n in 0..<50 { try DirTree.file(sandbox.path("second"), String(format: "s%04d.bin", n), "\(n)") }
+        let go = sandbox.path("go")
+        // The first holds the write lock, in its transaction, until the test lets it go.
+        let holder = try sandbox.start(
+            ["enqueue", "migrate", "--from-dir", "first"], environment: ["OUTBOX_FAULT_HOLD": "enqueue.batch-written:\(go)"])
+        await eventually("the first enqueue to hold the lock") { FileManager.default.fileExists(atPath: go + ".reached") }
+        let waiting = try sandbox.start(["enqueue", "migrate", "--from-dir", "second"])
+        await eventually("the second enqueue to move its files in") {
+            ((try? FileManager.default.contentsOfDirectory(atPath: sandbox.path("second"))) ?? ["x"]).isEmpty
+        }
+        waiting.signal(SIGTERM)
+        let ended = await waiting.wait()
+        #expect(ended.exitCode == -SIGTERM, "\(ended)")
+        #expect(holder.isRunning, "the lock was still held")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path("second")).count == 50)
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        #expect(await holder.wait().exitCode == 0)
+        #expect(try await DirTree.rows(sandbox).count == 1_100)
+    }
+
     @Test func aMigratedTreeIsSentFileByFile() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox(config: "concurrency: 8\n")
