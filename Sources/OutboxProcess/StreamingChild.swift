@@ -41,8 +41,8 @@ package final class StreamingChild {
         StreamingChild(child: try ProcessRunner.spawn(spec, feedsStdin: true), bufferCap: bufferCap, lineCap: lineCap)
     }
 
-    /// The lines it printed since the last call, stdout's before stderr's; reading them keeps
-    /// a chatty child from blocking on a full pipe.
+    /// The lines it printed since the last call, each stream's in order (of what one look finds,
+    /// stdout's before stderr's); reading them keeps a chatty child from blocking on a full pipe.
     package func takeOutput() -> [String] {
         readOutput()
         defer { printed = [] }

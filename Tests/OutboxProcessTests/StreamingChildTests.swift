@@ -70,8 +70,9 @@ struct StreamingChildTests {
     }
 
     /// What the child prints comes back a line at a time: a line of exactly the cap whole, a
-    /// longer one cut there with its rest dropped (also when it ends the output), stdout's
-    /// lines before stderr's, and a last line without its newline when the output ends.
+    /// longer one cut there with its rest dropped (also when it ends the output), each stream's
+    /// lines in order, and a last line without its newline when the output ends. How the two
+    /// streams interleave depends on when each was looked at (a busy machine showed both orders).
     @Test func itsOutputComesBackInLinesCutAtTheCap() throws {
         ProcessRunner.ignoreSIGPIPE()
         let folder = TemporaryFolder()
@@ -80,7 +81,11 @@ struct StreamingChildTests {
         // Closed at once: the child must still start, print and see its end of input within
         // the grace, or it is killed before it printed; close returns once it has exited.
         child.close(graceMs: 60_000)
-        #expect(child.takeOutput() == ["one", "abcd", "abcd [...]", "err", "xyzx [...]", "two"])
+        let lines = child.takeOutput()
+        let stdout = ["one", "abcd", "abcd [...]", "two"], stderr = ["err", "xyzx [...]"]
+        #expect(lines.filter(stdout.contains) == stdout, "\(lines)")
+        #expect(lines.filter(stderr.contains) == stderr, "\(lines)")
+        #expect(lines.count == 6, "\(lines)")
         #expect(child.takeOutput() == [])
     }
 
