@@ -123,11 +123,7 @@ extension Runner {
         }
         flights.running[entry.id] = nil
         if outcome == .error { abortS3Upload(entry) }
-        if !failures.isEmpty {
-            log(
-                "outbox: the follow-ups of \(entry.id) were not enqueued: \(failures.map(\.message).joined(separator: "; "))",
-                level: .error, fields: [("id", .string(entry.id))])
-        }
+        logUnbuilt(failures, of: entry.id)
         var settlement = Settlement(
             entryID: entry.id, generation: entry.generation, state: state, reason: reason,
             outcome: outcome, payload: payload, hookExists: hookExists, followUps: followUps)
@@ -191,6 +187,14 @@ extension Runner {
         try store.entry(id: id)?.stagedSources ?? [:]
     }
 
+    /// The log's one line for a chain that was not applied (none of its follow-ups is).
+    private func logUnbuilt(_ failures: [(index: Int, message: String)], of entryID: String) {
+        guard !failures.isEmpty else { return }
+        log(
+            "outbox: the follow-ups of \(entryID) were not enqueued: \(failures.map(\.message).joined(separator: "; "))",
+            level: .error, fields: [("id", .string(entryID))])
+    }
+
     /// Whether an outcome was journaled while no definition of its key was loaded: its `then`
     /// follow-ups wait for its delivery (`follow_up_errors` holds the one item that says so).
     static func thenWaitsForDelivery(_ payload: JSON) -> Bool {
@@ -209,11 +213,7 @@ extension Runner {
         payload.remove("follow_up_errors")
         let built = Self.thenFollowUps(
             definition, entry: entry, outcome: outcome.outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
-        if !built.failures.isEmpty {
-            log(
-                "outbox: the follow-ups of \(entry.id) were not enqueued: \(built.failures.map(\.message).joined(separator: "; "))",
-                level: .error, fields: [("id", .string(entry.id))])
-        }
+        logUnbuilt(built.failures, of: entry.id)
         outcome.payload = payload
         return built.followUps
     }
