@@ -78,6 +78,11 @@ enum ReadCommands {
 
     static func showJSON(_ e: Entry, store: any Store, config: Config) throws(OutboxError) -> JSON {
         var doc = e.listJSON(displayState: displayState(e, control: try store.control()))
+        let outcomes = try store.outcomes(entryID: e.id)
+        // The same reason `list` shows while an outcome waits for a definition of its key.
+        if outcomes.contains(where: { !$0.acknowledged && $0.reason == "unhandled-key" }) {
+            doc.set("reason", .string("unhandled-key"))
+        }
         let redact = config.redactedHeaderNames.union(e.request.secretHeaders)
         var request: JSON = .object([
             ("method", .string(e.request.method)),
@@ -119,7 +124,7 @@ enum ReadCommands {
         doc.set(
             "outcomes",
             .array(
-                try store.outcomes(entryID: e.id).map { o in
+                outcomes.map { o in
                     .object([
                         ("outcome", .string(o.outcome.rawValue)), ("generation", .int64(o.generation)),
                         ("deliveries", .int64(o.deliveries)),

@@ -203,8 +203,9 @@ import Testing
         #expect(show.string("state") == "completed")
         #expect(show.at("outcomes.0.acknowledged") == .bool(false))
         #expect(show.string("outcomes.0.reason") == "unhandled-key")
-        // `list` shows it on the entry's row too, in both forms.
+        // `list` and `show` give it as the entry's reason too, in both forms.
         #expect(try await p.list().first?.string("reason") == "unhandled-key")
+        #expect(show.string("reason") == "unhandled-key")
         #expect(try await p.outbox(["list"]).stdout.contains("completed (unhandled-key)"))
         try await p.drain()
         #expect(try await p.show("u1")?.string("outcomes.0.reason") == "unhandled-key")
