@@ -142,8 +142,45 @@ enum CoreSchema {
             let ok = radix == 16 ? isHexDigit(d) : (UInt8(ascii: "0")...UInt8(ascii: "7")).contains(d)
             guard ok else { return nil }
         }
-        guard let value = Int64(String(decoding: digits, as: UTF8.self), radix: radix) else { return .string(text) }
-        return .int(String(value))
+        if let value = Int64(String(decoding: digits, as: UTF8.self), radix: radix) { return .int(String(value)) }
+        // Beyond Int64: every digit kept in decimal, as decimal text beyond Int64 is; the cap keeps
+        // a hostile file's conversion (quadratic in its length) short.
+        let significant = digits.drop { $0 == UInt8(ascii: "0") }
+        guard significant.count <= maxRadixDigits else { return .string(text) }
+        return .float(decimal(significant, radix: radix))
+    }
+
+    /// The longest hex or octal number converted to decimal (4,096 bits in hex).
+    static let maxRadixDigits = 1_024
+
+    /// Hex or octal digits in decimal, through base-10⁹ limbs (least significant first).
+    private static func decimal(_ digits: ArraySlice<UInt8>, radix: Int) -> String {
+        let base: UInt64 = 1_000_000_000
+        var limbs: [UInt64] = []
+        for d in digits {
+            var carry = UInt64(hexValue(d))
+            for k in limbs.indices {
+                let x = limbs[k] * UInt64(radix) + carry
+                limbs[k] = x % base
+                carry = x / base
+            }
+            while carry > 0 {
+                limbs.append(carry % base)
+                carry /= base
+            }
+        }
+        guard let top = limbs.last else { return "0" }
+        var out = String(top)
+        for limb in limbs.dropLast().reversed() {
+            let text = String(limb)
+            out += String(repeating: "0", count: 9 - text.count) + text
+        }
+        return out
+    }
+
+    private static func hexValue(_ c: UInt8) -> UInt8 {
+        if isDigit(c) { return c - UInt8(ascii: "0") }
+        return (c | 0x20) - UInt8(ascii: "a") + 10
     }
 
     /// Leading zeros are not valid in a JSON number; an all-zero or empty part is "0".

@@ -15,6 +15,21 @@ struct ScalarCase: CustomTestStringConvertible, Sendable {
 }
 
 struct ScalarResolutionTests {
+    /// 2ⁿ in decimal by doubling digits, a way independent of the resolver's.
+    static func powerOfTwo(_ n: Int) -> String {
+        var digits: [UInt8] = [1]  // least significant first
+        for _ in 0..<n {
+            var carry: UInt8 = 0
+            for k in digits.indices {
+                let x = digits[k] * 2 + carry
+                digits[k] = x % 10
+                carry = x / 10
+            }
+            if carry > 0 { digits.append(carry) }
+        }
+        return String(digits.reversed().map { Character(String($0)) })
+    }
+
     static let cases: [ScalarCase] = [
         // null
         .init("null lower", "null", .null),
@@ -64,7 +79,15 @@ struct ScalarResolutionTests {
         .init("beyond Int64 is a float", "9223372036854775808", .float("9223372036854775808")),
         .init("beyond Int64 with plus and zeros", "+009223372036854775808", .float("9223372036854775808")),
         .init("hex Int64 max", "0x7FFFFFFFFFFFFFFF", .int("9223372036854775807")),
-        .init("hex beyond Int64 is a string", "0x8000000000000000", .string("0x8000000000000000")),
+        .init("hex beyond Int64 keeps its digits", "0x8000000000000000", .float("9223372036854775808")),
+        .init("hex of 128 bits", "0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF", .float("340282366920938463463374607431768211455")),
+        .init("octal beyond Int64", "0o1000000000000000000000", .float("9223372036854775808")),
+        .init("hex beyond Int64 with leading zeros", "0x0000010000000000000000", .float("18446744073709551616")),
+        .init("hex limb of zeros inside", "0x3B9ACA00000000000", .float("68719476736000000000")),
+        .init("hex at the cap", "0x1" + String(repeating: "0", count: 1_023), .float(Self.powerOfTwo(4_092))),
+        .init(
+            "hex beyond the cap stays text", "0x1" + String(repeating: "0", count: 1_024),
+            .string("0x1" + String(repeating: "0", count: 1_024))),
         .init("underscores are a string", "1_000", .string("1_000")),
         .init("sexagesimal is a string", "12:30", .string("12:30")),
         .init("date is a string", "2024-01-01", .string("2024-01-01")),
