@@ -364,6 +364,12 @@ extension Definition {
             !DefinitionFields.request.values("ownership").contains(value)
         {
             reader.error(o.mark, "request.ownership must be copy, move or reference, not \"\(value)\"")
+        } else if let o = f["ownership"], f["s3"] != nil, o.scalar == .string("move") {
+            // Every enqueue would be refused: the file is checksummed at enqueue.
+            reader.error(
+                o.mark,
+                "request.ownership: an s3 request cannot move its file into the store (it is checksummed at enqueue); give copy or reference"
+            )
         }
         if let r = f["follow_redirects"], r.scalar.map({ if case .int = $0 { true } else { false } }) == true {
             _ = reader.int(r, "request.follow_redirects", range: DefinitionFields.request.range("follow_redirects"))

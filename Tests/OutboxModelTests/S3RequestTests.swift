@@ -228,7 +228,17 @@ import Testing
         let p = try Self.render("{bucket: b12, key: k, region: us-east-1}").get()
         // SHA-256 of "12345", the file `render` writes, in base64.
         #expect(HeaderRules.value(p.headers, "x-amz-checksum-sha256") == "WZRHGrsBESr8wYFZ9sx0tPURuZgG2lmzyvWpwXPKz8U=")
-        switch try Self.render("{bucket: b12, key: k, region: us-east-1}", extra: "  ownership: move\n") {
+        // Written in the definition, the loader refuses it; rendered from a template, the enqueue does.
+        let (_, diagnostics) = readDefinition(
+            "key: s3.put\nrequest:\n  s3: {bucket: b12, key: k, region: us-east-1}\n  file: f.bin\n  ownership: move\n")
+        #expect(
+            diagnostics.map(\.message) == [
+                "request.ownership: an s3 request cannot move its file into the store (it is checksummed at enqueue); give copy or reference"
+            ])
+        #expect(diagnostics.first.map { [$0.line, $0.column] } == [5, 14])
+        switch try Self.render(
+            "{bucket: b12, key: k, region: us-east-1}", extra: "  ownership: \"{{ vars.o }}\"\n", vars: #"{"o": "move"}"#)
+        {
         case .success: Issue.record("an s3 request moved its file")
         case .failure(let error): #expect(error.message.contains("cannot move its file"), "\(error.message)")
         }
