@@ -93,6 +93,8 @@ extension Runner {
             }
         }
         delivery.countedHere.formUnion(counts.keys)
+        // Follow-ups built for an outcome another runner claimed are that runner's to build.
+        for (outcome, _) in starting where counts[outcome.seq] == nil { delivery.thenAtDelivery[outcome.seq] = nil }
         Fault.point("hook.counted")
         if counts.count < starting.count {
             contended = true
