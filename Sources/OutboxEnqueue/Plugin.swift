@@ -13,6 +13,13 @@ extension ProcessCommand {
 /// Runs plugins: those that answer with JSON on stdout (request_command, headers_command,
 /// parsers) and the Wi-Fi check, which answers with its exit status.
 package enum Plugin {
+    /// A plugin that did not answer: an error the caller may try again later.
+    static func failed(_ message: String) -> OutboxError {
+        var error = OutboxError.invalid(message)
+        error.pluginFailed = true
+        return error
+    }
+
     package static func runJSON(
         _ command: CommandSpec, input: JSON, name: String, config: Config,
         environment: [String: String], heartbeat: Heartbeat? = nil
@@ -28,16 +35,16 @@ package enum Plugin {
                 firstLine = why
             }
             let how = result.exitStatus.map { "exited \($0)" } ?? "was killed by signal \(result.signal ?? 0)"
-            throw .invalid("\(name) \(how)\(firstLine.isEmpty ? "" : ": \(firstLine.prefix(200))")")
+            throw failed("\(name) \(how)\(firstLine.isEmpty ? "" : ": \(firstLine.prefix(200))")")
         }
         var stdout = result.stdout
         guard stdout.contains(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }) else {
-            throw .invalid("\(name) printed nothing; a JSON answer was expected on its stdout")
+            throw failed("\(name) printed nothing; a JSON answer was expected on its stdout")
         }
         do {
             return try JSON.parse(bytes: &stdout)
         } catch {
-            throw .invalid("\(name) printed invalid JSON: \(error)")
+            throw failed("\(name) printed invalid JSON: \(error)")
         }
     }
 
@@ -47,10 +54,10 @@ package enum Plugin {
         _ command: CommandSpec, name: String, config: Config, environment: [String: String], heartbeat: Heartbeat? = nil
     ) throws(OutboxError) -> Bool {
         let result = try run(command, input: [], name: name, config: config, environment: environment, heartbeat: heartbeat)
-        if let signal = result.signal { throw .invalid("\(name) was killed by signal \(signal)") }
+        if let signal = result.signal { throw failed("\(name) was killed by signal \(signal)") }
         // A shell reports a command killed by signal N as status 128+N: no answer either.
         if case .shell = command, let status = result.exitStatus, status > 128, status <= 128 + 64 {
-            throw .invalid("\(name) was killed by signal \(status - 128) (its shell exited \(status))")
+            throw failed("\(name) was killed by signal \(status - 128) (its shell exited \(status))")
         }
         return result.succeeded
     }
@@ -71,16 +78,16 @@ package enum Plugin {
         do {
             result = try ProcessRunner.run(spec)
         } catch {
-            throw .invalid("\(name) could not start: \(error.message)")
+            throw failed("\(name) could not start: \(error.message)")
         }
         if result.abandoned {
-            throw .invalid("\(name) was stopped: the run was asked to stop at once")
+            throw failed("\(name) was stopped: the run was asked to stop at once")
         }
         if result.stdoutTruncated {
-            throw .invalid("\(name) printed more than \(Units.formatBytes(Int64(spec.outputCap))) and was stopped")
+            throw failed("\(name) printed more than \(Units.formatBytes(Int64(spec.outputCap))) and was stopped")
         }
         if result.timedOut {
-            throw .invalid("\(name) ran past plugins.timeout (\(Units.formatDuration(ms: config.pluginTimeoutMs))) and was stopped")
+            throw failed("\(name) ran past plugins.timeout (\(Units.formatDuration(ms: config.pluginTimeoutMs))) and was stopped")
         }
         return result
     }

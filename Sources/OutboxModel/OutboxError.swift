@@ -25,6 +25,9 @@ package struct OutboxError: Error, Sendable, Equatable, CustomStringConvertible 
     package var message: String
     /// Compiler-style problems in config or definition files (for E_CONFIG).
     package var diagnostics: [Diagnostic]
+    /// A plugin failed to answer (exit status, timeout, no or bad JSON): the same input may
+    /// succeed later, unlike a template or value that is wrong.
+    package var pluginFailed = false
 
     package init(_ code: ErrorCode, _ message: String, diagnostics: [Diagnostic] = []) {
         self.code = code

@@ -221,6 +221,8 @@ struct DeliveryState {
     /// `then` follow-ups built at delivery (their outcome was journaled before a definition of
     /// its key was loaded), applied with the acknowledgement of the hook started for it.
     var thenAtDelivery: [Int64: [NewEntry]] = [:]
+    /// Outcomes whose `then` follow-ups could not be built yet, by seq: the tries so far.
+    var thenTries: [Int64: Int] = [:]
     /// Hooks that exited 0 this turn, acknowledged together (they stay in `hooksRunning` until then).
     var finished: [(seq: Int64, key: String?, followUps: [NewEntry])] = []
     /// Whether outcomes may have become deliverable since the last look.

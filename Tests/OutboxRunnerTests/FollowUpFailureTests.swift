@@ -40,6 +40,66 @@ struct FollowUpFailureTests {
     }
 }
 
+/// A follow-up whose plugin fails may be built later (a token service down for a while): the
+/// chain is not voided but built when the outcome is delivered, and that delivery fails and
+/// is tried again until it can be built. Never lost, never applied twice, never half.
+struct FollowUpPluginFailureTests {
+    static func project(parentHooks: Bool) throws -> Project {
+        let parent = definition(
+            "order",
+            top: """
+                then:
+                  on_success:
+                    - key: receipt
+                      id: "r-{{ entry.id }}"
+                      vars: { n: 1 }
+                    - key: plain
+                      id: "p-{{ entry.id }}"
+                      vars: { url: "{{ vars.url }}", tag: "t" }
+                """, hooks: parentHooks)
+        // The plugin answers once the file `plugin-up` exists.
+        let receipt = "key: receipt\nrequest_command: plugins/receipt.sh\non_success: hooks/record.sh\n"
+        let p = try Project(definitions: ["order": parent, "receipt": receipt, "plain": definition("plain")])
+        try p.write(
+            "plugins/receipt.sh",
+            "#!/bin/sh\ncat >/dev/null\n[ -f plugin-up ] || { echo 'token service down' >&2; exit 3; }\necho '{\"url\": \"\(p.url("/status/201"))\", \"data\": {}}'\n",
+            mode: 0o755)
+        return p
+    }
+
+    @Test(arguments: [true, false])
+    func aFollowUpWhosePluginFailsIsBuiltWhenItAnswers(parentHooks: Bool) async throws {
+        let p = try Self.project(parentHooks: parentHooks)
+        try await p.enqueue("order", path: "/status/200", id: "o1")
+        // A horizon of 0: the drain tries the delivery once and does not wait for the next try.
+        let first = try await p.drain(["--horizon", "0s"], failures: 4)
+        #expect(
+            first.stderr.contains("the follow-ups of o1 wait for its delivery: request_command exited 3: token service down"),
+            "\(first.stderr)")
+        #expect(p.server.requests.map(\.path) == ["/status/200"], "neither follow-up was enqueued")
+        #expect(p.deliveries("o1").isEmpty, "the hook waits for the chain")
+        let show = try #require(try await p.show("o1"))
+        #expect(show.at("outcomes.0.acknowledged") == .bool(false))
+        #expect(show.at("outcomes.0.deliveries") == .int(0), "no hook ran")
+        #expect(show.at("outcomes.0.follow_up_errors.0.index") == .null)
+        #expect(show.string("outcomes.0.follow_up_errors.0.message")?.contains("token service down") == true)
+        #expect(try await p.list().map { $0.string("id") } == ["o1"])
+
+        try p.write("plugin-up", "")
+        // The next try is due within the drain's horizon: it waits for it.
+        try await p.drain(failures: 0)
+        #expect(p.server.requests.map(\.path).sorted() == ["/status/200", "/status/200", "/status/201"], "o1, then each follow-up once")
+        #expect(p.deliveries("r-o1").count == 1)
+        #expect(p.deliveries("p-o1").count == 1, "and the other one of the chain")
+        if parentHooks {
+            let delivered = p.deliveries("o1")
+            #expect(delivered.count == 1)
+            #expect(delivered.first?.at("stdin.follow_up_errors") == nil, "the hook is told of no error")
+        }
+        #expect(try await p.list().isEmpty)
+    }
+}
+
 /// What a `then` item renders is held to the types its fields take: an id or a delay of
 /// another type is refused (it was dropped: a new id, no hold), and a key whose definition
 /// has errors is named as such.

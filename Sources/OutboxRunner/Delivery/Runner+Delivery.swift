@@ -29,19 +29,25 @@ extension Runner {
             }
             for var outcome in candidates {
                 guard let definition = definitions.definitions[outcome.key] else { continue }
-                var followUps: [NewEntry] = []
-                if Self.thenWaitsForDelivery(outcome.payload) {
-                    let abandoned = pluginsAbandoned
-                    followUps = try thenAtDelivery(definition, outcome: &outcome)
-                    // Stopped at once while a follow-up's plugin ran: left for the next run.
-                    if pluginsAbandoned != abandoned { continue }
-                }
                 guard let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError else {
                     // The definition present now has no hook for this outcome: nothing to wait for.
+                    var followUps: [NewEntry] = []
+                    if Self.thenWaitsForDelivery(outcome.payload) {
+                        let abandoned = pluginsAbandoned
+                        let built = try thenAtDelivery(definition, outcome: &outcome)
+                        // Stopped at once while a follow-up's plugin ran: left for the next run.
+                        if pluginsAbandoned != abandoned { continue }
+                        switch built {
+                        case let .success(entries): followUps = entries
+                        case let .failure(failure):
+                            try thenWaits(outcome, failure: failure, hookStarted: true, now: now)
+                            continue
+                        }
+                        delivery.thenTries[outcome.seq] = nil
+                    }
                     try store.acknowledge(seq: outcome.seq, followUps: followUps, now: now)
                     continue
                 }
-                delivery.thenAtDelivery[outcome.seq] = followUps.isEmpty ? nil : followUps
                 starting.append((outcome, hook))
             }
         }
@@ -70,7 +76,7 @@ extension Runner {
         }
         // Every delivery is counted before its hook starts, all of this turn's in one commit.
         let seqs = starting.map(\.outcome.seq)
-        let counts: [Int64: Int64]
+        var counts: [Int64: Int64]
         if store.sharesRunners {
             // Claimed under this runner's lease too (another runner may hold some): the
             // acknowledgements commit first, on their own.
@@ -93,12 +99,27 @@ extension Runner {
             }
         }
         delivery.countedHere.formUnion(counts.keys)
-        // Follow-ups built for an outcome another runner claimed are that runner's to build.
-        for (outcome, _) in starting where counts[outcome.seq] == nil { delivery.thenAtDelivery[outcome.seq] = nil }
         Fault.point("hook.counted")
         if counts.count < starting.count {
             contended = true
             delivery.due = true
+        }
+        // A chain that waits for the delivery is built once the delivery is this runner's (a
+        // follow-up's plugin does not run for an outcome another runner claimed).
+        for i in starting.indices where counts[starting[i].outcome.seq] != nil && Self.thenWaitsForDelivery(starting[i].outcome.payload) {
+            guard let definition = definitions.definitions[starting[i].outcome.key] else { continue }
+            let abandoned = pluginsAbandoned
+            let built = try thenAtDelivery(definition, outcome: &starting[i].outcome)
+            if case let .success(entries) = built, pluginsAbandoned == abandoned {
+                delivery.thenAtDelivery[starting[i].outcome.seq] = entries.isEmpty ? nil : entries
+                delivery.thenTries[starting[i].outcome.seq] = nil
+            } else {
+                // Not started: its count is taken back and the outcome is delivered again.
+                counts[starting[i].outcome.seq] = nil
+                var failure = OutboxError.invalid("its then follow-ups were not built: the run was asked to stop at once")
+                if case let .failure(error) = built { failure = error }
+                try thenWaits(starting[i].outcome, failure: failure, hookStarted: false, now: now)
+            }
         }
         // Before the first spawn, so the reactor thread made with it and the hooks see the normal policy.
         followHooksWithPolicy(starting: true)
@@ -312,12 +333,24 @@ extension Runner {
         ).map { "\(field): \($0)" }
     }
 
-    /// A delivery that did not end in an acknowledgement: due again after a backoff.
-    func failDelivery(seq: Int64, entryID: String, failure: String, hookStarted: Bool = true, now: Int64) throws(OutboxError) {
+    /// An outcome whose `then` follow-ups could not be built yet (a plugin failed): its
+    /// delivery fails, with a backoff that grows with each try in this run.
+    func thenWaits(_ outcome: OutcomeRecord, failure: OutboxError, hookStarted: Bool, now: Int64) throws(OutboxError) {
+        delivery.thenTries[outcome.seq, default: 0] += 1
+        try failDelivery(
+            seq: outcome.seq, entryID: outcome.entryID, failure: failure.message, hookStarted: hookStarted,
+            tries: delivery.thenTries[outcome.seq], now: now)
+    }
+
+    /// A delivery that did not end in an acknowledgement: due again after a backoff (of
+    /// `tries` failures, when given, instead of the deliveries counted).
+    func failDelivery(
+        seq: Int64, entryID: String, failure: String, hookStarted: Bool = true, tries: Int? = nil, now: Int64
+    ) throws(OutboxError) {
         delivery.thenAtDelivery[seq] = nil
         let outcome = try store.outcomes(entryID: entryID).first { $0.seq == seq }
         let deliveries = Int(outcome?.deliveries ?? 1)
-        var delay = Backoff.delay(failures: deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
+        var delay = Backoff.delay(failures: tries ?? deliveries, policy: config.retry.backoff, random: Double.random(in: 0..<1))
         let streak = hookStarted ? 0 : delivery.unstartedInARow
         if streak > 0 {
             // The count is taken back, so the backoff would not grow: the streak makes it.
@@ -326,8 +359,9 @@ extension Runner {
         try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure, hookStarted: hookStarted)
         if streak <= 1 || streak & (streak - 1) == 0 {
             let inARow = streak > 1 ? " (\(streak) hooks in a row could not start)" : ""
+            let which = tries.map { "try \($0)" } ?? "delivery \(deliveries)"
             log(
-                "outbox: \(failure) for \(entryID) (delivery \(deliveries)); it will be delivered again in \(Units.formatDuration(ms: delay))\(inARow)",
+                "outbox: \(failure) for \(entryID) (\(which)); it will be delivered again in \(Units.formatDuration(ms: delay))\(inARow)",
                 level: .warn, fields: [("id", .string(entryID))])
         }
         summary.deliveryFailures += 1

@@ -100,26 +100,45 @@ extension Runner {
         let definition = definitions.definitions[entry.key]
         let hook = outcome == .completed ? definition?.onSuccess : definition?.onError
         // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.
-        let hookExists = definition == nil || definitions.brokenKeys[entry.key] != nil || hook != nil
+        var hookExists = definition == nil || definitions.brokenKeys[entry.key] != nil || hook != nil
         if definition == nil { settledUnhandled = true }
         var payload = payload
         var followUps: [NewEntry] = []
-        var failures: [(index: Int, message: String)] = []
+        var failures: [(index: Int, message: String, pluginFailed: Bool)] = []
         // Most definitions chain nothing: spared the copy of the factory a call would make.
         if definition?.then != nil {
             let abandoned = pluginsAbandoned
+            var built = payload
             (followUps, failures) = Self.thenFollowUps(
-                definition, entry: entry, outcome: outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
+                definition, entry: entry, outcome: outcome, payload: &built, factory: factory, stagedSources: stagedSources)
             if pluginsAbandoned != abandoned {
                 keepUnsettled(entry, plugin: "follow-up's plugin")
                 return false
             }
+            if let plugin = failures.first(where: \.pluginFailed) {
+                // A plugin that did not answer may answer later: the chain is built again at
+                // delivery, which fails and is retried until it can be (never dropped).
+                Self.markThenForDelivery(
+                    &payload,
+                    because:
+                        "a follow-up's plugin failed (\(plugin.message)); the then follow-ups are built again when this outcome is delivered"
+                )
+                log(
+                    "outbox: the follow-ups of \(entry.id) wait for its delivery: \(plugin.message)", level: .warn,
+                    fields: [("id", .string(entry.id))])
+                failures = []
+                hookExists = true
+            } else {
+                payload = built
+            }
         } else if definition == nil {
             // Its `then` lists, if any, are not known yet: they are built when the outcome is
             // delivered, from the definition loaded then (an outcome without one waits for it).
-            let message =
-                "no definition of \(entry.key) was loaded when the entry settled: its then follow-ups, if any, are enqueued when this outcome is delivered"
-            payload.set("follow_up_errors", .array([.object([("index", .null), ("key", .null), ("message", .string(message))])]))
+            Self.markThenForDelivery(
+                &payload,
+                because:
+                    "no definition of \(entry.key) was loaded when the entry settled: its then follow-ups, if any, are enqueued when this outcome is delivered"
+            )
         }
         flights.running[entry.id] = nil
         if outcome == .error { abortS3Upload(entry) }
@@ -188,34 +207,46 @@ extension Runner {
     }
 
     /// The log's one line for a chain that was not applied (none of its follow-ups is).
-    private func logUnbuilt(_ failures: [(index: Int, message: String)], of entryID: String) {
+    private func logUnbuilt(_ failures: [(index: Int, message: String, pluginFailed: Bool)], of entryID: String) {
         guard !failures.isEmpty else { return }
         log(
             "outbox: the follow-ups of \(entryID) were not enqueued: \(failures.map(\.message).joined(separator: "; "))",
             level: .error, fields: [("id", .string(entryID))])
     }
 
-    /// Whether an outcome was journaled while no definition of its key was loaded: its `then`
-    /// follow-ups wait for its delivery (`follow_up_errors` holds the one item that says so).
+    /// The one `follow_up_errors` item (index null) that says the `then` follow-ups are built
+    /// at delivery, and why.
+    static func markThenForDelivery(_ payload: inout JSON, because message: String) {
+        payload.set("follow_up_errors", .array([.object([("index", .null), ("key", .null), ("message", .string(message))])]))
+    }
+
+    /// Whether an outcome's `then` follow-ups wait for its delivery: it was journaled while no
+    /// definition of its key was loaded, or while a follow-up's plugin failed.
     static func thenWaitsForDelivery(_ payload: JSON) -> Bool {
         guard let errors = payload["follow_up_errors"]?.arrayValue, errors.count == 1 else { return false }
         return errors[0]["index"] == .null
     }
 
-    /// The `then` follow-ups of an outcome journaled while no definition of its key was loaded,
-    /// built now from `definition` (the one loaded at delivery) and applied with its
-    /// acknowledgement. Its hook's input loses the note, and gets `follow_up_errors` of its own
-    /// when one cannot be built (then none is enqueued, as at a settle). The entry replaced
-    /// meanwhile (another generation), the note stays and nothing is built.
-    func thenAtDelivery(_ definition: Definition, outcome: inout OutcomeRecord) throws(OutboxError) -> [NewEntry] {
-        guard let entry = try store.entry(id: outcome.entryID), entry.generation == outcome.generation else { return [] }
+    /// The `then` follow-ups of an outcome whose chain waits for its delivery, built now from
+    /// `definition` (the one loaded at delivery) and applied with its acknowledgement. Its
+    /// hook's input loses the note, and gets `follow_up_errors` of its own when one cannot be
+    /// built (then none is enqueued, as at a settle). The entry replaced meanwhile (another
+    /// generation), the note stays and nothing is built. When a follow-up's plugin failed,
+    /// nothing changes and the failure is returned: the delivery fails and is tried again.
+    func thenAtDelivery(_ definition: Definition, outcome: inout OutcomeRecord) throws(OutboxError) -> Result<[NewEntry], OutboxError> {
+        guard let entry = try store.entry(id: outcome.entryID), entry.generation == outcome.generation else { return .success([]) }
         var payload = outcome.payload
         payload.remove("follow_up_errors")
         let built = Self.thenFollowUps(
             definition, entry: entry, outcome: outcome.outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
+        if let plugin = built.failures.first(where: \.pluginFailed) {
+            var failure = OutboxError.invalid("its then follow-ups could not be built: \(plugin.message)")
+            failure.pluginFailed = true
+            return .failure(failure)
+        }
         logUnbuilt(built.failures, of: entry.id)
         outcome.payload = payload
-        return built.followUps
+        return .success(built.followUps)
     }
 
     /// Renders one `then` item with `outcome.*` and builds its entry (`simulate` too);
@@ -225,15 +256,15 @@ extension Runner {
     package static func thenFollowUps(
         _ definition: Definition?, entry: Entry, outcome: Outcome, payload: inout JSON, factory: EntryFactory,
         stagedSources: (String) throws(OutboxError) -> [String: FileIdentity] = { _ in [:] }
-    ) -> (followUps: [NewEntry], failures: [(index: Int, message: String)]) {
+    ) -> (followUps: [NewEntry], failures: [(index: Int, message: String, pluginFailed: Bool)]) {
         var followUps: [NewEntry] = []
-        var failures: [(index: Int, message: String)] = []
+        var failures: [(index: Int, message: String, pluginFailed: Bool)] = []
         var failed: [JSON] = []
         for (index, item) in (definition?.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
             do {
                 followUps.append(try followUp(item, entry: entry, outcome: payload, factory: factory, stagedSources: stagedSources))
             } catch {
-                failures.append((index, error.message))
+                failures.append((index, error.message, error.pluginFailed))
                 failed.append(.object([("index", .int(index)), ("key", item["key"] ?? .null), ("message", .string(error.message))]))
             }
         }
