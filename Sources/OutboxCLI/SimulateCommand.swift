@@ -88,7 +88,10 @@ enum SimulateCommand {
         let factory = try followUpFactory(project, i)
         let built = Runner.thenFollowUps(definition, entry: entry, outcome: outcome, payload: &payload, factory: factory)
         let followUps = built.followUps.map(\.key)
-        let followUpErrors = built.failures.map { "then.\(outcome.hookField)[\($0.index)]: \($0.message)" }
+        let followUpErrors = built.failures.map {
+            "then.\(outcome.hookField)[\($0.index)]: \($0.message)"
+                + ($0.pluginFailed ? " (a plugin failed: a runner builds the chain again when it delivers the outcome)" : "")
+        }
         let record = OutcomeRecord(
             seq: 0, entryID: entry.id, key: key, generation: 1, outcome: outcome, payload: payload, deliveries: 0, acknowledged: false,
             nextDeliveryAt: nil, reason: nil, hookPgid: nil, hookStart: nil, createdAt: now)

@@ -801,6 +801,17 @@ struct SimulateTests {
         #expect(loudDoc["hook_exit"] == .int(0))
         #expect(loudDoc["hook_problem"]?.stringValue?.contains("printed more than 1 MiB on stdout") == true, "\(loud.err)")
         #expect(loudDoc["hook_enqueues"] == .array([]))
+        // A follow-up whose plugin fails is named with what a runner does with it.
+        _ = try p.write("plugins/down.sh", "#!/bin/sh\ncat > /dev/null\necho 'token service down' >&2\nexit 3\n", mode: 0o755)
+        _ = try p.write("definitions/down.yaml", "key: down\nrequest_command: plugins/down.sh\n")
+        _ = try p.write(
+            "definitions/chained.yaml",
+            "key: chained\nrequest: { url: \"https://x.example/p\", data: { a: 1 } }\nthen: { on_success: [{ key: down }] }\n")
+        let chained = try p.run("simulate", "chained", "--status", "200", "--plugins", "--json").json()
+        #expect(
+            chained["follow_up_errors"]?.arrayValue?.first?.stringValue
+                == "then.on_success[0]: request_command exited 3: token service down (a plugin failed: a runner builds the chain again when it delivers the outcome)",
+            "\(chained.serialized())")
     }
 
     @Test(arguments: [("422", "", "error"), ("409", #"{"e": "already exists"}"#, "completed"), ("409", #"{"e": "conflict"}"#, "error")])
