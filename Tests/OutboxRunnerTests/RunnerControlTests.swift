@@ -112,6 +112,23 @@ import Testing
         #expect(outcomes.first?["acknowledged"] == .bool(false))
     }
 
+    /// `--max-time` stops as a first SIGTERM does: a signal after it is the second, which ends
+    /// the grace at once (the held request is never released here).
+    @Test func aSignalAfterMaxTimeEndsTheGraceAtOnce() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/hold/m", id: "m")
+        // Long enough for the request to be sent first even on a busy machine.
+        let runner = try p.start(["run", "--max-time", "8s", "--grace", "1h"])
+        defer { p.server.release("m") }
+        #expect(await p.server.waitForHeld("m"))
+        await eventually("the grace to begin") { runner.stderrSoFar.contains("--max-time reached") }
+        #expect(runner.stderrSoFar.contains("(signal to stop now)"), "\(runner.stderrSoFar)")
+        runner.signal(SIGTERM)
+        let finished = await runner.wait()
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
+        #expect(try await p.show("m")?.string("state") == "queued", "cut off, not answered: its entry stays queued")
+    }
+
     /// A stop signal the parent had ignored (a script's `&` job ignores SIGINT) stays ignored
     /// by `run`; the others are taken.
     @Test func aSignalIgnoredByTheParentStaysIgnored() async throws {

@@ -2,7 +2,7 @@ import OutboxModel
 
 /// How a run stops: running → draining (attempts in flight may finish until a deadline;
 /// nothing new starts) → aborting (what is still in flight is cut off). The first stop
-/// request or `--max-time` starts the drain; a second request, or the deadline, aborts.
+/// request or `--max-time` starts the drain; a request after that one, or the deadline, aborts.
 /// Graceful shutdown is not cancellation: a drain loses no work, an abort puts what it cut
 /// off back in the queue.
 ///
@@ -27,6 +27,8 @@ struct Shutdown: Equatable {
     let graceMs: Int64
     let maxTimeMs: Int64?
     private(set) var phase = Phase.running
+    /// The stop requests the drain began with (a first one; none after `--max-time`): one more aborts.
+    private var requestsAtDrain = 0
 
     init(startedAt: Int64, graceMs: Int64, maxTimeMs: Int64?) {
         self.startedAt = startedAt
@@ -42,9 +44,14 @@ struct Shutdown: Equatable {
         if phase == .running {
             if let maxTimeMs, now - startedAt >= maxTimeMs {
                 phase = .draining(deadline: now + graceMs)
-                actions.append(.log("outbox: --max-time reached; letting attempts in flight finish"))
+                requestsAtDrain = min(stopRequests, 1)
+                actions.append(
+                    .log(
+                        "outbox: --max-time reached; attempts in flight may finish within \(Units.formatDuration(ms: graceMs)) (signal to stop now)"
+                    ))
             } else if stopRequests >= 1 {
                 phase = .draining(deadline: now + graceMs)
+                requestsAtDrain = 1
                 actions.append(
                     .log(
                         "outbox: stopping; attempts in flight may finish within \(Units.formatDuration(ms: graceMs)) (signal again to stop now)"
@@ -54,7 +61,7 @@ struct Shutdown: Equatable {
         guard isStopping else { return actions }
         // Every turn: a standby transfer the curl thread queued meanwhile is withdrawn too.
         actions.append(.abortStandby)
-        if case let .draining(deadline) = phase, stopRequests >= 2 || now >= deadline {
+        if case let .draining(deadline) = phase, stopRequests > requestsAtDrain || now >= deadline {
             phase = .aborting
             actions.append(.abortInFlight)
         }

@@ -2,7 +2,7 @@
 import Testing
 
 /// How a run stops, step by step: the first request drains, the deadline or a second
-/// request aborts, `--max-time` drains like a request.
+/// request aborts, `--max-time` drains like a first request (the next request aborts).
 struct ShutdownTests {
     struct Step: Sendable {
         let at: Int64
@@ -19,7 +19,7 @@ struct ShutdownTests {
     }
 
     static let stopping = "outbox: stopping; attempts in flight may finish within 30s (signal again to stop now)"
-    static let maxTime = "outbox: --max-time reached; letting attempts in flight finish"
+    static let maxTime = "outbox: --max-time reached; attempts in flight may finish within 30s (signal to stop now)"
 
     static let cases: [Case] = [
         Case(
@@ -48,10 +48,24 @@ struct ShutdownTests {
                 Step(at: 5, requests: 2, actions: [.log(stopping), .abortStandby, .abortInFlight], phase: .aborting)
             ]),
         Case(
-            name: "--max-time drains like a request", maxTimeMs: 1000,
+            name: "--max-time drains like a first request: the next one aborts", maxTimeMs: 1000,
             steps: [
                 Step(at: 999, requests: 0, actions: [], phase: .running),
                 Step(at: 1000, requests: 0, actions: [.log(maxTime), .abortStandby], phase: .draining(deadline: 31_000)),
+                Step(at: 1001, requests: 0, actions: [.abortStandby], phase: .draining(deadline: 31_000)),
+                Step(at: 1002, requests: 1, actions: [.abortStandby, .abortInFlight], phase: .aborting),
+            ]),
+        Case(
+            name: "--max-time after a request: the drain it began goes on", maxTimeMs: 1000,
+            steps: [
+                Step(at: 500, requests: 1, actions: [.log(stopping), .abortStandby], phase: .draining(deadline: 30_500)),
+                Step(at: 1000, requests: 1, actions: [.abortStandby], phase: .draining(deadline: 30_500)),
+                Step(at: 1001, requests: 2, actions: [.abortStandby, .abortInFlight], phase: .aborting),
+            ]),
+        Case(
+            name: "--max-time with a request in the same turn: one more aborts", maxTimeMs: 1000,
+            steps: [
+                Step(at: 1000, requests: 1, actions: [.log(maxTime), .abortStandby], phase: .draining(deadline: 31_000)),
                 Step(at: 1001, requests: 1, actions: [.abortStandby], phase: .draining(deadline: 31_000)),
                 Step(at: 1002, requests: 2, actions: [.abortStandby, .abortInFlight], phase: .aborting),
             ]),
