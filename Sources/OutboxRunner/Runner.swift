@@ -423,7 +423,7 @@ package final class Runner {
         if batch.contains(where: { if case .markRunning = $0 { true } else { false } }) { Fault.point("run.claimed") }
         reportSettles(fencedOut: applied.fencedOut)
         for (id, reason) in applied.followUpConflicts.sorted(by: { $0.key < $1.key }) {
-            log("outbox: the follow-ups of \(id) were not enqueued: \(reason)", level: .error, fields: [("id", .string(id))])
+            log("outbox: the follow-ups of \(id) wait for its delivery: \(reason)", level: .warn, fields: [("id", .string(id))])
         }
         for entry in applied.scopeCancelled {
             emitState(entry, state: .cancelled, reason: "scope")

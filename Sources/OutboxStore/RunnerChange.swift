@@ -32,6 +32,20 @@ package struct Settlement: Sendable {
     /// With no hook to read its outcome, a completed or cancelled entry is forgotten as it
     /// settles: its row, attempts and outcomes go in the same transaction.
     package var forgetsEntry: Bool { !hookExists && (state == .completed || state == .cancelled) }
+
+    /// The one `follow_up_errors` item (index null) that says the `then` follow-ups are built
+    /// at delivery, and why.
+    package static func markThenForDelivery(_ payload: inout JSON, because message: String) {
+        payload.set("follow_up_errors", .array([.object([("index", .null), ("key", .null), ("message", .string(message))])]))
+    }
+
+    /// Whether an outcome's `then` follow-ups wait for its delivery: it was journaled while no
+    /// definition of its key was loaded, while a follow-up's plugin failed, or while one named
+    /// an entry being sent with another body.
+    package static func thenWaitsForDelivery(_ payload: JSON) -> Bool {
+        guard let errors = payload["follow_up_errors"]?.arrayValue, errors.count == 1 else { return false }
+        return errors[0]["index"] == .null
+    }
 }
 
 /// One change the runner makes; several are applied in one transaction when they coincide.

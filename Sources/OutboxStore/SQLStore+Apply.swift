@@ -58,22 +58,30 @@ extension SQLStore {
                 // (its entry was cancelled, replaced or taken meanwhile) leaves no half of its chain.
                 var offset = 0
                 for change in changes {
-                    guard case let .settle(settlement) = change else {
+                    guard case var .settle(settlement) = change else {
                         remove += try otherChange(change, into: &result)
                         continue
                     }
-                    let (files, applied) = try settle(settlement)
-                    remove += files
                     let range = offset..<(offset + settlement.followUps.count)
                     offset = range.upperBound
+                    // A follow-up naming an entry being sent now with another body: not half a
+                    // chain, and not lost either. The outcome waits for a delivery (its entry
+                    // kept), which builds the chain again and is retried until it applies.
+                    let conflict = try runningConflict(settlement.followUps.filter { $0.id != settlement.entryID })
+                    if let conflict {
+                        Settlement.markThenForDelivery(
+                            &settlement.payload,
+                            because: "\(conflict.message); the then follow-ups are built again when this outcome is delivered")
+                        settlement.hookExists = true
+                    }
+                    let (files, applied) = try settle(settlement)
+                    remove += files
                     if !applied {
                         selection.drop(range)
                         result.fencedOut.insert(settlement.entryID)
-                    } else if let conflict = try runningConflict(settlement.followUps) {
-                        // Not half a chain, and not a runner stopped: the outcome says why.
+                    } else if let conflict {
                         selection.drop(range)
                         result.followUpConflicts[settlement.entryID] = conflict.message
-                        try journalFollowUpError(settlement, conflict)
                     } else {
                         selection.keep(range)
                     }
@@ -133,19 +141,6 @@ extension SQLStore {
             return (index, followUp.key, "entry \(followUp.id) is being sent now and the new body differs")
         }
         return nil
-    }
-
-    /// Adds `follow_up_errors` to the outcome a settle just journaled.
-    func journalFollowUpError(_ settlement: Settlement, _ conflict: (index: Int, key: String, message: String)) throws(OutboxError) {
-        var payload = settlement.payload
-        payload.set(
-            "follow_up_errors",
-            .array([.object([("index", .int(conflict.index)), ("key", .string(conflict.key)), ("message", .string(conflict.message))])]))
-        try db.run(
-            """
-            UPDATE outcomes SET payload = ?
-            WHERE seq = (SELECT MAX(seq) FROM outcomes WHERE entry_id = ? AND generation = ?) AND acknowledged = 0
-            """, [.text(payload.serialized()), .text(settlement.entryID), .int(settlement.generation)])
     }
 }
 

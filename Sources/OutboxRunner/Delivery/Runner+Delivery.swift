@@ -32,7 +32,7 @@ extension Runner {
                 guard let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError else {
                     // The definition present now has no hook for this outcome: nothing to wait for.
                     var followUps: [NewEntry] = []
-                    if Self.thenWaitsForDelivery(outcome.payload) {
+                    if Settlement.thenWaitsForDelivery(outcome.payload) {
                         let abandoned = pluginsAbandoned
                         let built = try thenAtDelivery(definition, outcome: &outcome)
                         // Stopped at once while a follow-up's plugin ran: left for the next run.
@@ -43,9 +43,15 @@ extension Runner {
                             try thenWaits(outcome, failure: failure, hookStarted: true, now: now)
                             continue
                         }
+                    }
+                    let refused = try store.acknowledge([Acknowledgement(seq: outcome.seq, followUps: followUps)], now: now)
+                    if let why = refused[outcome.seq] {
+                        // A follow-up names an entry being sent now with another body: tried again.
+                        try thenWaits(
+                            outcome, failure: .running("its then follow-ups could not be applied: \(why)"), hookStarted: true, now: now)
+                    } else {
                         delivery.thenTries[outcome.seq] = nil
                     }
-                    try store.acknowledge(seq: outcome.seq, followUps: followUps, now: now)
                     continue
                 }
                 starting.append((outcome, hook))
@@ -106,7 +112,8 @@ extension Runner {
         }
         // A chain that waits for the delivery is built once the delivery is this runner's (a
         // follow-up's plugin does not run for an outcome another runner claimed).
-        for i in starting.indices where counts[starting[i].outcome.seq] != nil && Self.thenWaitsForDelivery(starting[i].outcome.payload) {
+        for i in starting.indices
+        where counts[starting[i].outcome.seq] != nil && Settlement.thenWaitsForDelivery(starting[i].outcome.payload) {
             guard let definition = definitions.definitions[starting[i].outcome.key] else { continue }
             let abandoned = pluginsAbandoned
             let built = try thenAtDelivery(definition, outcome: &starting[i].outcome)
@@ -232,7 +239,9 @@ extension Runner {
             delivery.countedHere.remove(item.seq)
             guard let entryID = delivery.hooksRunning.removeValue(forKey: item.seq) else { continue }
             if let reason = refused[item.seq] {
-                try failDelivery(seq: item.seq, entryID: entryID, failure: "the hook's enqueue line was refused: \(reason)", now: now)
+                try failDelivery(
+                    seq: item.seq, entryID: entryID, failure: "a follow-up (of then, or a line of the hook) was refused: \(reason)",
+                    now: now)
             }
         }
         summary.delivered += batch.count - refused.count

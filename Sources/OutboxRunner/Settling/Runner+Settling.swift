@@ -118,7 +118,7 @@ extension Runner {
             if let plugin = failures.first(where: \.pluginFailed) {
                 // A plugin that did not answer may answer later: the chain is built again at
                 // delivery, which fails and is retried until it can be (never dropped).
-                Self.markThenForDelivery(
+                Settlement.markThenForDelivery(
                     &payload,
                     because:
                         "a follow-up's plugin failed (\(plugin.message)); the then follow-ups are built again when this outcome is delivered"
@@ -134,7 +134,7 @@ extension Runner {
         } else if definition == nil {
             // Its `then` lists, if any, are not known yet: they are built when the outcome is
             // delivered, from the definition loaded then (an outcome without one waits for it).
-            Self.markThenForDelivery(
+            Settlement.markThenForDelivery(
                 &payload,
                 because:
                     "no definition of \(entry.key) was loaded when the entry settled: its then follow-ups, if any, are enqueued when this outcome is delivered"
@@ -212,19 +212,6 @@ extension Runner {
         log(
             "outbox: the follow-ups of \(entryID) were not enqueued: \(failures.map(\.message).joined(separator: "; "))",
             level: .error, fields: [("id", .string(entryID))])
-    }
-
-    /// The one `follow_up_errors` item (index null) that says the `then` follow-ups are built
-    /// at delivery, and why.
-    static func markThenForDelivery(_ payload: inout JSON, because message: String) {
-        payload.set("follow_up_errors", .array([.object([("index", .null), ("key", .null), ("message", .string(message))])]))
-    }
-
-    /// Whether an outcome's `then` follow-ups wait for its delivery: it was journaled while no
-    /// definition of its key was loaded, or while a follow-up's plugin failed.
-    static func thenWaitsForDelivery(_ payload: JSON) -> Bool {
-        guard let errors = payload["follow_up_errors"]?.arrayValue, errors.count == 1 else { return false }
-        return errors[0]["index"] == .null
     }
 
     /// The `then` follow-ups of an outcome whose chain waits for its delivery, built now from

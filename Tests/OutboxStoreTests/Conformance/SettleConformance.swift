@@ -109,23 +109,37 @@ extension StoreConformance {
         }
 
         // A follow-up the same-id rules refuse (its id is being sent with another body): the
-        // settle applies, none of its chain is enqueued, and its outcome says why.
-        @Test(arguments: StoreUnderTest.all)
-        func aChainTheSameIdRulesRefuseIsJournaledNotEnqueued(_ sut: StoreUnderTest) throws {
+        // settle applies, none of its chain is enqueued now, and its outcome waits for a
+        // delivery that builds the chain again (also without a hook: the entry is kept).
+        @Test(arguments: StoreUnderTest.all.flatMap { sut in [true, false].map { (sut, $0) } })
+        func aChainTheSameIdRulesRefuseWaitsForTheDelivery(_ sut: StoreUnderTest, hook: Bool) throws {
             let c = try Conformance(sut)
             let held = try c.bring("x", to: .running)
             let busy = try c.bring("busy", "note", #"{"n": 1}"#, to: .running)
             let followUps = [try c.entry("f-1", parent: "x"), try c.entry("busy", "note", #"{"n": 2}"#, parent: "x")]
-            let applied = try c.store.apply([.settle(c.settlement(held, .completed, .completed, followUps: followUps))], now: t0 + 2)
+            let settlement = c.settlement(held, .completed, .completed, hook: hook, followUps: followUps)
+            let applied = try c.store.apply([.settle(settlement)], now: t0 + 2)
             #expect(applied.followUpConflicts == ["x": "entry busy is being sent now and the new body differs"])
             #expect(try c.get("x").state == .completed)
             #expect(try c.journal("x") == ["x g1 completed pending"])
-            let errors = try c.pending("x").payload["follow_up_errors"]?.arrayValue ?? []
-            #expect(errors.map { $0["index"] } == [.int(1)])
-            #expect(errors.map { $0["key"] } == [.string("note")])
+            let payload = try c.pending("x").payload
+            #expect(Settlement.thenWaitsForDelivery(payload))
+            let message = payload["follow_up_errors"]?.arrayValue?.first?["message"]?.stringValue ?? ""
+            #expect(message.hasPrefix("entry busy is being sent now and the new body differs; "), "\(message)")
             #expect(try c.ids() == ["x", "busy"])
             #expect(try c.get("busy").bodyHash == busy.bodyHash)
             #expect(try c.get("busy").state == .running)
+        }
+
+        // A follow-up naming the settling entry's own id is no conflict: its settle ends the run.
+        @Test(arguments: StoreUnderTest.all)
+        func aFollowUpOfTheSameIdIsNoConflict(_ sut: StoreUnderTest) throws {
+            let c = try Conformance(sut)
+            let held = try c.bring("x", to: .running)
+            let again = try c.entry("x", "note", #"{"n": 9}"#, parent: "x")
+            let applied = try c.store.apply([.settle(c.settlement(held, .completed, .completed, followUps: [again]))], now: t0 + 2)
+            #expect(applied.followUpConflicts.isEmpty)
+            #expect(!Settlement.thenWaitsForDelivery(try c.pending("x").payload))
         }
 
         // A gone entry's settle changes nothing, and its follow-ups are not enqueued either.
