@@ -197,6 +197,10 @@ package enum CLI {
         ]
         let inGroup = commands.filter { group == nil || $0.path[0] == group }
         let shown = inGroup.isEmpty ? commands : inGroup
+        // A group's own page (`outbox headers --help`): its commands, named in full.
+        if let group, !inGroup.isEmpty, inGroup.allSatisfy({ $0.path.count > 1 }) {
+            lines[2] = "Usage: outbox \(group) COMMAND [options]   (outbox \(group) COMMAND --help for details)"
+        }
         let width = shown.map(\.name.count).max() ?? 0
         for command in shown {
             lines.append("  " + command.name + String(repeating: " ", count: width - command.name.count + 2) + command.summary)

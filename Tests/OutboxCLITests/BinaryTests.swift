@@ -304,6 +304,7 @@ struct BinaryTests {
         #expect(help.status == 0)
         #expect(help.out.contains("  headers update  "))
         #expect(!help.out.contains("  enqueue"))
+        #expect(help.out.contains("Usage: outbox headers COMMAND [options]"), "\(help.out)")
         let bare = try await p.outbox(["store"])
         #expect(bare.status == 64)
         #expect(bare.err == "outbox: E_USAGE: store needs a command: outbox store copy\n")
