@@ -31,10 +31,14 @@ final class MotoServer: Sendable {
         try TestHTTPCurl.runExecutable("/usr/bin/env", ["python3"] + arguments, environment: toolEnvironment)
     }
 
-    init() async throws {
+    /// `checkingSignatures`: after the first `unchecked` requests (which make its user and
+    /// key), moto verifies each request's signature and the key's policy, as S3 does.
+    init(checkingSignatures unchecked: Int? = nil) async throws {
         folder = FileManager.default.temporaryDirectory.appendingPathComponent("moto-\(UUID().uuidString)").path
+        var environment = Self.toolEnvironment
+        if let unchecked { environment["INITIAL_NO_AUTH_ACTION_COUNT"] = String(unchecked) }
         service = try await LoopbackService(
-            "moto", executable: "/usr/bin/env", folder: folder, environment: Self.toolEnvironment
+            "moto", executable: "/usr/bin/env", folder: folder, environment: environment
         ) { port in ["python3", "-m", "moto.server", "-H", "127.0.0.1", "-p", String(port)] }
     }
 

@@ -142,6 +142,46 @@ func base64OfHex(_ hex: String) -> String {
         }
     }
 
+    /// moto checking every signature as S3 does (botocore's signer, which leaves out
+    /// `User-Agent`): a PutObject and each request of a multipart upload are accepted.
+    @Test func aServerThatChecksSignaturesAcceptsEveryRequest() async throws {
+        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
+            Issue.record("moto's S3 server is needed: \(reason)")
+            return
+        }
+        // Unchecked: the ready probe, then the user, its key and its policy.
+        let moto = try await MotoServer(checkingSignatures: 4)
+        let made = try await s3CheckTool(["user", moto.endpoint, "signed"])
+        let key = made.stdoutText.split(separator: " ").map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
+        try #require(made.exitCode == 0 && key.count == 2, "\(made.stdoutText)\(made.stderr)")
+        let sandbox = try OutboxSandbox()
+        let extra = "    multipart_threshold: 5MiB\n    part_size: 5MiB"
+        try sandbox.define(
+            "s3-put",
+            Self.definition(endpoint: moto.endpoint, bucket: "signed").replacingOccurrences(of: "  file:", with: extra + "\n  file:"))
+        let files: [(relative: String, size: Int)] = [("small.txt", 1024), ("two-parts.bin", 11 << 20)]
+        for (n, file) in files.enumerated() {
+            let path = sandbox.path("data/" + file.relative)
+            try await offload { try PartFiles.make(path, size: file.size, seed: UInt64(n + 70)) }
+        }
+        #expect(try await sandbox.outbox(["enqueue", "s3.put", "--from-dir", "data"]).status == 0)
+        let run = try await sandbox.outbox(
+            ["run", "--drain", "--events", "-"], environment: ["AWS_ACCESS_KEY_ID": key[0], "AWS_SECRET_ACCESS_KEY": key[1]])
+        #expect(run.status == 0, "\(run.stdout)\(run.stderr)")
+        #expect(try await sandbox.list().isEmpty)
+        for file in files {
+            let local = try await offload { try PartFiles.sha(sandbox.path("data/" + file.relative), 0, Int64(file.size)) }
+            let remote = try await s3CheckTool(["get", moto.endpoint, "signed", "in/" + file.relative, key[0], key[1]])
+            #expect(remote.stdoutText.hasPrefix("\(local) \(file.size) "), "in/\(file.relative): \(remote.stdoutText)\(remote.stderr)")
+        }
+        // The etag of the multipart object: its two parts.
+        let multipart = try await s3CheckTool(["get", moto.endpoint, "signed", "in/two-parts.bin", key[0], key[1]])
+        #expect(multipart.stdoutText.trimmingCharacters(in: .whitespacesAndNewlines).hasSuffix("-2\""), "\(multipart.stdoutText)")
+        // And a key that does not sign as the user's is refused: the checks are on.
+        let refused = try await s3CheckTool(["get", moto.endpoint, "signed", "in/small.txt", key[0], "not-the-secret"])
+        #expect(refused.exitCode != 0 && refused.stderr.contains("SignatureDoesNotMatch"), "\(refused.stderr.suffix(300))")
+    }
+
     @Test func theExampleDefinitionPutsATreeWithoutPython() async throws {
         if let reason = try await offload({ MotoServer.ensureInstalled() }) {
             Issue.record("moto's S3 server is needed: \(reason)")

@@ -3,7 +3,10 @@
 
   s3_check.py mb ENDPOINT BUCKET          create a bucket (moto)
   s3_check.py head ENDPOINT BUCKET KEY    print the object's SHA-256 checksum (as S3 keeps it) and ETag
-  s3_check.py get ENDPOINT BUCKET KEY     print the object's SHA-256, size, Content-Type, storage class, ETag
+  s3_check.py get ENDPOINT BUCKET KEY [KEY_ID SECRET]
+                                          print the object's SHA-256, size, Content-Type, storage class, ETag
+  s3_check.py user ENDPOINT BUCKET        on a moto that checks signatures: make a user allowed
+                                          everything and the bucket, print the user's key id and secret
   s3_check.py verify RECORD.json          recompute a recorded request's SigV4 Authorization
                                           with botocore's signer; exit 1 when it differs
 """
@@ -13,13 +16,23 @@ import sys
 from urllib.parse import quote, unquote, urlsplit
 
 
-def client(endpoint):
+def client(endpoint, key_id="testing", secret="testing", service="s3"):
     import boto3
 
     return boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing",
+        service, endpoint_url=endpoint, region_name="us-east-1",
+        aws_access_key_id=key_id, aws_secret_access_key=secret,
     )
+
+
+def user(endpoint, bucket):
+    iam = client(endpoint, service="iam")
+    iam.create_user(UserName="outbox")
+    key = iam.create_access_key(UserName="outbox")["AccessKey"]
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    iam.put_user_policy(UserName="outbox", PolicyName="all", PolicyDocument=json.dumps(policy))
+    client(endpoint, key["AccessKeyId"], key["SecretAccessKey"]).create_bucket(Bucket=bucket)
+    print(key["AccessKeyId"], key["SecretAccessKey"])
 
 
 def verify(record):
@@ -71,8 +84,11 @@ def main(argv):
     if argv[1] == "mb":
         client(argv[2]).create_bucket(Bucket=argv[3])
         return 0
+    if argv[1] == "user":
+        user(argv[2], argv[3])
+        return 0
     if argv[1] == "get":
-        answer = client(argv[2]).get_object(Bucket=argv[3], Key=argv[4])
+        answer = client(argv[2], *argv[5:7]).get_object(Bucket=argv[3], Key=argv[4])
         body = answer["Body"].read()
         print(
             hashlib.sha256(body).hexdigest(), len(body), answer.get("ContentType", ""),

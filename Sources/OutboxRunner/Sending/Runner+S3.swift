@@ -20,6 +20,11 @@ extension Runner {
         switch S3Credentials.resolve(environment: environment) {
         case let .success(credentials):
             request.headers.append((name: "x-amz-content-sha256", value: Self.s3PayloadHash))
+            // Sent through libcurl's own option, which the signature leaves out, as AWS's SDKs
+            // do: proxies rewrite it, and servers that verify as botocore does refuse it signed.
+            if let i = request.headers.firstIndex(where: { $0.name.lowercased() == "user-agent" }) {
+                request.userAgent = request.headers.remove(at: i).value
+            }
             if let token = credentials.sessionToken { request.headers.append((name: "x-amz-security-token", value: token)) }
             request.awsSigV4 = AWSSigV4(
                 provider: target.signingProvider, accessKeyID: credentials.accessKeyID,
