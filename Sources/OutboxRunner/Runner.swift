@@ -273,6 +273,11 @@ package final class Runner {
                 maxDelayMs: Int(min(5_000, max(100, lease.durationMs / 6)))))
         store.reportLockWaits { [logger] line in logger.log(.warn, line) }
         try recoverFromEarlierRunners()
+        // Sent now that the curl thread runs: their answers come in the loop's first turns.
+        for entry in try store.erroredEntriesWithS3Uploads() {
+            log("outbox: aborting the multipart upload of \(entry.id): it settled error, and no abort of it was answered yet", level: .warn)
+            abortS3Upload(entry)
+        }
         factory.heartbeat = pluginHeartbeat()
         if options.showsProgress {
             progressDisplay = ProgressDisplay(

@@ -18,6 +18,12 @@ extension SQLStore {
         }
     }
 
+    package func erroredEntriesWithS3Uploads() throws(OutboxError) -> [Entry] {
+        try db.query(
+            "SELECT \(Self.entryColumns) FROM entries WHERE state = 'error' AND seq IN (SELECT entry_seq FROM s3_uploads) ORDER BY seq", [],
+            entryFromRow)
+    }
+
     package func forgetS3Upload(entrySeq: Int64, uploadID: String) throws(OutboxError) {
         try writing { () throws(OutboxError) in
             // A retry may have started another upload meanwhile: that one stays.

@@ -92,6 +92,9 @@ package protocol Store: AnyObject {
     /// Forgets an aborted multipart upload (when it is still the entry's) and the parts it
     /// accepted, so a retry of the entry starts a new upload.
     func forgetS3Upload(entrySeq: Int64, uploadID: String) throws(OutboxError)
+    /// Entries settled `error` whose multipart upload was not aborted yet (the abort failed,
+    /// or its runner died before it was answered).
+    func erroredEntriesWithS3Uploads() throws(OutboxError) -> [Entry]
     /// Changes whenever another process commits; a runner polls it to notice new work.
     func dataVersion() throws(OutboxError) -> Int64
     /// Changes whenever this process writes, where `dataVersion` does not show it (SQLite:

@@ -506,6 +506,30 @@ import TestSupport
         #expect(abort.header("authorization")?.hasPrefix("AWS4-HMAC-SHA256 Credential=testing/") == true)
     }
 
+    /// A runner killed after the entry settled error, before its abort was answered: the next
+    /// run sends the abort, and once it is answered no later run does.
+    @Test func anAbortThatARunnerDidNotSeeAnsweredIsSentByTheNextRun() async throws {
+        let sandbox = try await Self.stage()
+        let server = sandbox.server
+        server.script("/crash/big.bin?partNumber=2&", [.status(400, body: "<Error><Code>InvalidPart</Code></Error>")])
+        server.script("/crash/big.bin?uploadId=", [.hold("abort")])
+        let runner = try sandbox.start(["run"], environment: Self.testingCredentials)
+        #expect(await server.waitForHeld("abort"))
+        #expect(try await sandbox.show("big")?["state"] as? String == "error", "settled before the abort")
+        runner.signal(SIGKILL)
+        #expect(await runner.wait().exitCode == -SIGKILL)
+        server.script("/crash/big.bin?uploadId=", [.status(204)])
+        _ = server.release("abort")
+        let next = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(next.status == 0, "\(next.stderr)")
+        #expect(next.stderr.contains("aborting the multipart upload of big: it settled error"), "\(next.stderr)")
+        let aborts = { server.requests.filter { $0.method == "DELETE" }.map(\.path) }
+        #expect(aborts() == ["/crash/big.bin?uploadId=up%2F1%2Bx", "/crash/big.bin?uploadId=up%2F1%2Bx"])
+        let last = try await sandbox.outbox(["run", "--drain"], environment: Self.testingCredentials)
+        #expect(last.status == 0 && !last.stderr.contains("aborting"), "\(last.stderr)")
+        #expect(aborts().count == 2, "answered once: never sent again")
+    }
+
     /// After the abort the upload is gone: `retry --errors` starts the entry over with a new
     /// upload and sends every part to it, not the parts left to the upload that was aborted.
     @Test func aRetryAfterTheAbortStartsANewUpload() async throws {
