@@ -342,8 +342,9 @@ extension Runner {
         ).map { "\(field): \($0)" }
     }
 
-    /// An outcome whose `then` follow-ups could not be built yet (a plugin failed): its
-    /// delivery fails, with a backoff that grows with each try in this run.
+    /// An outcome whose `then` follow-ups could not be built or applied yet (a plugin failed,
+    /// an entry is being sent): its delivery fails, with a backoff that grows with each try
+    /// in this run.
     func thenWaits(_ outcome: OutcomeRecord, failure: OutboxError, hookStarted: Bool, now: Int64) throws(OutboxError) {
         delivery.thenTries[outcome.seq, default: 0] += 1
         try failDelivery(
