@@ -36,7 +36,9 @@ enum ReadCommands {
             let state = displayState(r.state, key: r.key, control: control)
             if let wanted = filter.state, wanted != state { return }
             let progress = r.totalBytes > 0 ? "\(Units.formatBytes(r.bytesSent))/\(Units.formatBytes(r.totalBytes))" : "-"
-            let next = r.nextAttemptAt.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
+            var next = r.nextAttemptAt.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
+            // Not before its previous generation's outcome is acknowledged (`explain` says so too).
+            if r.waitsForDelivery && r.state == "queued" { next = "after delivery" }
             let updated = Units.formatDuration(ms: max(0, now - r.updatedAt)) + " ago"
             let cells = [r.id, r.key, state + (r.reason.map { " (\($0))" } ?? ""), String(r.attempts), progress, next, updated]
                 .map(TerminalText.cell)

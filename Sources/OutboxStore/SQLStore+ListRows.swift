@@ -16,7 +16,8 @@ extension SQLStore {
             SELECT id, key, vars, state, reason, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
               generation, parent,
               CASE WHEN EXISTS (SELECT 1 FROM settings WHERE name = '\(secretVarsSetting)')
-                AND request LIKE '%"\(StoredRequest.secretVarsMember)"%' THEN request END
+                AND request LIKE '%"\(StoredRequest.secretVarsMember)"%' THEN request END,
+              waits_for_delivery
             FROM entries WHERE 1=1
             """
         return (sql + conditions + " ORDER BY seq", values)
@@ -31,10 +32,11 @@ extension SQLStore {
             for column in [Int32(9), 10] where !r.isNull(column) && !Self.plausibleTime.contains(r.int(column)) {
                 throw Self.damaged("the stored entry \(id) is damaged: a time \(r.int(column)) is out of range", id: id)
             }
-            try body(
-                ListRow(
-                    id: id, key: r.text(1), state: r.text(3), reason: unhandled.contains(id) ? "unhandled-key" : r.optionalText(4),
-                    bytesSent: r.int(5), totalBytes: r.int(6), attempts: r.int(7), updatedAt: r.int(9), nextAttemptAt: r.optionalInt(10)))
+            var row = ListRow(
+                id: id, key: r.text(1), state: r.text(3), reason: unhandled.contains(id) ? "unhandled-key" : r.optionalText(4),
+                bytesSent: r.int(5), totalBytes: r.int(6), attempts: r.int(7), updatedAt: r.int(9), nextAttemptAt: r.optionalInt(10))
+            row.waitsForDelivery = r.int(14) != 0
+            try body(row)
         }
     }
 

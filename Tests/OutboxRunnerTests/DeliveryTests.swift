@@ -6,6 +6,21 @@ import Testing
 
 /// Hook delivery: journal before deliver, acknowledge on exit 0, redeliver after failures and crashes.
 @Suite struct DeliveryTests {
+    /// A completed entry enqueued again with another body waits for its old outcome's
+    /// delivery: `list` says so in NEXT rather than "now", as `explain` does.
+    @Test func anEntryWaitingForItsPreviousOutcomeShowsItInList() async throws {
+        let failing = definition("w", top: "on_success: hooks/fail.sh", hooks: false)
+        let p = try Project(definitions: ["w": failing], hooks: ["fail.sh": "#!/bin/sh\ncat > /dev/null\nexit 3\n"])
+        try await p.enqueue("w", path: "/status/200", id: "w1")
+        try await p.drain(["--horizon", "0s"], failures: 4)
+        try await p.enqueue("w", path: "/status/200", id: "w1", tag: "other body")
+        let table = try await p.outbox(["list"]).stdout
+        let row = try #require(table.split(separator: "\n").first { $0.hasPrefix("w1 ") })
+        #expect(row.contains("queued") && row.contains("after delivery"), "\(table)")
+        let explain = try await p.outbox(["explain", "w1"]).stdout
+        #expect(explain.contains("it waits until the outcome of its previous generation is acknowledged"), "\(explain)")
+    }
+
     @Test func failingHookIsRedeliveredWithGrowingDeliveriesUntilItSucceeds() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         p.touch("hooks/fail")

@@ -10,6 +10,8 @@ package struct ListRow: Sendable {
     package var attempts: Int64
     package var updatedAt: Int64
     package var nextAttemptAt: Int64?
+    /// Queued behind the delivery of its previous generation's outcome.
+    package var waitsForDelivery = false
     package init(
         id: String, key: String, state: String, reason: String?, bytesSent: Int64, totalBytes: Int64, attempts: Int64,
         updatedAt: Int64, nextAttemptAt: Int64?
