@@ -321,14 +321,23 @@ enum ReadCommands {
             for change in store.tightenModes() { i.console.err("outbox: \(change)") }
         }
         let problems = try store.audit(note: { i.console.err("outbox: \($0)") })
+        // A failed audit is an E_STORAGE error like any other, with the problems as its report.
+        let failure = OutboxError.storage(
+            "the store breaks \(problems.count == 1 ? "one of its invariants" : "\(problems.count) of its invariants") (\(i.json ? "problems" : "listed above"))"
+        )
         if i.json {
-            i.console.out(JSON.object([("ok", .bool(problems.isEmpty)), ("problems", .array(problems.map { .string($0) }))]).serialized())
+            var doc = JSON.object([("ok", .bool(problems.isEmpty)), ("problems", .array(problems.map { .string($0) }))])
+            if !problems.isEmpty {
+                doc.set("error", .object([("code", .string(failure.code.rawValue)), ("message", .string(failure.message))]))
+            }
+            i.console.out(doc.serialized())
         } else if problems.isEmpty {
             i.console.out("ok: the store's invariants hold")
         } else {
             i.console.out(problems.joined(separator: "\n"))
+            i.console.err("outbox: \(failure.description)")
         }
-        return problems.isEmpty ? 0 : ErrorCode.storage.exitStatus
+        return problems.isEmpty ? 0 : failure.code.exitStatus
     }
 
     /// A JSON Schema for editors (yaml-language-server), or the reference page; needs no project.

@@ -1038,6 +1038,13 @@ struct CLIAuditTests {
         let json = try broken.json()
         #expect(json["ok"] == .bool(false))
         #expect(json["problems"] == .array([.string("c: staged body \(staged) is missing"), .string("1 part belongs to no entry")]))
+        // The error every failed command gives, beside the report.
+        #expect(json["error"]?["code"] == .string("E_STORAGE"))
+        #expect(json["error"]?["message"] == .string("the store breaks 2 of its invariants (problems)"))
+        let text = p.run("audit")
+        #expect(text.status == 74)
+        #expect(text.out == "c: staged body \(staged) is missing\n1 part belongs to no entry\n")
+        #expect(text.err.hasSuffix("outbox: E_STORAGE: the store breaks 2 of its invariants (listed above)\n"), "\(text.err)")
         #expect(try p.sqlite("SELECT id FROM entries ORDER BY seq;") == "c\nn\n")
     }
 
