@@ -116,6 +116,8 @@ enum RunCommand {
             config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: try i.cwd,
             options: options, emit: { sink.send($0) }, logger: logger)
         runner.eventsEnabled = events != nil || config.eventsCommand != nil
+        let environment = i.environment
+        runner.eventsReload = { sink.reload(command: $0.eventsCommand, config: $0, environment: environment) }
         runner.runnerLock = lock
         let summary = try runner.run()
         // The plugin's last output and its drops are logged before the summary line.

@@ -98,6 +98,9 @@ package final class Runner {
     var progressGate = ProgressGate()
     /// False when nothing reads events: state and progress lines are then not even built.
     package var eventsEnabled = true
+    /// Told the config a reload read (the CLI restarts a changed `events.command`); returns
+    /// whether events have a reader now.
+    package var eventsReload: ((Config) -> Bool)?
 
     package init(
         config: Config, definitions: DefinitionSet, store: any Store, environment: [String: String], cwd: String,
@@ -213,6 +216,7 @@ package final class Runner {
         scheduler = Scheduler(limits: Self.limits(config, concurrency: openFiles.concurrency, sharedStore: store.sharesRunners))
         wifiGate = WifiGate(intervalMs: config.wifiIntervalMs)
         hostHealth.holdAfter = config.hostHoldAfter
+        if let eventsReload { eventsEnabled = eventsReload(config) }
         delivery.due = true
         readAhead.discard()
         let n = definitions.definitions.count

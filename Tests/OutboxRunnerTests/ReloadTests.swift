@@ -38,6 +38,49 @@ struct ReloadTests {
     }
 }
 
+/// `events.command` is reloaded too: a changed one ends (its input closed, its lines all
+/// written) and the new one gets the events after the reload; one added by a reload starts.
+struct EventsReloadTests {
+    static func plugin(_ name: String) -> String {
+        "#!/bin/sh\n: > hooks/\(name)-ready\nwhile IFS= read -r line; do printf '%s\\n' \"$line\" >> hooks/\(name).jsonl; done\n"
+    }
+
+    static func ids(_ p: Project, _ name: String) -> Set<String> {
+        Set(jsonLines(p.path("hooks/\(name).jsonl")).compactMap { $0["id"]?.stringValue })
+    }
+
+    @Test func aChangedEventsCommandIsEndedAndTheNewOneStarted() async throws {
+        let p = try Project(
+            definitions: ["t": definition("t", hooks: false)],
+            hooks: ["a.sh": Self.plugin("a"), "b.sh": Self.plugin("b")])
+        // A request held in flight: the runner is in its loop, its signal handlers installed.
+        try await p.enqueue("t", path: "/hold/h", id: "h")
+        let runner = try p.start(["run"])
+        defer { p.server.release("h") }
+        #expect(await p.server.waitForHeld("h"))
+
+        // None at first; a reload adds one.
+        try p.writeConfig(fastConfig + "events: { command: hooks/a.sh }\n")
+        runner.signal(SIGHUP)
+        await eventually("the plugin a to start") { p.exists("hooks/a-ready") }
+        try await p.enqueue("t", path: "/status/200", id: "one")
+        await eventually("a to get one's events") { Self.ids(p, "a").contains("one") }
+
+        // Changed: a ends, b starts and gets what follows.
+        try p.writeConfig(fastConfig + "events: { command: hooks/b.sh }\n")
+        runner.signal(SIGHUP)
+        await eventually("the plugin b to start") { p.exists("hooks/b-ready") }
+        try await p.enqueue("t", path: "/status/200", id: "two")
+        await eventually("b to get two's events") { Self.ids(p, "b").contains("two") }
+        #expect(!Self.ids(p, "a").contains("two"), "the old plugin got none of them")
+        #expect(!Self.ids(p, "b").contains("one"))
+        p.server.release("h")
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0, "\(finished.description)")
+    }
+}
+
 /// Every line `outbox run` writes on stderr has a time and a level; `--log-format json`
 /// makes each one a JSON object, the closing summary included.
 struct RunLogTests {

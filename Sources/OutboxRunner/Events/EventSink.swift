@@ -19,6 +19,9 @@ package final class EventSink {
     /// every event (two reads each).
     var pluginOutputReadAt: Int64 = 0
 
+    /// The `events.command` the plugin was started with.
+    private(set) var command: CommandSpec?
+
     package init(
         console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
         log: @escaping (String) -> Void
@@ -26,16 +29,30 @@ package final class EventSink {
         write = console.map { c in { c.out($0) } }
         self.console = console
         self.log = log
-        if let command {
-            do {
-                plugin = try StreamingChild.start(
-                    ProcessSpec(
-                        command: ProcessCommand(command), environment: environment,
-                        workingDirectory: config.root))
-            } catch {
-                log("outbox: events.command: \(error.message); events go to no plugin")
-            }
+        start(command, config: config, environment: environment)
+    }
+
+    private func start(_ command: CommandSpec?, config: Config, environment: [String: String]) {
+        self.command = command
+        guard let command else { return }
+        do {
+            plugin = try StreamingChild.start(
+                ProcessSpec(command: ProcessCommand(command), environment: environment, workingDirectory: config.root))
+        } catch {
+            log("outbox: events.command: \(error.message); events go to no plugin")
         }
+    }
+
+    /// After a reload (SIGHUP): a changed `events.command` is ended as at the end of a run
+    /// (its input closed) and the new one started; an unchanged one runs on. Returns whether
+    /// events have a reader now.
+    package func reload(command: CommandSpec?, config: Config, environment: [String: String]) -> Bool {
+        if command != self.command {
+            close()
+            pluginLines = 0
+            start(command, config: config, environment: environment)
+        }
+        return write != nil || plugin != nil
     }
 
     package func send(_ event: JSON) {
