@@ -276,6 +276,9 @@ package final class Runner {
                 // Tries close enough together that a server back within the lease is seen before it ends.
                 maxDelayMs: Int(min(5_000, max(100, lease.durationMs / 6)))))
         store.reportLockWaits { [logger] line in logger.log(.warn, line) }
+        // A runner frozen inside a transaction would hold its locks, and so every other
+        // runner, for as long as it stays frozen: the server ends such a transaction.
+        try store.endIdleTransactions(afterMs: lease.durationMs)
         try recoverFromEarlierRunners()
         // Sent now that the curl thread runs: their answers come in the loop's first turns.
         for entry in try store.erroredEntriesWithS3Uploads() {

@@ -75,6 +75,8 @@ extension SQLStore {
                         settlement.hookExists = true
                     }
                     let (files, applied) = try settle(settlement)
+                    // Tests hold a runner here, inside a transaction that enqueues (a writer's locks held).
+                    if !settlement.followUps.isEmpty { Fault.hold("settle.in-transaction") }
                     remove += files
                     if !applied {
                         selection.drop(range)

@@ -112,6 +112,10 @@ package protocol Store: AnyObject {
     /// A runner's store reconnects when its server drops the connection, and runs the
     /// statement or transaction that failed again, until `policy` gives up.
     func reconnectWhenDropped(_ policy: ReconnectPolicy)
+    /// A runner's session: a transaction of it left idle for `ms` (its process frozen, its
+    /// host stalled) is ended by the server, so that the locks it holds do not stop the
+    /// other runners for longer than a lease.
+    func endIdleTransactions(afterMs ms: Int64) throws(OutboxError)
     /// Where a store that waits for another process's lock says, now and then, that it still waits.
     func reportLockWaits(_ log: @escaping (String) -> Void)
     /// Makes the caller the store's runner, or fails with E_RUNNING naming the holder (a
@@ -384,6 +388,9 @@ extension Store {
 
     /// An embedded store has no connection to lose.
     package func reconnectWhenDropped(_ policy: ReconnectPolicy) {}
+
+    /// Its only runner waits for no other runner's locks.
+    package func endIdleTransactions(afterMs ms: Int64) throws(OutboxError) {}
 
     /// Claims at once; every entry is the only runner's to take.
     package func claim(_ entries: [Entry], lease: Lease, now: Int64) throws(OutboxError) -> [Entry] {

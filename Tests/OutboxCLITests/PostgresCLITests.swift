@@ -134,6 +134,49 @@ struct PostgresCLITests {
         #expect(p.server.requests(path: "/notes/1").count == 1)
     }
 
+    /// A runner stopped inside a transaction that holds the schema's writer lock (a frozen
+    /// process, a stalled host): the server ends that transaction once it has been idle a
+    /// lease, so the other runners go on, and take over its entries, while it is still held.
+    @Test func aRunnerHeldInsideATransactionStopsTheOthersForALeaseAtMost() async throws {
+        let chained = """
+            key: chained
+            request:
+              url: "{{ env.SERVER | raw }}/chained/{{ vars.n }}"
+              data: { n: "{{ vars.n }}" }
+            then:
+              on_success:
+                - key: note
+                  id: "after-{{ entry.id }}"
+                  vars: { n: "{{ vars.n }}0" }
+            """
+        let (p, _) = try Self.project(config: "lease: 2s\nretry:\n  backoff: { base: 50ms, max: 200ms, jitter: 0 }\n")
+        try p.define("chained", chained)
+        try await p.outbox(["enqueue", "chained", "--vars", #"{"n": 1}"#, "--id", "a"])
+        let go = p.path("go")
+        let held = try p.start(["run"], environment: ["OUTBOX_FAULT_HOLD": "settle.in-transaction:\(go)"])
+        defer { held.signal(SIGKILL) }
+        await eventually("the first runner to hold inside its transaction") { FileManager.default.fileExists(atPath: go + ".reached") }
+
+        try await p.outbox(["enqueue", "chained", "--vars", #"{"n": 2}"#, "--id", "b"])
+        let other = try await p.outbox(["run", "--drain"])
+        #expect(other.exitCode == 0, "\(other)")
+        #expect(held.isRunning, "the first runner is still held")
+        // b and its follow-up, and a again (its lease ran out) with its follow-up.
+        #expect(p.server.requests(path: "/chained/2").count == 1)
+        #expect(p.server.requests(path: "/notes/20").count == 1)
+        #expect(p.server.requests(path: "/chained/1").count == 2, "sent by each runner")
+        #expect(Set(p.server.requests(path: "/chained/1").map { $0.header("idempotency-key") }).count == 1, "with one key")
+        #expect(p.server.requests(path: "/notes/10").count == 1)
+
+        // Let go, the first runner finds its transaction ended and its lease taken: it settles nothing twice.
+        _ = FileManager.default.createFile(atPath: go, contents: nil)
+        try await eventually("the first runner to see its lease lost") { held.stderrSoFar.contains("lost the lease on a") }
+        held.signal(SIGTERM)
+        #expect(await held.wait().exitCode == 0)
+        #expect(p.server.requests(path: "/notes/10").count == 1)
+        #expect(try JSON.parse(try await p.outbox(["list", "--json"]).stdout).arrayValue?.isEmpty == true)
+    }
+
     // A wrong password is E_STORAGE (74) with the server's message and without the password.
     @Test func aWrongPasswordExits74() async throws {
         let (p, _) = try Self.project()

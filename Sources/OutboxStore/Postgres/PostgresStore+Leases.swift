@@ -168,6 +168,10 @@ extension PostgresStore {
     /// The server queues lock waiters itself; a runner waits there for as long as it takes.
     package func reportLockWaits(_ log: @escaping (String) -> Void) {}
 
+    package func endIdleTransactions(afterMs ms: Int64) throws(OutboxError) {
+        try db.setSession("idle", "SET idle_in_transaction_session_timeout = \(max(1_000, ms))")
+    }
+
     package func reconnectWhenDropped(_ policy: ReconnectPolicy) {
         db.reconnect = policy
         // A transaction run again builds its file lists again. Returns it journaled stay in
