@@ -237,7 +237,12 @@ extension SQLStore {
                   expires_at = ?, updated_at = ?
                 WHERE seq = ? AND generation = ? AND state = ?
                 """, [.int(now), .optional(expiresAt), .int(now), .int(e.seq), .int(e.generation), .text(e.state.rawValue)])
-            if changed > 0 { retried.append(e.id) }
+            guard changed > 0 else { continue }
+            retried.append(e.id)
+            // Its parts waiting for their own retries are due now too, their backoff reset.
+            if e.isChunked {
+                try db.run("UPDATE parts SET attempts = 0, next_attempt_at = NULL WHERE entry_seq = ? AND accepted = 0", [.int(e.seq)])
+            }
         }
         return retried
     }

@@ -239,6 +239,26 @@ func partsDefinition(
         #expect(partAttempts.filter { $0.contains(#""outcome":"retry""#) }.count == 2)
     }
 
+    /// `outbox retry` of a chunked entry whose part waits an hour for its own retry: the part
+    /// is due now too, so the next run sends it (it was held back to the part's old time).
+    @Test func retryMakesAWaitingPartDueNow() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/rt/2", [.status(503), .json(201, "{}")])
+        let sandbox = try OutboxSandbox()
+        let slow = partsDefinition(server, min: "64KiB", max: "64KiB").replacingOccurrences(
+            of: "backoff: { base: 50ms, max: 200ms, jitter: 0 }", with: "backoff: { base: 1h, max: 2h, jitter: 0 }")
+        try sandbox.define("up", slow)
+        try PartFiles.make(sandbox.path("f.bin"), size: 3 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "rt", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        #expect(try await sandbox.outbox(["run", "--drain"]).status == 0)
+        #expect(server.requests(path: "/put/rt/2").count == 1, "part 2 waits an hour")
+        #expect(try await sandbox.outbox(["retry", "rt"]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain"])
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(server.requests(path: "/put/rt/2").count == 2, "sent again at once")
+        #expect(try await sandbox.list().isEmpty, "completed")
+    }
+
     /// Network faults inside parts retry only those parts: a connection reset while the
     /// server reads a part's body, and a server that takes a whole part and never answers
     /// (the stall timeout ends the wait). Every part is accepted once, from its own bytes.
