@@ -1,5 +1,6 @@
 #define _GNU_SOURCE
 #include "csystem_spawn.h"
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -94,6 +95,38 @@ int csystem_proc_stat(int pid, uint64_t *start_time, int *pgid) {
         while (*p != 0 && *p != ' ') p++;
     }
     return found == 2 ? 0 : -EINVAL;
+}
+
+int csystem_proc_group_has_others(int pgid) {
+    DIR *proc = opendir("/proc");
+    if (proc == NULL) return -1;
+    int found = 0;
+    struct dirent *d;
+    while (!found && (d = readdir(proc)) != NULL) {
+        char *end;
+        long pid = strtol(d->d_name, &end, 10);
+        if (*end != 0 || pid <= 0 || pid == pgid) continue;
+        char path[64];
+        char buf[1024];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) continue; /* gone meanwhile */
+        ssize_t n;
+        do {
+            n = read(fd, buf, sizeof buf - 1);
+        } while (n < 0 && errno == EINTR);
+        close(fd);
+        if (n <= 0) continue;
+        buf[n] = 0;
+        /* After comm's last ')': the state (field 3), the parent (4), the group (5). */
+        char *p = strrchr(buf, ')');
+        char state;
+        int parent, group;
+        if (p == NULL || sscanf(p + 1, " %c %d %d", &state, &parent, &group) != 3) continue;
+        if (group == pgid && state != 'Z' && state != 'X') found = 1;
+    }
+    closedir(proc);
+    return found;
 }
 
 int csystem_proc_pidfd_signal(int pidfd, int sig) {

@@ -233,7 +233,8 @@ struct ChildSession {
             timedOut = true
             stopGroup(now: now)
         }
-        if let at = killAt, now >= at {
+        // Every member gone (the hook obeyed the SIGTERM): the grace is over at once.
+        if let at = killAt, now >= at || (leaderAwaitsGrace && csystem_proc_group_has_others(pid) == 0) {
             killAt = nil
             signalGroup(SIGKILL)
             // The leader is a zombie already: reaped now, as no pidfd event will come for it.
@@ -252,13 +253,15 @@ struct ChildSession {
         }
         var wait: Int64 = next.map { max(0, $0 - now) } ?? -1
         if !exited && pidfd < 0 { wait = wait < 0 ? 20 : min(wait, 20) }
+        // The zombie leader says nothing of its group: the group is looked at every 50 ms.
+        if leaderAwaitsGrace { wait = wait < 0 ? 50 : min(wait, 50) }
         return Int32(clamping: wait)
     }
 
     /// SIGTERM to the group now, SIGKILL after the grace period.
     mutating func stopGroup(now: Int64) {
         signalGroup(SIGTERM)
-        killAt = now + ProcessRunner.killGraceMs
+        killAt = now + spec.killGraceMs
     }
 
     /// The child is not reaped yet, so its pid (= pgid) cannot have been reused.

@@ -30,8 +30,11 @@ package struct ProcessSpec: Sendable {
     /// Stops what is left of the process group whenever the leader ends: for a plugin, whose
     /// answer is complete then (a background child it left would outlive the run).
     package var stopGroupWhenLeaderExits = false
-    /// After this long the whole process group gets SIGTERM, then SIGKILL 2 s later.
+    /// After this long the whole process group gets SIGTERM, then SIGKILL `killGraceMs` later
+    /// (at once when nothing of the group is left by then).
     package var timeoutMs: Int?
+    /// The grace between the timeout's SIGTERM and SIGKILL.
+    package var killGraceMs: Int64 = ProcessRunner.killGraceMs
     /// After this long `onWarn` is called once; the process keeps running.
     package var warnAfterMs: Int?
     /// Called once (with the pid) when the process outlives `warnAfterMs`.

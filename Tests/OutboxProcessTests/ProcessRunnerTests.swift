@@ -367,6 +367,20 @@ struct TimerTests {
 
     }
 
+    /// A group that obeys the timeout's SIGTERM is done with: the grace before SIGKILL (an
+    /// hour here) ends as soon as nothing of the group is left, with the leader reaped.
+    @Test(.timeLimit(.minutes(2))) func theGraceEndsWhenTheWholeGroupObeyedTheTerm() async throws {
+        let folder = TempFolder()
+        defer { folder.cleanup() }
+        var spec = shell("sleep 600 & touch started; wait", in: folder)
+        spec.timeoutMs = 100
+        spec.killGraceMs = 3_600_000
+        spec.onStart = { _, _ in waitForFile(folder.path + "/started") }
+        let result = try await runOffPool(spec)
+        #expect(result.timedOut == true)
+        #expect(result.signal == SIGTERM, "\(result)")
+    }
+
     /// A shell leader dies of the SIGTERM at once; the command it runs still gets the grace
     /// to clean up before the group is killed (its trap takes 0.3 s, then writes `cleaned`).
     @Test func theRestOfTheGroupGetsTheGraceAfterTheLeaderDies() async throws {

@@ -74,6 +74,10 @@ int csystem_proc_kill(int pid, int sig);
    0 or -errno (-ESRCH when the process is gone). */
 int csystem_proc_stat(int pid, uint64_t *start_time, int *pgid);
 
+/* Whether a process other than `pgid` itself, not a zombie, is in process group `pgid`
+   (read from /proc): 1 yes, 0 no, -1 when /proc cannot be read. */
+int csystem_proc_group_has_others(int pgid);
+
 /* Polls one fd for readability up to timeout_ms; 1 readable, 0 timeout, -errno. */
 int csystem_proc_poll_readable(int fd, int timeout_ms);
 

@@ -123,7 +123,7 @@ package enum ConfigFields {
             Field("warn_after", .duration, .value("30s"), example: "2m", "a hook running longer is logged (and still waited for)"),
             Field(
                 "timeout", .nullable(.duration), .none, example: "10m",
-                "a hook running longer is stopped (SIGTERM, SIGKILL 2 s later) and its delivery failed"),
+                "a hook running longer is stopped (SIGTERM, then SIGKILL 2 s later to what of its group is left) and its delivery failed"),
         ])
 
     static let hosts = FieldMapping(
@@ -139,7 +139,8 @@ package enum ConfigFields {
         [
             Field(
                 "timeout", .duration, .value("30s"), example: "1m",
-                "how long a plugin may run before its process group is stopped (SIGTERM, SIGKILL 2 s later) and it counts as failed")
+                "how long a plugin may run before its process group is stopped (SIGTERM, then SIGKILL 2 s later to what of "
+                    + "its group is left) and it counts as failed")
         ])
 
     static let network = FieldMapping(
