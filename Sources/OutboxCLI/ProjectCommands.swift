@@ -119,7 +119,9 @@ enum InitCommand {
             }
         }
         for (path, _, _) in files { i.console.err("created \(path)") }
-        i.console.err("next: outbox check; outbox enqueue example.ping --vars '{\"message\":\"hi\"}'; outbox run --drain")
+        i.console.err(
+            "next: point the url in definitions/example-ping.yaml at your server (it posts to http://127.0.0.1:8080/ping), then "
+                + "outbox check; outbox enqueue example.ping --vars '{\"message\":\"hi\"}'; outbox run --drain")
         return 0
     }
 }

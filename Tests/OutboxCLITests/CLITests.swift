@@ -92,6 +92,7 @@ struct CLIBasicsTests {
         let created = p.run("init")
         #expect(created.status == 0, "\(created)")
         #expect(created.err.contains("created config/outbox.yaml"))
+        #expect(created.err.contains("it posts to http://127.0.0.1:8080/ping"), "the next step names the server it needs")
         #expect(FileManager.default.isExecutableFile(atPath: p.root + "/hooks/example-done.sh"))
         let check = p.run("check")
         #expect(check.status == 0, "\(check)")
