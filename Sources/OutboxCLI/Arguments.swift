@@ -120,7 +120,16 @@ enum ArgumentParser {
                 value = inlineValue
             } else {
                 guard i < words.count else { throw .usage("--\(name) needs a value (\(spec.valueName!))") }
-                value = words[i]
+                // `--id --json` is a forgotten value, not an id: a value that looks so is given inline.
+                let next = words[i]
+                if next.hasPrefix("--"),
+                    specs.contains(where: { "--" + $0.name == next.split(separator: "=", maxSplits: 1).first.map(String.init) })
+                {
+                    throw .usage(
+                        "--\(name) needs a value (\(spec.valueName!)), not the option \(next.prefix(40)) (to mean it, write --\(name)=VALUE)"
+                    )
+                }
+                value = next
                 i += 1
             }
             if !spec.repeatable, parsed.options[name] != nil {
