@@ -131,7 +131,13 @@ package enum CLI {
                     return 0
                 }
                 let names = commands.filter { $0.path[0] == group }.map { "outbox " + $0.name }
-                report(.usage("\(group) needs a command: \(names.joined(separator: ", "))"), json: wantsJSON, console: console)
+                // `outbox store paste`: the word given is named, not taken for a missing one.
+                let given =
+                    words.dropFirst().first { !$0.hasPrefix("-") }.map {
+                        "unknown command \"\(group) \(TerminalText.visible(String($0.prefix(40))))\"; "
+                    } ?? ""
+                report(
+                    .usage("\(given)\(group) needs a command: \(names.joined(separator: ", "))"), json: wantsJSON, console: console)
                 return ErrorCode.usage.exitStatus
             }
             let message =

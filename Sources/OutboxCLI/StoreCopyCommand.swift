@@ -36,7 +36,10 @@ enum StoreCopyCommand {
                     ("files", .int64(Int64(summary.files))), ("to", .string(name)),
                 ]).serialized())
         } else {
-            i.console.err("copied \(summary.entries) entries, \(summary.outcomes) outcomes and \(summary.files) staged files to \(name)")
+            func count(_ n: Int, _ one: String, _ many: String) -> String { "\(n) \(n == 1 ? one : many)" }
+            i.console.err(
+                "copied \(count(summary.entries, "entry", "entries")), \(count(summary.outcomes, "outcome", "outcomes")) and "
+                    + "\(count(summary.files, "staged file", "staged files")) to \(name)")
         }
         return 0
     }
