@@ -509,11 +509,13 @@ import TestSupport
     /// A runner killed after the entry settled error, before its abort was answered: the next
     /// run sends the abort, and once it is answered no later run does.
     @Test func anAbortThatARunnerDidNotSeeAnsweredIsSentByTheNextRun() async throws {
-        let sandbox = try await Self.stage()
+        // The abort is held until the kill: no stall timeout gives it up first.
+        let sandbox = try await Self.stage(config: heldRequestConfig)
         let server = sandbox.server
         server.script("/crash/big.bin?partNumber=2&", [.status(400, body: "<Error><Code>InvalidPart</Code></Error>")])
         server.script("/crash/big.bin?uploadId=", [.hold("abort")])
         let runner = try sandbox.start(["run"], environment: Self.testingCredentials)
+        // Held until the kill, however late a busy test pool looks.
         #expect(await server.waitForHeld("abort"))
         #expect(try await sandbox.show("big")?["state"] as? String == "error", "settled before the abort")
         runner.signal(SIGKILL)
