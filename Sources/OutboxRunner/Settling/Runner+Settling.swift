@@ -104,7 +104,7 @@ extension Runner {
         if definition == nil { settledUnhandled = true }
         var payload = payload
         var followUps: [NewEntry] = []
-        var failures: [(index: Int, message: String, pluginFailed: Bool)] = []
+        var failures: [FollowUpFailure] = []
         // Most definitions chain nothing: spared the copy of the factory a call would make.
         if definition?.then != nil {
             let abandoned = pluginsAbandoned
@@ -206,8 +206,12 @@ extension Runner {
         try store.entry(id: id)?.stagedSources ?? [:]
     }
 
+    /// A `then` item that could not be built: its place in the list, why, and whether a plugin
+    /// failed (which may answer later).
+    package typealias FollowUpFailure = (index: Int, message: String, pluginFailed: Bool)
+
     /// The log's one line for a chain that was not applied (none of its follow-ups is).
-    private func logUnbuilt(_ failures: [(index: Int, message: String, pluginFailed: Bool)], of entryID: String) {
+    private func logUnbuilt(_ failures: [FollowUpFailure], of entryID: String) {
         guard !failures.isEmpty else { return }
         log(
             "outbox: the follow-ups of \(entryID) were not enqueued: \(failures.map(\.message).joined(separator: "; "))",
@@ -243,9 +247,9 @@ extension Runner {
     package static func thenFollowUps(
         _ definition: Definition?, entry: Entry, outcome: Outcome, payload: inout JSON, factory: EntryFactory,
         stagedSources: (String) throws(OutboxError) -> [String: FileIdentity] = { _ in [:] }
-    ) -> (followUps: [NewEntry], failures: [(index: Int, message: String, pluginFailed: Bool)]) {
+    ) -> (followUps: [NewEntry], failures: [FollowUpFailure]) {
         var followUps: [NewEntry] = []
-        var failures: [(index: Int, message: String, pluginFailed: Bool)] = []
+        var failures: [FollowUpFailure] = []
         var failed: [JSON] = []
         for (index, item) in (definition?.then?[outcome.hookField]?.arrayValue ?? []).enumerated() {
             do {
