@@ -170,7 +170,7 @@ struct PostgresCLITests {
 
         // Let go, the first runner finds its transaction ended and its lease taken: it settles nothing twice.
         _ = FileManager.default.createFile(atPath: go, contents: nil)
-        try await eventually("the first runner to see its lease lost") { held.stderrSoFar.contains("lost the lease on a") }
+        await eventually("the first runner to see its lease lost") { held.stderrSoFar.contains("lost the lease on a") }
         held.signal(SIGTERM)
         #expect(await held.wait().exitCode == 0)
         #expect(p.server.requests(path: "/notes/10").count == 1)
