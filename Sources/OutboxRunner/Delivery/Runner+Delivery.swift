@@ -33,10 +33,8 @@ extension Runner {
                     // The definition present now has no hook for this outcome: nothing to wait for.
                     var followUps: [NewEntry] = []
                     if Settlement.thenWaitsForDelivery(outcome.payload) {
-                        let abandoned = pluginsAbandoned
-                        let built = try thenAtDelivery(definition, outcome: &outcome)
                         // Stopped at once while a follow-up's plugin ran: left for the next run.
-                        if pluginsAbandoned != abandoned { continue }
+                        guard let built = try thenAtDelivery(definition, outcome: &outcome) else { continue }
                         switch built {
                         case let .success(entries): followUps = entries
                         case let .failure(failure):
@@ -115,16 +113,16 @@ extension Runner {
         for i in starting.indices
         where counts[starting[i].outcome.seq] != nil && Settlement.thenWaitsForDelivery(starting[i].outcome.payload) {
             guard let definition = definitions.definitions[starting[i].outcome.key] else { continue }
-            let abandoned = pluginsAbandoned
-            let built = try thenAtDelivery(definition, outcome: &starting[i].outcome)
-            if case let .success(entries) = built, pluginsAbandoned == abandoned {
+            let built =
+                try thenAtDelivery(definition, outcome: &starting[i].outcome)
+                ?? .failure(.invalid("its then follow-ups were not built: the run was asked to stop at once"))
+            switch built {
+            case let .success(entries):
                 delivery.thenAtDelivery[starting[i].outcome.seq] = entries.isEmpty ? nil : entries
                 delivery.thenTries[starting[i].outcome.seq] = nil
-            } else {
+            case let .failure(failure):
                 // Not started: its count is taken back and the outcome is delivered again.
                 counts[starting[i].outcome.seq] = nil
-                var failure = OutboxError.invalid("its then follow-ups were not built: the run was asked to stop at once")
-                if case let .failure(error) = built { failure = error }
                 try thenWaits(starting[i].outcome, failure: failure, hookStarted: false, now: now)
             }
         }

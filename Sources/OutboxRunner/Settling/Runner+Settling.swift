@@ -224,12 +224,15 @@ extension Runner {
     /// built (then none is enqueued, as at a settle). The entry replaced meanwhile (another
     /// generation), the note stays and nothing is built. When a follow-up's plugin failed,
     /// nothing changes and the failure is returned: the delivery fails and is tried again.
-    func thenAtDelivery(_ definition: Definition, outcome: inout OutcomeRecord) throws(OutboxError) -> Result<[NewEntry], OutboxError> {
+    /// Nil when a stop at once killed a follow-up's plugin meanwhile.
+    func thenAtDelivery(_ definition: Definition, outcome: inout OutcomeRecord) throws(OutboxError) -> Result<[NewEntry], OutboxError>? {
         guard let entry = try store.entry(id: outcome.entryID), entry.generation == outcome.generation else { return .success([]) }
         var payload = outcome.payload
         payload.remove("follow_up_errors")
+        let abandoned = pluginsAbandoned
         let built = Self.thenFollowUps(
             definition, entry: entry, outcome: outcome.outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
+        if pluginsAbandoned != abandoned { return nil }
         if let plugin = built.failures.first(where: \.pluginFailed) {
             var failure = OutboxError.invalid("its then follow-ups could not be built: \(plugin.message)")
             failure.pluginFailed = true
