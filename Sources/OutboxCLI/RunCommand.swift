@@ -44,6 +44,8 @@ enum RunCommand {
 
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         var options = RunOptions()
+        // First: a SIGHUP while the store opens asks for a reload, as later; it must not end the run.
+        options.reloadRequests = StopSignals.installReload()
         options.drain = i.args.flag("drain")
         func duration(_ name: String) throws(OutboxError) -> Int64? {
             guard let text = i.args.value(name) else { return nil }
@@ -89,7 +91,6 @@ enum RunCommand {
         let lock = try store.lockForRunner()
         defer { lock.release() }
         options.stopRequests = StopSignals.install()
-        options.reloadRequests = StopSignals.installReload()
         let console = i.console
         let logger = Logger(
             format: format, minimum: i.args.flag("quiet") ? .warn : i.args.flag("verbose") ? .debug : .info,

@@ -77,6 +77,22 @@ struct BinaryTests {
         #expect(try p.sqlite("SELECT id FROM entries") == "late\n")
     }
 
+    /// A SIGHUP that reaches `run` while it still opens the store is a reload request, as once it
+    /// runs: the drain goes on and ends 0 (it ended the process before).
+    @Test func aReloadWhileRunStartsDoesNotEndIt() async throws {
+        let p = try CLIProject()
+        #expect(!p.storeExists, "the run makes the store, and is held there")
+        let go = p.root + "/go"
+        let run = try p.start(["run", "--drain", "--json"], environment: ["OUTBOX_FAULT_HOLD": "store.make-folder:\(go)"])
+        await eventually("the run to open the store") { FileManager.default.fileExists(atPath: go + ".reached") }
+        run.signal(SIGHUP)
+        await eventually("the signal to be delivered") { !run.hasPending(SIGHUP) }
+        p.touch("go")
+        let ended = await run.wait(timeout: 120)
+        #expect(ended.exitCode == 0, "\(ended)")
+        #expect(ended.stdout.contains(#""completed":0"#), "\(ended.stdout)")
+    }
+
     /// Stored entries whose ids nobody reads: a stop signal then ends the wait for the reader.
     /// The status says the entries are stored and the ids lost (74), and nothing is undone.
     @Test func aStopEndsAnEnqueueWhoseIdsNobodyReads() async throws {
