@@ -286,16 +286,17 @@ package final class Runner {
             abortS3Upload(entry)
         }
         factory.heartbeat = pluginHeartbeat()
-        if options.showsProgress {
-            progressDisplay = ProgressDisplay(
-                write: options.drawProgress,
-                totals: { [store] in try? store.pendingTotals() })
-        }
-
         shutdown = Shutdown(startedAt: started, graceMs: options.graceMs, maxTimeMs: options.maxTimeMs)
         // A drain's horizon is fixed now: retries and delays cannot push it on forever.
         let horizonEnd = Identifiers.nowMs() + options.horizonMs
         if options.drain { drainHorizon = horizonEnd }
+        if options.showsProgress {
+            // A drain's totals are what it will send: not entries delayed past its horizon.
+            let dueBy = options.drain ? horizonEnd : nil
+            progressDisplay = ProgressDisplay(
+                write: options.drawProgress,
+                totals: { [store] in try? store.pendingTotals(dueBy: dueBy) })
+        }
         var events: [RunnerEvent] = []
         while true {
             // Results are judged against what other processes committed before they came

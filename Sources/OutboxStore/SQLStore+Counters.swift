@@ -25,18 +25,30 @@ extension SQLStore {
     }
 
     /// Counts and bytes of the entries not yet settled, and how much of them is accepted.
-    package func pendingTotals() throws(OutboxError) -> PendingTotals {
-        let live = "('queued', 'running', 'awaiting-auth')"
+    /// With `dueBy` (a drain's horizon), only what that run will send: entries running, and
+    /// queued ones not paused (nor the queue) whose delay and retry time fall within it.
+    package func pendingTotals(dueBy: Int64? = nil) throws(OutboxError) -> PendingTotals {
+        var live = "e.state IN ('queued', 'running', 'awaiting-auth')"
+        var bindings: [SQLValue] = []
+        if dueBy != nil, try setting(Self.queuePausedSetting) == "1" {
+            live = "e.state = 'running'"
+        } else if let dueBy {
+            live = """
+                (e.state = 'running' OR (e.state = 'queued' AND e.paused = 0
+                  AND (e.next_attempt_at IS NULL OR e.next_attempt_at <= ?) AND (e.not_before IS NULL OR e.not_before <= ?)))
+                """
+            bindings = [.int(dueBy), .int(dueBy)]
+        }
         let (count, bytes) =
             try db.queryOne(
-                "SELECT COUNT(*), COALESCE(SUM(total_bytes), 0) FROM entries WHERE state IN \(live)"
+                "SELECT COUNT(*), COALESCE(SUM(e.total_bytes), 0) FROM entries e WHERE \(live)", bindings
             ) { ($0.int(0), $0.int(1)) } ?? (0, 0)
         let accepted =
             try db.queryOne(
                 """
                 SELECT COALESCE(SUM(p."end" - p.start), 0) FROM parts p JOIN entries e ON e.seq = p.entry_seq
-                WHERE p.accepted = 1 AND e.state IN \(live)
-                """
+                WHERE p.accepted = 1 AND \(live)
+                """, bindings
             ) { $0.int(0) } ?? 0
         return PendingTotals(entries: Int(count), bytes: bytes, acceptedBytes: accepted)
     }

@@ -42,7 +42,7 @@ package protocol Store: AnyObject {
     /// Entries not completed or cancelled: `counts().remaining`, read from the indexes of
     /// those states instead of the whole table (a run's summary).
     func remainingCount() throws(OutboxError) -> Int64
-    func pendingTotals() throws(OutboxError) -> PendingTotals
+    func pendingTotals(dueBy: Int64?) throws(OutboxError) -> PendingTotals
     /// The cumulative counters (attempts, bytes, hook deliveries, durations) since the
     /// store was created.
     func counters() throws(OutboxError) -> [CounterSample]

@@ -220,6 +220,24 @@ import Testing
         }
     }
 
+    /// A drain's live display counts what the drain sends: not an entry delayed past its
+    /// horizon, nor a paused key's (it showed "1/3 entries" at the end of this drain).
+    @Test func aDrainsProgressCountsOnlyWhatItSends() async throws {
+        let p = try Project(config: fastConfig, definitions: ["t": definition("t"), "u": definition("u")])
+        try await p.enqueue("t", path: "/status/200", id: "now")
+        try await p.enqueue("t", path: "/status/200", id: "later", extra: ["--delay", "1h"])
+        try await p.enqueue("u", path: "/status/200", id: "paused")
+        #expect(try await p.outbox(["pause", "--key", "u"]).exitCode == 0)
+        let run = try await p.drain(["--progress", "always"], failures: 0)
+        let counts = run.stderr.split(separator: "\r").compactMap { line in
+            line.range(of: " entries").map { String(line[line.index(line.startIndex, offsetBy: 4)..<$0.lowerBound]) }
+        }
+        #expect(!counts.isEmpty, "the display drew: \(run.stderr)")
+        #expect(counts.allSatisfy { $0.hasSuffix("/1") }, "\(counts)")
+        let states = try await p.states()
+        #expect(states == ["later": "queued", "paused": "paused"], "\(states)")
+    }
+
     @Test func sigtermLetsTheAttemptInFlightFinishAndLeavesTheRestQueued() async throws {
         let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/hold/a", id: "a")

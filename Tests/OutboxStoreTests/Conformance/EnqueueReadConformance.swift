@@ -212,13 +212,24 @@ extension StoreConformance {
         @Test(arguments: StoreUnderTest.all)
         func pendingTotalsCountEntriesNotSettled(_ sut: StoreUnderTest) throws {
             let c = try Conformance(sut)
-            #expect(try c.store.pendingTotals() == PendingTotals(entries: 0, bytes: 0, acceptedBytes: 0))
+            #expect(try c.store.pendingTotals(dueBy: nil) == PendingTotals(entries: 0, bytes: 0, acceptedBytes: 0))
             try c.bring("q", "text", #"{"t": "0123456789"}"#, to: .queued)
             try c.bring("r", "text", #"{"t": "01234567890123456789"}"#, to: .running)
             try c.bring("p", "text", #"{"t": "012345678901234567890123456789"}"#, to: .awaitingAuth)
             try c.bring("e", "text", #"{"t": "0123456789012345678901234567890123456789"}"#, to: .error)
             try c.bring("d", "text", #"{"t": "01234567890123456789012345678901234567890123456789"}"#, to: .completed)
-            #expect(try c.store.pendingTotals() == PendingTotals(entries: 3, bytes: 60, acceptedBytes: 0))
+            #expect(try c.store.pendingTotals(dueBy: nil) == PendingTotals(entries: 3, bytes: 60, acceptedBytes: 0))
+            // A drain's totals: what it sends by its horizon, not parked, delayed or paused entries.
+            #expect(try c.store.pendingTotals(dueBy: t0) == PendingTotals(entries: 2, bytes: 30, acceptedBytes: 0))
+            try c.enqueue("later", "text", #"{"t": "0123"}"#, notBefore: t0 + 60_000)
+            #expect(try c.store.pendingTotals(dueBy: t0 + 59_999) == PendingTotals(entries: 2, bytes: 30, acceptedBytes: 0))
+            #expect(try c.store.pendingTotals(dueBy: t0 + 60_000) == PendingTotals(entries: 3, bytes: 34, acceptedBytes: 0))
+            try c.store.setPaused(keys: ["text"], paused: true)
+            #expect(try c.store.pendingTotals(dueBy: t0 + 60_000) == PendingTotals(entries: 1, bytes: 20, acceptedBytes: 0))
+            try c.store.setPaused(keys: ["text"], paused: false)
+            try c.store.setQueuePaused(true)
+            #expect(try c.store.pendingTotals(dueBy: t0 + 60_000) == PendingTotals(entries: 1, bytes: 20, acceptedBytes: 0))
+            #expect(try c.store.pendingTotals(dueBy: nil) == PendingTotals(entries: 4, bytes: 64, acceptedBytes: 0))
         }
     }
 }

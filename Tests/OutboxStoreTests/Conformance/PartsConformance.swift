@@ -126,9 +126,9 @@ extension StoreConformance {
                     .partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([])),
                     .partAccepted(entrySeq: seq, index: 2, status: 200, headers: .object([])),
                 ], now: t0)
-            #expect(try c.store.pendingTotals() == PendingTotals(entries: 2, bytes: 600, acceptedBytes: 200))
+            #expect(try c.store.pendingTotals(dueBy: nil) == PendingTotals(entries: 2, bytes: 600, acceptedBytes: 200))
             _ = try c.store.cancel(ids: ["a"], key: nil, now: t0 + 1)
-            #expect(try c.store.pendingTotals() == PendingTotals(entries: 1, bytes: 300, acceptedBytes: 0))
+            #expect(try c.store.pendingTotals(dueBy: nil) == PendingTotals(entries: 1, bytes: 300, acceptedBytes: 0))
         }
     }
 }
