@@ -7,13 +7,14 @@ extension SQLStore {
         Set(try unacknowledgedOutcomes().filter { $0.reason == "unhandled-key" }.map(\.entryID))
     }
 
-    /// The columns of a `list` row, in queue order; a `paused` filter reads queued rows. Last,
+    /// The columns of a `list` row, in queue order; a `paused` filter reads queued rows. A
+    /// running entry has no reason (its row keeps the last failure's, for a later expiry). Last,
     /// the request of a row that may name secret vars; requests are looked at only once some
     /// entry had them (the setting is read once per query, in the query's own snapshot).
     static func listQuery(_ filter: ListFilter) -> (String, [SQLValue]) {
         let (conditions, values) = filterConditions(filter)
         let sql = """
-            SELECT id, key, vars, state, reason, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
+            SELECT id, key, vars, state, CASE WHEN state = 'running' THEN NULL ELSE reason END, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
               generation, parent,
               CASE WHEN EXISTS (SELECT 1 FROM settings WHERE name = '\(secretVarsSetting)')
                 AND request LIKE '%"\(StoredRequest.secretVarsMember)"%' THEN request END,

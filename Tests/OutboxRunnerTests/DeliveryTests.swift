@@ -183,6 +183,26 @@ import Testing
         #expect(!finished.stderr.contains("killed by signal"), "\(finished.stderr)")
     }
 
+    /// A running entry shows no reason (as its `running` event), not its last failure's: its
+    /// second attempt is held at the server while `list` and `show` look.
+    @Test func aRunningEntryShowsNoReasonOfItsLastFailure() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/again", [.status(503), .hold("second"), .json(200, "{}")])
+        try await p.enqueue("t", path: "/again", id: "r")
+        let runner = try p.start(["run", "--drain"])
+        #expect(await p.server.waitForHeld("second"))
+        try await eventually("the second claim to be committed") {
+            try await p.list().first.map { $0.string("state") == "running" && $0.int("attempts") == 1 } == true
+        }
+        #expect(try await p.list().first?.at("reason") == .null)
+        #expect(try await p.show("r")?.at("reason") == .null)
+        let text = try await p.outbox(["list"])
+        #expect(!text.stdout.contains("503"), "\(text.stdout)")
+        p.server.release("second")
+        #expect(await runner.wait().exitCode == 0)
+        #expect(p.deliveries("r").first?.string("stdin.outcome") == "completed")
+    }
+
     @Test func runnerKilledMidRequestLeavesTheEntryForTheNextRunner() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         // The first request is never answered: the runner is killed while it is in flight.

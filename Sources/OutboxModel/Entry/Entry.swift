@@ -132,11 +132,13 @@ package struct Entry: Sendable {
     package var shownVars: JSON { request.secretVars.isEmpty ? vars : SecretVars.masking(vars, request.secretVars) }
 
     /// The row of `list --json`: exactly these fields, with `state` as displayed (a queued
-    /// entry of a paused queue or key shows `paused`). `show` adds the rest.
+    /// entry of a paused queue or key shows `paused`; a running one no reason, as its `running`
+    /// event). `show` adds the rest.
     package func listJSON(displayState: String? = nil) -> JSON {
         .object([
             ("id", .string(id)), ("key", .string(key)), ("vars", shownVars), ("state", .string(displayState ?? state.rawValue)),
-            ("reason", .optionalString(reason)), ("bytes_sent", .int64(bytesSent)), ("total_bytes", .int64(totalBytes)),
+            ("reason", .optionalString(state == .running ? nil : reason)), ("bytes_sent", .int64(bytesSent)),
+            ("total_bytes", .int64(totalBytes)),
             ("attempts", .int64(attempts)), ("created_at", .int64(createdAt)), ("updated_at", .int64(updatedAt)),
             ("next_attempt_at", .optionalInt(nextAttemptAt)), ("generation", .int64(generation)),
             ("parent", .optionalString(parent)),
