@@ -108,7 +108,18 @@ package enum Template {
 
     /// Whether a template reads the environment: its rendered value is treated as a secret.
     package static func readsEnvironment(_ template: String) -> Bool {
-        paths(in: template).contains { $0 == "env" || $0.hasPrefix("env.") || $0.hasPrefix("env[") }
+        // Asked for every enqueued line: a template without the letters "env" is not parsed.
+        guard mentionsEnv(template) else { return false }
+        return paths(in: template).contains { $0 == "env" || $0.hasPrefix("env.") || $0.hasPrefix("env[") }
+    }
+
+    private static func mentionsEnv(_ template: String) -> Bool {
+        var previous: (UInt8, UInt8) = (0, 0)
+        for byte in template.utf8 {
+            if byte == UInt8(ascii: "v") && previous == (UInt8(ascii: "e"), UInt8(ascii: "n")) { return true }
+            previous = (previous.1, byte)
+        }
+        return false
     }
 
     private static func unknownRoot(in nodes: [TemplateNode], scope: Set<String>) -> String? {

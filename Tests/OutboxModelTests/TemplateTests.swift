@@ -594,4 +594,14 @@ struct TemplateValidateTests {
     func paths(_ c: PathCase) {
         #expect(Template.paths(in: c.template) == c.paths)
     }
+
+    // What makes a rendered value a secret; text that only spells "env" elsewhere is not it.
+    @Test(arguments: [
+        ("{{ env.TOKEN }}", true), ("x{{env.A}}y", true), ("{{ vars.a }}{{ env.B }}", true), ("{{ env }}", true),
+        ("{{ for k in env }}{{ k }}{{ end }}", true), ("{{ vars.environment }}", false), ("https://env.example/{{ vars.x }}", false),
+        ("{{ vars.x }}", false), ("plain", false), ("", false), ("e n v", false), ("{{ env.A", false),
+    ])
+    func readsEnvironment(_ template: String, _ reads: Bool) {
+        #expect(Template.readsEnvironment(template) == reads, "\(template)")
+    }
 }
