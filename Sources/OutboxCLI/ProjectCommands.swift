@@ -208,12 +208,17 @@ enum ControlCommands {
 
     static func headersUpdate(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         var patch: [(String, String)] = []
-        for text in i.args.positionals {
+        // A patch holds credentials: a malformed one is named by its position, never echoed.
+        for (position, text) in i.args.positionals.enumerated() {
+            let which = "header \(position + 1) of \(i.args.positionals.count)"
             guard let colon = text.firstIndex(of: ":") else {
-                throw .usage("headers are written 'Name: value', not \"\(text.prefix(40))\"")
+                throw .usage("headers are written 'Name: value'; \(which) has no ':' (not shown: it may hold a credential)")
             }
             let name = String(text[..<colon]).trimmingCharacters(in: " \t")
             let value = String(text[text.index(after: colon)...]).trimmingCharacters(in: " \t")
+            if !name.isEmpty, !HeaderRules.isFraming(name), HeaderRules.nameProblem(name) != nil {
+                throw .invalid("\(which): the text before its ':' is not a header name (not shown: it may hold a credential)")
+            }
             if let problem = HeaderRules.nameProblem(name) { throw .invalid(problem) }
             if let problem = HeaderRules.valueProblem(value) { throw .invalid("\(name): \(problem)") }
             // A patch reaches every part of a chunked upload, whose ranges are each its own.

@@ -37,6 +37,22 @@ struct ControlCommandTests {
         #expect(try p.sqlite("SELECT count(*) FROM entries;").trimmingCharacters(in: .whitespacesAndNewlines) == "1")
     }
 
+    // A header patch holds a credential: one typed without its colon, or with a space in its
+    // name, is refused without echoing it, on stderr and in --json, and nothing is patched.
+    @Test(arguments: [["Authorization Bearer HUSEC-1111"], ["X-Ok: v", "Authorization Bearer HUSEC-1111: x"]])
+    func aMalformedHeaderPatchIsNotEchoed(_ patch: [String]) throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "note", "--vars", #"{"n": 1}"#).status == 0)
+        let before = try p.sqlite("SELECT name, value FROM settings ORDER BY name;")
+        for json in [false, true] {
+            let r = p.run(["headers", "update"] + patch + (json ? ["--json"] : []))
+            #expect(r.status == (patch.count == 1 ? 64 : 65), "\(r)")
+            #expect(!(r.out + r.err).contains("HUSEC"), "\(r)")
+            #expect((json ? r.out : r.err).contains("not shown: it may hold a credential"), "\(r)")
+        }
+        #expect(try p.sqlite("SELECT name, value FROM settings ORDER BY name;") == before, "nothing patched")
+    }
+
     // A same-id enqueue with another body of an entry left running by a killed runner is
     // refused (75) in words that say so, not as if a runner were sending it now.
     @Test func aSameIdEnqueueOfAnEntryLeftRunningSaysItsRunnerStopped() throws {
