@@ -409,6 +409,14 @@ extension Definition {
                 if (f["value"] == nil) == (f["file"] == nil) {
                     reader.error(item.mark, "request.form items need exactly one of value or file")
                 }
+                // Written out, as enqueue would refuse it (a template is judged as it renders).
+                for member in ["name", "filename", "content_type"] {
+                    if let n = f[member], case .string(let text)? = n.scalar, !text.contains("{{"),
+                        let problem = HeaderRules.valueProblem(text)
+                    {
+                        reader.error(n.mark, "request.form item \(member): \(problem)")
+                    }
+                }
             }
         case .mapping:
             reader.error(node.mark, "request.form must be a list of {name, value} or {name, file} fields")

@@ -344,8 +344,10 @@ package enum RequestBuilder {
             default:
                 throw .invalid("\(at) needs exactly one of value or file")
             }
-            for text in [field.filename, field.contentType].compactMap({ $0 }) {
-                if let problem = HeaderRules.valueProblem(text) { throw .invalid("\(at): \(problem)") }
+            // Each goes into the part's Content-Disposition or Content-Type line: a NUL would cut
+            // it there, a line break be escaped by libcurl into another name.
+            for (member, text) in [("name", field.name), ("filename", field.filename), ("content_type", field.contentType)] {
+                if let text, let problem = HeaderRules.valueProblem(text) { throw .invalid("\(at).\(member): \(problem)") }
             }
             fields.append(field)
         }
