@@ -67,9 +67,20 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
             // A store is created whole (below), so an empty database is damage, not a new store,
             // even beside a log: the log the last command left holds only the pages it changed.
             throw .storage("the store database \(path) is empty: it is damaged, not new; move it away to start an empty store")
+        } else if let size = FileInfo.stat(path)?.size, size < 512 {
+            // Shorter than SQLite's smallest page: SQLite would take it for a new, empty database.
+            throw .storage(
+                "the store database \(path) is \(size) byte\(size == 1 ? "" : "s") long, shorter than any database: it is damaged, not new; move it away to start an empty store"
+            )
         }
         db = try SQLiteConnection(path: path)
         db.keepLogOnClose()
+        // Created whole with its tables, a store never has none: this file is another one, or
+        // was emptied, and taking it for new would disown the staged bodies.
+        if try db.queryOne("SELECT COUNT(*) FROM sqlite_master", { $0.int(0) }) == 0 {
+            throw .storage(
+                "the store database \(path) has no tables: it is not one outbox made, nor new; move it away to start an empty store")
+        }
         try Self.migrate(db)
         try relocateStagedPaths()
         // A command killed while moving a user's file leaves a journal: settle it now.

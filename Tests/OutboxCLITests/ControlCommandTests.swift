@@ -531,6 +531,36 @@ struct HostileInputTests {
         #expect(size == 0)
     }
 
+    /// A database file shorter than a page, or a real SQLite file without tables, put where the
+    /// store's was: damage, never a new store. Taken for new, the runner removed the staged
+    /// bodies as orphans (with `move`, the only copies of the files).
+    @Test(arguments: ["short", "blank"])
+    func aDatabaseWithoutTheStoresTablesIsDamageNotANewStore(_ kind: String) throws {
+        let p = try CLIProject()
+        _ = try p.write("data.bin", "the only copy")
+        _ = try p.write(
+            "definitions/moved.yaml", "key: moved\nrequest:\n  url: http://127.0.0.1:9/x\n  file: data.bin\n  ownership: move\n")
+        #expect(p.run("enqueue", "moved").status == 0)
+        let staged = try FileManager.default.contentsOfDirectory(atPath: p.storeFolder + "/bodies")
+        #expect(staged.count == 1)
+        let db = p.storeFolder + "/outbox.db"
+        for file in [db, db + "-wal", db + "-shm"] { unlink(file) }
+        if kind == "short" {
+            #expect(FileManager.default.createFile(atPath: db, contents: Data("x".utf8)))
+        } else {
+            _ = try p.sqlite("CREATE TABLE t (x); DROP TABLE t;")
+        }
+        let before = FileManager.default.contents(atPath: db)
+        for args in [["list"], ["run", "--drain"], ["enqueue", "plain"]] {
+            let r = p.run(args)
+            #expect(r.status == 74, "\(r)")
+            let said = kind == "short" ? "is 1 byte long, shorter than any database: it is damaged, not new" : "has no tables"
+            #expect(r.err.contains(said), "\(r.err)")
+        }
+        #expect(try FileManager.default.contentsOfDirectory(atPath: p.storeFolder + "/bodies") == staged, "the staged body is kept")
+        if kind == "short" { #expect(FileManager.default.contents(atPath: db) == before, "left as it was") }
+    }
+
     @Test func aNewStoreIsCreatedWhole() throws {
         let p = try CLIProject()
         #expect(p.run("enqueue", "plain").status == 0)
