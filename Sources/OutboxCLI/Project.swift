@@ -102,6 +102,7 @@ final class Project {
     }
 
     static func openStore(_ config: Config) throws(OutboxError) -> any Store {
+        try Identifiers.checkClock()
         if Config.isServerStore(config.store) {
             return try PostgresStore(url: try PostgresURL(config.store), folder: config.stagingFolder, sharedStaging: config.stagingShared)
         }

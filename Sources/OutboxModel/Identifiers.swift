@@ -144,6 +144,23 @@ package enum Identifiers {
     }
 
     /// Wall-clock time in epoch milliseconds (CLOCK_REALTIME).
+    /// The times a store records: epoch milliseconds from 1970 to the end of year 9999.
+    package static let recordableMs: ClosedRange<Int64> = 0...253_402_300_799_999
+
+    /// E_STORAGE when the system clock is outside `recordableMs` (a device clock set before
+    /// 1970): what a command would write under it, every reader would take for damage.
+    package static func checkClock() throws(OutboxError) {
+        var now = nowMs()
+        #if DEBUG
+        // Tests give the clock a machine's clock cannot be set to without privileges.
+        if let text = getenv("OUTBOX_TEST_CLOCK_MS"), let given = Int64(String(cString: text)) { now = given }
+        #endif
+        guard !recordableMs.contains(now) else { return }
+        throw .storage(
+            "the system clock reads \(now) ms from 1970, outside the years 1970 to 9999 a store records: set the clock, then run the command again"
+        )
+    }
+
     package static func nowMs() -> Int64 {
         milliseconds(CLOCK_REALTIME)
     }

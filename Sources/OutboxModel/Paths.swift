@@ -266,7 +266,8 @@ extension FileInfo {
     private init(_ st: Glibc.stat) {
         self.init(
             size: Int64(st.st_size),
-            mtimeNs: Int64(st.st_mtim.tv_sec) * 1_000_000_000 + Int64(st.st_mtim.tv_nsec),
+            // Wrapping, as the C side's: a file dated past 2262 (2^63 ns) must not stop the process.
+            mtimeNs: Int64(st.st_mtim.tv_sec) &* 1_000_000_000 &+ Int64(st.st_mtim.tv_nsec),
             inode: UInt64(st.st_ino),
             isRegular: (st.st_mode & S_IFMT) == S_IFREG,
             mode: UInt32(st.st_mode & 0o7777), device: UInt64(st.st_dev), isLink: (st.st_mode & S_IFMT) == S_IFLNK)

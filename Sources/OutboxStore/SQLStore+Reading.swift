@@ -107,7 +107,7 @@ extension SQLStore {
     /// exactly); far above any real one, far below where adding to it overflows.
     static var plausibleCount: ClosedRange<Int64> { 0...(1 << 53) }
     /// What a stored time can be: epoch milliseconds from 1970 to the end of year 9999.
-    static var plausibleTime: ClosedRange<Int64> { 0...253_402_300_799_999 }
+    static var plausibleTime: ClosedRange<Int64> { Identifiers.recordableMs }
 
     package func entry(id: String) throws(OutboxError) -> Entry? {
         try db.queryOne("SELECT \(Self.entryColumns) FROM entries WHERE id = ?", [.text(id)], entryFromRow)

@@ -561,6 +561,38 @@ struct HostileInputTests {
         if kind == "short" { #expect(FileManager.default.contents(atPath: db) == before, "left as it was") }
     }
 
+    /// A clock before 1970 (or past 9999): a command refuses it before it writes a time that
+    /// every reader would then take for damage (an enqueue at -3,600,000 ms stopped every run).
+    @Test(arguments: ["-3600000", "253402300800000"])
+    func aClockOutsideWhatAStoreRecordsIsRefused(_ clock: String) async throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "note", "--id", "good", "--vars", #"{"n": 1}"#).status == 0)
+        let before = try p.sqlite("SELECT id, created_at FROM entries;")
+        for args in [["enqueue", "note", "--id", "bad", "--vars", #"{"n": 2}"#], ["run", "--drain"], ["list"]] {
+            let r = try await p.start(args, environment: ["OUTBOX_TEST_CLOCK_MS": clock]).wait(timeout: 120)
+            #expect(r.status == 74, "\(r)")
+            #expect(r.err.contains("the system clock reads \(clock) ms from 1970, outside the years 1970 to 9999"), "\(r.err)")
+        }
+        #expect(try p.sqlite("SELECT id, created_at FROM entries;") == before, "nothing written")
+        #expect(p.run("list").status == 0)
+    }
+
+    /// A file dated past 2262 (its nanoseconds past 2^63) is enqueued and sent as any other:
+    /// its identity's time stopped the process (a trap on the overflow) before.
+    @Test func aFileDatedPast2262IsEnqueued() async throws {
+        let p = try CLIProject()
+        let path = try p.write("future.bin", "from the future")
+        var times = [timespec(tv_sec: 10_000_000_000, tv_nsec: 5), timespec(tv_sec: 10_000_000_000, tv_nsec: 5)]
+        #expect(utimensat(AT_FDCWD, path, &times, 0) == 0, "the file system keeps such a time")
+        for ownership in ["reference", "copy"] {
+            _ = try p.write(
+                "definitions/f.yaml", "key: f\nrequest:\n  url: http://127.0.0.1:9/x\n  file: future.bin\n  ownership: \(ownership)\n")
+            let r = try await p.start(["enqueue", "f", "--id", ownership]).wait(timeout: 120)
+            #expect(r.exitCode == 0, "\(r)")
+        }
+        #expect(p.run("audit").status == 0)
+    }
+
     @Test func aNewStoreIsCreatedWhole() throws {
         let p = try CLIProject()
         #expect(p.run("enqueue", "plain").status == 0)
