@@ -142,12 +142,12 @@ enum EnqueueCommand {
     /// With `truncating`, the first `limit` bytes instead of an error.
     static func readFile(_ path: String, limit: Int, what: String, truncating: Bool = false) throws(OutboxError) -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw .fileMissing("\(what): cannot read \(path): \(Paths.errnoMessage())") }
+        guard fd >= 0 else { throw .unreadable("\(what): cannot read \(path): \(Paths.errnoMessage())", errno: errno) }
         defer { close(fd) }
         var out: [UInt8] = []
         while true {
             guard let chunk = LineReader.readChunk(fd: fd, min(65_536, limit + 1 - out.count)) else {
-                throw .fileMissing("\(what): cannot read \(path): \(Paths.errnoMessage())")
+                throw .unreadable("\(what): cannot read \(path): \(Paths.errnoMessage())", errno: errno)
             }
             if chunk.isEmpty { return out }
             out += chunk
@@ -197,7 +197,7 @@ enum EnqueueCommand {
             reader = LineReader(maxLineBytes: maxLine) { n in console.stdinChunk(n) }
         } else {
             fd = open(absolute, O_RDONLY | O_CLOEXEC)
-            guard fd >= 0 else { throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage())") }
+            guard fd >= 0 else { throw .unreadable("--from: cannot read \(absolute): \(Paths.errnoMessage())", errno: errno) }
             // A file's lines are written in one transaction as they are read: one still being
             // appended to would hold the store's write lock for as long as its writer goes on.
             reader = LineReader(fd: fd, maxLineBytes: maxLine, limit: Self.regularFileSize(fd) ?? .max)

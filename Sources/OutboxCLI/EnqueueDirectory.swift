@@ -39,7 +39,7 @@ enum EnqueueDirectory {
         var st = Glibc.stat()
         guard stat(root, &st) == 0 else {
             if errno == ENOENT { throw .fileMissing("--from-dir: no such folder \(root)") }
-            throw .fileMissing("--from-dir: cannot read \(root): \(Paths.errnoMessage())")
+            throw .unreadable("--from-dir: cannot read \(root): \(Paths.errnoMessage())", errno: errno)
         }
         guard (st.st_mode & S_IFMT) == S_IFDIR else { throw .invalid("--from-dir: \(root) is not a folder") }
         var result = Walk()
@@ -48,7 +48,7 @@ enum EnqueueDirectory {
         while let relativeFolder = folders.popLast() {
             let folder = relativeFolder.isEmpty ? root : Paths.join(root, relativeFolder)
             guard let (names, notUTF8) = Paths.listNames(folder) else {
-                throw .fileMissing("--from-dir: cannot read the folder \(folder): \(Paths.errnoMessage())")
+                throw .unreadable("--from-dir: cannot read the folder \(folder): \(Paths.errnoMessage())", errno: errno)
             }
             // Refused rather than skipped: the batch must not quietly leave a file behind.
             if let bad = notUTF8.first {
@@ -61,7 +61,7 @@ enum EnqueueDirectory {
                 let path = Paths.join(root, relative)
                 var info = Glibc.stat()
                 guard lstat(path, &info) == 0 else {
-                    throw .fileMissing("--from-dir: cannot stat \(path): \(Paths.errnoMessage())")
+                    throw .unreadable("--from-dir: cannot stat \(path): \(Paths.errnoMessage())", errno: errno)
                 }
                 switch info.st_mode & S_IFMT {
                 case S_IFREG:

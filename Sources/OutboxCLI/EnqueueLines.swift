@@ -174,7 +174,7 @@ extension EnqueueCommand {
             } catch {
                 switch error {
                 case let .tooLong(line): throw .invalid("\(absolute):\(line): the line is over \(Units.formatBytes(Int64(maxLine)))")
-                case let .readFailed(code): throw .fileMissing("--from: cannot read \(absolute): \(Paths.errnoMessage(code))")
+                case let .readFailed(code): throw .unreadable("--from: cannot read \(absolute): \(Paths.errnoMessage(code))", errno: code)
                 }
             }
             guard var line = next else { return nil }

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// The stable error codes (docs/states-and-exit-codes.md), each with its process exit status.
 package enum ErrorCode: String, Sendable, Equatable, CaseIterable {
     case usage = "E_USAGE"
@@ -39,6 +43,13 @@ package struct OutboxError: Error, Sendable, Equatable, CustomStringConvertible 
     package static func invalid(_ m: String) -> OutboxError { OutboxError(.invalid, m) }
     package static func fileMissing(_ m: String) -> OutboxError { OutboxError(.fileMissing, m) }
     package static func storage(_ m: String) -> OutboxError { OutboxError(.storage, m) }
+
+    /// A file of the user's that could not be read: E_FILE_MISSING, unless the cause is this
+    /// process's own limits (open files, memory), which say nothing of the file: a script that
+    /// skips a missing file must not skip one that is there.
+    package static func unreadable(_ m: String, errno code: Int32) -> OutboxError {
+        [EMFILE, ENFILE, ENOMEM, ENOBUFS].contains(code) ? OutboxError(.storage, m) : OutboxError(.fileMissing, m)
+    }
     package static func running(_ m: String) -> OutboxError { OutboxError(.running, m) }
 
     package var description: String { "\(code.rawValue): \(message)" }

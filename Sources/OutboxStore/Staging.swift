@@ -76,7 +76,7 @@ struct Staging {
         guard rc == 0 else {
             if -rc == ENOENT { throw .fileMissing("no such file \(source)") }
             if -rc == EINVAL { throw .invalid("\(source) is not a regular file (any more)") }
-            if sourceFailed != 0 { throw .fileMissing("cannot read \(source): \(Paths.errnoMessage(-rc))") }
+            if sourceFailed != 0 { throw .unreadable("cannot read \(source): \(Paths.errnoMessage(-rc))", errno: -rc) }
             throw .storage("cannot write into the store folder \(Paths.dirname(final)): \(Paths.errnoMessage(-rc))")
         }
         let copied = FileInfo.stat(temp)?.size ?? -1

@@ -593,6 +593,31 @@ struct HostileInputTests {
         #expect(p.run("audit").status == 0)
     }
 
+    /// Out of file descriptors while reading a file body: the process's own limit, E_STORAGE
+    /// (74), never "missing" (66), which a script may take as "the file is gone, skip it".
+    @Test func aFileUnreadableForWantOfDescriptorsIsNotMissing() async throws {
+        let p = try CLIProject()
+        _ = try p.write("data.bin", String(repeating: "x", count: 70_000))
+        _ = try p.write(
+            "definitions/c.yaml", "key: c\nrequest:\n  url: http://127.0.0.1:9/x\n  file: data.bin\n  ownership: copy\n")
+        #expect(p.run("enqueue", "plain").status == 0, "the store exists: the limit falls on the copy")
+        var statuses: [Int32] = []
+        var ranOut = false
+        // The descriptors a command holds before it reads the body vary by build: every small limit.
+        for limit in 4...14 {
+            let r = try await offload { [p] in
+                try runProcess(
+                    "/bin/sh", ["-c", "ulimit -n \(limit) && exec \"$0\" enqueue c", p.executable], cwd: p.root,
+                    environment: p.processEnvironment())
+            }
+            statuses.append(r.exitCode)
+            #expect(r.exitCode != 66, "limit \(limit): \(r)")
+            if r.exitCode == 74 && r.stderr.contains("Too many open files") { ranOut = true }
+        }
+        #expect(ranOut, "some limit ran out of descriptors: \(statuses)")
+        #expect(statuses.last == 0, "\(statuses)")
+    }
+
     @Test func aNewStoreIsCreatedWhole() throws {
         let p = try CLIProject()
         #expect(p.run("enqueue", "plain").status == 0)

@@ -10,7 +10,7 @@ package enum S3Checksum {
     /// Base64 of the SHA-256 of bytes `range` of the file, read from disk 1 MiB at a time.
     package static func sha256Base64(path: String, range: ByteRange) throws(OutboxError) -> String {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)  // a FIFO put in its place must not hang the enqueue
-        guard fd >= 0 else { throw .fileMissing("request.file: cannot read \(path) to checksum it: \(Paths.errnoMessage())") }
+        guard fd >= 0 else { throw .unreadable("request.file: cannot read \(path) to checksum it: \(Paths.errnoMessage())", errno: errno) }
         defer { close(fd) }
         var hasher = SHA256.Hasher()
         var buffer = [UInt8](repeating: 0, count: 1 << 20)
@@ -30,7 +30,7 @@ package enum S3Checksum {
     /// SHA instructions (a 1 GiB object's parts are hashed before its entry is committed).
     package static func sha256Base64(path: String, ranges: [ByteRange]) throws(OutboxError) -> [String] {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)  // a FIFO put in its place must not hang the enqueue
-        guard fd >= 0 else { throw .fileMissing("request.file: cannot read \(path) to checksum it: \(Paths.errnoMessage())") }
+        guard fd >= 0 else { throw .unreadable("request.file: cannot read \(path) to checksum it: \(Paths.errnoMessage())", errno: errno) }
         defer { close(fd) }
         switch SHA256.digests(fd: fd, ranges: ranges.map { ($0.start, $0.end) }) {
         case .success(let digests): return digests.map(base64)
