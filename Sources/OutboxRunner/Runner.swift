@@ -176,6 +176,9 @@ package final class Runner {
         return .invalid("no definition has key \"\(key)\"")
     }
 
+    /// Free space a run wants before it sends: its commits, the log's growth, staged answers.
+    static let roomToRecord: Int64 = 1 << 20
+
     /// SIGHUP: config and definitions read again; work in flight carries on. A config with
     /// errors is logged like `outbox check` and the one in use is kept. Limits that shape
     /// connections already open (`per_host` on the curl thread) wait for the next run.
@@ -279,6 +282,13 @@ package final class Runner {
         // A runner frozen inside a transaction would hold its locks, and so every other
         // runner, for as long as it stays frozen: the server ends such a transaction.
         try store.endIdleTransactions(afterMs: lease.durationMs)
+        // A full disk would let requests go out whose answers cannot be written: each run
+        // (cron's, every minute) would send them again. Nothing is sent then.
+        if let free = store.freeBytes(), free < Self.roomToRecord {
+            throw .storage(
+                "the disk of the store has \(Units.formatBytes(free)) free, less than the \(Units.formatBytes(Self.roomToRecord)) a run needs to record what it sends: nothing was sent; free some space"
+            )
+        }
         try recoverFromEarlierRunners()
         // Sent now that the curl thread runs: their answers come in the loop's first turns.
         for entry in try store.erroredEntriesWithS3Uploads() {

@@ -1,3 +1,4 @@
+import Glibc
 import OutboxModel
 
 extension SQLiteStore {
@@ -232,4 +233,15 @@ extension SQLiteStore {
     }
 
     package func checkpoint() { db.checkpoint() }
+
+    package func freeBytes() -> Int64? {
+        #if DEBUG
+        // Tests give a full disk without mounting one.
+        if let text = getenv("OUTBOX_TEST_FREE_BYTES"), let given = Int64(String(cString: text)) { return given }
+        #endif
+        var fs = statvfs()
+        guard statvfs(folder, &fs) == 0 else { return nil }
+        // Blocks kept for root are root's to write.
+        return Int64(geteuid() == 0 ? fs.f_bfree : fs.f_bavail) * Int64(fs.f_frsize)
+    }
 }

@@ -172,6 +172,9 @@ package protocol Store: AnyObject {
     func markUnhandled(keys: Set<String>) throws(OutboxError)
     /// Maintenance after a run (folding SQLite's write-ahead log back, for example).
     func checkpoint()
+    /// Bytes free where the store writes (nil for a store on a server, whose disk is its own):
+    /// a runner sends nothing it could not record.
+    func freeBytes() -> Int64?
 
     // MARK: Hook delivery
 

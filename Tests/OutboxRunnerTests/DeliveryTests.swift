@@ -203,6 +203,22 @@ import Testing
         #expect(p.deliveries("r").first?.string("stdin.outcome") == "completed")
     }
 
+    /// A store on a full disk: the run sends nothing (each cron run sent the same first
+    /// requests again, their answers never recorded), and says why; with room, it sends.
+    @Test func aRunOnAFullDiskSendsNothing() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        for n in 0..<3 { try await p.enqueue("t", path: "/status/200?\(n)", id: "d\(n)") }
+        for _ in 0..<2 {
+            let full = try await p.outbox(["run", "--drain"], environment: ["OUTBOX_TEST_FREE_BYTES": "4096"])
+            #expect(full.exitCode == 74, "\(full)")
+            #expect(full.stderr.contains("the disk of the store has 4 KiB free, less than the 1 MiB a run needs"), "\(full.stderr)")
+        }
+        #expect(p.server.requests.isEmpty)
+        #expect(try await p.states() == ["d0": "queued", "d1": "queued", "d2": "queued"])
+        try await p.drain(failures: 0)
+        #expect(p.server.requests.count == 3)
+    }
+
     @Test func runnerKilledMidRequestLeavesTheEntryForTheNextRunner() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         // The first request is never answered: the runner is killed while it is in flight.

@@ -302,4 +302,6 @@ extension PostgresStore {
 
     /// Nothing to fold back: the server keeps its own log.
     package func checkpoint() {}
+
+    package func freeBytes() -> Int64? { nil }
 }
