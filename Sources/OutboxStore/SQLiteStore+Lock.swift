@@ -7,10 +7,13 @@ import OutboxModel
 final class SQLiteRunnerLock: RunnerLock {
     private let path: String
     private var fd: Int32
+    /// The database this runner has open, by path and by (device, inode).
+    private let database: (path: String, device: UInt64, inode: UInt64)?
 
-    init(path: String, fd: Int32) {
+    init(path: String, fd: Int32, database: String) {
         self.path = path
         self.fd = fd
+        self.database = FileInfo.stat(database).map { (database, $0.device, $0.inode) }
     }
 
     /// A lock file someone removed (a cleaner of old files in /tmp, a hand) keeps no second
@@ -18,6 +21,13 @@ final class SQLiteRunnerLock: RunnerLock {
     /// started meanwhile holds that one, this runner must stop.
     func keep() throws(OutboxError) -> Bool {
         guard fd >= 0, csystem_lock_is_named(fd, path) == 0 else { return false }
+        // The folder moved away and another put in its place: a lock there would keep every
+        // runner out of a store this one does not read. It stops instead.
+        if let database, FileInfo.stat(database.path).map({ ($0.device, $0.inode) != (database.device, database.inode) }) ?? true {
+            throw .storage(
+                "\(database.path) is no longer the database this runner opened (its store folder was moved or replaced); this runner stops: start it again to run the store there now"
+            )
+        }
         let taken = csystem_lock_file(path)
         if taken == -EWOULDBLOCK || taken == -EAGAIN {
             let holder = Paths.readText(path)?.trimmingSpaces ?? ""
@@ -73,7 +83,7 @@ extension SQLiteStore {
         if fd == -EMLINK { throw .storage("cannot lock \(path): it has another name (a hard link; remove it, outbox makes the file)") }
         guard fd >= 0 else { throw .storage("cannot lock \(path): \(Paths.errnoMessage(-fd))") }
         SQLiteRunnerLock.writeHolder(fd, copying: copying)
-        return SQLiteRunnerLock(path: path, fd: fd)
+        return SQLiteRunnerLock(path: path, fd: fd, database: Paths.join(folder, "outbox.db"))
     }
 
     /// The process holding the runner lock, read from the kernel's lock table without taking

@@ -28,6 +28,23 @@ import Testing
         #expect(finished.stderr.contains("runner.lock was removed; this runner locked it again"))
     }
 
+    /// The store folder moved away and an empty one put in its place (a restore, a swap):
+    /// the runner stops, where it locked the new folder and went on with the old database, so
+    /// entries enqueued into the new store were never sent and a second runner was kept out.
+    @Test func aRunnerWhoseStoreFolderWasReplacedStops() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        let runner = try p.start(["run"])
+        await eventually("the runner to hold the store") { p.read(".outbox/runner.lock")?.contains("pid \(runner.pid)") == true }
+        #expect(rename(p.path(".outbox"), p.path(".outbox.old")) == 0)
+        #expect(mkdir(p.path(".outbox"), 0o700) == 0)
+        let finished = await runner.wait(timeout: 120)
+        #expect(finished.exitCode == 74, "\(finished.description)")
+        #expect(finished.stderr.contains("is no longer the database this runner opened (its store folder was moved or replaced)"))
+        try await p.enqueue("t", path: "/status/200", id: "after")
+        try await p.drain(failures: 0)
+        #expect(p.deliveries("after").count == 1, "the store there now is run")
+    }
+
     @Test func aRunnerWhoseLockFileAnotherTookStops() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         let runner = try p.start(["run"])
