@@ -177,7 +177,7 @@ package final class Runner {
     }
 
     /// Free space a run wants before it sends: its commits, the log's growth, staged answers.
-    static let roomToRecord: Int64 = 1 << 20
+    static let roomToRecord: Int64 = 64 << 10
 
     /// SIGHUP: config and definitions read again; work in flight carries on. A config with
     /// errors is logged like `outbox check` and the one in use is kept. Limits that shape

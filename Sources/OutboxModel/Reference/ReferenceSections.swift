@@ -104,6 +104,8 @@ enum ReferenceSections {
                 "`OUTBOX_FAULT_HOLD`", "debug builds only",
                 "`name:path`: the process waits at a named point, after writing `path.reached`, until `path` exists (race tests)",
             ],
+            ["`OUTBOX_TEST_CLOCK_MS`", "debug builds only", "the clock a command checks before it opens the store (clock tests)"],
+            ["`OUTBOX_TEST_FREE_BYTES`", "debug builds only", "the free bytes a runner sees on its store's disk (full-disk tests)"],
         ]
         page.table(["variable", "read by", "meaning"], rows)
     }
