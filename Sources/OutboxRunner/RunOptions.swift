@@ -70,6 +70,9 @@ package struct RunSummary: Sendable {
     package var awaitingAuthIDs: [String] = []
     /// Entries whose hook delivery failed during the run, delivered later in it or not.
     package var undeliveredIDs: [String] = []
+    /// Entries whose outcome's `then` follow-ups could not be built (a template error): none
+    /// of them was enqueued.
+    package var unbuiltFollowUpIDs: [String] = []
 
     /// Bits of the exit status of `run --drain`, so cron and systemd see what failed.
     package typealias Failure = DrainFailure
@@ -77,7 +80,7 @@ package struct RunSummary: Sendable {
     /// 0 only when nothing failed in the run; otherwise the sum of the `Failure` bits.
     package var failureStatus: Int32 {
         (erroredIDs.isEmpty ? 0 : Failure.settledError.rawValue) | (awaitingAuthIDs.isEmpty ? 0 : Failure.awaitingAuth.rawValue)
-            | (undeliveredIDs.isEmpty ? 0 : Failure.hookFailed.rawValue)
+            | (undeliveredIDs.isEmpty && unbuiltFollowUpIDs.isEmpty ? 0 : Failure.hookFailed.rawValue)
     }
 
     package var json: JSON {
@@ -92,6 +95,7 @@ package struct RunSummary: Sendable {
                     ("error", .array(erroredIDs.prefix(1000).map { .string($0) })),
                     ("awaiting_auth", .array(awaitingAuthIDs.prefix(1000).map { .string($0) })),
                     ("hook_failures", .array(undeliveredIDs.prefix(1000).map { .string($0) })),
+                    ("follow_up_failures", .array(unbuiltFollowUpIDs.prefix(1000).map { .string($0) })),
                 ])
             ),
             ("failure_status", .int(Int(failureStatus))),

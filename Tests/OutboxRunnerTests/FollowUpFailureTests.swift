@@ -20,8 +20,9 @@ struct FollowUpFailureTests {
                 """)
         let p = try Project(definitions: ["order": parent, "receipt": definition("receipt")])
         try await p.enqueue("order", path: "/status/200", id: "o1")
-        let run = try await p.drain()
-        #expect(run.exitCode == 0, "\(run.description)")
+        // A chain that stops is a failure of the drain (exit bit 4), its parent named.
+        let run = try await p.drain(["--json"], failures: 4)
+        #expect(run.json?.at("failed")?["follow_up_failures"] == .array([.string("o1")]), "\(run.stdout)")
         #expect(run.stderr.contains("the follow-ups of o1 were not enqueued"), "\(run.stderr)")
         // Neither follow-up was enqueued, not even the one that rendered.
         #expect(p.server.requests.map(\.path) == ["/status/200"])
@@ -239,8 +240,8 @@ struct FollowUpDepthTests {
         let vars = #"{"url": "\#(p.url("/status/200"))", "tag": "t", "deep": \#(deep)}"#
         let enqueued = try await p.outbox(["enqueue", "chain", "--vars", vars, "--id", "c0"])
         #expect(enqueued.exitCode == 0, "\(enqueued.description)")
-        let run = try await p.drain()
-        #expect(run.exitCode == 0, "\(run.description)")
+        // The refused chain is the drain's failure (exit bit 4).
+        let run = try await p.drain(failures: 4)
         #expect(p.server.requests.count == 2, "c0 and its one follow-up")
         // The hook log's lines nest too deep to parse here: they are read as text.
         let log = (p.read("hooks/log.jsonl") ?? "").split(separator: "\n")

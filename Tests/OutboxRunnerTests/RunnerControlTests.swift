@@ -628,7 +628,7 @@ import Testing
         #expect(doc.int("remaining") == 1, "the error entry stays")
         #expect(doc.int("elapsed_ms") != nil)
         #expect(doc.int("bytes_sent") != nil)
-        #expect(doc.at("failed")?.serialized() == #"{"error":["s2"],"awaiting_auth":[],"hook_failures":[]}"#)
+        #expect(doc.at("failed")?.serialized() == #"{"error":["s2"],"awaiting_auth":[],"hook_failures":[],"follow_up_failures":[]}"#)
         #expect(doc.int("failure_status") == 1)
     }
 
@@ -649,7 +649,9 @@ import Testing
         _ = try p.write("hooks/fail", "")
         try await p.enqueue("t", path: "/status/422", id: "refused")
         let both = try await p.drain(["--horizon", "0s", "--json"], failures: 5)
-        #expect(both.json?.at("failed")?.serialized() == #"{"error":["refused"],"awaiting_auth":[],"hook_failures":["refused"]}"#)
+        #expect(
+            both.json?.at("failed")?.serialized()
+                == #"{"error":["refused"],"awaiting_auth":[],"hook_failures":["refused"],"follow_up_failures":[]}"#)
         p.remove("hooks/fail")
         // The hook works again: delivered, nothing failed in this run (the error entry stays, from before).
         #expect(try await p.drain(failures: 0).exitCode == 0)

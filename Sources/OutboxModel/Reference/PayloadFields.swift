@@ -139,6 +139,9 @@ package enum PayloadFields {
         PayloadField(
             "failed.awaiting_auth", "always", "ids of entries parked `awaiting-auth` in the run or left so at its end (at most 1000)"),
         PayloadField("failed.hook_failures", "always", "ids whose hook delivery failed in the run (at most 1000)"),
+        PayloadField(
+            "failed.follow_up_failures", "always",
+            "ids whose outcome's `then` follow-ups could not be built in the run, so none was enqueued (at most 1000)"),
         PayloadField("failure_status", "always", "the exit status of `run --drain`: the sum of the bits below"),
     ]
 }

@@ -88,7 +88,9 @@ package enum DrainFailure: Int32, Sendable, CaseIterable {
         case .awaitingAuth:
             return
                 "an entry parked `awaiting-auth` during the run (also one an auth refresh sent again before it ended), or entries are left so at its end"
-        case .hookFailed: return "a hook delivery failed during the run (also one delivered again before it ended)"
+        case .hookFailed:
+            return
+                "a hook delivery failed during the run (also one delivered again before it ended), or an outcome's `then` follow-ups could not be built or applied"
         }
     }
 }

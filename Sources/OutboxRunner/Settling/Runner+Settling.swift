@@ -213,6 +213,8 @@ extension Runner {
     /// The log's one line for a chain that was not applied (none of its follow-ups is).
     private func logUnbuilt(_ failures: [FollowUpFailure], of entryID: String) {
         guard !failures.isEmpty else { return }
+        // A chain that stops here is a failure of the run, as an entry settled error is.
+        summary.unbuiltFollowUpIDs.append(entryID)
         log(
             "outbox: the follow-ups of \(entryID) were not enqueued: \(failures.map(\.message).joined(separator: "; "))",
             level: .error, fields: [("id", .string(entryID))])
