@@ -138,7 +138,30 @@ package struct PreparedRequest: Sendable {
 
     /// SHA-256 of the canonical body (method, URL, kind, sorted JSON, text, form, parts, file
     /// identities): equal hashes mean "the same body" for the same-id rule.
-    package var bodyHash: String {
+    package var bodyHash: String { SHA256.hex(canonicalBody) }
+
+    /// The text `bodyHash` hashes. A whole file's, the common body of a batch of files, is
+    /// written directly: the same bytes as the general form, without a JSON tree per entry.
+    package var canonicalBody: [UInt8] {
+        guard case let .file(file, _) = body, s3 == nil else { return generalCanonicalBody }
+        var out: [UInt8] = []
+        out.reserveCapacity(96 + file.path.utf8.count + (url?.utf8.count ?? 0))
+        out += #"{"file":{"mtime_ns":"#.utf8
+        out += String(file.mtimeNs).utf8
+        out += #","path":"#.utf8
+        JSON.appendString(file.path, to: &out)
+        out += #","size":"#.utf8
+        out += String(file.size).utf8
+        out += #"},"kind":"file","method":"#.utf8
+        JSON.appendString(method, to: &out)
+        out += #","url":"#.utf8
+        if let url { JSON.appendString(url, to: &out) } else { out += "null".utf8 }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    /// The canonical body of any request: its fields as a JSON object with sorted keys.
+    package var generalCanonicalBody: [UInt8] {
         var canon: [(String, JSON)] = [("method", .string(method)), ("url", .optionalString(url)), ("kind", .string(body.kind.rawValue))]
         func fileJSON(_ f: FileIdentity) -> JSON {
             .object([("path", .string(f.path)), ("size", .int64(f.size)), ("mtime_ns", .int64(f.mtimeNs))])
@@ -183,7 +206,7 @@ package struct PreparedRequest: Sendable {
         // The region changes the signature, not the URL; absent otherwise, so older hashes stay equal.
         if let s3 { canon.append(("s3_region", .string(s3.region))) }
         if s3?.skipExisting == true { canon.append(("s3_skip_existing", .bool(true))) }
-        return SHA256.hex(JSON.object(canon).serializedBytes(sortedKeys: true))
+        return JSON.object(canon).serializedBytes(sortedKeys: true)
     }
 }
 

@@ -483,4 +483,24 @@ struct RequestBuilderTests {
         #expect(try prepared(text, vars: #"{"t": "x"}"#).bodyHash == prepared(text, vars: #"{"t": "x"}"#).bodyHash)
         #expect(try prepared(text, vars: #"{"t": "x"}"#).bodyHash != prepared(text, vars: #"{"t": "y"}"#).bodyHash)
     }
+
+    /// A whole file's canonical body is written directly; it must be the general form's bytes,
+    /// or a same-id enqueue across versions would see another body. Names and URLs that need
+    /// escaping, sizes of several digits, every method that may carry a file.
+    @Test(arguments: ["plain.bin", #"q"uote\back.bin"#, "é ü 漢.bin", "tab\tand\u{7F}del.bin", "\u{202E}rtl.bin"])
+    func aFilesCanonicalBodyIsTheGeneralForm(_ name: String) throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        try folder.write(name, String(repeating: "z", count: 12_345))
+        for method in ["PUT", "POST", "PATCH"] {
+            let def =
+                "key: k\nrequest:\n  method: \(method)\n  url: \"https://x.example/{{ vars.p | path }}?q=a%22b\"\n  file: \"{{ vars.p }}\"\n"
+            let request = try prepared(def, vars: JSON.object([("p", .string(name))]).serialized(), cwd: folder.path)
+            guard case .file = request.body else {
+                Issue.record("not a file body: \(request.body)")
+                return
+            }
+            #expect(request.canonicalBody == request.generalCanonicalBody, "\(String(decoding: request.canonicalBody, as: UTF8.self))")
+        }
+    }
 }
