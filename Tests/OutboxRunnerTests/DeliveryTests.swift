@@ -104,6 +104,53 @@ import Testing
             Int32(try String(contentsOfFile: p.root + "/hooks/hook.pid", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)))
     }
 
+    /// A runner that inherits more unacknowledged hooks than it has hook slots stops the earlier
+    /// runner's groups, never its own: it killed its own live hook each time an inherited
+    /// outcome took a freed slot (the stale groups were looked for among all recorded ones).
+    @Test func aRunnerNeverStopsItsOwnHookWhenAnInheritedOutcomeGoesAgain() async throws {
+        // Each hook says when it starts and ends, and waits for its go file.
+        let hook = """
+            #!/bin/sh
+            cat > /dev/null
+            echo "start $OUTBOX_ID $OUTBOX_DELIVERIES" >> hooks/runs.txt
+            while [ ! -e "hooks/go-$OUTBOX_ID-$OUTBOX_DELIVERIES" ]; do sleep 0.02; done
+            echo "end $OUTBOX_ID $OUTBOX_DELIVERIES" >> hooks/runs.txt
+
+            """
+        let ids = ["o1", "o2", "o3", "o4"]
+        let p = try Project(
+            config: fastConfig + "hooks: { concurrency: 4 }\n",
+            definitions: ["t": definition("t", top: "on_success: hooks/wait.sh", hooks: false)], hooks: ["wait.sh": hook])
+        for id in ids { try await p.enqueue("t", path: "/status/200?\(id)", id: id) }
+        func runs() -> [String] { (p.read("hooks/runs.txt") ?? "").split(separator: "\n").map(String.init) }
+        let first = try p.start(["run"])
+        await eventually("the first runner's four hooks to start") { runs().count == 4 }
+        await eventually("their groups to be recorded") {
+            (try? p.sqlite("SELECT COUNT(*) FROM outcomes WHERE hook_pgid IS NOT NULL"))?.hasPrefix("4") == true
+        }
+        first.signal(SIGKILL)
+        _ = await first.wait()
+
+        try p.writeConfig(fastConfig + "hooks: { concurrency: 2 }\n")
+        let second = try p.start(["run"])
+        await eventually("two hooks of the second runner to start") { runs().filter { $0.hasSuffix(" 2") }.count == 2 }
+        let started = runs().filter { $0.hasSuffix(" 2") }.map { String($0.split(separator: " ")[1]) }
+        // One ends: an inherited outcome takes its slot while the other still runs.
+        p.touch("hooks/go-\(started[0])-2")
+        await eventually("a third delivery of the second runner to start") { runs().filter { $0.hasSuffix(" 2") }.count == 4 }
+        for id in ids { p.touch("hooks/go-\(id)-2") }
+        await eventually("every outcome to be acknowledged") {
+            (try? p.sqlite("SELECT COUNT(*) FROM outcomes WHERE acknowledged = 0"))?.hasPrefix("0") == true
+        }
+        second.signal(SIGTERM)
+        let ended = await second.wait()
+        #expect(ended.exitCode == 0, "\(ended)")
+        #expect(!ended.stderr.contains("killed by signal"), "\(ended.stderr)")
+        // Every hook the second runner started ran to its end, once each.
+        #expect(Set(runs().filter { $0.hasPrefix("end ") }) == Set(ids.map { "end \($0) 2" }), "\(runs())")
+        #expect(!runs().contains { $0.hasSuffix(" 3") }, "no delivery went a third time: \(runs())")
+    }
+
     @Test func runnerKilledBetweenJournalAndAcknowledgementRedeliversWithoutResending() async throws {
         // The first delivery writes its pid and hangs (until the next runner stops its group,
         // ten minutes at most); later ones record and succeed.

@@ -56,16 +56,19 @@ extension Runner {
             }
         }
         if !starting.isEmpty { Fault.hold("deliver.chosen") }
-        // A recorded process group on an outcome due again is a hook whose runner died (on
-        // a shared store, while this one ran): it is stopped before the outcome goes again.
-        if starting.contains(where: { $0.outcome.hookPgid != nil }) {
-            for (pgid, start) in try store.recordedHookProcesses()
-            where !delivery.stoppedEarlierGroups.contains("\(pgid):\(start)") && StaleHooks.isHook(pgid, ofStore: config.store)
-                && ProcessRunner.killStaleGroup(pgid: pgid, startTime: start)
-            {
-                log("outbox: stopped hook process group \(pgid) left by a runner that stopped", level: .warn)
-                delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
-            }
+        // The process group recorded on an outcome due again is its earlier delivery's hook,
+        // whose runner died (on a shared store, while this one ran): stopped before the outcome
+        // goes again. That group only: another outcome's may be a live hook of this runner, or
+        // of another runner on this host.
+        let live = Set(delivery.groups.values.map { "\($0.pgid):\($0.startTime)" })
+        for (outcome, _) in starting {
+            guard let pgid = outcome.hookPgid, let start = outcome.hookStart else { continue }
+            let group = "\(pgid):\(start)"
+            guard !live.contains(group), !delivery.stoppedEarlierGroups.contains(group), StaleHooks.isHook(pgid, ofStore: config.store),
+                ProcessRunner.killStaleGroup(pgid: pgid, startTime: start)
+            else { continue }
+            log("outbox: stopped hook process group \(pgid) left by a runner that stopped", level: .warn)
+            delivery.stoppedEarlierGroups.insert(group)
         }
         // Counted before, maybe by a runner that died between starting its hook and recording
         // the group: looked for once this runner holds the delivery (below).
