@@ -74,6 +74,7 @@ struct Staging {
         var sourceFailed: Int32 = 0
         let rc = csystem_copy_file(source, temp, file.size + 1, &sourceFailed)
         guard rc == 0 else {
+            if -rc == EINTR { try Self.checkStop() }
             if -rc == ENOENT { throw .fileMissing("no such file \(source)") }
             if -rc == EINVAL { throw .invalid("\(source) is not a regular file (any more)") }
             if sourceFailed != 0 { throw .unreadable("cannot read \(source): \(Paths.errnoMessage(-rc))", errno: -rc) }
@@ -118,6 +119,7 @@ struct Staging {
                         filename: field.filename, contentType: field.contentType)
                     if let file = field.file {
                         let final = path(internalID, "form\(i)")
+                        csystem_stop_defer()  // as for a copied body, below
                         try copyFile(file, to: final)
                         staged.created.append(final)
                         stored.stagedFile = final
@@ -135,9 +137,13 @@ struct Staging {
                     staged.file = identity.path
                 case .copy:
                     let final = path(internalID, "body")
+                    // A stop signal during a copy (a large file takes seconds) ends it and the
+                    // enqueue's cleanup runs, instead of ending the process with half a copy inside.
+                    csystem_stop_defer()
                     try copyFile(identity, to: final)
                     staged.created.append(final)
                     Fault.point("enqueue.copied")
+                    Fault.hold("enqueue.copied")
                     staged.file = final
                 case .move:
                     let final = path(internalID, "body")
@@ -196,7 +202,7 @@ struct Staging {
     /// cleanup puts them back, and the process then ends with the signal.
     static func checkStop() throws(OutboxError) {
         guard csystem_stop_pending() != 0 else { return }
-        throw .storage("stopped by a signal before the commit; the files moved into the store were put back")
+        throw .storage("stopped by a signal before the commit; the files moved or copied into the store were put back or removed")
     }
 
     /// Undoes a staging: created files removed, moved files put back where they were.

@@ -93,6 +93,30 @@ struct BinaryTests {
         #expect(ended.stdout.contains(#""completed":0"#), "\(ended.stdout)")
     }
 
+    /// A stop signal while a body is copied into the store, or once it is, ends the enqueue
+    /// with nothing stored and no copy left in the store (a large temporary file, or the
+    /// copy, stayed there, and `audit` called it damage until the next run). The copy is
+    /// given up between chunks as the signal is seen; held after it, the test makes sure.
+    @Test(arguments: [SIGTERM, SIGINT])
+    func aStopDuringACopyLeavesNothingInTheStore(_ signal: Int32) async throws {
+        let p = try CLIProject()
+        _ = try p.write("big.bin", String(repeating: "0123456789abcdef", count: 65_536))
+        _ = try p.write(
+            "definitions/c.yaml", "key: c\nrequest:\n  url: http://127.0.0.1:9/x\n  file: big.bin\n  ownership: copy\n")
+        let go = p.root + "/go"
+        let enqueue = try p.start(["enqueue", "c"], environment: ["OUTBOX_FAULT_HOLD": "enqueue.copied:\(go)"])
+        await eventually("the enqueue to copy the file") { FileManager.default.fileExists(atPath: go + ".reached") }
+        enqueue.signal(signal)
+        await eventually("the signal to be delivered") { !enqueue.hasPending(signal) }
+        p.touch("go")
+        let ended = await enqueue.wait(timeout: 120)
+        #expect(ended.exitCode == -signal, "\(ended)")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: p.storeFolder + "/bodies") == [])
+        #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "0\n")
+        #expect(p.run("audit").status == 0)
+        #expect(FileManager.default.fileExists(atPath: p.path("big.bin")), "the user's file is untouched")
+    }
+
     /// Stored entries whose ids nobody reads: a stop signal then ends the wait for the reader.
     /// The status says the entries are stored and the ids lost (74), and nothing is undone.
     @Test func aStopEndsAnEnqueueWhoseIdsNobodyReads() async throws {

@@ -103,7 +103,8 @@ void csystem_stop_guard_install(void);
    store is being committed, and its exit status must say whether it was. */
 void csystem_stop_hold(void);
 /* From now on a stop signal is only recorded until csystem_stop_release: a user's file was
-   moved into the store, and the code that sees csystem_stop_pending puts it back first. */
+   moved into the store, or one is being copied in, and the code that sees csystem_stop_pending
+   puts it back or removes the copy first. */
 void csystem_stop_defer(void);
 /* Ends the hold or the deferral (the commit failed, or the enqueue was stopped and undone): a
    stop signal recorded meanwhile ends the process now. */
