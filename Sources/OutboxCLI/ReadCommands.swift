@@ -133,6 +133,7 @@ enum ReadCommands {
                         ("acknowledged", .bool(o.acknowledged)), ("reason", .optionalString(o.reason)),
                         ("next_delivery_at", .optionalInt(o.nextDeliveryAt)), ("at", .int64(o.createdAt)),
                         ("follow_up_errors", o.payload["follow_up_errors"] ?? .null),
+                        ("error", Self.shownError(o.payload["error"])),
                     ])
                 }))
         doc.set("attempts_log", .array(try store.attempts(entryID: e.id)))
@@ -147,6 +148,15 @@ enum ReadCommands {
         }
         doc.set("chain", .array(chain))
         return doc
+    }
+
+    /// Why an error outcome failed, as its hook is told (a file that changed after enqueue,
+    /// which part), without the response body, which may echo a credential.
+    static func shownError(_ error: JSON?) -> JSON {
+        guard let error, case .object = error else { return .null }
+        var shown: [(String, JSON)] = []
+        for name in ["kind", "message", "status", "part_index"] { if let value = error[name] { shown.append((name, value)) } }
+        return .object(shown)
     }
 
     static func show(_ i: inout Invocation) throws(OutboxError) -> Int32 {

@@ -347,6 +347,10 @@ struct ReferenceRewrittenTests {
         let row = try #require(try await p.show("ref"))
         #expect(row.string("state") == "error")
         #expect(row.string("reason") == "file")
+        // `show` says why, with or without a hook to tell.
+        #expect(row.at("outcomes.0.error.kind") == .string("file"), "\(row)")
+        #expect(row.at("outcomes.0.error.message")?.stringValue?.contains("while it was being sent") == true, "\(row)")
+        #expect(row.at("outcomes.0.error.body") == nil, "no response body: it may echo a credential")
         guard hooks else { return }
         let hook = try #require(p.deliveries("ref").first)
         #expect(hook.string("stdin.outcome") == "error")
