@@ -143,7 +143,6 @@ package enum Identifiers {
         return nil
     }
 
-    /// Wall-clock time in epoch milliseconds (CLOCK_REALTIME).
     /// The times a store records: epoch milliseconds from 1970 to the end of year 9999.
     package static let recordableMs: ClosedRange<Int64> = 0...253_402_300_799_999
 
@@ -161,6 +160,7 @@ package enum Identifiers {
         )
     }
 
+    /// Wall-clock time in epoch milliseconds (CLOCK_REALTIME).
     package static func nowMs() -> Int64 {
         milliseconds(CLOCK_REALTIME)
     }

@@ -14,8 +14,8 @@ extension SQLStore {
     static func listQuery(_ filter: ListFilter) -> (String, [SQLValue]) {
         let (conditions, values) = filterConditions(filter)
         let sql = """
-            SELECT id, key, vars, state, CASE WHEN state = 'running' THEN NULL ELSE reason END, bytes_sent, total_bytes, attempts, created_at, updated_at, next_attempt_at,
-              generation, parent,
+            SELECT id, key, vars, state, CASE WHEN state = 'running' THEN NULL ELSE reason END, bytes_sent, total_bytes,
+              attempts, created_at, updated_at, next_attempt_at, generation, parent,
               CASE WHEN EXISTS (SELECT 1 FROM settings WHERE name = '\(secretVarsSetting)')
                 AND request LIKE '%"\(StoredRequest.secretVarsMember)"%' THEN request END,
               waits_for_delivery
