@@ -18,7 +18,7 @@ extension SQLStore {
               attempts, created_at, updated_at, next_attempt_at, generation, parent,
               CASE WHEN EXISTS (SELECT 1 FROM settings WHERE name = '\(secretVarsSetting)')
                 AND request LIKE '%"\(StoredRequest.secretVarsMember)"%' THEN request END,
-              waits_for_delivery
+              waits_for_delivery, not_before
             FROM entries WHERE 1=1
             """
         return (sql + conditions + " ORDER BY seq", values)
@@ -37,6 +37,7 @@ extension SQLStore {
                 id: id, key: r.text(1), state: r.text(3), reason: unhandled.contains(id) ? "unhandled-key" : r.optionalText(4),
                 bytesSent: r.int(5), totalBytes: r.int(6), attempts: r.int(7), updatedAt: r.int(9), nextAttemptAt: r.optionalInt(10))
             row.waitsForDelivery = r.int(14) != 0
+            row.notBefore = r.optionalInt(15)
             try body(row)
         }
     }

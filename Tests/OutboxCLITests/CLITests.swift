@@ -238,6 +238,19 @@ struct CLIEnqueueTests {
         #expect((before...after).contains(created), "created_at \(created) is not the enqueue's time")
     }
 
+    /// NEXT of a queued entry: `now` for a new one (it showed `-`), `in ...` for one held by
+    /// `--delay` (its retry time alone was read).
+    @Test func listSaysWhenAQueuedEntryIsDue() throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "note", "--id", "fresh", "--vars", #"{"n": 1}"#).status == 0)
+        #expect(p.run("enqueue", "note", "--id", "later", "--delay", "1h", "--vars", #"{"n": 2}"#).status == 0)
+        let rows = p.run("list").out.split(separator: "\n").map(String.init)
+        let fresh = try #require(rows.first { $0.hasPrefix("fresh ") })
+        let later = try #require(rows.first { $0.hasPrefix("later ") })
+        #expect(fresh.contains(" now "), "\(fresh)")
+        #expect(later.contains(" in 59m") || later.contains(" in 1h"), "\(later)")
+    }
+
     @Test func listFilters() throws {
         let p = try CLIProject()
         try p.enqueue("note", vars: #"{"n": 1}"#, id: "n1")

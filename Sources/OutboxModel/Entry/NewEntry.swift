@@ -12,6 +12,8 @@ package struct ListRow: Sendable {
     package var nextAttemptAt: Int64?
     /// Queued behind the delivery of its previous generation's outcome.
     package var waitsForDelivery = false
+    /// Held until then (`--delay`, a follow-up's delay).
+    package var notBefore: Int64?
     package init(
         id: String, key: String, state: String, reason: String?, bytesSent: Int64, totalBytes: Int64, attempts: Int64,
         updatedAt: Int64, nextAttemptAt: Int64?
