@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -161,4 +162,10 @@ int csystem_stat(const char *path, int64_t *size, int64_t *mtime_ns, uint64_t *i
     *inode = (uint64_t)st.st_ino;
     *is_regular = S_ISREG(st.st_mode) ? 1 : 0;
     return 0;
+}
+
+int csystem_terminal_columns(int fd) {
+    struct winsize size;
+    if (ioctl(fd, TIOCGWINSZ, &size) != 0) return 0;
+    return size.ws_col;
 }

@@ -681,11 +681,31 @@ func partsDefinition(
         #expect(ProgressDisplay.line(c.snapshot) == c.line)
     }
 
+    /// A line as wide as the terminal would wrap, and each redraw (which clears its own row)
+    /// would leave a copy above: it is cut to one column less, with an ellipsis.
+    @Test func progressLineFitsTheTerminal() {
+        var written: [String] = []
+        var width = 24
+        let display = ProgressDisplay(
+            write: { written.append($0) }, totals: { PendingTotals(entries: 10, bytes: 1 << 30, acceptedBytes: 0) },
+            clock: { 0 }, columns: { width })
+        display.draw(summary: RunSummary(), flights: 1, running: 3)
+        #expect(written.last == "\r\u{1B}[2K0/10 entries · 0 B of …")
+        #expect(written.last.map { $0.count - 5 } == 23)
+        #expect(ProgressDisplay.fitted("3/10 entries", columns: 13) == "3/10 entries", "fits with a column to spare")
+        #expect(ProgressDisplay.fitted("3/10 entries", columns: 12) == "3/10 entri…")
+        #expect(ProgressDisplay.fitted("3/10 entries", columns: 0) == "3/10 entries", "no terminal width: as is")
+        width = 200
+        display.clear()
+        display.draw(summary: RunSummary(), flights: 1, running: 3)
+        #expect(written.last?.hasSuffix("· 3 running") == true, "\(written)")
+    }
+
     @Test func progressDisplayCountsAcceptedBytesFromEvents() {
         var written: [String] = []
         var now: Int64 = 0
         var stored = PendingTotals(entries: 2, bytes: 300, acceptedBytes: 0)
-        let display = ProgressDisplay(write: { written.append($0) }, totals: { stored }, clock: { now })
+        let display = ProgressDisplay(write: { written.append($0) }, totals: { stored }, clock: { now }, columns: { 0 })
         display.observe(
             .object([
                 ("type", .string("progress")), ("id", .string("a")), ("bytes_sent", .int(150)),

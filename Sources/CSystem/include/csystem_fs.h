@@ -23,4 +23,7 @@ int csystem_fsync_path(const char *path);
 int csystem_write_file(const char *path, const void *bytes, size_t count);
 /* The calling process's errno value, for Swift. */
 int csystem_errno(void);
+/* The width in columns of the terminal `fd` is on, or 0 when it is none or does not say
+   (ioctl is variadic, out of Swift's reach). */
+int csystem_terminal_columns(int fd);
 #endif

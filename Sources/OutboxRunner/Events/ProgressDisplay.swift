@@ -1,3 +1,4 @@
+import CSystem
 import OutboxModel
 import OutboxStore
 
@@ -25,6 +26,8 @@ final class ProgressDisplay {
     private let write: (String) -> Void
     private let totals: () -> PendingTotals?
     private let clock: () -> Int64
+    /// The terminal's width, read at each draw (a window may be resized); 0 when unknown.
+    private let columns: () -> Int
     private var pending = PendingTotals(entries: 0, bytes: 0, acceptedBytes: 0)
     private var lastRefresh: Int64 = .min
     private var lastDraw: Int64 = .min
@@ -43,11 +46,13 @@ final class ProgressDisplay {
 
     init(
         write: @escaping (String) -> Void, totals: @escaping () -> PendingTotals?,
-        clock: @escaping () -> Int64 = { Identifiers.monotonicMs() }
+        clock: @escaping () -> Int64 = { Identifiers.monotonicMs() },
+        columns: @escaping () -> Int = { Int(csystem_terminal_columns(2)) }
     ) {
         self.write = write
         self.totals = totals
         self.clock = clock
+        self.columns = columns
     }
 
     /// Takes in one runner event (state or progress); other events are ignored.
@@ -98,7 +103,7 @@ final class ProgressDisplay {
             doneEntries: doneEntries, totalEntries: doneEntries + pending.entries, acceptedBytes: accepted,
             totalBytes: total, rate: rate, remainingBytes: max(0, total - accepted - inFlight), running: running,
             retried: summary.retried, errors: summary.errors)
-        write("\r\u{1B}[2K" + Self.line(snapshot))
+        write("\r\u{1B}[2K" + Self.fitted(Self.line(snapshot), columns: columns()))
         drewSomething = true
     }
 
@@ -129,6 +134,13 @@ final class ProgressDisplay {
         if s.retried > 0 { pieces.append("\(s.retried) retried") }
         if s.errors > 0 { pieces.append("\(s.errors) error\(s.errors == 1 ? "" : "s")") }
         return pieces.joined(separator: " · ")
+    }
+
+    /// The line cut to one column less than the terminal: a line that wraps leaves a copy of
+    /// itself on the row above at each redraw, which clears only its own row.
+    static func fitted(_ line: String, columns: Int) -> String {
+        guard columns > 1, line.count >= columns else { return line }
+        return String(line.prefix(columns - 2)) + "…"
     }
 
     private static func eta(_ s: Snapshot) -> String {
