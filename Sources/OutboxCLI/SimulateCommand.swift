@@ -11,7 +11,7 @@ enum SimulateCommand {
     static let options: [OptionSpec] = [
         EnqueueCommand.varsOption,
         OptionSpec(name: "id", valueName: "ID", help: "the entry id the hook sees (default simulate-1)", completes: .ids),
-        OptionSpec(name: "status", valueName: "N", help: "the response's HTTP status, 100-599 (required)", completes: .nothing),
+        OptionSpec(name: "status", valueName: "N", help: "the response's final HTTP status, 200-599 (required)", completes: .nothing),
         OptionSpec(
             name: "header", valueName: "'Name: value'", help: "a response header (repeatable)", repeatable: true, completes: .nothing),
         OptionSpec(name: "body", valueName: "B", help: "the response body", completes: .nothing),
@@ -31,8 +31,10 @@ enum SimulateCommand {
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let key = i.args.positionals[0]
         guard let statusText = i.args.value("status") else { throw .usage("simulate needs --status N") }
-        guard let status = Units.wholeNumber(statusText, in: 100...599) else {
-            throw .usage("--status must be an HTTP status from 100 to 599, not \"\(statusText.prefix(20))\"")
+        // A 1xx answer is never a request's last: a runner reads on, and one that ends there is
+        // a failed attempt (network), not a status to classify.
+        guard let status = Units.wholeNumber(statusText, in: 200...599) else {
+            throw .usage("--status must be a final HTTP status from 200 to 599, not \"\(statusText.prefix(20))\"")
         }
         var headers: [(name: String, value: String)] = []
         for text in i.args.values("header") {
