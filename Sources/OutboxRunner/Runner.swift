@@ -358,7 +358,10 @@ package final class Runner {
                 // A refresh that may send parked entries again runs before the drain ends.
                 if Scheduler.drainIsOver(due: due, now: now, horizonEnd: horizonEnd), try !authRefreshDue(now: now) { break }
             }
-            progressDisplay?.draw(summary: summary, flights: flights.byToken.count, running: flights.running.count)
+            // Entries sending: those claimed ahead as standby transfers wait for a connection.
+            progressDisplay?.draw(
+                summary: summary, flights: flights.byToken.count,
+                running: Set(flights.byToken.values.lazy.filter { !$0.standby }.map(\.entryID)).count)
             followHooksWithPolicy()
 
             // Sleep until an event, or 50 ms to notice enqueues from other processes: SQLite

@@ -238,6 +238,25 @@ import Testing
         #expect(states == ["later": "queued", "paused": "paused"], "\(states)")
     }
 
+    /// The live line's "running" counts entries sending, not those claimed ahead as standby
+    /// transfers waiting for a connection (it said "3 running" under `concurrency: 1`).
+    @Test func theLiveLineCountsEntriesSendingNotThoseWaitingToStart() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 1\nper_host: 1\n", definitions: ["t": definition("t")])
+        for id in ["a", "b", "c"] { try await p.enqueue("t", path: "/hold/\(id)", id: id) }
+        let runner = try p.start(["run", "--drain", "--progress", "always"])
+        #expect(await p.server.waitForHeld("a"))
+        try await eventually("the others to be claimed ahead, as standby") {
+            try await p.states().values.filter { $0 == "running" }.count == 3
+        }
+        let seen = runner.stderrSoFar.count
+        await eventually("a line drawn since") { runner.stderrSoFar.dropFirst(seen).contains(" running") }
+        let drawn = String(runner.stderrSoFar.dropFirst(seen))
+        #expect(drawn.contains("· 1 running"), "\(drawn)")
+        #expect(!drawn.contains("· 2 running") && !drawn.contains("· 3 running"), "\(drawn)")
+        for id in ["a", "b", "c"] { p.server.release(id) }
+        #expect(await runner.wait().exitCode == 0)
+    }
+
     @Test func sigtermLetsTheAttemptInFlightFinishAndLeavesTheRestQueued() async throws {
         let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/hold/a", id: "a")
