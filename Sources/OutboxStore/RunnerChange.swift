@@ -61,7 +61,9 @@ package enum RunnerChange: Sendable {
     case requeue(entryID: String)
     case progress(entryID: String, bytesSent: Int64)
     case partAccepted(entrySeq: Int64, index: Int, status: Int, headers: JSON)
-    case partRetry(entrySeq: Int64, index: Int, nextAttemptAt: Int64)
+    case partRetry(entrySeq: Int64, index: Int, nextAttemptAt: Int64, status: Int?)
+    /// A part refused for good (its entry settles error): its attempt and status are kept for `show`.
+    case partRefused(entrySeq: Int64, index: Int, status: Int?)
     case settle(Settlement)
     /// Entries behind a failed one in its scope: cancelled (reason scope) with an error outcome.
     case cancelScope(scope: String, afterSeq: Int64, payloadFor: @Sendable (Entry) -> (JSON, Bool))

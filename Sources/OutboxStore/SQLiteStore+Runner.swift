@@ -185,10 +185,14 @@ extension SQLiteStore {
             try db.run(
                 "UPDATE parts SET accepted = 1, status = ?, response_headers = ?, attempts = attempts + 1 WHERE entry_seq = ? AND idx = ?",
                 [.int(status), .text(headers.serialized()), .int(seq), .int(index)])
-        case let .partRetry(seq, index, next):
+        case let .partRetry(seq, index, next, status):
             try db.run(
-                "UPDATE parts SET attempts = attempts + 1, next_attempt_at = ? WHERE entry_seq = ? AND idx = ?",
-                [.int(next), .int(seq), .int(index)])
+                "UPDATE parts SET attempts = attempts + 1, next_attempt_at = ?, status = ? WHERE entry_seq = ? AND idx = ?",
+                [.int(next), .optional(status.map(Int64.init)), .int(seq), .int(index)])
+        case let .partRefused(seq, index, status):
+            try db.run(
+                "UPDATE parts SET attempts = attempts + 1, status = ? WHERE entry_seq = ? AND idx = ? AND accepted = 0",
+                [.optional(status.map(Int64.init)), .int(seq), .int(index)])
         case let .settle(s):
             return try settle(s, now: now).files
         case .cancelScope:

@@ -347,6 +347,10 @@ func partsDefinition(
         #expect(row["state"] as? String == "error")
         #expect(row["reason"] as? String == "http")
         #expect(server.requests(path: "/put/te/4").isEmpty)
+        // `show` gives the refused part its attempt and status (they read null and 0).
+        let parts = try #require(try await sandbox.show("te")?["parts"] as? [[String: Any]])
+        #expect(parts.map { $0["status"] as? Int } == [201, 201, 422, nil], "\(parts)")
+        #expect(parts.map { $0["attempts"] as? Int } == [1, 1, 1, 0], "\(parts)")
     }
 
     /// The store's copy of a file sent in parts must have the size enqueued: parts read

@@ -56,7 +56,7 @@ final class PartsStoreFixture {
             try store.apply(
                 [
                     .partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([("etag", .string("\"e0\""))])),
-                    .partRetry(entrySeq: seq, index: 1, nextAttemptAt: now + 5000),
+                    .partRetry(entrySeq: seq, index: 1, nextAttemptAt: now + 5000, status: nil),
                     .partAccepted(entrySeq: seq, index: 2, status: 201, headers: .object([("etag", .string("\"e2\""))])),
                 ],
                 now: now)

@@ -114,7 +114,7 @@ extension Runner {
                 retryAfterDate: result.retryAfterDate, expiresAt: entry.expiresAt,
                 random: Double.random(in: 0..<1))
             job.parts[position].nextAttemptAt = next
-            changes.append(.partRetry(entrySeq: entry.seq, index: index, nextAttemptAt: next))
+            changes.append(.partRetry(entrySeq: entry.seq, index: index, nextAttemptAt: next, status: result.status))
             flights.partJobs[entry.id] = job
             summary.retried += 1
         case .awaitingAuth:
@@ -130,6 +130,7 @@ extension Runner {
             let refusal = Self.s3Refusal(entry, body: result.body).map { ": \($0)" } ?? ""
             let message = result.failure.map { "\(what) failed: \($0.message)" } ?? "\(what) was refused with status \(status)\(refusal)"
             let error = OutcomePayloads.error(.http, message, status: result.status, partIndex: index, body: result.body)
+            changes.append(.partRefused(entrySeq: entry.seq, index: index, status: result.status))
             settleWithError(
                 entry, error: error, response: result, state: .error, reason: "http",
                 requestID: flights.running[entry.id]?.lastRequestID ?? "")

@@ -230,14 +230,22 @@ extension PostgresStore {
                 UPDATE parts SET accepted = 1, status = ?, response_headers = ?, attempts = attempts + 1
                 WHERE entry_seq = ? AND idx = ? AND EXISTS (SELECT 1 FROM entries WHERE seq = ?\(f.sql))
                 """, [.int(status), .text(headers.serialized()), .int(seq), .int(index), .int(seq)] + f.values)
-        case let .partRetry(seq, index, next):
+        case let .partRetry(seq, index, next, status):
             guard let id = try entryID(seq: seq) else { return [] }
             let f = fence(id, lease)
             try db.run(
                 """
-                UPDATE parts SET attempts = attempts + 1, next_attempt_at = ?
+                UPDATE parts SET attempts = attempts + 1, next_attempt_at = ?, status = ?
                 WHERE entry_seq = ? AND idx = ? AND EXISTS (SELECT 1 FROM entries WHERE seq = ?\(f.sql))
-                """, [.int(next), .int(seq), .int(index), .int(seq)] + f.values)
+                """, [.int(next), .optional(status.map(Int64.init)), .int(seq), .int(index), .int(seq)] + f.values)
+        case let .partRefused(seq, index, status):
+            guard let id = try entryID(seq: seq) else { return [] }
+            let f = fence(id, lease)
+            try db.run(
+                """
+                UPDATE parts SET attempts = attempts + 1, status = ?
+                WHERE entry_seq = ? AND idx = ? AND accepted = 0 AND EXISTS (SELECT 1 FROM entries WHERE seq = ?\(f.sql))
+                """, [.optional(status.map(Int64.init)), .int(seq), .int(index), .int(seq)] + f.values)
         case let .settle(s):
             return try settle(s, lease: lease, now: now).files
         case .cancelScope:

@@ -39,21 +39,29 @@ extension StoreConformance {
             try c.store.apply(
                 [
                     .partAccepted(entrySeq: seq, index: 0, status: 200, headers: .object([("etag", .string("\"e0\""))])),
-                    .partRetry(entrySeq: seq, index: 1, nextAttemptAt: t0 + 5_000),
+                    .partRetry(entrySeq: seq, index: 1, nextAttemptAt: t0 + 5_000, status: nil),
                 ], now: t0 + 1)
             try c.store.apply(
                 [
-                    .partRetry(entrySeq: seq, index: 1, nextAttemptAt: t0 + 9_000),
+                    .partRetry(entrySeq: seq, index: 1, nextAttemptAt: t0 + 9_000, status: 503),
                     .partAccepted(entrySeq: seq, index: 2, status: 201, headers: .object([("etag", .string("\"e2\""))])),
                 ], now: t0 + 2)
             let parts = try c.instance.another().parts(entrySeq: seq)
             #expect(parts.map(\.accepted) == [true, false, true])
-            #expect(parts.map(\.status) == [200, nil, 201])
+            // A retried part keeps its last answer's status (null for no answer), for `show`.
+            #expect(parts.map(\.status) == [200, 503, 201])
             #expect(parts.map(\.attempts) == [1, 2, 1])
             #expect(parts[1].nextAttemptAt == t0 + 9_000)
             #expect(parts[0].responseHeaders == .object([("etag", .string("\"e0\""))]))
             #expect(parts[2].responseHeaders == .object([("etag", .string("\"e2\""))]))
             #expect(parts[1].responseHeaders == nil)
+            // Refused for good: the attempt and its status are kept; an accepted part is left as it is.
+            try c.store.apply(
+                [.partRefused(entrySeq: seq, index: 1, status: 422), .partRefused(entrySeq: seq, index: 0, status: 500)], now: t0 + 3)
+            let refused = try c.instance.another().parts(entrySeq: seq)
+            #expect(refused.map(\.status) == [200, 422, 201])
+            #expect(refused.map(\.attempts) == [1, 3, 1])
+            #expect(refused.map(\.accepted) == [true, false, true])
         }
 
         // An aborted upload is forgotten with the parts it accepted (a retry starts a new
