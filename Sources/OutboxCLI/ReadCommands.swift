@@ -36,12 +36,9 @@ enum ReadCommands {
             let state = displayState(r.state, key: r.key, control: control)
             if let wanted = filter.state, wanted != state { return }
             let progress = r.totalBytes > 0 ? "\(Units.formatBytes(r.bytesSent))/\(Units.formatBytes(r.totalBytes))" : "-"
-            var next = r.nextAttemptAt.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
-            if r.state == "queued" {
-                // Due at the later of its retry time and its delay; a new entry is due now.
-                let due = max(r.nextAttemptAt ?? 0, r.notBefore ?? 0)
-                next = due > now ? "in " + Units.formatDuration(ms: due - now) : "now"
-            }
+            // A queued entry is due at the later of its retry time and its delay (a new one now).
+            let due = r.state == "queued" ? max(r.nextAttemptAt ?? 0, r.notBefore ?? 0) : r.nextAttemptAt
+            var next = due.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
             // Not before its previous generation's outcome is acknowledged (`explain` says so too).
             if r.waitsForDelivery && r.state == "queued" { next = "after delivery" }
             let updated = Units.formatDuration(ms: max(0, now - r.updatedAt)) + " ago"
