@@ -669,6 +669,12 @@ func partsDefinition(
                 remainingBytes: 10, running: 1),
             line: "1/2 entries · 10 B of 20 B · 0 B/s · ETA -- · 1 running"),
         LineCase(
+            name: "every byte sent, answers awaited",
+            snapshot: .init(
+                doneEntries: 1, totalEntries: 2, acceptedBytes: 10, totalBytes: 20, rate: 5,
+                remainingBytes: 0, running: 1),
+            line: "1/2 entries · 10 B of 20 B · 5 B/s · ETA -- · 1 running"),
+        LineCase(
             name: "done",
             snapshot: .init(
                 doneEntries: 2, totalEntries: 2, acceptedBytes: 20, totalBytes: 20, rate: 5,

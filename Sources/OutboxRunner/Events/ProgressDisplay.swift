@@ -145,7 +145,8 @@ final class ProgressDisplay {
 
     private static func eta(_ s: Snapshot) -> String {
         guard let rate = s.rate else { return "--" }
-        if s.remainingBytes == 0 { return "0s" }
+        // Every byte sent and some not yet accepted: when the answers come is not the rate's to say.
+        if s.remainingBytes == 0 { return s.acceptedBytes < s.totalBytes ? "--" : "0s" }
         return rate > 0 ? Units.formatDuration(ms: s.remainingBytes * 1000 / rate) : "--"
     }
 }
