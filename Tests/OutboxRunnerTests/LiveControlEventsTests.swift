@@ -47,6 +47,11 @@ struct LiveControlEventsTests {
         let resumed = finished.stdout.split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
             .first { $0["type"] == .string("state") && $0["state"] == .string("queued") }
         #expect(resumed?.string("reason") == "headers updated")
+        // A parked or settled row has no next attempt, as `list --json` shows it.
+        let parkedAndDone = finished.stdout.split(separator: "\n").compactMap { try? JSON.parse(String($0)) }
+            .filter { $0["type"] == .string("state") && ["awaiting-auth", "completed"].contains($0.string("state")) }
+        #expect(parkedAndDone.count == 2)
+        #expect(parkedAndDone.allSatisfy { $0.at("next_attempt_at") == .null }, "\(parkedAndDone)")
         #expect(p.server.requests(path: "/auth").map { $0.header("authorization") } == [nil, "Bearer fresh"])
     }
 

@@ -579,6 +579,7 @@ import Testing
         let failedAt = try #require(attempts.first?.int("at"))
         #expect(retried.int("next_attempt_at").map { $0 >= failedAt + 50 } == true, "the backoff shows in the row: \(retried)")
         #expect(states.last?.at("reason") == .null)
+        #expect(states.last?.at("next_attempt_at") == .null, "a settled row has no next attempt: \(states.last ?? .null)")
         #expect(states.last?.int("bytes_sent") == states.last?.int("total_bytes"))
         #expect(states.last?.int("attempts") == 2)
     }

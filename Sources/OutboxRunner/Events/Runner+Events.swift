@@ -11,7 +11,11 @@ extension Runner {
     /// A state event: the entry's row as it is after the change.
     func emitState(_ entry: Entry, state: EntryState, reason: String?) {
         guard eventsEnabled || progressDisplay != nil else { return }
-        publish(OutcomePayloads.stateEvent(entry, state: state.rawValue, reason: reason, at: Identifiers.nowMs()))
+        var shown = entry
+        // A parked or settled row has no next attempt (`list --json` shows null): the snapshot
+        // may still hold the one it was sent at.
+        if state.isSettled || state == .awaitingAuth { shown.nextAttemptAt = nil }
+        publish(OutcomePayloads.stateEvent(shown, state: state.rawValue, reason: reason, at: Identifiers.nowMs()))
     }
 
     /// A progress event: bytes sent (accepted plus in flight) and bytes accepted, throttled.
