@@ -266,6 +266,11 @@ enum ReadCommands {
                     "it is running now\(e.leaseOwner.map { " on runner \($0)" } ?? ""): sending, or ready to start the moment a request ends (a standby request)"
                 )
             }
+        case .awaitingAuth where e.request.s3 != nil:
+            // Signed by the runner: no header of the queue's changes what it sends.
+            reasons.append(
+                "it was refused for its credentials (none found, or S3 refused the signature: `outbox show` has the attempt's error); `outbox retry --key \(e.key)` sends it again once the runner can read valid ones"
+            )
         case .awaitingAuth: reasons.append("the server answered 401/403; it waits for `outbox headers update`")
         case .completed, .cancelled: reasons.append("it is \(e.state.rawValue); its outcome waits for its hook to exit 0")
         case .error: reasons.append("it settled error (\(e.reason ?? "see outbox show")); it stays until cancelled or enqueued again")

@@ -252,6 +252,10 @@ func base64OfHex(_ hex: String) -> String {
         #expect(attempts.last?["outcome"] as? String == "awaiting-auth", "\(attempts)")
         #expect(attempts.last?["error_kind"] as? String == "credentials", "\(attempts)")
         #expect((attempts.last?["error_message"] as? String)?.contains("no AWS credentials") == true, "\(attempts)")
+        // `explain` gives the way out an S3 entry has: no header update helps it.
+        let explained = try await sandbox.outbox(["explain", "a"])
+        #expect(explained.stdoutText.contains("outbox retry --key s3.put"), "\(explained.stdoutText)")
+        #expect(!explained.stdoutText.contains("headers update"), "\(explained.stdoutText)")
 
         // A profile of the shared credentials file, then a retry: sent, signed with its key.
         try FileManager.default.createDirectory(atPath: sandbox.base + "/home/.aws", withIntermediateDirectories: true)
