@@ -371,13 +371,14 @@ struct RedirectGuard {
             return "HTTP \(status) is not a redirect outbox follows; not followed"
         }
         if [301, 302, 303].contains(status), !["GET", "HEAD"].contains(method) {
-            if !methodChange {
-                return
-                    "HTTP \(status) would re-send \(method) as GET without its body; not followed (redirect_method_change: true allows it)"
-            }
             // libcurl turns only a POST into a GET: another verb would be re-sent as itself, empty.
             if method != "POST" {
-                return "HTTP \(status) would re-send \(method) without its body; not followed (redirect_method_change applies to POST)"
+                return
+                    "HTTP \(status) to a \(method) is not followed: a 301, 302 or 303 changes the method, which only a POST may do (as a GET, with redirect_method_change: true)"
+            }
+            if !methodChange {
+                return
+                    "HTTP \(status) would re-send POST as GET without its body; not followed (redirect_method_change: true allows it)"
             }
         }
         if let scheme = Self.scheme(of: location), scheme != "http", scheme != "https" {

@@ -379,7 +379,7 @@ package struct Config: Sendable {
         var seen: [String: (name: String, line: Int)] = [:]
         for pair in pairs {
             guard let name = reader.string(pair.key, "header names in \(context)") else { continue }
-            if let problem = HeaderRules.nameProblem(name) {
+            if let problem = HeaderRules.nameProblem(name) ?? HeaderRules.givenProblem(name) {
                 reader.error(pair.key.mark, "\(context): \(problem)")
                 continue
             }

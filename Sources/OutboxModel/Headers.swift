@@ -20,6 +20,23 @@ package enum HeaderRules {
 
     private static let contentLength = Array("content-length".utf8)
     private static let transferEncoding = Array("transfer-encoding".utf8)
+    private static let requestID = Array("x-request-id".utf8)
+    private static let idempotencyKey = Array("idempotency-key".utf8)
+
+    /// Why a header cannot be given in a definition, the config or a plugin's answer:
+    /// X-Request-Id is outbox's, new at every attempt. One given too would go out beside it,
+    /// and a server reading the first would see the same id on every retry.
+    package static func givenProblem(_ name: String) -> String? {
+        guard isAttemptOwn(name, idempotency: false) else { return nil }
+        return "header \(name) cannot be set: outbox sends a new X-Request-Id with every attempt"
+    }
+
+    /// X-Request-Id, and with `idempotency` Idempotency-Key, in any case: the headers outbox
+    /// writes on every attempt, which a stored header of the same name must not doubled.
+    package static func isAttemptOwn(_ name: String, idempotency: Bool = true) -> Bool {
+        var name = name
+        return name.withUTF8 { spells($0, requestID) || (idempotency && spells($0, idempotencyKey)) }
+    }
 
     /// Whether `bytes` spell `lower` (lowercase ASCII) in any case; no lowercased copy is made,
     /// as this runs for header names on every request. Not generic: called from another

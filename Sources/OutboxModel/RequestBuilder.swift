@@ -211,7 +211,9 @@ package enum RequestBuilder {
             minted = true
         }
         for (name, value) in headers {
-            if let problem = HeaderRules.nameProblem(name) { throw .invalid("request.headers: \(problem)") }
+            if let problem = HeaderRules.nameProblem(name) ?? HeaderRules.givenProblem(name) {
+                throw .invalid("request.headers: \(problem)")
+            }
             if let problem = HeaderRules.valueProblem(value) { throw .invalid("request.headers.\(name): \(problem)") }
         }
         do { try HeaderRules.checkHead(method: method, url: url, headers: headers) } catch {

@@ -397,6 +397,28 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
         #expect(hook.string("stdin.error.kind") == "expired")
     }
 
+    /// A stored X-Request-Id or Idempotency-Key (a store written before they were refused as
+    /// given headers) is not sent beside outbox's own: a server reading the first value would
+    /// have seen the same request id on every attempt, and another key than the entry's.
+    @Test func storedHeadersOfOutboxsOwnNamesAreNotSentTwice() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        p.server.script("/own", [.status(503), .json(200, "{}")])
+        try await p.enqueue("t", path: "/own", id: "own")
+        _ = try p.sqlite(
+            """
+            UPDATE entries SET request = json_set(request, '$.headers',
+              json_array(json_array('x-request-id', 'stale'), json_array('IDEMPOTENCY-KEY', 'other'))) WHERE id = 'own'
+            """)
+        try await p.drain()
+        let requests = p.server.requests(path: "/own")
+        #expect(requests.count == 2)
+        let requestIDs = requests.compactMap { $0.header("X-Request-Id") }
+        #expect(Set(requestIDs).count == 2 && !requestIDs.contains { $0.contains(",") || $0 == "stale" }, "\(requestIDs)")
+        let keys = requests.compactMap { $0.header("Idempotency-Key") }
+        let hook = try #require(p.deliveries("own").first)
+        #expect(keys.count == 2 && keys.allSatisfy { $0 == hook.string("stdin.meta.idempotency_key") }, "\(keys)")
+    }
+
     @Test func requestIdsDifferPerAttemptAndTheIdempotencyKeyStays() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         p.server.script("/ids", [.status(503), .status(503), .json(200, "{}")])

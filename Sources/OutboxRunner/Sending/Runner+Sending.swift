@@ -6,7 +6,11 @@ extension Runner {
     /// `part`: the index of the part a request sends, whose key is the entry's with the
     /// part's number: one key names one payload, as servers that honour it expect.
     func baseHeaders(_ entry: Entry, requestID: String, part: Int? = nil) -> [(name: String, value: String)] {
-        var headers = entry.request.headers.map { (name: $0.0, value: $0.1) }
+        // A stored header of either name (a store written before they were refused) would go
+        // out beside outbox's own, and a server reading the first would see it on every attempt.
+        var headers: [(name: String, value: String)] = []
+        headers.reserveCapacity(entry.request.headers.count + 3)
+        for (name, value) in entry.request.headers where !HeaderRules.isAttemptOwn(name) { headers.append((name, value)) }
         headers.append((name: "X-Request-Id", value: requestID))
         if let key = entry.idempotencyKey {
             headers.append((name: "Idempotency-Key", value: part.map { "\(key)-part-\($0 + 1)" } ?? key))
