@@ -225,6 +225,17 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
                 "stdin.response.body": .string(String(repeating: "€", count: 21_845)), "stdin.response.body_truncated": .bool(true),
             ]),
         AnsweredFault(
+            // The error's copy of the body is cut the same way: text, not base64 of the bytes.
+            name: "UTF-8 text of a refusal cut at max_response_bytes stays text in the error", path: "/euros-422",
+            steps: [.status(422, body: String(repeating: "€", count: 30_000))],
+            config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "error", kind: "http", status: 422, exit: 1,
+            expect: ["stdin.error.body": .string(String(repeating: "€", count: 21_845))]),
+        AnsweredFault(
+            name: "UTF-8 text over max_response_bytes with a parser stays text in the error", path: "/euros-json",
+            steps: [.status(200, body: String(repeating: "€", count: 30_000))], top: "response: json",
+            config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "error", kind: "truncated", status: nil, exit: 0,
+            expect: ["stdin.error.body": .string(String(repeating: "€", count: 21_845))]),
+        AnsweredFault(
             name: "an endless body over max_response_bytes with a parser: truncated", path: "/endless", top: "response: json",
             config: faultConfig + "max_response_bytes: 64KiB\n", outcome: "error", kind: "truncated", status: nil, exit: 0,
             expect: ["stdin.response.status": .int(200), "stdin.response.body_truncated": .bool(true)]),

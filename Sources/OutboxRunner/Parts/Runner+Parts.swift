@@ -129,7 +129,8 @@ extension Runner {
                 "part \(index + 1) of \(job.parts.count) (index \(index), bytes \(part.range.start)-\(max(part.range.start, part.range.end - 1)))"
             let refusal = Self.s3Refusal(entry, body: result.body).map { ": \($0)" } ?? ""
             let message = result.failure.map { "\(what) failed: \($0.message)" } ?? "\(what) was refused with status \(status)\(refusal)"
-            let error = OutcomePayloads.error(.http, message, status: result.status, partIndex: index, body: result.body)
+            let error = OutcomePayloads.error(
+                .http, message, status: result.status, partIndex: index, body: result.body, bodyCut: result.bodyTruncated)
             changes.append(.partRefused(entrySeq: entry.seq, index: index, status: result.status))
             settleWithError(
                 entry, error: error, response: result, state: .error, reason: "http",

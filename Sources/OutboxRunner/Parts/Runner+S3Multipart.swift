@@ -248,7 +248,8 @@ extension Runner {
         flights.s3StepFailures[entry.id] = nil
         flights.partJobs[entry.id] = nil
         flights.running[entry.id] = nil
-        let error = OutcomePayloads.error(.http, message, status: result.status, body: result.body)
+        let error = OutcomePayloads.error(
+            .http, message, status: result.status, body: result.body, bodyCut: result.bodyTruncated)
         settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: requestID)
     }
 

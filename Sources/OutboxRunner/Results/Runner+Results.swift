@@ -165,7 +165,7 @@ extension Runner {
         case let .terminal(reason):
             // The reason names the failure: "HTTP 404", "redirect: too many redirects".
             let message = Self.s3Refusal(entry, body: result.body).map { "\(reason): \($0)" } ?? reason
-            let error = OutcomePayloads.error(.http, message, status: result.status, body: result.body)
+            let error = OutcomePayloads.error(.http, message, status: result.status, body: result.body, bodyCut: result.bodyTruncated)
             settleWithError(entry, error: error, response: result, state: .error, reason: "http", requestID: flight.requestID)
         }
     }

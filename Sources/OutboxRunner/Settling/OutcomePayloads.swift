@@ -39,7 +39,7 @@ package enum OutcomePayloads {
                 if result.bodyTruncated {
                     parseError = error(
                         .truncated, "the response is over max_response_bytes (\(maxResponseBytes)); it was not parsed",
-                        status: result.status, body: result.body)
+                        status: result.status, body: result.body, bodyCut: true)
                 } else {
                     switch parse(result.body, entry.request.response, entry.vars) {
                     case let .success(value): data = value
@@ -60,15 +60,18 @@ package enum OutcomePayloads {
     }
 
     /// An outcome's `error` object.
-    package static func error(_ kind: ErrorKind, _ message: String, status: Int? = nil, partIndex: Int? = nil, body: [UInt8]? = nil) -> JSON
-    {
+    /// `bodyCut`: the body is the start of a longer one (`max_response_bytes`), so a character
+    /// cut at its end is left out, as in `response.body`, and the body stays text.
+    package static func error(
+        _ kind: ErrorKind, _ message: String, status: Int? = nil, partIndex: Int? = nil, body: [UInt8]? = nil, bodyCut: Bool = false
+    ) -> JSON {
         var error: JSON = .object([
             ("kind", .string(kind.rawValue)), ("message", .string(message)),
             ("status", status.map { .int($0) } ?? .null),
         ])
         if let partIndex { error.set("part_index", .int(partIndex)) }
         if let body {
-            bodyJSON(Array(body.prefix(65536)), into: &error, cut: body.count > 65536)
+            bodyJSON(Array(body.prefix(65536)), into: &error, cut: bodyCut || body.count > 65536)
         } else {
             error.set("body", .null)
         }
