@@ -130,8 +130,13 @@ package struct HTTPResult: Sendable {
     /// The time (epoch ms) a `Retry-After` HTTP-date names, so the next attempt is set from
     /// it rather than from the seconds counted when the header arrived.
     package var retryAfterDate: Int64?
-    /// Request body bytes uploaded (includes a transport-level re-send).
+    /// Request body bytes uploaded by the last request of the attempt (the body's progress).
     package var bytesSent: Int64
+    /// Body bytes of the requests before the last one, those a followed redirect answered
+    /// (the body is sent again after a 307/308): on the wire too, and not in `bytesSent`.
+    package var bytesResent: Int64 = 0
+    /// Every body byte this attempt put on the wire.
+    package var bytesOnTheWire: Int64 { bytesSent + bytesResent }
     /// The AWS Signature V4 libcurl computed for a signed request (a secret to mask).
     package var signature: String?
     /// How long the transfer took, from its start to its end (curl's total time).

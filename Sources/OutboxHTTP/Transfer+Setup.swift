@@ -373,6 +373,8 @@ extension Transfer {
             // "HTTP/1.1 303 See Other": the number after the first space.
             let parts = line.split(separator: 0x20, maxSplits: 2, omittingEmptySubsequences: true)
             currentStatus = parts.count > 1 ? Int(String(decoding: parts[1], as: UTF8.self)) ?? 0 : 0
+            // Another response: the redirect before it was followed.
+            redirectedAtCurrent = 0
             return true
         }
         // A blank line ends this response's headers.
@@ -383,7 +385,17 @@ extension Transfer {
             let refusal = redirectGuard.refusal(
                 status: currentStatus, location: responseHeaders.value("location") ?? "",
                 currentURL: current ?? url)
-        else { return true }
+        else {
+            // A redirect libcurl follows: the request it answers is done, and the next one
+            // sends the body again (307/308) or none; its bytes count from zero again.
+            if (300...399).contains(currentStatus), responseHeaders.value("location")?.isEmpty == false {
+                var sent: curl_off_t = 0
+                _ = ccurl_getinfo_off_t(easy, CURLINFO_SIZE_UPLOAD_T, &sent)
+                redirectedAtCurrent = Int64(sent)
+                redirectedBytes += Int64(sent)
+            }
+            return true
+        }
         stoppedAtRedirect = refusal
         return false
     }

@@ -33,6 +33,10 @@ final class Transfer {
     /// until its handle is reset.
     var fileBytes: UnsafeMutableRawBufferPointer?
     var readPosition: Int64 = 0
+    /// Body bytes of the requests answered by a redirect libcurl follows (each is sent anew),
+    /// and the share of them counted at the response now being read (see `HTTPResult.bytesResent`).
+    var redirectedBytes: Int64 = 0
+    var redirectedAtCurrent: Int64 = 0
     var readFailure: String?
     var headerList: UnsafeMutablePointer<curl_slist>?
     var mime: OpaquePointer?
@@ -241,6 +245,8 @@ final class Transfer {
         var sent: curl_off_t = 0
         _ = ccurl_getinfo_off_t(easy, CURLINFO_SIZE_UPLOAD_T, &sent)
         result.bytesSent = Int64(sent)
+        // A last redirect that was not followed (too many) is the request `bytesSent` counts.
+        result.bytesResent = redirectedBytes - redirectedAtCurrent
         if case .file(let fd, _, _, _) = source { result.bodyFileAtEnd = FileInfo.stat(fd: fd) }
         if let signature, signature.pointee.length > 0 {
             result.signature = withUnsafeBytes(of: signature.pointee.value) { raw in

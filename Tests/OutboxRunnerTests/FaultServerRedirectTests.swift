@@ -44,10 +44,13 @@ extension FaultServerTests {
             : definition("t", request: request)
         let p = try Project(config: faultConfig, definitions: ["t": text])
         try await p.enqueue("t", path: "/redirect-to?url=%2Flanding&code=\(c.code)", id: "rd")
-        try await p.drain(failures: c.landsAs == nil ? 1 : 0)
+        let run = try await p.drain(["--json"], failures: c.landsAs == nil ? 1 : 0)
 
         let first = try #require(p.server.requests(path: "/redirect-to").first)
         let landing = p.server.requests(path: "/landing")
+        // The summary counts every body byte put on the wire: a 307/308's re-send too.
+        let summary = try JSON.parse(run.stdout)
+        #expect(summary.int("bytes_sent") == Int64(first.bodySize + (landing.first?.bodySize ?? 0)), "\(run.stdout)")
         let hook = try #require(p.deliveries("rd").first)
         #expect(p.server.requests(path: "/redirect-to").count == 1, "never sent again")
         if let method = c.landsAs {

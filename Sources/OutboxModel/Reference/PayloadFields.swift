@@ -131,7 +131,7 @@ package enum PayloadFields {
         PayloadField("cancelled", "always", "entries dropped for another account, or cancelled while running"),
         PayloadField("delivered", "always", "hook deliveries acknowledged"),
         PayloadField("delivery_failures", "always", "hook deliveries that failed"),
-        PayloadField("bytes_sent", "always", "request body bytes sent"),
+        PayloadField("bytes_sent", "always", "request body bytes put on the wire (retries, and a body re-sent on a 307/308, included)"),
         PayloadField("elapsed_ms", "always", "the run's length"),
         PayloadField("remaining", "always", "entries left that are not completed or cancelled"),
         PayloadField("failed", "always", "the entries behind `failure_status`:"),

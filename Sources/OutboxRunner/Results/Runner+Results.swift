@@ -62,7 +62,7 @@ extension Runner {
             return
         }
         let now = Identifiers.nowMs()
-        summary.bytesSent += result.bytesSent
+        summary.bytesSent += result.bytesOnTheWire
         if withdrawal == false {
             // Cancelled by another process while in flight: the cancel was recorded first and
             // wins, whatever came back (it was reported when it was noticed).
@@ -226,7 +226,7 @@ extension Runner {
         case .terminal: outcome = "error"
         }
         counters.addAttempt(
-            key: entry.key, result: outcome, sentBytes: result.bytesSent, accepted: accepted,
+            key: entry.key, result: outcome, sentBytes: result.bytesOnTheWire, accepted: accepted,
             durationMicroseconds: result.durationMicroseconds)
     }
 
