@@ -32,7 +32,7 @@ package enum HeaderRules {
     }
 
     /// X-Request-Id, and with `idempotency` Idempotency-Key, in any case: the headers outbox
-    /// writes on every attempt, which a stored header of the same name must not doubled.
+    /// writes on every attempt, which a stored header of the same name must not double.
     package static func isAttemptOwn(_ name: String, idempotency: Bool = true) -> Bool {
         var name = name
         return name.withUTF8 { spells($0, requestID) || (idempotency && spells($0, idempotencyKey)) }
