@@ -336,12 +336,29 @@ package struct CommandRef: Sendable, Equatable {
             guard Paths.isRegularFile(full), access(full, X_OK) == 0 else { return "\(program) is not an executable file" }
             let direct: Bool
             if case .argv = command { direct = true } else { direct = false }
-            return ProcessRunner.execProblem(full, runDirectly: direct, folder: root).map { "\(program) \($0)" }
+            if let problem = ProcessRunner.execProblem(full, runDirectly: direct, folder: root) { return "\(program) \(problem)" }
+            return scriptProblem(root: root)
         }
         for folder in searchPath.split(separator: ":") where !folder.isEmpty {
             let candidate = Paths.join(String(folder), program)
-            if Paths.isRegularFile(candidate), access(candidate, X_OK) == 0 { return nil }
+            if Paths.isRegularFile(candidate), access(candidate, X_OK) == 0 { return scriptProblem(root: root) }
         }
         return "\(program) is not found in PATH"
     }
+
+    /// An interpreter given a script (`[python3, hooks/done.py]`): a missing script fails every
+    /// run at the interpreter, though the program is there. An option first (`-c`, `-m`)
+    /// names no file, and is left alone.
+    func scriptProblem(root: String) -> String? {
+        guard case let .argv(argv) = command, argv.count > 1 else { return nil }
+        let name = Paths.basename(argv[0])
+        let versioned = name.hasPrefix("python") && name.dropFirst(6).allSatisfy { $0.isNumber || $0 == "." }
+        guard versioned || Self.interpreters.contains(name), !argv[1].hasPrefix("-") else { return nil }
+        let script = argv[1]
+        let full = script.hasPrefix("/") ? script : Paths.join(root, script)
+        return Paths.isRegularFile(full) ? nil : "\(script), the script given to \(name), does not exist"
+    }
+
+    /// Programs whose first argument, when not an option, is a script file they read.
+    static let interpreters: Set<String> = ["sh", "bash", "dash", "zsh", "ksh", "perl", "ruby", "node", "php"]
 }

@@ -162,6 +162,8 @@ struct ControlCommandTests {
         ("on_success: [hooks/no-shebang.sh]", "on_success: hooks/no-shebang.sh has no #! line and is not a program"),
         ("on_error: hooks/no-interpreter.sh", "on_error: hooks/no-interpreter.sh names the interpreter /bin/no-such-shell"),
         ("on_error: hooks/relative.sh", "on_error: hooks/relative.sh names the interpreter python3 by a relative path"),
+        ("on_error: [sh, hooks/gone.sh]", "on_error: hooks/gone.sh, the script given to sh, does not exist"),
+        ("on_error: [/bin/bash, hooks/gone.sh, -x]", "on_error: hooks/gone.sh, the script given to bash, does not exist"),
     ])
     func checkRefusesAHookWhoseProgramCannotRun(line: String, message: String) throws {
         let p = try CLIProject()
@@ -189,6 +191,12 @@ struct ControlCommandTests {
             on_error: ["true"]
             """)
         #expect(p.run("check").status == 0)
+        // An interpreter's script is found where hooks run; an option first names no file.
+        for hook in ["[sh, hooks/ok.sh]", "[sh, -c, \"exit 0\"]", "[sh, -e, hooks/gone.sh]", "[dash, /bin/true]"] {
+            _ = try p.write("definitions/hooked.yaml", "key: hooked\nrequest: { url: \"https://x.example/\" }\non_success: \(hook)\n")
+            let r = p.run("check")
+            #expect(r.status == 0, "\(hook): \(r)")
+        }
     }
 
     @Test func checkRefusesAConfigPluginThatCannotRun() throws {
