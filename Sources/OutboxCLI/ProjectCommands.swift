@@ -221,12 +221,7 @@ enum ControlCommands {
             }
             if let problem = HeaderRules.nameProblem(name) { throw .invalid(problem) }
             if let problem = HeaderRules.valueProblem(value) { throw .invalid("\(name): \(problem)") }
-            // An entry keeps its key for life, and each attempt gets a new request id.
-            if HeaderRules.isAttemptOwn(name) {
-                throw .invalid(
-                    "header \(name) cannot be patched: outbox sends the entry's own Idempotency-Key, given at enqueue, and a new X-Request-Id with every attempt"
-                )
-            }
+            if let problem = HeaderRules.patchProblem(name) { throw .invalid(problem) }
             // A patch reaches every part of a chunked upload, whose ranges are each its own.
             if name.lowercased() == "content-range" {
                 throw .invalid("header \(name) cannot be patched: each part of an upload has its own range")

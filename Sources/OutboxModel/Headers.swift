@@ -31,6 +31,14 @@ package enum HeaderRules {
         return "header \(name) cannot be set: outbox sends a new X-Request-Id with every attempt"
     }
 
+    /// Why a header cannot be in a patch (`headers update`, `auth_refresh_command`): an entry
+    /// keeps its Idempotency-Key for life, and each attempt gets a new X-Request-Id.
+    package static func patchProblem(_ name: String) -> String? {
+        guard isAttemptOwn(name) else { return nil }
+        return
+            "header \(name) cannot be patched: outbox sends the entry's own Idempotency-Key, given at enqueue, and a new X-Request-Id with every attempt"
+    }
+
     /// X-Request-Id, and with `idempotency` Idempotency-Key, in any case: the headers outbox
     /// writes on every attempt, which a stored header of the same name must not double.
     package static func isAttemptOwn(_ name: String, idempotency: Bool = true) -> Bool {
@@ -223,7 +231,8 @@ package enum HeaderRules {
 
     /// The headers a plugin printed: an object of names to strings, each a header that can
     /// be sent, no name twice (in any case); anything else is refused, naming the plugin.
-    package static func fromPlugin(_ answer: JSON, plugin: String) throws(OutboxError) -> [(String, String)] {
+    /// `patch`: the answer patches stored entries (`auth_refresh_command`), as `headers update` does.
+    package static func fromPlugin(_ answer: JSON, plugin: String, patch: Bool = false) throws(OutboxError) -> [(String, String)] {
         guard case let .object(members) = answer else {
             throw .invalid("\(plugin) must print a JSON object of headers, not \(answer.typeName)")
         }
@@ -233,7 +242,9 @@ package enum HeaderRules {
             guard let text = value.stringValue else {
                 throw .invalid("\(plugin): header \(name.prefix(64)) must be a string, not \(value.typeName)")
             }
-            if let problem = nameProblem(name) { throw .invalid("\(plugin): \(problem)") }
+            if let problem = nameProblem(name) ?? (patch ? patchProblem(name) : givenProblem(name)) {
+                throw .invalid("\(plugin): \(problem)")
+            }
             if let problem = valueProblem(text) { throw .invalid("\(plugin): header \(name): \(problem)") }
             guard seen.insert(name.lowercased()).inserted else {
                 throw .invalid("\(plugin): header \(name) is given twice (names are compared without regard to case)")

@@ -42,6 +42,21 @@ struct PluginRunnerTests {
         #expect(try await p.list().isEmpty)
     }
 
+    /// A refresh that prints an Idempotency-Key or X-Request-Id patches nothing, as `headers
+    /// update` refuses them: the entry's key stays its own, and it stays parked.
+    @Test(arguments: ["Idempotency-Key", "x-request-id"])
+    func anAuthRefreshCannotPatchOutboxsOwnHeaders(_ name: String) async throws {
+        let refresh = "#!/bin/sh\ncat > /dev/null\nprintf '{\"Authorization\": \"Bearer fresh\", \"\(name)\": \"mine\"}'\n"
+        let p = try Project(
+            config: fastConfig + "auth_refresh_command: [hooks/refresh.sh]\nheaders: { Authorization: \"Bearer stale\" }\n",
+            definitions: ["t": definition("t", hooks: false)], hooks: ["refresh.sh": refresh])
+        try await p.enqueue("t", path: "/bearer/fresh/1", id: "e1")
+        let run = try await p.drain(failures: 2)
+        #expect(run.stderr.contains("auth_refresh_command: header \(name) cannot be patched"), "\(run.stderr)")
+        #expect(try await p.states() == ["e1": "awaiting-auth"])
+        #expect(p.server.requests.map { $0.header("authorization") } == ["Bearer stale"])
+    }
+
     /// Every header auth_refresh_command prints is a credential, whatever its name: `show`
     /// prints it redacted, as it does headers_command's.
     @Test func headersFromAnAuthRefreshAreRedacted() async throws {

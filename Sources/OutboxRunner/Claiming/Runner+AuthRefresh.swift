@@ -27,7 +27,7 @@ extension Runner {
         }
         let headers: [(String, String)]
         do {
-            headers = try HeaderRules.fromPlugin(patch, plugin: "auth_refresh_command")
+            headers = try HeaderRules.fromPlugin(patch, plugin: "auth_refresh_command", patch: true)
         } catch {
             log("outbox: \(error.message); entries stay awaiting-auth", level: .warn)
             return
