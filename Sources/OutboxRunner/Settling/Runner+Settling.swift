@@ -34,6 +34,12 @@ extension Runner {
         if entry.request.s3 != nil {
             built.payload.set("s3", Self.s3Outcome(entry, result: result, parts: s3Parts, skipped: skipped))
         }
+        // Without an on_error hook nothing else would show it: the entry is completed, never sent again.
+        if built.outcome == .error, let message = built.payload["error"]?["message"]?.stringValue {
+            log(
+                "outbox: \(entry.id) was answered and is completed, but its response was not read: \(message)", level: .warn,
+                fields: [("id", .string(entry.id))])
+        }
         // A skipped upload's state event and the run's summary say so.
         let reason = built.reason ?? (skipped && built.outcome == .completed ? "skipped" : nil)
         settle(entry, payload: built.payload, outcome: built.outcome, state: .completed, reason: reason)
