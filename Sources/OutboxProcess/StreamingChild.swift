@@ -101,6 +101,11 @@ package final class StreamingChild {
             _ = csystem_proc_poll(&fds, 1, Int32(min(left, 100)))
             flush()
         }
+        // Lines it did not take within the grace never reach it.
+        if !pending.isEmpty {
+            dropped += pending.split(separator: 0x0A).count
+            pending.removeAll()
+        }
         if stdinFD >= 0 {
             csystem_proc_close(stdinFD)
             stdinFD = -1

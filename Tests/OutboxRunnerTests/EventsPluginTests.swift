@@ -1,5 +1,7 @@
 import Foundation
+import Glibc
 import OutboxModel
+import OutboxRunner
 import TestSupport
 import Testing
 
@@ -80,5 +82,51 @@ struct EventsPluginTests {
             run.stderr.contains("outbox: events.command did not exit within 2s of its input's end and was stopped"),
             "\(run.stderr)")
         #expect(!run.stderr.contains("events.command exited"), "\(run.stderr)")
+    }
+
+    /// A reload that replaces `events.command` does not wait for the old plugin: it ends on a
+    /// thread of its own. The old one reads to its end, writes its pid, and waits to be
+    /// released, with an hour to do so: a reload that waited would hang here.
+    @Test func aReloadDoesNotWaitForTheReplacedPlugin() throws {
+        let folder = TemporaryFolder(prefix: "events-reload")
+        let old = try folder.write(
+            "old.sh",
+            "#!/bin/sh\ncat > /dev/null\necho $$ > \(folder.path)/old.pid\nwhile [ ! -e \(folder.path)/release ]; do sleep 0.05; done\n",
+            mode: 0o755)
+        let lines = Locked<[String]>([])
+        let config = Config(root: folder.path)
+        let sink = EventSink(
+            console: nil, command: .argv([old]), config: config, environment: ProcessInfo.processInfo.environment,
+            log: { line in lines.withLock { $0.append(line) } }, closeGraceMs: 3_600_000)
+        sink.send(.object([("type", .string("state"))]))
+        #expect(sink.reload(command: .argv(["/bin/cat"]), config: config, environment: [:]))
+        // Back from the reload: the old plugin read its input's end and is still there.
+        var pid: Int32?
+        for _ in 0..<6000 where pid == nil {
+            pid = (try? String(contentsOfFile: folder.path + "/old.pid", encoding: .utf8)).flatMap {
+                Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            }
+            if pid == nil { usleep(10_000) }
+        }
+        let oldPID = try #require(pid)
+        #expect(kill(oldPID, 0) == 0, "the old plugin is still running")
+        _ = FileManager.default.createFile(atPath: folder.path + "/release", contents: nil)
+        sink.close()
+    }
+
+    /// Lines the plugin never read by the end of its grace are lost, and counted as such.
+    @Test func linesAPluginNeverReadAreCountedLost() throws {
+        let folder = TemporaryFolder(prefix: "events-lost")
+        let lines = Locked<[String]>([])
+        let sink = EventSink(
+            console: nil, command: .argv(["/bin/sleep", "600"]), config: Config(root: folder.path), environment: [:],
+            log: { line in lines.withLock { $0.append(line) } }, closeGraceMs: 200)
+        // Far more than a pipe holds: the plugin never reads, so most stay in outbox's buffer.
+        let event = JSON.object([("type", .string("state")), ("pad", .string(String(repeating: "x", count: 1000)))])
+        for _ in 0..<500 { sink.send(event) }
+        sink.close()
+        let logged = lines.withLock { $0 }
+        #expect(logged.contains { $0.contains("events.command did not exit within 200ms") }, "\(logged)")
+        #expect(logged.contains { $0.hasPrefix("outbox: events.command did not keep up: ") && $0.hasSuffix(" dropped") }, "\(logged)")
     }
 }

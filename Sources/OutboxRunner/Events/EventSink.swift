@@ -8,7 +8,7 @@ import OutboxProcess
 package final class EventSink {
     let write: ((String) -> Void)?
     let console: (any EventConsole)?
-    let log: (String) -> Void
+    let log: @Sendable (String) -> Void
     var plugin: StreamingChild?
     /// Set once lost stdout has been reported, so a long run says it once, at once.
     var reportedLostOutput = false
@@ -21,11 +21,14 @@ package final class EventSink {
 
     /// The `events.command` the plugin was started with.
     private(set) var command: CommandSpec?
+    /// How long a plugin whose input was closed has to exit before its group is killed.
+    let closeGraceMs: Int64
 
     package init(
         console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
-        log: @escaping (String) -> Void
+        log: @escaping @Sendable (String) -> Void, closeGraceMs: Int64 = 2000
     ) {
+        self.closeGraceMs = closeGraceMs
         write = console.map { c in { c.out($0) } }
         self.console = console
         self.log = log
@@ -44,15 +47,30 @@ package final class EventSink {
     }
 
     /// After a reload (SIGHUP): a changed `events.command` is ended as at the end of a run
-    /// (its input closed) and the new one started; an unchanged one runs on. Returns whether
-    /// events have a reader now.
+    /// (its input closed, 2 s to exit) and the new one started; an unchanged one runs on.
+    /// The old one ends on a thread of its own: the runner never waits on `events.command`.
+    /// Returns whether events have a reader now.
     package func reload(command: CommandSpec?, config: Config, environment: [String: String]) -> Bool {
         if command != self.command {
-            close()
+            if let old = plugin {
+                plugin = nil
+                let ending = Ending(plugin: old, linesLogged: pluginLines)
+                let (log, grace) = (log, closeGraceMs)
+                Threads.detach {
+                    var lines = ending.linesLogged
+                    for line in Self.end(ending.plugin, graceMs: grace, linesLogged: &lines) { log(line) }
+                }
+            }
             pluginLines = 0
             start(command, config: config, environment: environment)
         }
         return write != nil || plugin != nil
+    }
+
+    /// A plugin handed to the thread that ends it; this side no longer touches it.
+    private struct Ending: @unchecked Sendable {
+        let plugin: StreamingChild
+        let linesLogged: Int
     }
 
     package func send(_ event: JSON) {
@@ -77,35 +95,50 @@ package final class EventSink {
     /// Closes the plugin's stdin and gives it 2 s to finish before its group is killed.
     package func close() {
         guard let plugin else { return }
-        plugin.close()
-        logPluginOutput(plugin.takeOutput())
+        self.plugin = nil
+        for line in Self.end(plugin, graceMs: closeGraceMs, linesLogged: &pluginLines) { log(line) }
+    }
+
+    /// Ends a plugin; returns the log lines that say how: its last output, and what it lost.
+    static func end(_ plugin: StreamingChild, graceMs: Int64, linesLogged: inout Int) -> [String] {
+        plugin.close(graceMs: graceMs)
+        var log = outputLines(plugin.takeOutput(), linesLogged: &linesLogged)
         let events = "\(plugin.dropped) event\(plugin.dropped == 1 ? " was" : "s were")"
         // A plugin that failed says so; one gone before the run ended is not slow but stopped.
         let failed = plugin.ended.flatMap { e in
             e.signal.map { "was killed by signal \($0)" } ?? (e.status == 0 ? nil : "exited \(e.status ?? -1)")
         }
         if plugin.stoppedReading {
-            log("outbox: events.command \(failed ?? "stopped reading its input") before the run ended: \(events) not delivered")
+            log.append("outbox: events.command \(failed ?? "stopped reading its input") before the run ended: \(events) not delivered")
         } else {
-            if let failed { log("outbox: events.command \(failed)") }
+            if let failed { log.append("outbox: events.command \(failed)") }
             // Killed at the end, it may not have handled the last lines it read.
-            if plugin.killedAfterGrace { log("outbox: events.command did not exit within 2s of its input's end and was stopped") }
-            if plugin.dropped > 0 { log("outbox: events.command did not keep up: \(events) dropped") }
+            if plugin.killedAfterGrace {
+                log.append(
+                    "outbox: events.command did not exit within \(Units.formatDuration(ms: graceMs)) of its input's end and was stopped")
+            }
+            if plugin.dropped > 0 { log.append("outbox: events.command did not keep up: \(events) dropped") }
         }
-        self.plugin = nil
+        return log
     }
 
     /// The plugin's output goes to the log, never to stdout (where `run --json` prints its
     /// document): a line each, control characters escaped, up to a number of lines a run.
     func logPluginOutput(_ lines: [String]) {
+        for line in Self.outputLines(lines, linesLogged: &pluginLines) { log(line) }
+    }
+
+    static func outputLines(_ lines: [String], linesLogged: inout Int) -> [String] {
+        var out: [String] = []
         for line in lines {
-            pluginLines += 1
-            if pluginLines <= Self.pluginLinesLogged {
-                log("events.command: \(TerminalText.visible(line))")
-            } else if pluginLines == Self.pluginLinesLogged + 1 {
-                log("events.command: printed more than \(Self.pluginLinesLogged) lines; the rest is not logged")
+            linesLogged += 1
+            if linesLogged <= pluginLinesLogged {
+                out.append("events.command: \(TerminalText.visible(line))")
+            } else if linesLogged == pluginLinesLogged + 1 {
+                out.append("events.command: printed more than \(pluginLinesLogged) lines; the rest is not logged")
             }
         }
+        return out
     }
 }
 
