@@ -307,6 +307,7 @@ private struct JSONReader {
 
     mutating func readString() throws(JSONParseError) -> String {
         index += 1
+        let contentStart = index
         var buffer: [UInt8] = []
         var escaped = false
         var ascii = true
@@ -322,7 +323,7 @@ private struct JSONReader {
                     let run = UnsafeBufferPointer(rebasing: bytes[runStart..<index])
                     index += 1
                     if ascii { return String(decoding: run, as: UTF8.self) }
-                    return try validated(run)
+                    return try validated(run, from: contentStart)
                 }
                 buffer.append(contentsOf: bytes[runStart..<index])
                 index += 1
@@ -366,11 +367,16 @@ private struct JSONReader {
             }
             runStart = index
         }
-        return try validated(buffer[...])
+        return try validated(buffer[...], from: contentStart)
     }
 
-    private func validated(_ utf8: some Collection<UInt8>) throws(JSONParseError) -> String {
-        guard let text = String(validating: utf8, as: UTF8.self) else { throw fail("string is not valid UTF-8") }
+    /// The string's text, or the error at its first byte that is not UTF-8: found in the
+    /// source from `start` (escapes are ASCII, so it is the same byte the text stops at).
+    private func validated(_ utf8: some Collection<UInt8>, from start: Int) throws(JSONParseError) -> String {
+        guard let text = String(validating: utf8, as: UTF8.self) else {
+            let at = Paths.invalidUTF8Offset(bytes[start..<index]).map { start + $0 } ?? index
+            throw JSONParseError(offset: at, message: "string is not valid UTF-8")
+        }
         return text
     }
 }

@@ -69,13 +69,14 @@ struct JSONTests {
     }
 
     /// Bad strings fail with what is wrong and where (1-based byte offset), whether or not
-    /// the string holds an escape.
+    /// the string holds an escape: text that is not UTF-8 at its first bad byte.
     @Test(
         arguments: [
-            ([0x22, 0x61, 0xFF, 0x22], "string is not valid UTF-8 at byte 5"),
-            ([0x22, 0xC3, 0x22], "string is not valid UTF-8 at byte 4"),
-            ([0x22, 0x5C, 0x6E, 0xC3, 0x22], "string is not valid UTF-8 at byte 6"),
-            ([0x22, 0xED, 0xA0, 0x80, 0x22], "string is not valid UTF-8 at byte 6"),
+            ([0x22, 0x61, 0xFF, 0x22], "string is not valid UTF-8 at byte 3"),
+            ([0x22, 0xC3, 0x22], "string is not valid UTF-8 at byte 2"),
+            ([0x22, 0x5C, 0x6E, 0xC3, 0x22], "string is not valid UTF-8 at byte 4"),
+            ([0x22, 0xED, 0xA0, 0x80, 0x22], "string is not valid UTF-8 at byte 2"),
+            ([0x7B, 0x22, 0x6B, 0x22, 0x3A, 0x22, 0xC3, 0xA9, 0xFF, 0x62, 0x22, 0x7D], "string is not valid UTF-8 at byte 9"),
             (Array(#""\ud800""#.utf8), "lone surrogate in \\u escape at byte 8"),
             (Array("\"a\u{01}\"".utf8), "control character in string at byte 3"),
             (Array(#""abc"#.utf8), "unterminated string at byte 5"),
