@@ -129,4 +129,27 @@ struct EventsPluginTests {
         #expect(logged.contains { $0.contains("events.command did not exit within 200ms") }, "\(logged)")
         #expect(logged.contains { $0.hasPrefix("outbox: events.command did not keep up: ") && $0.hasSuffix(" dropped") }, "\(logged)")
     }
+
+    /// A plugin a reload replaced does not outlive the run: the sink's last close waits for its
+    /// end (its group killed after the grace), though the reload did not.
+    @Test func aReplacedPluginEndsBeforeTheSinkCloses() throws {
+        let folder = TemporaryFolder(prefix: "events-replaced")
+        let old = try folder.write(
+            "old.sh", "#!/bin/sh\necho $$ > \(folder.path)/old.pid\ncat > /dev/null\nwhile :; do sleep 0.05; done\n", mode: 0o755)
+        let config = Config(root: folder.path)
+        let sink = EventSink(
+            console: nil, command: .argv([old]), config: config, environment: ProcessInfo.processInfo.environment,
+            log: { _ in }, closeGraceMs: 200)
+        var pid: Int32?
+        for _ in 0..<6000 where pid == nil {
+            pid = (try? String(contentsOfFile: folder.path + "/old.pid", encoding: .utf8)).flatMap {
+                Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
+            }
+            if pid == nil { usleep(10_000) }
+        }
+        let oldPID = try #require(pid)
+        #expect(sink.reload(command: .argv(["/bin/cat"]), config: config, environment: [:]))
+        sink.close()
+        #expect(kill(oldPID, 0) != 0, "the replaced plugin was stopped and reaped by the close")
+    }
 }

@@ -1,3 +1,4 @@
+import Glibc
 import OutboxEnqueue
 import OutboxModel
 import OutboxProcess
@@ -23,6 +24,8 @@ package final class EventSink {
     private(set) var command: CommandSpec?
     /// How long a plugin whose input was closed has to exit before its group is killed.
     let closeGraceMs: Int64
+    /// Threads ending plugins a reload replaced: joined by `close`, so none outlives the run.
+    private var ending: [pthread_t] = []
 
     package init(
         console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
@@ -56,9 +59,13 @@ package final class EventSink {
                 plugin = nil
                 let ending = Ending(plugin: old, linesLogged: pluginLines)
                 let (log, grace) = (log, closeGraceMs)
-                Threads.detach {
+                let body: @Sendable () -> Void = {
                     var lines = ending.linesLogged
                     for line in Self.end(ending.plugin, graceMs: grace, linesLogged: &lines) { log(line) }
+                }
+                switch Threads.start(detached: false, body) {
+                case let .success(thread): self.ending.append(thread)
+                case .failure: body()
                 }
             }
             pluginLines = 0
@@ -92,11 +99,15 @@ package final class EventSink {
         }
     }
 
-    /// Closes the plugin's stdin and gives it 2 s to finish before its group is killed.
+    /// Closes the plugin's stdin and gives it 2 s to finish before its group is killed; and
+    /// waits for the ends of plugins a reload replaced, which get the same.
     package func close() {
-        guard let plugin else { return }
-        self.plugin = nil
-        for line in Self.end(plugin, graceMs: closeGraceMs, linesLogged: &pluginLines) { log(line) }
+        if let plugin {
+            self.plugin = nil
+            for line in Self.end(plugin, graceMs: closeGraceMs, linesLogged: &pluginLines) { log(line) }
+        }
+        for thread in ending { pthread_join(thread, nil) }
+        ending.removeAll()
     }
 
     /// Ends a plugin; returns the log lines that say how: its last output, and what it lost.
