@@ -101,14 +101,7 @@ struct EventsPluginTests {
         sink.send(.object([("type", .string("state"))]))
         #expect(sink.reload(command: .argv(["/bin/cat"]), config: config, environment: [:]))
         // Back from the reload: the old plugin read its input's end and is still there.
-        var pid: Int32?
-        for _ in 0..<6000 where pid == nil {
-            pid = (try? String(contentsOfFile: folder.path + "/old.pid", encoding: .utf8)).flatMap {
-                Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
-            }
-            if pid == nil { usleep(10_000) }
-        }
-        let oldPID = try #require(pid)
+        let oldPID = try #require(Self.pid(writtenTo: folder.path + "/old.pid"))
         #expect(kill(oldPID, 0) == 0, "the old plugin is still running")
         _ = FileManager.default.createFile(atPath: folder.path + "/release", contents: nil)
         sink.close()
@@ -140,16 +133,22 @@ struct EventsPluginTests {
         let sink = EventSink(
             console: nil, command: .argv([old]), config: config, environment: ProcessInfo.processInfo.environment,
             log: { _ in }, closeGraceMs: 200)
-        var pid: Int32?
-        for _ in 0..<6000 where pid == nil {
-            pid = (try? String(contentsOfFile: folder.path + "/old.pid", encoding: .utf8)).flatMap {
-                Int32($0.trimmingCharacters(in: .whitespacesAndNewlines))
-            }
-            if pid == nil { usleep(10_000) }
-        }
-        let oldPID = try #require(pid)
+        let oldPID = try #require(Self.pid(writtenTo: folder.path + "/old.pid"))
         #expect(sink.reload(command: .argv(["/bin/cat"]), config: config, environment: [:]))
         sink.close()
         #expect(kill(oldPID, 0) != 0, "the replaced plugin was stopped and reaped by the close")
+    }
+
+    /// The pid a plugin wrote to `path`, once it has (up to a minute); nil if it never did.
+    static func pid(writtenTo path: String) -> Int32? {
+        for _ in 0..<6000 {
+            if let text = try? String(contentsOfFile: path, encoding: .utf8),
+                let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines))
+            {
+                return pid
+            }
+            usleep(10_000)
+        }
+        return nil
     }
 }
