@@ -25,7 +25,7 @@ package final class EventSink {
     /// How long a plugin whose input was closed has to exit before its group is killed.
     let closeGraceMs: Int64
     /// Threads ending plugins a reload replaced: joined by `close`, so none outlives the run.
-    private var ending: [pthread_t] = []
+    private var endingThreads: [pthread_t] = []
 
     package init(
         console: (any EventConsole)?, command: CommandSpec?, config: Config, environment: [String: String],
@@ -57,14 +57,14 @@ package final class EventSink {
         if command != self.command {
             if let old = plugin {
                 plugin = nil
-                let ending = Ending(plugin: old, linesLogged: pluginLines)
+                let handoff = Handoff(plugin: old, linesLogged: pluginLines)
                 let (log, grace) = (log, closeGraceMs)
                 let body: @Sendable () -> Void = {
-                    var lines = ending.linesLogged
-                    for line in Self.end(ending.plugin, graceMs: grace, linesLogged: &lines) { log(line) }
+                    var lines = handoff.linesLogged
+                    for line in Self.end(handoff.plugin, graceMs: grace, linesLogged: &lines) { log(line) }
                 }
                 switch Threads.start(detached: false, body) {
-                case let .success(thread): self.ending.append(thread)
+                case let .success(thread): endingThreads.append(thread)
                 case .failure: body()
                 }
             }
@@ -75,7 +75,7 @@ package final class EventSink {
     }
 
     /// A plugin handed to the thread that ends it; this side no longer touches it.
-    private struct Ending: @unchecked Sendable {
+    private struct Handoff: @unchecked Sendable {
         let plugin: StreamingChild
         let linesLogged: Int
     }
@@ -106,8 +106,8 @@ package final class EventSink {
             self.plugin = nil
             for line in Self.end(plugin, graceMs: closeGraceMs, linesLogged: &pluginLines) { log(line) }
         }
-        for thread in ending { pthread_join(thread, nil) }
-        ending.removeAll()
+        for thread in endingThreads { pthread_join(thread, nil) }
+        endingThreads.removeAll()
     }
 
     /// Ends a plugin; returns the log lines that say how: its last output, and what it lost.
