@@ -118,6 +118,11 @@ enum InitCommand {
                 throw .storage("cannot write \(full): \(problem)")
             }
         }
+        if i.json {
+            // What a script needs: the files made (relative to here), nothing on stderr.
+            i.console.out(JSON.object([("created", .array(files.map { .string($0.0) }))]).serialized())
+            return 0
+        }
         for (path, _, _) in files { i.console.err("created \(path)") }
         i.console.err(
             "next: point the url in definitions/example-ping.yaml at your server (it posts to http://127.0.0.1:8080/ping), then "

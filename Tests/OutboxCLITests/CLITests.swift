@@ -106,6 +106,17 @@ struct CLIBasicsTests {
         #expect(enqueue.status == 0, "\(enqueue)")
     }
 
+    @Test func initWithJSONSaysWhatItMadeOnStdout() throws {
+        let p = try CLIProject(empty: true)
+        let made = p.run("init", "--json")
+        #expect(made.status == 0, "\(made)")
+        #expect(made.out == #"{"created":["config/outbox.yaml","definitions/example-ping.yaml","hooks/example-done.sh"]}"# + "\n")
+        #expect(made.err.isEmpty)
+        let again = p.run("init", "--json")
+        #expect(again.status == 65)
+        #expect(again.out.hasPrefix(#"{"error":{"code":"E_INVALID","message":"\#(p.root)/config/outbox.yaml exists already"#))
+    }
+
     @Test func checkPrintsEveryErrorLikeACompiler() throws {
         let p = try CLIProject()
         let a = try p.write(
