@@ -108,10 +108,11 @@ enum RunCommand {
         let stopRequests = options.stopRequests
         let stopAt = options.maxTimeMs.map { Identifiers.monotonicMs() + $0 }
         console.stopWaitingForOutput { stopRequests() > 0 || stopAt.map { Identifiers.monotonicMs() >= $0 } ?? false }
-        options.drawProgress = { console.rawErr($0) }
+        let liveLine = LiveLine(write: { console.rawErr($0) })
+        options.drawProgress = { liveLine.draw($0) }
         let sink = EventSink(
             console: events != nil ? console : nil, command: config.eventsCommand, config: config,
-            environment: i.environment, log: { logger.log(.warn, $0) })
+            environment: i.environment, log: { line in liveLine.logging { logger.log(.warn, line) } })
         defer { sink.close() }
         let runner = Runner(
             config: config, definitions: project.definitions, store: store, environment: i.environment, cwd: try i.cwd,

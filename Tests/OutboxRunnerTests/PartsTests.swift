@@ -642,6 +642,45 @@ func partsDefinition(
         #expect(!hidden.stderr.contains("entries"))
     }
 
+    /// The events plugin's output is logged from the sink, beside the runner that draws the
+    /// live line: each such line is on a row of its own, the drawn line cleared first (it ran on
+    /// after the drawn line's text).
+    @Test func aPluginLineLoggedBesideTheLiveLineClearsItFirst() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/", [TestResponse.delay(300, 201)])
+        let sandbox = try OutboxSandbox(config: "events: { command: hooks/events.sh }\n")
+        _ = try sandbox.write("hooks/events.sh", "#!/bin/sh\nwhile IFS= read -r line; do echo seen one; done\n", mode: 0o755)
+        try sandbox.define("up", partsDefinition(server, min: "64KiB", max: "64KiB"))
+        try PartFiles.make(sandbox.path("a.bin"), size: 4 * 65_536)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "pl", "--vars", #"{"path": "a.bin"}"#]).status == 0)
+        let run = try await sandbox.outbox(["run", "--drain", "--progress", "always"])
+        #expect(run.status == 0, "\(run.stderr)")
+        let rows = run.stderr.split(separator: "\n").filter { $0.contains("events.command: seen one") }
+        #expect(!rows.isEmpty, "\(run.stderr)")
+        for row in rows {
+            // What a terminal shows of the row: the text after its last clearing.
+            let shown = row.components(separatedBy: LiveLine.clearing).last ?? ""
+            #expect(!shown.contains("entries"), "a drawn line runs into the log line: \(row.debugDescription)")
+        }
+    }
+
+    @Test func aLineLoggedFromAnotherThreadClearsTheDrawnLine() {
+        let written = Locked<[String]>([])
+        let live = LiveLine(write: { text in written.withLock { $0.append(text) } })
+        live.logging { written.withLock { $0.append("first\n") } }
+        live.draw(LiveLine.clearing + "1/2 entries")
+        live.logging { written.withLock { $0.append("second\n") } }
+        live.logging { written.withLock { $0.append("third\n") } }
+        live.draw(LiveLine.clearing + "2/2 entries")
+        live.draw(LiveLine.clearing)
+        live.logging { written.withLock { $0.append("fourth\n") } }
+        #expect(
+            written.withLock { $0 } == [
+                "first\n", LiveLine.clearing + "1/2 entries", LiveLine.clearing, "second\n", "third\n",
+                LiveLine.clearing + "2/2 entries", LiveLine.clearing, "fourth\n",
+            ])
+    }
+
     struct LineCase: CustomTestStringConvertible, Sendable {
         var name: String
         var snapshot: ProgressDisplay.Snapshot

@@ -103,20 +103,20 @@ final class ProgressDisplay {
             doneEntries: doneEntries, totalEntries: doneEntries + pending.entries, acceptedBytes: accepted,
             totalBytes: total, rate: rate, remainingBytes: max(0, total - accepted - inFlight), running: running,
             retried: summary.retried, errors: summary.errors)
-        write("\r\u{1B}[2K" + Self.fitted(Self.line(snapshot), columns: columns()))
+        write(LiveLine.clearing + Self.fitted(Self.line(snapshot), columns: columns()))
         drewSomething = true
     }
 
     /// Clears the line so the summary prints on a clean one.
     func finish() {
-        if drewSomething { write("\r\u{1B}[2K") }
+        if drewSomething { write(LiveLine.clearing) }
     }
 
     /// Clears the line before another line is written (a log line), and lets the next
     /// `draw` come at once, below it.
     func clear() {
         guard drewSomething else { return }
-        write("\r\u{1B}[2K")
+        write(LiveLine.clearing)
         drewSomething = false
         lastDraw = .min
     }
@@ -148,5 +148,34 @@ final class ProgressDisplay {
         // Every byte sent and some not yet accepted: when the answers come is not the rate's to say.
         if s.remainingBytes == 0 { return s.acceptedBytes < s.totalBytes ? "--" : "0s" }
         return rate > 0 ? Units.formatDuration(ms: s.remainingBytes * 1000 / rate) : "--"
+    }
+}
+
+/// The live line on stderr as the threads writing there share it: the runner draws it, and
+/// a line logged from any thread (the events plugin's output is logged from the sink's)
+/// clears what is drawn first, so it never runs on after the line's text.
+package final class LiveLine: Sendable {
+    static let clearing = "\r\u{1B}[2K"
+    /// Whether the last thing written was a drawn line, not yet cleared.
+    private let drawn = Locked(false)
+    private let write: @Sendable (String) -> Void
+
+    package init(write: @escaping @Sendable (String) -> Void) { self.write = write }
+
+    /// What `ProgressDisplay` writes: a line to draw, or the clearing of the last one.
+    package func draw(_ text: String) {
+        drawn.withLock { drawn in
+            write(text)
+            drawn = !text.hasSuffix(Self.clearing)
+        }
+    }
+
+    /// Runs `log` (which writes one whole line) on a row of its own.
+    package func logging(_ log: () -> Void) {
+        drawn.withLock { drawn in
+            if drawn { write(Self.clearing) }
+            drawn = false
+            log()
+        }
     }
 }
