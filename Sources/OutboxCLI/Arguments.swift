@@ -135,6 +135,9 @@ enum ArgumentParser {
             if !spec.repeatable, parsed.options[name] != nil {
                 throw .usage("--\(name) is given twice")
             }
+            // An empty name would be taken for the folder it is resolved in (`--from-dir "$UNSET"`
+            // would enqueue, or move in, every file of the current folder).
+            if value.isEmpty, let what = Self.pathValues[spec.valueName!] { throw .usage("--\(name) needs \(what)") }
             parsed.options[name, default: []].append(value)
         }
         if parsed.flag("help") { return parsed }
@@ -147,4 +150,7 @@ enum ArgumentParser {
         }
         return parsed
     }
+
+    /// Values that name a file or folder, by how the option's help spells them.
+    static let pathValues = ["FILE": "a file name", "FILE.jsonl": "a file name", "F": "a file name", "DIR": "a folder name"]
 }

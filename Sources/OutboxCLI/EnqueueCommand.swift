@@ -64,6 +64,7 @@ enum EnqueueCommand {
             if text == "-" {
                 bytes = try i.console.readStdin(limit: try varsTextLimit(i), what: "--vars -")
             } else {
+                if text == "@" { throw .usage("--vars @FILE needs a file name after the @") }
                 bytes = try readFile(
                     Paths.absolute(String(text.dropFirst()), relativeTo: i.cwd), limit: try varsTextLimit(i), what: "--vars")
             }
@@ -200,7 +201,9 @@ enum EnqueueCommand {
             guard fd >= 0 else { throw .unreadable("--from: cannot read \(absolute): \(Paths.errnoMessage())", errno: errno) }
             // A file's lines are written in one transaction as they are read: one still being
             // appended to would hold the store's write lock for as long as its writer goes on.
-            reader = LineReader(fd: fd, maxLineBytes: maxLine, limit: Self.regularFileSize(fd) ?? .max)
+            // A size of 0 may be no size at all (/proc, some FUSE files): such a file is read to its end.
+            let size = Self.regularFileSize(fd)
+            reader = LineReader(fd: fd, maxLineBytes: maxLine, limit: size == 0 ? .max : size ?? .max)
         }
         defer { if fd >= 0 { close(fd) } }
         let project = try i.project()

@@ -276,6 +276,10 @@ enum ReadCommands {
         case .error: reasons.append("it settled error (\(e.reason ?? "see outbox show")); it stays until cancelled or enqueued again")
         case .queued, .paused: break
         }
+        if !e.state.isSettled, e.state != .running, let expiry = e.expiresAt, expiry <= now {
+            reasons.append(
+                "it expired at \(Units.rfc3339(ms: expiry)): the next `outbox run` settles it error (expired), and sends it no more")
+        }
         let control = try store.control()
         if control.queuePaused { reasons.append("the whole queue is paused (outbox resume)") }
         if control.pausedKeys.contains(e.key) { reasons.append("its key \(e.key) is paused (outbox resume --key \(e.key))") }
@@ -305,7 +309,8 @@ enum ReadCommands {
                 reasons.append("it waits for its account \(account) to be the current one (config account)")
             }
         }
-        if e.state == .queued, e.reason == HoldReason.wifi.rawValue { reasons.append("it is waiting for Wi-Fi") }
+        // A hold for Wi-Fi that `wifi-only off` ended is over, though the row says it until a runner looks.
+        if wifi, e.state == .queued, e.reason == HoldReason.wifi.rawValue { reasons.append("it is waiting for Wi-Fi") }
         let host = URLCheck.hostKey(e.request.url ?? "")
         if e.state == .queued, try store.heldHosts().contains(host) {
             reasons.append("its host \(host) is held after connection failures: one request at a time probes it until it answers")

@@ -15,7 +15,7 @@ extension String {
 enum TimeText {
     /// 9999-12-31T23:59:59.999Z: later times (and times before 1970) are typing mistakes, and
     /// bounding them keeps every difference with now exact.
-    static let latestMs: Int64 = 253_402_300_799_999
+    static let latestMs = Identifiers.recordableMs.upperBound
 
     static func parse(_ text: String, field: String) throws(OutboxError) -> Int64 {
         let ms = try parseUnbounded(text, field: field)
@@ -27,6 +27,9 @@ enum TimeText {
 
     private static func parseUnbounded(_ text: String, field: String) throws(OutboxError) -> Int64 {
         if let ms = Int64(text) { return ms }
+        // Epoch milliseconds beyond 64 bits are a time too, and out of range.
+        let number = text.utf8.dropFirst(text.hasPrefix("-") || text.hasPrefix("+") ? 1 : 0)
+        if !number.isEmpty, number.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) { return text.hasPrefix("-") ? .min : .max }
         let b = Array(text.utf8)
         func num(_ from: Int, _ count: Int) -> Int64? {
             guard from + count <= b.count else { return nil }
@@ -61,6 +64,8 @@ enum TimeText {
                 digits += 1
                 i += 1
             }
+            // RFC 3339 has a digit at least after the dot.
+            guard digits > 0 else { throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (no digit after the dot)") }
             while digits < 3 { ms *= 10; digits += 1 }
         }
         var offset: Int64 = 0
@@ -76,6 +81,11 @@ enum TimeText {
             throw .invalid("\(field): \"\(text.prefix(40))\" needs a time zone (Z or +HH:MM)")
         }
         guard i == b.count else { throw .invalid("\(field): \"\(text.prefix(40))\" is not a time") }
+        // Second 60 is a leap second, which comes at 23:59 UTC alone: elsewhere it is a
+        // mistake, not the next minute.
+        if s == 60, ((h * 60 + mi - offset / 60_000) % 1440 + 1440) % 1440 != 1439 {
+            throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (second 60 is a leap second, at 23:59:60 UTC only)")
+        }
         // Days from the civil date (Howard Hinnant's algorithm).
         let yy = mo <= 2 ? y - 1 : y
         let era = (yy >= 0 ? yy : yy - 399) / 400

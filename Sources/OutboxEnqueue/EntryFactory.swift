@@ -114,14 +114,20 @@ package struct EntryFactory {
         } else {
             prepared = try RequestBuilder.prepare(request: def.request ?? .object([]), definition: def, config: config, inputs: inputs)
         }
-        // Held past its expiry, an entry could only expire unsent: refused, not accepted to be lost.
-        if let notBefore {
-            let expires = expiresAt ?? (Identifiers.nowMs() + prepared.expiresInMs)
-            if notBefore >= expires {
-                throw .invalid(
-                    "the entry would expire (\(Units.rfc3339(ms: expires))) before it may be sent (\(Units.rfc3339(ms: notBefore))): give a later expiry (--expires-at, expires_in) or an earlier hold"
-                )
-            }
+        // Held past its expiry, or expired already, an entry could only expire unsent: refused,
+        // not accepted to be lost. Less than a second to be sent in counts too: a hold as long
+        // as the lifetime (`--delay 14d`) ends a few milliseconds before the expiry.
+        let now = Identifiers.nowMs()
+        let expires = expiresAt ?? min(now + prepared.expiresInMs, Identifiers.recordableMs.upperBound)
+        if let notBefore, expires - max(notBefore, now) < NewEntry.shortestWindowMs {
+            throw .invalid(
+                "the entry would expire (\(Units.rfc3339(ms: expires))) before it may be sent (\(Units.rfc3339(ms: notBefore))) or within a second of it: give a later expiry (--expires-at, expires_in) or an earlier hold"
+            )
+        }
+        if expires - now < NewEntry.shortestWindowMs {
+            throw .invalid(
+                "the entry would expire (\(Units.rfc3339(ms: expires))) before it could be sent: give a later expiry (--expires-at, expires_in)"
+            )
         }
         var entry = NewEntry(
             id: entryID, key: def.key, vars: vars, prepared: prepared, account: try account(), parent: parent,

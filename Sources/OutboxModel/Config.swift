@@ -263,7 +263,10 @@ package struct Config: Sendable {
             store = Self.isServerStore(text) ? text : reader.path(n, "store", relativeTo: root) ?? store
         }
         definitions = reader.path(f["definitions"], "definitions", relativeTo: root) ?? Paths.join(root, "definitions")
-        if let v = reader.duration(f["lifetime"], "lifetime") { lifetimeMs = v }
+        if let node = f["lifetime"], let v = reader.duration(node, "lifetime") {
+            // Entries would expire as they are enqueued, each one unsent.
+            if v == 0 { reader.error(node.mark, "lifetime must be longer than 0 (entries would expire unsent)") } else { lifetimeMs = v }
+        }
         if let v = reader.size(f["max_vars_bytes"], "max_vars_bytes") { maxVarsBytes = v }
         if let v = reader.size(f["max_response_bytes"], "max_response_bytes") { maxResponseBytes = v }
         if let n = f["retry"], let r = RetryRules.read(n, reader: &reader, context: "retry", base: retry) { retry = r }

@@ -84,9 +84,16 @@ package struct DefinitionSet: Sendable {
     /// Reads every `*.yaml` / `*.yml` file of a folder. A missing folder is an empty set.
     package static func load(folder: String) -> DefinitionSet {
         var set = DefinitionSet()
-        guard let names = Paths.list(folder) else { return set }
+        guard let listed = Paths.listNames(folder) else { return set }
         var firstFile: [String: String] = [:]
-        for name in names where name.hasSuffix(".yaml") || name.hasSuffix(".yml") {
+        // Its name, spelled with `\xHH`, names no file: said as it is, not as a failed read.
+        for name in listed.notUTF8 where name.hasSuffix(".yaml") || name.hasSuffix(".yml") {
+            set.diagnostics.append(
+                Diagnostic(
+                    path: Paths.join(folder, name), line: 1, column: 1,
+                    message: "the file name is not valid UTF-8, so its definition is not read; rename the file"))
+        }
+        for name in listed.names where name.hasSuffix(".yaml") || name.hasSuffix(".yml") {
             let path = Paths.join(folder, name)
             // A definition file that cannot be read is an error, not a file to skip: its key
             // would otherwise vanish without a word (a dangling link, mode 000, a folder).
@@ -220,8 +227,9 @@ extension Definition {
             d.expiresInTemplate = text
         } else if let e = f["expires_in"], case .null? = e.scalar {
             // null: the config's lifetime, as when the field is left out.
-        } else {
-            d.expiresInMs = reader.duration(f["expires_in"], "expires_in")
+        } else if let e = f["expires_in"], let v = reader.duration(e, "expires_in") {
+            // Its entries would expire as they are enqueued, each one unsent.
+            if v == 0 { reader.error(e.mark, "expires_in must be longer than 0 (entries would expire unsent)") } else { d.expiresInMs = v }
         }
         if let s = f["scope"], s.scalar != .null, let text = reader.string(s, "scope") {
             if let problem = Template.validate(text) { reader.error(s.mark, "scope: \(problem)") }
@@ -310,24 +318,26 @@ extension Definition {
 
     /// Reports template syntax errors in every string of a tree, each at its own line and
     /// column; `skip` names fields whose templates were already checked (headers).
-    static func checkTemplates(_ node: YAMLNode, field: String, skip: Set<String> = [], reader: inout YAMLReader) {
+    static func checkTemplates(
+        _ node: YAMLNode, field: String, skip: Set<String> = [], unavailable: Set<String> = [], reader: inout YAMLReader
+    ) {
         switch node.kind {
         case .scalar:
             // `part` renders in a parts plan alone: elsewhere in a request, or in a follow-up, it can never resolve.
             let partless = (field.hasPrefix("request.") && !field.hasPrefix("request.parts")) || field.hasPrefix("then.")
-            let roots = partless ? Template.allRoots.subtracting(["part"]) : Template.allRoots
+            let roots = (partless ? Template.allRoots.subtracting(["part"]) : Template.allRoots).subtracting(unavailable)
             if case let .string(s)? = node.scalar, let problem = Template.validate(s, roots: roots) {
                 reader.error(node.mark, "\(field): \(problem)")
             }
         case let .sequence(items):
             for (i, item) in items.enumerated() {
-                checkTemplates(item, field: "\(field)[\(i)]", skip: skip, reader: &reader)
+                checkTemplates(item, field: "\(field)[\(i)]", skip: skip, unavailable: unavailable, reader: &reader)
             }
         case let .mapping(pairs):
             for pair in pairs {
                 guard case let .scalar(name, _) = pair.key.kind else { continue }
                 let path = "\(field).\(name)"
-                if !skip.contains(path) { checkTemplates(pair.value, field: path, skip: skip, reader: &reader) }
+                if !skip.contains(path) { checkTemplates(pair.value, field: path, skip: skip, unavailable: unavailable, reader: &reader) }
             }
         }
     }
@@ -355,10 +365,21 @@ extension Definition {
         } else if f["url"] == nil && f["parts"] == nil {
             reader.error(node.mark, "request needs a url")
         }
+        var literalURL: String?
         if let u = f["url"], let url = reader.string(u, "request.url"), !url.contains("{{") {
             do { _ = try URLCheck.validate(url, field: "request.url") } catch { reader.error(u.mark, error.message) }
+            literalURL = url
         }
-        if let h = f["headers"] { _ = Config.readHeaders(h, reader: &reader, context: "request.headers") }
+        let headers = f["headers"].map { Config.readHeaders($0, reader: &reader, context: "request.headers") } ?? []
+        // What is written out already is at least what every request's head holds: over the
+        // limit, each enqueue would be refused.
+        let writtenHeaders = headers.filter { !$0.0.contains("{{") && !$0.1.contains("{{") }
+        do { try HeaderRules.checkHead(method: "", url: literalURL, headers: writtenHeaders) } catch {
+            // At the larger part: the URL or the headers.
+            let headerBytes = writtenHeaders.reduce(0) { $0 + $1.0.utf8.count + $1.1.utf8.count }
+            let atURL = error.field == "request" && (literalURL?.utf8.count ?? 0) > headerBytes
+            reader.error((atURL ? f["url"] : f["headers"])?.mark ?? node.mark, "\(error.field): \(error.message)")
+        }
         // A template is judged once it renders, at enqueue (E_INVALID).
         if let o = f["ownership"], let value = reader.string(o, "request.ownership"), !value.contains("{{"),
             !DefinitionFields.request.values("ownership").contains(value)
@@ -371,26 +392,38 @@ extension Definition {
                 "request.ownership: an s3 request cannot move its file into the store (it is checksummed at enqueue); give copy or reference"
             )
         }
-        if let r = f["follow_redirects"], r.scalar.map({ if case .int = $0 { true } else { false } }) == true {
-            _ = reader.int(r, "request.follow_redirects", range: DefinitionFields.request.range("follow_redirects"))
-        } else if let r = f["follow_redirects"], case .string(let text)? = r.scalar, !text.contains("{{") {
-            // Text that is no template stays text, which is never a count.
-            reader.error(r.mark, "request.follow_redirects must be a whole number from 0 to 50 (or a template giving one), not \"\(text)\"")
+        // Written out (no template, not null), a field's type is judged here, as every enqueue would judge it.
+        let written = { (node: YAMLNode) -> Bool in
+            if case .string(let text)? = node.scalar, text.contains("{{") { return false }
+            return node.scalar != .null
         }
-        if let c = f["content_type"], case .string(let text)? = c.scalar, !text.contains("{{"), let problem = HeaderRules.valueProblem(text)
-        {
-            reader.error(c.mark, "request.content_type: \(problem)")
+        if let r = f["follow_redirects"], written(r) {
+            if case .string(let text)? = r.scalar {
+                // Text that is no template stays text, which is never a count.
+                reader.error(
+                    r.mark, "request.follow_redirects must be a whole number from 0 to 50 (or a template giving one), not \"\(text)\"")
+            } else {
+                _ = reader.int(r, "request.follow_redirects", range: DefinitionFields.request.range("follow_redirects"))
+            }
+        }
+        if let c = f["content_type"], written(c) {
+            if case .string(let text)? = c.scalar {
+                if let problem = HeaderRules.valueProblem(text) { reader.error(c.mark, "request.content_type: \(problem)") }
+            } else {
+                reader.error(c.mark, "request.content_type must be text (a media type), not \(YAMLReader.describe(c))")
+            }
         }
         for name in ["wifi_only", "idempotency_key", "redirect_method_change"] {
-            if let n = f[name], case .scalar = n.kind, case .string(let s)? = n.scalar, !s.contains("{{") {
-                _ = reader.bool(n, "request.\(name)")
-            }
+            if let n = f[name], written(n) { _ = reader.bool(n, "request.\(name)") }
         }
         if let t = f["text"], t.scalar == nil { reader.error(t.mark, "request.text must be text (the body), not a list or mapping") }
         if let form = f["form"] { checkForm(form, reader: &reader) }
         if let parts = f["parts"] { checkParts(parts, reader: &reader) }
         guard let json = reader.json(node, "request") else { return nil }
-        checkTemplates(node, field: "request", skip: ["request.headers", "request.parts.headers"], reader: &reader)
+        // `file` is the request's file: with none, it can never resolve.
+        checkTemplates(
+            node, field: "request", skip: ["request.headers", "request.parts.headers"], unavailable: f["file"] == nil ? ["file"] : [],
+            reader: &reader)
         return reader.diagnostics.count == before ? json : nil
     }
 

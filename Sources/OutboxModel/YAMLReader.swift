@@ -123,6 +123,13 @@ struct YAMLReader {
     /// A string that may also be written as a number in YAML (for example an id).
     mutating func int(_ node: YAMLNode?, _ field: String, range: ClosedRange<Int64> = 0...Int64.max) -> Int64? {
         guard let node else { return nil }
+        // A whole number beyond 64 bits reads as a float that keeps its digits: out of range too.
+        if case let .float(text?)? = node.scalar, !text.isEmpty,
+            text.drop(while: { $0 == "-" }).utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 })
+        {
+            error(node.mark, "\(field) must be between \(range.lowerBound) and \(range.upperBound), not \(text)")
+            return nil
+        }
         guard case let .int(text)? = node.scalar, let value = Int64(text) else {
             error(node.mark, "\(field) must be a whole number, not \(Self.describe(node))")
             return nil

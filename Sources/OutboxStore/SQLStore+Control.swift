@@ -230,7 +230,9 @@ extension SQLStore {
         var retried: [String] = []
         for e in entries where [.queued, .awaitingAuth, .error].contains(e.state) {
             var expiresAt = e.expiresAt
-            if let expiry = e.expiresAt, expiry <= now { expiresAt = now + max(0, expiry - e.createdAt) }
+            if let expiry = e.expiresAt, expiry <= now {
+                expiresAt = min(now + max(0, expiry - e.createdAt), Identifiers.recordableMs.upperBound)
+            }
             let changed = try db.run(
                 """
                 UPDATE entries SET state = 'queued', reason = NULL, attempts = 0, next_attempt_at = ?, not_before = NULL,

@@ -252,7 +252,8 @@ extension SQLStore {
         let bodyHash = new.bodyHash
         let decision = try existing.map { e throws(OutboxError) in try decide(e, for: new, bodyHash) } ?? .create
         let p = new.prepared
-        let expiresAt = new.expiresAt ?? (now + p.expiresInMs)
+        // A lifetime past the end of year 9999 ends there: no later time can be recorded.
+        let expiresAt = new.expiresAt ?? min(now + p.expiresInMs, Identifiers.recordableMs.upperBound)
         var staged = staged
         if decision == .create, staged.keepsStored { staged = try takeOver(existing, staged, body: p.body, internalID: internalID) }
         let request = StoredRequest(prepared: p, form: staged.form).text
@@ -286,6 +287,15 @@ extension SQLStore {
                 next = new.notBefore ?? now
             } else if let notBefore = new.notBefore, e.state == .queued {
                 next = max(e.nextAttemptAt ?? 0, notBefore)
+            }
+            // The hold an earlier enqueue gave stays: a new expiry before its end would let the
+            // entry expire unsent, as a hold past the expiry of a new entry would.
+            if decision != .reopen, e.state == .queued, let hold = new.notBefore ?? e.notBefore,
+                expiresAt - hold < NewEntry.shortestWindowMs
+            {
+                throw .invalid(
+                    "entry \(new.id) is held until \(Units.rfc3339(ms: hold)) and would expire (\(Units.rfc3339(ms: expiresAt))) before it may be sent or within a second of it: give a later expiry (--expires-at, expires_in)"
+                )
             }
             try db.run(
                 """

@@ -299,7 +299,15 @@ extension SQLStore {
     }
 
     package func setWifiOnly(_ on: Bool) throws(OutboxError) {
-        try setSetting(Self.wifiOnlySetting, on ? "1" : nil)
+        try writing { () throws(OutboxError) in
+            try setSetting(Self.wifiOnlySetting, on ? "1" : nil)
+            // Held for Wi-Fi, entries are due again once the setting is off (one whose own
+            // request is wifi-only is held again when a runner next looks at it); `list` and
+            // `explain` would say they wait for Wi-Fi until then.
+            if !on {
+                try db.run("UPDATE entries SET reason = NULL, next_attempt_at = NULL WHERE state = 'queued' AND reason = 'wifi'", [])
+            }
+        }
     }
 
     func setting(_ name: String) throws(OutboxError) -> String? {

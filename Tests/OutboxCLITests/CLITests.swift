@@ -366,9 +366,11 @@ struct CLIEnqueueTests {
         let two = render(#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": null}"#)
         #expect(two.doc?["body"]?["parts"]?.arrayValue?.count == 2, "\(two.err)")
         #expect(two.doc?["expires_in_ms"] == .number("1209600000"))
-        // A number counts as its digits, as one written in the file does (`expires_in: 0`).
+        // A number counts as its digits, as one written in the file does (`expires_in: 0`);
+        // a lifetime of 0 is refused, as its entry would expire unsent.
         let zero = render(#"{"min": "1MiB", "max": "1MiB", "most": 2, "ttl": 0}"#)
-        #expect(zero.doc?["expires_in_ms"] == .number("0"), "\(zero.err)")
+        #expect(zero.status == 65)
+        #expect(zero.doc?["error"]?["message"]?.stringValue?.contains("before it could be sent") == true, "\(String(describing: zero.doc))")
         for (vars, message) in [
             (#"{"min": "lots", "max": "1MiB", "most": 2, "ttl": "1h"}"#, "request.parts.plan.min: bad size \"lots\""),
             (

@@ -265,7 +265,7 @@ struct ConfigTests {
         UnitCase(yaml: "lifetime: 10m\nmax_vars_bytes: 8MiB", lifetime: 600_000, maxVars: 8 << 20),
         UnitCase(yaml: "lifetime: 2h\nmax_vars_bytes: 1GiB", lifetime: 7_200_000, maxVars: 1 << 30),
         UnitCase(yaml: "lifetime: 14d\nmax_vars_bytes: \"2048\"", lifetime: 1_209_600_000, maxVars: 2048),
-        UnitCase(yaml: "lifetime: 0\nmax_vars_bytes: 0", lifetime: 0, maxVars: 0),
+        UnitCase(yaml: "lifetime: 1ms\nmax_vars_bytes: 0", lifetime: 1, maxVars: 0),
     ]
 
     @Test(arguments: units)
@@ -616,6 +616,39 @@ struct DefinitionSetTests {
         #expect(set.brokenKeys.isEmpty)
         #expect(set.fileCount == 2)
         #expect(set.definitions["good.two"]?.file == folder.path + "/definitions/b.yml")
+    }
+
+    /// A file name that is not UTF-8 is said as such, not as a file that cannot be read.
+    @Test func aDefinitionFileNameThatIsNotUTF8IsNamedAsSuch() throws {
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        try folder.write("definitions/a.yaml", Self.good)
+        let bad = folder.path + "/definitions/caf\u{FFFD}.yaml"
+        let raw = Array((folder.path + "/definitions/caf").utf8) + [0xE9] + Array(".yaml".utf8) + [0]
+        let fd = raw.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_CREAT | O_WRONLY, 0o644) } }
+        #expect(fd >= 0)
+        close(fd)
+        let set = DefinitionSet.load(folder: folder.path + "/definitions")
+        #expect(set.definitions.keys.sorted() == ["good.one"])
+        let d = try #require(set.diagnostics.first, "\(bad)")
+        #expect(d.path == folder.path + "/definitions/caf\\xE9.yaml")
+        #expect(d.message == "the file name is not valid UTF-8, so its definition is not read; rename the file")
+    }
+
+    /// A URL or header written out (no template) that makes every request head too large is
+    /// refused when the definition loads, not at every enqueue.
+    @Test(arguments: ["url: \"http://x/BIG\"", "url: http://x/\n  headers:\n    X-Big: BIG"])
+    func aWrittenOutHeadOverTheLimitIsADefinitionError(_ request: String) throws {
+        let big = String(repeating: "a", count: HeaderRules.maxHeadBytes)
+        let text = "key: big\nrequest:\n  " + request.replacingOccurrences(of: "BIG", with: big) + "\n"
+        let folder = try ModelTempFolder()
+        defer { folder.remove() }
+        try folder.write("definitions/big.yaml", text)
+        let set = DefinitionSet.load(folder: folder.path + "/definitions")
+        #expect(set.definitions.isEmpty)
+        let d = try #require(set.diagnostics.first)
+        #expect(d.message.hasPrefix("request: the URL and headers are "), "\(d.message)")
+        #expect(d.line == (request.hasPrefix("url: \"") ? 3 : 5))
     }
 
     @Test func aMissingFolderIsAnEmptySet() {

@@ -628,6 +628,39 @@ import Testing
         #expect(show.string("outcomes.0.reason")?.contains(reason) == true)
     }
 
+    /// An enqueue request printed so that it would not be read (indented, after a byte order
+    /// mark, spread over lines as `jq` prints by default) fails the delivery, saying why: it
+    /// was ignored, the outcome acknowledged, and the follow-up lost without a word.
+    @Test(arguments: [
+        (#"  {\"enqueue\": {\"key\": \"parent\"}}\n"#, "an enqueue line must start with { (this one is indented"),
+        (#"\357\273\277{\"enqueue\": {\"key\": \"parent\"}}\n"#, "or starts with a byte order mark)"),
+        (
+            #"{\n  \"enqueue\": {\n    \"key\": \"parent\"\n  }\n}\n"#,
+            #"a line starts with "enqueue": print each enqueue request as one line"#
+        ),
+    ])
+    func anEnqueueRequestPrintedUnreadablyIsNotAcknowledged(_ printed: String, _ reason: String) async throws {
+        let hook = """
+            #!/bin/sh
+            cat > /dev/null
+            printf "\(printed)"
+            echo "$OUTBOX_DELIVERIES" >> hooks/bad.log
+            exit 0
+
+            """
+        let p = try Project(
+            definitions: ["parent": definition("parent", top: "on_success: hooks/bad.sh", hooks: false)],
+            hooks: ["bad.sh": hook])
+        try await p.enqueue("parent", path: "/status/200", id: "p3")
+        let run = try await p.runUntil { _ in
+            ((try? String(contentsOfFile: p.root + "/hooks/bad.log", encoding: .utf8)) ?? "").hasPrefix("1\n2\n")
+        }
+        #expect(run.stderr.contains(reason), "\(run.stderr)")
+        #expect(try await p.list().map { $0.string("id") ?? "" } == ["p3"], "nothing enqueued")
+        let show = try #require(try await p.show("p3"))
+        #expect(show.at("outcomes.0.acknowledged") == .bool(false))
+    }
+
     /// A hook script whose `#!` interpreter is missing: the shell says "not found", the
     /// delivery's reason names the interpreter.
     @Test func aHookWhoseInterpreterIsMissingSaysSo() async throws {

@@ -104,12 +104,15 @@ struct FollowUpConflictTests {
         #expect(try await p.list().isEmpty)
     }
 
-    @Test func anIndentedLineIsNotAnEnqueueLine() async throws {
+    /// An indented enqueue line is not read, and not ignored either: the delivery fails, says
+    /// why, and the outcome waits (it was acknowledged, and the follow-up lost without a word).
+    @Test func anIndentedLineIsNotReadButRefused() async throws {
         let p = try Self.lineProject()
         try p.writeHook("line.sh", Self.lineHook(id: "indented", url: p.url("/from-indented"), prefix: "  "))
         try await p.enqueue("h", path: "/status/200", id: "parent")
-        try await p.drain(failures: 0)
+        let run = try await p.drain(["--max-time", "3s"])
+        #expect(run.stderr.contains("an enqueue line must start with { (this one is indented"), "\(run.stderr)")
         #expect(p.server.requests(path: "/from-indented").isEmpty)
-        #expect(try await p.list().isEmpty)
+        #expect(try await p.list().map { $0.string("id") ?? "" } == ["parent"])
     }
 }

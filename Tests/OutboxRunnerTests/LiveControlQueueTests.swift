@@ -126,6 +126,24 @@ extension Project {
         #expect(try await heldForWifi() == 9)
         #expect(p.server.requests.isEmpty)
         #expect(p.hookLog.isEmpty)
+
+        // `wifi-only off` ends the holds it made: due again, and `explain` says so at once.
+        #expect(try await p.outbox(["wifi-only", "off"]).exitCode == 0)
+        #expect(try await heldForWifi() == 0)
+        let after = try await p.outbox(["explain", "w5", "--json"])
+        #expect(after.json?.at("reasons")?.arrayValue == [.string("nothing holds it: the next `outbox run` sends it")], "\(after.stdout)")
+    }
+
+    /// An entry past its expiry is not said to be sent by the next run: it settles expired.
+    @Test func explainSaysAnEntryPastItsExpiryIsNotSent() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "old")
+        _ = try p.sqlite("UPDATE entries SET expires_at = 1000 WHERE id = 'old'")
+        let explain = try await p.outbox(["explain", "old", "--json"])
+        #expect(
+            explain.json?.at("reasons")?.arrayValue == [
+                .string("it expired at 1970-01-01T00:00:01.000Z: the next `outbox run` settles it error (expired), and sends it no more")
+            ], "\(explain.stdout)")
     }
 
     /// Between parts of a wifi-only upload the check is asked again (at most once per

@@ -355,7 +355,9 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
 
     @Test func pastExpiresAtSettlesErrorExpired() async throws {
         let p = try Project(definitions: ["t": definition("t")])
-        try await p.enqueue("t", path: "/status/200", id: "old", extra: ["--expires-at", String(nowMs() - 1000)])
+        // Enqueued with a time to be sent in (one already past is refused), which then passed.
+        try await p.enqueue("t", path: "/status/200", id: "old")
+        _ = try p.sqlite("UPDATE entries SET expires_at = \(nowMs() - 1000) WHERE id = 'old'")
         try await p.drain()
         #expect(p.server.requests.isEmpty)
         let hook = try #require(p.deliveries("old").first)
@@ -387,10 +389,11 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
     }
 
     @Test func expiresInElapsedSettlesErrorExpired() async throws {
-        let p = try Project(definitions: ["t": definition("t", top: "expires_in: 1ms")])
+        // The shortest lifetime an enqueue takes: one second to be sent in.
+        let p = try Project(definitions: ["t": definition("t", top: "expires_in: 1s")])
         try await p.enqueue("t", path: "/status/200", id: "short")
-        // Lets the millisecond pass; a slower machine only lets more of it pass.
-        try await Task.sleep(for: .milliseconds(30))
+        // Lets the second pass; a slower machine only lets more of it pass.
+        try await Task.sleep(for: .milliseconds(1100))
         try await p.drain()
         #expect(p.server.requests.isEmpty)
         let hook = try #require(p.deliveries("short").first)

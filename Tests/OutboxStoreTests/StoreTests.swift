@@ -321,6 +321,23 @@ struct StoreOpeningTests {
 
 /// Statements are found by where their text lives; a text built at run time lives somewhere
 /// new each time, and a long run must not keep every copy.
+/// Near the end of year 9999 (a clock outbox still takes), a lifetime that would end past it
+/// ends with it: a later time could not be recorded, and the store would read as damaged.
+struct LastYearTests {
+    @Test func anExpiryPastTheLastRecordableTimeEndsThere() throws {
+        let f = try StoreFixture()
+        let last = Identifiers.recordableMs.upperBound
+        let now = last - 3_600_000
+        try f.enqueue("late", "note", #"{"n": 1}"#, now: now)
+        #expect(try f.get("late").expiresAt == last)
+        // Expired and retried: its lifetime again from now, which ends there too.
+        let created = last - 20 * 86_400_000
+        try f.enqueue([try f.entry("old", "note", #"{"n": 2}"#, expiresAt: created + 14 * 86_400_000)], now: created)
+        _ = try f.store.retry(ids: ["old"], key: nil, errors: true, now: now)
+        #expect(try f.get("old").expiresAt == last)
+    }
+}
+
 struct StatementCacheTests {
     @Test func textsBuiltAtRunTimeAreNotAllKept() throws {
         let f = try StoreFixture()

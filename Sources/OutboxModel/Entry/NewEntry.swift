@@ -42,6 +42,10 @@ package struct ListFilter: Sendable {
 
 /// One entry to enqueue, rendered and checked.
 package struct NewEntry: Sendable {
+    /// The least time between when an entry may be sent and its expiry: with less, it would
+    /// expire unsent, and an enqueue that makes it so is refused.
+    package static let shortestWindowMs: Int64 = 1000
+
     package var id: String
     package var key: String
     package var vars: JSON { didSet { encoded = nil } }

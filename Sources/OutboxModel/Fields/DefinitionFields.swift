@@ -133,7 +133,7 @@ package enum DefinitionFields {
             Field("status", .integer(100...599), .required, example: 409, "the status to match"),
             Field(
                 "body_includes", .string("text the body must contain"), .none, example: "already exists",
-                "the body must contain these bytes"),
+                "the body must contain these bytes, within its first `max_response_bytes`"),
         ])
 
     static let then = FieldMapping(

@@ -112,7 +112,7 @@ package enum PayloadFields {
             "http_code", "always",
             "the final status, or `null` when no final status line (200 and up) came back (an answer discarded after one, cut off or malformed, keeps its code; `error_kind` says why it was discarded)"
         ),
-        PayloadField("body", "always", "the first 4 KiB of the response body"),
+        PayloadField("body", "always", "the first 4 KiB of the response body as kept (at most `max_response_bytes`)"),
         PayloadField("body_encoding", "the body is not UTF-8", "`base64`"),
         PayloadField(
             "error_kind", "always",

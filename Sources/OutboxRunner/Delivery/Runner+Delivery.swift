@@ -398,6 +398,22 @@ extension Runner {
         }
     }
 
+    /// Why a line looks like an enqueue request printed so that it would not be read (indented,
+    /// after a byte order mark, or spread over lines as `jq` prints by default), or nil: the
+    /// delivery fails and says so, rather than the follow-up being lost without a word.
+    static func misprintedEnqueue(_ line: ArraySlice<UInt8>) -> String? {
+        var rest = line
+        if rest.starts(with: [0xEF, 0xBB, 0xBF]) { rest = rest.dropFirst(3) }
+        rest = rest.drop { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        if rest.starts(with: Array(#""enqueue""#.utf8)) {
+            return "a line starts with \"enqueue\": print each enqueue request as one line of JSON ({\"enqueue\": {...}}, as `jq -c` does)"
+        }
+        guard rest.count < line.count, rest.first == UInt8(ascii: "{"), String(decoding: rest, as: UTF8.self).contains("\"enqueue\"") else {
+            return nil
+        }
+        return "an enqueue line must start with { (this one is indented or starts with a byte order mark)"
+    }
+
     /// Lines `{"enqueue": {"key", "vars", "id"?, "delay"?}}` printed by a hook; other lines are
     /// ignored. Any invalid enqueue line fails the whole delivery (nothing is applied).
     package static func hookEnqueues(
@@ -406,7 +422,8 @@ extension Runner {
     ) throws(OutboxError) -> [NewEntry] {
         var entries: [NewEntry] = []
         for line in stdout.split(separator: UInt8(ascii: "\n")) {
-            // Only a line that starts with `{` (as documented): an indented one is other output.
+            if let problem = misprintedEnqueue(line) { throw .invalid(problem) }
+            // Only a line that starts with `{` (as documented).
             guard line.first == UInt8(ascii: "{"), String(decoding: line, as: UTF8.self).contains("\"enqueue\"") else { continue }
             let json: JSON
             // Parsed as printed: a line that is not UTF-8 is refused, not repaired.
