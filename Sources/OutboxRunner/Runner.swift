@@ -47,6 +47,8 @@ package final class Runner {
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
     var settledUnhandled = false
     var lastAuthRefresh: Int64 = -60_000
+    /// When `expireParked` last looked (epoch ms); the first turn looks at once.
+    var lastParkedExpiry: Int64 = -60_000
     /// Why the Wi-Fi check plugin last gave no answer, logged once until it answers again.
     var wifiCheckProblem: String?
     /// On a shared store, no new standby claims before this (monotonic ms): see `returnStaleStandby`.
@@ -338,6 +340,7 @@ package final class Runner {
                 reload()
             }
             if !shutdown.isStopping {
+                try expireParked(now: now)
                 try refreshAuthIfNeeded(now: now)
                 try claim(now: now)
                 // A part's slot goes to the next part only once its acceptance is durable, so

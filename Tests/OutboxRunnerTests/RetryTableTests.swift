@@ -383,6 +383,10 @@ struct SettleCase: Sendable, CustomTestStringConvertible {
             "the entry expired after 7 attempts without success; the last: timeout: stalled: less than 1 KiB/s over 1m"
         ),
         (2, nil, "the entry expired after 2 attempts without success"),
+        (
+            1, "headers updated",
+            "the entry expired after 1 attempt without success; the last: refused for its credentials (401/403), then the headers were updated"
+        ),
     ])
     func expiredMessageSaysHowTheAttemptsWent(_ attempts: Int64, _ reason: String?, _ message: String) {
         #expect(OutcomePayloads.expiredMessage(attempts: attempts, lastReason: reason) == message)

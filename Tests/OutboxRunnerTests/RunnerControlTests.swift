@@ -677,6 +677,22 @@ import Testing
         #expect(try await p.drain(failures: 0).exitCode == 0)
     }
 
+    /// A parked entry past its expiry settles expired when a runner looks at it, with its last
+    /// attempt's reason: it stayed parked, each run exiting 2, until a header update.
+    @Test func aParkedEntryPastItsExpirySettlesExpired() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/401", id: "parked")
+        #expect(try await p.drain(failures: 2).exitCode == 2)
+        _ = try p.sqlite("UPDATE entries SET expires_at = \(nowMs() - 1000) WHERE id = 'parked'")
+        let run = try await p.drain(["--json"], failures: 1)
+        #expect(run.json?.at("failed")?.at("error") == .array([.string("parked")]), "\(run.stdout)")
+        #expect(p.server.requests.count == 1, "not sent again")
+        let hook = try #require(p.deliveries("parked").last)
+        #expect(hook.string("stdin.error.kind") == "expired")
+        #expect(hook.string("stdin.error.message")?.hasPrefix("the entry expired after 1 attempt without success; the last: ") == true)
+        #expect(try await p.row("parked")?.string("state") == "error")
+    }
+
     @Test func jsonWithEventsIsAUsageError() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         let run = try await p.outbox(["run", "--drain", "--json", "--events", "-"])

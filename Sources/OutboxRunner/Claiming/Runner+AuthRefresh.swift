@@ -50,6 +50,22 @@ extension Runner {
         log("outbox: auth_refresh_command updated \(headers.map(\.0).joined(separator: ", ")) (header generation \(generation))")
     }
 
+    /// Entries parked awaiting-auth past their expiry settle error `expired`, as queued ones do
+    /// (no header update could make them sendable in time): at the run's first turn, then at
+    /// most once a minute while any are parked. On a store several runners share, where this
+    /// runner holds no claim on them, they expire once a header update queues them again.
+    func expireParked(now: Int64) throws(OutboxError) {
+        guard !store.sharesRunners, now - lastParkedExpiry >= 60_000 else { return }
+        lastParkedExpiry = now
+        guard (try store.counts().states[.awaitingAuth] ?? 0) > 0 else { return }
+        for entry in try store.list(ListFilter(state: EntryState.awaitingAuth.rawValue))
+        where (entry.expiresAt ?? .max) <= now && flights.running[entry.id] == nil {
+            settleError(
+                entry, kind: .expired, message: OutcomePayloads.expiredMessage(attempts: entry.attempts, lastReason: entry.reason),
+                state: .error, reason: "expired")
+        }
+    }
+
     /// Whether `refreshAuthIfNeeded` would run now: a command, parked entries, and the
     /// once-a-minute limit passed.
     func authRefreshDue(now: Int64) throws(OutboxError) -> Bool {

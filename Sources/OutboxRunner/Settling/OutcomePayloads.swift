@@ -1,5 +1,6 @@
 import OutboxHTTP
 import OutboxModel
+import OutboxStore
 
 /// The JSON documents a run produces from an entry and a result: the hook's stdin (the
 /// outcome), and the event lines (state, progress, attempt). Pure functions of their
@@ -131,7 +132,9 @@ package enum OutcomePayloads {
     static func expiredMessage(attempts: Int64, lastReason: String?) -> String {
         guard attempts > 0 else { return "the entry expired before it could be sent" }
         let tries = attempts == 1 ? "1 attempt" : "\(attempts) attempts"
-        return "the entry expired after \(tries) without success" + (lastReason.map { "; the last: \($0)" } ?? "")
+        // A header update's reason is what became of the entry, not how its last attempt went.
+        let last = lastReason == headersUpdatedReason ? "refused for its credentials (401/403), then the headers were updated" : lastReason
+        return "the entry expired after \(tries) without success" + (last.map { "; the last: \($0)" } ?? "")
     }
 
     // MARK: Events
