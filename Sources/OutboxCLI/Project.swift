@@ -85,12 +85,19 @@ final class Project {
         do {
             return try body()
         } catch {
-            guard error.code == .running, error.message.contains(" is being sent now"), let sqlite = store as? SQLiteStore,
-                sqlite.runnerHolderPID() == nil
-            else { throw error }
+            guard error.code == .running, let id = error.runningEntryID else { throw error }
+            let why: String
+            if let sqlite = store as? SQLiteStore, sqlite.runnerHolderPID() == nil {
+                why = " was being sent when its runner stopped (killed or crashed)"
+            } else if let shared = store as? PostgresStore, try shared.leaseEnded(entryID: id, now: Identifiers.nowMs()) == true {
+                why = " was being sent by a runner that let its lease run out (stopped, killed or cut off from the database)"
+            } else {
+                throw error
+            }
+            let next = store is SQLiteStore ? "the next `outbox run`" : "a live runner"
             throw .running(
-                error.message.replacing(" is being sent now", with: " was being sent when its runner stopped (killed or crashed)")
-                    .replacing("try again when it settles", with: "the next `outbox run` puts it back in the queue: enqueue it again then"))
+                error.message.replacing(" is being sent now", with: why)
+                    .replacing("try again when it settles", with: "\(next) puts it back in the queue: enqueue it again then"))
         }
     }
 

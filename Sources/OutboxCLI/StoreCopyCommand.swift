@@ -7,6 +7,13 @@ enum StoreCopyCommand {
         guard let to = i.args.value("to"), !to.isEmpty else { throw .usage("store copy needs --to URL (postgres://...) or a store folder") }
         // `POSTGRES://...` or `mysql://...` would quietly become folders of that name.
         if let problem = Config.storeProblem(to) { throw .usage("store copy: --to: \(problem)") }
+        // A URL that does not parse is this option's mistake, not the config's `store:`.
+        if Config.isServerStore(to) {
+            do { _ = try PostgresURL(to) } catch {
+                let message = error.message.hasPrefix("store: ") ? String(error.message.dropFirst(7)) : error.message
+                throw .usage("store copy: --to: \(message)")
+            }
+        }
         let project = try i.project()
         var targetConfig = project.config
         targetConfig.store = Config.storeLocation(to, root: project.config.root)

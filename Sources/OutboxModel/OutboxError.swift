@@ -32,6 +32,9 @@ package struct OutboxError: Error, Sendable, Equatable, CustomStringConvertible 
     /// A plugin failed to answer (exit status, timeout, no or bad JSON): the same input may
     /// succeed later, unlike a template or value that is wrong.
     package var pluginFailed = false
+    /// The entry a refused enqueue found being sent (E_RUNNING): the caller may say more of
+    /// why, from what the store knows of its runner.
+    package var runningEntryID: String?
 
     package init(_ code: ErrorCode, _ message: String, diagnostics: [Diagnostic] = []) {
         self.code = code

@@ -260,7 +260,9 @@ extension SQLStore {
         let varsText = new.varsText
         switch decision {
         case .rejectRunning:
-            throw .running("entry \(new.id) is being sent now and the new body differs; try again when it settles")
+            var error = OutboxError.running("entry \(new.id) is being sent now and the new body differs; try again when it settles")
+            error.runningEntryID = new.id
+            throw error
         case .create:
             // A settled row whose outcome was acknowledged counts as forgotten: drop it first.
             let old = try existing.map { e throws(OutboxError) in try forget(e, returnMovedFile: false) } ?? []

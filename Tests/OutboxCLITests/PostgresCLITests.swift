@@ -177,6 +177,26 @@ struct PostgresCLITests {
         #expect(try JSON.parse(try await p.outbox(["list", "--json"]).stdout).arrayValue?.isEmpty == true)
     }
 
+    // A same-id enqueue with another body of an entry whose runner died and let its lease run
+    // out is refused (75) in words that say so, not as if a runner were sending it now.
+    @Test func aSameIdEnqueueOfAnEntryWhoseLeaseRanOutSaysSo() async throws {
+        let (p, _) = try Self.project(config: "lease: 1s\n")
+        try await p.outbox(["enqueue", "note", "--vars", #"{"n": 1}"#, "--id", "r1"])
+        // The runner dies (SIGKILL) as soon as its claim of r1 committed.
+        let killed = try await p.outbox(["run", "--drain"], environment: ["OUTBOX_FAULT": "run.claimed:1"])
+        #expect(killed.exitCode == -9, "\(killed)")
+        #expect(p.server.requests(path: "/notes/1").isEmpty)
+        await eventually("r1's lease to run out") {
+            ((try? await p.outbox(["explain", "r1"]))?.stdout ?? "").contains("let its lease run out")
+        }
+        let r = try await p.outbox(["enqueue", "note", "--vars", #"{"n": 2}"#, "--id", "r1"])
+        #expect(r.exitCode == 75)
+        #expect(
+            r.stderr.hasPrefix(
+                "outbox: E_RUNNING: entry r1 was being sent by a runner that let its lease run out (stopped, killed or cut off from the database) and the new body differs; a live runner puts it back in the queue: enqueue it again then"
+            ), "\(r.stderr)")
+    }
+
     // A wrong password is E_STORAGE (74) with the server's message and without the password.
     @Test func aWrongPasswordExits74() async throws {
         let (p, _) = try Self.project()
@@ -194,5 +214,17 @@ struct PostgresCLITests {
         let r = try await p.outbox(["list"], environment: ["OUTBOX_STORE": "postgres://u@127.0.0.1:1/db?schema=Bad-Name"])
         #expect(r.exitCode == 78, "\(r)")
         #expect(r.stderr.contains("schema \"Bad-Name\""))
+    }
+
+    // A URL parameter libpq refuses (misspelt, or a value of the wrong kind) is a mistake in
+    // the config (78), not a server out of reach (74), and the password stays hidden.
+    @Test(arguments: ["sslmod=disable", "connect_timeout=abc"])
+    func aURLParameterLibpqRefusesExits78(_ parameter: String) async throws {
+        let (p, url) = try Self.project()
+        let r = try await p.outbox(["list"], environment: ["OUTBOX_STORE": url + "&" + parameter])
+        #expect(r.exitCode == 78, "\(r)")
+        #expect(r.stderr.hasPrefix("outbox: E_CONFIG: store: the PostgreSQL URL "), "\(r)")
+        #expect(r.stderr.contains(" is refused: invalid "), "\(r)")
+        #expect(!r.stderr.contains(PostgresCluster.password), "\(r)")
     }
 }

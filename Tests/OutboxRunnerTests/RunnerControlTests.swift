@@ -397,6 +397,8 @@ import Testing
         let finished = await runner.wait()
         #expect(finished.exitCode == 0, "\(finished.description)")
         #expect(p.server.requests.map(\.path) == ["/hold/a"], "nothing of a paused key starts")
+        // The withdrawn standby requests were never sent: not attempts of the run.
+        #expect(finished.stderr.contains(", 1 attempt in "), "\(finished.stderr)")
         let states = Dictionary(uniqueKeysWithValues: try await p.list().map { ($0.string("id") ?? "", $0.string("state") ?? "") })
         #expect(states == ["b": "paused", "c": "paused", "d": "paused", "e": "paused"])
 

@@ -174,8 +174,12 @@ extension Runner {
     /// part that finished after its entry settled): it is counted, logged and reported like
     /// any other, `outcome` `aborted` when we stopped it.
     func recordLateAttempt(_ entry: Entry, flight: Flight, result: HTTPResult, now: Int64) {
-        // A standby request withdrawn before it started was never sent.
-        guard !flight.standby else { return }
+        // A standby request withdrawn before it started was never sent (the run counted it as
+        // it was handed to the curl thread).
+        guard !flight.standby else {
+            summary.attempts -= 1
+            return
+        }
         let klass = Self.classify(result, for: entry)
         var event = OutcomePayloads.attemptEvent(
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,

@@ -84,6 +84,12 @@ final class PGConnection: SQLDatabase, @unchecked Sendable {
         guard pq.status(c) == CONNECTION_OK else {
             let message = scrub(Self.trimmed(pq.errorMessage(c)))
             pq.finish(c)
+            // libpq refusing the URL's own options (a misspelt parameter, a value of the wrong
+            // kind) is a mistake in the config, which no retry mends.
+            let detail = message.firstRange(of: " failed: ").map { String(message[$0.upperBound...]) } ?? message
+            if detail.hasPrefix("invalid ") {
+                throw OutboxError(.config, "store: the PostgreSQL URL \(name) is refused: \(detail)")
+            }
             throw .storage("cannot connect to the PostgreSQL store \(name): \(message)")
         }
         conn = c
