@@ -604,28 +604,27 @@ import Testing
         ),
     ])
     func anInvalidEnqueueLineIsNotAcknowledged(_ line: String, _ reason: String) async throws {
-        let hook = """
-            #!/bin/sh
-            cat > /dev/null
-            echo '{"enqueue": \(line)}'
-            echo "$OUTBOX_DELIVERIES" >> hooks/bad.log
-            exit 0
+        let show = try await refusedDelivery(printing: "echo '{\"enqueue\": \(line)}'", reason: reason)
+        #expect(show.int("outcomes.0.deliveries").map { $0 >= 2 } == true)
+        #expect(show.string("outcomes.0.reason")?.contains(reason) == true)
+    }
 
-            """
+    /// An entry `p` whose hook runs `command`, exits 0 and fails its delivery for `reason`
+    /// (said in the log) twice: nothing is enqueued, and its outcome is `show`n unacknowledged.
+    private func refusedDelivery(printing command: String, reason: String) async throws -> JSON {
+        let hook = "#!/bin/sh\ncat > /dev/null\n\(command)\necho \"$OUTBOX_DELIVERIES\" >> hooks/bad.log\nexit 0\n"
         let p = try Project(
             definitions: ["parent": definition("parent", top: "on_success: hooks/bad.sh", hooks: false)],
             hooks: ["bad.sh": hook])
-        try await p.enqueue("parent", path: "/status/200", id: "p2")
+        try await p.enqueue("parent", path: "/status/200", id: "p")
         let run = try await p.runUntil { _ in
             ((try? String(contentsOfFile: p.root + "/hooks/bad.log", encoding: .utf8)) ?? "").hasPrefix("1\n2\n")
         }
         #expect(run.stderr.contains(reason), "\(run.stderr)")
-        let rows = try await p.list()
-        #expect(rows.map { $0.string("id") ?? "" } == ["p2"], "nothing enqueued")
-        let show = try #require(try await p.show("p2"))
+        #expect(try await p.list().map { $0.string("id") ?? "" } == ["p"], "nothing enqueued")
+        let show = try #require(try await p.show("p"))
         #expect(show.at("outcomes.0.acknowledged") == .bool(false))
-        #expect(show.int("outcomes.0.deliveries").map { $0 >= 2 } == true)
-        #expect(show.string("outcomes.0.reason")?.contains(reason) == true)
+        return show
     }
 
     /// An enqueue request printed so that it would not be read (indented, after a byte order
@@ -640,25 +639,7 @@ import Testing
         ),
     ])
     func anEnqueueRequestPrintedUnreadablyIsNotAcknowledged(_ printed: String, _ reason: String) async throws {
-        let hook = """
-            #!/bin/sh
-            cat > /dev/null
-            printf "\(printed)"
-            echo "$OUTBOX_DELIVERIES" >> hooks/bad.log
-            exit 0
-
-            """
-        let p = try Project(
-            definitions: ["parent": definition("parent", top: "on_success: hooks/bad.sh", hooks: false)],
-            hooks: ["bad.sh": hook])
-        try await p.enqueue("parent", path: "/status/200", id: "p3")
-        let run = try await p.runUntil { _ in
-            ((try? String(contentsOfFile: p.root + "/hooks/bad.log", encoding: .utf8)) ?? "").hasPrefix("1\n2\n")
-        }
-        #expect(run.stderr.contains(reason), "\(run.stderr)")
-        #expect(try await p.list().map { $0.string("id") ?? "" } == ["p3"], "nothing enqueued")
-        let show = try #require(try await p.show("p3"))
-        #expect(show.at("outcomes.0.acknowledged") == .bool(false))
+        _ = try await refusedDelivery(printing: "printf \"\(printed)\"", reason: reason)
     }
 
     /// A hook script whose `#!` interpreter is missing: the shell says "not found", the
