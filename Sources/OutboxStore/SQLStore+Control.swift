@@ -330,6 +330,14 @@ extension SQLStore {
         try db.queryOne(Self.nextWaitEndSQL, [.int(now), .int(now)]) { $0.isNull(0) ? nil : $0.int(0) } ?? nil
     }
 
+    /// Through `entries_stuck` (the states spelt as the partial index has them): the queue's
+    /// length does not count.
+    package func parkedPastExpiry(now: Int64) throws(OutboxError) -> [Entry] {
+        try db.query(
+            "SELECT \(Self.entryColumns) FROM entries WHERE \(Self.stuckStates) AND state = 'awaiting-auth' AND expires_at <= ? ORDER BY seq",
+            [.int(now)], entryFromRow)
+    }
+
     /// Two index seeks on SQLite (`entries_waiting`, `entries_delayed`), whatever the queue's length.
     static var nextWaitEndSQL: String {
         """

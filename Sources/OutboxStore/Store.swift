@@ -162,6 +162,8 @@ package protocol Store: AnyObject {
     /// The earliest end of a wait (a retry's backoff, a hold, a delay) among queued entries
     /// after `now`; nil when none waits. A runner that found nothing due reads again then.
     func nextWaitEnd(after now: Int64) throws(OutboxError) -> Int64?
+    /// Entries parked awaiting-auth whose expiry is `now` or earlier, in queue order.
+    func parkedPastExpiry(now: Int64) throws(OutboxError) -> [Entry]
     /// Applies a runner's changes in one transaction (claims, attempts, settles with their
     /// outcomes and follow-ups). `lease` is the runner's: a store shared by several runners
     /// applies a change to an entry only while that runner's claim on it holds. Nil: the

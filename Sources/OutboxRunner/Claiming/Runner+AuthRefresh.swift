@@ -57,9 +57,7 @@ extension Runner {
     func expireParked(now: Int64) throws(OutboxError) {
         guard !store.sharesRunners, now - lastParkedExpiry >= 60_000 else { return }
         lastParkedExpiry = now
-        guard (try store.counts().states[.awaitingAuth] ?? 0) > 0 else { return }
-        for entry in try store.list(ListFilter(state: EntryState.awaitingAuth.rawValue))
-        where (entry.expiresAt ?? .max) <= now && flights.running[entry.id] == nil {
+        for entry in try store.parkedPastExpiry(now: now) where flights.running[entry.id] == nil {
             settleError(
                 entry, kind: .expired, message: OutcomePayloads.expiredMessage(attempts: entry.attempts, lastReason: entry.reason),
                 state: .error, reason: "expired")
