@@ -118,7 +118,7 @@ package struct EntryFactory {
         // not accepted to be lost. Less than a second to be sent in counts too: a hold as long
         // as the lifetime (`--delay 14d`) ends a few milliseconds before the expiry.
         let now = Identifiers.nowMs()
-        let expires = expiresAt ?? min(now + prepared.expiresInMs, Identifiers.recordableMs.upperBound)
+        let expires = expiresAt ?? Identifiers.expiry(now: now, lifetimeMs: prepared.expiresInMs)
         if let notBefore, expires - max(notBefore, now) < NewEntry.shortestWindowMs {
             throw .invalid(
                 "the entry would expire (\(Units.rfc3339(ms: expires))) before it may be sent (\(Units.rfc3339(ms: notBefore))) or within a second of it: give a later expiry (--expires-at, expires_in) or an earlier hold"

@@ -146,6 +146,12 @@ package enum Identifiers {
     /// The times a store records: epoch milliseconds from 1970 to the end of year 9999.
     package static let recordableMs: ClosedRange<Int64> = 0...253_402_300_799_999
 
+    /// The expiry of a lifetime that starts `now`: one that would end past the end of year
+    /// 9999 ends there, as no later time can be recorded.
+    package static func expiry(now: Int64, lifetimeMs: Int64) -> Int64 {
+        min(now + lifetimeMs, recordableMs.upperBound)
+    }
+
     /// E_STORAGE when the system clock is outside `recordableMs` (a device clock set before
     /// 1970): what a command would write under it, every reader would take for damage.
     package static func checkClock() throws(OutboxError) {

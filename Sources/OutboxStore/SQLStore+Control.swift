@@ -231,7 +231,7 @@ extension SQLStore {
         for e in entries where [.queued, .awaitingAuth, .error].contains(e.state) {
             var expiresAt = e.expiresAt
             if let expiry = e.expiresAt, expiry <= now {
-                expiresAt = min(now + max(0, expiry - e.createdAt), Identifiers.recordableMs.upperBound)
+                expiresAt = Identifiers.expiry(now: now, lifetimeMs: max(0, expiry - e.createdAt))
             }
             let changed = try db.run(
                 """

@@ -252,8 +252,7 @@ extension SQLStore {
         let bodyHash = new.bodyHash
         let decision = try existing.map { e throws(OutboxError) in try decide(e, for: new, bodyHash) } ?? .create
         let p = new.prepared
-        // A lifetime past the end of year 9999 ends there: no later time can be recorded.
-        let expiresAt = new.expiresAt ?? min(now + p.expiresInMs, Identifiers.recordableMs.upperBound)
+        let expiresAt = new.expiresAt ?? Identifiers.expiry(now: now, lifetimeMs: p.expiresInMs)
         var staged = staged
         if decision == .create, staged.keepsStored { staged = try takeOver(existing, staged, body: p.body, internalID: internalID) }
         let request = StoredRequest(prepared: p, form: staged.form).text
