@@ -92,7 +92,7 @@ enum SimulateCommand {
         let followUps = built.followUps.map(\.key)
         let followUpErrors = built.failures.map {
             "then.\(outcome.hookField)[\($0.index)]: \($0.message)"
-                + ($0.pluginFailed ? " (a plugin failed: a runner builds the chain again when it delivers the outcome)" : "")
+                + ($0.mayPassLater ? " (it may pass later: a runner builds the chain again when it delivers the outcome)" : "")
         }
         let record = OutcomeRecord(
             seq: 0, entryID: entry.id, key: key, generation: 1, outcome: outcome, payload: payload, deliveries: 0, acknowledged: false,

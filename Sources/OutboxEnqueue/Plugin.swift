@@ -16,7 +16,7 @@ package enum Plugin {
     /// A plugin that did not answer: an error the caller may try again later.
     static func failed(_ message: String) -> OutboxError {
         var error = OutboxError.invalid(message)
-        error.pluginFailed = true
+        error.mayPassLater = true
         return error
     }
 

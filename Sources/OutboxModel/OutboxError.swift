@@ -29,9 +29,10 @@ package struct OutboxError: Error, Sendable, Equatable, CustomStringConvertible 
     package var message: String
     /// Compiler-style problems in config or definition files (for E_CONFIG).
     package var diagnostics: [Diagnostic]
-    /// A plugin failed to answer (exit status, timeout, no or bad JSON): the same input may
-    /// succeed later, unlike a template or value that is wrong.
-    package var pluginFailed = false
+    /// The same input may succeed later, unlike a template or value that is wrong: a plugin
+    /// failed to answer (exit status, timeout, no or bad JSON), or the definition it names has
+    /// errors the user may fix.
+    package var mayPassLater = false
     /// The entry a refused enqueue found being sent (E_RUNNING): the caller may say more of
     /// why, from what the store knows of its runner.
     package var runningEntryID: String?

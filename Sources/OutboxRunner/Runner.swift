@@ -173,7 +173,10 @@ package final class Runner {
     /// a definition of that key with errors is named as such, with its first error.
     package static func unknownKey(_ key: String, in definitions: DefinitionSet) -> OutboxError {
         if let first = definitions.brokenKeys[key]?.first {
-            return .invalid("the definition of \"\(key)\" has errors (\(first.path):\(first.line): \(first.message))")
+            // Fixed, it takes the entry: a follow-up waits for that instead of being dropped.
+            var error = OutboxError.invalid("the definition of \"\(key)\" has errors (\(first.path):\(first.line): \(first.message))")
+            error.mayPassLater = true
+            return error
         }
         return .invalid("no definition has key \"\(key)\"")
     }

@@ -40,8 +40,8 @@ package struct Settlement: Sendable {
     }
 
     /// Whether an outcome's `then` follow-ups wait for its delivery: it was journaled while no
-    /// definition of its key was loaded, while a follow-up's plugin failed, or while one named
-    /// an entry being sent with another body.
+    /// definition of its key was loaded, while a follow-up's plugin failed or its definition had
+    /// errors, or while one named an entry being sent with another body.
     package static func thenWaitsForDelivery(_ payload: JSON) -> Bool {
         guard let errors = payload["follow_up_errors"]?.arrayValue, errors.count == 1 else { return false }
         return errors[0]["index"] == .null

@@ -103,7 +103,7 @@ struct FollowUpPluginFailureTests {
 
 /// What a `then` item renders is held to the types its fields take: an id or a delay of
 /// another type is refused (it was dropped: a new id, no hold), and a key whose definition
-/// has errors is named as such.
+/// has errors waits for its fix.
 struct FollowUpFieldTests {
     @Test(arguments: [
         (#"id: "{{ vars.tag }}""#, "42", "then.id must give a string, not 42"),
@@ -123,14 +123,36 @@ struct FollowUpFieldTests {
         #expect(try await p.list().isEmpty, "no follow-up, sent at once or otherwise")
     }
 
-    @Test func aFollowUpToADefinitionWithErrorsSaysSo() async throws {
-        let parent = definition("order", top: "then:\n  on_success:\n    - key: broken\n      vars: { url: \"{{ vars.url }}\", tag: t }")
+    /// A follow-up to a definition with errors waits for the fix, as an outcome of such a key
+    /// does: the chain is built when the parent's outcome is delivered, never dropped.
+    @Test(arguments: [true, false])
+    func aFollowUpToADefinitionWithErrorsWaitsForItsFix(parentHooks: Bool) async throws {
+        let parent = definition(
+            "order",
+            top: "then:\n  on_success:\n    - key: broken\n      id: \"b-{{ entry.id }}\"\n      vars: { url: \"{{ vars.url }}\", tag: t }",
+            hooks: parentHooks)
         let p = try Project(definitions: ["order": parent, "broken": "key: broken\nrequest:\n  url: 5\n  method: [x]\n"])
         try await p.enqueue("order", path: "/status/200", id: "o1")
-        try await p.drain()
-        let errors = try #require(p.deliveries("o1").first?.at("stdin.follow_up_errors")?.arrayValue)
-        let message = errors.first?["message"]?.stringValue ?? ""
-        #expect(message.hasPrefix("the definition of \"broken\" has errors (") && message.contains("broken.yaml:"), "\(message)")
+        // A horizon of 0: the drain tries the delivery once and does not wait for the next try.
+        let first = try await p.drain(["--horizon", "0s"], failures: 4)
+        #expect(
+            first.stderr.contains("the follow-ups of o1 wait for its delivery: the definition of \"broken\" has errors ("),
+            "\(first.stderr)")
+        #expect(p.deliveries("o1").isEmpty, "the hook waits for the chain")
+        let show = try #require(try await p.show("o1"))
+        #expect(show.at("outcomes.0.acknowledged") == .bool(false))
+        #expect(show.string("outcomes.0.follow_up_errors.0.message")?.contains("broken.yaml:") == true, "\(show)")
+
+        try p.define("broken", definition("broken"))
+        try await p.drain(failures: 0)
+        #expect(p.server.requests.map(\.path) == ["/status/200", "/status/200"], "o1, then its follow-up once")
+        #expect(p.deliveries("b-o1").count == 1)
+        if parentHooks {
+            let delivered = p.deliveries("o1")
+            #expect(delivered.count == 1)
+            #expect(delivered.first?.at("stdin.follow_up_errors") == nil, "the hook is told of no error")
+        }
+        #expect(try await p.list().isEmpty)
     }
 
     /// A var a follow-up renders from `env` is a secret in that follow-up, and so is a header

@@ -121,16 +121,17 @@ extension Runner {
                 keepUnsettled(entry, plugin: "follow-up's plugin")
                 return false
             }
-            if let plugin = failures.first(where: \.pluginFailed) {
-                // A plugin that did not answer may answer later: the chain is built again at
-                // delivery, which fails and is retried until it can be (never dropped).
+            if let later = failures.first(where: \.mayPassLater) {
+                // A plugin that did not answer may answer later, a definition with errors may be
+                // fixed: the chain is built again at delivery, which fails and is retried until
+                // it can be (never dropped).
                 Settlement.markThenForDelivery(
                     &payload,
                     because:
-                        "a follow-up's plugin failed (\(plugin.message)); the then follow-ups are built again when this outcome is delivered"
+                        "a follow-up could not be built yet (\(later.message)); the then follow-ups are built again when this outcome is delivered"
                 )
                 log(
-                    "outbox: the follow-ups of \(entry.id) wait for its delivery: \(plugin.message)", level: .warn,
+                    "outbox: the follow-ups of \(entry.id) wait for its delivery: \(later.message)", level: .warn,
                     fields: [("id", .string(entry.id))])
                 failures = []
                 hookExists = true
@@ -212,9 +213,9 @@ extension Runner {
         try store.entry(id: id)?.stagedSources ?? [:]
     }
 
-    /// A `then` item that could not be built: its place in the list, why, and whether a plugin
-    /// failed (which may answer later).
-    package typealias FollowUpFailure = (index: Int, message: String, pluginFailed: Bool)
+    /// A `then` item that could not be built: its place in the list, why, and whether it may
+    /// be built later (a plugin failed, its definition has errors).
+    package typealias FollowUpFailure = (index: Int, message: String, mayPassLater: Bool)
 
     /// The log's one line for a chain that was not applied (none of its follow-ups is).
     private func logUnbuilt(_ failures: [FollowUpFailure], of entryID: String) {
@@ -230,8 +231,9 @@ extension Runner {
     /// `definition` (the one loaded at delivery) and applied with its acknowledgement. Its
     /// hook's input loses the note, and gets `follow_up_errors` of its own when one cannot be
     /// built (then none is enqueued, as at a settle). The entry replaced meanwhile (another
-    /// generation), the note stays and nothing is built. When a follow-up's plugin failed,
-    /// nothing changes and the failure is returned: the delivery fails and is tried again.
+    /// generation), the note stays and nothing is built. When a follow-up may be built later (its
+    /// plugin failed, its definition has errors), nothing changes and the failure is returned:
+    /// the delivery fails and is tried again.
     /// Nil when a stop at once killed a follow-up's plugin meanwhile.
     func thenAtDelivery(_ definition: Definition, outcome: inout OutcomeRecord) throws(OutboxError) -> Result<[NewEntry], OutboxError>? {
         guard let entry = try store.entry(id: outcome.entryID), entry.generation == outcome.generation else { return .success([]) }
@@ -241,9 +243,9 @@ extension Runner {
         let built = Self.thenFollowUps(
             definition, entry: entry, outcome: outcome.outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
         if pluginsAbandoned != abandoned { return nil }
-        if let plugin = built.failures.first(where: \.pluginFailed) {
-            var failure = OutboxError.invalid("its then follow-ups could not be built: \(plugin.message)")
-            failure.pluginFailed = true
+        if let later = built.failures.first(where: \.mayPassLater) {
+            var failure = OutboxError.invalid("its then follow-ups could not be built: \(later.message)")
+            failure.mayPassLater = true
             return .failure(failure)
         }
         logUnbuilt(built.failures, of: entry.id)
@@ -266,7 +268,7 @@ extension Runner {
             do {
                 followUps.append(try followUp(item, entry: entry, outcome: payload, factory: factory, stagedSources: stagedSources))
             } catch {
-                failures.append((index, error.message, error.pluginFailed))
+                failures.append((index, error.message, error.mayPassLater))
                 failed.append(.object([("index", .int(index)), ("key", item["key"] ?? .null), ("message", .string(error.message))]))
             }
         }
