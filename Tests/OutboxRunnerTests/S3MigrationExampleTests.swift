@@ -57,9 +57,77 @@ final class MotoServer: Sendable {
             .appendingPathComponent("examples/s3-migration").path
     }
 
+    /// The example's folders in a new sandbox, and the environment that points it at `moto`.
+    static func sandbox(_ moto: MotoServer) throws -> (OutboxSandbox, [String: String]) {
+        let sandbox = try OutboxSandbox()
+        for folder in ["config", "definitions", "lib", "plugins", "hooks", "tools"] {
+            try? FileManager.default.removeItem(atPath: sandbox.path(folder))
+            try copyClosedOnExec(Self.example + "/" + folder, to: sandbox.path(folder))
+        }
+        let binaries = (OutboxSandbox.binary("outbox") as NSString).deletingLastPathComponent
+        let env = [
+            "AWS_ENDPOINT_URL": moto.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_REGION": "us-east-1", "S3_BUCKET": "migration",
+            "PATH": binaries + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
+        ]
+        return (sandbox, env)
+    }
+
+    /// `python3 ARGS` in the sandbox's root, with its environment and `env`.
+    static func python(_ arguments: [String], in sandbox: OutboxSandbox, environment env: [String: String]) async throws -> OutboxRun {
+        let root = sandbox.root, environment = sandbox.processEnvironment(env)
+        return try await offload { try Self.python(arguments, in: root, environment: environment) }
+    }
+
     /// Runs `python3 ARGS` in `folder` with exactly `environment`, and waits.
     static func python(_ arguments: [String], in folder: String, environment: [String: String]) throws -> OutboxRun {
         try runProcess("/usr/bin/env", ["python3"] + arguments, cwd: folder, environment: environment)
+    }
+
+    /// A runner killed after the hook completed an upload, before its exit 0 was recorded; the
+    /// tree enqueued again (the README's resume) then changes nothing: no second upload, no
+    /// part sent again, none left open. Once outbox let the entry go, an enqueue uploads afresh.
+    @Test func aResumeAfterTheCompletingHookStartsNoSecondUpload() async throws {
+        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
+            Issue.record("moto is needed for this test: \(reason)")
+            return
+        }
+        let moto = try await MotoServer()
+        let (sandbox, env) = try Self.sandbox(moto)
+        func python(_ arguments: [String]) async throws -> OutboxRun { try await Self.python(arguments, in: sandbox, environment: env) }
+        #expect(try await python(["tools/s3_tool.py", "mb", "migration"]).status == 0)
+        try await offload { try PartFiles.make(sandbox.path("data/big.bin"), size: 17 << 20, seed: 5) }
+        let enqueue = ["enqueue", "s3.upload", "--from-dir", "data", "--id-template", "mig-{{ vars.name }}"]
+        #expect(try await sandbox.outbox(enqueue, environment: env).status == 0)
+        let firstUpload = try #require(PartFiles.readJSON(sandbox.path(".s3-uploads/mig-big.bin.json"))?["upload_id"] as? String)
+
+        // Killed once the hook exited 0, before that was recorded.
+        let killed = try await sandbox.outbox(["run", "--drain"], environment: env.merging(["OUTBOX_FAULT": "hook.before-ack"]) { $1 })
+        #expect(killed.status != 0, "the fault point kills the runner: \(killed.stderr)")
+        #expect(try await sandbox.list().map { $0["state"] as? String } == ["completed"], "its outcome not acknowledged")
+        #expect(try await sandbox.outbox(enqueue, environment: env).status == 0)
+        let kept = try #require(PartFiles.readJSON(sandbox.path(".s3-uploads/mig-big.bin.json")))
+        #expect(kept["upload_id"] as? String == firstUpload)
+        #expect(kept["completed"] as? Bool == true)
+        let run = try await sandbox.outbox(["run", "--drain", "--json"], environment: env)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stderr.contains("was already complete"), "\(run.stderr)")
+        #expect(try S3SkipExistingTests.summary(run)["attempts"] as? Int == 0, "no part sent again: \(run.stdout)")
+        #expect(try await sandbox.list().isEmpty)
+        let open = try await python([
+            "-c", "import urllib.request,sys; print(urllib.request.urlopen(sys.argv[1] + '/migration?uploads').read().decode())",
+            moto.endpoint,
+        ])
+        #expect(open.status == 0 && !open.stdout.contains("<UploadId>"), "no upload left open: \(open.stdout)")
+
+        // The entry gone, the same id enqueued again asks for the file again: a new upload.
+        #expect(try await sandbox.outbox(enqueue, environment: env).status == 0)
+        let again = try #require(PartFiles.readJSON(sandbox.path(".s3-uploads/mig-big.bin.json")))
+        #expect(again["upload_id"] as? String != firstUpload && again["completed"] == nil)
+        #expect(try await sandbox.outbox(["run", "--drain"], environment: env).status == 0)
+        let remote = try await python(["tools/s3_tool.py", "sha256", "migration", "big.bin"])
+        let local = try await offload { try PartFiles.sha(sandbox.path("data/big.bin"), 0, 17 << 20) }
+        #expect(remote.stdout.hasPrefix(local), "\(remote.stdout)")
     }
 
     @Test func signerMatchesBotocore() async throws {
@@ -81,21 +149,8 @@ final class MotoServer: Sendable {
             return
         }
         let moto = try await MotoServer()
-        let sandbox = try OutboxSandbox()
-        for folder in ["config", "definitions", "lib", "plugins", "hooks", "tools"] {
-            try? FileManager.default.removeItem(atPath: sandbox.path(folder))
-            try copyClosedOnExec(Self.example + "/" + folder, to: sandbox.path(folder))
-        }
-        let binaries = (OutboxSandbox.binary("outbox") as NSString).deletingLastPathComponent
-        let env = [
-            "AWS_ENDPOINT_URL": moto.endpoint, "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-            "AWS_REGION": "us-east-1", "S3_BUCKET": "migration",
-            "PATH": binaries + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"),
-        ]
-        let root = sandbox.root, toolEnvironment = sandbox.processEnvironment(env)
-        func python(_ arguments: [String]) async throws -> OutboxRun {
-            try await offload { try Self.python(arguments, in: root, environment: toolEnvironment) }
-        }
+        let (sandbox, env) = try Self.sandbox(moto)
+        func python(_ arguments: [String]) async throws -> OutboxRun { try await Self.python(arguments, in: sandbox, environment: env) }
         #expect(try await python(["tools/s3_tool.py", "mb", "migration"]).status == 0)
 
         let files: [(relative: String, size: Int)] = [
@@ -132,7 +187,10 @@ final class MotoServer: Sendable {
         let run = try await sandbox.outbox(["run", "--drain", "--horizon", "2m"], environment: env)
         #expect(run.status == 0 || run.status == 4, "nothing settled error or awaits auth: \(run.stderr)")
         #expect(try await sandbox.list().isEmpty, "every outcome acknowledged and forgotten")
-        #expect(((try? FileManager.default.contentsOfDirectory(atPath: sandbox.path(".s3-uploads"))) ?? []).isEmpty)
+        // A completed multipart upload's state stays, marked, until its id is enqueued again.
+        let states = (try? FileManager.default.contentsOfDirectory(atPath: sandbox.path(".s3-uploads"))) ?? []
+        #expect(states.sorted() == ["mig-big.bin.json", "mig-medium.bin.json"])
+        for name in states { #expect(PartFiles.readJSON(sandbox.path(".s3-uploads/" + name))?["completed"] as? Bool == true, "\(name)") }
 
         for file in files {
             let path = sandbox.path("data/" + file.relative)

@@ -2,8 +2,9 @@
 
 stdin: the outcome (docs/hooks-and-events.md), with `parts: [{index, status, headers: {etag}}]` for a
 multipart upload. Exit 0 acknowledges it; any other exit makes outbox deliver it again
-later, so this hook is idempotent: an upload that was already completed (the hook died
-before exiting 0) is recognised by the object being there with the expected size.
+later, so this hook is idempotent: an upload it completed before (a runner killed before
+the hook's exit 0 was recorded) is marked completed in its state, or recognised by the
+object being there with the expected size.
 """
 
 import hashlib
@@ -52,6 +53,9 @@ def main():
         return 1
     s3 = s3sigv4.S3.from_environment()
     saved = state.load(entry_id)
+    if saved and saved.get("completed"):
+        print(f"s3_complete: s3://{saved['bucket']}/{saved['key']} was already complete", file=sys.stderr)
+        return 0
     if not saved or not saved.get("upload_id"):
         # The state goes only after a complete that worked: an earlier delivery did it and
         # was stopped before it could exit 0. Check that the object is the one the parts make.
@@ -64,18 +68,23 @@ def main():
               f"is not the object of these parts", file=sys.stderr)
         return 1
     bucket, key, upload_id = saved["bucket"], saved["key"], saved["upload_id"]
+    done = "complete"
     try:
         s3.complete_multipart_upload(bucket, key, upload_id, etags)
     except s3sigv4.S3Error as error:
-        # Completed by an earlier delivery that was stopped before it exited 0: the upload is
-        # gone (NoSuchUpload, or InvalidPart on some servers) and the object is the one its
-        # parts make.
+        # Completed by an earlier delivery that was stopped before it could mark the state:
+        # the upload is gone (NoSuchUpload, or InvalidPart on some servers) and the object
+        # is the one its parts make.
         head = s3.head_object(bucket, key) if error.status in (400, 404) else None
         if not head or not is_object_of(head, etags, saved["size"]):
             print(f"s3_complete: s3://{bucket}/{key}: {error}", file=sys.stderr)
             return 1
-    state.remove(entry_id)
-    print(f"s3_complete: s3://{bucket}/{key} complete ({len(etags)} parts, {saved['size']} bytes)", file=sys.stderr)
+        done = "was already complete"
+    # Kept, marked: an enqueue of this id before outbox records this exit gets the same
+    # descriptor back, not a second upload (the plugin drops the state once the entry is gone).
+    saved["completed"] = True
+    state.save(entry_id, saved)
+    print(f"s3_complete: s3://{bucket}/{key} {done} ({len(etags)} parts, {saved['size']} bytes)", file=sys.stderr)
     return 0
 
 

@@ -12,7 +12,10 @@ stays where it is.
 
 What the on_success hook needs later (the upload id) is kept in STATE_DIR/<entry id>.json.
 A same-id enqueue of the same file gets the same descriptor back from that file, so it
-resumes the upload: parts already accepted are never sent again.
+resumes the upload: parts already accepted are never sent again. After the hook completed
+the upload the file stays, marked completed, while outbox still holds the entry (its
+outcome not yet acknowledged: a runner killed after the hook's complete), so an enqueue
+then changes nothing either; once outbox has let the entry go, an enqueue starts afresh.
 """
 
 import json
@@ -38,16 +41,30 @@ def fail(message):
     sys.exit(1)
 
 
+def outbox(*arguments):
+    """Runs the outbox binary (OUTBOX_BIN, else `outbox` on PATH) in the project root."""
+    binary = os.environ.get("OUTBOX_BIN") or shutil.which("outbox")
+    if not binary:
+        fail("cannot find the outbox binary (put it on PATH or set OUTBOX_BIN)")
+    return subprocess.run([binary, *arguments], capture_output=True, text=True)
+
+
 def chunk_plan(size):
     """The parts outbox itself would cut (docs/definitions.md, parts), from `outbox chunk-plan`."""
-    outbox = os.environ.get("OUTBOX_BIN") or shutil.which("outbox")
-    if not outbox:
-        fail("cannot find the outbox binary (put it on PATH or set OUTBOX_BIN)")
-    answer = subprocess.run([outbox, "chunk-plan", str(size), "--min", PART_MIN, "--max", PART_MAX, "--json"],
-                            capture_output=True, text=True)
+    answer = outbox("chunk-plan", str(size), "--min", PART_MIN, "--max", PART_MAX, "--json")
     if answer.returncode != 0:
         fail(f"outbox chunk-plan failed: {answer.stderr.strip()}")
     return json.loads(answer.stdout)
+
+
+def outbox_holds(entry_id):
+    """Whether the queue still has this entry (`outbox show` exits 65, E_INVALID, once it is gone)."""
+    answer = outbox("show", entry_id, "--json")
+    if answer.returncode == 0:
+        return True
+    if answer.returncode == 65 and '"E_INVALID"' in answer.stdout:
+        return False
+    fail(f"outbox show {entry_id} failed: {answer.stderr.strip() or answer.stdout.strip()}")
 
 
 def size_in_bytes(text):
@@ -74,13 +91,22 @@ def main():
         fail(f"cannot read {path}: {error.strerror}")
 
     saved = state.load(entry_id)
-    if saved and saved["bucket"] == bucket and saved["key"] == key and saved["path"] == path \
-            and saved["size"] == info.st_size and saved["mtime_ns"] == info.st_mtime_ns \
-            and time.time() - saved["created"] < 5 * 24 * 3600:
+    same_file = saved and saved["bucket"] == bucket and saved["key"] == key and saved["path"] == path \
+        and saved["size"] == info.st_size and saved["mtime_ns"] == info.st_mtime_ns
+    if same_file and saved.get("completed"):
+        if outbox_holds(entry_id):
+            # Completed, its outcome not yet acknowledged: the same descriptor, so outbox
+            # keeps the entry as it is (a new upload would send every part again).
+            print(json.dumps(saved["descriptor"]))
+            return
+        # outbox let the entry go: this enqueue asks for the file again.
+        state.remove(entry_id)
+        saved = None
+    if same_file and saved and time.time() - saved["created"] < 5 * 24 * 3600:
         # Same file, same id: the same descriptor, so outbox sees the same body and resumes.
         print(json.dumps(saved["descriptor"]))
         return
-    if saved and saved.get("upload_id"):
+    if saved and saved.get("upload_id") and not saved.get("completed"):
         # A different file or target under this id: the old upload is abandoned.
         try:
             s3sigv4.S3.from_environment().abort_multipart_upload(saved["bucket"], saved["key"], saved["upload_id"])
