@@ -29,8 +29,10 @@ extension Transfer {
                 if expected == nil, errno == ELOOP {
                     throw TransferSetupError(kind: .file, message: "file: the staged body \(path) was replaced by a symbolic link")
                 }
-                // Out of fds or memory passes: tried again later.
-                throw TransferSetupError(kind: expected == nil ? .network : .file, message: "file: cannot open \(path): \(errnoText())")
+                // Out of fds or memory passes: tried again later. A staged body this user may not
+                // read does not (the store made by another user): an error to see and fix.
+                let passes = expected == nil && errno != EACCES && errno != EPERM
+                throw TransferSetupError(kind: passes ? .network : .file, message: "file: cannot open \(path): \(errnoText())")
             }
             guard let info = FileInfo.stat(fd: fd), info.isRegular else {
                 Glibc.close(fd)
@@ -71,7 +73,7 @@ extension Transfer {
             let got = pread(fd, buffer.baseAddress! + filled, length - filled, off_t(offset) + off_t(filled))
             if got < 0 && errno == EINTR { continue }
             if got < 0 { throw TransferSetupError(kind: .network, message: "file: cannot read \(path): \(errnoText())") }
-            if got == 0 { throw TransferSetupError(kind: .network, message: "file: \(path) shrank while it was being sent") }
+            if got == 0 { throw TransferSetupError(kind: .file, message: "file: \(path) shrank while it was being sent") }
             filled += got
         }
     }

@@ -38,6 +38,8 @@ final class Transfer {
     var redirectedBytes: Int64 = 0
     var redirectedAtCurrent: Int64 = 0
     var readFailure: String?
+    /// What `readFailure` is: a read error may pass, a file that shrank does not.
+    var readFailureKind: TransportFailure.Kind = .network
     var headerList: UnsafeMutablePointer<curl_slist>?
     var mime: OpaquePointer?
     let errorBuffer: UnsafeMutablePointer<CChar>
@@ -167,7 +169,10 @@ final class Transfer {
                     return Int(CURL_READFUNC_ABORT)
                 }
                 if got == 0 {
+                    // The bytes enqueued are gone (a pseudo-file whose size is not its length
+                    // does this every time): sending again cannot bring them back.
                     readFailure = "file: \(path) shrank while it was being sent"
+                    readFailureKind = .file
                     return Int(CURL_READFUNC_ABORT)
                 }
                 // Half the body is on its way: a crash test's moment for "mid-upload".
@@ -303,7 +308,7 @@ final class Transfer {
         }
         if code == CURLE_OK || (stoppedReading && code == CURLE_WRITE_ERROR) { return result }
         if let readFailure {
-            result.failure = TransportFailure(.network, readFailure)
+            result.failure = TransportFailure(readFailureKind, readFailure)
             return result
         }
         var redirects = 0

@@ -417,6 +417,9 @@ extension Definition {
             if let n = f[name], written(n) { _ = reader.bool(n, "request.\(name)") }
         }
         if let t = f["text"], t.scalar == nil { reader.error(t.mark, "request.text must be text (the body), not a list or mapping") }
+        if let file = f["file"], written(file), file.scalar.map({ if case .string = $0 { false } else { true } }) ?? true {
+            reader.error(file.mark, "request.file must be a file path (or a template giving one), not \(YAMLReader.describe(file))")
+        }
         if let form = f["form"] { checkForm(form, reader: &reader) }
         if let parts = f["parts"] { checkParts(parts, reader: &reader) }
         guard let json = reader.json(node, "request") else { return nil }
@@ -443,10 +446,14 @@ extension Definition {
                     reader.error(item.mark, "request.form items need exactly one of value or file")
                 }
                 // Written out, as enqueue would refuse it (a template is judged as it renders).
-                for member in ["name", "filename", "content_type"] {
-                    if let n = f[member], case .string(let text)? = n.scalar, !text.contains("{{"),
-                        let problem = HeaderRules.valueProblem(text)
-                    {
+                for member in ["name", "filename", "content_type", "file"] {
+                    guard let n = f[member], n.scalar != .null else { continue }
+                    guard case .string(let text)? = n.scalar else {
+                        reader.error(
+                            n.mark, "request.form item \(member) must be text (or a template giving it), not \(YAMLReader.describe(n))")
+                        continue
+                    }
+                    if member != "file", !text.contains("{{"), let problem = HeaderRules.valueProblem(text) {
                         reader.error(n.mark, "request.form item \(member): \(problem)")
                     }
                 }

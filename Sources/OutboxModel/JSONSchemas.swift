@@ -8,7 +8,10 @@ package enum JSONSchemas {
     }
 
     package static func definition() -> JSON {
-        document(title: "outbox definition (definitions/*.yaml)", DefinitionFields.top)
+        var schema = document(title: "outbox definition (definitions/*.yaml)", DefinitionFields.top)
+        // A definition says how to build its request: written out, or by a plugin.
+        schema.set("anyOf", .array(["request", "request_command"].map { .object([("required", .array([.string($0)]))]) }))
+        return schema
     }
 
     /// Every object a schema describes, by path ("retry.backoff", "accept items"), with its

@@ -1,4 +1,5 @@
 import Digest
+import Glibc
 
 /// Who owns a file body after enqueue.
 package enum Ownership: String, Sendable, Equatable {
@@ -28,8 +29,11 @@ package struct FileIdentity: Sendable, Equatable {
     package static func of(_ path: String, field: String) throws(OutboxError) -> (identity: FileIdentity, unlinked: FileInfo?) {
         // The system reads a path up to its first NUL: it would name another file than the one given.
         guard !path.utf8.contains(0) else { throw .invalid("\(field): the path contains a NUL character") }
-        let unlinked = FileInfo.lstat(path).flatMap { $0.isLink ? nil : $0 }
+        let found = FileInfo.lstat(path)
+        let unlinked = found.flatMap { $0.isLink ? nil : $0 }
         guard let info = unlinked ?? FileInfo.stat(path) else {
+            if found != nil { throw .fileMissing("\(field): \(path) is a link to nothing (or a loop of links)") }
+            if errno == EACCES { throw .fileMissing("\(field): cannot reach \(path): \(Paths.errnoMessage())") }
             throw .fileMissing("\(field): no such file \(path)")
         }
         guard info.isRegular else { throw .invalid("\(field): \(path) is not a regular file") }

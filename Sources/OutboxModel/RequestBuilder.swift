@@ -326,9 +326,14 @@ package enum RequestBuilder {
                 throw .invalid("\(at): unknown field \"\(name)\"")
             }
             guard let name = item["name"]?.stringValue else { throw .invalid("\(at).name must be a string") }
+            // Given, a filename or type of another type is refused: dropped, a guess would go instead.
+            func text(_ member: String) throws(OutboxError) -> String? {
+                guard let value = item[member], value != .null else { return nil }
+                guard let text = value.stringValue else { throw .invalid("\(at).\(member) must be a string, not \(value.typeName)") }
+                return text
+            }
             var field = PreparedFormField(
-                name: name, value: nil, file: nil, filename: item["filename"]?.stringValue,
-                contentType: item["content_type"]?.stringValue)
+                name: name, value: nil, file: nil, filename: try text("filename"), contentType: try text("content_type"))
             switch (item["value"], item["file"]) {
             case let (v?, nil):
                 switch v {

@@ -191,6 +191,14 @@ package final class SQLiteStore: Store, SQLStore, @unchecked Sendable {
         if (st.st_mode & S_IFMT) == S_IFLNK {
             throw .storage("the store folder \(path) is a symbolic link; give the real folder as \(option)")
         }
+        if geteuid() == 0, st.st_uid != 0 {
+            // Root's files in it (a body, the log, a lock) would be 0600 and root's: its owner's
+            // runner could not read them, and would retry or fail on them unseen.
+            let owner = getpwuid(st.st_uid).map { String(cString: $0.pointee.pw_name) } ?? "uid \(st.st_uid)"
+            throw .storage(
+                "the store folder \(path) belongs to \(owner), and outbox runs as root: files it made there would be root's and unreadable to \(owner); run it as that user (sudo -u \(owner) outbox ...)"
+            )
+        }
         if (st.st_mode & S_IFMT) == S_IFDIR, let names = Paths.list(path), !names.contains("outbox.db"), !names.contains("bodies") {
             // A folder of someone else's files would be tightened to 0700 and filled with ours.
             let foreign = names.filter { !Self.storeNames.contains($0) && !$0.hasPrefix("outbox.db.new-") }.sorted()

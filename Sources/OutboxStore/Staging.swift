@@ -67,6 +67,22 @@ struct Staging {
 
     /// Copies `file` in; the copy must be the file as the entry recorded it (a file still
     /// being written would give bytes that match neither its recorded size nor its hash).
+    /// Why this user may not remove the file at `path` (whose owner is `owner`) from its
+    /// folder, or nil: the folder is not writable and searchable for it, or it is sticky
+    /// (`/tmp`) and neither the folder nor the file is the user's.
+    static func removalProblem(_ path: String, owner: uid_t) -> String? {
+        let folder = Paths.dirname(path)
+        guard faccessat(AT_FDCWD, folder, W_OK | X_OK, AT_EACCESS) == 0 else {
+            return "its folder \(folder) does not let this user remove it (\(Paths.errnoMessage()))"
+        }
+        var info = stat()
+        let me = geteuid()
+        if stat(folder, &info) == 0, info.st_mode & S_ISVTX != 0, me != 0, me != info.st_uid, me != owner {
+            return "its folder \(folder) is sticky and neither it nor the file is this user's"
+        }
+        return nil
+    }
+
     func copyFile(_ file: FileIdentity, to final: String) throws(OutboxError) {
         let source = file.path
         let temp = tempPath(for: final)
@@ -156,6 +172,13 @@ struct Staging {
                         throw OutboxError.invalid(
                             "request.file: \(identity.path) is a symbolic link; ownership: move takes a regular file (use copy or reference)"
                         )
+                    }
+                    // Moved, the file leaves its folder: one this user may not change would keep it
+                    // (across filesystems, a copy would go in and the name stay, unseen).
+                    if let problem = Self.removalProblem(identity.path, owner: st.st_uid) {
+                        throw OutboxError.unreadable(
+                            "request.file: cannot move \(identity.path) into the store: \(problem) (ownership: move takes the file away from there; copy leaves it)",
+                            errno: EACCES)
                     }
                     if st.st_nlink > 1 {
                         // Renamed in, a file with other hard links would still be theirs too: the

@@ -138,6 +138,7 @@ final class BadInputProject: @unchecked Sendable {
         case "fifo": guard mkfifo(project.path(try arg(0)), 0o644) == 0 else { throw FixtureError("mkfifo \(args)") }
         case "symlink": try fm.createSymbolicLink(atPath: project.path(try arg(1)), withDestinationPath: try arg(0))
         case "hardlink": try fm.linkItem(atPath: project.path(try arg(0)), toPath: project.path(try arg(1)))
+        case "chown": try expectOK(try runProcess("/bin/chown", [try arg(0), project.path(try arg(1))]), "chown")
         case "sql": _ = try project.sqlite(try arg(0))
         case "env":
             let pair = try arg(0).split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false).map(String.init)
@@ -272,5 +273,28 @@ final class BadInputProject: @unchecked Sendable {
             hash = hash &* 0x100_0000_01b3
         }
         return String(hash, radix: 16)
+    }
+}
+
+/// A staged body its runner may not read (given to another user by hand) is an error of the
+/// entry, kind `file`, which `outbox retry` sends once it is readable: not a network failure
+/// retried until the entry expires.
+@Suite struct ForeignBodyTests {
+    @Test func aStagedBodyTheRunnerMayNotReadSettlesErrorKindFile() async throws {
+        let c = BadInputCase(id: "foreign-body", area: "store", setup: [["as-nobody"]], command: [], exit: 0, code: "", names: [])
+        let p = try await BadInputProject(c)
+        try p.expectOK(try await offload { try p.outbox(["cancel", "seed"]) }, "cancel")
+        // The fixture's one staged body, seed-file's (read without touching the store as root).
+        let bodies = try FileManager.default.contentsOfDirectory(atPath: p.project.path(".outbox/bodies"))
+        #expect(bodies.count == 1, "\(bodies)")
+        let body = p.project.path(".outbox/bodies/" + (bodies.first ?? ""))
+        try p.expectOK(try runProcess("/bin/chown", ["root:root", body]), "chown")
+        let run = try await offload { try p.outbox(["run", "--drain"]) }
+        #expect(run.exitCode == 1, "the entry settles error: \(run)")
+        let list = try await offload { try p.outbox(["list", "--json"]) }
+        #expect(list.stdout.contains(#""state":"error","reason":"file""#), "\(list)")
+        let show = try await offload { try p.outbox(["show", "seed-file", "--json"]) }
+        #expect(show.stdout.contains("cannot open \(body): Permission denied"), "\(show)")
+        #expect(show.stdout.contains(#""attempts":0"#), "nothing was sent: \(show)")
     }
 }
