@@ -358,6 +358,12 @@ package struct Config: Sendable {
                         reader.error(c.mark, "tls.\(name): cannot read \(path): \(problem)")
                     } else if !Paths.isRegularFile(path) {
                         reader.error(c.mark, "tls.\(name): \(path) is not a file")
+                    } else if name != "ca_file", Self.holdsEncryptedKey(path) {
+                        // OpenSSL would ask for its passphrase on the terminal, at every attempt.
+                        reader.error(
+                            c.mark,
+                            "tls.\(name): \(path) holds a private key encrypted with a passphrase, which outbox has no way to give; store it decrypted (openssl pkey -in KEY -out PLAIN), readable only by outbox's user"
+                        )
                     }
                     paths[name] = path
                 }
@@ -369,6 +375,14 @@ package struct Config: Sendable {
                 reader.error(n.mark, "tls.cert and tls.key go together: give both or neither")
             }
         }
+    }
+
+    /// Whether a PEM file holds a private key encrypted with a passphrase (PKCS#8's
+    /// `ENCRYPTED PRIVATE KEY`, or the older `Proc-Type: 4,ENCRYPTED` header).
+    static func holdsEncryptedKey(_ path: String) -> Bool {
+        guard let bytes = Paths.readBytes(path) else { return false }
+        let text = String(decoding: bytes, as: UTF8.self)
+        return text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") || text.contains("Proc-Type: 4,ENCRYPTED")
     }
 
     static func readHeaders(_ node: YAMLNode, reader: inout YAMLReader, context: String) -> [(String, String)] {

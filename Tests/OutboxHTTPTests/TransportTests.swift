@@ -1043,6 +1043,19 @@ func selfSignedCertificate(_ certificate: String, key: String, name: String, ext
         let missing = await send(fresh, request)
         #expect(missing.status == nil)
         #expect(missing.failure?.kind == .tls)
+
+        // A key encrypted with a passphrase fails the attempt too: no passphrase is asked for
+        // (OpenSSL would read it from the terminal or stdin, holding the curl thread).
+        let encrypted = folder.path + "/encrypted-key.pem"
+        let made = try runProcess(
+            "/usr/bin/openssl", ["pkey", "-in", clientKey, "-out", encrypted, "-aes256", "-passout", "pass:secret"])
+        #expect(made.exitCode == 0, "\(made.stderr)")
+        request.clientKey = encrypted
+        let another = try HTTPClient()
+        defer { another.shutdown() }
+        let refusedKey = await send(another, request)
+        #expect(refusedKey.status == nil)
+        #expect(refusedKey.failure?.kind == .tls, "\(String(describing: refusedKey.failure))")
     }
 }
 
