@@ -135,6 +135,9 @@ package struct HTTPResult: Sendable {
     /// Body bytes of the requests before the last one, those a followed redirect answered
     /// (the body is sent again after a 307/308): on the wire too, and not in `bytesSent`.
     package var bytesResent: Int64 = 0
+    /// Whether any of the request reached the connection (its head, or body bytes): a
+    /// transfer stopped while it connected or shook hands never did, and is no attempt.
+    package var requestWentOut = true
     /// Every body byte this attempt put on the wire.
     package var bytesOnTheWire: Int64 { bytesSent + bytesResent }
     /// The AWS Signature V4 libcurl computed for a signed request (a secret to mask).

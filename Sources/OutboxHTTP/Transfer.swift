@@ -250,6 +250,9 @@ final class Transfer {
         var sent: curl_off_t = 0
         _ = ccurl_getinfo_off_t(easy, CURLINFO_SIZE_UPLOAD_T, &sent)
         result.bytesSent = Int64(sent)
+        var headBytes = 0
+        _ = ccurl_getinfo_long(easy, CURLINFO_REQUEST_SIZE, &headBytes)
+        result.requestWentOut = headBytes > 0 || sent > 0
         // A last redirect that was not followed (too many) is the request `bytesSent` counts.
         result.bytesResent = redirectedBytes - redirectedAtCurrent
         if case .file(let fd, _, _, _) = source { result.bodyFileAtEnd = FileInfo.stat(fd: fd) }

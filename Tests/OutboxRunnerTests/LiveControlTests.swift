@@ -83,6 +83,41 @@ extension Project {
         #expect(try await p.list().isEmpty)
     }
 
+    /// A request stopped while its connection is still being made (a TLS handshake nobody
+    /// answers) never went out: no attempt is counted, logged or reported.
+    @Test func aRequestStoppedWhileItConnectsIsNoAttempt() async throws {
+        // A socket nobody reads: once accepted, the runner's ClientHello waits there forever.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0
+            }
+        }
+        #expect(bound && listen(listener, 4) == 0)
+        let port = UInt16(bigEndian: address.sin_port)
+
+        let p = try Project(definitions: ["t": definition("t")])
+        let vars = #"{"url": "https://127.0.0.1:\#(port)/x", "tag": "a"}"#
+        #expect(try await p.outbox(["enqueue", "t", "--id", "t1", "--vars", vars]).exitCode == 0)
+        let runner = try p.start(["run", "--drain", "--grace", "0s", "--events", "-"])
+        // Accepted: the transfer is connecting now, and stays so.
+        let connection = try await offload { accept(listener, nil, nil) }
+        defer { close(connection) }
+        #expect(connection >= 0)
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(!finished.timedOut, "\(finished.description)")
+        #expect(!finished.jsonLines.contains { $0.string("type") == "attempt" }, "\(finished.stdout)")
+        let show = try #require(try await p.show("t1"))
+        #expect(show["attempts"] == .int(0), "\(show)")
+        #expect(show["state"] == .string("queued"))
+    }
+
     /// A cancel of a chunked upload aborts every part in flight, starts no other part, and
     /// the `cancel` command puts the moved file back at its source path.
     @Test(arguments: RunReport.allCases)

@@ -73,7 +73,7 @@ extension Runner {
         if result.failure?.kind == .aborted {
             // Stopped by us (grace over, or withdrawn): not an attempt result; the entry goes
             // back to the queue when the run ends, or now if it was paused, or is dropped.
-            // The request was sent all the same, so it counts and is reported as an attempt.
+            // A request that went out counts and is reported as an attempt all the same.
             recordLateAttempt(entry, flight: flight, result: result, now: now)
             if let requeue = withdrawal {
                 flights.running[entry.id] = nil
@@ -175,8 +175,8 @@ extension Runner {
     /// any other, `outcome` `aborted` when we stopped it.
     func recordLateAttempt(_ entry: Entry, flight: Flight, result: HTTPResult, now: Int64) {
         // A standby request withdrawn before it started was never sent (the run counted it as
-        // it was handed to the curl thread).
-        guard !flight.standby else {
+        // it was handed to the curl thread), nor was one stopped while it connected.
+        guard !flight.standby, result.requestWentOut else {
             summary.attempts -= 1
             return
         }
