@@ -94,6 +94,15 @@ enum SimulateCommand {
             "then.\(outcome.hookField)[\($0.index)]: \($0.message)"
                 + ($0.mayPassLater ? " (it may pass later: a runner builds the chain again when it delivers the outcome)" : "")
         }
+        if let later = built.failures.first(where: \.mayPassLater) {
+            // The runner holds such an outcome, its hook not run, and delivers it once the
+            // chain can be built: a failed delivery until then.
+            return report(
+                &i, klass: klass,
+                note:
+                    "outcome \(outcome.rawValue); the runner would hold it and run no hook until its then follow-ups can be built (\(later.message)); each delivery until then fails",
+                outcome: Runner.hookPayload(payload, deliveries: 1), followUpErrors: followUpErrors, status: 1)
+        }
         let record = OutcomeRecord(
             seq: 0, entryID: entry.id, key: key, generation: 1, outcome: outcome, payload: payload, deliveries: 0, acknowledged: false,
             nextDeliveryAt: nil, reason: nil, hookPgid: nil, hookStart: nil, createdAt: now)
@@ -179,7 +188,7 @@ enum SimulateCommand {
     /// What happened when no hook ran.
     static func report(
         _ i: inout Invocation, klass: AttemptOutcomeClass, note: String, outcome: JSON?, followUps: [String] = [],
-        followUpErrors: [String] = []
+        followUpErrors: [String] = [], status: Int32 = 0
     ) -> Int32 {
         if i.json {
             i.console.out(
@@ -193,7 +202,7 @@ enum SimulateCommand {
             i.console.err("outbox: \(note)")
             reportFollowUps(&i, followUps, followUpErrors)
         }
-        return 0
+        return status
     }
 
     /// The entry the runner would hold: the rendered request as stored, not yet attempted.

@@ -202,15 +202,10 @@ package final class Runner {
                 return
             }
         }
+        // As at a start: a file with errors disables its own key (its outcomes are held until
+        // it is fixed), never the others' fixes and changes.
         let newDefinitions = DefinitionSet.load(folder: newConfig.definitions)
-        guard newDefinitions.diagnostics.isEmpty else {
-            for d in newDefinitions.diagnostics { log(d.rendered(source: nil), level: .error) }
-            let n = newDefinitions.diagnostics.count
-            log(
-                "outbox: reload: \(n) error\(n == 1 ? "" : "s") in the definitions; the config and definitions in use are kept",
-                level: .error)
-            return
-        }
+        for d in newDefinitions.diagnostics { log(d.rendered(source: nil), level: .error) }
         let newFactory = Self.factory(config: newConfig, definitions: newDefinitions, environment: environment, cwd: factory.cwd)
         let newAccount = (try? newFactory.account()) ?? nil
         config = newConfig
@@ -229,6 +224,23 @@ package final class Runner {
         readAhead.discard()
         let n = definitions.definitions.count
         log("outbox: reloaded \(config.file ?? "the config") and \(n) definition\(n == 1 ? "" : "s")")
+        noteBrokenDefinitions()
+        do {
+            // What a reload may have fixed (a definition, a hook, a follow-up's plugin) is tried
+            // now, not when the backoff of its last failure ends.
+            try store.markUnhandled(keys: Set(definitions.definitions.keys))
+            try store.releaseDeliveryBackoffs(now: Identifiers.nowMs())
+            delivery.thenTries = [:]
+        } catch {
+            log("outbox: reload: \(error.message)", level: .warn)
+        }
+    }
+
+    /// Names each definition with errors: its key is disabled, its outcomes held until it is fixed.
+    func noteBrokenDefinitions() {
+        for key in definitions.brokenKeys.keys.sorted() {
+            log("outbox: the definition of \(key) has errors: its outcomes are held until it is fixed (outbox check)", level: .warn)
+        }
     }
 
     /// Says so when the config names an account and this runner has none (its variable unset
@@ -431,9 +443,7 @@ package final class Runner {
             log("outbox: removed \(path): a staged body no entry owns (left by a process that was killed)", level: .warn)
         }
         try store.markUnhandled(keys: Set(definitions.definitions.keys))
-        for key in definitions.brokenKeys.keys.sorted() {
-            log("outbox: the definition of \(key) has errors: its outcomes are held until it is fixed (outbox check)", level: .warn)
-        }
+        noteBrokenDefinitions()
     }
 
     /// Logs a line; with the live display on, the line it drew is cleared first and drawn

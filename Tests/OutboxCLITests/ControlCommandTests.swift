@@ -918,11 +918,20 @@ struct SimulateTests {
         _ = try p.write(
             "definitions/chained.yaml",
             "key: chained\nrequest: { url: \"https://x.example/p\", data: { a: 1 } }\nthen: { on_success: [{ key: down }] }\n")
-        let chained = try p.run("simulate", "chained", "--status", "200", "--plugins", "--json").json()
+        let held = p.run("simulate", "chained", "--status", "200", "--plugins", "--json")
+        #expect(held.status == 1, "the runner's delivery would fail: \(held)")
+        let chained = try held.json()
         #expect(
             chained["follow_up_errors"]?.arrayValue?.first?.stringValue
                 == "then.on_success[0]: request_command exited 3: token service down (it may pass later: a runner builds the chain again when it delivers the outcome)",
             "\(chained.serialized())")
+        #expect(chained["hook_exit"] == .null)
+        #expect(chained["note"]?.stringValue?.hasPrefix("outcome completed; the runner would hold it and run no hook") == true)
+        // So does one whose definition has errors: the runner holds the outcome until it is fixed.
+        _ = try p.write("definitions/down.yaml", "key: down\nrequest: { url: 5 }\n")
+        let broken = p.run("simulate", "chained", "--status", "200", "--json")
+        #expect(broken.status == 1, "\(broken)")
+        #expect(try broken.json()["note"]?.stringValue?.contains("the definition of \"down\" has errors") == true, "\(broken.out)")
     }
 
     @Test(arguments: [("422", "", "error"), ("409", #"{"e": "already exists"}"#, "completed"), ("409", #"{"e": "conflict"}"#, "error")])

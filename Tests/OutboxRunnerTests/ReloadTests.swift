@@ -4,8 +4,36 @@ import TestSupport
 import Testing
 
 /// SIGHUP makes a running `outbox run` read its config and definitions again; work in flight
-/// carries on, and a reload with errors keeps what is in use.
+/// carries on, a config with errors keeps the one in use, a definition with errors disables
+/// its own key.
 struct ReloadTests {
+    /// A chain held because its follow-up's definition has errors is built as soon as a reload
+    /// loads the fixed file, though another file still has errors and the failed delivery's
+    /// backoff (10 minutes here) has not ended.
+    @Test func aReloadThatFixesAFollowUpsDefinitionBuildsTheHeldChainAtOnce() async throws {
+        let config = fastConfig.replacingOccurrences(of: "base: 50ms, max: 200ms", with: "base: 10m, max: 10m")
+        let parent = definition(
+            "a", top: "then:\n  on_success:\n    - key: b\n      id: \"b-{{ entry.id }}\"\n      vars: { url: \"{{ vars.url }}\", tag: t }")
+        let p = try Project(
+            config: config, definitions: ["a": parent, "b": "key: b\nrequest:\n  url: 5\n", "z": "key: z\nrequest:\n  methd: PUT\n"])
+        try await p.enqueue("a", path: "/status/200", id: "a1")
+        let runner = try p.start(["run"])
+        await eventually("the chain held") { runner.stderrSoFar.contains("the follow-ups of a1 wait for its delivery") }
+        await eventually("its first delivery failed") { runner.stderrSoFar.contains("it will be delivered again in 10m") }
+        #expect(p.deliveries("a1").isEmpty)
+
+        try p.define("b", definition("b"))
+        runner.signal(SIGHUP)
+        await eventually("the follow-up sent and delivered") { p.deliveries("b-a1").count == 1 }
+        await eventually("the parent's hook run") { p.deliveries("a1").count == 1 }
+        #expect(p.deliveries("a1").first?.at("stdin.follow_up_errors") == nil, "told of no error")
+        #expect(runner.stderrSoFar.contains("the definition of z has errors"), "z stays disabled: \(runner.stderrSoFar)")
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(!finished.timedOut, "\(finished.description)")
+        #expect(p.server.requests(path: "/status/200").count == 2, "a1 and its follow-up, once each")
+    }
+
     @Test func sighupReloadsDefinitionsAndKeepsThemWhenTheNewOnesAreBroken() async throws {
         let p = try Project(definitions: ["t": definition("t", hooks: false)])
         defer { p.server.release("a") }
@@ -18,11 +46,13 @@ struct ReloadTests {
         runner.signal(SIGHUP)
         await eventually("the reload logged") { runner.stderrSoFar.contains("outbox: reloaded") }
 
-        // A broken definition: the errors are logged like `outbox check`, the old ones kept.
+        // A broken definition: its errors are logged like `outbox check` and its key disabled,
+        // as at a start; the other definitions are reloaded all the same.
         _ = try p.write("definitions/broken.yaml", "key: broken\nrequest:\n  methd: PUT\n")
         runner.signal(SIGHUP)
-        await eventually("the refused reload logged") { runner.stderrSoFar.contains("the config and definitions in use are kept") }
+        await eventually("the broken key named") { runner.stderrSoFar.contains("the definition of broken has errors") }
         #expect(runner.stderrSoFar.contains("broken.yaml:3:3: error: unknown field \"methd\""), "\(runner.stderrSoFar)")
+        #expect(runner.stderrSoFar.components(separatedBy: "outbox: reloaded").count == 3, "\(runner.stderrSoFar)")
         // One log line per error: the source line is not printed (it may hold a credential).
         try FileManager.default.removeItem(atPath: p.path("definitions/broken.yaml"))
         try p.writeConfig(fastConfig + "headers:\n  X-Key: \"RELOAD-SECRET-3 {{ vars.a\"\n")
