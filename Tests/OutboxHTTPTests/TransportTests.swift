@@ -91,21 +91,7 @@ private func httpDate(secondsFromNow seconds: Int) -> String {
 }
 
 /// A loopback port nobody listens on: bound, then closed.
-private func unusedPort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) }
-    }
-    _ = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
-    }
-    return Int(UInt16(bigEndian: address.sin_port))
-}
+private func unusedPort() -> Int { freeLoopbackPort() ?? 9 }
 
 /// Progress reports in the order they came (memory is measured on the runner process, whose
 /// peak no other test shares: see FaultServerTests).

@@ -87,19 +87,9 @@ extension Project {
     /// answers) never went out: no attempt is counted, logged or reported.
     @Test func aRequestStoppedWhileItConnectsIsNoAttempt() async throws {
         // A socket nobody reads: once accepted, the runner's ClientHello waits there forever.
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (listener, port) = try #require(boundLoopbackSocket())
         defer { close(listener) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0
-            }
-        }
-        #expect(bound && listen(listener, 4) == 0)
-        let port = UInt16(bigEndian: address.sin_port)
+        #expect(listen(listener, 4) == 0)
 
         let p = try Project(definitions: ["t": definition("t")])
         let vars = #"{"url": "https://127.0.0.1:\#(port)/x", "tag": "a"}"#

@@ -57,6 +57,19 @@ final class MotoServer: Sendable {
             .appendingPathComponent("examples/s3-migration").path
     }
 
+    /// moto (missing, a failure: never a silent pass), the example in a sandbox pointed at it,
+    /// and the bucket `migration` made.
+    static func exampleWithBucket() async throws -> (MotoServer, OutboxSandbox, [String: String])? {
+        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
+            Issue.record("moto is needed for this test: \(reason)")
+            return nil
+        }
+        let moto = try await MotoServer()
+        let (sandbox, env) = try Self.sandbox(moto)
+        #expect(try await python(["tools/s3_tool.py", "mb", "migration"], in: sandbox, environment: env).status == 0)
+        return (moto, sandbox, env)
+    }
+
     /// The example's folders in a new sandbox, and the environment that points it at `moto`.
     static func sandbox(_ moto: MotoServer) throws -> (OutboxSandbox, [String: String]) {
         let sandbox = try OutboxSandbox()
@@ -88,14 +101,8 @@ final class MotoServer: Sendable {
     /// tree enqueued again (the README's resume) then changes nothing: no second upload, no
     /// part sent again, none left open. Once outbox let the entry go, an enqueue uploads afresh.
     @Test func aResumeAfterTheCompletingHookStartsNoSecondUpload() async throws {
-        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
-            Issue.record("moto is needed for this test: \(reason)")
-            return
-        }
-        let moto = try await MotoServer()
-        let (sandbox, env) = try Self.sandbox(moto)
+        guard let (moto, sandbox, env) = try await Self.exampleWithBucket() else { return }
         func python(_ arguments: [String]) async throws -> OutboxRun { try await Self.python(arguments, in: sandbox, environment: env) }
-        #expect(try await python(["tools/s3_tool.py", "mb", "migration"]).status == 0)
         try await offload { try PartFiles.make(sandbox.path("data/big.bin"), size: 17 << 20, seed: 5) }
         let enqueue = ["enqueue", "s3.upload", "--from-dir", "data", "--id-template", "mig-{{ vars.name }}"]
         #expect(try await sandbox.outbox(enqueue, environment: env).status == 0)
@@ -143,15 +150,10 @@ final class MotoServer: Sendable {
     }
 
     @Test func aTreeOfFilesLandsInS3ByteForByte() async throws {
-        if let reason = try await offload({ MotoServer.ensureInstalled() }) {
-            // A missing server is a failure, never a silent pass.
-            Issue.record("moto is needed for this test: \(reason)")
-            return
-        }
-        let moto = try await MotoServer()
-        let (sandbox, env) = try Self.sandbox(moto)
+        guard let (moto, sandbox, env) = try await Self.exampleWithBucket() else { return }
+        // moto serves the whole test: it stops when released.
+        defer { withExtendedLifetime(moto) {} }
         func python(_ arguments: [String]) async throws -> OutboxRun { try await Self.python(arguments, in: sandbox, environment: env) }
-        #expect(try await python(["tools/s3_tool.py", "mb", "migration"]).status == 0)
 
         let files: [(relative: String, size: Int)] = [
             ("empty.bin", 0), ("small.txt", 1024), ("nested/medium.bin", 12 << 20),
