@@ -103,8 +103,8 @@ extension Transfer {
         if let cert = request.clientCert, let key = request.clientKey {
             try check(ccurl_setopt_str(easy, CURLOPT_SSLCERT, cert), "SSLCERT")
             try check(ccurl_setopt_str(easy, CURLOPT_SSLKEY, key), "SSLKEY")
-            // No passphrase, but one given: OpenSSL would otherwise ask for it on the terminal
-            // and read the runner's stdin, blocking the curl thread and every transfer on it.
+            // An empty passphrase: given none, OpenSSL would ask for one on the terminal and read
+            // the runner's stdin, blocking the curl thread and every transfer on it.
             try check(ccurl_setopt_str(easy, CURLOPT_KEYPASSWD, ""), "KEYPASSWD")
         }
         try check(ccurl_setopt_long(easy, CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_1_1)), "HTTP_VERSION")

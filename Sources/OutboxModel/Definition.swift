@@ -417,8 +417,12 @@ extension Definition {
             if let n = f[name], written(n) { _ = reader.bool(n, "request.\(name)") }
         }
         if let t = f["text"], t.scalar == nil { reader.error(t.mark, "request.text must be text (the body), not a list or mapping") }
-        if let file = f["file"], written(file), file.scalar.map({ if case .string = $0 { false } else { true } }) ?? true {
-            reader.error(file.mark, "request.file must be a file path (or a template giving one), not \(YAMLReader.describe(file))")
+        if let file = f["file"], written(file) {
+            // A path is text: a list or a number would fail every enqueue.
+            if case .string(_)? = file.scalar {
+            } else {
+                reader.error(file.mark, "request.file must be a file path (or a template giving one), not \(YAMLReader.describe(file))")
+            }
         }
         if let form = f["form"] { checkForm(form, reader: &reader) }
         if let parts = f["parts"] { checkParts(parts, reader: &reader) }

@@ -65,8 +65,6 @@ struct Staging {
         }
     }
 
-    /// Copies `file` in; the copy must be the file as the entry recorded it (a file still
-    /// being written would give bytes that match neither its recorded size nor its hash).
     /// Why this user may not remove the file at `path` (whose owner is `owner`) from its
     /// folder, or nil: the folder is not writable and searchable for it, or it is sticky
     /// (`/tmp`) and neither the folder nor the file is the user's.
@@ -83,6 +81,8 @@ struct Staging {
         return nil
     }
 
+    /// Copies `file` in; the copy must be the file as the entry recorded it (a file still
+    /// being written would give bytes that match neither its recorded size nor its hash).
     func copyFile(_ file: FileIdentity, to final: String) throws(OutboxError) {
         let source = file.path
         let temp = tempPath(for: final)
