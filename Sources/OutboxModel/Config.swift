@@ -358,12 +358,8 @@ package struct Config: Sendable {
                         reader.error(c.mark, "tls.\(name): cannot read \(path): \(problem)")
                     } else if !Paths.isRegularFile(path) {
                         reader.error(c.mark, "tls.\(name): \(path) is not a file")
-                    } else if name != "ca_file", Self.holdsEncryptedKey(path) {
-                        // OpenSSL would ask for its passphrase on the terminal, at every attempt.
-                        reader.error(
-                            c.mark,
-                            "tls.\(name): \(path) holds a private key encrypted with a passphrase, which outbox has no way to give; store it decrypted (openssl pkey -in KEY -out PLAIN), readable only by outbox's user"
-                        )
+                    } else if let problem = Self.pemProblem(path, field: name) {
+                        reader.error(c.mark, "tls.\(name): \(path) \(problem)")
                     }
                     paths[name] = path
                 }
@@ -377,12 +373,19 @@ package struct Config: Sendable {
         }
     }
 
-    /// Whether a PEM file holds a private key encrypted with a passphrase (PKCS#8's
-    /// `ENCRYPTED PRIVATE KEY`, or the older `Proc-Type: 4,ENCRYPTED` header).
-    static func holdsEncryptedKey(_ path: String) -> Bool {
-        guard let bytes = Paths.readBytes(path) else { return false }
+    /// What is wrong with a `tls` PEM file for its field, or nil: every attempt would fail on it.
+    /// `ca_file` and `cert` hold certificates, `key` a private key (the one libcurl reads: PEM),
+    /// never one encrypted with a passphrase (OpenSSL would ask for it on the terminal).
+    static func pemProblem(_ path: String, field: String) -> String? {
+        guard let bytes = Paths.readBytes(path) else { return nil }
         let text = String(decoding: bytes, as: UTF8.self)
-        return text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") || text.contains("Proc-Type: 4,ENCRYPTED")
+        if field != "ca_file", text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") || text.contains("Proc-Type: 4,ENCRYPTED") {
+            return
+                "holds a private key encrypted with a passphrase, which outbox has no way to give; store it decrypted (openssl pkey -in KEY -out PLAIN), readable only by outbox's user"
+        }
+        if field == "key", !text.contains("PRIVATE KEY-----") { return "holds no private key in PEM form" }
+        if field != "key", !text.contains("-----BEGIN CERTIFICATE-----") { return "holds no certificate in PEM form" }
+        return nil
     }
 
     static func readHeaders(_ node: YAMLNode, reader: inout YAMLReader, context: String) -> [(String, String)] {

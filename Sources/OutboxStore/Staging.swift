@@ -180,10 +180,11 @@ struct Staging {
                             "request.file: cannot move \(identity.path) into the store: \(problem) (ownership: move takes the file away from there; copy leaves it)",
                             errno: EACCES)
                     }
-                    if st.st_nlink > 1 {
+                    if st.st_nlink > 1 || st.st_uid != geteuid() {
                         // Renamed in, a file with other hard links would still be theirs too: the
-                        // store's mode would be theirs, their later writes sent. It is copied in,
-                        // and its name removed after the commit, as across filesystems.
+                        // store's mode would be theirs, their later writes sent; one another user
+                        // owns would keep that owner and mode (0644 for all to read, or 000). It is
+                        // copied in, and its name removed after the commit, as across filesystems.
                         try copyFile(identity, to: final)
                         staged.created.append(final)
                         staged.removeAfterCommit.append(identity.path)

@@ -280,6 +280,34 @@ final class BadInputProject: @unchecked Sendable {
 /// entry, kind `file`, which `outbox retry` sends once it is readable: not a network failure
 /// retried until the entry expires.
 @Suite struct ForeignBodyTests {
+    /// `ownership: move` of a file another user owns, in a folder the user may write: the store
+    /// gets a copy of its own (0600, the user's), and the name goes; one it may not read is refused.
+    @Test func aMovedFileAnotherUserOwnsIsCopiedInAsTheStoresOwn() async throws {
+        let c = BadInputCase(id: "foreign-move", area: "file", setup: [["as-nobody"]], command: [], exit: 0, code: "", names: [])
+        let p = try await BadInputProject(c)
+        for (name, mode) in [("open.bin", "644"), ("locked.bin", "000")] {
+            try p.project.write(name, "root's bytes")
+            try p.expectOK(try runProcess("/bin/chown", ["root:root", p.project.path(name)]), "chown")
+            try p.expectOK(try runProcess("/bin/chmod", [mode, p.project.path(name)]), "chmod")
+        }
+        let moved = try await offload {
+            try p.outbox(["enqueue", "file.move", "--id", "m", "--vars", #"{"path": "open.bin", "name": "m"}"#])
+        }
+        #expect(moved.exitCode == 0, "\(moved)")
+        #expect(!p.project.exists("open.bin"), "the name was taken away")
+        let bodies = try FileManager.default.contentsOfDirectory(atPath: p.project.path(".outbox/bodies"))
+        for name in bodies {
+            let attributes = try FileManager.default.attributesOfItem(atPath: p.project.path(".outbox/bodies/" + name))
+            #expect(attributes[.ownerAccountName] as? String == "nobody", "\(name): \(attributes)")
+            #expect((attributes[.posixPermissions] as? Int) == 0o600, "\(name): \(attributes)")
+        }
+        let locked = try await offload {
+            try p.outbox(["enqueue", "file.move", "--id", "l", "--vars", #"{"path": "locked.bin", "name": "l"}"#])
+        }
+        #expect(locked.exitCode == 66, "\(locked)")
+        #expect(p.project.exists("locked.bin"), "left where it was")
+    }
+
     @Test func aStagedBodyTheRunnerMayNotReadSettlesErrorKindFile() async throws {
         let c = BadInputCase(id: "foreign-body", area: "store", setup: [["as-nobody"]], command: [], exit: 0, code: "", names: [])
         let p = try await BadInputProject(c)

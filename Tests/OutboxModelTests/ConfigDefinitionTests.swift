@@ -95,7 +95,10 @@ struct ConfigTests {
             hosts: { hold_after: 3 }
 
             """
-        for pem in ["ca", "client", "client-key"] { _ = try folder.write("certs/\(pem).pem", "-\n") }
+        for pem in ["ca", "client"] {
+            _ = try folder.write("certs/\(pem).pem", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+        }
+        _ = try folder.write("certs/client-key.pem", "-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n")
         let config = try loadConfig(text, in: folder).get()
         let root = folder.path
         #expect(config.root == root)
@@ -297,7 +300,9 @@ struct ConfigTests {
             name: "hosts.hold_after out of range", yaml: "hosts: { hold_after: -1 }\n", line: 1, column: 22,
             message: "hosts.hold_after must be between 0 and 1000, not -1"),
         BadCase(
-            name: "a client certificate without its key", yaml: "tls: { cert: config/outbox.yaml }\n", line: 1, column: 6,
+            // The config is the certificate file here: it holds the PEM marker a certificate needs.
+            name: "a client certificate without its key", yaml: "# -----BEGIN CERTIFICATE-----\ntls: { cert: config/outbox.yaml }\n",
+            line: 2, column: 6,
             message: "tls.cert and tls.key go together: give both or neither"),
         BadCase(
             name: "a CA file that is not there", yaml: "tls: { ca_file: nowhere.pem }\n", line: 1, column: 17,
