@@ -134,10 +134,13 @@ struct FollowUpFieldTests {
         let p = try Project(definitions: ["order": parent, "broken": "key: broken\nrequest:\n  url: 5\n  method: [x]\n"])
         try await p.enqueue("order", path: "/status/200", id: "o1")
         // A horizon of 0: the drain tries the delivery once and does not wait for the next try.
-        let first = try await p.drain(["--horizon", "0s"], failures: 4)
+        let first = try await p.drain(["--horizon", "0s", "--json"], failures: 4)
         #expect(
             first.stderr.contains("the follow-ups of o1 wait for its delivery: the definition of \"broken\" has errors ("),
             "\(first.stderr)")
+        // Named with the chains not applied, not as a hook that failed (none ran).
+        #expect(first.json?.at("failed")?["follow_up_failures"] == .array([.string("o1")]), "\(first.stdout)")
+        #expect(first.json?.at("failed")?["hook_failures"] == .array([]), "\(first.stdout)")
         #expect(p.deliveries("o1").isEmpty, "the hook waits for the chain")
         let show = try #require(try await p.show("o1"))
         #expect(show.at("outcomes.0.acknowledged") == .bool(false))

@@ -141,7 +141,8 @@ package enum PayloadFields {
         PayloadField("failed.hook_failures", "always", "ids whose hook delivery failed in the run (at most 1000)"),
         PayloadField(
             "failed.follow_up_failures", "always",
-            "ids whose outcome's `then` follow-ups could not be built in the run, so none was enqueued (at most 1000)"),
+            "ids whose outcome's `then` follow-ups could not be built or applied in the run, so none was enqueued: voided, or waiting for a delivery that can build them (at most 1000)"
+        ),
         PayloadField("failure_status", "always", "the exit status of `run --drain`: the sum of the bits below"),
     ]
 }

@@ -348,9 +348,16 @@ extension Runner {
     /// in this run.
     func thenWaits(_ outcome: OutcomeRecord, failure: OutboxError, hookStarted: Bool, now: Int64) throws(OutboxError) {
         delivery.thenTries[outcome.seq, default: 0] += 1
+        let hookFailedBefore = delivery.failedIDs.contains(outcome.entryID)
         try failDelivery(
             seq: outcome.seq, entryID: outcome.entryID, failure: failure.message, hookStarted: hookStarted,
             tries: delivery.thenTries[outcome.seq], now: now)
+        // The chain waits, not a hook: the summary names it with the chains not applied.
+        if !hookFailedBefore { delivery.failedIDs.remove(outcome.entryID) }
+        // (Past the 1,000 the summary shows, one more changes nothing it says.)
+        if summary.unbuiltFollowUpIDs.count < 1000, !summary.unbuiltFollowUpIDs.contains(outcome.entryID) {
+            summary.unbuiltFollowUpIDs.append(outcome.entryID)
+        }
     }
 
     /// A delivery that did not end in an acknowledgement: due again after a backoff (of
