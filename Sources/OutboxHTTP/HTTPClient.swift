@@ -300,7 +300,10 @@ final class CurlEngine: @unchecked Sendable {
                 id: job.id, request: job.request, spare: spareHandles.popLast(), progress: job.progress,
                 completion: job.completion)
         } catch {
-            job.completion(HTTPResult(failure: TransportFailure(error.kind, error.message), effectiveURL: job.request.url))
+            // Refused as it was set up: nothing of it went out.
+            var result = HTTPResult(failure: TransportFailure(error.kind, error.message), effectiveURL: job.request.url)
+            result.requestWentOut = false
+            job.completion(result)
             return
         }
         guard let easy = transfer.easy else { return }

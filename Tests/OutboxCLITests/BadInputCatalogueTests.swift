@@ -325,4 +325,26 @@ final class BadInputProject: @unchecked Sendable {
         #expect(show.stdout.contains("cannot open \(body): Permission denied"), "\(show)")
         #expect(show.stdout.contains(#""attempts":0"#), "nothing was sent: \(show)")
     }
+
+    /// The same for an entry sent in parts: it settles as a whole, not a part retried until it expires.
+    @Test func aStagedBodyTheRunnerMayNotReadSettlesAChunkedEntryErrorKindFile() async throws {
+        let c = BadInputCase(id: "foreign-parts", area: "store", setup: [["as-nobody"]], command: [], exit: 0, code: "", names: [])
+        let p = try await BadInputProject(c)
+        try p.expectOK(try await offload { try p.outbox(["cancel", "--all"]) }, "cancel")
+        try p.project.write(
+            "definitions/chunks.yaml",
+            "key: chunks\nrequest:\n  method: PUT\n  file: \"{{ vars.path }}\"\n  ownership: copy\n"
+                + "  parts:\n    plan: { min: 1KiB, max: 1KiB }\n    url: \"http://127.0.0.1:9/in/{{ part.number }}\"\n")
+        try p.expectOK(try runProcess("/bin/chmod", ["644", p.project.path("definitions/chunks.yaml")]), "chmod")
+        try p.expectOK(
+            try await offload { try p.outbox(["enqueue", "chunks", "--id", "c", "--vars", #"{"path": "seed.bin"}"#]) }, "enqueue")
+        let bodies = try FileManager.default.contentsOfDirectory(atPath: p.project.path(".outbox/bodies"))
+        #expect(bodies.count == 1, "\(bodies)")
+        try p.expectOK(try runProcess("/bin/chown", ["root:root", p.project.path(".outbox/bodies/" + (bodies.first ?? ""))]), "chown")
+        let run = try await offload { try p.outbox(["run", "--drain", "--json"]) }
+        #expect(run.exitCode == 1, "the entry settles error: \(run)")
+        #expect(run.stdout.contains(#""attempts":0"#), "no part went out: \(run)")
+        let list = try await offload { try p.outbox(["list", "--json"]) }
+        #expect(list.stdout.contains(#""state":"error","reason":"file""#), "\(list)")
+    }
 }

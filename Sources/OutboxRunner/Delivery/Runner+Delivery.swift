@@ -375,6 +375,9 @@ extension Runner {
             delay = max(delay, min(30_000, Int64(250) << Int64(min(streak - 1, 7))))
         }
         try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure, hookStarted: hookStarted)
+        // Its next try moved: a drain judges its end by the due times read after this write
+        // (a store whose writes `ownWrites` does not count would keep the old ones a while).
+        readAhead.storeChanged()
         if streak <= 1 || streak & (streak - 1) == 0 {
             let inARow = streak > 1 ? " (\(streak) hooks in a row could not start)" : ""
             let which = tries.map { "try \($0)" } ?? "delivery \(deliveries)"

@@ -100,6 +100,21 @@ extension Runner {
             settleError(entry, kind: .file, message: failure.message, state: .error, reason: "file")
             return
         }
+        if let failure = result.failure, failure.kind == .file, let index = flight.partIndex {
+            // The body cannot be read for this part (a staged copy this user may not open, a
+            // file that shrank): no part of it can be sent, now or later. The entry settles as a
+            // whole entry does; its other parts stop.
+            summary.attempts -= 1
+            flights.partJobs[entry.id]?.inFlight.remove(index)
+            flights.partJobs[entry.id]?.sentByPart[index] = nil
+            if flights.partJobs[entry.id]?.failed == false {
+                stopParts(entry.id, cancelInFlight: entry.request.s3 == nil)
+                settleError(
+                    entry, kind: .file, message: "\(failure.message) (part \(index + 1))", state: .error, reason: "file")
+            }
+            releaseStoppedParts(entry.id)
+            return
+        }
         if flight.s3ExistingHead, s3ExistingHeadFinished(entry, flight: flight, result: result, now: now) { return }
         let klass = Self.s3HeadTokenRefused(flight, result) ? .awaitingAuth : Self.classify(result, for: entry)
         countAttempt(entry, klass: klass, result: result)
