@@ -100,7 +100,8 @@ package enum CLI {
             }
         }
         if words.first == "--version" || words.first == "version" {
-            console.out("outbox \(outboxVersion)")
+            let json = jsonBefore > 0 || words.contains("--json")
+            console.out(json ? JSON.object([("version", .string(outboxVersion))]).serialized() : "outbox \(outboxVersion)")
             return 0
         }
         let wantsJSON = asksJSON(arguments)

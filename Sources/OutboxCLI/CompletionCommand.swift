@@ -17,10 +17,16 @@ enum CompletionCommand {
         if let what = i.args.value("list") {
             guard what == "keys" || what == "ids" else { throw .usage("--list takes keys or ids, not \"\(what.prefix(40))\"") }
             guard i.args.positionals.isEmpty else { throw .usage("--list takes no shell name") }
-            for value in values(what == "keys" ? .keys : .ids, i) { i.console.out(value) }
+            let found = values(what == "keys" ? .keys : .ids, i)
+            if i.json {
+                i.console.out(JSON.array(found.map { .string($0) }).serialized())
+            } else {
+                for value in found { i.console.out(value) }
+            }
             return 0
         }
         guard let shell = i.args.positionals.first else { throw .usage("`outbox completion` needs bash, zsh or fish") }
+        if i.json { throw .usage("`outbox completion \(shell.prefix(40))` prints a shell script, not JSON: leave out --json") }
         let table = CompletionTable()
         switch shell {
         case "bash": i.console.out(table.bash())

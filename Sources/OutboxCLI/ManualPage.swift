@@ -4,6 +4,7 @@ import OutboxModel
 /// and the completions, so the three cannot disagree.
 enum ManualPage {
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        if i.json { throw .usage("`outbox man` prints a manual page (roff), not JSON: leave out --json") }
         i.console.write(page())
         return 0
     }

@@ -78,6 +78,10 @@ enum InitCommand {
         """
 
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
+        // The project is made here, whatever config another one names: said, not ignored.
+        if i.args.value("config") != nil {
+            throw .usage("init makes its project in the current folder (config/outbox.yaml here): cd there instead of giving --config")
+        }
         let files: [(String, String, mode_t)] = [
             ("config/outbox.yaml", config, 0o644),
             ("definitions/example-ping.yaml", definition, 0o644),

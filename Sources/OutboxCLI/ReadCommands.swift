@@ -367,7 +367,9 @@ enum ReadCommands {
         switch i.args.positionals[0] {
         case "config": i.console.out(JSONSchemas.config().pretty())
         case "definition": i.console.out(JSONSchemas.definition().pretty())
-        case "reference": i.console.out(ReferencePage.markdown())
+        case "reference":
+            if i.json { throw .usage("`outbox schema reference` prints a Markdown page, not JSON: leave out --json") }
+            i.console.out(ReferencePage.markdown())
         case let other: throw .usage("schema takes config, definition or reference, not \"\(other.prefix(40))\"")
         }
         return 0

@@ -37,15 +37,21 @@ enum SimulateCommand {
             throw .usage("--status must be a final HTTP status from 200 to 599, not \"\(statusText.prefix(20))\"")
         }
         var headers: [(name: String, value: String)] = []
-        for text in i.args.values("header") {
+        let given = i.args.values("header")
+        for (position, text) in given.enumerated() {
+            // A header may hold a credential (a cookie, a token): named by its position, never echoed.
+            let which = "--header \(position + 1) of \(given.count)"
             guard let colon = text.firstIndex(of: ":") else {
-                throw .usage("--header is written 'Name: value', not \"\(text.prefix(40))\"")
+                throw .usage("\(which) has no ':': headers are written 'Name: value' (not shown: it may hold a credential)")
             }
-            let name = String(text[..<colon]).trimmingSpaces
-            if name.isEmpty { throw .usage("--header has no name: \"\(text.prefix(40))\"") }
-            let value = String(text[text.index(after: colon)...]).trimmingSpaces
             // A line break would end the header where a server's would: refuse it, never cut.
-            if let problem = HeaderRules.valueProblem(text) { throw .usage("--header: \(problem)") }
+            if let problem = HeaderRules.valueProblem(text) { throw .usage("\(which): \(problem)") }
+            let name = String(text[..<colon]).trimmingSpaces
+            if name.isEmpty { throw .usage("\(which) has no name before its ':' (not shown: it may hold a credential)") }
+            if HeaderRules.nameProblem(name) != nil {
+                throw .usage("\(which): the text before its ':' is not a header name (not shown: it may hold a credential)")
+            }
+            let value = String(text[text.index(after: colon)...]).trimmingSpaces
             headers.append((name: name.lowercased(), value: value))
         }
         if i.args.value("body") != nil && i.args.value("body-file") != nil { throw .usage("give --body or --body-file, not both") }

@@ -35,7 +35,14 @@ enum StoreCopyCommand {
         // A target folder that cannot be a store is refused before the source is locked.
         if !Config.isServerStore(to) { try SQLiteStore.checkStoreFolder(targetConfig.store, option: "--to") }
         let summary = try StoreCopy.copy(
-            from: source, to: { () throws(OutboxError) in try Project.openStore(targetConfig) }, targetName: name)
+            from: source,
+            to: { () throws(OutboxError) in
+                do throws(OutboxError) { return try Project.openStore(targetConfig) } catch  where error.code == .config {
+                    // What libpq refuses in the URL (an unknown parameter) is this option's mistake, not the config's.
+                    throw .usage(
+                        "store copy: --to: \(error.message.hasPrefix("store: ") ? String(error.message.dropFirst(7)) : error.message)")
+                }
+            }, targetName: name)
         if i.json {
             i.console.out(
                 JSON.object([

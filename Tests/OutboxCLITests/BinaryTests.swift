@@ -241,6 +241,11 @@ struct BinaryTests {
         let version = try await p.outbox(["--version"], cwd: "/")
         #expect(version.status == 0)
         #expect(version.out == "outbox 0.1.0\n")
+        // With --json, either side: the one JSON document --json promises.
+        for args in [["--json", "--version"], ["--version", "--json"]] {
+            let json = try await p.outbox(args, cwd: "/")
+            #expect(json.status == 0 && json.out == "{\"version\":\"0.1.0\"}\n", "\(args): \(json.out)")
+        }
     }
 
     /// A closed stdin is not empty input: `--from -` and `--vars -` cannot read it (66), and

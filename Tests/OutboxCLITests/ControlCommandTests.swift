@@ -1003,7 +1003,7 @@ struct SimulateTests {
         let p = try Self.project()
         let r = p.run(["simulate", "sim", "--vars", #"{"n": 1}"#, "--status", "200", "--header", header])
         #expect(r.status == 64, "\(r)")
-        #expect(r.err.contains("E_USAGE: --header: header value contains CR, LF or NUL"), "\(r.err)")
+        #expect(r.err.contains("E_USAGE: --header 1 of 1: header value contains CR, LF or NUL"), "\(r.err)")
         #expect(!p.storeExists)
         #expect(!p.exists("hooks/in-error.json") && !p.exists("hooks/in-completed.json"))
     }

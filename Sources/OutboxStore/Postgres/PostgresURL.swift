@@ -66,6 +66,11 @@ package struct PostgresURL: Sendable, Equatable {
         }
         self.schema = schema
         let hostStart = rest[..<authorityEnd].lastIndex(of: "@").map { rest.index(after: $0) } ?? rest.startIndex
+        // libpq would take an IPv6 host left open for a name it cannot reach (74, with its own options quoted).
+        let host = rest[hostStart..<authorityEnd]
+        if host.hasPrefix("["), !host.contains("]") {
+            throw OutboxError(.config, "store: the host \"\(host.prefix(60))\" opens an IPv6 address with [ and never closes it with ]")
+        }
         place = String(rest[hostStart...]) + "?schema=" + schema
         var kept = query.filter { $0.0 != "schema" }
         if !kept.contains(where: { $0.0 == "connect_timeout" }) { kept.append(("connect_timeout", "10")) }
