@@ -7,12 +7,12 @@ enum StoreCopyCommand {
         guard let to = i.args.value("to"), !to.isEmpty else { throw .usage("store copy needs --to URL (postgres://...) or a store folder") }
         // `POSTGRES://...` or `mysql://...` would quietly become folders of that name.
         if let problem = Config.storeProblem(to) { throw .usage("store copy: --to: \(problem)") }
-        // A URL that does not parse is this option's mistake, not the config's `store:`.
+        // A URL that does not parse, or that libpq refuses, is this option's mistake, not the config's `store:`.
+        func optionMistake(_ error: OutboxError) -> OutboxError {
+            .usage("store copy: --to: \(error.message.hasPrefix("store: ") ? String(error.message.dropFirst(7)) : error.message)")
+        }
         if Config.isServerStore(to) {
-            do { _ = try PostgresURL(to) } catch {
-                let message = error.message.hasPrefix("store: ") ? String(error.message.dropFirst(7)) : error.message
-                throw .usage("store copy: --to: \(message)")
-            }
+            do { _ = try PostgresURL(to) } catch { throw optionMistake(error) }
         }
         let project = try i.project()
         var targetConfig = project.config
@@ -38,9 +38,7 @@ enum StoreCopyCommand {
             from: source,
             to: { () throws(OutboxError) in
                 do throws(OutboxError) { return try Project.openStore(targetConfig) } catch  where error.code == .config {
-                    // What libpq refuses in the URL (an unknown parameter) is this option's mistake, not the config's.
-                    throw .usage(
-                        "store copy: --to: \(error.message.hasPrefix("store: ") ? String(error.message.dropFirst(7)) : error.message)")
+                    throw optionMistake(error)
                 }
             }, targetName: name)
         if i.json {

@@ -37,9 +37,9 @@ final class Transfer {
     /// and the share of them counted at the response now being read (see `HTTPResult.bytesResent`).
     var redirectedBytes: Int64 = 0
     var redirectedAtCurrent: Int64 = 0
-    var readFailure: String?
-    /// What `readFailure` is: a read error may pass, a file that shrank does not.
-    var readFailureKind: TransportFailure.Kind = .network
+    /// Why the read callback stopped the body: a read error may pass (`network`), a file that
+    /// shrank does not (`file`).
+    var readFailure: TransportFailure?
     var headerList: UnsafeMutablePointer<curl_slist>?
     var mime: OpaquePointer?
     let errorBuffer: UnsafeMutablePointer<CChar>
@@ -165,14 +165,13 @@ final class Transfer {
                 let got = pread(fd, buffer, want, off_t(offset + readPosition))
                 if got < 0 && errno == EINTR { continue }
                 if got < 0 {
-                    readFailure = "file: cannot read \(path): \(errnoText())"
+                    readFailure = TransportFailure(.network, "file: cannot read \(path): \(errnoText())")
                     return Int(CURL_READFUNC_ABORT)
                 }
                 if got == 0 {
                     // The bytes enqueued are gone (a pseudo-file whose size is not its length
                     // does this every time): sending again cannot bring them back.
-                    readFailure = "file: \(path) shrank while it was being sent"
-                    readFailureKind = .file
+                    readFailure = TransportFailure(.file, "file: \(path) shrank while it was being sent")
                     return Int(CURL_READFUNC_ABORT)
                 }
                 // Half the body is on its way: a crash test's moment for "mid-upload".
@@ -311,7 +310,7 @@ final class Transfer {
         }
         if code == CURLE_OK || (stoppedReading && code == CURLE_WRITE_ERROR) { return result }
         if let readFailure {
-            result.failure = TransportFailure(readFailureKind, readFailure)
+            result.failure = readFailure
             return result
         }
         var redirects = 0

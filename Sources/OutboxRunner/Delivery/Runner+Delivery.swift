@@ -348,12 +348,10 @@ extension Runner {
     /// in this run.
     func thenWaits(_ outcome: OutcomeRecord, failure: OutboxError, hookStarted: Bool, now: Int64) throws(OutboxError) {
         delivery.thenTries[outcome.seq, default: 0] += 1
-        let hookFailedBefore = delivery.failedIDs.contains(outcome.entryID)
+        // The chain waits, not a hook: the summary names it with the chains not applied.
         try failDelivery(
             seq: outcome.seq, entryID: outcome.entryID, failure: failure.message, hookStarted: hookStarted,
-            tries: delivery.thenTries[outcome.seq], now: now)
-        // The chain waits, not a hook: the summary names it with the chains not applied.
-        if !hookFailedBefore { delivery.failedIDs.remove(outcome.entryID) }
+            tries: delivery.thenTries[outcome.seq], hookFailed: false, now: now)
         // (Past the 1,000 the summary shows, one more changes nothing it says.)
         if summary.unbuiltFollowUpIDs.count < 1000, !summary.unbuiltFollowUpIDs.contains(outcome.entryID) {
             summary.unbuiltFollowUpIDs.append(outcome.entryID)
@@ -363,7 +361,8 @@ extension Runner {
     /// A delivery that did not end in an acknowledgement: due again after a backoff (of
     /// `tries` failures, when given, instead of the deliveries counted).
     func failDelivery(
-        seq: Int64, entryID: String, failure: String, hookStarted: Bool = true, tries: Int? = nil, now: Int64
+        seq: Int64, entryID: String, failure: String, hookStarted: Bool = true, tries: Int? = nil, hookFailed: Bool = true,
+        now: Int64
     ) throws(OutboxError) {
         delivery.thenAtDelivery[seq] = nil
         let outcome = try store.outcomes(entryID: entryID).first { $0.seq == seq }
@@ -386,7 +385,7 @@ extension Runner {
                 level: .warn, fields: [("id", .string(entryID))])
         }
         summary.deliveryFailures += 1
-        delivery.failedIDs.insert(entryID)
+        if hookFailed { delivery.failedIDs.insert(entryID) }
     }
 
     /// What a hook that exited 0 asks to enqueue, or why its delivery fails instead: stdout
