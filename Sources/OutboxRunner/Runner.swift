@@ -95,6 +95,8 @@ package final class Runner {
     var shutdown: Shutdown
     /// Plugins killed because the run had to stop at once (`pluginMustStop`).
     var pluginsAbandoned = 0
+    /// Set once the run stops at once: the plugins that run beside this thread are killed.
+    let pluginsStop = Locked(false)
     var summary = RunSummary()
     var progressDisplay: ProgressDisplay?
     var progressGate = ProgressGate()
@@ -134,7 +136,9 @@ package final class Runner {
             switch action {
             case let .log(line): log(line)
             case .abortStandby: for transferID in flights.standby.keys { http?.withdraw(transferID) }
-            case .abortInFlight: for flight in flights.byToken.values { http?.cancel(flight.transferID) }
+            case .abortInFlight:
+                for flight in flights.byToken.values { http?.cancel(flight.transferID) }
+                pluginsStop.withLock { $0 = true }
             }
         }
         if !wasStopping && shutdown.isStopping { options.notifier?.send("STOPPING=1") }
@@ -342,7 +346,9 @@ package final class Runner {
             // Tests hold here with a hook's exit seen and not yet acknowledged, and stop the runner.
             if !delivery.finished.isEmpty { Fault.hold("run.hook-finished") }
             stepShutdown(mono: mono)
-            if shutdown.mayExit(transfersInFlight: !flights.byToken.isEmpty, hooksRunning: !delivery.hooksRunning.isEmpty) {
+            if shutdown.mayExit(
+                transfersInFlight: !flights.byToken.isEmpty || !flights.parsing.isEmpty, hooksRunning: !delivery.hooksRunning.isEmpty)
+            {
                 // A hook that exited 0 by now is acknowledged, not delivered again by the next run.
                 try acknowledgeFinished(now: now)
                 try flush(now: now)
@@ -368,7 +374,9 @@ package final class Runner {
             if !shutdown.isStopping && delivery.isDue(mono: mono) { try deliver(now: now) }
             try acknowledgeFinished(now: now)
 
-            if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && delivery.hooksRunning.isEmpty {
+            if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && flights.parsing.isEmpty
+                && delivery.hooksRunning.isEmpty
+            {
                 let due = try readAhead.drainDueTimes(mono: mono, ownWrites: store.ownWrites) { () throws(OutboxError) in
                     Fault.point("run.due-times")
                     return try store.dueTimes(deliverableKeys: Set(definitions.definitions.keys))

@@ -9,6 +9,21 @@ enum RunnerEvent: Sendable {
     case progress(token: UInt64, sent: Int64)
     case hookDone(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>)
     case hookSlow(seq: Int64, pid: Int32)
+    /// A response parser's answer; `abandoned` when the run's stop at once killed it.
+    case parsed(entryID: String, token: UInt64, result: Result<JSON, OutboxError>, abandoned: Bool)
+}
+
+/// A success waiting for its response parser, a command that runs beside the control thread.
+struct PendingParse {
+    var entry: Entry
+    var result: HTTPResult
+    var parts: JSON?
+    var requestID: String
+    var s3Parts: [StoredPart]?
+    var skipped: Bool
+    var token: UInt64 = 0
+    /// Set when the entry was cancelled or lost meanwhile: its parser is killed.
+    let cancelled = Locked(false)
 }
 
 /// One HTTP attempt in flight: a whole entry, or one part of a chunked upload.
@@ -93,6 +108,8 @@ struct Flights {
     /// Failures in a row of an entry's S3 Create or Complete in this run: their backoff grows
     /// with these, not with the entry's attempts (every part sent counts one).
     var s3StepFailures: [String: Int] = [:]
+    /// Entries whose response parser runs: each keeps its slot until it settles.
+    var parsing: [String: PendingParse] = [:]
     var nextToken: UInt64 = 1
 
     /// The slots as they stand: every held entry not waiting as standby holds one.

@@ -207,6 +207,36 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A response parser runs beside the runner: while one waits, entries enqueued after it
+    /// started are sent, settled and delivered; the parsed entry keeps its slot and settles
+    /// with the parser's answer once it comes, and the drain waits for it.
+    @Test func aSlowResponseParserHoldsOnlyItsOwnEntry() async throws {
+        let parser =
+            "#!/bin/sh\ncat > /dev/null\ntouch hooks/parsing\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\necho '{\"parsed\": true}'\n"
+        let p = try Project(
+            config: fastConfig + "plugins: { timeout: 1h }\n",
+            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }"), "plain": definition("plain")],
+            hooks: ["parse.sh": parser])
+        defer { p.touch("hooks/go") }
+        try await p.enqueue("t", path: "/status/200?slow", id: "slow")
+        let runner = try p.start(["run", "--drain"])
+        await eventually("the parser runs") { p.exists("hooks/parsing") }
+        // Enqueued once the parser runs: only a runner that keeps turning sends them.
+        for id in ["b1", "b2"] { try await p.enqueue("plain", path: "/status/200?\(id)", id: id) }
+        await eventually("both delivered while the parser waits") { p.deliveries("b1").count == 1 && p.deliveries("b2").count == 1 }
+        #expect(try await p.states()["slow"] == "running")
+        #expect(p.deliveries("slow").isEmpty)
+
+        p.touch("hooks/go")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)")
+        let delivered = p.deliveries("slow")
+        #expect(delivered.map { $0.string("stdin.outcome") } == ["completed"], "\(p.hookLog)")
+        #expect(delivered.first?["stdin"]?["data"]?["parsed"] == .bool(true), "\(delivered)")
+        #expect(p.server.requests(path: "/status/200?slow").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
     /// Whether a signal waits for `pid` (any of its threads, or the process as a whole).
     static func signalPending(_ pid: Int32) -> Bool {
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []

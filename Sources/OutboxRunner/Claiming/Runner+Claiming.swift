@@ -68,6 +68,12 @@ extension Runner {
         for entry in held {
             if current[entry.seq] != entry.generation {
                 guard flights.withdrawn[entry.id] == nil, flights.partJobs[entry.id]?.failed != true else { continue }
+                if flights.parsing[entry.id] != nil {
+                    // Its request is over and its parser runs: killed, and nothing is settled.
+                    if !lostToAnotherRunner(entry) { reportCancelled(entry) }
+                    stopParser(entry.id)
+                    continue
+                }
                 if lostToAnotherRunner(entry) {
                     // Not cancelled: its lease ran out and another runner requeued, took or
                     // settled it (the renewal says so in the log).

@@ -45,6 +45,8 @@ extension Runner {
                 level: .warn)
         case let .hookDone(seq, result):
             try hookFinished(seq: seq, result: result)
+        case let .parsed(entryID, token, result, abandoned):
+            parserFinished(entryID: entryID, token: token, result: result, abandoned: abandoned)
         }
     }
 

@@ -19,18 +19,20 @@ extension Runner {
     /// The number of attempts the outcome reports: the runner's count when it holds the entry.
     func attempts(of entry: Entry) -> Int64 { flights.running[entry.id]?.attempts ?? entry.attempts }
 
+    /// `parsed`: the answer of the entry's response parser, once it ran (`startParser`).
     func settleSuccess(
-        _ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String, s3Parts: [StoredPart]? = nil, skipped: Bool = false
+        _ entry: Entry, result: HTTPResult?, parts: JSON?, requestID: String, s3Parts: [StoredPart]? = nil, skipped: Bool = false,
+        parsed: Result<JSON, OutboxError>? = nil
     ) {
-        let abandoned = pluginsAbandoned
+        if parsed == nil, let result, Self.needsParser(entry, result: result) {
+            startParser(
+                PendingParse(entry: entry, result: result, parts: parts, requestID: requestID, s3Parts: s3Parts, skipped: skipped))
+            return
+        }
         var built = OutcomePayloads.success(
             entry, result: result, parts: parts, attempts: attempts(of: entry), requestID: requestID, at: Identifiers.nowMs(),
             maxResponseBytes: config.maxResponseBytes,
-            parse: { Runner.parse($0, mode: $1, vars: $2, config: config, environment: environment, heartbeat: pluginHeartbeat()) })
-        if pluginsAbandoned != abandoned {
-            keepUnsettled(entry, plugin: "response parser")
-            return
-        }
+            parse: { parsed ?? Runner.parse($0, mode: $1, vars: $2, config: config, environment: environment) })
         if entry.request.s3 != nil {
             built.payload.set("s3", Self.s3Outcome(entry, result: result, parts: s3Parts, skipped: skipped))
         }
