@@ -347,7 +347,7 @@ package final class Runner {
             if !delivery.finished.isEmpty { Fault.hold("run.hook-finished") }
             stepShutdown(mono: mono)
             if shutdown.mayExit(
-                transfersInFlight: !flights.byToken.isEmpty || !flights.parsing.isEmpty, hooksRunning: !delivery.hooksRunning.isEmpty)
+                transfersInFlight: !flights.byToken.isEmpty || !flights.pluginWaits.isEmpty, hooksRunning: !delivery.hooksRunning.isEmpty)
             {
                 // A hook that exited 0 by now is acknowledged, not delivered again by the next run.
                 try acknowledgeFinished(now: now)
@@ -374,7 +374,7 @@ package final class Runner {
             if !shutdown.isStopping && delivery.isDue(mono: mono) { try deliver(now: now) }
             try acknowledgeFinished(now: now)
 
-            if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && flights.parsing.isEmpty
+            if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && flights.pluginWaits.isEmpty
                 && delivery.hooksRunning.isEmpty
             {
                 let due = try readAhead.drainDueTimes(mono: mono, ownWrites: store.ownWrites) { () throws(OutboxError) in

@@ -9,20 +9,31 @@ enum RunnerEvent: Sendable {
     case progress(token: UInt64, sent: Int64)
     case hookDone(seq: Int64, result: Result<ProcessResult, ProcessSpawnError>)
     case hookSlow(seq: Int64, pid: Int32)
-    /// A response parser's answer; `abandoned` when the run's stop at once killed it.
-    case parsed(entryID: String, token: UInt64, result: Result<JSON, OutboxError>, abandoned: Bool)
+    /// A plugin beside the control thread answered for an entry; `abandoned` when the run's
+    /// stop at once killed it.
+    case pluginDone(entryID: String, token: UInt64, answer: PluginAnswer, abandoned: Bool)
 }
 
-/// A success waiting for its response parser, a command that runs beside the control thread.
-struct PendingParse {
+/// What a plugin that runs beside the control thread gave for an entry's settle.
+enum PluginAnswer: Sendable {
+    /// The response parser's answer.
+    case parsed(Result<JSON, OutboxError>)
+    /// The outcome's `then` follow-ups, built with their plugins (request_command, headers_command).
+    case followUps(Runner.BuiltFollowUps)
+}
+
+/// An entry whose settle waits for a plugin that runs beside the control thread: its
+/// response parser, or the plugins of its `then` follow-ups. It keeps its slot meanwhile.
+struct PluginWait {
+    enum Step {
+        case parse(result: HTTPResult, parts: JSON?, requestID: String, s3Parts: [StoredPart]?, skipped: Bool)
+        case followUps(payload: JSON, outcome: Outcome, state: EntryState, reason: String?, cancelsScope: Bool)
+    }
+
     var entry: Entry
-    var result: HTTPResult
-    var parts: JSON?
-    var requestID: String
-    var s3Parts: [StoredPart]?
-    var skipped: Bool
+    var step: Step
     var token: UInt64 = 0
-    /// Set when the entry was cancelled or lost meanwhile: its parser is killed.
+    /// Set when the entry was cancelled or lost meanwhile: its plugin is killed.
     let cancelled = Locked(false)
 }
 
@@ -108,8 +119,8 @@ struct Flights {
     /// Failures in a row of an entry's S3 Create or Complete in this run: their backoff grows
     /// with these, not with the entry's attempts (every part sent counts one).
     var s3StepFailures: [String: Int] = [:]
-    /// Entries whose response parser runs: each keeps its slot until it settles.
-    var parsing: [String: PendingParse] = [:]
+    /// Entries whose settle waits for a plugin beside the control thread: each keeps its slot.
+    var pluginWaits: [String: PluginWait] = [:]
     var nextToken: UInt64 = 1
 
     /// The slots as they stand: every held entry not waiting as standby holds one.

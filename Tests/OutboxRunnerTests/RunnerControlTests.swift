@@ -237,6 +237,72 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A project whose entry `order` chains a `receipt` follow-up built by a request_command
+    /// that says it runs (`hooks/building`) and answers once `hooks/go` exists.
+    static func slowFollowUpProject() throws -> Project {
+        let parent = definition("order", top: "then:\n  on_success:\n    - key: receipt\n      id: \"r-{{ entry.id }}\"\n")
+        let receipt = "key: receipt\nrequest_command: hooks/receipt.sh\non_success: hooks/record.sh\n"
+        let p = try Project(
+            config: fastConfig + "plugins: { timeout: 1h }\n",
+            definitions: ["order": parent, "receipt": receipt, "plain": definition("plain")])
+        try p.write(
+            "hooks/receipt.sh",
+            "#!/bin/sh\ncat > /dev/null\necho $$ > hooks/building\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\necho '{\"url\": \"\(p.url("/status/201?receipt"))\"}'\n",
+            mode: 0o755)
+        return p
+    }
+
+    /// A follow-up's request_command runs beside the runner: while it waits, entries enqueued
+    /// after it started are sent and delivered; the parent keeps its slot, and settles with its
+    /// chain once the plugin answers.
+    @Test func aSlowFollowUpPluginHoldsOnlyItsOwnEntry() async throws {
+        let p = try Self.slowFollowUpProject()
+        defer { p.touch("hooks/go") }
+        try await p.enqueue("order", path: "/status/200?order", id: "o1")
+        let runner = try p.start(["run", "--drain"])
+        await eventually("the follow-up's plugin runs") { p.exists("hooks/building") }
+        try await p.enqueue("plain", path: "/status/200?b1", id: "b1")
+        await eventually("b1 delivered while the plugin waits") { p.deliveries("b1").count == 1 }
+        #expect(try await p.states()["o1"] == "running")
+        #expect(p.deliveries("o1").isEmpty)
+
+        p.touch("hooks/go")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)")
+        #expect(p.deliveries("o1").map { $0.string("stdin.outcome") } == ["completed"], "\(p.hookLog)")
+        #expect(p.deliveries("r-o1").count == 1, "\(p.hookLog)")
+        #expect(p.server.requests(path: "/status/200?order").count == 1)
+        #expect(p.server.requests(path: "/status/201?receipt").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
+    /// A stop at once kills a follow-up's plugin as it does a parser: the parent is not settled
+    /// but put back in the queue, and the next run sends it again and builds its chain.
+    @Test func aSecondStopKillsAFollowUpPluginAndRequeuesItsEntry() async throws {
+        let p = try Self.slowFollowUpProject()
+        defer { p.touch("hooks/go") }
+        try await p.enqueue("order", path: "/status/200?order", id: "o1")
+        let runner = try p.start(["run", "--grace", "1h"])
+        await eventually("the follow-up's plugin runs") { (p.read("hooks/building") ?? "").hasSuffix("\n") }
+        let pid = try #require(Int32((p.read("hooks/building") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        let plugin = try #require(ObservedProcess(pid))
+        for stop in [SIGTERM, SIGINT] {
+            runner.signal(stop)
+            await eventually("the stop request taken") { !Self.signalPending(runner.pid) }
+        }
+        let stopped = await runner.wait()
+        #expect(stopped.exitCode == 0 && !stopped.timedOut, "\(stopped)")
+        #expect(stopped.stderr.contains("while the follow-up's plugin of o1 ran; the plugin was killed"), "\(stopped.stderr)")
+        #expect(plugin.hasEnded, "the plugin \(pid) still runs")
+        #expect(try await p.states() == ["o1": "queued"])
+
+        p.touch("hooks/go")
+        try await p.drain()
+        #expect(p.server.requests(path: "/status/200?order").count == 2, "sent again: its answer was never settled")
+        #expect(p.deliveries("r-o1").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
     /// Whether a signal waits for `pid` (any of its threads, or the process as a whole).
     static func signalPending(_ pid: Int32) -> Bool {
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []

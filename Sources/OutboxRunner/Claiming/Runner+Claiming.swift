@@ -68,10 +68,10 @@ extension Runner {
         for entry in held {
             if current[entry.seq] != entry.generation {
                 guard flights.withdrawn[entry.id] == nil, flights.partJobs[entry.id]?.failed != true else { continue }
-                if flights.parsing[entry.id] != nil {
-                    // Its request is over and its parser runs: killed, and nothing is settled.
+                if flights.pluginWaits[entry.id] != nil {
+                    // Its request is over and a plugin works on its outcome: killed, and nothing is settled.
                     if !lostToAnotherRunner(entry) { reportCancelled(entry) }
-                    stopParser(entry.id)
+                    stopPlugin(entry.id)
                     continue
                 }
                 if lostToAnotherRunner(entry) {

@@ -107,7 +107,7 @@ extension Runner {
     /// Stops an entry whose claim is gone: its transfers or parts are aborted and their
     /// results dropped, as for an entry another process cancelled, without reporting one.
     func stopLost(_ entry: Entry) {
-        if stopParser(entry.id) { return }
+        if stopPlugin(entry.id) { return }
         if entry.isChunked {
             stopParts(entry.id)
             releaseStoppedParts(entry.id)

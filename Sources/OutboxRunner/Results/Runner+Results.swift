@@ -45,8 +45,8 @@ extension Runner {
                 level: .warn)
         case let .hookDone(seq, result):
             try hookFinished(seq: seq, result: result)
-        case let .parsed(entryID, token, result, abandoned):
-            parserFinished(entryID: entryID, token: token, result: result, abandoned: abandoned)
+        case let .pluginDone(entryID, token, answer, abandoned):
+            pluginFinished(entryID: entryID, token: token, answer: answer, abandoned: abandoned)
         }
     }
 

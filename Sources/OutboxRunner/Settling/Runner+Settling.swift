@@ -25,8 +25,9 @@ extension Runner {
         parsed: Result<JSON, OutboxError>? = nil
     ) {
         if parsed == nil, let result, Self.needsParser(entry, result: result) {
-            startParser(
-                PendingParse(entry: entry, result: result, parts: parts, requestID: requestID, s3Parts: s3Parts, skipped: skipped))
+            startPlugin(
+                PluginWait(
+                    entry: entry, step: .parse(result: result, parts: parts, requestID: requestID, s3Parts: s3Parts, skipped: skipped)))
             return
         }
         var built = OutcomePayloads.success(
@@ -89,22 +90,21 @@ extension Runner {
         let payload = OutcomePayloads.failed(
             entry, error: error, response: response, attempts: attempts(of: entry),
             requestID: requestID, at: Identifiers.nowMs())
-        // Not settled (its follow-up's plugin was killed by a stop at once): it will be sent again.
-        guard settle(entry, payload: payload, outcome: .error, state: state, reason: reason) else { return }
-        if entry.request.cancelScopeOnError, let scope = entry.scope {
-            // Entries behind it in its scope are cancelled in the same transaction, each with an error outcome.
-            let payloadFor: @Sendable (Entry) -> (JSON, Bool) = { [definitions] behind in
-                let payload = OutcomePayloads.cancelledByScope(behind, failed: entry.id, scope: scope, at: Identifiers.nowMs())
-                let definition = definitions.definitions[behind.key]
-                return (payload, definition?.onError != nil || definition == nil)
-            }
-            changes.append(.cancelScope(scope: scope, afterSeq: entry.seq, payloadFor: payloadFor))
-        }
+        settle(entry, payload: payload, outcome: .error, state: state, reason: reason, cancelsScope: entry.request.cancelScopeOnError)
     }
 
-    /// Returns false when the entry was kept unsettled instead (`keepUnsettled`).
-    @discardableResult
-    func settle(_ entry: Entry, payload: JSON, outcome: Outcome, state: EntryState, reason: String?) -> Bool {
+    /// What building an outcome's `then` follow-ups gave: the entries, the items that could not
+    /// be built, and the payload (with `follow_up_errors` when one could not).
+    package typealias BuiltFollowUps = (followUps: [NewEntry], failures: [FollowUpFailure], payload: JSON)
+
+    /// Journals an entry's outcome with its state change and its `then` follow-ups. Follow-ups
+    /// whose build may run a plugin are built beside this thread first (`startPlugin`), and
+    /// the settle comes back here with them (`built`). `cancelsScope`: an error outcome that
+    /// cancels the entries behind it in its scope (`cancel_scope_on_error`).
+    func settle(
+        _ entry: Entry, payload: JSON, outcome: Outcome, state: EntryState, reason: String?, cancelsScope: Bool = false,
+        built prebuilt: BuiltFollowUps? = nil
+    ) {
         let definition = definitions.definitions[entry.key]
         let hook = outcome == .completed ? definition?.onSuccess : definition?.onError
         // An outcome whose key has no definition waits (unhandled-key): never acknowledged here.
@@ -114,15 +114,28 @@ extension Runner {
         var followUps: [NewEntry] = []
         var failures: [FollowUpFailure] = []
         // Most definitions chain nothing: spared the copy of the factory a call would make.
-        if definition?.then != nil {
-            let abandoned = pluginsAbandoned
-            var built = payload
-            (followUps, failures) = Self.thenFollowUps(
-                definition, entry: entry, outcome: outcome, payload: &built, factory: factory, stagedSources: stagedSources)
-            if pluginsAbandoned != abandoned {
-                keepUnsettled(entry, plugin: "follow-up's plugin")
-                return false
+        if let definition, definition.then != nil {
+            let built: BuiltFollowUps
+            if let prebuilt {
+                built = prebuilt
+            } else if followUpsRunPlugins(definition, outcome: outcome) {
+                startPlugin(
+                    PluginWait(
+                        entry: entry,
+                        step: .followUps(payload: payload, outcome: outcome, state: state, reason: reason, cancelsScope: cancelsScope)))
+                return
+            } else {
+                let abandoned = pluginsAbandoned
+                var builtPayload = payload
+                let made = Self.thenFollowUps(
+                    definition, entry: entry, outcome: outcome, payload: &builtPayload, factory: factory, stagedSources: stagedSources)
+                if pluginsAbandoned != abandoned {
+                    keepUnsettled(entry, plugin: "follow-up's plugin")
+                    return
+                }
+                built = (made.followUps, made.failures, builtPayload)
             }
+            (followUps, failures) = (built.followUps, built.failures)
             if let later = failures.first(where: \.mayPassLater) {
                 // A plugin that did not answer may answer later, a definition with errors may be
                 // fixed: the chain is built again at delivery, which fails and is retried until
@@ -138,7 +151,7 @@ extension Runner {
                 failures = []
                 hookExists = true
             } else {
-                payload = built
+                payload = built.payload
             }
         } else if definition == nil {
             // Its `then` lists, if any, are not known yet: they are built when the outcome is
@@ -158,7 +171,15 @@ extension Runner {
         settlement.snapshot = entry
         changes.append(.settle(settlement))
         pendingSettles.append((entry, state, reason))
-        return true
+        if cancelsScope, let scope = entry.scope {
+            // Entries behind it in its scope are cancelled in the same transaction, each with an error outcome.
+            let payloadFor: @Sendable (Entry) -> (JSON, Bool) = { [definitions] behind in
+                let payload = OutcomePayloads.cancelledByScope(behind, failed: entry.id, scope: scope, at: Identifiers.nowMs())
+                let definition = definitions.definitions[behind.key]
+                return (payload, definition?.onError != nil || definition == nil)
+            }
+            changes.append(.cancelScope(scope: scope, afterSeq: entry.seq, payloadFor: payloadFor))
+        }
     }
 
     /// An entry whose settle needed a plugin that a stop at once killed: not settled, it stays
@@ -279,14 +300,19 @@ extension Runner {
         return ([], failures)
     }
 
+    /// A `then` item with its templates rendered from the entry and its outcome.
+    static func rendered(_ item: JSON, entry: Entry, outcome: JSON, factory: EntryFactory) throws(OutboxError) -> JSON {
+        var inputs = RenderInputs(id: entry.id, vars: entry.vars, environment: factory.environment, cwd: factory.config.root)
+        inputs.outcome = outcome
+        return try Template.renderTree(item, context: RequestBuilder.context(inputs), field: "then")
+    }
+
     /// `stagedSources` gives the files an existing entry of an id holds in the store.
     package static func followUp(
         _ item: JSON, entry: Entry, outcome: JSON, factory: EntryFactory,
         stagedSources: (String) throws(OutboxError) -> [String: FileIdentity] = { _ in [:] }
     ) throws(OutboxError) -> NewEntry {
-        var inputs = RenderInputs(id: entry.id, vars: entry.vars, environment: factory.environment, cwd: factory.config.root)
-        inputs.outcome = outcome
-        let rendered = try Template.renderTree(item, context: RequestBuilder.context(inputs), field: "then")
+        let rendered = try rendered(item, entry: entry, outcome: outcome, factory: factory)
         guard let key = rendered["key"]?.stringValue else { throw .invalid("then: key must be a string") }
         // A value of another type is refused, not dropped: an id lost would lose the same-id
         // rules, a delay lost would send at once. Inside other text a number renders as text.

@@ -1,0 +1,148 @@
+import OutboxEnqueue
+import OutboxHTTP
+import OutboxModel
+import OutboxProcess
+
+/// Plugins that work on one entry's outcome (its response parser, the request_command and
+/// headers_command of its `then` follow-ups) run on threads of their own: a slow one holds
+/// its own entry, and that entry's slot, until it answers, never the rest of the queue. Its
+/// answer comes back as an event, and the settle goes on from where it stopped.
+extension Runner {
+    /// Whether this success is read by the definition's parser command before it settles.
+    static func needsParser(_ entry: Entry, result: HTTPResult) -> Bool {
+        guard case .command = entry.request.response else { return false }
+        // A body cut at max_response_bytes is not parsed: the outcome says so at once.
+        return !result.bodyTruncated
+    }
+
+    /// Whether building this outcome's `then` follow-ups may run a plugin: the config's
+    /// headers_command, or the request_command of a definition an item names (any, for a key
+    /// given by a template).
+    func followUpsRunPlugins(_ definition: Definition, outcome: Outcome) -> Bool {
+        let items = definition.then?[outcome.hookField]?.arrayValue ?? []
+        guard !items.isEmpty else { return false }
+        if config.headersCommand != nil { return true }
+        return items.contains { item in
+            guard let key = item["key"]?.stringValue, !key.contains("{{") else {
+                return definitions.definitions.values.contains { $0.requestCommand != nil }
+            }
+            return definitions.definitions[key]?.requestCommand != nil
+        }
+    }
+
+    /// Starts the plugin an entry's settle waits for; the entry stays held until `pluginFinished`.
+    func startPlugin(_ waiting: PluginWait) {
+        var wait = waiting
+        wait.token = flights.nextToken
+        flights.nextToken += 1
+        let entry = wait.entry
+        flights.running[entry.id] = flights.running[entry.id] ?? entry
+        let work: @Sendable (Heartbeat) -> PluginAnswer
+        switch wait.step {
+        case let .parse(result, _, _, _, _):
+            let (body, config, environment) = (result.body, config, environment)
+            work = { heartbeat in
+                .parsed(
+                    Runner.parse(
+                        body, mode: entry.request.response, vars: entry.vars, config: config, environment: environment,
+                        heartbeat: heartbeat))
+            }
+        case let .followUps(payload, outcome, _, _, _):
+            // (`settle` asks only with a definition; held, the run's end puts the entry back.)
+            guard let definition = definitions.definitions[entry.key] else { return keepUnsettled(entry, plugin: "follow-up's plugin") }
+            // The store is this thread's: the files existing entries hold are read here, for the
+            // ids the items name.
+            let staged = stagedSourcesOfFollowUps(definition, entry: entry, outcome: outcome, payload: payload)
+            let factory = SendableFactory(factory)
+            work = { heartbeat in
+                var builder = factory.value
+                builder.heartbeat = heartbeat
+                var built = payload
+                let made = Runner.thenFollowUps(
+                    definition, entry: entry, outcome: outcome, payload: &built, factory: builder,
+                    stagedSources: { (id: String) throws(OutboxError) -> [String: FileIdentity] in
+                        guard let files = staged[id] else {
+                            // Rendered to another id than a moment ago: built again at delivery.
+                            var error = OutboxError.invalid("the follow-up id \(id) changed while it was built")
+                            error.mayPassLater = true
+                            throw error
+                        }
+                        return try files.get()
+                    })
+                return .followUps((made.followUps, made.failures, built))
+            }
+        }
+        flights.pluginWaits[entry.id] = wait
+        let (mailbox, stop, cancelled, token) = (mailbox, pluginsStop, wait.cancelled, wait.token)
+        Threads.detach {
+            let killed = Locked(false)
+            // Made on this thread, it is looked at here: a stop at once, or the entry gone, kills the plugin.
+            let heartbeat = Heartbeat(
+                everyMs: Int64(Int32.max),
+                abandon: {
+                    guard stop.withLock({ $0 }) || cancelled.withLock({ $0 }) else { return false }
+                    killed.withLock { $0 = true }
+                    return true
+                }, beat: {})
+            let answer = work(heartbeat)
+            mailbox.post(.pluginDone(entryID: entry.id, token: token, answer: answer, abandoned: killed.withLock { $0 }))
+        }
+    }
+
+    /// A plugin's answer: the settle goes on with it, unless the entry was cancelled or lost
+    /// meanwhile (said when that was noticed), or the plugin was killed by a stop at once
+    /// (then the entry goes back to the queue).
+    func pluginFinished(entryID: String, token: UInt64, answer: PluginAnswer, abandoned: Bool) {
+        guard let wait = flights.pluginWaits[entryID], wait.token == token else { return }
+        flights.pluginWaits[entryID] = nil
+        guard let held = flights.running[entryID] else { return }
+        var entry = wait.entry
+        // A same-body enqueue meanwhile gave it new vars: its outcome and follow-ups use them.
+        entry.vars = held.vars
+        switch (wait.step, answer) {
+        case let (.parse(result, parts, requestID, s3Parts, skipped), .parsed(parsed)):
+            if abandoned { return keepUnsettled(entry, plugin: "response parser") }
+            settleSuccess(entry, result: result, parts: parts, requestID: requestID, s3Parts: s3Parts, skipped: skipped, parsed: parsed)
+        case let (.followUps(payload, outcome, state, reason, cancelsScope), .followUps(built)):
+            if abandoned { return keepUnsettled(entry, plugin: "follow-up's plugin") }
+            settle(entry, payload: payload, outcome: outcome, state: state, reason: reason, cancelsScope: cancelsScope, built: built)
+        default:
+            // Each step posts its own kind of answer.
+            keepUnsettled(entry, plugin: "plugin")
+        }
+    }
+
+    /// Kills the plugin of an entry cancelled or lost meanwhile and lets the entry go; false
+    /// when no plugin works for it.
+    @discardableResult
+    func stopPlugin(_ entryID: String) -> Bool {
+        guard let wait = flights.pluginWaits.removeValue(forKey: entryID) else { return false }
+        wait.cancelled.withLock { $0 = true }
+        flights.running[entryID] = nil
+        return true
+    }
+
+    /// The files existing entries hold in the store for the ids this outcome's `then` items
+    /// name (an item that cannot be rendered names none: its build fails the same way later).
+    func stagedSourcesOfFollowUps(
+        _ definition: Definition, entry: Entry, outcome: Outcome, payload: JSON
+    )
+        -> [String: Result<[String: FileIdentity], OutboxError>]
+    {
+        var staged: [String: Result<[String: FileIdentity], OutboxError>] = [:]
+        for item in definition.then?[outcome.hookField]?.arrayValue ?? [] {
+            guard let id = (try? Self.rendered(item, entry: entry, outcome: payload, factory: factory))?["id"]?.stringValue,
+                staged[id] == nil
+            else { continue }
+            do { staged[id] = .success(try stagedSources(id)) } catch { staged[id] = .failure(error) }
+        }
+        return staged
+    }
+}
+
+/// The factory, handed to a plugin's thread: its definition lookup reads a set of definitions
+/// that no one changes (a reload makes a new factory).
+private struct SendableFactory: @unchecked Sendable {
+    let value: EntryFactory
+    init(_ value: EntryFactory) { self.value = value }
+}
