@@ -346,8 +346,10 @@ package final class Runner {
             // Tests hold here with a hook's exit seen and not yet acknowledged, and stop the runner.
             if !delivery.finished.isEmpty { Fault.hold("run.hook-finished") }
             stepShutdown(mono: mono)
-            if shutdown.mayExit(
-                transfersInFlight: !flights.byToken.isEmpty || !flights.pluginWaits.isEmpty, hooksRunning: !delivery.hooksRunning.isEmpty)
+            // A plugin beside this thread is waited for even when aborting (it is killed then): it
+            // must not outlive the run.
+            let pluginsRunning = !flights.pluginWaits.isEmpty || !delivery.linesBuilding.isEmpty
+            if shutdown.mayExit(transfersInFlight: !flights.byToken.isEmpty || pluginsRunning, hooksRunning: !delivery.hooksRunning.isEmpty)
             {
                 // A hook that exited 0 by now is acknowledged, not delivered again by the next run.
                 try acknowledgeFinished(now: now)

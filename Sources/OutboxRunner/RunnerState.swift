@@ -12,6 +12,8 @@ enum RunnerEvent: Sendable {
     /// A plugin beside the control thread answered for an entry; `abandoned` when the run's
     /// stop at once killed it.
     case pluginDone(entryID: String, token: UInt64, answer: PluginAnswer, abandoned: Bool)
+    /// The entries a hook's enqueue lines ask for, built beside the control thread.
+    case hookLinesBuilt(seq: Int64, result: Result<[NewEntry], OutboxError>, abandoned: Bool)
 }
 
 /// What a plugin that runs beside the control thread gave for an entry's settle.
@@ -251,6 +253,9 @@ struct DeliveryState {
     var thenAtDelivery: [Int64: [NewEntry]] = [:]
     /// Outcomes whose `then` follow-ups could not be built yet, by seq: the tries so far.
     var thenTries: [Int64: Int] = [:]
+    /// Hooks that exited 0 whose enqueue lines are built beside the control thread (they stay
+    /// in `hooksRunning` until then), with their outcome's key.
+    var linesBuilding: [Int64: String?] = [:]
     /// Hooks that exited 0 this turn, acknowledged together (they stay in `hooksRunning` until then).
     var finished: [(seq: Int64, key: String?, followUps: [NewEntry])] = []
     /// Whether outcomes may have become deliverable since the last look.

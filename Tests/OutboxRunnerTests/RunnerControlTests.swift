@@ -276,6 +276,66 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A hook's enqueue line whose key has a slow request_command is read beside the runner:
+    /// while the plugin waits, other entries are sent and delivered; the hook's delivery is
+    /// acknowledged with its follow-up once the plugin answers.
+    @Test func aSlowPluginOfAHookLineHoldsOnlyItsDelivery() async throws {
+        let p = try Self.slowFollowUpProject()
+        defer { p.touch("hooks/go") }
+        try p.define("lines", "key: lines\nrequest:\n  url: \"{{ vars.url }}\"\non_success: hooks/lines.sh\n")
+        try p.write(
+            "hooks/lines.sh", "#!/bin/sh\ncat > /dev/null\necho '{\"enqueue\": {\"key\": \"receipt\", \"id\": \"r-line\"}}'\n", mode: 0o755)
+        try await p.enqueue("lines", path: "/status/200?lines", id: "l1")
+        let runner = try p.start(["run", "--drain"])
+        await eventually("the line's plugin runs") { p.exists("hooks/building") }
+        try await p.enqueue("plain", path: "/status/200?b1", id: "b1")
+        await eventually("b1 delivered while the plugin waits") { p.deliveries("b1").count == 1 }
+        #expect(try await p.show("l1")?.at("outcomes.0.acknowledged") == .bool(false))
+
+        p.touch("hooks/go")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)")
+        #expect(p.deliveries("r-line").count == 1, "\(p.hookLog)")
+        #expect(p.server.requests(path: "/status/201?receipt").count == 1)
+        #expect(p.server.requests(path: "/status/200?lines").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
+    /// A stop at once kills the plugin reading a hook's enqueue lines: nothing of them is
+    /// applied, the delivery counts as failed, and the next run delivers the outcome again
+    /// (its request is not sent again) and enqueues the follow-up once.
+    @Test func aSecondStopKillsTheReadingOfAHooksLines() async throws {
+        let p = try Self.slowFollowUpProject()
+        defer { p.touch("hooks/go") }
+        try p.define("lines", "key: lines\nrequest:\n  url: \"{{ vars.url }}\"\non_success: hooks/lines.sh\n")
+        try p.write(
+            "hooks/lines.sh",
+            "#!/bin/sh\ncat > /dev/null\necho run >> hooks/lines.log\necho '{\"enqueue\": {\"key\": \"receipt\", \"id\": \"r-line\"}}'\n",
+            mode: 0o755)
+        try await p.enqueue("lines", path: "/status/200?lines", id: "l1")
+        let runner = try p.start(["run", "--grace", "1h"])
+        await eventually("the line's plugin runs") { (p.read("hooks/building") ?? "").hasSuffix("\n") }
+        let pid = try #require(Int32((p.read("hooks/building") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        let plugin = try #require(ObservedProcess(pid))
+        for stop in [SIGTERM, SIGINT] {
+            runner.signal(stop)
+            await eventually("the stop request taken") { !Self.signalPending(runner.pid) }
+        }
+        let stopped = await runner.wait()
+        #expect(!stopped.timedOut, "\(stopped)")
+        #expect(stopped.stderr.contains("the run stopped at once while a plugin read the hook's enqueue lines"), "\(stopped.stderr)")
+        #expect(plugin.hasEnded, "the plugin \(pid) still runs")
+        #expect(try await p.show("l1")?.at("outcomes.0.acknowledged") == .bool(false))
+        #expect(try await p.states()["r-line"] == nil, "nothing of the lines was applied")
+
+        p.touch("hooks/go")
+        try await p.drain()
+        #expect(p.read("hooks/lines.log") == "run\nrun\n", "delivered again")
+        #expect(p.server.requests(path: "/status/200?lines").count == 1, "not sent again")
+        #expect(p.deliveries("r-line").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
     /// A stop at once kills a follow-up's plugin as it does a parser: the parent is not settled
     /// but put back in the queue, and the next run sends it again and builds its chain.
     @Test func aSecondStopKillsAFollowUpPluginAndRequeuesItsEntry() async throws {

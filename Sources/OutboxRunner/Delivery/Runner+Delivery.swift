@@ -313,6 +313,9 @@ extension Runner {
                     Self.whyHookDidNotRun(process.exitStatus, hook: $0.hook, field: $0.field, config: config, environment: environment)
                 }
                 failure = "the hook exited \(process.exitStatus ?? -1)" + (why.map { " (\($0))" } ?? "")
+            } else if hookLinesRunPlugins(process.stdout) {
+                // A plugin that reads them must not hold the queue: the delivery goes on when they are built.
+                return buildHookLines(seq: seq, entryID: entryID, key: command?.key, process: process)
             } else {
                 switch Self.acknowledgedHookEnqueues(process, parent: entryID, factory: factory, stagedSources: stagedSources) {
                 case let .success(entries): followUps = (delivery.thenAtDelivery.removeValue(forKey: seq) ?? []) + entries

@@ -50,33 +50,34 @@ extension Runner {
         case let .followUps(payload, outcome, _, _, _):
             // (`settle` asks only with a definition; held, the run's end puts the entry back.)
             guard let definition = definitions.definitions[entry.key] else { return keepUnsettled(entry, plugin: "follow-up's plugin") }
-            // The store is this thread's: the files existing entries hold are read here, for the
-            // ids the items name.
-            let staged = stagedSourcesOfFollowUps(definition, entry: entry, outcome: outcome, payload: payload)
+            let staged = stagedSources(of: followUpIDs(definition, entry: entry, outcome: outcome, payload: payload))
             let factory = SendableFactory(factory)
             work = { heartbeat in
                 var builder = factory.value
                 builder.heartbeat = heartbeat
                 var built = payload
                 let made = Runner.thenFollowUps(
-                    definition, entry: entry, outcome: outcome, payload: &built, factory: builder,
-                    stagedSources: { (id: String) throws(OutboxError) -> [String: FileIdentity] in
-                        guard let files = staged[id] else {
-                            // Rendered to another id than a moment ago: built again at delivery.
-                            var error = OutboxError.invalid("the follow-up id \(id) changed while it was built")
-                            error.mayPassLater = true
-                            throw error
-                        }
-                        return try files.get()
-                    })
+                    definition, entry: entry, outcome: outcome, payload: &built, factory: builder, stagedSources: staged.files(of:))
                 return .followUps((made.followUps, made.failures, built))
             }
         }
         flights.pluginWaits[entry.id] = wait
-        let (mailbox, stop, cancelled, token) = (mailbox, pluginsStop, wait.cancelled, wait.token)
+        let (mailbox, token) = (mailbox, wait.token)
+        runBeside(cancelled: wait.cancelled, work) { answer, abandoned in
+            mailbox.post(.pluginDone(entryID: entry.id, token: token, answer: answer, abandoned: abandoned))
+        }
+    }
+
+    /// Runs `work` on a thread of its own, with a heartbeat that kills the plugin it runs on a
+    /// stop at once or once `cancelled` is set; `done` gets its answer and whether it was killed so.
+    func runBeside<Answer: Sendable>(
+        cancelled: Locked<Bool>, _ work: @escaping @Sendable (Heartbeat) -> Answer,
+        done: @escaping @Sendable (Answer, Bool) -> Void
+    ) {
+        let stop = pluginsStop
         Threads.detach {
             let killed = Locked(false)
-            // Made on this thread, it is looked at here: a stop at once, or the entry gone, kills the plugin.
+            // Made on this thread, it is looked at here.
             let heartbeat = Heartbeat(
                 everyMs: Int64(Int32.max),
                 abandon: {
@@ -85,7 +86,7 @@ extension Runner {
                     return true
                 }, beat: {})
             let answer = work(heartbeat)
-            mailbox.post(.pluginDone(entryID: entry.id, token: token, answer: answer, abandoned: killed.withLock { $0 }))
+            done(answer, killed.withLock { $0 })
         }
     }
 
@@ -122,21 +123,86 @@ extension Runner {
         return true
     }
 
-    /// The files existing entries hold in the store for the ids this outcome's `then` items
-    /// name (an item that cannot be rendered names none: its build fails the same way later).
-    func stagedSourcesOfFollowUps(
-        _ definition: Definition, entry: Entry, outcome: Outcome, payload: JSON
-    )
-        -> [String: Result<[String: FileIdentity], OutboxError>]
-    {
-        var staged: [String: Result<[String: FileIdentity], OutboxError>] = [:]
-        for item in definition.then?[outcome.hookField]?.arrayValue ?? [] {
-            guard let id = (try? Self.rendered(item, entry: entry, outcome: payload, factory: factory))?["id"]?.stringValue,
-                staged[id] == nil
-            else { continue }
-            do { staged[id] = .success(try stagedSources(id)) } catch { staged[id] = .failure(error) }
+    /// The ids this outcome's `then` items name (an item that cannot be rendered names none:
+    /// its build fails the same way later).
+    func followUpIDs(_ definition: Definition, entry: Entry, outcome: Outcome, payload: JSON) -> [String] {
+        (definition.then?[outcome.hookField]?.arrayValue ?? []).compactMap { item in
+            (try? Self.rendered(item, entry: entry, outcome: payload, factory: factory))?["id"]?.stringValue
         }
-        return staged
+    }
+
+    /// The files existing entries of these ids hold in the store, read on this thread (the
+    /// store connection is its own) for a build on another.
+    func stagedSources(of ids: [String]) -> StagedSources {
+        var files: [String: Result<[String: FileIdentity], OutboxError>] = [:]
+        for id in ids where files[id] == nil {
+            do { files[id] = .success(try stagedSources(id)) } catch { files[id] = .failure(error) }
+        }
+        return StagedSources(byID: files)
+    }
+
+    // MARK: A hook's enqueue lines
+
+    /// Whether reading a hook's enqueue lines may run a plugin: it printed one, and the config
+    /// has a headers_command or a definition a request_command.
+    func hookLinesRunPlugins(_ stdout: [UInt8]) -> Bool {
+        guard config.headersCommand != nil || definitions.definitions.values.contains(where: { $0.requestCommand != nil }) else {
+            return false
+        }
+        return String(decoding: stdout, as: UTF8.self).contains("\"enqueue\"")
+    }
+
+    /// Builds the entries a hook that exited 0 asks to enqueue beside this thread; its delivery
+    /// counts as running until `hookLinesBuilt`.
+    func buildHookLines(seq: Int64, entryID: String, key: String?, process: ProcessResult) {
+        delivery.hooksRunning[seq] = entryID
+        delivery.linesBuilding[seq] = key
+        let ids = process.stdout.split(separator: UInt8(ascii: "\n")).compactMap { line -> String? in
+            guard line.first == UInt8(ascii: "{") else { return nil }
+            var bytes = Array(line)
+            return (try? JSON.parse(bytes: &bytes))?["enqueue"]?["id"]?.stringValue
+        }
+        let (staged, factory, mailbox) = (stagedSources(of: ids), SendableFactory(factory), mailbox)
+        // A delivery is not cancelled with its entry: only a stop at once kills its plugin.
+        runBeside(cancelled: Locked(false)) { heartbeat in
+            var builder = factory.value
+            builder.heartbeat = heartbeat
+            return Runner.acknowledgedHookEnqueues(process, parent: entryID, factory: builder, stagedSources: staged.files(of:))
+        } done: { result, abandoned in
+            mailbox.post(.hookLinesBuilt(seq: seq, result: result, abandoned: abandoned))
+        }
+    }
+
+    /// A hook's enqueue lines, built: its delivery is acknowledged with them this turn, or fails.
+    func hookLinesBuilt(seq: Int64, result: Result<[NewEntry], OutboxError>, abandoned: Bool) throws(OutboxError) {
+        guard let key = delivery.linesBuilding.removeValue(forKey: seq), let entryID = delivery.hooksRunning[seq] else { return }
+        let failure: String
+        switch result {
+        case _ where abandoned:
+            failure = "the run stopped at once while a plugin read the hook's enqueue lines"
+        case let .success(entries):
+            delivery.finished.append((seq, key, (delivery.thenAtDelivery.removeValue(forKey: seq) ?? []) + entries))
+            return
+        case let .failure(problem):
+            failure = problem.message
+        }
+        delivery.hooksRunning[seq] = nil
+        try failDelivery(seq: seq, entryID: entryID, failure: failure, now: Identifiers.nowMs())
+    }
+}
+
+/// Files existing entries hold in the store, by entry id, read ahead of a build on another thread.
+struct StagedSources: Sendable {
+    let byID: [String: Result<[String: FileIdentity], OutboxError>]
+
+    func files(of id: String) throws(OutboxError) -> [String: FileIdentity] {
+        guard let files = byID[id] else {
+            // Rendered to another id than a moment ago: built again later.
+            var error = OutboxError.invalid("the follow-up id \(id) changed while it was built")
+            error.mayPassLater = true
+            throw error
+        }
+        return try files.get()
     }
 }
 
