@@ -86,6 +86,7 @@ package struct DefinitionSet: Sendable {
         var set = DefinitionSet()
         guard let listed = Paths.listNames(folder) else { return set }
         var firstFile: [String: String] = [:]
+        var withErrors: [Definition] = []
         // Its name, spelled with `\xHH`, names no file: said as it is, not as a failed read.
         for name in listed.notUTF8 where name.hasSuffix(".yaml") || name.hasSuffix(".yml") {
             set.diagnostics.append(
@@ -129,21 +130,26 @@ package struct DefinitionSet: Sendable {
             } else if let key {
                 set.definitions[key] = nil
                 set.brokenKeys[key, default: []] += found
+                // Read as far as it goes: its `then` keys are checked too, so one pass of
+                // `outbox check` names every error of the file.
+                if let definition { withErrors.append(definition) }
             }
         }
-        set.checkThenKeys()
+        set.checkThenKeys(alsoIn: withErrors)
         return set
     }
 
     /// A `then` follow-up naming a key no file defines would be lost at every settle: the
     /// definition that names it is disabled, with the error at the key.
-    mutating func checkThenKeys() {
+    /// `alsoIn`: definitions disabled by other errors, whose missing keys are named as well.
+    mutating func checkThenKeys(alsoIn withErrors: [Definition] = []) {
         let known = Set(definitions.keys).union(brokenKeys.keys)
         // A file that does not parse far enough to show its key may be the one meant: named.
         let attributed = brokenKeys.values.flatMap { $0 }
         let unreadable = Set(diagnostics.filter { !attributed.contains($0) }.map(\.path)).sorted()
         let unreadableNote = unreadable.isEmpty ? "" : " (\(unreadable.joined(separator: ", ")) cannot be read: see its error)"
-        for definition in definitions.values.sorted(by: { $0.file < $1.file }) {
+        let usable = definitions.values.map { (definition: $0, usable: true) }
+        for (definition, usable) in (usable + withErrors.map { ($0, false) }).sorted(by: { $0.definition.file < $1.definition.file }) {
             let missing = definition.thenKeys.filter { !known.contains($0.key) }
             guard !missing.isEmpty else { continue }
             let found = missing.map {
@@ -152,9 +158,10 @@ package struct DefinitionSet: Sendable {
                     message: "then: no definition has key \"\($0.key)\"\(unreadableNote)")
             }
             diagnostics += found
+            brokenKeys[definition.key, default: []] += found
+            guard usable else { continue }
             definitions[definition.key] = nil
             disabledByThen[definition.key] = definition
-            brokenKeys[definition.key, default: []] += found
         }
     }
 }

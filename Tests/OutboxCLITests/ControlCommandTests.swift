@@ -114,6 +114,27 @@ struct ControlCommandTests {
         #expect(p.run("enqueue", "plain").status == 0)
     }
 
+    /// A file with another error still has its `then` keys checked: one pass names both.
+    @Test func checkNamesAnUnknownThenKeyBesideAnotherErrorOfItsFile() throws {
+        let p = try CLIProject()
+        let file = try p.write(
+            "definitions/chain.yaml",
+            """
+            key: chain
+            request: { url: "https://x.example/", method: FETCH }
+            then:
+              on_success:
+                - key: no.such.key
+            """)
+        let r = p.run("check")
+        #expect(r.status == 78)
+        #expect(r.err.contains("\(file):2:47: error: request.method must be one of"), "\(r.err)")
+        #expect(r.err.contains("\(file):5:12: error: then: no definition has key \"no.such.key\"\n"), "\(r.err)")
+        #expect(r.err.hasSuffix("outbox: E_CONFIG: 2 errors\n"), "\(r.err)")
+        #expect(p.run("enqueue", "chain").status == 78)
+        #expect(try p.run("list", "--json").json() == .array([]))
+    }
+
     @Test func aTemplatedThenKeyIsCheckedWhenItRenders() throws {
         let p = try CLIProject()
         _ = try p.write(
