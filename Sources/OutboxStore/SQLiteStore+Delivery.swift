@@ -149,7 +149,9 @@ extension SQLiteStore {
         return (try entryAcknowledged(id: o.entryID, generation: o.generation, now: now), true)
     }
 
-    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError) {
+    package func deliveryFailed(
+        seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool, hookFailed: Bool
+    ) throws(OutboxError) {
         try db.transaction { () throws(OutboxError) in
             try db.run(
                 """
@@ -157,7 +159,7 @@ extension SQLiteStore {
                   deliveries = CASE WHEN ? = 1 THEN deliveries ELSE MAX(deliveries - 1, 0) END
                 WHERE seq = ?
                 """, [.int(nextDeliveryAt), .text(reason), .int(hookStarted ? 1 : 0), .int(seq)])
-            try countDelivery(outcomeSeq: seq, .hookFailures)
+            if hookFailed { try countDelivery(outcomeSeq: seq, .hookFailures) }
         }
     }
 

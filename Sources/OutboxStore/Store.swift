@@ -210,8 +210,10 @@ package protocol Store: AnyObject {
         _ batch: [Acknowledgement], thenBegin begin: [Int64], now: Int64
     ) throws(OutboxError) -> (counts: [Int64: Int64], refused: [Int64: String])
     /// A failed delivery; `hookStarted` false takes back the delivery counted before its
-    /// hook could not start (`deliveries` counts those that reached a hook).
-    func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError)
+    /// hook could not start (`deliveries` counts those that reached a hook). `hookFailed`
+    /// false: no hook failed, the delivery waits for something else (its `then` chain), and
+    /// `outbox_hook_failures_total` does not count it.
+    func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool, hookFailed: Bool) throws(OutboxError)
 }
 
 extension Store {
@@ -236,7 +238,7 @@ extension Store {
     package func audit() throws(OutboxError) -> [String] { try audit(note: { _ in }) }
 
     package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String) throws(OutboxError) {
-        try deliveryFailed(seq: seq, nextDeliveryAt: nextDeliveryAt, reason: reason, hookStarted: true)
+        try deliveryFailed(seq: seq, nextDeliveryAt: nextDeliveryAt, reason: reason, hookStarted: true, hookFailed: true)
     }
 }
 

@@ -85,6 +85,9 @@ struct FollowUpPluginFailureTests {
         #expect(show.at("outcomes.0.follow_up_errors.0.index") == .null)
         #expect(show.string("outcomes.0.follow_up_errors.0.message")?.contains("token service down") == true)
         #expect(try await p.list().map { $0.string("id") } == ["o1"])
+        // The chain waited; no hook failed.
+        let samples = MetricsTests.samples(try await p.outbox(["stats", "--prometheus"]).stdout)
+        #expect(samples[#"outbox_hook_failures_total{key="order"}"#] == nil, "\(samples)")
 
         try p.write("plugin-up", "")
         // The next try is due within the drain's horizon: it waits for it.

@@ -376,7 +376,8 @@ extension Runner {
             // The count is taken back, so the backoff would not grow: the streak makes it.
             delay = max(delay, min(30_000, Int64(250) << Int64(min(streak - 1, 7))))
         }
-        try store.deliveryFailed(seq: seq, nextDeliveryAt: now + delay, reason: failure, hookStarted: hookStarted)
+        try store.deliveryFailed(
+            seq: seq, nextDeliveryAt: now + delay, reason: failure, hookStarted: hookStarted, hookFailed: hookFailed)
         // Its next try moved: a drain judges its end by the due times read after this write
         // (a store whose writes `ownWrites` does not count would keep the old ones a while).
         readAhead.storeChanged()

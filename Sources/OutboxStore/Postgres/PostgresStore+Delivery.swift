@@ -149,7 +149,9 @@ extension PostgresStore {
         return (try entryAcknowledged(id: o.entryID, generation: o.generation, now: now), true)
     }
 
-    package func deliveryFailed(seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool) throws(OutboxError) {
+    package func deliveryFailed(
+        seq: Int64, nextDeliveryAt: Int64, reason: String, hookStarted: Bool, hookFailed: Bool
+    ) throws(OutboxError) {
         let fence = deliveryFence(seq)
         deliveryClaims.remove(seq)
         try db.quietTransaction { () throws(OutboxError) in
@@ -159,7 +161,7 @@ extension PostgresStore {
                   deliveries = CASE WHEN ? = 1 THEN deliveries ELSE GREATEST(deliveries - 1, 0) END
                 WHERE seq = ?\(fence.sql)
                 """, [.int(nextDeliveryAt), .text(reason), .int(hookStarted ? 1 : 0), .int(seq)] + fence.values)
-            if changed == 1 { try countDelivery(outcomeSeq: seq, .hookFailures) }
+            if changed == 1 && hookFailed { try countDelivery(outcomeSeq: seq, .hookFailures) }
         }
     }
 

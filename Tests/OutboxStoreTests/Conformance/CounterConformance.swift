@@ -71,6 +71,9 @@ extension StoreConformance {
             let x = try c.pending("x").seq
             _ = try c.store.beginDelivery(seq: x)
             try c.store.deliveryFailed(seq: x, nextDeliveryAt: t0 + 1, reason: "hook exited 1")
+            // A delivery that waits for its chain is no hook failure.
+            _ = try c.store.beginDelivery(seq: x)
+            try c.store.deliveryFailed(seq: x, nextDeliveryAt: t0 + 1, reason: "a follow-up waits", hookStarted: false, hookFailed: false)
             _ = try c.store.beginDelivery(seq: x)
             try c.store.acknowledge(seq: x, followUps: [], now: t0 + 2)
             try c.store.acknowledge(seq: try c.pending("t").seq, followUps: [], now: t0 + 3)

@@ -67,7 +67,8 @@ extension StoreConformance {
             try c.bring("x", to: .completed)
             let seq = try c.pending("x").seq
             _ = try c.store.beginDelivery(seq: seq)
-            try c.store.deliveryFailed(seq: seq, nextDeliveryAt: t0 + 5_000, reason: "hook exited 3", hookStarted: hookStarted)
+            try c.store.deliveryFailed(
+                seq: seq, nextDeliveryAt: t0 + 5_000, reason: "hook exited 3", hookStarted: hookStarted, hookFailed: true)
             let o = try c.pending("x")
             #expect(o.nextDeliveryAt == t0 + 5_000)
             #expect(o.reason == "hook exited 3")
