@@ -80,6 +80,55 @@ int csystem_write_file(const char *path, const void *bytes, size_t count) {
     return rc;
 }
 
+static int pwrite_all(int fd, const char *p, size_t n, int64_t at) {
+    while (n > 0) {
+        ssize_t w = pwrite(fd, p, n, (off_t)at);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -errno;
+        }
+        p += w;
+        n -= (size_t)w;
+        at += w;
+    }
+    return 0;
+}
+
+/* Copies the bytes of `in` in [from, to) to the same offsets of `out`: 0, 1 when `in` ended
+   before `to` (it shrank), or -errno. copy_file_range may return short counts, 0 before EOF,
+   EXDEV or EOPNOTSUPP: on anything but bytes it gives way to pread/pwrite for good. */
+static int copy_span(int in, int out, int64_t from, int64_t to, int *use_range, int *source_failed) {
+    int64_t at = from;
+    while (at < to) {
+        /* A stop asked while moves wait to be undone: the copy is given up at once. */
+        if (csystem_stop_pending() != 0) return -EINTR;
+        size_t want = to - at > (1 << 30) ? (size_t)1 << 30 : (size_t)(to - at);
+        if (*use_range) {
+            loff_t a = at, b = at;
+            ssize_t n = copy_file_range(in, &a, out, &b, want, 0);
+            if (n > 0) {
+                at += n;
+                continue;
+            }
+            if (n < 0 && errno == EINTR) continue;
+            *use_range = 0;
+            continue;
+        }
+        char buf[1 << 16];
+        ssize_t r = pread(in, buf, want < sizeof buf ? want : sizeof buf, (off_t)at);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            if (source_failed) *source_failed = 1;
+            return -errno;
+        }
+        if (r == 0) return 1;
+        int rc = pwrite_all(out, buf, (size_t)r, at);
+        if (rc != 0) return rc;
+        at += r;
+    }
+    return 0;
+}
+
 int csystem_copy_file(const char *src, const char *dst, int64_t limit, int *source_failed) {
     /* Non-blocking, and only a regular file: a FIFO or device put in the source's place
        fails here instead of hanging the copy or reading forever. */
@@ -99,53 +148,41 @@ int csystem_copy_file(const char *src, const char *dst, int64_t limit, int *sour
         close(in);
         return -e;
     }
-    int rc = 0;
-    /* copy_file_range may return short counts, 0 before EOF, EXDEV or EOPNOTSUPP: loop and
-       fall back to read/write on any failure. */
-    int use_range = 1;
-    int64_t copied = 0;
-    for (;;) {
-        /* A stop asked while moves wait to be undone: the copy is given up at once. */
-        if (csystem_stop_pending() != 0) {
-            rc = -EINTR;
-            break;
-        }
-        /* With a limit, no more than that: a file that grows while it is copied is seen to
-           have grown without copying all it grew by. */
-        size_t want = 1 << 30;
-        if (limit >= 0) {
-            if (copied >= limit) break;
-            if ((int64_t)want > limit - copied) want = (size_t)(limit - copied);
-        }
-        if (use_range) {
-            ssize_t n = copy_file_range(in, NULL, out, NULL, want, 0);
-            if (n > 0) {
-                copied += n;
-                continue;
+    /* With a limit, no more than that: a file that grows while it is copied is seen to have
+       grown without copying all it grew by. */
+    int64_t end = limit >= 0 ? limit : INT64_MAX;
+    int rc = 0, use_range = 1, holes = 1;
+    int64_t at = 0;
+    /* Span by span of data: a sparse file's holes stay holes in the copy (a disk image of
+       100 GiB with 1 GiB written takes 1 GiB in the store, not 100). */
+    while (at < end) {
+        int64_t from = at, to = end;
+        if (holes) {
+            off_t data = lseek(in, (off_t)at, SEEK_DATA);
+            if (data < 0 && errno == ENXIO) break; /* nothing but a hole from here to the end */
+            off_t hole = data < 0 ? -1 : lseek(in, data, SEEK_HOLE);
+            if (data < 0 || hole < 0) {
+                holes = 0; /* a filesystem that cannot tell: all of it is data */
+            } else {
+                from = data;
+                to = hole < end ? hole : end;
             }
-            if (n == 0) {
-                struct stat a, b;
-                if (fstat(in, &a) == 0 && fstat(out, &b) == 0 && a.st_size == b.st_size) break;
-            } else if (errno == EINTR) {
-                continue;
-            }
-            use_range = 0;
-            off_t pos = lseek(out, 0, SEEK_END);
-            if (pos < 0 || lseek(in, pos, SEEK_SET) < 0) { rc = -errno; break; }
-            continue;
         }
-        char buf[1 << 16];
-        ssize_t r = read(in, buf, want < sizeof buf ? want : sizeof buf);
-        if (r < 0) {
-            if (errno == EINTR) continue;
+        if (from >= end) break;
+        int r = copy_span(in, out, from, to, &use_range, source_failed);
+        if (r < 0) rc = r;
+        if (r != 0) break;
+        at = to;
+    }
+    /* A hole at the end is a length, not bytes: the copy takes the source's (up to the limit). */
+    if (rc == 0) {
+        struct stat now, copied;
+        if (fstat(in, &now) != 0 || fstat(out, &copied) != 0) {
             rc = -errno;
-            if (source_failed) *source_failed = 1;
-            break;
+        } else {
+            int64_t size = now.st_size < end ? now.st_size : end;
+            if (copied.st_size < size && ftruncate(out, (off_t)size) != 0) rc = -errno;
         }
-        if (r == 0) break;
-        copied += r;
-        rc = write_all(out, buf, (size_t)r);
-        if (rc != 0) break;
     }
     if (rc == 0 && fsync(out) != 0) rc = -errno;
     close(in);
