@@ -34,13 +34,21 @@ enum StoreCopyCommand {
         let source = try project.store()
         // A target folder that cannot be a store is refused before the source is locked.
         if !Config.isServerStore(to) { try SQLiteStore.checkStoreFolder(targetConfig.store, option: "--to") }
-        let summary = try StoreCopy.copy(
-            from: source,
-            to: { () throws(OutboxError) in
-                do throws(OutboxError) { return try Project.openStore(targetConfig) } catch  where error.code == .config {
-                    throw optionMistake(error)
-                }
-            }, targetName: name)
+        // A folder the copy makes goes again if the copy fails: no empty store is left behind.
+        let makesFolder = !Config.isServerStore(to) && !Paths.exists(targetConfig.store)
+        let summary: StoreCopy.Summary
+        do {
+            summary = try StoreCopy.copy(
+                from: source,
+                to: { () throws(OutboxError) in
+                    do throws(OutboxError) { return try Project.openStore(targetConfig) } catch  where error.code == .config {
+                        throw optionMistake(error)
+                    }
+                }, targetName: name)
+        } catch {
+            if makesFolder { Paths.removeTree(targetConfig.store) }
+            throw error
+        }
         if i.json {
             i.console.out(
                 JSON.object([

@@ -235,6 +235,19 @@ package enum Paths {
         return (names.sorted(), notUTF8.sorted())
     }
 
+    /// Removes a folder this process made, with everything in it; links are removed, never
+    /// followed. Best effort: what cannot be removed stays.
+    package static func removeTree(_ path: String) {
+        var info = stat()
+        guard lstat(path, &info) == 0 else { return }
+        if info.st_mode & S_IFMT == S_IFDIR {
+            for name in listNames(path)?.names ?? [] { removeTree(join(path, name)) }
+            rmdir(path)
+        } else {
+            unlink(path)
+        }
+    }
+
     package static func errnoMessage(_ code: Int32 = errno) -> String {
         String(cString: strerror(code))
     }

@@ -223,6 +223,8 @@ package enum StoreCopy {
                     }
                 },
                 beforeCommit: { () throws(OutboxError) in
+                    // Tests write to the source here: the copy must see it and commit nothing.
+                    Fault.hold("copy.before-commit")
                     // The rows name the copies: they are durable before the rows are.
                     if !copiedTo.isEmpty { _ = csystem_fsync_dir(to.bodiesFolder) }
                     guard try source.dataVersion() == sourceVersion else {

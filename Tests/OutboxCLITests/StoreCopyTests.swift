@@ -116,6 +116,25 @@ struct StoreCopyTests {
         #expect(try await p.outbox(["audit"], environment: ["OUTBOX_STORE": "copied"]).exitCode == 0)
     }
 
+    // A copy that fails (the source changed while it was copied) leaves nothing in a folder it
+    // made: not the copied files, and not an empty store either.
+    @Test func aFailedCopyLeavesNoFolderItMade() async throws {
+        let p = try Self.project()
+        try p.write("doc.bin", String(repeating: "b", count: 70_000))
+        #expect(try await p.outbox(["enqueue", "upload", "--vars", #"{"name": "doc", "path": "doc.bin"}"#, "--id", "f"]).exitCode == 0)
+        let go = p.path("go")
+        let copy = try p.start(["store", "copy", "--to", "copied"], environment: ["OUTBOX_FAULT_HOLD": "copy.before-commit:\(go)"])
+        await eventually("the copy to reach its commit") { p.exists("go.reached") }
+        #expect(p.exists("copied/outbox.db"), "the target is made by then")
+        #expect(try await p.outbox(["pause", "--key", "note"]).exitCode == 0)
+        p.touch("go")
+        let ended = await copy.wait(timeout: 120)
+        #expect(ended.exitCode == 75, "\(ended)")
+        #expect(ended.stderr.contains("the source changed while it was copied"), "\(ended.stderr)")
+        #expect(!p.exists("copied"), "the folder the copy made is gone")
+        #expect(try await p.outbox(["list", "--json"]).stdout.contains("\"f\""))
+    }
+
     // While a runner holds the source, nothing is copied (exit 75).
     // A store that was used and emptied (settings and counters left, no entry) is not a
     // target either: the copy is refused whole, as one that holds entries is.
