@@ -269,6 +269,13 @@ package final class Runner {
 
     package func run() throws(OutboxError) -> RunSummary {
         let started = Identifiers.monotonicMs()
+        if openFilesLimit > 0 && openFilesLimit < OpenFilesBudget.floor {
+            // It would send, then fail to start every hook and retry them forever.
+            throw OutboxError(
+                .config,
+                "the open-files limit (\(openFilesLimit)) is below the \(OpenFilesBudget.floor) a runner needs; nothing was sent: raise it (ulimit -n, LimitNOFILE=)"
+            )
+        }
         do {
             // libcurl is loaded and initialised before any hook or curl thread starts:
             // curl_global_init is not thread-safe.

@@ -486,6 +486,25 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// Below the floor of open files a runner would send, then fail to start every hook and
+    /// retry them forever: it refuses to start (78), and nothing is sent or changed.
+    @Test func aRunnerDoesNotStartBelowTheFloorOfOpenFiles() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await offload {
+            try runProcess(
+                "/bin/sh", ["-c", "ulimit -n 20 && exec \"$0\" run --drain", p.executable], cwd: p.root,
+                environment: p.processEnvironment())
+        }
+        #expect(run.exitCode == 78, "\(run.description)")
+        #expect(
+            run.stderr.contains("E_CONFIG: the open-files limit (20) is below the 32 a runner needs; nothing was sent"),
+            "\(run.stderr)")
+        #expect(p.server.requests.isEmpty)
+        #expect(try await p.states() == ["a": "queued"])
+        #expect(try await p.show("a")?.at("attempts") == .int(0))
+    }
+
     @Test func outcomeWithoutHookIsAcknowledgedAsItSettles() async throws {
         let p = try Project(definitions: ["quiet": definition("quiet", hooks: false)])
         try await p.enqueue("quiet", path: "/status/200", id: "ok")

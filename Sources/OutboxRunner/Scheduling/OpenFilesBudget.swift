@@ -8,6 +8,9 @@ struct OpenFilesBudget: Equatable {
     static let reserved = 64
     /// A running hook's stdin, stdout and stderr pipes and its process handle.
     static let perHook = 4
+    /// Below this limit a runner does not start: with one entry in flight it could not also
+    /// run a hook, a plugin and the events command (measured: hooks fail to start below 18).
+    static let floor = 32
 
     /// Entries in flight at once.
     let concurrency: Int
