@@ -276,11 +276,14 @@ enum ReadCommands {
         case .error: reasons.append("it settled error (\(e.reason ?? "see outbox show")); it stays until cancelled or enqueued again")
         case .queued, .paused: break
         }
-        if !e.state.isSettled, e.state != .running, let expiry = e.expiresAt, expiry <= now {
-            reasons.append(
-                "it expired at \(Units.rfc3339(ms: expiry)): the next `outbox run` settles it error (expired), and sends it no more")
-        }
         let control = try store.control()
+        if !e.state.isSettled, e.state != .running, let expiry = e.expiresAt, expiry <= now {
+            // A runner does not look at a paused entry: it settles once the pause ends.
+            let paused = e.state == .paused || control.queuePaused || control.pausedKeys.contains(e.key)
+            reasons.append(
+                "it expired at \(Units.rfc3339(ms: expiry)): \(paused ? "once resumed, " : "")the next `outbox run` settles it error (expired), and sends it no more"
+            )
+        }
         if control.queuePaused { reasons.append("the whole queue is paused (outbox resume)") }
         if control.pausedKeys.contains(e.key) { reasons.append("its key \(e.key) is paused (outbox resume --key \(e.key))") }
         if let nb = e.notBefore, nb > now {

@@ -144,6 +144,16 @@ extension Project {
             explain.json?.at("reasons")?.arrayValue == [
                 .string("it expired at 1970-01-01T00:00:01.000Z: the next `outbox run` settles it error (expired), and sends it no more")
             ], "\(explain.stdout)")
+        // Paused, a runner does not look at it: it settles only once resumed.
+        #expect(try await p.outbox(["pause", "--key", "t"]).exitCode == 0)
+        let paused = try await p.outbox(["explain", "old", "--json"])
+        #expect(
+            paused.json?.at("reasons")?.arrayValue?.first
+                == .string(
+                    "it expired at 1970-01-01T00:00:01.000Z: once resumed, the next `outbox run` settles it error (expired), and sends it no more"
+                ), "\(paused.stdout)")
+        _ = try await p.drain()
+        #expect(try await p.states() == ["old": "paused"], "not settled while paused")
     }
 
     /// Between parts of a wifi-only upload the check is asked again (at most once per
