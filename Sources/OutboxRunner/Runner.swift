@@ -47,6 +47,8 @@ package final class Runner {
     /// Set when an outcome of a key without a definition was settled: flush marks it unhandled-key.
     var settledUnhandled = false
     var lastAuthRefresh: Int64 = -60_000
+    /// `auth_refresh_command` runs beside this thread now.
+    var authRefreshRunning = false
     /// When `expireParked` last looked (epoch ms); the first turn looks at once.
     var lastParkedExpiry: Int64 = -60_000
     /// Why the Wi-Fi check plugin last gave no answer, logged once until it answers again.
@@ -355,7 +357,7 @@ package final class Runner {
             stepShutdown(mono: mono)
             // A plugin beside this thread is waited for even when aborting (it is killed then): it
             // must not outlive the run.
-            let pluginsRunning = !flights.pluginWaits.isEmpty || !delivery.linesBuilding.isEmpty
+            let pluginsRunning = !flights.pluginWaits.isEmpty || !delivery.linesBuilding.isEmpty || authRefreshRunning
             if shutdown.mayExit(transfersInFlight: !flights.byToken.isEmpty || pluginsRunning, hooksRunning: !delivery.hooksRunning.isEmpty)
             {
                 // A hook that exited 0 by now is acknowledged, not delivered again by the next run.

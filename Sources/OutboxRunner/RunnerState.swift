@@ -12,6 +12,8 @@ enum RunnerEvent: Sendable {
     /// A plugin beside the control thread answered for an entry; `abandoned` when the run's
     /// stop at once killed it.
     case pluginDone(entryID: String, token: UInt64, answer: PluginAnswer, abandoned: Bool)
+    /// The answer of `auth_refresh_command`, run beside the control thread.
+    case authRefreshed(Result<JSON, OutboxError>, abandoned: Bool)
     /// The entries a hook's enqueue lines ask for, built beside the control thread.
     case hookLinesBuilt(seq: Int64, result: Result<[NewEntry], OutboxError>, abandoned: Bool)
 }

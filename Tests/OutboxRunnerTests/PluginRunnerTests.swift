@@ -29,6 +29,35 @@ struct PluginRunnerTests {
         #expect(p.deliveries("a").first?.string("stdin.outcome") == "completed")
     }
 
+    /// A slow auth server holds only the parked entries: while auth_refresh_command waits,
+    /// other entries are sent and delivered; its answer then resumes the parked one.
+    @Test func aSlowAuthRefreshDoesNotHoldTheQueue() async throws {
+        let refresh =
+            "#!/bin/sh\ncat > /dev/null\ntouch hooks/refreshing\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\nprintf '{\"Authorization\": \"Bearer fresh\"}'\n"
+        let p = try Project(
+            config: fastConfig
+                + "auth_refresh_command: [hooks/refresh.sh]\nplugins: { timeout: 1h }\nheaders: { Authorization: \"Bearer stale\" }\n",
+            definitions: ["t": definition("t")], hooks: ["refresh.sh": refresh])
+        defer { p.touch("hooks/go") }
+        p.server.script("/auth", [.status(401), .status(200)])
+        try await p.enqueue("t", path: "/auth", id: "a")
+        // Sent again after the refresh however long the test takes on a busy machine: the
+        // retry of an entry the drain sent before is due within its horizon.
+        let runner = try p.start(["run", "--drain", "--horizon", "1h"])
+        await eventually("the refresh runs") { p.exists("hooks/refreshing") }
+        try await p.enqueue("t", path: "/status/200?b", id: "b")
+        await eventually("b delivered while the refresh waits") { p.deliveries("b").count == 1 }
+        #expect(try await p.states()["a"] == "awaiting-auth")
+
+        p.touch("hooks/go")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 2 && !finished.timedOut, "the park is a failure of the run: \(finished)")
+        #expect(
+            p.server.requests(path: "/auth").map { $0.header("authorization") } == ["Bearer stale", "Bearer fresh"], "\(finished.stderr)")
+        #expect(p.deliveries("a").map { $0.string("stdin.outcome") } == ["completed"])
+        #expect(try await p.list().isEmpty)
+    }
+
     /// Many requests refused at once: those parked in the very turn the refresh runs are
     /// resumed with the others, and the drain sends every one again (exit 2: they parked).
     @Test func anAuthRefreshResumesEveryEntryParkedBeforeIt() async throws {

@@ -47,6 +47,8 @@ extension Runner {
             try hookFinished(seq: seq, result: result)
         case let .pluginDone(entryID, token, answer, abandoned):
             pluginFinished(entryID: entryID, token: token, answer: answer, abandoned: abandoned)
+        case let .authRefreshed(answer, abandoned):
+            try authRefreshed(answer, abandoned: abandoned)
         case let .hookLinesBuilt(seq, result, abandoned):
             try hookLinesBuilt(seq: seq, result: result, abandoned: abandoned)
         }
