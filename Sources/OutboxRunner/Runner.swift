@@ -237,6 +237,8 @@ package final class Runner {
             try store.markUnhandled(keys: Set(definitions.definitions.keys))
             try store.releaseDeliveryBackoffs(now: Identifiers.nowMs())
             delivery.thenTries = [:]
+            // Built with the definitions replaced now: built again.
+            delivery.chainsBuilt = [:]
         } catch {
             log("outbox: reload: \(error.message)", level: .warn)
         }
@@ -357,7 +359,8 @@ package final class Runner {
             stepShutdown(mono: mono)
             // A plugin beside this thread is waited for even when aborting (it is killed then): it
             // must not outlive the run.
-            let pluginsRunning = !flights.pluginWaits.isEmpty || !delivery.linesBuilding.isEmpty || authRefreshRunning
+            let pluginsRunning =
+                !flights.pluginWaits.isEmpty || !delivery.linesBuilding.isEmpty || !delivery.chainsBuilding.isEmpty || authRefreshRunning
             if shutdown.mayExit(transfersInFlight: !flights.byToken.isEmpty || pluginsRunning, hooksRunning: !delivery.hooksRunning.isEmpty)
             {
                 // A hook that exited 0 by now is acknowledged, not delivered again by the next run.

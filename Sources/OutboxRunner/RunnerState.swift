@@ -14,6 +14,9 @@ enum RunnerEvent: Sendable {
     case pluginDone(entryID: String, token: UInt64, answer: PluginAnswer, abandoned: Bool)
     /// The answer of `auth_refresh_command`, run beside the control thread.
     case authRefreshed(Result<JSON, OutboxError>, abandoned: Bool)
+    /// A chain that waits for its delivery, built beside the control thread for the outcome of
+    /// `seq` (of its entry's `generation`).
+    case chainBuilt(seq: Int64, generation: Int64, built: Runner.BuiltFollowUps, abandoned: Bool)
     /// The entries a hook's enqueue lines ask for, built beside the control thread.
     case hookLinesBuilt(seq: Int64, result: Result<[NewEntry], OutboxError>, abandoned: Bool)
 }
@@ -255,6 +258,10 @@ struct DeliveryState {
     var thenAtDelivery: [Int64: [NewEntry]] = [:]
     /// Outcomes whose `then` follow-ups could not be built yet, by seq: the tries so far.
     var thenTries: [Int64: Int] = [:]
+    /// Chains that wait for their delivery and need a plugin, built beside the control thread
+    /// before the delivery is chosen: being built, and built (with the outcome's generation).
+    var chainsBuilding: Set<Int64> = []
+    var chainsBuilt: [Int64: (generation: Int64, built: Runner.BuiltFollowUps)] = [:]
     /// Hooks that exited 0 whose enqueue lines are built beside the control thread (they stay
     /// in `hooksRunning` until then), with their outcome's key.
     var linesBuilding: [Int64: String?] = [:]

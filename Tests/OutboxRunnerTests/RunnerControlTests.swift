@@ -336,6 +336,41 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A chain whose plugin failed at the settle waits for its delivery; built again then, a
+    /// plugin that is slow this time runs beside the runner too: other entries are sent and
+    /// delivered meanwhile, and the parent's outcome is delivered with its chain once built.
+    @Test func aChainBuiltAgainAtDeliveryDoesNotHoldTheQueue() async throws {
+        let parent = definition("order", top: "then:\n  on_success:\n    - key: receipt\n      id: \"r-{{ entry.id }}\"\n")
+        let receipt = "key: receipt\nrequest_command: hooks/receipt.sh\non_success: hooks/record.sh\n"
+        let p = try Project(
+            config: fastConfig + "plugins: { timeout: 1h }\n",
+            definitions: ["order": parent, "receipt": receipt, "plain": definition("plain")])
+        defer { p.touch("hooks/go") }
+        try p.write(
+            "hooks/receipt.sh",
+            "#!/bin/sh\ncat > /dev/null\n[ -f hooks/up ] || { echo 'token service down' >&2; exit 3; }\ntouch hooks/building\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\necho '{\"url\": \"\(p.url("/status/201?receipt"))\"}'\n",
+            mode: 0o755)
+        try await p.enqueue("order", path: "/status/200?order", id: "o1")
+        let first = try await p.drain(["--horizon", "0s"], failures: 4)
+        #expect(first.stderr.contains("the follow-ups of o1 wait for its delivery"), "\(first.stderr)")
+
+        p.touch("hooks/up")
+        let runner = try p.start(["run", "--drain", "--horizon", "1h"])
+        await eventually("the chain's plugin runs") { p.exists("hooks/building") }
+        try await p.enqueue("plain", path: "/status/200?b1", id: "b1")
+        await eventually("b1 delivered while the chain is built") { p.deliveries("b1").count == 1 }
+        #expect(p.deliveries("o1").isEmpty, "the parent's hook waits for its chain")
+
+        p.touch("hooks/go")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)")
+        #expect(p.deliveries("o1").map { $0.string("stdin.outcome") } == ["completed"], "\(p.hookLog)")
+        #expect(p.deliveries("r-o1").count == 1, "\(p.hookLog)")
+        #expect(p.server.requests(path: "/status/200?order").count == 1)
+        #expect(p.server.requests(path: "/status/201?receipt").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
     /// A stop at once kills a follow-up's plugin as it does a parser: the parent is not settled
     /// but put back in the queue, and the next run sends it again and builds its chain.
     @Test func aSecondStopKillsAFollowUpPluginAndRequeuesItsEntry() async throws {

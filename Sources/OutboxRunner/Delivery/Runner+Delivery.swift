@@ -29,6 +29,9 @@ extension Runner {
             }
             for var outcome in candidates {
                 guard let definition = definitions.definitions[outcome.key] else { continue }
+                // A chain whose build runs a plugin is built beside this thread first; the
+                // outcome is delivered once it is (the next turns).
+                if try buildsChainBeside(definition, outcome: outcome) { continue }
                 guard let hook = outcome.outcome == .completed ? definition.onSuccess : definition.onError else {
                     // The definition present now has no hook for this outcome: nothing to wait for.
                     var followUps: [NewEntry] = []

@@ -47,6 +47,11 @@ extension Runner {
             try hookFinished(seq: seq, result: result)
         case let .pluginDone(entryID, token, answer, abandoned):
             pluginFinished(entryID: entryID, token: token, answer: answer, abandoned: abandoned)
+        case let .chainBuilt(seq, generation, built, abandoned):
+            delivery.chainsBuilding.remove(seq)
+            delivery.due = true
+            // Killed by a stop at once: the next run builds it.
+            if !abandoned { delivery.chainsBuilt[seq] = (generation, built) }
         case let .authRefreshed(answer, abandoned):
             try authRefreshed(answer, abandoned: abandoned)
         case let .hookLinesBuilt(seq, result, abandoned):

@@ -2,6 +2,7 @@ import OutboxEnqueue
 import OutboxHTTP
 import OutboxModel
 import OutboxProcess
+import OutboxStore
 
 /// Plugins that work on one entry's outcome (its response parser, the request_command and
 /// headers_command of its `then` follow-ups) run on threads of their own: a slow one holds
@@ -139,6 +140,38 @@ extension Runner {
             do { files[id] = .success(try stagedSources(id)) } catch { files[id] = .failure(error) }
         }
         return StagedSources(byID: files)
+    }
+
+    // MARK: A chain that waits for its delivery
+
+    /// Whether this outcome's delivery waits for its chain to be built beside this thread: a
+    /// chain that waits for delivery (its plugin failed at the settle) and whose build may run a
+    /// plugin is started here, once, and the outcome is delivered in a turn after it is built
+    /// (`thenAtDelivery` takes the result). On a store runners share it is built as the
+    /// delivery is claimed instead: a plugin does not run for another runner's delivery.
+    func buildsChainBeside(_ definition: Definition, outcome: OutcomeRecord) throws(OutboxError) -> Bool {
+        guard !store.sharesRunners, Settlement.thenWaitsForDelivery(outcome.payload),
+            delivery.chainsBuilt[outcome.seq] == nil, followUpsRunPlugins(definition, outcome: outcome.outcome)
+        else { return false }
+        if delivery.chainsBuilding.contains(outcome.seq) { return true }
+        guard let entry = try store.entry(id: outcome.entryID), entry.generation == outcome.generation else { return false }
+        var unbuilt = outcome.payload
+        unbuilt.remove("follow_up_errors")
+        let payload = unbuilt
+        let staged = stagedSources(of: followUpIDs(definition, entry: entry, outcome: outcome.outcome, payload: payload))
+        let (factory, mailbox, seq, kind) = (SendableFactory(factory), mailbox, outcome.seq, outcome.outcome)
+        delivery.chainsBuilding.insert(seq)
+        runBeside(cancelled: Locked(false)) { heartbeat -> BuiltFollowUps in
+            var builder = factory.value
+            builder.heartbeat = heartbeat
+            var built = payload
+            let made = Runner.thenFollowUps(
+                definition, entry: entry, outcome: kind, payload: &built, factory: builder, stagedSources: staged.files(of:))
+            return (made.followUps, made.failures, built)
+        } done: { built, abandoned in
+            mailbox.post(.chainBuilt(seq: seq, generation: entry.generation, built: built, abandoned: abandoned))
+        }
+        return true
     }
 
     // MARK: A hook's enqueue lines

@@ -262,10 +262,18 @@ extension Runner {
         guard let entry = try store.entry(id: outcome.entryID), entry.generation == outcome.generation else { return .success([]) }
         var payload = outcome.payload
         payload.remove("follow_up_errors")
-        let abandoned = pluginsAbandoned
-        let built = Self.thenFollowUps(
-            definition, entry: entry, outcome: outcome.outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
-        if pluginsAbandoned != abandoned { return nil }
+        let built: BuiltFollowUps
+        if let ready = delivery.chainsBuilt.removeValue(forKey: outcome.seq), ready.generation == entry.generation {
+            // Built beside this thread just before (`buildsChainBeside`).
+            built = ready.built
+            payload = built.payload
+        } else {
+            let abandoned = pluginsAbandoned
+            let made = Self.thenFollowUps(
+                definition, entry: entry, outcome: outcome.outcome, payload: &payload, factory: factory, stagedSources: stagedSources)
+            if pluginsAbandoned != abandoned { return nil }
+            built = (made.followUps, made.failures, payload)
+        }
         if let later = built.failures.first(where: \.mayPassLater) {
             var failure = OutboxError.invalid("its then follow-ups could not be built: \(later.message)")
             failure.mayPassLater = true
