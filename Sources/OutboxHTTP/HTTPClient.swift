@@ -35,17 +35,21 @@ package final class HTTPClient: Sendable {
     /// result names it (`HTTPResult.startedInPlace`). A `standby` transfer (always a slot
     /// transfer) waits for that, or for `promote`.
     ///
+    /// `keepsSlot`: a slot transfer whose slot stays taken when it ends (its entry waits for a
+    /// plugin then): no standby transfer starts in its place; the scheduler promotes one
+    /// (`promote`) once the slot is free.
+    ///
     /// `progress` gets (bytes sent, bytes to send) on the curl thread, about 4 times a
     /// second at most; `completion` runs exactly once on the curl thread and must not
     /// block. After `shutdown`, `completion` runs at once on the caller's thread.
     @discardableResult
     package func start(
-        _ request: HTTPRequest, host: String = "", slot: Bool = false, standby: Bool = false,
+        _ request: HTTPRequest, host: String = "", slot: Bool = false, standby: Bool = false, keepsSlot: Bool = false,
         progress: (@Sendable (Int64, Int64) -> Void)? = nil,
         completion: @escaping @Sendable (HTTPResult) -> Void
     ) -> UInt64 {
         engine.submit(
-            request, host: host, mode: standby ? .standby : slot ? .slot : .plain, progress: progress,
+            request, host: host, mode: standby ? .standby : slot ? .slot : .plain, keepsSlot: keepsSlot, progress: progress,
             completion: completion)
     }
 
@@ -102,17 +106,20 @@ final class CurlEngine: @unchecked Sendable {
         let request: HTTPRequest
         let host: String
         let mode: Mode
+        /// Hands its slot to no standby job when it ends (`HTTPClient.start`).
+        let keepsSlot: Bool
         let progress: (@Sendable (Int64, Int64) -> Void)?
         let completion: @Sendable (HTTPResult) -> Void
 
         init(
-            id: UInt64, request: HTTPRequest, host: String, mode: Mode, progress: (@Sendable (Int64, Int64) -> Void)?,
-            completion: @escaping @Sendable (HTTPResult) -> Void
+            id: UInt64, request: HTTPRequest, host: String, mode: Mode, keepsSlot: Bool = false,
+            progress: (@Sendable (Int64, Int64) -> Void)?, completion: @escaping @Sendable (HTTPResult) -> Void
         ) {
             self.id = id
             self.request = request
             self.host = host
             self.mode = mode
+            self.keepsSlot = keepsSlot
             self.progress = progress
             self.completion = completion
         }
@@ -177,7 +184,7 @@ final class CurlEngine: @unchecked Sendable {
     }
 
     func submit(
-        _ request: HTTPRequest, host: String, mode: Mode, progress: (@Sendable (Int64, Int64) -> Void)?,
+        _ request: HTTPRequest, host: String, mode: Mode, keepsSlot: Bool = false, progress: (@Sendable (Int64, Int64) -> Void)?,
         completion: @escaping @Sendable (HTTPResult) -> Void
     ) -> UInt64 {
         let multi = self.multi
@@ -187,7 +194,8 @@ final class CurlEngine: @unchecked Sendable {
             guard !state.stopping else { return (id, false) }
             // One wakeup per batch: the curl thread takes every pending job when it wakes.
             if state.pending.isEmpty { _ = ccurl_multi_wakeup(multi) }
-            state.pending.append(Job(id: id, request: request, host: host, mode: mode, progress: progress, completion: completion))
+            state.pending.append(
+                Job(id: id, request: request, host: host, mode: mode, keepsSlot: keepsSlot, progress: progress, completion: completion))
             return (id, true)
         }
         if !accepted {
@@ -383,7 +391,7 @@ final class CurlEngine: @unchecked Sendable {
         } else if result.status != nil, !unansweredHosts.isEmpty {
             unansweredHosts.remove(job.host)
         }
-        if job.mode != .plain { result.startedInPlace = startStandby() }
+        if job.mode != .plain && !job.keepsSlot { result.startedInPlace = startStandby() }
         transfer.completion(result)
     }
 }

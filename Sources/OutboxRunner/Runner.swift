@@ -360,7 +360,7 @@ package final class Runner {
             // A plugin beside this thread is waited for even when aborting (it is killed then): it
             // must not outlive the run.
             let pluginsRunning =
-                !flights.pluginWaits.isEmpty || !delivery.linesBuilding.isEmpty || !delivery.chainsBuilding.isEmpty || authRefreshRunning
+                flights.pluginsBusy || !delivery.linesBuilding.isEmpty || !delivery.chainsBuilding.isEmpty || authRefreshRunning
             if shutdown.mayExit(transfersInFlight: !flights.byToken.isEmpty || pluginsRunning, hooksRunning: !delivery.hooksRunning.isEmpty)
             {
                 // A hook that exited 0 by now is acknowledged, not delivered again by the next run.
@@ -388,7 +388,7 @@ package final class Runner {
             if !shutdown.isStopping && delivery.isDue(mono: mono) { try deliver(now: now) }
             try acknowledgeFinished(now: now)
 
-            if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && flights.pluginWaits.isEmpty
+            if options.drain && !shutdown.isStopping && flights.byToken.isEmpty && !flights.pluginsBusy
                 && delivery.hooksRunning.isEmpty
             {
                 let due = try readAhead.drainDueTimes(mono: mono, ownWrites: store.ownWrites) { () throws(OutboxError) in

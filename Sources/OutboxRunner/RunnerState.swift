@@ -128,6 +128,11 @@ struct Flights {
     var s3StepFailures: [String: Int] = [:]
     /// Entries whose settle waits for a plugin beside the control thread: each keeps its slot.
     var pluginWaits: [String: PluginWait] = [:]
+    /// The tokens of plugins killed because their entry was cancelled or lost, until their
+    /// thread reports them gone.
+    var pluginsStopping: Set<UInt64> = []
+    /// Whether a plugin beside the control thread runs, or is being killed, for an entry.
+    var pluginsBusy: Bool { !pluginWaits.isEmpty || !pluginsStopping.isEmpty }
     var nextToken: UInt64 = 1
 
     /// The slots as they stand: every held entry not waiting as standby holds one.

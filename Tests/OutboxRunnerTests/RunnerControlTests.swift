@@ -237,6 +237,43 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A parser keeps its entry's slot: with `concurrency: 1`, no request starts (not even one
+    /// waiting as standby) while a response is being parsed, so no two parsers ever overlap.
+    @Test func aParserKeepsItsSlot() async throws {
+        let parser = "#!/bin/sh\ncat > /dev/null\necho start >> hooks/parsers.log\nsleep 0.3\necho end >> hooks/parsers.log\necho '{}'\n"
+        let p = try Project(
+            config: fastConfig + "concurrency: 1\n",
+            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")], hooks: ["parse.sh": parser])
+        for n in 1...4 { try await p.enqueue("t", path: "/status/200?\(n)", id: "p\(n)") }
+        let run = try await p.drain(failures: 0)
+        #expect(run.exitCode == 0)
+        let log = (p.read("hooks/parsers.log") ?? "").split(separator: "\n")
+        #expect(log == Array(repeating: ["start", "end"], count: 4).flatMap { $0 }, "parsers overlapped: \(log)")
+        #expect(p.deliveries("p4").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
+    /// A cancel kills the parser of its entry, and a drain that has nothing else to do waits
+    /// until the parser is gone: nothing the run started outlives it.
+    @Test func aDrainEndsOnlyOnceTheParserOfACancelledEntryIsGone() async throws {
+        let parser = "#!/bin/sh\ncat > /dev/null\necho $$ > hooks/parser.pid\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\necho '{}'\n"
+        let p = try Project(
+            config: fastConfig + "plugins: { timeout: 1h }\n",
+            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")], hooks: ["parse.sh": parser])
+        defer { p.touch("hooks/go") }
+        try await p.enqueue("t", path: "/status/200", id: "c")
+        let runner = try p.start(["run", "--drain", "--events", "-"])
+        await eventually("the parser runs") { (p.read("hooks/parser.pid") ?? "").hasSuffix("\n") }
+        let pid = try #require(Int32((p.read("hooks/parser.pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        let parserProcess = try #require(ObservedProcess(pid))
+        #expect(try await p.outbox(["cancel", "c"]).exitCode == 0)
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)")
+        #expect(parserProcess.hasEnded, "the parser \(pid) outlived the run")
+        expectReportedCancelled(finished, "c", as: .events)
+        #expect(p.hookLog.isEmpty)
+    }
+
     /// A project whose entry `order` chains a `receipt` follow-up built by a request_command
     /// that says it runs (`hooks/building`) and answers once `hooks/go` exists.
     static func slowFollowUpProject() throws -> Project {

@@ -97,9 +97,11 @@ extension Runner {
         if eventsEnabled || progressDisplay != nil {
             progress = { sent, _ in mailbox.post(.progress(token: token, sent: sent)) }
         }
-        // A whole entry's transfer holds its slot; parts are counted by their entry.
+        // A whole entry's transfer holds its slot; parts are counted by their entry. An entry
+        // whose settle may wait for a plugin keeps the slot past its request's end.
         flight.transferID = http!.start(
-            request, host: host, slot: part == nil, standby: isStandby, progress: progress,
+            request, host: host, slot: part == nil, standby: isStandby, keepsSlot: part == nil && settleMayWaitForPlugin(entry),
+            progress: progress,
             completion: { result in mailbox.post(.transferDone(token: token, result: result)) })
         flights.byToken[token] = flight
         if isStandby { flights.standby[flight.transferID] = StandbyTransfer(token: token, entryID: flight.entryID, host: host) }

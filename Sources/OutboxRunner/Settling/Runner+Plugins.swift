@@ -16,6 +16,15 @@ extension Runner {
         return !result.bodyTruncated
     }
 
+    /// Whether the entry's settle may wait for a plugin once its request ends (its parser, its
+    /// follow-ups' plugins): its transfer then keeps its slot on the curl thread, so that no
+    /// standby request starts in the slot the plugin still holds.
+    func settleMayWaitForPlugin(_ entry: Entry) -> Bool {
+        if case .command = entry.request.response { return true }
+        guard let definition = definitions.definitions[entry.key], definition.then != nil else { return false }
+        return followUpsRunPlugins(definition, outcome: .completed) || followUpsRunPlugins(definition, outcome: .error)
+    }
+
     /// Whether building this outcome's `then` follow-ups may run a plugin: the config's
     /// headers_command, or the request_command of a definition an item names (any, for a key
     /// given by a template).
@@ -95,6 +104,7 @@ extension Runner {
     /// meanwhile (said when that was noticed), or the plugin was killed by a stop at once
     /// (then the entry goes back to the queue).
     func pluginFinished(entryID: String, token: UInt64, answer: PluginAnswer, abandoned: Bool) {
+        if flights.pluginsStopping.remove(token) != nil { return }
         guard let wait = flights.pluginWaits[entryID], wait.token == token else { return }
         flights.pluginWaits[entryID] = nil
         guard let held = flights.running[entryID] else { return }
@@ -120,6 +130,8 @@ extension Runner {
     func stopPlugin(_ entryID: String) -> Bool {
         guard let wait = flights.pluginWaits.removeValue(forKey: entryID) else { return false }
         wait.cancelled.withLock { $0 = true }
+        // Waited for until its thread says the plugin is gone: it must not outlive the run.
+        flights.pluginsStopping.insert(wait.token)
         flights.running[entryID] = nil
         return true
     }
