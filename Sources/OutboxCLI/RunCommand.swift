@@ -46,6 +46,7 @@ enum RunCommand {
         var options = RunOptions()
         // First: a SIGHUP while the store opens asks for a reload, as later; it must not end the run.
         options.reloadRequests = StopSignals.installReload()
+        try Runner.checkOpenFilesLimit()
         options.drain = i.args.flag("drain")
         func duration(_ name: String) throws(OutboxError) -> Int64? {
             guard let text = i.args.value(name) else { return nil }

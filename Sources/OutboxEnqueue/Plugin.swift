@@ -75,10 +75,13 @@ package enum Plugin {
         spec.stopWhenStdoutOverflows = true
         spec.stopGroupWhenLeaderExits = true
         let result: ProcessResult
-        do {
+        do throws(ProcessSpawnError) {
+            if Fault.fails("plugin.start") { throw ProcessSpawnError(message: "Too many open files (a test's fault)", transient: true) }
             result = try ProcessRunner.run(spec)
         } catch {
-            throw failed("\(name) could not start: \(error.message)")
+            var failure = failed("\(name) could not start: \(error.message)")
+            failure.couldNotStart = error.transient
+            throw failure
         }
         if result.abandoned {
             throw failed("\(name) was stopped: the run was asked to stop at once")

@@ -4,7 +4,8 @@ import Synchronization
 /// Named points where a debug build kills itself with SIGKILL when `OUTBOX_FAULT=name[:n]`
 /// names the point (at its n-th pass, default the first), so crash tests choose where a
 /// process dies, and `OUTBOX_FAULT_HOLD=name:path` where one waits while a test acts
-/// (`hold`). Release builds compile the checks away.
+/// (`hold`), and `OUTBOX_FAULT_FAIL=name:N` where code fails on purpose (`fails`). Release
+/// builds compile the checks away.
 package enum Fault {
     #if DEBUG
     private static let target: (name: String, at: Int)? = {
@@ -23,6 +24,14 @@ package enum Fault {
         return (parts[0], parts[1])
     }()
     private static let held = Atomic<Bool>(false)
+    /// `OUTBOX_FAULT_FAIL=NAME:N`: the point `fails` answers true at, for its first N passes.
+    private static let failTarget: (name: String, count: Int)? = {
+        guard let raw = getenv("OUTBOX_FAULT_FAIL") else { return nil }
+        let parts = String(cString: raw).split(separator: ":", maxSplits: 1).map(String.init)
+        guard let name = parts.first, !name.isEmpty else { return nil }
+        return (name, parts.count > 1 ? max(1, Int(parts[1]) ?? 1) : 1)
+    }()
+    private static let failures = Atomic<Int>(0)
     #endif
 
     /// Reads `OUTBOX_FAULT` now, on the main thread before any other starts: a lazy global first
@@ -34,6 +43,20 @@ package enum Fault {
         _ = passes.load(ordering: .relaxed)
         _ = holdTarget
         _ = held.load(ordering: .relaxed)
+        _ = failTarget
+        _ = failures.load(ordering: .relaxed)
+        #endif
+    }
+
+    /// Whether the code at `name` fails on purpose now (debug builds), so tests reach what a
+    /// failure only a system under pressure gives (no fds for a spawn) does.
+    @inline(__always)
+    package static func fails(_ name: String) -> Bool {
+        #if DEBUG
+        guard let failTarget, failTarget.name == name else { return false }
+        return failures.add(1, ordering: .relaxed).newValue <= failTarget.count
+        #else
+        return false
         #endif
     }
 

@@ -33,6 +33,9 @@ package struct OutboxError: Error, Sendable, Equatable, CustomStringConvertible 
     /// failed to answer (exit status, timeout, no or bad JSON), or the definition it names has
     /// errors the user may fix.
     package var mayPassLater = false
+    /// A plugin could not even start for want of fds, memory or processes (the plugin itself
+    /// may be fine): tried again shortly, not judged.
+    package var couldNotStart = false
     /// The entry a refused enqueue found being sent (E_RUNNING): the caller may say more of
     /// why, from what the store knows of its runner.
     package var runningEntryID: String?

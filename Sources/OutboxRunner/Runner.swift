@@ -146,6 +146,18 @@ package final class Runner {
         if !wasStopping && shutdown.isStopping { options.notifier?.send("STOPPING=1") }
     }
 
+    /// Raises the open-files limit as a runner does, and refuses one below the floor: the runner
+    /// would send, then fail to start every hook and retry them forever. Asked before anything
+    /// is opened, so that a tiny limit is not taken for a damaged store.
+    package static func checkOpenFilesLimit() throws(OutboxError) {
+        let limit = Int(csystem_raise_open_files())
+        guard limit > 0, limit < OpenFilesBudget.floor else { return }
+        throw OutboxError(
+            .config,
+            "the open-files limit (\(limit)) is below the \(OpenFilesBudget.floor) a runner needs; nothing was sent: raise it (ulimit -n, LimitNOFILE=)"
+        )
+    }
+
     /// The scheduler's limits from the config. Standby transfers are the curl thread's work
     /// while this thread commits: three per slot, so a burst of ended requests does not empty
     /// them before the next claim (small POSTs: 4-9 % less time than with one per slot).
@@ -273,13 +285,6 @@ package final class Runner {
 
     package func run() throws(OutboxError) -> RunSummary {
         let started = Identifiers.monotonicMs()
-        if openFilesLimit > 0 && openFilesLimit < OpenFilesBudget.floor {
-            // It would send, then fail to start every hook and retry them forever.
-            throw OutboxError(
-                .config,
-                "the open-files limit (\(openFilesLimit)) is below the \(OpenFilesBudget.floor) a runner needs; nothing was sent: raise it (ulimit -n, LimitNOFILE=)"
-            )
-        }
         do {
             // libcurl is loaded and initialised before any hook or curl thread starts:
             // curl_global_init is not thread-safe.

@@ -253,6 +253,22 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A parser the system had no fds or processes for is started again shortly: the answer
+    /// in hand is parsed, never judged unread (an error outcome of a 2xx, for good).
+    @Test func aParserThatCouldNotStartIsStartedAgain() async throws {
+        let parser = "#!/bin/sh\ncat > /dev/null\necho '{\"parsed\": true}'\n"
+        let p = try Project(
+            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")], hooks: ["parse.sh": parser])
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.outbox(["run", "--drain"], environment: ["OUTBOX_FAULT_FAIL": "plugin.start:3"])
+        #expect(run.exitCode == 0, "\(run)")
+        #expect(!run.stderr.contains("its response was not read"), "\(run.stderr)")
+        let delivered = p.deliveries("a")
+        #expect(delivered.map { $0.string("stdin.outcome") } == ["completed"], "\(p.hookLog)")
+        #expect(delivered.first?["stdin"]?["data"]?["parsed"] == .bool(true))
+        #expect(p.server.requests(path: "/status/200").count == 1)
+    }
+
     /// A cancel kills the parser of its entry, and a drain that has nothing else to do waits
     /// until the parser is gone: nothing the run started outlives it.
     @Test func aDrainEndsOnlyOnceTheParserOfACancelledEntryIsGone() async throws {

@@ -1,3 +1,4 @@
+import Glibc
 import OutboxEnqueue
 import OutboxHTTP
 import OutboxModel
@@ -50,12 +51,20 @@ extension Runner {
         let work: @Sendable (Heartbeat) -> PluginAnswer
         switch wait.step {
         case let .parse(result, _, _, _, _):
-            let (body, config, environment) = (result.body, config, environment)
+            let (body, config, environment, stop, cancelled) = (result.body, config, environment, pluginsStop, wait.cancelled)
             work = { heartbeat in
-                .parsed(
-                    Runner.parse(
+                // A parser the system had no fds or processes for is started again shortly: the
+                // answer is in hand, and judging it unread would lose it for good.
+                var waitMs: UInt32 = 50
+                while true {
+                    let parsed = Runner.parse(
                         body, mode: entry.request.response, vars: entry.vars, config: config, environment: environment,
-                        heartbeat: heartbeat))
+                        heartbeat: heartbeat)
+                    guard case let .failure(error) = parsed, error.couldNotStart, !stop.withLock({ $0 }), !cancelled.withLock({ $0 })
+                    else { return .parsed(parsed) }
+                    usleep(waitMs * 1000)
+                    waitMs = min(waitMs * 2, 2_000)
+                }
             }
         case let .followUps(payload, outcome, _, _, _):
             // (`settle` asks only with a definition; held, the run's end puts the entry back.)
