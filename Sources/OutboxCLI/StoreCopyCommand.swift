@@ -1,3 +1,4 @@
+import Glibc
 import OutboxModel
 import OutboxStore
 
@@ -32,12 +33,12 @@ enum StoreCopyCommand {
         // A folder target is SQLite's: it must not exist yet with a database of its own.
         let name = Config.isServerStore(to) ? try PostgresURL(to).redacted : targetConfig.store
         let source = try project.store()
-        // A target folder that cannot be a store is refused before the source is locked.
-        if !Config.isServerStore(to) { try SQLiteStore.checkStoreFolder(targetConfig.store, option: "--to") }
-        // A folder the copy makes goes again if the copy fails: no empty store is left behind.
-        let makesFolder = !Config.isServerStore(to) && !Paths.exists(targetConfig.store)
+        // A failed copy leaves a target folder as it found it (or not at all).
+        let folder = Config.isServerStore(to) ? nil : TargetFolder(targetConfig.store)
         let summary: StoreCopy.Summary
         do {
+            // A target folder that cannot be a store is refused before the source is locked.
+            if let folder { try SQLiteStore.checkStoreFolder(folder.path, option: "--to") }
             summary = try StoreCopy.copy(
                 from: source,
                 to: { () throws(OutboxError) in
@@ -46,7 +47,7 @@ enum StoreCopyCommand {
                     }
                 }, targetName: name)
         } catch {
-            if makesFolder { Paths.removeTree(targetConfig.store) }
+            folder?.restore()
             throw error
         }
         if i.json {
@@ -62,5 +63,42 @@ enum StoreCopyCommand {
                     + "\(count(summary.files, "staged file", "staged files")) to \(name)")
         }
         return 0
+    }
+}
+
+/// A copy's target folder as it was before the copy: what a failed copy puts back. A folder it
+/// made goes, with the parents it made; one that was there loses what the copy added to it and
+/// gets its mode back (opening a store there makes it 0700).
+struct TargetFolder {
+    let path: String
+    /// The topmost folder on the way to `path` that did not exist.
+    private var made: String?
+    private var names: Set<String> = []
+    private var mode: mode_t = 0
+
+    init(_ path: String) {
+        self.path = path
+        var info = stat()
+        if stat(path, &info) == 0 {
+            names = Set(Paths.list(path) ?? [])
+            mode = info.st_mode & 0o7777
+            return
+        }
+        var missing = path
+        while true {
+            let parent = Paths.dirname(missing)
+            if parent == missing || Paths.exists(parent) { break }
+            missing = parent
+        }
+        made = missing
+    }
+
+    func restore() {
+        if let made {
+            Paths.removeTree(made)
+            return
+        }
+        for name in Paths.list(path) ?? [] where !names.contains(name) { Paths.removeTree(Paths.join(path, name)) }
+        chmod(path, mode)
     }
 }

@@ -173,7 +173,13 @@ package enum StoreCopy {
             if path.hasPrefix(newPrefix) { return path }
             if let done = copiedTo[path] { return done }
             // Gone already: the entry fails as it would have (kind file), the row keeps its path.
-            guard Paths.exists(path) else { return path }
+            var info = stat()
+            guard lstat(path, &info) == 0 else { return path }
+            // Never a file outside the store, nor what is no file: the store is damaged there.
+            guard info.st_mode & S_IFMT == S_IFREG else {
+                let what = info.st_mode & S_IFMT == S_IFLNK ? "a symbolic link" : "not a regular file"
+                throw .storage("store copy: the staged body \(path) is \(what), not the file the store staged (see outbox audit)")
+            }
             try SQLiteStore.makeFolder(to.bodiesFolder)
             var target = newPrefix + Paths.basename(path)
             if targets.contains(target) { target += "-" + Identifiers.uuid().prefix(8) }

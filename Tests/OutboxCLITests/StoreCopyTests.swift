@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 import OutboxModel
 import Testing
 import TestSupport
@@ -116,23 +117,51 @@ struct StoreCopyTests {
         #expect(try await p.outbox(["audit"], environment: ["OUTBOX_STORE": "copied"]).exitCode == 0)
     }
 
-    // A copy that fails (the source changed while it was copied) leaves nothing in a folder it
-    // made: not the copied files, and not an empty store either.
-    @Test func aFailedCopyLeavesNoFolderItMade() async throws {
+    // A copy that fails (the source changed while it was copied) leaves a target folder as it
+    // found it: one it made goes with the parents it made, an empty one that was there stays,
+    // empty, with its mode.
+    @Test(arguments: ["made/deeper/copied", "existing"])
+    func aFailedCopyLeavesTheTargetFolderAsItWas(_ target: String) async throws {
         let p = try Self.project()
         try p.write("doc.bin", String(repeating: "b", count: 70_000))
         #expect(try await p.outbox(["enqueue", "upload", "--vars", #"{"name": "doc", "path": "doc.bin"}"#, "--id", "f"]).exitCode == 0)
+        if target == "existing" {
+            try FileManager.default.createDirectory(atPath: p.path("existing"), withIntermediateDirectories: false)
+            #expect(chmod(p.path("existing"), 0o750) == 0)
+        }
         let go = p.path("go")
-        let copy = try p.start(["store", "copy", "--to", "copied"], environment: ["OUTBOX_FAULT_HOLD": "copy.before-commit:\(go)"])
+        let copy = try p.start(["store", "copy", "--to", target], environment: ["OUTBOX_FAULT_HOLD": "copy.before-commit:\(go)"])
         await eventually("the copy to reach its commit") { p.exists("go.reached") }
-        #expect(p.exists("copied/outbox.db"), "the target is made by then")
+        #expect(p.exists(target + "/outbox.db"), "the target is made by then")
         #expect(try await p.outbox(["pause", "--key", "note"]).exitCode == 0)
         p.touch("go")
         let ended = await copy.wait(timeout: 120)
         #expect(ended.exitCode == 75, "\(ended)")
         #expect(ended.stderr.contains("the source changed while it was copied"), "\(ended.stderr)")
-        #expect(!p.exists("copied"), "the folder the copy made is gone")
+        if target == "existing" {
+            #expect(try FileManager.default.contentsOfDirectory(atPath: p.path("existing")) == [])
+            let mode = try FileManager.default.attributesOfItem(atPath: p.path("existing"))[.posixPermissions] as? Int
+            #expect(mode == 0o750)
+        } else {
+            #expect(!p.exists("made"), "the folders the copy made are gone")
+        }
         #expect(try await p.outbox(["list", "--json"]).stdout.contains("\"f\""))
+    }
+
+    // A staged body replaced by a link to a file outside the store is never read through it:
+    // the copy is refused (74) naming the damage, and leaves nothing behind.
+    @Test func aStagedBodyThatIsALinkIsNotCopied() async throws {
+        let p = try Self.project()
+        try p.write("doc.bin", String(repeating: "b", count: 70_000))
+        #expect(try await p.outbox(["enqueue", "upload", "--vars", #"{"name": "doc", "path": "doc.bin"}"#, "--id", "f"]).exitCode == 0)
+        let staged = try #require(try FileManager.default.contentsOfDirectory(atPath: p.path(".outbox/bodies")).first)
+        try p.write("outside.txt", "outside")
+        try FileManager.default.removeItem(atPath: p.path(".outbox/bodies/" + staged))
+        try FileManager.default.createSymbolicLink(atPath: p.path(".outbox/bodies/" + staged), withDestinationPath: p.path("outside.txt"))
+        let copy = try await p.outbox(["store", "copy", "--to", "copied"])
+        #expect(copy.exitCode == 74, "\(copy)")
+        #expect(copy.stderr.contains("is a symbolic link, not the file the store staged (see outbox audit)"), "\(copy.stderr)")
+        #expect(!p.exists("copied"))
     }
 
     // While a runner holds the source, nothing is copied (exit 75).
