@@ -262,8 +262,11 @@ enum ReadCommands {
                     "its runner\(e.leaseOwner.map { " (\($0))" } ?? "") let its lease run out (stopped, killed or cut off from the database); a live runner puts it back in the queue, keeping accepted parts"
                 )
             } else {
+                // Answered already, its settle may wait for its parser beside the runner.
+                var parsing = ""
+                if case .command = e.request.response { parsing = ", answered and waiting for its response parser" }
                 reasons.append(
-                    "it is running now\(e.leaseOwner.map { " on runner \($0)" } ?? ""): sending, or ready to start the moment a request ends (a standby request)"
+                    "it is running now\(e.leaseOwner.map { " on runner \($0)" } ?? ""): sending\(parsing), or ready to start the moment a request ends (a standby request)"
                 )
             }
         case .awaitingAuth where e.request.s3 != nil:

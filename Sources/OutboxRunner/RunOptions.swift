@@ -105,7 +105,7 @@ package struct RunSummary: Sendable {
     package var line: String {
         "outbox: \(completed) completed\(skipped > 0 ? " (\(skipped) skipped)" : ""), \(errors) error, \(retried) retried, \(parked) awaiting-auth"
             + (cancelled > 0 ? ", \(cancelled) cancelled" : "") + ", \(delivered) delivered"
-            + (deliveryFailures > 0 ? " (\(deliveryFailures) hook failure\(deliveryFailures == 1 ? "" : "s"))" : "")
+            + (deliveryFailures > 0 ? " (\(deliveryFailures) failed deliver\(deliveryFailures == 1 ? "y" : "ies"))" : "")
             + ", \(remaining) left, \(attempts) attempt\(attempts == 1 ? "" : "s") in \(Units.formatDuration(ms: elapsedMs))"
     }
 }

@@ -86,6 +86,7 @@ struct FollowUpPluginFailureTests {
         #expect(show.string("outcomes.0.follow_up_errors.0.message")?.contains("token service down") == true)
         #expect(try await p.list().map { $0.string("id") } == ["o1"])
         // The chain waited; no hook failed.
+        #expect(first.stderr.contains("0 delivered (1 failed delivery)"), "\(first.stderr)")
         let samples = MetricsTests.samples(try await p.outbox(["stats", "--prometheus"]).stdout)
         #expect(samples[#"outbox_hook_failures_total{key="order"}"#] == nil, "\(samples)")
 

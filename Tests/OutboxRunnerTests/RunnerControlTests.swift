@@ -226,6 +226,8 @@ import Testing
         await eventually("both delivered while the parser waits") { p.deliveries("b1").count == 1 && p.deliveries("b2").count == 1 }
         #expect(try await p.states()["slow"] == "running")
         #expect(p.deliveries("slow").isEmpty)
+        let explain = try await p.outbox(["explain", "slow"])
+        #expect(explain.stdout.contains("sending, answered and waiting for its response parser, or ready to start"), "\(explain.stdout)")
 
         p.touch("hooks/go")
         let finished = await runner.wait(timeout: 60)
@@ -351,6 +353,34 @@ import Testing
         #expect(p.deliveries("r-line").count == 1, "\(p.hookLog)")
         #expect(p.server.requests(path: "/status/201?receipt").count == 1)
         #expect(p.server.requests(path: "/status/200?lines").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
+    /// A hook's enqueue line whose key's request_command fails is no invalid line: the delivery
+    /// fails saying what could not be built, and succeeds once the plugin answers.
+    @Test func aHookLineWhosePluginFailsIsNotCalledInvalid() async throws {
+        let p = try Project(
+            config: fastConfig,
+            definitions: [
+                "lines": "key: lines\nrequest:\n  url: \"{{ vars.url }}\"\non_success: hooks/lines.sh\n",
+                "receipt": "key: receipt\nrequest_command: hooks/receipt.sh\non_success: hooks/record.sh\n",
+            ])
+        try p.write(
+            "hooks/lines.sh", "#!/bin/sh\ncat > /dev/null\necho '{\"enqueue\": {\"key\": \"receipt\", \"id\": \"r-line\"}}'\n", mode: 0o755)
+        try p.write(
+            "hooks/receipt.sh",
+            "#!/bin/sh\ncat > /dev/null\n[ -f hooks/up ] || { echo 'token service down' >&2; exit 3; }\necho '{\"url\": \"\(p.url("/status/201"))\"}'\n",
+            mode: 0o755)
+        try await p.enqueue("lines", path: "/status/200", id: "l1")
+        let first = try await p.drain(["--horizon", "0s"], failures: 4)
+        #expect(
+            first.stderr.contains(
+                "an enqueue line of the hook (key receipt) could not be built yet: request_command exited 3: token service down"),
+            "\(first.stderr)")
+        #expect(!first.stderr.contains("invalid enqueue line"), "\(first.stderr)")
+        p.touch("hooks/up")
+        try await p.drain(failures: 0)
+        #expect(p.deliveries("r-line").count == 1)
         #expect(try await p.list().isEmpty)
     }
 

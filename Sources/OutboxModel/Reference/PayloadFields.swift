@@ -130,7 +130,7 @@ package enum PayloadFields {
         PayloadField("awaiting_auth", "always", "entries parked for credentials"),
         PayloadField("cancelled", "always", "entries dropped for another account, or cancelled while running"),
         PayloadField("delivered", "always", "hook deliveries acknowledged"),
-        PayloadField("delivery_failures", "always", "hook deliveries that failed"),
+        PayloadField("delivery_failures", "always", "deliveries that failed: a hook that failed, or a then chain not built yet"),
         PayloadField("bytes_sent", "always", "request body bytes put on the wire (retries, and a body re-sent on a 307/308, included)"),
         PayloadField("elapsed_ms", "always", "the run's length"),
         PayloadField("remaining", "always", "entries left that are not completed or cancelled"),

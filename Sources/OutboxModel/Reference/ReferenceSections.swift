@@ -104,6 +104,10 @@ enum ReferenceSections {
                 "`OUTBOX_FAULT_HOLD`", "debug builds only",
                 "`name:path`: the process waits at a named point, after writing `path.reached`, until `path` exists (race tests)",
             ],
+            [
+                "`OUTBOX_FAULT_FAIL`", "debug builds only",
+                "`name[:n]`: the code at a named point fails on purpose its first n times (a plugin that cannot start)",
+            ],
             ["`OUTBOX_TEST_CLOCK_MS`", "debug builds only", "the clock a command checks before it opens the store (clock tests)"],
             ["`OUTBOX_TEST_FREE_BYTES`", "debug builds only", "the free bytes a runner sees on its store's disk (full-disk tests)"],
         ]

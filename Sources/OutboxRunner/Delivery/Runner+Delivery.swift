@@ -409,6 +409,9 @@ extension Runner {
         }
         do {
             return .success(try hookEnqueues(process.stdout, parent: parent, factory: factory, stagedSources: stagedSources))
+        } catch  where error.mayPassLater {
+            // The line is fine; what it names cannot be built yet (its plugin failed, its definition has errors).
+            return .failure(error)
         } catch {
             return .failure(.invalid("the hook printed an invalid enqueue line: \(error.message)"))
         }
@@ -467,10 +470,16 @@ extension Runner {
                 }
             }
             let id = request["id"]?.stringValue
-            entries.append(
-                try factory.make(
-                    key: key, vars: request["vars"] ?? .null, id: id, parent: parent, notBefore: notBefore,
-                    movedFiles: try id.map(stagedSources) ?? [:]))
+            do {
+                entries.append(
+                    try factory.make(
+                        key: key, vars: request["vars"] ?? .null, id: id, parent: parent, notBefore: notBefore,
+                        movedFiles: try id.map(stagedSources) ?? [:]))
+            } catch  where error.mayPassLater {
+                var later = OutboxError.invalid("an enqueue line of the hook (key \(key)) could not be built yet: \(error.message)")
+                later.mayPassLater = true
+                throw later
+            }
         }
         return entries
     }
