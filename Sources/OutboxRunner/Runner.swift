@@ -97,6 +97,9 @@ package final class Runner {
     var shutdown: Shutdown
     /// Plugins killed because the run had to stop at once (`pluginMustStop`).
     var pluginsAbandoned = 0
+    /// The keys whose `then` follow-ups may run a plugin to be built (see `followUpsRunPlugins`),
+    /// known once per load: asked at every transfer's start.
+    var chainsWithPlugins: Set<String> = []
     /// Set once the run stops at once: the plugins that run beside this thread are killed.
     let pluginsStop = Locked(false)
     var summary = RunSummary()
@@ -127,6 +130,7 @@ package final class Runner {
         openFiles = Self.openFilesBudget(config, limit: openFilesLimit)
         scheduler = Scheduler(limits: Self.limits(config, concurrency: openFiles.concurrency, sharedStore: store.sharesRunners))
         factory = Self.factory(config: config, definitions: definitions, environment: environment, cwd: cwd)
+        chainsWithPlugins = Self.chainsWithPlugins(config, definitions)
         // Its factory renders an unset variable as no account: it cannot fail.
         account = (try? factory.account()) ?? nil
     }
@@ -229,6 +233,7 @@ package final class Runner {
         config = newConfig
         definitions = newDefinitions
         factory = newFactory
+        chainsWithPlugins = Self.chainsWithPlugins(config, definitions)
         account = newAccount
         factory.heartbeat = pluginHeartbeat()
         // The connection cache was sized as the run started; a reload changes what is sent at once.

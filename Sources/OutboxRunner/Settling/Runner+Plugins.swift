@@ -22,14 +22,27 @@ extension Runner {
     /// standby request starts in the slot the plugin still holds.
     func settleMayWaitForPlugin(_ entry: Entry) -> Bool {
         if case .command = entry.request.response { return true }
-        guard let definition = definitions.definitions[entry.key], definition.then != nil else { return false }
-        return followUpsRunPlugins(definition, outcome: .completed) || followUpsRunPlugins(definition, outcome: .error)
+        return !chainsWithPlugins.isEmpty && chainsWithPlugins.contains(entry.key)
+    }
+
+    /// The keys whose `then` follow-ups may run a plugin to be built, for either outcome.
+    static func chainsWithPlugins(_ config: Config, _ definitions: DefinitionSet) -> Set<String> {
+        Set(
+            definitions.definitions.values.filter { definition in
+                [Outcome.completed, .error].contains {
+                    followUpsRunPlugins(definition, outcome: $0, config: config, definitions: definitions)
+                }
+            }.map(\.key))
     }
 
     /// Whether building this outcome's `then` follow-ups may run a plugin: the config's
     /// headers_command, or the request_command of a definition an item names (any, for a key
     /// given by a template).
     func followUpsRunPlugins(_ definition: Definition, outcome: Outcome) -> Bool {
+        Self.followUpsRunPlugins(definition, outcome: outcome, config: config, definitions: definitions)
+    }
+
+    static func followUpsRunPlugins(_ definition: Definition, outcome: Outcome, config: Config, definitions: DefinitionSet) -> Bool {
         let items = definition.then?[outcome.hookField]?.arrayValue ?? []
         guard !items.isEmpty else { return false }
         if config.headersCommand != nil { return true }
