@@ -292,6 +292,24 @@ import Testing
         #expect(p.hookLog.isEmpty)
     }
 
+    /// Lets the plugin answer (`hooks/go`), and expects the drain to end with `o1` sent once,
+    /// delivered `completed`, and its `receipt` follow-up `r-o1` sent and delivered once.
+    static func releaseAndExpectTheChain(
+        _ p: Project, _ runner: RunningProcess, sourceLocation: SourceLocation = #_sourceLocation
+    )
+        async throws
+    {
+        p.touch("hooks/go")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)", sourceLocation: sourceLocation)
+        #expect(
+            p.deliveries("o1").map { $0.string("stdin.outcome") } == ["completed"], "\(p.hookLog)", sourceLocation: sourceLocation)
+        #expect(p.deliveries("r-o1").count == 1, "\(p.hookLog)", sourceLocation: sourceLocation)
+        #expect(p.server.requests(path: "/status/200?order").count == 1, sourceLocation: sourceLocation)
+        #expect(p.server.requests(path: "/status/201?receipt").count == 1, sourceLocation: sourceLocation)
+        #expect(try await p.list().isEmpty, sourceLocation: sourceLocation)
+    }
+
     /// A project whose entry `order` chains a `receipt` follow-up built by a request_command
     /// that says it runs (`hooks/building`) and answers once `hooks/go` exists.
     static func slowFollowUpProject() throws -> Project {
@@ -321,14 +339,7 @@ import Testing
         #expect(try await p.states()["o1"] == "running")
         #expect(p.deliveries("o1").isEmpty)
 
-        p.touch("hooks/go")
-        let finished = await runner.wait(timeout: 60)
-        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)")
-        #expect(p.deliveries("o1").map { $0.string("stdin.outcome") } == ["completed"], "\(p.hookLog)")
-        #expect(p.deliveries("r-o1").count == 1, "\(p.hookLog)")
-        #expect(p.server.requests(path: "/status/200?order").count == 1)
-        #expect(p.server.requests(path: "/status/201?receipt").count == 1)
-        #expect(try await p.list().isEmpty)
+        try await Self.releaseAndExpectTheChain(p, runner)
     }
 
     /// A hook's enqueue line whose key has a slow request_command is read beside the runner:
@@ -444,14 +455,7 @@ import Testing
         await eventually("b1 delivered while the chain is built") { p.deliveries("b1").count == 1 }
         #expect(p.deliveries("o1").isEmpty, "the parent's hook waits for its chain")
 
-        p.touch("hooks/go")
-        let finished = await runner.wait(timeout: 60)
-        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)")
-        #expect(p.deliveries("o1").map { $0.string("stdin.outcome") } == ["completed"], "\(p.hookLog)")
-        #expect(p.deliveries("r-o1").count == 1, "\(p.hookLog)")
-        #expect(p.server.requests(path: "/status/200?order").count == 1)
-        #expect(p.server.requests(path: "/status/201?receipt").count == 1)
-        #expect(try await p.list().isEmpty)
+        try await Self.releaseAndExpectTheChain(p, runner)
     }
 
     /// A stop at once kills a follow-up's plugin as it does a parser: the parent is not settled
