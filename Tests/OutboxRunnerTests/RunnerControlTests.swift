@@ -181,19 +181,10 @@ import Testing
     /// the next run sends it again. The parser would run for an hour (`plugins.timeout`).
     @Test func aSecondStopKillsARunningResponseParserAndRequeuesItsEntry() async throws {
         let parser = "#!/bin/sh\ncat > /dev/null\necho $$ > hooks/parser.pid\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\necho '{}'\n"
-        let p = try Project(
-            config: fastConfig + "plugins: { timeout: 1h }\n",
-            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")], hooks: ["parse.sh": parser])
+        let p = try Self.parserProject(parser, config: fastConfig + "plugins: { timeout: 1h }\n")
         try await p.enqueue("t", path: "/status/200", id: "p")
         let runner = try p.start(["run", "--grace", "1h"])
-        await eventually("the parser runs") { (p.read("hooks/parser.pid") ?? "").hasSuffix("\n") }
-        let pid = try #require(Int32((p.read("hooks/parser.pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
-        let parserProcess = try #require(ObservedProcess(pid))
-        for stop in [SIGTERM, SIGINT] {
-            runner.signal(stop)
-            await eventually("the stop request taken") { !Self.signalPending(runner.pid) }
-        }
-        let stopped = await runner.wait()
+        let (stopped, parserProcess, pid) = try await Self.stopAtOnce(runner, whilePluginRuns: p, writingItsPidTo: "hooks/parser.pid")
         #expect(stopped.exitCode == 0 && !stopped.timedOut, "\(stopped)")
         #expect(stopped.stderr.contains("while the response parser of p ran; the plugin was killed"), "\(stopped.stderr)")
         #expect(parserProcess.hasEnded, "the parser \(pid) still runs")
@@ -213,10 +204,7 @@ import Testing
     @Test func aSlowResponseParserHoldsOnlyItsOwnEntry() async throws {
         let parser =
             "#!/bin/sh\ncat > /dev/null\ntouch hooks/parsing\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\necho '{\"parsed\": true}'\n"
-        let p = try Project(
-            config: fastConfig + "plugins: { timeout: 1h }\n",
-            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }"), "plain": definition("plain")],
-            hooks: ["parse.sh": parser])
+        let p = try Self.parserProject(parser, config: fastConfig + "plugins: { timeout: 1h }\n", more: ["plain": definition("plain")])
         defer { p.touch("hooks/go") }
         try await p.enqueue("t", path: "/status/200?slow", id: "slow")
         let runner = try p.start(["run", "--drain"])
@@ -243,9 +231,7 @@ import Testing
     /// waiting as standby) while a response is being parsed, so no two parsers ever overlap.
     @Test func aParserKeepsItsSlot() async throws {
         let parser = "#!/bin/sh\ncat > /dev/null\necho start >> hooks/parsers.log\nsleep 0.3\necho end >> hooks/parsers.log\necho '{}'\n"
-        let p = try Project(
-            config: fastConfig + "concurrency: 1\n",
-            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")], hooks: ["parse.sh": parser])
+        let p = try Self.parserProject(parser, config: fastConfig + "concurrency: 1\n")
         for n in 1...4 { try await p.enqueue("t", path: "/status/200?\(n)", id: "p\(n)") }
         let run = try await p.drain(failures: 0)
         #expect(run.exitCode == 0)
@@ -259,8 +245,7 @@ import Testing
     /// in hand is parsed, never judged unread (an error outcome of a 2xx, for good).
     @Test func aParserThatCouldNotStartIsStartedAgain() async throws {
         let parser = "#!/bin/sh\ncat > /dev/null\necho '{\"parsed\": true}'\n"
-        let p = try Project(
-            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")], hooks: ["parse.sh": parser])
+        let p = try Self.parserProject(parser)
         try await p.enqueue("t", path: "/status/200", id: "a")
         let run = try await p.outbox(["run", "--drain"], environment: ["OUTBOX_FAULT_FAIL": "plugin.start:3"])
         #expect(run.exitCode == 0, "\(run)")
@@ -275,9 +260,7 @@ import Testing
     /// until the parser is gone: nothing the run started outlives it.
     @Test func aDrainEndsOnlyOnceTheParserOfACancelledEntryIsGone() async throws {
         let parser = "#!/bin/sh\ncat > /dev/null\necho $$ > hooks/parser.pid\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\necho '{}'\n"
-        let p = try Project(
-            config: fastConfig + "plugins: { timeout: 1h }\n",
-            definitions: ["t": definition("t", top: "response: { command: hooks/parse.sh }")], hooks: ["parse.sh": parser])
+        let p = try Self.parserProject(parser, config: fastConfig + "plugins: { timeout: 1h }\n")
         defer { p.touch("hooks/go") }
         try await p.enqueue("t", path: "/status/200", id: "c")
         let runner = try p.start(["run", "--drain", "--events", "-"])
@@ -408,14 +391,7 @@ import Testing
             mode: 0o755)
         try await p.enqueue("lines", path: "/status/200?lines", id: "l1")
         let runner = try p.start(["run", "--grace", "1h"])
-        await eventually("the line's plugin runs") { (p.read("hooks/building") ?? "").hasSuffix("\n") }
-        let pid = try #require(Int32((p.read("hooks/building") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
-        let plugin = try #require(ObservedProcess(pid))
-        for stop in [SIGTERM, SIGINT] {
-            runner.signal(stop)
-            await eventually("the stop request taken") { !Self.signalPending(runner.pid) }
-        }
-        let stopped = await runner.wait()
+        let (stopped, plugin, pid) = try await Self.stopAtOnce(runner, whilePluginRuns: p, writingItsPidTo: "hooks/building")
         #expect(!stopped.timedOut, "\(stopped)")
         #expect(stopped.stderr.contains("the run stopped at once while a plugin read the hook's enqueue lines"), "\(stopped.stderr)")
         #expect(plugin.hasEnded, "the plugin \(pid) still runs")
@@ -465,14 +441,7 @@ import Testing
         defer { p.touch("hooks/go") }
         try await p.enqueue("order", path: "/status/200?order", id: "o1")
         let runner = try p.start(["run", "--grace", "1h"])
-        await eventually("the follow-up's plugin runs") { (p.read("hooks/building") ?? "").hasSuffix("\n") }
-        let pid = try #require(Int32((p.read("hooks/building") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
-        let plugin = try #require(ObservedProcess(pid))
-        for stop in [SIGTERM, SIGINT] {
-            runner.signal(stop)
-            await eventually("the stop request taken") { !Self.signalPending(runner.pid) }
-        }
-        let stopped = await runner.wait()
+        let (stopped, plugin, pid) = try await Self.stopAtOnce(runner, whilePluginRuns: p, writingItsPidTo: "hooks/building")
         #expect(stopped.exitCode == 0 && !stopped.timedOut, "\(stopped)")
         #expect(stopped.stderr.contains("while the follow-up's plugin of o1 ran; the plugin was killed"), "\(stopped.stderr)")
         #expect(plugin.hasEnded, "the plugin \(pid) still runs")
@@ -483,6 +452,30 @@ import Testing
         #expect(p.server.requests(path: "/status/200?order").count == 2, "sent again: its answer was never settled")
         #expect(p.deliveries("r-o1").count == 1)
         #expect(try await p.list().isEmpty)
+    }
+
+    /// Once a plugin runs (it writes its pid to `pidFile` in `p`), stops the runner at once
+    /// with two signals; returns how the runner ended, and the plugin's process and pid.
+    static func stopAtOnce(
+        _ runner: RunningProcess, whilePluginRuns p: Project, writingItsPidTo pidFile: String
+    ) async throws -> (
+        CommandResult, ObservedProcess, Int32
+    ) {
+        await eventually("the plugin runs") { (p.read(pidFile) ?? "").hasSuffix("\n") }
+        let pid = try #require(Int32((p.read(pidFile) ?? "").trimmingCharacters(in: .whitespacesAndNewlines)))
+        let plugin = try #require(ObservedProcess(pid))
+        for stop in [SIGTERM, SIGINT] {
+            runner.signal(stop)
+            await eventually("the stop request taken") { !signalPending(runner.pid) }
+        }
+        return (await runner.wait(), plugin, pid)
+    }
+
+    /// A project whose key `t` has the response parser `parser` (hooks/parse.sh), beside `more`.
+    static func parserProject(_ parser: String, config: String = fastConfig, more: [String: String] = [:]) throws -> Project {
+        try Project(
+            config: config, definitions: more.merging(["t": definition("t", top: "response: { command: hooks/parse.sh }")]) { $1 },
+            hooks: ["parse.sh": parser])
     }
 
     /// Whether a signal waits for `pid` (any of its threads, or the process as a whole).
