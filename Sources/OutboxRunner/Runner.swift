@@ -371,6 +371,7 @@ package final class Runner {
             // must not outlive the run.
             let pluginsRunning =
                 flights.pluginsBusy || !delivery.linesBuilding.isEmpty || !delivery.chainsBuilding.isEmpty || authRefreshRunning
+                || wifiGate.checkingSince != nil
             if shutdown.mayExit(transfersInFlight: !flights.byToken.isEmpty || pluginsRunning, hooksRunning: !delivery.hooksRunning.isEmpty)
             {
                 // A hook that exited 0 by now is acknowledged, not delivered again by the next run.
@@ -405,8 +406,13 @@ package final class Runner {
                     Fault.point("run.due-times")
                     return try store.dueTimes(deliverableKeys: Set(definitions.definitions.keys))
                 }
-                // A refresh that may send parked entries again runs before the drain ends.
-                if Scheduler.drainIsOver(due: due, now: now, horizonEnd: horizonEnd), try !authRefreshDue(now: now) { break }
+                // A refresh that may send parked entries again, or a Wi-Fi check that may let held
+                // ones go, runs before the drain ends.
+                if Scheduler.drainIsOver(due: due, now: now, horizonEnd: horizonEnd), wifiGate.checkingSince == nil,
+                    try !authRefreshDue(now: now)
+                {
+                    break
+                }
             }
             // Entries sending: those claimed ahead as standby transfers wait for a connection.
             progressDisplay?.draw(

@@ -12,6 +12,8 @@ enum RunnerEvent: Sendable {
     /// A plugin beside the control thread answered for an entry; `abandoned` when the run's
     /// stop at once killed it.
     case pluginDone(entryID: String, token: UInt64, answer: PluginAnswer, abandoned: Bool)
+    /// The answer of the Wi-Fi check plugin, run beside the control thread.
+    case wifiChecked(Result<Bool, OutboxError>, abandoned: Bool)
     /// The answer of `auth_refresh_command`, run beside the control thread.
     case authRefreshed(Result<JSON, OutboxError>, abandoned: Bool)
     /// A chain that waits for its delivery, built beside the control thread for the outcome of

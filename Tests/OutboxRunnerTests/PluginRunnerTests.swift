@@ -58,6 +58,29 @@ struct PluginRunnerTests {
         #expect(try await p.list().isEmpty)
     }
 
+    /// A slow Wi-Fi check plugin holds only the wifi-only entries: while it runs, other entries
+    /// are sent and delivered; its answer "on Wi-Fi" lets the held ones go at once.
+    @Test func aSlowWifiCheckDoesNotHoldTheQueue() async throws {
+        let check = "#!/bin/sh\ntouch hooks/checking\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\nexit 0\n"
+        let p = try Project(
+            config: fastConfig + "plugins: { timeout: 1h }\nnetwork: { wifi_check: hooks/wifi.sh, wifi_interval: 1h }\n",
+            definitions: ["w": definition("w", request: "wifi_only: true"), "t": definition("t")], hooks: ["wifi.sh": check])
+        defer { p.touch("hooks/go") }
+        try await p.enqueue("w", path: "/status/200?w", id: "w1")
+        let runner = try p.start(["run", "--drain"])
+        await eventually("the Wi-Fi check runs") { p.exists("hooks/checking") }
+        try await p.enqueue("t", path: "/status/200?b", id: "b")
+        await eventually("b delivered while the check runs") { p.deliveries("b").count == 1 }
+        #expect(p.server.requests(path: "/status/200?w").isEmpty, "held until the check answers")
+
+        p.touch("hooks/go")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)")
+        #expect(p.deliveries("w1").map { $0.string("stdin.outcome") } == ["completed"], "\(p.hookLog)")
+        #expect(p.server.requests(path: "/status/200?w").count == 1)
+        #expect(try await p.list().isEmpty)
+    }
+
     /// Many requests refused at once: those parked in the very turn the refresh runs are
     /// resumed with the others, and the drain sends every one again (exit 2: they parked).
     @Test func anAuthRefreshResumesEveryEntryParkedBeforeIt() async throws {

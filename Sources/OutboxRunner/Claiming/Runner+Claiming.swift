@@ -142,7 +142,7 @@ extension Runner {
         try fillReadAhead(capacity: capacity, now: now)
         guard !readAhead.ready.isEmpty else { return }
         var checks = ClaimChecks(now: now, control: control, currentAccount: account, busyScopes: flights.busyScopes)
-        checks.onWifi = { [self] in wifiGate.isOnWifi(now: now, check: onWifi) }
+        checks.onWifi = { [self] in isOnWifi(now: now) }
         checks.wifiRecheckAt = wifiGate.nextCheck(now: now)
         checks.heldHosts = hostHealth.held
         checks.payloadProblem = { [self] in Self.checkedWhenOpened($0) ? nil : payloadProblem($0) }
@@ -283,23 +283,50 @@ extension Runner {
         flights.slots.hostLoad[host, default: 0] += 1
     }
 
-    /// The built-in Wi-Fi check: a wireless interface that is up, or the configured plugin. A
-    /// plugin that gives no answer (cannot start, times out) counts as off Wi-Fi, and is logged.
-    func onWifi() -> Bool {
-        if let command = config.wifiCheck {
-            do {
-                let on = try Plugin.check(
-                    command, name: "network.wifi_check", config: config, environment: environment, heartbeat: pluginHeartbeat())
-                wifiCheckProblem = nil
-                return on
-            } catch {
-                if wifiCheckProblem != error.message {
-                    log("outbox: \(error.message); wifi-only entries wait as if off Wi-Fi", level: .warn)
+    /// Whether this host is on Wi-Fi, as last checked (at most once per `wifi_interval`). The
+    /// built-in check (a wireless interface that is up) is read here; the configured plugin
+    /// runs beside this thread (`nmcli` may take seconds), and its answer comes as an event.
+    func isOnWifi(now: Int64) -> Bool {
+        guard let command = config.wifiCheck else { return wifiGate.isOnWifi(now: now, check: Self.wirelessInterfaceIsUp) }
+        return wifiGate.isOnWifi(
+            now: now,
+            startingCheck: {
+                let (config, environment, mailbox) = (config, environment, mailbox)
+                runBeside(cancelled: Locked(false)) { heartbeat in
+                    Result { () throws(OutboxError) in
+                        try Plugin.check(
+                            command, name: "network.wifi_check", config: config, environment: environment, heartbeat: heartbeat)
+                    }
+                } done: { answer, abandoned in
+                    mailbox.post(.wifiChecked(answer, abandoned: abandoned))
                 }
-                wifiCheckProblem = error.message
-                return false
+            })
+    }
+
+    /// The Wi-Fi check plugin's answer. One that gives none (cannot start, times out) counts as
+    /// off Wi-Fi, and is logged once until it answers again. On Wi-Fi, the entries held for it go
+    /// at once.
+    func wifiChecked(_ answer: Result<Bool, OutboxError>, abandoned: Bool) throws(OutboxError) {
+        let now = Identifiers.nowMs()
+        var on = false
+        switch answer {
+        case let .success(value):
+            on = value
+            wifiCheckProblem = nil
+        case let .failure(error):
+            if !abandoned, wifiCheckProblem != error.message {
+                log("outbox: \(error.message); wifi-only entries wait as if off Wi-Fi", level: .warn)
             }
+            wifiCheckProblem = error.message
         }
+        wifiGate.answered(on, now: now)
+        guard on else { return }
+        try store.releaseHolds(now: now, reasons: [.wifi])
+        readAhead.discard()
+    }
+
+    /// The built-in Wi-Fi check: a wireless interface that is up.
+    static func wirelessInterfaceIsUp() -> Bool {
         for name in Paths.list("/sys/class/net") ?? [] where Paths.isDirectory("/sys/class/net/\(name)/wireless") {
             if Paths.readText("/sys/class/net/\(name)/operstate")?.trimmingSpaces == "up" { return true }
         }

@@ -67,7 +67,7 @@ extension Runner {
     /// gone for a wifi-only entry (checked between parts, at most once per interval).
     func partStop(_ entry: Entry, now: Int64) -> PartStop? {
         if control.isPaused(key: entry.key) { return .paused }
-        if entry.request.wifiOnly ?? control.wifiOnly, !wifiGate.isOnWifi(now: now, check: onWifi) {
+        if entry.request.wifiOnly ?? control.wifiOnly, !isOnWifi(now: now) {
             return .held(.wifi, until: max(now + 1, wifiGate.nextCheck(now: now)))
         }
         return nil

@@ -52,6 +52,8 @@ extension Runner {
             delivery.due = true
             // Killed by a stop at once: the next run builds it.
             if !abandoned { delivery.chainsBuilt[seq] = (generation, built) }
+        case let .wifiChecked(answer, abandoned):
+            try wifiChecked(answer, abandoned: abandoned)
         case let .authRefreshed(answer, abandoned):
             try authRefreshed(answer, abandoned: abandoned)
         case let .hookLinesBuilt(seq, result, abandoned):

@@ -304,19 +304,47 @@ struct WifiGate: Equatable {
     let intervalMs: Int64
     private(set) var checkedAt: Int64?
     private(set) var onWifi = false
+    /// A check plugin runs beside the control thread (since then, wall ms): its answer comes
+    /// with `answered`; until then the last answer stands (off Wi-Fi before the first).
+    private(set) var checkingSince: Int64?
 
     init(intervalMs: Int64) { self.intervalMs = intervalMs }
 
     /// The last answer while it is younger than the interval, or a new one from `check`.
     mutating func isOnWifi(now: Int64, check: () -> Bool) -> Bool {
-        if let checkedAt, now - checkedAt < intervalMs, now >= checkedAt { return onWifi }
+        if isFresh(now: now) { return onWifi }
         onWifi = check()
         checkedAt = now
         return onWifi
     }
 
-    /// When the next check may run.
-    func nextCheck(now: Int64) -> Int64 { checkedAt.map { max(now, $0 + intervalMs) } ?? now }
+    /// The last answer; once it is older than the interval `start` begins a check that answers
+    /// later (`answered`), unless one runs already.
+    mutating func isOnWifi(now: Int64, startingCheck start: () -> Void) -> Bool {
+        if !isFresh(now: now) && checkingSince == nil {
+            checkingSince = now
+            start()
+        }
+        return onWifi
+    }
+
+    mutating func answered(_ on: Bool, now: Int64) {
+        onWifi = on
+        checkedAt = now
+        checkingSince = nil
+    }
+
+    private func isFresh(now: Int64) -> Bool {
+        guard let checkedAt else { return false }
+        return now - checkedAt < intervalMs && now >= checkedAt
+    }
+
+    /// When the next check may run. Entries held while a check runs wait an interval, unless its
+    /// answer says on Wi-Fi (then the runner lets them go at once).
+    func nextCheck(now: Int64) -> Int64 {
+        if let checkingSince { return max(now, checkingSince + intervalMs) }
+        return checkedAt.map { max(now, $0 + intervalMs) } ?? now
+    }
 }
 
 /// Consecutive connection failures per host, and the hosts held because of them: while a

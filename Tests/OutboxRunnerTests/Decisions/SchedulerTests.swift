@@ -423,6 +423,22 @@ struct SchedulerTests {
 
     // MARK: Wi-Fi gate
 
+    /// A check plugin answers later: one starts when the answer is old, none while it runs,
+    /// the last answer stands meanwhile, and entries held then wait an interval from its start.
+    @Test func aWifiCheckBesideTheRunnerStartsOnceAndAnswersLater() {
+        var gate = WifiGate(intervalMs: 30_000)
+        var started = 0
+        #expect(gate.isOnWifi(now: 100, startingCheck: { started += 1 }) == false)
+        #expect(gate.isOnWifi(now: 200, startingCheck: { started += 1 }) == false)
+        #expect(started == 1)
+        #expect(gate.nextCheck(now: 200) == 30_100)
+        gate.answered(true, now: 300)
+        #expect(gate.isOnWifi(now: 400, startingCheck: { started += 1 }) == true)
+        #expect(gate.nextCheck(now: 400) == 30_300)
+        #expect(gate.isOnWifi(now: 30_300, startingCheck: { started += 1 }) == true, "the last answer stands while it runs")
+        #expect(started == 2)
+    }
+
     @Test func theWifiCheckRunsOncePerIntervalForTheWholeQueue() {
         var gate = WifiGate(intervalMs: 30_000)
         var checks = 0
