@@ -5,10 +5,12 @@ import OutboxModel
 import OutboxProcess
 import OutboxStore
 
-/// Plugins that work on one entry's outcome (its response parser, the request_command and
-/// headers_command of its `then` follow-ups) run on threads of their own: a slow one holds
-/// its own entry, and that entry's slot, until it answers, never the rest of the queue. Its
-/// answer comes back as an event, and the settle goes on from where it stopped.
+/// Plugins beside the control thread. Those that work on one entry's outcome (its response
+/// parser, the request_command and headers_command of its `then` follow-ups) run on threads
+/// of their own: a slow one holds its own entry, and that entry's slot, until it answers,
+/// never the rest of the queue. Its answer comes back as an event, and the settle goes on
+/// from where it stopped. So do the plugins of a hook's enqueue lines and of a chain built
+/// again before its delivery; `auth_refresh_command` and the Wi-Fi check use `runBeside` too.
 extension Runner {
     /// Whether this success is read by the definition's parser command before it settles.
     static func needsParser(_ entry: Entry, result: HTTPResult) -> Bool {
