@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -84,6 +85,9 @@ int64_t csystem_raise_open_files(void) {
    corrupts ThreadSanitizer's own state, so the child is forked instead. */
 extern void __tsan_init(void) __attribute__((weak));
 
+/* What child_exec does besides the usual. */
+enum { SPAWN_RESET_POLICY = 1, SPAWN_DIES_WITH_PARENT = 2 };
+
 /* Signals a hook or plugin gets at their default even when the runner ignores or handles them. */
 static const int reset_signals[] = {SIGPIPE, SIGTERM, SIGINT, SIGCHLD, SIGHUP, SIGQUIT};
 
@@ -92,7 +96,7 @@ static const int reset_signals[] = {SIGPIPE, SIGTERM, SIGINT, SIGCHLD, SIGHUP, S
    reached it would otherwise run the runner's handler on the runner's memory. Returns the
    errno of the step that failed (exec never returns on success). */
 static int child_exec(const char *path, char *const argv[], char *const envp[], const char *cwd, int in_fd,
-                      int out_fd, int err_fd, int reset_policy, int keep_fd) {
+                      int out_fd, int err_fd, int flags, pid_t parent, int keep_fd) {
     struct sigaction dfl;
     memset(&dfl, 0, sizeof dfl);
     dfl.sa_handler = SIG_DFL;
@@ -109,6 +113,11 @@ static int child_exec(const char *path, char *const argv[], char *const envp[], 
         sigaction(sig, &dfl, NULL);
     }
     if (setpgid(0, 0) != 0) return errno;
+    /* A plugin the runner waits for dies with it: nothing would read its answer. */
+    if (flags & SPAWN_DIES_WITH_PARENT) {
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return errno;
+        if (getppid() != parent) _exit(127);  // the parent died before the line above
+    }
     /* A hook creates its files as the user's own programs do, not 0600 like the store's. */
     int mask = atomic_load(&inherited_umask);
     if (mask >= 0) umask((mode_t)mask);
@@ -121,7 +130,7 @@ static int child_exec(const char *path, char *const argv[], char *const envp[], 
         else now.rlim_cur = now.rlim_max;
         (void)setrlimit(RLIMIT_NOFILE, &now);
     }
-    if (reset_policy) {
+    if (flags & SPAWN_RESET_POLICY) {
         struct sched_param normal = {.sched_priority = 0};
         if (sched_setscheduler(0, SCHED_OTHER, &normal) != 0) return errno;
     }
@@ -143,10 +152,11 @@ static int child_exec(const char *path, char *const argv[], char *const envp[], 
 
 /* fork + exec; an exec failure comes back through a pipe. */
 static int spawn_forked(const char *path, char *const argv[], char *const envp[], const char *cwd, int in_fd,
-                        int out_fd, int err_fd, int reset_policy, pid_t *pid_out) {
+                        int out_fd, int err_fd, int flags, pid_t *pid_out) {
     int report[2];
     int rc = make_pipe(report);
     if (rc != 0) return rc;
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         rc = -errno;
@@ -155,7 +165,7 @@ static int spawn_forked(const char *path, char *const argv[], char *const envp[]
         return rc;
     }
     if (pid == 0) {
-        int e = child_exec(path, argv, envp, cwd, in_fd, out_fd, err_fd, reset_policy, report[1]);
+        int e = child_exec(path, argv, envp, cwd, in_fd, out_fd, err_fd, flags, parent, report[1]);
         ssize_t ignored = write(report[1], &e, sizeof e);
         (void)ignored;
         _exit(127);
@@ -180,14 +190,15 @@ static int spawn_forked(const char *path, char *const argv[], char *const envp[]
    is blocked around it, so none runs a handler in the child before it takes them away. */
 static int __attribute__((noinline)) spawn_vforked(const char *path, char *const argv[], char *const envp[],
                                                    const char *cwd, int in_fd, int out_fd, int err_fd,
-                                                   int reset_policy, pid_t *pid_out) {
+                                                   int flags, pid_t *pid_out) {
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     volatile int child_error = 0;
+    pid_t parent = getpid();
     pid_t pid = vfork();
     if (pid == 0) {
-        child_error = child_exec(path, argv, envp, cwd, in_fd, out_fd, err_fd, reset_policy, -1);
+        child_error = child_exec(path, argv, envp, cwd, in_fd, out_fd, err_fd, flags, parent, -1);
         _exit(127);
     }
     int e = pid < 0 ? errno : child_error;
@@ -202,21 +213,26 @@ static int __attribute__((noinline)) spawn_vforked(const char *path, char *const
 }
 
 static int spawn_child(const char *path, char *const argv[], char *const envp[], const char *cwd,
-                       const void *input, ssize_t input_len, csystem_child *out);
+                       const void *input, ssize_t input_len, int dies_with_parent, csystem_child *out);
 
 int csystem_spawn(const char *path, char *const argv[], char *const envp[], const char *cwd,
                   csystem_child *out) {
-    return spawn_child(path, argv, envp, cwd, NULL, -1, out);
+    return spawn_child(path, argv, envp, cwd, NULL, -1, 0, out);
 }
 
 int csystem_spawn_with_input(const char *path, char *const argv[], char *const envp[], const char *cwd,
                              const void *input, size_t input_len, csystem_child *out) {
-    return spawn_child(path, argv, envp, cwd, input, (ssize_t)input_len, out);
+    return spawn_child(path, argv, envp, cwd, input, (ssize_t)input_len, 0, out);
+}
+
+int csystem_spawn_dying_with_parent(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                                    const void *input, size_t input_len, csystem_child *out) {
+    return spawn_child(path, argv, envp, cwd, input, (ssize_t)input_len, 1, out);
 }
 
 /* input_len < 0: the caller feeds stdin; else input is all of it. */
 static int spawn_child(const char *path, char *const argv[], char *const envp[], const char *cwd,
-                       const void *input, ssize_t input_len, csystem_child *out) {
+                       const void *input, ssize_t input_len, int dies_with_parent, csystem_child *out) {
     int in_pipe[2] = {-1, -1}, out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
     int rc;
 
@@ -246,16 +262,17 @@ static int spawn_child(const char *path, char *const argv[], char *const envp[],
        refuses sched_setscheduler (where the runner stayed SCHED_OTHER) does not fail every
        spawn. */
     int policy = sched_getscheduler(0);
-    int reset_policy = policy >= 0 && (policy & ~SCHED_RESET_ON_FORK) != SCHED_OTHER;
+    int flags = policy >= 0 && (policy & ~SCHED_RESET_ON_FORK) != SCHED_OTHER ? SPAWN_RESET_POLICY : 0;
+    if (dies_with_parent) flags |= SPAWN_DIES_WITH_PARENT;
 
     /* The child's start time is read from the clock the kernel stamps it with: when no tick
        boundary passed during the spawn, it is that tick, and /proc need not be read. */
     int64_t ticks_before = csystem_boot_ticks();
     pid_t pid;
     if (&__tsan_init != NULL) {
-        rc = spawn_forked(path, argv, envp, cwd, in_pipe[0], out_pipe[1], err_pipe[1], reset_policy, &pid);
+        rc = spawn_forked(path, argv, envp, cwd, in_pipe[0], out_pipe[1], err_pipe[1], flags, &pid);
     } else {
-        rc = spawn_vforked(path, argv, envp, cwd, in_pipe[0], out_pipe[1], err_pipe[1], reset_policy, &pid);
+        rc = spawn_vforked(path, argv, envp, cwd, in_pipe[0], out_pipe[1], err_pipe[1], flags, &pid);
     }
     if (rc != 0) goto fail;
     int64_t ticks_after = csystem_boot_ticks();

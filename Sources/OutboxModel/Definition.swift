@@ -115,7 +115,7 @@ package struct DefinitionSet: Sendable {
             set.sources[path] = text
             var reader = YAMLReader(path: path)
             let definition = Definition.read(text: text, reader: &reader)
-            let key = definition?.key ?? Definition.peekKey(text: text)
+            let key = definition.flatMap { $0.key.isEmpty ? nil : $0.key } ?? Definition.peekKey(text: text)
             if let key {
                 if let other = firstFile[key] {
                     reader.error(Mark(line: 1, column: 1), "key \"\(key)\" is defined twice: in \(other) and in \(path)")
@@ -127,11 +127,14 @@ package struct DefinitionSet: Sendable {
             set.diagnostics += found
             if found.isEmpty, let definition {
                 set.definitions[definition.key] = definition
-            } else if let key {
-                set.definitions[key] = nil
-                set.brokenKeys[key, default: []] += found
+            } else {
+                if let key {
+                    // The first file of a duplicate pair is disabled too; its `then` keys still checked.
+                    if let first = set.definitions.removeValue(forKey: key) { withErrors.append(first) }
+                    set.brokenKeys[key, default: []] += found
+                }
                 // Read as far as it goes: its `then` keys are checked too, so one pass of
-                // `outbox check` names every error of the file.
+                // `outbox check` names every error of the file, even one without a readable key.
                 if let definition { withErrors.append(definition) }
             }
         }
@@ -158,7 +161,7 @@ package struct DefinitionSet: Sendable {
                     message: "then: no definition has key \"\($0.key)\"\(unreadableNote)")
             }
             diagnostics += found
-            brokenKeys[definition.key, default: []] += found
+            if !definition.key.isEmpty { brokenKeys[definition.key, default: []] += found }
             guard usable else { continue }
             definitions[definition.key] = nil
             disabledByThen[definition.key] = definition
@@ -190,12 +193,17 @@ extension Definition {
         }
         reader.refuseUnknownTags(root)
         guard let f = reader.fields(root, DefinitionFields.top, context: "a definition") else { return nil }
-        guard let keyNode = f["key"] else {
+        // Without a key the rest is still read, so one `outbox check` names every error of the
+        // file; the definition comes back with an empty key, which no caller keeps.
+        var key = ""
+        if let keyNode = f["key"] {
+            if let text = reader.string(keyNode, "key") {
+                key = text
+                if let problem = Definition.keyProblem(key) { reader.error(keyNode.mark, problem) }
+            }
+        } else {
             reader.error(root.mark, "a definition needs a key")
-            return nil
         }
-        guard let key = reader.string(keyNode, "key") else { return nil }
-        if let problem = Definition.keyProblem(key) { reader.error(keyNode.mark, problem) }
         var d = Definition(key: key, file: reader.path)
         d.requestCommand = reader.command(f["request_command"], "request_command")
         if let r = f["request"] {

@@ -19,7 +19,8 @@ package enum ProcessRunner {
         // terminal's Ctrl-C), then ends the process when the wait is over.
         csystem_plugin_wait_begin()
         defer { csystem_plugin_wait_end() }
-        let started = try start(spec)
+        // This thread waits for it to its end: a SIGKILL of outbox meanwhile takes it along.
+        let started = try start(spec, diesWithThisThread: true)
         spec.onStart?(started.pid, started.startTime)
         return finish(started)
     }
@@ -37,8 +38,8 @@ package enum ProcessRunner {
 
     /// Spawns without waiting, so the caller can record the process group before doing
     /// anything else; `finish` (on a thread of its own) feeds and reaps it.
-    package static func start(_ spec: ProcessSpec) throws(ProcessSpawnError) -> Started {
-        let child = try spawn(spec)
+    package static func start(_ spec: ProcessSpec, diesWithThisThread: Bool = false) throws(ProcessSpawnError) -> Started {
+        let child = try spawn(spec, diesWithThisThread: diesWithThisThread)
         // /proc is read only when a clock tick passed during the spawn.
         let start = child.start_time != 0 ? child.start_time : startTime(of: child.pid) ?? 0
         return Started(child: child, spec: spec, spawnedAt: csystem_proc_now_ms(), startTime: start)
@@ -57,7 +58,10 @@ package enum ProcessRunner {
     /// The one way outbox starts a process: in its own process group, with only fds 0-2,
     /// default signal dispositions and the normal scheduling policy, its output on two pipes.
     /// With `feedsStdin` the caller writes its stdin for as long as it runs (`spec.stdin` unused).
-    static func spawn(_ spec: ProcessSpec, feedsStdin: Bool = false) throws(ProcessSpawnError) -> csystem_child {
+    /// `diesWithThisThread`: the child gets SIGKILL when the calling thread ends (it waits for it).
+    static func spawn(
+        _ spec: ProcessSpec, feedsStdin: Bool = false, diesWithThisThread: Bool = false
+    ) throws(ProcessSpawnError) -> csystem_child {
         let (path, arguments) = try resolve(spec)
         try checkStrings(arguments: arguments, environment: spec.environment)
         let argv = CStringArray(arguments)
@@ -68,8 +72,11 @@ package enum ProcessRunner {
                 spec.environment.withPointers { envpPointer in
                     if feedsStdin { return csystem_spawn(path, argvPointer, envpPointer, spec.workingDirectory, &child) }
                     return spec.stdin.withUnsafeBytes { input in
-                        csystem_spawn_with_input(
-                            path, argvPointer, envpPointer, spec.workingDirectory, input.baseAddress, input.count, &child)
+                        diesWithThisThread
+                            ? csystem_spawn_dying_with_parent(
+                                path, argvPointer, envpPointer, spec.workingDirectory, input.baseAddress, input.count, &child)
+                            : csystem_spawn_with_input(
+                                path, argvPointer, envpPointer, spec.workingDirectory, input.baseAddress, input.count, &child)
                     }
                 }
             }

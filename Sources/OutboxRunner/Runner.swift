@@ -408,7 +408,7 @@ package final class Runner {
                 }
                 // A refresh that may send parked entries again, or a Wi-Fi check that may let held
                 // ones go, runs before the drain ends.
-                if Scheduler.drainIsOver(due: due, now: now, horizonEnd: horizonEnd), wifiGate.checkingSince == nil,
+                if Scheduler.drainIsOver(due: due, now: now, horizonEnd: drainHorizon ?? horizonEnd), wifiGate.checkingSince == nil,
                     try !authRefreshDue(now: now)
                 {
                     break

@@ -135,6 +135,37 @@ struct ControlCommandTests {
         #expect(try p.run("list", "--json").json() == .array([]))
     }
 
+    /// A file whose key is missing or not a string, or that defines its key a second time, still
+    /// has its other parts read: an unknown `then` key in it is named in the same pass.
+    @Test(arguments: [
+        ("a missing key", "", "a definition needs a key", 2),
+        ("a key that is not a string", "key: [chain]\n", "key must be", 2),
+        ("a key defined twice", "key: chain\n", "key \"chain\" is defined twice", 2),
+    ])
+    func checkNamesAnUnknownThenKeyInAFileWithoutAUsableKey(
+        label: String, keyLine: String, keyError: String, errors: Int
+    ) throws {
+        let p = try CLIProject()
+        let body = """
+            request: { url: "https://x.example/" }
+            then:
+              on_success:
+                - key: no.such.key
+
+            """
+        // The first of a duplicate pair is read whole; its `then` key must be named all the same.
+        let first = try p.write("definitions/a-chain.yaml", (label == "a key defined twice" ? "key: chain\n" : "key: other\n") + body)
+        let file = try p.write("definitions/b-chain.yaml", keyLine + body)
+        let line = keyLine.isEmpty ? 4 : 5
+        let r = p.run("check")
+        #expect(r.status == 78, "\(label): \(r)")
+        #expect(r.err.contains(keyError), "\(label): \(r.err)")
+        #expect(r.err.contains("\(file):\(line):12: error: then: no definition has key \"no.such.key\""), "\(label): \(r.err)")
+        #expect(r.err.contains("\(first):5:12: error: then: no definition has key \"no.such.key\""), "\(label): \(r.err)")
+        #expect(r.err.hasSuffix("outbox: E_CONFIG: \(errors + 1) errors\n"), "\(label): \(r.err)")
+        #expect(try p.run("list", "--json").json() == .array([]))
+    }
+
     @Test func aTemplatedThenKeyIsCheckedWhenItRenders() throws {
         let p = try CLIProject()
         _ = try p.write(

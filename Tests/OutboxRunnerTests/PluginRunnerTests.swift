@@ -58,6 +58,31 @@ struct PluginRunnerTests {
         #expect(try await p.list().isEmpty)
     }
 
+    /// A drain waits for its own auth refresh to send the parked entry again: when the refresh
+    /// answers after the drain's horizon, the entry it resumed is still sent before the drain ends.
+    @Test func aDrainSendsWhatItsRefreshResumedPastItsHorizon() async throws {
+        let refresh =
+            "#!/bin/sh\ncat > /dev/null\ntouch hooks/refreshing\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\nprintf '{\"Authorization\": \"Bearer fresh\"}'\n"
+        let p = try Project(
+            config: fastConfig
+                + "auth_refresh_command: [hooks/refresh.sh]\nplugins: { timeout: 1h }\nheaders: { Authorization: \"Bearer stale\" }\n",
+            definitions: ["t": definition("t")], hooks: ["refresh.sh": refresh])
+        defer { p.touch("hooks/go") }
+        p.server.script("/auth", [.status(401), .status(200)])
+        try await p.enqueue("t", path: "/auth", id: "a")
+        let runner = try p.start(["run", "--drain", "--horizon", "1s"])
+        await eventually("the refresh runs") { p.exists("hooks/refreshing") }
+        // The horizon was fixed before the refresh started: a second after now, it has passed.
+        try await Task.sleep(for: .milliseconds(1_200))
+        p.touch("hooks/go")
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 2 && !finished.timedOut, "the park is a failure of the run: \(finished)")
+        #expect(
+            p.server.requests(path: "/auth").map { $0.header("authorization") } == ["Bearer stale", "Bearer fresh"], "\(finished.stderr)")
+        #expect(p.deliveries("a").map { $0.string("stdin.outcome") } == ["completed"])
+        #expect(try await p.list().isEmpty)
+    }
+
     /// A slow Wi-Fi check plugin holds only the wifi-only entries: while it runs, other entries
     /// are sent and delivered; its answer "on Wi-Fi" lets the held ones go at once.
     @Test func aSlowWifiCheckDoesNotHoldTheQueue() async throws {

@@ -227,6 +227,41 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A runner killed with SIGKILL while a response parser runs takes the parser along: no
+    /// plugin runs on for a runner that is gone (the next run sends the entry again).
+    @Test func aParserDiesWithARunnerKilledWhileItRuns() async throws {
+        let parser =
+            "#!/bin/sh\ncat > /dev/null\necho $$ > hooks/parser.pid\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\necho '{}'\n"
+        // A list runs the program itself (no shell between them), which is what dies with the runner.
+        let p = try Project(
+            config: fastConfig + "plugins: { timeout: 1h }\n",
+            definitions: ["t": definition("t", top: "response: { command: [hooks/parse.sh] }")], hooks: ["parse.sh": parser])
+        defer { p.touch("hooks/go") }
+        try await p.enqueue("t", path: "/status/200?slow", id: "slow")
+        let runner = try p.start(["run"])
+        await eventually("the parser runs") {
+            (try? String(contentsOfFile: p.path("hooks/parser.pid"), encoding: .utf8))?.hasSuffix("\n") == true
+        }
+        let pid = try #require(Int32((try String(contentsOfFile: p.path("hooks/parser.pid"), encoding: .utf8)).dropLast()))
+        runner.signal(SIGKILL)
+        _ = await runner.wait(timeout: 60)
+        await eventually("the parser is gone") { Self.isGone(pid) }
+        #expect(Self.isGone(pid), "the parser \(pid) outlived its runner")
+
+        p.touch("hooks/go")
+        let run = try await p.drain(failures: 0)
+        #expect(p.deliveries("slow").map { $0.string("stdin.outcome") } == ["completed"], "\(run.stderr)")
+        #expect(try await p.list().isEmpty)
+    }
+
+    /// Whether `pid` has ended: no such process, or one that is only waiting to be reaped.
+    static func isGone(_ pid: Int32) -> Bool {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return true }
+        // The state follows the name, which is in parentheses and may hold spaces.
+        guard let close = stat.lastIndex(of: ")") else { return true }
+        return stat[stat.index(after: close)...].trimmingCharacters(in: .whitespaces).hasPrefix("Z")
+    }
+
     /// A parser keeps its entry's slot: with `concurrency: 1`, no request starts (not even one
     /// waiting as standby) while a response is being parsed, so no two parsers ever overlap.
     @Test func aParserKeepsItsSlot() async throws {

@@ -32,6 +32,11 @@ int csystem_spawn(const char *path, char *const argv[], char *const envp[], cons
 int csystem_spawn_with_input(const char *path, char *const argv[], char *const envp[], const char *cwd,
                              const void *input, size_t input_len, csystem_child *out);
 
+/* csystem_spawn_with_input for a child the calling thread waits for: it gets SIGKILL when
+   that thread ends, so a process killed while waiting leaves no such child running. */
+int csystem_spawn_dying_with_parent(const char *path, char *const argv[], char *const envp[], const char *cwd,
+                                    const void *input, size_t input_len, csystem_child *out);
+
 /* Sets this process's umask to 077 (the store's files are the user's alone) and remembers
    the umask it had before the first call: every child spawned later gets that one back. */
 void csystem_restrict_umask(void);

@@ -65,6 +65,9 @@ extension Runner {
             return
         }
         control.headerGeneration = generation
+        // A drain waited for this refresh to send its parked entries again: they are sent even
+        // when its horizon passed while the command ran (their next failure is past it).
+        if let horizon = drainHorizon { drainHorizon = max(horizon, now) }
         try reportHeadersUpdate()
         readAhead.discard()  // parked entries are queued again, with the new headers
         log("outbox: auth_refresh_command updated \(headers.map(\.0).joined(separator: ", ")) (header generation \(generation))")
