@@ -35,15 +35,19 @@ struct CommandInfo {
     var details: String = ""
     /// What the shell completes for the positionals.
     var completes: ValueCompletion = .nothing
+    /// The forms of the call, when one line of positionals and `[options]` would show one that
+    /// is refused (after `outbox`).
+    var forms: [String] = []
     var handler: @Sendable (inout Invocation) throws(OutboxError) -> Int32
 
     var name: String { path.joined(separator: " ") }
 
     func help() -> String {
-        var lines = [
-            "outbox \(name) — \(summary)", "",
-            "Usage: outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.allSatisfy(\.hidden) ? "" : " [options]")",
-        ]
+        let usage =
+            forms.isEmpty
+            ? ["outbox \(name)\(positionals.isEmpty ? "" : " " + positionals)\(options.allSatisfy(\.hidden) ? "" : " [options]")"]
+            : forms.map { "outbox " + $0 }
+        var lines = ["outbox \(name) — \(summary)", "", "Usage: " + usage[0]] + usage.dropFirst().map { "       " + $0 }
         if !details.isEmpty { lines += ["", details] }
         let all = visibleOptions
         lines += ["", "Options:"]

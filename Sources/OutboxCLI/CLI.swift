@@ -366,6 +366,7 @@ package enum CLI {
                 path: ["completion"], summary: "print a shell completion script (bash|zsh|fish)",
                 positionals: "bash|zsh|fish", minPositionals: 0, maxPositionals: 1, options: [CompletionCommand.listOption],
                 completes: .words(CompletionCommand.shells),
+                forms: ["completion bash|zsh|fish", "completion --list keys|ids"],
                 handler: { (i: inout Invocation) throws(OutboxError) in try CompletionCommand.run(&i) }),
             CommandInfo(
                 path: ["man"], summary: "print the manual page outbox(1) as roff (man -l <(outbox man))",

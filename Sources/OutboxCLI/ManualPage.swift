@@ -54,10 +54,14 @@ enum ManualPage {
         out.append(".SH COMMANDS")
         for command in CLI.commands {
             out.append(".SS " + argument(command.name))
-            out.append(".B outbox " + escape(command.name))
-            if !command.positionals.isEmpty { out.append(".I " + argument(command.positionals)) }
             let options = command.options.filter { !$0.hidden }
-            if !options.isEmpty { out.append(".RI [ options ]") }
+            if command.forms.isEmpty {
+                out.append(".B outbox " + escape(command.name))
+                if !command.positionals.isEmpty { out.append(".I " + argument(command.positionals)) }
+                if !options.isEmpty { out.append(".RI [ options ]") }
+            } else {
+                for (n, form) in command.forms.enumerated() { out += (n > 0 ? [".br"] : []) + [".B outbox " + escape(form)] }
+            }
             out += [".PP", escape(command.summary) + "."]
             if !command.details.isEmpty {
                 out.append(".PP")

@@ -318,7 +318,15 @@ final class Transfer {
         // A malformed answer after a followed redirect fails the same way as a refused scheme:
         // only a Location naming another scheme makes it a redirect problem.
         let afterRedirect = (redirects > 0 || (300...399).contains(status)) && (code != CURLE_UNSUPPORTED_PROTOCOL || locationLeavesHTTP())
-        let detail = String(cString: errorBuffer)
+        var detail = String(cString: errorBuffer)
+        // libcurl keeps the first message of a transfer: one of a dead reused connection it
+        // recovered from by sending again would stand for the failure that ended it.
+        if code != CURLE_RECV_ERROR, code != CURLE_SEND_ERROR,
+            detail.hasPrefix("Recv failure") || detail.hasPrefix("Send failure") || detail.hasPrefix("Connection died")
+        {
+            detail = ""
+        }
+        if code == CURLE_TOO_MANY_REDIRECTS { detail = "Maximum (\(redirects)) redirects followed" }
         var message = detail.isEmpty ? String(cString: ccurl_easy_strerror(code)) : detail
         if code == CURLE_OUT_OF_MEMORY, status > 0 {
             // What libcurl 7.88 answers to a header line past its limit, once a response began.

@@ -87,12 +87,28 @@ package struct TransportFailure: Error, Sendable, Equatable {
 /// and retrying them would loop until expiry; they settle (an accept rule can still
 /// claim them). Per RFC 9110 an unknown code is treated as its class (e.g. 599 as 5xx).
 package enum AttemptClassifier {
+    /// The longest failure message kept in a reason, in bytes.
+    package static let maxReasonBytes = 1000
+
+    /// `text` cut to at most `bytes` bytes of UTF-8, on a character boundary, "…" marking a cut.
+    package static func cut(_ text: String, bytes: Int) -> String {
+        guard text.utf8.count > bytes else { return text }
+        var kept = ""
+        for character in text {
+            guard kept.utf8.count + character.utf8.count <= bytes - 3 else { break }
+            kept.append(character)
+        }
+        return kept + "…"
+    }
+
     /// Classifies one attempt: `status` nil means no HTTP response (see `failure`); `body` is matched by `bodyIncludes`.
     package static func classify(
         status: Int?, failure: TransportFailure?, body: [UInt8], accept: [AcceptRule], exempt: Set<Int>
     ) -> AttemptOutcomeClass {
         if let failure {
-            let m = failure.message
+            // Cut: it becomes the entry's reason, which the stores index (a path or a server's
+            // text in it may be as long as they like).
+            let m = Self.cut(failure.message, bytes: maxReasonBytes)
             switch failure.kind {
             // A file that failed mid-way is retried like a broken connection.
             case .network, .file: return .retry(reason: "network: \(m)")

@@ -27,14 +27,21 @@ package enum ResponseMode: Sendable, Equatable {
 
 /// One kind of request (a file in `definitions/`; fields in docs/definitions.md).
 package struct Definition: Sendable {
-    /// Why `key` cannot name a definition (empty, spaces or control characters), or nil.
+    /// The longest key, in bytes: a key is indexed by every store (PostgreSQL refuses an index
+    /// row over about 2.7 KB), and one this long is already no name to type.
+    package static let maxKeyBytes = 200
+
+    /// Why `key` cannot name a definition (empty, spaces or control characters, too long), or nil.
     package static func keyProblem(_ key: String) -> String? {
         // Unicode spaces and invisible characters too (NBSP, ZWSP): a key that looks like another is not one.
         let unseen = { (c: Unicode.Scalar) in
             c.value <= 0x20 || c.properties.isWhitespace || [.control, .format].contains(c.properties.generalCategory)
         }
-        guard key.isEmpty || key.unicodeScalars.contains(where: unseen) else { return nil }
-        return "key must be a non-empty name without spaces or control characters"
+        if key.isEmpty || key.unicodeScalars.contains(where: unseen) {
+            return "key must be a non-empty name without spaces or control characters"
+        }
+        if key.utf8.count > maxKeyBytes { return "key is \(key.utf8.count) bytes long; at most \(maxKeyBytes)" }
+        return nil
     }
 
     package var key: String

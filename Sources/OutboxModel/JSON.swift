@@ -212,23 +212,31 @@ extension JSON {
             guard i >= start else { continue }
             let length = escapedLength(text, at: i)
             guard length > 0 else { continue }
-            out.append(contentsOf: UnsafeBufferPointer(rebasing: text[start..<i]))
+            if start < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: text[start..<i])) }
             start = i + length
+            // Byte by byte, nothing allocated: a body of control bytes has one escape a byte.
+            out.append(0x5C)
             switch byte {
-            case 0x22: out += [0x5C, 0x22]
-            case 0x5C: out += [0x5C, 0x5C]
-            case 0x0A: out += [0x5C, UInt8(ascii: "n")]
-            case 0x0D: out += [0x5C, UInt8(ascii: "r")]
-            case 0x09: out += [0x5C, UInt8(ascii: "t")]
-            case 0x08: out += [0x5C, UInt8(ascii: "b")]
-            case 0x0C: out += [0x5C, UInt8(ascii: "f")]
+            case 0x22: out.append(0x22)
+            case 0x5C: out.append(0x5C)
+            case 0x0A: out.append(UInt8(ascii: "n"))
+            case 0x0D: out.append(UInt8(ascii: "r"))
+            case 0x09: out.append(UInt8(ascii: "t"))
+            case 0x08: out.append(UInt8(ascii: "b"))
+            case 0x0C: out.append(UInt8(ascii: "f"))
             default:
                 var scalar = UInt32(byte)
                 if length == 2 { scalar = UInt32(text[i + 1]) }
                 if length == 3 { scalar = 0x2000 | UInt32(text[i + 1] & 0x3F) << 6 | UInt32(text[i + 2] & 0x3F) }
-                let digits = Array("0123456789abcdef".utf8)
-                out += [0x5C, UInt8(ascii: "u")]
-                for shift in stride(from: 12, through: 0, by: -4) { out.append(digits[Int(scalar >> UInt32(shift) & 0xF)]) }
+                func hex(_ shift: UInt32) -> UInt8 {
+                    let digit = UInt8(truncatingIfNeeded: scalar >> shift & 0xF)
+                    return digit < 10 ? 0x30 + digit : 0x57 + digit
+                }
+                out.append(UInt8(ascii: "u"))
+                out.append(hex(12))
+                out.append(hex(8))
+                out.append(hex(4))
+                out.append(hex(0))
             }
         }
         out.append(contentsOf: UnsafeBufferPointer(rebasing: text[start...]))

@@ -333,7 +333,7 @@ private struct JSONReader {
             if c >= 0x80 { ascii = false }
             if c != UInt8(ascii: "\\") { index += 1; continue }
             escaped = true
-            buffer.append(contentsOf: bytes[runStart..<index])
+            if runStart < index { buffer.append(contentsOf: bytes[runStart..<index]) }
             index += 1
             guard index < bytes.count else { throw fail("unterminated string") }
             let e = bytes[index]
@@ -361,7 +361,8 @@ private struct JSONReader {
                     throw fail("lone surrogate in \\u escape")
                 }
                 guard let scalar = Unicode.Scalar(code) else { throw fail("bad \\u escape") }
-                buffer.append(contentsOf: Array(String(Character(scalar)).utf8))
+                // Encoded in place: a body of escaped control bytes has one escape a byte.
+                UTF8.encode(scalar) { buffer.append($0) }
             default:
                 throw fail("bad escape")
             }

@@ -182,7 +182,12 @@ package enum RequestBuilder {
         var followRedirects = 0
         if let f = try field("follow_redirects") {
             guard let n = f.int64Value, (0...50).contains(n) else {
-                throw .invalid("request.follow_redirects must be a whole number from 0 to 50, not \(f.serialized().prefix(40))")
+                // Text that reads as a number is still text: a template keeps its value's type.
+                let what = f.stringValue != nil ? "the text " : ""
+                throw .invalid(
+                    "request.follow_redirects must be a whole number from 0 to 50, not \(what)\(f.serialized().prefix(40))"
+                        + (f.stringValue.flatMap { Int($0) } != nil
+                            ? " (a template keeps its value's type: give the var a number, 3 not \"3\")" : ""))
             }
             followRedirects = Int(n)
         }

@@ -56,6 +56,9 @@ struct DocumentedBehaviourTests {
     @Test func completionHelpNamesList() throws {
         let r = try CLIProject().run("completion", "--help")
         #expect(r.out.contains("--list keys|ids"), "\(r.out)")
+        // `--list` takes no shell name: the usage shows the two calls apart.
+        #expect(
+            r.out.contains("Usage: outbox completion bash|zsh|fish\n       outbox completion --list keys|ids\n"), "\(r.out)")
     }
 
     @Test func showHasPartsForAnEntrySentWhole() throws {

@@ -109,3 +109,27 @@ struct AttemptClassifierTests {
         #expect(result == c.expected)
     }
 }
+
+/// A failure's message becomes the entry's reason, which the stores index: a long one (a
+/// path, a server's text) is cut on a character boundary, never mid-character.
+struct ReasonLengthTests {
+    @Test(arguments: [("a", 5_000), ("é", 3_000), ("日本", 2_000), ("🚀", 1_500)])
+    func aLongFailureMessageIsCutInTheReason(_ piece: String, _ count: Int) throws {
+        let message = String(repeating: piece, count: count)
+        let klass = AttemptClassifier.classify(
+            status: nil, failure: TransportFailure(.network, message), body: [], accept: [], exempt: [])
+        guard case let .retry(reason) = klass else {
+            Issue.record("expected a retry, got \(klass)")
+            return
+        }
+        #expect(reason.utf8.count <= AttemptClassifier.maxReasonBytes + "network: ".utf8.count)
+        #expect(reason.hasPrefix("network: " + piece) && reason.hasSuffix("…"))
+        #expect(String(reason.dropFirst("network: ".count).dropLast()).allSatisfy { String($0) == piece || piece.contains($0) })
+    }
+
+    @Test func aShortFailureMessageIsKeptWhole() {
+        let klass = AttemptClassifier.classify(
+            status: nil, failure: TransportFailure(.timeout, "stalled"), body: [], accept: [], exempt: [])
+        #expect(klass == .retry(reason: "timeout: stalled"))
+    }
+}

@@ -93,6 +93,21 @@ extension FaultServerTests {
         #expect(try await p.list().map { $0.string("state") } == ["error"])
     }
 
+    /// A redirect loop whose reused connection died on the way (libcurl sent that request again
+    /// on a new one) is named for the redirects, not for the reset libcurl recovered from.
+    @Test func aRedirectLoopPastAResetIsNamedForItsRedirects() async throws {
+        let p = try Project(
+            config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 1")])
+        let again = TestResponse(status: 307, headers: [("Location", "/loop")])
+        p.server.script("/loop", [again, TestResponse(action: .resetBeforeResponse), again])
+        try await p.enqueue("t", path: "/loop", id: "loop")
+        try await p.drain(failures: 1)
+        let hook = try #require(p.deliveries("loop").first)
+        #expect(hook.string("stdin.error.kind") == "http", "\(hook.serialized())")
+        #expect(hook.string("stdin.error.message") == "redirect: Maximum (1) redirects followed", "\(hook.serialized())")
+        #expect(p.server.requests(path: "/loop").count == 3)
+    }
+
     /// A redirect that was followed to a malformed answer is a network failure like any
     /// other malformed answer, not a refused redirect.
     @Test func aFollowedRedirectToAMalformedAnswerIsRetried() async throws {

@@ -87,6 +87,8 @@ import Testing
         let finished = await runner.wait()
         #expect(finished.exitCode == (drain ? 4 : 0), "\(finished.description)")
         #expect(finished.stderr.contains("at the end of the grace"), "\(finished.stderr)")
+        // The runner ends: the delivery is the next run's, not one due in a moment.
+        #expect(finished.stderr.contains("(delivery 1); it will be delivered again by the next run (not before "), "\(finished.stderr)")
         #expect(hookProcess.hasEnded, "the hook \(pid) still runs")
         let outcomes = try #require(try await p.show("w")?["outcomes"]?.arrayValue)
         #expect(outcomes.first?["acknowledged"] == .bool(false))

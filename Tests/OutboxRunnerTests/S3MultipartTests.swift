@@ -355,6 +355,34 @@ import TestSupport
         #expect(server.requests.filter { $0.method == "HEAD" }.count == 1)
     }
 
+    /// A lost upload whose HEAD finds no object: that HEAD settles the entry `error`, and its
+    /// attempt says `error` (not `retry`, as a 404 of a part would be). The abort that follows
+    /// is cleanup, no attempt: the summary counts what the attempt events show, and the log
+    /// says the upload was aborted.
+    @Test func aLostUploadWithNoObjectSettlesErrorAndItsHeadSaysSo() async throws {
+        let sandbox = try await Self.stage()
+        let server = sandbox.server
+        server.script(
+            "/crash/big.bin?uploadId=",
+            [.status(404, body: "<Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>")])
+        server.script("/crash/big.bin?partNumber=", [.status(200, headers: [("ETag", "\"part\"")])])
+        server.script("/crash/big.bin", [.status(404)])
+        let run = try await sandbox.outbox(["run", "--drain", "--events", "-"], environment: Self.testingCredentials)
+        #expect(run.status == 1, "\(run.stderr)")
+        let events = run.stdout.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        let attempts = events.filter { $0["type"] as? String == "attempt" }
+        let heads = attempts.filter { $0["method"] as? String == "HEAD" }
+        #expect(heads.map { $0["outcome"] as? String } == ["error"], "\(heads)")
+        #expect(server.requests.filter { $0.method == "DELETE" }.count == 1, "the upload is aborted")
+        #expect(!attempts.contains { $0["method"] as? String == "DELETE" })
+        #expect(run.stderr.contains(" \(attempts.count) attempts in "), "\(attempts.count) attempt events: \(run.stderr)")
+        #expect(run.stderr.contains("aborted the multipart upload of big (HTTP "), "\(run.stderr)")
+        let shown = try #require(try await sandbox.show("big"))
+        #expect(shown["state"] as? String == "error")
+    }
+
     /// A Complete that fails is an attempt of its own (an event, a row of the attempt log),
     /// and backs off as a first failure, not as one after every part the entry sent.
     /// Create, each part and Complete are one attempt each, numbered in the order they

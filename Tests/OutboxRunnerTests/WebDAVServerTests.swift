@@ -236,5 +236,15 @@ struct WebDAVServer {
         #expect(run.status == 0 && run.stderr.contains("6 completed, 0 error"), "\(run)")
         #expect(Self.files(under: served) == expected)
         #expect(try await sandbox.list().isEmpty)
+
+        // A MOVE sent again (as after a kill while it was in flight) finds its source gone and
+        // its name taken: the server's 404 or 412 completes it, and the published file stays
+        // (with `Overwrite: T`, rclone deleted it and answered 403).
+        let again = try await sandbox.outbox(["enqueue", "dav.move", "--vars", #"{"relative_path": "two words.txt"}"#], environment: env)
+        #expect(again.status == 0, "\(again)")
+        let second = try await sandbox.outbox(["run", "--drain"], environment: env)
+        #expect(second.status == 0 && second.stderr.contains("1 completed, 0 error"), "\(second)")
+        #expect(Self.files(under: served) == expected)
+        #expect(try await sandbox.list().isEmpty)
     }
 }

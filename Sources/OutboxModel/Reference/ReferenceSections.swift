@@ -47,10 +47,12 @@ enum ReferenceSections {
 
             In `request.url` and a parts plan's `url`, a tag inside a longer URL is percent-encoded:
             every byte but the unreserved characters `A-Z a-z 0-9 - . _ ~` becomes `%XX`, and a value
-            made only of dots is encoded whole (`%2E%2E%2E`). In the path, a tag whose value makes a
-            segment `.` or `..` is `E_INVALID` (with `| raw` and `| path` too, and for a whole URL from
-            one tag; a segment also ends at `%2F` and `%5C` here), since servers decode `%2E%2E` and
-            `%2F` before they resolve dots. A tag in the scheme or host is `E_INVALID` unless it uses
+            made only of dots is encoded whole (`%2E%2E%2E`; exactly `.` or `..` gives `%2E` or
+            `%2E%2E`, also as a path segment of its own). In the path, every other way a tag makes a
+            segment `.` or `..` is `E_INVALID`: beside a dot of the template or another tag, with
+            `| raw` and `| path`, and in a whole URL from one tag (a segment also ends at `%2F` and
+            `%5C` here), since servers decode `%2E%2E` and `%2F` before they resolve dots. A tag in
+            the scheme or host is `E_INVALID` unless it uses
             `| raw`. The rendered URL must be absolute `http://` or `https://` with a host and a port
             of 1–65535; spaces, control and non-ASCII characters are refused, and a `%` must start a
             `%XX` escape. The URL is sent exactly as rendered, never re-encoded or normalized.

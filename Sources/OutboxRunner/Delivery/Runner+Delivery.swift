@@ -387,8 +387,12 @@ extension Runner {
         if streak <= 1 || streak & (streak - 1) == 0 {
             let inARow = streak > 1 ? " (\(streak) hooks in a row could not start)" : ""
             let which = tries.map { "try \($0)" } ?? "delivery \(deliveries)"
+            // A runner that is stopping makes no more deliveries: the next run does.
+            let when =
+                shutdown.isStopping
+                ? "by the next run (not before \(Units.formatDuration(ms: delay)) from now)" : "in \(Units.formatDuration(ms: delay))"
             log(
-                "outbox: \(failure) for \(entryID) (\(which)); it will be delivered again in \(Units.formatDuration(ms: delay))\(inARow)",
+                "outbox: \(failure) for \(entryID) (\(which)); it will be delivered again \(when)\(inARow)",
                 level: .warn, fields: [("id", .string(entryID))])
         }
         summary.deliveryFailures += 1

@@ -83,7 +83,8 @@ extension Runner {
             request, host: host, slot: false, standby: false, progress: nil,
             completion: { result in mailbox.post(.transferDone(token: token, result: result)) })
         flights.byToken[token] = flight
-        summary.attempts += 1
+        // The abort is cleanup after the entry settled: no attempt, in the summary either.
+        if step != .abort { summary.attempts += 1 }
     }
 
     static func completeXML(_ parts: [StoredPart]) -> String {
@@ -133,6 +134,9 @@ extension Runner {
             } else if let aborted = flight.abortedUpload {
                 // Gone for good: `retry --errors` starts the entry over with a new upload.
                 try store.forgetS3Upload(entrySeq: aborted.entrySeq, uploadID: aborted.uploadID)
+                log(
+                    "outbox: aborted the multipart upload of \(flight.entryID) (HTTP \(result.status ?? 0))",
+                    fields: [("id", .string(flight.entryID))])
             }
             return
         }
@@ -168,8 +172,12 @@ extension Runner {
         // S3 may answer 200 and put an error in the body: to be retried. A result names the
         // object's ETag (its root is CompleteMultipartUploadResult; ...Response on some S3-compatible servers).
         if step == .complete, case .success = klass, body.contains("<Error>") || Self.xmlElement("ETag", in: result.body) == nil {
-            klass = .retry(reason: "CompleteMultipartUpload answered 200 with \(Self.xmlElement("Code", in: result.body) ?? "no result")")
+            let code = Self.xmlElement("Code", in: result.body).map { AttemptClassifier.cut($0, bytes: 100) }
+            klass = .retry(reason: "CompleteMultipartUpload answered 200 with \(code ?? "no result")")
         }
+        // The HEAD after a lost upload that finds no object settles the entry `error` (below):
+        // its attempt says so, whatever a 404 of a part would be.
+        if step == .head, result.status == 404 { klass = .terminal(reason: "the multipart upload is gone and there is no object") }
         // Create, Complete and the HEAD after a lost upload are attempts like the parts: in
         // the events and the entry's attempt log.
         let event = OutcomePayloads.attemptEvent(
