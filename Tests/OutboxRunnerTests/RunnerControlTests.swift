@@ -446,12 +446,18 @@ import Testing
     /// A chain whose plugin failed at the settle waits for its delivery; built again then, a
     /// plugin that is slow this time runs beside the runner too: other entries are sent and
     /// delivered meanwhile, and the parent's outcome is delivered with its chain once built.
-    @Test func aChainBuiltAgainAtDeliveryDoesNotHoldTheQueue() async throws {
+    /// On PostgreSQL too, where runners share the store and the chain is built before the
+    /// delivery is claimed.
+    @Test(arguments: [false, true])
+    func aChainBuiltAgainAtDeliveryDoesNotHoldTheQueue(postgres: Bool) async throws {
         let parent = definition("order", top: "then:\n  on_success:\n    - key: receipt\n      id: \"r-{{ entry.id }}\"\n")
         let receipt = "key: receipt\nrequest_command: hooks/receipt.sh\non_success: hooks/record.sh\n"
         let p = try Project(
             config: fastConfig + "plugins: { timeout: 1h }\n",
             definitions: ["order": parent, "receipt": receipt, "plain": definition("plain")])
+        if postgres {
+            p.environment["OUTBOX_STORE"] = try PostgresCluster.shared().url(schema: PostgresCluster.uniqueSchema("chain"))
+        }
         defer { p.touch("hooks/go") }
         try p.write(
             "hooks/receipt.sh",

@@ -92,6 +92,8 @@ extension Runner {
             // acknowledgements commit first, on their own.
             try acknowledgeFinished(now: now)
             counts = try store.claimDeliveries(seqs: seqs, lease: lease)
+            // A chain built beside for an outcome another runner claimed is that runner's to build.
+            for seq in seqs where counts[seq] == nil { delivery.chainsBuilt[seq] = nil }
         } else {
             // The only runner counts them with the acknowledgements of the hooks that ended.
             if !delivery.finished.isEmpty { Fault.point("hook.before-ack") }
@@ -114,8 +116,8 @@ extension Runner {
             contended = true
             delivery.due = true
         }
-        // A chain that waits for the delivery is built once the delivery is this runner's (a
-        // follow-up's plugin does not run for an outcome another runner claimed).
+        // A chain that waits for the delivery is applied once the delivery is this runner's: built
+        // beside this thread before (`buildsChainBeside`), or here when no plugin builds it.
         for i in starting.indices
         where counts[starting[i].outcome.seq] != nil && Settlement.thenWaitsForDelivery(starting[i].outcome.payload) {
             guard let definition = definitions.definitions[starting[i].outcome.key] else { continue }

@@ -183,10 +183,11 @@ extension Runner {
     /// Whether this outcome's delivery waits for its chain to be built beside this thread: a
     /// chain that waits for delivery (its plugin failed at the settle) and whose build may run a
     /// plugin is started here, once, and the outcome is delivered in a turn after it is built
-    /// (`thenAtDelivery` takes the result). On a store runners share it is built as the
-    /// delivery is claimed instead: a plugin does not run for another runner's delivery.
+    /// (`thenAtDelivery` takes the result). On a store runners share, the outcome is no other
+    /// runner's yet either: one that claims it first builds the chain again for itself, and
+    /// this build is dropped when the claim here fails.
     func buildsChainBeside(_ definition: Definition, outcome: OutcomeRecord) throws(OutboxError) -> Bool {
-        guard !store.sharesRunners, Settlement.thenWaitsForDelivery(outcome.payload),
+        guard Settlement.thenWaitsForDelivery(outcome.payload),
             delivery.chainsBuilt[outcome.seq] == nil, followUpsRunPlugins(definition, outcome: outcome.outcome)
         else { return false }
         if delivery.chainsBuilding.contains(outcome.seq) { return true }
