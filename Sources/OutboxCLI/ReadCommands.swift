@@ -327,7 +327,11 @@ enum ReadCommands {
             )
         }
         if project.definitions.definitions[e.key] == nil {
-            reasons.append("no definition has its key \(e.key): its outcome will wait (unhandled-key)")
+            // A file that defines the key with errors is not a missing definition: `check` names them.
+            let why =
+                project.definitions.brokenKeys[e.key] != nil || project.definitions.disabledByThen[e.key] != nil
+                ? "the definition of \(e.key) has errors (`outbox check` names them)" : "no definition has its key \(e.key)"
+            reasons.append("\(why): its outcome will wait (unhandled-key)")
         }
         if reasons.isEmpty { reasons.append("nothing holds it: the next `outbox run` sends it") }
         if i.json {

@@ -86,6 +86,8 @@ enum RunCommand {
         let metricsAddress = try i.args.value("metrics-listen").map { (text) throws(OutboxError) in try MetricsListener.Address.parse(text)
         }
         let project = try i.project()
+        // A runner that reads no definitions would send, then hold every outcome unhandled.
+        if let problem = project.definitionsFolderProblem { throw OutboxError(.config, problem) }
         var config = project.config
         options.limits.apply(to: &config)
         let store = try project.store()

@@ -224,6 +224,14 @@ package final class Runner {
                 return
             }
         }
+        // A definitions folder gone (or a typo in its path) would hold every outcome unhandled.
+        guard Paths.isDirectory(newConfig.definitions) else {
+            let what = Paths.exists(newConfig.definitions) ? "is not a folder" : "does not exist"
+            log(
+                "outbox: reload: the definitions folder \(newConfig.definitions) \(what); the config and definitions in use are kept",
+                level: .error)
+            return
+        }
         // As at a start: a file with errors disables its own key (its outcomes are held until
         // it is fixed), never the others' fixes and changes.
         let newDefinitions = DefinitionSet.load(folder: newConfig.definitions)

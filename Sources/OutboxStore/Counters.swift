@@ -5,7 +5,7 @@ import OutboxModel
 /// request-duration histogram. Every value is a whole number; a runner adds to them in the
 /// same transaction as the changes they count.
 package enum Counter: String, Sendable, CaseIterable {
-    /// Attempts by key and result (success, retry, auth, error, skipped).
+    /// Attempts by key and result (success, retry, auth, error, aborted, skipped).
     case attempts = "outbox_attempts_total"
     /// Request body bytes sent, retries and re-sent parts included, by key.
     case sentBytes = "outbox_sent_bytes_total"

@@ -294,6 +294,21 @@ struct ControlCommandTests {
         #expect(!p.run("explain", "later").out.contains("held until"))
     }
 
+    /// `explain` tells a definition with errors from a missing one: the first is fixed by
+    /// what `check` names, the second by writing it.
+    @Test func explainTellsABrokenDefinitionFromAMissingOne() throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "plain", "--vars", "{}", "--id", "e").status == 0)
+        let file = try p.write("definitions/plain.yaml", "key: plain\nrequest:\n  url: https://api.example.com/plain\nbogus: 1\n")
+        let broken = p.run("explain", "e")
+        #expect(
+            broken.out.contains("- the definition of plain has errors (`outbox check` names them): its outcome will wait (unhandled-key)"),
+            "\(broken)")
+        try FileManager.default.removeItem(atPath: file)
+        let missing = p.run("explain", "e")
+        #expect(missing.out.contains("- no definition has its key plain: its outcome will wait (unhandled-key)"), "\(missing)")
+    }
+
     @Test func aSameBodyEnqueueWithADelayShowsTheHoldAsTheNextAttempt() throws {
         let p = try CLIProject()
         #expect(p.run("enqueue", "plain", "--vars", "{}", "--id", "dq").status == 0)

@@ -18,6 +18,24 @@ struct MetricsTests {
         return out
     }
 
+    /// An attempt outbox stopped after it went out (a cancel) counts as `aborted`, as its event
+    /// says: not `retry`, since it is never sent again.
+    @Test func aCancelledAttemptCountsAsAborted() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        defer { p.server.release("c") }
+        try await p.enqueue("t", path: "/hold/c", id: "c")
+        let runner = try p.start(["run", "--events", "-"])
+        #expect(await p.server.waitForHeld("c"))
+        #expect(try await p.outbox(["cancel", "c"]).exitCode == 0)
+        await eventually("the cancel reported") { runner.stdoutSoFar.contains(#""outcome":"aborted""#) }
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished)")
+        let s = Self.samples(try await p.outbox(["stats", "--prometheus"]).stdout)
+        #expect(s[#"outbox_attempts_total{key="t",result="aborted"}"#] == "1", "\(s)")
+        #expect(s[#"outbox_attempts_total{key="t",result="retry"}"#] == nil, "\(s)")
+    }
+
     @Test func countersAreKeptInTheStoreAcrossRuns() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/seq/m/503,200", id: "a")

@@ -60,11 +60,20 @@ struct ReloadTests {
         await eventually("the refused config logged") { runner.stderrSoFar.contains("the config in use is kept") }
         #expect(!runner.stderrSoFar.contains("RELOAD-SECRET-3"), "\(runner.stderrSoFar)")
 
+        // A definitions folder that is not there (a typo in its path) keeps the ones in use:
+        // the outcome still finds its definition and hook.
+        try p.writeConfig(fastConfig + "definitions: no-such-folder\n")
+        runner.signal(SIGHUP)
+        await eventually("the missing folder logged") {
+            runner.stderrSoFar.contains("no-such-folder does not exist; the config and definitions in use are kept")
+        }
+
         p.server.release("a")
         await eventually("the outcome delivered to the reloaded hook") { p.deliveries("a").count == 1 }
         runner.signal(SIGTERM)
         let finished = await runner.wait(timeout: 60)
         #expect(finished.exitCode == 0, "SIGHUP no longer ends the runner: \(finished.description)")
+        #expect(!finished.stderr.contains("unhandled"), "\(finished.stderr)")
     }
 }
 

@@ -109,6 +109,9 @@ import Testing
         runner.signal(SIGQUIT)
         let finished = await runner.wait()
         #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
+        // Said as it is done: no grace is offered.
+        #expect(finished.stderr.contains("outbox: stopping now; attempts in flight are stopped"), "\(finished.stderr)")
+        #expect(!finished.stderr.contains("may finish within"), "\(finished.stderr)")
         #expect(hookProcess.hasEnded, "the hook \(pid) still runs")
         let outcomes = try #require(try await p.show("q")?["outcomes"]?.arrayValue)
         #expect(outcomes.first?["acknowledged"] == .bool(false))

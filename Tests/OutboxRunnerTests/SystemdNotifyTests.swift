@@ -1,6 +1,7 @@
 import Foundation
 import Glibc
 import OutboxModel
+import OutboxRunner
 import TestSupport
 import Testing
 
@@ -62,6 +63,15 @@ struct SystemdNotifyTests {
         #expect(await runner.wait(timeout: 60).exitCode == 0)
         #expect(notify.drain().filter { $0 == "STOPPING=1" }.count == 1)
         #expect(notify.drain().first?.contains("MAINPID=\(runner.pid)") == true)
+    }
+
+    /// As systemd's own library does: pings are asked of the process WATCHDOG_PID names, when set.
+    @Test(arguments: [(nil, true), ("self", true), ("1", false), ("not-a-pid", false)])
+    func theWatchdogIsOursOnlyWhenWatchdogPidNamesUs(_ pid: String?, _ pings: Bool) throws {
+        var environment = ["NOTIFY_SOCKET": "@outbox-test-\(getpid())", "WATCHDOG_USEC": "200000"]
+        environment["WATCHDOG_PID"] = pid == "self" ? String(getpid()) : pid
+        let notifier = try #require(SystemdNotifier(environment: environment))
+        #expect(notifier.watchdogEveryMs == (pings ? 100 : nil))
     }
 
     @Test func withoutNotifySocketNothingIsSentAndTheRunWorks() async throws {

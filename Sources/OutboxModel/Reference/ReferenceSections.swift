@@ -101,6 +101,10 @@ enum ReferenceSections {
             ["`PATH`", "`outbox check`, hooks and plugins", "where a command's program without a `/` is looked up"],
             ["`NOTIFY_SOCKET`", "`outbox run`", "systemd `Type=notify`: `READY=1` once the store is held, `STOPPING=1` at the end"],
             ["`WATCHDOG_USEC`", "`outbox run`", "with `NOTIFY_SOCKET`: `WATCHDOG=1` at half this interval"],
+            [
+                "`WATCHDOG_PID`", "`outbox run`",
+                "when set, the pings are sent only if it is the runner's own pid (as systemd's library does)",
+            ],
             ["`OUTBOX_FAULT`", "debug builds only", "`name[:n]`: the process kills itself at a named point (crash tests)"],
             [
                 "`OUTBOX_FAULT_HOLD`", "debug builds only",

@@ -27,7 +27,9 @@ package final class SystemdNotifier: @unchecked Sendable {
             for (i, b) in bytes.enumerated() { raw[i] = b }
         }
         addressLength = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + (bytes[0] == 0 ? 0 : 1))
-        if let usec = environment["WATCHDOG_USEC"].flatMap(Int64.init), usec > 0 {
+        // As sd_watchdog_enabled(): a WATCHDOG_PID naming another process means the pings are not ours to send.
+        let forUs = environment["WATCHDOG_PID"].map { Int32($0) == getpid() } ?? true
+        if forUs, let usec = environment["WATCHDOG_USEC"].flatMap(Int64.init), usec > 0 {
             watchdogEveryMs = max(1, usec / 2000)
         } else {
             watchdogEveryMs = nil

@@ -213,8 +213,9 @@ extension Runner {
             entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
             method: flight.method, partIndex: flight.partIndex, result: result, outcome: klass, at: now,
             secrets: { self.secretValues(of: flight, result: result) })
-        if result.failure?.kind == .aborted { event.set("outcome", .string("aborted")) }
-        countAttempt(entry, klass: klass, result: result)
+        let aborted = result.failure?.kind == .aborted
+        if aborted { event.set("outcome", .string("aborted")) }
+        countAttempt(entry, klass: klass, result: result, aborted: aborted)
         emit(event)
         changes.append(.attempt(entryID: entry.id, generation: entry.generation, at: now, payload: event, requestID: flight.requestID))
     }
@@ -247,11 +248,13 @@ extension Runner {
             accept: entry.request.accept, exempt: Set(entry.request.retry.exempt))
     }
 
-    /// Adds an attempt to the store's counters, committed with the attempt's own changes.
-    func countAttempt(_ entry: Entry, klass: AttemptOutcomeClass, result: HTTPResult) {
+    /// Adds an attempt to the store's counters, committed with the attempt's own changes;
+    /// `aborted`: outbox stopped it (its event says `aborted`), whatever it would have led to.
+    func countAttempt(_ entry: Entry, klass: AttemptOutcomeClass, result: HTTPResult, aborted: Bool = false) {
         let outcome: String
         var accepted = false
         switch klass {
+        case _ where aborted: outcome = "aborted"
         case .success: (outcome, accepted) = ("success", true)
         case .retry: outcome = "retry"
         case .awaitingAuth: outcome = "auth"

@@ -52,9 +52,12 @@ struct Shutdown: Equatable {
             } else if stopRequests >= 1 {
                 phase = .draining(deadline: now + graceMs)
                 requestsAtDrain = 1
+                // SIGQUIT counts as two requests: it stops at once, below.
                 actions.append(
                     .log(
-                        "outbox: stopping; attempts in flight may finish within \(Units.formatDuration(ms: graceMs)) (signal again to stop now)"
+                        stopRequests > 1
+                            ? "outbox: stopping now; attempts in flight are stopped"
+                            : "outbox: stopping; attempts in flight may finish within \(Units.formatDuration(ms: graceMs)) (signal again to stop now)"
                     ))
             }
         }

@@ -19,6 +19,8 @@ struct ShutdownTests {
     }
 
     static let stopping = "outbox: stopping; attempts in flight may finish within 30s (signal again to stop now)"
+    /// Two requests at once (SIGQUIT, or two signals in one turn): no grace is offered.
+    static let stoppingNow = "outbox: stopping now; attempts in flight are stopped"
     static let maxTime = "outbox: --max-time reached; attempts in flight may finish within 30s (signal to stop now)"
 
     static let cases: [Case] = [
@@ -45,7 +47,7 @@ struct ShutdownTests {
         Case(
             name: "two requests seen in one turn drain and abort in that turn",
             steps: [
-                Step(at: 5, requests: 2, actions: [.log(stopping), .abortStandby, .abortInFlight], phase: .aborting)
+                Step(at: 5, requests: 2, actions: [.log(stoppingNow), .abortStandby, .abortInFlight], phase: .aborting)
             ]),
         Case(
             name: "--max-time drains like a first request: the next one aborts", maxTimeMs: 1000,
