@@ -32,6 +32,30 @@ struct LiveControlEventsTests {
         #expect(Self.states(finished.stdout, "first").allSatisfy { $0 != "paused" }, "a running entry is not reported paused")
     }
 
+    /// An entry waiting as a standby request when the queue is paused goes back as `paused`:
+    /// its state event says what `list --json` says then.
+    @Test func aStandbyWithdrawnByAPauseIsReportedPaused() async throws {
+        let p = try Project(config: fastConfig + "concurrency: 1\n", definitions: ["a": definition("a")])
+        defer { p.server.release("a") }
+        try await p.enqueue("a", path: "/hold/a", id: "first")
+        let runner = try p.start(["run", "--events", "-"])
+        #expect(await p.server.waitForHeld("a"))
+        try await p.enqueue("a", path: "/status/200", id: "second")
+        await eventually("the second waits as a standby request") { (try? await p.states()["second"]) == "running" }
+
+        #expect(try await p.outbox(["pause"]).exitCode == 0)
+        await eventually("the standby withdrawn") { (try? await p.states()["second"]) == "paused" }
+        await eventually("its state event") { Self.states(runner.stdoutSoFar, "second").last == "paused" }
+        #expect(Self.states(runner.stdoutSoFar, "second").last == "paused", "\(runner.stdoutSoFar)")
+
+        #expect(try await p.outbox(["resume"]).exitCode == 0)
+        p.server.release("a")
+        await eventually("both delivered") { p.deliveries("first").count == 1 && p.deliveries("second").count == 1 }
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0, "\(finished.description)")
+    }
+
     @Test func aHeadersUpdateByAnotherProcessIsAStateEvent() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         p.server.script("/auth", [.status(401), .status(200)])

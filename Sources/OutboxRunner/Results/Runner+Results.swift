@@ -92,7 +92,9 @@ extension Runner {
                 flights.running[entry.id] = nil
                 if requeue {
                     changes.append(.requeue(entryID: entry.id))
-                    emitState(entry, state: .queued, reason: entry.reason)
+                    // Withdrawn by a pause: shown as `list` shows it then.
+                    let paused = control.isPaused(key: entry.key)
+                    emitState(entry, state: paused ? .paused : .queued, reason: paused ? "paused" : entry.reason)
                 }
                 return
             }
