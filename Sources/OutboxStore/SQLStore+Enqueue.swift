@@ -134,15 +134,15 @@ extension SQLStore {
         return staged
     }
 
-    /// The bytes an entry already moved into the store, when a replacing body names the same
-    /// source path and that path is gone: the store holds the only copy, so it is reused.
+    /// The bytes an entry already moved or copied into the store, when a replacing body names
+    /// the same source path and that path is gone: the store holds the only copy, so it is reused.
     static func reusableMovedBody(_ existing: Entry, for body: PreparedBody) -> StagedBody? {
         let identity: FileIdentity
         switch body {
-        case let .file(file, .move), let .parts(file, .move, _): identity = file
+        case let .file(file, .move), let .parts(file, .move, _), let .file(file, .copy), let .parts(file, .copy, _): identity = file
         default: return nil
         }
-        guard existing.request.ownership == .move, existing.request.file?.path == identity.path,
+        guard existing.request.ownership != .reference, existing.request.file?.path == identity.path,
             let staged = existing.bodyFile, Paths.exists(staged), !Paths.exists(identity.path)
         else { return nil }
         var reused = StagedBody()

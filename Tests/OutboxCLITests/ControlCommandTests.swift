@@ -636,6 +636,27 @@ struct HostileInputTests {
         if kind == "short" { #expect(FileManager.default.contents(atPath: db) == before, "left as it was") }
     }
 
+    /// A same-id enqueue with another body that names the path of a file the entry copied or
+    /// moved in, now gone, replaces the entry with the bytes the store holds (the only copy).
+    @Test(arguments: ["copy", "move"])
+    func aReplaceNamingAGoneFileReusesTheStagedBytes(_ ownership: String) throws {
+        let p = try CLIProject()
+        let data = try p.write("data.bin", "the only copy")
+        _ = try p.write(
+            "definitions/up.yaml",
+            "key: up\nrequest:\n  method: PUT\n  url: \"http://127.0.0.1:9/{{ vars.round }}\"\n  file: data.bin\n  ownership: \(ownership)\n"
+        )
+        #expect(p.run("enqueue", "up", "--id", "f", "--delay", "1h", "--vars", #"{"round": "first"}"#).status == 0)
+        if ownership == "copy" { unlink(data) }
+        let r = p.run("enqueue", "up", "--id", "f", "--vars", #"{"round": "second"}"#)
+        #expect(r.status == 0, "\(r)")
+        let show = try p.run("show", "f", "--json").json()
+        #expect(show["request"]?["url"] == .string("http://127.0.0.1:9/second"), "\(show)")
+        let staged = try FileManager.default.contentsOfDirectory(atPath: p.storeFolder + "/bodies")
+        #expect(staged.count == 1, "\(staged)")
+        #expect(FileManager.default.contents(atPath: p.storeFolder + "/bodies/" + (staged.first ?? "")) == Data("the only copy".utf8))
+    }
+
     /// A clock before 1970 (or past 9999): a command refuses it before it writes a time that
     /// every reader would then take for damage (an enqueue at -3,600,000 ms stopped every run).
     @Test(arguments: ["-3600000", "253402300800000"])
