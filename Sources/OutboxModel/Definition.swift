@@ -345,9 +345,11 @@ extension Definition {
     ) {
         switch node.kind {
         case .scalar:
-            // `part` renders in a parts plan alone: elsewhere in a request, or in a follow-up, it can never resolve.
+            // `part` renders in a parts plan alone: elsewhere in a request, or in a follow-up, it can never resolve;
+            // nor does `file` in a follow-up (it is the parent's `outcome`, not a file being read).
             let partless = (field.hasPrefix("request.") && !field.hasPrefix("request.parts")) || field.hasPrefix("then.")
-            let roots = (partless ? Template.allRoots.subtracting(["part"]) : Template.allRoots).subtracting(unavailable)
+            var roots = (partless ? Template.allRoots.subtracting(["part"]) : Template.allRoots).subtracting(unavailable)
+            if field.hasPrefix("then.") { roots.remove("file") }
             if case let .string(s)? = node.scalar, let problem = Template.validate(s, roots: roots) {
                 reader.error(node.mark, "\(field): \(problem)")
             }

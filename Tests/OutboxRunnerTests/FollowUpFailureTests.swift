@@ -111,7 +111,8 @@ struct FollowUpPluginFailureTests {
 struct FollowUpFieldTests {
     @Test(arguments: [
         (#"id: "{{ vars.tag }}""#, "42", "then.id must give a string, not 42"),
-        (#"delay: "{{ vars.tag }}""#, "3600", "then.delay must give a duration such as \"5m\", not 3600"),
+        (#"delay: "{{ vars.tag }}""#, "3600", "then.delay: bad duration \"3600\" (a unit is required"),
+        (#"delay: "{{ vars.tag }}""#, "true", "then.delay must give a duration such as \"5m\", not true"),
         (#"id: "{{ vars.tag }}""#, "true", "then.id must give a string, not true"),
     ])
     func aRenderedFieldOfAnotherTypeIsRefused(_ field: String, _ tag: String, _ message: String) async throws {
@@ -125,6 +126,22 @@ struct FollowUpFieldTests {
         let errors = try #require(p.deliveries("o1").first?.at("stdin.follow_up_errors")?.arrayValue)
         #expect(errors.first?["message"]?.stringValue?.hasPrefix(message) == true, "\(errors)")
         #expect(try await p.list().isEmpty, "no follow-up, sent at once or otherwise")
+    }
+
+    /// A bare 0 is a duration wherever one is written: `check` takes `delay: 0`, and so does
+    /// the settle (it lost the chain at every settle).
+    @Test func aThenDelayOfZeroEnqueuesTheFollowUpAtOnce() async throws {
+        let parent = definition(
+            "order",
+            top:
+                "then:\n  on_success:\n    - key: receipt\n      id: \"r-{{ entry.id }}\"\n      delay: 0\n      vars: { url: \"{{ vars.url }}\", tag: t }"
+        )
+        let p = try Project(definitions: ["order": parent, "receipt": definition("receipt")])
+        #expect(try await p.outbox(["check"]).exitCode == 0)
+        try await p.enqueue("order", path: "/status/200", id: "o1")
+        let run = try await p.drain(failures: 0)
+        #expect(p.deliveries("r-o1").map { $0.string("stdin.outcome") } == ["completed"], "\(run.stderr)")
+        #expect(try await p.list().isEmpty)
     }
 
     /// A follow-up to a definition with errors waits for the fix, as an outcome of such a key

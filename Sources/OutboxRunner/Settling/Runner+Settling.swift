@@ -326,8 +326,12 @@ extension Runner {
         // rules, a delay lost would send at once. Inside other text a number renders as text.
         var notBefore: Int64?
         if let value = rendered["delay"], value != .null {
-            guard let delay = value.stringValue else {
-                throw .invalid("then.delay must give a duration such as \"5m\", not \(value.serialized())")
+            // A number counts as its digits, as one written in the file does (a bare 0 is a duration).
+            let delay: String
+            switch value {
+            case let .string(text): delay = text
+            case let .number(digits): delay = digits
+            default: throw .invalid("then.delay must give a duration such as \"5m\", not \(value.serialized())")
             }
             do { notBefore = Identifiers.nowMs() + (try Units.parseDuration(delay)) } catch {
                 throw .invalid("then.delay: \(error.message)")
