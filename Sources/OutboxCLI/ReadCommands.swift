@@ -275,7 +275,16 @@ enum ReadCommands {
                 "it was refused for its credentials (none found, or S3 refused the signature: `outbox show` has the attempt's error); `outbox retry --key \(e.key)` sends it again once the runner can read valid ones"
             )
         case .awaitingAuth: reasons.append("the server answered 401/403; it waits for `outbox headers update`")
-        case .completed, .cancelled: reasons.append("it is \(e.state.rawValue); its outcome waits for its hook to exit 0")
+        case .completed, .cancelled:
+            // A delivery that failed (or a chain not built yet, before any hook ran) says why.
+            let pending = try store.outcomes(entryID: e.id).first { !$0.acknowledged && $0.reason != nil }
+            if let pending, let why = pending.reason {
+                reasons.append(
+                    "it is \(e.state.rawValue); its outcome is not delivered yet (\(pending.deliveries) hook run\(pending.deliveries == 1 ? "" : "s")): \(why); it is tried again"
+                )
+            } else {
+                reasons.append("it is \(e.state.rawValue); its outcome waits for its hook to exit 0")
+            }
         case .error: reasons.append("it settled error (\(e.reason ?? "see outbox show")); it stays until cancelled or enqueued again")
         case .queued, .paused: break
         }

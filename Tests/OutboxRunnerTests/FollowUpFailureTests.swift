@@ -79,6 +79,10 @@ struct FollowUpPluginFailureTests {
             "\(first.stderr)")
         #expect(p.server.requests.map(\.path) == ["/status/200"], "neither follow-up was enqueued")
         #expect(p.deliveries("o1").isEmpty, "the hook waits for the chain")
+        // `explain` says why, not that a hook is awaited.
+        let explain = try await p.outbox(["explain", "o1"])
+        #expect(explain.stdout.contains("its outcome is not delivered yet (0 hook runs): "), "\(explain.stdout)")
+        #expect(explain.stdout.contains("has errors"), "\(explain.stdout)")
         let show = try #require(try await p.show("o1"))
         #expect(show.at("outcomes.0.acknowledged") == .bool(false))
         #expect(show.at("outcomes.0.deliveries") == .int(0), "no hook ran")
@@ -163,6 +167,10 @@ struct FollowUpFieldTests {
         #expect(first.json?.at("failed")?["follow_up_failures"] == .array([.string("o1")]), "\(first.stdout)")
         #expect(first.json?.at("failed")?["hook_failures"] == .array([]), "\(first.stdout)")
         #expect(p.deliveries("o1").isEmpty, "the hook waits for the chain")
+        // `explain` says why, not that a hook is awaited.
+        let explain = try await p.outbox(["explain", "o1"])
+        #expect(explain.stdout.contains("its outcome is not delivered yet (0 hook runs): "), "\(explain.stdout)")
+        #expect(explain.stdout.contains("has errors"), "\(explain.stdout)")
         let show = try #require(try await p.show("o1"))
         #expect(show.at("outcomes.0.acknowledged") == .bool(false))
         #expect(show.string("outcomes.0.follow_up_errors.0.message")?.contains("broken.yaml:") == true, "\(show)")
