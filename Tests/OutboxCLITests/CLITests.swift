@@ -1082,7 +1082,7 @@ struct CLIAuditTests {
         try p.write("definitions/held.yaml", "key: held\nrequest:\n  url: \(p.url("/hold/x/status/200"))\n")
         try p.enqueue("held", vars: "{}", id: "h")
         let runner = try p.start(["run"])
-        #expect(await p.server.waitForHeld("x"))
+        #expect(await p.server.waitForHeld("x"), "the runner: \(runner.stderrSoFar)")
         // A runner on SQLite commits a turn's claims at the turn's end, after its transfers
         // started: the request can be held here before the store says the entry runs.
         await eventually("the store says h is running") { (try? p.rows().first?["state"]) == .string("running") }

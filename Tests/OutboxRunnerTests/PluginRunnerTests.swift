@@ -29,18 +29,39 @@ struct PluginRunnerTests {
         #expect(p.deliveries("a").first?.string("stdin.outcome") == "completed")
     }
 
-    /// A slow auth server holds only the parked entries: while auth_refresh_command waits,
-    /// other entries are sent and delivered; its answer then resumes the parked one.
-    @Test func aSlowAuthRefreshDoesNotHoldTheQueue() async throws {
+    /// A project whose entry `a` is refused once (401) with the stale token, and whose
+    /// auth_refresh_command says it runs (`hooks/refreshing`) and answers once `hooks/go` exists.
+    static func slowRefreshProject(function: String = #function) async throws -> Project {
         let refresh =
             "#!/bin/sh\ncat > /dev/null\ntouch hooks/refreshing\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\nprintf '{\"Authorization\": \"Bearer fresh\"}'\n"
         let p = try Project(
             config: fastConfig
                 + "auth_refresh_command: [hooks/refresh.sh]\nplugins: { timeout: 1h }\nheaders: { Authorization: \"Bearer stale\" }\n",
-            definitions: ["t": definition("t")], hooks: ["refresh.sh": refresh])
-        defer { p.touch("hooks/go") }
+            definitions: ["t": definition("t")], hooks: ["refresh.sh": refresh], function: function)
         p.server.script("/auth", [.status(401), .status(200)])
         try await p.enqueue("t", path: "/auth", id: "a")
+        return p
+    }
+
+    /// The drain ends (the park counts as a failure) with `a` sent again with the fresh token and delivered.
+    static func expectSentAgainWithTheFreshToken(
+        _ p: Project, _ runner: RunningProcess, sourceLocation: SourceLocation = #_sourceLocation
+    ) async throws {
+        let finished = await runner.wait(timeout: 60)
+        #expect(
+            finished.exitCode == 2 && !finished.timedOut, "the park is a failure of the run: \(finished)", sourceLocation: sourceLocation)
+        #expect(
+            p.server.requests(path: "/auth").map { $0.header("authorization") } == ["Bearer stale", "Bearer fresh"], "\(finished.stderr)",
+            sourceLocation: sourceLocation)
+        #expect(p.deliveries("a").map { $0.string("stdin.outcome") } == ["completed"], sourceLocation: sourceLocation)
+        #expect(try await p.list().isEmpty, sourceLocation: sourceLocation)
+    }
+
+    /// A slow auth server holds only the parked entries: while auth_refresh_command waits,
+    /// other entries are sent and delivered; its answer then resumes the parked one.
+    @Test func aSlowAuthRefreshDoesNotHoldTheQueue() async throws {
+        let p = try await Self.slowRefreshProject()
+        defer { p.touch("hooks/go") }
         // Sent again after the refresh however long the test takes on a busy machine: the
         // retry of an entry the drain sent before is due within its horizon.
         let runner = try p.start(["run", "--drain", "--horizon", "1h"])
@@ -50,37 +71,20 @@ struct PluginRunnerTests {
         #expect(try await p.states()["a"] == "awaiting-auth")
 
         p.touch("hooks/go")
-        let finished = await runner.wait(timeout: 60)
-        #expect(finished.exitCode == 2 && !finished.timedOut, "the park is a failure of the run: \(finished)")
-        #expect(
-            p.server.requests(path: "/auth").map { $0.header("authorization") } == ["Bearer stale", "Bearer fresh"], "\(finished.stderr)")
-        #expect(p.deliveries("a").map { $0.string("stdin.outcome") } == ["completed"])
-        #expect(try await p.list().isEmpty)
+        try await Self.expectSentAgainWithTheFreshToken(p, runner)
     }
 
     /// A drain waits for its own auth refresh to send the parked entry again: when the refresh
     /// answers after the drain's horizon, the entry it resumed is still sent before the drain ends.
     @Test func aDrainSendsWhatItsRefreshResumedPastItsHorizon() async throws {
-        let refresh =
-            "#!/bin/sh\ncat > /dev/null\ntouch hooks/refreshing\nwhile [ ! -e hooks/go ]; do sleep 0.05; done\nprintf '{\"Authorization\": \"Bearer fresh\"}'\n"
-        let p = try Project(
-            config: fastConfig
-                + "auth_refresh_command: [hooks/refresh.sh]\nplugins: { timeout: 1h }\nheaders: { Authorization: \"Bearer stale\" }\n",
-            definitions: ["t": definition("t")], hooks: ["refresh.sh": refresh])
+        let p = try await Self.slowRefreshProject()
         defer { p.touch("hooks/go") }
-        p.server.script("/auth", [.status(401), .status(200)])
-        try await p.enqueue("t", path: "/auth", id: "a")
         let runner = try p.start(["run", "--drain", "--horizon", "1s"])
         await eventually("the refresh runs") { p.exists("hooks/refreshing") }
         // The horizon was fixed before the refresh started: a second after now, it has passed.
         try await Task.sleep(for: .milliseconds(1_200))
         p.touch("hooks/go")
-        let finished = await runner.wait(timeout: 60)
-        #expect(finished.exitCode == 2 && !finished.timedOut, "the park is a failure of the run: \(finished)")
-        #expect(
-            p.server.requests(path: "/auth").map { $0.header("authorization") } == ["Bearer stale", "Bearer fresh"], "\(finished.stderr)")
-        #expect(p.deliveries("a").map { $0.string("stdin.outcome") } == ["completed"])
-        #expect(try await p.list().isEmpty)
+        try await Self.expectSentAgainWithTheFreshToken(p, runner)
     }
 
     /// A slow Wi-Fi check plugin holds only the wifi-only entries: while it runs, other entries
