@@ -23,9 +23,10 @@ extension SQLiteStore {
         return limit.map { Array(open.prefix($0)) } ?? open
     }
 
-    /// Counts a delivery before its hook starts (so a crash mid-hook is seen as a delivery), returning the new count.
-    package func beginDelivery(seq: Int64) throws(OutboxError) -> Int64 {
-        try beginDeliveries(seqs: [seq])[seq] ?? 0
+    /// Counts a delivery before its hook starts (so a crash mid-hook is seen as a delivery), returning the new count;
+    /// nil for an outcome no longer there (its entry was cancelled since it was read): no hook starts for it.
+    package func beginDelivery(seq: Int64) throws(OutboxError) -> Int64? {
+        try beginDeliveries(seqs: [seq])[seq]
     }
 
     /// Counts a delivery of each outcome in one transaction: the hooks a turn starts cost one commit.
@@ -34,14 +35,13 @@ extension SQLiteStore {
         return try db.transaction { () throws(OutboxError) -> [Int64: Int64] in try countDeliveries(seqs) }
     }
 
-    /// Inside the caller's transaction: one more delivery of each outcome, and the new counts.
+    /// Inside the caller's transaction: one more delivery of each outcome still there, and the new counts.
     private func countDeliveries(_ seqs: [Int64]) throws(OutboxError) -> [Int64: Int64] {
         var counts: [Int64: Int64] = [:]
         for seq in seqs {
-            counts[seq] =
-                try db.queryOne(
-                    "UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ? RETURNING deliveries", [.int(seq)]
-                ) { $0.int(0) } ?? 0
+            counts[seq] = try db.queryOne(
+                "UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ? RETURNING deliveries", [.int(seq)]
+            ) { $0.int(0) }
         }
         return counts
     }

@@ -185,8 +185,8 @@ package protocol Store: AnyObject {
     func deliverableOutcomes(
         now: Int64, keys: Set<String>, excludingIDs: Set<String>, limit: Int?, horizon: Int64?
     ) throws(OutboxError) -> [OutcomeRecord]
-    /// Counts a delivery before its hook starts; returns the new count.
-    func beginDelivery(seq: Int64) throws(OutboxError) -> Int64
+    /// Counts a delivery before its hook starts; returns the new count, nil for an outcome gone (no hook starts).
+    func beginDelivery(seq: Int64) throws(OutboxError) -> Int64?
     /// Counts a delivery of each outcome before their hooks start; returns the new counts by seq.
     func beginDeliveries(seqs: [Int64]) throws(OutboxError) -> [Int64: Int64]
     /// Records a running hook's process group, so a later runner can stop it.

@@ -181,6 +181,24 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// An outcome whose entry is cancelled after the runner chose it for delivery, before the
+    /// delivery is counted, is gone with its entry: no hook starts for it (one did, told it was
+    /// delivery 0, and the summary counted it delivered).
+    @Test func anOutcomeCancelledAsItsDeliveryIsChosenStartsNoHook() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try await p.enqueue("t", path: "/status/200", id: "c1")
+        let go = p.path("go")
+        let runner = try p.start(["run", "--drain", "--json"], environment: ["OUTBOX_FAULT_HOLD": "deliver.chosen:" + go])
+        await eventually("the runner held with the delivery chosen") { p.exists("go.reached") }
+        #expect(try await p.outbox(["cancel", "c1"]).exitCode == 0)
+        p.touch("go")
+        let ended = await runner.wait()
+        #expect(ended.exitCode == 0 && !ended.timedOut, "\(ended)")
+        #expect(p.deliveries("c1").isEmpty, "\(p.hookLog)")
+        #expect(ended.stdout.contains(#""delivered":0"#), "\(ended.stdout)")
+        #expect(try await p.list().isEmpty)
+    }
+
     /// A stop at once (a second signal) does not wait for a response parser that runs on:
     /// the parser's group is killed, the entry is not settled but put back in the queue, and
     /// the next run sends it again. The parser would run for an hour (`plugins.timeout`).

@@ -34,8 +34,8 @@ extension PostgresStore {
     }
 
     /// Counts a delivery before its hook starts (so a crash mid-hook is seen as a delivery), returning the new count.
-    package func beginDelivery(seq: Int64) throws(OutboxError) -> Int64 {
-        try beginDeliveries(seqs: [seq])[seq] ?? 0
+    package func beginDelivery(seq: Int64) throws(OutboxError) -> Int64? {
+        try beginDeliveries(seqs: [seq])[seq]
     }
 
     /// Counts a delivery of each outcome in one transaction: the hooks a turn starts cost one commit.
@@ -44,8 +44,9 @@ extension PostgresStore {
         return try db.quietTransaction { () throws(OutboxError) -> [Int64: Int64] in
             var counts: [Int64: Int64] = [:]
             for seq in seqs {
-                try db.run("UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ?", [.int(seq)])
-                counts[seq] = try db.queryOne("SELECT deliveries FROM outcomes WHERE seq = ?", [.int(seq)]) { $0.int(0) } ?? 0
+                counts[seq] = try db.queryOne(
+                    "UPDATE outcomes SET deliveries = deliveries + 1, reason = NULL WHERE seq = ? RETURNING deliveries", [.int(seq)]
+                ) { $0.int(0) }
             }
             return counts
         }
