@@ -38,6 +38,9 @@ struct CommandInfo {
     /// The forms of the call, when one line of positionals and `[options]` would show one that
     /// is refused (after `outbox`).
     var forms: [String] = []
+    /// Global options this command refuses (`init` makes its project here, `man` prints roff):
+    /// help, completion and the manual do not offer them.
+    var refusedGlobals: Set<String> = []
     var handler: @Sendable (inout Invocation) throws(OutboxError) -> Int32
 
     var name: String { path.joined(separator: " ") }
@@ -62,7 +65,7 @@ struct CommandInfo {
     /// What help, completion and the manual offer: the command's options, then the global
     /// ones it has no option of its own for (`--json` of the reading commands), none hidden.
     var visibleOptions: [OptionSpec] {
-        let own = Set(options.map(\.name))
+        let own = Set(options.map(\.name)).union(refusedGlobals)
         return (options + CLI.globalOptions.filter { !own.contains($0.name) }).filter { !$0.hidden }
     }
 
@@ -82,6 +85,11 @@ struct ParsedArguments {
 }
 
 enum ArgumentParser {
+    /// A word as an error message names it: cut short when long (one argument may be 128 KiB).
+    static func shortened(_ word: String) -> String {
+        word.count > 60 ? word.prefix(60) + "…" : word
+    }
+
     /// Parses `--name value`, `--name=value`, flags and `--` against a command's options.
     static func parse(_ words: [String], command: CommandInfo) throws(OutboxError) -> ParsedArguments {
         var parsed = ParsedArguments()
@@ -100,7 +108,7 @@ enum ArgumentParser {
             if word == "-v", specs.contains(where: { $0.name == "verbose" }) { word = "--verbose" }
             guard word.hasPrefix("--") else {
                 if word == "-h" { parsed.options["help", default: []].append(""); continue }
-                throw .usage("unknown option \(word) for `outbox \(command.name)` (see outbox \(command.name) --help)")
+                throw .usage("unknown option \(Self.shortened(word)) for `outbox \(command.name)` (see outbox \(command.name) --help)")
             }
             var name = String(word.dropFirst(2))
             var inlineValue: String?
@@ -109,7 +117,7 @@ enum ArgumentParser {
                 name = String(name[..<eq])
             }
             guard let spec = specs.first(where: { $0.name == name }) else {
-                throw .usage("unknown option --\(name) for `outbox \(command.name)` (see outbox \(command.name) --help)")
+                throw .usage("unknown option --\(Self.shortened(name)) for `outbox \(command.name)` (see outbox \(command.name) --help)")
             }
             if spec.valueName == nil {
                 if inlineValue != nil { throw .usage("--\(name) takes no value") }
@@ -150,7 +158,7 @@ enum ArgumentParser {
         }
         if parsed.positionals.count > command.maxPositionals {
             let extra = parsed.positionals[command.maxPositionals]
-            throw .usage("unexpected argument \"\(extra.prefix(60))\" for `outbox \(command.name)`")
+            throw .usage("unexpected argument \(Units.quoted(extra, limit: 60)) for `outbox \(command.name)`")
         }
         return parsed
     }

@@ -221,7 +221,7 @@ package enum CLI {
     static var commands: [CommandInfo] {
         [
             CommandInfo(
-                path: ["init"], summary: "scaffold config/, definitions/ and an example hook here",
+                path: ["init"], summary: "scaffold config/, definitions/ and an example hook here", refusedGlobals: ["config"],
                 handler: { (i: inout Invocation) throws(OutboxError) in try InitCommand.run(&i) }),
             CommandInfo(
                 path: ["check"], summary: "validate the config and every definition",
@@ -369,7 +369,7 @@ package enum CLI {
                 forms: ["completion bash|zsh|fish", "completion --list keys|ids"],
                 handler: { (i: inout Invocation) throws(OutboxError) in try CompletionCommand.run(&i) }),
             CommandInfo(
-                path: ["man"], summary: "print the manual page outbox(1) as roff (man -l <(outbox man))",
+                path: ["man"], summary: "print the manual page outbox(1) as roff (man -l <(outbox man))", refusedGlobals: ["json"],
                 handler: { (i: inout Invocation) throws(OutboxError) in try ManualPage.run(&i) }),
             CommandInfo(
                 path: ["schema"], summary: "print the JSON Schema of the config or of a definition (for editors), or the reference page",

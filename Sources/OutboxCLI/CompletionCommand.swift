@@ -15,7 +15,7 @@ enum CompletionCommand {
 
     static func run(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         if let what = i.args.value("list") {
-            guard what == "keys" || what == "ids" else { throw .usage("--list takes keys or ids, not \"\(what.prefix(40))\"") }
+            guard what == "keys" || what == "ids" else { throw .usage("--list takes keys or ids, not \(Units.quoted(what, limit: 40))") }
             guard i.args.positionals.isEmpty else { throw .usage("--list takes no shell name") }
             let found = values(what == "keys" ? .keys : .ids, i)
             if i.json {
@@ -26,13 +26,16 @@ enum CompletionCommand {
             return 0
         }
         guard let shell = i.args.positionals.first else { throw .usage("`outbox completion` needs bash, zsh or fish") }
-        if i.json { throw .usage("`outbox completion \(shell.prefix(40))` prints a shell script, not JSON: leave out --json") }
+        guard ["bash", "zsh", "fish"].contains(shell) else {
+            throw .usage("completion takes bash, zsh or fish, not \(Units.quoted(shell, limit: 40))")
+        }
+        if i.json { throw .usage("`outbox completion \(shell)` prints a shell script, not JSON: leave out --json") }
         let table = CompletionTable()
         switch shell {
         case "bash": i.console.out(table.bash())
         case "zsh": i.console.out(table.zsh())
         case "fish": i.console.out(table.fish())
-        default: throw .usage("completion takes bash, zsh or fish, not \"\(shell.prefix(40))\"")
+        default: throw .usage("completion takes bash, zsh or fish, not \(Units.quoted(shell, limit: 40))")
         }
         return 0
     }

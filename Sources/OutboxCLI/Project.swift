@@ -122,6 +122,13 @@ final class Project {
         Config.isServerStore(config.store) || Paths.exists(Paths.join(config.store, "outbox.db"))
     }
 
+    /// The entry with this id, or nil, without making a store where there is none (a reading
+    /// command that fails leaves the project as it was).
+    func existingEntry(id: String) throws(OutboxError) -> Entry? {
+        guard storeExists else { return nil }
+        return try store().entry(id: id)
+    }
+
     /// The definition of a key: E_CONFIG when its file has errors, E_INVALID when unknown.
     func definition(_ key: String) throws(OutboxError) -> Definition {
         let set = definitions
@@ -130,13 +137,14 @@ final class Project {
             throw OutboxError(.config, "the definition of \(key) has errors", diagnostics: problems)
         }
         if let problem = definitionsFolderProblem {
-            throw OutboxError(.config, "no definition has key \"\(key)\": \(problem)")
+            throw OutboxError(.config, "no definition has key \(Units.quoted(key, limit: 200)): \(problem)")
         }
         let unreadable = set.diagnostics.filter { d in !set.brokenKeys.values.contains { $0.contains(d) } }
         if !unreadable.isEmpty {
             throw OutboxError(.config, "no definition has key \(key), and some files cannot be read", diagnostics: unreadable)
         }
         let known = set.definitions.keys.sorted().prefix(10).joined(separator: ", ")
-        throw .invalid("no definition has key \"\(key)\" in \(config.definitions)\(known.isEmpty ? "" : " (known: \(known))")")
+        throw .invalid(
+            "no definition has key \(Units.quoted(key, limit: 200)) in \(config.definitions)\(known.isEmpty ? "" : " (known: \(known))")")
     }
 }

@@ -141,7 +141,9 @@ enum ControlCommands {
     /// a bad key is E_INVALID before anything changes.
     static func selection(_ i: Invocation, command: String, flag: String) throws(OutboxError) -> (ids: [String]?, key: String?, flag: Bool)
     {
-        let ids = i.args.positionals
+        // An id given twice is one entry: reported once.
+        var seen = Set<String>()
+        let ids = i.args.positionals.filter { seen.insert($0).inserted }
         let key = i.args.value("key")
         let flagged = i.args.flag(flag)
         guard [!ids.isEmpty, key != nil, flagged].filter({ $0 }).count == 1 else {
@@ -174,7 +176,7 @@ enum ControlCommands {
     /// A key named on the command line: a bad one is E_INVALID before anything changes.
     static func checkKeys(_ keys: [String]) throws(OutboxError) {
         for key in keys {
-            if let problem = Definition.keyProblem(key) { throw .invalid("--key \"\(key.prefix(64))\": \(problem)") }
+            if let problem = Definition.keyProblem(key) { throw .invalid("--key \(Units.quoted(key, limit: 64)): \(problem)") }
         }
     }
 
@@ -253,7 +255,7 @@ enum ControlCommands {
 
     static func wifiOnly(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let value = i.args.positionals[0]
-        guard value == "on" || value == "off" else { throw .usage("wifi-only takes on or off, not \"\(value.prefix(40))\"") }
+        guard value == "on" || value == "off" else { throw .usage("wifi-only takes on or off, not \(Units.quoted(value, limit: 40))") }
         try i.project().store().setWifiOnly(value == "on")
         if i.json {
             i.console.out(JSON.object([("wifi_only", .bool(value == "on"))]).serialized())

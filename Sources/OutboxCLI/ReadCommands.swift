@@ -14,11 +14,13 @@ enum ReadCommands {
 
     static func list(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         if let state = i.args.value("state"), EntryState(rawValue: state) == nil {
-            throw .usage("--state must be one of \(EntryState.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(state)\"")
+            throw .usage(
+                "--state must be one of \(EntryState.allCases.map(\.rawValue).joined(separator: ", ")), not \(Units.quoted(state))")
         }
         try ControlCommands.checkKeys(i.args.values("key"))
         // No entry has an empty id: asked for, it is a mistake (an unset shell variable), as for `show`.
-        if i.args.value("id") == "" { throw .invalid("--id: id must not be empty") }
+        // An id no entry can have is refused as `show` and `cancel` refuse it, not answered "no entries".
+        if let id = i.args.value("id"), let problem = Identifiers.validateUserID(id) { throw .invalid("--id: \(problem)") }
         let store = try i.project().store()
         let control = try store.control()
         if i.json {
@@ -164,10 +166,8 @@ enum ReadCommands {
     static func show(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let id = i.args.positionals[0]
         let project = try i.project()
+        guard let e = try project.existingEntry(id: id) else { throw .invalid("no entry has id \(Units.quoted(id, limit: 128))") }
         let store = try project.store()
-        guard let e = try store.entry(id: id) else {
-            throw .invalid("no entry has id \"\(id.prefix(128))\"")
-        }
         let doc = try showJSON(e, store: store, config: project.config)
         i.console.out(i.json ? doc.serialized() : doc.pretty())
         return 0
@@ -183,7 +183,8 @@ enum ReadCommands {
         var maxParts = ChunkPlan.defaultMaxParts
         if let text = i.args.value("max-parts") {
             guard let n = Units.wholeNumber(text, in: 1...ChunkPlan.maxPartsLimit) else {
-                throw .usage("--max-parts must be a whole number from 1 to \(ChunkPlan.maxPartsLimit), not \"\(text.prefix(40))\"")
+                throw .usage(
+                    "--max-parts must be a whole number from 1 to \(ChunkPlan.maxPartsLimit), not \(Units.quoted(text, limit: 40))")
             }
             maxParts = n
         }
@@ -209,18 +210,25 @@ enum ReadCommands {
     static func stats(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         if i.args.value("output") != nil && !i.args.flag("prometheus") { throw .usage("--output goes with --prometheus") }
         if i.json && i.args.flag("prometheus") { throw .usage("--prometheus and --json are two formats; give one") }
+        // The file is checked before the store is opened: a command that fails makes no store.
+        var outputPath: String?
+        if let output = i.args.value("output") {
+            if output.isEmpty { throw .usage("--output needs a file name") }
+            // For node_exporter's textfile collector: it must never read half a file.
+            // Through a link to the file it names; a device or FIFO is never replaced by a file.
+            let path = Paths.followingLinks(Paths.absolute(output, relativeTo: try i.cwd))
+            guard Paths.isDirectory(Paths.dirname(path)) else {
+                throw .storage("--output: the folder \(Paths.dirname(path)) does not exist")
+            }
+            if let existing = FileInfo.stat(path), !existing.isRegular {
+                throw .invalid("--output: \(path) exists and is not a regular file")
+            }
+            outputPath = path
+        }
         let stats = try Statistics.read(from: try i.project().store(), now: Identifiers.nowMs())
         if i.args.flag("prometheus") {
-            if let output = i.args.value("output") {
-                if output.isEmpty { throw .usage("--output needs a file name") }
-                // For node_exporter's textfile collector: it must never read half a file.
-                // Through a link to the file it names; a device or FIFO is never replaced by a file.
-                let path = Paths.followingLinks(Paths.absolute(output, relativeTo: try i.cwd))
-                guard Paths.isDirectory(Paths.dirname(path)) else {
-                    throw .storage("--output: the folder \(Paths.dirname(path)) does not exist")
-                }
+            if let path = outputPath {
                 let existing = FileInfo.stat(path)
-                if let existing, !existing.isRegular { throw .invalid("--output: \(path) exists and is not a regular file") }
                 try Paths.writeAtomically(Array(stats.prometheus.utf8), to: path, mode: existing.map { .init($0.mode) } ?? 0o644)
             } else {
                 i.console.write(stats.prometheus)
@@ -246,8 +254,8 @@ enum ReadCommands {
     static func explain(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let id = i.args.positionals[0]
         let project = try i.project()
+        guard let e = try project.existingEntry(id: id) else { throw .invalid("no entry has id \(Units.quoted(id, limit: 128))") }
         let store = try project.store()
-        guard let e = try store.entry(id: id) else { throw .invalid("no entry has id \"\(id.prefix(128))\"") }
         let now = Identifiers.nowMs()
         var reasons: [String] = []
         switch e.state {
@@ -389,7 +397,7 @@ enum ReadCommands {
         case "reference":
             if i.json { throw .usage("`outbox schema reference` prints a Markdown page, not JSON: leave out --json") }
             i.console.out(ReferencePage.markdown())
-        case let other: throw .usage("schema takes config, definition or reference, not \"\(other.prefix(40))\"")
+        case let other: throw .usage("schema takes config, definition or reference, not \(Units.quoted(other, limit: 40))")
         }
         return 0
     }

@@ -63,7 +63,7 @@ enum RunCommand {
         if events != nil && i.json { throw .usage("--json cannot be combined with --events -") }
         if let p = i.args.value("progress") {
             guard let mode = ProgressMode(rawValue: p) else {
-                throw .usage("--progress takes auto, always or never, not \"\(p.prefix(40))\"")
+                throw .usage("--progress takes auto, always or never, not \(Units.quoted(p, limit: 40))")
             }
             options.progress = mode
         }
@@ -75,7 +75,8 @@ enum RunCommand {
         ] as [(String, ClosedRange<Int>, WritableKeyPath<LimitOverrides, Int?>)] {
             guard let text = i.args.value(flag) else { continue }
             guard let n = Units.wholeNumber(text, in: range) else {
-                throw .usage("--\(flag) takes a whole number from \(range.lowerBound) to \(range.upperBound), not \"\(text.prefix(20))\"")
+                throw .usage(
+                    "--\(flag) takes a whole number from \(range.lowerBound) to \(range.upperBound), not \(Units.quoted(text, limit: 20))")
             }
             options.limits[keyPath: limit] = n
         }

@@ -34,7 +34,7 @@ enum SimulateCommand {
         // A 1xx answer is never a request's last: a runner reads on, and one that ends there is
         // a failed attempt (network), not a status to classify.
         guard let status = Units.wholeNumber(statusText, in: 200...599) else {
-            throw .usage("--status must be a final HTTP status from 200 to 599, not \"\(statusText.prefix(20))\"")
+            throw .usage("--status must be a final HTTP status from 200 to 599, not \(Units.quoted(statusText, limit: 20))")
         }
         var headers: [(name: String, value: String)] = []
         let given = i.args.values("header")

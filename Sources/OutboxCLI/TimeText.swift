@@ -20,7 +20,7 @@ enum TimeText {
     static func parse(_ text: String, field: String) throws(OutboxError) -> Int64 {
         let ms = try parseUnbounded(text, field: field)
         guard (0...latestMs).contains(ms) else {
-            throw .invalid("\(field): \"\(text.prefix(40))\" is out of range (from 1970 to the end of year 9999)")
+            throw .invalid("\(field): \(Units.quoted(text, limit: 40)) is out of range (from 1970 to the end of year 9999)")
         }
         return ms
     }
@@ -44,14 +44,14 @@ enum TimeText {
             b[10] == 0x54 || b[10] == 0x74 || b[10] == 0x20, let h = num(11, 2), b[13] == 0x3A, let mi = num(14, 2),
             b[16] == 0x3A, let s = num(17, 2), (1...12).contains(mo), (1...31).contains(d), h < 24, mi < 60, s < 61
         else {
-            throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (use RFC 3339 like 2026-11-30T08:00:00Z, or epoch ms)")
+            throw .invalid("\(field): \(Units.quoted(text, limit: 40)) is not a time (use RFC 3339 like 2026-11-30T08:00:00Z, or epoch ms)")
         }
         // A day the month does not have (2026-02-30) is a mistake, not the 2nd of March.
         let leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0)
         let monthDays: [Int64] = [31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31]
         guard d <= monthDays[Int(mo) - 1] else {
             throw .invalid(
-                "\(field): \"\(text.prefix(40))\" is not a time (\(String(String(text.utf8.prefix(7))!)) has \(monthDays[Int(mo) - 1]) days)"
+                "\(field): \(Units.quoted(text, limit: 40)) is not a time (\(String(String(text.utf8.prefix(7))!)) has \(monthDays[Int(mo) - 1]) days)"
             )
         }
         var i = 19
@@ -65,7 +65,7 @@ enum TimeText {
                 i += 1
             }
             // RFC 3339 has a digit at least after the dot.
-            guard digits > 0 else { throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (no digit after the dot)") }
+            guard digits > 0 else { throw .invalid("\(field): \(Units.quoted(text, limit: 40)) is not a time (no digit after the dot)") }
             while digits < 3 { ms *= 10; digits += 1 }
         }
         var offset: Int64 = 0
@@ -73,18 +73,18 @@ enum TimeText {
             i += 1
         } else if i + 6 == b.count, b[i] == 0x2B || b[i] == 0x2D, let oh = num(i + 1, 2), b[i + 3] == 0x3A, let om = num(i + 4, 2) {
             guard oh < 24, om < 60 else {
-                throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (its offset is past ±23:59)")
+                throw .invalid("\(field): \(Units.quoted(text, limit: 40)) is not a time (its offset is past ±23:59)")
             }
             offset = (oh * 60 + om) * 60_000 * (b[i] == 0x2B ? 1 : -1)
             i += 6
         } else {
-            throw .invalid("\(field): \"\(text.prefix(40))\" needs a time zone (Z or +HH:MM)")
+            throw .invalid("\(field): \(Units.quoted(text, limit: 40)) needs a time zone (Z or +HH:MM)")
         }
-        guard i == b.count else { throw .invalid("\(field): \"\(text.prefix(40))\" is not a time") }
+        guard i == b.count else { throw .invalid("\(field): \(Units.quoted(text, limit: 40)) is not a time") }
         // Second 60 is a leap second, which comes at 23:59 UTC alone: elsewhere it is a
         // mistake, not the next minute.
         if s == 60, ((h * 60 + mi - offset / 60_000) % 1440 + 1440) % 1440 != 1439 {
-            throw .invalid("\(field): \"\(text.prefix(40))\" is not a time (second 60 is a leap second, at 23:59:60 UTC only)")
+            throw .invalid("\(field): \(Units.quoted(text, limit: 40)) is not a time (second 60 is a leap second, at 23:59:60 UTC only)")
         }
         // Days from the civil date (Howard Hinnant's algorithm).
         let yy = mo <= 2 ? y - 1 : y

@@ -141,7 +141,7 @@ package struct Config: Sendable {
     /// Why a store value can be neither a folder nor a server: a `~` no shell expands here,
     /// or a URL of another scheme (`POSTGRES://` would quietly be a folder of that name).
     package static func storeProblem(_ text: String) -> String? {
-        if text.hasPrefix("~") { return "\"\(text.prefix(40))\" starts with ~, which is not expanded here; give the full path" }
+        if text.hasPrefix("~") { return "\(Units.quoted(text, limit: 40)) starts with ~, which is not expanded here; give the full path" }
         if !isServerStore(text), text.contains("://") {
             // Only the scheme is quoted: the rest may hold a password.
             let scheme = text.prefix { $0 != ":" }.prefix(20)
@@ -197,7 +197,7 @@ package struct Config: Sendable {
             guard let n = Units.wholeNumber(text, in: Int(range.lowerBound)...Int(range.upperBound)) else {
                 throw OutboxError(
                     .config,
-                    "\(variable) (\(field)) must be a whole number from \(range.lowerBound) to \(range.upperBound), not \"\(text.prefix(20))\""
+                    "\(variable) (\(field)) must be a whole number from \(range.lowerBound) to \(range.upperBound), not \(Units.quoted(text, limit: 20))"
                 )
             }
             switch field {

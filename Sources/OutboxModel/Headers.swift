@@ -7,7 +7,7 @@ package enum HeaderRules {
         if isFraming(name) {
             return "header \(name) cannot be set: outbox frames the body itself"
         }
-        if !isToken(name) { return "header name \"\(name.prefix(64))\" has a character not allowed in header names" }
+        if !isToken(name) { return "header name \(Units.quoted(name, limit: 64)) has a character not allowed in header names" }
         return nil
     }
 

@@ -139,7 +139,7 @@ package enum Units {
     }
 
     /// The text in quotes for an error message, cut short when long.
-    static func quoted(_ text: String, limit: Int = 40) -> String {
+    package static func quoted(_ text: some StringProtocol, limit: Int = 40) -> String {
         var shown = ""
         var count = 0
         for scalar in text.unicodeScalars {

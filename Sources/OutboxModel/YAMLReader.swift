@@ -114,7 +114,7 @@ struct YAMLReader {
             return nil
         }
         if text.hasPrefix("~") {
-            error(node.mark, "\(field): \"\(text.prefix(40))\" starts with ~, which is not expanded here; give the full path")
+            error(node.mark, "\(field): \(Units.quoted(text, limit: 40)) starts with ~, which is not expanded here; give the full path")
             return nil
         }
         return Paths.absolute(text, relativeTo: base)
@@ -334,7 +334,7 @@ package struct CommandRef: Sendable, Equatable {
         }
         if let templated = words.first(where: TemplateVocabulary.mentionsARoot) {
             let advice = "a command gets vars on stdin and in OUTBOX_* variables"
-            return "\"\(templated.prefix(60))\" is run as written, not rendered: \(advice)"
+            return "\(Units.quoted(templated, limit: 60)) is run as written, not rendered: \(advice)"
         }
         guard let program, !program.isEmpty else { return nil }
         if program.contains("/") {

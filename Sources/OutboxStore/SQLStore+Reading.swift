@@ -84,7 +84,7 @@ extension SQLStore {
         // A staged or referenced file is named by an absolute path (a damaged one would leave
         // the staged file to be removed as an orphan, perhaps a moved file's only copy).
         if let file = r.optionalText(10), !file.hasPrefix("/") || file.utf8.last == UInt8(ascii: "/") {
-            throw Self.damaged("the stored entry \(id) is damaged: its body file \"\(file.prefix(80))\" is no path", id: id)
+            throw Self.damaged("the stored entry \(id) is damaged: its body file \(Units.quoted(file, limit: 80)) is no path", id: id)
         }
         // Times in epoch milliseconds, 1970 to the end of 9999 (what every time outbox takes lies in).
         for (column, name) in [(20, "created_at"), (21, "updated_at"), (22, "expires_at"), (23, "not_before"), (24, "next_attempt_at")]
@@ -265,7 +265,7 @@ extension SQLStore {
     func headerGeneration() throws(OutboxError) -> Int64 {
         let text = try setting(Self.headerGenerationSetting) ?? "0"
         guard let generation = Int64(text), Self.plausibleCount.contains(generation) else {
-            throw .storage("the store is damaged: the header generation \"\(text.prefix(40))\" is not a count")
+            throw .storage("the store is damaged: the header generation \(Units.quoted(text, limit: 40)) is not a count")
         }
         return generation
     }

@@ -923,7 +923,7 @@ struct CLIBadInputTests {
 
         let unknown = p.run("enqueue", "k\u{1B}[2J", "--vars", "{}")
         #expect(unknown.status == 65)
-        #expect(!unknown.err.contains("\u{1B}") && unknown.err.contains("k\\x1b[2J"), "\(unknown.err)")
+        #expect(!unknown.err.contains("\u{1B}") && unknown.err.contains("k\\u001b[2J"), "\(unknown.err)")
         #expect(try p.rows().isEmpty)
     }
 

@@ -21,6 +21,31 @@ struct ControlCommandTests {
         #expect(FileManager.default.contents(atPath: db + "-wal") == log, "the log as it was")
     }
 
+    // A reading command that fails in a project with no store yet leaves it without one.
+    @Test(arguments: [["show", "nope"], ["explain", "nope"], ["stats", "--prometheus", "--output", "/nonexistent/metrics.prom"]])
+    func aFailingReadMakesNoStore(_ command: [String]) throws {
+        let p = try CLIProject()
+        #expect(!p.storeExists)
+        let r = p.run(command)
+        #expect(r.status == (command[0] == "stats" ? 74 : 65), "\(r)")
+        #expect(!p.storeExists, "a store was made")
+    }
+
+    // Help and the completion scripts offer no global option the command refuses, and an id
+    // given twice is reported once.
+    @Test func helpOffersOnlyWhatTheCommandTakes() throws {
+        let p = try CLIProject()
+        #expect(!p.run("init", "--help").out.contains("--config"))
+        #expect(!p.run("man", "--help").out.contains("--json"))
+        #expect(p.run("list", "--help").out.contains("--config"))
+        let bash = p.run("completion", "bash").out
+        #expect(bash.contains(#""init") opts="--help --json" ;;"#), "\(bash)")
+        #expect(bash.contains(#""man") opts="--config --help" ;;"#), "\(bash)")
+        #expect(p.run("enqueue", "note", "--id", "x", "--vars", #"{"n": 1}"#).status == 0)
+        let r = p.run("cancel", "x", "x", "--json")
+        #expect(r.status == 0 && r.out.trimmingCharacters(in: .whitespacesAndNewlines) == #"{"cancelled":["x"]}"#, "\(r)")
+    }
+
     // Two commands opening a new store at once: the store folder the other one made between
     // this one's look for it and its `mkdir` is the folder wanted, not "a path that is not a
     // folder" (a runner and an enqueue started together failed so, now and then).
@@ -577,13 +602,13 @@ struct HostileInputTests {
         #expect(r.err.contains("bytes, over the 504 SQLite can open; move the project, or give `store:` a shorter folder"), "\(r.err)")
     }
 
-    /// An error is one line on stderr: a newline from an argument is shown as an escape.
+    /// An error is one line on stderr: a newline from an argument is shown as an escape (as in JSON).
     @Test(arguments: [
-        (["show", "x\ny"], "outbox: E_INVALID: no entry has id \"x\\x0ay\"\n"),
-        (["explain", "x\ry"], "outbox: E_INVALID: no entry has id \"x\\x0dy\"\n"),
+        (["show", "x\ny"], "outbox: E_INVALID: no entry has id \"x\\ny\"\n"),
+        (["explain", "x\ry"], "outbox: E_INVALID: no entry has id \"x\\ry\"\n"),
         (
             ["list", "--key", "k\nx"],
-            "outbox: E_INVALID: --key \"k\\x0ax\": key must be a non-empty name without spaces or control characters\n"
+            "outbox: E_INVALID: --key \"k\\nx\": key must be a non-empty name without spaces or control characters\n"
         ),
     ])
     func anErrorStaysOnOneLine(_ args: [String], _ said: String) throws {

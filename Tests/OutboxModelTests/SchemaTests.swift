@@ -123,7 +123,7 @@ struct SchemaTests {
         let files = (FileManager.default.enumerator(atPath: sources)?.allObjects as? [String]) ?? []
         for file in files where file.hasSuffix(".swift") && !file.hasPrefix("OutboxTestServer") {
             let text = try String(contentsOfFile: sources + "/" + file, encoding: .utf8)
-            for pattern in [#"OUTBOX_[A-Z][A-Z_]*"#, #"getenv\("([A-Z_]+)"\)"#, #"environment\["([A-Z_]+)"\]"#] {
+            for pattern in [#"OUTBOX_[A-Z][A-Z_]*"#, #"getenv\("([A-Z_]+)"\)"#, #"environment\["([A-Z_]+)"\]"#, #"env\["([A-Z_]+)"\]"#] {
                 let regex = try NSRegularExpression(pattern: pattern)
                 for match in regex.matches(in: text, range: NSRange(text.startIndex..., in: text)) {
                     let range = match.numberOfRanges > 1 ? match.range(at: 1) : match.range

@@ -105,6 +105,18 @@ enum ReferenceSections {
                 "`WATCHDOG_PID`", "`outbox run`",
                 "when set, the pings are sent only if it is the runner's own pid (as systemd's library does)",
             ],
+            ["`AWS_ACCESS_KEY_ID`", "`outbox run` (native S3)", "with `AWS_SECRET_ACCESS_KEY`: the credentials that sign S3 requests"],
+            ["`AWS_SECRET_ACCESS_KEY`", "`outbox run` (native S3)", "the secret of `AWS_ACCESS_KEY_ID`; never shown"],
+            ["`AWS_SESSION_TOKEN`", "`outbox run` (native S3)", "with the two above: sent as `x-amz-security-token`"],
+            [
+                "`AWS_PROFILE`", "`outbox run` (native S3)",
+                "without the two above: the profile read from the shared credentials file (default `default`)",
+            ],
+            [
+                "`AWS_SHARED_CREDENTIALS_FILE`", "`outbox run` (native S3)",
+                "the shared credentials file (default `$HOME/.aws/credentials`)",
+            ],
+            ["`HOME`", "`outbox run` (native S3)", "where the default shared credentials file is"],
             ["`OUTBOX_FAULT`", "debug builds only", "`name[:n]`: the process kills itself at a named point (crash tests)"],
             [
                 "`OUTBOX_FAULT_HOLD`", "debug builds only",

@@ -81,7 +81,7 @@ package enum S3Rules {
         let allowed = b.allSatisfy { isLowerOrDigit($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") }
         guard (3...63).contains(b.count), allowed, isLowerOrDigit(b.first!), isLowerOrDigit(b.last!), !bucket.contains("..") else {
             return "request.s3.bucket must be 3 to 63 lowercase letters, digits, dots or hyphens, "
-                + "starting and ending with a letter or digit, not \"\(bucket.prefix(80))\""
+                + "starting and ending with a letter or digit, not \(Units.quoted(bucket, limit: 80))"
         }
         return nil
     }
@@ -92,7 +92,7 @@ package enum S3Rules {
         if key.isEmpty || key.utf8.count > 1024 { return "request.s3.key must be 1 to 1024 bytes, not \(key.utf8.count)" }
         if key.utf8.contains(where: { $0 < 0x20 || $0 == 0x7F }) { return "request.s3.key must not contain control characters" }
         if key.split(separator: "/", omittingEmptySubsequences: false).contains(where: { $0 == "." || $0 == ".." }) {
-            return "request.s3.key must not have . or .. segments, not \"\(key.prefix(80))\""
+            return "request.s3.key must not have . or .. segments, not \(Units.quoted(key, limit: 80))"
         }
         return nil
     }
@@ -100,7 +100,7 @@ package enum S3Rules {
     package static func regionProblem(_ region: String) -> String? {
         let r = Array(region.utf8)
         guard (1...64).contains(r.count), r.allSatisfy({ isLowerOrDigit($0) || $0 == UInt8(ascii: "-") }) else {
-            return "request.s3.region must be a region name such as eu-west-3, not \"\(region.prefix(80))\""
+            return "request.s3.region must be a region name such as eu-west-3, not \(Units.quoted(region, limit: 80))"
         }
         return nil
     }
@@ -109,7 +109,7 @@ package enum S3Rules {
         let v = Array(value.utf8)
         let ok = v.allSatisfy { ($0 >= 0x41 && $0 <= 0x5A) || ($0 >= 0x30 && $0 <= 0x39) || $0 == UInt8(ascii: "_") }
         guard (1...64).contains(v.count), ok else {
-            return "request.s3.storage_class must be a storage class such as STANDARD_IA, not \"\(value.prefix(80))\""
+            return "request.s3.storage_class must be a storage class such as STANDARD_IA, not \(Units.quoted(value, limit: 80))"
         }
         return nil
     }
@@ -123,7 +123,8 @@ package enum S3Rules {
         guard let schemeEnd = checked.firstRange(of: "://") else { throw .invalid("request.s3.endpoint must be an http or https URL") }
         let authority = checked[schemeEnd.upperBound...]
         if authority.contains("/") || authority.contains("?") || authority.contains("#") || authority.contains("@") {
-            throw .invalid("request.s3.endpoint must be scheme://host[:port] without a path, query or user, not \"\(value.prefix(120))\"")
+            throw .invalid(
+                "request.s3.endpoint must be scheme://host[:port] without a path, query or user, not \(Units.quoted(value, limit: 120))")
         }
         let host: Substring
         if authority.hasPrefix("[") {

@@ -457,12 +457,12 @@ extension Runner {
             guard case let .object(top) = json, let request = json["enqueue"] else { continue }
             // A field beside `enqueue` (an `id` one level too high) would be dropped without a word.
             if let other = top.map(\.0).first(where: { $0 != "enqueue" }) {
-                throw .invalid("an enqueue line has a field \"\(other.prefix(40))\" beside enqueue (only {\"enqueue\": {...}})")
+                throw .invalid("an enqueue line has a field \(Units.quoted(other, limit: 40)) beside enqueue (only {\"enqueue\": {...}})")
             }
             guard case let .object(fields) = request else { throw .invalid("enqueue must be an object, not \(request.typeName)") }
             // A misspelt `id` would enqueue under a fresh id at every redelivery.
             if let unknown = fields.map(\.0).first(where: { !["key", "vars", "id", "delay"].contains($0) }) {
-                throw .invalid("enqueue has an unknown field \"\(unknown.prefix(40))\" (known: key, vars, id, delay)")
+                throw .invalid("enqueue has an unknown field \(Units.quoted(unknown, limit: 40)) (known: key, vars, id, delay)")
             }
             guard let key = request["key"]?.stringValue else { throw .invalid("enqueue needs a key") }
             if let id = request["id"], id.stringValue == nil { throw .invalid("enqueue id must be a string, not \(id.typeName)") }

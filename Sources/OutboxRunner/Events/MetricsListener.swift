@@ -17,7 +17,7 @@ package final class MetricsListener: @unchecked Sendable {
         /// `localhost` or an IP address; one that means every interface (0.0.0.0, ::) is
         /// refused: metrics leave the machine only through an address named on purpose.
         package static func parse(_ text: String) throws(OutboxError) -> Address {
-            let shown = "\"\(text.prefix(60))\""
+            let shown = Units.quoted(text, limit: 60)
             var host = "127.0.0.1"
             var portText = text
             if text.hasPrefix("[") {

@@ -23,7 +23,7 @@ package struct PostgresURL: Sendable, Equatable {
     /// Parses a store URL; E_CONFIG naming what is wrong (never the password).
     package init(_ text: String) throws(OutboxError) {
         guard Self.isPostgres(text), let colon = text.firstIndex(of: ":") else {
-            throw OutboxError(.config, "store: \"\(text.prefix(40))\" is not a postgres:// URL")
+            throw OutboxError(.config, "store: \(Units.quoted(text, limit: 40)) is not a postgres:// URL")
         }
         let scheme = String(text[..<colon])
         var rest = String(text.dropFirst(scheme.count + 3))
@@ -57,7 +57,7 @@ package struct PostgresURL: Sendable, Equatable {
         guard Self.isIdentifier(schema) else {
             throw OutboxError(
                 .config,
-                "store: schema \"\(schema.prefix(70))\" must be 1 to \(Self.maxSchemaLength) lowercase letters, digits or _ (not starting with a digit)"
+                "store: schema \(Units.quoted(schema, limit: 70)) must be 1 to \(Self.maxSchemaLength) lowercase letters, digits or _ (not starting with a digit)"
             )
         }
         // PostgreSQL keeps `pg_` names for itself and refuses to create them.
@@ -69,7 +69,8 @@ package struct PostgresURL: Sendable, Equatable {
         // libpq would take an IPv6 host left open for a name it cannot reach (74, with its own options quoted).
         let host = rest[hostStart..<authorityEnd]
         if host.hasPrefix("["), !host.contains("]") {
-            throw OutboxError(.config, "store: the host \"\(host.prefix(60))\" opens an IPv6 address with [ and never closes it with ]")
+            throw OutboxError(
+                .config, "store: the host \(Units.quoted(host, limit: 60)) opens an IPv6 address with [ and never closes it with ]")
         }
         place = String(rest[hostStart...]) + "?schema=" + schema
         var kept = query.filter { $0.0 != "schema" }
