@@ -270,7 +270,8 @@ private extension String {
 
 extension URLCheck {
     /// The URL with a password in its userinfo (`https://user:secret@host/`) shown as
-    /// `[redacted]`, for anything printed (render, show, events).
+    /// `[redacted]`, or the user when there is no password (`https://sk_live_key@host/`: an API
+    /// key given as the user name), for anything printed (render, show, events).
     package static func redactingPassword(_ url: String) -> String {
         guard let range = passwordRange(url) else { return url }
         return String(url[..<range.lowerBound]) + "[redacted]" + String(url[range.upperBound...])
@@ -305,11 +306,14 @@ extension URLCheck {
             let start = i + 3
             var end = start
             while end < bytes.count, !isAuthorityEnd(bytes[end]), !" \t\"',}]".utf8.contains(bytes[end]) { end += 1 }
-            if let at = bytes[start..<end].lastIndex(of: UInt8(ascii: "@")),
+            if let at = bytes[start..<end].lastIndex(of: UInt8(ascii: "@")) {
+                // The password; for http(s) without one, the user, which libcurl sends as the credential.
+                let scheme = String(decoding: bytes[..<i].reversed().prefix { isSchemeByte($0, first: false) }.reversed(), as: UTF8.self)
                 let colon = bytes[start..<at].firstIndex(of: UInt8(ascii: ":"))
-            {
-                bytes.replaceSubrange((colon + 1)..<at, with: Array("[redacted]".utf8))
-                end = colon + 1 + "[redacted]".utf8.count
+                if let from = colon.map({ $0 + 1 }) ?? (["http", "https"].contains(scheme.lowercased()) && at > start ? start : nil) {
+                    bytes.replaceSubrange(from..<at, with: Array("[redacted]".utf8))
+                    end = from + "[redacted]".utf8.count
+                }
             }
             i = end
         }
@@ -321,6 +325,11 @@ extension URLCheck {
     package static func credentialValues(_ url: String) -> [String] {
         guard let range = passwordRange(url) else { return [] }
         let written = String(url[range])
+        // Without a password the range is the user (no `:` before it), which libcurl sends as `user:`.
+        if !url[..<range.lowerBound].hasSuffix(":") {
+            let user = percentDecoded(written)
+            return [written, user, S3Checksum.base64(Array("\(user):".utf8))]
+        }
         // The user runs from the `//` before it to the `:` before the password.
         let beforeColon = url[..<url.index(before: range.lowerBound)]
         let user = percentDecoded(String(beforeColon[(beforeColon.lastIndex(of: "/").map(url.index(after:)) ?? beforeColon.startIndex)...]))
@@ -355,14 +364,10 @@ extension URLCheck {
         }
     }
 
-    /// The password of the URL's userinfo, as written (nil without one).
-    package static func password(_ url: String) -> String? {
-        passwordRange(url).map { String(url[$0]) }
-    }
-
     /// The texts a var holding this URL would show its password by: the password (6 bytes or
-    /// more, as every secret value), and the userinfo with it (`user:secret@`, whatever its
-    /// length, which finds a short password in a var holding the whole URL).
+    /// more, as every secret value; the user when there is no password), and the userinfo with
+    /// it (`user:secret@`, whatever its length, which finds a short password in a var holding
+    /// the whole URL).
     package static func passwordTexts(_ url: String) -> [[UInt8]] {
         guard let range = passwordRange(url), let userinfo = userinfoRange(Array(url.utf8)) else { return [] }
         let bytes = Array(url.utf8)
@@ -392,10 +397,13 @@ extension URLCheck {
 
     /// Works on the UTF-8 bytes (every delimiter is ASCII): `String.firstRange(of:)` cost more
     /// than the rest of an entry's rendering.
+    /// The password of the userinfo, or the whole userinfo when it has no password: the user
+    /// is then the credential (libcurl sends it as `Authorization: Basic` all the same).
     private static func passwordRange(_ url: String) -> Range<String.Index>? {
         let bytes = Array(url.utf8)
-        guard let userinfo = userinfoRange(bytes), let colon = bytes[userinfo].firstIndex(of: UInt8(ascii: ":")) else { return nil }
+        guard let userinfo = userinfoRange(bytes), !userinfo.isEmpty else { return nil }
+        let start = bytes[userinfo].firstIndex(of: UInt8(ascii: ":")).map { $0 + 1 } ?? userinfo.lowerBound
         let utf8 = url.utf8
-        return utf8.index(utf8.startIndex, offsetBy: colon + 1)..<utf8.index(utf8.startIndex, offsetBy: userinfo.upperBound)
+        return utf8.index(utf8.startIndex, offsetBy: start)..<utf8.index(utf8.startIndex, offsetBy: userinfo.upperBound)
     }
 }

@@ -785,7 +785,9 @@ struct HostileInputTests {
     @Test(arguments: [
         ("https://x.example/a", "https://x.example/a"),
         ("https://user:secret@x.example/a", "https://user:[redacted]@x.example/a"),
-        ("https://user@x.example/a", "https://user@x.example/a"),
+        // A user without a password is an API key given as the user name: libcurl sends it as Basic.
+        ("https://sk_live_key@x.example/a", "https://[redacted]@x.example/a"),
+        ("https://@x.example/a", "https://@x.example/a"),
         ("https://x.example/a?next=http://u:p@y/", "https://x.example/a?next=http://u:p@y/"),
         ("http://u:p:q@h:8080/", "http://u:[redacted]@h:8080/"),
         ("https://u:p@w@h/x", "https://u:[redacted]@h/x"),
@@ -799,6 +801,16 @@ struct HostileInputTests {
     func aPasswordInUserinfoIsRedacted(_ url: String, shown: String) {
         #expect(URLCheck.redactingPassword(url) == shown)
         #expect(URLCheck.shown(url, secret: false) == shown)
+    }
+
+    // What an echo of the request would show of a userinfo without a password, and a line of a
+    // file that names one (an http URL's user; a postgres:// store's user is no credential).
+    @Test func aUserWithoutAPasswordIsACredential() {
+        #expect(URLCheck.credentialValues("http://sk%5Flive@h/") == ["sk%5Flive", "sk_live", "c2tfbGl2ZTo="])
+        #expect(URLCheck.credentialValues("http://u:pw@h/") == ["pw", "pw", "dTpwdw=="])
+        #expect(URLCheck.redactingPasswords(inText: #"  url: "HTTPS://sk_live@h/x""#) == #"  url: "HTTPS://[redacted]@h/x""#)
+        #expect(URLCheck.redactingPasswords(inText: "store: postgres://outbox@db/q") == "store: postgres://outbox@db/q")
+        #expect(URLCheck.redactingPasswords(inText: "store: postgres://outbox:pw@db/q") == "store: postgres://outbox:[redacted]@db/q")
     }
 
     @Test(arguments: [
