@@ -168,10 +168,19 @@ package enum CLI {
             var invocation = Invocation(args: parsed, environment: environment, folder: cwd, console: console)
             return try command.handler(&invocation)
         } catch {
-            if logsJSON, !wantsJSON, error.diagnostics.isEmpty {
-                // A run that logs JSON ends with a JSON line too, however it ends.
-                Logger(format: .json) { console.err($0) }.log(
-                    .error, "outbox: \(error.code.rawValue): \(error.message)", fields: [("code", .string(error.code.rawValue))])
+            if logsJSON, !wantsJSON {
+                // A run that logs JSON ends with JSON lines too, however it ends: a line for each
+                // error in a file (where it is), then the error that ends the run.
+                let logger = Logger(format: .json) { console.err($0) }
+                let code: (String, JSON) = ("code", .string(error.code.rawValue))
+                for d in error.diagnostics {
+                    logger.log(
+                        .error, "\(d.path):\(d.line):\(d.column): \(d.message)",
+                        fields: [code, ("file", .string(d.path)), ("line", .int(d.line)), ("column", .int(d.column))])
+                }
+                let n = error.diagnostics.count
+                let message = n == 0 ? error.message : "\(n) error\(n == 1 ? "" : "s")"
+                logger.log(.error, "outbox: \(error.code.rawValue): \(message)", fields: [code])
             } else {
                 report(error, json: wantsJSON, console: console)
             }

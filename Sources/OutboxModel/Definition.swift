@@ -393,6 +393,10 @@ extension Definition {
         if let u = f["url"], let url = reader.string(u, "request.url"), !url.contains("{{") {
             do { _ = try URLCheck.validate(url, field: "request.url") } catch { reader.error(u.mark, error.message) }
             literalURL = url
+        } else if let u = f["url"], case let .string(url)? = u.scalar,
+            let problem = Template.schemeOrHostProblem(url: url, field: "request.url")
+        {
+            reader.error(u.mark, problem)
         }
         let headers = f["headers"].map { Config.readHeaders($0, reader: &reader, context: "request.headers") } ?? []
         // What is written out already is at least what every request's head holds: over the

@@ -94,6 +94,30 @@ package enum Template {
 
     package static let allRoots = Set(TemplateParser.knownRoots)
 
+    /// A URL template whose own text puts a substitution without `| raw` in the scheme or
+    /// host: every enqueue would be refused, so `check` says so. Nil when the first
+    /// substitution is in the path or the query, is raw, or comes after a loop, and for a
+    /// whole-value substitution (`"{{ vars.url }}"`, used as is).
+    package static func schemeOrHostProblem(url template: String, field: String) -> String? {
+        guard let nodes = try? TemplateParser.parse(template) else { return nil }
+        if nodes.count == 1, case let .substitution(sub) = nodes[0], !sub.producesString { return nil }
+        var position = URLPosition()
+        for node in nodes {
+            switch node {
+            case let .text(s): position.feed(s)
+            case let .substitution(sub):
+                guard !sub.isRaw, position.part != .path, position.part != .query else { return nil }
+                return inSchemeOrHost(sub, field: field)
+            case .loop: return nil
+            }
+        }
+        return nil
+    }
+
+    static func inSchemeOrHost(_ sub: TemplateSubstitution, field: String) -> String {
+        "\(field): {{ \(sub.path.text) }} is in the URL's scheme or host; write {{ \(sub.path.text) | raw }} if the value is trusted"
+    }
+
     /// Paths a template reads (e.g. ["vars.site_id", "env.API_TOKEN"]), for static checks.
     ///
     /// In order of first use, without duplicates. Paths under a loop variable or `loop` are

@@ -101,9 +101,7 @@ struct TemplateRenderer {
                     if !sub.isRaw {
                         // An encoded value cannot move the host, but it could still pick it.
                         guard position.part == .path || position.part == .query else {
-                            throw .invalid(
-                                "\(field): {{ \(sub.path.text) }} is in the URL's scheme or host; write {{ \(sub.path.text) | raw }} if the value is trusted"
-                            )
+                            throw .invalid(Template.inSchemeOrHost(sub, field: field))
                         }
                         text = sub.keepsSlashes ? URLCheck.encodePath(text) : URLCheck.encodeComponent(text)
                     }

@@ -235,7 +235,6 @@ package final class Runner {
         // As at a start: a file with errors disables its own key (its outcomes are held until
         // it is fixed), never the others' fixes and changes.
         let newDefinitions = DefinitionSet.load(folder: newConfig.definitions)
-        for d in newDefinitions.diagnostics { log(d.rendered(source: nil), level: .error) }
         let newFactory = Self.factory(config: newConfig, definitions: newDefinitions, environment: environment, cwd: factory.cwd)
         let newAccount = (try? newFactory.account()) ?? nil
         config = newConfig
@@ -269,8 +268,10 @@ package final class Runner {
         }
     }
 
-    /// Names each definition with errors: its key is disabled, its outcomes held until it is fixed.
+    /// Says where each definition file's errors are, as a start or a reload reads them, and
+    /// names each definition with errors: its key is disabled, its outcomes held until it is fixed.
     func noteBrokenDefinitions() {
+        for d in definitions.diagnostics { log(d.rendered(source: nil), level: .error) }
         for key in definitions.brokenKeys.keys.sorted() {
             log("outbox: the definition of \(key) has errors: its outcomes are held until it is fixed (outbox check)", level: .warn)
         }

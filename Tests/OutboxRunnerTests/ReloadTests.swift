@@ -163,6 +163,32 @@ struct RunLogTests {
         #expect(last["message"]?.stringValue?.contains("outbox.db is empty") == true, "\(last)")
     }
 
+    // A run that starts with a definition with errors says where they are, as a reload does,
+    // and sends what the other definitions hold.
+    @Test func aStartNamesTheErrorsOfABrokenDefinition() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        _ = try p.write("definitions/broken.yaml", "key: broken\nrequest:\n  methd: PUT\n")
+        try await p.enqueue("t", path: "/status/200", id: "a")
+        let run = try await p.drain()
+        #expect(run.exitCode == 0, "\(run)")
+        #expect(run.stderr.contains("broken.yaml:3:3: error: unknown field \"methd\""), "\(run.stderr)")
+        #expect(run.stderr.contains("the definition of broken has errors"), "\(run.stderr)")
+        #expect(p.deliveries("a").count == 1)
+    }
+
+    // A config with errors is logged as JSON lines too: one for each error, where it is, then the count.
+    @Test func aConfigWithErrorsIsLoggedAsJSON() async throws {
+        let p = try Project(definitions: ["t": definition("t")])
+        try p.write("config/outbox.yaml", "concurrency: 0\n")
+        let run = try await p.outbox(["run", "--drain", "--log-format", "json"])
+        #expect(run.exitCode == 78, "\(run)")
+        let lines = try run.stderr.split(separator: "\n").map { try JSON.parse(String($0)) }
+        #expect(lines.count == 2, "\(run.stderr)")
+        #expect(lines.first?["file"]?.stringValue?.hasSuffix("config/outbox.yaml") == true, "\(run.stderr)")
+        #expect(lines.first?["line"] == .int(1) && lines.first?["code"] == .string("E_CONFIG"), "\(run.stderr)")
+        #expect(lines.last?["message"] == .string("outbox: E_CONFIG: 1 error"), "\(run.stderr)")
+    }
+
     @Test func quietKeepsOnlyWarningsAndErrors() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         try await p.enqueue("t", path: "/status/200", id: "a")
