@@ -114,7 +114,36 @@ package struct Diagnostic: Sendable, Equatable {
     /// A file's lines as bytes: split on the byte, since in a String "\r\n" is one Character
     /// and never equals "\n".
     package static func lines(_ source: String) -> [Substring.UTF8View.SubSequence] {
-        Substring(source).utf8.split(separator: 0x0A, omittingEmptySubsequences: false)
+        // Split where libyaml counts a line: LF, CR LF, CR alone, NEL, LS and PS, so that a
+        // mark's line number finds its line.
+        let utf8 = Substring(source).utf8
+        var lines: [Substring.UTF8View.SubSequence] = []
+        var start = utf8.startIndex
+        var i = start
+        // The break at `i`, if one starts there: the index after it.
+        func breakEnd(_ i: Substring.UTF8View.Index) -> Substring.UTF8View.Index? {
+            let b = utf8[i]
+            guard b == 0x0A || b == 0x0D || b == 0xC2 || b == 0xE2 else { return nil }
+            let rest = utf8[i...].prefix(3)
+            switch (b, rest.dropFirst().first, rest.dropFirst(2).first) {
+            case (0x0A, _, _): return utf8.index(after: i)
+            case (0x0D, 0x0A, _): return utf8.index(i, offsetBy: 2)
+            case (0x0D, _, _): return utf8.index(after: i)
+            case (0xC2, 0x85, _): return utf8.index(i, offsetBy: 2)
+            case (0xE2, 0x80, 0xA8), (0xE2, 0x80, 0xA9): return utf8.index(i, offsetBy: 3)
+            default: return nil
+            }
+        }
+        while i != utf8.endIndex {
+            guard let next = breakEnd(i) else {
+                i = utf8.index(after: i)
+                continue
+            }
+            lines.append(utf8[start..<i])
+            (start, i) = (next, next)
+        }
+        lines.append(utf8[start...])
+        return lines
     }
 
     /// A source line with its secrets shown as `[redacted]`: a URL's password (a PostgreSQL

@@ -42,6 +42,18 @@ struct TerminalTextTests {
         #expect(named == "definitions/a\\x0ab\\x09.yaml:1:6: error: m")
     }
 
+    // A line is found as libyaml counts lines: CR alone, CR LF, NEL, LS and PS end one too.
+    @Test(arguments: ["\n", "\r", "\r\n", "\u{85}", "\u{2028}", "\u{2029}"])
+    func aDiagnosticFindsItsLineWhateverTheBreaks(_ br: String) {
+        let source = ["key: a", "request:", "  url: http://x/", "  bogus: 1"].joined(separator: br) + br
+        #expect(
+            Diagnostic.lines(source).map { String(decoding: $0, as: UTF8.self) } == [
+                "key: a", "request:", "  url: http://x/", "  bogus: 1", "",
+            ])
+        let rendered = Diagnostic(path: "a.yaml", line: 4, column: 3, message: "unknown field").rendered(source: source)
+        #expect(rendered == "a.yaml:4:3: error: unknown field\n  bogus: 1\n  ^", "\(rendered)")
+    }
+
     // The source line under an error goes to terminals and logs: a URL's password on it (a
     // PostgreSQL store's) is hidden, as a credential header's value is.
     @Test func aDiagnosticHidesAURLPasswordOnItsSourceLine() {
