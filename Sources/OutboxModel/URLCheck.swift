@@ -293,6 +293,20 @@ extension URLCheck {
         return String(decoding: bytes[..<start] + bytes[host..<end], as: UTF8.self) + "/[redacted]"
     }
 
+    /// What an echo of a request to a URL from `env` would show of the secret in it (a token in
+    /// its path or query): the text after its authority, its path alone, and both decoded.
+    package static func secretPathTexts(_ url: String) -> [String] {
+        let bytes = Array(url.utf8)
+        guard let mark = bytes.indices.dropLast(2).first(where: { bytes[$0] == UInt8(ascii: ":") && bytes[$0 + 1] == UInt8(ascii: "/") }),
+            bytes[mark + 2] == UInt8(ascii: "/")
+        else { return [] }
+        var end = mark + 3
+        while end < bytes.count, !isAuthorityEnd(bytes[end]) { end += 1 }
+        let rest = String(decoding: bytes[end...], as: UTF8.self)
+        let path = String(rest.prefix { $0 != "?" && $0 != "#" })
+        return Array(Set([rest, path, percentDecoded(rest), percentDecoded(path)]).filter { $0.utf8.count > 1 })
+    }
+
     /// A line of text (a config file's) with the password of every URL in it shown as
     /// `[redacted]`: a URL there ends at a quote, a space, a comma or a brace too.
     package static func redactingPasswords(inText text: String) -> String {

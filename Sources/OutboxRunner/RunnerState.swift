@@ -69,6 +69,8 @@ struct Flight {
     /// events and `show`. The values are found only for a response with a body.
     var sentHeaders: [(name: String, value: String)] = []
     var secretHeaders: Set<String> = []
+    /// The URL came from `env`: its path and query are a secret too.
+    var secretURL = false
     /// The access key id a signed request was signed with.
     var signingKeyID: String?
     /// The upload an `.abort` step ends, and its entry's row.

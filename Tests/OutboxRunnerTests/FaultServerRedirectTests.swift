@@ -170,7 +170,7 @@ extension FaultServerTests {
 
     /// A URL's userinfo goes out as `Authorization: Basic`: a redirect to another host is not
     /// followed, with or without a password, as for an `Authorization` header. A var holding
-    /// the URL shows it redacted, a short password too (found by its `user:password@`).
+    /// the URL shows it redacted, a short password or user too (found by its `user:password@`).
     @Test(arguments: ["usr:url-pass-5@", "usr@", "usr:ab@", "a:b@"])
     func aURLsUserinfoNeverFollowsARedirectToAnotherHost(_ userinfo: String) async throws {
         let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "follow_redirects: 2")])
@@ -179,11 +179,11 @@ extension FaultServerTests {
         let url = p.url("/redirect-to?code=307&url=\(encoded)").replacingOccurrences(of: "http://", with: "http://" + userinfo)
         let vars = JSON.object([("url", .string(url)), ("tag", .string("a"))]).serialized()
         #expect(try await p.outbox(["enqueue", "t", "--vars", vars, "--id", "ui"]).exitCode == 0)
+        // A user alone is the credential (an API key given as the user name): never shown either.
         let show = try await p.outbox(["show", "ui", "--json"])
-        let password = userinfo.contains(":")
-        #expect(show.stdout.contains(userinfo) == !password, "\(show.stdout)")
+        #expect(!show.stdout.contains(userinfo), "\(show.stdout)")
         let run = try await p.drain(["--events", "-"], failures: 1)
-        if password { #expect(!run.stdout.contains(userinfo), "\(run.stdout)") }
+        #expect(!run.stdout.contains(userinfo), "\(run.stdout)")
         #expect(p.server.requests(path: "/landing").isEmpty)
         let hook = try #require(p.deliveries("ui").first)
         #expect(hook.string("stdin.outcome") == "error")
@@ -239,6 +239,36 @@ extension FaultServerTests {
         #expect(shown.contains("plain-text-3") && shown.contains("[redacted]"), "\(shown)")
         #expect(!shown.contains(basic) && !shown.contains("url-pass-4"), "\(shown)")
         #expect(try #require(p.deliveries("up").first).serialized().contains(basic), "the hook's data is the server's answer")
+    }
+
+    /// A user without a password (an API key as the user name) goes out as `Authorization:
+    /// Basic` too: an echo of it is masked, and the URL is shown without it.
+    @Test func aURLUserAServerEchoesIsMaskedInEvents() async throws {
+        let p = try Project(config: faultConfig, definitions: ["t": definition("t", request: "headers:\n  X-Seen: plain-text-3")])
+        let url = p.url("/echo").replacingOccurrences(of: "http://", with: "http://sk_user_key-5@")
+        let vars = JSON.object([("url", .string(url)), ("tag", .string("a"))]).serialized()
+        #expect(try await p.outbox(["enqueue", "t", "--vars", vars, "--id", "uu"]).exitCode == 0)
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempt = try #require(run.jsonLines.first { $0.string("type") == "attempt" }, "\(run.stdout)")
+        let shown = attempt.string("body") ?? ""
+        let basic = Data("sk_user_key-5:".utf8).base64EncodedString()
+        #expect(shown.contains("plain-text-3") && shown.contains("[redacted]"), "\(shown)")
+        #expect(!shown.contains(basic) && !run.stdout.contains("sk_user_key-5"), "\(run.stdout)")
+        #expect(try #require(p.deliveries("uu").first).serialized().contains(basic), "the hook's data is the server's answer")
+    }
+
+    /// A URL from `env` is a secret whole: a server that echoes its path shows `[redacted]` in events.
+    @Test func aURLFromTheEnvironmentAServerEchoesIsMasked() async throws {
+        let hook = "key: hk\nrequest:\n  url: \"{{ vars.base | raw }}/echo/{{ env.HOOK_TOKEN }}\"\non_success: hooks/record.sh\n"
+        let p = try Project(config: faultConfig, definitions: ["hk": hook])
+        let vars = JSON.object([("base", .string(p.url("")))]).serialized()
+        let enqueued = try await p.outbox(["enqueue", "hk", "--vars", vars, "--id", "h1"], environment: ["HOOK_TOKEN": "hook-token-77"])
+        #expect(enqueued.exitCode == 0, "\(enqueued)")
+        let run = try await p.drain(["--events", "-"], failures: 0)
+        let attempt = try #require(run.jsonLines.first { $0.string("type") == "attempt" }, "\(run.stdout)")
+        #expect((attempt.string("body") ?? "").contains("[redacted]"), "\(run.stdout)")
+        #expect(!run.stdout.contains("hook-token-77"), "\(run.stdout)")
+        #expect(p.server.requests(path: "/echo/hook-token-77").count == 1, "sent whole")
     }
 
     /// A URL built from `env` (a bot token in the path, a webhook URL kept there) is sent

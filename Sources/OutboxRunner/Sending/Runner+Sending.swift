@@ -87,6 +87,7 @@ extension Runner {
             method: request.method, attempt: attempt, standby: isStandby)
         if isStandby { flight.standbySince = Identifiers.monotonicMs() }
         (flight.sentHeaders, flight.secretHeaders) = (request.headers, entry.request.secretHeaders)
+        flight.secretURL = entry.request.secretURL
         flight.signingKeyID = request.awsSigV4?.accessKeyID
         flight.s3ExistingHead = headFirst
         if part != nil { flights.slots.hostLoad[host, default: 0] += 1 }
@@ -111,13 +112,14 @@ extension Runner {
     /// The values of the secret headers `flight` carried as sent: the config's and the
     /// entry's secret names, and the session token an S3 signature adds; for a signed
     /// request also its key id and the signature libcurl computed (S3 errors quote both), and
-    /// the credentials of the URL's userinfo.
+    /// the credentials of the URL's userinfo, and the path and query of a URL from `env`.
     func secretValues(of flight: Flight, result: HTTPResult) -> [[UInt8]] {
         let values = HeaderRules.secretValues(
             flight.sentHeaders.map { ($0.name, $0.value) },
             names: config.redactedHeaderNames.union(flight.secretHeaders).union(["x-amz-security-token"]))
         // A URL's password is a credential too, and libcurl sends it as `Authorization: Basic`.
-        let signing = ([flight.signingKeyID, result.signature].compactMap { $0 } + URLCheck.credentialValues(flight.url))
+        let fromURL = URLCheck.credentialValues(flight.url) + (flight.secretURL ? URLCheck.secretPathTexts(flight.url) : [])
+        let signing = ([flight.signingKeyID, result.signature].compactMap { $0 } + fromURL)
             .map { Array($0.utf8) }.filter { $0.count >= 6 }
         return HeaderRules.withEscapedForms(values + signing)
     }
