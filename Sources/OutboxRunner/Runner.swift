@@ -438,8 +438,10 @@ package final class Runner {
         progressDisplay?.finish()
         // Stopped past its grace: a hook still running is stopped too, not left to finish unseen
         // (its outcome stays unacknowledged and is delivered again by the next run).
+        var stopped: [Int64: String] = [:]
         for (seq, (pgid, start)) in delivery.groups where ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
             log("outbox: stopped hook process group \(pgid) at the end of the grace; its outcome is delivered again", level: .warn)
+            if let entryID = delivery.hooksRunning[seq] { stopped[seq] = entryID }
             // A failed delivery, with its reason for `show`: the run's exit status says a delivery failed.
             guard let entryID = delivery.hooksRunning[seq] else {
                 summary.deliveryFailures += 1
@@ -449,6 +451,7 @@ package final class Runner {
                 seq: seq, entryID: entryID, failure: "the hook was still running at the end of the grace and was stopped",
                 now: Identifiers.nowMs())
         }
+        logStderrOfStoppedHooks(stopped)
         if !shutdown.isStopping { options.notifier?.send("STOPPING=1") }
         // Entries we hold go back in the queue, keeping accepted parts.
         let held = Array(flights.running.values)

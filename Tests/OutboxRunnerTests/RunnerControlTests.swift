@@ -76,7 +76,8 @@ import Testing
     /// A drain stopped that way says so in its exit status: an outcome is left unacknowledged.
     @Test(arguments: [false, true])
     func aHookStillRunningAtTheEndOfTheGraceIsStopped(drain: Bool) async throws {
-        let hook = "#!/bin/sh\ncat > /dev/null\necho $$ > hooks/pid\nwhile [ ! -e hooks/never ]; do sleep 0.05; done\n"
+        let hook =
+            "#!/bin/sh\ncat > /dev/null\necho 'said before it was stopped' >&2\necho $$ > hooks/pid\nwhile [ ! -e hooks/never ]; do sleep 0.05; done\n"
         let p = try Project(definitions: ["t": definition("t", top: "on_success: hooks/wait.sh", hooks: false)], hooks: ["wait.sh": hook])
         try await p.enqueue("t", path: "/status/200", id: "w")
         let runner = try p.start(["run", "--grace", "1s"] + (drain ? ["--drain"] : []))
@@ -87,6 +88,8 @@ import Testing
         let finished = await runner.wait()
         #expect(finished.exitCode == (drain ? 4 : 0), "\(finished.description)")
         #expect(finished.stderr.contains("at the end of the grace"), "\(finished.stderr)")
+        // What it wrote on stderr is logged, as for a hook that ends.
+        #expect(finished.stderr.contains("hook w: said before it was stopped"), "\(finished.stderr)")
         // The runner ends: the delivery is the next run's, not one due in a moment.
         #expect(finished.stderr.contains("(delivery 1); it will be delivered again by the next run (not before "), "\(finished.stderr)")
         #expect(hookProcess.hasEnded, "the hook \(pid) still runs")

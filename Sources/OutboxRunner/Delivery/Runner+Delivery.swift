@@ -301,14 +301,7 @@ extension Runner {
             delivery.unstartedInARow = error.transient ? delivery.unstartedInARow + 1 : 0
         case let .success(process):
             delivery.unstartedInARow = 0
-            let stderr = String(decoding: process.stderr, as: UTF8.self).trimmingSpaces
-            if !stderr.isEmpty {
-                for line in stderr.split(separator: "\n").prefix(20) {
-                    // A log line stays a line: past 4 KiB the rest of it is left out.
-                    let shown = line.utf8.count > 4096 ? String(decoding: line.utf8.prefix(4096), as: UTF8.self) + " [...]" : String(line)
-                    log("hook \(entryID): \(TerminalText.visible(shown))", fields: [("id", .string(entryID))])
-                }
-            }
+            logStderr(of: process, entryID: entryID)
             if process.timedOut {
                 failure = "the hook ran past hooks.timeout and was stopped"
             } else if let signal = process.signal {
@@ -340,6 +333,33 @@ extension Runner {
         // Acknowledged with the others that ended this turn; until then it counts as running.
         delivery.hooksRunning[seq] = entryID
         delivery.finished.append((seq, command?.key, followUps))
+    }
+
+    /// Up to 20 lines of what a hook wrote on stderr, each prefixed `hook ID:`.
+    func logStderr(of process: ProcessResult, entryID: String) {
+        let stderr = String(decoding: process.stderr, as: UTF8.self).trimmingSpaces
+        guard !stderr.isEmpty else { return }
+        for line in stderr.split(separator: "\n").prefix(20) {
+            // A log line stays a line: past 4 KiB the rest of it is left out.
+            let shown = line.utf8.count > 4096 ? String(decoding: line.utf8.prefix(4096), as: UTF8.self) + " [...]" : String(line)
+            log("hook \(entryID): \(TerminalText.visible(shown))", fields: [("id", .string(entryID))])
+        }
+    }
+
+    /// What the hooks stopped at the end of the grace wrote on stderr, logged as for a hook that
+    /// ends: their ends come through the mailbox once their groups are killed, waited for 2 s
+    /// at most in all (a process that left its group may hold a hook's stderr open).
+    func logStderrOfStoppedHooks(_ stopped: [Int64: String]) {
+        var waiting = stopped
+        let deadline = Identifiers.monotonicMs() + 2_000
+        while !waiting.isEmpty {
+            let left = deadline - Identifiers.monotonicMs()
+            guard left > 0 else { return }
+            for event in mailbox.take(timeoutMs: left) {
+                guard case let .hookDone(seq, result) = event, let entryID = waiting.removeValue(forKey: seq) else { continue }
+                if case let .success(process) = result { logStderr(of: process, entryID: entryID) }
+            }
+        }
     }
 
     /// Why a hook its shell could not run did not run, named by its field (`on_success: ...`).
