@@ -175,6 +175,21 @@ CURLcode ccurl_capture_signature(CURL *easy, ccurl_signature *out) {
     if (rc == CURLE_OK) rc = p_easy_setopt(easy, CURLOPT_VERBOSE, 1L);
     return rc;
 }
+static int one_request_per_answer(void *user, char *primary_ip, char *local_ip, int primary_port, int local_port) {
+    (void)primary_ip, (void)local_ip, (void)primary_port, (void)local_port;
+    int *unanswered = user;
+    if (*unanswered) {
+        *unanswered = 2;
+        return CURL_PREREQFUNC_ABORT;
+    }
+    *unanswered = 1;
+    return CURL_PREREQFUNC_OK;
+}
+CURLcode ccurl_one_request_per_answer(CURL *easy, int *unanswered) {
+    CURLcode rc = p_easy_setopt(easy, CURLOPT_PREREQFUNCTION, one_request_per_answer);
+    if (rc == CURLE_OK) rc = p_easy_setopt(easy, CURLOPT_PREREQDATA, unanswered);
+    return rc;
+}
 CURLcode ccurl_setopt_ptr(CURL *easy, CURLoption option, void *value) {
     return p_easy_setopt(easy, option, value);
 }

@@ -141,10 +141,15 @@ extension Transfer {
                     let line = UnsafeRawBufferPointer(start: data, count: n)
                     // 0 ends the transfer: a redirect it must not follow stops here.
                     guard transfer.headerLineAllowed(line) else { return 0 }
+                    transfer.unanswered.pointee = 0
                     transfer.responseHeaders.consume(line)
                     return n
                 }), "HEADERFUNCTION")
         try check(ccurl_setopt_ptr(easy, CURLOPT_HEADERDATA, me), "HEADERDATA")
+        // Every request that goes out is an attempt the runner sees: libcurl's own re-send of a
+        // request whose reused connection closed unanswered is refused (an older libcurl
+        // without the option re-sends as before).
+        _ = ccurl_one_request_per_answer(easy, unanswered)
         try check(
             ccurl_setopt_write_function(
                 easy, CURLOPT_WRITEFUNCTION,
@@ -156,7 +161,7 @@ extension Transfer {
                 }), "WRITEFUNCTION")
         try check(ccurl_setopt_ptr(easy, CURLOPT_WRITEDATA, me), "WRITEDATA")
         // Every non-form body goes through the read callback, with a seek callback so
-        // curl can rewind for a re-send on a dead reused connection or a 307/308.
+        // curl can rewind for a 307/308.
         try check(
             ccurl_setopt_read_function(
                 easy,

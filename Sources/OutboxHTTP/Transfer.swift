@@ -69,6 +69,13 @@ final class Transfer {
     var countedBeforeRestart: Int64 = 0
     /// Where libcurl's debug callback leaves the signature of a signed request.
     var signature: UnsafeMutablePointer<ccurl_signature>?
+    /// 1 while a request sent has no answer, 2 once libcurl's re-send of it was refused
+    /// (`ccurl_one_request_per_answer`).
+    let unanswered: UnsafeMutablePointer<Int32> = {
+        let p = UnsafeMutablePointer<Int32>.allocate(capacity: 1)
+        p.initialize(to: 0)
+        return p
+    }()
 
     /// Opens the body source and configures an easy handle, `spare` (reset by `close`) or a
     /// new one; throws what to report.
@@ -99,6 +106,7 @@ final class Transfer {
         close()
         errorBuffer.deallocate()
         signature?.deallocate()
+        unanswered.deallocate()
     }
 
     /// Frees the easy handle and what it referenced; call only once it left the multi. With
@@ -276,6 +284,11 @@ final class Transfer {
         }
         guard let code else {
             result.failure = TransportFailure(abortKind, abortMessage)
+            return result
+        }
+        if code == CURLE_ABORTED_BY_CALLBACK, unanswered.pointee == 2 {
+            result.failure = TransportFailure(
+                .network, "the connection closed before any answer (libcurl's unseen re-send refused: the retry is an attempt of its own)")
             return result
         }
         if let stoppedAtRedirect {

@@ -67,6 +67,22 @@ struct AnsweredFault: Sendable, CustomTestStringConvertible {
         #expect(offered.contains("gzip"), "\(offered)")
     }
 
+    /// A reused connection that closes before answering: libcurl would send the request again
+    /// on a new connection by itself, a request no attempt shows. Refused, the retry is the
+    /// runner's, an attempt of its own: every request the server saw is one attempt event.
+    @Test func aRequestReSentAfterAReusedConnectionClosedIsAnAttemptOfItsOwn() async throws {
+        let p = try Project(config: faultConfig + "concurrency: 1\nper_host: 1\n", definitions: ["t": definition("t")])
+        p.server.script("/second", [.reset, .status(200)])
+        try await p.enqueue("t", path: "/first", id: "a")
+        try await p.enqueue("t", path: "/second", id: "b")
+        let run = try await p.drain(["--events", "-", "--horizon", "1h"], failures: 0)
+        let attempts = run.jsonLines.filter { $0.string("type") == "attempt" && $0.string("id") == "b" }
+        #expect(attempts.map { $0.string("outcome") ?? "" } == ["retry", "success"], "\(run.stdout)")
+        #expect(attempts.first?.string("error_kind") == "network", "\(run.stdout)")
+        #expect(p.server.requests(path: "/second").count == 2)
+        #expect(p.server.requests(path: "/first").first?.connectionID == p.server.requests(path: "/second").first?.connectionID, "reused")
+    }
+
     static let retriedFaults: [RetriedFault] = [
         RetriedFault(name: "reset while the request body is read", fault: .resetWhileReadingRequest(afterBytes: 4), kind: "network"),
         RetriedFault(name: "reset mid-response", fault: .resetMidBody(bodySize: 1 << 16), kind: "network", status: 200),

@@ -51,6 +51,12 @@ typedef struct ccurl_signature {
 /* Records the signature of each request `easy` sends into `out` (a debug callback that reads
    only the outgoing header block; CURLOPT_VERBOSE is on, its text goes to the callback). */
 CURLcode ccurl_capture_signature(CURL *easy, ccurl_signature *out);
+/* Refuses a request libcurl would send while one it sent has no answer yet: its silent re-send
+   on a new connection when a reused one closed before answering, which no attempt would show.
+   `*unanswered` is set to 1 as a request goes, to 2 when a second one is refused (the transfer
+   then ends with CURLE_ABORTED_BY_CALLBACK); the header callback sets it to 0 as an answer
+   comes. Needs libcurl 7.80 (CURLOPT_PREREQFUNCTION). */
+CURLcode ccurl_one_request_per_answer(CURL *easy, int *unanswered);
 /* WRITEFUNCTION or HEADERFUNCTION (same signature). */
 CURLcode ccurl_setopt_write_function(CURL *easy, CURLoption option, curl_write_callback fn);
 CURLcode ccurl_setopt_read_function(CURL *easy, curl_read_callback fn);
