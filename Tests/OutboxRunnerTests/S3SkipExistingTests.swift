@@ -148,6 +148,8 @@ import TestSupport
         }.filter { $0["type"] as? String == "attempt" }
         #expect(attempts.map { $0["method"] as? String } == ["HEAD", "PUT"], "\(attempts)")
         #expect(attempts.map { $0["outcome"] as? String } == ["retry", "success"], "\(attempts)")
+        // The summary counts what the events show: the HEAD that found nothing is the upload's attempt.
+        #expect(run.stderr.contains(", 2 attempts in "), "\(run.stderr)")
         #expect(try await Self.counter(sandbox, result: "retry") == 1)
         #expect(try await Self.counter(sandbox, result: "skipped") == nil)
     }

@@ -156,6 +156,8 @@ extension Runner {
                 return
             case let .upload(reason):
                 log("outbox: \(entry.id): uploading: \(reason)", level: .debug, fields: [("id", .string(entry.id))])
+                // Part of the create's attempt, as for a whole file.
+                summary.attempts -= 1
                 flights.partJobs[entry.id]?.s3Checked = true
                 startS3Step(.create, entry: entry, target: entry.request.s3!)
                 return

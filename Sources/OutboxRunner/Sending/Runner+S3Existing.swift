@@ -44,6 +44,9 @@ extension Runner {
             return false
         case let .upload(reason):
             log("outbox: \(entry.id): uploading: \(reason)", level: .debug, fields: [("id", .string(entry.id))])
+            // A HEAD that finds no such object is part of the upload's attempt (its event and
+            // count), not one of its own.
+            summary.attempts -= 1
             // The upload waits for a slot like a claimed request: the HEAD's slot may have
             // been handed to another request as it ended.
             flights.slots.hostStandby[flight.host, default: 0] += 1
