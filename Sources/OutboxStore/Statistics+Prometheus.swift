@@ -27,7 +27,7 @@ extension Statistics {
         lines.append("outbox_held_hosts \(heldHosts.count)")
 
         let helps: [(Counter, String)] = [
-            (.attempts, "Attempts since the store was created, by key and result (success, retry, auth, error, skipped)."),
+            (.attempts, "Attempts since the store was created, by key and result (success, retry, auth, error, skipped, aborted)."),
             (.sentBytes, "Request body bytes sent since the store was created, retries included, by key."),
             (.acceptedBytes, "Request body bytes of accepted requests and parts since the store was created, by key."),
             (.hookDeliveries, "Outcomes acknowledged by a hook since the store was created, by key."),

@@ -309,7 +309,11 @@ import Testing
                 "profile [broken] of \(file) needs aws_access_key_id and aws_secret_access_key"
             ),
             (["HOME": folder.path + "/none"], "cannot be read"),
+            // Not repaired into another key: refused.
+            (["AWS_SHARED_CREDENTIALS_FILE": folder.path + "/latin1"], "latin1 is not valid UTF-8 (at byte 42)"),
         ]
+        let latin1 = Data("[default]\naws_access_key_id = AKIDBADBYTE".utf8) + Data([0xFF]) + Data("\naws_secret_access_key = S\n".utf8)
+        try latin1.write(to: URL(fileURLWithPath: folder.path + "/latin1"))
         for (env, message) in problems {
             guard case .failure(let missing) = S3Credentials.resolve(environment: env) else {
                 Issue.record("credentials found with \(env)")

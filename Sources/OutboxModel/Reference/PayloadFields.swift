@@ -57,7 +57,9 @@ package enum PayloadFields {
         PayloadField("error", "`error` outcomes", "what went wrong:"),
         PayloadField("error.kind", "`error` outcomes", "one of the error kinds below"),
         PayloadField("error.message", "`error` outcomes", "what happened, in words"),
-        PayloadField("error.status", "`error` outcomes", "the HTTP status, or `null`"),
+        PayloadField(
+            "error.status", "`error` outcomes",
+            "the HTTP status of the answer that decided it (of the HEAD, for a multipart upload found gone), or `null`"),
         PayloadField("error.part_index", "a refused part", "the part's 0-based index"),
         PayloadField("error.body", "`error` outcomes", "the first 64 KiB of the response body, `null` without one"),
         PayloadField("error.body_encoding", "that body is not UTF-8", "`base64`"),

@@ -35,7 +35,9 @@ extension ErrorKind {
     package var summary: String {
         switch self {
         case .http: return "a 4xx that is not retried, a 3xx not followed, a redirect to another scheme, too many redirects, a refused part"
-        case .file: return "a staged body went missing, or a referenced file changed; nothing was sent"
+        case .file:
+            return
+                "a staged body went missing, or a referenced file changed: nothing of it was sent (a chunked upload may have sent earlier parts)"
         case .expired: return "the entry passed its expiry before it succeeded"
         case .cancelled: return "another entry of its scope settled `error` under `on_rejected: cancel-scope`"
         case .truncated: return "the response was over `max_response_bytes`, so the parser did not run; never sent again"

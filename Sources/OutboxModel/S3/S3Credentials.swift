@@ -43,9 +43,14 @@ package struct S3Credentials: Sendable, Equatable {
             return .failure(
                 Missing(message: "no AWS credentials: AWS_ACCESS_KEY_ID is not set, and neither HOME nor AWS_SHARED_CREDENTIALS_FILE"))
         }
-        guard let text = Paths.readText(path) else {
+        guard let bytes = Paths.readBytes(path) else {
             return .failure(Missing(message: "no AWS credentials: AWS_ACCESS_KEY_ID is not set and \(path) cannot be read"))
         }
+        // A key with a byte that is not UTF-8 would be signed repaired, as another key.
+        if let offset = Paths.invalidUTF8Offset(bytes) {
+            return .failure(Missing(message: "\(path) is not valid UTF-8 (at byte \(offset + 1)): its credentials are not used"))
+        }
+        let text = String(decoding: bytes, as: UTF8.self)
         guard let values = profileValues(text, profile: profile) else {
             return .failure(Missing(message: "no AWS credentials: AWS_ACCESS_KEY_ID is not set and \(path) has no profile [\(profile)]"))
         }
