@@ -175,6 +175,8 @@ extension EnqueueCommand {
                 switch error {
                 case let .tooLong(line): throw .invalid("\(absolute):\(line): the line is over \(Units.formatBytes(Int64(maxLine)))")
                 case let .readFailed(code): throw .unreadable("--from: cannot read \(absolute): \(Paths.errnoMessage(code))", errno: code)
+                case let .shrank(from, to):
+                    throw .invalid("--from: \(absolute) was cut from \(from) to \(to) bytes while it was read: nothing is stored")
                 }
             }
             guard var line = next else { return nil }

@@ -10,6 +10,8 @@ package struct LineReader {
         case tooLong(line: Int)
         /// The source could not be read (errno).
         case readFailed(Int32)
+        /// The file ended before the size it had when it was opened (it was cut while read).
+        case shrank(from: Int64, to: Int64)
     }
 
     /// Up to `n` bytes; empty at the end; nil (errno set) when the read failed.
@@ -18,6 +20,9 @@ package struct LineReader {
     private var buffer: [UInt8] = []
     private var start = 0
     private var atEnd = false
+    /// The bytes the source must hold (a file's size when opened), and those read so far.
+    private var expected: Int64?
+    private var got: Int64 = 0
     /// The number of the line `next()` returned last (1-based; empty lines count).
     package private(set) var lineNumber = 0
 
@@ -28,6 +33,7 @@ package struct LineReader {
 
     /// Reads a file descriptor, no more than `limit` bytes in all (a file that grows while
     /// it is read ends where it ended when it was opened).
+    /// Given a limit, the file must hold that much: one cut shorter while read is refused.
     package init(fd: Int32, maxLineBytes: Int, limit: Int64 = .max) {
         var left = limit
         self.init(maxLineBytes: maxLineBytes) { n in
@@ -36,6 +42,7 @@ package struct LineReader {
             left -= Int64(chunk?.count ?? 0)
             return chunk
         }
+        expected = limit == .max ? nil : limit
     }
 
     /// Up to `n` bytes of `fd` (EINTR retried); empty at the end; nil on an error (errno set).
@@ -77,6 +84,8 @@ package struct LineReader {
             }
             searched = buffer.count
             guard let chunk = read(65_536) else { throw .readFailed(errno) }
+            got += Int64(chunk.count)
+            if chunk.isEmpty, let expected, got < expected { throw .shrank(from: expected, to: got) }
             if chunk.isEmpty { atEnd = true } else { buffer += chunk }
         }
     }

@@ -515,7 +515,7 @@ struct EndlessInputTests {
     }
 
     /// With a limit, a file reads as far as it reached when it was opened, mid-line or not.
-    @Test(arguments: [(Int64(0), [String]()), (Int64(3), ["ab"]), (Int64(4), ["ab", "c"]), (Int64(100), ["ab", "cd", "ef"])])
+    @Test(arguments: [(Int64(0), [String]()), (Int64(3), ["ab"]), (Int64(4), ["ab", "c"]), (Int64(8), ["ab", "cd", "ef"])])
     func aFileReadsNoFurtherThanItsLimit(_ limit: Int64, lines: [String]) throws {
         let folder = TemporaryFolder(prefix: "line-limit")
         let path = folder.path + "/lines"
@@ -526,6 +526,37 @@ struct EndlessInputTests {
         var read: [String] = []
         while let line = try reader.next() { read.append(String(decoding: line, as: UTF8.self)) }
         #expect(read == lines)
+    }
+}
+
+/// A `--from` file cut shorter than it was when opened (its writer truncated it while it was
+/// read) is refused with nothing stored, not taken for the lines read so far.
+struct FromFileCutTests {
+    @Test func aFileCutWhileItIsReadIsRefused() throws {
+        let folder = TemporaryFolder(prefix: "line-cut")
+        let path = folder.path + "/lines"
+        try String(repeating: "0123456789abcde\n", count: 10_000).write(toFile: path, atomically: false, encoding: .utf8)
+        let fd = open(path, O_RDONLY)
+        defer { close(fd) }
+        var reader = LineReader(fd: fd, maxLineBytes: 64, limit: 160_000)
+        #expect(try reader.next() != nil)
+        #expect(truncate(path, 16_000) == 0)
+        #expect(throws: LineReader.Failure.shrank(from: 160_000, to: 65_536)) { while try reader.next() != nil {} }
+    }
+
+    @Test func anEnqueueOfAFileCutWhileItIsReadStoresNothing() async throws {
+        let p = try CLIProject()
+        _ = try p.write("lines.jsonl", (0..<5_000).map { "{\"vars\": {\"n\": \($0)}}\n" }.joined())
+        let go = p.path("go")
+        let enqueue = try p.start(
+            ["enqueue", "note", "--from", "lines.jsonl"], environment: ["OUTBOX_FAULT_HOLD": "enqueue.batch-written:\(go)"])
+        await eventually("the first batch written") { FileManager.default.fileExists(atPath: go + ".reached") }
+        #expect(truncate(p.path("lines.jsonl"), 20_000) == 0)
+        p.touch("go")
+        let ended = await enqueue.wait(timeout: 120)
+        #expect(ended.exitCode == 65, "\(ended)")
+        #expect(ended.stderr.contains("was cut from"), "\(ended.stderr)")
+        #expect(try p.sqlite("SELECT COUNT(*) FROM entries") == "0\n")
     }
 }
 
