@@ -111,7 +111,8 @@ enum EnqueueDirectory {
         let environment = RequestBuilder.environmentJSON(i.environment)
         let skipped = walk.skippedLinks.count + walk.skippedSpecial.count
         if skipped > 0 {
-            let first = (walk.skippedLinks + walk.skippedSpecial).sorted().prefix(3).joined(separator: ", ")
+            // Names from outside: a control character in one is shown as an escape, never acted on.
+            let first = (walk.skippedLinks + walk.skippedSpecial).sorted().prefix(3).map(TerminalText.cell).joined(separator: ", ")
             i.console.err(
                 "outbox: skipped \(walk.skippedLinks.count) symbolic link(s) and \(walk.skippedSpecial.count) special file(s) under \(root) (\(first)\(skipped > 3 ? ", ..." : ""))"
             )

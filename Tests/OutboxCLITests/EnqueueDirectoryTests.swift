@@ -49,7 +49,7 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         try DirTree.file(root, ".dotfile", "4444")
         try FileManager.default.createSymbolicLink(atPath: root + "/b/link.txt", withDestinationPath: "../a/one.txt")
         try FileManager.default.createSymbolicLink(atPath: root + "/linked-dir", withDestinationPath: root + "/a")
-        #expect(mkfifo(root + "/pipe", 0o600) == 0)
+        #expect(mkfifo(root + "/pipe\u{1B}]0;x\u{07}\n", 0o600) == 0)
 
         let run = try await sandbox.outbox([
             "enqueue", "migrate", "--from-dir", "tree", "--vars", #"{"bucket": "archive", "name": "overridden"}"#, "--json",
@@ -60,6 +60,8 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         #expect(printed.map { $0["path"] } == [".dotfile", "a/.hidden/three.txt", "a/one.txt", "b/two.txt"].map { root + "/" + $0 })
         #expect(printed.allSatisfy { ($0["id"]?.count ?? 0) == 36 })
         #expect(run.stderr.contains("skipped 2 symbolic link(s) and 1 special file(s)"))
+        // A name is shown with its control characters escaped, on the one line.
+        #expect(run.stderr.contains("pipe\\x1b]0;x\\x07\\x0a)"), "\(run.stderr)")
 
         let rows = try await DirTree.rows(sandbox)
         #expect(rows.map { $0["id"] as? String } == printed.map { $0["id"] })
