@@ -37,7 +37,22 @@ package struct FileIdentity: Sendable, Equatable {
             throw .fileMissing("\(field): no such file \(path)")
         }
         guard info.isRegular else { throw .invalid("\(field): \(path) is not a regular file") }
+        // A kernel file (in /proc or /sys) says its size is 0 and has bytes to read: it would be sent empty.
+        if info.size == 0, readsPastItsSize(path) {
+            throw .invalid(
+                "\(field): \(path) says its size is 0 but has bytes to read (a kernel file, as in /proc or /sys): copy it to a regular file first"
+            )
+        }
         return (FileIdentity(path: path, size: info.size, mtimeNs: info.mtimeNs, inode: info.inode, mode: info.mode), unlinked)
+    }
+
+    /// Whether a file whose size reads 0 gives a byte all the same.
+    private static func readsPastItsSize(_ path: String) -> Bool {
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var byte: UInt8 = 0
+        return read(fd, &byte, 1) > 0
     }
 
     /// Whether a file found now is still this one (size, mtime and inode; `ownership: reference`).
