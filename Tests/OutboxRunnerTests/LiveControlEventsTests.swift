@@ -56,6 +56,39 @@ struct LiveControlEventsTests {
         #expect(finished.exitCode == 0, "\(finished.description)")
     }
 
+    /// A standby request built before a headers update, or before `wifi-only on`, is withdrawn
+    /// and built again: it goes with the new headers, or waits for Wi-Fi (it went as built).
+    @Test(arguments: [["headers", "update", "X-New: n1"], ["wifi-only", "on"]])
+    func aStandbyBuiltBeforeAControlChangeIsBuiltAgain(_ command: [String]) async throws {
+        let wifi = command[0] == "wifi-only"
+        let p = try Project(
+            config: fastConfig + "concurrency: 1\nnetwork: { wifi_check: hooks/wifi.sh, wifi_interval: 1s }\n",
+            definitions: ["a": definition("a")], hooks: ["wifi.sh": "#!/bin/sh\ntest -e hooks/on-wifi\n"])
+        defer { p.server.release("a") }
+        try await p.enqueue("a", path: "/hold/a", id: "first")
+        let runner = try p.start(["run", "--events", "-"])
+        #expect(await p.server.waitForHeld("a"))
+        try await p.enqueue("a", path: "/status/200", id: "second")
+        await eventually("the second waits as a standby request") { (try? await p.states()["second"]) == "running" }
+
+        #expect(try await p.outbox(command).exitCode == 0)
+        await eventually("the standby withdrawn") { Self.states(runner.stdoutSoFar, "second").contains("queued") }
+        p.server.release("a")
+        await eventually("the first delivered") { p.deliveries("first").count == 1 }
+        if wifi {
+            // Off Wi-Fi: it waits, unsent, until the check says otherwise.
+            #expect(p.server.requests(path: "/status/200").isEmpty)
+            p.touch("hooks/on-wifi")
+        }
+        await eventually("the second delivered") { p.deliveries("second").count == 1 }
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0, "\(finished.description)")
+        let sent = p.server.requests(path: "/status/200")
+        #expect(sent.count == 1)
+        if !wifi { #expect(sent.first?.header("x-new") == "n1", "sent with the headers it was built with") }
+    }
+
     @Test func aHeadersUpdateByAnotherProcessIsAStateEvent() async throws {
         let p = try Project(definitions: ["t": definition("t")])
         p.server.script("/auth", [.status(401), .status(200)])

@@ -20,7 +20,7 @@ extension Runner {
         if !firstRead, before != control, eventsEnabled || progressDisplay != nil {
             try reportControlChanges(from: before)
         }
-        try dropWithdrawnStandby()
+        try dropWithdrawnStandby(wifiOnlySince: !before.wifiOnly && control.wifiOnly)
     }
 
     /// A pause or resume by another process shows in the event stream: one state event for
@@ -52,17 +52,20 @@ extension Runner {
 
     /// What another process did to entries this runner holds. A cancelled one (its row is
     /// gone) stops at once: its transfer or parts in flight are aborted, and it is reported
-    /// cancelled, with no outcome and no hook. A standby request whose key or queue was
-    /// paused is withdrawn and its entry goes back to the queue; transfers already sending
-    /// finish.
-    func dropWithdrawnStandby() throws(OutboxError) {
+    /// cancelled, with no outcome and no hook. A standby request that would no longer go as it
+    /// was built is withdrawn and its entry goes back to the queue, to be built again: its key
+    /// or queue was paused, `wifi-only` was turned on, the headers were updated, or a same-body
+    /// enqueue gave it new vars (its headers may render from them). Transfers already sending finish.
+    func dropWithdrawnStandby(wifiOnlySince: Bool = false) throws(OutboxError) {
         guard !flights.running.isEmpty else { return }
         let held = Array(flights.running.values)
         let current = try store.runningGenerations(seqs: held.map(\.seq))
         // A same-body enqueue of a running entry gives it new vars: its outcome and follow-ups use them.
         let vars = try store.currentVars(seqs: held.filter { current[$0.seq] == $0.generation }.map(\.seq))
+        var newVars = Set<String>()
         for entry in held where vars[entry.seq].map({ $0 != entry.vars }) == true {
             flights.running[entry.id]?.vars = vars[entry.seq]!
+            newVars.insert(entry.id)
         }
         let standbyByEntry = Dictionary(flights.standby.map { ($0.value.entryID, $0.key) }, uniquingKeysWith: { first, _ in first })
         for entry in held {
@@ -88,7 +91,10 @@ extension Runner {
                     flights.withdrawn[entry.id] = false
                     for flight in flights.byToken.values where flight.entryID == entry.id { http?.cancel(flight.transferID) }
                 }
-            } else if control.isPaused(key: entry.key), let transferID = standbyByEntry[entry.id] {
+            } else if let transferID = standbyByEntry[entry.id],
+                control.isPaused(key: entry.key) || entry.headerGeneration < control.headerGeneration || newVars.contains(entry.id)
+                    || (wifiOnlySince && entry.request.wifiOnly == nil)
+            {
                 flights.withdrawn[entry.id] = true
                 // Only if it has not started: one the curl thread began meanwhile finishes and settles.
                 http?.withdraw(transferID)
