@@ -148,6 +148,7 @@ extension SQLStore {
         var reused = StagedBody()
         reused.file = staged
         reused.totalBytes = identity.size
+        reused.reusesStored = true
         return reused
     }
 
@@ -255,6 +256,7 @@ extension SQLStore {
         let expiresAt = new.expiresAt ?? Identifiers.expiry(now: now, lifetimeMs: p.expiresInMs)
         var staged = staged
         if decision == .create, staged.keepsStored { staged = try takeOver(existing, staged, body: p.body, internalID: internalID) }
+        if staged.reusesStored, let file = staged.file { takenOverFiles.insert(file) }
         let request = StoredRequest(prepared: p, form: staged.form).text
         let varsText = new.varsText
         switch decision {

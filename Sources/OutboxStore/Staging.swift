@@ -17,6 +17,9 @@ struct StagedBody {
     /// Nothing was staged: the entry of this id already held the same body when the batch was
     /// staged. The body the entry holds when the batch is written is the one to keep.
     var keepsStored = false
+    /// The file is one the replaced entry staged (`reusableMovedBody`): kept from removal when
+    /// that entry is forgotten in the same commit (by its settle, or by this replace).
+    var reusesStored = false
 
     /// The body an entry holds, passed on to the entry that replaces it with the same bytes.
     init(takenOver e: Entry) {

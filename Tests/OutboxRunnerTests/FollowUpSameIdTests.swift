@@ -46,6 +46,48 @@ struct FollowUpSameIdTests {
         #expect(staged.isEmpty, "nothing left behind: \(staged)")
     }
 
+    /// A `then` follow-up of its own id that sends the same file elsewhere (another URL, so
+    /// another body): the bytes the entry holds pass to it. They were removed with the settled
+    /// entry, and the follow-up failed "the staged payload is missing" (with `move`, the user's
+    /// only copy).
+    @Test(arguments: ["copy", "move"])
+    func aThenFollowUpOfItsOwnIdSendingTheFileElsewhereKeepsItsBytes(_ ownership: String) async throws {
+        let first = """
+            key: first
+            request:
+              method: PUT
+              url: "{{ vars.base | raw }}/put/first"
+              file: "{{ vars.path }}"
+              ownership: \(ownership)
+            then:
+              on_success:
+                - key: second
+                  id: "{{ entry.id }}"
+                  vars: { base: "{{ vars.base }}", path: "{{ vars.path }}" }
+            """
+        let second = """
+            key: second
+            request:
+              method: PUT
+              url: "{{ vars.base | raw }}/put/second"
+              file: "{{ vars.path }}"
+              ownership: \(ownership)
+            on_success: hooks/record.sh
+            """
+        let p = try Project(definitions: ["first": first, "second": second])
+        let source = try p.write("data/src.bin", String(repeating: "0123456789", count: 300))
+        let vars = JSON.object([("base", .string(p.url(""))), ("path", .string(source))]).serialized()
+        #expect(try await p.outbox(["enqueue", "first", "--vars", vars, "--id", "e1"]).exitCode == 0)
+        if ownership == "copy" { try FileManager.default.removeItem(atPath: source) }
+        let run = try await p.drain(failures: 0)
+        #expect(p.server.requests(path: "/put/first").map(\.bodySize) == [3000], "\(run.stderr)")
+        #expect(p.server.requests(path: "/put/second").map(\.bodySize) == [3000], "\(run.stderr)")
+        #expect(p.deliveries("e1").first?.string("stdin.outcome") == "completed")
+        #expect(try await p.outbox(["audit"]).exitCode == 0)
+        let staged = (try? FileManager.default.contentsOfDirectory(atPath: p.root + "/.outbox/bodies")) ?? []
+        #expect(staged.isEmpty, "nothing left behind: \(staged)")
+    }
+
     @Test func aThenFollowUpOfItsOwnIdKeepsItsDataBody() async throws {
         let again = """
             key: again
