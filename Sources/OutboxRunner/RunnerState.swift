@@ -71,6 +71,8 @@ struct Flight {
     var secretHeaders: Set<String> = []
     /// The URL came from `env`: its path and query are a secret too.
     var secretURL = false
+    /// The `headers update` generation its headers were built with (a 401 to older ones is sent again).
+    var headerGeneration: Int64 = 0
     /// The access key id a signed request was signed with.
     var signingKeyID: String?
     /// The upload an `.abort` step ends, and its entry's row.

@@ -115,6 +115,26 @@ func partsDefinition(
         return (server, sandbox)
     }
 
+    /// A `headers update` while a chunked upload runs reaches its later parts (they went with
+    /// the headers the upload started with until one was retried).
+    @Test func aHeadersUpdateReachesTheLaterPartsOfARunningUpload() async throws {
+        let server = try TestHTTPServer()
+        server.script("/put/hu/1", [.hold("p1")])
+        let sandbox = try OutboxSandbox(config: "part_concurrency: 1\nheaders: { X-Tok: old }\n")
+        try sandbox.define("up", partsDefinition(server, min: "256KiB", max: "256KiB", ownership: "copy"))
+        try PartFiles.make(sandbox.path("f.bin"), size: 3 * 262_144)
+        #expect(try await sandbox.outbox(["enqueue", "up", "--id", "hu", "--vars", #"{"path": "f.bin"}"#]).status == 0)
+        let run = try sandbox.start(["run", "--drain", "-v"])
+        #expect(await server.waitForHeld("p1"))
+        #expect(try await sandbox.outbox(["headers", "update", "X-Tok: new"]).status == 0)
+        await eventually("the runner took the update") { run.stderrSoFar.contains("hu: its next parts carry the updated headers") }
+        server.release("p1")
+        let finished = await run.wait()
+        #expect(finished.exitCode == 0, "\(finished)")
+        let sent = (1...3).map { server.requests(path: "/put/hu/\($0)").first?.header("x-tok") }
+        #expect(sent == ["old", "new", "new"], "\(sent)")
+    }
+
     @Test func chunkedUploadSendsEachPartOnceAndListsEveryETag() async throws {
         let server = try TestHTTPServer()
         let sandbox = try OutboxSandbox(config: "part_concurrency: 3\n")

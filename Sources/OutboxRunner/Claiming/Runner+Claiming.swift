@@ -21,6 +21,25 @@ extension Runner {
             try reportControlChanges(from: before)
         }
         try dropWithdrawnStandby(wifiOnlySince: !before.wifiOnly && control.wifiOnly)
+        if before.headerGeneration != control.headerGeneration { try takeUpdatedHeaders() }
+    }
+
+    /// A `headers update` reaches the entries this runner holds: what they send next (a chunked
+    /// upload's later parts) carries the headers the store merged. What is in flight keeps its
+    /// own (`Flight.headerGeneration`): a 401 to them is sent again, not parked.
+    func takeUpdatedHeaders() throws(OutboxError) {
+        for (id, held) in flights.running where held.headerGeneration < control.headerGeneration {
+            guard let stored = try store.entry(id: id), stored.generation == held.generation else { continue }
+            flights.running[id]?.request.headers = stored.request.headers
+            flights.running[id]?.headerGeneration = stored.headerGeneration
+            guard var job = flights.partJobs[id] else { continue }
+            let merged = Dictionary(try store.parts(entrySeq: stored.seq).map { ($0.index, $0.headers) }, uniquingKeysWith: { a, _ in a })
+            for i in job.parts.indices { if let headers = merged[job.parts[i].index] { job.parts[i].headers = headers } }
+            job.entry.request.headers = stored.request.headers
+            job.entry.headerGeneration = stored.headerGeneration
+            flights.partJobs[id] = job
+            log("outbox: \(id): its next parts carry the updated headers", level: .debug, fields: [("id", .string(id))])
+        }
     }
 
     /// A pause or resume by another process shows in the event stream: one state event for

@@ -73,7 +73,9 @@ extension Runner {
         return nil
     }
 
-    func partFinished(_ entry: Entry, index: Int, klass: AttemptOutcomeClass, result: HTTPResult, now: Int64) throws(OutboxError) {
+    func partFinished(
+        _ entry: Entry, index: Int, klass: AttemptOutcomeClass, result: HTTPResult, sentWith headerGeneration: Int64, now: Int64
+    ) throws(OutboxError) {
         guard var job = flights.partJobs[entry.id] else { return }
         job.inFlight.remove(index)
         job.sentByPart[index] = nil
@@ -119,7 +121,7 @@ extension Runner {
             summary.retried += 1
         case .awaitingAuth:
             stopParts(entry.id)
-            authRefused(entry, now: now)
+            authRefused(entry, sentWith: headerGeneration, now: now)
             releaseStoppedParts(entry.id)
         case .terminal:
             // An s3 upload's parts in flight finish, so the abort that follows comes after them.

@@ -75,6 +75,7 @@ extension Runner {
         flight.s3Step = step
         if step == .abort { flight.abortedUpload = (entry.seq, uploadID) }
         (flight.sentHeaders, flight.secretHeaders) = (request.headers, entry.request.secretHeaders)
+        flight.headerGeneration = entry.headerGeneration
         flight.signingKeyID = request.awsSigV4?.accessKeyID
         flights.slots.hostLoad[host, default: 0] += 1
         if step != .abort { flights.partJobs[entry.id]?.s3Step = step }
@@ -241,7 +242,7 @@ extension Runner {
         case (_, .awaitingAuth):
             flights.partJobs[entry.id] = nil
             flights.running[entry.id] = nil
-            authRefused(entry, now: now)
+            authRefused(entry, sentWith: flight.headerGeneration, now: now)
         case (_, .terminal), (.abort, _), (_, .success):
             let name = step == .create ? "CreateMultipartUpload" : step == .complete ? "CompleteMultipartUpload" : "HEAD of the object"
             let refusal = Self.s3Refusal(entry, body: result.body).map { " (\($0))" } ?? ""

@@ -145,7 +145,7 @@ extension Runner {
         if !forgottenAtOnce {
             // A 401/403 to headers older than the last update is sent again at once, not parked.
             let reported =
-                klass == .awaitingAuth && entry.headerGeneration < control.headerGeneration
+                klass == .awaitingAuth && flight.headerGeneration < control.headerGeneration
                 ? AttemptOutcomeClass.retry(reason: "headers were updated since it was sent") : klass
             let event = OutcomePayloads.attemptEvent(
                 entry, requestID: flight.requestID, attempt: flight.attempt, url: flight.url,
@@ -158,7 +158,7 @@ extension Runner {
         flights.running[entry.id] = entry
 
         if let index = flight.partIndex {
-            try partFinished(entry, index: index, klass: klass, result: result, now: now)
+            try partFinished(entry, index: index, klass: klass, result: result, sentWith: flight.headerGeneration, now: now)
             return
         }
         flights.running[entry.id] = nil
@@ -191,7 +191,7 @@ extension Runner {
             emitState(entry, state: .queued, reason: reason)
             summary.retried += 1
         case .awaitingAuth:
-            authRefused(entry, now: now)
+            authRefused(entry, sentWith: flight.headerGeneration, now: now)
         case let .terminal(reason):
             // The reason names the failure: "HTTP 404", "redirect: too many redirects".
             let message = Self.s3Refusal(entry, body: result.body).map { "\(reason): \($0)" } ?? reason
@@ -268,9 +268,9 @@ extension Runner {
     }
 
     /// A 401/403: parks the entry, unless it was sent with headers older than the latest
-    /// `headers update`, in which case it is sent again at once with the new ones.
-    func authRefused(_ entry: Entry, now: Int64) {
-        if entry.headerGeneration < control.headerGeneration {
+    /// `headers update` (`sentWith`), in which case it is sent again at once with the new ones.
+    func authRefused(_ entry: Entry, sentWith headerGeneration: Int64, now: Int64) {
+        if headerGeneration < control.headerGeneration {
             changes.append(.reschedule(entryID: entry.id, nextAttemptAt: now, reason: "auth"))
         } else {
             changes.append(.park(entryID: entry.id))

@@ -88,6 +88,7 @@ extension Runner {
         if isStandby { flight.standbySince = Identifiers.monotonicMs() }
         (flight.sentHeaders, flight.secretHeaders) = (request.headers, entry.request.secretHeaders)
         flight.secretURL = entry.request.secretURL
+        flight.headerGeneration = entry.headerGeneration
         flight.signingKeyID = request.awsSigV4?.accessKeyID
         flight.s3ExistingHead = headFirst
         if part != nil { flights.slots.hostLoad[host, default: 0] += 1 }
