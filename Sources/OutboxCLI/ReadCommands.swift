@@ -43,6 +43,8 @@ enum ReadCommands {
             var next = due.map { $0 > now ? "in " + Units.formatDuration(ms: $0 - now) : "now" } ?? "-"
             // Not before its previous generation's outcome is acknowledged (`explain` says so too).
             if r.waitsForDelivery && r.state == "queued" { next = "after delivery" }
+            // Paused: not due at all until `resume`, whatever its own time says.
+            if state == "paused" { next = "after resume" }
             let updated = Units.formatDuration(ms: max(0, now - r.updatedAt)) + " ago"
             let cells = [r.id, r.key, state + (r.reason.map { " (\($0))" } ?? ""), String(r.attempts), progress, next, updated]
                 .map(TerminalText.cell)

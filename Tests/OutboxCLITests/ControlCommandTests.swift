@@ -31,6 +31,15 @@ struct ControlCommandTests {
         #expect(!p.storeExists, "a store was made")
     }
 
+    // A paused entry is not due "now": `list` says it waits for `resume`.
+    @Test func aPausedEntryIsListedAsWaitingForResume() throws {
+        let p = try CLIProject()
+        #expect(p.run("enqueue", "note", "--id", "pz", "--vars", #"{"n": 1}"#).status == 0)
+        #expect(p.run("pause", "--key", "note").status == 0)
+        let row = p.run("list").out.split(separator: "\n").first { $0.hasPrefix("pz ") } ?? ""
+        #expect(row.contains("paused") && row.contains("after resume") && !row.contains(" now "), "\(row)")
+    }
+
     // Help and the completion scripts offer no global option the command refuses, and an id
     // given twice is reported once.
     @Test func helpOffersOnlyWhatTheCommandTakes() throws {
