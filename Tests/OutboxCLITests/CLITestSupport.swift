@@ -46,7 +46,7 @@ extension TestProject {
 
     func run(_ arguments: String...) -> CommandResult { run(arguments) }
 
-    /// Runs `arguments` in-process again until `done` holds of the result (30 s at most), for
+    /// Runs `arguments` in-process again until `done` holds of the result (two minutes at most), for
     /// a command that needs the store's staging lock alone just after this test took it (an
     /// enqueue, an audit) or let it go. The lock's descriptor is close-on-exec, but a child
     /// another test forks meanwhile holds it from its fork until it closes its descriptors or

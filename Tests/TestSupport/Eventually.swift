@@ -8,21 +8,24 @@ package let testTimeScale: Double = {
     return max(1, value)
 }()
 
-/// Polls `condition` every 10 ms until it holds; after `timeout` seconds records an issue
-/// naming `what` and returns false. Waiting is never an assertion on speed: the deadline is
-/// generous, and the condition is checked once more after it (a starved caller still sees
-/// the truth).
+/// Polls `condition` until it holds, 10 ms apart at first and up to 100 ms apart later (a
+/// condition that runs a command would otherwise load a busy machine further); after
+/// `timeout` seconds records an issue naming `what` and returns false. Waiting is never an
+/// assertion on speed: the deadline is generous, and the condition is checked once more
+/// after it (a starved caller still sees the truth).
 @discardableResult
 package func eventually(
-    _ what: @autoclosure () -> String = "the condition", timeout: Double = 30,
+    _ what: @autoclosure () -> String = "the condition", timeout: Double = 120,
     sourceLocation: SourceLocation = #_sourceLocation,
     _ condition: () async throws -> Bool
 ) async rethrows -> Bool {
     let timeout = timeout * testTimeScale
     let deadline = Date().addingTimeInterval(timeout)
+    var pause: UInt64 = 10_000_000
     while Date() < deadline {
         if try await condition() { return true }
-        try? await Task.sleep(nanoseconds: 10_000_000)
+        try? await Task.sleep(nanoseconds: pause)
+        pause = min(pause * 2, 100_000_000)
     }
     if try await condition() { return true }
     Issue.record("timed out after \(Int(timeout)) s waiting for \(what())", sourceLocation: sourceLocation)
@@ -33,7 +36,7 @@ package func eventually(
 /// of its result or `timeout` seconds pass, and returns the last result (the test asserts on
 /// it). For a state another process holds for a moment, such as a lock a freshly forked
 /// child still has until it closes its descriptors.
-package func retried<T>(timeout: Double = 30, _ attempt: () throws -> T, until done: (T) -> Bool) rethrows -> T {
+package func retried<T>(timeout: Double = 120, _ attempt: () throws -> T, until done: (T) -> Bool) rethrows -> T {
     let deadline = Date().addingTimeInterval(timeout * testTimeScale)
     var result = try attempt()
     while !done(result) && Date() < deadline {

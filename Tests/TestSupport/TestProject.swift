@@ -133,7 +133,7 @@ open class TestProject: @unchecked Sendable {
         try await start(arguments, stdin: stdin, environment: extra, cwd: cwd).wait(timeout: timeout)
     }
 
-    /// Runs `outbox run ARGS` until `condition` holds (or 30 s pass), then stops it with
+    /// Runs `outbox run ARGS` until `condition` holds (or two minutes pass), then stops it with
     /// SIGTERM and expects a clean exit: for runs that never drain, without betting on timing.
     @discardableResult
     package func runUntil(
