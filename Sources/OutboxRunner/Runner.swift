@@ -484,8 +484,7 @@ package final class Runner {
         }
         try store.releaseHolds(now: Identifiers.nowMs(), reasons: HoldReason.allCases)
         try store.releaseDeliveryBackoffs(now: Identifiers.nowMs())
-        for (pgid, start) in try store.recordedHookProcesses()
-        where StaleHooks.isHook(pgid, ofStore: config.store) && ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) {
+        for (pgid, start) in try store.recordedHookProcesses() where stopEarlierGroup(pgid: pgid, start: start) {
             log("outbox: stopped hook process group \(pgid) left by an earlier runner", level: .warn)
             delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
         }

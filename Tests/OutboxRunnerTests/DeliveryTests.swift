@@ -77,7 +77,7 @@ import Testing
             payload=$(cat)
             printf '%s\\n' "$OUTBOX_DELIVERIES" >> hooks/deliveries.log
             if [ "$OUTBOX_DELIVERIES" = 1 ]; then
-              echo $$ > hooks/hook.pid
+              echo $$ > hooks/hook.pid.new && mv hooks/hook.pid.new hooks/hook.pid
               \(firstTime)
             fi
             exit 0
@@ -201,6 +201,26 @@ import Testing
             second.stderr.contains("stopped hook process group \(hookGroup) left by a runner that stopped before recording it"),
             "\(second.stderr)")
         await eventually("the unrecorded hook to be stopped") { hookProcess.hasEnded }
+        try await Self.expectRedeliveredOnce(p)
+    }
+
+    // A hook that exited 0 leaving a child in its group, its runner killed before the
+    // acknowledgement: the next runner stops the child before delivering the outcome again
+    // (two deliveries must not overlap), though the group's leader is gone.
+    @Test func aChildLeftByAnUnacknowledgedHookIsStoppedBeforeTheNextDelivery() async throws {
+        let p = try await Self.projectWithSlowHook(
+            "sleep 600 </dev/null >/dev/null 2>&1 &\n  " + ObservedProcess.recordLastBackground(to: "hooks/child"), id: "left")
+        let killed = try await p.outbox(["run"], environment: ["OUTBOX_FAULT": "hook.before-ack"])
+        #expect(killed.exitCode == -SIGKILL, "\(killed)")
+        let child = try #require(ObservedProcess(recorded: p.read("hooks/child") ?? ""))
+        #expect(!child.hasEnded, "the hook's child runs on")
+        let group = getpgid(child.pid)
+        let recorded = try p.sqlite("SELECT hook_pgid FROM outcomes WHERE entry_id = 'left'")
+        #expect(recorded.trimmingCharacters(in: .whitespacesAndNewlines) == "\(group)", "\(recorded)")
+
+        let second = try await p.drain()
+        #expect(second.stderr.contains("stopped hook process group \(group) "), "\(second.stderr)")
+        await eventually("the child to be stopped") { child.hasEnded }
         try await Self.expectRedeliveredOnce(p)
     }
 

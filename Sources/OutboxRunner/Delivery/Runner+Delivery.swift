@@ -67,8 +67,7 @@ extension Runner {
         for (outcome, _) in starting {
             guard let pgid = outcome.hookPgid, let start = outcome.hookStart else { continue }
             let group = "\(pgid):\(start)"
-            guard !live.contains(group), !delivery.stoppedEarlierGroups.contains(group), StaleHooks.isHook(pgid, ofStore: config.store),
-                ProcessRunner.killStaleGroup(pgid: pgid, startTime: start)
+            guard !live.contains(group), !delivery.stoppedEarlierGroups.contains(group), stopEarlierGroup(pgid: pgid, start: start)
             else { continue }
             log("outbox: stopped hook process group \(pgid) left by a runner that stopped", level: .warn)
             delivery.stoppedEarlierGroups.insert(group)
@@ -172,6 +171,14 @@ extension Runner {
         if !processes.isEmpty { Fault.point("hook.started") }
         try store.recordHookProcesses(processes)
         if !processes.isEmpty { Fault.point("hook.running") }
+    }
+
+    /// Stops a hook process group an earlier runner recorded: the whole group while its hook
+    /// (a hook of this store) runs, or what the hook left running in it once it exited.
+    /// Whether anything was stopped.
+    func stopEarlierGroup(pgid: Int32, start: UInt64) -> Bool {
+        if StaleHooks.isHook(pgid, ofStore: config.store) { return ProcessRunner.killStaleGroup(pgid: pgid, startTime: start) }
+        return StaleHooks.stopRemains(ofGroup: pgid, leaderStart: start, store: config.store) > 0
     }
 
     /// Threads that help start a turn's hooks, at most 4.

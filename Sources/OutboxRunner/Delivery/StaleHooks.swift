@@ -10,7 +10,7 @@ import OutboxProcess
 enum StaleHooks {
     /// Kills the groups whose leader (still running) was started with `name` set to one of
     /// `values`. A process of another group carrying the variable (a background child of a hook
-    /// that exited) is left alone, as a recorded group whose leader exited is. Returns the groups.
+    /// that exited, never recorded) is left alone. Returns the groups.
     static func stopLeaders(withVariable name: String, in values: Set<String>) -> [Int32] {
         guard !values.isEmpty, let names = Paths.list("/proc") else { return [] }
         var stopped: [Int32] = []
@@ -25,6 +25,42 @@ enum StaleHooks {
                 continue
             }
             stopped.append(pid)
+        }
+        return stopped
+    }
+
+    /// Kills what a recorded hook left running in its group after it exited (a background
+    /// child): the members started with this store's token, no earlier than the leader. A pid
+    /// is not reused while a group of that number has members, so these descend from the
+    /// recorded hook; a leader's pid that another process holds now means the group is gone.
+    /// Returns how many processes it stopped.
+    static func stopRemains(ofGroup pgid: Int32, leaderStart: UInt64, store: String) -> Int {
+        guard pgid > 1, pgid != getpgrp(), pgid != getpid() else { return 0 }
+        var start: UInt64 = 0
+        var group: Int32 = 0
+        if csystem_proc_stat(pgid, &start, &group) == 0, start != leaderStart { return 0 }
+        let prefix = HookEnvironment.tokenPrefix(store: store)
+        var stopped = 0
+        // Again while one is found: a member may have forked while the last pass ran.
+        for _ in 0..<3 {
+            var found = 0
+            for entry in Paths.list("/proc") ?? [] {
+                guard let pid = Int32(entry), pid > 1, pid != getpid(),
+                    csystem_proc_stat(pid, &start, &group) == 0, group == pgid, start >= leaderStart,
+                    value(of: HookEnvironment.tokenName, in: pid)?.hasPrefix(prefix) == true
+                else { continue }
+                // The pidfd pins the pid: the process checked is the one signalled.
+                let pidfd = csystem_proc_pidfd_open(pid)
+                guard pidfd >= 0 else { continue }
+                defer { csystem_proc_close(pidfd) }
+                var now: UInt64 = 0
+                guard csystem_proc_stat(pid, &now, &group) == 0, now == start, group == pgid else { continue }
+                _ = csystem_proc_pidfd_signal(pidfd, SIGKILL)
+                _ = csystem_proc_poll_readable(pidfd, 2000)
+                found += 1
+            }
+            stopped += found
+            if found == 0 { break }
         }
         return stopped
     }
