@@ -122,6 +122,14 @@ final class Project {
         Config.isServerStore(config.store) || Paths.exists(Paths.join(config.store, "outbox.db"))
     }
 
+    /// Whether nothing at all is at the store's path yet (nothing was ever enqueued there): a
+    /// reading command answers as for an empty store and makes none. Anything there, even
+    /// broken, is opened, and says what is wrong with it.
+    var storeNotMadeYet: Bool { !Config.isServerStore(config.store) && !Paths.entryExists(config.store) }
+
+    /// Says that the store does not exist yet, naming its folder.
+    var noStoreYet: String { "no store at \(config.store) yet" }
+
     /// The entry with this id, or nil, without making a store where there is none (a reading
     /// command that fails leaves the project as it was).
     func existingEntry(id: String) throws(OutboxError) -> Entry? {

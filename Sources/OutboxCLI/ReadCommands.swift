@@ -21,7 +21,12 @@ enum ReadCommands {
         // No entry has an empty id: asked for, it is a mistake (an unset shell variable), as for `show`.
         // An id no entry can have is refused as `show` and `cancel` refuse it, not answered "no entries".
         if let id = i.args.value("id"), let problem = Identifiers.validateUserID(id) { throw .invalid("--id: \(problem)") }
-        let store = try i.project().store()
+        let project = try i.project()
+        guard !project.storeNotMadeYet else {
+            if i.json { i.console.out("[]") } else { i.console.err("no entries (\(project.noStoreYet))") }
+            return 0
+        }
+        let store = try project.store()
         let control = try store.control()
         if i.json {
             let filter = ListFilter(key: i.args.value("key"), id: i.args.value("id"), state: i.args.value("state"))
@@ -225,9 +230,13 @@ enum ReadCommands {
             if let existing = FileInfo.stat(path), !existing.isRegular {
                 throw .invalid("--output: \(path) exists and is not a regular file")
             }
+            try OwnFiles(try i.project().config).refuse(path, field: "--output", why: "outbox does not write over its own files")
             outputPath = path
         }
-        let stats = try Statistics.read(from: try i.project().store(), now: Identifiers.nowMs())
+        let project = try i.project()
+        // A reading command makes no store: none yet holds nothing (said, for a mistyped path).
+        if project.storeNotMadeYet { i.console.err("outbox: \(project.noStoreYet)") }
+        let stats = project.storeNotMadeYet ? .empty : try Statistics.read(from: try project.store(), now: Identifiers.nowMs())
         if i.args.flag("prometheus") {
             if let path = outputPath {
                 let existing = FileInfo.stat(path)
@@ -366,7 +375,16 @@ enum ReadCommands {
     }
 
     static func audit(_ i: inout Invocation) throws(OutboxError) -> Int32 {
-        let store = try i.project().store()
+        let project = try i.project()
+        guard !project.storeNotMadeYet else {
+            if i.json {
+                i.console.out(JSON.object([("ok", .bool(true)), ("problems", .array([]))]).serialized())
+            } else {
+                i.console.out("ok: \(project.noStoreYet), so nothing to check")
+            }
+            return 0
+        }
+        let store = try project.store()
         if i.args.flag("fix") {
             for path in try store.cleanOrphans() { i.console.err("outbox: removed \(path) (a staged body no entry owns)") }
             for change in store.tightenModes() { i.console.err("outbox: \(change)") }

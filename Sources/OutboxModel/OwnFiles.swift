@@ -22,9 +22,11 @@ package struct OwnFiles: Sendable {
     /// share one, and resolving it costs a `readlink` per path segment.
     private let lastFolder = Locked<(folder: String, real: String)?>(nil)
 
-    /// Throws when the file at `path` (which exists) is one of them, through any link.
-    /// `unlinked`: what `lstat` found at `path` already, when it is no link.
-    func refuse(_ path: String, field: String, unlinked: FileInfo? = nil) throws(OutboxError) {
+    /// Throws when the file at `path` is one of them, through any link. `unlinked`: what
+    /// `lstat` found at `path` already, when it is no link. `why` ends the message.
+    package func refuse(
+        _ path: String, field: String, unlinked: FileInfo? = nil, why: String = "outbox does not send its own files"
+    ) throws(OutboxError) {
         let file: String
         let found: FileInfo
         if Paths.isNormal(path), path != "/", let info = unlinked ?? FileInfo.lstat(path), !info.isLink {
@@ -42,23 +44,23 @@ package struct OwnFiles: Sendable {
         } else if let real = realpath(path, nil) {
             defer { free(real) }
             file = String(cString: real)
-            guard let info = FileInfo.stat(path) else { return try refuseByPath(path, file, field: field) }
+            guard let info = FileInfo.stat(path) else { return try refuseByPath(path, file, field: field, why: why) }
             found = info
         } else {
-            return try refuseByPath(path, Paths.resolved(path), field: field)
+            return try refuseByPath(path, Paths.resolved(path), field: field, why: why)
         }
-        try refuseByPath(path, file, field: field)
+        try refuseByPath(path, file, field: field, why: why)
         if inodes.contains([found.device, found.inode]) {
-            throw .invalid("\(field): \(path) is a hard link to the store's database or the config; outbox does not send its own files")
+            throw .invalid("\(field): \(path) is a hard link to the store's database or the config; \(why)")
         }
     }
 
-    private func refuseByPath(_ path: String, _ file: String, field: String) throws(OutboxError) {
+    private func refuseByPath(_ path: String, _ file: String, field: String, why: String) throws(OutboxError) {
         if file == storeFolder || Paths.isInside(file, storeFolder) {
-            throw .invalid("\(field): \(path) is in the store's folder \(shownStoreFolder); outbox does not send its own files")
+            throw .invalid("\(field): \(path) is in the store's folder \(shownStoreFolder); \(why)")
         }
         if let configFile, file == configFile {
-            throw .invalid("\(field): \(path) is the project's config file; outbox does not send its own files")
+            throw .invalid("\(field): \(path) is the project's config file; \(why)")
         }
     }
 }

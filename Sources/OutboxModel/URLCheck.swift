@@ -75,6 +75,13 @@ package enum URLCheck {
             guard !digits.isEmpty, digits.count <= 5, digits.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }),
                 let port = Int(String(decoding: digits, as: UTF8.self)), (1...65535).contains(port)
             else {
+                // An "@" further on: a password holding a raw "/", "?" or "#" ended the host
+                // early, and this "port" is part of it, never shown.
+                if bytes[authorityEnd...].contains(UInt8(ascii: "@")) {
+                    throw .invalid(
+                        "\(field): the text after the host's \":\" is no port, and an \"@\" follows: a password holding a raw \"/\", \"?\" or \"#\" must write them as %2F, %3F and %23"
+                    )
+                }
                 throw .invalid(
                     "\(field): the port must be a number from 1 to 65535, not \"\(String(decoding: digits.prefix(12), as: UTF8.self))\"")
             }

@@ -13,6 +13,10 @@ package struct Statistics: Sendable {
     package var oldestQueuedAgeMs: Int64
     package var counters: [CounterSample]
 
+    /// The figures of a store that holds nothing (or does not exist yet).
+    package static let empty = Statistics(
+        states: [:], byKey: [:], pendingOutcomes: 0, heldHosts: [], oldestQueuedAgeMs: 0, counters: [])
+
     package static func read(from store: any Store, now: Int64) throws(OutboxError) -> Statistics {
         let counts = try store.counts()
         let control = try store.control()

@@ -31,6 +31,35 @@ struct ControlCommandTests {
         #expect(!p.storeExists, "a store was made")
     }
 
+    // A reading command in a project with no store yet answers as for an empty store, says
+    // there is none (a mistyped store path must not look like a healthy empty queue), and
+    // makes none.
+    @Test(arguments: [
+        ["list"], ["list", "--json"], ["stats"], ["stats", "--json"], ["stats", "--prometheus"], ["audit"], ["audit", "--json"],
+        ["audit", "--fix"],
+    ])
+    func aReadWithNoStoreYetMakesNone(_ command: [String]) throws {
+        let p = try CLIProject()
+        #expect(!p.storeExists)
+        let r = p.run(command)
+        #expect(r.status == 0, "\(r)")
+        #expect(!p.storeExists, "a store was made")
+        let said = r.out + r.err
+        if command.contains("--json") {
+            #expect(r.err.isEmpty || command[0] == "stats", "\(r)")
+            let answer = try r.json()
+            switch command[0] {
+            case "list": #expect(answer.arrayValue?.isEmpty == true, "\(r)")
+            case "audit": #expect(answer["ok"] == .bool(true) && answer["problems"]?.arrayValue?.isEmpty == true, "\(r)")
+            default: #expect(answer["entries"]?["queued"] == .int(0), "\(r)")
+            }
+        }
+        if !command.contains("--json") || command[0] == "stats" {
+            #expect(said.contains("no store at \(p.storeFolder) yet"), "\(r)")
+        }
+        if command == ["stats", "--prometheus"] { #expect(r.out.contains("outbox_entries{state=\"queued\"} 0"), "\(r)") }
+    }
+
     // A paused entry is not due "now": `list` says it waits for `resume`.
     @Test func aPausedEntryIsListedAsWaitingForResume() throws {
         let p = try CLIProject()

@@ -100,6 +100,10 @@ struct URLCheckTests {
         Reject("port too big", "https://h.example:65536/", #"u: the port must be a number from 1 to 65535, not "65536""#),
         Reject("empty port", "https://h.example:/", #"u: the port must be a number from 1 to 65535, not """#),
         Reject("port with letters", "https://h.example:80a/", #"u: the port must be a number from 1 to 65535, not "80a""#),
+        Reject(
+            "password with a raw slash", "https://user:s3cr3t/Pa55@h.example/",
+            ##"u: the text after the host's ":" is no port, and an "@" follows: a password holding a raw "/", "?" or "#" must write them as %2F, %3F and %23"##
+        ),
         Reject("IPv6 unclosed", "http://[::1/", #"u: the IPv6 host has no closing "]""#),
         Reject("IPv6 bad digits", "http://[zz::1]/", "u: the host is not a valid IPv6 address in [...]"),
         Reject("IPv6 too many groups", "http://[1:2:3:4:5:6:7:8:9]/", "u: the host is not a valid IPv6 address in [...]"),
