@@ -59,6 +59,12 @@ package enum Plugin {
         if case .shell = command, let status = result.exitStatus, status > 128, status <= 128 + 64 {
             throw failed("\(name) was killed by signal \(status - 128) (its shell exited \(status))")
         }
+        // A shell that could not run the command (126, 127) gives no answer either: the file says why.
+        if let why = CommandRef(field: name, command: command).whyNotRun(
+            status: result.exitStatus, root: config.root, searchPath: environment["PATH"] ?? ProcessRunner.defaultPath)
+        {
+            throw failed("\(name) could not start: it exited \(result.exitStatus ?? -1) (\(why))")
+        }
         return result.succeeded
     }
 
@@ -69,7 +75,8 @@ package enum Plugin {
         heartbeat: Heartbeat?
     ) throws(OutboxError) -> ProcessResult {
         var spec = ProcessSpec(
-            command: ProcessCommand(command), stdin: input, environment: environment, workingDirectory: config.root,
+            command: ProcessCommand(command), stdin: input,
+            environment: HookEnvironment.withPluginOwner(environment, store: config.store), workingDirectory: config.root,
             outputCap: 16 << 20, timeoutMs: Int(config.pluginTimeoutMs))
         spec.heartbeat = heartbeat
         spec.stopWhenStdoutOverflows = true

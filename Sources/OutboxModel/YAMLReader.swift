@@ -333,7 +333,9 @@ package struct CommandRef: Sendable, Equatable {
         case let .shell(line): words = [line]
         }
         if let templated = words.first(where: TemplateVocabulary.mentionsARoot) {
-            let advice = "a command gets vars on stdin and in OUTBOX_* variables"
+            // Only hooks get OUTBOX_* variables; a plugin gets its input as JSON on stdin alone.
+            let hook = field.hasPrefix("on_")
+            let advice = hook ? "a hook gets vars on stdin and in OUTBOX_* variables" : "a plugin gets its input as JSON on stdin"
             return "\(Units.quoted(templated, limit: 60)) is run as written, not rendered: \(advice)"
         }
         guard let program, !program.isEmpty else { return nil }

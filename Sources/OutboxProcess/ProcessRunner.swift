@@ -185,7 +185,10 @@ package enum ProcessRunner {
     }
 
     /// The start time (clock ticks since boot) of a live process, nil when it is gone.
-    static func startTime(of pid: Int32) -> UInt64? {
+    /// This process's start time (clock ticks since boot): with the pid, names it for good.
+    package static let ownStartTime: UInt64 = startTime(of: getpid()) ?? 0
+
+    package static func startTime(of pid: Int32) -> UInt64? {
         var start: UInt64 = 0
         var group: Int32 = 0
         return csystem_proc_stat(pid, &start, &group) == 0 ? start : nil

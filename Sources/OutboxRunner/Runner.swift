@@ -488,6 +488,9 @@ package final class Runner {
             log("outbox: stopped hook process group \(pgid) left by an earlier runner", level: .warn)
             delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
         }
+        for owner in StaleHooks.stopOrphanedPlugins(store: config.store).sorted() {
+            log("outbox: stopped plugin processes left running by outbox process \(owner), which was killed", level: .warn)
+        }
         for path in try store.cleanOrphans() {
             log("outbox: removed \(path): a staged body no entry owns (left by a process that was killed)", level: .warn)
         }

@@ -77,6 +77,29 @@ extension Project {
             p, "network.wifi_check was killed by signal 9 (its shell exited 137); wifi-only entries wait as if off Wi-Fi")
     }
 
+    /// A shell line whose command cannot start (the shell exits 127) gives no answer: it is
+    /// logged with the reason, as the argv form's is, not taken for "off Wi-Fi" in silence.
+    @Test func aWifiCheckLineThatCannotStartSaysWhy() async throws {
+        let config =
+            fastConfig + """
+                network: { wifi_check: hooks/nope.sh, wifi_interval: 1ms }
+
+                """
+        let p = try Project(config: config, definitions: ["t": definition("t")])
+        let said =
+            "network.wifi_check could not start: it exited 127 (hooks/nope.sh does not exist); wifi-only entries wait as if off Wi-Fi"
+        #expect(try await p.outbox(["wifi-only", "on"]).exitCode == 0)
+        try await p.enqueue("t", path: "/status/200", id: "w")
+        let runner = try p.start(["run"])
+        await eventually("the check's failure to be logged") { runner.stderrSoFar.contains(said) }
+        runner.signal(SIGTERM)
+        let finished = await runner.wait(timeout: 60)
+        #expect(finished.exitCode == 0 && !finished.timedOut, "\(finished.description)")
+        #expect(finished.stderr.components(separatedBy: said).count == 2, "once: \(finished.stderr)")
+        #expect(try await p.row("w")?.string("reason") == "wifi")
+        #expect(p.server.requests.isEmpty)
+    }
+
     /// A background process the check started goes when the check ends: it would outlive the run.
     @Test func whatAWifiCheckLeftBehindIsStopped() async throws {
         let check = "#!/bin/sh\n(exec sleep 300) &\n\(ObservedProcess.recordLastBackground(to: "bg.pid"))\nexit 0\n"

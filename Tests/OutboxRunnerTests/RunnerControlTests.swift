@@ -224,6 +224,39 @@ import Testing
         #expect(try await p.list().isEmpty)
     }
 
+    /// A runner killed while a response parser runs: the parser dies with it, and what the
+    /// parser started in the background is stopped by the next runner before it sends the
+    /// entry again (it would run on for ten minutes beside the new parser).
+    @Test func whatAPluginOfAKilledRunnerStartedIsStoppedByTheNextRunner() async throws {
+        let parser = """
+            #!/bin/sh
+            cat > /dev/null
+            if [ ! -e hooks/parsed-once ]; then
+              touch hooks/parsed-once
+              sleep 600 </dev/null >/dev/null 2>&1 &
+              \(ObservedProcess.recordLastBackground(to: "hooks/child.new")) && mv hooks/child.new hooks/child
+              exec sleep 600
+            fi
+            echo '{}'
+
+            """
+        let p = try Self.parserProject(parser, config: fastConfig + "plugins: { timeout: 1h }\n")
+        try await p.enqueue("t", path: "/status/200", id: "p")
+        let runner = try p.start(["run"])
+        await eventually("the parser's background child to start") { p.exists("hooks/child") }
+        let child = try #require(ObservedProcess(recorded: p.read("hooks/child") ?? ""))
+        runner.signal(SIGKILL)
+        let killed = await runner.wait()
+        #expect(killed.exitCode == -SIGKILL, "\(killed)")
+        #expect(!child.hasEnded, "the background child outlives its runner")
+
+        let second = try await p.drain()
+        #expect(second.stderr.contains("stopped plugin processes left running by outbox process \(runner.pid)"), "\(second.stderr)")
+        await eventually("the background child to be stopped") { child.hasEnded }
+        #expect(p.deliveries("p").map { $0.string("stdin.outcome") } == ["completed"])
+        #expect(try await p.list().isEmpty)
+    }
+
     /// A response parser runs beside the runner: while one waits, entries enqueued after it
     /// started are sent, settled and delivered; the parsed entry keeps its slot and settles
     /// with the parser's answer once it comes, and the drain waits for it.

@@ -1,3 +1,6 @@
+import Glibc
+import OutboxProcess
+
 /// One field of a JSON document outbox writes for others (a hook's stdin, an event line,
 /// the run's summary): its dotted path, when it is there, and what it holds.
 package struct PayloadField: Sendable {
@@ -172,6 +175,18 @@ package enum HookEnvironment {
     /// recording its process group (the store is named by a hash of its location: a URL may hold a password).
     package static func token(store: String, outcomeSeq: Int64) -> String {
         tokenPrefix(store: store) + String(outcomeSeq)
+    }
+
+    /// Set for every plugin: the store and the outbox process that started it (its pid and
+    /// start time). A runner stops a plugin whose outbox process is gone (killed: a plugin
+    /// dies with it, but what the plugin started in the background does not).
+    package static let pluginOwnerName = "OUTBOX_PLUGIN_OWNER"
+
+    /// `environment` with `OUTBOX_PLUGIN_OWNER` naming this process, for a plugin of `store`.
+    package static func withPluginOwner(_ environment: [String: String], store: String) -> [String: String] {
+        var environment = environment
+        environment[pluginOwnerName] = tokenPrefix(store: store) + "\(getpid()):\(ProcessRunner.ownStartTime)"
+        return environment
     }
 
     /// What every token of one store starts with.

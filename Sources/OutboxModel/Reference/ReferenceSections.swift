@@ -98,6 +98,10 @@ enum ReferenceSections {
         }
         rows += HookEnvironment.variables.map { ["`\($0.name)`", "set for hooks", $0.meaning] }
         rows += [
+            [
+                "`\(HookEnvironment.pluginOwnerName)`", "set for plugins",
+                "the store and the outbox process that runs the plugin: a runner stops a plugin (and what it started) whose outbox process was killed",
+            ],
             ["`PATH`", "`outbox check`, hooks and plugins", "where a command's program without a `/` is looked up"],
             ["`NOTIFY_SOCKET`", "`outbox run`", "systemd `Type=notify`: `READY=1` once the store is held, `STOPPING=1` at the end"],
             ["`WATCHDOG_USEC`", "`outbox run`", "with `NOTIFY_SOCKET`: `WATCHDOG=1` at half this interval"],

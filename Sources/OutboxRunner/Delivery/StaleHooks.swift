@@ -49,20 +49,48 @@ enum StaleHooks {
                     csystem_proc_stat(pid, &start, &group) == 0, group == pgid, start >= leaderStart,
                     value(of: HookEnvironment.tokenName, in: pid)?.hasPrefix(prefix) == true
                 else { continue }
-                // The pidfd pins the pid: the process checked is the one signalled.
-                let pidfd = csystem_proc_pidfd_open(pid)
-                guard pidfd >= 0 else { continue }
-                defer { csystem_proc_close(pidfd) }
-                var now: UInt64 = 0
-                guard csystem_proc_stat(pid, &now, &group) == 0, now == start, group == pgid else { continue }
-                _ = csystem_proc_pidfd_signal(pidfd, SIGKILL)
-                _ = csystem_proc_poll_readable(pidfd, 2000)
-                found += 1
+                if kill(pid: pid, startTime: start, group: pgid) { found += 1 }
             }
             stopped += found
             if found == 0 { break }
         }
         return stopped
+    }
+
+    /// Kills the plugin processes of this store whose outbox process is gone (killed: the
+    /// plugin itself died with it, what it started in the background did not), and what they
+    /// started. Returns the pids of those outbox processes.
+    static func stopOrphanedPlugins(store: String) -> Set<Int32> {
+        let prefix = HookEnvironment.tokenPrefix(store: store)
+        var owners: Set<Int32> = []
+        var start: UInt64 = 0
+        var group: Int32 = 0
+        for entry in Paths.list("/proc") ?? [] {
+            guard let pid = Int32(entry), pid > 1, pid != getpid(),
+                let value = value(of: HookEnvironment.pluginOwnerName, in: pid), value.hasPrefix(prefix)
+            else { continue }
+            let owner = value.dropFirst(prefix.count).split(separator: ":")
+            guard owner.count == 2, let ownerPID = Int32(owner[0]), let ownerStart = UInt64(owner[1]) else { continue }
+            // Its outbox process still runs (a live enqueue, another runner of a shared store).
+            if csystem_proc_stat(ownerPID, &start, &group) == 0, start == ownerStart { continue }
+            guard csystem_proc_stat(pid, &start, &group) == 0, kill(pid: pid, startTime: start) else { continue }
+            owners.insert(ownerPID)
+        }
+        return owners
+    }
+
+    /// SIGKILLs `pid` if it is still the process that started at `startTime`, and waits briefly
+    /// for its end. The pidfd pins the pid: the process checked is the one signalled.
+    private static func kill(pid: Int32, startTime: UInt64, group wanted: Int32? = nil) -> Bool {
+        let pidfd = csystem_proc_pidfd_open(pid)
+        guard pidfd >= 0 else { return false }
+        defer { csystem_proc_close(pidfd) }
+        var start: UInt64 = 0
+        var group: Int32 = 0
+        guard csystem_proc_stat(pid, &start, &group) == 0, start == startTime, wanted == nil || group == wanted else { return false }
+        _ = csystem_proc_pidfd_signal(pidfd, SIGKILL)
+        _ = csystem_proc_poll_readable(pidfd, 2000)
+        return true
     }
 
     /// Whether a recorded group's leader is a hook of this store: a copy of the store folder

@@ -43,7 +43,9 @@ package final class EventSink {
         guard let command else { return }
         do {
             plugin = try StreamingChild.start(
-                ProcessSpec(command: ProcessCommand(command), environment: environment, workingDirectory: config.root))
+                ProcessSpec(
+                    command: ProcessCommand(command), environment: HookEnvironment.withPluginOwner(environment, store: config.store),
+                    workingDirectory: config.root))
         } catch {
             log("outbox: events.command: \(error.message); events go to no plugin")
         }
