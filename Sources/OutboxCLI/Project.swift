@@ -1,4 +1,5 @@
 import CSystem
+import Glibc
 import OutboxModel
 import OutboxStore
 
@@ -125,7 +126,13 @@ final class Project {
     /// Whether nothing at all is at the store's path yet (nothing was ever enqueued there): a
     /// reading command answers as for an empty store and makes none. Anything there, even
     /// broken, is opened, and says what is wrong with it.
-    var storeNotMadeYet: Bool { !Config.isServerStore(config.store) && !Paths.entryExists(config.store) }
+    var storeNotMadeYet: Bool {
+        guard !Config.isServerStore(config.store) else { return false }
+        // Only "no such file": a path under a regular file, or one this user may not look
+        // into, can never be a store, and opening it says why.
+        var info = stat()
+        return lstat(config.store, &info) != 0 && errno == ENOENT
+    }
 
     /// Says that the store does not exist yet, naming its folder.
     var noStoreYet: String { "no store at \(config.store) yet" }

@@ -349,6 +349,10 @@ enum ReadCommands {
         if e.state == .queued, try store.heldHosts().contains(host) {
             reasons.append("its host \(host) is held after connection failures: one request at a time probes it until it answers")
         }
+        if !e.state.isSettled, let missing = try store.missingStagedFiles(of: e).first {
+            reasons.append(
+                "its \(missing) is missing (`outbox audit` lists it): the next `outbox run` settles it error (file), sending nothing")
+        }
         if !e.state.isSettled, let holder = try store.bodyHostElsewhere(entryID: e.id) {
             reasons.append(
                 "its file body is staged on host \(holder): only a runner there sends it (or share the folder: staging: {path, shared: true})"

@@ -361,6 +361,26 @@ extension SQLStore {
     static var stuckStates: String { "state IN ('awaiting-auth', 'error')" }
 
     /// Problems with the store's invariants (empty when all hold), for `outbox audit`.
+    /// Where a staged file is: a store moved as a folder and opened read-only keeps its rows'
+    /// old paths (only a writer rewrites them), so a file is found by its name in this store's folder.
+    private func stagedHere(_ path: String) -> String { Staging.found(path, in: staging.bodiesDir) ?? path }
+
+    /// The staged files of `e` (its body, its form's files) that are not in this store's
+    /// folder, each as "staged body PATH". A referenced file is the user's, not the store's:
+    /// its going away is an error of that entry (kind file), not of the store.
+    private func stagedFilesMissing(_ e: Entry) -> [String] {
+        var missing: [String] = []
+        if let file = e.bodyFile.map(stagedHere), e.request.ownership != .reference, !Paths.exists(file) {
+            missing.append("staged body \(file)")
+        }
+        for f in e.request.form.compactMap(\.stagedFile) where !Paths.exists(stagedHere(f)) { missing.append("staged form file \(f)") }
+        return missing
+    }
+
+    package func missingStagedFiles(of e: Entry) throws(OutboxError) -> [String] {
+        try entriesStagedElsewhere().contains(e.id) ? [] : stagedFilesMissing(e)
+    }
+
     package func audit(note: (String) -> Void) throws(OutboxError) -> [String] {
         var problems = try databaseProblems()
         // A mark out of step with `paused_keys` sends a paused key's entry, or holds one for good.
@@ -377,20 +397,14 @@ extension SQLStore {
             )
         }
         let elsewhere = try entriesStagedElsewhere()
-        // A store moved as a folder and opened read-only keeps its rows' old paths (only a
-        // writer rewrites them): a staged file is found by its name in this store's folder.
-        func here(_ path: String) -> String { Staging.found(path, in: staging.bodiesDir) ?? path }
         func check(_ e: Entry) throws(OutboxError) {
-            // A referenced file is the user's, not the store's: its going away is an error of that entry (kind file).
-            if let file = e.bodyFile.map(here), e.request.ownership != .reference, !elsewhere.contains(e.id) {
-                if !Paths.exists(file) {
-                    problems.append("\(e.id): staged body \(file) is missing")
-                } else if let problem = Paths.stagedFileProblem(file, size: e.request.file?.size) {
-                    problems.append("\(e.id): staged body \(file) \(problem)")
-                }
-            }
-            for f in e.request.form.compactMap(\.stagedFile) where !elsewhere.contains(e.id) && !Paths.exists(here(f)) {
-                problems.append("\(e.id): staged form file \(f) is missing")
+            guard !elsewhere.contains(e.id) else { return }
+            let missing = stagedFilesMissing(e)
+            for file in missing { problems.append("\(e.id): \(file) is missing") }
+            if missing.isEmpty, let file = e.bodyFile.map(stagedHere), e.request.ownership != .reference,
+                let problem = Paths.stagedFileProblem(file, size: e.request.file?.size)
+            {
+                problems.append("\(e.id): staged body \(file) \(problem)")
             }
             if e.isChunked {
                 let parts = try self.parts(entrySeq: e.seq)

@@ -103,6 +103,9 @@ package protocol Store: AnyObject {
     /// The host whose runners alone may send this entry's staged file body, when that is
     /// not this host (a store shared by hosts without a shared staging folder); nil otherwise.
     func bodyHostElsewhere(entryID: String) throws(OutboxError) -> String?
+    /// The staged files of an entry (body, form files) missing from the store's folder, each
+    /// as "staged body PATH", as `audit` lists them; none for a body staged on another host.
+    func missingStagedFiles(of entry: Entry) throws(OutboxError) -> [String]
 
     // MARK: The runner
 

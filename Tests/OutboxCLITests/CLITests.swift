@@ -1098,6 +1098,24 @@ struct CLIAuditTests {
 
     /// `explain --json` gives the state `list` and `show` give: a queued entry of a paused
     /// key is `paused`.
+    /// An entry whose staged body is gone is not "held by nothing": explain says the next run
+    /// settles it error (file), as `audit` names the file.
+    @Test func explainSaysAnEntryWhoseStagedBodyIsGoneWillSettleError() throws {
+        let p = try CLIProject()
+        try p.write("in/a.bin", "body")
+        try p.enqueue("file.copy", vars: #"{"path": "in/a.bin"}"#, id: "c")
+        let staged = try p.sqlite("SELECT body_file FROM entries WHERE id = 'c';").trimmingCharacters(in: .newlines)
+        try FileManager.default.removeItem(atPath: staged)
+        let explained = p.run("explain", "c")
+        #expect(explained.status == 0, "\(explained)")
+        #expect(
+            explained.out.contains(
+                "its staged body \(staged) is missing (`outbox audit` lists it): the next `outbox run` settles it error (file), sending nothing"
+            ),
+            "\(explained)")
+        #expect(!explained.out.contains("nothing holds it"), "\(explained)")
+    }
+
     @Test func explainShowsAPausedEntryAsPaused() throws {
         let p = try CLIProject()
         try p.write("definitions/k.yaml", "key: k\nrequest:\n  url: http://127.0.0.1:9/x\n")

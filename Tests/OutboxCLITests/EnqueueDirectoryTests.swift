@@ -112,7 +112,8 @@ func migrateDefinition(_ base: String, ownership: String = "copy", extraHeaders:
         #expect(run.stderr.contains(root + "/zz"))
         #expect(try await DirTree.rows(sandbox).isEmpty)
         #expect(try FileManager.default.contentsOfDirectory(atPath: root).count == 21)
-        #expect(try FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies")).isEmpty)
+        // Nothing staged: no store was made, or one with no staged body.
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: sandbox.path(".outbox/bodies"))) ?? []).isEmpty)
     }
 
     /// Files are rendered many at a time, half of them on a second thread: the entries keep

@@ -108,7 +108,8 @@ struct StoreCopyTests {
         try p.write("doc.bin", body)
         #expect(try await p.outbox(["enqueue", "upload", "--vars", #"{"name": "doc", "path": "doc.bin"}"#, "--id", "f"]).exitCode == 0)
         let staged = try #require(try FileManager.default.contentsOfDirectory(atPath: p.path(".outbox/bodies")).first)
-        #expect(try await p.outbox(["list"], environment: ["OUTBOX_STORE": "copied"]).exitCode == 0)
+        // An empty store made by a run, as a killed copy leaves its target.
+        #expect(try await p.outbox(["run", "--drain"], environment: ["OUTBOX_STORE": "copied"]).exitCode == 0)
         try p.write("copied/bodies/" + staged, "half a copy")
         let copy = try await p.outbox(["store", "copy", "--to", "copied"])
         #expect(copy.exitCode == 0, "\(copy)")
