@@ -221,7 +221,10 @@ package enum CLI {
         for command in shown {
             lines.append("  " + command.name + String(repeating: " ", count: width - command.name.count + 2) + command.summary)
         }
-        lines += ["", "Exit codes: 0 ok, 64 usage, 65 invalid input, 66 file missing, 74 storage, 75 running/held, 78 config."]
+        lines += [
+            "", "outbox --version prints the version (--version --json as JSON).",
+            "Exit codes: 0 ok, 64 usage, 65 invalid input, 66 file missing, 74 storage, 75 running/held, 78 config.",
+        ]
         return lines.joined(separator: "\n")
     }
 
@@ -374,6 +377,8 @@ package enum CLI {
             CommandInfo(
                 path: ["completion"], summary: "print a shell completion script (bash|zsh|fish)",
                 positionals: "bash|zsh|fish", minPositionals: 0, maxPositionals: 1, options: [CompletionCommand.listOption],
+                details:
+                    "--json goes with --list (a JSON array of the words); a script is no JSON, so `completion bash --json` is refused (64).",
                 completes: .words(CompletionCommand.shells),
                 forms: ["completion bash|zsh|fish", "completion --list keys|ids"],
                 handler: { (i: inout Invocation) throws(OutboxError) in try CompletionCommand.run(&i) }),
@@ -383,6 +388,8 @@ package enum CLI {
             CommandInfo(
                 path: ["schema"], summary: "print the JSON Schema of the config or of a definition (for editors), or the reference page",
                 positionals: "config|definition|reference", minPositionals: 1, maxPositionals: 1,
+                details:
+                    "The schemas are JSON with or without --json; the reference page is Markdown, so `schema reference --json` is refused (64).",
                 completes: .words(["config", "definition", "reference"]),
                 handler: { (i: inout Invocation) throws(OutboxError) in try ReadCommands.schema(&i) }),
         ]

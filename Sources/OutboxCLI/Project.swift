@@ -134,6 +134,11 @@ final class Project {
         return lstat(config.store, &info) != 0 && errno == ENOENT
     }
 
+    /// The error of an id no entry has; in a project with no store yet, it says so.
+    func noEntry(_ id: String) -> OutboxError {
+        .invalid("no entry has id \(Units.quoted(id, limit: 128))\(storeNotMadeYet ? " (\(noStoreYet))" : "")")
+    }
+
     /// Says that the store does not exist yet, naming its folder.
     var noStoreYet: String { "no store at \(config.store) yet" }
 

@@ -23,7 +23,9 @@ enum ReadCommands {
         if let id = i.args.value("id"), let problem = Identifiers.validateUserID(id) { throw .invalid("--id: \(problem)") }
         let project = try i.project()
         guard !project.storeNotMadeYet else {
-            if i.json { i.console.out("[]") } else { i.console.err("no entries (\(project.noStoreYet))") }
+            // Said on stderr with --json too: a mistyped store path must not pass for an empty queue.
+            if i.json { i.console.out("[]") }
+            i.console.err(i.json ? "outbox: \(project.noStoreYet)" : "no entries (\(project.noStoreYet))")
             return 0
         }
         let store = try project.store()
@@ -173,7 +175,7 @@ enum ReadCommands {
     static func show(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let id = i.args.positionals[0]
         let project = try i.project()
-        guard let e = try project.existingEntry(id: id) else { throw .invalid("no entry has id \(Units.quoted(id, limit: 128))") }
+        guard let e = try project.existingEntry(id: id) else { throw project.noEntry(id) }
         let store = try project.store()
         let doc = try showJSON(e, store: store, config: project.config)
         i.console.out(i.json ? doc.serialized() : doc.pretty())
@@ -265,7 +267,7 @@ enum ReadCommands {
     static func explain(_ i: inout Invocation) throws(OutboxError) -> Int32 {
         let id = i.args.positionals[0]
         let project = try i.project()
-        guard let e = try project.existingEntry(id: id) else { throw .invalid("no entry has id \(Units.quoted(id, limit: 128))") }
+        guard let e = try project.existingEntry(id: id) else { throw project.noEntry(id) }
         let store = try project.store()
         let now = Identifiers.nowMs()
         var reasons: [String] = []
@@ -383,6 +385,7 @@ enum ReadCommands {
         guard !project.storeNotMadeYet else {
             if i.json {
                 i.console.out(JSON.object([("ok", .bool(true)), ("problems", .array([]))]).serialized())
+                i.console.err("outbox: \(project.noStoreYet)")
             } else {
                 i.console.out("ok: \(project.noStoreYet), so nothing to check")
             }
@@ -420,7 +423,7 @@ enum ReadCommands {
         case "definition": i.console.out(JSONSchemas.definition().pretty())
         case "reference":
             if i.json { throw .usage("`outbox schema reference` prints a Markdown page, not JSON: leave out --json") }
-            i.console.out(ReferencePage.markdown())
+            i.console.out(ReferencePage.markdown(commands: CommandReference.markdown()))
         case let other: throw .usage("schema takes config, definition or reference, not \(Units.quoted(other, limit: 40))")
         }
         return 0

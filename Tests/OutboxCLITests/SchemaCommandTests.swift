@@ -1,10 +1,13 @@
 import Foundation
 import OutboxModel
 import TestSupport
+@testable import OutboxCLI
 import Testing
 
 /// `outbox schema` prints JSON Schemas without a project.
 struct SchemaCommandTests {
+    static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().path
     @Test(arguments: ["config", "definition"])
     func printsASchemaWithoutAProject(_ kind: String) throws {
         let p = try TestProject(config: nil)
@@ -20,8 +23,24 @@ struct SchemaCommandTests {
         let p = try TestProject(config: nil)
         let r = p.run(["schema", "reference"])
         #expect(r.status == 0, "\(r)")
-        #expect(r.out == ReferencePage.markdown() + "\n")
         #expect(r.out.hasPrefix("# outbox reference\n"))
+        // Every command and each option its help offers has its place on the page.
+        for command in CLI.commands {
+            #expect(r.out.contains("### `outbox \(command.name)`"), "\(command.name)")
+            for option in command.visibleOptions {
+                #expect(
+                    r.out.contains("| `\(command.optionLabel(option).replacing("|", with: "\\|"))` |"), "\(command.name) --\(option.name)")
+            }
+        }
+        let committed = try String(contentsOfFile: Self.repositoryRoot + "/docs/reference.md", encoding: .utf8)
+        let firstDifference = zip(committed.split(separator: "\n"), r.out.split(separator: "\n")).enumerated()
+            .first { $0.element.0 != $0.element.1 }
+        #expect(
+            committed == r.out,
+            """
+            docs/reference.md is out of date: run `outbox schema reference > docs/reference.md` \
+            (first difference at line \((firstDifference?.offset ?? 0) + 1): \(firstDifference.map { "\($0.element.0)" } ?? "length"))
+            """)
         #expect(!p.storeExists)
     }
 

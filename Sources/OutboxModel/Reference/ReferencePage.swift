@@ -3,7 +3,8 @@
 /// fields, error codes and the drain's exit bits.
 package enum ReferencePage {
     /// The page's text, without a final newline (the command adds one).
-    package static func markdown() -> String {
+    /// `commands`: the commands section, which the command-line target writes.
+    package static func markdown(commands: String) -> String {
         var page = Page()
         page.add(
             """
@@ -18,6 +19,7 @@ package enum ReferencePage {
             with `/bin/sh -c`, or a list of strings run directly; relative paths are the project root's.
             Any field not listed in a mapping is an error (`unknown field`).
             """)
+        page.add(commands)
         fields(&page, title: "Config file (`config/outbox.yaml`)", prefix: "config", ConfigFields.top)
         fields(&page, title: "Definition files (`definitions/*.yaml`)", prefix: "definition", DefinitionFields.top)
         ReferenceSections.templates(&page)
