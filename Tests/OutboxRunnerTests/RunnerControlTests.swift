@@ -226,7 +226,8 @@ import Testing
 
     /// A runner killed while a response parser runs: the parser dies with it, and what the
     /// parser started in the background is stopped by the next runner before it sends the
-    /// entry again (it would run on for ten minutes beside the new parser).
+    /// entry again (it would run on for ten minutes beside the new parser). A daemon it
+    /// started in a session of its own left on purpose, and runs on.
     @Test func whatAPluginOfAKilledRunnerStartedIsStoppedByTheNextRunner() async throws {
         let parser = """
             #!/bin/sh
@@ -234,7 +235,10 @@ import Testing
             if [ ! -e hooks/parsed-once ]; then
               touch hooks/parsed-once
               sleep 600 </dev/null >/dev/null 2>&1 &
-              \(ObservedProcess.recordLastBackground(to: "hooks/child.new")) && mv hooks/child.new hooks/child
+              \(ObservedProcess.recordLastBackground(to: "hooks/child.new"))
+              setsid sleep 600 </dev/null >/dev/null 2>&1 &
+              \(ObservedProcess.recordLastBackground(to: "hooks/daemon"))
+              mv hooks/child.new hooks/child
               exec sleep 600
             fi
             echo '{}'
@@ -245,6 +249,8 @@ import Testing
         let runner = try p.start(["run"])
         await eventually("the parser's background child to start") { p.exists("hooks/child") }
         let child = try #require(ObservedProcess(recorded: p.read("hooks/child") ?? ""))
+        let daemon = try #require(ObservedProcess(recorded: p.read("hooks/daemon") ?? ""))
+        defer { if !daemon.hasEnded { kill(daemon.pid, SIGKILL) } }
         runner.signal(SIGKILL)
         let killed = await runner.wait()
         #expect(killed.exitCode == -SIGKILL, "\(killed)")
@@ -253,6 +259,7 @@ import Testing
         let second = try await p.drain()
         #expect(second.stderr.contains("stopped plugin processes left running by outbox process \(runner.pid)"), "\(second.stderr)")
         await eventually("the background child to be stopped") { child.hasEnded }
+        #expect(!daemon.hasEnded, "the daemon in a session of its own runs on")
         #expect(p.deliveries("p").map { $0.string("stdin.outcome") } == ["completed"])
         #expect(try await p.list().isEmpty)
     }

@@ -59,7 +59,8 @@ enum StaleHooks {
 
     /// Kills the plugin processes of this store whose outbox process is gone (killed: the
     /// plugin itself died with it, what it started in the background did not), and what they
-    /// started. Returns the pids of those outbox processes.
+    /// started. One in a session of its own (a daemon that called `setsid`) left on purpose
+    /// and is left alone. Returns the pids of those outbox processes.
     static func stopOrphanedPlugins(store: String) -> Set<Int32> {
         let prefix = HookEnvironment.tokenPrefix(store: store)
         var owners: Set<Int32> = []
@@ -67,7 +68,8 @@ enum StaleHooks {
         var group: Int32 = 0
         for entry in Paths.list("/proc") ?? [] {
             guard let pid = Int32(entry), pid > 1, pid != getpid(),
-                let value = value(of: HookEnvironment.pluginOwnerName, in: pid), value.hasPrefix(prefix)
+                let value = value(of: HookEnvironment.pluginOwnerName, in: pid), value.hasPrefix(prefix),
+                getpgid(pid) != getsid(pid)
             else { continue }
             let owner = value.dropFirst(prefix.count).split(separator: ":")
             guard owner.count == 2, let ownerPID = Int32(owner[0]), let ownerStart = UInt64(owner[1]) else { continue }
