@@ -123,15 +123,16 @@ final class Project {
         Config.isServerStore(config.store) || Paths.exists(Paths.join(config.store, "outbox.db"))
     }
 
-    /// Whether nothing at all is at the store's path yet (nothing was ever enqueued there): a
-    /// reading command answers as for an empty store and makes none. Anything there, even
-    /// broken, is opened, and says what is wrong with it.
+    /// Whether no store was made at the store's path yet (nothing at all there, or an empty
+    /// folder): a reading command answers as for an empty store and makes none. Anything
+    /// else, even broken, is opened, and says what is wrong with it.
     var storeNotMadeYet: Bool {
         guard !Config.isServerStore(config.store) else { return false }
         // Only "no such file": a path under a regular file, or one this user may not look
         // into, can never be a store, and opening it says why.
         var info = stat()
-        return lstat(config.store, &info) != 0 && errno == ENOENT
+        if lstat(config.store, &info) != 0 { return errno == ENOENT }
+        return (info.st_mode & S_IFMT) == S_IFDIR && Paths.list(config.store)?.isEmpty == true
     }
 
     /// The error of an id no entry has; in a project with no store yet, it says so.
@@ -145,7 +146,7 @@ final class Project {
     /// The entry with this id, or nil, without making a store where there is none (a reading
     /// command that fails leaves the project as it was).
     func existingEntry(id: String) throws(OutboxError) -> Entry? {
-        guard storeExists else { return nil }
+        guard !storeNotMadeYet else { return nil }
         return try store().entry(id: id)
     }
 

@@ -353,7 +353,7 @@ enum ReadCommands {
         }
         if !e.state.isSettled, let missing = try store.missingStagedFiles(of: e).first {
             reasons.append(
-                "its \(missing) is missing (`outbox audit` lists it): the next `outbox run` settles it error (file), sending nothing")
+                "its \(missing) is missing (`outbox audit` lists it): when its turn comes, it settles error (file), sending nothing")
         }
         if !e.state.isSettled, let holder = try store.bodyHostElsewhere(entryID: e.id) {
             reasons.append(

@@ -73,17 +73,21 @@ package enum Paths {
         return join(resolved(dirname(normal)), basename(normal))
     }
 
+    /// The target a symbolic link names, as written; nil when `path` is no link (or unreadable).
+    package static func readLink(_ path: String) -> String? {
+        var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
+        let n = readlink(path, &buffer, buffer.count - 1)
+        guard n > 0 else { return nil }
+        return String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
     /// `path` with symbolic links followed also where the last one dangles (which `resolved`
     /// leaves as is): the file a write through the link creates. Stops after 40 links.
     package static func followingLinks(_ path: String) -> String {
         var current = normalize(path)
         for _ in 0..<40 {
             var st = Glibc.stat()
-            guard lstat(current, &st) == 0, (st.st_mode & S_IFMT) == S_IFLNK else { break }
-            var buffer = [CChar](repeating: 0, count: Int(PATH_MAX) + 1)
-            let n = readlink(current, &buffer, buffer.count - 1)
-            guard n > 0 else { break }
-            let target = String(decoding: buffer[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            guard lstat(current, &st) == 0, (st.st_mode & S_IFMT) == S_IFLNK, let target = readLink(current) else { break }
             current = normalize(absolute(target, relativeTo: dirname(current)))
         }
         return resolved(current)

@@ -489,7 +489,7 @@ package final class Runner {
             delivery.stoppedEarlierGroups.insert("\(pgid):\(start)")
         }
         for owner in StaleHooks.stopOrphanedPlugins(store: config.store).sorted() {
-            log("outbox: stopped plugin processes left running by outbox process \(owner), which was killed", level: .warn)
+            log("outbox: stopped plugin processes left running by outbox process \(owner), which has ended", level: .warn)
         }
         for path in try store.cleanOrphans() {
             log("outbox: removed \(path): a staged body no entry owns (left by a process that was killed)", level: .warn)

@@ -950,6 +950,9 @@ struct CLIBadInputTests {
         #expect(r.err.hasPrefix("outbox: E_STORAGE: "))
         #expect(r.err.contains("\(p.root)/somefile"))
         #expect(p.run("list").status == 74)
+        // No entry is not the answer where the store cannot be read.
+        #expect(p.run("show", "x").status == 74)
+        #expect(p.run("explain", "x").status == 74)
         let json = p.run("enqueue", "plain", "--json")
         #expect(try json.json()["error"]?["code"] == .string("E_STORAGE"))
     }
@@ -1110,7 +1113,7 @@ struct CLIAuditTests {
         #expect(explained.status == 0, "\(explained)")
         #expect(
             explained.out.contains(
-                "its staged body \(staged) is missing (`outbox audit` lists it): the next `outbox run` settles it error (file), sending nothing"
+                "its staged body \(staged) is missing (`outbox audit` lists it): when its turn comes, it settles error (file), sending nothing"
             ),
             "\(explained)")
         #expect(!explained.out.contains("nothing holds it"), "\(explained)")

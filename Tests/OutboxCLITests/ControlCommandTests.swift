@@ -42,6 +42,11 @@ struct ControlCommandTests {
     func aReadWithNoStoreYetMakesNone(_ command: [String]) throws {
         let p = try CLIProject()
         #expect(!p.storeExists)
+        // An empty folder at the store's path is no store yet either, and stays empty.
+        let empty = try CLIProject()
+        try FileManager.default.createDirectory(atPath: empty.storeFolder, withIntermediateDirectories: true)
+        #expect(empty.run(command).status == 0)
+        #expect(try FileManager.default.contentsOfDirectory(atPath: empty.storeFolder).isEmpty, "a store was made")
         let r = p.run(command)
         #expect(r.status == 0, "\(r)")
         #expect(!p.storeExists, "a store was made")
@@ -680,6 +685,7 @@ struct HostileInputTests {
     ])
     func anErrorStaysOnOneLine(_ args: [String], _ said: String) throws {
         let p = try CLIProject()
+        #expect(p.run("run", "--drain").status == 0, "a store, so no entry is just that")
         let r = p.run(args)
         #expect(r.status == 65)
         #expect(r.err == said)

@@ -257,7 +257,9 @@ import Testing
         #expect(!child.hasEnded, "the background child outlives its runner")
 
         let second = try await p.drain()
-        #expect(second.stderr.contains("stopped plugin processes left running by outbox process \(runner.pid)"), "\(second.stderr)")
+        #expect(
+            second.stderr.contains("stopped plugin processes left running by outbox process \(runner.pid), which has ended"),
+            "\(second.stderr)")
         await eventually("the background child to be stopped") { child.hasEnded }
         #expect(!daemon.hasEnded, "the daemon in a session of its own runs on")
         #expect(p.deliveries("p").map { $0.string("stdin.outcome") } == ["completed"])

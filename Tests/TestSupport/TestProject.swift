@@ -142,7 +142,10 @@ open class TestProject: @unchecked Sendable {
         _ condition: (RunningProcess) async throws -> Bool
     ) async throws -> CommandResult {
         let runner = try start(["run"] + extra)
-        try await eventually(what(), sourceLocation: sourceLocation) { try await condition(runner) }
+        if try await !eventually(what(), sourceLocation: sourceLocation, { try await condition(runner) }) {
+            // What the runner said while it did not get there.
+            Issue.record("the runner's log so far:\n\(runner.stderrSoFar)", sourceLocation: sourceLocation)
+        }
         runner.signal(SIGTERM)
         let result = await runner.wait()
         #expect(result.exitCode == 0 && !result.timedOut, "run: \(result)", sourceLocation: sourceLocation)

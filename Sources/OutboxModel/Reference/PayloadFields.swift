@@ -177,15 +177,15 @@ package enum HookEnvironment {
         tokenPrefix(store: store) + String(outcomeSeq)
     }
 
-    /// Set for every plugin: the store and the outbox process that started it (its pid and
-    /// start time). A runner stops a plugin whose outbox process is gone (killed: a plugin
+    /// Set for every plugin: the store and the outbox process that started it (its pid, start
+    /// time and session). A runner stops a plugin whose outbox process is gone (killed: a plugin
     /// dies with it, but what the plugin started in the background does not).
     package static let pluginOwnerName = "OUTBOX_PLUGIN_OWNER"
 
     /// `environment` with `OUTBOX_PLUGIN_OWNER` naming this process, for a plugin of `store`.
     package static func withPluginOwner(_ environment: [String: String], store: String) -> [String: String] {
         var environment = environment
-        environment[pluginOwnerName] = tokenPrefix(store: store) + "\(getpid()):\(ProcessRunner.ownStartTime)"
+        environment[pluginOwnerName] = tokenPrefix(store: store) + "\(getpid()):\(ProcessRunner.ownStartTime):\(getsid(0))"
         return environment
     }
 

@@ -57,28 +57,44 @@ enum StaleHooks {
         return stopped
     }
 
-    /// Kills the plugin processes of this store whose outbox process is gone (killed: the
-    /// plugin itself died with it, what it started in the background did not), and what they
-    /// started. One in a session of its own (a daemon that called `setsid`) left on purpose
-    /// and is left alone. Returns the pids of those outbox processes.
+    /// Kills what plugins of this store left running when their outbox process was killed
+    /// (the plugin's first process died with it, what that one started did not): processes
+    /// that carry the plugin's `OUTBOX_PLUGIN_OWNER`, whose outbox process is gone, and that
+    /// are still in a plugin's process group whose leader is gone, in the outbox process's
+    /// session. One that left (a new group or session: a daemon) is left alone, as is an outbox
+    /// process that inherited the variable. Returns the pids of those outbox processes.
     static func stopOrphanedPlugins(store: String) -> Set<Int32> {
         let prefix = HookEnvironment.tokenPrefix(store: store)
+        let ownProgram = Paths.readLink("/proc/self/exe")
         var owners: Set<Int32> = []
         var start: UInt64 = 0
         var group: Int32 = 0
         for entry in Paths.list("/proc") ?? [] {
             guard let pid = Int32(entry), pid > 1, pid != getpid(),
-                let value = value(of: HookEnvironment.pluginOwnerName, in: pid), value.hasPrefix(prefix),
-                getpgid(pid) != getsid(pid)
+                let value = value(of: HookEnvironment.pluginOwnerName, in: pid), value.hasPrefix(prefix)
             else { continue }
             let owner = value.dropFirst(prefix.count).split(separator: ":")
-            guard owner.count == 2, let ownerPID = Int32(owner[0]), let ownerStart = UInt64(owner[1]) else { continue }
+            guard owner.count == 3, let ownerPID = Int32(owner[0]), let ownerStart = UInt64(owner[1]), let ownerSession = Int32(owner[2])
+            else { continue }
             // Its outbox process still runs (a live enqueue, another runner of a shared store).
             if csystem_proc_stat(ownerPID, &start, &group) == 0, start == ownerStart { continue }
+            // Still in a plugin's group (whose leader, the plugin, is gone) in the owner's session.
+            let pgid = getpgid(pid)
+            guard pgid > 1, pgid != pid, getsid(pid) == ownerSession, !isAlive(pgid) else { continue }
+            if let ownProgram, Paths.readLink("/proc/\(pid)/exe") == ownProgram { continue }
             guard csystem_proc_stat(pid, &start, &group) == 0, kill(pid: pid, startTime: start) else { continue }
             owners.insert(ownerPID)
         }
         return owners
+    }
+
+    /// Whether `pid` runs: there, and not a zombie (killed with its outbox process, a plugin
+    /// may wait a moment for its reaper).
+    private static func isAlive(_ pid: Int32) -> Bool {
+        guard let stat = Paths.readBytes("/proc/\(pid)/stat"), let close = stat.lastIndex(of: UInt8(ascii: ")")),
+            close + 2 < stat.count
+        else { return false }
+        return ![UInt8(ascii: "Z"), UInt8(ascii: "X")].contains(stat[close + 2])
     }
 
     /// SIGKILLs `pid` if it is still the process that started at `startTime`, and waits briefly
