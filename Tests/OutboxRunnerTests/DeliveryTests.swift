@@ -692,8 +692,10 @@ import Testing
             definitions: ["t": definition("t", top: "on_success: hooks/old.sh", hooks: false)],
             hooks: ["old.sh": "#!/usr/bin/no-such-python\nprint('hi')\n"])
         try await p.enqueue("t", path: "/status/200", id: "i1")
-        let run = try await p.runUntil { _ in (try? await p.show("i1"))?.string("outcomes.0.reason") != nil }
         let reason = "the hook exited 127 (on_success: hooks/old.sh names the interpreter /usr/bin/no-such-python, which does not exist)"
+        // Waited for in the log: the outcome is delivered again every few hundred ms, and a
+        // busy machine's `show` between a failure and the next delivery once never came in 120 s.
+        let run = try await p.runUntil(until: "the hook's failure to be logged") { runner in runner.stderrSoFar.contains(reason) }
         #expect(run.stderr.contains(reason), "\(run.stderr)")
         #expect(try await p.show("i1")?.string("outcomes.0.reason") == reason)
     }
