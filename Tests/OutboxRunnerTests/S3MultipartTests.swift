@@ -163,7 +163,7 @@ import TestSupport
         let server = sandbox.server
         server.script("/crash/big.bin?partNumber=3&", [TestResponse.status(200, headers: [("ETag", "\"p3\"")]).held("p3")])
         let runner = try sandbox.start(["run"], environment: Self.testingCredentials)
-        // A long wait: with a 1 s stall limit on a loaded machine, part 3 is given up and held
+        // A long wait: with a short stall limit on a loaded machine, part 3 is given up and held
         // again over and over, and this looks between those times. A given-up request stays
         // held at the server until released, so more than one may be held by then. Parts 1
         // and 2 can be given up too, and wait out their backoff: a full run with both cores
@@ -285,7 +285,10 @@ import TestSupport
     /// timeout, so the runner gives it up and sends it again before it is killed. Part 3
     /// then reaches the server three times in all, and accepted parts still never twice.
     @Test func aPartInFlightMayBeSentAgainButAcceptedPartsNever() async throws {
-        let sandbox = try await Self.stage(config: "timeouts: { stall: { below: 1KiB, for: 1s } }\n")
+        // Short enough that part 3's held answer is given up, long enough that parts 1 and 2
+        // (answered at once) are not given up over and over on a loaded machine (1 s was: they
+        // were not both accepted in 300 s once).
+        let sandbox = try await Self.stage(config: "timeouts: { stall: { below: 1KiB, for: 4s } }\n")
         let server = sandbox.server
         // The second run has the default stall timeout: only the first one is made to give up.
         let atKill = try await Self.killWhilePart3IsInFlight(sandbox, resumeConfig: "part_concurrency: 1\n", anyRequestMayStall: true) {
